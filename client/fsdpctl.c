@@ -1,0 +1,31 @@
+/* fsdpctl — the user's CLI: dispatches to the subcommands of client/ctl_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+static const struct {
+  const char *name;
+  ctl_cmd_fn fn;
+  const char *help;
+} commands[] = {
+  {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: fsdpctl COMMAND [ARGS]\n\ncommands:\n");
+  for (int i = 0; commands[i].name; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n'fsdpctl COMMAND --help' describes one command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (int i = 0; commands[i].name; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "fsdpctl: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

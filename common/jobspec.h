@@ -1,0 +1,85 @@
+/* jobspec — a training job as described by its INI file (parsed with libinih).
+ *
+ * jobspec_load() reads a file; jobspec_parse() reads the same text handed over the wire (the
+ * daemon receives the file's text and its directory, so relative paths resolve the same way).
+ * Every key of every section exists in jobspec_t; an unknown section or key, a malformed number
+ * or a value out of range is an error that names file:line and says what is allowed. Paths in
+ * the result are absolute. The struct is plain data: copy it freely; no function here keeps it.
+ */
+#ifndef FSDP_JOBSPEC_H
+#define FSDP_JOBSPEC_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+
+#define JOBSPEC_PATH_MAX 1024
+
+typedef enum { SHARD_FULL = 0, SHARD_GRAD_OP, SHARD_NONE } shard_mode;
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA } device_kind;
+typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } dtype_kind;
+typedef enum { COMM_AUTO = 0, COMM_GLOO, COMM_NCCL } comm_kind;
+typedef enum { SCHED_CONSTANT = 0, SCHED_COSINE } lr_schedule;
+typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
+
+typedef struct gpt2_config {
+  int n_layer;     /* L */
+  int n_head;      /* H */
+  int n_embd;      /* C, divisible by H */
+  int vocab_size;  /* V */
+  int seq_len;     /* T: the model's maximum sequence length (wpe rows) and the training length */
+} gpt2_config;
+
+typedef struct jobspec {
+  char path[JOBSPEC_PATH_MAX];     /* the file it came from ("<string>" if none), for messages */
+  /* [job] */
+  char name[64];
+  int steps;
+  uint64_t seed;
+  int max_restarts;
+  /* [model] */
+  char arch[16];                   /* "gpt2" */
+  gpt2_config model;
+  char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file */
+  /* [data] */
+  char train[JOBSPEC_PATH_MAX];    /* absolute path to an llm.c token file, or "" when synthetic */
+  int synthetic;                   /* train = synthetic:markov:SEED */
+  uint64_t markov_seed;
+  int batch_size;                  /* B: sequences per rank per micro-step */
+  int grad_accum;                  /* G: micro-steps per optimizer step */
+  /* [optim] */
+  double lr, min_lr;
+  int warmup_steps;
+  lr_schedule schedule;
+  double weight_decay, beta1, beta2, eps, grad_clip;   /* grad_clip 0 = off */
+  /* [fsdp] */
+  int world_size;
+  device_kind device;
+  shard_mode sharding;
+  int prefetch;                    /* units gathered ahead of compute, 0..4 */
+  dtype_kind param_dtype, reduce_dtype;
+  comm_kind comm;
+  double timeout_s;                /* a collective or peer silent this long fails the job */
+  /* [checkpoint] */
+  char ckpt_dir[JOBSPEC_PATH_MAX]; /* absolute, or "" for none */
+  int ckpt_every;                  /* steps; 0 = off */
+  int ckpt_keep;
+  resume_mode resume;
+} jobspec_t;
+
+void jobspec_defaults(jobspec_t *s);
+fsdp_status jobspec_load(const char *path, jobspec_t *out);
+/* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
+fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);
+/* The defaults as a commented job file (`fsdpctl plan --defaults`). */
+void jobspec_write_defaults(FILE *f);
+
+const char *shard_mode_name(shard_mode m);
+const char *device_kind_name(device_kind d);
+const char *dtype_kind_name(dtype_kind d);
+const char *comm_kind_name(comm_kind c);
+const char *lr_schedule_name(lr_schedule s);
+static inline int dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
+
+#endif

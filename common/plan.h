@@ -1,0 +1,135 @@
+/* plan — the FSDP units, the shard map, and the per-rank memory and communication model.
+ *
+ * plan_build() turns a job spec and a world size into the one description of the job that every
+ * part uses: the coordinator builds it, prints it (`fsdpctl plan`), refuses jobs that do not fit,
+ * and sends it to workers; workers take every offset from it and recompute none. A plan is
+ * immutable after plan_build() and owned by whoever built or received it (plan_destroy frees it).
+ *
+ * Units (DESIGN.md §3): unit 0, the root, holds wte [V,C], wpe [T,C], ln_f.weight [C], ln_f.bias [C];
+ * unit 1+i holds block i in Hugging Face order (see BLK_*). Each unit's flat buffer of `numel`
+ * elements is padded to `padded`, a multiple of shard_world × 64, and rank r owns elements
+ * [r·shard_numel, (r+1)·shard_numel) of it, where shard_numel = padded / shard_world.
+ * shard_world is the world size for sharding full and grad_op, and 1 for none (every rank holds all).
+ *
+ * Memory model (bytes per rank; pb = param_dtype bytes, rb = reduce_dtype bytes, S = Σ shard_numel,
+ * Pr = root padded, Pb = largest block padded, p = prefetch). docs/memory.md derives each term.
+ *   param_shard  = 4·S                     fp32 master shard
+ *   grad_shard   = 4·S                     fp32 gradient shard (accumulated over micro-steps)
+ *   optim_state  = 8·S                     AdamW m and v
+ *   gathered     = full:    pb·(Pr + (1+p)·Pb)      root kept, p blocks ahead of the one computed
+ *                  grad_op: pb·Σ padded             every unit stays gathered forward→backward
+ *                  none:    0                       the "shard" is the whole model
+ *   comm         = full, grad_op: rb·(Pr + 2·Pb)    full-size unit gradients: the root's, held for
+ *                                                   the whole backward, and two blocks' (one being
+ *                                                   computed, one being reduce-scattered)
+ *                  none: 0                          gradients are all-reduced in place
+ *   activations  = 4·(L·act.block_saved + act.root_saved)
+ *   workspace    = 4·max(act.head_ws, act.bwd_ws)
+ *
+ * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
+ * reduce-scatter of S total bytes sends S·(N−1)/N per rank, an all-reduce 2·S·(N−1)/N), with G
+ * micro-steps: full gathers the root once and every block twice per micro-step, and reduce-scatters
+ * every unit once per micro-step; grad_op gathers and reduce-scatters every unit once per
+ * micro-step; none all-reduces every unit's gradient once per step (padded, in reduce dtype).
+ * Every mode also all-reduces PLAN_STEP_SCALARS fp32 scalars once per step (loss, tokens,
+ * squared gradient norm, a non-finite flag).
+ */
+#ifndef FSDP_PLAN_H
+#define FSDP_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+#include "jobspec.h"
+
+#define PLAN_PAD_ALIGN 64      /* elements per rank the padding rounds to */
+#define PLAN_MAX_TENSORS 12    /* tensors per unit */
+#define PLAN_STEP_SCALARS 4
+
+typedef enum {
+  MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
+  MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_COMM, MEM_NCAT
+} mem_category;
+const char *mem_category_name(mem_category c);   /* "param_shard", ... as in DESIGN.md §5 */
+
+typedef enum { COLL_ALLGATHER = 0, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_NKIND } coll_kind;
+const char *coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */
+
+/* Tensor slots inside the root unit and inside every block unit, in flat-buffer order. */
+enum { ROOT_WTE = 0, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_NT };
+enum {
+  BLK_LN1_W = 0, BLK_LN1_B, BLK_ATTN_W, BLK_ATTN_B, BLK_ATTNPROJ_W, BLK_ATTNPROJ_B,
+  BLK_LN2_W, BLK_LN2_B, BLK_FC_W, BLK_FC_B, BLK_FCPROJ_W, BLK_FCPROJ_B, BLK_NT
+};
+
+typedef struct plan_tensor {
+  char name[64];         /* Hugging Face name without prefix: "wte.weight", "h.3.attn.c_attn.weight" */
+  int gid;               /* global tensor index: root 0..3, block i slot j → 4 + 12·i + j (RNG key) */
+  int ndim;              /* 1 or 2 */
+  int64_t shape[2];      /* HF layout: c_attn.weight is [C, 3C] (Conv1D: in, out) */
+  int64_t numel;
+  int64_t offset;        /* first element in the unit's flat buffer */
+  int decay;             /* AdamW weight decay applies (2-D tensors) */
+} plan_tensor;
+
+typedef struct plan_unit {
+  char name[16];         /* "root", "h.0", ... */
+  int ntensors;
+  plan_tensor t[PLAN_MAX_TENSORS];
+  int64_t numel;         /* Σ tensor numel */
+  int64_t padded;        /* numel rounded up to a multiple of shard_world·PLAN_PAD_ALIGN */
+  int64_t shard_numel;   /* padded / shard_world: every rank's shard length */
+  int64_t shard_base;    /* where this unit's shard starts in a rank's concatenated shard (Σ earlier shard_numel) */
+} plan_unit;
+
+/* Float counts of the activation buffers the model keeps, for one micro-batch of B·T tokens.
+ * The model allocates exactly these (worker/model_gpt2.h lays them out). */
+typedef struct plan_act {
+  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + B·H·T·T:
+                            ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att probs BHTT,
+                            res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
+  int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT, targets-free: 2·BTC + 2·BT */
+  int64_t head_ws;       /* logits/probabilities B·T·V + per-token losses B·T (loss phase only) */
+  int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + B·H·T·T
+                            (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt BHTT) */
+} plan_act;
+
+typedef struct plan {
+  gpt2_config model;
+  int world;             /* ranks */
+  int shard_world;       /* world for full and grad_op, 1 for none */
+  shard_mode sharding;
+  int prefetch;
+  dtype_kind param_dtype, reduce_dtype;
+  int batch_size, grad_accum;   /* B, G */
+  int nunits;            /* 1 + n_layer */
+  plan_unit *units;
+  int64_t shard_total;   /* S = Σ shard_numel: the length of every rank's concatenated shard */
+  int64_t n_params;      /* Ψ, tied wte counted once */
+  int64_t n_params_no_emb;      /* Ψ without wte and wpe */
+  double flops_per_token;       /* 6Ψ + 12·L·C·T (PaLM appendix B, attention term) */
+  plan_act act;
+  uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
+  uint64_t mem_total;           /* Σ mem */
+  uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
+} plan_t;
+
+/* Build the plan of SPEC for WORLD ranks (WORLD ≤ 0: spec->world_size). */
+fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out);
+void plan_destroy(plan_t **p);
+
+/* Rank r's shard of unit u: [offset, offset + plan->units[u].shard_numel) in the unit's flat buffer. */
+static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
+  return p->shard_world == 1 ? 0 : (int64_t)rank * p->units[u].shard_numel;
+}
+/* Find a tensor by Hugging Face name (an optional "transformer." prefix is accepted). */
+const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
+/* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */
+int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world);
+
+/* The human table (`fsdpctl plan`) and the same data as JSON (`--json`). */
+void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes);
+fsdp_status plan_write_json(const plan_t *p, FILE *f, uint64_t device_bytes);
+
+#endif

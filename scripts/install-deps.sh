@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fsdpd builds and tests with; only what is missing.
+# The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here: it is found under
+# /usr/local/cuda or CUDAToolkit_ROOT when present, and the build goes CPU-only without it.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+  libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev
+  python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
