@@ -21,6 +21,7 @@ static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = 
   {FSDP__MSG__BODY_AGENT_REGISTER, "agent_register"}, {FSDP__MSG__BODY_AGENT_WELCOME, "agent_welcome"},
   {FSDP__MSG__BODY_HEARTBEAT, "heartbeat"},         {FSDP__MSG__BODY_SPAWN_REQ, "spawn_req"},
   {FSDP__MSG__BODY_KILL_REQ, "kill_req"},           {FSDP__MSG__BODY_WORKER_EXIT, "worker_exit"},
+  {FSDP__MSG__BODY_LOG_CHUNK, "log_chunk"},
   {FSDP__MSG__BODY_WORKER_HELLO, "worker_hello"},   {FSDP__MSG__BODY_WORKER_SETUP, "worker_setup"},
   {FSDP__MSG__BODY_STEP_CMD, "step_cmd"},           {FSDP__MSG__BODY_STEP_REPORT, "step_report"},
   {FSDP__MSG__BODY_WORKER_ERROR, "worker_error"},   {FSDP__MSG__BODY_WORKER_READY, "worker_ready"},
@@ -215,11 +216,15 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
       STR(s->env[i], 4096, "environment entry");
       if (!strchr(s->env[i], '=')) BAD("environment entry '%s' is not NAME=VALUE", s->env[i]);
     }
-    STR(s->log_path, 4096, "log path");
     STR(s->cwd, 4096, "working directory");
     if (s->rank >= MAX_RANKS) BAD("rank %u is out of range", s->rank);
     return FSDP_OK;
   }
+  case FSDP__MSG__BODY_LOG_CHUNK:
+    NEED(m->log_chunk, "log_chunk");
+    if (m->log_chunk->data.len > WIRE_MAX_STRING) BAD("log chunk of %zu bytes", m->log_chunk->data.len);
+    if (m->log_chunk->rank >= MAX_RANKS) BAD("rank %u is out of range", m->log_chunk->rank);
+    return FSDP_OK;
   case FSDP__MSG__BODY_KILL_REQ:
     NEED(m->kill_req, "kill_req");
     if (m->kill_req->signal < 0 || m->kill_req->signal > 64) BAD("signal %d is out of range", m->kill_req->signal);
@@ -243,7 +248,6 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     STR(s->comm, 16, "comm backend");
     STR(s->kv_prefix, NAME_MAX_LEN, "kv prefix");
     STR(s->job_dir, 4096, "job directory");
-    if (s->nccl_id.len != 0 && s->nccl_id.len != 128) BAD("nccl id of %zu bytes (128 expected)", s->nccl_id.len);
     NEED(s->plan, "plan");
     TRY(check_plan(s->plan));
     if (s->plan->world != s->world) BAD("plan world %u differs from setup world %u", s->plan->world, s->world);

@@ -1,0 +1,432 @@
+/* tokens — llm.c token files, the batch order, and the synthetic Markov stream (see tokens.h). */
+#include "tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tokens.c reads and writes little-endian files with memcpy: a little-endian host is required"
+#endif
+
+#define TOK_HEADER_BYTES ((int64_t)TOK_HEADER_INTS * 4)
+
+struct tok_file {
+  const uint8_t *tokens;   /* the first token */
+  int width;               /* bytes per token: 2 or 4 */
+  int64_t n;               /* tokens */
+  void *map;               /* the mmapped file, or NULL */
+  size_t map_len;
+  uint32_t *mem;           /* the in-memory stream, or NULL */
+  char *name;              /* the path, or "synthetic:markov:SEED", for messages */
+};
+
+/* ---- token files ---- */
+
+static fsdp_status tok_new_named(const char *name, tok_file **out) {
+  tok_file *f = calloc(1, sizeof *f);
+  if (!f || !(f->name = strdup(name))) {
+    free(f);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening token stream %s", name);
+  }
+  *out = f;
+  return FSDP_OK;
+}
+
+fsdp_status tok_open(const char *path, tok_file **out) {
+  *out = NULL;
+  fsdp_status rc = FSDP_OK;
+  tok_file *f = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO,
+                          "cannot open token file %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot stat token file %s: %s", path, strerror(errno));
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "token file %s is not a regular file", path);
+    goto out;
+  }
+  if ((int64_t)st.st_size < TOK_HEADER_BYTES) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT,
+                        "token file %s is %lld bytes, shorter than the %lld-byte llm.c header "
+                        "(256 int32: magic, version, token count)",
+                        path, (long long)st.st_size, (long long)TOK_HEADER_BYTES);
+    goto out;
+  }
+  TRY_GOTO(tok_new_named(path, &f), rc, out);
+  f->map_len = (size_t)st.st_size;
+  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (f->map == MAP_FAILED) {
+    f->map = NULL;
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot map token file %s: %s", path, strerror(errno));
+    goto out;
+  }
+  int32_t hdr[3];
+  memcpy(hdr, f->map, sizeof hdr);
+  if (hdr[0] == TOK_MAGIC_U16) {
+    f->width = 2;
+    if (hdr[1] != TOK_VERSION_U16) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT,
+                          "token file %s: magic %d (uint16 tokens) with version %d; only version %d "
+                          "is known",
+                          path, hdr[0], hdr[1], TOK_VERSION_U16);
+      goto out;
+    }
+  } else if (hdr[0] == TOK_MAGIC_U32) {
+    f->width = 4;
+    if (hdr[1] != TOK_VERSION_U32) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT,
+                          "token file %s: magic %d (uint32 tokens) with version %d; only version %d "
+                          "is known",
+                          path, hdr[0], hdr[1], TOK_VERSION_U32);
+      goto out;
+    }
+  } else {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT,
+                        "%s is not an llm.c token file: magic %d; expected %d (version %d, uint16 "
+                        "tokens) or %d (version %d, uint32 tokens)",
+                        path, hdr[0], TOK_MAGIC_U16, TOK_VERSION_U16, TOK_MAGIC_U32,
+                        TOK_VERSION_U32);
+    goto out;
+  }
+  if (hdr[2] < 0) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "token file %s: negative token count %d in the header",
+                        path, hdr[2]);
+    goto out;
+  }
+  f->n = hdr[2];
+  int64_t want = TOK_HEADER_BYTES + f->n * f->width;
+  if (want != (int64_t)st.st_size) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT,
+                        "token file %s: the header says %lld tokens of %d bytes (%lld bytes with "
+                        "the header) but the file is %lld bytes%s",
+                        path, (long long)f->n, f->width, (long long)want, (long long)st.st_size,
+                        want > (int64_t)st.st_size ? ": truncated?" : "");
+    goto out;
+  }
+  f->tokens = (const uint8_t *)f->map + TOK_HEADER_BYTES;
+  *out = f;
+  f = NULL;
+out:
+  close(fd);
+  tok_close(&f);
+  return rc;
+}
+
+int64_t tok_count(const tok_file *f) { return f->n; }
+int tok_width(const tok_file *f) { return f->width; }
+
+static inline uint32_t tok_at(const tok_file *f, int64_t i) {
+  if (f->width == 2) {
+    uint16_t v;
+    memcpy(&v, f->tokens + 2 * i, 2);
+    return v;
+  }
+  uint32_t v;
+  memcpy(&v, f->tokens + 4 * i, 4);
+  return v;
+}
+
+fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
+                      int vocab, int *inp, int *targets) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: rank %d of world %d; need 0 <= rank < world",
+                          rank, world);
+  if (B < 1 || T < 1 || vocab < 1)
+    return fsdp_set_error(FSDP_ERR_RANGE,
+                          "tok_batch: B=%d, T=%d, vocab=%d; each must be at least 1", B, T, vocab);
+  if (microbatch < 0)
+    return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: micro-batch %lld; must be >= 0",
+                          (long long)microbatch);
+  int64_t bt = (int64_t)B * T, span;
+  if (__builtin_mul_overflow(bt, (int64_t)world, &span))
+    return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: world %d x B %d x T %d overflows", world, B, T);
+  int64_t nb = f->n > 0 ? (f->n - 1) / span : 0;
+  if (nb == 0)
+    return fsdp_set_error(FSDP_ERR_RANGE,
+                          "token stream %s holds %lld tokens; one batch of world %d x B %d x T %d "
+                          "needs at least %lld (world*B*T + 1): use a longer file or a smaller "
+                          "batch",
+                          f->name, (long long)f->n, world, B, T, (long long)(span + 1));
+  int64_t start = ((microbatch % nb) * world + rank) * bt;
+  for (int64_t i = 0; i <= bt; i++) {
+    uint32_t t = tok_at(f, start + i);
+    if (t >= (uint32_t)vocab)
+      return fsdp_set_error(FSDP_ERR_RANGE,
+                            "token stream %s: token %u at position %lld is >= vocab_size %d "
+                            "(was the file made with another tokenizer?)",
+                            f->name, t, (long long)(start + i), vocab);
+    if (i < bt) inp[i] = (int)t;
+    if (i > 0) targets[i - 1] = (int)t;
+  }
+  return FSDP_OK;
+}
+
+void tok_close(tok_file **pf) {
+  tok_file *f = pf ? *pf : NULL;
+  if (!f) return;
+  if (f->map) munmap(f->map, f->map_len);
+  free(f->mem);
+  free(f->name);
+  free(f);
+  *pf = NULL;
+}
+
+fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int vocab) {
+  if (vocab < 1)
+    return fsdp_set_error(FSDP_ERR_RANGE, "tok_write: vocab %d; must be at least 1", vocab);
+  if (n < 0 || n > INT32_MAX)
+    return fsdp_set_error(FSDP_ERR_RANGE,
+                          "tok_write: %lld tokens; an llm.c token file holds 0 to %d (int32 count)",
+                          (long long)n, INT32_MAX);
+  for (int64_t i = 0; i < n; i++)
+    if (tokens[i] >= (uint32_t)vocab)
+      return fsdp_set_error(FSDP_ERR_RANGE, "tok_write: token %u at position %lld is >= vocab %d",
+                            tokens[i], (long long)i, vocab);
+  int wide = vocab > 65536;
+  int32_t hdr[TOK_HEADER_INTS] = {0};
+  hdr[0] = wide ? TOK_MAGIC_U32 : TOK_MAGIC_U16;
+  hdr[1] = wide ? TOK_VERSION_U32 : TOK_VERSION_U16;
+  hdr[2] = (int32_t)n;
+
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 5);
+  if (!tmp) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing %s", path);
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+  fsdp_status rc = FSDP_OK;
+  FILE *fp = fopen(tmp, "wb");
+  if (!fp) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    free(tmp);
+    return rc;
+  }
+  int ok = fwrite(hdr, sizeof hdr, 1, fp) == 1;
+  if (wide) {
+    ok = ok && (n == 0 || fwrite(tokens, 4, (size_t)n, fp) == (size_t)n);
+  } else {
+    uint16_t buf[8192];
+    for (int64_t i = 0; ok && i < n; i += 8192) {
+      int64_t m = n - i < 8192 ? n - i : 8192;
+      for (int64_t j = 0; j < m; j++) buf[j] = (uint16_t)tokens[i + j];
+      ok = fwrite(buf, 2, (size_t)m, fp) == (size_t)m;
+    }
+  }
+  ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+  int err = errno;
+  if (fclose(fp) != 0 && ok) {
+    ok = 0;
+    err = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = 0;
+    err = errno;
+  }
+  if (!ok) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write token file %s: %s", path, strerror(err));
+    unlink(tmp);
+  }
+  free(tmp);
+  return rc;
+}
+
+/* ---- the Markov chain ---- */
+
+/* splitmix64's finalizer: a bijective mixer, so distinct inputs give distinct, well-spread words. */
+static uint64_t tok_mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+/* Word k of stream S for SEED, counter-based (no state to carry). */
+static uint64_t tok_hash(uint64_t seed, uint64_t stream, uint64_t k) {
+  return tok_mix(tok_mix(seed ^ tok_mix(stream)) ^ k);
+}
+/* Uniform in [0, 1) with 53 random bits. */
+static double tok_u01(uint64_t seed, uint64_t stream, uint64_t k) {
+  return (double)(tok_hash(seed, stream, k) >> 11) * 0x1.0p-53;
+}
+enum { STREAM_SUCC = 1, STREAM_PROB = 2, STREAM_GEN = 3 };
+
+struct tok_markov {
+  uint64_t seed;
+  int vocab;
+  int nsucc;            /* successors per token: min(TOK_MARKOV_SUCC, vocab) */
+  uint32_t *succ;       /* [vocab][nsucc] */
+  double *cdf;          /* [vocab][nsucc] cumulative probabilities, the last exactly 1 */
+  double *pi;           /* [vocab] stationary distribution */
+  double entropy;       /* nats per token */
+};
+
+static double markov_p(const tok_markov *m, int i, int j) {
+  const double *c = m->cdf + (int64_t)i * m->nsucc;
+  return j == 0 ? c[0] : c[j] - c[j - 1];
+}
+
+fsdp_status tok_markov_new(uint64_t seed, int vocab, tok_markov **out) {
+  *out = NULL;
+  if (vocab < 1)
+    return fsdp_set_error(FSDP_ERR_RANGE, "Markov chain: vocab %d; must be at least 1", vocab);
+  tok_markov *m = calloc(1, sizeof *m);
+  if (!m) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory for a Markov chain");
+  m->seed = seed;
+  m->vocab = vocab;
+  m->nsucc = vocab < TOK_MARKOV_SUCC ? vocab : TOK_MARKOV_SUCC;
+  int K = m->nsucc;
+  int64_t V = vocab;
+  m->succ = malloc(sizeof *m->succ * V * K);
+  m->cdf = malloc(sizeof *m->cdf * V * K);
+  m->pi = malloc(sizeof *m->pi * V);
+  double *next = malloc(sizeof *next * V);
+  if (!m->succ || !m->cdf || !m->pi || !next) {
+    free(next);
+    tok_markov_destroy(&m);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory for a Markov chain over %d tokens", vocab);
+  }
+  for (int64_t i = 0; i < V; i++) {
+    uint32_t *s = m->succ + i * K;
+    double *c = m->cdf + i * K;
+    /* i itself makes the chain aperiodic, (i+1) mod V makes it irreducible (a ring through all). */
+    s[0] = (uint32_t)i;
+    if (K > 1) s[1] = (uint32_t)((i + 1) % V);
+    uint64_t attempt = 0;
+    for (int j = 2; j < K; j++) {
+      uint32_t cand;
+      int dup;
+      do {
+        cand = (uint32_t)(tok_hash(seed, STREAM_SUCC, (uint64_t)i * 1024 + attempt++) % (uint64_t)V);
+        dup = 0;
+        for (int q = 0; q < j; q++) dup |= s[q] == cand;
+      } while (dup);
+      s[j] = cand;
+    }
+    /* Dirichlet(1, ..., 1) weights (normalized exponentials) with a floor, so that every
+     * transition is frequent enough to be learned and the mean row entropy is near
+     * ψ(K+1) − ψ(2) (1.08 nats for K = 4). */
+    double w[TOK_MARKOV_SUCC], sum = 0;
+    for (int j = 0; j < K; j++) {
+      w[j] = 0.05 - log(1.0 - tok_u01(seed, STREAM_PROB, (uint64_t)i * TOK_MARKOV_SUCC + j));
+      sum += w[j];
+    }
+    double acc = 0;
+    for (int j = 0; j < K; j++) c[j] = (acc += w[j] / sum);
+    c[K - 1] = 1.0;
+  }
+  /* Power iteration π ← πP from uniform. The self-loop makes P aperiodic and the random
+   * successors make it mix fast, so this converges in tens to hundreds of iterations. */
+  for (int64_t i = 0; i < V; i++) m->pi[i] = 1.0 / (double)V;
+  int converged = 0;
+  for (int it = 0; it < 100000 && !converged; it++) {
+    memset(next, 0, sizeof *next * V);
+    for (int64_t i = 0; i < V; i++) {
+      const uint32_t *s = m->succ + i * K;
+      for (int j = 0; j < K; j++) next[s[j]] += m->pi[i] * markov_p(m, (int)i, j);
+    }
+    double diff = 0, total = 0;
+    for (int64_t i = 0; i < V; i++) total += next[i];
+    for (int64_t i = 0; i < V; i++) {
+      next[i] /= total;
+      diff += fabs(next[i] - m->pi[i]);
+    }
+    memcpy(m->pi, next, sizeof *next * V);
+    converged = diff < 1e-13;
+  }
+  free(next);
+  if (!converged) {
+    tok_markov_destroy(&m);
+    return fsdp_set_error(FSDP_ERR_INTERNAL,
+                          "Markov chain (seed %llu, vocab %d): the stationary distribution did not "
+                          "converge in 100000 iterations",
+                          (unsigned long long)seed, vocab);
+  }
+  double h = 0;
+  for (int64_t i = 0; i < V; i++) {
+    double hi = 0;
+    for (int j = 0; j < K; j++) {
+      double p = markov_p(m, (int)i, j);
+      if (p > 0) hi -= p * log(p);
+    }
+    h += m->pi[i] * hi;
+  }
+  m->entropy = h;
+  *out = m;
+  return FSDP_OK;
+}
+
+double tok_markov_entropy(const tok_markov *m) { return m->entropy; }
+
+fsdp_status tok_markov_generate(const tok_markov *m, int64_t n, uint32_t *out) {
+  if (n < 0) return fsdp_set_error(FSDP_ERR_RANGE, "Markov stream: %lld tokens; must be >= 0", (long long)n);
+  if (n == 0) return FSDP_OK;
+  int K = m->nsucc;
+  double u = tok_u01(m->seed, STREAM_GEN, 0), acc = 0;
+  uint32_t cur = (uint32_t)(m->vocab - 1);
+  for (int i = 0; i < m->vocab; i++)
+    if (u < (acc += m->pi[i])) {
+      cur = (uint32_t)i;
+      break;
+    }
+  out[0] = cur;
+  for (int64_t k = 1; k < n; k++) {
+    const double *c = m->cdf + (int64_t)cur * K;
+    const uint32_t *s = m->succ + (int64_t)cur * K;
+    u = tok_u01(m->seed, STREAM_GEN, (uint64_t)k);
+    int j = 0;
+    while (j < K - 1 && u >= c[j]) j++;
+    cur = s[j];
+    out[k] = cur;
+  }
+  return FSDP_OK;
+}
+
+void tok_markov_destroy(tok_markov **pm) {
+  tok_markov *m = pm ? *pm : NULL;
+  if (!m) return;
+  free(m->succ);
+  free(m->cdf);
+  free(m->pi);
+  free(m);
+  *pm = NULL;
+}
+
+fsdp_status tok_open_markov(uint64_t seed, int vocab, int64_t ntokens, tok_file **out) {
+  *out = NULL;
+  if (ntokens < 1)
+    return fsdp_set_error(FSDP_ERR_RANGE, "synthetic:markov:%llu: %lld tokens; must be at least 1",
+                          (unsigned long long)seed, (long long)ntokens);
+  char name[64];
+  snprintf(name, sizeof name, "synthetic:markov:%llu", (unsigned long long)seed);
+  tok_markov *m = NULL;
+  tok_file *f = NULL;
+  fsdp_status rc;
+  TRY_GOTO(tok_markov_new(seed, vocab, &m), rc, fail);
+  TRY_GOTO(tok_new_named(name, &f), rc, fail);
+  f->mem = malloc(sizeof *f->mem * (size_t)ntokens);
+  if (!f->mem) {
+    rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory for %lld tokens of %s", (long long)ntokens,
+                        name);
+    goto fail;
+  }
+  TRY_GOTO(tok_markov_generate(m, ntokens, f->mem), rc, fail);
+  f->tokens = (const uint8_t *)f->mem;
+  f->width = 4;
+  f->n = ntokens;
+  tok_markov_destroy(&m);
+  *out = f;
+  return FSDP_OK;
+fail:
+  tok_markov_destroy(&m);
+  tok_close(&f);
+  return rc;
+}

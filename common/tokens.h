@@ -1,0 +1,67 @@
+/* tokens — training data: llm.c token files, the batch order of DESIGN.md §6, and the synthetic
+ * Markov-chain stream behind `train = synthetic:markov:SEED`.
+ *
+ * A token file is a 256 × int32 header (magic 20240520, version 1, token count; then uint16 tokens,
+ * or magic 20240801, version 7 for uint32 tokens) followed by the tokens, exactly as llm.c's
+ * dev/data scripts write them. tok_open() maps a file read-only and validates the header against
+ * the file's size; tok_open_markov() builds the same object in memory from a Markov chain. A
+ * tok_file is immutable once opened: any number of threads may call tok_count() and tok_batch() on
+ * it concurrently. The opener owns it and frees it with tok_close().
+ *
+ * Batch order (DESIGN.md §6): with B sequences of T tokens per rank, N ranks and G micro-steps,
+ * micro-batch b = step·G + k reads, for rank r, the B·T+1 tokens starting at ((b mod nb)·N + r)·B·T
+ * where nb = (ntokens − 1) / (N·B·T); inputs are the first B·T, targets the same shifted by one.
+ * So rank r's rows are rows r·B..(r+1)·B−1 of the single-rank batch of N·B rows, and the order
+ * depends only on N·B (and b), not on how the rows are split among ranks.
+ *
+ * The Markov chain: token i has at most TOK_MARKOV_SUCC successors, always including i itself and
+ * (i+1) mod V (so the chain is irreducible and aperiodic), the others drawn from the seed, with
+ * random probabilities drawn from the seed. Its entropy rate Σ_i π_i H(P_i) (π stationary, computed
+ * by power iteration in double) is the lowest mean cross-entropy any model can reach on the stream.
+ * The stream is counter-based: token k depends only on (seed, vocab, k and the tokens before it),
+ * so a longer stream extends a shorter one. A tok_markov is immutable after tok_markov_new().
+ */
+#ifndef FSDP_TOKENS_H
+#define FSDP_TOKENS_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define TOK_HEADER_INTS 256
+#define TOK_MAGIC_U16 20240520
+#define TOK_VERSION_U16 1
+#define TOK_MAGIC_U32 20240801
+#define TOK_VERSION_U32 7
+#define TOK_MARKOV_SUCC 4      /* successors per token in the synthetic chain */
+
+typedef struct tok_file tok_file;
+
+/* Open an llm.c token file: validates magic, version and the token count against the file size. */
+fsdp_status tok_open(const char *path, tok_file **out);
+/* An in-memory stream of NTOKENS tokens of the Markov chain (SEED, VOCAB). */
+fsdp_status tok_open_markov(uint64_t seed, int vocab, int64_t ntokens, tok_file **out);
+int64_t tok_count(const tok_file *f);
+/* Token width in bytes: 2 (uint16 file) or 4 (uint32 file or Markov stream). */
+int tok_width(const tok_file *f);
+/* Micro-batch MICROBATCH of RANK among WORLD ranks: fills inp[B·T] and targets[B·T] (the order
+ * above). Errors: the stream holds fewer than WORLD·B·T+1 tokens (says how many are needed), or a
+ * token ≥ VOCAB (names its position). */
+fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
+                      int vocab, int *inp, int *targets);
+void tok_close(tok_file **f);
+
+/* Write N tokens as an llm.c token file: uint16 when vocab ≤ 65536, else uint32. Every token must
+ * be < VOCAB. Written to PATH.tmp, fsynced, then renamed to PATH. */
+fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int vocab);
+
+typedef struct tok_markov tok_markov;
+
+fsdp_status tok_markov_new(uint64_t seed, int vocab, tok_markov **out);
+/* Entropy rate in nats per token: Σ_i π_i H(P_i), π the stationary distribution. */
+double tok_markov_entropy(const tok_markov *m);
+/* The first N tokens of the stream: out[0] drawn from π, out[k] from P(out[k-1]). */
+fsdp_status tok_markov_generate(const tok_markov *m, int64_t n, uint32_t *out);
+void tok_markov_destroy(tok_markov **m);
+
+#endif

@@ -1,0 +1,323 @@
+/* test_wire — every message type round-trips; malformed frames are rejected, never trusted. */
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "check.h"
+#include "wire.h"
+
+/* Build a valid Msg of every body case. The structs live in static storage for simplicity. */
+static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
+  static char text[] = "[job]\nname = t\n";
+  static uint64_t stats7[7] = {1, 2, 3, 4, 5, 6, 7}, stats4[4] = {10, 20, 30, 40}, stats3[3] = {5, 6, 7};
+  static Fsdp__RankStats rs = FSDP__RANK_STATS__INIT;
+  static Fsdp__RankStats *rsp[1];
+  static Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
+  static Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
+  static Fsdp__JobInfo *jip[1];
+  static Fsdp__DeviceSlot slot = FSDP__DEVICE_SLOT__INIT;
+  static Fsdp__DeviceSlot *slotp[1];
+  static Fsdp__NodeInfo node = FSDP__NODE_INFO__INIT;
+  static Fsdp__NodeInfo *nodep[1];
+  static Fsdp__PlanTensor pt[2] = {FSDP__PLAN_TENSOR__INIT, FSDP__PLAN_TENSOR__INIT};
+  static Fsdp__PlanTensor *ptp[2];
+  static int64_t shape0[2] = {4, 8}, shape1[1] = {8};
+  static Fsdp__PlanUnit pu = FSDP__PLAN_UNIT__INIT;
+  static Fsdp__PlanUnit *pup[1];
+  static Fsdp__Plan plan = FSDP__PLAN__INIT;
+  static char *argv[] = {"fsdp-worker", "--rank", "0"}, *env[] = {"OMP_NUM_THREADS=1"};
+  static union {
+    Fsdp__SubmitReq submit_req; Fsdp__SubmitResp submit_resp; Fsdp__JobQuery q; Fsdp__ListReq list_req;
+    Fsdp__ListResp list_resp; Fsdp__LogsReq logs_req; Fsdp__LogsResp logs_resp; Fsdp__NodesReq nodes_req;
+    Fsdp__NodesResp nodes_resp; Fsdp__ShutdownReq shutdown_req; Fsdp__Ack ack; Fsdp__Error error;
+    Fsdp__AgentRegister reg; Fsdp__AgentWelcome welcome; Fsdp__Heartbeat hb; Fsdp__SpawnReq spawn;
+    Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
+    Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
+    Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
+  } b;
+
+  fsdp__rank_stats__init(&rs);
+  rs.rank = 1;
+  rs.n_peak_bytes = rs.n_cur_bytes = 7;
+  rs.peak_bytes = rs.cur_bytes = stats7;
+  rs.n_phase_us = 4, rs.phase_us = stats4;
+  rs.n_sent_bytes = 3, rs.sent_bytes = stats3;
+  rsp[0] = &rs;
+  fsdp__step_summary__init(&sum);
+  sum.step = 3, sum.loss = 2.5, sum.n_ranks = 1, sum.ranks = rsp;
+  fsdp__job_info__init(&ji);
+  ji.id = 7, ji.name = "tiny", ji.state = FSDP__JOB_STATE__RUNNING, ji.step = 3, ji.steps = 10, ji.last = &sum;
+  jip[0] = &ji;
+  fsdp__device_slot__init(&slot);
+  slot.kind = FSDP__DEVICE_KIND__DEVICE_KIND_CUDA, slot.name = "H200", slot.mem_bytes = 1ull << 37;
+  slotp[0] = &slot;
+  fsdp__node_info__init(&node);
+  node.name = "n0", node.n_slots = 1, node.slots = slotp;
+  nodep[0] = &node;
+  for (int i = 0; i < 2; i++) fsdp__plan_tensor__init(&pt[i]);
+  pt[0].name = "h.0.w", pt[0].n_shape = 2, pt[0].shape = shape0, pt[0].numel = 32, pt[0].offset = 0;
+  pt[1].name = "h.0.b", pt[1].n_shape = 1, pt[1].shape = shape1, pt[1].numel = 8, pt[1].offset = 32;
+  ptp[0] = &pt[0], ptp[1] = &pt[1];
+  fsdp__plan_unit__init(&pu);
+  pu.name = "h.0", pu.n_tensors = 2, pu.tensors = ptp, pu.numel = 40, pu.padded = 128, pu.shard_numel = 64;
+  pup[0] = &pu;
+  fsdp__plan__init(&plan);
+  plan.world = 2, plan.shard_world = 2, plan.n_units = 1, plan.units = pup, plan.shard_total = 64;
+
+  Fsdp__Msg m = FSDP__MSG__INIT;
+  m.body_case = c;
+  memset(&b, 0, sizeof b);
+  switch (c) {
+  case FSDP__MSG__BODY_SUBMIT_REQ: fsdp__submit_req__init(&b.submit_req); b.submit_req.spec_text = text; m.submit_req = &b.submit_req; break;
+  case FSDP__MSG__BODY_SUBMIT_RESP: fsdp__submit_resp__init(&b.submit_resp); b.submit_resp.job_id = 42; m.submit_resp = &b.submit_resp; break;
+  case FSDP__MSG__BODY_STATUS_REQ: fsdp__job_query__init(&b.q); b.q.job_id = 42; m.status_req = &b.q; break;
+  case FSDP__MSG__BODY_CANCEL_REQ: fsdp__job_query__init(&b.q); b.q.job_id = 42; m.cancel_req = &b.q; break;
+  case FSDP__MSG__BODY_STATUS_RESP: m.status_resp = &ji; break;
+  case FSDP__MSG__BODY_LIST_REQ: fsdp__list_req__init(&b.list_req); m.list_req = &b.list_req; break;
+  case FSDP__MSG__BODY_LIST_RESP: fsdp__list_resp__init(&b.list_resp); b.list_resp.n_jobs = 1; b.list_resp.jobs = jip; m.list_resp = &b.list_resp; break;
+  case FSDP__MSG__BODY_LOGS_REQ: fsdp__logs_req__init(&b.logs_req); b.logs_req.job_id = 1; b.logs_req.rank = 1; m.logs_req = &b.logs_req; break;
+  case FSDP__MSG__BODY_LOGS_RESP: fsdp__logs_resp__init(&b.logs_resp); b.logs_resp.data.data = (uint8_t *)text; b.logs_resp.data.len = 5; m.logs_resp = &b.logs_resp; break;
+  case FSDP__MSG__BODY_NODES_REQ: fsdp__nodes_req__init(&b.nodes_req); m.nodes_req = &b.nodes_req; break;
+  case FSDP__MSG__BODY_NODES_RESP: fsdp__nodes_resp__init(&b.nodes_resp); b.nodes_resp.n_nodes = 1; b.nodes_resp.nodes = nodep; m.nodes_resp = &b.nodes_resp; break;
+  case FSDP__MSG__BODY_SHUTDOWN_REQ: fsdp__shutdown_req__init(&b.shutdown_req); m.shutdown_req = &b.shutdown_req; break;
+  case FSDP__MSG__BODY_ACK: fsdp__ack__init(&b.ack); m.ack = &b.ack; break;
+  case FSDP__MSG__BODY_ERROR: fsdp__error__init(&b.error); b.error.code = FSDP_ERR_NOTFOUND; b.error.message = "no job 42"; m.error = &b.error; break;
+  case FSDP__MSG__BODY_AGENT_REGISTER: fsdp__agent_register__init(&b.reg); b.reg.name = "n0"; b.reg.cpu_slots = 2; b.reg.n_gpus = 1; b.reg.gpus = slotp; m.agent_register = &b.reg; break;
+  case FSDP__MSG__BODY_AGENT_WELCOME: fsdp__agent_welcome__init(&b.welcome); b.welcome.node_id = 1; b.welcome.heartbeat_s = 1; m.agent_welcome = &b.welcome; break;
+  case FSDP__MSG__BODY_HEARTBEAT: fsdp__heartbeat__init(&b.hb); b.hb.node_id = 1; m.heartbeat = &b.hb; break;
+  case FSDP__MSG__BODY_SPAWN_REQ: fsdp__spawn_req__init(&b.spawn); b.spawn.n_argv = 3; b.spawn.argv = argv; b.spawn.n_env = 1; b.spawn.env = env; m.spawn_req = &b.spawn; break;
+  case FSDP__MSG__BODY_KILL_REQ: fsdp__kill_req__init(&b.kill); b.kill.job_id = 1; b.kill.signal = 9; m.kill_req = &b.kill; break;
+  case FSDP__MSG__BODY_WORKER_EXIT: fsdp__worker_exit__init(&b.wexit); b.wexit.rank = 1; b.wexit.term_signal = 9; m.worker_exit = &b.wexit; break;
+  case FSDP__MSG__BODY_LOG_CHUNK: fsdp__log_chunk__init(&b.chunk); b.chunk.data.data = (uint8_t *)text; b.chunk.data.len = 3; m.log_chunk = &b.chunk; break;
+  case FSDP__MSG__BODY_WORKER_HELLO: fsdp__worker_hello__init(&b.hello); b.hello.rank = 1; b.hello.token = "abc"; m.worker_hello = &b.hello; break;
+  case FSDP__MSG__BODY_WORKER_SETUP: fsdp__worker_setup__init(&b.setup); b.setup.rank = 1; b.setup.world = 2; b.setup.spec_text = text; b.setup.plan = &plan; b.setup.comm = "gloo"; m.worker_setup = &b.setup; break;
+  case FSDP__MSG__BODY_STEP_CMD: fsdp__step_cmd__init(&b.step); b.step.step = 5; m.step_cmd = &b.step; break;
+  case FSDP__MSG__BODY_STEP_REPORT: fsdp__step_report__init(&b.report); b.report.step = 5; b.report.loss = 1.25; b.report.stats = &rs; m.step_report = &b.report; break;
+  case FSDP__MSG__BODY_WORKER_ERROR: fsdp__worker_error__init(&b.werr); b.werr.code = FSDP_ERR_TIMEOUT; b.werr.message = "peer silent"; m.worker_error = &b.werr; break;
+  case FSDP__MSG__BODY_WORKER_READY: fsdp__worker_ready__init(&b.ready); b.ready.rank = 1; m.worker_ready = &b.ready; break;
+  case FSDP__MSG__BODY_STOP_CMD: fsdp__stop_cmd__init(&b.stop); m.stop_cmd = &b.stop; break;
+  case FSDP__MSG__BODY_KV_SET: fsdp__kv_set__init(&b.kvs); b.kvs.key = "job-1/rank0"; b.kvs.value.data = (uint8_t *)text; b.kvs.value.len = 4; m.kv_set = &b.kvs; break;
+  case FSDP__MSG__BODY_KV_GET: fsdp__kv_get__init(&b.kvg); b.kvg.key = "job-1/rank0"; m.kv_get = &b.kvg; break;
+  case FSDP__MSG__BODY_KV_RESP: fsdp__kv_resp__init(&b.kvr); b.kvr.found = 1; b.kvr.value.data = (uint8_t *)text; b.kvr.value.len = 4; m.kv_resp = &b.kvr; break;
+  default: break;
+  }
+  return m;
+}
+
+static const Fsdp__Msg__BodyCase all_cases[] = {
+  FSDP__MSG__BODY_SUBMIT_REQ, FSDP__MSG__BODY_SUBMIT_RESP, FSDP__MSG__BODY_STATUS_REQ, FSDP__MSG__BODY_STATUS_RESP,
+  FSDP__MSG__BODY_LIST_REQ, FSDP__MSG__BODY_LIST_RESP, FSDP__MSG__BODY_CANCEL_REQ, FSDP__MSG__BODY_LOGS_REQ,
+  FSDP__MSG__BODY_LOGS_RESP, FSDP__MSG__BODY_NODES_REQ, FSDP__MSG__BODY_NODES_RESP, FSDP__MSG__BODY_SHUTDOWN_REQ,
+  FSDP__MSG__BODY_ACK, FSDP__MSG__BODY_ERROR, FSDP__MSG__BODY_AGENT_REGISTER, FSDP__MSG__BODY_AGENT_WELCOME,
+  FSDP__MSG__BODY_HEARTBEAT, FSDP__MSG__BODY_SPAWN_REQ, FSDP__MSG__BODY_KILL_REQ, FSDP__MSG__BODY_WORKER_EXIT,
+  FSDP__MSG__BODY_LOG_CHUNK, FSDP__MSG__BODY_WORKER_HELLO, FSDP__MSG__BODY_WORKER_SETUP, FSDP__MSG__BODY_STEP_CMD,
+  FSDP__MSG__BODY_STEP_REPORT, FSDP__MSG__BODY_WORKER_ERROR, FSDP__MSG__BODY_WORKER_READY, FSDP__MSG__BODY_STOP_CMD,
+  FSDP__MSG__BODY_KV_SET, FSDP__MSG__BODY_KV_GET, FSDP__MSG__BODY_KV_RESP,
+};
+#define NCASES (int)(sizeof all_cases / sizeof all_cases[0])
+
+/* Every body case defined in the .proto appears in all_cases (the descriptor lists the oneof fields). */
+static void test_cases_complete(void) {
+  int oneof_fields = 0;
+  for (unsigned i = 0; i < fsdp__msg__descriptor.n_fields; i++)
+    if (fsdp__msg__descriptor.fields[i].flags & PROTOBUF_C_FIELD_FLAG_ONEOF) oneof_fields++;
+  CHECK_EQ_INT(oneof_fields, NCASES);
+}
+
+static void test_roundtrip_all(void) {
+  for (int i = 0; i < NCASES; i++) {
+    Fsdp__Msg m = make_msg(all_cases[i]);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    CHECK_OK(wire_pack(&m, &buf, &len));
+    Fsdp__Msg *out = NULL;
+    fsdp_status rc = wire_unpack(buf, len, &out);
+    if (rc != FSDP_OK) fprintf(stderr, "case %s: %s\n", wire_body_name(all_cases[i]), fsdp_last_error());
+    CHECK_EQ_INT(FSDP_OK, rc);
+    if (out) {
+      CHECK_EQ_INT(all_cases[i], out->body_case);
+      /* Re-packing the unpacked message gives the same bytes. */
+      size_t n2 = fsdp__msg__get_packed_size(out);
+      uint8_t *buf2 = malloc(n2);
+      fsdp__msg__pack(out, buf2);
+      CHECK(n2 == len && memcmp(buf, buf2, len) == 0);
+      free(buf2);
+    }
+    wire_free(&out);
+    CHECK(out == NULL);
+    free(buf);
+  }
+  /* Spot-check field values survive. */
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_STEP_REPORT);
+  uint8_t *buf;
+  size_t len;
+  CHECK_OK(wire_pack(&m, &buf, &len));
+  Fsdp__Msg *out;
+  CHECK_OK(wire_unpack(buf, len, &out));
+  CHECK_EQ_INT(5, out->step_report->step);
+  CHECK_NEAR(1.25, out->step_report->loss, 0, 0);
+  CHECK_EQ_INT(7, out->step_report->stats->n_peak_bytes);
+  CHECK_EQ_INT(6, out->step_report->stats->peak_bytes[5]);
+  wire_free(&out);
+  free(buf);
+}
+
+static void test_rejects(void) {
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+  uint8_t *buf;
+  size_t len;
+  CHECK_OK(wire_pack(&m, &buf, &len));
+  Fsdp__Msg *out = NULL;
+  /* Every truncation is rejected (or, if it happens to be a valid prefix, still validated). */
+  int rejected = 0;
+  for (size_t cut = 0; cut < len; cut++) {
+    fsdp_status rc = wire_unpack(buf, cut, &out);
+    if (rc != FSDP_OK) rejected++;
+    wire_free(&out);
+  }
+  CHECK_EQ_INT((int)len, rejected);
+  free(buf);
+
+  /* Wrong version. */
+  Fsdp__Msg v = make_msg(FSDP__MSG__BODY_ACK);
+  size_t n = fsdp__msg__get_packed_size(&v);
+  v.version = 99;
+  n = fsdp__msg__get_packed_size(&v);
+  uint8_t *vb = malloc(n);
+  fsdp__msg__pack(&v, vb);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(vb, n, &out));
+  CHECK(strstr(fsdp_last_error(), "version") != NULL);
+  free(vb);
+
+  /* No body. */
+  Fsdp__Msg e = FSDP__MSG__INIT;
+  e.version = FSDP__VERSION__PROTO_VERSION;
+  n = fsdp__msg__get_packed_size(&e);
+  uint8_t eb[16];
+  fsdp__msg__pack(&e, eb);
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_unpack(eb, n, &out));
+
+  /* Oversized and empty. */
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(eb, (size_t)WIRE_MAX_BODY + 1, &out));
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(eb, 0, &out));
+
+  /* Field validation: rank >= world, a bad enum, stats of the wrong length. */
+  Fsdp__Msg s = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+  s.version = FSDP__VERSION__PROTO_VERSION;
+  s.worker_setup->rank = 2;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&s));
+  Fsdp__Msg j = make_msg(FSDP__MSG__BODY_STATUS_RESP);
+  j.version = FSDP__VERSION__PROTO_VERSION;
+  j.status_resp->state = 77;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&j));
+  Fsdp__Msg r = make_msg(FSDP__MSG__BODY_STEP_REPORT);
+  r.version = FSDP__VERSION__PROTO_VERSION;
+  r.step_report->stats->n_phase_us = 2;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&r));
+  Fsdp__Msg k = make_msg(FSDP__MSG__BODY_SPAWN_REQ);
+  k.version = FSDP__VERSION__PROTO_VERSION;
+  static char *badenv[] = {"NOEQUALS"};
+  k.spawn_req->env = badenv;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&k));
+  Fsdp__Msg p = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+  p.version = FSDP__VERSION__PROTO_VERSION;
+  p.worker_setup->plan->units[0]->tensors[1]->offset = 33; /* a gap in the flat buffer */
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&p));
+}
+
+/* Random bytes: never crash, never accepted unless they validate. Deterministic xorshift. */
+static void test_random_bytes(void) {
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  uint8_t buf[512];
+  int accepted = 0;
+  for (int it = 0; it < 20000; it++) {
+    size_t len = 1 + (size_t)(x % sizeof buf);
+    for (size_t i = 0; i < len; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      buf[i] = (uint8_t)x;
+    }
+    Fsdp__Msg *out = NULL;
+    if (wire_unpack(buf, len, &out) == FSDP_OK) {
+      accepted++;
+      CHECK(wire_validate(out) == FSDP_OK);
+    }
+    wire_free(&out);
+  }
+  /* Mutations of a valid message: flip bytes, then unpack; any accepted one must validate. */
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+  uint8_t *good;
+  size_t len;
+  CHECK_OK(wire_pack(&m, &good, &len));
+  for (int it = 0; it < 20000; it++) {
+    memcpy(buf, good, len);
+    for (int f = 0; f < 3; f++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      buf[x % len] ^= (uint8_t)(x >> 32);
+    }
+    Fsdp__Msg *out = NULL;
+    if (wire_unpack(buf, len, &out) == FSDP_OK) CHECK(wire_validate(out) == FSDP_OK);
+    wire_free(&out);
+  }
+  free(good);
+  printf("random frames accepted (valid by chance): %d of 20000\n", accepted);
+}
+
+/* Over real ZMQ sockets: ROUTER/DEALER with an envelope, garbage frames, too many envelope frames. */
+static void test_sockets(void) {
+  void *ctx = zmq_ctx_new();
+  void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+  CHECK_OK(wire_socket_setup(router));
+  CHECK_OK(wire_socket_setup(dealer));
+  int tmo = 5000;
+  zmq_setsockopt(router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+  zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+  CHECK(zmq_bind(router, "inproc://wire") == 0);
+  CHECK(zmq_connect(dealer, "inproc://wire") == 0);
+
+  wire_env denv = {0};
+  CHECK_OK(wire_env_push(&denv, "", 0));
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_STATUS_REQ);
+  CHECK_OK(wire_send(dealer, &denv, &m, 0));
+  wire_env env;
+  Fsdp__Msg *got = NULL;
+  CHECK_OK(wire_recv(router, &env, &got, 0));
+  CHECK_EQ_INT(2, env.n);           /* identity + delimiter */
+  CHECK_EQ_INT(0, env.len[1]);
+  CHECK(got && got->body_case == FSDP__MSG__BODY_STATUS_REQ && got->status_req->job_id == 42);
+  wire_free(&got);
+  Fsdp__Msg reply = make_msg(FSDP__MSG__BODY_ERROR);
+  CHECK_OK(wire_send(router, &env, &reply, 0));
+  wire_env renv;
+  CHECK_OK(wire_recv(dealer, &renv, &got, 0));
+  CHECK_EQ_INT(1, renv.n);
+  CHECK(got && got->body_case == FSDP__MSG__BODY_ERROR && strcmp(got->error->message, "no job 42") == 0);
+  wire_free(&got);
+
+  /* Garbage body: rejected with FORMAT, envelope kept so the ROUTER can answer. */
+  zmq_send(dealer, "", 0, ZMQ_SNDMORE);
+  zmq_send(dealer, "\xff\xff\xff\x01garbage", 11, 0);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_recv(router, &env, &got, 0));
+  CHECK(got == NULL && env.n == 2);
+  /* Too many envelope frames: consumed whole, rejected; the next message is still received. */
+  for (int i = 0; i < 6; i++) zmq_send(dealer, "x", 1, ZMQ_SNDMORE);
+  zmq_send(dealer, "y", 1, 0);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_recv(router, &env, &got, 0));
+  CHECK_OK(wire_send(dealer, &denv, &m, 0));
+  CHECK_OK(wire_recv(router, &env, &got, 0));
+  wire_free(&got);
+  /* Nothing waiting: DONTWAIT says so without blocking. */
+  CHECK_EQ_INT(FSDP_ERR_TIMEOUT, wire_recv(router, &env, &got, ZMQ_DONTWAIT));
+
+  zmq_close(router);
+  zmq_close(dealer);
+  zmq_ctx_term(ctx);
+}
+
+int main(void) {
+  test_cases_complete();
+  test_roundtrip_all();
+  test_rejects();
+  test_random_bytes();
+  test_sockets();
+  return check_done();
+}

@@ -1,0 +1,146 @@
+/* comm — the collectives FSDP needs: all-gather, reduce-scatter, all-reduce (sum) and barrier,
+ * asynchronous, with a completion handle, a timeout, and byte counters. docs/comm.md explains it.
+ *
+ * Backends behind the one comm_t:
+ *   gloo        CPU workers (Debian's libgloo, TCP). A gloo collective blocks, so each comm owns one
+ *               communication thread that runs the collectives in FIFO order; the caller computes
+ *               meanwhile. comm_gloo.cc is the only C++ and exposes a C API (comm_gloo_*).
+ *   nccl        CUDA workers (comm_nccl.c, CUDA build only): its own stream, a cudaEvent per
+ *               collective, a non-blocking communicator so that an abort is always possible.
+ *   gloo staged CUDA workers sharing a GPU in tests (comm_stage_cuda.c): device buffers copied
+ *               through pinned host memory around the gloo collectives, on the comm thread.
+ * Rendezvous: a directory (gloo FileStore, --standalone) or the coordinator's key-value service
+ * through comm_kv callbacks. The directory must be fresh per job (stale keys would be read).
+ *
+ * Ownership and threads: a comm_t is used by one caller thread (the worker's step executor); the
+ * comm thread is internal. Buffers passed to an asynchronous collective must stay alive and
+ * untouched until comm_wait() returns. Every rank must issue the same collectives in the same
+ * order. A collective that fails (a peer died, a timeout) fails the comm: every later call returns
+ * an error at once. Errors are recorded with fsdp_set_error() on the caller's thread.
+ */
+#ifndef FSDP_COMM_H
+#define FSDP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct comm comm_t;           /* opaque */
+typedef struct comm_req comm_req;     /* completion handle of an asynchronous collective */
+typedef enum { COMM_F32 = 0, COMM_BF16 } comm_dtype;
+
+/* Rendezvous store: either a directory (file store) or callbacks a worker routes to the
+ * coordinator's KV service. get blocks until the key exists or timeout_s passes
+ * (FSDP_ERR_TIMEOUT); *val is malloc'd and freed by the caller. The callbacks are called from the
+ * thread that calls comm_new_gloo(), during that call only. */
+typedef struct comm_kv {
+  void *ctx;
+  fsdp_status (*set)(void *ctx, const char *key, const void *val, size_t len);
+  fsdp_status (*get)(void *ctx, const char *key, void **val, size_t *len, double timeout_s);
+} comm_kv;
+
+/* Join a gloo group of WORLD ranks as RANK. Exactly one of store_dir and kv is non-NULL (with
+ * world = 1 both may be NULL: no rendezvous). PREFIX namespaces the keys (e.g. the job id and an
+ * attempt counter) so that several groups can share one store. timeout_s bounds the rendezvous and
+ * every collective. The address each rank publishes is FSDP_GLOO_IFACE (an interface name) or
+ * FSDP_GLOO_HOST (a host name or IP) from the environment; by default 127.0.0.1 with a store
+ * directory (one machine) and this host's name with a KV store. */
+fsdp_status comm_new_gloo(int rank, int world, const char *store_dir, const comm_kv *kv,
+                          const char *prefix, double timeout_s, comm_t **out);
+
+/* recv = world·count elements, rank r's block at r·count. req == NULL: blocking. */
+fsdp_status comm_allgather(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                           comm_req **req);
+/* Sum; send holds world·count elements, rank r receives in recv (count) the sum of every rank's
+ * block r. The summation order is fixed (ring order, independent of timing). */
+fsdp_status comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count,
+                                comm_dtype dt, comm_req **req);
+/* Sum, in place. */
+fsdp_status comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype dt, comm_req **req);
+/* Blocks until every rank has entered the barrier (after every collective issued before it). */
+fsdp_status comm_barrier(comm_t *c);
+/* Completes and frees *req (NULL-safe; *req becomes NULL). FSDP_ERR_TIMEOUT (the message names
+ * the collective and the timeout) if it did not complete within timeout_s; FSDP_ERR_COMM if it
+ * failed. */
+fsdp_status comm_wait(comm_req **req);
+
+/* Cumulative logical bytes this rank sent, by COLL_* kind: S·(N−1)/N for an all-gather or
+ * reduce-scatter of S total bytes, 2·S·(N−1)/N for an all-reduce (plan.h's ring accounting),
+ * counted when a collective completes successfully. */
+void comm_sent_bytes(const comm_t *c, uint64_t out[COLL_NKIND]);
+int comm_rank(const comm_t *c);
+int comm_world(const comm_t *c);
+/* The backend's name: "local", "gloo", "nccl", "gloo-staged". */
+const char *comm_backend_name(const comm_t *c);
+/* Waits for queued collectives to finish (or fail), then frees. NULL-safe; *c becomes NULL. */
+void comm_destroy(comm_t **c);
+
+#ifdef FSDP_HAVE_CUDA
+/* NCCL (comm_nccl.c). The coordinator (or rank 0 in --standalone) makes the id and hands it to
+ * every rank. send/recv are device pointers on DEVICE; collectives run on the comm's own stream,
+ * ordered after the work already on the caller's current (legacy default) stream is not implied:
+ * the caller records its own event and makes the comm stream wait with comm_nccl_stream(). */
+fsdp_status comm_nccl_get_unique_id(uint8_t out[128]);
+fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
+                          comm_t **out);
+/* The cudaStream_t the comm enqueues on (as void *), for cudaStreamWaitEvent ordering. */
+void *comm_nccl_stream(const comm_t *c);
+
+/* gloo for CUDA workers (comm_stage_cuda.c): same arguments as comm_new_gloo plus the device;
+ * send/recv/buf are device pointers, staged through pinned host buffers counted under MEM_COMM.
+ * bf16 is not supported (as with plain gloo). */
+fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, const comm_kv *kv,
+                                 const char *prefix, double timeout_s, int device, comm_t **out);
+#endif
+
+/* ---- Backend interface: for comm.c, comm_gloo.cc, comm_nccl.c, comm_stage_cuda.c only. ---- */
+
+typedef enum { COMM_OP_ALLGATHER = 0, COMM_OP_REDUCESCATTER, COMM_OP_ALLREDUCE, COMM_OP_BARRIER } comm_op_kind;
+
+typedef struct comm_op {
+  comm_op_kind kind;
+  const void *send;    /* allgather, reduce-scatter */
+  void *recv;          /* allgather, reduce-scatter; the buffer of an all-reduce */
+  size_t count;        /* as in the public call */
+  comm_dtype dt;
+} comm_op;
+
+/* A backend is either threaded (run != NULL: comm.c runs each op on the comm thread, blocking) or
+ * streamed (submit/poll: the op is enqueued on a device stream, comm_wait polls it). Backends
+ * record their error message with fsdp_set_error() on the thread that calls them. */
+typedef struct comm_backend {
+  const char *name;
+  fsdp_status (*run)(void *impl, const comm_op *op);
+  fsdp_status (*submit)(void *impl, const comm_op *op, void **token);
+  /* *done = 1 when finished (token then released); an error status when it failed. */
+  fsdp_status (*poll)(void *impl, void *token, int *done);
+  void (*release)(void *impl, void *token);   /* drop a token without waiting (after a failure) */
+  void (*abort)(void *impl);                   /* make pending and future work fail at once */
+  void (*destroy)(void *impl);
+} comm_backend;
+
+/* Wrap a backend instance into a comm_t (takes ownership of impl, destroying it on failure). */
+fsdp_status comm_wrap(const comm_backend *be, void *impl, int rank, int world, double timeout_s,
+                      comm_t **out);
+const char *comm_op_name(comm_op_kind k);   /* "all-gather", "reduce-scatter", ... */
+size_t comm_dtype_size(comm_dtype dt);
+
+/* The gloo adapter's C API (comm_gloo.cc). world ≥ 2. The address rule is comm_new_gloo's. */
+typedef struct comm_gloo comm_gloo;
+fsdp_status comm_gloo_new(int rank, int world, const char *store_dir, const comm_kv *kv,
+                          const char *prefix, double timeout_s, comm_gloo **out);
+fsdp_status comm_gloo_run(void *g, const comm_op *op);   /* blocking; comm_backend.run */
+void comm_gloo_abort(void *g);
+void comm_gloo_destroy(void *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
