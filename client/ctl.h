@@ -6,4 +6,20 @@
 
 typedef int (*ctl_cmd_fn)(int argc, char **argv);   /* argv[0] is the subcommand name */
 
+/* ctl_plan.c: `fsdpctl plan JOB.ini [--world N] [--device-memory BYTES] [--json]` (no daemon). */
+int ctl_plan(int argc, char **argv);
+
+/* ctl_data.c: `fsdpctl gen-data --markov SEED [--vocab V] --tokens N -o FILE` (no daemon). */
+int ctl_gen_data(int argc, char **argv);
+
+/* ctl_jobs.c: the commands that talk to fsdpd (--ctl ENDPOINT or $FSDP_CTL picks it; --json on
+ * every read command). `run` starts a private fsdpd for one job. */
+int ctl_submit(int argc, char **argv);   /* submit JOB.ini [--follow] */
+int ctl_status(int argc, char **argv);   /* status ID [--json] */
+int ctl_jobs(int argc, char **argv);     /* jobs [--limit N] [--json] */
+int ctl_logs(int argc, char **argv);     /* logs ID [--rank R] [--follow] */
+int ctl_cancel(int argc, char **argv);   /* cancel ID */
+int ctl_nodes(int argc, char **argv);    /* nodes [--json] */
+int ctl_run(int argc, char **argv);      /* run JOB.ini [--state-dir DIR] [--keep] */
+
 #endif

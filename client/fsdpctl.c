@@ -9,6 +9,15 @@ static const struct {
   ctl_cmd_fn fn;
   const char *help;
 } commands[] = {
+  {"plan", ctl_plan, "show a job's shard plan and predicted per-rank memory (no daemon)"},
+  {"gen-data", ctl_gen_data, "write a synthetic Markov-chain token file, print its entropy rate"},
+  {"run", ctl_run, "run one job with a private daemon, follow it, exit with its status"},
+  {"submit", ctl_submit, "submit a job to fsdpd and print its id (--follow: show progress)"},
+  {"status", ctl_status, "a job's state, loss, throughput, memory, time split and traffic"},
+  {"jobs", ctl_jobs, "list jobs"},
+  {"logs", ctl_logs, "print a worker's log (--rank R, --follow)"},
+  {"cancel", ctl_cancel, "cancel a job"},
+  {"nodes", ctl_nodes, "list nodes, their devices and which job holds each"},
   {NULL, NULL, NULL},
 };
 

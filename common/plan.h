@@ -16,14 +16,16 @@
  *   param_shard  = 4·S                     fp32 master shard
  *   grad_shard   = 4·S                     fp32 gradient shard (accumulated over micro-steps)
  *   optim_state  = 8·S                     AdamW m and v
- *   gathered     = full:    pb·(Pr + (1+p)·Pb)      root kept, p blocks ahead of the one computed
+ *   gathered     = full:    pb·(Pr + min(1+p, L)·Pb)  root kept, p blocks ahead of the one computed
  *                  grad_op: pb·Σ padded             every unit stays gathered forward→backward
  *                  none:    0                       the "shard" is the whole model
- *   comm         = full, grad_op: rb·(Pr + 2·Pb)    full-size unit gradients: the root's, held for
- *                                                   the whole backward, and two blocks' (one being
- *                                                   computed, one being reduce-scattered)
+ *   comm         = full, grad_op: rb·(Pr + 2·Pb + Smax)  full-size unit gradients: the root's, held
+ *                                                   for the whole backward, and two blocks' (one being
+ *                                                   computed, one being reduce-scattered), plus the ring
+ *                                                   reduce-scatter's receive scratch, Smax = the largest
+ *                                                   unit's shard_numel (0 with one rank)
  *                  none: 0                          gradients are all-reduced in place
- *   activations  = 4·(L·act.block_saved + act.root_saved)
+ *   activations  = 4·(L·act.block_saved + act.root_saved) + 8·B·T   (the last term: token ids)
  *   workspace    = 4·max(act.head_ws, act.bwd_ws)
  *
  * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
@@ -89,8 +91,8 @@ typedef struct plan_act {
   int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + B·H·T·T:
                             ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att probs BHTT,
                             res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
-  int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT, targets-free: 2·BTC + 2·BT */
-  int64_t head_ws;       /* logits/probabilities B·T·V + per-token losses B·T (loss phase only) */
+  int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT: 2·BTC + 2·BT */
+  int64_t head_ws;       /* logits/dlogits B·T·V + per-token losses B·T + d lnf B·T·C (loss phase only) */
   int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + B·H·T·T
                             (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt BHTT) */
 } plan_act;
@@ -108,7 +110,8 @@ typedef struct plan {
   int64_t shard_total;   /* S = Σ shard_numel: the length of every rank's concatenated shard */
   int64_t n_params;      /* Ψ, tied wte counted once */
   int64_t n_params_no_emb;      /* Ψ without wte and wpe */
-  double flops_per_token;       /* 6Ψ + 12·L·C·T (PaLM appendix B, attention term) */
+  double flops_per_token;       /* 6·(Ψ − wpe) + 12·L·C·T (PaLM appendix B: the tied head is real
+                                   compute through wte, the wpe lookup is not; attention term) */
   plan_act act;
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */

@@ -367,7 +367,8 @@ fsdp_status tok_markov_new(uint64_t seed, int vocab, tok_markov **out) {
 double tok_markov_entropy(const tok_markov *m) { return m->entropy; }
 
 fsdp_status tok_markov_generate(const tok_markov *m, int64_t n, uint32_t *out) {
-  if (n < 0) return fsdp_set_error(FSDP_ERR_RANGE, "Markov stream: %lld tokens; must be >= 0", (long long)n);
+  if (n < 0)
+    return fsdp_set_error(FSDP_ERR_RANGE, "Markov stream: %lld tokens; must be >= 0", (long long)n);
   if (n == 0) return FSDP_OK;
   int K = m->nsucc;
   double u = tok_u01(m->seed, STREAM_GEN, 0), acc = 0;

@@ -33,6 +33,8 @@ extern "C" {
 
 typedef struct comm comm_t;           /* opaque */
 typedef struct comm_req comm_req;     /* completion handle of an asynchronous collective */
+/* Element types. COMM_BF16 sums round to bf16 after every addition, on every backend (gloo in the
+ * adapter, NCCL with ncclBfloat16). */
 typedef enum { COMM_F32 = 0, COMM_BF16 } comm_dtype;
 
 /* Rendezvous store: either a directory (file store) or callbacks a worker routes to the
@@ -61,11 +63,12 @@ fsdp_status comm_allgather(comm_t *c, const void *send, void *recv, size_t count
  * block r. The summation order is fixed (ring order, independent of timing). */
 fsdp_status comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count,
                                 comm_dtype dt, comm_req **req);
-/* Sum, in place. */
+/* Sum, in place. Every rank ends with the same bits. */
 fsdp_status comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype dt, comm_req **req);
 /* Blocks until every rank has entered the barrier (after every collective issued before it). */
 fsdp_status comm_barrier(comm_t *c);
-/* Completes and frees *req (NULL-safe; *req becomes NULL). FSDP_ERR_TIMEOUT (the message names
+/* Completes and frees *req (NULL-safe; *req becomes NULL). Every request must be waited, before
+ * comm_destroy(). FSDP_ERR_TIMEOUT (the message names
  * the collective and the timeout) if it did not complete within timeout_s; FSDP_ERR_COMM if it
  * failed. */
 fsdp_status comm_wait(comm_req **req);
@@ -83,9 +86,10 @@ void comm_destroy(comm_t **c);
 
 #ifdef FSDP_HAVE_CUDA
 /* NCCL (comm_nccl.c). The coordinator (or rank 0 in --standalone) makes the id and hands it to
- * every rank. send/recv are device pointers on DEVICE; collectives run on the comm's own stream,
- * ordered after the work already on the caller's current (legacy default) stream is not implied:
- * the caller records its own event and makes the comm stream wait with comm_nccl_stream(). */
+ * every rank. send/recv are device pointers on DEVICE. Collectives run on the comm's own stream,
+ * which does not wait for the caller's streams: the caller records an event after producing the
+ * data and makes comm_nccl_stream() wait on it (cudaStreamWaitEvent); comm_wait() returns once the
+ * collective finished on the device. */
 fsdp_status comm_nccl_get_unique_id(uint8_t out[128]);
 fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
                           comm_t **out);
@@ -94,7 +98,8 @@ void *comm_nccl_stream(const comm_t *c);
 
 /* gloo for CUDA workers (comm_stage_cuda.c): same arguments as comm_new_gloo plus the device;
  * send/recv/buf are device pointers, staged through pinned host buffers counted under MEM_COMM.
- * bf16 is not supported (as with plain gloo). */
+ * Work on the caller's streams must be complete before a collective is issued (the staging copies
+ * run on the comm's own blocking stream, from the comm thread). */
 fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, const comm_kv *kv,
                                  const char *prefix, double timeout_s, int device, comm_t **out);
 #endif
@@ -128,6 +133,8 @@ typedef struct comm_backend {
 /* Wrap a backend instance into a comm_t (takes ownership of impl, destroying it on failure). */
 fsdp_status comm_wrap(const comm_backend *be, void *impl, int rank, int world, double timeout_s,
                       comm_t **out);
+/* The backend instance of C if its backend is BE, else NULL. */
+void *comm_backend_impl(const comm_t *c, const comm_backend *be);
 const char *comm_op_name(comm_op_kind k);   /* "all-gather", "reduce-scatter", ... */
 size_t comm_dtype_size(comm_dtype dt);
 

@@ -2,29 +2,33 @@
  * gelu_forward/gelu_backward on the CPU and their CUDA kernels both call.
  *
  *   gelu(x) = 0.5·x·(1 + tanh(u)),  u = sqrt(2/π)·(x + 0.044715·x³)
+ *
+ * computed as x·σ(2u) with σ(y) = 1/(1 + e^−y), since 0.5·(1 + tanh(u)) = σ(2u): one exponential
+ * (ops_expf, which vectorizes) instead of tanhf, and clean limits: x for large x, a tiny
+ * negative (≈ x·6e−39, not NaN) for very negative x, since e^−2u is clamped finite, never inf. Derivative: σ + 2·x·σ·(1 − σ)·du/dx.
  */
 #ifndef FSDP_OPS_GELU_H
 #define FSDP_OPS_GELU_H
 
-#include <math.h>
-
+#include "exp.h"
 #include "ops_hd.h"
 
 #define GELU_SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_COEF 0.044715f
 
-OPS_HD float gelu_tanh(float x) {
+/* σ(2u) = 0.5·(1 + tanh(u)) */
+OPS_HD float gelu_sigma(float x) {
   float u = GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return 1.0f / (1.0f + ops_expf(-2.0f * u));
 }
+
+OPS_HD float gelu_tanh(float x) { return x * gelu_sigma(x); }
 
 /* d gelu / dx */
 OPS_HD float gelu_tanh_grad(float x) {
-  float x2 = x * x;
-  float u = GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x2 * x);
-  float th = tanhf(u);
-  float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_COEF * x2);
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+  float s = gelu_sigma(x);
+  float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_COEF * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * du;
 }
 
 #endif

@@ -1,12 +1,14 @@
 /* softmax — the per-element formulas of the attention softmax and of the fused softmax +
  * cross-entropy, shared by the CPU reference and the CUDA kernels. Rows are max-subtracted by the
- * caller (the row reductions stay in each backend), so exp never overflows.
+ * caller (the row reductions stay in each backend), so exp never overflows. Both backends take
+ * e^x from ops_expf (ops/exp.h).
  */
 #ifndef FSDP_OPS_SOFTMAX_H
 #define FSDP_OPS_SOFTMAX_H
 
 #include <math.h>
 
+#include "exp.h"
 #include "ops_hd.h"
 
 /* Attention's score scale, 1/sqrt(head size). */
@@ -22,7 +24,7 @@ OPS_HD double xent_loss(float z_target, float zmax, double expsum) {
 
 /* dlogit_j = dscale·(p_j − [j == target]) */
 OPS_HD float xent_dlogit(float p, int is_target, float dscale) {
-  return dscale * (p - (is_target ? 1.0f : 0.0f));
+  return dscale * (p - (float)(is_target != 0)); /* no ?:, so the loop vectorizes (ops/exp.h) */
 }
 
 #endif

@@ -1,0 +1,206 @@
+/* ctl_conn — see ctl_conn.h. */
+#include "ctl_conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "ctl_fmt.h"
+#include "wire.h"
+
+struct ctl_conn {
+  void *ctx;
+  void *sock;
+  int watch_fd;
+  char endpoint[1024];
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+fsdp_status ctl_default_state_dir(char *buf, size_t n) {
+  const char *x = getenv("XDG_STATE_HOME");
+  int w = x && x[0] ? snprintf(buf, n, "%s/fsdpd", x) : snprintf(buf, n, "/var/lib/fsdpd");
+  if (w < 0 || (size_t)w >= n) return fsdp_set_error(FSDP_ERR_RANGE, "state directory path is longer than %zu bytes", n - 1);
+  return FSDP_OK;
+}
+
+fsdp_status ctl_endpoint_resolve(const char *flag, char *buf, size_t n) {
+  const char *env = getenv("FSDP_CTL");
+  const char *ep = flag && flag[0] ? flag : env && env[0] ? env : NULL;
+  int w;
+  if (ep) {
+    w = snprintf(buf, n, "%s", ep);
+  } else {
+    char dir[900];
+    TRY(ctl_default_state_dir(dir, sizeof dir));
+    w = snprintf(buf, n, "ipc://%s/ctl.sock", dir);
+  }
+  if (w < 0 || (size_t)w >= n) return fsdp_set_error(FSDP_ERR_RANGE, "ctl endpoint is longer than %zu bytes", n - 1);
+  if (strncmp(buf, "ipc://", 6) && strncmp(buf, "tcp://", 6))
+    return fsdp_set_error(FSDP_ERR_INVALID, "ctl endpoint '%s' is not ipc://PATH or tcp://HOST:PORT", buf);
+  return FSDP_OK;
+}
+
+static void close_socket(ctl_conn *c) {
+  if (c->sock) zmq_close(c->sock);
+  c->sock = NULL;
+}
+
+static fsdp_status open_socket(ctl_conn *c) {
+  close_socket(c);
+  c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+  if (!c->sock) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
+  TRY(wire_socket_setup(c->sock));
+  /* Queue nothing for a peer that has not connected: "is the connection up" becomes POLLOUT. */
+  int one = 1;
+  if (zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "zmq_setsockopt(ZMQ_IMMEDIATE): %s", zmq_strerror(zmq_errno()));
+  if (zmq_connect(c->sock, c->endpoint) != 0)
+    return fsdp_set_error(FSDP_ERR_INVALID, "cannot connect to ctl endpoint %s: %s (expected ipc://PATH or tcp://HOST:PORT)",
+                          c->endpoint, zmq_strerror(zmq_errno()));
+  return FSDP_OK;
+}
+
+fsdp_status ctl_conn_open(const char *endpoint, ctl_conn **out) {
+  *out = NULL;
+  if (strlen(endpoint) >= sizeof((ctl_conn *)0)->endpoint)
+    return fsdp_set_error(FSDP_ERR_RANGE, "ctl endpoint is longer than %zu bytes", sizeof((ctl_conn *)0)->endpoint - 1);
+  if (!strncmp(endpoint, "ipc://", 6)) {
+    /* A missing socket file means no daemon: say so now rather than after a timeout. */
+    struct stat st;
+    if (stat(endpoint + 6, &st) != 0)
+      return fsdp_set_error(FSDP_ERR_COMM, "%s: %s", endpoint + 6, strerror(errno));
+    if (!S_ISSOCK(st.st_mode)) return fsdp_set_error(FSDP_ERR_COMM, "%s is not a socket", endpoint + 6);
+  }
+  ctl_conn *c = calloc(1, sizeof *c);
+  if (!c) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
+  c->watch_fd = -1;
+  c->ctx = zmq_ctx_new();
+  if (!c->ctx) {
+    free(c);
+    return fsdp_set_error(FSDP_ERR_COMM, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+  }
+  fsdp_status rc = open_socket(c);
+  if (rc != FSDP_OK) {
+    ctl_conn_destroy(&c);
+    return rc;
+  }
+  *out = c;
+  return FSDP_OK;
+}
+
+void ctl_conn_destroy(ctl_conn **cp) {
+  if (!cp || !*cp) return;
+  ctl_conn *c = *cp;
+  close_socket(c);
+  if (c->ctx) zmq_ctx_term(c->ctx);
+  free(c);
+  *cp = NULL;
+}
+
+const char *ctl_conn_endpoint(const ctl_conn *c) { return c->endpoint; }
+
+void ctl_conn_watch_fd(ctl_conn *c, int fd) { c->watch_fd = fd; }
+
+/* Wait until EVENTS is ready on the socket or DEADLINE (monotonic ms) passes.
+ * 1 ready, 0 deadline, -1 interrupted by a signal, -2 other error, -3 the watched fd fired. */
+static int wait_for(ctl_conn *c, short events, double deadline) {
+  for (;;) {
+    double left = deadline - now_ms();
+    if (left < 0) left = 0;
+    zmq_pollitem_t it[2] = {{c->sock, 0, events, 0}, {NULL, c->watch_fd, ZMQ_POLLIN, 0}};
+    int n = zmq_poll(it, c->watch_fd >= 0 ? 2 : 1, (long)(left + 0.999));
+    if (n < 0) return zmq_errno() == EINTR ? -1 : -2;
+    if (n > 0 && (it[0].revents & events)) return 1;
+    if (n > 0 && c->watch_fd >= 0 && (it[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) return -3;
+    if (now_ms() >= deadline) return 0;
+  }
+}
+
+fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg **reply) {
+  *reply = NULL;
+  if (timeout_ms <= 0) timeout_ms = CTL_CALL_TIMEOUT_MS;
+  if (!c->sock) TRY(open_socket(c));
+  fsdp_status rc;
+  int w = wait_for(c, ZMQ_POLLOUT, now_ms() + CTL_CONNECT_TIMEOUT_MS);
+  if (w == -1) return fsdp_set_error(FSDP_ERR_CANCELLED, "interrupted");
+  if (w == -3) return fsdp_set_error(FSDP_ERR_COMM, "the fsdpd process at %s exited", c->endpoint);
+  if (w == 0) {
+    rc = fsdp_set_error(FSDP_ERR_COMM, "no connection to %s within %d ms", c->endpoint, CTL_CONNECT_TIMEOUT_MS);
+    goto reopen;
+  }
+  if (w < 0) {
+    rc = fsdp_set_error(FSDP_ERR_COMM, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    goto reopen;
+  }
+  wire_env env = {0};
+  TRY(wire_env_push(&env, NULL, 0));
+  rc = wire_send(c->sock, &env, req, ZMQ_DONTWAIT);
+  if (rc == FSDP_ERR_TIMEOUT) rc = fsdp_set_error(FSDP_ERR_COMM, "the connection to %s went away", c->endpoint);
+  if (rc != FSDP_OK) goto reopen;
+
+  double deadline = now_ms() + timeout_ms;
+  for (;;) {
+    w = wait_for(c, ZMQ_POLLIN, deadline);
+    if (w == -3) {
+      rc = fsdp_set_error(FSDP_ERR_COMM, "the fsdpd process at %s exited", c->endpoint);
+      goto reopen;
+    }
+    if (w == -1) {
+      rc = fsdp_set_error(FSDP_ERR_CANCELLED, "interrupted");
+      goto reopen;   /* the reply may still come: never let it answer the next request */
+    }
+    if (w == 0) {
+      rc = fsdp_set_error(FSDP_ERR_TIMEOUT, "fsdpd at %s did not answer within %.0f s", c->endpoint, timeout_ms / 1000.0);
+      goto reopen;
+    }
+    if (w < 0) {
+      rc = fsdp_set_error(FSDP_ERR_COMM, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+      goto reopen;
+    }
+    wire_env renv;
+    Fsdp__Msg *m = NULL;
+    rc = wire_recv(c->sock, &renv, &m, ZMQ_DONTWAIT);
+    if (rc == FSDP_ERR_TIMEOUT) continue;   /* woken without a whole message */
+    if (rc != FSDP_OK) {
+      /* A reply we cannot read: report it; the socket stays usable (the message was consumed). */
+      return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, ctl_fmt_user_error(fsdp_last_error()));
+    }
+    if (renv.n != 1 || renv.len[0] != 0) {
+      wire_free(&m);
+      return fsdp_set_error(FSDP_ERR_FORMAT, "reply from %s has %d envelope frames, expected the empty delimiter only",
+                            c->endpoint, renv.n);
+    }
+    *reply = m;
+    return FSDP_OK;
+  }
+
+reopen:
+  close_socket(c);   /* reopened lazily by the next call */
+  return rc;
+}
+
+void ctl_describe_failure(const char *ep, fsdp_status rc, char *buf, size_t n) {
+  switch (rc) {
+  case FSDP_ERR_COMM:
+    snprintf(buf, n, "cannot reach fsdpd at %s: is it running? (start it with `fsdpd` or use `fsdpctl run`)", ep);
+    break;
+  case FSDP_ERR_TIMEOUT:
+    snprintf(buf, n, "fsdpd at %s accepted the request but did not answer in time; check its log", ep);
+    break;
+  case FSDP_ERR_CANCELLED:
+    snprintf(buf, n, "interrupted");
+    break;
+  default:
+    snprintf(buf, n, "%s", ctl_fmt_user_error(fsdp_last_error()));
+  }
+}

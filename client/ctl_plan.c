@@ -1,0 +1,168 @@
+/* ctl_plan — `fsdpctl plan`: the shard plan and memory prediction of a job file, with no daemon. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "jobspec.h"
+#include "plan.h"
+
+#define PLAN_EXIT_USAGE 2
+#define PLAN_EXIT_NOFIT 3
+
+static void plan_usage(FILE *f) {
+  fprintf(f,
+          "usage: fsdpctl plan JOB.ini [--world N] [--device-memory BYTES] [--json]\n"
+          "       fsdpctl plan --defaults\n"
+          "\n"
+          "Print the FSDP plan of a job: its units and tensors (Hugging Face GPT-2 names, shapes, offsets),\n"
+          "every rank's shard, the parameter count, FLOPs per token, the bytes each rank sends per step\n"
+          "in every sharding mode, and the predicted peak memory per rank by category. Needs no daemon.\n"
+          "\n"
+          "  --world N              plan for N ranks instead of the job's [fsdp] world_size (1..4096)\n"
+          "  --device-memory BYTES  say whether the per-rank total fits in BYTES and, if not, the smallest\n"
+          "                         world size that does; BYTES is an integer with an optional suffix:\n"
+          "                         K M G T, KiB MiB GiB TiB (powers of 1024), KB MB GB TB (powers of 1000)\n"
+          "  --json                 the same data as JSON on stdout (for programs)\n"
+          "  --defaults             print every job-file key with its default, as a commented job file\n"
+          "  -h, --help             this text\n"
+          "\n"
+          "Exit status: 0 ok (and fits); 3 it does not fit in --device-memory; 2 bad usage or job file.\n");
+}
+
+/* "80GiB", "80G", "500MiB", "1.5GB", "4096" → bytes; 0 if malformed, zero or too large. */
+static uint64_t parse_bytes(const char *s) {
+  static const struct { const char *sfx; double mul; } units[] = {
+    {"", 1},          {"B", 1},
+    {"K", 0x1p10},    {"KiB", 0x1p10}, {"M", 0x1p20}, {"MiB", 0x1p20},
+    {"G", 0x1p30},    {"GiB", 0x1p30}, {"T", 0x1p40}, {"TiB", 0x1p40},
+    {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},   {"TB", 1e12},
+  };
+  if (!s || !*s || *s == '-' || *s == '+') return 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !isfinite(v) || v <= 0) return 0;
+  int integral = !memchr(s, '.', (size_t)(end - s)) && !memchr(s, 'e', (size_t)(end - s)) &&
+                 !memchr(s, 'E', (size_t)(end - s));
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].sfx) != 0) continue;   /* the suffixes differ in more than case */
+    if (integral && units[i].mul == 1) {   /* exact, even above 2^53 */
+      errno = 0;
+      unsigned long long x = strtoull(s, NULL, 10);
+      return errno ? 0 : (uint64_t)x;
+    }
+    double b = v * units[i].mul;
+    if (b < 1 || b >= 0x1p64) return 0;
+    return (uint64_t)b;
+  }
+  return 0;
+}
+
+int ctl_plan(int argc, char **argv) {
+  const char *job = NULL, *world_arg = NULL, *mem_arg = NULL;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      plan_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--defaults")) {
+      jobspec_write_defaults(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--world") || !strcmp(a, "--device-memory")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", a);
+        return PLAN_EXIT_USAGE;
+      }
+      *(a[2] == 'w' ? &world_arg : &mem_arg) = argv[++i];
+    } else if (!strncmp(a, "--world=", 8)) {
+      world_arg = a + 8;
+    } else if (!strncmp(a, "--device-memory=", 16)) {
+      mem_arg = a + 16;
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "fsdpctl: plan: unknown option '%s' (see fsdpctl plan --help)\n", a);
+      return PLAN_EXIT_USAGE;
+    } else if (job) {
+      fprintf(stderr, "fsdpctl: plan: one job file only, got '%s' and '%s'\n", job, a);
+      return PLAN_EXIT_USAGE;
+    } else {
+      job = a;
+    }
+  }
+  if (!job) {
+    fprintf(stderr, "fsdpctl: plan: no job file; usage: fsdpctl plan JOB.ini [--world N] "
+                    "[--device-memory BYTES] [--json]\n");
+    return PLAN_EXIT_USAGE;
+  }
+  int world = 0;
+  if (world_arg) {
+    char *end;
+    errno = 0;
+    long w = strtol(world_arg, &end, 10);
+    if (errno || !*world_arg || *end || w < 1 || w > 4096) {
+      fprintf(stderr, "fsdpctl: plan: --world '%s' is not allowed; allowed: an integer in 1..4096\n", world_arg);
+      return PLAN_EXIT_USAGE;
+    }
+    world = (int)w;
+  }
+  uint64_t device_bytes = 0;
+  if (mem_arg && !(device_bytes = parse_bytes(mem_arg))) {
+    fprintf(stderr, "fsdpctl: plan: --device-memory '%s' is not allowed; allowed: a positive integer with an "
+                    "optional suffix K M G T, KiB MiB GiB TiB, KB MB GB TB (e.g. 80GiB)\n", mem_arg);
+    return PLAN_EXIT_USAGE;
+  }
+
+  struct stat st;
+  errno = 0;
+  if (stat(job, &st) != 0 || !S_ISREG(st.st_mode) || access(job, R_OK) != 0) {
+    fprintf(stderr, "fsdpctl: %s: cannot read the job file: %s\n", job,
+            errno ? strerror(errno) : "not a regular file");
+    return PLAN_EXIT_USAGE;
+  }
+  jobspec_t spec;
+  if (jobspec_load(job, &spec) != FSDP_OK) {
+    /* The message names the file by its base name ("tiny.ini:7: ..."); name it as the user did. */
+    const char *msg = fsdp_last_error(), *base = strrchr(job, '/');
+    base = base ? base + 1 : job;
+    size_t n = strlen(base);
+    if (base != job && !strncmp(msg, base, n) && msg[n] == ':') fprintf(stderr, "fsdpctl: %s%s\n", job, msg + n);
+    else fprintf(stderr, "fsdpctl: %s\n", msg);
+    return PLAN_EXIT_USAGE;
+  }
+  plan_t *plan = NULL;
+  if (plan_build(&spec, world, &plan) != FSDP_OK) {
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
+    return PLAN_EXIT_USAGE;
+  }
+  int rc = 0;
+  if (json) {
+    if (plan_write_json(plan, stdout, device_bytes) != FSDP_OK) {
+      fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
+      rc = 1;
+    }
+  } else {
+    printf("Job       %s (%s)\n", spec.name, job);
+    plan_print(plan, stdout, device_bytes);
+  }
+  if (!rc && device_bytes && plan->mem_total > device_bytes) {
+    int w = plan_min_world(&spec, device_bytes, 4096);
+    if (w)
+      fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu; the smallest world size that fits is %d\n",
+              (unsigned long long)plan->mem_total, (unsigned long long)device_bytes, w);
+    else
+      fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu at any world size up to 4096\n",
+              (unsigned long long)plan->mem_total, (unsigned long long)device_bytes);
+    rc = PLAN_EXIT_NOFIT;
+  }
+  plan_destroy(&plan);
+  return rc;
+}

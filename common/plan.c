@@ -1,0 +1,572 @@
+/* plan — units, shard map, memory and communication model; see plan.h and docs/memory.md.
+ *
+ * Every formula of the model lives once, in model_memory() and model_comm(), which work from
+ * the model shape and the world size alone: plan_build() fills plan_t with them, plan_min_world()
+ * searches world sizes without building whole plans, and the table shows every sharding mode.
+ */
+#include "plan.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_MAX_WORLD 4096   /* jobspec's [fsdp] world_size range */
+
+const char *mem_category_name(mem_category c) {
+  static const char *const names[MEM_NCAT] = {"param_shard", "grad_shard", "optim_state", "gathered",
+                                              "activations", "workspace", "comm"};
+  return (unsigned)c < MEM_NCAT ? names[c] : "?";
+}
+
+const char *coll_kind_name(coll_kind k) {
+  static const char *const names[COLL_NKIND] = {"allgather", "reducescatter", "allreduce"};
+  return (unsigned)k < COLL_NKIND ? names[k] : "?";
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Element counts of the root unit and of one block. */
+static int64_t root_numel(const gpt2_config *m) {
+  int64_t C = m->n_embd;
+  return (int64_t)m->vocab_size * C + (int64_t)m->seq_len * C + 2 * C;
+}
+static int64_t block_numel(const gpt2_config *m) {
+  int64_t C = m->n_embd;
+  return 12 * C * C + 13 * C;
+}
+
+static plan_act model_act(const gpt2_config *m, int B) {
+  int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
+  int64_t BT = (int64_t)B * T, BTC = BT * C, BHTT = (int64_t)B * H * T * T;
+  return (plan_act){
+    .block_saved = 16 * BTC + 4 * BT + BHTT,
+    .root_saved = 2 * BTC + 2 * BT,
+    .head_ws = BT * V + BT + BTC,
+    .bwd_ws = 7 * BTC + BHTT,
+  };
+}
+
+/* The inputs of the memory and communication model: everything it depends on. */
+typedef struct model_in {
+  gpt2_config m;
+  int world, batch_size, grad_accum, prefetch;
+  shard_mode sharding;
+  dtype_kind param_dtype, reduce_dtype;
+} model_in;
+
+typedef struct unit_sizes {
+  int shard_world;
+  int64_t pr, pb;     /* padded root, padded block */
+  int64_t sr, sb;     /* shard_numel of root and of a block */
+} unit_sizes;
+
+static unit_sizes sizes_for(const model_in *in, shard_mode mode) {
+  unit_sizes u;
+  u.shard_world = mode == SHARD_NONE ? 1 : in->world;
+  int64_t align = (int64_t)u.shard_world * PLAN_PAD_ALIGN;
+  u.pr = round_up(root_numel(&in->m), align);
+  u.pb = round_up(block_numel(&in->m), align);
+  u.sr = u.pr / u.shard_world;
+  u.sb = u.pb / u.shard_world;
+  return u;
+}
+
+static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *total) {
+  unit_sizes u = sizes_for(in, in->sharding);
+  uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
+  uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
+  uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
+  plan_act a = model_act(&in->m, in->batch_size);
+  /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
+  uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
+  mem[MEM_PARAM_SHARD] = 4 * S;
+  mem[MEM_GRAD_SHARD] = 4 * S;
+  mem[MEM_OPTIM_STATE] = 8 * S;
+  switch (in->sharding) {
+  case SHARD_FULL:
+    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + (1 + p < L ? 1 + p : L) * (uint64_t)u.pb);
+    mem[MEM_COMM] = rb * ((uint64_t)u.pr + 2 * (uint64_t)u.pb + scratch);
+    break;
+  case SHARD_GRAD_OP:
+    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + L * (uint64_t)u.pb);
+    mem[MEM_COMM] = rb * ((uint64_t)u.pr + 2 * (uint64_t)u.pb + scratch);
+    break;
+  default:
+    mem[MEM_GATHERED] = 0;
+    mem[MEM_COMM] = 0;
+    break;
+  }
+  /* plus the micro-batch's token ids: inputs and targets, B·T int32 each */
+  mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.root_saved) +
+                         8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len;
+  mem[MEM_WORKSPACE] = 4 * (uint64_t)(a.head_ws > a.bwd_ws ? a.head_ws : a.bwd_ws);
+  *total = 0;
+  for (int c = 0; c < MEM_NCAT; c++) *total += mem[c];
+}
+
+/* Bytes one rank sends per optimizer step in sharding MODE (ring accounting, see plan.h). */
+static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_NKIND]) {
+  unit_sizes u = sizes_for(in, mode);
+  uint64_t N = (uint64_t)in->world, G = (uint64_t)in->grad_accum, L = (uint64_t)in->m.n_layer;
+  uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
+  uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
+  uint64_t allreduced = 4 * PLAN_STEP_SCALARS;   /* bytes all-reduced once per step */
+  memset(sent, 0, COLL_NKIND * sizeof *sent);
+  switch (mode) {
+  case SHARD_FULL:
+    /* an all-gather of a unit of P' elements sends shard_numel·(N−1) elements per rank */
+    sent[COLL_ALLGATHER] = G * pb * (N - 1) * ((uint64_t)u.sr + 2 * L * (uint64_t)u.sb);
+    sent[COLL_REDUCESCATTER] = G * rb * (N - 1) * S;
+    break;
+  case SHARD_GRAD_OP:
+    sent[COLL_ALLGATHER] = G * pb * (N - 1) * S;
+    sent[COLL_REDUCESCATTER] = G * rb * (N - 1) * S;
+    break;
+  default:
+    allreduced += rb * ((uint64_t)u.pr + L * (uint64_t)u.pb);
+    break;
+  }
+  sent[COLL_ALLREDUCE] = 2 * (N - 1) * allreduced / N;   /* rounded down */
+}
+
+/* What plan_build needs from a spec, checked so the arithmetic cannot overflow (the limits are
+ * jobspec's ranges: a spec that came over the wire is checked again here). */
+static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *in) {
+  const gpt2_config *m = &s->model;
+  if (world <= 0) world = s->world_size;
+  if (world < 1 || world > PLAN_MAX_WORLD)
+    return fsdp_set_error(FSDP_ERR_RANGE, "world size %d is out of range; allowed: 1..%d", world, PLAN_MAX_WORLD);
+  if (m->n_layer < 1 || m->n_layer > 512 || m->n_head < 1 || m->n_head > 256 || m->n_embd < 1 ||
+      m->n_embd > 32768 || m->vocab_size < 2 || m->vocab_size > 16777216 || m->seq_len < 1 || m->seq_len > 32768)
+    return fsdp_set_error(FSDP_ERR_RANGE,
+                          "model L=%d H=%d C=%d V=%d T=%d is out of range; allowed: L 1..512, H 1..256, "
+                          "C 1..32768, V 2..16777216, T 1..32768",
+                          m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->seq_len);
+  if (m->n_embd % m->n_head)
+    return fsdp_set_error(FSDP_ERR_INVALID, "n_embd = %d is not divisible by n_head = %d; allowed: a multiple",
+                          m->n_embd, m->n_head);
+  if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
+    return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
+                          s->batch_size, s->grad_accum);
+  if (s->prefetch < 0 || s->prefetch > 4)
+    return fsdp_set_error(FSDP_ERR_RANGE, "prefetch %d is out of range; allowed: 0..4", s->prefetch);
+  if ((unsigned)s->sharding > SHARD_NONE || (unsigned)s->param_dtype > DTYPE_BF16 ||
+      (unsigned)s->reduce_dtype > DTYPE_BF16)
+    return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none, fp32|bf16");
+  *in = (model_in){.m = *m, .world = world, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
+                   .prefetch = s->prefetch, .sharding = s->sharding,
+                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype};
+  return FSDP_OK;
+}
+
+static void add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1) {
+  plan_tensor *t = &u->t[u->ntensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->gid = gid;
+  t->ndim = d1 ? 2 : 1;
+  t->shape[0] = d0;
+  t->shape[1] = d1;
+  t->numel = d1 ? d0 * d1 : d0;
+  t->offset = u->numel;
+  t->decay = t->ndim == 2;
+  u->numel += t->numel;
+}
+
+fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
+  if (!spec || !out) return fsdp_set_error(FSDP_ERR_INVALID, "plan_build: NULL spec or output");
+  *out = NULL;
+  model_in in;
+  TRY(model_in_from_spec(spec, world, &in));
+  plan_t *p = calloc(1, sizeof *p);
+  if (!p) return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for the plan");
+  const gpt2_config *m = &in.m;
+  int64_t C = m->n_embd, L = m->n_layer;
+  p->model = *m;
+  p->world = in.world;
+  p->shard_world = in.sharding == SHARD_NONE ? 1 : in.world;
+  p->sharding = in.sharding;
+  p->prefetch = in.prefetch;
+  p->param_dtype = in.param_dtype;
+  p->reduce_dtype = in.reduce_dtype;
+  p->batch_size = in.batch_size;
+  p->grad_accum = in.grad_accum;
+  p->nunits = 1 + m->n_layer;
+  p->units = calloc((size_t)p->nunits, sizeof *p->units);
+  if (!p->units) {
+    free(p);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for %d plan units", 1 + m->n_layer);
+  }
+
+  plan_unit *r = &p->units[0];
+  snprintf(r->name, sizeof r->name, "root");
+  add_tensor(r, "wte.weight", ROOT_WTE, m->vocab_size, C);
+  add_tensor(r, "wpe.weight", ROOT_WPE, m->seq_len, C);
+  add_tensor(r, "ln_f.weight", ROOT_LNF_W, C, 0);
+  add_tensor(r, "ln_f.bias", ROOT_LNF_B, C, 0);
+  static const struct { const char *suffix; int rows, cols; } blk[BLK_NT] = {
+    [BLK_LN1_W] = {"ln_1.weight", 1, 0},           [BLK_LN1_B] = {"ln_1.bias", 1, 0},
+    [BLK_ATTN_W] = {"attn.c_attn.weight", 1, 3},   [BLK_ATTN_B] = {"attn.c_attn.bias", 3, 0},
+    [BLK_ATTNPROJ_W] = {"attn.c_proj.weight", 1, 1}, [BLK_ATTNPROJ_B] = {"attn.c_proj.bias", 1, 0},
+    [BLK_LN2_W] = {"ln_2.weight", 1, 0},           [BLK_LN2_B] = {"ln_2.bias", 1, 0},
+    [BLK_FC_W] = {"mlp.c_fc.weight", 1, 4},        [BLK_FC_B] = {"mlp.c_fc.bias", 4, 0},
+    [BLK_FCPROJ_W] = {"mlp.c_proj.weight", 4, 1},  [BLK_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0},
+  };
+  for (int i = 0; i < m->n_layer; i++) {
+    plan_unit *u = &p->units[1 + i];
+    snprintf(u->name, sizeof u->name, "h.%d", i);
+    for (int j = 0; j < BLK_NT; j++) {
+      char name[64];
+      snprintf(name, sizeof name, "h.%d.%s", i, blk[j].suffix);
+      add_tensor(u, name, ROOT_NT + BLK_NT * i + j, blk[j].rows * C, blk[j].cols * C);
+    }
+  }
+  int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
+  for (int k = 0; k < p->nunits; k++) {
+    plan_unit *u = &p->units[k];
+    u->padded = round_up(u->numel, align);
+    u->shard_numel = u->padded / p->shard_world;
+    u->shard_base = p->shard_total;
+    p->shard_total += u->shard_numel;
+  }
+
+  int64_t wpe = (int64_t)m->seq_len * C;
+  p->n_params = root_numel(m) + L * block_numel(m);
+  p->n_params_no_emb = p->n_params - (int64_t)m->vocab_size * C - wpe;
+  /* 6 per parameter for every matmul weight the token passes through (the tied wte twice: lookup is
+   * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
+   * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
+  p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
+  p->act = model_act(m, in.batch_size);
+  model_memory(&in, p->mem, &p->mem_total);
+  model_comm(&in, in.sharding, p->sent_bytes);
+  *out = p;
+  return FSDP_OK;
+}
+
+void plan_destroy(plan_t **pp) {
+  if (!pp || !*pp) return;
+  free((*pp)->units);
+  free(*pp);
+  *pp = NULL;
+}
+
+const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit) {
+  if (!p || !name) return NULL;
+  if (!strncmp(name, "transformer.", 12)) name += 12;
+  int u = 0;
+  if (!strncmp(name, "h.", 2)) {
+    char *end;
+    long i = strtol(name + 2, &end, 10);
+    if (end == name + 2 || *end != '.' || i < 0 || i >= p->nunits - 1) return NULL;
+    u = 1 + (int)i;
+  }
+  const plan_unit *pu = &p->units[u];
+  for (int j = 0; j < pu->ntensors; j++)
+    if (!strcmp(pu->t[j].name, name)) {
+      if (unit) *unit = u;
+      return &pu->t[j];
+    }
+  return NULL;
+}
+
+int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) {
+  if (!spec) return 0;
+  if (max_world > PLAN_MAX_WORLD) max_world = PLAN_MAX_WORLD;
+  for (int w = 1; w <= max_world; w++) {
+    model_in in;
+    if (model_in_from_spec(spec, w, &in) != FSDP_OK) return 0;
+    uint64_t mem[MEM_NCAT], total;
+    model_memory(&in, mem, &total);
+    if (total <= device_bytes) return w;
+  }
+  return 0;
+}
+
+static model_in in_from_plan(const plan_t *p) {
+  return (model_in){.m = p->model, .world = p->world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
+                    .prefetch = p->prefetch, .sharding = p->sharding,
+                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype};
+}
+
+static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = p->model;
+  s.batch_size = p->batch_size;
+  s.grad_accum = p->grad_accum;
+  s.prefetch = p->prefetch;
+  s.sharding = p->sharding;
+  s.param_dtype = p->param_dtype;
+  s.reduce_dtype = p->reduce_dtype;
+  return plan_min_world(&s, device_bytes, PLAN_MAX_WORLD);
+}
+
+/* ---- the human table ---- */
+
+/* LABEL left-aligned in WIDTH columns, counting UTF-8 code points (Ψ is two bytes, one column). */
+static void put_label(FILE *f, const char *label, int width) {
+  int cols = 0;
+  for (const unsigned char *c = (const unsigned char *)label; *c; c++) cols += (*c & 0xC0) != 0x80;
+  fprintf(f, "  %s%*s", label, width > cols ? width - cols : 0, "");
+}
+
+static const char *human_bytes(uint64_t b, char *buf, size_t n) {
+  if (b < 1024) snprintf(buf, n, "%" PRIu64 " B", b);
+  else if (b < 1024 * 1024) snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+  else if (b < 1024ull * 1024 * 1024) snprintf(buf, n, "%.1f MiB", (double)b / (1024.0 * 1024));
+  else snprintf(buf, n, "%.1f GiB", (double)b / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+static const char *human_count(int64_t v, char *buf, size_t n) {
+  char raw[32];
+  snprintf(raw, sizeof raw, "%" PRId64, v < 0 ? -v : v);
+  size_t len = strlen(raw), o = 0;
+  if (v < 0 && o + 1 < n) buf[o++] = '-';
+  for (size_t i = 0; i < len && o + 2 < n; i++) {
+    if (i && (len - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = raw[i];
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
+  if (t->ndim == 2) snprintf(buf, n, "[%" PRId64 ", %" PRId64 "]", t->shape[0], t->shape[1]);
+  else snprintf(buf, n, "[%" PRId64 "]", t->shape[0]);
+  return buf;
+}
+
+static const char *mem_formula(const plan_t *p, int c) {
+  switch (c) {
+  case MEM_PARAM_SHARD: return "fp32 master shard: 4·S";
+  case MEM_GRAD_SHARD: return "fp32 gradient shard: 4·S";
+  case MEM_OPTIM_STATE: return "AdamW m and v: 8·S";
+  case MEM_GATHERED:
+    return p->sharding == SHARD_FULL ? "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched"
+           : p->sharding == SHARD_GRAD_OP ? "pb·Σ padded: every unit gathered forward→backward"
+                                          : "0: the shard is the whole model";
+  case MEM_ACTIVATIONS: return "4·(L·block_saved + root_saved) + 8·B·T";
+  case MEM_WORKSPACE: return "4·max(head_ws, bwd_ws)";
+  case MEM_COMM:
+    return p->sharding == SHARD_NONE ? "0: gradients all-reduced in place" : "rb·(Pr + 2·Pb + Smax): unit gradients + ring scratch";
+  }
+  return "";
+}
+
+static void print_tensors(const plan_t *p, FILE *f, int u) {
+  const plan_unit *pu = &p->units[u];
+  char a[32], b[32], c[32];
+  for (int j = 0; j < pu->ntensors; j++) {
+    const plan_tensor *t = &pu->t[j];
+    fprintf(f, "  %-5s %-26s %-13s %13s %13s  %s\n", pu->name, t->name, shape_str(t, a, sizeof a),
+            human_count(t->numel, b, sizeof b), human_count(t->offset, c, sizeof c), t->decay ? "yes" : "no");
+  }
+}
+
+static void print_shard_row(const plan_t *p, FILE *f, int r) {
+  char a[32], b[32], c[32], d[32], e[32];
+  const plan_unit *root = &p->units[0];
+  fprintf(f, "  %5d %15s %13s", r, human_count(plan_shard_offset(p, 0, r), a, sizeof a),
+          human_count(root->shard_numel, b, sizeof b));
+  if (p->nunits > 1)
+    fprintf(f, " %15s %13s", human_count(plan_shard_offset(p, 1, r), c, sizeof c),
+            human_count(p->units[1].shard_numel, d, sizeof d));
+  fprintf(f, " %15s\n", human_count(p->shard_total, e, sizeof e));
+}
+
+void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
+  if (!p || !f) return;
+  const gpt2_config *m = &p->model;
+  char a[32], b[32], c[32], d[32], e[32];
+  fprintf(f, "Model     gpt2  L=%d  H=%d  C=%d  V=%d  T=%d\n", m->n_layer, m->n_head, m->n_embd, m->vocab_size,
+          m->seq_len);
+  fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
+          shard_mode_name(p->sharding), p->shard_world, p->prefetch, dtype_kind_name(p->param_dtype),
+          dtype_kind_name(p->reduce_dtype));
+  fprintf(f, "Batch     B=%d sequences x T=%d tokens per rank per micro-step, grad_accum %d: %s tokens per step\n",
+          p->batch_size, m->seq_len, p->grad_accum,
+          human_count((int64_t)p->batch_size * m->seq_len * p->grad_accum * p->world, a, sizeof a));
+  fprintf(f, "\nParameters\n");
+  put_label(f, "Ψ", 24);
+  fprintf(f, " %16s  (%.1f M, the tied wte counted once)\n", human_count(p->n_params, a, sizeof a),
+          (double)p->n_params / 1e6);
+  put_label(f, "Ψ without wte and wpe", 24);
+  fprintf(f, " %16s  (%.1f M)\n", human_count(p->n_params_no_emb, a, sizeof a), (double)p->n_params_no_emb / 1e6);
+  put_label(f, "FLOPs per token", 24);
+  double fl = p->flops_per_token;
+  fprintf(f, " %16s  6·(Ψ − wpe) + 12·L·C·T (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
+          fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
+
+  fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
+  fprintf(f, "  %4s %-6s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
+          "shard_base");
+  for (int u = 0; u < p->nunits; u++) {
+    const plan_unit *pu = &p->units[u];
+    if (p->nunits > 8 && u >= 3 && u < p->nunits - 2) {
+      if (u == 3) fprintf(f, "  %4s %-6s (h.2 .. h.%d: the same sizes as h.0)\n", "...", "", p->nunits - 4);
+      continue;
+    }
+    fprintf(f, "  %4d %-6s %7d %13s %13s %13s %15s\n", u, pu->name, pu->ntensors, human_count(pu->numel, a, sizeof a),
+            human_count(pu->padded, b, sizeof b), human_count(pu->shard_numel, c, sizeof c),
+            human_count(pu->shard_base, d, sizeof d));
+  }
+  fprintf(f, "  %4s %-6s %7s %13s %13s %13s %15s\n", "", "total", "", human_count(p->n_params, a, sizeof a), "",
+          human_count(p->shard_total, b, sizeof b), "= S");
+
+  fprintf(f, "\nTensors (offset in the unit's flat buffer; Hugging Face names and Conv1D layout)\n");
+  fprintf(f, "  %-5s %-26s %-13s %13s %13s  %s\n", "unit", "tensor", "shape", "numel", "offset", "decay");
+  print_tensors(p, f, 0);
+  if (p->nunits > 1) print_tensors(p, f, 1);
+  if (p->nunits > 2) fprintf(f, "  h.1 .. h.%d: the same layout as h.0\n", p->nunits - 2);
+
+  fprintf(f, "\nShards (rank r owns [offset, offset + length) of each unit's flat buffer)\n");
+  fprintf(f, "  %5s %15s %13s", "rank", "root offset", "root length");
+  if (p->nunits > 1) fprintf(f, " %15s %13s", "h.* offset", "h.* length");
+  fprintf(f, " %15s\n", "S (all units)");
+  int ranks = p->shard_world;
+  for (int r = 0; r < ranks; r++) {
+    if (ranks > 16 && r >= 8 && r < ranks - 2) {
+      if (r == 8) fprintf(f, "  %5s (ranks 8 .. %d: offset = rank x length; --json lists every rank)\n", "...", ranks - 3);
+      continue;
+    }
+    print_shard_row(p, f, r);
+  }
+  if (p->shard_world == 1 && p->world > 1)
+    fprintf(f, "  (sharding none: every one of the %d ranks holds the whole model)\n", p->world);
+
+  fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
+          human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
+          human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), dtype_bytes(p->param_dtype),
+          dtype_bytes(p->reduce_dtype), p->prefetch);
+  for (int k = 0; k < MEM_NCAT; k++)
+    fprintf(f, "  %-12s %12s  %s\n", mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
+            mem_formula(p, k));
+  fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
+          human_count((int64_t)p->mem_total, b, sizeof b));
+  fprintf(f, "  activations per micro-batch (floats): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
+          human_count(p->act.block_saved, a, sizeof a), human_count(p->act.root_saved, b, sizeof b),
+          human_count(p->act.head_ws, c, sizeof c), human_count(p->act.bwd_ws, d, sizeof d));
+  if (device_bytes) {
+    double used = 100.0 * (double)p->mem_total / (double)device_bytes;
+    if (p->mem_total <= device_bytes) {
+      fprintf(f, "  device memory %s: fits (%.1f%% used)\n", human_bytes(device_bytes, a, sizeof a), used);
+    } else {
+      int w = min_world_of_plan(p, device_bytes);
+      if (w)
+        fprintf(f, "  device memory %s: does NOT fit (%.1f%%); the smallest world size that fits is %d\n",
+                human_bytes(device_bytes, a, sizeof a), used, w);
+      else
+        fprintf(f, "  device memory %s: does NOT fit (%.1f%%) at any world size up to %d\n",
+                human_bytes(device_bytes, a, sizeof a), used, PLAN_MAX_WORLD);
+    }
+  }
+
+  fprintf(f, "\nBytes sent per rank per optimizer step (ring: AG/RS send (N−1)/N of the unit, AR 2·(N−1)/N)\n");
+  fprintf(f, "  %-10s %12s %14s %12s %12s\n", "sharding", "allgather", "reducescatter", "allreduce", "total");
+  model_in in = in_from_plan(p);
+  for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
+    uint64_t s[COLL_NKIND];
+    model_comm(&in, (shard_mode)mode, s);
+    fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
+            human_bytes(s[1], b, sizeof b), human_bytes(s[2], c, sizeof c),
+            human_bytes(s[0] + s[1] + s[2], e, sizeof e), mode == (int)p->sharding ? "  <- this plan" : "");
+  }
+}
+
+/* ---- JSON ---- */
+
+static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
+
+static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
+  json_t *o = json_object();
+  for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(o, coll_kind_name((coll_kind)k), jint((int64_t)s[k]));
+  json_object_set_new(o, "total", jint((int64_t)(s[0] + s[1] + s[2])));
+  return o;
+}
+
+static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
+  json_t *root = json_object();
+  const gpt2_config *m = &p->model;
+  json_object_set_new(root, "model",
+                      json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", "gpt2", "n_layer", m->n_layer, "n_head",
+                                m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size, "seq_len", m->seq_len));
+  json_object_set_new(root, "world", jint(p->world));
+  json_object_set_new(root, "shard_world", jint(p->shard_world));
+  json_object_set_new(root, "sharding", json_string(shard_mode_name(p->sharding)));
+  json_object_set_new(root, "prefetch", jint(p->prefetch));
+  json_object_set_new(root, "param_dtype", json_string(dtype_kind_name(p->param_dtype)));
+  json_object_set_new(root, "reduce_dtype", json_string(dtype_kind_name(p->reduce_dtype)));
+  json_object_set_new(root, "batch_size", jint(p->batch_size));
+  json_object_set_new(root, "grad_accum", jint(p->grad_accum));
+  json_object_set_new(root, "pad_align", jint(PLAN_PAD_ALIGN));
+  json_object_set_new(root, "n_params", jint(p->n_params));
+  json_object_set_new(root, "n_params_no_emb", jint(p->n_params_no_emb));
+  json_object_set_new(root, "flops_per_token", json_real(p->flops_per_token));
+  json_object_set_new(root, "shard_total", jint(p->shard_total));
+
+  json_t *units = json_array();
+  for (int u = 0; u < p->nunits; u++) {
+    const plan_unit *pu = &p->units[u];
+    json_t *ju = json_object(), *ts = json_array(), *sh = json_array();
+    json_object_set_new(ju, "index", jint(u));
+    json_object_set_new(ju, "name", json_string(pu->name));
+    json_object_set_new(ju, "numel", jint(pu->numel));
+    json_object_set_new(ju, "padded", jint(pu->padded));
+    json_object_set_new(ju, "shard_numel", jint(pu->shard_numel));
+    json_object_set_new(ju, "shard_base", jint(pu->shard_base));
+    for (int j = 0; j < pu->ntensors; j++) {
+      const plan_tensor *t = &pu->t[j];
+      json_t *shape = json_array();
+      for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, jint(t->shape[d]));
+      json_array_append_new(ts, json_pack("{s:s, s:i, s:o, s:I, s:I, s:b}", "name", t->name, "gid", t->gid, "shape",
+                                          shape, "numel", (json_int_t)t->numel, "offset", (json_int_t)t->offset,
+                                          "decay", t->decay));
+    }
+    for (int r = 0; r < p->shard_world; r++)
+      json_array_append_new(sh, json_pack("{s:i, s:I, s:I}", "rank", r, "offset",
+                                          (json_int_t)plan_shard_offset(p, u, r), "length", (json_int_t)pu->shard_numel));
+    json_object_set_new(ju, "tensors", ts);
+    json_object_set_new(ju, "shards", sh);
+    json_array_append_new(units, ju);
+  }
+  json_object_set_new(root, "units", units);
+
+  json_object_set_new(root, "activations",
+                      json_pack("{s:I, s:I, s:I, s:I}", "block_saved", (json_int_t)p->act.block_saved, "root_saved",
+                                (json_int_t)p->act.root_saved, "head_ws", (json_int_t)p->act.head_ws, "bwd_ws",
+                                (json_int_t)p->act.bwd_ws));
+  json_t *mem = json_object();
+  for (int k = 0; k < MEM_NCAT; k++) json_object_set_new(mem, mem_category_name((mem_category)k), jint((int64_t)p->mem[k]));
+  json_object_set_new(mem, "total", jint((int64_t)p->mem_total));
+  json_object_set_new(root, "memory", mem);
+
+  json_object_set_new(root, "sent_bytes", comm_json(p->sent_bytes));
+  json_t *modes = json_object();
+  model_in in = in_from_plan(p);
+  for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
+    uint64_t s[COLL_NKIND];
+    model_comm(&in, (shard_mode)mode, s);
+    json_object_set_new(modes, shard_mode_name((shard_mode)mode), comm_json(s));
+  }
+  json_object_set_new(root, "sent_bytes_by_sharding", modes);
+
+  if (device_bytes) {
+    int fits = p->mem_total <= device_bytes;
+    json_object_set_new(root, "device_memory",
+                        json_pack("{s:I, s:b, s:i}", "bytes", (json_int_t)device_bytes, "fits", fits, "min_world",
+                                  min_world_of_plan(p, device_bytes)));
+  }
+  return root;
+}
+
+fsdp_status plan_write_json(const plan_t *p, FILE *f, uint64_t device_bytes) {
+  if (!p || !f) return fsdp_set_error(FSDP_ERR_INVALID, "plan_write_json: NULL plan or stream");
+  json_t *j = plan_json(p, device_bytes);
+  if (!j) return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for the plan's JSON");
+  int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  if (rc != 0 || fputc('\n', f) == EOF) return fsdp_set_error(FSDP_ERR_IO, "cannot write the plan's JSON");
+  return FSDP_OK;
+}

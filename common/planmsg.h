@@ -1,0 +1,20 @@
+/* planmsg — the plan on the wire: plan_t ⇄ the fsdp.Plan protobuf message.
+ *
+ * The coordinator builds the plan once and sends it in every worker_setup (planmsg_new); a worker
+ * builds its own from the same spec for the fields the message does not carry (memory model, FLOPs)
+ * and refuses to run unless every unit, tensor, offset and shard of the two agree (planmsg_check),
+ * so that a coordinator and a worker of different versions can never disagree silently about where
+ * an element lives. planmsg_new allocates a tree owned by the caller (planmsg_free).
+ */
+#ifndef FSDP_PLANMSG_H
+#define FSDP_PLANMSG_H
+
+#include "fsdp.pb-c.h"
+#include "plan.h"
+
+fsdp_status planmsg_new(const plan_t *p, Fsdp__Plan **out);
+void planmsg_free(Fsdp__Plan **m);
+/* FSDP_OK when M describes exactly P's units, tensors and shards; otherwise names the first difference. */
+fsdp_status planmsg_check(const Fsdp__Plan *m, const plan_t *p);
+
+#endif

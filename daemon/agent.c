@@ -1,0 +1,587 @@
+/* agent — see agent.h. */
+#include "agent.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "loop.h"
+#include "wire.h"
+
+extern char **environ;
+
+#define REGISTER_RETRY_MS 1000
+#define EXIT_FLUSH_MS 2000      /* how long a dead worker's pipes may stay open before we report anyway */
+#define MAX_GPUS 64
+
+typedef struct worker {
+  struct worker *next;
+  agent_t *a;
+  uint64_t job_id;
+  uint32_t rank;
+  uv_process_t proc;
+  uv_pipe_t pipe[2];         /* stdout, stderr */
+  uv_timer_t flush;
+  int handles;               /* open uv handles; freed at 0 */
+  int pipes_open;
+  int exited;
+  int64_t exit_status;
+  int term_signal;
+  int reported;
+  char buf[2][16384];
+} worker_t;
+
+typedef struct gpu_info {
+  int index;
+  char name[128];
+  uint64_t mem;
+} gpu_info;
+
+struct agent {
+  uv_loop_t *uv;
+  void *sock;
+  loop_zsock *zs;
+  char join[512];
+  char name[256];
+  char worker_path[PATH_MAX];
+  int cpu_slots;
+  uint64_t cpu_slot_mem;
+  gpu_info gpus[MAX_GPUS];
+  int ngpus;
+  int ncpu;
+  unsigned node_id;
+  double heartbeat_s;
+  uv_timer_t reg_timer, hb_timer, kill_timer;
+  int handles;
+  int destroyed;
+  worker_t *workers;
+  int nworkers;
+  void (*shutdown_done)(void *);
+  void *shutdown_arg;
+  int shutting_down;
+};
+
+/* ---------------------------------------------------------------- devices */
+
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_name_fn)(char *, int, int);
+typedef int (*cu_mem_fn)(size_t *, int);
+
+static int gpu_selected(const char *list, int idx) {
+  if (!strcmp(list, "all")) return 1;
+  const char *p = list;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) return 0;
+    if (v == idx) return 1;
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return 0;
+  }
+  return 0;
+}
+
+static fsdp_status check_gpu_list(const char *list) {
+  if (!strcmp(list, "all") || !strcmp(list, "none") || !*list) return FSDP_OK;
+  for (const char *p = list; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || *p == ','))
+      return fsdp_set_error(FSDP_ERR_INVALID, "--gpus '%s': expected all, none or a list of device indices like 0,1", list);
+  return FSDP_OK;
+}
+
+static void discover_gpus(agent_t *a, const char *list) {
+  a->ngpus = 0;
+  if (!list || !*list || !strcmp(list, "none")) return;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    log_info("no CUDA driver (libcuda.so.1: %s): this node offers 0 GPUs", dlerror());
+    return;
+  }
+  cu_init_fn cu_init = (cu_init_fn)dlsym(h, "cuInit");
+  cu_count_fn cu_count = (cu_count_fn)dlsym(h, "cuDeviceGetCount");
+  cu_get_fn cu_get = (cu_get_fn)dlsym(h, "cuDeviceGet");
+  cu_name_fn cu_name = (cu_name_fn)dlsym(h, "cuDeviceGetName");
+  cu_mem_fn cu_mem = (cu_mem_fn)dlsym(h, "cuDeviceTotalMem_v2");
+  int n = 0;
+  if (!cu_init || !cu_count || !cu_get || !cu_name || !cu_mem) {
+    log_warn("libcuda.so.1 lacks the driver API entry points: this node offers 0 GPUs");
+  } else if (cu_init(0) != 0 || cu_count(&n) != 0) {
+    log_info("cuInit failed (no usable GPU or driver): this node offers 0 GPUs");
+    n = 0;
+  }
+  for (int i = 0; i < n && a->ngpus < MAX_GPUS; i++) {
+    if (!gpu_selected(list, i)) continue;
+    int dev;
+    size_t mem = 0;
+    gpu_info *g = &a->gpus[a->ngpus];
+    if (cu_get(&dev, i) != 0 || cu_name(g->name, sizeof g->name, dev) != 0 || cu_mem(&mem, dev) != 0) {
+      log_warn("CUDA device %d does not answer; skipped", i);
+      continue;
+    }
+    g->index = i;
+    g->mem = mem;
+    a->ngpus++;
+    log_info("GPU %d: %s, %.1f GiB", i, g->name, (double)mem / (1u << 30));
+  }
+  /* The handle stays open: libcuda does not support being unloaded after cuInit. */
+}
+
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static void send_msg(agent_t *a, Fsdp__Msg *m) {
+  wire_env env = {0};
+  wire_env_push(&env, NULL, 0);
+  fsdp_status rc = wire_send(a->sock, &env, m, ZMQ_DONTWAIT);
+  if (rc != FSDP_OK)
+    log_warn("agent: cannot send %s to the coordinator: %s", wire_body_name(m->body_case),
+             rc == FSDP_ERR_TIMEOUT ? "queue full" : fsdp_last_error());
+}
+
+static void send_register(agent_t *a) {
+  Fsdp__AgentRegister reg = FSDP__AGENT_REGISTER__INIT;
+  reg.name = a->name;
+  reg.cpu_slots = (uint32_t)a->cpu_slots;
+  reg.pid = (uint32_t)getpid();
+  Fsdp__DeviceSlot slots[MAX_GPUS + 4096], *ptrs[MAX_GPUS + 4096];
+  size_t n = 0;
+  for (int i = 0; i < a->cpu_slots && n < 4096; i++, n++) {
+    Fsdp__DeviceSlot s = FSDP__DEVICE_SLOT__INIT;
+    s.kind = FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
+    s.index = (uint32_t)i;
+    s.name = "cpu";
+    s.mem_bytes = a->cpu_slot_mem;
+    slots[n] = s;
+    ptrs[n] = &slots[n];
+  }
+  for (int i = 0; i < a->ngpus; i++, n++) {
+    Fsdp__DeviceSlot s = FSDP__DEVICE_SLOT__INIT;
+    s.kind = FSDP__DEVICE_KIND__DEVICE_KIND_CUDA;
+    s.index = (uint32_t)a->gpus[i].index;
+    s.name = a->gpus[i].name;
+    s.mem_bytes = a->gpus[i].mem;
+    slots[n] = s;
+    ptrs[n] = &slots[n];
+  }
+  reg.n_gpus = n;
+  reg.gpus = ptrs;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_AGENT_REGISTER;
+  m.agent_register = &reg;
+  send_msg(a, &m);
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static void worker_unlink(worker_t *w) {
+  agent_t *a = w->a;
+  for (worker_t **p = &a->workers; *p; p = &(*p)->next)
+    if (*p == w) {
+      *p = w->next;
+      a->nworkers--;
+      break;
+    }
+}
+
+static void agent_check_shutdown(agent_t *a);
+
+static void on_worker_handle_close(uv_handle_t *h) {
+  worker_t *w = h->data;
+  if (--w->handles == 0) free(w);
+}
+
+static void worker_close(worker_t *w) {
+  for (int i = 0; i < 2; i++)
+    if (!uv_is_closing((uv_handle_t *)&w->pipe[i])) uv_close((uv_handle_t *)&w->pipe[i], on_worker_handle_close);
+  if (!uv_is_closing((uv_handle_t *)&w->flush)) uv_close((uv_handle_t *)&w->flush, on_worker_handle_close);
+  if (!uv_is_closing((uv_handle_t *)&w->proc)) uv_close((uv_handle_t *)&w->proc, on_worker_handle_close);
+}
+
+static void worker_report(worker_t *w) {
+  if (w->reported) return;
+  w->reported = 1;
+  agent_t *a = w->a;
+  Fsdp__WorkerExit ex = FSDP__WORKER_EXIT__INIT;
+  ex.job_id = w->job_id;
+  ex.rank = w->rank;
+  ex.exit_status = (int32_t)w->exit_status;
+  ex.term_signal = w->term_signal;
+  ex.node_id = a->node_id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_WORKER_EXIT;
+  m.worker_exit = &ex;
+  send_msg(a, &m);
+  log_info("job %llu rank %u exited (status %lld, signal %d)", (unsigned long long)w->job_id, w->rank,
+           (long long)w->exit_status, w->term_signal);
+  worker_unlink(w);
+  worker_close(w);
+  agent_check_shutdown(a);
+}
+
+static void send_log(agent_t *a, uint64_t job, uint32_t rank, const void *data, size_t len) {
+  Fsdp__LogChunk lc = FSDP__LOG_CHUNK__INIT;
+  lc.job_id = job;
+  lc.rank = rank;
+  lc.data.data = (uint8_t *)data;
+  lc.data.len = len;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_LOG_CHUNK;
+  m.log_chunk = &lc;
+  send_msg(a, &m);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  worker_t *w = h->data;
+  int i = (uv_pipe_t *)h == &w->pipe[0] ? 0 : 1;
+  buf->base = w->buf[i];
+  buf->len = sizeof w->buf[i];
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  worker_t *w = s->data;
+  if (n > 0) {
+    send_log(w->a, w->job_id, w->rank, buf->base, (size_t)n);
+    return;
+  }
+  if (n < 0) {   /* EOF or error: this pipe is done */
+    uv_read_stop(s);
+    if (--w->pipes_open == 0 && w->exited) worker_report(w);
+  }
+}
+
+static void on_flush_timeout(uv_timer_t *t) { worker_report(t->data); }
+
+static void on_worker_exit_cb(uv_process_t *p, int64_t status, int sig) {
+  worker_t *w = p->data;
+  w->exited = 1;
+  w->exit_status = status;
+  w->term_signal = sig;
+  if (w->pipes_open == 0) worker_report(w);
+  else uv_timer_start(&w->flush, on_flush_timeout, EXIT_FLUSH_MS, 0);
+}
+
+static const char *env_value(char **env, size_t n, const char *name) {
+  size_t len = strlen(name);
+  for (size_t i = 0; i < n; i++)
+    if (!strncmp(env[i], name, len) && env[i][len] == '=') return env[i] + len + 1;
+  return NULL;
+}
+
+static int env_has(char **env, size_t n, const char *entry) {
+  const char *eq = strchr(entry, '=');
+  size_t len = eq ? (size_t)(eq - entry) : strlen(entry);
+  for (size_t i = 0; i < n; i++)
+    if (!strncmp(env[i], entry, len) && env[i][len] == '=') return 1;
+  return 0;
+}
+
+static void spawn_failed(agent_t *a, const Fsdp__SpawnReq *r, const char *why) {
+  char msg[1024];
+  int len = snprintf(msg, sizeof msg, "fsdpd agent: cannot start rank %u: %s\n", r->rank, why);
+  log_error("job %llu: cannot start rank %u: %s", (unsigned long long)r->job_id, r->rank, why);
+  send_log(a, r->job_id, r->rank, msg, (size_t)len);
+  Fsdp__WorkerExit ex = FSDP__WORKER_EXIT__INIT;
+  ex.job_id = r->job_id;
+  ex.rank = r->rank;
+  ex.exit_status = 127;
+  ex.node_id = a->node_id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_WORKER_EXIT;
+  m.worker_exit = &ex;
+  send_msg(a, &m);
+}
+
+static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
+  if (a->shutting_down) {
+    spawn_failed(a, r, "the agent is shutting down");
+    return;
+  }
+  /* argv: resolve the worker binary and point --connect at the endpoint this node reaches. */
+  char **argv = calloc(r->n_argv + 1, sizeof *argv);
+  size_t nenv_in = 0;
+  while (environ[nenv_in]) nenv_in++;
+  char **env = calloc(nenv_in + r->n_env + 3, sizeof *env);
+  char omp[64], blas[64];
+  worker_t *w = calloc(1, sizeof *w);
+  if (!argv || !env || !w) {
+    free(argv), free(env), free(w);
+    spawn_failed(a, r, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < r->n_argv; i++) argv[i] = r->argv[i];
+  if (!strcmp(argv[0], "fsdp-worker")) argv[0] = a->worker_path;
+  for (size_t i = 0; i + 1 < r->n_argv; i++)
+    if (!strcmp(argv[i], "--connect")) argv[i + 1] = a->join;
+  size_t ne = 0;
+  for (size_t i = 0; i < r->n_env; i++) env[ne++] = r->env[i];
+  for (size_t i = 0; i < nenv_in; i++) {
+    if (!strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21)) continue;
+    if (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) || !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)) continue;
+    if (env_has(env, ne, environ[i])) continue;
+    env[ne++] = environ[i];
+  }
+  const char *lr = env_value(r->env, r->n_env, "FSDPD_LOCAL_RANKS");
+  int local = lr ? atoi(lr) : 1;
+  int threads = a->ncpu / (local > 0 ? local : 1);
+  if (threads < 1) threads = 1;
+  snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", threads);
+  snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%d", threads);
+  if (!env_value(r->env, r->n_env, "OMP_NUM_THREADS")) env[ne++] = omp;
+  if (!env_value(r->env, r->n_env, "OPENBLAS_NUM_THREADS")) env[ne++] = blas;
+  env[ne] = NULL;
+
+  w->a = a;
+  w->job_id = r->job_id;
+  w->rank = r->rank;
+  uv_pipe_init(a->uv, &w->pipe[0], 0);
+  uv_pipe_init(a->uv, &w->pipe[1], 0);
+  uv_timer_init(a->uv, &w->flush);
+  w->pipe[0].data = w->pipe[1].data = w->flush.data = w->proc.data = w;
+  w->handles = 3;
+
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&w->pipe[0];
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&w->pipe[1];
+  uv_process_options_t opt = {0};
+  opt.exit_cb = on_worker_exit_cb;
+  opt.file = argv[0];
+  opt.args = argv;
+  opt.env = env;
+  opt.cwd = r->cwd && *r->cwd ? r->cwd : NULL;
+  opt.stdio_count = 3;
+  opt.stdio = stdio;
+  int rc = uv_spawn(a->uv, &w->proc, &opt);
+  if (rc != 0) {
+    char why[PATH_MAX + 64];
+    snprintf(why, sizeof why, "%s: %s", argv[0], uv_strerror(rc));
+    spawn_failed(a, r, why);
+    /* uv_spawn initialized the process handle even on failure; close it with the rest. */
+    w->handles = 4;
+    w->reported = 1;
+    worker_close(w);
+  } else {
+    w->handles = 4;
+    w->pipes_open = 2;
+    uv_read_start((uv_stream_t *)&w->pipe[0], on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&w->pipe[1], on_alloc, on_read);
+    w->next = a->workers;
+    a->workers = w;
+    a->nworkers++;
+    log_info("job %llu rank %u: started %s (pid %d, %d threads)", (unsigned long long)r->job_id, r->rank,
+             argv[0], w->proc.pid, threads);
+  }
+  free(argv);
+  free(env);
+}
+
+static void kill_job(agent_t *a, uint64_t job, int sig) {
+  for (worker_t *w = a->workers; w; w = w->next)
+    if ((job == 0 || w->job_id == job) && !w->exited) {
+      int rc = uv_process_kill(&w->proc, sig);
+      if (rc != 0 && rc != UV_ESRCH)
+        log_warn("cannot signal job %llu rank %u: %s", (unsigned long long)w->job_id, w->rank, uv_strerror(rc));
+    }
+}
+
+/* ---------------------------------------------------------------- coordinator messages */
+
+static void on_heartbeat_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
+  hb.node_id = a->node_id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_HEARTBEAT;
+  m.heartbeat = &hb;
+  send_msg(a, &m);
+}
+
+static void on_register_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  if (a->node_id == 0) send_register(a);
+}
+
+static void on_message(void *sock, void *arg) {
+  agent_t *a = arg;
+  Fsdp__Msg *m = NULL;
+  wire_env env;
+  fsdp_status rc = wire_recv(sock, &env, &m, ZMQ_DONTWAIT);
+  if (rc == FSDP_ERR_TIMEOUT) return;
+  if (rc != FSDP_OK) {
+    log_warn("agent: dropped a malformed message from the coordinator: %s", fsdp_last_error());
+    return;
+  }
+  switch (m->body_case) {
+  case FSDP__MSG__BODY_AGENT_WELCOME: {
+    int first = a->node_id == 0;
+    a->node_id = m->agent_welcome->node_id;
+    a->heartbeat_s = m->agent_welcome->heartbeat_s;
+    uv_timer_stop(&a->reg_timer);
+    uint64_t ms = (uint64_t)(a->heartbeat_s * 1000);
+    if (ms < 10) ms = 10;
+    uv_timer_start(&a->hb_timer, on_heartbeat_timer, ms, ms);
+    log_info("agent: joined %s as node %u (%d CPU slots, %d GPUs)%s", a->join, a->node_id, a->cpu_slots,
+             a->ngpus, first ? "" : " again");
+    break;
+  }
+  case FSDP__MSG__BODY_SPAWN_REQ: handle_spawn(a, m->spawn_req); break;
+  case FSDP__MSG__BODY_KILL_REQ:
+    kill_job(a, m->kill_req->job_id, m->kill_req->signal ? m->kill_req->signal : SIGKILL);
+    break;
+  case FSDP__MSG__BODY_ERROR:
+    /* The coordinator does not know us (it restarted, or declared us lost): register again. */
+    log_warn("agent: coordinator says: %s; registering again", m->error->message);
+    a->node_id = 0;
+    uv_timer_stop(&a->hb_timer);
+    send_register(a);
+    uv_timer_start(&a->reg_timer, on_register_timer, REGISTER_RETRY_MS, REGISTER_RETRY_MS);
+    break;
+  default:
+    log_warn("agent: unexpected %s from the coordinator; ignored", wire_body_name(m->body_case));
+  }
+  wire_free(&m);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void resolve_worker_path(agent_t *a, const char *given) {
+  if (given && *given) {
+    snprintf(a->worker_path, sizeof a->worker_path, "%s", given);
+    return;
+  }
+  char self[PATH_MAX - 32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    snprintf(a->worker_path, sizeof a->worker_path, "fsdp-worker");
+    return;
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  snprintf(a->worker_path, sizeof a->worker_path, "%s/fsdp-worker", self);
+}
+
+fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out) {
+  *out = NULL;
+  TRY(check_gpu_list(cfg->gpus ? cfg->gpus : "none"));
+  if (cfg->cpu_workers < 0 || cfg->cpu_workers > 4096)
+    return fsdp_set_error(FSDP_ERR_RANGE, "--cpu-workers %d: allowed 0..4096", cfg->cpu_workers);
+  agent_t *a = calloc(1, sizeof *a);
+  if (!a) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the agent");
+  a->uv = uv;
+  snprintf(a->join, sizeof a->join, "%s", cfg->join);
+  if (cfg->name && *cfg->name) snprintf(a->name, sizeof a->name, "%s", cfg->name);
+  else if (gethostname(a->name, sizeof a->name - 1) != 0) snprintf(a->name, sizeof a->name, "node");
+  resolve_worker_path(a, cfg->worker_path);
+  a->cpu_slots = cfg->cpu_workers;
+  a->cpu_slot_mem = a->cpu_slots ? mem_available() / (uint64_t)a->cpu_slots : 0;
+  long nc = sysconf(_SC_NPROCESSORS_ONLN);
+  a->ncpu = nc > 0 ? (int)nc : 1;
+  discover_gpus(a, cfg->gpus);
+
+  fsdp_status rc = FSDP_OK;
+  a->sock = zmq_socket(zctx, ZMQ_DEALER);
+  if (!a->sock) {
+    rc = fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
+    goto fail;
+  }
+  TRY_GOTO(wire_socket_setup(a->sock), rc, fail);
+  int hwm = 0;   /* never drop a worker's exit or log lines: queue without limit */
+  zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(a->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  if (zmq_connect(a->sock, a->join) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "--join %s: %s (expected tcp://HOST:PORT or ipc://PATH)", a->join,
+                        zmq_strerror(zmq_errno()));
+    goto fail;
+  }
+  TRY_GOTO(loop_zsock_new(uv, a->sock, on_message, a, &a->zs), rc, fail);
+  uv_timer_init(uv, &a->reg_timer);
+  uv_timer_init(uv, &a->hb_timer);
+  uv_timer_init(uv, &a->kill_timer);
+  a->reg_timer.data = a->hb_timer.data = a->kill_timer.data = a;
+  a->handles = 3;
+  send_register(a);
+  uv_timer_start(&a->reg_timer, on_register_timer, REGISTER_RETRY_MS, REGISTER_RETRY_MS);
+  log_info("agent: node %s, %d CPU slots (%.1f GiB each), %d GPUs, workers from %s", a->name, a->cpu_slots,
+           (double)a->cpu_slot_mem / (1u << 30), a->ngpus, a->worker_path);
+  *out = a;
+  return FSDP_OK;
+fail:
+  if (a->sock) zmq_close(a->sock);
+  free(a);
+  return rc;
+}
+
+unsigned agent_node_id(const agent_t *a) { return a->node_id; }
+int agent_workers(const agent_t *a) { return a->nworkers; }
+
+static void agent_check_shutdown(agent_t *a) {
+  if (a->shutting_down && a->nworkers == 0 && a->shutdown_done) {
+    void (*done)(void *) = a->shutdown_done;
+    a->shutdown_done = NULL;
+    uv_timer_stop(&a->kill_timer);
+    done(a->shutdown_arg);
+  }
+}
+
+static void on_kill_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  if (a->nworkers) log_warn("agent: %d workers still alive after the grace period; killing them", a->nworkers);
+  kill_job(a, 0, SIGKILL);
+}
+
+void agent_shutdown(agent_t *a, double grace_s, void (*done)(void *), void *arg) {
+  a->shutting_down = 1;
+  a->shutdown_done = done;
+  a->shutdown_arg = arg;
+  uv_timer_stop(&a->reg_timer);
+  kill_job(a, 0, SIGTERM);
+  uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(grace_s * 1000), 0);
+  agent_check_shutdown(a);
+}
+
+static void on_agent_handle_close(uv_handle_t *h) {
+  agent_t *a = h->data;
+  if (--a->handles == 0) free(a);
+}
+
+void agent_destroy(agent_t **p) {
+  if (!p || !*p) return;
+  agent_t *a = *p;
+  *p = NULL;
+  kill_job(a, 0, SIGKILL);
+  while (a->workers) {
+    worker_t *w = a->workers;
+    a->workers = w->next;
+    w->reported = 1;
+    worker_close(w);
+  }
+  loop_zsock_destroy(&a->zs);
+  if (a->sock) zmq_close(a->sock);
+  a->sock = NULL;
+  uv_close((uv_handle_t *)&a->reg_timer, on_agent_handle_close);
+  uv_close((uv_handle_t *)&a->hb_timer, on_agent_handle_close);
+  uv_close((uv_handle_t *)&a->kill_timer, on_agent_handle_close);
+}

@@ -1,0 +1,46 @@
+/* agent — the node role of fsdpd: reports this node's devices, spawns and reaps workers.
+ *
+ * The agent connects a DEALER to the coordinator's cluster endpoint (remote with --join, its own
+ * process's endpoint in the embedded default: one code path), sends agent_register, and after
+ * agent_welcome a heartbeat every heartbeat_s. A heartbeat answered with an error (a coordinator
+ * that restarted and no longer knows this node) makes it register again.
+ * spawn_req: argv[0] "fsdp-worker" is resolved next to this executable (/proc/self/exe), the
+ * "--connect" argument is replaced by the endpoint this agent joined (the address that reaches the
+ * coordinator from this node), CUDA_VISIBLE_DEVICES is removed, OMP_NUM_THREADS and
+ * OPENBLAS_NUM_THREADS are set to max(1, ncpu / FSDPD_LOCAL_RANKS) unless the request sets them;
+ * the worker's stdout and stderr are piped back as log_chunk, and its end as worker_exit (sent
+ * after its output has been forwarded). kill_req signals every worker of a job.
+ *
+ * GPUs: --gpus all|LIST|none, discovered with dlopen("libcuda.so.1") (never linked); no driver
+ * means zero GPUs and one log line. CPU slots carry MemAvailable / cpu_slots as mem_bytes.
+ * Everything runs on the uv loop's thread.
+ */
+#ifndef FSDP_DAEMON_AGENT_H
+#define FSDP_DAEMON_AGENT_H
+
+#include <uv.h>
+
+#include "err.h"
+
+typedef struct agent_config {
+  const char *join;         /* the coordinator's cluster endpoint */
+  const char *name;         /* node name; NULL: the host name */
+  int cpu_workers;          /* CPU slots */
+  const char *gpus;         /* "all", "none" or a comma-separated list of CUDA device indices */
+  const char *worker_path;  /* NULL: fsdp-worker next to /proc/self/exe */
+} agent_config;
+
+typedef struct agent agent_t;
+
+fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out);
+/* The node id the coordinator gave (0 before the welcome). */
+unsigned agent_node_id(const agent_t *a);
+/* How many workers are alive (spawned and not yet reported). */
+int agent_workers(const agent_t *a);
+/* Terminate every worker (SIGTERM, SIGKILL after GRACE_S seconds), then call DONE(ARG) once all
+ * have been reaped and reported. */
+void agent_shutdown(agent_t *a, double grace_s, void (*done)(void *), void *arg);
+/* Kills what is left (SIGKILL), closes the socket and handles. NULL-safe. */
+void agent_destroy(agent_t **a);
+
+#endif

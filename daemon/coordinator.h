@@ -1,0 +1,43 @@
+/* coordinator — the cluster role of fsdpd: jobs, scheduling, and the ctl, cluster and KV services.
+ *
+ * It binds a ROUTER for fsdpctl at cfg->ctl and a ROUTER for agents and workers at cfg->listen
+ * (docs/daemon.md and /work/briefs/protocol.md give the message sequences). Jobs are validated
+ * with the planner at submit (a spec that cannot fit the devices it would get is refused with the
+ * plan's reason), stored in SQLite (jobs_db), queued FIFO, given devices packed by node, spawned
+ * through the agents, and driven step by step with up to two steps in flight; every step becomes
+ * one metrics.jsonl line and one database row. Failures (a worker exit, a worker error, a lost
+ * node, a silent job) fail the job with a reason naming the rank, kill its other workers and free
+ * its devices.
+ *
+ * The coordinator owns its sockets, jobs and database; it borrows the uv loop and the ZeroMQ
+ * context. Everything runs on the loop's thread.
+ */
+#ifndef FSDP_DAEMON_COORDINATOR_H
+#define FSDP_DAEMON_COORDINATOR_H
+
+#include <uv.h>
+
+#include "err.h"
+#include "fsdp.pb-c.h"
+
+typedef struct coord_config {
+  const char *state_dir;     /* created mode 0700; holds jobs.db, jobs/ID/ and the ipc sockets */
+  const char *ctl;           /* fsdpctl endpoint */
+  const char *listen;        /* agents' and workers' endpoint */
+  double heartbeat_s;        /* agents beat this often; a node is lost after 3 missed beats */
+  const char *worker_log_level;   /* passed to workers as --log-level */
+  int wait_first_node;       /* bind ctl only once an agent has registered (embedded daemon) */
+  void (*on_shutdown_req)(void *arg);   /* a ctl shutdown_req was acknowledged */
+  void *arg;
+} coord_config;
+
+typedef struct coord coord_t;
+
+fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_t **out);
+/* Stop accepting work, cancel every job (workers get SIGTERM), and call DONE(ARG) once every
+ * worker is reaped or GRACE_S seconds have passed. */
+void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg);
+/* Closes sockets and the database. NULL-safe. */
+void coord_destroy(coord_t **c);
+
+#endif

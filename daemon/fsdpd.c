@@ -1,0 +1,306 @@
+/* fsdpd — the fsdpd daemon: coordinator and local agent (the embedded default), or with --join an
+ * agent only. Flags come from one declarative table; an unknown flag is an error. SIGTERM or
+ * SIGINT (or a ctl shutdown request): stop accepting work, cancel running jobs cleanly, flush the
+ * state, exit 0. docs/daemon.md describes the internals. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "agent.h"
+#include "coordinator.h"
+#include "log.h"
+
+typedef struct config {
+  char *state_dir;
+  char *ctl;
+  char *listen;
+  char *join;
+  long cpu_workers;
+  char *gpus;
+  int foreground;
+  char *log_level;
+  double heartbeat;
+  char *name;
+  char *worker;
+  int help;
+} config;
+
+typedef enum { OPT_STR, OPT_INT, OPT_DOUBLE, OPT_BOOL } opt_type;
+
+static const struct opt {
+  const char *name;
+  opt_type type;
+  size_t off;
+  const char *def;        /* NULL: computed (see the help text) */
+  double min, max;        /* for numbers */
+  const char *help;
+} opts[] = {
+  {"state-dir", OPT_STR, offsetof(config, state_dir), NULL, 0, 0,
+   "state directory (jobs.db, jobs/ID/, sockets); default $XDG_STATE_HOME/fsdpd or /var/lib/fsdpd"},
+  {"ctl", OPT_STR, offsetof(config, ctl), NULL, 0, 0, "fsdpctl endpoint; default ipc://STATE/ctl.sock"},
+  {"listen", OPT_STR, offsetof(config, listen), NULL, 0, 0,
+   "endpoint for agents and workers: ipc://PATH, or tcp://HOST:PORT for a cluster; default ipc://STATE/cluster.sock"},
+  {"join", OPT_STR, offsetof(config, join), "", 0, 0, "run as an agent only, joining the coordinator at ENDPOINT"},
+  {"cpu-workers", OPT_INT, offsetof(config, cpu_workers), "1", 0, 4096, "CPU worker slots on this node"},
+  {"gpus", OPT_STR, offsetof(config, gpus), "all", 0, 0, "CUDA devices on this node: all, none, or a list like 0,1"},
+  {"foreground", OPT_BOOL, offsetof(config, foreground), "0", 0, 1, "stay in the foreground and log to stderr"},
+  {"log-level", OPT_STR, offsetof(config, log_level), "info", 0, 0, "debug, info, warn or error"},
+  {"heartbeat", OPT_DOUBLE, offsetof(config, heartbeat), "1", 0.05, 3600,
+   "seconds between agent heartbeats; a node is lost after 3 missed"},
+  {"name", OPT_STR, offsetof(config, name), "", 0, 0, "this node's name; default the host name"},
+  {"worker", OPT_STR, offsetof(config, worker), "", 0, 0, "fsdp-worker binary; default the one next to fsdpd"},
+  {"help", OPT_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
+};
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: fsdpd [FLAGS]\n\nOne binary, two roles: without --join, the coordinator and this node's agent;\n"
+             "with --join ENDPOINT, an agent only.\n\nflags:\n");
+  for (size_t i = 0; i < NOPTS; i++) {
+    const char *arg = opts[i].type == OPT_BOOL ? "" : opts[i].type == OPT_STR ? " VALUE" : " N";
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s", opts[i].name, arg);
+    fprintf(f, "  %-22s %s", left, opts[i].help);
+    if (opts[i].def && *opts[i].def && opts[i].type != OPT_BOOL) fprintf(f, " (default %s)", opts[i].def);
+    fputc('\n', f);
+  }
+}
+
+static int set_opt(config *cfg, const struct opt *o, const char *val) {
+  void *p = (char *)cfg + o->off;
+  char *end;
+  switch (o->type) {
+  case OPT_STR: *(char **)p = (char *)val; return 0;
+  case OPT_BOOL:
+    if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) *(int *)p = 1;
+    else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) *(int *)p = 0;
+    else {
+      fprintf(stderr, "fsdpd: --%s=%s: expected true or false\n", o->name, val);
+      return -1;
+    }
+    return 0;
+  case OPT_INT: {
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < o->min || v > o->max) {
+      fprintf(stderr, "fsdpd: --%s %s: expected an integer in %.0f..%.0f\n", o->name, val, o->min, o->max);
+      return -1;
+    }
+    *(long *)p = v;
+    return 0;
+  }
+  case OPT_DOUBLE: {
+    errno = 0;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end || !(v >= o->min && v <= o->max)) {
+      fprintf(stderr, "fsdpd: --%s %s: expected a number in %g..%g\n", o->name, val, o->min, o->max);
+      return -1;
+    }
+    *(double *)p = v;
+    return 0;
+  }
+  }
+  return -1;
+}
+
+static int parse_args(int argc, char **argv, config *cfg) {
+  for (size_t i = 0; i < NOPTS; i++)
+    if (opts[i].def && set_opt(cfg, &opts[i], opts[i].def) != 0) return -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0) {
+      fprintf(stderr, "fsdpd: unexpected argument '%s' (fsdpd takes only --flags; see --help)\n", a);
+      return -1;
+    }
+    a += 2;
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const struct opt *o = NULL;
+    for (size_t k = 0; k < NOPTS; k++)
+      if (strlen(opts[k].name) == len && !strncmp(opts[k].name, a, len)) o = &opts[k];
+    if (!o) {
+      fprintf(stderr, "fsdpd: unknown flag '%s' (see fsdpd --help for the flags)\n", argv[i]);
+      return -1;
+    }
+    const char *val;
+    if (eq) val = eq + 1;
+    else if (o->type == OPT_BOOL) val = "1";
+    else if (i + 1 < argc) val = argv[++i];
+    else {
+      fprintf(stderr, "fsdpd: --%s needs a value\n", o->name);
+      return -1;
+    }
+    if (set_opt(cfg, o, val) != 0) return -1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- run */
+
+typedef struct daemon_st {
+  uv_loop_t *uv;
+  void *zctx;
+  coord_t *coord;
+  agent_t *agent;
+  uv_signal_t sig[2];
+  int stopping;
+} daemon_st;
+
+static void close_all(daemon_st *d) {
+  coord_destroy(&d->coord);
+  agent_destroy(&d->agent);
+  for (int i = 0; i < 2; i++)
+    if (!uv_is_closing((uv_handle_t *)&d->sig[i])) uv_close((uv_handle_t *)&d->sig[i], NULL);
+}
+
+static void on_agent_done(void *arg) {
+  daemon_st *d = arg;
+  log_info("all workers reaped; exiting");
+  close_all(d);
+}
+
+static void on_coord_done(void *arg) {
+  daemon_st *d = arg;
+  if (d->agent) agent_shutdown(d->agent, 2.0, on_agent_done, d);
+  else close_all(d);
+}
+
+static void begin_shutdown(daemon_st *d) {
+  if (d->stopping++) return;
+  log_info("shutting down: cancelling jobs, reaping workers");
+  if (d->coord) coord_shutdown(d->coord, 5.0, on_coord_done, d);
+  else on_coord_done(d);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  daemon_st *d = h->data;
+  if (d->stopping) {
+    log_warn("second %s: exiting now", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    close_all(d);
+    return;
+  }
+  log_info("received %s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  begin_shutdown(d);
+}
+
+static void on_shutdown_req(void *arg) { begin_shutdown(arg); }
+
+static int daemonize(const char *logpath) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid > 0) _exit(0);
+  setsid();
+  pid = fork();
+  if (pid < 0) return -1;
+  if (pid > 0) _exit(0);
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0);
+    dup2(null, 1);
+    close(null);
+  }
+  int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    dup2(fd, 2);
+    close(fd);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  config cfg = {0};
+  if (parse_args(argc, argv, &cfg) != 0) return 2;
+  if (cfg.help) {
+    usage(stdout);
+    return 0;
+  }
+  log_level lvl;
+  if (log_parse_level(cfg.log_level, &lvl) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: --log-level: %s\n", fsdp_last_error());
+    return 2;
+  }
+  log_set_level(lvl);
+  log_set_prefix("fsdpd", -1);
+
+  char state[PATH_MAX - 64], ctl[PATH_MAX], listen[PATH_MAX];
+  if (cfg.state_dir && *cfg.state_dir) snprintf(state, sizeof state, "%s", cfg.state_dir);
+  else if (getenv("XDG_STATE_HOME") && *getenv("XDG_STATE_HOME")) snprintf(state, sizeof state, "%s/fsdpd", getenv("XDG_STATE_HOME"));
+  else snprintf(state, sizeof state, "/var/lib/fsdpd");
+  int is_agent_only = cfg.join && *cfg.join;
+  snprintf(ctl, sizeof ctl, "%s", cfg.ctl && *cfg.ctl ? cfg.ctl : "");
+  if (!*ctl) snprintf(ctl, sizeof ctl, "ipc://%s/ctl.sock", state);
+  snprintf(listen, sizeof listen, "%s", cfg.listen && *cfg.listen ? cfg.listen : "");
+  if (!*listen) snprintf(listen, sizeof listen, "ipc://%s/cluster.sock", state);
+  if (!strncmp(ctl, "ipc://", 6) && strlen(ctl) - 6 >= 107) {
+    fprintf(stderr, "fsdpd: ipc socket path %s is longer than the 107 bytes Unix sockets allow; use a shorter --state-dir\n", ctl + 6);
+    return 2;
+  }
+  if (mkdir(state, 0700) != 0 && errno != EEXIST) {
+    /* the coordinator creates parents too; here only to have a place for the log */
+  }
+
+  if (!cfg.foreground) {
+    char logpath[PATH_MAX];
+    snprintf(logpath, sizeof logpath, "%s/fsdpd.log", state);
+    if (is_agent_only) mkdir(state, 0700);
+    if (daemonize(logpath) != 0) {
+      fprintf(stderr, "fsdpd: cannot detach: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  daemon_st d = {0};
+  d.uv = uv_default_loop();
+  d.zctx = zmq_ctx_new();
+  if (!d.zctx) {
+    log_error("zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+    return 1;
+  }
+  if (!is_agent_only) {
+    coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg.heartbeat,
+                       .worker_log_level = cfg.log_level, .wait_first_node = 1,
+                       .on_shutdown_req = on_shutdown_req, .arg = &d};
+    if (coord_new(d.uv, d.zctx, &cc, &d.coord) != FSDP_OK) {
+      log_error("%s", fsdp_last_error());
+      zmq_ctx_term(d.zctx);
+      return 1;
+    }
+  }
+  /* The embedded agent joins its own cluster endpoint; a wildcard bind address is reached on loopback. */
+  char self_join[PATH_MAX + 16];
+  if (!strncmp(listen, "tcp://*:", 8)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 8);
+  else if (!strncmp(listen, "tcp://0.0.0.0:", 14)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 14);
+  else snprintf(self_join, sizeof self_join, "%s", listen);
+  agent_config ac = {.join = is_agent_only ? cfg.join : self_join, .name = cfg.name, .cpu_workers = (int)cfg.cpu_workers,
+                     .gpus = cfg.gpus, .worker_path = cfg.worker};
+  if (agent_new(d.uv, d.zctx, &ac, &d.agent) != FSDP_OK) {
+    log_error("%s", fsdp_last_error());
+    coord_destroy(&d.coord);
+    uv_run(d.uv, UV_RUN_NOWAIT);
+    zmq_ctx_term(d.zctx);
+    return 1;
+  }
+  int sigs[2] = {SIGTERM, SIGINT};
+  for (int i = 0; i < 2; i++) {
+    uv_signal_init(d.uv, &d.sig[i]);
+    d.sig[i].data = &d;
+    uv_signal_start(&d.sig[i], on_signal, sigs[i]);
+  }
+  log_info("fsdpd %s (pid %d)%s", is_agent_only ? "agent" : "coordinator", (int)getpid(),
+           is_agent_only ? "" : " with its local agent");
+  uv_run(d.uv, UV_RUN_DEFAULT);
+  uv_loop_close(d.uv);
+  zmq_ctx_term(d.zctx);
+  log_info("stopped");
+  return 0;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# plan_cli — `fsdpctl plan` on good and bad job files: exit codes, one-line errors that name
+# file:line, --json that parses, --device-memory verdicts, --defaults that loads back.
+# Usage: plan_cli.sh BUILD_DIR SOURCE_DIR
+set -u
+BUILD=$(cd "${1:?build dir}" && pwd)
+SRC=$(cd "${2:?source dir}" && pwd)
+CTL="$BUILD/fsdpctl"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+pass=0
+
+ok() { pass=$((pass + 1)); }
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# run EXPECTED_RC ARGS...: runs fsdpctl, keeps stdout/stderr in $TMP/out, $TMP/err
+run() {
+  local want=$1; shift
+  "$CTL" "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "fsdpctl $* exited $rc, want $want; stderr: $(head -c 400 "$TMP/err")"
+    return 1
+  fi
+  ok
+}
+
+# bad NAME LINE NEEDLE TEXT: a job file that must fail with exit 2 and one stderr line
+# "fsdpctl: .../NAME:LINE: ...NEEDLE..."
+bad() {
+  local name=$1 line=$2 needle=$3 text=$4
+  printf '%b' "$text" >"$TMP/$name"
+  run 2 plan "$TMP/$name" || return
+  local n
+  n=$(wc -l <"$TMP/err")
+  [ "$n" -eq 1 ] || { fail "$name: $n stderr lines, want 1: $(cat "$TMP/err")"; return; }
+  grep -q "^fsdpctl: $TMP/$name:$line: " "$TMP/err" || { fail "$name: no '$TMP/$name:$line:' in: $(cat "$TMP/err")"; return; }
+  grep -qF -- "$needle" "$TMP/err" || { fail "$name: no '$needle' in: $(cat "$TMP/err")"; return; }
+  [ -s "$TMP/out" ] && { fail "$name: wrote to stdout on error"; return; }
+  ok
+}
+
+# usage_err TEXT_NEEDLE ARGS...: exit 2 with one stderr line
+usage_err() {
+  local needle=$1; shift
+  run 2 "$@" || return
+  [ "$(wc -l <"$TMP/err")" -eq 1 ] || { fail "fsdpctl $*: want one stderr line, got: $(cat "$TMP/err")"; return; }
+  grep -qF -- "$needle" "$TMP/err" || { fail "fsdpctl $*: no '$needle' in: $(cat "$TMP/err")"; return; }
+  ok
+}
+
+[ -x "$CTL" ] || { echo "FAIL: $CTL not built" >&2; exit 1; }
+
+# --- good files ---
+run 0 plan --help && grep -q -- "--device-memory" "$TMP/out" && ok || fail "--help text"
+run 0 plan "$SRC/examples/tiny.ini" && grep -q "170,560" "$TMP/out" && ok || fail "tiny.ini table: no 170,560"
+# relative paths resolve against the job file, not the cwd
+(cd / && "$CTL" plan "$SRC/examples/gpt2-small.ini" >/dev/null 2>&1) && ok || fail "gpt2-small.ini from /"
+
+run 0 plan "$SRC/examples/gpt2-small.ini" --json
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["n_params"] == 124439808, d["n_params"]
+assert d["world"] == 8 and d["shard_world"] == 8
+assert len(d["units"]) == 13
+u = d["units"][1]
+assert u["tensors"][2]["name"] == "h.0.attn.c_attn.weight" and u["tensors"][2]["shape"] == [768, 2304]
+for unit in d["units"]:
+    cover = sorted((s["offset"], s["length"]) for s in unit["shards"])
+    pos = 0
+    for off, n in cover:
+        assert off == pos, (unit["name"], off, pos)
+        pos += n
+    assert pos == unit["padded"] >= unit["numel"]
+m = d["memory"]
+assert m["total"] == sum(v for k, v in m.items() if k != "total")
+' "$TMP/out" && ok || fail "gpt2-small --json content"
+
+run 0 plan "$SRC/examples/gpt2-small.ini" --world 3 --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["world"] == 3' "$TMP/out" && ok || fail "--world 3"
+
+run 0 plan "$SRC/examples/gpt2-small.ini" --device-memory 80GiB && grep -q "fits" "$TMP/out" && ok || fail "80GiB fits"
+run 0 plan "$SRC/examples/gpt2-small.ini" --device-memory=85899345920 && ok || fail "plain integer bytes"
+
+# A job that does not fit on one rank but does on more: exit 3 and the smallest world size.
+cat >"$TMP/medium.ini" <<'EOF'
+[model]
+n_layer = 24
+n_head = 16
+n_embd = 1024
+[data]
+train = synthetic:markov:1
+batch_size = 1
+grad_accum = 1
+EOF
+run 3 plan "$TMP/medium.ini" --device-memory 6GiB
+w=$(sed -n 's/.*smallest world size that fits is \([0-9]*\).*/\1/p' "$TMP/err")
+if [ -n "$w" ] && [ "$w" -gt 1 ]; then
+  ok
+  run 0 plan "$TMP/medium.ini" --device-memory 6GiB --world "$w"
+  run 3 plan "$TMP/medium.ini" --device-memory 6GiB --world $((w - 1))
+else
+  fail "no smallest world size in: $(cat "$TMP/err")"
+fi
+run 3 plan "$TMP/medium.ini" --device-memory 6G --json
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["device_memory"]["fits"] is False and d["device_memory"]["min_world"] > 1
+' "$TMP/out" && ok || fail "--json device_memory"
+
+# --defaults is a job file: with a train source it plans as GPT-2 small.
+run 0 plan --defaults
+{ cat "$TMP/out"; printf '\n[data]\ntrain = synthetic:markov:5\n'; } >"$TMP/defaults.ini"
+run 0 plan "$TMP/defaults.ini" --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["n_params"] == 124439808' "$TMP/out" \
+  && ok || fail "--defaults round trip"
+
+# --- bad files: one class each ---
+T='[data]\ntrain = synthetic:markov:1\n'
+bad unknown_key.ini 4 "unknown key 'n_layers'" "${T}[model]\nn_layers = 4\n"
+bad unknown_section.ini 3 "unknown section [modle]" "${T}[modle]\nn_layer = 4\n"
+bad malformed.ini 5 "not an integer; allowed" "${T}[model]\n# comment\nn_layer = 4x\n"
+bad malformed_float.ini 4 "not a number; allowed" "${T}[optim]\nlr = 6e-4e\n"
+bad heads.ini 5 "not divisible by n_head" "${T}[model]\nn_head = 12\nn_embd = 100\n"
+bad world0.ini 4 "world_size = 0 is out of range; allowed: an integer in 1..4096" "${T}[fsdp]\nworld_size = 0\n"
+bad nofile.ini 2 "cannot read" "[data]\ntrain = no/such/tokens.bin\n"
+bad notrain.ini 1 "train is required" "[data]\nbatch_size = 2\n"
+bad cpu_bf16.ini 4 "bf16 needs device = cuda" "${T}[fsdp]\nparam_dtype = bf16\n"
+bad syntax.ini 3 "syntax error" "${T}[model\n"
+usage_err "cannot read the job file" plan "$TMP/does-not-exist.ini"
+usage_err "no job file" plan
+usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory 80XB
+usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory -5
+usage_err "--world" plan "$SRC/examples/tiny.ini" --world 0
+usage_err "unknown option" plan "$SRC/examples/tiny.ini" --wrold 2
+
+echo "plan_cli: $pass passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,380 @@
+/* test_coordinator_ctl — fsdpd's control endpoint and job lifecycle, end to end, without fsdpctl
+ * and without the real worker: the test forks fsdpd (embedded coordinator + agent), talks wire to
+ * it over ipc, and gives it a fake worker script (--worker) whose behaviour it picks (exit 3,
+ * kill itself with SIGKILL, or sleep), so that every failure path, queueing, cancellation,
+ * restart and garbage input is exercised on any machine in a few seconds.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "check.h"
+#include "wire.h"
+
+static char fsdpd_path[PATH_MAX];
+static char state[PATH_MAX - 256];
+static void *zctx;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *tiny_spec(int world, const char *extra_model) {
+  static char buf[2048];
+  snprintf(buf, sizeof buf,
+           "[job]\nname = t\nsteps = 3\n[model]\nn_layer = %s\nn_head = 2\nn_embd = %s\nvocab_size = %s\nseq_len = 16\n"
+           "[data]\ntrain = synthetic:markov:1\nbatch_size = 2\n[fsdp]\nworld_size = %d\ndevice = cpu\n",
+           extra_model ? "200" : "1", extra_model ? "16384" : "32", extra_model ? "50257" : "64", world);
+  return buf;
+}
+
+static pid_t start_daemon(const char *mode, int tag) {
+  char log[PATH_MAX], worker[PATH_MAX], pids[PATH_MAX];
+  snprintf(log, sizeof log, "%s/daemon-%d.log", state, tag);
+  snprintf(worker, sizeof worker, "%s/fake-worker.sh", state);
+  snprintf(pids, sizeof pids, "%s/fake.pids", state);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 2);
+    setenv("FAKE_MODE", mode, 1);
+    setenv("FAKE_PIDS", pids, 1);
+    execl(fsdpd_path, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", "2", "--gpus", "none",
+          "--worker", worker, "--heartbeat", "0.2", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Wait for PID to exit within TIMEOUT seconds; returns its wait status or -1. */
+static int wait_exit(pid_t pid, double timeout) {
+  double end = now_s() + timeout;
+  int st;
+  while (now_s() < end) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);   /* polling a condition with a deadline, not synchronizing by sleep */
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+static void *ctl_connect(void) {
+  void *s = zmq_socket(zctx, ZMQ_DEALER);
+  wire_socket_setup(s);
+  int to = 10000;
+  zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+  char ep[PATH_MAX + 16];
+  snprintf(ep, sizeof ep, "ipc://%s/ctl.sock", state);
+  zmq_connect(s, ep);
+  return s;
+}
+
+/* One request, one reply. */
+static Fsdp__Msg *call(void *s, Fsdp__Msg *req) {
+  wire_env env = {0};
+  wire_env_push(&env, NULL, 0);
+  if (wire_send(s, &env, req, 0) != FSDP_OK) return NULL;
+  Fsdp__Msg *m = NULL;
+  if (wire_recv(s, &env, &m, 0) != FSDP_OK) return NULL;
+  return m;
+}
+
+static Fsdp__Msg *submit(void *s, const char *text) {
+  Fsdp__SubmitReq r = FSDP__SUBMIT_REQ__INIT;
+  r.spec_text = (char *)text;
+  r.spec_path = "test.ini";
+  r.base_dir = state;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_SUBMIT_REQ;
+  m.submit_req = &r;
+  return call(s, &m);
+}
+
+static uint64_t submit_ok(void *s, const char *text) {
+  Fsdp__Msg *m = submit(s, text);
+  uint64_t id = 0;
+  CHECK(m && m->body_case == FSDP__MSG__BODY_SUBMIT_RESP);
+  if (m && m->body_case == FSDP__MSG__BODY_SUBMIT_RESP) id = m->submit_resp->job_id;
+  else if (m && m->body_case == FSDP__MSG__BODY_ERROR) fprintf(stderr, "submit: %s\n", m->error->message);
+  wire_free(&m);
+  return id;
+}
+
+static Fsdp__Msg *job_query(void *s, Fsdp__Msg__BodyCase which, uint64_t id) {
+  Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
+  q.job_id = id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = which;
+  if (which == FSDP__MSG__BODY_STATUS_REQ) m.status_req = &q;
+  else m.cancel_req = &q;
+  return call(s, &m);
+}
+
+/* Poll job ID's status until its state is STATE (or terminal), within TIMEOUT seconds. */
+static int wait_state(void *s, uint64_t id, int state_want, double timeout, char *reason, size_t rlen) {
+  double end = now_s() + timeout;
+  int st = -1;
+  while (now_s() < end) {
+    Fsdp__Msg *m = job_query(s, FSDP__MSG__BODY_STATUS_REQ, id);
+    if (m && m->body_case == FSDP__MSG__BODY_STATUS_RESP) {
+      st = m->status_resp->state;
+      if (reason) snprintf(reason, rlen, "%s", m->status_resp->reason);
+    }
+    wire_free(&m);
+    if (st == state_want || (st >= 4 && state_want < 4)) return st;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return st;
+}
+
+static void shutdown_daemon(void *s, pid_t pid) {
+  Fsdp__ShutdownReq q = FSDP__SHUTDOWN_REQ__INIT;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_SHUTDOWN_REQ;
+  m.shutdown_req = &q;
+  Fsdp__Msg *r = call(s, &m);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
+  wire_free(&r);
+  int st = wait_exit(pid, 15);
+  CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void kill_fake_workers(void) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/fake.pids", state);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  int pid;
+  while (fscanf(f, "%d", &pid) == 1)
+    if (pid > 1) kill(pid, SIGKILL);
+  fclose(f);
+  unlink(path);
+}
+
+static int file_contains(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char buf[65536];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return strstr(buf, needle) != NULL;
+}
+
+static void test_basic_and_garbage(void *s) {
+  /* nodes: the embedded agent with its two CPU slots, each with MemAvailable/2 bytes */
+  Fsdp__NodesReq nq = FSDP__NODES_REQ__INIT;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODES_REQ;
+  m.nodes_req = &nq;
+  Fsdp__Msg *r = call(s, &m);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_NODES_RESP);
+  if (r && r->body_case == FSDP__MSG__BODY_NODES_RESP) {
+    CHECK_EQ_INT(1, r->nodes_resp->n_nodes);
+    if (r->nodes_resp->n_nodes == 1) {
+      CHECK_EQ_INT(2, r->nodes_resp->nodes[0]->n_slots);
+      CHECK(!r->nodes_resp->nodes[0]->lost);
+      for (size_t i = 0; i < r->nodes_resp->nodes[0]->n_slots; i++) {
+        CHECK_EQ_INT(FSDP__DEVICE_KIND__DEVICE_KIND_CPU, r->nodes_resp->nodes[0]->slots[i]->kind);
+        CHECK(r->nodes_resp->nodes[0]->slots[i]->mem_bytes > 0);
+      }
+    }
+  }
+  wire_free(&r);
+
+  /* unknown job ids */
+  r = job_query(s, FSDP__MSG__BODY_STATUS_REQ, 42);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
+  if (r && r->body_case == FSDP__MSG__BODY_ERROR) {
+    CHECK_EQ_INT(FSDP_ERR_NOTFOUND, r->error->code);
+    CHECK(strstr(r->error->message, "no job 42") != NULL);
+  }
+  wire_free(&r);
+  r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, 42);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_NOTFOUND);
+  wire_free(&r);
+
+  /* garbage after the delimiter: an error reply naming the problem */
+  static const char junk[] = "\xff\xfe this is not a protobuf message \x01\x02";
+  zmq_send(s, "", 0, ZMQ_SNDMORE);
+  zmq_send(s, junk, sizeof junk, 0);
+  Fsdp__Msg *g = NULL;
+  wire_env env;
+  CHECK_OK(wire_recv(s, &env, &g, 0));
+  CHECK(g && g->body_case == FSDP__MSG__BODY_ERROR);
+  if (g && g->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(g->error->message, "malformed") != NULL);
+  wire_free(&g);
+
+  /* garbage without a delimiter, from another client */
+  void *s2 = ctl_connect();
+  zmq_send(s2, junk, 5, 0);
+  char buf[4096];
+  int n = zmq_recv(s2, buf, sizeof buf, 0);
+  CHECK(n > 0);
+  zmq_close(s2);
+
+  /* raw bytes on the Unix socket itself (not even ZMTP) */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", state) >= (int)sizeof sa.sun_path) CHECK(0);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+    char raw[1024];
+    for (size_t i = 0; i < sizeof raw; i++) raw[i] = (char)(i * 131 + 7);
+    CHECK(write(fd, raw, sizeof raw) > 0);
+  }
+  close(fd);
+
+  /* a cluster message on the control endpoint */
+  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
+  m.body_case = FSDP__MSG__BODY_HEARTBEAT;
+  m.heartbeat = &hb;
+  r = call(s, &m);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_INVALID);
+  wire_free(&r);
+
+  /* still serving */
+  Fsdp__ListReq lq = FSDP__LIST_REQ__INIT;
+  m.body_case = FSDP__MSG__BODY_LIST_REQ;
+  m.list_req = &lq;
+  r = call(s, &m);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_LIST_RESP);
+  wire_free(&r);
+
+  /* bad specs */
+  r = submit(s, "[job\nsteps = x\n");
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code != FSDP_OK && strlen(r->error->message) > 10);
+  wire_free(&r);
+  r = submit(s, tiny_spec(4, NULL));
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
+  if (r && r->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(r->error->message, "cluster has 2") != NULL);
+  wire_free(&r);
+  r = submit(s, tiny_spec(2, "huge"));
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
+  if (r && r->body_case == FSDP__MSG__BODY_ERROR) {
+    CHECK(strstr(r->error->message, "per rank") != NULL);
+    CHECK(strstr(r->error->message, "fits") != NULL);
+  }
+  wire_free(&r);
+}
+
+int main(void) {
+  char self[PATH_MAX - 32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0);
+  self[n > 0 ? n : 0] = '\0';
+  *strrchr(self, '/') = '\0';
+  snprintf(fsdpd_path, sizeof fsdpd_path, "%s/../fsdpd", self);
+  if (access(fsdpd_path, X_OK) != 0) {
+    fprintf(stderr, "fsdpd not built at %s\n", fsdpd_path);
+    return 1;
+  }
+  snprintf(state, sizeof state, "/tmp/fsdpd-test-XXXXXX");
+  CHECK(mkdtemp(state) != NULL);
+  char script[PATH_MAX];
+  snprintf(script, sizeof script, "%s/fake-worker.sh", state);
+  FILE *f = fopen(script, "w");
+  fprintf(f, "#!/bin/sh\necho $$ >> \"$FAKE_PIDS\"\necho \"fake worker $*\"\n"
+             "case \"$FAKE_MODE\" in\n  exit3) exit 3;;\n  kill9) kill -9 $$;;\n  *) exec sleep 60;;\nesac\n");
+  fclose(f);
+  chmod(script, 0755);
+  zctx = zmq_ctx_new();
+  char reason[1024];
+
+  /* daemon 1: workers exit with status 3 */
+  pid_t d = start_daemon("exit3", 1);
+  void *s = ctl_connect();
+  test_basic_and_garbage(s);
+  uint64_t j1 = submit_ok(s, tiny_spec(2, NULL));
+  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j1, FSDP__JOB_STATE__FAILED, 10, reason, sizeof reason));
+  CHECK(strstr(reason, "rank") && strstr(reason, "status 3"));
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/jobs/%llu/worker-0.log", state, (unsigned long long)j1);
+  double end = now_s() + 5;
+  while (!file_contains(path, "fake worker") && now_s() < end) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(file_contains(path, "fake worker"));
+  CHECK(file_contains(path, "--token"));
+  shutdown_daemon(s, d);
+  zmq_close(s);
+  kill_fake_workers();
+
+  /* daemon 2: the failed job survives a restart; a second job queues behind the first */
+  d = start_daemon("sleep", 2);
+  s = ctl_connect();
+  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j1, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
+  CHECK(strstr(reason, "status 3") != NULL);
+  uint64_t j2 = submit_ok(s, tiny_spec(2, NULL));
+  uint64_t j3 = submit_ok(s, tiny_spec(1, NULL));
+  CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j2, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
+  CHECK_EQ_INT(FSDP__JOB_STATE__QUEUED, wait_state(s, j3, FSDP__JOB_STATE__QUEUED, 1, NULL, 0));
+  kill(d, SIGKILL);
+  CHECK(wait_exit(d, 5) != -1);
+  zmq_close(s);
+  kill_fake_workers();
+
+  /* daemon 3: both are failed ('daemon restarted'); cancel frees the devices for the queue */
+  d = start_daemon("sleep", 3);
+  s = ctl_connect();
+  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j2, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
+  CHECK(strstr(reason, "daemon restarted") != NULL);
+  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j3, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
+  uint64_t j4 = submit_ok(s, tiny_spec(2, NULL));
+  uint64_t j5 = submit_ok(s, tiny_spec(2, NULL));
+  CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j4, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
+  CHECK_EQ_INT(FSDP__JOB_STATE__QUEUED, wait_state(s, j5, FSDP__JOB_STATE__QUEUED, 1, NULL, 0));
+  Fsdp__Msg *r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
+  wire_free(&r);
+  CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j4, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
+  CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j5, FSDP__JOB_STATE__STARTING, 10, NULL, 0));
+  r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);   /* cancelling a finished job is an error */
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_STATE);
+  wire_free(&r);
+  /* SIGTERM: the running job is cancelled cleanly and the daemon exits 0 */
+  kill(d, SIGTERM);
+  int st = wait_exit(d, 15);
+  CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  zmq_close(s);
+  kill_fake_workers();
+
+  /* daemon 4: a worker killed by SIGKILL fails its job, naming the rank and the signal */
+  d = start_daemon("kill9", 4);
+  s = ctl_connect();
+  CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j5, FSDP__JOB_STATE__CANCELLED, 5, reason, sizeof reason));
+  CHECK(strstr(reason, "shut down") != NULL);
+  uint64_t j6 = submit_ok(s, tiny_spec(2, NULL));
+  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j6, FSDP__JOB_STATE__FAILED, 10, reason, sizeof reason));
+  CHECK(strstr(reason, "signal 9 (SIGKILL)") != NULL && strstr(reason, "rank") != NULL);
+  shutdown_daemon(s, d);
+  zmq_close(s);
+  kill_fake_workers();
+
+  zmq_ctx_term(zctx);
+  if (check_fail_ == 0 && !getenv("FSDPD_TEST_KEEP")) {
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", state);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", state);
+  } else {
+    fprintf(stderr, "state kept in %s\n", state);
+  }
+  return check_done();
+}

@@ -1,0 +1,198 @@
+/* test_jobs_db — the coordinator's SQLite store: insert, state transitions with timestamps, steps,
+ * listing, unknown ids, and what survives closing and reopening (a daemon restart), including
+ * failing the jobs that were unfinished.
+ *
+ * jobs_db.c is part of the fsdpd executable, not of a library, so it is compiled into this test.
+ * The unit tests are linked against libfsdpworker only, which does not bring libsqlite3, so the
+ * few sqlite3 entry points jobs_db.c calls are forwarded here to the real library, opened with
+ * dlopen("libsqlite3.so.0"). (If the test is ever linked with -lsqlite3 as well, these
+ * definitions in the executable take precedence and still forward to the same library.)
+ */
+#include "../../daemon/jobs_db.c"
+
+#include <unistd.h>
+
+#include "check.h"
+
+#include <dlfcn.h>
+
+static void *sqlite_lib(void) {
+  static void *h;
+  if (!h) h = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+static void *sym(const char *name) {
+  void *f = sqlite_lib() ? dlsym(sqlite_lib(), name) : NULL;
+  if (!f) {
+    fprintf(stderr, "test_jobs_db: cannot load %s from libsqlite3.so.0\n", name);
+    abort();
+  }
+  return f;
+}
+#define FWD(ret, name, params, args)                \
+  ret name params {                                 \
+    static ret(*f) params;                          \
+    if (!f) *(void **)&f = sym(#name);              \
+    return f args;                                  \
+  }
+FWD(int, sqlite3_open_v2, (const char *a, sqlite3 **b, int c, const char *d), (a, b, c, d))
+FWD(int, sqlite3_busy_timeout, (sqlite3 *a, int b), (a, b))
+FWD(int, sqlite3_exec, (sqlite3 *a, const char *b, int (*c)(void *, int, char **, char **), void *d, char **e), (a, b, c, d, e))
+FWD(int, sqlite3_prepare_v2, (sqlite3 *a, const char *b, int c, sqlite3_stmt **d, const char **e), (a, b, c, d, e))
+FWD(int, sqlite3_finalize, (sqlite3_stmt *a), (a))
+FWD(int, sqlite3_close, (sqlite3 *a), (a))
+FWD(const char *, sqlite3_errmsg, (sqlite3 *a), (a))
+FWD(int, sqlite3_reset, (sqlite3_stmt *a), (a))
+FWD(int, sqlite3_clear_bindings, (sqlite3_stmt *a), (a))
+FWD(int, sqlite3_step, (sqlite3_stmt *a), (a))
+FWD(int, sqlite3_bind_int64, (sqlite3_stmt *a, int b, sqlite3_int64 c), (a, b, c))
+FWD(int, sqlite3_bind_int, (sqlite3_stmt *a, int b, int c), (a, b, c))
+FWD(int, sqlite3_bind_text, (sqlite3_stmt *a, int b, const char *c, int d, void (*e)(void *)), (a, b, c, d, e))
+FWD(int, sqlite3_bind_double, (sqlite3_stmt *a, int b, double c), (a, b, c))
+FWD(sqlite3_int64, sqlite3_last_insert_rowid, (sqlite3 *a), (a))
+FWD(int, sqlite3_changes, (sqlite3 *a), (a))
+FWD(const unsigned char *, sqlite3_column_text, (sqlite3_stmt *a, int b), (a, b))
+FWD(sqlite3_int64, sqlite3_column_int64, (sqlite3_stmt *a, int b), (a, b))
+FWD(int, sqlite3_column_int, (sqlite3_stmt *a, int b), (a, b))
+FWD(double, sqlite3_column_double, (sqlite3_stmt *a, int b), (a, b))
+void sqlite3_free(void *p) {
+  static void (*f)(void *);
+  if (!f) *(void **)&f = sym("sqlite3_free");
+  f(p);
+}
+
+static jobs_db_row job_row(const char *name, int world) {
+  jobs_db_row r = {0};
+  r.name = (char *)name;
+  r.world = world;
+  r.device = 0;
+  r.steps = 10;
+  r.spec_text = "[job]\nsteps = 10\n";
+  r.spec_path = "/tmp/x.ini";
+  r.base_dir = "/tmp";
+  r.job_dir = "/state/jobs";
+  return r;
+}
+
+int main(void) {
+  char dir[] = "/tmp/test-jobs-db-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/jobs.db", dir);
+
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  uint64_t id1 = 0, id2 = 0;
+  jobs_db_row r1 = job_row("first", 2), r2 = job_row("second", 4);
+  CHECK_OK(jobs_db_insert(db, &r1, 1000.0, &id1));
+  CHECK_OK(jobs_db_insert(db, &r2, 1001.0, &id2));
+  CHECK_EQ_INT(1, id1);
+  CHECK_EQ_INT(2, id2);
+
+  jobs_db_row g;
+  CHECK_OK(jobs_db_get(db, id1, &g));
+  CHECK(strcmp(g.name, "first") == 0);
+  CHECK_EQ_INT(1, g.state);
+  CHECK_EQ_INT(2, g.world);
+  CHECK_EQ_INT(10, g.steps);
+  CHECK(strcmp(g.job_dir, "/state/jobs/1") == 0);
+  CHECK(strcmp(g.spec_text, "[job]\nsteps = 10\n") == 0);
+  CHECK_NEAR(1000.0, g.submitted_at, 0, 0);
+  CHECK_NEAR(0.0, g.started_at, 0, 0);
+  jobs_db_row_clear(&g);
+
+  /* transitions, with their timestamps */
+  CHECK_OK(jobs_db_set_state(db, id1, 2, NULL, 1002.0));
+  CHECK_OK(jobs_db_set_state(db, id1, 3, NULL, 1003.0));
+  for (int s = 1; s <= 3; s++) {
+    jobs_db_step st = {.step = s, .loss = 5.0 - s, .lr = 1e-3 * s, .grad_norm = 0.5, .tokens = 1024,
+                       .step_ms = 100.0 + s, .tokens_per_s = 1024 / ((100.0 + s) / 1000)};
+    char json[64];
+    snprintf(json, sizeof json, "{\"step\":%d}", s);
+    CHECK_OK(jobs_db_add_step(db, id1, &st, json));
+  }
+  CHECK_OK(jobs_db_set_state(db, id1, 4, NULL, 1010.0));
+  int states[8];
+  double at[8];
+  size_t n = 0;
+  CHECK_OK(jobs_db_transitions(db, id1, states, at, 8, &n));
+  CHECK_EQ_INT(4, n);
+  int want[] = {1, 2, 3, 4};
+  double want_at[] = {1000.0, 1002.0, 1003.0, 1010.0};
+  for (size_t i = 0; i < n && i < 4; i++) {
+    CHECK_EQ_INT(want[i], states[i]);
+    CHECK_NEAR(want_at[i], at[i], 0, 0);
+  }
+  int count = 0;
+  CHECK_OK(jobs_db_step_count(db, id1, &count));
+  CHECK_EQ_INT(3, count);
+  char *json = NULL;
+  CHECK_OK(jobs_db_step_json(db, id1, 2, &json));
+  CHECK(json && strcmp(json, "{\"step\":2}") == 0);
+  free(json);
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_step_json(db, id1, 7, &json));
+
+  CHECK_OK(jobs_db_get(db, id1, &g));
+  CHECK_EQ_INT(4, g.state);
+  CHECK_EQ_INT(3, g.step);
+  CHECK_NEAR(2.0, g.loss, 0, 0);
+  CHECK_NEAR(3e-3, g.last_lr, 0, 1e-12);
+  CHECK_NEAR(103.0, g.last_step_ms, 0, 0);
+  CHECK_EQ_INT(1024, g.last_tokens);
+  CHECK_NEAR(1003.0, g.started_at, 0, 0);
+  CHECK_NEAR(1010.0, g.finished_at, 0, 0);
+  jobs_db_row_clear(&g);
+
+  /* unknown ids */
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_get(db, 99, &g));
+  CHECK(strstr(fsdp_last_error(), "no job 99") != NULL);
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_set_state(db, 99, 5, "x", 1.0));
+
+  /* listing: newest first, limited */
+  jobs_db_row *rows = NULL;
+  CHECK_OK(jobs_db_list(db, 1, &rows, &n));
+  CHECK_EQ_INT(1, n);
+  if (n == 1) CHECK_EQ_INT(id2, rows[0].id);
+  jobs_db_rows_free(&rows, n);
+  CHECK_OK(jobs_db_list(db, 0, &rows, &n));
+  CHECK_EQ_INT(2, n);
+  if (n == 2) {
+    CHECK_EQ_INT(id2, rows[0].id);
+    CHECK_EQ_INT(id1, rows[1].id);
+  }
+  jobs_db_rows_free(&rows, n);
+
+  /* WAL mode: the write-ahead log exists while the database is open */
+  char wal[300];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  CHECK(access(wal, F_OK) == 0);
+  jobs_db_close(&db);
+  CHECK(db == NULL);
+
+  /* restart: everything is still there; the unfinished job is failed, the finished one untouched */
+  CHECK_OK(jobs_db_open(path, &db));
+  int nfail = 0;
+  CHECK_OK(jobs_db_fail_unfinished(db, "daemon restarted", 2000.0, &nfail));
+  CHECK_EQ_INT(1, nfail);
+  CHECK_OK(jobs_db_get(db, id2, &g));
+  CHECK_EQ_INT(5, g.state);
+  CHECK(strcmp(g.reason, "daemon restarted") == 0);
+  CHECK_NEAR(2000.0, g.finished_at, 0, 0);
+  jobs_db_row_clear(&g);
+  CHECK_OK(jobs_db_get(db, id1, &g));
+  CHECK_EQ_INT(4, g.state);
+  CHECK_EQ_INT(3, g.step);
+  jobs_db_row_clear(&g);
+  CHECK_OK(jobs_db_fail_unfinished(db, "daemon restarted", 2001.0, &nfail));
+  CHECK_EQ_INT(0, nfail);
+  uint64_t id3 = 0;
+  CHECK_OK(jobs_db_insert(db, &r1, 3000.0, &id3));
+  CHECK_EQ_INT(3, id3);   /* ids are never reused */
+  jobs_db_close(&db);
+  jobs_db_close(&db);     /* NULL-safe */
+
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return check_done();
+}

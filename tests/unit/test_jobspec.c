@@ -1,0 +1,324 @@
+/* test_jobspec — the job file: defaults, every key, comments, paths, and each class of bad input. */
+#include "jobspec.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char tmpdir[512];
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fputs(text, f);
+  fclose(f);
+}
+
+/* The source tree, from this file's path (CMake compiles it by absolute path). */
+static void source_path(char *out, size_t n, const char *rel) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", __FILE__);
+  char *s = strstr(dir, "tests/unit/");
+  if (s) *s = '\0';
+  if (dir[0] == '/') snprintf(out, n, "%s%s", dir, rel);
+  else snprintf(out, n, "./%s%s", dir, rel);   /* compiled by relative path: from the source root */
+}
+
+/* Parse TEXT and expect failure: a one-line message that names "bad.ini:LINE:" and says what is
+ * allowed (or what to do). */
+static void expect_error(const char *text, int line, const char *needle) {
+  jobspec_t s;
+  fsdp_status rc = jobspec_parse(text, "bad.ini", tmpdir, &s);
+  CHECK(rc != FSDP_OK);
+  const char *msg = fsdp_last_error();
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "bad.ini:%d: ", line);
+  int ok = !strncmp(msg, prefix, strlen(prefix)) && !strchr(msg, '\n') && strstr(msg, needle);
+  if (!ok) fprintf(stderr, "  for %s: got '%s', want prefix '%s' and '%s'\n", text, msg, prefix, needle);
+  CHECK(ok);
+}
+
+static void test_defaults(void) {
+  jobspec_t d;
+  jobspec_defaults(&d);
+  CHECK_EQ_INT(12, d.model.n_layer);
+  CHECK_EQ_INT(12, d.model.n_head);
+  CHECK_EQ_INT(768, d.model.n_embd);
+  CHECK_EQ_INT(50257, d.model.vocab_size);
+  CHECK_EQ_INT(1024, d.model.seq_len);
+  CHECK_EQ_INT(1337, d.seed);
+  CHECK_EQ_INT(1, d.world_size);
+  CHECK_EQ_INT(DEVICE_CPU, d.device);
+  CHECK_EQ_INT(SHARD_FULL, d.sharding);
+  CHECK_EQ_INT(1, d.prefetch);
+  CHECK_EQ_INT(DTYPE_FP32, d.param_dtype);
+  CHECK_EQ_INT(DTYPE_FP32, d.reduce_dtype);
+  CHECK_EQ_INT(COMM_AUTO, d.comm);
+  CHECK_NEAR(60, d.timeout_s, 0, 0);
+  CHECK_EQ_INT(0, d.ckpt_every);
+  CHECK_EQ_INT(2, d.ckpt_keep);
+  CHECK_EQ_INT(RESUME_AUTO, d.resume);
+  CHECK_NEAR(6e-4, d.lr, 0, 0);
+  CHECK_NEAR(6e-5, d.min_lr, 0, 0);
+  CHECK_EQ_INT(2000, d.warmup_steps);
+  CHECK(!strcmp(d.init, "random"));
+  CHECK(!strcmp(d.arch, "gpt2"));
+  CHECK(!strcmp(shard_mode_name(SHARD_GRAD_OP), "grad_op"));
+  CHECK(!strcmp(device_kind_name(DEVICE_CUDA), "cuda"));
+  CHECK(!strcmp(dtype_kind_name(DTYPE_BF16), "bf16"));
+  CHECK(!strcmp(comm_kind_name(COMM_NCCL), "nccl"));
+  CHECK(!strcmp(lr_schedule_name(SCHED_COSINE), "cosine"));
+  CHECK_EQ_INT(2, dtype_bytes(DTYPE_BF16));
+  CHECK_EQ_INT(4, dtype_bytes(DTYPE_FP32));
+}
+
+/* --defaults output is itself a job file that parses back to the defaults (given a train). */
+static void test_defaults_roundtrip(void) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  jobspec_write_defaults(f);
+  fputs("\n[data]\ntrain = synthetic:markov:7\n", f);
+  fclose(f);
+  CHECK(strstr(buf, "\n[fsdp]\n") != NULL);
+  CHECK(strstr(buf, "lr = 0.0006\n") != NULL);
+  jobspec_t s, d;
+  CHECK_OK(jobspec_parse(buf, "<string>", tmpdir, &s));
+  jobspec_defaults(&d);
+  CHECK_EQ_INT(1, s.synthetic);
+  CHECK_EQ_INT(7, s.markov_seed);
+  /* everything but the data source equals the defaults */
+  s.synthetic = d.synthetic;
+  s.markov_seed = d.markov_seed;
+  CHECK(!memcmp(&s, &d, sizeof s));
+  free(buf);
+}
+
+static void test_every_key(void) {
+  char tok[PATH_MAX + 32], init[PATH_MAX + 32];
+  snprintf(tok, sizeof tok, "%s/data/tokens.bin", tmpdir);
+  snprintf(init, sizeof init, "%s/init.safetensors", tmpdir);
+  write_file(tok, "x");
+  write_file(init, "x");
+  const char *text =
+      "# a comment\n"
+      "; another\n"
+      "[job]\n"
+      "name = run-1.b\n"
+      "steps = 123        # inline hash comment\n"
+      "seed = 18446744073709551615 ; inline semicolon comment\n"
+      "max_restarts = 3\n"
+      "\n"
+      "[model]\n"
+      "  arch = gpt2\n"               /* indented keys are keys, not continuations */
+      "  n_layer = 4\n"
+      "n_head = 8\n"
+      "n_embd = 256\n"
+      "vocab_size = 512\n"
+      "seq_len = 128\n"
+      "init = init.safetensors\n"
+      "[data]\n"
+      "train = data/../data/tokens.bin\n"
+      "batch_size = 3\n"
+      "grad_accum = 7\n"
+      "[optim]\n"
+      "lr = 1e-3\n"
+      "min_lr = 0\n"
+      "warmup_steps = 0\n"
+      "schedule = constant\n"
+      "weight_decay = 0\n"
+      "beta1 = 0\n"
+      "beta2 = 0.999\n"
+      "eps = 1e-6\n"
+      "grad_clip = 0\n"
+      "[fsdp]\n"
+      "world_size = 64\n"
+      "device = cuda\n"
+      "sharding = grad_op\n"
+      "prefetch = 4\n"
+      "param_dtype = bf16\n"
+      "reduce_dtype = bf16\n"
+      "comm = nccl\n"
+      "timeout_s = 2.5\n"
+      "[checkpoint]\n"
+      "dir = ./ck/../ckpt\n"
+      "every = 50\n"
+      "keep = 5\n"
+      "resume = never\n";
+  jobspec_t s;
+  CHECK_OK(jobspec_parse(text, "job.ini", tmpdir, &s));
+  CHECK(!strcmp(s.name, "run-1.b"));
+  CHECK_EQ_INT(123, s.steps);
+  CHECK(s.seed == UINT64_MAX);
+  CHECK_EQ_INT(3, s.max_restarts);
+  CHECK_EQ_INT(4, s.model.n_layer);
+  CHECK_EQ_INT(8, s.model.n_head);
+  CHECK_EQ_INT(256, s.model.n_embd);
+  CHECK_EQ_INT(512, s.model.vocab_size);
+  CHECK_EQ_INT(128, s.model.seq_len);
+  CHECK(!strcmp(s.init, init));
+  CHECK(!strcmp(s.train, tok));
+  CHECK_EQ_INT(0, s.synthetic);
+  CHECK_EQ_INT(3, s.batch_size);
+  CHECK_EQ_INT(7, s.grad_accum);
+  CHECK_NEAR(1e-3, s.lr, 0, 0);
+  CHECK_NEAR(0, s.min_lr, 0, 0);
+  CHECK_EQ_INT(0, s.warmup_steps);
+  CHECK_EQ_INT(SCHED_CONSTANT, s.schedule);
+  CHECK_NEAR(0.999, s.beta2, 0, 0);
+  CHECK_NEAR(1e-6, s.eps, 0, 0);
+  CHECK_NEAR(0, s.grad_clip, 0, 0);
+  CHECK_EQ_INT(64, s.world_size);
+  CHECK_EQ_INT(DEVICE_CUDA, s.device);
+  CHECK_EQ_INT(SHARD_GRAD_OP, s.sharding);
+  CHECK_EQ_INT(4, s.prefetch);
+  CHECK_EQ_INT(DTYPE_BF16, s.param_dtype);
+  CHECK_EQ_INT(DTYPE_BF16, s.reduce_dtype);
+  CHECK_EQ_INT(COMM_NCCL, s.comm);
+  CHECK_NEAR(2.5, s.timeout_s, 0, 0);
+  char ck[PATH_MAX + 8];
+  snprintf(ck, sizeof ck, "%s/ckpt", tmpdir);
+  CHECK(!strcmp(s.ckpt_dir, ck));
+  CHECK_EQ_INT(50, s.ckpt_every);
+  CHECK_EQ_INT(5, s.ckpt_keep);
+  CHECK_EQ_INT(RESUME_NEVER, s.resume);
+  CHECK(!strcmp(s.path, "job.ini"));
+}
+
+/* jobspec_load: relative paths are relative to the file, wherever the caller's cwd is; the name
+ * defaults to the file's name. */
+static void test_load_relative(void) {
+  char sub[PATH_MAX], job[PATH_MAX + 16], tok[PATH_MAX + 16];
+  snprintf(sub, sizeof sub, "%s/jobs", tmpdir);
+  mkdir(sub, 0700);
+  snprintf(job, sizeof job, "%s/my_run.ini", sub);
+  snprintf(tok, sizeof tok, "%s/tok.bin", sub);
+  write_file(tok, "x");
+  write_file(job, "[data]\ntrain = tok.bin\n[checkpoint]\ndir = ../ck\n");
+  char cwd[PATH_MAX];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK(chdir("/") == 0);
+  jobspec_t s;
+  CHECK_OK(jobspec_load(job, &s));
+  CHECK(chdir(cwd) == 0);
+  CHECK(!strcmp(s.train, tok));
+  char ck[PATH_MAX + 8];
+  snprintf(ck, sizeof ck, "%s/ck", tmpdir);
+  CHECK(!strcmp(s.ckpt_dir, ck));
+  CHECK(!strcmp(s.name, "my_run"));
+  CHECK(!strcmp(s.path, job));
+  CHECK(s.train[0] == '/');
+}
+
+static void test_errors(void) {
+  const char *T = "[data]\ntrain = synthetic:markov:1\n";
+  char buf[512];
+  expect_error("[job]\nsteps = 10\n[mdoel]\nn_layer = 2\n", 3, "unknown section [mdoel]");
+  expect_error("[job]\nsteps = 10\n[empty]\n", 3, "unknown section [empty]");   /* even with no key */
+  expect_error("[job]\n\nstepz = 10\n", 3, "unknown key 'stepz' in [job]; allowed: name, steps");
+  expect_error("[job]\nsteps = 1O\n", 2, "not an integer; allowed: an integer in 1..");
+  expect_error("[optim]\nlr = fast\n", 2, "not a number; allowed: a number > 0");
+  expect_error("[optim]\nlr = 0\n", 2, "out of range; allowed: a number > 0");
+  expect_error("[job]\nseed = -1\n", 2, "not an integer");
+  expect_error("[fsdp]\nworld_size = 0\n", 2, "world_size = 0 is out of range; allowed: an integer in 1..4096");
+  expect_error("[fsdp]\nprefetch = 5\n", 2, "allowed: an integer in 0..4");
+  expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none");
+  expect_error("[model]\narch = llama\n", 2, "allowed: gpt2");
+  expect_error("[model]\ninit = weights.pt\n", 2, "allowed: random | PATH.safetensors");
+  expect_error("[model]\ninit = missing.safetensors\n", 2, "cannot read");
+  expect_error("[job]\nname = has space\n", 2, "allowed:");
+  snprintf(buf, sizeof buf, "%s[model]\nn_head = 12\nn_embd = 100\n", T);
+  expect_error(buf, 5, "n_embd = 100 is not divisible by n_head = 12");
+  expect_error("[data]\ntrain = no/such/file.bin\n", 2, "cannot read");
+  expect_error("[data]\ntrain = synthetic:uniform:3\n", 2, "synthetic:markov:SEED");
+  expect_error("[job]\nsteps = 10\n", 2, "train is required");
+  expect_error("[job]\nsteps = 10\n[data]\nbatch_size = 2\n", 3, "train is required");
+  snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf16\n", T);
+  expect_error(buf, 4, "device = cpu computes in fp32 only");
+  snprintf(buf, sizeof buf, "%s[fsdp]\ncomm = nccl\n", T);
+  expect_error(buf, 4, "comm = nccl needs device = cuda");
+  snprintf(buf, sizeof buf, "%s[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", T);
+  expect_error(buf, 5, "allowed: 0 <= min_lr <= lr");
+  snprintf(buf, sizeof buf, "%s[checkpoint]\nevery = 10\n", T);
+  expect_error(buf, 4, "needs a dir");
+  expect_error("[job]\nsteps = 1\nsteps = 2\n", 3, "set twice (first at line 2)");
+  expect_error("steps = 1\n", 1, "outside any section");
+  expect_error("[job\nsteps = 1\n", 1, "syntax error");
+  expect_error("[job]\nsteps\n", 2, "syntax error");
+  /* the first error wins, even when a later line is also bad */
+  expect_error("[job]\nsteps = x\n[bogus]\n", 2, "steps = 'x'");
+  expect_error("[job]\nsteps = 2\n[bogus]\nsteps = x\n", 3, "unknown section [bogus]");
+
+  /* lines longer than inih's buffer: an error, except in a comment */
+  char longl[600];
+  snprintf(longl, sizeof longl, "[data]\ntrain = %0300d.bin\n", 7);
+  expect_error(longl, 2, "longer than");
+  snprintf(longl, sizeof longl, "# %0300d\n[data]\ntrain = synthetic:markov:2\n", 7);
+  jobspec_t ok;
+  CHECK_OK(jobspec_parse(longl, "long.ini", tmpdir, &ok));
+  CHECK_EQ_INT(2, ok.markov_seed);
+
+  /* a missing job file */
+  jobspec_t s;
+  char missing[PATH_MAX + 16];
+  snprintf(missing, sizeof missing, "%s/none.ini", tmpdir);
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobspec_load(missing, &s));
+  CHECK(strstr(fsdp_last_error(), "none.ini") != NULL && !strchr(fsdp_last_error(), '\n'));
+  /* a failed parse leaves the output untouched */
+  jobspec_defaults(&s);
+  s.steps = 4242;
+  CHECK(jobspec_parse("[job]\nsteps = 0\n", "bad.ini", tmpdir, &s) != FSDP_OK);
+  CHECK_EQ_INT(4242, s.steps);
+}
+
+static void test_examples(void) {
+  char path[PATH_MAX];
+  jobspec_t s;
+  source_path(path, sizeof path, "examples/tiny.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(2, s.world_size);
+  CHECK_EQ_INT(DEVICE_CPU, s.device);
+  CHECK_EQ_INT(1, s.synthetic);
+  CHECK_EQ_INT(1, s.markov_seed);
+  CHECK(s.model.n_layer >= 2 && s.model.n_layer <= 4);
+  CHECK(s.model.n_embd >= 64 && s.model.n_embd <= 128);
+  CHECK_EQ_INT(64, s.model.seq_len);
+  CHECK(s.steps >= 100 && s.steps <= 300);
+  source_path(path, sizeof path, "examples/gpt2-small.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(8, s.world_size);
+  CHECK_EQ_INT(DEVICE_CUDA, s.device);
+  CHECK_EQ_INT(768, s.model.n_embd);
+  CHECK(s.ckpt_dir[0] == '/' && strstr(s.ckpt_dir, "/examples/checkpoints/gpt2-small"));
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char real[PATH_MAX];
+  if (realpath(tmpdir, real) && strlen(real) < sizeof tmpdir) memcpy(tmpdir, real, strlen(real) + 1);
+  char data[PATH_MAX + 8];
+  snprintf(data, sizeof data, "%s/data", tmpdir);
+  mkdir(data, 0700);
+  test_defaults();
+  test_defaults_roundtrip();
+  test_every_key();
+  test_load_relative();
+  test_errors();
+  test_examples();
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return check_done();
+}

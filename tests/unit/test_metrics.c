@@ -1,0 +1,93 @@
+/* test_metrics — the metrics.jsonl line built from step reports, and its inverse for status:
+ * required fields, the job-wide summary (slowest rank's step_ms, tokens/s from it, global scalars
+ * from rank 0), per-rank maps by category name, and a round trip of the per-rank figures.
+ * metrics.c belongs to the fsdpd executable; it is compiled into this test. */
+#include "../../daemon/metrics.c"
+
+#include <string.h>
+
+#include "check.h"
+
+static Fsdp__StepReport *report(int rank, double step_ms, uint64_t base) {
+  Fsdp__StepReport *r = calloc(1, sizeof *r);
+  Fsdp__RankStats *s = calloc(1, sizeof *s);
+  fsdp__step_report__init(r);
+  fsdp__rank_stats__init(s);
+  r->step = 7;
+  r->loss = 3.25;
+  r->lr = 6e-4;
+  r->grad_norm = 0.75;
+  r->tokens = 4096;
+  r->step_ms = step_ms;
+  r->stats = s;
+  s->rank = (uint32_t)rank;
+  s->n_peak_bytes = s->n_cur_bytes = 7;
+  s->peak_bytes = calloc(7, sizeof(uint64_t));
+  s->cur_bytes = calloc(7, sizeof(uint64_t));
+  for (int i = 0; i < 7; i++) s->peak_bytes[i] = base + (uint64_t)i * 1000, s->cur_bytes[i] = base / 2 + (uint64_t)i;
+  s->n_phase_us = 4;
+  s->phase_us = calloc(4, sizeof(uint64_t));
+  for (int i = 0; i < 4; i++) s->phase_us[i] = (uint64_t)(1500 * (i + 1) + rank);
+  s->n_sent_bytes = 3;
+  s->sent_bytes = calloc(3, sizeof(uint64_t));
+  for (int i = 0; i < 3; i++) s->sent_bytes[i] = (uint64_t)(1 << (10 + i));
+  return r;
+}
+
+static void report_free(Fsdp__StepReport *r) {
+  free(r->stats->peak_bytes);
+  free(r->stats->cur_bytes);
+  free(r->stats->phase_us);
+  free(r->stats->sent_bytes);
+  free(r->stats);
+  free(r);
+}
+
+int main(void) {
+  Fsdp__StepReport *reps[2] = {report(0, 120.0, 1u << 20), report(1, 160.0, 2u << 20)};
+  char *line = NULL;
+  CHECK_OK(metrics_line(reps, 2, &line));
+  CHECK(line && !strchr(line, '\n'));
+  json_error_t err;
+  json_t *o = json_loads(line, 0, &err);
+  CHECK(o != NULL);
+  CHECK_EQ_INT(7, json_integer_value(json_object_get(o, "step")));
+  CHECK_NEAR(3.25, json_number_value(json_object_get(o, "loss")), 0, 1e-12);
+  CHECK_NEAR(6e-4, json_number_value(json_object_get(o, "lr")), 0, 1e-9);
+  CHECK_NEAR(0.75, json_number_value(json_object_get(o, "grad_norm")), 0, 1e-12);
+  CHECK_EQ_INT(4096, json_integer_value(json_object_get(o, "tokens")));
+  CHECK_NEAR(160.0, json_number_value(json_object_get(o, "step_ms")), 0, 1e-12);   /* the slowest rank */
+  CHECK_NEAR(4096 / 0.160, json_number_value(json_object_get(o, "tokens_per_s")), 0, 1e-9);
+  json_t *ranks = json_object_get(o, "ranks");
+  CHECK_EQ_INT(2, json_array_size(ranks));
+  json_t *r1 = json_array_get(ranks, 1);
+  CHECK_EQ_INT(1, json_integer_value(json_object_get(r1, "rank")));
+  CHECK_EQ_INT((2u << 20) + 3000, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), "gathered")));
+  CHECK_EQ_INT((2u << 20) + 6000, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), "comm")));
+  CHECK_NEAR(3.001, json_number_value(json_object_get(json_object_get(r1, "phase_ms"), "compute")), 0, 1e-12);
+  CHECK_NEAR(6.001, json_number_value(json_object_get(json_object_get(r1, "phase_ms"), "optimizer")), 0, 1e-12);
+  CHECK_EQ_INT(1 << 11, json_integer_value(json_object_get(json_object_get(r1, "sent_bytes"), "reducescatter")));
+  CHECK_EQ_INT(7, json_object_size(json_object_get(r1, "peak_bytes")));
+  json_decref(o);
+
+  /* round trip of the per-rank figures (what status shows for the last step) */
+  Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
+  CHECK_OK(metrics_parse_ranks(line, &sum));
+  CHECK_EQ_INT(2, sum.n_ranks);
+  for (size_t r = 0; r < sum.n_ranks && r < 2; r++) {
+    const Fsdp__RankStats *a = sum.ranks[r], *b = reps[r]->stats;
+    CHECK_EQ_INT(b->rank, a->rank);
+    CHECK_EQ_INT(7, a->n_peak_bytes);
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(b->peak_bytes[i], a->peak_bytes[i]);
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(b->cur_bytes[i], a->cur_bytes[i]);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b->phase_us[i], a->phase_us[i]);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(b->sent_bytes[i], a->sent_bytes[i]);
+  }
+  metrics_free_ranks(&sum);
+  CHECK_EQ_INT(0, sum.n_ranks);
+  CHECK(metrics_parse_ranks("not json", &sum) == FSDP_ERR_FORMAT);
+  free(line);
+  report_free(reps[0]);
+  report_free(reps[1]);
+  return check_done();
+}

@@ -1,0 +1,329 @@
+/* test_plan — units, tensor layout, shard maps, parameter counts, the memory model and the
+ * communication volumes against figures computed by hand, and the JSON the coordinator ships. */
+#include "plan.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+static jobspec_t spec_of(int L, int H, int C, int V, int T) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  return s;
+}
+
+static void test_param_counts(void) {
+  plan_t *p = NULL;
+  /* GPT-2 small as Hugging Face ships it: 124,439,808 parameters (tied wte, V 50257, 1024 positions) */
+  jobspec_t s = spec_of(12, 12, 768, 50257, 1024);
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(124439808, p->n_params);
+  CHECK_EQ_INT(124439808 - 50257 * 768 - 1024 * 768, p->n_params_no_emb);
+  CHECK_EQ_INT(13, p->nunits);
+  /* 6·(Ψ − wpe) + 12·L·C·T = 6·123,653,376 + 113,246,208 */
+  CHECK_NEAR(855166464.0, p->flops_per_token, 0, 0);
+  plan_destroy(&p);
+  CHECK(p == NULL);
+  plan_destroy(&p);   /* NULL-safe */
+
+  /* GPT-2 medium: 354,823,168 */
+  s = spec_of(24, 16, 1024, 50257, 1024);
+  CHECK_OK(plan_build(&s, 8, &p));
+  CHECK_EQ_INT(354823168, p->n_params);
+  plan_destroy(&p);
+
+  /* tiny, by hand: root 16·8 + 4·8 + 8 + 8 = 176; block 12·64 + 13·8 = 872; 176 + 2·872 = 1920 */
+  s = spec_of(2, 2, 8, 16, 4);
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(1920, p->n_params);
+  CHECK_EQ_INT(1920 - 128 - 32, p->n_params_no_emb);
+  CHECK_EQ_INT(176, p->units[0].numel);
+  CHECK_EQ_INT(872, p->units[1].numel);
+  /* 6·(1920 − 32) + 12·2·8·4 = 11328 + 768 */
+  CHECK_NEAR(12096.0, p->flops_per_token, 0, 0);
+  plan_destroy(&p);
+}
+
+static void test_tensors(void) {
+  plan_t *p = NULL;
+  jobspec_t s = spec_of(3, 4, 64, 256, 32);
+  CHECK_OK(plan_build(&s, 2, &p));
+  const int64_t C = 64;
+  static const char *const blk[BLK_NT] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  static const int64_t shape[BLK_NT][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                                           {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+  const plan_unit *r = &p->units[0];
+  CHECK(!strcmp(r->name, "root"));
+  CHECK_EQ_INT(ROOT_NT, r->ntensors);
+  CHECK(!strcmp(r->t[ROOT_WTE].name, "wte.weight"));
+  CHECK_EQ_INT(256, r->t[ROOT_WTE].shape[0]);
+  CHECK_EQ_INT(64, r->t[ROOT_WTE].shape[1]);
+  CHECK(!strcmp(r->t[ROOT_WPE].name, "wpe.weight"));
+  CHECK_EQ_INT(32, r->t[ROOT_WPE].shape[0]);
+  CHECK_EQ_INT(256 * 64, r->t[ROOT_WPE].offset);
+  CHECK(!strcmp(r->t[ROOT_LNF_W].name, "ln_f.weight"));
+  CHECK(!strcmp(r->t[ROOT_LNF_B].name, "ln_f.bias"));
+  CHECK_EQ_INT(1, r->t[ROOT_LNF_B].ndim);
+  CHECK_EQ_INT(1, r->t[ROOT_WTE].decay);
+  CHECK_EQ_INT(0, r->t[ROOT_LNF_W].decay);
+  for (int i = 0; i < 3; i++) {
+    const plan_unit *u = &p->units[1 + i];
+    char name[64];
+    snprintf(name, sizeof name, "h.%d", i);
+    CHECK(!strcmp(u->name, name));
+    CHECK_EQ_INT(BLK_NT, u->ntensors);
+    int64_t off = 0;
+    for (int j = 0; j < BLK_NT; j++) {
+      const plan_tensor *t = &u->t[j];
+      snprintf(name, sizeof name, "h.%d.%s", i, blk[j]);
+      CHECK(!strcmp(t->name, name));
+      CHECK_EQ_INT(4 + 12 * i + j, t->gid);
+      CHECK_EQ_INT(shape[j][1] ? 2 : 1, t->ndim);
+      CHECK_EQ_INT(shape[j][0], t->shape[0]);
+      if (shape[j][1]) CHECK_EQ_INT(shape[j][1], t->shape[1]);
+      CHECK_EQ_INT(t->ndim == 2, t->decay);
+      CHECK_EQ_INT(off, t->offset);   /* packed in Hugging Face order, no gaps */
+      off += t->numel;
+      int unit = -1;
+      CHECK(plan_find_tensor(p, name, &unit) == t);
+      CHECK_EQ_INT(1 + i, unit);
+    }
+    CHECK_EQ_INT(off, u->numel);
+  }
+  int unit = -1;
+  CHECK(plan_find_tensor(p, "transformer.wte.weight", &unit) == &r->t[ROOT_WTE]);
+  CHECK_EQ_INT(0, unit);
+  CHECK(plan_find_tensor(p, "transformer.h.2.mlp.c_fc.bias", NULL) == &p->units[3].t[BLK_FC_B]);
+  CHECK(plan_find_tensor(p, "h.3.ln_1.weight", NULL) == NULL);   /* only 3 blocks */
+  CHECK(plan_find_tensor(p, "h.0.ln_3.weight", NULL) == NULL);
+  CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == NULL);    /* tied: there is none */
+  CHECK(plan_find_tensor(p, "h.x.ln_1.weight", NULL) == NULL);
+  plan_destroy(&p);
+}
+
+/* Every element of every unit is owned by exactly one rank (sharded modes) or by every rank
+ * (none), for world sizes 1..64, including sizes that divide no unit. */
+static void test_shard_cover(void) {
+  static const gpt2_config cfgs[] = {{2, 2, 8, 16, 4}, {3, 3, 24, 97, 13}, {1, 1, 5, 3, 7}};
+  int bad = 0;
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+    for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++)
+      for (int w = 1; w <= 64; w++) {
+        jobspec_t s = spec_of(cfgs[c].n_layer, cfgs[c].n_head, cfgs[c].n_embd, cfgs[c].vocab_size, cfgs[c].seq_len);
+        s.sharding = (shard_mode)mode;
+        plan_t *p = NULL;
+        if (plan_build(&s, w, &p) != FSDP_OK) {
+          bad++;
+          continue;
+        }
+        int sw = mode == SHARD_NONE ? 1 : w;
+        bad += p->world != w || p->shard_world != sw;
+        int64_t base = 0;
+        for (int u = 0; u < p->nunits; u++) {
+          const plan_unit *pu = &p->units[u];
+          bad += pu->padded % ((int64_t)sw * PLAN_PAD_ALIGN) != 0;
+          bad += pu->padded < pu->numel || pu->padded - pu->numel >= (int64_t)sw * PLAN_PAD_ALIGN;
+          bad += pu->shard_numel * sw != pu->padded;
+          bad += pu->shard_base != base;
+          base += pu->shard_numel;
+          unsigned char *seen = calloc((size_t)pu->padded, 1);
+          for (int r = 0; r < w; r++) {
+            int64_t off = plan_shard_offset(p, u, r);
+            bad += off < 0 || off + pu->shard_numel > pu->padded;
+            for (int64_t k = 0; k < pu->shard_numel && off + k < pu->padded; k++) seen[off + k]++;
+          }
+          for (int64_t k = 0; k < pu->padded; k++) bad += seen[k] != (mode == SHARD_NONE ? w : 1);
+          free(seen);
+        }
+        bad += p->shard_total != base;
+        plan_destroy(&p);
+      }
+  CHECK_EQ_INT(0, bad);
+}
+
+/* The tiny model below, by hand (L=3, H=2, C=8, V=16, T=4, B=3, G=2, world 4):
+ *   root numel 176, block 872 (see test_param_counts).
+ *   sharded, align 4·64 = 256: Pr = 256, Pb = 1024, shards 64 and 256, S = 64 + 3·256 = 832.
+ *   none, align 64: Pr = 192, Pb = 896, S = 192 + 3·896 = 2880.
+ *   BT = 12, BTC = 96, BHTT = 3·2·4·4 = 96:
+ *     block_saved = 16·96 + 4·12 + 96 = 1680, root_saved = 2·96 + 2·12 = 216,
+ *     head_ws = 12·16 + 12 + 96 = 300 (logits, losses, d lnf), bwd_ws = 7·96 + 96 = 768.
+ *   activations = 4·(3·1680 + 216) + 8·12 (token ids) = 21120; workspace = 4·max(300, 768) = 3072.
+ *   reduce-scatter scratch: the largest shard, max(64, 256) = 256 elements. */
+static jobspec_t tiny_mem_spec(void) {
+  jobspec_t s = spec_of(3, 2, 8, 16, 4);
+  s.batch_size = 3;
+  s.grad_accum = 2;
+  return s;
+}
+
+static void test_memory_model(void) {
+  plan_t *p = NULL;
+  jobspec_t s = tiny_mem_spec();
+
+  /* full, fp32, prefetch 1 */
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(832, p->shard_total);
+  CHECK_EQ_INT(1680, p->act.block_saved);
+  CHECK_EQ_INT(216, p->act.root_saved);
+  CHECK_EQ_INT(300, p->act.head_ws);
+  CHECK_EQ_INT(768, p->act.bwd_ws);
+  CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);
+  CHECK_EQ_INT(4 * 832, p->mem[MEM_GRAD_SHARD]);
+  CHECK_EQ_INT(8 * 832, p->mem[MEM_OPTIM_STATE]);
+  CHECK_EQ_INT(4 * (256 + 2 * 1024), p->mem[MEM_GATHERED]);   /* root + computed + 1 prefetched */
+  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
+  CHECK_EQ_INT(21120, p->mem[MEM_ACTIVATIONS]);
+  CHECK_EQ_INT(3072, p->mem[MEM_WORKSPACE]);
+  CHECK_EQ_INT(3328 + 3328 + 6656 + 9216 + 21120 + 3072 + 10240, p->mem_total);   /* 56960 */
+  /* sent: AG G·pb·(N−1)·(64 + 2·3·256) = 2·4·3·1600; RS 2·4·3·832; AR ⌊2·3·16/4⌋ */
+  CHECK_EQ_INT(38400, p->sent_bytes[COLL_ALLGATHER]);
+  CHECK_EQ_INT(19968, p->sent_bytes[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(24, p->sent_bytes[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+
+  /* full, bf16 params and reductions, prefetch 2 */
+  s.param_dtype = s.reduce_dtype = DTYPE_BF16;
+  s.prefetch = 2;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(2 * (256 + 3 * 1024), p->mem[MEM_GATHERED]);
+  CHECK_EQ_INT(2 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
+  CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);                /* the master stays fp32 */
+  CHECK_EQ_INT(19200, p->sent_bytes[COLL_ALLGATHER]);            /* 2·2·3·1600 */
+  CHECK_EQ_INT(9984, p->sent_bytes[COLL_REDUCESCATTER]);         /* 2·2·3·832 */
+  plan_destroy(&p);
+
+  /* grad_op, fp32: every unit stays gathered */
+  s = tiny_mem_spec();
+  s.sharding = SHARD_GRAD_OP;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(4 * (256 + 3 * 1024), p->mem[MEM_GATHERED]);
+  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
+  CHECK_EQ_INT(19968, p->sent_bytes[COLL_ALLGATHER]);            /* 2·4·3·832 */
+  CHECK_EQ_INT(19968, p->sent_bytes[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(24, p->sent_bytes[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+
+  /* none (DDP): whole model per rank, one all-reduce of the padded gradients + 4 scalars per step */
+  s.sharding = SHARD_NONE;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(1, p->shard_world);
+  CHECK_EQ_INT(2880, p->shard_total);
+  CHECK_EQ_INT(0, p->mem[MEM_GATHERED]);
+  CHECK_EQ_INT(0, p->mem[MEM_COMM]);
+  CHECK_EQ_INT(11520 + 11520 + 23040 + 21120 + 3072, p->mem_total);   /* 70272 */
+  CHECK_EQ_INT(0, p->sent_bytes[COLL_ALLGATHER]);
+  CHECK_EQ_INT(0, p->sent_bytes[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(17304, p->sent_bytes[COLL_ALLREDUCE]);            /* ⌊2·3·(4·2880 + 16)/4⌋ */
+  plan_destroy(&p);
+
+  /* one rank sends nothing */
+  s = tiny_mem_spec();
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(0, p->sent_bytes[COLL_ALLGATHER] + p->sent_bytes[COLL_REDUCESCATTER] + p->sent_bytes[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+}
+
+static void test_min_world(void) {
+  jobspec_t s = spec_of(12, 12, 768, 50257, 1024);
+  s.batch_size = 1;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 8, &p));
+  uint64_t budget = p->mem_total;
+  plan_destroy(&p);
+  int w = plan_min_world(&s, budget, 4096);
+  CHECK(w >= 1 && w <= 8);
+  CHECK_OK(plan_build(&s, w, &p));
+  CHECK(p->mem_total <= budget);
+  plan_destroy(&p);
+  if (w > 1) {
+    CHECK_OK(plan_build(&s, w - 1, &p));
+    CHECK(p->mem_total > budget);
+    plan_destroy(&p);
+  }
+  CHECK_EQ_INT(1, plan_min_world(&s, UINT64_MAX, 64));
+  CHECK_EQ_INT(0, plan_min_world(&s, 1024, 64));   /* activations alone exceed 1 KiB */
+}
+
+static void test_bad_input(void) {
+  jobspec_t s = spec_of(2, 2, 8, 16, 4);
+  plan_t *p = (plan_t *)&s;   /* must be cleared on failure */
+  CHECK(plan_build(&s, 5000, &p) != FSDP_OK);
+  CHECK(p == NULL);
+  s.model.n_embd = 9;
+  CHECK(plan_build(&s, 1, &p) != FSDP_OK);
+  s = spec_of(2, 2, 8, 16, 4);
+  s.world_size = 3;
+  CHECK_OK(plan_build(&s, 0, &p));   /* world ≤ 0: the spec's world_size */
+  CHECK_EQ_INT(3, p->world);
+  plan_destroy(&p);
+}
+
+static void test_json_and_table(void) {
+  jobspec_t s = tiny_mem_spec();
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 4, &p));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK_OK(plan_write_json(p, f, 40000));
+  fclose(f);
+  json_error_t err;
+  json_t *j = json_loads(buf, 0, &err);
+  CHECK(j != NULL);
+  if (j) {
+    CHECK_EQ_INT(1920 + 872, json_integer_value(json_object_get(j, "n_params")));
+    CHECK_EQ_INT(4, json_integer_value(json_object_get(j, "world")));
+    json_t *units = json_object_get(j, "units");
+    CHECK_EQ_INT(4, json_array_size(units));
+    json_t *u1 = json_array_get(units, 1);
+    CHECK_EQ_INT(1024, json_integer_value(json_object_get(u1, "padded")));
+    json_t *t = json_array_get(json_object_get(u1, "tensors"), BLK_ATTN_W);
+    CHECK(!strcmp(json_string_value(json_object_get(t, "name")), "h.0.attn.c_attn.weight"));
+    CHECK_EQ_INT(24, json_integer_value(json_array_get(json_object_get(t, "shape"), 1)));
+    json_t *sh = json_object_get(u1, "shards");
+    CHECK_EQ_INT(4, json_array_size(sh));
+    CHECK_EQ_INT(768, json_integer_value(json_object_get(json_array_get(sh, 3), "offset")));
+    CHECK_EQ_INT(256, json_integer_value(json_object_get(json_array_get(sh, 3), "length")));
+    json_t *mem = json_object_get(j, "memory");
+    CHECK_EQ_INT(56960, json_integer_value(json_object_get(mem, "total")));
+    CHECK_EQ_INT(21120, json_integer_value(json_object_get(mem, "activations")));
+    json_t *modes = json_object_get(j, "sent_bytes_by_sharding");
+    CHECK_EQ_INT(17304, json_integer_value(json_object_get(json_object_get(modes, "none"), "allreduce")));
+    CHECK_EQ_INT(38400, json_integer_value(json_object_get(json_object_get(modes, "full"), "allgather")));
+    json_t *dm = json_object_get(j, "device_memory");
+    CHECK(json_is_false(json_object_get(dm, "fits")));
+    /* the smallest world that fits 40000 bytes, checked against plan_min_world */
+    CHECK_EQ_INT(plan_min_world(&s, 40000, 4096), json_integer_value(json_object_get(dm, "min_world")));
+    json_decref(j);
+  }
+  free(buf);
+
+  buf = NULL;
+  f = open_memstream(&buf, &len);
+  plan_print(p, f, 1 << 20);
+  fclose(f);
+  CHECK(strstr(buf, "h.0.attn.c_attn.weight") != NULL);
+  CHECK(strstr(buf, "fits") != NULL);
+  CHECK(strstr(buf, "55.6 KiB") != NULL);   /* 56960 bytes, one decimal */
+  free(buf);
+  plan_destroy(&p);
+  CHECK(!strcmp(mem_category_name(MEM_OPTIM_STATE), "optim_state"));
+  CHECK(!strcmp(coll_kind_name(COLL_REDUCESCATTER), "reducescatter"));
+}
+
+int main(void) {
+  test_param_counts();
+  test_tensors();
+  test_shard_cover();
+  test_memory_model();
+  test_min_world();
+  test_bad_input();
+  test_json_and_table();
+  return check_done();
+}

@@ -1,0 +1,530 @@
+/* test_safetensors — .safetensors round trips, BF16 rounding, malformed files, and loading a
+ * rank's shard of a plan straight from a file. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "safetensors.h"
+
+static char dir[64];
+
+static const char *path_in(const char *name) {
+  static char buf[4][256];
+  static int k;
+  char *p = buf[k++ & 3];
+  snprintf(p, 256, "%s/%s", dir, name);
+  return p;
+}
+
+static int has(const char *needle) {
+  const char *msg = fsdp_last_error();
+  if (strstr(msg, needle)) return 1;
+  fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", msg, needle);
+  return 0;
+}
+
+static uint8_t *slurp(const char *path, long *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *b = malloc((size_t)*len + 1);
+  if (fread(b, 1, (size_t)*len, f) != (size_t)*len) *len = -1;
+  fclose(f);
+  return b;
+}
+
+static uint32_t bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+static float from_bits(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* A deterministic pseudo-random float in about [-2, 2), with varied low mantissa bits. */
+static float val(uint64_t k) {
+  uint64_t x = k * 0x9e3779b97f4a7c15ull + 12345;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return (float)((double)(x >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+}
+
+static void test_bf16_rounding(void) {
+  /* Ties go to even, above half goes up, below half goes down, NaN stays NaN. */
+  CHECK_EQ_INT(0x3F80, st_f32_to_bf16(from_bits(0x3F808000)));  /* 1 + 2^-8: tie, even → 1 */
+  CHECK_EQ_INT(0x3F82, st_f32_to_bf16(from_bits(0x3F818000)));  /* tie, odd → up */
+  CHECK_EQ_INT(0x3F81, st_f32_to_bf16(from_bits(0x3F808001)));  /* just above half */
+  CHECK_EQ_INT(0x3F80, st_f32_to_bf16(from_bits(0x3F807FFF)));  /* just below half */
+  CHECK_EQ_INT(0xBF82, st_f32_to_bf16(from_bits(0xBF818000)));  /* sign-symmetric */
+  CHECK_EQ_INT(0x7F80, st_f32_to_bf16(from_bits(0x7F7FFFFF)));  /* rounds up to +inf */
+  CHECK_EQ_INT(0x8000, st_f32_to_bf16(-0.0f));
+  CHECK(isnan(st_bf16_to_f32(st_f32_to_bf16(from_bits(0x7F800001)))));  /* signalling NaN stays NaN */
+  CHECK(isinf(st_bf16_to_f32(st_f32_to_bf16(INFINITY))));
+  /* Against an independent definition: the nearest of the two bf16 neighbours, ties to even. */
+  int bad = 0;
+  for (uint64_t k = 0; k < 200000; k++) {
+    float x = val(k) * (k % 7 == 0 ? 1e-30f : 1.0f);
+    uint32_t u = bits(x);
+    uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;
+    double dlo = fabs((double)from_bits(lo) - x), dhi = fabs((double)from_bits(hi) - x);
+    uint16_t want = (uint16_t)((dlo < dhi || (dlo == dhi && !((lo >> 16) & 1))) ? lo >> 16 : hi >> 16);
+    bad += st_f32_to_bf16(x) != want;
+  }
+  CHECK_EQ_INT(0, bad);
+}
+
+static void test_roundtrip(void) {
+  enum { NA = 6 * 5, NB = 1000, NS = 1 };
+  float a[NA], b[NB], s[NS] = {3.25f};
+  for (int i = 0; i < NA; i++) a[i] = val((uint64_t)i);
+  for (int i = 0; i < NB; i++) b[i] = val((uint64_t)i + 7777);
+  /* F32 specials must survive bit-exactly. */
+  a[0] = -0.0f;
+  a[1] = INFINITY;
+  a[2] = from_bits(0x7FC01234);  /* NaN with payload */
+  a[3] = from_bits(0x00000001);  /* smallest denormal */
+  int64_t sa[2] = {6, 5}, sb[1] = {NB}, sz[2] = {0, 4};
+  const char *p1 = path_in("rt1.safetensors"), *p2 = path_in("rt2.safetensors");
+
+  st_writer *w = NULL;
+  CHECK_OK(st_writer_new(p1, &w));
+  CHECK_OK(st_writer_add(w, "zeta.weight", "F32", sa, 2, a));
+  CHECK_OK(st_writer_add(w, "alpha.bias", "BF16", sb, 1, b));
+  CHECK_OK(st_writer_add(w, "scalar", "F32", NULL, 0, s));
+  CHECK_OK(st_writer_add(w, "empty", "F32", sz, 2, NULL));
+  CHECK(st_writer_add(w, "transformer.alpha.bias", "F32", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK(has("added twice"));
+  CHECK(st_writer_add(w, "x", "F16", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK(has("F32, BF16"));
+  CHECK(st_writer_add(w, "__metadata__", "F32", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK_OK(st_writer_finish(&w));
+  CHECK(w == NULL);
+  CHECK(access(path_in("rt1.safetensors.tmp"), F_OK) != 0);
+
+  /* The layout, checked byte by byte. */
+  long len = 0;
+  uint8_t *raw = slurp(p1, &len);
+  CHECK(raw != NULL && len > 8);
+  if (!raw) return;
+  uint64_t hlen;
+  memcpy(&hlen, raw, 8);
+  CHECK_EQ_INT(0, hlen % 8);
+  CHECK_EQ_INT(len, (long)(8 + hlen + NA * 4 + NB * 2 + 4));
+  CHECK(raw[8] == '{');
+  raw[len] = 0;
+  char *hdr = (char *)raw + 8;
+  CHECK(strstr(hdr, "\"__metadata__\":{\"format\":\"pt\"}") != NULL);
+  CHECK(strstr(hdr, "\"zeta.weight\":{\"data_offsets\":[0,120],\"dtype\":\"F32\",\"shape\":[6,5]}") != NULL);
+  CHECK(strstr(hdr, "\"alpha.bias\":{\"data_offsets\":[120,2120],\"dtype\":\"BF16\",\"shape\":[1000]}") != NULL);
+  CHECK(strstr(hdr, "\"scalar\":{\"data_offsets\":[2120,2124],\"dtype\":\"F32\",\"shape\":[]}") != NULL);
+  CHECK(strstr(hdr, "\"alpha.bias\"") < strstr(hdr, "\"zeta.weight\""));   /* sorted keys */
+  char *close = hdr + hlen - 1;   /* the padding after the JSON is spaces */
+  while (*close == ' ') close--;
+  CHECK(*close == '}');
+  CHECK(memcmp(raw + 8 + hlen, a, sizeof a) == 0);   /* F32 data stored as given */
+  free(raw);
+
+  st_file *f = NULL;
+  CHECK_OK(st_open(p1, &f));
+  if (!f) return;
+  CHECK_EQ_INT(4, st_count(f));
+  CHECK(!strcmp(st_name(f, 0), "zeta.weight"));   /* data order = order added */
+  CHECK(!strcmp(st_name(f, 1), "alpha.bias"));
+  CHECK(st_tensor_dtype(f, 1) == ST_BF16);
+  CHECK_EQ_INT(2, st_ndim(f, 0));
+  CHECK_EQ_INT(5, st_shape(f, 0)[1]);
+  CHECK_EQ_INT(NB, st_numel(f, 1));
+  CHECK_EQ_INT(0, st_numel(f, 3));
+  float ra[NA], rb[NB], rs[1];
+  CHECK_OK(st_read(f, "zeta.weight", sa, 2, ra));
+  CHECK(memcmp(ra, a, sizeof a) == 0);
+  CHECK_OK(st_read(f, "transformer.alpha.bias", sb, 1, rb));   /* prefix accepted */
+  int bad = 0;
+  for (int i = 0; i < NB; i++) bad += bits(rb[i]) != bits(st_bf16_to_f32(st_f32_to_bf16(b[i])));
+  CHECK_EQ_INT(0, bad);
+  double maxrel = 0;
+  for (int i = 0; i < NB; i++) {
+    double r = fabs((double)rb[i] - b[i]) / fabs((double)b[i]);
+    if (r > maxrel) maxrel = r;
+  }
+  CHECK(maxrel <= 1.0 / 256 + 1e-9);   /* half an ulp of an 8-bit significand */
+  CHECK_OK(st_read(f, "scalar", NULL, 0, rs));
+  CHECK(rs[0] == 3.25f);
+  /* Ranges agree with the full read. */
+  float part[7];
+  CHECK_OK(st_read_range(f, "zeta.weight", 11, 7, part));
+  CHECK(memcmp(part, ra + 11, sizeof part) == 0);
+  CHECK_OK(st_read_range(f, "alpha.bias", 993, 7, part));
+  CHECK(memcmp(part, rb + 993, sizeof part) == 0);
+  CHECK(st_read_range(f, "alpha.bias", 995, 7, part) == FSDP_ERR_RANGE);
+  CHECK(has("1000 elements"));
+
+  /* Wrong shape, transposed, missing. */
+  int64_t wrong[2] = {5, 6}, wrong3[2] = {6, 4};
+  CHECK(st_read(f, "zeta.weight", wrong3, 2, ra) == FSDP_ERR_INVALID);
+  CHECK(has("expected shape [6, 4], found [6, 5]"));
+  CHECK(st_read(f, "zeta.weight", wrong, 2, ra) == FSDP_ERR_INVALID);
+  CHECK(has("transposed"));
+  CHECK(st_read(f, "zeta.weight", sb, 1, ra) == FSDP_ERR_INVALID);
+  CHECK(st_read(f, "h.0.mlp.c_fc.weight", sa, 2, ra) == FSDP_ERR_NOTFOUND);
+  CHECK(has("'h.0.mlp.c_fc.weight'"));
+  CHECK_EQ_INT(-1, st_find(f, "beta.bias"));
+
+  /* save → load → save gives identical bytes. */
+  float *bufs[4];
+  CHECK_OK(st_writer_new(p2, &w));
+  for (int i = 0; i < st_count(f); i++) {
+    bufs[i] = malloc(sizeof(float) * (size_t)(st_numel(f, i) + 1));
+    CHECK_OK(st_read(f, st_name(f, i), st_shape(f, i), st_ndim(f, i), bufs[i]));
+    CHECK_OK(st_writer_add(w, st_name(f, i), st_dtype_name(st_tensor_dtype(f, i)), st_shape(f, i),
+                           st_ndim(f, i), bufs[i]));
+  }
+  CHECK_OK(st_writer_finish(&w));
+  for (int i = 0; i < st_count(f); i++) free(bufs[i]);
+  st_close(&f);
+  CHECK(f == NULL);
+  long l1 = 0, l2 = 0;
+  uint8_t *b1 = slurp(p1, &l1), *b2 = slurp(p2, &l2);
+  CHECK(b1 && b2 && l1 == l2 && l1 > 0 && memcmp(b1, b2, (size_t)l1) == 0);
+  free(b1);
+  free(b2);
+
+  /* An independent minimal reader (python3 struct + json), when python3 is there. */
+  if (system("command -v python3 >/dev/null 2>&1") == 0) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 - '%s' <<'EOF'\n"
+             "import json, struct, sys\n"
+             "b = open(sys.argv[1], 'rb').read()\n"
+             "n = struct.unpack('<Q', b[:8])[0]\n"
+             "h = json.loads(b[8:8 + n])\n"
+             "d = b[8 + n:]\n"
+             "t = h['zeta.weight']; s, e = t['data_offsets']\n"
+             "v = struct.unpack('<30I', d[s:e])\n"
+             "t = h['scalar']; s, e = t['data_offsets']\n"
+             "assert struct.unpack('<f', d[s:e])[0] == 3.25\n"
+             "t = h['alpha.bias']; s, e = t['data_offsets']\n"
+             "x = struct.unpack('<H', d[s:s + 2])[0]\n"
+             "f = x << 16\n"
+             "assert h['__metadata__'] == {'format': 'pt'}\n"
+             "assert len(d) == max(t['data_offsets'][1] for k, t in h.items() if k != '__metadata__')\n"
+             "print(v[29], f)\n"
+             "EOF\n"
+             "",
+             p2);
+    FILE *pp = popen(cmd, "r");
+    unsigned v29 = 0, f0 = 0;   /* bit patterns */
+    int got = pp ? fscanf(pp, "%u %u", &v29, &f0) : 0;
+    int st = pp ? pclose(pp) : -1;
+    CHECK_EQ_INT(0, st);
+    CHECK_EQ_INT(2, got);
+    CHECK_EQ_INT(bits(a[29]), v29);
+    CHECK_EQ_INT(bits(st_bf16_to_f32(st_f32_to_bf16(b[0]))), f0);
+  } else {
+    printf("python3 not found: skipping the independent reader\n");
+  }
+}
+
+/* A file with the given header text (padded as-is) followed by DATA_LEN zero bytes. */
+static const char *raw_file(const char *name, const char *json, size_t data_len, int64_t hlen_override) {
+  const char *p = path_in(name);
+  FILE *f = fopen(p, "wb");
+  uint64_t hlen = hlen_override >= 0 ? (uint64_t)hlen_override : strlen(json);
+  fwrite(&hlen, 8, 1, f);
+  fwrite(json, 1, strlen(json), f);
+  for (size_t i = 0; i < data_len; i++) fputc(0, f);
+  fclose(f);
+  return p;
+}
+
+static void expect_bad(const char *name, const char *json, size_t data_len, fsdp_status want,
+                       const char *needle) {
+  st_file *f = NULL;
+  fsdp_status s = st_open(raw_file(name, json, data_len, -1), &f);
+  if (s != want) fprintf(stderr, "  %s: got %s (%s)\n", name, fsdp_strerror(s), fsdp_last_error());
+  CHECK(s == want);
+  CHECK(f == NULL);
+  CHECK(has(needle));
+  st_close(&f);
+}
+
+static void test_bad_files(void) {
+  st_file *f = NULL;
+  const char *ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[8,16]}}";
+  CHECK_OK(st_open(raw_file("ok.safetensors", ok, 16, -1), &f));
+  if (f) CHECK_EQ_INT(2, st_count(f));
+  st_close(&f);
+  /* Extra keys and metadata are ignored; a header padded with spaces is fine. */
+  CHECK_OK(st_open(raw_file("ok2.safetensors",
+                            "{\"__metadata__\":{\"x\":\"y\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
+                            "\"data_offsets\":[0,4],\"extra\":1}}      ",
+                            4, -1),
+                   &f));
+  st_close(&f);
+
+  CHECK(st_open(path_in("none.safetensors"), &f) == FSDP_ERR_NOTFOUND);
+  FILE *t = fopen(path_in("tiny.safetensors"), "wb");
+  fwrite("abc", 1, 3, t);
+  fclose(t);
+  CHECK(st_open(path_in("tiny.safetensors"), &f) == FSDP_ERR_FORMAT);
+  CHECK(has("8-byte header length"));
+  /* Truncated: the header length points past the end of the file. */
+  CHECK(st_open(raw_file("trunc.safetensors", ok, 0, (int64_t)strlen(ok) + 100), &f) == FSDP_ERR_FORMAT);
+  CHECK(has("truncated"));
+  /* Truncated data: the header is intact, the data is short. */
+  expect_bad("truncdata.safetensors", ok, 12, FSDP_ERR_FORMAT, "out of bounds");
+  expect_bad("notjson.safetensors", "{\"a\": {\"dtype\": \"F32\", }", 0, FSDP_ERR_FORMAT, "bad JSON");
+  expect_bad("notobj.safetensors", "[1, 2, 3]", 0, FSDP_ERR_FORMAT, "does not start with '{'");
+  expect_bad("dup.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+             8, FSDP_ERR_FORMAT, "bad JSON");
+  expect_bad("oob.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+             8, FSDP_ERR_FORMAT, "out of bounds");
+  expect_bad("overlap.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+             12, FSDP_ERR_FORMAT, "overlap");
+  expect_bad("hole.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             12, FSDP_ERR_FORMAT, "belong to no tensor");
+  expect_bad("extra.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             12, FSDP_ERR_FORMAT, "the tensors cover 4 bytes but the data buffer is 12");
+  expect_bad("size.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
+             8, FSDP_ERR_FORMAT, "needs 12 bytes");
+  expect_bad("f16.safetensors", "{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+             4, FSDP_ERR_UNSUPPORTED, "dtype F16; fsdpd reads F32, BF16");
+  expect_bad("xyz.safetensors", "{\"a\":{\"dtype\":\"XYZ\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+             4, FSDP_ERR_UNSUPPORTED, "F32, BF16");
+  expect_bad("noshape.safetensors", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+             FSDP_ERR_FORMAT, "\"shape\"");
+  expect_bad("negshape.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+             4, FSDP_ERR_FORMAT, "non-negative");
+  expect_bad("revoff.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}",
+             4, FSDP_ERR_FORMAT, "BEGIN <= END");
+  expect_bad("notentry.safetensors", "{\"a\":5}", 0, FSDP_ERR_FORMAT, "not an object");
+}
+
+/* ---- plans: a hand-built plan that follows plan.h's contract (units, HF order, padding) ---- */
+
+static void add_t(plan_unit *u, const char *name, int64_t d0, int64_t d1, int *gid) {
+  plan_tensor *t = &u->t[u->ntensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->gid = (*gid)++;
+  t->ndim = d1 ? 2 : 1;
+  t->shape[0] = d0;
+  t->shape[1] = d1;
+  t->numel = d1 ? d0 * d1 : d0;
+  t->offset = u->numel;
+  t->decay = t->ndim == 2;
+  u->numel += t->numel;
+}
+
+static plan_t *make_plan(int L, int C, int V, int T, int world, shard_mode sharding) {
+  plan_t *p = calloc(1, sizeof *p);
+  p->model = (gpt2_config){L, 2, C, V, T};
+  p->world = world;
+  p->shard_world = sharding == SHARD_NONE ? 1 : world;
+  p->sharding = sharding;
+  p->nunits = 1 + L;
+  p->units = calloc((size_t)p->nunits, sizeof *p->units);
+  int gid = 0;
+  plan_unit *r = &p->units[0];
+  snprintf(r->name, sizeof r->name, "root");
+  add_t(r, "wte.weight", V, C, &gid);
+  add_t(r, "wpe.weight", T, C, &gid);
+  add_t(r, "ln_f.weight", C, 0, &gid);
+  add_t(r, "ln_f.bias", C, 0, &gid);
+  static const struct { const char *n; int a, b; } blk[12] = {
+    {"ln_1.weight", 1, 0}, {"ln_1.bias", 1, 0}, {"attn.c_attn.weight", 1, 3},
+    {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
+    {"ln_2.weight", 1, 0}, {"ln_2.bias", 1, 0}, {"mlp.c_fc.weight", 1, 4},
+    {"mlp.c_fc.bias", 4, 0}, {"mlp.c_proj.weight", 4, 1}, {"mlp.c_proj.bias", 1, 0}};
+  for (int i = 0; i < L; i++) {
+    plan_unit *u = &p->units[1 + i];
+    snprintf(u->name, sizeof u->name, "h.%d", i);
+    for (int j = 0; j < 12; j++) {
+      char n[64];
+      snprintf(n, sizeof n, "h.%d.%s", i, blk[j].n);
+      add_t(u, n, (int64_t)blk[j].a * C, (int64_t)blk[j].b * C, &gid);
+    }
+  }
+  for (int u = 0; u < p->nunits; u++) {
+    plan_unit *U = &p->units[u];
+    int64_t m = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
+    U->padded = (U->numel + m - 1) / m * m;
+    U->shard_numel = U->padded / p->shard_world;
+    U->shard_base = p->shard_total;
+    p->shard_total += U->shard_numel;
+  }
+  return p;
+}
+
+static void free_plan(plan_t *p) {
+  free(p->units);
+  free(p);
+}
+
+/* Load every rank's shard of P from F and compare with the full unit buffers UNITS (zero padding). */
+static void check_gather(const st_file *f, const plan_t *p, float *const *units, const char *what) {
+  float *shard = malloc(sizeof(float) * (size_t)p->shard_total);
+  int bad = 0;
+  for (int r = 0; r < p->world; r++) {
+    for (int64_t i = 0; i < p->shard_total; i++) shard[i] = NAN;
+    CHECK_OK(st_load_shard(f, p, r, shard));
+    for (int u = 0; u < p->nunits; u++) {
+      const plan_unit *U = &p->units[u];
+      int64_t off = plan_shard_offset(p, u, r);
+      for (int64_t i = 0; i < U->shard_numel; i++) {
+        int64_t e = off + i;
+        float want = e < U->numel ? units[u][e] : 0.0f;
+        bad += bits(shard[U->shard_base + i]) != bits(want);
+      }
+    }
+  }
+  if (bad) fprintf(stderr, "  %s plan, world %d, %s: %d wrong elements\n", what, p->world,
+                   shard_mode_name(p->sharding), bad);
+  CHECK_EQ_INT(0, bad);
+  CHECK(st_load_shard(f, p, p->world, shard) == FSDP_ERR_RANGE);
+  free(shard);
+}
+
+static void test_shards(void) {
+  const int L = 2, C = 8, V = 50, T = 16;
+  plan_t *p1 = make_plan(L, C, V, T, 1, SHARD_FULL);
+  float *units[3];
+  uint64_t k = 0;
+  for (int u = 0; u < p1->nunits; u++) {
+    units[u] = malloc(sizeof(float) * (size_t)p1->units[u].numel);
+    for (int64_t i = 0; i < p1->units[u].numel; i++) units[u][i] = val(k++);
+  }
+  const char *path = path_in("model.safetensors");
+  CHECK_OK(st_save_units(path, p1, units));
+  st_file *f = NULL;
+  CHECK_OK(st_open(path, &f));
+  if (!f) return;
+  CHECK_EQ_INT(4 + 12 * L, st_count(f));
+  int64_t cattn[2] = {C, 3 * C};
+  float *full = malloc(sizeof(float) * 3 * C * C);
+  CHECK_OK(st_read(f, "transformer.h.1.attn.c_attn.weight", cattn, 2, full));
+  CHECK(memcmp(full, units[2] + p1->units[2].t[2].offset, sizeof(float) * 3 * C * C) == 0);
+  free(full);
+
+  /* Every rank's shard, for several world sizes, with hand-built plans and with plan_build's:
+   * gathered back, the shards are the padded unit buffers. */
+  int worlds[] = {1, 2, 3, 4, 8};
+  for (int wi = 0; wi < 5; wi++)
+    for (int mode = 0; mode < 2; mode++) {
+      int world = worlds[wi];
+      shard_mode sm = mode ? SHARD_NONE : SHARD_FULL;
+      plan_t *p = make_plan(L, C, V, T, world, sm);
+      check_gather(f, p, units, "hand-built");
+      free_plan(p);
+      jobspec_t spec;
+      jobspec_defaults(&spec);
+      spec.model = (gpt2_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
+      spec.batch_size = 1;
+      spec.grad_accum = 1;
+      spec.world_size = world;
+      spec.sharding = sm;
+      plan_t *pb = NULL;
+      CHECK_OK(plan_build(&spec, world, &pb));
+      if (pb) {
+        check_gather(f, pb, units, "plan_build");
+        plan_destroy(&pb);
+      }
+    }
+  st_close(&f);
+
+  /* A file with the "transformer." prefix (as GPT2LMHeadModel.save_pretrained writes it), plus a
+   * tied lm_head and an attention-mask buffer the plan does not know: loads the same. */
+  st_writer *w = NULL;
+  CHECK_OK(st_writer_new(path_in("prefixed.safetensors"), &w));
+  float mask[4] = {1, 0, 1, 1};
+  int64_t mshape[4] = {1, 1, 2, 2};
+  for (int u = 0; u < p1->nunits; u++)
+    for (int t = 0; t < p1->units[u].ntensors; t++) {
+      const plan_tensor *pt = &p1->units[u].t[t];
+      char n[80];
+      snprintf(n, sizeof n, "transformer.%s", pt->name);
+      CHECK_OK(st_writer_add(w, n, "F32", pt->shape, pt->ndim, units[u] + pt->offset));
+    }
+  CHECK_OK(st_writer_add(w, "h.0.attn.bias", "F32", mshape, 4, mask));
+  CHECK_OK(st_writer_add(w, "lm_head.weight", "F32", p1->units[0].t[0].shape, 2, units[0]));
+  CHECK_OK(st_writer_finish(&w));
+  CHECK_OK(st_open(path_in("prefixed.safetensors"), &f));
+  if (f) {
+    plan_t *p = make_plan(L, C, V, T, 3, SHARD_FULL);
+    float *shard = malloc(sizeof(float) * (size_t)p->shard_total);
+    CHECK_OK(st_load_shard(f, p, 2, shard));
+    const plan_unit *U = &p->units[1];
+    CHECK(memcmp(shard + U->shard_base, units[1] + 2 * U->shard_numel,
+                 sizeof(float) * (size_t)(U->numel - 2 * U->shard_numel)) == 0);
+    free(shard);
+    free_plan(p);
+    st_close(&f);
+  }
+
+  /* A model of another shape, or a model missing a block, is a clear error naming the tensor. */
+  plan_t *wide = make_plan(L, 2 * C, V, T, 2, SHARD_FULL), *deep = make_plan(L + 1, C, V, T, 2, SHARD_FULL);
+  float *shard = malloc(sizeof(float) * (size_t)(wide->shard_total + deep->shard_total));
+  CHECK_OK(st_open(path, &f));
+  if (f) {
+    CHECK(st_load_shard(f, wide, 0, shard) == FSDP_ERR_INVALID);
+    CHECK(has("tensor 'wte.weight'"));
+    CHECK(has("expected shape [50, 16], found [50, 8]"));
+    CHECK(st_load_shard(f, deep, 1, shard) == FSDP_ERR_NOTFOUND);
+    CHECK(has("'h.2.ln_1.weight'"));
+    st_close(&f);
+  }
+  free(shard);
+  free_plan(wide);
+  free_plan(deep);
+
+  /* save_units → load (world 1) → save_units gives identical bytes. */
+  CHECK_OK(st_open(path, &f));
+  if (f) {
+    float *sh = malloc(sizeof(float) * (size_t)p1->shard_total);
+    CHECK_OK(st_load_shard(f, p1, 0, sh));
+    float *views[3];
+    for (int u = 0; u < p1->nunits; u++) views[u] = sh + p1->units[u].shard_base;
+    CHECK_OK(st_save_units(path_in("model2.safetensors"), p1, views));
+    long l1 = 0, l2 = 0;
+    uint8_t *b1 = slurp(path, &l1), *b2 = slurp(path_in("model2.safetensors"), &l2);
+    CHECK(b1 && b2 && l1 == l2 && memcmp(b1, b2, (size_t)l1) == 0);
+    free(b1);
+    free(b2);
+    free(sh);
+    st_close(&f);
+  }
+  for (int u = 0; u < p1->nunits; u++) free(units[u]);
+  free_plan(p1);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/test_safetensors.XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_bf16_rounding();
+  test_roundtrip();
+  test_bad_files();
+  test_shards();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return check_done();
+}

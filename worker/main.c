@@ -1,0 +1,207 @@
+/* fsdp-worker — one rank of one job.
+ *
+ *   fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]
+ *       the daemon's way: everything else (spec, plan, rendezvous, steps) comes from the coordinator
+ *   fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE] JOB.ini
+ *       without a daemon, like torchrun: N of these with the same fresh DIR form a job; each prints
+ *       one JSON line per step on stdout
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "comm.h"
+#include "jobspec.h"
+#include "log.h"
+#include "mem.h"
+#include "plan.h"
+#include "planmsg.h"
+#include "runtime.h"
+#include "wlink.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]\n"
+          "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
+          "                   [--log-level L] JOB.ini\n");
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) {
+    fprintf(stderr, "fsdp-worker: %s '%s' must be an integer in %ld..%ld\n", flag, s, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* One JSON line per step (standalone mode): the fields of metrics.jsonl for this rank. */
+static void print_report(int rank, const rt_report *r) {
+  json_t *o = json_object(), *peak = json_object(), *phase = json_object(), *sent = json_object();
+  json_object_set_new(o, "step", json_integer(r->step));
+  json_object_set_new(o, "rank", json_integer(rank));
+  json_object_set_new(o, "loss", json_real(r->loss));
+  json_object_set_new(o, "lr", json_real(r->lr));
+  json_object_set_new(o, "grad_norm", json_real(r->grad_norm));
+  json_object_set_new(o, "tokens", json_integer((json_int_t)r->tokens));
+  json_object_set_new(o, "step_ms", json_real(r->step_ms));
+  json_object_set_new(o, "tokens_per_s", json_real(r->step_ms > 0 ? r->tokens / (r->step_ms / 1000.0) : 0));
+  for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(peak, mem_category_name((mem_category)c), json_integer((json_int_t)r->peak[c]));
+  json_object_set_new(peak, "total", json_integer((json_int_t)r->peak_total));
+  for (int i = 0; i < RT_NPHASE; i++) json_object_set_new(phase, rt_phase_name((rt_phase)i), json_real(r->phase_us[i] / 1000.0));
+  for (int i = 0; i < COLL_NKIND; i++) json_object_set_new(sent, coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent[i]));
+  json_object_set_new(o, "peak_bytes", peak);
+  json_object_set_new(o, "phase_ms", phase);
+  json_object_set_new(o, "sent_bytes", sent);
+  char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+  printf("%s\n", s);
+  fflush(stdout);
+  free(s);
+  json_decref(o);
+}
+
+static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
+  jobspec_t spec;
+  plan_t *plan = NULL;
+  comm_t *comm = NULL;
+  runtime_t *rt = NULL;
+  fsdp_status rc;
+  TRY_GOTO(jobspec_load(job, &spec), rc, out);
+  if (spec.device != DEVICE_CPU) {
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: --standalone runs device = cpu jobs; this one asks for %s",
+                        job, device_kind_name(spec.device));
+    goto out;
+  }
+  if (world != spec.world_size)
+    log_info("--world %d overrides the job's world_size %d", world, spec.world_size);
+  spec.world_size = world;
+  if (steps_override > 0) spec.steps = steps_override;
+  TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
+  TRY_GOTO(comm_new_gloo(rank, world, rdv, NULL, "fsdp", spec.timeout_s, &comm), rc, out);
+  TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
+  for (int s = 1; s <= spec.steps; s++) {
+    rt_report r;
+    TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    print_report(rank, &r);
+  }
+  if (save) TRY_GOTO(runtime_save(rt, save), rc, out);
+out:
+  if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
+  runtime_destroy(&rt);
+  comm_destroy(&comm);
+  plan_destroy(&plan);
+  return rc == FSDP_OK ? 0 : 1;
+}
+
+static int run_connected(const char *endpoint, uint64_t job_id, int rank, const char *token) {
+  wlink *l = NULL;
+  jobspec_t spec;
+  plan_t *plan = NULL;
+  comm_t *comm = NULL;
+  runtime_t *rt = NULL;
+  fsdp_status rc;
+  /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  TRY_GOTO(wlink_open(endpoint, job_id, rank, token, 60, &l), rc, out);
+  const Fsdp__WorkerSetup *su = wlink_setup(l);
+  TRY_GOTO(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, &spec), rc, out);
+  TRY_GOTO(plan_build(&spec, (int)su->world, &plan), rc, out);
+  TRY_GOTO(planmsg_check(su->plan, plan), rc, out);
+  if (strcmp(su->comm, "gloo") != 0) {
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to this worker (gloo is)", su->comm);
+    goto out;
+  }
+  comm_kv kv = wlink_kv(l);
+  TRY_GOTO(comm_new_gloo(rank, (int)su->world, NULL, &kv, su->kv_prefix, spec.timeout_s, &comm), rc, out);
+  TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
+  TRY_GOTO(wlink_ready(l, (int)su->start_step), rc, out);
+  for (;;) {
+    int step;
+    TRY_GOTO(wlink_next(l, &step), rc, out);
+    if (step == 0) break;
+    rt_report r;
+    TRY_GOTO(runtime_step(rt, step, &r), rc, out);
+    TRY_GOTO(wlink_report(l, rank, &r), rc, out);
+  }
+  rc = wlink_ack(l);
+out:
+  if (rc != FSDP_OK) {
+    log_error("%s", fsdp_last_error());
+    wlink_error(l, rank, rc, fsdp_last_error());
+  }
+  runtime_destroy(&rt);
+  comm_destroy(&comm);
+  plan_destroy(&plan);
+  wlink_close(&l);
+  return rc == FSDP_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  const char *connect = NULL, *token = "", *rdv = NULL, *save = NULL, *job = NULL;
+  long rank = -1, world = -1, steps = 0, job_id = -1;
+  int standalone = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV()                                                                  \
+  do {                                                                           \
+    if (!v) {                                                                    \
+      fprintf(stderr, "fsdp-worker: %s needs a value\n", a);                     \
+      return 2;                                                                  \
+    }                                                                            \
+    i++;                                                                         \
+  } while (0)
+    if (!strcmp(a, "--standalone")) standalone = 1;
+    else if (!strcmp(a, "--connect")) { NEEDV(); connect = v; }
+    else if (!strcmp(a, "--token")) { NEEDV(); token = v; }
+    else if (!strcmp(a, "--rendezvous")) { NEEDV(); rdv = v; }
+    else if (!strcmp(a, "--save")) { NEEDV(); save = v; }
+    else if (!strcmp(a, "--job")) { NEEDV(); if (parse_int(a, v, 0, 1L << 50, &job_id)) return 2; }
+    else if (!strcmp(a, "--rank")) { NEEDV(); if (parse_int(a, v, 0, 65535, &rank)) return 2; }
+    else if (!strcmp(a, "--world")) { NEEDV(); if (parse_int(a, v, 1, 65536, &world)) return 2; }
+    else if (!strcmp(a, "--steps")) { NEEDV(); if (parse_int(a, v, 1, 1L << 30, &steps)) return 2; }
+    else if (!strcmp(a, "--log-level")) {
+      NEEDV();
+      log_level lvl;
+      if (log_parse_level(v, &lvl) != FSDP_OK) {
+        fprintf(stderr, "fsdp-worker: %s\n", fsdp_last_error());
+        return 2;
+      }
+      log_set_level(lvl);
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "fsdp-worker: unknown flag %s\n", a);
+      usage(stderr);
+      return 2;
+    } else if (!job) job = a;
+    else {
+      fprintf(stderr, "fsdp-worker: unexpected argument %s\n", a);
+      return 2;
+    }
+#undef NEEDV
+  }
+  log_set_prefix("worker", (int)rank);
+  if (standalone) {
+    if (rank < 0 || world < 1 || !rdv || !job || rank >= world) {
+      fprintf(stderr, "fsdp-worker: --standalone needs --rank R (0..N-1), --world N, --rendezvous DIR and a job file\n");
+      usage(stderr);
+      return 2;
+    }
+    return run_standalone((int)rank, (int)world, rdv, (int)steps, save, job);
+  }
+  if (!connect || job_id < 0 || rank < 0) {
+    fprintf(stderr, "fsdp-worker: needs --connect ENDPOINT --job ID --rank R (or --standalone)\n");
+    usage(stderr);
+    return 2;
+  }
+  return run_connected(connect, (uint64_t)job_id, (int)rank, token);
+}

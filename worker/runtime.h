@@ -1,0 +1,49 @@
+/* runtime — one rank's FSDP step executor (DESIGN.md §4): gather a unit just before it is computed,
+ * free it (back to the pool) right after, reduce-scatter its gradient to the owners, and update
+ * only the local shard with AdamW.
+ *
+ * The runtime owns this rank's shards (parameters, gradients, AdamW m and v), the gather pool, the
+ * unit-gradient buffers, the model's activations and the data reader; it borrows the plan, the spec
+ * and the communicator, which must outlive it. Sharding full, grad_op and none run one code path
+ * with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
+ * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients.
+ * prefetch = k keeps up to k units in flight ahead of the one being computed; 0 serializes.
+ * One thread drives a runtime; collectives run on the communicator's own thread.
+ */
+#ifndef FSDP_RUNTIME_H
+#define FSDP_RUNTIME_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "jobspec.h"
+#include "plan.h"
+
+typedef enum { RT_PHASE_ALLGATHER = 0, RT_PHASE_COMPUTE, RT_PHASE_REDUCESCATTER, RT_PHASE_OPTIMIZER, RT_NPHASE } rt_phase;
+const char *rt_phase_name(rt_phase p);   /* "allgather", "compute", "reducescatter", "optimizer" */
+
+typedef struct rt_report {
+  int step;                      /* 1-based */
+  double loss;                   /* mean over every token of every rank, before this step's update */
+  double lr, grad_norm;          /* grad_norm: global, before clipping */
+  uint64_t tokens;               /* B·T·G·world */
+  double step_ms;                /* this rank's wall time for the step */
+  uint64_t peak[MEM_NCAT], cur[MEM_NCAT], peak_total;   /* bytes, peaks within this step */
+  uint64_t phase_us[RT_NPHASE];  /* time blocked on gathers, computing, blocked on reductions, optimizer */
+  uint64_t sent[COLL_NKIND];     /* bytes this rank sent during this step */
+} rt_report;
+
+typedef struct runtime runtime_t;
+
+/* Allocate the shards and initialize them (random from spec->seed, or spec->init's .safetensors)
+ * and open the training data. Collective-free. */
+fsdp_status runtime_new(const jobspec_t *spec, const plan_t *plan, int rank, comm_t *comm, runtime_t **out);
+/* One optimizer step (G micro-steps). Collective: every rank calls it with the same STEP. */
+fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out);
+/* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
+fsdp_status runtime_save(runtime_t *rt, const char *path);
+/* This rank's parameter shard (plan->shard_total floats), for tests. */
+const float *runtime_param_shard(const runtime_t *rt);
+void runtime_destroy(runtime_t **rt);
+
+#endif
