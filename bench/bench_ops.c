@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cblas.h>
 #include <omp.h>
 
 /* ops_cpu.h's opening comment contains "ops/" followed by "*.h", which -Wcomment rejects. */
@@ -77,6 +78,8 @@ int main(int argc, char **argv) {
   size_t n = (size_t)BT * C;
   printf("bench_ops: B=%d T=%d C=%d NH=%d V=%d, %d OpenMP threads, %s time\n", B, T, C, NH, V,
          omp_get_max_threads(), bench_clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
+  printf("OpenBLAS: %s, kernels '%s', %d threads (OPENBLAS_CORETYPE=SkylakeX if this says Prescott on an "
+         "AVX-512 CPU)\n", openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());
 
   float *x = buf(n), *y = buf(n), *dy = buf(n), *dx = buf(n), *mean = buf(BT), *rstd = buf(BT);
   float *lnw = buf(C), *lnb = buf(C), *dlnw = buf(C), *dlnb = buf(C);

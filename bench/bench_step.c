@@ -14,7 +14,7 @@
  * OMP_WAIT_POLICY=passive (libgomp reads it only at start-up).
  *
  * tiny:  L=2 C=64 H=4 V=64 T=32 B=8        small: GPT-2 small's shape (C=768 H=12 V=50257) with
- * L=2, T=256, B=4 unless overridden. See docs/performance.md for figures and the PyTorch comparison
+ * L=2, T=256, B=2 unless overridden. See docs/performance.md for figures and the PyTorch comparison
  * (bench/torch_step.py).
  */
 #include <cblas.h>
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
   cfg tiny = {"tiny", 2, 64, 4, 64, 32, 8};
-  cfg small = {"gpt2-small-shape", 2, 768, 12, 50257, 256, 4};
+  cfg small = {"gpt2-small-shape", 2, 768, 12, 50257, 256, 2};
   int rc = 0;
   if (!strcmp(which, "tiny") || !strcmp(which, "both")) {
     if (L) tiny.L = L;

@@ -68,7 +68,7 @@ class GPT2(nn.Module):
 
 
 CONFIGS = {"tiny": dict(L=2, C=64, H=4, V=64, T=32, B=8),
-           "small": dict(L=2, C=768, H=12, V=50257, T=256, B=4)}
+           "small": dict(L=2, C=768, H=12, V=50257, T=256, B=2)}
 
 
 def run(name, cfg, iters, threads):

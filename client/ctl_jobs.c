@@ -118,7 +118,10 @@ typedef struct common_opts {
   int json;
 } common_opts;
 
-enum { OPT_CTL = 1000, OPT_JSON, OPT_HELP, OPT_FOLLOW, OPT_RANK, OPT_LIMIT, OPT_STATE_DIR, OPT_KEEP, OPT_LOG_LEVEL };
+enum {
+  OPT_CTL = 1000, OPT_JSON, OPT_HELP, OPT_FOLLOW, OPT_RANK, OPT_EVENTS, OPT_LIMIT, OPT_STATE_DIR, OPT_KEEP,
+  OPT_LOG_LEVEL
+};
 
 /* ---------------------------------------------------------------- talking to the daemon */
 
@@ -126,6 +129,7 @@ typedef struct client {
   char endpoint[1024];
   ctl_conn *conn;
   const char *daemon_log;   /* run: the private daemon's log, named when the daemon is lost */
+  int lost;                 /* run: the private daemon went away during a call */
 } client;
 
 static int client_open(client *cl, const char *flag) {
@@ -150,15 +154,18 @@ static int client_call(client *cl, Fsdp__Msg *req, Fsdp__Msg__BodyCase expect, u
   *reply = NULL;
   Fsdp__Msg *m = NULL;
   fsdp_status rc = ctl_conn_call(cl->conn, req, timeout_ms, &m);
+  if (rc == FSDP_ERR_CANCELLED) return EXIT_CANCELLED;   /* a Ctrl-C: the caller says what it does about it */
   if (rc != FSDP_OK) {
     char msg[1400];
-    if (rc == FSDP_ERR_COMM && cl->daemon_log)
+    if (rc == FSDP_ERR_COMM && cl->daemon_log) {
+      cl->lost = 1;
       snprintf(msg, sizeof msg, "lost the private fsdpd: %s (log: %s)", ctl_fmt_user_error(fsdp_last_error()),
                cl->daemon_log);
-    else
+    } else {
       ctl_describe_failure(cl->endpoint, rc, msg, sizeof msg);
+    }
     fail("%s", msg);
-    return rc == FSDP_ERR_CANCELLED ? EXIT_CANCELLED : 1;
+    return 1;
   }
   if (m->body_case == FSDP__MSG__BODY_ERROR) {
     if (m->error->code == FSDP_ERR_NOTFOUND && job_id)
@@ -240,7 +247,7 @@ static void progress_show(progress *p, const Fsdp__JobInfo *j, int final) {
     double el = wall_now() - j->started_at;   /* the daemon's clock: only until we have our own rate */
     if (el > 0) eta = el * (double)(j->steps - j->step) / (double)j->step;
   }
-  if (ctl_fmt_state_is_final(j->state)) eta = NAN;
+  if (j->state != FSDP__JOB_STATE__RUNNING) eta = NAN;   /* not started, or ended: no ETA */
   char line[512];
   ctl_fmt_progress(line, sizeof line, j->step, j->steps, j->step ? j->loss : 0, j->tokens_per_s, eta, p->tty ? 30 : 20);
   if (j->state != FSDP__JOB_STATE__RUNNING) {
@@ -300,7 +307,7 @@ static int follow_job(client *cl, uint64_t id, follow_mode mode, follow_result *
       if (!cancel_sent) {
         g_interrupts = 0;
         fprintf(stderr, "fsdpctl: cancelling job %llu (Ctrl-C again to stop waiting)\n", (unsigned long long)id);
-        if (send_cancel(cl, id) != 0) return EXIT_CANCELLED;
+        send_cancel(cl, id);   /* if it fails (the job just ended), following shows how it ended */
         cancel_sent = 1;
         cancel_deadline = mono_ms() + CANCEL_WAIT_MS;
       } else {
@@ -640,9 +647,10 @@ int ctl_cancel(int argc, char **argv) {
 }
 
 int ctl_logs(int argc, char **argv) {
-  static const char *usage = "logs ID [--rank R] [--follow] [--ctl ENDPOINT]";
+  static const char *usage = "logs ID [--rank R | --events] [--follow] [--ctl ENDPOINT]";
   static const struct option opts[] = {
     {"ctl", required_argument, 0, OPT_CTL}, {"follow", no_argument, 0, OPT_FOLLOW},
+    {"events", no_argument, 0, OPT_EVENTS},
     {"rank", required_argument, 0, OPT_RANK}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   const char *ctl = NULL;
   int follow = 0, o;
@@ -653,6 +661,7 @@ int ctl_logs(int argc, char **argv) {
     case OPT_CTL: ctl = optarg; break;
     case 'f':
     case OPT_FOLLOW: follow = 1; break;
+    case OPT_EVENTS: rank = -1; break;   /* the daemon's job.log */
     case OPT_RANK: {
       char *end;
       rank = strtol(optarg, &end, 10);
@@ -662,6 +671,8 @@ int ctl_logs(int argc, char **argv) {
     }
     case OPT_HELP:
       printf("usage: fsdpctl %s\n\nPrint a worker's log (stdout and stderr of rank R, default 0).\n"
+             "  --rank R       the worker of rank R\n"
+             "  --events       the daemon's record of the job instead (queueing, placement, state changes)\n"
              "  --follow       keep printing as the log grows, until the job ends\n"
              "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n", usage);
       return 0;
@@ -911,7 +922,11 @@ static int daemon_ready(daemon_proc *d, client *cl, const char *endpoint, const 
   memset(cl, 0, sizeof *cl);
   snprintf(cl->endpoint, sizeof cl->endpoint, "%.1000s", endpoint);
   for (;;) {
-    if (g_interrupts) return EXIT_CANCELLED;
+    if (g_interrupts) {
+      *cite_log = 0;
+      fail("interrupted before the job was submitted");
+      return EXIT_CANCELLED;
+    }
     if (daemon_wait(d, 0)) {
       char how[128], line[512];
       daemon_describe_exit(d, how, sizeof how);
@@ -1087,6 +1102,7 @@ int ctl_run(int argc, char **argv) {
   if ((rc = daemon_start(&d, fsdpd, state, &spec, level_arg))) goto out;
   started = 1;
   if ((rc = daemon_ready(&d, &cl, endpoint, &spec, &cite_log))) goto out;
+  cite_log = 0;   /* from here on, only a lost daemon (cl.lost) makes the logs worth keeping */
   if ((rc = submit_text(&cl, text, abs, dir, &id))) goto out;
   printf("job %llu (%s): %d x %s, %d steps\n", (unsigned long long)id, spec.name, spec.world_size,
          device_kind_name(spec.device), spec.steps);
@@ -1112,8 +1128,8 @@ int ctl_run(int argc, char **argv) {
   if (keep || !temp) printf("state kept in %s; metrics: %s\n", state, mpath);
   fflush(stdout);
   if (job_rc != 0) {
-    char extra[PATH_MAX + 32];
-    snprintf(extra, sizeof extra, " (logs: %s)", r.job_dir[0] ? r.job_dir : state);
+    char extra[PATH_MAX + 32] = "";
+    if (keep || !temp) snprintf(extra, sizeof extra, " (logs: %s)", r.job_dir[0] ? r.job_dir : state);
     rc = job_exit_status(id, &r, extra);
   } else {
     rc = 0;
@@ -1131,7 +1147,7 @@ out:
     }
   }
   client_close(&cl);
-  if (rc == 1 && temp && started && cite_log) keep = 1;   /* a message above names its log */
+  if (rc == 1 && temp && started && (cite_log || cl.lost)) keep = 1;   /* a message above names its log */
   if (temp && !keep) remove_tree(state);
   return rc;
 }

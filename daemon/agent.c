@@ -451,7 +451,9 @@ static void on_message(void *sock, void *arg) {
     kill_job(a, m->kill_req->job_id, m->kill_req->signal ? m->kill_req->signal : SIGKILL);
     break;
   case FSDP__MSG__BODY_ERROR:
-    /* The coordinator does not know us (it restarted, or declared us lost): register again. */
+    /* The coordinator does not know us (it restarted, or declared us lost): register again. The
+     * heartbeats queued while it was away all get this answer; one re-registration is enough. */
+    if (a->node_id == 0) break;
     log_warn("agent: coordinator says: %s; registering again", m->error->message);
     a->node_id = 0;
     uv_timer_stop(&a->hb_timer);
@@ -579,7 +581,8 @@ void agent_destroy(agent_t **p) {
     worker_close(w);
   }
   loop_zsock_destroy(&a->zs);
-  if (a->sock) zmq_close(a->sock);
+  int linger = 500;   /* the last worker_exit and log lines may still be queued */
+  if (a->sock) zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger), zmq_close(a->sock);
   a->sock = NULL;
   uv_close((uv_handle_t *)&a->reg_timer, on_agent_handle_close);
   uv_close((uv_handle_t *)&a->hb_timer, on_agent_handle_close);

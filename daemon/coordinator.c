@@ -340,23 +340,30 @@ static void send_kill(coord_t *c, job_t *j, int sig) {
 
 static void try_schedule(coord_t *c);
 static void bind_ctl(coord_t *c);
+static void requeue(coord_t *c);
 
-/* Remove J from the active list once no worker of it is alive (or the drain limit passed). */
-static void job_reap_if_drained(coord_t *c, job_t *j, int force) {
-  if (!j->done) return;
-  if (j->nalive > 0 && !force) return;
-  if (j->ranks)
-    for (int r = 0; r < j->world; r++) free_slot(c, j, r);
-  for (job_t **p = &c->jobs; *p; p = &(*p)->next)
-    if (*p == j) {
-      *p = j->next;
-      break;
+/* Free the jobs that ended and whose workers are all reaped (or whose drain limit passed), then
+ * schedule. Jobs are freed only here, at the end of a loop callback, never while a handler still
+ * holds a pointer to one. */
+static void reap_drained(coord_t *c) {
+  double now = loop_now_mono();
+  int reaped = 0;
+  for (job_t **p = &c->jobs; *p;) {
+    job_t *j = *p;
+    if (!j->done || (j->nalive > 0 && now <= j->drain_until)) {
+      p = &j->next;
+      continue;
     }
-  if (j->nalive > 0)
-    log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
-             (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
-  job_free(j);
-  try_schedule(c);
+    if (j->ranks)
+      for (int r = 0; r < j->world; r++) free_slot(c, j, r);
+    if (j->nalive > 0)
+      log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
+               (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+    *p = j->next;
+    job_free(j);
+    reaped = 1;
+  }
+  if (reaped) try_schedule(c);
 }
 
 /* Move J to a terminal STATE; its live workers get SIG (0: none, they are exiting on their own). */
@@ -379,7 +386,6 @@ static void job_finish(coord_t *c, job_t *j, int state, const char *reason, int 
   } else if (j->nalive > 0) {
     j->kill_at = now + 10.0;   /* succeeded: they were told to stop; kill stragglers after 10 s */
   }
-  job_reap_if_drained(c, j, 0);
 }
 
 static void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -705,7 +711,6 @@ static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
                  clean ? " before the job finished" : "");
     }
   }
-  job_reap_if_drained(c, j, 0);
   try_schedule(c);
 }
 
@@ -738,6 +743,10 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
     return;
   }
   rank_st *rk = &j->ranks[h->rank];
+  if (rk->node < 0 || !rk->alive) {
+    log_warn("worker_hello for job %llu rank %u, which is not running; ignored", (unsigned long long)j->id, h->rank);
+    return;
+  }
   if (rk->ident_len && (rk->ident_len != env->len[0] || memcmp(rk->ident, env->data[0], env->len[0]))) {
     log_warn("job %llu rank %u said hello twice from different sockets; ignored", (unsigned long long)j->id, h->rank);
     return;
@@ -893,7 +902,7 @@ static void on_cluster(void *sock, void *arg) {
   case FSDP__MSG__BODY_HEARTBEAT:
     n = find_node_ident(c, id, idlen);
     if (!n || n->id != m->heartbeat->node_id) {
-      log_warn("heartbeat from unknown node %u; asking it to register", m->heartbeat->node_id);
+      log_debug("heartbeat from unknown node %u; asking it to register", m->heartbeat->node_id);
       reply_error(sock, &env, FSDP_ERR_NOTFOUND, "unknown node: register again");
       break;
     }
@@ -947,6 +956,7 @@ static void on_cluster(void *sock, void *arg) {
     }
   }
   wire_free(&m);
+  reap_drained(c);
 }
 
 /* ---------------------------------------------------------------- ctl service */
@@ -1284,6 +1294,7 @@ static void on_ctl(void *sock, void *arg) {
   }
   }
   wire_free(&m);
+  reap_drained(c);
 }
 
 /* ---------------------------------------------------------------- timers */
@@ -1326,8 +1337,8 @@ static void on_tick(uv_timer_t *t) {
       send_kill(c, j, SIGKILL);
       j->kill_at = 0;
     }
-    if (j->done && now > j->drain_until) job_reap_if_drained(c, j, 1);
   }
+  reap_drained(c);
   try_schedule(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
     void (*done)(void *) = c->shutdown_done;
@@ -1370,6 +1381,45 @@ static void bind_ctl(coord_t *c) {
   log_info("serving fsdpctl on %s", c->ctl_ep);
 }
 
+/* Jobs that were queued when the daemon stopped are queued again, in their order. */
+static void requeue(coord_t *c) {
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) {
+    log_error("cannot list the queued jobs: %s", fsdp_last_error());
+    return;
+  }
+  for (size_t i = n; i-- > 0;) {   /* newest first in the list: walk it backwards */
+    jobs_db_row *r = &rows[i];
+    if (r->state != ST_QUEUED) continue;
+    job_t *j = calloc(1, sizeof *j);
+    if (!j) break;
+    j->id = r->id;
+    j->state = ST_QUEUED;
+    snprintf(j->job_dir, sizeof j->job_dir, "%s", r->job_dir);
+    j->spec_text = r->spec_text, r->spec_text = NULL;
+    j->spec_path = r->spec_path, r->spec_path = NULL;
+    j->base_dir = r->base_dir, r->base_dir = NULL;
+    fsdp_status rc = jobspec_parse(j->spec_text, *j->spec_path ? j->spec_path : "<submitted job>", j->base_dir, &j->spec);
+    if (rc == FSDP_OK) rc = plan_build(&j->spec, j->spec.world_size, &j->plan);
+    if (rc != FSDP_OK) {
+      char reason[1200];
+      snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", user_error());
+      set_state(c, j, ST_FAILED, reason);
+      job_free(j);
+      continue;
+    }
+    j->world = j->spec.world_size;
+    j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
+    j->steps = (uint32_t)j->spec.steps;
+    j->next = c->jobs;
+    c->jobs = j;
+    job_log(j, "queued again after a daemon restart");
+    log_info("job %llu (%s) queued again after the restart", (unsigned long long)j->id, j->spec.name);
+  }
+  jobs_db_rows_free(&rows, n);
+}
+
 static void on_first_node_timeout(uv_timer_t *t) {
   coord_t *c = t->data;
   if (!c->ctl_bound) {
@@ -1399,8 +1449,9 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   snprintf(path, sizeof path, "%s/jobs.db", c->state_dir);
   TRY_GOTO(jobs_db_open(path, &c->db), rc, fail);
   int nfail = 0;
-  TRY_GOTO(jobs_db_fail_unfinished(c->db, "daemon restarted", loop_now_wall(), &nfail), rc, fail);
-  if (nfail) log_warn("%d jobs were unfinished when the daemon stopped; marked failed ('daemon restarted')", nfail);
+  TRY_GOTO(jobs_db_fail_started(c->db, "daemon restarted", loop_now_wall(), &nfail), rc, fail);
+  if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
+  requeue(c);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   TRY_GOTO(bind_socket(zctx, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
   TRY_GOTO(loop_zsock_new(uv, c->cluster, on_cluster, c, &c->cluster_zs), rc, fail);
@@ -1437,6 +1488,7 @@ void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg)
     next = j->next;
     if (!j->done) job_finish(c, j, ST_CANCELLED, "the daemon shut down", SIGTERM);
   }
+  reap_drained(c);
   if (!c->jobs && c->shutdown_done) {
     c->shutdown_done = NULL;
     done(arg);
@@ -1472,8 +1524,11 @@ void coord_destroy(coord_t **p) {
   }
   loop_zsock_destroy(&c->ctl_zs);
   loop_zsock_destroy(&c->cluster_zs);
-  if (c->ctl) zmq_close(c->ctl);
-  if (c->cluster) zmq_close(c->cluster);
+  /* Let the last replies (the shutdown ack, kill requests to agents) leave: zmq_ctx_term waits
+   * at most this long for them. */
+  int linger = 500;
+  if (c->ctl) zmq_setsockopt(c->ctl, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->ctl);
+  if (c->cluster) zmq_setsockopt(c->cluster, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->cluster);
   if (!strncmp(c->ctl_ep, "ipc://", 6) && c->ctl) unlink(c->ctl_ep + 6);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   jobs_db_close(&c->db);

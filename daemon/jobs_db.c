@@ -28,7 +28,7 @@ static const char *const schema =
 
 enum {
   ST_INSERT, ST_TRANSITION, ST_SET_STATE, ST_SET_STARTED, ST_SET_FINISHED, ST_ADD_STEP, ST_PROGRESS,
-  ST_GET, ST_LIST, ST_LIST_ALL, ST_UNFINISHED, ST_TRANSITIONS, ST_STEP_COUNT, ST_BEGIN, ST_COMMIT,
+  ST_GET, ST_LIST, ST_LIST_ALL, ST_STARTED, ST_TRANSITIONS, ST_STEP_COUNT, ST_BEGIN, ST_COMMIT,
   ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_COUNT
 };
 
@@ -51,7 +51,7 @@ static const char *const sql[ST_COUNT] = {
   [ST_GET] = "SELECT " ROW_COLS "WHERE j.id = ?1",
   [ST_LIST] = "SELECT " ROW_COLS "ORDER BY j.id DESC LIMIT ?1",
   [ST_LIST_ALL] = "SELECT " ROW_COLS "ORDER BY j.id DESC",
-  [ST_UNFINISHED] = "SELECT id FROM jobs WHERE state < 4",
+  [ST_STARTED] = "SELECT id FROM jobs WHERE state IN (2, 3)",
   [ST_TRANSITIONS] = "SELECT state, at FROM job_transitions WHERE job_id = ?1 ORDER BY rowid",
   [ST_STEP_COUNT] = "SELECT count(*) FROM job_steps WHERE job_id = ?1",
   [ST_BEGIN] = "BEGIN",
@@ -313,12 +313,12 @@ void jobs_db_rows_free(jobs_db_row **rows, size_t n) {
   *rows = NULL;
 }
 
-fsdp_status jobs_db_fail_unfinished(jobs_db *db, const char *reason, double now, int *count) {
+fsdp_status jobs_db_fail_started(jobs_db *db, const char *reason, double now, int *count) {
   *count = 0;
   uint64_t ids[256];
-  for (;;) {   /* in batches, since set_state reuses statements while ST_UNFINISHED is open */
+  for (;;) {   /* in batches, since set_state reuses statements while ST_STARTED is open */
     int n = 0, rc;
-    sqlite3_stmt *s = stmt(db, ST_UNFINISHED);
+    sqlite3_stmt *s = stmt(db, ST_STARTED);
     while (n < 256 && (rc = sqlite3_step(s)) == SQLITE_ROW) ids[n++] = (uint64_t)sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
     if (n == 0) return FSDP_OK;

@@ -64,8 +64,9 @@ fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out);
 fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
 void jobs_db_rows_free(jobs_db_row **rows, size_t n);
 void jobs_db_row_clear(jobs_db_row *row);
-/* Mark every job that is not in a terminal state as failed with REASON; *count is how many. */
-fsdp_status jobs_db_fail_unfinished(jobs_db *db, const char *reason, double now, int *count);
+/* Mark every job that had started (starting or running) as failed with REASON; *count is how
+ * many. Queued jobs are left queued: the coordinator queues them again. */
+fsdp_status jobs_db_fail_started(jobs_db *db, const char *reason, double now, int *count);
 /* The states job ID went through, in order (at most max entries); *n is how many were written. */
 fsdp_status jobs_db_transitions(jobs_db *db, uint64_t id, int *states, double *at, size_t max, size_t *n);
 /* The metrics line stored for STEP of job ID (malloc'd; FSDP_ERR_NOTFOUND when none). */

@@ -112,6 +112,13 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(wlink_open(endpoint, job_id, rank, token, 60, &l), rc, out);
   const Fsdp__WorkerSetup *su = wlink_setup(l);
   TRY_GOTO(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, &spec), rc, out);
+  if (spec.device != DEVICE_CPU) {
+    /* The CUDA kernels and the NCCL communicator exist (tests/gpu checks them on a GPU), but the
+     * step executor drives the CPU operators only. */
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = %s: this worker trains on the CPU only; use device = cpu",
+                        device_kind_name(spec.device));
+    goto out;
+  }
   TRY_GOTO(plan_build(&spec, (int)su->world, &plan), rc, out);
   TRY_GOTO(planmsg_check(su->plan, plan), rc, out);
   if (strcmp(su->comm, "gloo") != 0) {

@@ -20,9 +20,7 @@ int64_t gpt2_acts_floats(const plan_t *p) {
 }
 
 int64_t gpt2_workspace_floats(const plan_t *p) {
-  int64_t BTC = (int64_t)p->batch_size * p->model.seq_len * p->model.n_embd;
-  int64_t head = p->act.head_ws + BTC;
-  return head > p->act.bwd_ws ? head : p->act.bwd_ws;
+  return p->act.head_ws > p->act.bwd_ws ? p->act.head_ws : p->act.bwd_ws;
 }
 
 /* Hand out N floats from *cursor. */

@@ -66,8 +66,9 @@ typedef struct gpt2_acts {
   int64_t saved_floats, ws_floats;
 } gpt2_acts;
 
-/* Float counts of the two allocations for plan P: activations = L·block_saved + root_saved;
- * workspace = max(head_ws + B·T·C, bwd_ws) (the head needs dlnf while dlogits is live). */
+/* Float counts of the two allocations for plan P: activations = L·block_saved + root_saved
+ * (the runtime allocates the token ids, the rest of plan's activation term); workspace =
+ * max(head_ws, bwd_ws) (head_ws holds dlnf too: it is live together with dlogits). */
 int64_t gpt2_acts_floats(const plan_t *p);
 int64_t gpt2_workspace_floats(const plan_t *p);
 

@@ -15,8 +15,11 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
+
+#include "log.h"
 
 #include "ops/exp.h"
 #include "ops/gelu.h"
@@ -141,9 +144,35 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
   }
 }
 
+/* ---- OpenBLAS kernel check ----
+ * OpenBLAS picks its kernels from the CPU model when it loads. 0.3.21 (Debian 12) does not know
+ * recent CPUs (Sapphire Rapids here) and falls back to "Prescott", SSE3 kernels that run sgemm
+ * ~5× slower than its AVX-512 ones; only the OPENBLAS_CORETYPE environment variable, read at load,
+ * fixes that. Warn once, at the first GEMM, so that a slow run says why. */
+static const char *blas_slow_cores[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                        "Sandybridge", "Opteron", "Barcelona", "Bobcat", "Bulldozer"};
+
+static void blas_check(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
+  const char *core = openblas_get_corename();
+  if (!want || !core) return;
+  for (size_t i = 0; i < sizeof blas_slow_cores / sizeof blas_slow_cores[0]; i++)
+    if (strcmp(core, blas_slow_cores[i]) == 0) {
+      log_warn("OpenBLAS chose its '%s' kernels on a CPU with %s: GEMMs run several times slower than "
+               "they can; start the process with OPENBLAS_CORETYPE=%s",
+               core, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2", want);
+      return;
+    }
+#endif
+}
+
+static pthread_once_t blas_check_once = PTHREAD_ONCE_INIT;
+
 /* ---- matmul (Hugging Face Conv1D: weight [C, OC]) ---- */
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC) {
+  pthread_once(&blas_check_once, blas_check);
   if (BT <= 0 || OC <= 0) return;
   if (bias) {
 #pragma omp parallel for schedule(static)
@@ -180,10 +209,13 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
 
 /* ---- attention ----
  * The products go through cblas_sgemm head by head, reading q, k, v in place inside qkv (leading
- * dimension 3C): square T×T products compute the masked upper triangle too, twice the useful
- * flops, but BLAS runs them ~10× faster than the best plain loop here, so it wins by ~5×. Only the
- * row-wise softmax and its backward are OpenMP loops, one parallel region each, so the OpenMP and
- * BLAS thread pools alternate only twice per call. */
+ * dimension 3C): BLAS runs them ~10× faster than the best plain loop here. Causality is used by
+ * rows of ATT_BLOCK: query rows [r0, r1) only meet keys [0, r1), so the products skip the blocks
+ * above the diagonal (T = 1024: 4 blocks, 62% of the square's flops). Only the row-wise softmax and
+ * its backward are OpenMP loops, one parallel region each, so the OpenMP and BLAS thread pools
+ * alternate only twice per call. Bigger blocks mean fewer, larger sgemm calls, which matters when
+ * OpenBLAS splits each call over many threads. */
+#define ATT_BLOCK 256
 
 /* Row t of a causal softmax: a[0..n) (n = t + 1) become probabilities, a[n..T) zeros. */
 static OPS_VEC void softmax_causal_row(float *a, int n, int T) {
@@ -222,25 +254,36 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
   if (B <= 0 || T <= 0) return;
   int hs = C / NH, C3 = 3 * C;
   float scale = attn_scale(hs);
-  /* att[t,t2] = scale·q_t·k_t2 for every (t, t2); the upper triangle is masked below. */
+  /* att[t,t2] = scale·q_t·k_t2 for t < r1, t2 < r1 of each row block; the rest of each row is
+   * left for the softmax, which zeroes it. */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, ATT_Q(qkv, b, h), C3,
-                  ATT_K(qkv, b, h), C3, 0.0f, ATT_BH(att, b, h), T);
-  /* Causal softmax per row: row t keeps keys 0..t. */
-#pragma omp parallel for schedule(static)
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3,
+                    C3, ATT_K(qkv, b, h), C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T, T);
+      }
+  /* Causal softmax per row: row t keeps keys 0..t and costs ~t, so rows are dealt out in chunks
+   * of 32 round-robin rather than in one contiguous run per thread. */
+#pragma omp parallel for schedule(static, 32)
   for (long long row = 0; row < (long long)B * NH * T; row++)
     softmax_causal_row(att + (size_t)row * T, (int)(row % T) + 1, T);
-  /* out_h[T,hs] = att[T,T] · v[T,hs], into columns h·hs.. of out (leading dimension C). */
+  /* out_h[r0:r1, :] = att[r0:r1, 0:r1] · v[0:r1, :], into columns h·hs.. of out (leading dim C). */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ATT_BH(att, b, h), T,
-                  ATT_V(qkv, b, h), C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                    ATT_BH(att, b, h) + (size_t)r0 * T, T, ATT_V(qkv, b, h), C3, 0.0f,
+                    out + ((size_t)b * T + r0) * C + (size_t)h * hs, C);
+      }
 }
 
 /* With dpre = softmax_dinp(att, datt) (the gradient before the softmax; 0 above the diagonal):
- *   datt = dout·vᵀ;  dq = scale·dpre·k;  dk = scale·dpreᵀ·q;  dv = attᵀ·dout.
- * datt is overwritten with dpre. Every dqkv column is written once with beta = 0 (assignment). */
+ *   datt = dout·vᵀ;  dq = scale·dpre·k;  dk = scale·dpreᵀ·q;  dv = attᵀ·dout,
+ * blocked like the forward: query rows [r0, r1) meet keys [0, r1) (datt, dq), and key rows
+ * [r0, r1) meet queries [r0, T) (dk, dv). datt is overwritten with dpre. Every dqkv element is
+ * written once with beta = 0 (assignment). */
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                         int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0) return;
@@ -248,21 +291,31 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
   float scale = attn_scale(hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dout + (size_t)b * T * C + (size_t)h * hs,
-                  C, ATT_V(qkv, b, h), C3, 0.0f, ATT_BH(datt, b, h), T);
-#pragma omp parallel for schedule(static)
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                    dout + ((size_t)b * T + r0) * C + (size_t)h * hs, C, ATT_V(qkv, b, h), C3, 0.0f,
+                    ATT_BH(datt, b, h) + (size_t)r0 * T, T);
+      }
+#pragma omp parallel for schedule(static, 32)
   for (long long row = 0; row < (long long)B * NH * T; row++)
     softmax_causal_row_backward(datt + (size_t)row * T, att + (size_t)row * T, (int)(row % T) + 1, T);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       const float *dpre = ATT_BH(datt, b, h), *a = ATT_BH(att, b, h);
       const float *d = dout + (size_t)b * T * C + (size_t)h * hs;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpre, T, ATT_K(qkv, b, h), C3, 0.0f,
-                  ATT_Q(dqkv, b, h), C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpre, T, ATT_Q(qkv, b, h), C3, 0.0f,
-                  ATT_K(dqkv, b, h), C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f,
-                  ATT_V(dqkv, b, h), C3);
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, n = r1 - r0;
+        /* dq[r0:r1] = scale·dpre[r0:r1, 0:r1]·k[0:r1] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpre + (size_t)r0 * T, T,
+                    ATT_K(qkv, b, h), C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
+        /* dk[r0:r1] = scale·dpre[r0:T, r0:r1]ᵀ·q[r0:T] */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, scale, dpre + (size_t)r0 * T + r0, T,
+                    ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, 0.0f, ATT_K(dqkv, b, h) + (size_t)r0 * C3, C3);
+        /* dv[r0:r1] = att[r0:T, r0:r1]ᵀ·dout[r0:T] */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0, T,
+                    d + (size_t)r0 * C, C, 0.0f, ATT_V(dqkv, b, h) + (size_t)r0 * C3, C3);
+      }
     }
 }
 
@@ -302,6 +355,7 @@ void residual_forward(float *out, const float *a, const float *b, int N) {
 /* ---- tied output head (wte [V, C]) ---- */
 
 void classifier_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
+  pthread_once(&blas_check_once, blas_check);
   if (BT <= 0 || V <= 0) return;
   /* logits[BT,V] = inp[BT,C] · wte[V,C]ᵀ */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);

@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include "ops/exp.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 #include "ops/softmax.h"
@@ -18,7 +19,8 @@
   do {                                                                                             \
     cudaError_t e_ = cudaGetLastError();                                                           \
     if (e_ != cudaSuccess)                                                                         \
-      return fsdp_set_error(FSDP_ERR_CUDA, "%s: launch failed: %s", (what), cudaGetErrorString(e_)); \
+      return fsdp_set_error(FSDP_ERR_CUDA, "%s: launch (or an earlier kernel) failed: %s", (what),    \
+                            cudaGetErrorString(e_));                                               \
   } while (0)
 
 #define BLAS_CHECK(call, what)                                                                     \
@@ -321,7 +323,7 @@ __global__ void attention_forward_kernel(float *__restrict__ out, float *__restr
   mx = block_max(mx, red);
   float sum = 0.0f;
   for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-    float e = expf(sc[t2] - mx);
+    float e = ops_expf(sc[t2] - mx);
     sc[t2] = e;
     sum += e;
   }
@@ -498,11 +500,11 @@ __global__ void softmax_xent_kernel(float *__restrict__ logits, float *__restric
   mx = block_max(mx, redf);
   float zt = valid ? z[tgt] : 0.0f; /* read before any thread overwrites the row */
   double sum = 0.0;                 /* Σ exp in double, as on the CPU */
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(z[j] - mx);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)ops_expf(z[j] - mx);
   sum = block_sum(sum, redd); /* its barriers also order every zt read before the writes below */
   if (threadIdx.x == 0) losses[r] = valid ? (float)xent_loss(zt, mx, sum) : NAN;
   float inv = (float)(1.0 / sum);
-  for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = xent_dlogit(expf(z[j] - mx) * inv, j == tgt, dscale);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = xent_dlogit(ops_expf(z[j] - mx) * inv, j == tgt, dscale);
 }
 
 __global__ void loss_sum_kernel(double *sum, const float *__restrict__ losses, int N) {

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -495,6 +496,99 @@ static void test_world1_and_args(void) {
   CHECK(c == NULL);
 }
 
+/* comm.c's last resorts, against backends that ignore their deadlines (the transport cannot be
+ * made to misbehave on purpose): a threaded backend whose run() blocks until abort() (the
+ * watchdog must give up and comm_destroy must abort and join), and a streamed backend whose work
+ * never completes (comm_wait must time out after timeout_s and abort, as with NCCL). */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int aborted, destroyed, released, running;
+} stuck_t;
+
+static fsdp_status stuck_run(void *impl, const comm_op *op) {
+  stuck_t *s = impl;
+  (void)op;
+  pthread_mutex_lock(&s->mu);
+  s->running = 1;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 60;
+  while (!s->aborted && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0) {
+  }
+  pthread_mutex_unlock(&s->mu);
+  return fsdp_set_error(FSDP_ERR_COMM, "stuck backend aborted");
+}
+
+static void stuck_abort(void *impl) {
+  stuck_t *s = impl;
+  pthread_mutex_lock(&s->mu);
+  s->aborted++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void stuck_destroy(void *impl) { ((stuck_t *)impl)->destroyed++; }
+
+static fsdp_status never_submit(void *impl, const comm_op *op, void **token) {
+  (void)op;
+  *token = impl;
+  return FSDP_OK;
+}
+
+static fsdp_status never_poll(void *impl, void *token, int *done) {
+  (void)impl, (void)token;
+  *done = 0;
+  return FSDP_OK;
+}
+
+static void never_release(void *impl, void *token) {
+  (void)token;
+  ((stuck_t *)impl)->released++;
+}
+
+static void test_last_resorts(void) {
+  static const comm_backend stuck_be = {.name = "stuck", .run = stuck_run, .abort = stuck_abort, .destroy = stuck_destroy};
+  stuck_t s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  comm_t *c = NULL;
+  CHECK_OK(comm_wrap(&stuck_be, &s, 0, 2, 0.5, &c));
+  float x[2] = {0}, y[4];
+  comm_req *req = NULL;
+  double t0 = now_s();
+  CHECK_OK(comm_allgather(c, x, y, 2, COMM_F32, &req));
+  fsdp_status st = comm_wait(&req);
+  double dt = now_s() - t0;
+  CHECK_EQ_INT(FSDP_ERR_TIMEOUT, st);
+  CHECK(strstr(fsdp_last_error(), "blocked") != NULL);
+  CHECK(dt >= 2 * 0.5 + 5 - 0.1 && dt < 2 * 0.5 + 5 + 2);   /* the watchdog: 2·timeout_s + 5 s */
+  t0 = now_s();
+  CHECK_EQ_INT(FSDP_ERR_TIMEOUT, comm_allreduce(c, x, 2, COMM_F32, NULL));   /* fails fast */
+  CHECK(now_s() - t0 < 0.5);
+  comm_destroy(&c);   /* aborts the stuck backend, joins the thread, destroys */
+  CHECK_EQ_INT(1, s.aborted);
+  CHECK_EQ_INT(1, s.destroyed);
+
+  static const comm_backend never_be = {.name = "never", .submit = never_submit, .poll = never_poll,
+                                        .release = never_release, .abort = stuck_abort, .destroy = stuck_destroy};
+  stuck_t n = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  CHECK_OK(comm_wrap(&never_be, &n, 1, 2, 0.5, &c));
+  t0 = now_s();
+  CHECK_OK(comm_reduce_scatter(c, y, x, 2, COMM_F32, &req));
+  st = comm_wait(&req);
+  dt = now_s() - t0;
+  CHECK_EQ_INT(FSDP_ERR_TIMEOUT, st);
+  CHECK(strstr(fsdp_last_error(), "reduce-scatter") != NULL);
+  CHECK(dt >= 0.5 && dt < 0.5 + 1.0);
+  CHECK_EQ_INT(1, n.aborted);
+  CHECK_EQ_INT(1, n.released);
+  CHECK(comm_barrier(c) != FSDP_OK);
+  uint64_t got[COLL_NKIND];
+  comm_sent_bytes(c, got);
+  CHECK_EQ_INT(0, got[COLL_REDUCESCATTER]);   /* nothing completed, nothing counted */
+  comm_destroy(&c);
+  CHECK_EQ_INT(1, n.destroyed);
+}
+
 /* A rendezvous nobody else joins fails within timeout_s. */
 static void test_rendezvous_timeout(void) {
   char dir[] = "/tmp/fsdp-test-comm-XXXXXX";
@@ -543,6 +637,7 @@ int main(void) {
     printf("world 2, rank 1 silent: the other timed out cleanly (group %.2f s)\n", now_s() - t0);
   }
   test_rendezvous_timeout();
+  test_last_resorts();
   printf("total %.2f s\n", now_s() - t_start);
   return check_done();
 }

@@ -296,6 +296,7 @@ int main(void) {
   chmod(script, 0755);
   zctx = zmq_ctx_new();
   char reason[1024];
+  Fsdp__Msg *r = NULL;
 
   /* daemon 1: workers exit with status 3 */
   pid_t d = start_daemon("exit3", 1);
@@ -331,17 +332,22 @@ int main(void) {
   zmq_close(s);
   kill_fake_workers();
 
-  /* daemon 3: both are failed ('daemon restarted'); cancel frees the devices for the queue */
+  /* daemon 3: the started job failed ('daemon restarted'), the queued one is queued again and
+   * starts; cancel frees the devices for the queue */
   d = start_daemon("sleep", 3);
   s = ctl_connect();
   CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j2, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
   CHECK(strstr(reason, "daemon restarted") != NULL);
-  CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j3, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
+  CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j3, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
+  r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j3);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
+  wire_free(&r);
+  CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j3, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
   uint64_t j4 = submit_ok(s, tiny_spec(2, NULL));
   uint64_t j5 = submit_ok(s, tiny_spec(2, NULL));
   CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j4, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
   CHECK_EQ_INT(FSDP__JOB_STATE__QUEUED, wait_state(s, j5, FSDP__JOB_STATE__QUEUED, 1, NULL, 0));
-  Fsdp__Msg *r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);
+  r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
   wire_free(&r);
   CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j4, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));

@@ -162,6 +162,13 @@ int main(void) {
   }
   jobs_db_rows_free(&rows, n);
 
+  /* job 2 is running when the daemon dies; job 3 is still queued */
+  CHECK_OK(jobs_db_set_state(db, id2, 2, NULL, 1500.0));
+  CHECK_OK(jobs_db_set_state(db, id2, 3, NULL, 1501.0));
+  uint64_t id3 = 0;
+  CHECK_OK(jobs_db_insert(db, &r1, 1502.0, &id3));
+  CHECK_EQ_INT(3, id3);
+
   /* WAL mode: the write-ahead log exists while the database is open */
   char wal[300];
   snprintf(wal, sizeof wal, "%s-wal", path);
@@ -169,10 +176,11 @@ int main(void) {
   jobs_db_close(&db);
   CHECK(db == NULL);
 
-  /* restart: everything is still there; the unfinished job is failed, the finished one untouched */
+  /* restart: everything is still there; the running job is failed, the finished one untouched,
+   * the queued one still queued */
   CHECK_OK(jobs_db_open(path, &db));
   int nfail = 0;
-  CHECK_OK(jobs_db_fail_unfinished(db, "daemon restarted", 2000.0, &nfail));
+  CHECK_OK(jobs_db_fail_started(db, "daemon restarted", 2000.0, &nfail));
   CHECK_EQ_INT(1, nfail);
   CHECK_OK(jobs_db_get(db, id2, &g));
   CHECK_EQ_INT(5, g.state);
@@ -183,11 +191,17 @@ int main(void) {
   CHECK_EQ_INT(4, g.state);
   CHECK_EQ_INT(3, g.step);
   jobs_db_row_clear(&g);
-  CHECK_OK(jobs_db_fail_unfinished(db, "daemon restarted", 2001.0, &nfail));
+  CHECK_OK(jobs_db_get(db, id3, &g));
+  CHECK_EQ_INT(1, g.state);
+  jobs_db_row_clear(&g);
+  CHECK_OK(jobs_db_fail_started(db, "daemon restarted", 2001.0, &nfail));
   CHECK_EQ_INT(0, nfail);
-  uint64_t id3 = 0;
-  CHECK_OK(jobs_db_insert(db, &r1, 3000.0, &id3));
-  CHECK_EQ_INT(3, id3);   /* ids are never reused */
+  CHECK_OK(jobs_db_transitions(db, id2, states, at, 8, &n));
+  CHECK_EQ_INT(4, n);   /* queued, starting, running, failed */
+  if (n == 4) CHECK_EQ_INT(5, states[3]);
+  uint64_t id4 = 0;
+  CHECK_OK(jobs_db_insert(db, &r1, 3000.0, &id4));
+  CHECK_EQ_INT(4, id4);   /* ids are never reused */
   jobs_db_close(&db);
   jobs_db_close(&db);     /* NULL-safe */
 

@@ -25,6 +25,7 @@
 #pragma GCC diagnostic ignored "-Wcomment"
 #include "ops_cpu.h"
 #pragma GCC diagnostic pop
+#include "ops/exp.h"
 
 #define FWD_ATOL 1e-5
 #define FWD_RTOL 1e-4
@@ -358,6 +359,41 @@ static void test_attention(void) {
   free(a2d);
 }
 
+/* T = 300 crosses ops_cpu's causal row blocks (256 rows), so the blocked products are checked at
+ * and across a block edge: forward in full, backward by finite differences on a sample of
+ * elements (all of q, k, v; tokens at both ends of both blocks and spread between). */
+static void test_attention_long(void) {
+  int B = 1, T = 300, C = 8, NH = 2, N = B * T * C, NQ = 3 * N, NA = B * NH * T * T;
+  float *qkv = fnew(NQ), *out = fnew(N), *att = fnew(NA), *dout = fnew(N), *dqkv = fnew(NQ), *datt = fnew(NA);
+  double *qkv_d = dnew(NQ), *w = dnew(N), *out_d = dnew(N), *att_d = dnew(NA);
+  frand(qkv, qkv_d, NQ, 2.0);
+  frand(dout, w, N, 1.0);
+  attn_ctx x = {B, T, C, NH, qkv_d, w, out_d, att_d};
+  attention_forward(out, att, qkv, B, T, C, NH);
+  attn_objective(&x);
+  expect_close("attention_forward out, T=300", out_d, out, N, FWD_ATOL, FWD_RTOL);
+  expect_close("attention_forward att, T=300", att_d, att, NA, FWD_ATOL, FWD_RTOL);
+  ffill(dqkv, NQ, NAN);
+  ffill(datt, NA, NAN);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  int tokens[] = {0, 1, 2, 100, 254, 255, 256, 257, 280, 298, 299};
+  int nt = (int)(sizeof tokens / sizeof tokens[0]), ns = nt * 3 * C;
+  double *fd = dnew(ns), *g1 = dnew(1);
+  float *got = fnew(ns);
+  for (int k = 0; k < ns; k++) {
+    int i = tokens[k / (3 * C)] * 3 * C + k % (3 * C); /* every column of q, k and v of the token */
+    fd_grad(g1, qkv_d + i, 1, attn_objective, &x);
+    fd[k] = g1[0];
+    got[k] = dqkv[i];
+  }
+  expect_close("attention_backward dqkv (=), T=300 sample", fd, got, ns, GRAD_ATOL, GRAD_RTOL);
+  int all_set = 1; /* every dqkv element written (the NaN fill is gone) */
+  for (int i = 0; i < NQ; i++) all_set &= !isnan(dqkv[i]);
+  CHECK(all_set);
+  free(qkv), free(out), free(att), free(dout), free(dqkv), free(datt), free(qkv_d), free(w), free(out_d);
+  free(att_d), free(fd), free(g1), free(got);
+}
+
 /* ---- GELU, residual ---- */
 
 typedef struct {
@@ -502,6 +538,44 @@ static void test_softmax_xent(void) {
   free(logits), free(losses), free(logits_d), free(losses_d), free(g);
 }
 
+/* ---- the shared scalar math (ops/exp.h) over its whole range ---- */
+
+static void test_expf(void) {
+  /* ≤ 2 ulp promised; 4 ulp (4.8e-7 relative) checked, on a dense sweep of the clamped range. */
+  double worst = 0;
+  float worst_x = 0;
+  for (int i = 0; i < 175000; i++) { /* x in [-87, 88) */
+    float x = -87.0f + 0.001f * (float)i;
+    double rel = fabs((double)ops_expf(x) - exp((double)x)) / exp((double)x);
+    if (rel > worst) worst = rel, worst_x = x;
+  }
+  printf("ops_expf: worst relative error %.3g at x = %g\n", worst, worst_x);
+  CHECK_NEAR(0.0, worst, 4.8e-7, 0);
+  /* Clamped ends: finite and normal, never inf, 0 or a denormal; NaN propagates. */
+  CHECK(ops_expf(-1000.0f) > 0.0f && ops_expf(-1000.0f) <= 1.7e-38f && isnormal(ops_expf(-1000.0f)));
+  CHECK(ops_expf(-INFINITY) > 0.0f && isnormal(ops_expf(-INFINITY)));
+  CHECK(isfinite(ops_expf(1000.0f)) && ops_expf(1000.0f) > 1e38f);
+  CHECK(isfinite(ops_expf(INFINITY)));
+  CHECK(isnan(ops_expf(NAN)));
+  CHECK_EQ_INT(1, ops_expf(0.0f) == 1.0f);
+  /* GELU through it, against tanh in double, on a dense sweep (including the saturated tails). */
+  int n = 40001;
+  float *x = fnew(n), *y = fnew(n), *dy = fnew(n), *ones = fnew(n);
+  double *ref = dnew(n), *dref = dnew(n);
+  for (int i = 0; i < n; i++) {
+    x[i] = -20.0f + 0.001f * (float)i;
+    ones[i] = 1.0f;
+    double xd = x[i], u = sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
+    ref[i] = gelu_ref(xd);
+    dref[i] = 0.5 * (1 + th) + 0.5 * xd * (1 - th * th) * sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * xd * xd);
+  }
+  gelu_forward(y, x, n);
+  gelu_backward(dy, x, ones, n);
+  expect_close("gelu_forward sweep", ref, y, n, 1e-6, 1e-5);
+  expect_close("gelu_backward sweep (analytic derivative)", dref, dy, n, 1e-6, 1e-5);
+  free(x), free(y), free(dy), free(ones), free(ref), free(dref);
+}
+
 /* ---- determinism: gradient reductions do not depend on the thread count ---- */
 
 static void test_thread_independence(void) {
@@ -542,9 +616,11 @@ int main(void) {
   test_layernorm();
   test_matmul();
   test_attention();
+  test_attention_long();
   test_gelu_residual();
   test_classifier();
   test_softmax_xent();
+  test_expf();
   test_thread_independence();
   return check_done();
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# ctl_run — `fsdpctl run` end to end with a private fsdpd and 2 CPU workers: the job succeeds,
+# metrics.jsonl has one line per step with every field (per-rank memory by category, phase times,
+# bytes per collective), the loss falls, the daemon is gone afterwards and the temporary state
+# directory removed; a failing job exits 1 with one line and keeps its logs; Ctrl-C cancels the
+# job, stops the daemon and its workers, and exits 130.
+# Usage: bash ctl_run.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
+CTL="$BUILD/fsdpctl"
+for b in fsdpctl fsdpd fsdp-worker; do [ -x "$BUILD/$b" ] || { echo "$b not built"; exit 1; }; done
+T=$(mktemp -d /tmp/ctl-run-XXXXXX)
+RPID=""
+cleanup() {
+  if [ -n "$RPID" ]; then
+    kill -TERM "$RPID" 2>/dev/null || true   # fsdpctl stops its own daemon (which stops its workers)
+    timeout 20 tail --pid="$RPID" -f /dev/null 2>/dev/null || kill -KILL "$RPID" 2>/dev/null || true
+    wait "$RPID" 2>/dev/null || true
+  fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$T"/*.out "$T"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
+wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
+# No process (fsdpd or fsdp-worker) still runs with DIR on its command line (or as its working
+# directory's prefix): only looks, never kills.
+none_left() { ! pgrep -f -- "$1" >/dev/null; }
+JOB="$SRC/tests/integration/jobs/ctl_small.ini"
+unset FSDP_CTL
+
+# ---- success, with a state directory we keep
+timeout 120 "$CTL" run "$JOB" --state-dir "$T/state" >"$T/run.out" 2>"$T/run.err" || fail "run exited $?"
+[ ! -s "$T/run.err" ] || fail "run wrote to stderr on success: $(cat "$T/run.err")"
+grep -Eq "^job 1 \(ctl-small\) succeeded: 40 steps in .*, loss [0-9.]+ -> [0-9.]+" "$T/run.out" || fail "no summary line"
+grep -q "step 40/40" "$T/run.out" || fail "no final progress line"
+M="$T/state/jobs/1/metrics.jsonl"
+[ -f "$M" ] || fail "no $M"
+python3 - "$M" <<'EOF' || fail "metrics.jsonl check"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 40, f"{len(lines)} lines, expected one per step (40)"
+cats = {"param_shard", "grad_shard", "optim_state", "gathered", "activations", "workspace", "comm"}
+for i, d in enumerate(lines):
+    assert d["step"] == i + 1, (i, d["step"])
+    for k in ("loss", "lr", "grad_norm", "tokens", "step_ms", "tokens_per_s", "ranks"):
+        assert k in d, f"step {i+1}: no {k}"
+    assert d["tokens"] == 2 * 4 * 32, d["tokens"]          # world 2 x B 4 x T 32
+    assert [r["rank"] for r in d["ranks"]] == [0, 1]
+    for r in d["ranks"]:
+        assert set(r["peak_bytes"]) == cats and set(r["cur_bytes"]) == cats
+        assert set(r["phase_ms"]) == {"allgather", "compute", "reducescatter", "optimizer"}
+        assert set(r["sent_bytes"]) == {"allgather", "reducescatter", "allreduce"}
+        assert r["peak_bytes"]["param_shard"] > 0 and r["sent_bytes"]["allgather"] > 0
+loss = [d["loss"] for d in lines]
+first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+assert last < first - 0.5, f"loss did not fall: first 5 steps {first:.3f}, last 5 {last:.3f}"
+EOF
+wait_for 10 none_left "$T/state" || fail "processes of the private daemon remain: $(pgrep -af -- "$T/state")"
+set +e; "$CTL" nodes --ctl "ipc://$T/state/ctl.sock" 2>/dev/null; rc=$?; set -e
+[ "$rc" = 1 ] || fail "the private daemon still answers after run ended"
+
+# ---- success in a temporary state directory: removed afterwards
+mkdir "$T/tmp"
+TMPDIR="$T/tmp" timeout 120 "$CTL" run "$JOB" >"$T/tmprun.out" 2>"$T/tmprun.err" || fail "run (temporary state) exited $?"
+[ -z "$(ls -A "$T/tmp")" ] || fail "temporary state directory left behind: $(ls -A "$T/tmp")"
+
+# ---- a failing job: exit 1, one line naming the job, the reason and the kept logs
+head -c 4096 /dev/urandom >"$T/garbage.bin"
+sed -e "s|^train = .*|train = $T/garbage.bin|" "$JOB" >"$T/bad.ini"
+mkdir "$T/tmp2"
+set +e; TMPDIR="$T/tmp2" timeout 120 "$CTL" run "$T/bad.ini" >"$T/bad.out" 2>"$T/bad.err"; rc=$?; set -e
+[ "$rc" = 1 ] || fail "a failing job: run exited $rc, expected 1"
+[ "$(wc -l <"$T/bad.err")" = 1 ] || fail "a failing job: $(wc -l <"$T/bad.err") stderr lines, expected 1"
+grep -Eq "^fsdpctl: job 1 failed: .+ \(logs: $T/tmp2/fsdpctl-run\.[A-Za-z0-9]+/jobs/1\)$" "$T/bad.err" || fail "failing job stderr: $(cat "$T/bad.err")"
+wait_for 10 none_left "$T/tmp2" || fail "processes of the failed run remain"
+
+# ---- Ctrl-C: cancels the job, stops the daemon and workers, exits 130, removes its state
+sed -e 's/^steps = .*/steps = 100000/' "$JOB" >"$T/long.ini"
+mkdir "$T/tmp3"
+TMPDIR="$T/tmp3" "$CTL" run "$T/long.ini" >"$T/int.out" 2>"$T/int.err" & RPID=$!
+progressing() { local m; m=$(ls "$T"/tmp3/fsdpctl-run.*/jobs/1/metrics.jsonl 2>/dev/null) && [ "$(wc -l <"$m")" -ge 3 ]; }
+wait_for 60 progressing || fail "the long job did not reach step 3 within 60 s"
+kill -INT "$RPID"
+set +e; timeout 30 tail --pid="$RPID" -f /dev/null; wait "$RPID"; rc=$?; set -e
+RPID=""
+[ "$rc" = 130 ] || fail "run after Ctrl-C exited $rc, expected 130"
+grep -q "cancelling job 1" "$T/int.err" || fail "no cancel notice: $(cat "$T/int.err")"
+grep -q "fsdpctl: job 1 was cancelled" "$T/int.err" || fail "no cancelled line: $(cat "$T/int.err")"
+wait_for 10 none_left "$T/tmp3" || fail "processes remain after Ctrl-C: $(pgrep -af -- "$T/tmp3")"
+[ -z "$(ls -A "$T/tmp3")" ] || fail "state directory left behind after Ctrl-C"
+echo "ctl_run: ok"
