@@ -134,10 +134,11 @@ struct coord {
 
 /* ---------------------------------------------------------------- small helpers */
 
-static void job_log(job_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void job_log(job_t *j, const char *fmt, ...) {
+/* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
+static void job_log_dir(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void job_log_dir(const char *dir, const char *fmt, ...) {
   char path[PATH_MAX + 128], line[2048];
-  snprintf(path, sizeof path, "%s/job.log", j->job_dir);
+  snprintf(path, sizeof path, "%s/job.log", dir);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
@@ -151,10 +152,11 @@ static void job_log(job_t *j, const char *fmt, ...) {
   line[n++] = '\n';
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd >= 0) {
-    if (write(fd, line, (size_t)n) < 0) log_warn("job %llu: cannot write job.log: %s", (unsigned long long)j->id, strerror(errno));
+    if (write(fd, line, (size_t)n) < 0) log_warn("cannot write %s: %s", path, strerror(errno));
     close(fd);
   }
 }
+#define job_log(j, ...) job_log_dir((j)->job_dir, __VA_ARGS__)
 
 static const char *sig_name(int sig) {
   const char *s = sigabbrev_np(sig);
@@ -341,6 +343,7 @@ static void send_kill(coord_t *c, job_t *j, int sig) {
 static void try_schedule(coord_t *c);
 static void bind_ctl(coord_t *c);
 static void requeue(coord_t *c);
+static void note_restart_failures(coord_t *c);
 
 /* Free the jobs that ended and whose workers are all reaped (or whose drain limit passed), then
  * schedule. Jobs are freed only here, at the end of a loop callback, never while a handler still
@@ -1381,6 +1384,17 @@ static void bind_ctl(coord_t *c) {
   log_info("serving fsdpctl on %s", c->ctl_ep);
 }
 
+/* Before the jobs that were running when the daemon died are failed: say so in their job.log. */
+static void note_restart_failures(coord_t *c) {
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) return;
+  for (size_t i = 0; i < n; i++)
+    if ((rows[i].state == ST_STARTING || rows[i].state == ST_RUNNING) && *rows[i].job_dir)
+      job_log_dir(rows[i].job_dir, "failed: daemon restarted (it was %s at step %d)", state_names[rows[i].state], rows[i].step);
+  jobs_db_rows_free(&rows, n);
+}
+
 /* Jobs that were queued when the daemon stopped are queued again, in their order. */
 static void requeue(coord_t *c) {
   jobs_db_row *rows = NULL;
@@ -1449,6 +1463,7 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   snprintf(path, sizeof path, "%s/jobs.db", c->state_dir);
   TRY_GOTO(jobs_db_open(path, &c->db), rc, fail);
   int nfail = 0;
+  note_restart_failures(c);
   TRY_GOTO(jobs_db_fail_started(c->db, "daemon restarted", loop_now_wall(), &nfail), rc, fail);
   if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
   requeue(c);

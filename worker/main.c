@@ -13,15 +13,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mem.h"
+#include "ops_cpu.h"
 #include "plan.h"
 #include "planmsg.h"
 #include "runtime.h"
 #include "wlink.h"
+
+/* OpenBLAS chooses its kernels when it loads, from OPENBLAS_CORETYPE; Debian's 0.3.21 does not
+ * recognise recent AVX-512 Xeons and falls back to SSE3 kernels, 5x slower (ops_cpu.c). When the
+ * variable is unset, re-execute once with the right core type; an operator's own setting wins. */
+static void pick_blas_kernels(char **argv) {
+  const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : ops_cpu_blas_better_core();
+  if (!core) return;
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  execv("/proc/self/exe", argv);   /* returns only on failure: then run with the slow kernels */
+  log_warn("could not re-execute with OPENBLAS_CORETYPE=%s: %s", core, strerror(errno));
+}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -151,6 +164,7 @@ out:
 }
 
 int main(int argc, char **argv) {
+  pick_blas_kernels(argv);
   const char *connect = NULL, *token = "", *rdv = NULL, *save = NULL, *job = NULL;
   long rank = -1, world = -1, steps = 0, job_id = -1;
   int standalone = 0;

@@ -1,10 +1,15 @@
 /* ops_cpu — the GPT-2 operators on the CPU (see ops_cpu.h for shapes and conventions).
  *
- * Matmuls go through OpenBLAS' cblas_sgemm, which threads itself; every other loop is an OpenMP
- * parallel loop. Reductions that produce a parameter gradient are split by OUTPUT column (each
- * thread owns a block of channels and walks the rows in order), so every result is deterministic
- * and independent of the thread count, and no two threads ever write the same float.
- * The scalar formulas come from the headers in worker/ops/, shared with ops_cuda.cu.
+ * Matmuls (and attention's products) go through OpenBLAS' cblas_sgemm, which threads itself;
+ * every other loop is an OpenMP parallel loop. Reductions that produce a parameter gradient are
+ * split by OUTPUT column (each thread owns a block of channels and walks the rows in order), so no
+ * two threads ever write the same float and the OpenMP loops give the same bits for any thread
+ * count (the test checks it); only the CPU's vector width (AVX-512 or AVX2 build of a loop, below)
+ * changes the rounding. The scalar formulas come from the headers in worker/ops/, shared with
+ * ops_cuda.cu.
+ *
+ * Speed (bench/bench_ops.c): GEMMs dominate as long as OpenBLAS uses its AVX2/AVX-512 kernels;
+ * see blas_check() below for the case where it silently does not.
  */
 /* ops_cpu.h's opening comment contains "ops/" followed by "*.h", which -Wcomment rejects
  * under -Werror; silence that one warning for the contract header only. */
@@ -148,23 +153,30 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
  * OpenBLAS picks its kernels from the CPU model when it loads. 0.3.21 (Debian 12) does not know
  * recent CPUs (Sapphire Rapids here) and falls back to "Prescott", SSE3 kernels that run sgemm
  * ~5× slower than its AVX-512 ones; only the OPENBLAS_CORETYPE environment variable, read at load,
- * fixes that. Warn once, at the first GEMM, so that a slow run says why. */
-static const char *blas_slow_cores[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
-                                        "Sandybridge", "Opteron", "Barcelona", "Bobcat", "Bulldozer"};
-
-static void blas_check(void) {
+ * fixes that. fsdp-worker re-executes itself with it (worker/main.c); anything else warns once, at
+ * the first GEMM, so that a slow run says why. */
+const char *ops_cpu_blas_better_core(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
+  /* OpenBLAS cores without AVX2 kernels */
+  static const char *const blas_slow_cores[] = {"Prescott", "Core2",    "Penryn",    "Dunnington",
+                                                "Nehalem",  "Atom",     "Sandybridge", "Opteron",
+                                                "Barcelona", "Bobcat",  "Bulldozer"};
+  __builtin_cpu_init();
   const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
   const char *core = openblas_get_corename();
-  if (!want || !core) return;
+  if (!want || !core) return NULL;
   for (size_t i = 0; i < sizeof blas_slow_cores / sizeof blas_slow_cores[0]; i++)
-    if (strcmp(core, blas_slow_cores[i]) == 0) {
-      log_warn("OpenBLAS chose its '%s' kernels on a CPU with %s: GEMMs run several times slower than "
-               "they can; start the process with OPENBLAS_CORETYPE=%s",
-               core, strcmp(want, "SkylakeX") == 0 ? "AVX-512" : "AVX2", want);
-      return;
-    }
+    if (strcmp(core, blas_slow_cores[i]) == 0) return want;
 #endif
+  return NULL;
+}
+
+static void blas_check(void) {
+  const char *want = ops_cpu_blas_better_core();
+  if (want)
+    log_warn("OpenBLAS chose its '%s' kernels on a CPU that has %s ones: GEMMs run several times slower than "
+             "they can; start the process with OPENBLAS_CORETYPE=%s",
+             openblas_get_corename(), want, want);
 }
 
 static pthread_once_t blas_check_once = PTHREAD_ONCE_INIT;
@@ -209,9 +221,10 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
 
 /* ---- attention ----
  * The products go through cblas_sgemm head by head, reading q, k, v in place inside qkv (leading
- * dimension 3C): BLAS runs them ~10× faster than the best plain loop here. Causality is used by
- * rows of ATT_BLOCK: query rows [r0, r1) only meet keys [0, r1), so the products skip the blocks
- * above the diagonal (T = 1024: 4 blocks, 62% of the square's flops). Only the row-wise softmax and
+ * dimension 3C): with OpenBLAS' AVX-512 kernels that was 2.3× faster than plain per-row loops
+ * (one core, T = 256). Causality is used by rows of ATT_BLOCK: query rows [r0, r1) only meet keys
+ * [0, r1), so the products skip the blocks above the diagonal (T = 1024: 4 blocks, 62% of the
+ * square's flops; measured 1.7-1.9× faster than full squares). Only the row-wise softmax and
  * its backward are OpenMP loops, one parallel region each, so the OpenMP and BLAS thread pools
  * alternate only twice per call. Bigger blocks mean fewer, larger sgemm calls, which matters when
  * OpenBLAS splits each call over many threads. */
@@ -339,12 +352,13 @@ static OPS_VEC void gelu_backward_span(float *restrict dinp, const float *restri
 
 void gelu_forward(float *out, const float *inp, int N) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; i += SPAN) gelu_span(out + i, inp + i, N - i < SPAN ? N - i : SPAN);
+  for (long long i = 0; i < N; i += SPAN) gelu_span(out + i, inp + i, N - i < SPAN ? (int)(N - i) : SPAN);
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, int N) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; i += SPAN) gelu_backward_span(dinp + i, inp + i, dout + i, N - i < SPAN ? N - i : SPAN);
+  for (long long i = 0; i < N; i += SPAN)
+    gelu_backward_span(dinp + i, inp + i, dout + i, N - i < SPAN ? (int)(N - i) : SPAN);
 }
 
 void residual_forward(float *out, const float *a, const float *b, int N) {

@@ -1,5 +1,5 @@
 /* ops_cpu — the GPT-2 operators on the CPU, in fp32: the readable reference that the CUDA
- * backend (ops_cuda.cu) must agree with. Scalar math shared with CUDA lives in ops/*.h.
+ * backend (ops_cuda.cu) must agree with. Scalar math shared with CUDA lives in the headers under worker/ops/.
  *
  * Conventions (llm.c): outputs first, then inputs, then sizes. B batch, T time, C channels,
  * OC output channels, NH heads, V vocabulary, N = number of elements. Backward functions ACCUMULATE
@@ -50,5 +50,9 @@ void classifier_backward(float *dinp, float *dwte, const float *dlogits, const f
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].
  * Returns Σ losses (double). dscale is usually 1/(all tokens of all ranks and micro-steps). */
 double softmax_xent_forward_backward(float *logits, float *losses, const int *targets, int BT, int V, float dscale);
+
+/* When OpenBLAS runs kernels far below what this CPU supports (see ops_cpu.c), the
+ * OPENBLAS_CORETYPE value that fixes it ("SkylakeX", "Haswell"); NULL when the kernels are fine. */
+const char *ops_cpu_blas_better_core(void);
 
 #endif

@@ -3,11 +3,13 @@
 
 #include <math.h>
 
-/* AdamW over n contiguous elements of one tensor; decay_factor = 1 − lr·wd or 1. */
-static void adamw_span(float *restrict w, const float *restrict g, float *restrict m, float *restrict v, int64_t n,
-                       float grad_scale, float decay_factor, float beta1, float beta2, float step_size,
-                       float bc2_sqrt, float eps) {
-#pragma omp parallel for schedule(static)
+/* AdamW over n contiguous elements of one tensor; decay_factor = 1 − lr·wd or 1. The kernel is a
+ * plain serial loop so that it vectorizes where the compiler may (with -fno-math-errno: sqrtf of
+ * v ≥ 0 never sets errno, but GCC must assume it could); the caller splits the work over threads. */
+static void adamw_kernel(
+    float *restrict w, const float *restrict g, float *restrict m, float *restrict v, int64_t n, float grad_scale,
+    float decay_factor, float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i] * grad_scale;
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -16,6 +18,16 @@ static void adamw_span(float *restrict w, const float *restrict g, float *restri
     v[i] = vi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
     w[i] = w[i] * decay_factor - step_size * (mi / denom);
+  }
+}
+
+static void adamw_span(float *w, const float *g, float *m, float *v, int64_t n, float grad_scale, float decay_factor,
+                       float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
+  const int64_t chunk = 1 << 14;      /* elements per task: 64 KiB of each stream */
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += chunk) {
+    int64_t len = n - c < chunk ? n - c : chunk;
+    adamw_kernel(w + c, g + c, m + c, v + c, len, grad_scale, decay_factor, beta1, beta2, step_size, bc2_sqrt, eps);
   }
 }
 

@@ -535,6 +535,16 @@ static void test_softmax_xent(void) {
   }
   CHECK_NEAR(0.0, worst, 1e-6, 0);
 
+  /* A target outside [0, V) (a caller bug) gives a NaN loss, and dscale·softmax as gradient. */
+  float row[11], lo[1];
+  double p_ref[11], zsum = 0;
+  for (int j = 0; j < V; j++) zsum += exp((double)(row[j] = (float)j * 0.3f));
+  for (int j = 0; j < V; j++) p_ref[j] = dscale * exp((double)row[j]) / zsum;
+  int bad = V;
+  CHECK(isnan(softmax_xent_forward_backward(row, lo, &bad, 1, V, dscale)));
+  CHECK(isnan(lo[0]));
+  expect_close("softmax_xent dlogits, invalid target", p_ref, row, V, FWD_ATOL, FWD_RTOL);
+
   free(logits), free(losses), free(logits_d), free(losses_d), free(g);
 }
 
