@@ -18,11 +18,7 @@
 #include <cblas.h>
 #include <omp.h>
 
-/* ops_cpu.h's opening comment contains "ops/" followed by "*.h", which -Wcomment rejects. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "ops_cpu.h"
-#pragma GCC diagnostic pop
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
 

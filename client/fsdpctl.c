@@ -1,5 +1,6 @@
 /* fsdpctl — the user's CLI: dispatches to the subcommands of client/ctl_*.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
@@ -28,6 +29,18 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  /* A global --ctl before the command is the same as FSDP_CTL (every command reads that). */
+  while (argc >= 2 && !strncmp(argv[1], "--ctl", 5)) {
+    const char *v = argv[1][5] == '=' ? argv[1] + 6 : argv[1][5] == '\0' && argc >= 3 ? argv[2] : NULL;
+    if (!v || !*v) {
+      fprintf(stderr, "fsdpctl: --ctl needs an endpoint (ipc://PATH or tcp://HOST:PORT)\n");
+      return 2;
+    }
+    setenv("FSDP_CTL", v, 1);
+    int used = argv[1][5] == '=' ? 1 : 2;
+    argc -= used;
+    argv += used;
+  }
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

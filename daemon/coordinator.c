@@ -29,7 +29,8 @@
 #define START_TIMEOUT_MIN_S 120.0   /* spawn → every rank ready; covers a cold start of a big model */
 #define STEP_TIMEOUT_MIN_S 300.0    /* no step finished for this long (or 2·spec timeout_s) fails the job */
 #define KILL_GRACE_S 3.0            /* SIGTERM → SIGKILL for cancelled jobs */
-#define DRAIN_LIMIT_S 30.0          /* a job's devices are freed at the latest this long after it ended */
+#define DRAIN_LIMIT_S 30.0
+#define SECONDARY_GRACE_S 1.0       /* see job_t.pending */          /* a job's devices are freed at the latest this long after it ended */
 #define LOG_CHUNK_DEFAULT 65536u
 #define LOG_CHUNK_MAX (WIRE_MAX_STRING - 4096)
 
@@ -64,6 +65,7 @@ typedef struct rank_st {
   size_t ident_len;          /* 0 until hello */
   int alive;                 /* spawned, no worker_exit yet */
   int ready, stopped;
+  int errored;               /* sent worker_error: its own exit is a consequence, not a cause */
 } rank_st;
 
 typedef struct job {
@@ -88,6 +90,11 @@ typedef struct job {
   double deadline;           /* monotonic: start or step timeout; 0 none */
   double kill_at, drain_until;
   double step_timeout, start_timeout;
+  /* A communication error is often the echo of another rank's death (its peer's socket closed
+   * before that rank's exit reached us): such a failure waits SECONDARY_GRACE_S for a more
+   * direct cause (a rank killed by a signal, exiting on its own, a non-communication error). */
+  char pending[1024];
+  double pending_until;
 } job_t;
 
 typedef struct kv_entry {
@@ -124,7 +131,6 @@ struct coord {
   int bind_timer_used;
   int handles;
   void *zctx;
-  double started_mono;
   int shutting_down;
   void (*shutdown_done)(void *);
   void *shutdown_arg;
@@ -215,14 +221,17 @@ static void reply_ack(void *sock, const wire_env *env) {
   reply(sock, env, &m);
 }
 
-/* The message recorded by fsdp_set_error, without its "file:line: " prefix (users see it). */
+/* The message recorded by fsdp_set_error, without the "source.c:123: " prefix of our own code
+ * (users see it); a prefix that names their file ("job.ini:7: ") is kept. */
 static const char *user_error(void) {
   const char *e = fsdp_last_error();
   const char *p = strstr(e, ": ");
-  if (p && p - e < 48 && memchr(e, ':', (size_t)(p - e)) != NULL) {
-    const char *colon = memchr(e, ':', (size_t)(p - e));
-    if (colon && colon < p) return p + 2;
-  }
+  if (!p || p - e > 64) return e;
+  const char *colon = p;
+  while (colon > e && colon[-1] >= '0' && colon[-1] <= '9') colon--;
+  if (colon == p || colon == e || colon[-1] != ':') return e;   /* not "...:<digits>: " */
+  size_t nlen = (size_t)(colon - 1 - e);
+  if ((nlen > 2 && !strncmp(colon - 3, ".c:", 3)) || (nlen > 3 && !strncmp(colon - 4, ".cc:", 4))) return p + 2;
   return e;
 }
 
@@ -703,6 +712,8 @@ static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
       rk->stopped = 1;
       j->nstopped++;
       check_stopped(c, j);
+    } else if (rk->errored && j->pending[0] && !ex->term_signal) {
+      /* the rank that reported a communication error is leaving: wait for the cause (on_tick) */
     } else if (!rk->stopped) {
       if (ex->term_signal)
         job_fail(c, j, "rank %u was killed by signal %d (SIG%s)", ex->rank, ex->term_signal, sig_name(ex->term_signal));
@@ -937,9 +948,20 @@ static void on_cluster(void *sock, void *arg) {
     switch (m->body_case) {
     case FSDP__MSG__BODY_WORKER_READY: on_worker_ready(c, j, r, m->worker_ready); break;
     case FSDP__MSG__BODY_STEP_REPORT: on_step_report(c, j, r, &m); break;
-    case FSDP__MSG__BODY_WORKER_ERROR:
-      if (!j->done) job_fail(c, j, "rank %d failed: %s", r, m->worker_error->message);
+    case FSDP__MSG__BODY_WORKER_ERROR: {
+      if (j->done) break;
+      j->ranks[r].errored = 1;
+      uint32_t code = m->worker_error->code;
+      if (code == FSDP_ERR_COMM || code == FSDP_ERR_TIMEOUT) {
+        if (!j->pending[0]) {
+          snprintf(j->pending, sizeof j->pending, "rank %d failed: %s", r, m->worker_error->message);
+          j->pending_until = loop_now_mono() + SECONDARY_GRACE_S;
+        }
+      } else {
+        job_fail(c, j, "rank %d failed: %s", r, m->worker_error->message);
+      }
       break;
+    }
     case FSDP__MSG__BODY_ACK:
       if (!j->done && j->next_step > j->steps + 1 && !j->ranks[r].stopped) {
         j->ranks[r].stopped = 1;
@@ -1324,6 +1346,7 @@ static void on_tick(uv_timer_t *t) {
   }
   for (job_t *j = c->jobs, *next; j; j = next) {
     next = j->next;
+    if (!j->done && j->pending[0] && now > j->pending_until) job_fail(c, j, "%s", j->pending);
     if (!j->done && j->deadline && now > j->deadline) {
       if (j->state == ST_STARTING) {
         int r = 0;
@@ -1473,7 +1496,6 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   uv_timer_init(uv, &c->tick);
   c->tick.data = c;
   uv_timer_start(&c->tick, on_tick, TICK_MS, TICK_MS);
-  c->started_mono = loop_now_mono();
   log_info("cluster endpoint %s; state in %s", c->listen_ep, c->state_dir);
   if (!cfg->wait_first_node) {
     bind_ctl(c);

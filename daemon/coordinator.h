@@ -1,7 +1,7 @@
 /* coordinator — the cluster role of fsdpd: jobs, scheduling, and the ctl, cluster and KV services.
  *
  * It binds a ROUTER for fsdpctl at cfg->ctl and a ROUTER for agents and workers at cfg->listen
- * (docs/daemon.md and /work/briefs/protocol.md give the message sequences). Jobs are validated
+ * (docs/daemon.md gives the message sequences). Jobs are validated
  * with the planner at submit (a spec that cannot fit the devices it would get is refused with the
  * plan's reason), stored in SQLite (jobs_db), queued FIFO, given devices packed by node, spawned
  * through the agents, and driven step by step with up to two steps in flight; every step becomes

@@ -6,11 +6,7 @@
 #include <string.h>
 
 #include "mem.h"
-/* ops_cpu.h's opening comment trips -Wcomment (a "/" "*" inside it); silence it for that header. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "ops_cpu.h"
-#pragma GCC diagnostic pop
 #include "rng.h"
 
 /* ---------------------------------------------------------------- buffers */
@@ -32,7 +28,10 @@ static float *take(float **cursor, int64_t n) {
 
 gpt2_acts *gpt2_acts_new(const plan_t *p) {
   gpt2_acts *a = calloc(1, sizeof *a);
-  if (!a) return NULL;
+  if (!a) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "gpt2_acts_new: out of host memory for the activation table");
+    return NULL;
+  }
   a->B = p->batch_size;
   a->T = p->model.seq_len;
   a->C = p->model.n_embd;
@@ -45,7 +44,8 @@ gpt2_acts *gpt2_acts_new(const plan_t *p) {
   a->saved = mem_alloc(MEM_ACTIVATIONS, (size_t)a->saved_floats * sizeof(float));
   a->ws = mem_alloc(MEM_WORKSPACE, (size_t)a->ws_floats * sizeof(float));
   if (!a->blk || !a->saved || !a->ws) {
-    gpt2_acts_destroy(&a);
+    if (!a->blk) fsdp_set_error(FSDP_ERR_NOMEM, "gpt2_acts_new: out of host memory for %d block tables", a->L);
+    gpt2_acts_destroy(&a);     /* mem_alloc recorded its own error */
     return NULL;
   }
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C, BHTT = (int64_t)a->B * a->NH * a->T * a->T;

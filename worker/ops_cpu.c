@@ -11,12 +11,7 @@
  * Speed (bench/bench_ops.c): GEMMs dominate as long as OpenBLAS uses its AVX2/AVX-512 kernels;
  * see blas_check() below for the case where it silently does not.
  */
-/* ops_cpu.h's opening comment contains "ops/" followed by "*.h", which -Wcomment rejects
- * under -Werror; silence that one warning for the contract header only. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "ops_cpu.h"
-#pragma GCC diagnostic pop
 
 #include <cblas.h>
 #include <math.h>

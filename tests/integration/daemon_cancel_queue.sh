@@ -8,6 +8,7 @@ BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
 S=$(mktemp -d /tmp/fsdpd-cq-XXXXXX)
 DPID=""
 cleanup() {
+  set +e
   [ -n "$DPID" ] && kill -TERM "$DPID" 2>/dev/null && { timeout 15 tail --pid="$DPID" -f /dev/null || kill -KILL "$DPID"; } 2>/dev/null
   [ -n "$DPID" ] && wait "$DPID" 2>/dev/null || true
   for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done

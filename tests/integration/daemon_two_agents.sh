@@ -11,6 +11,7 @@ BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
 S=$(mktemp -d /tmp/fsdpd-2a-XXXXXX)
 PIDS=()
 cleanup() {
+  set +e
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do { timeout 15 tail --pid="$p" -f /dev/null || kill -KILL "$p"; } 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done

@@ -3,14 +3,18 @@
  * daemon listens (missing or stale socket file), a timed-out request whose late reply must not
  * answer the next one, and a signal interrupting a wait.
  * fsdpctl is an executable, not a library, so its modules are compiled into this test. */
-#include "../../client/ctl_conn.c"
-#include "../../client/ctl_fmt.c"
+#include <zmq.h>
+
+#include "ctl_conn.h"
+#include "wire.h"
+#include "ctl_fmt.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -125,6 +129,12 @@ static void test_resolve(void) {
   CHECK(!strcmp(b, "ipc:///x/ctl.sock"));
   CHECK_EQ_INT(FSDP_ERR_INVALID, ctl_endpoint_resolve("localhost:7071", b, sizeof b));
   unsetenv("FSDP_CTL");
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static double ms_since(double t0) { return now_ms() - t0; }

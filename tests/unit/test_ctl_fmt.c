@@ -1,7 +1,8 @@
 /* test_ctl_fmt — fsdpctl's output formats: units, the progress line, tables, and the JSON of
  * `status --json` (keys, the metrics.jsonl rank shape, null for unknown values).
  * fsdpctl is an executable, not a library, so its module is compiled into this test. */
-#include "../../client/ctl_fmt.c"
+#include "ctl_fmt.h"
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,65 +1,17 @@
 /* test_jobs_db — the coordinator's SQLite store: insert, state transitions with timestamps, steps,
  * listing, unknown ids, and what survives closing and reopening (a daemon restart), including
- * failing the jobs that were unfinished.
- *
- * jobs_db.c is part of the fsdpd executable, not of a library, so it is compiled into this test.
- * The unit tests are linked against libfsdpworker only, which does not bring libsqlite3, so the
- * few sqlite3 entry points jobs_db.c calls are forwarded here to the real library, opened with
- * dlopen("libsqlite3.so.0"). (If the test is ever linked with -lsqlite3 as well, these
- * definitions in the executable take precedence and still forward to the same library.)
- */
-#include "../../daemon/jobs_db.c"
+ * failing the jobs that were unfinished. */
+#include "jobs_db.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
 
 #include <unistd.h>
 
 #include "check.h"
 
-#include <dlfcn.h>
-
-static void *sqlite_lib(void) {
-  static void *h;
-  if (!h) h = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_LOCAL);
-  return h;
-}
-static void *sym(const char *name) {
-  void *f = sqlite_lib() ? dlsym(sqlite_lib(), name) : NULL;
-  if (!f) {
-    fprintf(stderr, "test_jobs_db: cannot load %s from libsqlite3.so.0\n", name);
-    abort();
-  }
-  return f;
-}
-#define FWD(ret, name, params, args)                \
-  ret name params {                                 \
-    static ret(*f) params;                          \
-    if (!f) *(void **)&f = sym(#name);              \
-    return f args;                                  \
-  }
-FWD(int, sqlite3_open_v2, (const char *a, sqlite3 **b, int c, const char *d), (a, b, c, d))
-FWD(int, sqlite3_busy_timeout, (sqlite3 *a, int b), (a, b))
-FWD(int, sqlite3_exec, (sqlite3 *a, const char *b, int (*c)(void *, int, char **, char **), void *d, char **e), (a, b, c, d, e))
-FWD(int, sqlite3_prepare_v2, (sqlite3 *a, const char *b, int c, sqlite3_stmt **d, const char **e), (a, b, c, d, e))
-FWD(int, sqlite3_finalize, (sqlite3_stmt *a), (a))
-FWD(int, sqlite3_close, (sqlite3 *a), (a))
-FWD(const char *, sqlite3_errmsg, (sqlite3 *a), (a))
-FWD(int, sqlite3_reset, (sqlite3_stmt *a), (a))
-FWD(int, sqlite3_clear_bindings, (sqlite3_stmt *a), (a))
-FWD(int, sqlite3_step, (sqlite3_stmt *a), (a))
-FWD(int, sqlite3_bind_int64, (sqlite3_stmt *a, int b, sqlite3_int64 c), (a, b, c))
-FWD(int, sqlite3_bind_int, (sqlite3_stmt *a, int b, int c), (a, b, c))
-FWD(int, sqlite3_bind_text, (sqlite3_stmt *a, int b, const char *c, int d, void (*e)(void *)), (a, b, c, d, e))
-FWD(int, sqlite3_bind_double, (sqlite3_stmt *a, int b, double c), (a, b, c))
-FWD(sqlite3_int64, sqlite3_last_insert_rowid, (sqlite3 *a), (a))
-FWD(int, sqlite3_changes, (sqlite3 *a), (a))
-FWD(const unsigned char *, sqlite3_column_text, (sqlite3_stmt *a, int b), (a, b))
-FWD(sqlite3_int64, sqlite3_column_int64, (sqlite3_stmt *a, int b), (a, b))
-FWD(int, sqlite3_column_int, (sqlite3_stmt *a, int b), (a, b))
-FWD(double, sqlite3_column_double, (sqlite3_stmt *a, int b), (a, b))
-void sqlite3_free(void *p) {
-  static void (*f)(void *);
-  if (!f) *(void **)&f = sym("sqlite3_free");
-  f(p);
-}
 
 static jobs_db_row job_row(const char *name, int world) {
   jobs_db_row r = {0};

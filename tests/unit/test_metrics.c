@@ -1,8 +1,11 @@
 /* test_metrics — the metrics.jsonl line built from step reports, and its inverse for status:
  * required fields, the job-wide summary (slowest rank's step_ms, tokens/s from it, global scalars
  * from rank 0), per-rank maps by category name, and a round trip of the per-rank figures.
- * metrics.c belongs to the fsdpd executable; it is compiled into this test. */
-#include "../../daemon/metrics.c"
+ */
+#include "metrics.h"
+
+#include <jansson.h>
+#include <stdlib.h>
 
 #include <string.h>
 

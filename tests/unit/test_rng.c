@@ -114,6 +114,24 @@ static void test_init_shards(void) {
     plan_destroy(&p);
   }
 
+  /* Sharding none: every rank's "shard" is the whole model. */
+  s.sharding = SHARD_NONE;
+  s.world_size = 3;
+  plan_t *pn = NULL;
+  CHECK_OK(plan_build(&s, 3, &pn));
+  if (pn) {
+    float *all = malloc(sizeof(float) * (size_t)pn->shard_total);
+    gpt2_init_shard(pn, seed, 2, all);
+    int mismatches = 0;
+    for (int u = 0; u < pn->nunits; u++)
+      if (memcmp(all + pn->units[u].shard_base, full + p1->units[u].shard_base,
+                 sizeof(float) * (size_t)pn->units[u].numel) != 0)
+        mismatches++;
+    CHECK_EQ_INT(0, mismatches);
+    free(all);
+    plan_destroy(&pn);
+  }
+
   /* The init rule, on the whole model. */
   for (int u = 0; u < p1->nunits; u++)
     for (int t = 0; t < p1->units[u].ntensors; t++) {
