@@ -6,7 +6,8 @@
  *      one, comparing every output; the CUDA op's time (cudaEvent) is printed at the large shape;
  *   2. the NCCL comm with one rank (comm_nccl_get_unique_id + comm_new_nccl) and the staged gloo
  *      comm with world 1: all-gather, reduce-scatter, all-reduce on device buffers, fp32 and bf16;
- *   3. with two or more GPUs, a two-process NCCL check (values, byte counters, bandwidth).
+ *   3. two processes: the staged gloo comm with both ranks on device 0, and, with two or more
+ *      GPUs, NCCL with one GPU per rank (values, byte counters, bandwidth).
  *
  * Exit status: 0 when every check passed, 1 when one failed, 2 when there is no usable CUDA device
  * (no GPU, no driver), with a message saying so. One line per check: PASS or FAIL.
@@ -15,6 +16,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <ftw.h>
 #include <float.h>
 #include <math.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -680,18 +683,31 @@ static float get_value(const void *buf, comm_dtype dt, size_t i) {
   return f;
 }
 
-#define CHILD_FAIL(...)                       \
-  do {                                        \
-    printf("nccl[2] rank %d: FAIL: ", rank);  \
-    printf(__VA_ARGS__);                      \
-    printf("\n");                             \
-    fails++;                                  \
+/* The two-process checks: NCCL with one GPU per rank, or the staged gloo comm with both ranks on
+ * device 0 (what it exists for: workers sharing a GPU). */
+typedef enum { MP_NCCL = 0, MP_STAGED } mp_kind;
+static const char *const kMpLabel[] = {"nccl[2]", "gloo-staged[2]"};
+
+#define CHILD_FAIL(...)                                    \
+  do {                                                     \
+    printf("%s rank %d: FAIL: ", kMpLabel[kind], rank);   \
+    printf(__VA_ARGS__);                                   \
+    printf("\n");                                          \
+    fails++;                                               \
   } while (0)
 
-static int nccl_rank_main(int rank, int world, int id_fd) {
+/* id_fd: NCCL's unique id goes from rank 0 to rank 1 through this pipe end; store_dir: the gloo
+ * rendezvous directory (staged). */
+static int mp_rank_main(mp_kind kind, int rank, int world, int id_fd, const char *store_dir) {
   uint8_t id[128];
   int fails = 0;
-  if (rank == 0) {
+  comm_t *c = NULL;
+  if (kind == MP_STAGED) {
+    if (comm_new_gloo_staged(rank, world, store_dir, NULL, "gpu_check", 60.0, 0, &c) != FSDP_OK) {
+      CHILD_FAIL("comm_new_gloo_staged on device 0: %s", fsdp_last_error());
+      return 1;
+    }
+  } else if (rank == 0) {
     fsdp_status st = comm_nccl_get_unique_id(id);
     if (st != FSDP_OK) {
       CHILD_FAIL("comm_nccl_get_unique_id: %s", fsdp_last_error());
@@ -706,11 +722,12 @@ static int nccl_rank_main(int rank, int world, int id_fd) {
     CHILD_FAIL("no unique id from rank 0 (it failed before sending it)");
     return 1;
   }
-  close(id_fd);
-  comm_t *c = NULL;
-  if (comm_new_nccl(rank, world, id, rank, 60.0, &c) != FSDP_OK) {
-    CHILD_FAIL("comm_new_nccl on device %d: %s", rank, fsdp_last_error());
-    return 1;
+  if (kind == MP_NCCL) {
+    close(id_fd);
+    if (comm_new_nccl(rank, world, id, rank, 60.0, &c) != FSDP_OK) {
+      CHILD_FAIL("comm_new_nccl on device %d: %s", rank, fsdp_last_error());
+      return 1;
+    }
   }
   const size_t n = 1000003;
   uint64_t want[COLL_NKIND] = {0};
@@ -770,7 +787,8 @@ static int nccl_rank_main(int rank, int world, int id_fd) {
 
   /* Bandwidth, nccl-tests' way: S = the whole gathered size, algbw = S/t, busbw = algbw·(n−1)/n. */
   if (!fails) {
-    const size_t per = (size_t)32 << 20;   /* fp32 elements per rank: 128 MiB; S = world·128 MiB */
+    /* fp32 elements per rank: 128 MiB with NCCL, 16 MiB through the host (gloo over loopback) */
+    const size_t per = kind == MP_NCCL ? (size_t)32 << 20 : (size_t)4 << 20;
     void *d_send = NULL, *d_recv = NULL;
     CU(cudaMalloc(&d_send, per * 4));
     CU(cudaMalloc(&d_recv, per * 4 * (size_t)world));
@@ -787,7 +805,7 @@ static int nccl_rank_main(int rank, int world, int id_fd) {
       }
       double t = (now_s() - t0) / iters, S = (double)per * 4 * world;
       if (!fails && rank == 0)
-        printf("nccl[2] %-15s S=%.0f MiB  time %.3f ms  algbw %.1f GB/s  busbw %.1f GB/s\n",
+        printf("%s %-15s S=%.0f MiB  time %.3f ms  algbw %.2f GB/s  busbw %.2f GB/s\n", kMpLabel[kind],
                k ? "reduce-scatter" : "all-gather", S / (1 << 20), 1e3 * t, S / t / 1e9,
                S / t / 1e9 * (world - 1) / world);
     }
@@ -795,18 +813,34 @@ static int nccl_rank_main(int rank, int world, int id_fd) {
     CU(cudaFree(d_recv));
   }
   comm_destroy(&c);
-  printf("nccl[2] rank %d: %s (all-gather, reduce-scatter, all-reduce in f32 and bf16, barrier, sent bytes)\n", rank,
-         fails ? "FAIL" : "PASS");
+  printf("%s rank %d: %s (all-gather, reduce-scatter, all-reduce in f32 and bf16, barrier, sent bytes)\n",
+         kMpLabel[kind], rank, fails ? "FAIL" : "PASS");
   fflush(stdout);
   return fails ? 1 : 0;
 }
 
-/* Runs the two-rank check in two forked children; returns 1 when it passed. */
-static int check_nccl_two_ranks(void) {
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);   /* best effort: a leftover rendezvous file in /tmp harms nothing */
+  return 0;
+}
+
+/* Runs a two-rank check in two forked children (before this process touches CUDA); returns 1
+ * when both ranks passed. */
+static int check_two_ranks(mp_kind kind) {
   const int world = 2;
+  const char *label = kMpLabel[kind];
+  const double limit_s = 150;
+  char store[] = "/tmp/gpu_check_store.XXXXXX";
+  if (kind == MP_STAGED && !mkdtemp(store)) {
+    printf("%s: FAIL: mkdtemp %s: %s\n", label, store, strerror(errno));
+    return 0;
+  }
   int fd[2];
   if (pipe(fd) != 0) {
-    printf("nccl[2]: FAIL: pipe: %s\n", strerror(errno));
+    printf("%s: FAIL: pipe: %s\n", label, strerror(errno));
     return 0;
   }
   fflush(stdout);
@@ -815,16 +849,18 @@ static int check_nccl_two_ranks(void) {
   for (int r = 0; r < world; r++) {
     pid[r] = fork();
     if (pid[r] < 0) {
-      printf("nccl[2]: FAIL: fork: %s\n", strerror(errno));
-      if (r == 1) kill(pid[0], SIGKILL);
-      if (r == 1) waitpid(pid[0], NULL, 0);
+      printf("%s: FAIL: fork: %s\n", label, strerror(errno));
+      if (r == 1) {
+        kill(pid[0], SIGKILL);
+        waitpid(pid[0], NULL, 0);
+      }
       close(fd[0]);
       close(fd[1]);
       return 0;
     }
     if (pid[r] == 0) {
       close(r == 0 ? fd[0] : fd[1]);
-      int rc = nccl_rank_main(r, world, r == 0 ? fd[1] : fd[0]);
+      int rc = mp_rank_main(kind, r, world, r == 0 ? fd[1] : fd[0], store);
       fflush(stdout);
       _exit(rc);
     }
@@ -833,35 +869,36 @@ static int check_nccl_two_ranks(void) {
   close(fd[1]);
   int ok = 1, left = world;
   int done[2] = {0, 0};
-  double deadline = now_s() + 240;
+  double deadline = now_s() + limit_s;
   while (left > 0) {
     for (int r = 0; r < world; r++) {
       if (done[r]) continue;
       int status = 0;
-      pid_t w = waitpid(pid[r], &status, WNOHANG);
-      if (w == pid[r]) {
+      if (waitpid(pid[r], &status, WNOHANG) == pid[r]) {
         done[r] = 1;
         left--;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
           ok = 0;
-          if (WIFSIGNALED(status)) printf("nccl[2] rank %d: FAIL: killed by signal %d\n", r, WTERMSIG(status));
+          if (WIFSIGNALED(status)) printf("%s rank %d: FAIL: killed by signal %d\n", label, r, WTERMSIG(status));
         }
       }
     }
     if (left > 0 && now_s() > deadline) {
-      printf("nccl[2]: FAIL: the ranks did not finish within 240 s; killing them\n");
+      printf("%s: FAIL: the ranks did not finish within %.0f s; killing them\n", label, limit_s);
       for (int r = 0; r < world; r++)
         if (!done[r]) {
           kill(pid[r], SIGKILL);
           waitpid(pid[r], NULL, 0);
         }
-      return 0;
+      ok = 0;
+      break;
     }
     if (left > 0) {
       struct timespec ts = {0, 20 * 1000 * 1000};   /* polling the children's exit, with a deadline */
       nanosleep(&ts, NULL);
     }
   }
+  if (kind == MP_STAGED) nftw(store, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return ok;
 }
 
@@ -933,14 +970,14 @@ int main(int argc, char **argv) {
   }
   printf("gpu_check: %d CUDA device(s)\n", ndev);
 
-  /* Multi-rank NCCL first: the ranks are forked before this process makes any CUDA call. */
-  printf("\n== NCCL, two processes ==\n");
+  /* The two-process checks first: their ranks are forked before this process makes any CUDA call. */
+  printf("\n== comms, two processes ==\n");
   if (ndev >= 2) {
-    int ok = check_nccl_two_ranks();
-    verdict("nccl[2] two ranks on devices 0 and 1", ok, "");
+    verdict("nccl[2] two ranks on devices 0 and 1", check_two_ranks(MP_NCCL), "");
   } else {
     printf("nccl[2]: SKIPPED: needs 2 GPUs (NCCL does not run two ranks on one device); this machine has 1\n");
   }
+  verdict("gloo-staged[2] two ranks sharing device 0", check_two_ranks(MP_STAGED), "");
 
   CU(cudaSetDevice(0));
   struct cudaDeviceProp prop;
