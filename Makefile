@@ -1,22 +1,21 @@
-# Two user-facing targets: `make demo` and `make test`. Everything else is CMake (build/).
+# Two targets: `make demo` and `make test`. Both install what is missing and build into build/
+# (CMake underneath: `cmake -S . -B build` works directly too).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: demo test deps build clean
-
-deps:
+define build_tree
 	@bash scripts/install-deps.sh
-
-build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+endef
 
-demo: build
+.PHONY: demo test
+
+demo:
+	$(build_tree)
 	@$(BUILD)/fsdpctl run examples/tiny.ini
 
-test: build
+test:
+	$(build_tree)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-
-clean:
-	rm -rf $(BUILD)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "ckpt.h"
 #include "jobs_db.h"
 #include "jobspec.h"
 #include "log.h"
@@ -95,6 +96,12 @@ typedef struct job {
    * direct cause (a rank killed by a signal, exiting on its own, a non-communication error). */
   char pending[1024];
   double pending_until;
+  /* Restarts ([job] max_restarts, docs/checkpoints.md): attempt counts from 0; a failed attempt with
+   * restarts left kills its workers and waits (restart_pending) until they are reaped, then the job
+   * is queued again. Each attempt has its own rendezvous namespace, so no stale key is ever read. */
+  int attempt;
+  int restart_pending;
+  char kv_prefix[64];
 } job_t;
 
 typedef struct kv_entry {
@@ -350,6 +357,7 @@ static void send_kill(coord_t *c, job_t *j, int sig) {
 }
 
 static void try_schedule(coord_t *c);
+static void job_reset_attempt(coord_t *c, job_t *j);
 static void bind_ctl(coord_t *c);
 static void requeue(coord_t *c);
 static void note_restart_failures(coord_t *c);
@@ -362,6 +370,10 @@ static void reap_drained(coord_t *c) {
   int reaped = 0;
   for (job_t **p = &c->jobs; *p;) {
     job_t *j = *p;
+    if (!j->done && j->restart_pending && (j->nalive == 0 || now > j->drain_until)) {
+      job_reset_attempt(c, j);
+      reaped = 1;
+    }
     if (!j->done || (j->nalive > 0 && now <= j->drain_until)) {
       p = &j->next;
       continue;
@@ -402,12 +414,54 @@ static void job_finish(coord_t *c, job_t *j, int state, const char *reason, int 
 
 static void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
+  if (j->done || j->restart_pending) return;   /* already ending, or this attempt already failed */
   char reason[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
+  /* Restart only what can continue: submit refuses max_restarts without checkpoints (ctl_submit). */
+  if (j->attempt < j->spec.max_restarts && !c->shutting_down && ckpt_due(&j->spec, j->spec.ckpt_every)) {
+    char why[1200];
+    j->attempt++;
+    snprintf(why, sizeof why, "restart %d of %d from the newest checkpoint after: %s", j->attempt, j->spec.max_restarts,
+             reason);
+    j->restart_pending = 1;
+    set_state(c, j, ST_QUEUED, why);
+    kv_drop_job(c, j->id, reason);
+    free_reports(j);
+    if (j->metrics) {
+      fclose(j->metrics);
+      j->metrics = NULL;
+    }
+    j->deadline = 0;
+    j->pending[0] = 0;
+    j->drain_until = loop_now_mono() + DRAIN_LIMIT_S;
+    if (j->ranks && j->nalive > 0) send_kill(c, j, SIGKILL);
+    return;
+  }
   job_finish(c, j, ST_FAILED, reason, SIGKILL);
+}
+
+/* The failed attempt's workers are all reaped (or the drain limit passed): free its devices and
+ * per-attempt state; the job is queued (its state already says so) and try_schedule starts it. */
+static void job_reset_attempt(coord_t *c, job_t *j) {
+  if (j->ranks)
+    for (int r = 0; r < j->world; r++) free_slot(c, j, r);
+  if (j->nalive > 0)
+    log_warn("job %llu: %d workers of the failed attempt did not report their exit within %.0f s; restarting anyway",
+             (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+  free_reports(j);
+  free(j->reports[0]);
+  free(j->reports[1]);
+  j->reports[0] = j->reports[1] = NULL;
+  free(j->ranks);
+  j->ranks = NULL;
+  planmsg_free(&j->plan_pb);
+  j->nready = j->nstopped = j->nalive = 0;
+  j->start_step = j->next_step = j->done_step = 0;
+  j->kill_at = 0;
+  j->restart_pending = 0;
 }
 
 /* ---------------------------------------------------------------- scheduling */
@@ -493,6 +547,9 @@ static void job_start(coord_t *c, job_t *j) {
   snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
   j->metrics = fopen(path, "a");
   if (!j->metrics) log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
+  /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
+  if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
+  else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);
   set_state(c, j, ST_STARTING, NULL);
   char where[1024];
   int wn = 0;
@@ -513,7 +570,7 @@ static void try_schedule(coord_t *c) {
   for (;;) {
     job_t *head = NULL;
     for (job_t *j = c->jobs; j; j = j->next)
-      if (j->state == ST_QUEUED && !j->done && (!head || j->id < head->id)) head = j;
+      if (j->state == ST_QUEUED && !j->done && !j->restart_pending && (!head || j->id < head->id)) head = j;
     if (!head) return;
     int free_n = 0;
     for (int i = 0; i < c->nnodes; i++) free_n += node_free_slots(&c->nodes[i], head->kind);
@@ -532,6 +589,7 @@ static void send_to_rank(coord_t *c, job_t *j, int r, Fsdp__Msg *m) {
 static void send_step(coord_t *c, job_t *j, uint32_t step) {
   Fsdp__StepCmd s = FSDP__STEP_CMD__INIT;
   s.step = step;
+  s.checkpoint = ckpt_due(&j->spec, (int)step);   /* every K-th step and the last (docs/checkpoints.md) */
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STEP_CMD;
   m.step_cmd = &s;
@@ -618,7 +676,7 @@ static void on_step_report(coord_t *c, job_t *j, int r, Fsdp__Msg **mp) {
 }
 
 static void check_stopped(coord_t *c, job_t *j) {
-  if (!j->done && j->nstopped == j->world) job_finish(c, j, ST_SUCCEEDED, NULL, 0);
+  if (!j->done && !j->restart_pending && j->nstopped == j->world) job_finish(c, j, ST_SUCCEEDED, NULL, 0);
 }
 
 /* ---------------------------------------------------------------- cluster service */
@@ -769,8 +827,6 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   rk->ident_len = env->len[0];
   node_t *n = &c->nodes[rk->node];
   slot_t *sl = &n->slots[rk->slot];
-  char prefix[64];
-  snprintf(prefix, sizeof prefix, "job-%llu/", (unsigned long long)j->id);
   Fsdp__WorkerSetup s = FSDP__WORKER_SETUP__INIT;
   s.job_id = j->id;
   s.rank = h->rank;
@@ -782,7 +838,7 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   s.comm = (char *)(j->spec.comm == COMM_NCCL ? "nccl"
                     : j->spec.comm == COMM_GLOO ? "gloo"
                     : j->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "nccl" : "gloo");
-  s.kv_prefix = prefix;
+  s.kv_prefix = j->kv_prefix;
   s.job_dir = j->job_dir;
   s.device_index = sl->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? (int32_t)sl->index : -1;
   s.start_step = 0;
@@ -807,6 +863,10 @@ static void on_worker_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady
   j->ranks[r].ready = 1;
   if (++j->nready < j->world) return;
   set_state(c, j, ST_RUNNING, NULL);
+  if (j->start_step > 0)
+    job_log(j, "resuming from the checkpoint of step %u%s", j->start_step,
+            j->start_step >= j->steps ? ": at or past the last step, nothing to train" : "");
+  if (j->start_step > j->steps) j->start_step = j->steps;
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
   j->deadline = loop_now_mono() + j->step_timeout;
@@ -814,10 +874,10 @@ static void on_worker_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady
 }
 
 static fsdp_status kv_key(job_t *j, const char *key, char *out, size_t cap) {
-  char prefix[64];
-  int plen = snprintf(prefix, sizeof prefix, "job-%llu/", (unsigned long long)j->id);
+  const char *prefix = j->kv_prefix;
+  size_t plen = strlen(prefix);
   /* Keys are namespaced by the job's kv_prefix; a key given without it gets it. */
-  int n = strncmp(key, prefix, (size_t)plen) == 0 ? snprintf(out, cap, "%s", key) : snprintf(out, cap, "%s%s", prefix, key);
+  int n = strncmp(key, prefix, plen) == 0 ? snprintf(out, cap, "%s", key) : snprintf(out, cap, "%s%s", prefix, key);
   if (n < 0 || (size_t)n >= cap) return fsdp_set_error(FSDP_ERR_RANGE, "kv key '%s' is too long", key);
   return FSDP_OK;
 }
@@ -970,11 +1030,11 @@ static void on_cluster(void *sock, void *arg) {
       }
       break;
     case FSDP__MSG__BODY_KV_SET:
-      if (j->done) reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (j->done || j->restart_pending) reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
       else on_kv_set(c, &env, j, m->kv_set);
       break;
     case FSDP__MSG__BODY_KV_GET:
-      if (j->done) reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (j->done || j->restart_pending) reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
       else on_kv_get(c, &env, j, m->kv_get);
       break;
     default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)j->id, r, wire_body_name(m->body_case));
@@ -1030,6 +1090,15 @@ static void ctl_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq *r
   if (rc != FSDP_OK) {
     log_warn("submit refused: %s", fsdp_last_error());
     reply_error(c->ctl, env, rc, user_error());
+    goto fail;
+  }
+  if (j->spec.max_restarts > 0 && (j->spec.ckpt_every <= 0 || j->spec.resume != RESUME_AUTO)) {
+    /* A restart without a checkpoint to resume from would silently train from step 0 again. */
+    snprintf(msg, sizeof msg, "%s: [job] max_restarts = %d restarts from the newest checkpoint, so it needs "
+             "[checkpoint] every > 0 (with a dir) and resume = auto; set them, or max_restarts = 0",
+             origin, j->spec.max_restarts);
+    log_warn("submit refused: %s", msg);
+    reply_error(c->ctl, env, FSDP_ERR_INVALID, msg);
     goto fail;
   }
   j->world = j->spec.world_size;

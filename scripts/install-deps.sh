@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-  libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev
+  libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
   python3
 )
 

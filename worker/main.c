@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "jobspec.h"
 #include "log.h"
@@ -104,9 +105,14 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
   TRY_GOTO(comm_new_gloo(rank, world, rdv, NULL, "fsdp", spec.timeout_s, &comm), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
-  for (int s = 1; s <= spec.steps; s++) {
+  int start = 0;
+  if (spec.ckpt_dir[0] && spec.resume == RESUME_AUTO) TRY_GOTO(runtime_restore(rt, spec.ckpt_dir, &start), rc, out);
+  if (start >= spec.steps && start > 0 && rank == 0)
+    log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
+  for (int s = start + 1; s <= spec.steps; s++) {
     rt_report r;
     TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
     print_report(rank, &r);
   }
   if (save) TRY_GOTO(runtime_save(rt, save), rc, out);
@@ -146,13 +152,18 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   comm_kv kv = wlink_kv(l);
   TRY_GOTO(comm_new_gloo(rank, (int)su->world, NULL, &kv, su->kv_prefix, spec.timeout_s, &comm), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
-  TRY_GOTO(wlink_ready(l, (int)su->start_step), rc, out);
+  int start = (int)su->start_step;
+  if (spec.ckpt_dir[0] && spec.resume == RESUME_AUTO) TRY_GOTO(runtime_restore(rt, spec.ckpt_dir, &start), rc, out);
+  TRY_GOTO(wlink_ready(l, start), rc, out);
   for (;;) {
     int step;
     TRY_GOTO(wlink_next(l, &step), rc, out);
     if (step == 0) break;
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
+    /* The coordinator sets step_cmd.checkpoint by the same rule (ckpt_due); the checkpoint is
+     * written before the report, so a reported step at a checkpoint boundary is durable. */
+    if (ckpt_due(&spec, step)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);
     TRY_GOTO(wlink_report(l, rank, &r), rc, out);
   }
   rc = wlink_ack(l);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt.h"
 #include "log.h"
 #include "mem.h"
 #include "model_gpt2.h"
@@ -55,6 +56,10 @@ struct runtime {
   comm_req **arreq;              /* sharding none: per-unit all-reduce */
 
   uint64_t phase_us[RT_NPHASE];
+
+  /* set by runtime_restore: the step resumed after and the tokens consumed up to it */
+  int ckpt_step0;
+  uint64_t ckpt_tokens0;
 };
 
 static const char *const phase_names[RT_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
@@ -418,4 +423,98 @@ void runtime_destroy(runtime_t **prt) {
   free(rt->arreq);
   free(rt);
   *prt = NULL;
+}
+
+/* ---- checkpoints (common/ckpt.h, docs/checkpoints.md) ---- */
+
+/* Sum one flag over the ranks: how many ranks had a failure. Also the barrier the protocol needs. */
+static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed) {
+  float f = failed ? 1.0f : 0.0f;
+  TRY(comm_allreduce(rt->comm, &f, 1, COMM_F32, NULL));
+  *nfailed = (int)f;
+  return FSDP_OK;
+}
+
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
+  const plan_t *p = rt->p;
+  uint64_t t0 = now_us();
+  fsdp_status rc = ckpt_write_rank(dir, p, rt->rank, step, step, rt->param, rt->m, rt->v);
+  if (rc != FSDP_OK) log_error("checkpoint step %d: %s", step, fsdp_last_error());
+  char err[1024];
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  int nbad = 0;
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));   /* every rank's file is fsync'ed past this point */
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: %d rank(s) could not write their file (see their logs)",
+                                  step, nbad);
+  if (rt->rank == 0) {
+    uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
+    uint64_t tokens = rt->ckpt_tokens0 + (uint64_t)(step - rt->ckpt_step0) * per_step;
+    rc = ckpt_write_manifest(dir, p, step, tokens);
+    if (rc == FSDP_OK && ckpt_prune(dir, rt->spec->ckpt_keep) != FSDP_OK)
+      log_warn("checkpoint step %d: pruning old checkpoints: %s", step, fsdp_last_error());
+    if (rc != FSDP_OK) {
+      log_error("checkpoint step %d: %s", step, fsdp_last_error());
+      snprintf(err, sizeof err, "%s", fsdp_last_error());
+    }
+  }
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
+  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(now_us() - t0) / 1e6);
+  return FSDP_OK;
+}
+
+fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
+  const plan_t *p = rt->p;
+  *step = 0;
+  int s = 0;
+  fsdp_status rc = ckpt_latest(dir, &s);
+  if (rc == FSDP_ERR_NOTFOUND) s = 0, rc = FSDP_OK;
+  /* Every rank must pick the same checkpoint: sum (failed, step high bits, step low bits). */
+  float agree[3] = {rc != FSDP_OK, (float)(s >> 12), (float)(s & 4095)};
+  char err[1024];
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  TRY(comm_allreduce(rt->comm, agree, 3, COMM_F32, NULL));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (agree[0] != 0) return fsdp_set_error(FSDP_ERR_IO, "%.0f rank(s) could not read %s (see their logs)", agree[0], dir);
+  if (agree[1] != (float)(s >> 12) * rt->world || agree[2] != (float)(s & 4095) * rt->world)
+    return fsdp_set_error(FSDP_ERR_STATE, "ranks see different newest checkpoints in %s (this one: step %d); "
+                          "the directory must be shared and not written meanwhile", dir, s);
+  if (s == 0) {
+    if (rt->rank == 0) log_info("no complete checkpoint in %s: starting from step 0", dir);
+    return FSDP_OK;
+  }
+
+  uint64_t t0 = now_us();
+  ckpt_info ci;
+  int64_t ostep = -1;
+  rc = ckpt_read_manifest(dir, s, &ci);
+  /* A partial (resharding) read cannot check the CRCs of what it reads: the ranks split the rank
+   * files between them and each verifies its share whole. Same layout: every rank reads its own
+   * file whole, and that read checks every CRC. */
+  if (rc == FSDP_OK && !ckpt_same_layout(&ci, p)) rc = ckpt_verify(dir, &ci, rt->rank, rt->world);
+  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, rt->spec, p, rt->rank, rt->param, rt->m, rt->v, &ostep);
+  if (rc == FSDP_OK && ostep != s)
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "checkpoint step %d in %s: its files say the optimizer took %lld steps", s, dir,
+                        (long long)ostep);
+  if (rc != FSDP_OK) log_error("restoring step %d: %s", s, fsdp_last_error());
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  int nbad = 0;
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_FORMAT, "%d rank(s) could not restore checkpoint step %d from %s (see their logs)",
+                                  nbad, s, dir);
+  rt->ckpt_step0 = s;
+  rt->ckpt_tokens0 = ci.tokens;
+  int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;
+  if (rt->rank == 0) {
+    log_info("resumed from checkpoint step %d in %s (written by %d rank(s), sharding %s) in %.2f s", s, dir, ci.world,
+             shard_mode_name(ci.sharding), (double)(now_us() - t0) / 1e6);
+    if (ci.rows_per_step != rows)
+      log_warn("N·B·G changed from %lld to %lld rows per step: the data order does not continue where it stopped",
+               (long long)ci.rows_per_step, (long long)rows);
+  }
+  *step = s;
+  return FSDP_OK;
 }

@@ -46,4 +46,14 @@ fsdp_status runtime_save(runtime_t *rt, const char *path);
 const float *runtime_param_shard(const runtime_t *rt);
 void runtime_destroy(runtime_t **rt);
 
+/* Checkpoints (docs/checkpoints.md). Collective: every rank writes its file of step STEP under DIR;
+ * after a barrier, rank 0 writes the manifest and keeps spec->ckpt_keep checkpoints. Every rank
+ * returns the same status. */
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step);
+/* Collective: restore parameters, AdamW m and v from the newest complete checkpoint in DIR,
+ * resharding from whatever world size and sharding wrote it; *STEP gets its step (training
+ * continues at *STEP + 1), or 0 when DIR holds no complete checkpoint (nothing is changed).
+ * A different model, a corrupt file or a CRC mismatch fails on every rank. */
+fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step);
+
 #endif

@@ -4,26 +4,7 @@
 # status carries the last step's per-rank figures), and after a restart still lists the job.
 # Usage: bash daemon_e2e.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-[ -x "$BUILD/fsdp-worker" ] && [ -x "$BUILD/fsdpctl" ] || { echo "fsdp-worker or fsdpctl not built"; exit 1; }
-S=$(mktemp -d /tmp/fsdpd-e2e-XXXXXX)
-DPID=""
-cleanup() {
-  set +e
-  [ -n "$DPID" ] && kill -TERM "$DPID" 2>/dev/null && { timeout 15 tail --pid="$DPID" -f /dev/null || kill -KILL "$DPID"; } 2>/dev/null
-  [ -n "$DPID" ] && wait "$DPID" 2>/dev/null || true
-  for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$S"
-}
-trap cleanup EXIT
-export FSDP_CTL="ipc://$S/ctl.sock"
-fail() { echo "FAIL: $*"; echo "--- daemon log"; tail -40 "$S/fsdpd.log" || true; exit 1; }
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
-jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
-state_of() { "$BUILD/fsdpctl" status "$1" --json | jget 'd["state"]'; }
-is_state() { [ "$(state_of "$1")" = "$2" ]; }
-finished() { case "$(state_of "$1")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
-start_daemon() { "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!; }
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" e2e
 stop_daemon() {
   kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""
   [ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc after SIGTERM"

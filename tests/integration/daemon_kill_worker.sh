@@ -4,36 +4,16 @@
 # keeps serving (a following job runs to success).
 # Usage: bash daemon_kill_worker.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-[ -x "$BUILD/fsdp-worker" ] && [ -x "$BUILD/fsdpctl" ] || { echo "fsdp-worker or fsdpctl not built"; exit 1; }
-S=$(mktemp -d /tmp/fsdpd-kill-XXXXXX)
-DPID=""
-cleanup() {
-  set +e
-  [ -n "$DPID" ] && kill -TERM "$DPID" 2>/dev/null && { timeout 15 tail --pid="$DPID" -f /dev/null || kill -KILL "$DPID"; } 2>/dev/null
-  [ -n "$DPID" ] && wait "$DPID" 2>/dev/null || true
-  for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$S"
-}
-trap cleanup EXIT
-export FSDP_CTL="ipc://$S/ctl.sock"
-fail() { echo "FAIL: $*"; echo "--- daemon log"; tail -40 "$S/fsdpd.log" || true; exit 1; }
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
-jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
-state_of() { "$BUILD/fsdpctl" status "$1" --json | jget 'd["state"]'; }
-is_state() { [ "$(state_of "$1")" = "$2" ]; }
-finished() { case "$(state_of "$1")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
-running_step() { [ "$("$BUILD/fsdpctl" status "$1" --json | jget 'd["state"] == "running" and d["step"] >= 1')" = True ]; }
-worker_pid() { sed -n "s/.*job $1 rank $2: started .*(pid \([0-9]*\),.*/\1/p" "$S/fsdpd.log" | tail -1; }
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" kill
 all_free() { [ "$("$BUILD/fsdpctl" nodes --json | jget 'all(x["job_id"] is None for n in d["nodes"] for x in n["devices"])')" = True ]; }
 
 sed -e 's/^steps = .*/steps = 2000/' "$SRC/examples/tiny.ini" > "$S/long.ini"
 sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' "$SRC/examples/tiny.ini" > "$S/short.ini"
-"$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!
+start_daemon
 wait_for 10 "$BUILD/fsdpctl" nodes || fail "fsdpd did not answer within 10 s"
 
 id=$("$BUILD/fsdpctl" submit "$S/long.ini" | tail -1)
-wait_for 60 running_step "$id" || fail "job $id did not reach step 1 within 60 s"
+wait_for 60 at_step "$id" 1 || fail "job $id did not reach step 1 within 60 s"
 pid1=$(worker_pid "$id" 1); pid0=$(worker_pid "$id" 0)
 [ -n "$pid1" ] && [ -n "$pid0" ] || fail "no worker pids in the daemon log"
 t0=$SECONDS

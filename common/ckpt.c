@@ -1,0 +1,648 @@
+/* ckpt — see ckpt.h. Rank file layout (little-endian, offsets in bytes):
+ *
+ *     0  magic "FSDPCKPT"          8
+ *     8  u32 version               12  u32 header_bytes (H)
+ *    16  u64 step                  24  u32 rank        28  u32 world
+ *    32  u32 sharding (jobspec)    36  u32 shard_world
+ *    40  i32 n_layer, n_head, n_embd, vocab_size, seq_len
+ *    60  u32 nunits                64  u64 shard_total (floats)   72  u64 optimizer step count
+ *    80  3 × {u64 offset, u64 length (bytes), u32 crc32c, u32 0}   (param, adamw_m, adamw_v)
+ *   152  u64 padded[nunits]
+ *  H-4   u32 crc32c of bytes [0, H-4)
+ *  then the sections, the first at H rounded up to 64, each 4·shard_total bytes, back to back.
+ */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
+
+#define HDR_FIXED 152
+#define MAX_UNITS 100000
+
+static const char *const sec_names[CKPT_NSEC] = {"param", "adamw_m", "adamw_v"};
+const char *ckpt_section_name(ckpt_section s) { return (unsigned)s < CKPT_NSEC ? sec_names[s] : "unknown"; }
+
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len) {
+  /* ISA-L's crc32_iscsi takes and returns the raw register (no final inversion) and an int length:
+   * standard CRC32C is ~crc32_iscsi(buf, len, ~crc). */
+  const unsigned char *p = buf;
+  uint32_t c = ~crc;
+  while (len > 0) {
+    int n = len > (1u << 30) ? 1 << 30 : (int)len;
+    c = crc32_iscsi((unsigned char *)p, n, c);
+    p += n;
+    len -= (size_t)n;
+  }
+  return ~c;
+}
+
+int ckpt_due(const jobspec_t *spec, int step) {
+  return spec->ckpt_every > 0 && spec->ckpt_dir[0] && step > 0 && (step % spec->ckpt_every == 0 || step == spec->steps);
+}
+
+void ckpt_step_dir(const char *dir, int step, char *out, size_t cap) { snprintf(out, cap, "%s/step-%08d", dir, step); }
+
+/* ---- small I/O helpers ---- */
+
+static fsdp_status write_full(int fd, const void *buf, size_t n, const char *path) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    p += w, n -= (size_t)w;
+  }
+  return FSDP_OK;
+}
+
+/* Read exactly N bytes at OFF; a short read is a truncated file. */
+static fsdp_status pread_full(int fd, void *buf, size_t n, off_t off, const char *path) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t r = pread(fd, p, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    if (r == 0)
+      return fsdp_set_error(FSDP_ERR_FORMAT, "%s is truncated (end of file at byte %lld); the checkpoint is corrupt",
+                            path, (long long)off);
+    p += r, n -= (size_t)r, off += r;
+  }
+  return FSDP_OK;
+}
+
+static fsdp_status fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
+  int r = fsync(fd);
+  int e = errno;
+  close(fd);
+  if (r != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", path, strerror(e));
+  return FSDP_OK;
+}
+
+static fsdp_status mkdir_p(const char *path) {
+  char tmp[PATH_MAX];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+    return fsdp_set_error(FSDP_ERR_RANGE, "checkpoint path too long: %s", path);
+  for (char *s = tmp + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+      return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  return FSDP_OK;
+}
+
+static void put32(uint8_t *b, size_t off, uint32_t v) { memcpy(b + off, &v, 4); }
+static void put64(uint8_t *b, size_t off, uint64_t v) { memcpy(b + off, &v, 8); }
+static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b + off, 4); return v; }
+static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v; memcpy(&v, b + off, 8); return v; }
+
+static size_t header_bytes(int nunits) { return HDR_FIXED + 8 * (size_t)nunits + 4; }
+static uint64_t data_start(size_t hb) { return (hb + 63) & ~(uint64_t)63; }
+
+/* ---- writing ---- */
+
+fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                            const float *param, const float *m, const float *v) {
+  char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  TRY(mkdir_p(sdir));
+  snprintf(path, sizeof path, "%s/rank-%d.bin", sdir, rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+
+  size_t hb = header_bytes(p->nunits);
+  uint8_t *h = calloc(1, hb);
+  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  const float *secs[CKPT_NSEC] = {param, m, v};
+  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
+  memcpy(h, CKPT_MAGIC, 8);
+  put32(h, 8, CKPT_VERSION);
+  put32(h, 12, (uint32_t)hb);
+  put64(h, 16, (uint64_t)step);
+  put32(h, 24, (uint32_t)rank);
+  put32(h, 28, (uint32_t)p->world);
+  put32(h, 32, (uint32_t)p->sharding);
+  put32(h, 36, (uint32_t)p->shard_world);
+  const int32_t mc[5] = {p->model.n_layer, p->model.n_head, p->model.n_embd, p->model.vocab_size, p->model.seq_len};
+  memcpy(h + 40, mc, sizeof mc);
+  put32(h, 60, (uint32_t)p->nunits);
+  put64(h, 64, (uint64_t)p->shard_total);
+  put64(h, 72, (uint64_t)opt_step);
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * len);
+    put64(h, 88 + 24 * (size_t)s, len);
+    put32(h, 96 + 24 * (size_t)s, ckpt_crc32c(0, secs[s], len));
+  }
+  for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
+  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
+
+  fsdp_status rc = FSDP_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  static const uint8_t zeros[64];
+  TRY_GOTO(write_full(fd, h, hb, tmp), rc, out);
+  TRY_GOTO(write_full(fd, zeros, (size_t)(off - hb), tmp), rc, out);
+  for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(write_full(fd, secs[s], len, tmp), rc, out);
+  if (fsync(fd) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  if (rename(tmp, path) != 0) rc = fsdp_set_error(FSDP_ERR_IO, "cannot rename %s: %s", tmp, strerror(errno));
+out:
+  if (fd >= 0) close(fd);
+  if (rc != FSDP_OK) unlink(tmp);
+  free(h);
+  return rc;
+}
+
+fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
+  char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, sdir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  /* The rank files' directory entries must be durable before the manifest says they exist. */
+  TRY(fsync_path(sdir));
+
+  json_t *o = json_object(), *model = json_object(), *files = json_array();
+  json_object_set_new(o, "format", json_string("fsdpd-checkpoint"));
+  json_object_set_new(o, "version", json_integer(CKPT_VERSION));
+  json_object_set_new(o, "step", json_integer(step));
+  json_object_set_new(o, "world", json_integer(p->world));
+  json_object_set_new(o, "sharding", json_string(shard_mode_name(p->sharding)));
+  json_object_set_new(model, "arch", json_string("gpt2"));
+  json_object_set_new(model, "n_layer", json_integer(p->model.n_layer));
+  json_object_set_new(model, "n_head", json_integer(p->model.n_head));
+  json_object_set_new(model, "n_embd", json_integer(p->model.n_embd));
+  json_object_set_new(model, "vocab_size", json_integer(p->model.vocab_size));
+  json_object_set_new(model, "seq_len", json_integer(p->model.seq_len));
+  json_object_set_new(o, "model", model);
+  json_object_set_new(o, "n_params", json_integer(p->n_params));
+  json_object_set_new(o, "tokens", json_integer((json_int_t)tokens));
+  json_object_set_new(o, "batch_size", json_integer(p->batch_size));
+  json_object_set_new(o, "grad_accum", json_integer(p->grad_accum));
+  json_object_set_new(o, "rows_per_step", json_integer((json_int_t)p->world * p->batch_size * p->grad_accum));
+  for (int r = 0; r < p->world; r++) {
+    char f[32];
+    snprintf(f, sizeof f, "rank-%d.bin", r);
+    json_array_append_new(files, json_string(f));
+  }
+  json_object_set_new(o, "files", files);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot format the checkpoint manifest");
+
+  fsdp_status rc = FSDP_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  TRY_GOTO(write_full(fd, text, strlen(text), tmp), rc, out);
+  TRY_GOTO(write_full(fd, "\n", 1, tmp), rc, out);
+  if (fsync(fd) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  close(fd);
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    goto out;
+  }
+  TRY_GOTO(fsync_path(sdir), rc, out);
+  TRY_GOTO(fsync_path(dir), rc, out);
+out:
+  if (fd >= 0) close(fd);
+  if (rc != FSDP_OK) unlink(tmp);
+  free(text);
+  return rc;
+}
+
+/* ---- finding and pruning ---- */
+
+/* "step-%08d" exactly, or -1. */
+static int parse_step_name(const char *name) {
+  if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
+  int s = 0;
+  for (int i = 5; i < 13; i++) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    s = s * 10 + (name[i] - '0');
+  }
+  return s;
+}
+
+static int is_complete(const char *dir, int step) {
+  char path[PATH_MAX + 64];
+  ckpt_step_dir(dir, step, path, sizeof path);
+  strcat(path, "/" CKPT_MANIFEST);
+  return access(path, F_OK) == 0;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x < y) - (x > y);
+}
+
+/* Every step-* directory of DIR, newest first (malloc'd, *n entries). */
+static fsdp_status list_steps(const char *dir, int **steps, int *n) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) return FSDP_OK;
+    return fsdp_set_error(FSDP_ERR_IO, "cannot read the checkpoint directory %s: %s", dir, strerror(errno));
+  }
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int s = parse_step_name(e->d_name);
+    if (s < 0) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      int *ns = realloc(*steps, (size_t)cap * sizeof(int));
+      if (!ns) {
+        closedir(d);
+        free(*steps);
+        *steps = NULL;
+        return fsdp_set_error(FSDP_ERR_NOMEM, "cannot list %s", dir);
+      }
+      *steps = ns;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  if (*n) qsort(*steps, (size_t)*n, sizeof(int), cmp_desc);
+  return FSDP_OK;
+}
+
+fsdp_status ckpt_latest(const char *dir, int *step) {
+  int *steps, n;
+  TRY(list_steps(dir, &steps, &n));
+  fsdp_status rc = fsdp_set_error(FSDP_ERR_NOTFOUND, "no complete checkpoint (a step-* directory with %s) in %s",
+                                  CKPT_MANIFEST, dir);
+  for (int i = 0; i < n; i++)
+    if (is_complete(dir, steps[i])) {
+      *step = steps[i];
+      rc = FSDP_OK;
+      break;
+    }
+  free(steps);
+  return rc;
+}
+
+static fsdp_status remove_step_dir(const char *dir, int step) {
+  char sdir[PATH_MAX], path[PATH_MAX + 300];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  /* The manifest goes first: a half-deleted checkpoint must never look complete. */
+  snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, sdir);
+  if (unlink(path) != 0 && errno != ENOENT)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s: %s", path, strerror(errno));
+  DIR *d = opendir(sdir);
+  if (!d) return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", sdir, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", sdir, e->d_name);
+    if (unlink(path) != 0 && errno != ENOENT) log_warn("cannot delete %s: %s", path, strerror(errno));
+  }
+  closedir(d);
+  if (rmdir(sdir) != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s: %s", sdir, strerror(errno));
+  return FSDP_OK;
+}
+
+fsdp_status ckpt_prune(const char *dir, int keep) {
+  int *steps, n;
+  TRY(list_steps(dir, &steps, &n));
+  fsdp_status rc = FSDP_OK;
+  int kept = 0, newest = -1;
+  for (int i = 0; i < n; i++) {
+    int complete = is_complete(dir, steps[i]);
+    if (complete && newest < 0) newest = steps[i];
+    int drop = complete ? kept >= keep : newest >= 0;   /* incomplete: only if older than a complete one */
+    if (complete && !drop) kept++;
+    if (!drop) continue;
+    fsdp_status r = remove_step_dir(dir, steps[i]);
+    if (r != FSDP_OK && rc == FSDP_OK) rc = r;
+  }
+  free(steps);
+  return rc;
+}
+
+/* ---- manifest ---- */
+
+static int shard_mode_parse(const char *s, shard_mode *out) {
+  for (int m = SHARD_FULL; m <= SHARD_NONE; m++)
+    if (!strcmp(s, shard_mode_name((shard_mode)m))) {
+      *out = (shard_mode)m;
+      return 0;
+    }
+  return -1;
+}
+
+fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
+  char path[PATH_MAX + 64];
+  ckpt_step_dir(dir, step, path, sizeof path);
+  strcat(path, "/" CKPT_MANIFEST);
+  json_error_t jerr;
+  json_t *o = json_load_file(path, 0, &jerr);
+  if (!o) {
+    if (access(path, F_OK) != 0)
+      return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s does not exist: step %d is not a complete checkpoint", path, step);
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+  }
+  fsdp_status rc = FSDP_OK;
+  memset(out, 0, sizeof *out);
+  const char *fmt = NULL, *sh = NULL, *arch = NULL;
+  json_int_t ver = 0, st = -1, world = 0, tokens = 0, B = 0, G = 0, rows = 0;
+  json_int_t L = 0, H = 0, C = 0, V = 0, T = 0;
+  json_t *files = NULL;
+  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:o}",
+                     "format", &fmt, "version", &ver, "step", &st, "world", &world, "sharding", &sh, "model", "arch",
+                     &arch, "n_layer", &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "seq_len", &T, "tokens",
+                     &tokens, "batch_size", &B, "grad_accum", &G, "rows_per_step", &rows, "files", &files) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s", path, jerr.text);
+    goto out;
+  }
+  if (strcmp(fmt, "fsdpd-checkpoint") != 0 || ver != CKPT_VERSION) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: format '%s' version %lld; this build reads fsdpd-checkpoint version %d",
+                        path, fmt, (long long)ver, CKPT_VERSION);
+    goto out;
+  }
+  if (st != step || world < 1 || world > 65536 || L < 1 || H < 1 || C < 1 || V < 1 || T < 1 || L > 100000 ||
+      C > 1 << 20 || V > 1 << 24 || T > 1 << 24 || tokens < 0 || !json_is_array(files) ||
+      json_array_size(files) != (size_t)world || strcmp(arch, "gpt2") != 0 || shard_mode_parse(sh, &out->sharding)) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: inconsistent manifest (step %lld in directory step %d, world %lld, "
+                        "%zu files, arch '%s', sharding '%s')", path, (long long)st, step, (long long)world,
+                        json_array_size(files), arch, sh);
+    goto out;
+  }
+  for (json_int_t r = 0; r < world; r++) {
+    char want[32];
+    snprintf(want, sizeof want, "rank-%lld.bin", (long long)r);
+    const char *f = json_string_value(json_array_get(files, (size_t)r));
+    if (!f || strcmp(f, want) != 0) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: files[%lld] is '%s', expected '%s'", path, (long long)r, f ? f : "?", want);
+      goto out;
+    }
+  }
+  out->step = step;
+  out->world = (int)world;
+  out->model = (gpt2_config){.n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C, .vocab_size = (int)V, .seq_len = (int)T};
+  out->tokens = (uint64_t)tokens;
+  out->batch_size = (int)B;
+  out->grad_accum = (int)G;
+  out->rows_per_step = rows;
+out:
+  json_decref(o);
+  return rc;
+}
+
+/* ---- reading rank files ---- */
+
+typedef struct rank_file {
+  int fd;
+  char path[PATH_MAX + 32];
+  uint64_t sec_off[CKPT_NSEC], sec_len[CKPT_NSEC];
+  uint32_t sec_crc[CKPT_NSEC];
+  int64_t opt_step;
+} rank_file;
+
+static int model_eq(const gpt2_config *a, const gpt2_config *b) {
+  return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
+         a->vocab_size == b->vocab_size && a->seq_len == b->seq_len;
+}
+
+/* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
+static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
+  char sdir[PATH_MAX];
+  ckpt_step_dir(dir, ci->step, sdir, sizeof sdir);
+  snprintf(f->path, sizeof f->path, "%s/rank-%d.bin", sdir, q);
+  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0)
+    return fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s (the manifest lists it)",
+                          f->path, strerror(errno));
+  uint8_t fixed[HDR_FIXED];
+  TRY(pread_full(f->fd, fixed, sizeof fixed, 0, f->path));
+  if (memcmp(fixed, CKPT_MAGIC, 8) != 0)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: bad magic (not an fsdpd checkpoint rank file)", f->path);
+  if (get32(fixed, 8) != CKPT_VERSION)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: format version %u; this build reads version %d", f->path,
+                          get32(fixed, 8), CKPT_VERSION);
+  uint32_t nunits = get32(fixed, 60), hb = get32(fixed, 12);
+  if (nunits < 1 || nunits > MAX_UNITS || hb != header_bytes((int)nunits))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: header size %u does not fit %u units", f->path, hb, nunits);
+  uint8_t *h = malloc(hb);
+  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  fsdp_status rc = pread_full(f->fd, h, hb, 0, f->path);
+  if (rc != FSDP_OK) goto out;
+  uint32_t want = get32(h, hb - 4), got = ckpt_crc32c(0, h, hb - 4);
+  if (want != got) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: header CRC32C mismatch (stored %08x, computed %08x): the file is corrupt",
+                        f->path, want, got);
+    goto out;
+  }
+  gpt2_config mc;
+  int32_t mcv[5];
+  memcpy(mcv, h + 40, sizeof mcv);
+  mc = (gpt2_config){.n_layer = mcv[0], .n_head = mcv[1], .n_embd = mcv[2], .vocab_size = mcv[3], .seq_len = mcv[4]};
+  if (get64(h, 16) != (uint64_t)ci->step || get32(h, 24) != (uint32_t)q || get32(h, 28) != (uint32_t)ci->world ||
+      get32(h, 32) != (uint32_t)ci->sharding || get32(h, 36) != (uint32_t)old->shard_world || !model_eq(&mc, &ci->model) ||
+      nunits != (uint32_t)old->nunits || get64(h, 64) != (uint64_t)old->shard_total) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: header (step %llu, rank %u, world %u, sharding %u, %u units, shard_total "
+                        "%llu) disagrees with the manifest (step %d, rank %d, world %d, sharding %s, %d units, "
+                        "shard_total %lld)", f->path, (unsigned long long)get64(h, 16), get32(h, 24), get32(h, 28),
+                        get32(h, 32), nunits, (unsigned long long)get64(h, 64), ci->step, q, ci->world,
+                        shard_mode_name(ci->sharding), old->nunits, (long long)old->shard_total);
+    goto out;
+  }
+  for (int u = 0; u < old->nunits; u++)
+    if (get64(h, HDR_FIXED + 8 * (size_t)u) != (uint64_t)old->units[u].padded) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: unit %d padded size %llu, the plan says %lld", f->path, u,
+                          (unsigned long long)get64(h, HDR_FIXED + 8 * (size_t)u), (long long)old->units[u].padded);
+      goto out;
+    }
+  f->opt_step = (int64_t)get64(h, 72);
+  uint64_t len = (uint64_t)old->shard_total * sizeof(float), end = 0;
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    f->sec_off[s] = get64(h, 80 + 24 * (size_t)s);
+    f->sec_len[s] = get64(h, 88 + 24 * (size_t)s);
+    f->sec_crc[s] = get32(h, 96 + 24 * (size_t)s);
+    if (f->sec_len[s] != len || f->sec_off[s] < hb) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: section %s has length %llu at %llu; expected %llu after the header",
+                          f->path, sec_names[s], (unsigned long long)f->sec_len[s], (unsigned long long)f->sec_off[s],
+                          (unsigned long long)len);
+      goto out;
+    }
+    if (f->sec_off[s] + len > end) end = f->sec_off[s] + len;
+  }
+  struct stat sb;
+  if (fstat(f->fd, &sb) != 0) {
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot stat %s: %s", f->path, strerror(errno));
+    goto out;
+  }
+  if ((uint64_t)sb.st_size != end)
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s is %s: %lld bytes, its header says %llu; the checkpoint is corrupt", f->path,
+                        (uint64_t)sb.st_size < end ? "truncated" : "too long", (long long)sb.st_size,
+                        (unsigned long long)end);
+out:
+  free(h);
+  return rc;
+}
+
+static void close_rank(rank_file *f) {
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+}
+
+/* Read section S of F whole into BUF (or stream it when BUF is NULL) and check its CRC32C. */
+static fsdp_status read_section_checked(rank_file *f, int s, void *buf) {
+  enum { CHUNK = 8 << 20 };
+  uint8_t *tmp = buf ? NULL : malloc(CHUNK);
+  if (!buf && !tmp) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a read buffer");
+  uint32_t crc = 0;
+  fsdp_status rc = FSDP_OK;
+  for (uint64_t done = 0; done < f->sec_len[s];) {
+    size_t n = f->sec_len[s] - done > CHUNK ? CHUNK : (size_t)(f->sec_len[s] - done);
+    uint8_t *dst = buf ? (uint8_t *)buf + done : tmp;
+    TRY_GOTO(pread_full(f->fd, dst, n, (off_t)(f->sec_off[s] + done), f->path), rc, out);
+    crc = ckpt_crc32c(crc, dst, n);
+    done += n;
+  }
+  if (crc != f->sec_crc[s])
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: section %s CRC32C mismatch (stored %08x, computed %08x): the checkpoint "
+                        "is corrupt; delete its step directory to resume from an older one", f->path, sec_names[s],
+                        f->sec_crc[s], crc);
+out:
+  free(tmp);
+  return rc;
+}
+
+/* The writer's plan: the manifest's model, world and sharding, everything else from SPEC. */
+static fsdp_status old_plan(const ckpt_info *ci, const jobspec_t *spec, plan_t **out) {
+  jobspec_t s = *spec;
+  s.model = ci->model;
+  s.sharding = ci->sharding;
+  s.world_size = ci->world;
+  if (ci->batch_size > 0) s.batch_size = ci->batch_size;
+  if (ci->grad_accum > 0) s.grad_accum = ci->grad_accum;
+  return plan_build(&s, ci->world, out);
+}
+
+fsdp_status ckpt_verify(const char *dir, const ckpt_info *ci, int first, int stride) {
+  if (stride < 1) stride = 1;
+  jobspec_t spec;
+  jobspec_defaults(&spec);
+  plan_t *old = NULL;
+  TRY(old_plan(ci, &spec, &old));
+  fsdp_status rc = FSDP_OK;
+  for (int q = first; q < ci->world && rc == FSDP_OK; q += stride) {
+    rank_file f = {.fd = -1};
+    rc = open_rank(dir, ci, old, q, &f);
+    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = read_section_checked(&f, s, NULL);
+    close_rank(&f);
+  }
+  plan_destroy(&old);
+  return rc;
+}
+
+int ckpt_same_layout(const ckpt_info *ci, const plan_t *p) {
+  return ci->world == p->world && ci->sharding == p->sharding && model_eq(&ci->model, &p->model);
+}
+
+/* Every tensor of P and OLD has the same name, shape and place: the model is the same. */
+static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t *old, const plan_t *p) {
+  int bad = !model_eq(&ci->model, &p->model) || old->nunits != p->nunits;
+  for (int u = 0; !bad && u < p->nunits; u++) {
+    const plan_unit *a = &old->units[u], *b = &p->units[u];
+    bad = a->numel != b->numel || a->ntensors != b->ntensors;
+    for (int t = 0; !bad && t < a->ntensors; t++)
+      bad = strcmp(a->t[t].name, b->t[t].name) || a->t[t].ndim != b->t[t].ndim || a->t[t].shape[0] != b->t[t].shape[0] ||
+            a->t[t].shape[1] != b->t[t].shape[1] || a->t[t].offset != b->t[t].offset;
+  }
+  if (!bad) return FSDP_OK;
+  const gpt2_config *x = &ci->model, *y = &p->model;
+  return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: n_layer %d, n_head %d, "
+                        "n_embd %d, vocab_size %d, seq_len %d; this job has %d, %d, %d, %d, %d. The model must match "
+                        "to resume (world size, batch size, grad_accum, steps and the LR schedule may change); "
+                        "use another [checkpoint] dir or resume = never", dir, ci->step, x->n_layer, x->n_head,
+                        x->n_embd, x->vocab_size, x->seq_len, y->n_layer, y->n_head, y->n_embd, y->vocab_size,
+                        y->seq_len);
+}
+
+fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_t *spec, const plan_t *p, int rank,
+                            float *param, float *m, float *v, int64_t *opt_step) {
+  plan_t *old = NULL;
+  if (!model_eq(&ci->model, &p->model)) return same_model(dir, ci, p, p);   /* refused, with the message */
+  TRY(old_plan(ci, spec, &old));
+  fsdp_status rc = same_model(dir, ci, old, p);
+  rank_file *files = calloc((size_t)ci->world, sizeof *files);
+  if (!files) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the checkpoint file table");
+  if (rc != FSDP_OK) goto out;
+  for (int q = 0; q < ci->world; q++) files[q].fd = -1;
+  float *dst[CKPT_NSEC] = {param, m, v};
+  int64_t ostep = -1;
+
+  if (ckpt_same_layout(ci, p)) {
+    /* Same layout: this rank's own file, every section whole and CRC-checked. */
+    TRY_GOTO(open_rank(dir, ci, old, rank, &files[rank]), rc, out);
+    for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(read_section_checked(&files[rank], s, dst[s]), rc, out);
+    ostep = files[rank].opt_step;
+  } else {
+    for (int s = 0; s < CKPT_NSEC; s++) memset(dst[s], 0, (size_t)p->shard_total * sizeof(float));
+    for (int u = 0; u < p->nunits; u++) {
+      const plan_unit *nu = &p->units[u], *ou = &old->units[u];
+      int64_t lo = plan_shard_offset(p, u, rank), hi = lo + nu->shard_numel;
+      if (hi > nu->numel) hi = nu->numel;   /* padding stays zero */
+      /* Old sharding none: every rank holds everything; spread the reads over the files. */
+      int qfirst = 0, qlast = ci->world - 1;
+      if (old->shard_world == 1) qfirst = qlast = rank % ci->world;
+      for (int q = qfirst; q <= qlast && lo < hi; q++) {
+        int64_t olo = plan_shard_offset(old, u, q), ohi = olo + ou->shard_numel;
+        int64_t a = lo > olo ? lo : olo, b = hi < ohi ? hi : ohi;
+        if (a >= b) continue;
+        rank_file *f = &files[q];
+        if (f->fd < 0) {
+          TRY_GOTO(open_rank(dir, ci, old, q, f), rc, out);
+          if (ostep < 0) ostep = f->opt_step;
+          if (f->opt_step != ostep) {
+            rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: optimizer step %lld, other ranks' files say %lld", f->path,
+                                (long long)f->opt_step, (long long)ostep);
+            goto out;
+          }
+        }
+        for (int s = 0; s < CKPT_NSEC; s++) {
+          uint64_t off = f->sec_off[s] + (uint64_t)(ou->shard_base + (a - olo)) * sizeof(float);
+          TRY_GOTO(pread_full(f->fd, dst[s] + nu->shard_base + (a - lo), (size_t)(b - a) * sizeof(float), (off_t)off,
+                              f->path), rc, out);
+        }
+      }
+    }
+  }
+  if (opt_step) *opt_step = ostep;
+out:
+  if (files)
+    for (int q = 0; q < ci->world; q++) close_rank(&files[q]);
+  free(files);
+  plan_destroy(&old);
+  return rc;
+}

@@ -1,0 +1,87 @@
+/* ckpt — the checkpoint format: one file per rank plus a manifest written last (docs/checkpoints.md).
+ *
+ * A checkpoint of step S is the directory DIR/step-SSSSSSSS/ holding rank-R.bin for every rank R
+ * of the world that wrote it, then manifest.json. A rank file is a fixed little-endian header
+ * (magic, version, step, rank, world, sharding, model config, the plan's shard_total and every
+ * unit's padded size, the optimizer step count, and the offset, length and CRC32C of each section;
+ * the header carries its own CRC32C) followed by three sections of shard_total fp32 values each:
+ * the parameter shard, AdamW m and AdamW v. The manifest is written by rank 0 only after every rank
+ * has fsync'ed its file (the caller's barrier), through a temporary file, fsync, rename and a
+ * directory fsync: a step directory without manifest.json is not a checkpoint and is ignored.
+ *
+ * Loading maps through the plans, so a checkpoint loads into any world size and sharding mode of
+ * the same model: each unit's unpadded flat buffer is the same whatever the layout; the writer's
+ * plan is rebuilt from the manifest (plan_build), and a rank reads (pread) only the ranges of the
+ * old rank files that intersect its new shard. A section read whole has its CRC checked there;
+ * partial reads are covered by ckpt_verify(), which the ranks split between them (runtime_restore).
+ *
+ * Functions here are pure file I/O over caller-owned buffers; any thread, no shared state.
+ */
+#ifndef FSDP_CKPT_H
+#define FSDP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "jobspec.h"
+#include "plan.h"
+
+#define CKPT_MAGIC "FSDPCKPT"  /* 8 bytes, no NUL on disk */
+#define CKPT_VERSION 1
+#define CKPT_MANIFEST "manifest.json"
+
+typedef enum { CKPT_SEC_PARAM = 0, CKPT_SEC_M, CKPT_SEC_V, CKPT_NSEC } ckpt_section;
+const char *ckpt_section_name(ckpt_section s);   /* "param", "adamw_m", "adamw_v" */
+
+/* CRC32C (Castagnoli, reflected, init and final xor 0xFFFFFFFF) continuing from CRC (0 to start):
+ * ckpt_crc32c(0, "123456789", 9) == 0xE3069283, and crc(a‖b) == ckpt_crc32c(ckpt_crc32c(0, a), b).
+ * ISA-L's crc32_iscsi() underneath. */
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* Whether a checkpoint follows step STEP of SPEC: [checkpoint] every = K > 0 with a dir, and STEP is
+ * a multiple of K or the last step. The one rule: the coordinator sets step_cmd.checkpoint from it,
+ * and standalone workers follow it. */
+int ckpt_due(const jobspec_t *spec, int step);
+
+/* DIR/step-SSSSSSSS into OUT. */
+void ckpt_step_dir(const char *dir, int step, char *out, size_t cap);
+
+/* What the manifest of one checkpoint says. */
+typedef struct ckpt_info {
+  int step;                 /* optimizer steps done */
+  int world;                /* ranks that wrote it: rank-0.bin .. rank-(world-1).bin */
+  shard_mode sharding;
+  gpt2_config model;
+  uint64_t tokens;          /* tokens consumed by steps 1..step */
+  int batch_size, grad_accum;
+  int64_t rows_per_step;    /* N·B·G of the run that wrote it: the data order continues when equal */
+} ckpt_info;
+
+/* Write RANK's file of step STEP under DIR (creating DIR and the step directory), fsync'ed.
+ * PARAM, M and V are the rank's shards (p->shard_total floats each). */
+fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                            const float *param, const float *m, const float *v);
+/* Rank 0, once every rank's ckpt_write_rank returned: write the manifest (temp + fsync + rename +
+ * directory fsync), making the checkpoint exist. */
+fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens);
+/* Delete all but the KEEP newest complete checkpoints, and step directories without a manifest
+ * older than the newest complete one (left by a crash). */
+fsdp_status ckpt_prune(const char *dir, int keep);
+/* The newest complete checkpoint in DIR: FSDP_ERR_NOTFOUND when there is none (or no DIR). */
+fsdp_status ckpt_latest(const char *dir, int *step);
+/* Read and validate DIR/step-S/manifest.json. */
+fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out);
+/* Read rank files FIRST, FIRST+STRIDE, ... of the checkpoint whole and check their headers and
+ * every section's CRC32C. */
+fsdp_status ckpt_verify(const char *dir, const ckpt_info *ci, int first, int stride);
+/* Whether loading into plan P reads every rank file whole (same world, sharding and layout). */
+int ckpt_same_layout(const ckpt_info *ci, const plan_t *p);
+/* Fill RANK's shards of plan P (built from SPEC) from the checkpoint CI in DIR, resharding from the
+ * writer's layout. The model (every tensor's shape) must match; FSDP_ERR_INVALID otherwise.
+ * Every header read is validated; every section read whole has its CRC32C checked. Padding
+ * elements are zeroed. *OPT_STEP (may be NULL) gets the optimizer step count. */
+fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_t *spec, const plan_t *p, int rank,
+                            float *param, float *m, float *v, int64_t *opt_step);
+
+#endif

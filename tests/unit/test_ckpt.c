@@ -1,0 +1,474 @@
+/* test_ckpt — the checkpoint format (common/ckpt.h) and resume through the runtime.
+ *
+ * Format: CRC32C is the standard one (check value of "123456789"); a checkpoint written by 2 ranks
+ * (sharding full) loads into 1, 2, 3 and 4 ranks and into grad_op and none, and the reassembled
+ * parameters, AdamW m and v are bit-identical to what was written (resharding copies, never
+ * computes); every corruption (truncated file, a flipped byte in each section or in the header,
+ * wrong magic, missing manifest) is an error naming the file (and the section); a different model
+ * is refused; keep prunes to the newest complete checkpoints.
+ * Resume (forked ranks, gloo over loopback, as test_runtime): 6 steps straight vs 3 steps +
+ * checkpoint + restore + 3 steps in fresh processes: losses 4..6 and final weights bit-identical for
+ * the same world (the same arithmetic on the same bits); restored into N=1 B=4 and N=4 B=1 (N·B·G
+ * unchanged): within test_runtime's equivalence tolerances (only fp32 summation order differs).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "jobspec.h"
+#include "plan.h"
+#include "runtime.h"
+
+static const char *JOB =
+    "[job]\nname = ckpt\nsteps = 6\nseed = 7\n"
+    "[model]\nn_layer = 3\nn_head = 2\nn_embd = 32\nvocab_size = 96\nseq_len = 16\n"
+    "[data]\ntrain = synthetic:markov:11\nbatch_size = 2\ngrad_accum = 1\n"
+    "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\nschedule = cosine\nweight_decay = 0.1\ngrad_clip = 1.0\n"
+    "[fsdp]\nworld_size = 2\nprefetch = 1\ntimeout_s = 20\n";
+
+static void make_spec(jobspec_t *s, int world, int batch, shard_mode sh) {
+  if (jobspec_parse(JOB, "test_ckpt.ini", "/tmp", s) != FSDP_OK) {
+    fprintf(stderr, "job text: %s\n", fsdp_last_error());
+    exit(2);
+  }
+  s->world_size = world;
+  s->batch_size = batch;
+  s->sharding = sh;
+}
+
+static void rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+/* ---------------------------------------------------------------- format */
+
+/* The reference model: unit u element i of section s, distinct everywhere and exactly representable. */
+static float ref_value(int s, int u, int64_t i) { return (float)((s + 1) * 1000000 + u * 20000 + i) * (s == 1 ? -1.0f : 1.0f); }
+
+static void fill_shard(const plan_t *p, int rank, float *sec[CKPT_NSEC]) {
+  for (int s = 0; s < CKPT_NSEC; s++)
+    for (int u = 0; u < p->nunits; u++) {
+      const plan_unit *pu = &p->units[u];
+      int64_t off = plan_shard_offset(p, u, rank);
+      for (int64_t i = 0; i < pu->shard_numel; i++)
+        sec[s][pu->shard_base + i] = off + i < pu->numel ? ref_value(s, u, off + i) : 0.0f;
+    }
+}
+
+static void write_ckpt(const char *dir, int world, shard_mode sh, int step) {
+  jobspec_t spec;
+  make_spec(&spec, world, 2, sh);
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, world, &p));
+  float *sec[CKPT_NSEC];
+  for (int s = 0; s < CKPT_NSEC; s++) sec[s] = malloc((size_t)p->shard_total * sizeof(float));
+  for (int r = 0; r < world; r++) {
+    fill_shard(p, r, sec);
+    CHECK_OK(ckpt_write_rank(dir, p, r, step, step, sec[0], sec[1], sec[2]));
+  }
+  CHECK_OK(ckpt_write_manifest(dir, p, step, (uint64_t)step * 1000));
+  for (int s = 0; s < CKPT_NSEC; s++) free(sec[s]);
+  plan_destroy(&p);
+}
+
+/* Load checkpoint STEP into every rank of WORLD ranks with sharding SH; count elements that differ
+ * from the reference (padding must be zero). Returns the first failing status. */
+static fsdp_status load_all(const char *dir, int step, int world, shard_mode sh, int verify, int64_t *bad) {
+  jobspec_t spec;
+  make_spec(&spec, world, 8 / world > 0 ? 8 / world : 1, sh);
+  plan_t *p = NULL;
+  fsdp_status rc = plan_build(&spec, world, &p);
+  if (rc != FSDP_OK) return rc;
+  ckpt_info ci;
+  rc = ckpt_read_manifest(dir, step, &ci);
+  float *sec[CKPT_NSEC];
+  for (int s = 0; s < CKPT_NSEC; s++) sec[s] = malloc((size_t)p->shard_total * sizeof(float));
+  *bad = 0;
+  for (int r = 0; r < world && rc == FSDP_OK; r++) {
+    if (verify) rc = ckpt_verify(dir, &ci, r, world);
+    int64_t ostep = -1;
+    if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, &spec, p, r, sec[0], sec[1], sec[2], &ostep);
+    if (rc != FSDP_OK) break;
+    if (ostep != step) (*bad)++;
+    for (int s = 0; s < CKPT_NSEC; s++)
+      for (int u = 0; u < p->nunits; u++) {
+        const plan_unit *pu = &p->units[u];
+        int64_t off = plan_shard_offset(p, u, r);
+        for (int64_t i = 0; i < pu->shard_numel; i++) {
+          float want = off + i < pu->numel ? ref_value(s, u, off + i) : 0.0f, got = sec[s][pu->shard_base + i];
+          if (memcmp(&want, &got, sizeof got) != 0) (*bad)++;
+        }
+      }
+  }
+  for (int s = 0; s < CKPT_NSEC; s++) free(sec[s]);
+  plan_destroy(&p);
+  return rc;
+}
+
+static void test_crc(void) {
+  CHECK_EQ_INT(0xE3069283u, ckpt_crc32c(0, "123456789", 9));
+  CHECK_EQ_INT(ckpt_crc32c(0, "123456789", 9), ckpt_crc32c(ckpt_crc32c(0, "1234", 4), "56789", 5));
+  CHECK_EQ_INT(0, ckpt_crc32c(0, "", 0));
+  /* RFC 3720 B.4: 32 bytes of zeros → 0x8A9136AA */
+  static const unsigned char zeros[32];
+  CHECK_EQ_INT(0x8A9136AAu, ckpt_crc32c(0, zeros, 32));
+}
+
+static void test_roundtrip_reshard(void) {
+  char dir[] = "/tmp/fsdp-ckpt-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  write_ckpt(dir, 2, SHARD_FULL, 5);
+  int latest = -1;
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
+  ckpt_info ci;
+  CHECK_OK(ckpt_read_manifest(dir, 5, &ci));
+  CHECK_EQ_INT(2, ci.world);
+  CHECK_EQ_INT(SHARD_FULL, ci.sharding);
+  CHECK_EQ_INT(5000, ci.tokens);
+  CHECK_EQ_INT(3, ci.model.n_layer);
+  CHECK_EQ_INT(2 * 2 * 1, ci.rows_per_step);
+  CHECK_OK(ckpt_verify(dir, &ci, 0, 1));
+  static const struct { int world; shard_mode sh; } to[] = {
+      {1, SHARD_FULL}, {2, SHARD_FULL}, {3, SHARD_FULL}, {4, SHARD_FULL}, {2, SHARD_NONE}, {3, SHARD_GRAD_OP}, {1, SHARD_NONE}};
+  for (size_t k = 0; k < sizeof to / sizeof to[0]; k++) {
+    int64_t bad = -1;
+    CHECK_OK(load_all(dir, 5, to[k].world, to[k].sh, 1, &bad));
+    CHECK_EQ_INT(0, bad);
+    printf("reshard 2×full → %d×%s: %lld differing elements\n", to[k].world, shard_mode_name(to[k].sh), (long long)bad);
+  }
+  /* and back: written by 3 ranks with none (identical copies), read by 2 full */
+  write_ckpt(dir, 3, SHARD_NONE, 6);
+  int64_t bad = -1;
+  CHECK_OK(load_all(dir, 6, 2, SHARD_FULL, 1, &bad));
+  CHECK_EQ_INT(0, bad);
+  /* a different model is refused, with a message that says what must match */
+  jobspec_t spec;
+  make_spec(&spec, 2, 2, SHARD_FULL);
+  spec.model.n_layer = 4;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, 2, &p));
+  CHECK_OK(ckpt_read_manifest(dir, 5, &ci));
+  float *buf = malloc((size_t)p->shard_total * sizeof(float) * 3);
+  fsdp_status rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
+  CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
+  CHECK(contains(fsdp_last_error(), "different model"));
+  free(buf);
+  plan_destroy(&p);
+  rm_rf(dir);
+}
+
+static void section_offset(const char *path, int s, uint64_t *off) {
+  int fd = open(path, O_RDONLY);
+  *off = 0;
+  if (pread(fd, off, 8, 80 + 24 * s) != 8) *off = 0;   /* documented layout: {offset, length, crc} at 80 + 24·s */
+  close(fd);
+}
+
+static void flip_byte(const char *path, uint64_t off) {
+  int fd = open(path, O_RDWR);
+  unsigned char b = 0;
+  if (pread(fd, &b, 1, (off_t)off) != 1) fprintf(stderr, "pread %s\n", path);
+  b ^= 0x10;
+  if (pwrite(fd, &b, 1, (off_t)off) != 1) fprintf(stderr, "pwrite %s\n", path);
+  close(fd);
+}
+
+static void test_corruption(void) {
+  char dir[] = "/tmp/fsdp-ckpt-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char file[700];
+  snprintf(file, sizeof file, "%s/step-00000003/rank-1.bin", dir);
+  int64_t bad;
+  /* a flipped byte in each section: the same-layout load (whole sections) and the resharding
+   * path's verification both name the file and the section */
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    write_ckpt(dir, 2, SHARD_FULL, 3);
+    uint64_t off;
+    section_offset(file, s, &off);
+    CHECK(off > 0);
+    flip_byte(file, off + 4 * 37 + 1);
+    fsdp_status rc = load_all(dir, 3, 2, SHARD_FULL, 0, &bad);
+    CHECK_EQ_INT(FSDP_ERR_FORMAT, rc);
+    CHECK(contains(fsdp_last_error(), "rank-1.bin") && contains(fsdp_last_error(), ckpt_section_name((ckpt_section)s)) &&
+          contains(fsdp_last_error(), "CRC32C"));
+    printf("flipped %s: %s\n", ckpt_section_name((ckpt_section)s), fsdp_last_error());
+    rc = load_all(dir, 3, 3, SHARD_FULL, 1, &bad);
+    CHECK_EQ_INT(FSDP_ERR_FORMAT, rc);
+    CHECK(contains(fsdp_last_error(), "rank-1.bin") && contains(fsdp_last_error(), ckpt_section_name((ckpt_section)s)));
+    rm_rf(dir);
+    mkdir(dir, 0700);
+  }
+  /* a flipped header byte (the step field) */
+  write_ckpt(dir, 2, SHARD_FULL, 3);
+  flip_byte(file, 16);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, load_all(dir, 3, 4, SHARD_FULL, 0, &bad));
+  CHECK(contains(fsdp_last_error(), "rank-1.bin") && contains(fsdp_last_error(), "header CRC32C"));
+  /* wrong magic */
+  write_ckpt(dir, 2, SHARD_FULL, 3);
+  flip_byte(file, 0);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, load_all(dir, 3, 2, SHARD_FULL, 0, &bad));
+  CHECK(contains(fsdp_last_error(), "rank-1.bin") && contains(fsdp_last_error(), "magic"));
+  /* truncated */
+  write_ckpt(dir, 2, SHARD_FULL, 3);
+  struct stat sb;
+  stat(file, &sb);
+  CHECK(truncate(file, sb.st_size - 100) == 0);
+  CHECK_EQ_INT(FSDP_ERR_FORMAT, load_all(dir, 3, 1, SHARD_FULL, 0, &bad));
+  CHECK(contains(fsdp_last_error(), "rank-1.bin") && contains(fsdp_last_error(), "truncated"));
+  /* missing manifest: step 3 does not exist; the older complete one is the newest */
+  write_ckpt(dir, 2, SHARD_FULL, 2);
+  write_ckpt(dir, 2, SHARD_FULL, 3);
+  char man[700];
+  snprintf(man, sizeof man, "%s/step-00000003/manifest.json", dir);
+  CHECK(unlink(man) == 0);
+  int latest = -1;
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(2, latest);
+  ckpt_info ci;
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, ckpt_read_manifest(dir, 3, &ci));
+  CHECK(contains(fsdp_last_error(), "manifest.json"));
+  rm_rf(dir);
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, ckpt_latest(dir, &latest));
+}
+
+static void test_prune(void) {
+  char dir[] = "/tmp/fsdp-ckpt-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  write_ckpt(dir, 1, SHARD_FULL, 1);
+  /* an incomplete directory older than the newest complete one (a crashed attempt), and a newer one */
+  char path[700];
+  snprintf(path, sizeof path, "%s/step-00000002", dir);
+  mkdir(path, 0755);
+  for (int s = 3; s <= 5; s++) write_ckpt(dir, 1, SHARD_FULL, s);
+  CHECK_OK(ckpt_prune(dir, 2));
+  for (int s = 1; s <= 5; s++) {
+    char sd[700];
+    ckpt_step_dir(dir, s, sd, sizeof sd);
+    CHECK_EQ_INT(s >= 4, access(sd, F_OK) == 0);
+  }
+  int latest = 0;
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
+  /* the due rule */
+  jobspec_t spec;
+  make_spec(&spec, 1, 2, SHARD_FULL);
+  CHECK(!ckpt_due(&spec, 2));
+  spec.ckpt_every = 4;
+  snprintf(spec.ckpt_dir, sizeof spec.ckpt_dir, "%s", dir);
+  CHECK(!ckpt_due(&spec, 2) && ckpt_due(&spec, 4) && !ckpt_due(&spec, 5) && ckpt_due(&spec, 6));
+  rm_rf(dir);
+}
+
+/* ---------------------------------------------------------------- resume through the runtime */
+
+#define STEPS 6
+#define MAXW 4
+
+typedef struct config {
+  int world, batch;
+  int restore;          /* restore from ckpt (expect step `first - 1`) */
+  int first, last;      /* steps run */
+  int ckpt_at;          /* checkpoint after this step, 0: none */
+} config;
+
+typedef struct result {
+  double loss[STEPS + 1];
+  int restored;
+  int ok;
+} result;
+
+static int write_all(const char *path, const void *buf, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return -1;
+  ssize_t w = write(fd, buf, n);
+  close(fd);
+  return w == (ssize_t)n ? 0 : -1;
+}
+
+static int read_all(const char *path, void *buf, size_t n) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, n);
+  close(fd);
+  return r == (ssize_t)n ? 0 : -1;
+}
+
+static void child(const config *c, int rank, const char *run_dir, const char *ckdir) {
+  alarm(120);
+  jobspec_t spec;
+  make_spec(&spec, c->world, c->batch, SHARD_FULL);
+  snprintf(spec.ckpt_dir, sizeof spec.ckpt_dir, "%s", ckdir);
+  plan_t *plan = NULL;
+  comm_t *comm = NULL;
+  runtime_t *rt = NULL;
+  result res;
+  memset(&res, 0, sizeof res);
+  char path[700];
+  snprintf(path, sizeof path, "%s/store", run_dir);
+  if (plan_build(&spec, c->world, &plan) != FSDP_OK || comm_new_gloo(rank, c->world, path, NULL, "t", spec.timeout_s, &comm) != FSDP_OK ||
+      runtime_new(&spec, plan, rank, comm, &rt) != FSDP_OK) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
+    _exit(3);
+  }
+  if (c->restore && runtime_restore(rt, ckdir, &res.restored) != FSDP_OK) {
+    fprintf(stderr, "rank %d restore: %s\n", rank, fsdp_last_error());
+    _exit(4);
+  }
+  for (int s = c->first; s <= c->last; s++) {
+    rt_report r;
+    if (runtime_step(rt, s, &r) != FSDP_OK) {
+      fprintf(stderr, "rank %d step %d: %s\n", rank, s, fsdp_last_error());
+      _exit(5);
+    }
+    res.loss[s] = r.loss;
+    if (s == c->ckpt_at && runtime_checkpoint(rt, ckdir, s) != FSDP_OK) {
+      fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
+      _exit(6);
+    }
+  }
+  res.ok = 1;
+  snprintf(path, sizeof path, "%s/result-%d", run_dir, rank);
+  if (write_all(path, &res, sizeof res)) _exit(7);
+  snprintf(path, sizeof path, "%s/shard-%d", run_dir, rank);
+  if (write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(8);
+  runtime_destroy(&rt);
+  comm_destroy(&comm);
+  plan_destroy(&plan);
+  _exit(0);
+}
+
+/* Run C in forked ranks with checkpoints in CKDIR; res = rank 0's result; *model = the full model. */
+static int run(const config *c, const char *ckdir, result *res, float **model, int64_t *nmodel) {
+  char dir[] = "/tmp/fsdp-ckrun-XXXXXX";
+  if (!mkdtemp(dir)) return -1;
+  char path[700];
+  snprintf(path, sizeof path, "%s/store", dir);
+  mkdir(path, 0700);
+  pid_t pids[MAXW];
+  fflush(NULL);
+  for (int r = 0; r < c->world; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) child(c, r, dir, ckdir);
+  }
+  int ok = 1;
+  for (int r = 0; r < c->world; r++) {
+    int st;
+    waitpid(pids[r], &st, 0);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      fprintf(stderr, "rank %d ended with status 0x%x\n", r, st);
+      ok = 0;
+    }
+  }
+  jobspec_t spec;
+  make_spec(&spec, c->world, c->batch, SHARD_FULL);
+  plan_t *plan = NULL;
+  if (plan_build(&spec, c->world, &plan) != FSDP_OK) return -1;
+  int64_t total = 0;
+  for (int u = 0; u < plan->nunits; u++) total += plan->units[u].numel;
+  float *full = calloc((size_t)total, sizeof(float)), *shard = malloc((size_t)plan->shard_total * sizeof(float));
+  for (int r = 0; r < c->world && ok; r++) {
+    snprintf(path, sizeof path, "%s/result-%d", dir, r);
+    result rr;
+    if (read_all(path, &rr, sizeof rr)) ok = 0;
+    if (r == 0) *res = rr;
+    snprintf(path, sizeof path, "%s/shard-%d", dir, r);
+    if (read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) {
+      int64_t base = 0;
+      for (int u = 0; u < plan->nunits; u++) {
+        const plan_unit *pu = &plan->units[u];
+        int64_t off = plan_shard_offset(plan, u, r);
+        for (int64_t i = 0; i < pu->shard_numel; i++)
+          if (off + i < pu->numel) full[base + off + i] = shard[pu->shard_base + i];
+        base += pu->numel;
+      }
+    }
+  }
+  free(shard);
+  *model = full;
+  *nmodel = total;
+  plan_destroy(&plan);
+  rm_rf(dir);
+  return ok ? 0 : -1;
+}
+
+static void test_resume(void) {
+  char ck[] = "/tmp/fsdp-ckpt-XXXXXX";
+  if (!mkdtemp(ck)) return;
+  result straight, first, resumed;
+  float *ms = NULL, *m1 = NULL, *mr = NULL;
+  int64_t n = 0, n1 = 0, nr = 0;
+  config cs = {.world = 2, .batch = 2, .first = 1, .last = STEPS};
+  CHECK(run(&cs, ck, &straight, &ms, &n) == 0);
+  config c1 = {.world = 2, .batch = 2, .first = 1, .last = 3, .ckpt_at = 3};
+  CHECK(run(&c1, ck, &first, &m1, &n1) == 0);
+  int latest = 0;
+  CHECK_OK(ckpt_latest(ck, &latest));
+  CHECK_EQ_INT(3, latest);
+  for (int s = 1; s <= 3; s++) CHECK(first.loss[s] == straight.loss[s]);
+
+  /* same world: bit-identical */
+  config cr = {.world = 2, .batch = 2, .restore = 1, .first = 4, .last = STEPS};
+  CHECK(run(&cr, ck, &resumed, &mr, &nr) == 0);
+  CHECK_EQ_INT(3, resumed.restored);
+  CHECK_EQ_INT(n, nr);
+  for (int s = 4; s <= STEPS; s++) CHECK(resumed.loss[s] == straight.loss[s]);
+  CHECK(mr && ms && memcmp(mr, ms, (size_t)n * sizeof(float)) == 0);
+  printf("resume N=2: losses 4..6 %.7f %.7f %.7f (straight %.7f %.7f %.7f), weights %s\n", resumed.loss[4],
+         resumed.loss[5], resumed.loss[6], straight.loss[4], straight.loss[5], straight.loss[6],
+         mr && ms && !memcmp(mr, ms, (size_t)n * sizeof(float)) ? "bit-identical" : "DIFFER");
+  free(mr);
+
+  /* other world sizes with N·B·G unchanged: equal to fp32 summation order (test_runtime's bounds) */
+  static const int worlds[] = {1, 4};
+  for (int k = 0; k < 2; k++) {
+    config cw = {.world = worlds[k], .batch = 4 / worlds[k], .restore = 1, .first = 4, .last = STEPS};
+    mr = NULL;
+    CHECK(run(&cw, ck, &resumed, &mr, &nr) == 0);
+    CHECK_EQ_INT(3, resumed.restored);
+    CHECK_EQ_INT(n, nr);
+    double maxl = 0, maxw = 0;
+    for (int s = 4; s <= STEPS; s++) {
+      CHECK_NEAR(straight.loss[s], resumed.loss[s], 0, 1e-5);
+      double d = fabs(resumed.loss[s] - straight.loss[s]) / fabs(straight.loss[s]);
+      if (d > maxl) maxl = d;
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < n && mr; i++) {
+      double d = fabs((double)mr[i] - ms[i]);
+      if (d > maxw) maxw = d;
+      if (d > 2e-6 + 1e-5 * fabs(ms[i])) bad++;
+    }
+    CHECK_EQ_INT(0, bad);
+    printf("resume N=2 B=2 → N=%d B=%d: max loss rel diff %.2e, max weight abs diff %.2e\n", cw.world, cw.batch, maxl, maxw);
+    free(mr);
+  }
+  free(ms);
+  free(m1);
+  rm_rf(ck);
+}
+
+int main(void) {
+  setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  signal(SIGPIPE, SIG_IGN);
+  test_crc();
+  test_roundtrip_reshard();
+  test_corruption();
+  test_prune();
+  test_resume();
+  return check_done();
+}
