@@ -2,13 +2,16 @@
 # Step time of sharded training on this machine: N = 1 and N = 2 CPU ranks (standalone workers,
 # gloo over loopback), prefetch 0 (every all-gather waited for before its compute) against
 # prefetch 1 (the next unit's gather overlaps the current unit's compute).
-#   bench/fsdp_step.sh [BUILD_DIR] [STEPS]
-# Prints one row per configuration: median step time over the steps after the first two, the
-# time blocked on all-gathers and reduce-scatters (exposed communication), and tokens/s.
+#   bench/fsdp_step.sh [BUILD_DIR] [STEPS] [ROUNDS]
+# The four configurations run in turn, ROUNDS times, so that all of them see the same machine
+# conditions. Prints one row per configuration: over every step after the first two of every
+# round, the median step time, the median time blocked on all-gathers and on reduce-scatters
+# (communication that compute did not hide), their share of the step, and tokens/s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 steps=${2:-12}
+rounds=${3:-3}
 tmp=$(mktemp -d /tmp/fsdp-bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/job.ini" <<JOB
@@ -31,20 +34,28 @@ warmup_steps = 2
 world_size = 1
 timeout_s = 120
 JOB
-printf '%-4s %-9s %12s %14s %14s %12s\n' N prefetch step_ms allgather_ms reducescat_ms tokens/s
-for n in 1 2; do
-  for pf in 0 1; do
-    sed -e "s/^world_size = .*/world_size = $n/" -e "s/^timeout_s/prefetch = $pf\ntimeout_s/" \
-        -e "s/^batch_size = .*/batch_size = $((4 / n))/" "$tmp/job.ini" > "$tmp/job-$n-$pf.ini"
-    out=$(FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$tmp/out-$n-$pf "$here/scripts/launch-standalone.sh" "$n" "$tmp/job-$n-$pf.ini")
-    python3 - "$out" "$n" "$pf" <<'PY'
-import json, statistics, sys
-out, n, pf = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rows = [json.loads(l) for l in open(f"{out}/rank-0.jsonl")][2:]
-med = lambda xs: statistics.median(xs)
-print(f"{n:<4} {pf:<9} {med([r['step_ms'] for r in rows]):12.1f} "
-      f"{med([r['phase_ms']['allgather'] for r in rows]):14.1f} {med([r['phase_ms']['reducescatter'] for r in rows]):14.1f} "
-      f"{med([r['tokens'] / r['step_ms'] * 1000 for r in rows]):12.0f}")
-PY
+for ((round = 0; round < rounds; round++)); do
+  for n in 1 2; do
+    for pf in 0 1; do
+      sed -e "s/^world_size = .*/world_size = $n/" -e "s/^timeout_s/prefetch = $pf\ntimeout_s/" \
+          -e "s/^batch_size = .*/batch_size = $((4 / n))/" "$tmp/job.ini" > "$tmp/job-$n-$pf.ini"
+      FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$tmp/out-$n-$pf-$round \
+        "$here/scripts/launch-standalone.sh" "$n" "$tmp/job-$n-$pf.ini" > /dev/null
+    done
   done
 done
+python3 - "$tmp" "$rounds" <<'PY'
+import json, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+print(f"{'N':<3} {'prefetch':<9} {'step_ms':>9} {'allgather_ms':>13} {'reducescat_ms':>14} {'exposed':>8} {'tokens/s':>9}")
+for n in (1, 2):
+    for pf in (0, 1):
+        rows = [r for k in range(rounds)
+                for r in [json.loads(l) for l in open(f"{tmp}/out-{n}-{pf}-{k}/rank-0.jsonl")][2:]]
+        med = statistics.median
+        step = med([r["step_ms"] for r in rows])
+        ag = med([r["phase_ms"]["allgather"] for r in rows])
+        rs = med([r["phase_ms"]["reducescatter"] for r in rows])
+        tps = med([r["tokens"] / r["step_ms"] * 1000 for r in rows])
+        print(f"{n:<3} {pf:<9} {step:9.1f} {ag:13.1f} {rs:14.1f} {100 * (ag + rs) / step:7.1f}% {tps:9.0f}")
+PY

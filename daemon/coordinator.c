@@ -421,7 +421,8 @@ static void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
   /* Restart only what can continue: submit refuses max_restarts without checkpoints (ctl_submit). */
-  if (j->attempt < j->spec.max_restarts && !c->shutting_down && ckpt_due(&j->spec, j->spec.ckpt_every)) {
+  if (j->attempt < j->spec.max_restarts && !c->shutting_down && j->spec.ckpt_every > 0 &&
+      j->spec.ckpt_dir[0] && j->spec.resume == RESUME_AUTO) {
     char why[1200];
     j->attempt++;
     snprintf(why, sizeof why, "restart %d of %d from the newest checkpoint after: %s", j->attempt, j->spec.max_restarts,

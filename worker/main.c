@@ -86,6 +86,25 @@ static void print_report(int rank, const rt_report *r) {
   json_decref(o);
 }
 
+/* [checkpoint] at the start of a run (docs/checkpoints.md): resume = auto restores the newest
+ * complete checkpoint in dir (*START = its step; unchanged when there is none). resume = never with
+ * checkpoints on refuses a dir that already holds checkpoints: pruning would delete the new run's
+ * checkpoints before the old ones, and a later resume = auto would mix the two runs. */
+static fsdp_status ckpt_begin(runtime_t *rt, const jobspec_t *spec, int *start) {
+  if (!spec->ckpt_dir[0]) return FSDP_OK;
+  if (spec->resume == RESUME_AUTO) {
+    int s = 0;
+    TRY(runtime_restore(rt, spec->ckpt_dir, &s));
+    if (s > 0) *start = s;
+    return FSDP_OK;
+  }
+  int s = 0;
+  if (spec->ckpt_every > 0 && ckpt_latest(spec->ckpt_dir, &s) == FSDP_OK)
+    return fsdp_set_error(FSDP_ERR_STATE, "[checkpoint] dir %s already holds checkpoints (the newest: step %d) and "
+                          "resume = never: use an empty dir, delete them, or resume = auto", spec->ckpt_dir, s);
+  return FSDP_OK;
+}
+
 static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
   jobspec_t spec;
   plan_t *plan = NULL;
@@ -106,7 +125,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(comm_new_gloo(rank, world, rdv, NULL, "fsdp", spec.timeout_s, &comm), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
   int start = 0;
-  if (spec.ckpt_dir[0] && spec.resume == RESUME_AUTO) TRY_GOTO(runtime_restore(rt, spec.ckpt_dir, &start), rc, out);
+  TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
     log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
   for (int s = start + 1; s <= spec.steps; s++) {
@@ -153,7 +172,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(comm_new_gloo(rank, (int)su->world, NULL, &kv, su->kv_prefix, spec.timeout_s, &comm), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
   int start = (int)su->start_step;
-  if (spec.ckpt_dir[0] && spec.resume == RESUME_AUTO) TRY_GOTO(runtime_restore(rt, spec.ckpt_dir, &start), rc, out);
+  TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
   for (;;) {
     int step;

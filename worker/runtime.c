@@ -1,7 +1,7 @@
 /* runtime — see runtime.h. The schedule of one micro-step (DESIGN.md §4), for sharding full:
  *
- *   AG(root) ▶ embed
- *   AG(1..1+p) ; for u in 1..L: wait AG(u) ▶ fwd(u) ▶ free(u) ▶ AG(u+1+p)
+ *   AG(root), AG(1..p) ▶ wait AG(root) ▶ embed ▶ AG(p+1)
+ *   for u in 1..L: wait AG(u) ▶ fwd(u) ▶ free(u) ▶ AG(u+1+p)
  *   AG(L..L−p)  (overlaps the head) ▶ head fwd+bwd
  *   for u in L..1: wait AG(u) ▶ bwd(u) ▶ free(u) ▶ AG(u−1−p) ▶ RS(grad u)   (RS async)
  *   embed bwd ▶ RS(grad root) ▶ wait every RS ▶ free(root)
@@ -245,8 +245,11 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale, doub
   int L = rt->L, sh = sharded(rt), full = p->sharding == SHARD_FULL;
   int ahead = 1 + p->prefetch;   /* units live at once: the one computed plus `prefetch` ahead */
   float *root, *droot;
+  int next = 1;   /* the next block to gather */
   if (sh) {
+    /* the root, and with prefetch the first blocks in flight while the root is waited for */
     TRY(gather_issue(rt, 0));
+    while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
     TRY(gather_wait(rt, 0));
     root = rt->gptr[0];
     droot = rt->droot;
@@ -259,7 +262,6 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale, doub
   COMPUTE(rt, gpt2_embed_forward(rt->acts, p, root, rt->inp));
 
   /* forward */
-  int next = 1;
   if (sh)
     while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
   for (int u = 1; u <= L; u++) {

@@ -351,6 +351,8 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
   _exit(0);
 }
 
+static int last_status[MAXW];   /* each rank's wait status in the last run() */
+
 /* Run C in forked ranks with checkpoints in CKDIR; res = rank 0's result; *model = the full model. */
 static int run(const config *c, const char *ckdir, result *res, float **model, int64_t *nmodel) {
   char dir[] = "/tmp/fsdp-ckrun-XXXXXX";
@@ -368,6 +370,7 @@ static int run(const config *c, const char *ckdir, result *res, float **model, i
   for (int r = 0; r < c->world; r++) {
     int st;
     waitpid(pids[r], &st, 0);
+    last_status[r] = st;
     if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
       fprintf(stderr, "rank %d ended with status 0x%x\n", r, st);
       ok = 0;
@@ -454,6 +457,20 @@ static void test_resume(void) {
     }
     CHECK_EQ_INT(0, bad);
     printf("resume N=2 B=2 → N=%d B=%d: max loss rel diff %.2e, max weight abs diff %.2e\n", cw.world, cw.batch, maxl, maxw);
+    free(mr);
+  }
+  /* A corrupt file fails the restore on every rank, whichever rank reads it, and nothing hangs:
+   * same layout (rank 1 reads it whole), and resharded into 3 (rank 1 verifies it, 1 and 2 read it). */
+  char file[700];
+  snprintf(file, sizeof file, "%s/step-00000003/rank-1.bin", ck);
+  uint64_t off;
+  section_offset(file, CKPT_SEC_V, &off);
+  flip_byte(file, off + 8);
+  for (int world = 2; world <= 3; world++) {
+    config cw = {.world = world, .batch = 2, .restore = 1, .first = 4, .last = STEPS};
+    mr = NULL;
+    CHECK(run(&cw, ck, &resumed, &mr, &nr) != 0);
+    for (int r = 0; r < world; r++) CHECK(WIFEXITED(last_status[r]) && WEXITSTATUS(last_status[r]) == 4);
     free(mr);
   }
   free(ms);
