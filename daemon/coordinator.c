@@ -462,6 +462,7 @@ static void job_reset_attempt(coord_t *c, job_t *j) {
   j->nready = j->nstopped = j->nalive = 0;
   j->start_step = j->next_step = j->done_step = 0;
   j->kill_at = 0;
+  j->pending[0] = 0;
   j->restart_pending = 0;
 }
 
@@ -1010,7 +1011,7 @@ static void on_cluster(void *sock, void *arg) {
     case FSDP__MSG__BODY_WORKER_READY: on_worker_ready(c, j, r, m->worker_ready); break;
     case FSDP__MSG__BODY_STEP_REPORT: on_step_report(c, j, r, &m); break;
     case FSDP__MSG__BODY_WORKER_ERROR: {
-      if (j->done) break;
+      if (j->done || j->restart_pending) break;   /* a failed attempt's echo: never held against the next one */
       j->ranks[r].errored = 1;
       uint32_t code = m->worker_error->code;
       if (code == FSDP_ERR_COMM || code == FSDP_ERR_TIMEOUT) {

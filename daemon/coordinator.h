@@ -7,7 +7,8 @@
  * through the agents, and driven step by step with up to two steps in flight; every step becomes
  * one metrics.jsonl line and one database row. Failures (a worker exit, a worker error, a lost
  * node, a silent job) fail the job with a reason naming the rank, kill its other workers and free
- * its devices.
+ * its devices — or, for a job with [job] max_restarts left (which needs checkpoints), queue it
+ * again to resume from its newest checkpoint (docs/checkpoints.md).
  *
  * The coordinator owns its sockets, jobs and database; it borrows the uv loop and the ZeroMQ
  * context. Everything runs on the loop's thread.

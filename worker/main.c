@@ -175,14 +175,14 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
   for (;;) {
-    int step;
-    TRY_GOTO(wlink_next(l, &step), rc, out);
+    int step, checkpoint;
+    TRY_GOTO(wlink_next(l, &step, &checkpoint), rc, out);
     if (step == 0) break;
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
-    /* The coordinator sets step_cmd.checkpoint by the same rule (ckpt_due); the checkpoint is
+    /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is
      * written before the report, so a reported step at a checkpoint boundary is durable. */
-    if (ckpt_due(&spec, step)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);
+    if (checkpoint) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);
     TRY_GOTO(wlink_report(l, rank, &r), rc, out);
   }
   rc = wlink_ack(l);

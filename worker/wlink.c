@@ -156,12 +156,15 @@ fsdp_status wlink_ready(wlink *l, int start_step) {
   return send_msg(l, &m);
 }
 
-fsdp_status wlink_next(wlink *l, int *step) {
+fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
   Fsdp__Msg *m = NULL;
   TRY(recv_msg(l, -1, &m));
   fsdp_status rc = FSDP_OK;
-  if (m->body_case == FSDP__MSG__BODY_STEP_CMD) *step = (int)m->step_cmd->step;
-  else if (m->body_case == FSDP__MSG__BODY_STOP_CMD) *step = 0;
+  *checkpoint = 0;
+  if (m->body_case == FSDP__MSG__BODY_STEP_CMD) {
+    *step = (int)m->step_cmd->step;
+    *checkpoint = m->step_cmd->checkpoint;
+  } else if (m->body_case == FSDP__MSG__BODY_STOP_CMD) *step = 0;
   else rc = expect(m, FSDP__MSG__BODY_STEP_CMD, "waiting for a step");
   wire_free(&m);
   if (rc == FSDP_OK && *step < 0) rc = fsdp_set_error(FSDP_ERR_INVALID, "step %d", *step);

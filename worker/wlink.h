@@ -24,8 +24,8 @@ const Fsdp__WorkerSetup *wlink_setup(const wlink *l);
 /* Rendezvous callbacks backed by the coordinator's key-value service. */
 comm_kv wlink_kv(wlink *l);
 fsdp_status wlink_ready(wlink *l, int start_step);
-/* Wait for the next command: *step > 0 for a step, 0 for stop. */
-fsdp_status wlink_next(wlink *l, int *step);
+/* Wait for the next command: *step > 0 for a step (*checkpoint: save one after it), 0 for stop. */
+fsdp_status wlink_next(wlink *l, int *step, int *checkpoint);
 fsdp_status wlink_report(wlink *l, int rank, const rt_report *r);
 fsdp_status wlink_ack(wlink *l);
 /* Tell the coordinator this worker failed (best effort; the exit status says it too). */
