@@ -11,6 +11,7 @@ static const struct {
   const char *help;
 } commands[] = {
   {"plan", ctl_plan, "show a job's shard plan and predicted per-rank memory (no daemon)"},
+  {"export", ctl_export, "write a checkpoint's model as one Hugging Face .safetensors file (no daemon)"},
   {"gen-data", ctl_gen_data, "write a synthetic Markov-chain token file, print its entropy rate"},
   {"run", ctl_run, "run one job with a private daemon, follow it, exit with its status"},
   {"submit", ctl_submit, "submit a job to fsdpd and print its id (--follow: show progress)"},
