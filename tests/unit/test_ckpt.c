@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testfiles.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "jobspec.h"
@@ -43,12 +44,6 @@ static void make_spec(jobspec_t *s, int world, int batch, shard_mode sh) {
   s->world_size = world;
   s->batch_size = batch;
   s->sharding = sh;
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
@@ -290,22 +285,6 @@ typedef struct result {
   int restored;
   int ok;
 } result;
-
-static int write_all(const char *path, const void *buf, size_t n) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) return -1;
-  ssize_t w = write(fd, buf, n);
-  close(fd);
-  return w == (ssize_t)n ? 0 : -1;
-}
-
-static int read_all(const char *path, void *buf, size_t n) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return -1;
-  ssize_t r = read(fd, buf, n);
-  close(fd);
-  return r == (ssize_t)n ? 0 : -1;
-}
 
 static void child(const config *c, int rank, const char *run_dir, const char *ckdir) {
   alarm(120);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testfiles.h"
 #include "comm.h"
 #include "jobspec.h"
 #include "plan.h"
@@ -58,12 +59,6 @@ typedef struct config {
   double timeout_s;
 } config;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void make_spec(const config *c, jobspec_t *s) {
   if (jobspec_parse(JOB, "test_runtime.ini", "/tmp", s) != FSDP_OK) {
     fprintf(stderr, "job text: %s\n", fsdp_last_error());
@@ -75,22 +70,6 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->prefetch = c->prefetch;
   s->sharding = c->sharding;
   s->timeout_s = c->timeout_s;
-}
-
-static int write_all(const char *path, const void *buf, size_t n) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) return -1;
-  ssize_t w = write(fd, buf, n);
-  close(fd);
-  return w == (ssize_t)n ? 0 : -1;
-}
-
-static int read_all(const char *path, void *buf, size_t n) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return -1;
-  ssize_t r = read(fd, buf, n);
-  close(fd);
-  return r == (ssize_t)n ? 0 : -1;
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
@@ -198,9 +177,7 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
     free(full);
   }
   plan_destroy(&plan);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  rm_rf(dir);
   return ok ? 0 : -1;
 }
 

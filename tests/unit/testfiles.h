@@ -1,0 +1,41 @@
+/* testfiles — small file helpers shared by the tests that fork ranks and exchange results through
+ * files (test_runtime, test_ckpt). */
+#ifndef FSDP_TESTFILES_H
+#define FSDP_TESTFILES_H
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Write or read exactly N bytes; 0 on success, -1 otherwise. */
+static inline int write_all(const char *path, const void *buf, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return -1;
+  ssize_t w = write(fd, buf, n);
+  close(fd);
+  return w == (ssize_t)n ? 0 : -1;
+}
+
+static inline int read_all(const char *path, void *buf, size_t n) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, n);
+  close(fd);
+  return r == (ssize_t)n ? 0 : -1;
+}
+
+static inline void rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#endif
