@@ -139,7 +139,36 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
   return FSDP_OK;
 }
 
+/* Fields this protocol version does not define are refused, at any depth: a peer of another version
+ * is told so by the version check, and nothing unknown is carried (or re-sent) silently. */
+static int has_unknown_fields(const ProtobufCMessage *m, int depth) {
+  if (m->n_unknown_fields) return 1;
+  if (depth > 8) return 0;   /* our messages nest four deep at most */
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    const char *base = (const char *)m;
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t which = *(const uint32_t *)(base + f->quantifier_offset);
+      if (which != f->id) continue;
+    }
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t n = *(const size_t *)(base + f->quantifier_offset);
+      ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + f->offset);
+      for (size_t k = 0; k < n; k++)
+        if (v[k] && has_unknown_fields(v[k], depth + 1)) return 1;
+    } else {
+      const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)(base + f->offset);
+      if (sub && has_unknown_fields(sub, depth + 1)) return 1;
+    }
+  }
+  return 0;
+}
+
 fsdp_status wire_validate(const Fsdp__Msg *m) {
+  if (has_unknown_fields(&m->base, 0))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "message has fields protocol version %d does not define", FSDP__VERSION__PROTO_VERSION);
   if (m->version != FSDP__VERSION__PROTO_VERSION)
     return fsdp_set_error(FSDP_ERR_FORMAT, "protocol version %u, expected %d", m->version, FSDP__VERSION__PROTO_VERSION);
   switch (m->body_case) {

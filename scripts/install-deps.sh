@@ -9,6 +9,7 @@ PKGS=(
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
   libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
   python3
+  clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
 )
 
 missing=()

@@ -201,6 +201,21 @@ static void test_rejects(void) {
   CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(eb, (size_t)WIRE_MAX_BODY + 1, &out));
   CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(eb, 0, &out));
 
+  /* A field this version does not define (number 99, varint), appended to a valid message. */
+  {
+    Fsdp__Msg a = make_msg(FSDP__MSG__BODY_ACK);
+    uint8_t *ab;
+    size_t an;
+    CHECK_OK(wire_pack(&a, &ab, &an));
+    uint8_t *ext = malloc(an + 3);
+    memcpy(ext, ab, an);
+    ext[an] = 0x98, ext[an + 1] = 0x06, ext[an + 2] = 0x01;   /* tag (99 << 3 | 0), value 1 */
+    CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_unpack(ext, an + 3, &out));
+    CHECK(strstr(fsdp_last_error(), "does not define") != NULL);
+    free(ext);
+    free(ab);
+  }
+
   /* Field validation: rank >= world, a bad enum, stats of the wrong length. */
   Fsdp__Msg s = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
   s.version = FSDP__VERSION__PROTO_VERSION;
@@ -302,6 +317,7 @@ static void test_sockets(void) {
   for (int i = 0; i < 6; i++) zmq_send(dealer, "x", 1, ZMQ_SNDMORE);
   zmq_send(dealer, "y", 1, 0);
   CHECK_EQ_INT(FSDP_ERR_FORMAT, wire_recv(router, &env, &got, 0));
+  m = make_msg(FSDP__MSG__BODY_STATUS_REQ);   /* make_msg's storage was reused by the reply */
   CHECK_OK(wire_send(dealer, &denv, &m, 0));
   CHECK_OK(wire_recv(router, &env, &got, 0));
   wire_free(&got);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the two parsers that take untrusted input: the wire protocol (bytes on
+# a socket) and job files (text from users). Builds each libFuzzer target with clang, ASan and
+# UBSan against the sources it needs, and runs it for SECONDS (default 20) from a seed corpus.
+#   tests/fuzz/run.sh BUILD_DIR [SECONDS]     (BUILD_DIR: a configured build, for the generated protobuf code)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:?usage: run.sh BUILD_DIR [SECONDS]}" && pwd)
+secs=${2:-20}
+command -v clang >/dev/null || { echo "clang not found: scripts/install-deps.sh installs it" >&2; exit 1; }
+out=$(mktemp -d /tmp/fsdp-fuzz.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+cflags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+        -I"$here/common" -I"$here/proto" -I"$build/common/proto")
+libs=($(pkg-config --cflags --libs libprotobuf-c libzmq inih jansson) -lm)
+common=("$here/common/err.c" "$here/common/log.c")
+
+clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/proto/wire.c" \
+  "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
+clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$here/common/jobspec.c" \
+  "$here/common/plan.c" "${common[@]}" "${libs[@]}"
+
+# Seeds: the example job files, and a few valid messages written by the wire test's encoder.
+mkdir -p "$out/corpus_jobspec" "$out/corpus_wire"
+cp "$here"/examples/*.ini "$here"/tests/integration/jobs/*.ini "$out/corpus_jobspec/" 2>/dev/null || true
+printf '\x08\x01\xa2\x01\x00' > "$out/corpus_wire/ack"          # version 1, ack {}
+printf '\x08\x01\xd2\x02\x02\x08\x05' > "$out/corpus_wire/step"  # version 1, step_cmd {step: 5}
+
+for t in wire jobspec; do
+  echo "== fuzz_$t for ${secs}s"
+  rc=0
+  (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./fuzz_$t" -max_total_time="$secs" -print_final_stats=1 \
+     "corpus_$t" > "fuzz_$t.log" 2>&1) || rc=$?
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|INFO: seed corpus)" "$out/fuzz_$t.log" || true
+  if [ "$rc" -ne 0 ]; then
+    # libFuzzer exits non-zero on a crash, leak, timeout or sanitizer report, and saves the input.
+    grep -E "ERROR|SUMMARY|Test unit written" "$out/fuzz_$t.log" >&2 || true
+    tail -40 "$out/fuzz_$t.log" >&2
+    echo "fuzz_$t found a failing input (exit status $rc)" >&2
+    exit 1
+  fi
+done
+echo "fuzz: no crash, leak or timeout"
