@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fsdpd builds and tests with; only what is missing.
+#   scripts/install-deps.sh           what `make demo` and `make test` need
+#   scripts/install-deps.sh --bench   also what the benchmarks compare against or profile with
+#                                     (PyTorch for bench/torch_step.py, perf)
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here: it is found under
 # /usr/local/cuda or CUDAToolkit_ROOT when present, and the build goes CPU-only without it.
 set -euo pipefail
@@ -11,6 +14,11 @@ PKGS=(
   python3
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
 )
+case "${1:-}" in
+  "") ;;
+  --bench) PKGS+=(python3-torch linux-perf) ;;
+  *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
