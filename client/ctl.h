@@ -23,4 +23,8 @@ int ctl_cancel(int argc, char **argv);   /* cancel ID */
 int ctl_nodes(int argc, char **argv);    /* nodes [--json] */
 int ctl_run(int argc, char **argv);      /* run JOB.ini [--state-dir DIR] [--keep] */
 
+/* ctl_keys.c: `fsdpctl keygen FILE` writes a CURVE client keypair (mode 0600, never overwriting)
+ * and prints the public key line for the daemon's STATE/keys/authorized (no daemon). */
+int ctl_keygen(int argc, char **argv);
+
 #endif

@@ -2,6 +2,7 @@
 #include "ctl_conn.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,15 @@
 #include <zmq.h>
 
 #include "ctl_fmt.h"
+#include "curve.h"
 #include "wire.h"
 
 struct ctl_conn {
   void *ctx;
   void *sock;
   int watch_fd;
+  void *mon;              /* tcp://: PAIR receiving the socket's failed CURVE handshakes */
+  int mon_seq;
   char endpoint[1024];
 };
 
@@ -50,8 +54,44 @@ fsdp_status ctl_endpoint_resolve(const char *flag, char *buf, size_t n) {
 }
 
 static void close_socket(ctl_conn *c) {
+  if (c->sock && c->mon) zmq_socket_monitor(c->sock, NULL, 0);
+  if (c->mon) {
+    int linger = 0;
+    zmq_setsockopt(c->mon, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(c->mon);
+  }
+  c->mon = NULL;
   if (c->sock) zmq_close(c->sock);
   c->sock = NULL;
+}
+
+/* tcp://: watch the CURVE handshake, so that a rejected key is reported as such at once instead of
+ * as an unreachable daemon after the connect timeout. */
+static fsdp_status open_monitor(ctl_conn *c) {
+  char ep[96];
+  snprintf(ep, sizeof ep, "inproc://fsdpctl-monitor-%p-%d", (void *)c, c->mon_seq++);
+  if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
+  c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
+  if (!c->mon || zmq_connect(c->mon, ep) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "cannot watch the CURVE handshake: %s", zmq_strerror(zmq_errno()));
+  return FSDP_OK;
+}
+
+/* 1 when the monitor reported a rejected key (its event is consumed), else 0. */
+static int monitor_auth_failed(ctl_conn *c) {
+  int failed = 0;
+  zmq_msg_t f;
+  zmq_msg_init(&f);
+  while (zmq_msg_recv(&f, c->mon, ZMQ_DONTWAIT) >= 0) {
+    uint16_t ev = 0;
+    if (zmq_msg_size(&f) >= 2) memcpy(&ev, zmq_msg_data(&f), 2);
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) failed = 1;
+    while (zmq_msg_more(&f) && zmq_msg_recv(&f, c->mon, ZMQ_DONTWAIT) >= 0) {
+    }
+  }
+  zmq_msg_close(&f);
+  return failed;
 }
 
 static fsdp_status open_socket(ctl_conn *c) {
@@ -63,6 +103,8 @@ static fsdp_status open_socket(ctl_conn *c) {
   int one = 1;
   if (zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0)
     return fsdp_set_error(FSDP_ERR_COMM, "zmq_setsockopt(ZMQ_IMMEDIATE): %s", zmq_strerror(zmq_errno()));
+  TRY(curve_client_apply(c->sock, c->endpoint, getenv(CURVE_ENV_SERVER_KEY), getenv(CURVE_ENV_CLIENT_KEY), "--ctl"));
+  if (curve_is_tcp(c->endpoint)) TRY(open_monitor(c));
   if (zmq_connect(c->sock, c->endpoint) != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "cannot connect to ctl endpoint %s: %s (expected ipc://PATH or tcp://HOST:PORT)",
                           c->endpoint, zmq_strerror(zmq_errno()));
@@ -79,6 +121,15 @@ fsdp_status ctl_conn_open(const char *endpoint, ctl_conn **out) {
     if (stat(endpoint + 6, &st) != 0)
       return fsdp_set_error(FSDP_ERR_COMM, "%s: %s", endpoint + 6, strerror(errno));
     if (!S_ISSOCK(st.st_mode)) return fsdp_set_error(FSDP_ERR_COMM, "%s is not a socket", endpoint + 6);
+  }
+  if (curve_is_tcp(endpoint)) {
+    const char *sk = getenv(CURVE_ENV_SERVER_KEY), *ck = getenv(CURVE_ENV_CLIENT_KEY);
+    if (!sk || !*sk || !ck || !*ck)
+      return fsdp_set_error(FSDP_ERR_INVALID,
+                            "cannot reach fsdpd at %s without CURVE keys: a tcp:// endpoint needs --server-key FILE (the "
+                            "daemon's STATE/keys/server.pub) and --client-key FILE (made by `fsdpctl keygen FILE`, its public "
+                            "key listed in the daemon's STATE/keys/authorized), or $%s and $%s",
+                            endpoint, CURVE_ENV_SERVER_KEY, CURVE_ENV_CLIENT_KEY);
   }
   ctl_conn *c = calloc(1, sizeof *c);
   if (!c) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
@@ -112,18 +163,30 @@ const char *ctl_conn_endpoint(const ctl_conn *c) { return c->endpoint; }
 void ctl_conn_watch_fd(ctl_conn *c, int fd) { c->watch_fd = fd; }
 
 /* Wait until EVENTS is ready on the socket or DEADLINE (monotonic ms) passes.
- * 1 ready, 0 deadline, -1 interrupted by a signal, -2 other error, -3 the watched fd fired. */
+ * 1 ready, 0 deadline, -1 interrupted by a signal, -2 other error, -3 the watched fd fired,
+ * -4 the daemon rejected this client's CURVE key. */
 static int wait_for(ctl_conn *c, short events, double deadline) {
   for (;;) {
     double left = deadline - now_ms();
     if (left < 0) left = 0;
-    zmq_pollitem_t it[2] = {{c->sock, 0, events, 0}, {NULL, c->watch_fd, ZMQ_POLLIN, 0}};
-    int n = zmq_poll(it, c->watch_fd >= 0 ? 2 : 1, (long)(left + 0.999));
+    zmq_pollitem_t it[3] = {{c->sock, 0, events, 0}};
+    int ni = 1, iw = -1, im = -1;
+    if (c->watch_fd >= 0) iw = ni, it[ni++] = (zmq_pollitem_t){NULL, c->watch_fd, ZMQ_POLLIN, 0};
+    if (c->mon) im = ni, it[ni++] = (zmq_pollitem_t){c->mon, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(it, ni, (long)(left + 0.999));
     if (n < 0) return zmq_errno() == EINTR ? -1 : -2;
     if (n > 0 && (it[0].revents & events)) return 1;
-    if (n > 0 && c->watch_fd >= 0 && (it[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) return -3;
+    if (n > 0 && iw >= 0 && (it[iw].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) return -3;
+    if (n > 0 && im >= 0 && (it[im].revents & ZMQ_POLLIN) && monitor_auth_failed(c)) return -4;
     if (now_ms() >= deadline) return 0;
   }
+}
+
+static fsdp_status key_rejected(ctl_conn *c) {
+  return fsdp_set_error(FSDP_ERR_INVALID,
+                        "fsdpd at %s rejected this client's CURVE key (%s): add its public key line to the daemon's "
+                        "STATE/keys/authorized, and check that %s is that daemon's STATE/keys/server.pub",
+                        c->endpoint, getenv(CURVE_ENV_CLIENT_KEY), getenv(CURVE_ENV_SERVER_KEY));
 }
 
 fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg **reply) {
@@ -134,6 +197,10 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
   int w = wait_for(c, ZMQ_POLLOUT, now_ms() + CTL_CONNECT_TIMEOUT_MS);
   if (w == -1) return fsdp_set_error(FSDP_ERR_CANCELLED, "interrupted");
   if (w == -3) return fsdp_set_error(FSDP_ERR_COMM, "the fsdpd process at %s exited", c->endpoint);
+  if (w == -4) {
+    rc = key_rejected(c);
+    goto reopen;
+  }
   if (w == 0) {
     rc = fsdp_set_error(FSDP_ERR_COMM, "no connection to %s within %d ms", c->endpoint, CTL_CONNECT_TIMEOUT_MS);
     goto reopen;
@@ -151,6 +218,10 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
   double deadline = now_ms() + timeout_ms;
   for (;;) {
     w = wait_for(c, ZMQ_POLLIN, deadline);
+    if (w == -4) {
+      rc = key_rejected(c);
+      goto reopen;
+    }
     if (w == -3) {
       rc = fsdp_set_error(FSDP_ERR_COMM, "the fsdpd process at %s exited", c->endpoint);
       goto reopen;

@@ -7,6 +7,10 @@
  * never hangs. After a timeout the socket is reopened, so that a late reply can never be taken for
  * the answer to the next request.
  *
+ * A tcp:// endpoint uses CURVE: $FSDP_SERVER_KEY names the daemon's public key file and
+ * $FSDP_CLIENT_KEY this user's keypair file (fsdpctl's global --server-key / --client-key set
+ * them); without both, opening a tcp:// endpoint fails (FSDP_ERR_INVALID), never in plaintext.
+ *
  * Endpoint resolution: --ctl, else $FSDP_CTL, else ipc://STATE/ctl.sock where STATE is
  * $XDG_STATE_HOME/fsdpd or /var/lib/fsdpd (fsdpd's own --state-dir default).
  *

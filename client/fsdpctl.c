@@ -20,27 +20,45 @@ static const struct {
   {"logs", ctl_logs, "print a worker's log (--rank R, --follow)"},
   {"cancel", ctl_cancel, "cancel a job"},
   {"nodes", ctl_nodes, "list nodes, their devices and which job holds each"},
+  {"keygen", ctl_keygen, "write a CURVE client keypair file (0600) and print its public key"},
   {NULL, NULL, NULL},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: fsdpctl COMMAND [ARGS]\n\ncommands:\n");
   for (int i = 0; commands[i].name; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\nglobal flags (before COMMAND): --ctl ENDPOINT, and for a tcp:// endpoint --server-key FILE and\n"
+             "--client-key FILE (or $FSDP_CTL, $FSDP_SERVER_KEY, $FSDP_CLIENT_KEY)\n");
   fprintf(f, "\n'fsdpctl COMMAND --help' describes one command.\n");
 }
 
 int main(int argc, char **argv) {
-  /* A global --ctl before the command is the same as FSDP_CTL (every command reads that). */
-  while (argc >= 2 && !strncmp(argv[1], "--ctl", 5)) {
-    const char *v = argv[1][5] == '=' ? argv[1] + 6 : argv[1][5] == '\0' && argc >= 3 ? argv[2] : NULL;
-    if (!v || !*v) {
-      fprintf(stderr, "fsdpctl: --ctl needs an endpoint (ipc://PATH or tcp://HOST:PORT)\n");
-      return 2;
+  /* Global flags before the command set the environment every command reads: --ctl is FSDP_CTL,
+   * --server-key FSDP_SERVER_KEY, --client-key FSDP_CLIENT_KEY (CURVE keys for a tcp:// endpoint). */
+  static const struct {
+    const char *flag, *env, *what;
+  } globals[] = {
+      {"--ctl", "FSDP_CTL", "an endpoint (ipc://PATH or tcp://HOST:PORT)"},
+      {"--server-key", "FSDP_SERVER_KEY", "the daemon's public key file (its STATE/keys/server.pub)"},
+      {"--client-key", "FSDP_CLIENT_KEY", "a keypair file (made by `fsdpctl keygen FILE`)"},
+  };
+  for (int again = 1; again && argc >= 2;) {
+    again = 0;
+    for (size_t g = 0; g < sizeof globals / sizeof globals[0]; g++) {
+      size_t fl = strlen(globals[g].flag);
+      if (strncmp(argv[1], globals[g].flag, fl) || (argv[1][fl] != '=' && argv[1][fl] != '\0')) continue;
+      const char *v = argv[1][fl] == '=' ? argv[1] + fl + 1 : argc >= 3 ? argv[2] : NULL;
+      if (!v || !*v) {
+        fprintf(stderr, "fsdpctl: %s needs %s\n", globals[g].flag, globals[g].what);
+        return 2;
+      }
+      setenv(globals[g].env, v, 1);
+      int used = argv[1][fl] == '=' ? 1 : 2;
+      argc -= used;
+      argv += used;
+      again = 1;
+      break;
     }
-    setenv("FSDP_CTL", v, 1);
-    int used = argv[1][5] == '=' ? 1 : 2;
-    argc -= used;
-    argv += used;
   }
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     usage(argc < 2 ? stderr : stdout);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "curve.h"
 #include "log.h"
 #include "loop.h"
 #include "wire.h"
@@ -49,6 +50,15 @@ struct agent {
   void *sock;
   loop_zsock *zs;
   char join[512];
+  char env_server_key[PATH_MAX + 32], env_client_key[PATH_MAX + 32];   /* "FSDP_..._KEY=PATH" or "" */
+  /* tcp://: a monitor of the socket's CURVE handshakes, to say why registration cannot succeed. */
+  void *mon;
+  loop_zsock *mon_zs;
+  char client_pub[CURVE_KEY_LEN + 1];
+  char server_key_path[PATH_MAX], client_key_path[PATH_MAX];
+  double auth_logged_at;
+  int reopen;             /* the key was rejected: libzmq does not reconnect such a socket */
+  void *zctx;
   char name[256];
   char worker_path[PATH_MAX];
   int cpu_slots;
@@ -149,6 +159,7 @@ static uint64_t mem_available(void) {
 /* ---------------------------------------------------------------- sending */
 
 static void send_msg(agent_t *a, Fsdp__Msg *m) {
+  if (!a->sock) return;   /* between a rejected socket and its replacement */
   wire_env env = {0};
   wire_env_push(&env, NULL, 0);
   fsdp_status rc = wire_send(a->sock, &env, m, ZMQ_DONTWAIT);
@@ -320,7 +331,7 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   char **argv = calloc(r->n_argv + 1, sizeof *argv);
   size_t nenv_in = 0;
   while (environ[nenv_in]) nenv_in++;
-  char **env = calloc(nenv_in + r->n_env + 3, sizeof *env);
+  char **env = calloc(nenv_in + r->n_env + 5, sizeof *env);
   char omp[64], blas[64];
   worker_t *w = calloc(1, sizeof *w);
   if (!argv || !env || !w) {
@@ -333,7 +344,11 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   for (size_t i = 0; i + 1 < r->n_argv; i++)
     if (!strcmp(argv[i], "--connect")) argv[i + 1] = a->join;
   size_t ne = 0;
-  for (size_t i = 0; i < r->n_env; i++) env[ne++] = r->env[i];
+  /* The CURVE key files of this agent come first: they win over anything inherited or requested. */
+  if (*a->env_server_key) env[ne++] = a->env_server_key;
+  if (*a->env_client_key) env[ne++] = a->env_client_key;
+  for (size_t i = 0; i < r->n_env; i++)
+    if (!env_has(env, ne, r->env[i])) env[ne++] = r->env[i];
   for (size_t i = 0; i < nenv_in; i++) {
     if (!strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21)) continue;
     if (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) || !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)) continue;
@@ -408,8 +423,17 @@ static void kill_job(agent_t *a, uint64_t job, int sig) {
 
 /* ---------------------------------------------------------------- coordinator messages */
 
+static void reopen_if_rejected(agent_t *a);
+static void on_register_timer(uv_timer_t *t);
+
 static void on_heartbeat_timer(uv_timer_t *t) {
   agent_t *a = t->data;
+  if (a->reopen) {   /* rejected after having joined (a coordinator restarted with other keys) */
+    uv_timer_stop(&a->hb_timer);
+    uv_timer_start(&a->reg_timer, on_register_timer, REGISTER_RETRY_MS, REGISTER_RETRY_MS);
+    reopen_if_rejected(a);
+    return;
+  }
   Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
   hb.node_id = a->node_id;
   Fsdp__Msg m = WIRE_MSG_INIT;
@@ -420,7 +444,8 @@ static void on_heartbeat_timer(uv_timer_t *t) {
 
 static void on_register_timer(uv_timer_t *t) {
   agent_t *a = t->data;
-  if (a->node_id == 0) send_register(a);
+  if (a->reopen) reopen_if_rejected(a);
+  else if (a->node_id == 0) send_register(a);
 }
 
 static void on_message(void *sock, void *arg) {
@@ -485,6 +510,106 @@ static void resolve_worker_path(agent_t *a, const char *given) {
   snprintf(a->worker_path, sizeof a->worker_path, "%s/fsdp-worker", self);
 }
 
+/* One socket-monitor event: [u16 event, u32 value][endpoint]. */
+static void on_monitor(void *sock, void *arg) {
+  agent_t *a = arg;
+  zmq_msg_t f;
+  zmq_msg_init(&f);
+  if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&f);
+    return;
+  }
+  uint16_t ev = 0;
+  if (zmq_msg_size(&f) >= 2) memcpy(&ev, zmq_msg_data(&f), 2);
+  while (zmq_msg_more(&f)) {   /* the endpoint frame */
+    zmq_msg_close(&f);
+    zmq_msg_init(&f);
+    if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) break;
+  }
+  zmq_msg_close(&f);
+  double now = loop_now_mono();
+  if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    if (a->auth_logged_at > 0) log_info("agent: the coordinator at %s accepted this node's key now", a->join);
+    a->auth_logged_at = 0;
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    a->reopen = 1;
+    if (a->auth_logged_at != 0 && now - a->auth_logged_at <= 60.0) return;
+    a->auth_logged_at = now;
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      log_error("agent: the coordinator at %s rejected this node's CURVE key %s: add that line to the coordinator's "
+                "STATE/keys/authorized (retrying)", a->join, a->client_pub);
+    else
+      log_error("agent: the CURVE handshake with %s failed: is --server-key the coordinator's STATE/keys/server.pub, "
+                "and is that endpoint an fsdpd cluster endpoint? (retrying)", a->join);
+  }
+}
+
+static fsdp_status monitor_start(agent_t *a, void *zctx) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://fsdpd-agent-monitor-%p", (void *)a);
+  if (zmq_socket_monitor(a->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
+  a->mon = zmq_socket(zctx, ZMQ_PAIR);
+  if (!a->mon || zmq_connect(a->mon, ep) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "cannot watch the CURVE handshake: %s", zmq_strerror(zmq_errno()));
+  return loop_zsock_new(a->uv, a->mon, on_monitor, a, &a->mon_zs);
+}
+
+static void monitor_stop(agent_t *a) {
+  loop_zsock_destroy(&a->mon_zs);
+  if (a->sock && a->mon) zmq_socket_monitor(a->sock, NULL, 0);
+  if (a->mon) {
+    int linger = 0;
+    zmq_setsockopt(a->mon, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(a->mon);
+  }
+  a->mon = NULL;
+}
+
+static void close_socket(agent_t *a, int linger) {
+  loop_zsock_destroy(&a->zs);
+  monitor_stop(a);
+  if (a->sock) zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger), zmq_close(a->sock);
+  a->sock = NULL;
+}
+
+/* The DEALER to the coordinator (CURVE for tcp://), its handshake monitor, and its loop watch. */
+static fsdp_status open_socket(agent_t *a) {
+  a->sock = zmq_socket(a->zctx, ZMQ_DEALER);
+  if (!a->sock) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
+  TRY(wire_socket_setup(a->sock));
+  int hwm = 0;   /* never drop a worker's exit or log lines: queue without limit */
+  zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(a->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  if (curve_is_tcp(a->join)) {
+    char what[600];
+    snprintf(what, sizeof what, "--join %s", a->join);
+    TRY(curve_client_apply(a->sock, a->join, a->server_key_path, a->client_key_path, what));
+    TRY(monitor_start(a, a->zctx));
+  }
+  if (zmq_connect(a->sock, a->join) != 0)
+    return fsdp_set_error(FSDP_ERR_INVALID, "--join %s: %s (expected tcp://HOST:PORT or ipc://PATH)", a->join,
+                          zmq_strerror(zmq_errno()));
+  return loop_zsock_new(a->uv, a->sock, on_message, a, &a->zs);
+}
+
+/* A socket whose key was rejected is dead for good (libzmq stops reconnecting after an
+ * authentication failure): open a new one, so that listing the key later lets this node in. */
+static void reopen_if_rejected(agent_t *a) {
+  if (!a->reopen || a->shutting_down) return;
+  a->reopen = 0;
+  close_socket(a, 0);
+  if (open_socket(a) != FSDP_OK) {
+    log_error("agent: cannot reconnect to %s: %s", a->join, fsdp_last_error());
+    close_socket(a, 0);
+    a->reopen = 1;   /* try again at the next timer tick */
+    return;
+  }
+  a->node_id = 0;
+  send_register(a);
+}
+
 fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out) {
   *out = NULL;
   TRY(check_gpu_list(cfg->gpus ? cfg->gpus : "none"));
@@ -504,21 +629,27 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   discover_gpus(a, cfg->gpus);
 
   fsdp_status rc = FSDP_OK;
-  a->sock = zmq_socket(zctx, ZMQ_DEALER);
-  if (!a->sock) {
-    rc = fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
-    goto fail;
+  a->zctx = zctx;
+  if (curve_is_tcp(a->join)) {
+    char what[600];
+    snprintf(what, sizeof what, "--join %s", a->join);
+    if (!cfg->server_key || !*cfg->server_key || !cfg->client_key || !*cfg->client_key) {
+      rc = curve_client_apply(NULL, a->join, NULL, NULL, what);   /* the "needs CURVE keys" error */
+      goto fail;
+    }
+    /* Workers start in the job's directory: give them absolute paths. */
+    if (!realpath(cfg->server_key, a->server_key_path) || !realpath(cfg->client_key, a->client_key_path)) {
+      rc = fsdp_set_error(FSDP_ERR_IO, "cannot resolve the key file paths %s, %s: %s", cfg->server_key, cfg->client_key,
+                          strerror(errno));
+      goto fail;
+    }
+    snprintf(a->env_server_key, sizeof a->env_server_key, "%s=%s", CURVE_ENV_SERVER_KEY, a->server_key_path);
+    snprintf(a->env_client_key, sizeof a->env_client_key, "%s=%s", CURVE_ENV_CLIENT_KEY, a->client_key_path);
+    char sec[CURVE_KEY_LEN + 1];
+    TRY_GOTO(curve_keypair_load(a->client_key_path, a->client_pub, sec), rc, fail);
+    memset(sec, 0, sizeof sec);
   }
-  TRY_GOTO(wire_socket_setup(a->sock), rc, fail);
-  int hwm = 0;   /* never drop a worker's exit or log lines: queue without limit */
-  zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(a->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-  if (zmq_connect(a->sock, a->join) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_INVALID, "--join %s: %s (expected tcp://HOST:PORT or ipc://PATH)", a->join,
-                        zmq_strerror(zmq_errno()));
-    goto fail;
-  }
-  TRY_GOTO(loop_zsock_new(uv, a->sock, on_message, a, &a->zs), rc, fail);
+  TRY_GOTO(open_socket(a), rc, fail);
   uv_timer_init(uv, &a->reg_timer);
   uv_timer_init(uv, &a->hb_timer);
   uv_timer_init(uv, &a->kill_timer);
@@ -531,7 +662,7 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   *out = a;
   return FSDP_OK;
 fail:
-  if (a->sock) zmq_close(a->sock);
+  close_socket(a, 0);
   free(a);
   return rc;
 }
@@ -580,10 +711,7 @@ void agent_destroy(agent_t **p) {
     w->reported = 1;
     worker_close(w);
   }
-  loop_zsock_destroy(&a->zs);
-  int linger = 500;   /* the last worker_exit and log lines may still be queued */
-  if (a->sock) zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger), zmq_close(a->sock);
-  a->sock = NULL;
+  close_socket(a, 500);   /* the last worker_exit and log lines may still be queued: 500 ms linger */
   uv_close((uv_handle_t *)&a->reg_timer, on_agent_handle_close);
   uv_close((uv_handle_t *)&a->hb_timer, on_agent_handle_close);
   uv_close((uv_handle_t *)&a->kill_timer, on_agent_handle_close);

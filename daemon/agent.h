@@ -8,6 +8,7 @@
  * "--connect" argument is replaced by the endpoint this agent joined (the address that reaches the
  * coordinator from this node), CUDA_VISIBLE_DEVICES is removed, OMP_NUM_THREADS and
  * OPENBLAS_NUM_THREADS are set to max(1, ncpu / FSDPD_LOCAL_RANKS) unless the request sets them;
+ * for a tcp:// endpoint FSDP_SERVER_KEY and FSDP_CLIENT_KEY name the CURVE key files (absolute paths);
  * the worker's stdout and stderr are piped back as log_chunk, and its end as worker_exit (sent
  * after its output has been forwarded). kill_req signals every worker of a job.
  *
@@ -28,6 +29,10 @@ typedef struct agent_config {
   int cpu_workers;          /* CPU slots */
   const char *gpus;         /* "all", "none" or a comma-separated list of CUDA device indices */
   const char *worker_path;  /* NULL: fsdp-worker next to /proc/self/exe */
+  /* CURVE, required when join is tcp:// (common/curve.h): the coordinator's public key file and
+   * this node's keypair file. Both are passed on to the workers (FSDP_SERVER_KEY, FSDP_CLIENT_KEY). */
+  const char *server_key;
+  const char *client_key;
 } agent_config;
 
 typedef struct agent agent_t;

@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "ckpt.h"
+#include "curve.h"
 #include "jobs_db.h"
 #include "jobspec.h"
 #include "log.h"
@@ -143,6 +144,15 @@ struct coord {
   void *shutdown_arg;
   double shutdown_deadline;
   uint64_t bad_msgs;
+  /* CURVE (tcp:// endpoints): the server keypair from STATE/keys/ and the ZAP handler that admits
+   * clients listed in STATE/keys/authorized (plus this daemon's own key: the embedded agent). */
+  int curve;
+  char server_pub[CURVE_KEY_LEN + 1], server_sec[CURVE_KEY_LEN + 1];
+  char authorized_path[PATH_MAX + 32];
+  void *zap;
+  loop_zsock *zap_zs;
+  char last_rejected[CURVE_KEY_LEN + 1];
+  double last_rejected_at;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -1446,14 +1456,16 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---------------------------------------------------------------- lifetime */
 
-static fsdp_status bind_socket(void *ctx, int type, const char *ep, void **out) {
-  void *s = zmq_socket(ctx, type);
+static fsdp_status bind_socket(coord_t *c, int type, const char *ep, void **out) {
+  void *s = zmq_socket(c->zctx, type);
   if (!s) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
   fsdp_status rc = wire_socket_setup(s);
   int hwm = 0, one = 1;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
+                                                       : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
   if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
   if (rc != FSDP_OK) {
@@ -1464,13 +1476,115 @@ static fsdp_status bind_socket(void *ctx, int type, const char *ep, void **out) 
   return FSDP_OK;
 }
 
+/* ---------------------------------------------------------------- ZAP (RFC 27) for CURVE clients */
+
+/* Receive one frame into BUF (NUL-terminated when it fits); -1 when none, else its length. */
+static int zap_frame(void *sock, char *buf, size_t cap, int *more) {
+  zmq_msg_t f;
+  zmq_msg_init(&f);
+  if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&f);
+    return -1;
+  }
+  size_t len = zmq_msg_size(&f);
+  memcpy(buf, zmq_msg_data(&f), len < cap ? len : cap);
+  if (len < cap) buf[len] = '\0';
+  *more = zmq_msg_more(&f);
+  zmq_msg_close(&f);
+  return (int)len;
+}
+
+static void zap_send(void *sock, const char *data, size_t len, int more) {
+  if (zmq_send(sock, data, len, more ? ZMQ_SNDMORE : 0) < 0)
+    log_warn("ZAP reply: %s", zmq_strerror(zmq_errno()));
+}
+
+static void on_zap(void *sock, void *arg) {
+  coord_t *c = arg;
+  /* Request: version, request id, domain, address, routing id, mechanism, credentials... */
+  char fr[7][256];
+  int len[7] = {0}, nf = 0, more = 1;
+  while (more) {
+    char scratch[256];
+    char *dst = nf < 7 ? fr[nf] : scratch;
+    int l = zap_frame(sock, dst, 256, &more);
+    if (l < 0) {
+      if (nf == 0) return;   /* nothing to read: ends this drain */
+      break;
+    }
+    if (nf < 7) len[nf] = l;
+    nf++;
+  }
+  if (nf < 6 || len[0] != 3 || memcmp(fr[0], "1.0", 3) || len[1] > 255) {
+    log_warn("ZAP: malformed request (%d frames); refused", nf);
+    /* REP: every request must be answered before the next can be read. */
+    zap_send(sock, "1.0", 3, 1);
+    zap_send(sock, nf >= 2 ? fr[1] : "", nf >= 2 && len[1] <= 255 ? (size_t)len[1] : 0, 1);
+    zap_send(sock, "500", 3, 1);
+    zap_send(sock, "malformed", 9, 1);
+    zap_send(sock, "", 0, 1);
+    zap_send(sock, "", 0, 0);
+    return;
+  }
+  const char *status = "400", *text = "not authorized";
+  char z85[CURVE_KEY_LEN + 1] = "";
+  if (len[5] == 5 && !memcmp(fr[5], "CURVE", 5) && nf >= 7 && len[6] == 32) {
+    zmq_z85_encode(z85, (const uint8_t *)fr[6], 32);
+    int listed = !strcmp(z85, c->server_pub);
+    if (!listed && curve_authorized(c->authorized_path, z85, &listed) != FSDP_OK)
+      log_error("ZAP: %s", fsdp_last_error());
+    if (listed) status = "200", text = "OK";
+  } else {
+    text = "only CURVE is accepted";
+  }
+  if (*status != '2') {
+    double now = loop_now_mono();
+    /* A rejected client reconnects every few hundred ms: log each key once a minute. */
+    if (strcmp(z85, c->last_rejected) || now - c->last_rejected_at > 60.0) {
+      char addr[64];
+      snprintf(addr, sizeof addr, "%.*s", len[3] < 63 ? len[3] : 63, fr[3]);
+      log_warn("rejected a %.*s connection from %s: key %s is not in %s (add it there to admit that client)",
+               len[5] < 16 ? len[5] : 16, fr[5], addr, *z85 ? z85 : "(none)", c->authorized_path);
+      snprintf(c->last_rejected, sizeof c->last_rejected, "%s", z85);
+      c->last_rejected_at = now;
+    }
+  } else {
+    log_debug("admitted CURVE client %s", z85);
+  }
+  zap_send(sock, "1.0", 3, 1);
+  zap_send(sock, fr[1], (size_t)len[1], 1);
+  zap_send(sock, status, 3, 1);
+  zap_send(sock, text, strlen(text), 1);
+  zap_send(sock, *status == '2' ? z85 : "", *status == '2' ? strlen(z85) : 0, 1);
+  zap_send(sock, "", 0, 0);
+}
+
+/* Load (or create) the server keys and start the ZAP handler: before any CURVE socket binds, so
+ * that no connection is ever admitted without the check. */
+static fsdp_status curve_setup(coord_t *c) {
+  char dir[PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s/keys", c->state_dir);
+  int created = 0;
+  TRY(curve_server_keys(dir, c->server_pub, c->server_sec, &created));
+  snprintf(c->authorized_path, sizeof c->authorized_path, "%s/authorized", dir);
+  if (created) log_info("created the CURVE server keypair in %s (public key %s)", dir, c->server_pub);
+  c->zap = zmq_socket(c->zctx, ZMQ_REP);
+  if (!c->zap) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(REP): %s", zmq_strerror(zmq_errno()));
+  if (zmq_bind(c->zap, "inproc://zeromq.zap.01") != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "cannot bind the ZAP handler inproc://zeromq.zap.01: %s", zmq_strerror(zmq_errno()));
+  TRY(loop_zsock_new(c->uv, c->zap, on_zap, c, &c->zap_zs));
+  c->curve = 1;
+  log_info("tcp:// endpoints use CURVE (server key %s/server.pub); clients admitted from %s", dir, c->authorized_path);
+  return FSDP_OK;
+}
+
 static void bind_ctl(coord_t *c) {
   if (c->ctl_bound) return;
   c->ctl_bound = 1;
   /* A stale socket file from a crashed daemon blocks nothing for ipc://, but remove it so that
    * clients waiting for the file do not connect to a dead one. */
   if (!strncmp(c->ctl_ep, "ipc://", 6)) unlink(c->ctl_ep + 6);
-  if (bind_socket(c->zctx, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
+  if (bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
       loop_zsock_new(c->uv, c->ctl, on_ctl, c, &c->ctl_zs) != FSDP_OK) {
     log_error("cannot serve the control endpoint: %s", fsdp_last_error());
     return;
@@ -1562,7 +1676,8 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
   requeue(c);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
-  TRY_GOTO(bind_socket(zctx, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
+  if (curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)) TRY_GOTO(curve_setup(c), rc, fail);
+  TRY_GOTO(bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
   TRY_GOTO(loop_zsock_new(uv, c->cluster, on_cluster, c, &c->cluster_zs), rc, fail);
   uv_timer_init(uv, &c->tick);
   c->tick.data = c;
@@ -1582,6 +1697,8 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
 fail:
   loop_zsock_destroy(&c->cluster_zs);
   if (c->cluster) zmq_close(c->cluster);
+  loop_zsock_destroy(&c->zap_zs);
+  if (c->zap) zmq_close(c->zap);
   jobs_db_close(&c->db);
   free(c);
   return rc;
@@ -1637,6 +1754,8 @@ void coord_destroy(coord_t **p) {
   int linger = 500;
   if (c->ctl) zmq_setsockopt(c->ctl, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->ctl);
   if (c->cluster) zmq_setsockopt(c->cluster, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->cluster);
+  loop_zsock_destroy(&c->zap_zs);
+  if (c->zap) linger = 0, zmq_setsockopt(c->zap, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->zap);
   if (!strncmp(c->ctl_ep, "ipc://", 6) && c->ctl) unlink(c->ctl_ep + 6);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   jobs_db_close(&c->db);

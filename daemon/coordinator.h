@@ -1,7 +1,9 @@
 /* coordinator — the cluster role of fsdpd: jobs, scheduling, and the ctl, cluster and KV services.
  *
  * It binds a ROUTER for fsdpctl at cfg->ctl and a ROUTER for agents and workers at cfg->listen
- * (docs/daemon.md gives the message sequences). Jobs are validated
+ * (docs/daemon.md gives the message sequences). A tcp:// endpoint is a CURVE server with the
+ * keypair in STATE/keys/ (created on first use), and a ZAP handler on the loop admits only the
+ * client keys listed in STATE/keys/authorized plus the daemon's own (common/curve.h). Jobs are validated
  * with the planner at submit (a spec that cannot fit the devices it would get is refused with the
  * plan's reason), stored in SQLite (jobs_db), queued FIFO, given devices packed by node, spawned
  * through the agents, and driven step by step with up to two steps in flight; every step becomes

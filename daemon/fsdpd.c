@@ -17,6 +17,7 @@
 
 #include "agent.h"
 #include "coordinator.h"
+#include "curve.h"
 #include "log.h"
 
 typedef struct config {
@@ -31,6 +32,8 @@ typedef struct config {
   double heartbeat;
   char *name;
   char *worker;
+  char *server_key;
+  char *client_key;
   int help;
 } config;
 
@@ -58,6 +61,10 @@ static const struct opt {
    "seconds between agent heartbeats; a node is lost after 3 missed"},
   {"name", OPT_STR, offsetof(config, name), "", 0, 0, "this node's name; default the host name"},
   {"worker", OPT_STR, offsetof(config, worker), "", 0, 0, "fsdp-worker binary; default the one next to fsdpd"},
+  {"server-key", OPT_STR, offsetof(config, server_key), NULL, 0, 0,
+   "with --join tcp://: the coordinator's public key file (its STATE/keys/server.pub); default $FSDP_SERVER_KEY"},
+  {"client-key", OPT_STR, offsetof(config, client_key), NULL, 0, 0,
+   "with --join tcp://: this node's keypair file (fsdpctl keygen FILE; mode 0600); default $FSDP_CLIENT_KEY"},
   {"help", OPT_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -248,6 +255,28 @@ int main(int argc, char **argv) {
     /* the coordinator creates parents too; here only to have a place for the log */
   }
 
+  /* CURVE keys for a tcp:// join: the flags, else the environment. Checked before detaching, so
+   * that a missing or bad key is said on the terminal. */
+  const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : getenv(CURVE_ENV_SERVER_KEY);
+  const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : getenv(CURVE_ENV_CLIENT_KEY);
+  if (is_agent_only && curve_is_tcp(cfg.join)) {
+    void *probe_ctx = zmq_ctx_new();
+    void *probe = probe_ctx ? zmq_socket(probe_ctx, ZMQ_DEALER) : NULL;
+    char what[PATH_MAX];
+    snprintf(what, sizeof what, "--join %s", cfg.join);
+    fsdp_status krc = probe ? curve_client_apply(probe, cfg.join, server_key, client_key, what)
+                            : fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+    if (probe) zmq_close(probe);
+    if (probe_ctx) zmq_ctx_term(probe_ctx);
+    if (krc != FSDP_OK) {
+      /* The recorded message starts with "curve.c:LINE: "; the user needs only the message. */
+      const char *msg = fsdp_last_error(), *p = strstr(msg, ".c:");
+      if (p && p - msg < 32 && (p = strstr(p + 3, ": ")) != NULL) msg = p + 2;
+      fprintf(stderr, "fsdpd: %s\n", msg);
+      return 2;
+    }
+  }
+
   if (!cfg.foreground) {
     char logpath[PATH_MAX];
     snprintf(logpath, sizeof logpath, "%s/fsdpd.log", state);
@@ -281,8 +310,17 @@ int main(int argc, char **argv) {
   if (!strncmp(listen, "tcp://*:", 8)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 8);
   else if (!strncmp(listen, "tcp://0.0.0.0:", 14)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 14);
   else snprintf(self_join, sizeof self_join, "%s", listen);
+  /* The embedded agent (and its workers) use the coordinator's own keypair, which its ZAP handler
+   * always admits. */
+  char own_pub[PATH_MAX], own_key[PATH_MAX];
+  if (!is_agent_only) {
+    snprintf(own_pub, sizeof own_pub, "%s/keys/server.pub", state);
+    snprintf(own_key, sizeof own_key, "%s/keys/server.key", state);
+    server_key = own_pub;
+    client_key = own_key;
+  }
   agent_config ac = {.join = is_agent_only ? cfg.join : self_join, .name = cfg.name, .cpu_workers = (int)cfg.cpu_workers,
-                     .gpus = cfg.gpus, .worker_path = cfg.worker};
+                     .gpus = cfg.gpus, .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key};
   if (agent_new(d.uv, d.zctx, &ac, &d.agent) != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     coord_destroy(&d.coord);

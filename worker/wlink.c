@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "curve.h"
 #include "log.h"
 
 struct wlink {
@@ -70,6 +71,9 @@ fsdp_status wlink_open(const char *endpoint, uint64_t job_id, int rank, const ch
     goto fail;
   }
   TRY_GOTO(wire_socket_setup(l->sock), rc, fail);
+  /* tcp:// needs CURVE: the agent that spawned this worker names its key files in the environment. */
+  TRY_GOTO(curve_client_apply(l->sock, endpoint, getenv(CURVE_ENV_SERVER_KEY), getenv(CURVE_ENV_CLIENT_KEY),
+                              "the worker's --connect endpoint"), rc, fail);
   if (zmq_connect(l->sock, endpoint) != 0) {
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
     goto fail;

@@ -4,7 +4,8 @@
  *
  * One DEALER socket connected to the coordinator's cluster endpoint, used only by the worker's main
  * thread (the gloo rendezvous callbacks run on that thread, inside comm_new_gloo). The link owns
- * the socket and the received setup message.
+ * the socket and the received setup message. A tcp:// endpoint uses CURVE with the key files named
+ * by $FSDP_SERVER_KEY and $FSDP_CLIENT_KEY (set by the agent; common/curve.h); without them it fails.
  */
 #ifndef FSDP_WLINK_H
 #define FSDP_WLINK_H

@@ -4,6 +4,11 @@
 # both nodes (ranks packed by node: 2 + 2) and succeeds, with one metrics line per step and four
 # ranks in each. The coordinator restarts and the agents register again. Then agent b is killed
 # during a 4-rank job: the job fails naming a rank, node-b is marked lost, node-a's devices are freed.
+# Everything on tcp:// uses CURVE: the coordinator makes its keypair in STATE/keys/ (reused after
+# the restart), the agents and the fsdpctl user have keys from `fsdpctl keygen` listed in
+# STATE/keys/authorized, and every fsdpctl call goes over a tcp:// ctl endpoint. An agent with an
+# unlisted key is rejected (logged by the coordinator, never a node); an agent or fsdpctl without
+# keys fails at once with a clear error; a keypair file readable by others is refused.
 # Usage: bash daemon_two_agents.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
@@ -18,8 +23,8 @@ cleanup() {
   rm -rf "$S"
 }
 trap cleanup EXIT
-mkdir -p "$S/coord" "$S/a" "$S/b"
-export FSDP_CTL="ipc://$S/coord/ctl.sock"
+mkdir -p "$S/coord" "$S/a" "$S/b" "$S/c" "$S/user"
+unset FSDP_SERVER_KEY FSDP_CLIENT_KEY
 fail() { echo "FAIL: $*"; for f in "$S"/*/fsdpd.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
 wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
 jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
@@ -30,17 +35,77 @@ cpu_slots_free() { [ "$("$BUILD/fsdpctl" nodes --json | jget 'sum(1 for n in d["
 running_step() { [ "$("$BUILD/fsdpctl" status "$1" --json | jget 'd["state"] == "running" and d["step"] >= 1')" = True ]; }
 node_lost() { [ "$("$BUILD/fsdpctl" nodes --json | jget '[n["lost"] for n in d["nodes"] if n["name"] == "'"$1"'"]')" = "[True]" ]; }
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+read -r PORT CPORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+# Client keys: agents a and b and the fsdpctl user are authorized; agent c is not.
+for n in a b c user; do
+  "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client.pub" || fail "fsdpctl keygen $n"
+  [ "$(stat -c %a "$S/$n/client.key")" = 600 ] || fail "keygen wrote $S/$n/client.key mode $(stat -c %a "$S/$n/client.key")"
+  grep -Eq '^.{40}$' "$S/$n/client.pub" || fail "keygen printed '$(cat "$S/$n/client.pub")', expected one 40-character key"
+done
+! "$BUILD/fsdpctl" keygen "$S/a/client.key" >/dev/null 2>"$S/keygen.err" || fail "keygen overwrote an existing key file"
+grep -q "already exists" "$S/keygen.err" || fail "keygen over an existing file: $(cat "$S/keygen.err")"
+mkdir -m 700 "$S/coord/keys"
+{ echo "# fsdpd clients"; cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub"; } > "$S/coord/keys/authorized"
+export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
+
 start_coord() {
-  "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --cpu-workers 0 --gpus none \
-    --heartbeat 0.2 >>"$S/coord/fsdpd.log" 2>&1 & PIDS[0]=$!
+  "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \
+    --cpu-workers 0 --gpus none --heartbeat 0.2 >>"$S/coord/fsdpd.log" 2>&1 & PIDS[0]=$!
+}
+start_agent() {   # NAME: agent NAME with its own key
+  env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpd" --foreground --state-dir "$S/$1" --join "tcp://127.0.0.1:$PORT" \
+    --name "node-$1" --cpu-workers 2 --gpus none --server-key "$S/coord/keys/server.pub" --client-key "$S/$1/client.key" \
+    >>"$S/$1/fsdpd.log" 2>&1 & PIDS+=($!)
 }
 start_coord
-for n in a b; do
-  "$BUILD/fsdpd" --foreground --state-dir "$S/$n" --join "tcp://127.0.0.1:$PORT" --name "node-$n" --cpu-workers 2 \
-    --gpus none >>"$S/$n/fsdpd.log" 2>&1 & PIDS+=($!)
-done
+wait_for 10 test -s "$S/coord/keys/server.pub" || fail "the coordinator did not write keys/server.pub"
+[ "$(stat -c %a "$S/coord/keys/server.key")" = 600 ] || fail "server.key has mode $(stat -c %a "$S/coord/keys/server.key")"
+server_pub=$(cat "$S/coord/keys/server.pub")
+for n in a b; do start_agent "$n"; done
 wait_for 15 cpu_slots 4 || fail "the two agents did not register 4 CPU slots within 15 s"
+
+# Refused: an agent without keys (a clear error, at once), a keypair file readable by others, an
+# agent whose key is not authorized (the coordinator logs the rejection; it never becomes a node).
+set +e
+timeout 10 env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpd" --foreground --state-dir "$S/c" \
+  --join "tcp://127.0.0.1:$PORT" --name node-plain --cpu-workers 1 --gpus none >"$S/plain.out" 2>&1
+st=$?
+cp "$S/c/client.key" "$S/c/open.key"; chmod 644 "$S/c/open.key"
+timeout 10 "$BUILD/fsdpd" --foreground --state-dir "$S/c" --join "tcp://127.0.0.1:$PORT" --name node-open --cpu-workers 1 \
+  --gpus none --server-key "$S/coord/keys/server.pub" --client-key "$S/c/open.key" >"$S/open.out" 2>&1
+st2=$?
+set -e
+[ $st = 2 ] && grep -q "needs CURVE keys" "$S/plain.out" || fail "an agent without keys: status $st, '$(cat "$S/plain.out")'"
+[ $st2 = 2 ] && grep -q "readable by its owner only" "$S/open.out" || fail "a world-readable key: status $st2, '$(cat "$S/open.out")'"
+start_agent c
+rejected() { grep "rejected a CURVE connection" "$S/coord/fsdpd.log" | grep -qF "key $(cat "$S/c/client.pub") "; }
+wait_for 15 rejected || fail "the coordinator did not log the rejection of node-c's key"
+wait_for 10 grep -q "rejected this node's CURVE key" "$S/c/fsdpd.log" || fail "agent c did not say that its key was rejected"
+has_node_c() { "$BUILD/fsdpctl" nodes --json | jget '[n["name"] for n in d["nodes"]]' | grep -q node-c; }
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  ! has_node_c || fail "node-c (key not authorized) registered"
+  sleep 0.2
+done
+# The authorized file is read at every handshake: listing node-c's key lets the waiting agent in.
+cat "$S/c/client.pub" >> "$S/coord/keys/authorized"
+wait_for 15 has_node_c || fail "node-c did not register after its key was authorized"
+kill -TERM "${PIDS[3]}"; wait "${PIDS[3]}" 2>/dev/null || true
+wait_for 10 node_lost node-c || fail "node-c was not marked lost after its agent stopped"
+# The global flags instead of the environment.
+env -u FSDP_CTL -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpctl" --ctl "tcp://127.0.0.1:$CPORT" \
+  --server-key "$S/coord/keys/server.pub" --client-key "$S/user/client.key" nodes >/dev/null || fail "fsdpctl with --server-key/--client-key"
+# fsdpctl over tcp:// without keys, and with a key the daemon does not know.
+set +e
+env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY timeout 10 "$BUILD/fsdpctl" nodes >"$S/nokey.out" 2>&1; st=$?
+"$BUILD/fsdpctl" keygen "$S/stranger.key" >/dev/null
+FSDP_CLIENT_KEY="$S/stranger.key" timeout 10 "$BUILD/fsdpctl" nodes >"$S/badkey.out" 2>&1; st2=$?
+set -e
+[ $st = 1 ] && grep -q "without CURVE keys" "$S/nokey.out" || fail "fsdpctl without keys: status $st, '$(cat "$S/nokey.out")'"
+[ $st2 = 1 ] && grep -q "rejected this client's CURVE key" "$S/badkey.out" || fail "fsdpctl with an unlisted key: status $st2, '$(cat "$S/badkey.out")'"
 
 sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' -e 's/^world_size = .*/world_size = 4/' \
   "$SRC/examples/tiny.ini" > "$S/four.ini"
@@ -62,6 +127,7 @@ grep -q "started" "$S/a/fsdpd.log" && grep -q "started" "$S/b/fsdpd.log" || fail
 kill -TERM "${PIDS[0]}"; wait "${PIDS[0]}" || fail "coordinator exited non-zero"
 start_coord
 wait_for 15 cpu_slots 4 || fail "the agents did not register again with the restarted coordinator"
+[ "$(cat "$S/coord/keys/server.pub")" = "$server_pub" ] || fail "the restarted coordinator made a new keypair"
 [ "$(state_of "$id")" = succeeded ] || fail "after the restart job $id is $(state_of "$id")"
 
 # A lost node fails the job running on it: kill -9 agent b (its workers die with it).

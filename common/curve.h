@@ -1,0 +1,52 @@
+/* curve — ZeroMQ CURVE keys for tcp:// endpoints (DESIGN.md §7; docs/operations.md, "Keys").
+ *
+ * ipc:// endpoints are protected by the state directory's permissions and use no encryption;
+ * every tcp:// socket uses CURVE: the daemon's ROUTERs are CURVE servers, and every client
+ * (agent, worker, fsdpctl) needs the server's public key and its own keypair. Keys are Z85 text
+ * (40 characters, which may include '#' though never first). A keypair file holds two lines, the public key then the
+ * secret key (blank lines and other lines starting with # are ignored), and must not be readable by
+ * group or others (mode 0600). A public key file holds one key line. The daemon's STATE/keys/ holds
+ * server.key (the server's keypair, keypair-file format, 0600), server.pub (its public key) and
+ * authorized: one client public key per line, first on the line (anything after a blank is a
+ * note; a line whose first word is not a 40-character key, such as "# ...", lists nothing).
+ *
+ * Plain functions with no state; any thread.
+ */
+#ifndef FSDP_CURVE_H
+#define FSDP_CURVE_H
+
+#include "err.h"
+
+#define CURVE_KEY_LEN 40          /* Z85 characters of a 32-byte key */
+#define CURVE_ENV_SERVER_KEY "FSDP_SERVER_KEY"   /* path of the server's public key file */
+#define CURVE_ENV_CLIENT_KEY "FSDP_CLIENT_KEY"   /* path of this client's keypair file */
+
+/* 1 when ENDPOINT is tcp:// (needs CURVE), 0 otherwise. */
+int curve_is_tcp(const char *endpoint);
+/* FSDP_ERR_UNSUPPORTED when this libzmq was built without CURVE. */
+fsdp_status curve_available(void);
+/* A fresh keypair (Z85, NUL-terminated). */
+fsdp_status curve_keypair_new(char pub[CURVE_KEY_LEN + 1], char sec[CURVE_KEY_LEN + 1]);
+/* Write a keypair file (mode 0600). An existing file is never overwritten (FSDP_ERR_STATE). */
+fsdp_status curve_keypair_write(const char *path, const char *pub, const char *sec);
+/* Read a keypair file: mode must be 0600 or stricter, two valid keys, the public key matching the
+ * secret one. */
+fsdp_status curve_keypair_load(const char *path, char pub[CURVE_KEY_LEN + 1], char sec[CURVE_KEY_LEN + 1]);
+/* Read a public key file (the first key line). */
+fsdp_status curve_pubkey_load(const char *path, char pub[CURVE_KEY_LEN + 1]);
+/* The daemon's keys in KEYS_DIR (created mode 0700): loads server.key, or creates server.key and
+ * server.pub on first use. *CREATED (may be NULL) says which. */
+fsdp_status curve_server_keys(const char *keys_dir, char pub[CURVE_KEY_LEN + 1], char sec[CURVE_KEY_LEN + 1],
+                              int *created);
+/* Whether PUB (Z85) is listed in the authorized file PATH; a missing file lists nothing. */
+fsdp_status curve_authorized(const char *path, const char *pub, int *listed);
+/* Make SOCK a CURVE server with secret key SEC (before bind). */
+fsdp_status curve_server_apply(void *sock, const char *sec);
+/* Before connecting SOCK to ENDPOINT: nothing for ipc:// or inproc://; for tcp:// load the
+ * server's public key (SERVER_KEY_PATH) and this client's keypair (CLIENT_KEY_PATH) and make SOCK a
+ * CURVE client. A tcp:// endpoint without both paths is an error naming WHAT (e.g. "--join
+ * tcp://..."), never a plaintext fallback. */
+fsdp_status curve_client_apply(void *sock, const char *endpoint, const char *server_key_path,
+                               const char *client_key_path, const char *what);
+
+#endif
