@@ -3,6 +3,7 @@
 #include "coordinator.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -861,6 +862,44 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)j->id, h->rank, h->pid);
 }
 
+/* A job that resumes from the checkpoint of step S (a restart) keeps in metrics.jsonl only the
+ * lines of steps ≤ S: the failed attempt's later steps are about to be trained again, and the file
+ * must keep one line per step. The file is rewritten beside itself and renamed over. */
+static void metrics_truncate(job_t *j, uint32_t last_step) {
+  char path[PATH_MAX + 128], tmp[PATH_MAX + 160];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (j->metrics) fflush(j->metrics);
+  FILE *in = fopen(path, "r");
+  if (!in) return;
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    fclose(in);
+    return;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int dropped = 0;
+  while (getline(&line, &cap, in) > 0) {
+    json_t *o = json_loads(line, 0, NULL);
+    json_int_t step = o ? json_integer_value(json_object_get(o, "step")) : 0;
+    json_decref(o);
+    if (step > (json_int_t)last_step) dropped++;
+    else fputs(line, out);
+  }
+  free(line);
+  fclose(in);
+  if (fclose(out) != 0 || rename(tmp, path) != 0) {
+    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    unlink(tmp);
+    return;
+  }
+  if (j->metrics) fclose(j->metrics);
+  j->metrics = fopen(path, "a");
+  if (dropped) job_log(j, "metrics.jsonl: dropped %d line(s) after step %u, which the restart trains again", dropped, last_step);
+}
+
 static void on_worker_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
   if (j->done || j->state != ST_STARTING || j->ranks[r].ready) return;
   if (rd->rank != (uint32_t)r) {
@@ -875,9 +914,11 @@ static void on_worker_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady
   j->ranks[r].ready = 1;
   if (++j->nready < j->world) return;
   set_state(c, j, ST_RUNNING, NULL);
-  if (j->start_step > 0)
+  if (j->start_step > 0) {
     job_log(j, "resuming from the checkpoint of step %u%s", j->start_step,
             j->start_step >= j->steps ? ": at or past the last step, nothing to train" : "");
+    metrics_truncate(j, j->start_step);
+  }
   if (j->start_step > j->steps) j->start_step = j->steps;
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
