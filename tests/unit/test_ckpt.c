@@ -368,16 +368,7 @@ static int run(const config *c, const char *ckdir, result *res, float **model, i
     if (read_all(path, &rr, sizeof rr)) ok = 0;
     if (r == 0) *res = rr;
     snprintf(path, sizeof path, "%s/shard-%d", dir, r);
-    if (read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) {
-      int64_t base = 0;
-      for (int u = 0; u < plan->nunits; u++) {
-        const plan_unit *pu = &plan->units[u];
-        int64_t off = plan_shard_offset(plan, u, r);
-        for (int64_t i = 0; i < pu->shard_numel; i++)
-          if (off + i < pu->numel) full[base + off + i] = shard[pu->shard_base + i];
-        base += pu->numel;
-      }
-    }
+    if (read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) place_shard(plan, r, shard, full);
   }
   free(shard);
   *model = full;

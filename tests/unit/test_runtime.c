@@ -157,17 +157,7 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
     snprintf(path, sizeof path, "%s/result-%d", dir, r);
     if (read_all(path, &res[r], sizeof res[r])) ok = 0;
     snprintf(path, sizeof path, "%s/shard-%d", dir, r);
-    if (model && read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) {
-      /* Place this rank's shard of every unit into the full model. */
-      int64_t base = 0;
-      for (int u = 0; u < plan->nunits; u++) {
-        const plan_unit *pu = &plan->units[u];
-        int64_t off = plan_shard_offset(plan, u, r);
-        for (int64_t i = 0; i < pu->shard_numel; i++)
-          if (off + i < pu->numel) full[base + off + i] = shard[pu->shard_base + i];
-        base += pu->numel;
-      }
-    }
+    if (model && read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) place_shard(plan, r, shard, full);
   }
   free(shard);
   if (model) {

@@ -1,5 +1,6 @@
-/* testfiles — small file helpers shared by the tests that fork ranks and exchange results through
- * files (test_runtime, test_ckpt). */
+/* testfiles — helpers shared by the tests that fork ranks and exchange results through files
+ * (test_runtime, test_ckpt): whole-file reads and writes, clean-up, a clock, and putting a rank's
+ * shard back into the full (unpadded) model. */
 #ifndef FSDP_TESTFILES_H
 #define FSDP_TESTFILES_H
 
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "plan.h"
 
 /* Write or read exactly N bytes; 0 on success, -1 otherwise. */
 static inline int write_all(const char *path, const void *buf, size_t n) {
@@ -36,6 +39,18 @@ static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Copy RANK's shard (p->shard_total floats) into FULL, the units' unpadded buffers concatenated. */
+static inline void place_shard(const plan_t *p, int rank, const float *shard, float *full) {
+  int64_t base = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    const plan_unit *pu = &p->units[u];
+    int64_t off = plan_shard_offset(p, u, rank);
+    for (int64_t i = 0; i < pu->shard_numel; i++)
+      if (off + i < pu->numel) full[base + off + i] = shard[pu->shard_base + i];
+    base += pu->numel;
+  }
 }
 
 #endif
