@@ -96,7 +96,9 @@ static int run(const cfg *c, int iters, int threads) {
   float *m = calloc((size_t)S, sizeof(float)), *v = calloc((size_t)S, sizeof(float));
   float **units = malloc(sizeof(float *) * p->nunits), **dunits = malloc(sizeof(float *) * p->nunits);
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
-  gpt2_acts *a = gpt2_acts_new(p);
+  device_t *dev = NULL;
+  if (device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) return 1;
+  gpt2_acts *a = gpt2_acts_new(p, dev);
   if (!w || !g || !m || !v || !units || !dunits || !inp || !tgt || !a) {
     fprintf(stderr, "bench_step: out of memory for %s\n", c->name);
     return 1;
@@ -116,7 +118,9 @@ static int run(const cfg *c, int iters, int threads) {
   for (int it = -1; it < iters; it++) {       /* it = -1: warm-up, not counted */
     gemm_ns = gemm_flops = gemm_calls = 0;
     double t0 = now_s();
-    double l = gpt2_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / BT) / BT;
+    float lsum = 0;
+    gpt2_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
+    double l = lsum / BT;
     double t1 = now_s();
     if (it == -1) loss = l;      /* at init: ≈ ln V */
     if (it >= 0) {
@@ -150,6 +154,7 @@ static int run(const cfg *c, int iters, int threads) {
            100 * gemm_s / sum_f, calls, flops_gemm / gemm_s * 1e-9, 100 * flops_gemm / (step_flops * iters));
   free(tf); free(to); free(w); free(g); free(m); free(v); free(units); free(dunits); free(inp); free(tgt);
   gpt2_acts_destroy(&a);
+  device_destroy(&dev);
   plan_destroy(&p);
   return 0;
 }

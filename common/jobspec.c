@@ -107,8 +107,8 @@ static const keydef keys[] = {
   ENUM("fsdp", "sharding", sharding, shard_names,
        "full (ZeRO-3), grad_op (ZeRO-2: params stay gathered forward->backward), none (DDP)"),
   INT("fsdp", "prefetch", prefetch, 0, 4, "units gathered ahead of the one being computed: more overlap, more memory"),
-  ENUM("fsdp", "param_dtype", param_dtype, dtype_names, "dtype of gathered parameters (cuda only for bf16)"),
-  ENUM("fsdp", "reduce_dtype", reduce_dtype, dtype_names, "dtype of gradient reductions (cuda only for bf16)"),
+  ENUM("fsdp", "param_dtype", param_dtype, dtype_names, "dtype of gathered parameters (the fp32 master shard is rounded to it after each step)"),
+  ENUM("fsdp", "reduce_dtype", reduce_dtype, dtype_names, "dtype of gradient reduce-scatters and all-reduces (accumulation stays fp32)"),
   ENUM("fsdp", "comm", comm, comm_names, "auto picks nccl on cuda and gloo on cpu"),
   DBL("fsdp", "timeout_s", timeout_s, 0, 86400, 1, 0, "a collective or peer silent this long fails the job"),
 
@@ -543,10 +543,6 @@ static void cross_checks(pctx *c) {
   if (s->min_lr > s->lr)
     PERR(c, blame(c, "optim", "min_lr", "lr"), FSDP_ERR_RANGE,
          "[optim] min_lr = %g is above lr = %g; allowed: 0 <= min_lr <= lr", s->min_lr, s->lr);
-  if (s->device == DEVICE_CPU && (s->param_dtype != DTYPE_FP32 || s->reduce_dtype != DTYPE_FP32))
-    PERR(c, blame(c, "fsdp", s->param_dtype != DTYPE_FP32 ? "param_dtype" : "reduce_dtype", "device"),
-         FSDP_ERR_UNSUPPORTED, "[fsdp] device = cpu computes in fp32 only; allowed with cpu: "
-         "param_dtype = fp32 and reduce_dtype = fp32 (bf16 needs device = cuda)");
   if (s->device == DEVICE_CPU && s->comm == COMM_NCCL)
     PERR(c, blame(c, "fsdp", "comm", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] comm = nccl needs device = cuda; allowed with device = cpu: comm = auto | gloo");

@@ -53,6 +53,7 @@ typedef struct model_in {
   int world, batch_size, grad_accum, prefetch;
   shard_mode sharding;
   dtype_kind param_dtype, reduce_dtype;
+  device_kind device;
 } model_in;
 
 typedef struct unit_sizes {
@@ -80,26 +81,38 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   plan_act a = model_act(&in->m, in->batch_size);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
-  mem[MEM_PARAM_SHARD] = 4 * S;
+  /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
+   * converted into one root and one block buffer of it */
+  uint64_t cb = in->device == DEVICE_CPU ? 4 : 2;
+  uint64_t convert = pb != cb ? cb * ((uint64_t)u.pr + (uint64_t)u.pb) : 0;
+  /* reduce-scatter buffers: fp32 gradients are reduced from the root's buffer and two alternating
+   * block buffers; bf16 ones are computed in fp32 (root, one block), rounded into bf16 send
+   * buffers (root, two blocks) and received into bf16 shards (root, two blocks) */
+  uint64_t rs = in->reduce_dtype == DTYPE_FP32
+                    ? 4 * ((uint64_t)u.pr + 2 * (uint64_t)u.pb + scratch)
+                    : 4 * ((uint64_t)u.pr + (uint64_t)u.pb) + 2 * ((uint64_t)u.pr + 2 * (uint64_t)u.pb) +
+                          2 * ((uint64_t)u.sr + 2 * (uint64_t)u.sb + scratch);
+  mem[MEM_PARAM_SHARD] = 4 * S + (pb == 2 ? 2 * S : 0);   /* fp32 master, and its bf16 copy */
   mem[MEM_GRAD_SHARD] = 4 * S;
   mem[MEM_OPTIM_STATE] = 8 * S;
   switch (in->sharding) {
   case SHARD_FULL:
-    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + (1 + p < L ? 1 + p : L) * (uint64_t)u.pb);
-    mem[MEM_COMM] = rb * ((uint64_t)u.pr + 2 * (uint64_t)u.pb + scratch);
+    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + (1 + p < L ? 1 + p : L) * (uint64_t)u.pb) + convert;
+    mem[MEM_COMM] = rs;
     break;
   case SHARD_GRAD_OP:
-    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + L * (uint64_t)u.pb);
-    mem[MEM_COMM] = rb * ((uint64_t)u.pr + 2 * (uint64_t)u.pb + scratch);
+    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + L * (uint64_t)u.pb) + convert;
+    mem[MEM_COMM] = rs;
     break;
   default:
-    mem[MEM_GATHERED] = 0;
-    mem[MEM_COMM] = 0;
+    mem[MEM_GATHERED] = convert;
+    mem[MEM_COMM] = rb == 2 ? 2 * S : 0;   /* the bf16 copy of the gradient being all-reduced */
     break;
   }
-  /* plus the micro-batch's token ids: inputs and targets, B·T int32 each */
+  mem[MEM_COMM] += 4 * PLAN_STEP_SCALARS;   /* the step's scalars, all-reduced on the device */
+  /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
   mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.root_saved) +
-                         8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len;
+                         8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
   mem[MEM_WORKSPACE] = 4 * (uint64_t)(a.head_ws > a.bwd_ws ? a.head_ws : a.bwd_ws);
   *total = 0;
   for (int c = 0; c < MEM_NCAT; c++) *total += mem[c];
@@ -156,7 +169,7 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none, fp32|bf16");
   *in = (model_in){.m = *m, .world = world, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
                    .prefetch = s->prefetch, .sharding = s->sharding,
-                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype};
+                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device};
   return FSDP_OK;
 }
 
@@ -189,6 +202,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->prefetch = in.prefetch;
   p->param_dtype = in.param_dtype;
   p->reduce_dtype = in.reduce_dtype;
+  p->device = in.device;
   p->batch_size = in.batch_size;
   p->grad_accum = in.grad_accum;
   p->nunits = 1 + m->n_layer;
@@ -286,7 +300,7 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
 static model_in in_from_plan(const plan_t *p) {
   return (model_in){.m = p->model, .world = p->world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
                     .prefetch = p->prefetch, .sharding = p->sharding,
-                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype};
+                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device};
 }
 
 static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
@@ -299,6 +313,7 @@ static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
   s.sharding = p->sharding;
   s.param_dtype = p->param_dtype;
   s.reduce_dtype = p->reduce_dtype;
+  s.device = p->device;
   return plan_min_world(&s, device_bytes, PLAN_MAX_WORLD);
 }
 

@@ -11,21 +11,26 @@
  * [r·shard_numel, (r+1)·shard_numel) of it, where shard_numel = padded / shard_world.
  * shard_world is the world size for sharding full and grad_op, and 1 for none (every rank holds all).
  *
- * Memory model (bytes per rank; pb = param_dtype bytes, rb = reduce_dtype bytes, S = Σ shard_numel,
- * Pr = root padded, Pb = largest block padded, p = prefetch). docs/memory.md derives each term.
- *   param_shard  = 4·S                     fp32 master shard
+ * Memory model (bytes per rank; pb = param_dtype bytes, cb = compute dtype bytes (4 on cpu, 2 on
+ * cuda), S = Σ shard_numel, Pr = root padded, Pb = largest block padded, Sr, Sb their shard_numel,
+ * Smax = the largest of those (0 with one rank: the ring's receive scratch), p = prefetch).
+ * docs/memory.md derives each term.
+ *   param_shard  = 4·S (+ 2·S with pb = 2)  fp32 master shard (and the bf16 copy that is gathered)
  *   grad_shard   = 4·S                     fp32 gradient shard (accumulated over micro-steps)
  *   optim_state  = 8·S                     AdamW m and v
- *   gathered     = full:    pb·(Pr + min(1+p, L)·Pb)  root kept, p blocks ahead of the one computed
- *                  grad_op: pb·Σ padded             every unit stays gathered forward→backward
- *                  none:    0                       the "shard" is the whole model
- *   comm         = full, grad_op: rb·(Pr + 2·Pb + Smax)  full-size unit gradients: the root's, held
- *                                                   for the whole backward, and two blocks' (one being
- *                                                   computed, one being reduce-scattered), plus the ring
- *                                                   reduce-scatter's receive scratch, Smax = the largest
- *                                                   unit's shard_numel (0 with one rank)
- *                  none: 0                          gradients are all-reduced in place
- *   activations  = 4·(L·act.block_saved + act.root_saved) + 8·B·T   (the last term: token ids)
+ *   gathered     = full:    pb·(Pr + min(1+p, L)·Pb) + X  root kept, p blocks ahead of the one computed
+ *                  grad_op: pb·Σ padded + X       every unit stays gathered forward→backward
+ *                  none:    X                     the "shard" is the whole model
+ *                  X = cb·(Pr + Pb) when pb ≠ cb (a root and a block converted to the compute dtype)
+ *   comm         = full, grad_op, reduce fp32: 4·(Pr + 2·Pb + Smax)  full-size unit gradients: the
+ *                                     root's, held for the whole backward, and two blocks' (one being
+ *                                     computed, one being reduce-scattered), plus the ring's scratch
+ *                  reduce bf16: 4·(Pr + Pb) + 2·(Pr + 2·Pb) + 2·(Sr + 2·Sb + Smax)  fp32 gradients
+ *                                     (root, one block), bf16 send (root, two blocks) and receive
+ *                                     buffers, bf16 scratch
+ *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
+ *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
+ *   activations  = 4·(L·act.block_saved + act.root_saved) + 8·B·T·G   (the last term: the step's token ids)
  *   workspace    = 4·max(act.head_ws, act.bwd_ws)
  *
  * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
@@ -104,6 +109,7 @@ typedef struct plan {
   shard_mode sharding;
   int prefetch;
   dtype_kind param_dtype, reduce_dtype;
+  device_kind device;           /* its compute dtype: fp32 on cpu, bf16 on cuda */
   int batch_size, grad_accum;   /* B, G */
   int nunits;            /* 1 + n_layer */
   plan_unit *units;

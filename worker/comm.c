@@ -30,6 +30,7 @@ struct comm_req {
   comm_req *next;          /* queue link (threaded) */
   int done;                /* threaded: set by the comm thread under c->mu */
   int abandoned;           /* threaded: the waiter gave up; the comm thread frees it */
+  int demanded;            /* threaded: comm_wait has been called (strict devices, device.h) */
   fsdp_status st;
   void *token;             /* streamed: the backend's handle */
   double t_submit;
@@ -129,6 +130,37 @@ static fsdp_status local_run(void *impl, const comm_op *op) {
 
 static const comm_backend local_backend = {.name = "local", .run = local_run};
 
+/* ---- device events around an op (device.h) ---- */
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double end = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + seconds;
+  ts.tv_sec = (time_t)end;
+  ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* The compute that produced the op's input (or last read its output buffer) is done. */
+static fsdp_status wait_after(comm_t *c, const comm_op *op) {
+  if (!op->after) return FSDP_OK;
+  if (dev_event_host_wait(op->after, op->after_ticket, c->timeout_s) != FSDP_OK)
+    return fsdp_set_error(FSDP_ERR_TIMEOUT, "the compute it waits for did not reach its event within timeout_s");
+  return FSDP_OK;
+}
+
+static void complete_done(const comm_op *op) {
+  if (op->done) dev_event_complete(op->done, op->done_ticket);
+}
+
+/* Strict devices: a request runs only once it, or a later one, is waited for (caller holds c->mu). */
+static int demanded(const comm_t *c, const comm_req *r) {
+  (void)c;
+  for (const comm_req *q = r; q; q = q->next)
+    if (q->demanded || !q->op.done || dev_event_demanded(q->op.done, q->op.done_ticket)) return 1;
+  return 0;
+}
+
 /* ---- the comm thread ---- */
 
 static void *comm_thread_main(void *arg) {
@@ -138,6 +170,12 @@ static void *comm_thread_main(void *arg) {
     while (!c->head && !c->stop) pthread_cond_wait(&c->cv_work, &c->mu);
     if (!c->head) break;   /* stop requested and the queue is drained */
     comm_req *r = c->head;
+    if (!demanded(c, r) && !c->stop && !atomic_load(&c->failed)) {
+      /* strict device: not before something waits for it (see device.h); demand on an event
+       * does not signal this comm, so look again shortly */
+      timed_wait(&c->cv_work, &c->mu, 0.001);
+      continue;
+    }
     c->head = r->next;
     if (!c->head) c->tail = NULL;
     double t0 = now_s();
@@ -155,9 +193,11 @@ static void *comm_thread_main(void *arg) {
                comm_op_name(r->op.kind), c->fail_msg);
     } else {
       fsdp_clear_error();
-      st = c->be->run(c->impl, &r->op);
+      st = wait_after(c, &r->op);
+      if (st == FSDP_OK) st = c->be->run(c->impl, &r->op);
       if (st != FSDP_OK) describe_failure(c, &r->op, st, t0, fsdp_last_error(), msg, sizeof msg);
     }
+    complete_done(&r->op);
 
     pthread_mutex_lock(&c->mu);
     if (st == FSDP_OK) count_bytes(c, &r->op);
@@ -192,10 +232,10 @@ fsdp_status comm_wrap(const comm_backend *be, void *impl, int rank, int world, d
   c->threaded = be->run != NULL && world > 1;
   if (c->threaded) {
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv_work, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv_work, &ca);
     pthread_cond_init(&c->cv_done, &ca);
     pthread_condattr_destroy(&ca);
     int e = pthread_create(&c->thread, NULL, comm_thread_main, c);
@@ -244,11 +284,16 @@ static fsdp_status fail_fast(const comm_t *c, comm_op_kind k) {
 
 static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
   if (req) *req = NULL;
-  if (atomic_load(&c->failed)) return fail_fast(c, op->kind);
+  if (atomic_load(&c->failed)) {
+    if (op->done) dev_event_complete(op->done, dev_event_mark(op->done));
+    return fail_fast(c, op->kind);
+  }
   comm_req *r = calloc(1, sizeof *r);
   if (!r) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a comm request");
   r->c = c;
   r->op = *op;
+  if (op->after) r->op.after_ticket = dev_event_last(op->after);
+  if (op->done) r->op.done_ticket = dev_event_mark(op->done);
   r->t_submit = now_s();
 
   if (c->threaded) {
@@ -258,9 +303,11 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
     c->tail = r;
     pthread_cond_signal(&c->cv_work);
     pthread_mutex_unlock(&c->mu);
-  } else if (c->be->run) {   /* world = 1: run inline */
+  } else if (c->be->run) {   /* world = 1: run inline, after the compute it must follow */
     fsdp_clear_error();
-    r->st = c->be->run(c->impl, op);
+    r->st = wait_after(c, &r->op);
+    if (r->st == FSDP_OK) r->st = c->be->run(c->impl, &r->op);
+    complete_done(&r->op);
     if (r->st != FSDP_OK) {
       describe_failure(c, op, r->st, r->t_submit, fsdp_last_error(), r->msg, sizeof r->msg);
       set_failed(c, r->st, r->msg);
@@ -269,11 +316,12 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
     }
     r->done = 1;
   } else {                    /* streamed */
-    fsdp_status st = c->be->submit(c->impl, op, &r->token);
+    fsdp_status st = c->be->submit(c->impl, &r->op, &r->token);
     if (st != FSDP_OK) {
       char msg[MSG_LEN];
       describe_failure(c, op, st, r->t_submit, fsdp_last_error(), msg, sizeof msg);
       set_failed(c, st, msg);
+      complete_done(&r->op);
       free(r);
       if (c->be->abort) c->be->abort(c->impl);
       return fsdp_set_error(st, "%s", msg);
@@ -303,6 +351,11 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen) {
 
 fsdp_status comm_allgather(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
                            comm_req **req) {
+  return comm_allgather_ev(c, send, recv, count, dt, NULL, NULL, req);
+}
+
+fsdp_status comm_allgather_ev(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                              dev_event *after, dev_event *done, comm_req **req) {
   if (req) *req = NULL;
   TRY(check_common(c, "comm_allgather", count, dt));
   size_t bytes = count * comm_dtype_size(dt);
@@ -310,27 +363,40 @@ fsdp_status comm_allgather(comm_t *c, const void *send, void *recv, size_t count
   /* In place is allowed: send may be exactly rank r's block of recv; any other overlap is not. */
   if (send != (const char *)recv + (size_t)c->rank * bytes && overlaps(send, bytes, recv, bytes * (size_t)c->world))
     return fsdp_set_error(FSDP_ERR_INVALID, "comm_allgather: send overlaps recv; allowed: disjoint, or send == recv + rank·count");
-  comm_op op = {.kind = COMM_OP_ALLGATHER, .send = send, .recv = recv, .count = count, .dt = dt};
+  comm_op op = {.kind = COMM_OP_ALLGATHER, .send = send, .recv = recv, .count = count, .dt = dt, .after = after,
+                .done = done};
   return issue(c, &op, req);
 }
 
 fsdp_status comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count,
                                 comm_dtype dt, comm_req **req) {
+  return comm_reduce_scatter_ev(c, send, recv, count, dt, NULL, NULL, req);
+}
+
+fsdp_status comm_reduce_scatter_ev(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                                   dev_event *after, dev_event *done, comm_req **req) {
   if (req) *req = NULL;
   TRY(check_common(c, "comm_reduce_scatter", count, dt));
   size_t bytes = count * comm_dtype_size(dt);
   if (count && (!send || !recv)) return fsdp_set_error(FSDP_ERR_INVALID, "comm_reduce_scatter: NULL buffer with count %zu", count);
   if (overlaps(send, bytes * (size_t)c->world, recv, bytes))
     return fsdp_set_error(FSDP_ERR_INVALID, "comm_reduce_scatter: send and recv overlap; allowed: disjoint buffers");
-  comm_op op = {.kind = COMM_OP_REDUCESCATTER, .send = send, .recv = recv, .count = count, .dt = dt};
+  comm_op op = {.kind = COMM_OP_REDUCESCATTER, .send = send, .recv = recv, .count = count, .dt = dt, .after = after,
+                .done = done};
   return issue(c, &op, req);
 }
 
 fsdp_status comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype dt, comm_req **req) {
+  return comm_allreduce_ev(c, buf, count, dt, NULL, NULL, req);
+}
+
+fsdp_status comm_allreduce_ev(comm_t *c, void *buf, size_t count, comm_dtype dt, dev_event *after, dev_event *done,
+                              comm_req **req) {
   if (req) *req = NULL;
   TRY(check_common(c, "comm_allreduce", count, dt));
   if (count && !buf) return fsdp_set_error(FSDP_ERR_INVALID, "comm_allreduce: NULL buffer with count %zu", count);
-  comm_op op = {.kind = COMM_OP_ALLREDUCE, .send = buf, .recv = buf, .count = count, .dt = dt};
+  comm_op op = {.kind = COMM_OP_ALLREDUCE, .send = buf, .recv = buf, .count = count, .dt = dt, .after = after,
+                .done = done};
   return issue(c, &op, req);
 }
 
@@ -345,6 +411,8 @@ fsdp_status comm_barrier(comm_t *c) {
 static fsdp_status wait_threaded(comm_t *c, comm_req *r) {
   double watchdog = 2 * c->timeout_s + 5;
   pthread_mutex_lock(&c->mu);
+  r->demanded = 1;
+  pthread_cond_broadcast(&c->cv_work);
   while (!r->done) {
     double t = now_s();
     if (c->cur && t - c->cur_start > watchdog) {
@@ -358,6 +426,9 @@ static fsdp_status wait_threaded(comm_t *c, comm_req *r) {
       set_failed(c, FSDP_ERR_TIMEOUT, msg);
       c->hung = 1;
       r->abandoned = 1;
+      /* the stuck thread may never reach them: release whatever compute waits for */
+      complete_done(&c->cur->op);
+      for (comm_req *q = c->head; q; q = q->next) complete_done(&q->op);
       pthread_mutex_unlock(&c->mu);
       return fsdp_set_error(FSDP_ERR_TIMEOUT, "%s", msg);
     }

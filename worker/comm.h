@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "err.h"
 #include "plan.h"
 
@@ -67,6 +68,19 @@ fsdp_status comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t 
 fsdp_status comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype dt, comm_req **req);
 /* Blocks until every rank has entered the barrier (after every collective issued before it). */
 fsdp_status comm_barrier(comm_t *c);
+/* Stream-ordered variants (device.h): the collective starts only once AFTER's latest mark at the
+ * time of the call is complete (NULL: at once), and marks DONE at the call, completing that mark
+ * when the collective has finished, successfully or not (NULL: no event). So a gather into a buffer
+ * the compute stream still reads is issued with after = an event recorded after the last reader,
+ * and compute that reads the result waits on done (device wait). A failed collective still
+ * completes DONE (the data are then garbage; comm_wait reports the failure). The host-side
+ * comm_wait() stays: every request is still waited and freed by the caller. */
+fsdp_status comm_allgather_ev(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                              dev_event *after, dev_event *done, comm_req **req);
+fsdp_status comm_reduce_scatter_ev(comm_t *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                                   dev_event *after, dev_event *done, comm_req **req);
+fsdp_status comm_allreduce_ev(comm_t *c, void *buf, size_t count, comm_dtype dt, dev_event *after, dev_event *done,
+                              comm_req **req);
 /* Completes and frees *req (NULL-safe; *req becomes NULL). Every request must be waited, before
  * comm_destroy(). FSDP_ERR_TIMEOUT (the message names
  * the collective and the timeout) if it did not complete within timeout_s; FSDP_ERR_COMM if it
@@ -114,6 +128,10 @@ typedef struct comm_op {
   void *recv;          /* allgather, reduce-scatter; the buffer of an all-reduce */
   size_t count;        /* as in the public call */
   comm_dtype dt;
+  dev_event *after;    /* start once mark after_ticket of AFTER is complete (NULL: at once) */
+  uint64_t after_ticket;
+  dev_event *done;     /* complete mark done_ticket of DONE when finished (NULL: none) */
+  uint64_t done_ticket;
 } comm_op;
 
 /* A backend is either threaded (run != NULL: comm.c runs each op on the comm thread, blocking) or

@@ -99,6 +99,11 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
   nccl_impl *n = impl;
   *token = NULL;
   if (n->aborted) return fsdp_set_error(FSDP_ERR_COMM, "nccl %s: the communicator was aborted", comm_op_name(op->kind));
+  /* Device events are CPU-side marks today; ordering NCCL's stream against a compute stream needs
+   * the CUDA device's events (cudaStreamWaitEvent / cudaEventRecord). */
+  if (op->after || op->done)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "nccl %s: stream-ordered collectives need the CUDA device",
+                          comm_op_name(op->kind));
   cudaError_t e = cudaSetDevice(n->device);
   if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
   double deadline = now_s() + n->timeout_s;

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "comm.h"
+#include "device.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mem.h"
@@ -105,10 +106,20 @@ static fsdp_status ckpt_begin(runtime_t *rt, const jobspec_t *spec, int *start) 
   return FSDP_OK;
 }
 
+/* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones). */
+static fsdp_status open_cpu_device(device_t **dev) {
+  dev_cpu_mode mode;
+  TRY(dev_cpu_mode_from_env(&mode));
+  TRY(device_new_cpu(mode, dev));
+  if (mode != DEV_CPU_SYNC) log_info("CPU device: %s", (*dev)->op->name);
+  return FSDP_OK;
+}
+
 static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
   jobspec_t spec;
   plan_t *plan = NULL;
   comm_t *comm = NULL;
+  device_t *dev = NULL;
   runtime_t *rt = NULL;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
@@ -123,7 +134,8 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   if (steps_override > 0) spec.steps = steps_override;
   TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
   TRY_GOTO(comm_new_gloo(rank, world, rdv, NULL, "fsdp", spec.timeout_s, &comm), rc, out);
-  TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
+  TRY_GOTO(open_cpu_device(&dev), rc, out);
+  TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
@@ -138,6 +150,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
 out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
   runtime_destroy(&rt);
+  device_destroy(&dev);
   comm_destroy(&comm);
   plan_destroy(&plan);
   return rc == FSDP_OK ? 0 : 1;
@@ -148,6 +161,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   jobspec_t spec;
   plan_t *plan = NULL;
   comm_t *comm = NULL;
+  device_t *dev = NULL;
   runtime_t *rt = NULL;
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
@@ -170,7 +184,8 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   }
   comm_kv kv = wlink_kv(l);
   TRY_GOTO(comm_new_gloo(rank, (int)su->world, NULL, &kv, su->kv_prefix, spec.timeout_s, &comm), rc, out);
-  TRY_GOTO(runtime_new(&spec, plan, rank, comm, &rt), rc, out);
+  TRY_GOTO(open_cpu_device(&dev), rc, out);
+  TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
@@ -192,6 +207,7 @@ out:
     wlink_error(l, rank, rc, fsdp_last_error());
   }
   runtime_destroy(&rt);
+  device_destroy(&dev);
   comm_destroy(&comm);
   plan_destroy(&plan);
   wlink_close(&l);

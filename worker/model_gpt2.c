@@ -1,37 +1,77 @@
-/* model_gpt2 — GPT-2 forward and backward by FSDP unit; see model_gpt2.h. */
+/* model_gpt2 — GPT-2 forward and backward by FSDP unit over the device layer; see model_gpt2.h. */
 #include "model_gpt2.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "ops_cpu.h"
 #include "rng.h"
 
 /* ---------------------------------------------------------------- buffers */
 
-int64_t gpt2_acts_floats(const plan_t *p) {
-  return (int64_t)p->model.n_layer * p->act.block_saved + p->act.root_saved;
-}
-
-int64_t gpt2_workspace_floats(const plan_t *p) {
-  return p->act.head_ws > p->act.bwd_ws ? p->act.head_ws : p->act.bwd_ws;
-}
-
-/* Hand out N floats from *cursor. */
-static float *take(float **cursor, int64_t n) {
-  float *r = *cursor;
-  *cursor += n;
+/* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count). */
+static void *take(char *base, int64_t *off, int64_t n, int esz) {
+  void *r = base ? base + *off : NULL;
+  *off += n * esz;
   return r;
 }
 
-gpt2_acts *gpt2_acts_new(const plan_t *p) {
+/* Lay the saved activations and the workspace views out from SAVED and WS; returns the byte sizes. */
+static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+  const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
+  const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
+  const int e = a->dev->act_bytes;
+  char *c = saved;
+  int64_t o = 0;
+  for (int l = 0; l < a->L; l++) {   /* block_saved = 16·BTC + 4·BT + BHTT, in plan_act's order */
+    gpt2_block_acts *b = &a->blk[l];
+    b->ln1 = take(c, &o, BTC, e);
+    b->ln1_mean = take(c, &o, BT, 4);
+    b->ln1_rstd = take(c, &o, BT, 4);
+    b->qkv = take(c, &o, 3 * BTC, e);
+    b->atty = take(c, &o, BTC, e);
+    b->att = take(c, &o, ATT, 4);
+    b->res2 = take(c, &o, BTC, e);
+    b->ln2 = take(c, &o, BTC, e);
+    b->ln2_mean = take(c, &o, BT, 4);
+    b->ln2_rstd = take(c, &o, BT, 4);
+    b->fch = take(c, &o, 4 * BTC, e);
+    b->fch_gelu = take(c, &o, 4 * BTC, e);
+    b->out = take(c, &o, BTC, e);
+  }
+  a->x0 = take(c, &o, BTC, e);             /* root_saved = 2·BTC + 2·BT */
+  a->lnf = take(c, &o, BTC, e);
+  a->lnf_mean = take(c, &o, BT, 4);
+  a->lnf_rstd = take(c, &o, BT, 4);
+  *saved_bytes = o;
+
+  /* Backward scratch (bwd_ws = 7·BTC + BHTT). dres starts at 0 and overlaps the logits: the
+   * head writes it only after the logits are dead. */
+  c = ws, o = 0;
+  a->dres = take(c, &o, BTC, e);
+  a->dx = take(c, &o, BTC, e);
+  a->dbuf = take(c, &o, 4 * BTC, e);
+  a->datty = take(c, &o, BTC, e);
+  a->datt = take(c, &o, ATT, 4);
+  int64_t bwd = o;
+  /* The head: logits, losses, then dlnf after both (live together during the classifier). */
+  o = 0;
+  a->logits = take(c, &o, BT * a->V, e);
+  a->losses = take(c, &o, BT, 4);
+  a->dlnf = take(c, &o, BTC, e);
+  int64_t head = o;
+  /* Forward scratch: anywhere; nothing else is live. */
+  a->fwd_tmp = ws;
+  *ws_bytes = bwd > head ? bwd : head;
+}
+
+gpt2_acts *gpt2_acts_new(const plan_t *p, device_t *d) {
   gpt2_acts *a = calloc(1, sizeof *a);
   if (!a) {
     fsdp_set_error(FSDP_ERR_NOMEM, "gpt2_acts_new: out of host memory for the activation table");
     return NULL;
   }
+  a->dev = d;
   a->B = p->batch_size;
   a->T = p->model.seq_len;
   a->C = p->model.n_embd;
@@ -39,62 +79,29 @@ gpt2_acts *gpt2_acts_new(const plan_t *p) {
   a->V = p->model.vocab_size;
   a->L = p->model.n_layer;
   a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
-  a->saved_floats = gpt2_acts_floats(p);
-  a->ws_floats = gpt2_workspace_floats(p);
-  a->saved = mem_alloc(MEM_ACTIVATIONS, (size_t)a->saved_floats * sizeof(float));
-  a->ws = mem_alloc(MEM_WORKSPACE, (size_t)a->ws_floats * sizeof(float));
-  if (!a->blk || !a->saved || !a->ws) {
-    if (!a->blk) fsdp_set_error(FSDP_ERR_NOMEM, "gpt2_acts_new: out of host memory for %d block tables", a->L);
-    gpt2_acts_destroy(&a);     /* mem_alloc recorded its own error */
+  if (!a->blk) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "gpt2_acts_new: out of host memory for %d block tables", a->L);
+    gpt2_acts_destroy(&a);
     return NULL;
   }
-  const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C, BHTT = (int64_t)a->B * a->NH * a->T * a->T;
-
-  float *c = a->saved;
-  for (int l = 0; l < a->L; l++) {   /* block_saved = 16·BTC + 4·BT + BHTT, in plan_act's order */
-    gpt2_block_acts *b = &a->blk[l];
-    b->ln1 = take(&c, BTC);
-    b->ln1_mean = take(&c, BT);
-    b->ln1_rstd = take(&c, BT);
-    b->qkv = take(&c, 3 * BTC);
-    b->atty = take(&c, BTC);
-    b->att = take(&c, BHTT);
-    b->res2 = take(&c, BTC);
-    b->ln2 = take(&c, BTC);
-    b->ln2_mean = take(&c, BT);
-    b->ln2_rstd = take(&c, BT);
-    b->fch = take(&c, 4 * BTC);
-    b->fch_gelu = take(&c, 4 * BTC);
-    b->out = take(&c, BTC);
+  layout(a, NULL, NULL, &a->saved_bytes, &a->ws_bytes);
+  a->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)a->saved_bytes);
+  a->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)a->ws_bytes);
+  if (!a->saved || !a->ws) {
+    gpt2_acts_destroy(&a);     /* the allocator recorded its own error */
+    return NULL;
   }
-  a->x0 = take(&c, BTC);             /* root_saved = 2·BTC + 2·BT */
-  a->lnf = take(&c, BTC);
-  a->lnf_mean = take(&c, BT);
-  a->lnf_rstd = take(&c, BT);
-
-  /* Backward scratch (bwd_ws = 7·BTC + BHTT). dres starts at 0 and overlaps the logits: the
-   * head writes it only after the logits are dead. */
-  c = a->ws;
-  a->dres = take(&c, BTC);
-  a->dx = take(&c, BTC);
-  a->dbuf = take(&c, 4 * BTC);
-  a->datty = take(&c, BTC);
-  a->datt = take(&c, BHTT);
-  /* The head: logits, losses, then dlnf after both (live together during classifier_backward). */
-  c = a->ws;
-  a->logits = take(&c, BT * a->V);
-  a->losses = take(&c, BT);
-  a->dlnf = take(&c, BTC);
-  /* Forward scratch: anywhere; nothing else is live. */
-  a->fwd_tmp = a->ws;
+  layout(a, a->saved, a->ws, &a->saved_bytes, &a->ws_bytes);
   return a;
 }
 
 void gpt2_acts_destroy(gpt2_acts **pa) {
   if (!pa || !*pa) return;
   gpt2_acts *a = *pa;
-  mem_free(a->saved);
-  mem_free(a->ws);
+  if (a->dev) {
+    a->dev->op->free(a->dev, a->saved);
+    a->dev->op->free(a->dev, a->ws);
+  }
   free(a->blk);
   free(a);
   *pa = NULL;
@@ -102,105 +109,101 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* Parameter views of a unit's gathered buffer. The const cast is safe: forward only reads. */
-#define PARAM(u, slot, buf) gpt2_tensor(p, (u), (slot), (float *)(buf))
+#define PARAM(u, slot, buf) gpt2_param(p, a->dev, (u), (slot), (buf))
 
-void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const float *root, const int *inp) {
-  encoder_forward(a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
+void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
+  device_t *d = a->dev;
+  d->op->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
 }
 
 /* The residual stream entering block LAYER and leaving the last block. */
-static float *block_input(gpt2_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
-static float *last_output(gpt2_acts *a) { return a->L == 0 ? a->x0 : a->blk[a->L - 1].out; }
+static void *block_input(gpt2_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
+static void *last_output(gpt2_acts *a) { return a->L == 0 ? a->x0 : a->blk[a->L - 1].out; }
 
-void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const float *unit) {
+void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *unit) {
   const int B = a->B, T = a->T, C = a->C, NH = a->NH, BT = B * T, u = 1 + layer;
+  device_t *d = a->dev;
   gpt2_block_acts *s = &a->blk[layer];
-  const float *x = block_input(a, layer);
+  const void *x = block_input(a, layer);
 
-  layernorm_forward(s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit), PARAM(u, BLK_LN1_B, unit),
-                    B, T, C);
-  matmul_forward(s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
-  attention_forward(s->atty, s->att, s->qkv, B, T, C, NH);
-  matmul_forward(a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT, C, C);
-  residual_forward(s->res2, x, a->fwd_tmp, BT * C);
+  d->op->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
+                           PARAM(u, BLK_LN1_B, unit), B, T, C);
+  d->op->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
+  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH);
+  d->op->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
+                        C, C);
+  d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
-  layernorm_forward(s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, PARAM(u, BLK_LN2_W, unit),
-                    PARAM(u, BLK_LN2_B, unit), B, T, C);
-  matmul_forward(s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C, 4 * C);
-  gelu_forward(s->fch_gelu, s->fch, BT * 4 * C);
-  matmul_forward(a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT, 4 * C, C);
-  residual_forward(s->out, s->res2, a->fwd_tmp, BT * C);
+  d->op->layernorm_forward(d, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, PARAM(u, BLK_LN2_W, unit),
+                           PARAM(u, BLK_LN2_B, unit), B, T, C);
+  d->op->matmul_forward(d, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C, 4 * C);
+  d->op->gelu_forward(d, s->fch_gelu, s->fch, (int64_t)BT * 4 * C);
+  d->op->matmul_forward(d, a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT,
+                        4 * C, C);
+  d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
 /* ---------------------------------------------------------------- loss and backward */
 
-/* dst += src over N floats: the backward of a residual branch joining the stream. */
-static void accumulate(float *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-}
-
-double gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const float *root, float *droot,
-                                  const int *targets, float dscale) {
+void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                float dscale, float *loss_acc) {
   const int B = a->B, T = a->T, C = a->C, V = a->V, BT = B * T;
-  const float *x = last_output(a);
-  const float *wte = PARAM(0, ROOT_WTE, root);
+  device_t *d = a->dev;
+  const void *x = last_output(a);
 
-  layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, PARAM(0, ROOT_LNF_W, root), PARAM(0, ROOT_LNF_B, root),
-                    B, T, C);
-  classifier_forward(a->logits, a->lnf, wte, BT, C, V);
-  double loss = softmax_xent_forward_backward(a->logits, a->losses, targets, BT, V, dscale);  /* logits → dlogits */
-
-  classifier_backward(a->dlnf, gpt2_tensor(p, 0, ROOT_WTE, droot), a->logits, a->lnf, wte, BT, C, V);
+  d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, PARAM(0, ROOT_LNF_W, root),
+                           PARAM(0, ROOT_LNF_B, root), B, T, C);
+  d->op->classifier(d, a->dlnf, gpt2_grad(p, 0, ROOT_WTE, droot), a->losses, loss_acc, a->logits, a->lnf,
+                    PARAM(0, ROOT_WTE, root), targets, BT, C, V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it. */
-  layernorm_backward(a->dres, gpt2_tensor(p, 0, ROOT_LNF_W, droot), gpt2_tensor(p, 0, ROOT_LNF_B, droot), a->dlnf,
-                     x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
-  return loss;
+  d->op->layernorm_backward(d, a->dres, gpt2_grad(p, 0, ROOT_LNF_W, droot), gpt2_grad(p, 0, ROOT_LNF_B, droot),
+                            a->dlnf, x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
-void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const float *unit, float *dunit) {
+void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit) {
   const int B = a->B, T = a->T, C = a->C, NH = a->NH, BT = B * T, u = 1 + layer;
+  device_t *d = a->dev;
   gpt2_block_acts *s = &a->blk[layer];
-  const float *x = block_input(a, layer);
-  float *dres = a->dres;              /* on entry dL/d out; on return dL/d x */
-  float *dfch = s->fch_gelu;          /* fch_gelu is dead once c_proj's weight gradient is taken */
-#define DPARAM(slot) gpt2_tensor(p, u, (slot), dunit)
+  const void *x = block_input(a, layer);
+  void *dres = a->dres;              /* on entry dL/d out; on return dL/d x */
+  void *dfch = s->fch_gelu;          /* fch_gelu is dead once c_proj's weight gradient is taken */
+#define DPARAM(slot) gpt2_grad(p, u, (slot), dunit)
 
   /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-  matmul_backward(a->dbuf, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
-                  PARAM(u, BLK_FCPROJ_W, unit), BT, 4 * C, C);
-  gelu_backward(dfch, s->fch, a->dbuf, BT * 4 * C);
-  matmul_backward(a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C, 4 * C);
-  layernorm_backward(a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2, PARAM(u, BLK_LN2_W, unit),
-                     s->ln2_mean, s->ln2_rstd, B, T, C);
-  accumulate(dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
+  d->op->matmul_backward(d, a->dbuf, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
+                         PARAM(u, BLK_FCPROJ_W, unit), BT, 4 * C, C);
+  d->op->gelu_backward(d, dfch, s->fch, a->dbuf, (int64_t)BT * 4 * C);
+  d->op->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
+                         4 * C);
+  d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
+                            PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);
+  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
 
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
-  matmul_backward(a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
-                  PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
-  attention_backward(a->dbuf, a->datt, a->datty, s->qkv, s->att, B, T, C, NH);   /* dbuf = d qkv */
-  matmul_backward(a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1, PARAM(u, BLK_ATTN_W, unit),
-                  BT, C, 3 * C);
-  layernorm_backward(a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
-                     s->ln1_mean, s->ln1_rstd, B, T, C);
-  accumulate(dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
+  d->op->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
+                         PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
+  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->att, B, T, C, NH);   /* dbuf = d qkv */
+  d->op->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
+                         PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
+  d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
+                            s->ln1_mean, s->ln1_rstd, B, T, C);
+  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
 #undef DPARAM
 }
 
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp) {
-  encoder_backward(gpt2_tensor(p, 0, ROOT_WTE, droot), gpt2_tensor(p, 0, ROOT_WPE, droot), a->dres, inp,
-                   a->B, a->T, a->C);
+  device_t *d = a->dev;
+  d->op->encoder_backward(d, gpt2_grad(p, 0, ROOT_WTE, droot), gpt2_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
+                          a->B, a->T, a->C);
 }
 
-double gpt2_forward_backward(const plan_t *p, gpt2_acts *a, float *const *units, float *const *dunits,
-                             const int *inp, const int *targets, float dscale) {
+void gpt2_forward_backward(const plan_t *p, gpt2_acts *a, void *const *units, float *const *dunits, const int *inp,
+                           const int *targets, float dscale, float *loss_acc) {
   gpt2_embed_forward(a, p, units[0], inp);
   for (int l = 0; l < a->L; l++) gpt2_block_forward(a, p, l, units[1 + l]);
-  double loss = gpt2_head_forward_backward(a, p, units[0], dunits[0], targets, dscale);
+  gpt2_head_forward_backward(a, p, units[0], dunits[0], targets, dscale, loss_acc);
   for (int l = a->L - 1; l >= 0; l--) gpt2_block_backward(a, p, l, units[1 + l], dunits[1 + l]);
   gpt2_embed_backward(a, p, dunits[0], inp);
-  return loss;
 }
 
 /* ---------------------------------------------------------------- initialization */

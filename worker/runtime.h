@@ -8,7 +8,9 @@
  * with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
  * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients.
  * prefetch = k keeps up to k units in flight ahead of the one being computed; 0 serializes.
- * One thread drives a runtime; collectives run on the communicator's own thread.
+ * All memory and compute go through the device layer (device.h): one schedule drives every device,
+ * collectives are ordered against the device's stream by events. One thread drives a runtime;
+ * collectives run on the communicator's own thread or stream.
  */
 #ifndef FSDP_RUNTIME_H
 #define FSDP_RUNTIME_H
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "device.h"
 #include "jobspec.h"
 #include "plan.h"
 
@@ -29,20 +32,26 @@ typedef struct rt_report {
   uint64_t tokens;               /* B·T·G·world */
   double step_ms;                /* this rank's wall time for the step */
   uint64_t peak[MEM_NCAT], cur[MEM_NCAT], peak_total;   /* bytes, peaks within this step */
-  uint64_t phase_us[RT_NPHASE];  /* time blocked on gathers, computing, blocked on reductions, optimizer */
+  uint64_t phase_us[RT_NPHASE];  /* device stream time blocked on gathers, computing, blocked on
+                                    reductions, and in the optimizer (norm, scalar all-reduce, AdamW) */
   uint64_t sent[COLL_NKIND];     /* bytes this rank sent during this step */
 } rt_report;
 
 typedef struct runtime runtime_t;
 
 /* Allocate the shards and initialize them (random from spec->seed, or spec->init's .safetensors)
- * and open the training data. Collective-free. */
-fsdp_status runtime_new(const jobspec_t *spec, const plan_t *plan, int rank, comm_t *comm, runtime_t **out);
+ * and open the training data. Collective-free. SPEC, PLAN, COMM and DEV are borrowed and must
+ * outlive the runtime. */
+fsdp_status runtime_new(const jobspec_t *spec, const plan_t *plan, int rank, comm_t *comm, device_t *dev,
+                        runtime_t **out);
 /* One optimizer step (G micro-steps). Collective: every rank calls it with the same STEP. */
 fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out);
 /* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
 fsdp_status runtime_save(runtime_t *rt, const char *path);
-/* This rank's parameter shard (plan->shard_total floats), for tests. */
+/* Tests only: skip the device wait between a block's gather and the compute that reads it, so
+ * that a test can show the asynchronous devices catch a missing wait. */
+void runtime_test_drop_gather_wait(runtime_t *rt, int on);
+/* This rank's parameter shard (plan->shard_total floats, device memory), for tests. */
 const float *runtime_param_shard(const runtime_t *rt);
 void runtime_destroy(runtime_t **rt);
 

@@ -128,7 +128,14 @@ bad heads.ini 5 "not divisible by n_head" "${T}[model]\nn_head = 12\nn_embd = 10
 bad world0.ini 4 "world_size = 0 is out of range; allowed: an integer in 1..4096" "${T}[fsdp]\nworld_size = 0\n"
 bad nofile.ini 2 "cannot read" "[data]\ntrain = no/such/tokens.bin\n"
 bad notrain.ini 1 "train is required" "[data]\nbatch_size = 2\n"
-bad cpu_bf16.ini 4 "bf16 needs device = cuda" "${T}[fsdp]\nparam_dtype = bf16\n"
+bad cpu_bf17.ini 4 "allowed: fp32 | bf16" "${T}[fsdp]\nparam_dtype = bf17\n"
+# mixed precision plans on the CPU too: bf16 gathers, fp32 master
+printf '%b' "${T}[fsdp]\nparam_dtype = bf16\nreduce_dtype = bf16\n" >"$TMP/cpu_bf16.ini"
+run 0 plan "$TMP/cpu_bf16.ini" --json && python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["param_dtype"] == "bf16" and j["reduce_dtype"] == "bf16", j
+' "$TMP/out" && ok || fail "cpu_bf16.ini: plan --json does not show the bf16 dtypes"
 bad syntax.ini 3 "syntax error" "${T}[model\n"
 usage_err "cannot read the job file" plan "$TMP/does-not-exist.ini"
 usage_err "no job file" plan

@@ -286,6 +286,9 @@ typedef struct result {
   int ok;
 } result;
 
+/* The CPU device of every rank: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
+static dev_cpu_mode g_mode;
+
 static void child(const config *c, int rank, const char *run_dir, const char *ckdir) {
   alarm(120);
   jobspec_t spec;
@@ -293,13 +296,14 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
   snprintf(spec.ckpt_dir, sizeof spec.ckpt_dir, "%s", ckdir);
   plan_t *plan = NULL;
   comm_t *comm = NULL;
+  device_t *dev = NULL;
   runtime_t *rt = NULL;
   result res;
   memset(&res, 0, sizeof res);
   char path[700];
   snprintf(path, sizeof path, "%s/store", run_dir);
   if (plan_build(&spec, c->world, &plan) != FSDP_OK || comm_new_gloo(rank, c->world, path, NULL, "t", spec.timeout_s, &comm) != FSDP_OK ||
-      runtime_new(&spec, plan, rank, comm, &rt) != FSDP_OK) {
+      device_new_cpu(g_mode, &dev) != FSDP_OK || runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK) {
     fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
     _exit(3);
   }
@@ -325,6 +329,7 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
   snprintf(path, sizeof path, "%s/shard-%d", run_dir, rank);
   if (write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(8);
   runtime_destroy(&rt);
+  device_destroy(&dev);
   comm_destroy(&comm);
   plan_destroy(&plan);
   _exit(0);
@@ -449,6 +454,10 @@ static void test_resume(void) {
 }
 
 int main(void) {
+  if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
+    fprintf(stderr, "%s\n", fsdp_last_error());
+    return 2;
+  }
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   signal(SIGPIPE, SIG_IGN);

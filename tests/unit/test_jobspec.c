@@ -241,8 +241,8 @@ static void test_errors(void) {
   expect_error("[data]\ntrain = synthetic:uniform:3\n", 2, "synthetic:markov:SEED");
   expect_error("[job]\nsteps = 10\n", 2, "train is required");
   expect_error("[job]\nsteps = 10\n[data]\nbatch_size = 2\n", 3, "train is required");
-  snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf16\n", T);
-  expect_error(buf, 4, "device = cpu computes in fp32 only");
+  snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf17\n", T);
+  expect_error(buf, 4, "fp32");   /* mixed precision runs on the CPU too; only the names are checked */
   snprintf(buf, sizeof buf, "%s[fsdp]\ncomm = nccl\n", T);
   expect_error(buf, 4, "comm = nccl needs device = cuda");
   snprintf(buf, sizeof buf, "%s[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", T);

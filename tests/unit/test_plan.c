@@ -177,10 +177,10 @@ static void test_memory_model(void) {
   CHECK_EQ_INT(4 * 832, p->mem[MEM_GRAD_SHARD]);
   CHECK_EQ_INT(8 * 832, p->mem[MEM_OPTIM_STATE]);
   CHECK_EQ_INT(4 * (256 + 2 * 1024), p->mem[MEM_GATHERED]);   /* root + computed + 1 prefetched */
-  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
-  CHECK_EQ_INT(21120, p->mem[MEM_ACTIVATIONS]);
+  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256) + 16, p->mem[MEM_COMM]);   /* + the step's 4 scalars */
+  CHECK_EQ_INT(21120 + 96, p->mem[MEM_ACTIVATIONS]);                  /* + 8·B·T·G token ids */
   CHECK_EQ_INT(3072, p->mem[MEM_WORKSPACE]);
-  CHECK_EQ_INT(3328 + 3328 + 6656 + 9216 + 21120 + 3072 + 10240, p->mem_total);   /* 56960 */
+  CHECK_EQ_INT(3328 + 3328 + 6656 + 9216 + 21216 + 3072 + 10256, p->mem_total);   /* 57072 */
   /* sent: AG G·pb·(N−1)·(64 + 2·3·256) = 2·4·3·1600; RS 2·4·3·832; AR ⌊2·3·16/4⌋ */
   CHECK_EQ_INT(38400, p->sent_bytes[COLL_ALLGATHER]);
   CHECK_EQ_INT(19968, p->sent_bytes[COLL_REDUCESCATTER]);
@@ -191,11 +191,23 @@ static void test_memory_model(void) {
   s.param_dtype = s.reduce_dtype = DTYPE_BF16;
   s.prefetch = 2;
   CHECK_OK(plan_build(&s, 4, &p));
-  CHECK_EQ_INT(2 * (256 + 3 * 1024), p->mem[MEM_GATHERED]);
-  CHECK_EQ_INT(2 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
-  CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);                /* the master stays fp32 */
+  /* bf16 gathers, then a root and a block widened to the CPU's fp32 */
+  CHECK_EQ_INT(2 * (256 + 3 * 1024) + 4 * (256 + 1024), p->mem[MEM_GATHERED]);
+  /* fp32 gradients (root, a block), bf16 send (root, 2 blocks), bf16 receive (root and 2 block
+   * shards) and ring scratch (the largest shard), the scalars */
+  CHECK_EQ_INT(4 * (256 + 1024) + 2 * (256 + 2 * 1024) + 2 * (64 + 2 * 256 + 256) + 16, p->mem[MEM_COMM]);
+  CHECK_EQ_INT(4 * 832 + 2 * 832, p->mem[MEM_PARAM_SHARD]);      /* the fp32 master and its bf16 copy */
   CHECK_EQ_INT(19200, p->sent_bytes[COLL_ALLGATHER]);            /* 2·2·3·1600 */
   CHECK_EQ_INT(9984, p->sent_bytes[COLL_REDUCESCATTER]);         /* 2·2·3·832 */
+  plan_destroy(&p);
+  /* on CUDA the compute dtype is bf16: bf16 gathers are computed on as they are, fp32 ones converted */
+  s.device = DEVICE_CUDA;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(2 * (256 + 3 * 1024), p->mem[MEM_GATHERED]);
+  plan_destroy(&p);
+  s.param_dtype = DTYPE_FP32;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(4 * (256 + 3 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
   plan_destroy(&p);
 
   /* grad_op, fp32: every unit stays gathered */
@@ -203,7 +215,7 @@ static void test_memory_model(void) {
   s.sharding = SHARD_GRAD_OP;
   CHECK_OK(plan_build(&s, 4, &p));
   CHECK_EQ_INT(4 * (256 + 3 * 1024), p->mem[MEM_GATHERED]);
-  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256), p->mem[MEM_COMM]);
+  CHECK_EQ_INT(4 * (256 + 2 * 1024 + 256) + 16, p->mem[MEM_COMM]);
   CHECK_EQ_INT(19968, p->sent_bytes[COLL_ALLGATHER]);            /* 2·4·3·832 */
   CHECK_EQ_INT(19968, p->sent_bytes[COLL_REDUCESCATTER]);
   CHECK_EQ_INT(24, p->sent_bytes[COLL_ALLREDUCE]);
@@ -215,8 +227,8 @@ static void test_memory_model(void) {
   CHECK_EQ_INT(1, p->shard_world);
   CHECK_EQ_INT(2880, p->shard_total);
   CHECK_EQ_INT(0, p->mem[MEM_GATHERED]);
-  CHECK_EQ_INT(0, p->mem[MEM_COMM]);
-  CHECK_EQ_INT(11520 + 11520 + 23040 + 21120 + 3072, p->mem_total);   /* 70272 */
+  CHECK_EQ_INT(16, p->mem[MEM_COMM]);
+  CHECK_EQ_INT(11520 + 11520 + 23040 + 21216 + 3072 + 16, p->mem_total);   /* 70384 */
   CHECK_EQ_INT(0, p->sent_bytes[COLL_ALLGATHER]);
   CHECK_EQ_INT(0, p->sent_bytes[COLL_REDUCESCATTER]);
   CHECK_EQ_INT(17304, p->sent_bytes[COLL_ALLREDUCE]);            /* ⌊2·3·(4·2880 + 16)/4⌋ */
@@ -291,8 +303,8 @@ static void test_json_and_table(void) {
     CHECK_EQ_INT(768, json_integer_value(json_object_get(json_array_get(sh, 3), "offset")));
     CHECK_EQ_INT(256, json_integer_value(json_object_get(json_array_get(sh, 3), "length")));
     json_t *mem = json_object_get(j, "memory");
-    CHECK_EQ_INT(56960, json_integer_value(json_object_get(mem, "total")));
-    CHECK_EQ_INT(21120, json_integer_value(json_object_get(mem, "activations")));
+    CHECK_EQ_INT(57072, json_integer_value(json_object_get(mem, "total")));
+    CHECK_EQ_INT(21216, json_integer_value(json_object_get(mem, "activations")));
     json_t *modes = json_object_get(j, "sent_bytes_by_sharding");
     CHECK_EQ_INT(17304, json_integer_value(json_object_get(json_object_get(modes, "none"), "allreduce")));
     CHECK_EQ_INT(38400, json_integer_value(json_object_get(json_object_get(modes, "full"), "allgather")));
@@ -310,7 +322,7 @@ static void test_json_and_table(void) {
   fclose(f);
   CHECK(strstr(buf, "h.0.attn.c_attn.weight") != NULL);
   CHECK(strstr(buf, "fits") != NULL);
-  CHECK(strstr(buf, "55.6 KiB") != NULL);   /* 56960 bytes, one decimal */
+  CHECK(strstr(buf, "55.7 KiB") != NULL);   /* 57072 bytes, one decimal */
   free(buf);
   plan_destroy(&p);
   CHECK(!strcmp(mem_category_name(MEM_OPTIM_STATE), "optim_state"));

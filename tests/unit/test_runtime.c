@@ -11,11 +11,16 @@
  *     changes a weight by ≲ 1e-9 per step, except where a gradient is near zero and its sign flips
  *     under rounding — there the update can differ by up to ~lr·|g|/eps-level terms, bounded by
  *     the 2e-6 absolute slack for these 5 steps (measured max is printed).
- * Communication volume: the bytes each rank sends per step equal the plan's figure.
- * Memory: gathered peak ≤ root + (1 + prefetch)·largest block; total peak within 10% of the plan.
+ * The same holds with parameters gathered in bf16; bf16 reductions are checked to 1e-3 (below), and
+ * one rank with bf16 parameters is bit-identical to a hand-written mixed-precision reference.
+ * Communication volume: the bytes each rank sends per step equal the plan's figure; bf16 halves them.
+ * Memory: the peak of every category equals the plan's, to the byte.
+ * Ordering: every test runs on the CPU device FSDP_CPU_DEVICE names (ctest: sync and strict), and a
+ * removed wait must make the strict device compute wrong losses.
  * Failure: a rank that dies makes the others fail with a timeout error within timeout_s (+ margin).
  */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,7 +36,11 @@
 #include "comm.h"
 #include "jobspec.h"
 #include "plan.h"
+#include "model_gpt2.h"
+#include "optim.h"
 #include "runtime.h"
+#include "safetensors.h"
+#include "tokens.h"
 
 #define STEPS 5
 #define MAXW 4
@@ -57,7 +66,12 @@ typedef struct config {
   shard_mode sharding;
   int die_rank, die_step;          /* -1: nobody dies */
   double timeout_s;
+  dtype_kind param_dtype, reduce_dtype;
+  int drop_wait;                   /* runtime_test_drop_gather_wait */
 } config;
+
+/* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
+static dev_cpu_mode g_mode;
 
 static void make_spec(const config *c, jobspec_t *s) {
   if (jobspec_parse(JOB, "test_runtime.ini", "/tmp", s) != FSDP_OK) {
@@ -70,6 +84,8 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->prefetch = c->prefetch;
   s->sharding = c->sharding;
   s->timeout_s = c->timeout_s;
+  s->param_dtype = c->param_dtype;
+  s->reduce_dtype = c->reduce_dtype;
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
@@ -79,6 +95,7 @@ static void child(const config *c, int rank, const char *dir) {
   make_spec(c, &spec);
   plan_t *plan = NULL;
   comm_t *comm = NULL;
+  device_t *dev = NULL;
   runtime_t *rt = NULL;
   result res;
   memset(&res, 0, sizeof res);
@@ -86,10 +103,12 @@ static void child(const config *c, int rank, const char *dir) {
   char path[512];
   snprintf(path, sizeof path, "%s/store", dir);
   if (plan_build(&spec, c->world, &plan) != FSDP_OK || comm_new_gloo(rank, c->world, path, NULL, "t", spec.timeout_s, &comm) != FSDP_OK ||
-      runtime_new(&spec, plan, rank, comm, &rt) != FSDP_OK) {
+      device_new_cpu(c->drop_wait ? DEV_CPU_STRICT : g_mode, &dev) != FSDP_OK ||
+      runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK) {
     fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
     _exit(3);
   }
+  runtime_test_drop_gather_wait(rt, c->drop_wait);
   for (int s = 1; s <= STEPS; s++) {
     if (rank == c->die_rank && s == c->die_step) _exit(7);   /* dies mid-job, without a word */
     rt_report r;
@@ -115,6 +134,7 @@ static void child(const config *c, int rank, const char *dir) {
   /* A failed comm cannot be torn down politely; the process exits. */
   if (res.failed_step < 0) {
     runtime_destroy(&rt);
+    device_destroy(&dev);
     comm_destroy(&comm);
   }
   plan_destroy(&plan);
@@ -171,10 +191,13 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
   return ok ? 0 : -1;
 }
 
-static void test_equivalence(void) {
+/* N = 2 and 4 against N = 1 at fixed N·B·G, in every sharding mode, G = 1 and 2, for parameters
+ * gathered in fp32 and in bf16 (fp32 reductions: the sums are then the same up to fp32 order). */
+static void test_equivalence(dtype_kind pdt) {
   static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
   for (int accum = 1; accum <= 2; accum++) {
-    config ref = {.world = 1, .batch = 4, .accum = accum, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20};
+    config ref = {.world = 1, .batch = 4, .accum = accum, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                  .timeout_s = 20, .param_dtype = pdt};
     result rref[MAXW];
     float *mref = NULL;
     int64_t n = 0;
@@ -205,54 +228,217 @@ static void test_equivalence(void) {
           if (d > 2e-6 + 1e-5 * fabs(mref[i])) bad++;
         }
         CHECK_EQ_INT(0, bad);
-        printf("equivalence %-7s N=%d B=%d G=%d vs N=1 B=4: max loss rel diff %.2e, max weight abs diff %.2e\n",
-               shard_mode_name(c.sharding), world, c.batch, accum, maxl, maxw);
+        printf("equivalence %s params %-7s N=%d B=%d G=%d vs N=1 B=4: max loss rel diff %.2e, max weight abs diff %.2e\n",
+               dtype_kind_name(pdt), shard_mode_name(c.sharding), world, c.batch, accum, maxl, maxw);
         free(m);
       }
     }
-    printf("losses (N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", accum, rref[0].loss[0], rref[0].loss[1], rref[0].loss[2],
-           rref[0].loss[3], rref[0].loss[4]);
+    printf("losses (%s params, N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", dtype_kind_name(pdt), accum, rref[0].loss[0],
+           rref[0].loss[1], rref[0].loss[2], rref[0].loss[3], rref[0].loss[4]);
     CHECK(rref[0].loss[4] < rref[0].loss[0]);
     free(mref);
   }
 }
 
+/* bf16 reductions round every rank's partial sum (and each hop of the ring) to bf16, so N ranks no
+ * longer sum the same numbers in the same precision as one rank. The gradient then differs by about
+ * bf16's relative precision (2^-8) per element; AdamW's update m/sqrt(v) is scale-free and moves a
+ * weight by ~lr per step whatever the rounding, so after 5 steps weights differ by well under lr and
+ * the loss by far less than 1e-4 relative (measured: 2.4e-6). */
+static void test_bf16_reductions(void) {
+  config ref = {.world = 1, .batch = 4, .accum = 2, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                .timeout_s = 20, .param_dtype = DTYPE_BF16, .reduce_dtype = DTYPE_BF16};
+  result rref[MAXW];
+  CHECK(run(&ref, rref, NULL, NULL) == 0);
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
+  for (int mi = 0; mi < 3; mi++) {
+    config c = ref;
+    c.world = 2;
+    c.batch = 2;
+    c.sharding = modes[mi];
+    result res[MAXW];
+    CHECK(run(&c, res, NULL, NULL) == 0);
+    double maxl = 0;
+    for (int s = 0; s < STEPS; s++) {
+      CHECK(res[1].loss[s] == res[0].loss[s]);
+      CHECK_NEAR(rref[0].loss[s], res[0].loss[s], 0, 1e-4);
+      double d = fabs(res[0].loss[s] - rref[0].loss[s]) / fabs(rref[0].loss[s]);
+      if (d > maxl) maxl = d;
+    }
+    printf("bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4: max loss rel diff %.2e\n", shard_mode_name(c.sharding), maxl);
+  }
+}
+
+/* PyTorch FSDP's MixedPrecision(param_dtype=bf16) with fp32 compute, written out by hand on one
+ * process: every parameter rounded to bf16 before each forward, the fp32 gradient applied to the
+ * fp32 master by AdamW. One rank must match it bit for bit (the same operations in the same order);
+ * two ranks to the equivalence tolerance. */
+/* The reference, in a child process (OpenMP's threads do not survive a fork, and the ranks are
+ * forked from this process later): writes the losses and the final shard to DIR/ref-*. */
+static void bf16_reference_child(const config *c1, const char *dir) {
+  alarm(120);
+  jobspec_t s;
+  make_spec(c1, &s);
+  plan_t *p = NULL;
+  device_t *dev = NULL;
+  if (plan_build(&s, 1, &p) != FSDP_OK || device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
+  const int B = 4, T = p->model.seq_len, BT = B * T;
+  int64_t S = p->shard_total;
+  float *w = calloc((size_t)S, 4), *wb = calloc((size_t)S, 4), *g = calloc((size_t)S, 4);
+  float *m = calloc((size_t)S, 4), *v = calloc((size_t)S, 4);
+  void **units = calloc((size_t)p->nunits, sizeof(void *));
+  float **dunits = calloc((size_t)p->nunits, sizeof(float *));
+  int *inp = calloc((size_t)BT, sizeof(int)), *tgt = calloc((size_t)BT, sizeof(int));
+  gpt2_acts *a = gpt2_acts_new(p, dev);
+  tok_file *tf = NULL;
+  int64_t ntok = 4 * (int64_t)BT;
+  if (ntok < (1 << 21)) ntok = 1 << 21;   /* the runtime's synthetic stream length */
+  CHECK_OK(tok_open_markov(s.markov_seed, p->model.vocab_size, ntok + 1, &tf));
+  gpt2_init_shard(p, s.seed, 0, w);
+  for (int u = 0; u < p->nunits; u++) {
+    units[u] = wb + p->units[u].shard_base;
+    dunits[u] = g + p->units[u].shard_base;
+  }
+  double loss[STEPS];
+  for (int step = 1; step <= STEPS; step++) {
+    for (int64_t i = 0; i < S; i++) wb[i] = st_bf16_to_f32(st_f32_to_bf16(w[i]));
+    memset(g, 0, (size_t)S * 4);
+    if (tok_batch(tf, step - 1, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
+    float l = 0;
+    gpt2_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / (float)BT, &l);
+    double sq = 0;
+    for (int64_t i = 0; i < S; i++) sq += (double)g[i] * g[i];
+    loss[step - 1] = l / (float)BT;
+    double clip = optim_clip_scale(sqrt((double)(float)sq), s.grad_clip);
+    optim_adamw_shard(p, 0, w, g, m, v, step, optim_lr(&s, step), &s, (float)clip);
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/ref-loss", dir);
+  if (write_all(path, loss, sizeof loss)) _exit(5);
+  snprintf(path, sizeof path, "%s/ref-shard", dir);
+  if (write_all(path, w, (size_t)S * 4)) _exit(5);
+  _exit(0);
+}
+
+static void test_bf16_reference(void) {
+  config c1 = {.world = 1, .batch = 4, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+               .timeout_s = 20, .param_dtype = DTYPE_BF16};
+  jobspec_t s;
+  make_spec(&c1, &s);
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (!p) return;
+  char dir[] = "/tmp/fsdp-ref-XXXXXX", path[512];
+  if (!mkdtemp(dir)) return;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) bf16_reference_child(&c1, dir);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  double loss[STEPS] = {0};
+  float *w = calloc((size_t)p->shard_total, 4);
+  snprintf(path, sizeof path, "%s/ref-loss", dir);
+  CHECK(read_all(path, loss, sizeof loss) == 0);
+  snprintf(path, sizeof path, "%s/ref-shard", dir);
+  CHECK(read_all(path, w, (size_t)p->shard_total * 4) == 0);
+  rm_rf(dir);
+  result r1[MAXW], r2[MAXW];
+  float *m1 = NULL, *m2 = NULL;
+  int64_t n1 = 0, n2 = 0;
+  CHECK(run(&c1, r1, &m1, &n1) == 0);
+  config c2 = c1;
+  c2.world = 2, c2.batch = 2;
+  CHECK(run(&c2, r2, &m2, &n2) == 0);
+  int64_t exact = 0, close2 = 0, k = 0;
+  for (int u = 0; u < p->nunits && m1 && m2; u++)
+    for (int64_t i = 0; i < p->units[u].numel; i++, k++) {
+      float ref = w[p->units[u].shard_base + i];
+      exact += m1[k] == ref;
+      close2 += fabs((double)m2[k] - ref) <= 2e-6 + 1e-5 * fabs(ref);
+    }
+  for (int st = 0; st < STEPS; st++) {
+    CHECK(r1[0].loss[st] == loss[st]);
+    CHECK_NEAR(loss[st], r2[0].loss[st], 0, 1e-5);
+  }
+  CHECK_EQ_INT(k, exact);
+  CHECK_EQ_INT(k, close2);
+  printf("bf16 reference: %lld/%lld weights bit-identical at N=1, %lld within tolerance at N=2; losses %.6f .. %.6f\n",
+         (long long)exact, (long long)k, (long long)close2, loss[0], loss[STEPS - 1]);
+  /* bf16 gathers are not a no-op: the fp32 run differs */
+  result rf[MAXW];
+  config cf = c1;
+  cf.param_dtype = DTYPE_FP32;
+  CHECK(run(&cf, rf, NULL, NULL) == 0);
+  CHECK(rf[0].loss[STEPS - 1] != r1[0].loss[STEPS - 1]);
+  free(m1);
+  free(m2);
+  free(w);
+  plan_destroy(&p);
+}
+
+/* Bytes sent and peak memory by category equal the plan, in every mode and dtype; bf16 gathers
+ * send half the bytes of fp32 ones, bf16 reductions half of fp32 reductions. */
 static void test_volume_and_memory(void) {
   static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
+  static const dtype_kind dts[][2] = {{DTYPE_FP32, DTYPE_FP32}, {DTYPE_BF16, DTYPE_FP32}, {DTYPE_BF16, DTYPE_BF16}};
   /* every mode with prefetch 0 and 2; accumulation (which doubles the gathers and reduce-scatters
-   * of full and grad_op, but not none's all-reduce) once per mode */
-  for (int mi = 0; mi < 3; mi++)
-    for (int v = 0; v < 3; v++) {
-      int pf = v == 1 ? 2 : 0, accum = v == 2 ? 2 : 1;
-        config c = {.world = 2, .batch = 2, .accum = accum, .prefetch = pf, .sharding = modes[mi], .die_rank = -1, .timeout_s = 20};
-        result res[MAXW];
-        CHECK(run(&c, res, NULL, NULL) == 0);
-        jobspec_t spec;
-        make_spec(&c, &spec);
-        plan_t *p = NULL;
-        CHECK_OK(plan_build(&spec, c.world, &p));
-        if (!p) return;
-        int64_t pb = 0;
-        for (int u = 1; u < p->nunits; u++)
-          if (p->units[u].padded > pb) pb = p->units[u].padded;
-        for (int r = 0; r < c.world; r++) {
-          for (int k = 0; k < COLL_NKIND; k++) CHECK_EQ_INT(p->sent_bytes[k], res[r].sent[k]);
-          if (c.sharding == SHARD_FULL)
-            CHECK(res[r].peak[MEM_GATHERED] <= 4 * (uint64_t)(p->units[0].padded + (1 + c.prefetch) * pb));
-          CHECK_NEAR((double)p->mem_total, (double)res[r].peak_total, 0, 0.10);
-          for (int k = 0; k < MEM_NCAT; k++)
-            if (res[r].peak[k] != p->mem[k] && r == 0)
-              printf("  %s: measured %llu, plan %llu\n", mem_category_name((mem_category)k),
-                     (unsigned long long)res[r].peak[k], (unsigned long long)p->mem[k]);
+   * of full and grad_op, but not none's all-reduce) once per mode; the three dtype pairs */
+  for (int mi = 0; mi < 3; mi++) {
+    uint64_t sent[3][COLL_NKIND];   /* prefetch 0, G = 1, by dtype pair */
+    for (int v = 0; v < 5; v++) {
+      int pf = v == 1 ? 2 : 0, accum = v == 2 ? 2 : 1, di = v < 3 ? 0 : v - 2;
+      config c = {.world = 2, .batch = 2, .accum = accum, .prefetch = pf, .sharding = modes[mi], .die_rank = -1,
+                  .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1]};
+      result res[MAXW];
+      CHECK(run(&c, res, NULL, NULL) == 0);
+      jobspec_t spec;
+      make_spec(&c, &spec);
+      plan_t *p = NULL;
+      CHECK_OK(plan_build(&spec, c.world, &p));
+      if (!p) return;
+      for (int r = 0; r < c.world; r++) {
+        for (int k = 0; k < COLL_NKIND; k++) CHECK_EQ_INT(p->sent_bytes[k], res[r].sent[k]);
+        for (int k = 0; k < MEM_NCAT; k++) {
+          if (res[r].peak[k] != p->mem[k])
+            fprintf(stderr, "  rank %d %s: measured %llu, plan %llu\n", r, mem_category_name((mem_category)k),
+                    (unsigned long long)res[r].peak[k], (unsigned long long)p->mem[k]);
+          CHECK_EQ_INT(p->mem[k], res[r].peak[k]);
         }
-        printf("volume %-7s prefetch %d G=%d: sent ag %llu rs %llu ar %llu (plan %llu %llu %llu); peak %llu B, plan %llu B (%.1f%%)\n",
-               shard_mode_name(c.sharding), c.prefetch, accum, (unsigned long long)res[0].sent[0],
-               (unsigned long long)res[0].sent[1], (unsigned long long)res[0].sent[2],
-               (unsigned long long)p->sent_bytes[0], (unsigned long long)p->sent_bytes[1],
-               (unsigned long long)p->sent_bytes[2], (unsigned long long)res[0].peak_total,
-               (unsigned long long)p->mem_total, 100.0 * ((double)res[0].peak_total / (double)p->mem_total - 1));
-        plan_destroy(&p);
+        CHECK_EQ_INT(p->mem_total, res[r].peak_total);
       }
+      printf("volume %-7s %s/%s prefetch %d G=%d: sent ag %llu rs %llu ar %llu (= plan); peak %llu B (= plan)\n",
+             shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), dtype_kind_name(c.reduce_dtype), c.prefetch,
+             accum, (unsigned long long)res[0].sent[0], (unsigned long long)res[0].sent[1],
+             (unsigned long long)res[0].sent[2], (unsigned long long)res[0].peak_total);
+      if (v == 0 || v >= 3) memcpy(sent[di], res[0].sent, sizeof sent[di]);
+      plan_destroy(&p);
+    }
+    CHECK_EQ_INT(sent[0][COLL_ALLGATHER], 2 * sent[1][COLL_ALLGATHER]);
+    CHECK_EQ_INT(sent[0][COLL_REDUCESCATTER], sent[1][COLL_REDUCESCATTER]);
+    CHECK_EQ_INT(sent[1][COLL_REDUCESCATTER], 2 * sent[2][COLL_REDUCESCATTER]);
+    /* none all-reduces the gradient, and the 16 bytes of step scalars in fp32 (N = 2: 2·S·(N−1)/N = S) */
+    CHECK_EQ_INT(sent[1][COLL_ALLREDUCE] - 16, 2 * (sent[2][COLL_ALLREDUCE] - 16));
+  }
+}
+
+/* The asynchronous device exists to catch a missing wait: without the wait between each block's
+ * gather and its compute, the strict device (collectives run only when waited for) computes on
+ * buffers that do not hold the block yet, every time, and the losses are wrong. */
+static void test_missing_wait_is_caught(void) {
+  config c = {.world = 2, .batch = 2, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+              .timeout_s = 20};
+  result good[MAXW], bad[MAXW];
+  CHECK(run(&c, good, NULL, NULL) == 0);
+  c.drop_wait = 1;
+  CHECK(run(&c, bad, NULL, NULL) == 0);
+  double maxd = 0;
+  for (int s = 0; s < STEPS; s++) {
+    double d = isfinite(bad[0].loss[s]) ? fabs(bad[0].loss[s] - good[0].loss[s]) / good[0].loss[s] : INFINITY;
+    if (d > maxd) maxd = d;
+  }
+  printf("missing gather wait on the strict device: max loss rel diff %.2e (equivalence tolerance 1e-5)\n", maxd);
+  CHECK(maxd > 1e-3);
 }
 
 static void test_dead_rank(void) {
@@ -272,8 +458,17 @@ int main(void) {
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   signal(SIGPIPE, SIG_IGN);
-  test_equivalence();
+  if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
+    fprintf(stderr, "%s\n", fsdp_last_error());
+    return 2;
+  }
+  printf("CPU device mode: %s\n", g_mode == DEV_CPU_SYNC ? "sync" : g_mode == DEV_CPU_ASYNC ? "async" : "strict");
+  test_equivalence(DTYPE_FP32);
+  test_equivalence(DTYPE_BF16);
+  test_bf16_reductions();
+  test_bf16_reference();
   test_volume_and_memory();
+  test_missing_wait_is_caught();
   test_dead_rank();
   return check_done();
 }

@@ -60,7 +60,9 @@ int main(void) {
     units[u] = w + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
   }
-  gpt2_acts *a = gpt2_acts_new(p);
+  device_t *dev = NULL;
+  CHECK_OK(device_new_cpu(DEV_CPU_SYNC, &dev));
+  gpt2_acts *a = gpt2_acts_new(p, dev);
   CHECK(a != NULL);
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
 
@@ -74,7 +76,9 @@ int main(void) {
       tgt[i] = (int)src[i + 1];
     }
     memset(g, 0, sizeof(float) * S);
-    double loss = gpt2_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / BT) / BT;
+    float lsum = 0;
+    gpt2_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
+    double loss = lsum / BT;
     double n2 = 0;
     for (int64_t i = 0; i < S; i++) n2 += (double)g[i] * g[i];
     float scale = (float)optim_clip_scale(sqrt(n2), s.grad_clip);
@@ -95,6 +99,7 @@ int main(void) {
   CHECK(tail <= H_rate * 1.10);
 
   gpt2_acts_destroy(&a);
+  device_destroy(&dev);
   free(inp); free(tgt); free(w); free(g); free(m); free(v); free(units); free(dunits); free(stream);
   tok_markov_destroy(&mk);
   plan_destroy(&p);

@@ -1,0 +1,121 @@
+/* device — events (marks and their completion, shared by every CPU-side producer and consumer) and
+ * the parts of device.h that do not depend on the implementation. See device.h. */
+#include "device.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct dev_event {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t marked;    /* the latest mark handed out */
+  uint64_t done;      /* every mark ≤ done is complete */
+  uint64_t demand;    /* the highest mark somebody waits for (strict devices) */
+  int lazy;
+};
+
+dev_event *dev_event_new(device_t *d) {
+  dev_event *e = calloc(1, sizeof *e);
+  if (!e) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a device event");
+    return NULL;
+  }
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  e->lazy = d && d->op && strcmp(d->op->name, "cpu-strict") == 0;
+  return e;
+}
+
+void dev_event_destroy(dev_event **pe) {
+  if (!pe || !*pe) return;
+  dev_event *e = *pe;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+  *pe = NULL;
+}
+
+uint64_t dev_event_mark(dev_event *e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t t = ++e->marked;
+  pthread_mutex_unlock(&e->mu);
+  return t;
+}
+
+void dev_event_complete(dev_event *e, uint64_t ticket) {
+  pthread_mutex_lock(&e->mu);
+  if (ticket > e->done) e->done = ticket;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+uint64_t dev_event_last(const dev_event *e) {
+  dev_event *m = (dev_event *)e;
+  pthread_mutex_lock(&m->mu);
+  uint64_t t = m->marked;
+  pthread_mutex_unlock(&m->mu);
+  return t;
+}
+
+fsdp_status dev_event_host_wait(dev_event *e, uint64_t ticket, double timeout_s) {
+  struct timespec end;
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  double t = (double)end.tv_sec + 1e-9 * (double)end.tv_nsec + timeout_s;
+  end.tv_sec = (time_t)t;
+  end.tv_nsec = (long)((t - (double)end.tv_sec) * 1e9);
+  fsdp_status rc = FSDP_OK;
+  pthread_mutex_lock(&e->mu);
+  if (ticket > e->demand) {
+    e->demand = ticket;
+    pthread_cond_broadcast(&e->cv);
+  }
+  while (e->done < ticket) {
+    if (pthread_cond_timedwait(&e->cv, &e->mu, &end) != 0 && e->done < ticket) {
+      rc = fsdp_set_error(FSDP_ERR_TIMEOUT, "device event mark %llu not complete after %.3g s",
+                          (unsigned long long)ticket, timeout_s);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+int dev_event_demanded(const dev_event *e, uint64_t ticket) {
+  if (!e->lazy) return 1;
+  dev_event *m = (dev_event *)e;
+  pthread_mutex_lock(&m->mu);
+  int r = m->demand >= ticket;
+  pthread_mutex_unlock(&m->mu);
+  return r;
+}
+
+int dev_event_lazy(const dev_event *e) { return e && e->lazy; }
+
+int64_t dev_attention_floats(const device_t *d, int B, int T, int NH) {
+  (void)d;
+  return (int64_t)B * NH * T * T;
+}
+
+fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
+  const char *v = getenv("FSDP_CPU_DEVICE");
+  *mode = DEV_CPU_SYNC;
+  if (!v || !*v || !strcmp(v, "sync")) return FSDP_OK;
+  if (!strcmp(v, "async")) *mode = DEV_CPU_ASYNC;
+  else if (!strcmp(v, "strict")) *mode = DEV_CPU_STRICT;
+  else
+    return fsdp_set_error(FSDP_ERR_INVALID, "FSDP_CPU_DEVICE=%s is not a CPU device mode; allowed: sync, async, strict", v);
+  return FSDP_OK;
+}
+
+void device_destroy(device_t **pd) {
+  if (!pd || !*pd) return;
+  device_t *d = *pd;
+  *pd = NULL;
+  d->op->destroy(d);
+}

@@ -1,0 +1,146 @@
+/* device — the device layer: everything the runtime and the model do to parameter, gradient and
+ * activation memory goes through one table of operations (DESIGN.md §2, docs/runtime.md).
+ *
+ * A device has one COMPUTE STREAM: every operation below (except the allocator, events' host side
+ * and the synchronous copies) is enqueued on it and runs in submission order, asynchronously to the
+ * host. Communication runs elsewhere (comm.h: gloo's thread, NCCL's stream) and is ordered against
+ * the compute stream by EVENTS:
+ *   record(d, e)       the stream marks e: e completes when all work submitted before it is done;
+ *   wait(d, e, timer)  the stream waits until e's latest mark completes (its blocked time is charged
+ *                      to TIMER); a collective issued with done = e marks e and completes it when
+ *                      it finishes (comm.h comm_*_ev), so wait() orders compute after a collective;
+ *   a collective issued with after = e starts only once e's latest mark is complete, so a gather
+ *   does not overwrite a buffer that the stream still reads.
+ * Marks are tickets (CUDA's semantics): a wait or a start-after captures the latest mark at the time
+ * of the call; later marks do not affect it.
+ *
+ * Implementations: the CPU device (device_cpu.c) runs ops_cpu.c; synchronously on the calling thread
+ * (DEV_CPU_SYNC: the stream is the host), or on a thread of its own (DEV_CPU_ASYNC), where a missing
+ * wait between a collective and the compute that reads its result gives a wrong result. In
+ * DEV_CPU_STRICT (async, for tests) a collective with a done event runs only once something waits
+ * for it (or for a later collective), the latest moment a correct schedule allows: a missing wait
+ * then reads an unfilled buffer every time, not just when the race is lost.
+ *
+ * Dtypes: "act" pointers (activations, their gradients, gathered parameters in compute form) are in
+ * the device's compute dtype (fp32 on the CPU; bf16 on CUDA), hence void *; parameter gradients,
+ * LayerNorm statistics, losses, shards and scalars are always fp32; bf16 is uint16_t storage.
+ * Sizes of act buffers: elements × d->act_bytes. Backward operators accumulate into parameter
+ * gradients (+=) and assign activation gradients (=), as ops_cpu.h.
+ *
+ * Ownership and threads: one host thread drives a device (the runtime's); a device_t outlives every
+ * buffer and event made from it. Event completion and waits are thread-safe (comm threads use them).
+ */
+#ifndef FSDP_DEVICE_H
+#define FSDP_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "jobspec.h"
+#include "plan.h"
+
+typedef struct device device_t;
+typedef struct dev_event dev_event;
+
+/* Where blocked and busy stream time is charged; the runtime's phases, in rt_phase order. */
+typedef enum { DEV_T_GATHER = 0, DEV_T_COMPUTE, DEV_T_REDUCE, DEV_T_OPTIM, DEV_NTIMER } dev_timer;
+
+typedef enum { DEV_CPU_SYNC = 0, DEV_CPU_ASYNC, DEV_CPU_STRICT } dev_cpu_mode;
+
+typedef struct dev_ops {
+  const char *name;   /* "cpu", "cpu-async", "cpu-strict", "cuda" */
+
+  /* ---- memory (host calls, not stream-ordered; never inside a step) ---- */
+  void *(*alloc)(device_t *d, mem_category cat, size_t bytes);   /* zeroed; NULL + error on failure */
+  void (*free)(device_t *d, void *p);                              /* NULL-safe; stream must be idle */
+  /* host → device and device → host, synchronous for the host: upload returns when SRC may be
+   * reused, download when DST holds the data (both after all work submitted before them). */
+  fsdp_status (*upload)(device_t *d, void *dst, const void *src, size_t bytes);
+  fsdp_status (*download)(device_t *d, void *dst, const void *src, size_t bytes);
+
+  /* ---- stream ordering ---- */
+  void (*record)(device_t *d, dev_event *e);
+  void (*wait)(device_t *d, dev_event *e, dev_timer t);
+  /* Host waits until the stream is idle; reports a fault of the stream (CUDA). */
+  fsdp_status (*sync)(device_t *d);
+  /* Ops submitted from now on charge their busy time to T (host-side setting). */
+  void (*set_timer)(device_t *d, dev_timer t);
+  /* Busy and blocked stream time per timer since the last call (call after sync); resets them. */
+  void (*timers)(device_t *d, uint64_t us[DEV_NTIMER]);
+
+  /* ---- memory operations on the stream ---- */
+  void (*zero)(device_t *d, void *p, size_t bytes);
+  void (*copy)(device_t *d, void *dst, const void *src, size_t bytes);   /* device to device */
+  void (*fill)(device_t *d, float *p, float v, int64_t n);
+  void (*cast_bf16)(device_t *d, uint16_t *dst, const float *src, int64_t n);    /* round to nearest even */
+  void (*to_act)(device_t *d, void *dst, const void *src, dtype_kind src_dt, int64_t n);  /* params → compute form */
+  void (*add)(device_t *d, float *dst, const void *src, dtype_kind src_dt, int64_t n);    /* dst += src */
+  void (*add_act)(device_t *d, void *dst, const void *src, int64_t n);                    /* act dst += src */
+
+  /* ---- optimizer ---- */
+  /* out[0] = scale·Σ x², out[1] = 0 if that is finite else 1 (fixed summation order). */
+  void (*sumsq)(device_t *d, float *out, const float *x, int64_t n, float scale);
+  /* AdamW (optim.h) over RANK's shard; when lp is non-NULL also writes lp = bf16(param) for every
+   * shard element (padding included, which stays 0). */
+  void (*adamw)(device_t *d, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
+                uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale);
+
+  /* ---- the model's operators (ops_cpu.h has the math; llm.c's argument order) ---- */
+  void (*encoder_forward)(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
+  void (*encoder_backward)(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
+  void (*layernorm_forward)(device_t *d, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                            const void *b, int B, int T, int C);
+  void (*layernorm_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                             const void *w, const float *mean, const float *rstd, int B, int T, int C);
+  void (*matmul_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C, int OC);
+  void (*matmul_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, int BT, int C, int OC);
+  /* STATE is what the backward needs (attention_state_bytes); SCRATCH backward's scratch. */
+  void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH);
+  void (*attention_backward)(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                             const void *state, int B, int T, int C, int NH);
+  void (*gelu_forward)(device_t *d, void *out, const void *inp, int64_t N);
+  void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
+  void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
+  /* The tied head with its loss: logits = inp·wteᵀ, losses = cross-entropy, *loss_acc += Σ losses,
+   * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of BT·V act. */
+  void (*classifier)(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
+                     const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
+
+  void (*destroy)(device_t *d);
+} dev_ops;
+
+/* Every implementation's struct starts with this. */
+struct device {
+  const dev_ops *op;
+  int act_bytes;         /* bytes per act element: 4 on the CPU */
+  int host_accessible;   /* device pointers are host pointers (the CPU device) */
+};
+
+/* The CPU device; FSDP_CPU_DEVICE=sync|async|strict in the environment picks the mode for workers
+ * (dev_cpu_mode_from_env, default sync). */
+fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out);
+fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode);
+void device_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
+
+/* Bytes of the attention state the forward keeps for the backward (per block), and of the
+ * backward's scratch: B·NH·T·T floats each on the CPU (the probabilities, and their gradient). */
+int64_t dev_attention_floats(const device_t *d, int B, int T, int NH);
+
+/* ---- events (device.c) ---- */
+dev_event *dev_event_new(device_t *d);   /* NULL + error on failure */
+void dev_event_destroy(dev_event **e);
+/* The producer side, for collectives (comm.c): a new mark to be completed by another thread, and
+ * its completion. */
+uint64_t dev_event_mark(dev_event *e);
+void dev_event_complete(dev_event *e, uint64_t ticket);
+uint64_t dev_event_last(const dev_event *e);   /* the latest mark (0: never marked) */
+/* Host or comm thread: wait until mark TICKET is complete (it is demanded meanwhile, see
+ * DEV_CPU_STRICT). FSDP_ERR_TIMEOUT after timeout_s. */
+fsdp_status dev_event_host_wait(dev_event *e, uint64_t ticket, double timeout_s);
+/* Strict devices' events: whether mark TICKET has been waited for yet. Always 1 elsewhere. */
+int dev_event_demanded(const dev_event *e, uint64_t ticket);
+int dev_event_lazy(const dev_event *e);
+
+#endif

@@ -1,0 +1,450 @@
+/* device_cpu — the CPU device (device.h) over ops_cpu.c and optim.c, in fp32.
+ *
+ * Every stream operation is packed into a task (a function and its arguments by value) and either
+ * run at once on the caller's thread (sync) or appended to a bounded ring that one stream thread
+ * runs in order (async, strict). The ring is allocated with the device; a full ring blocks the
+ * submitter, as a full CUDA launch queue does. Busy time of each task and blocked time of each
+ * wait are charged to the task's timer on the thread that runs it.
+ */
+#include "device.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mem.h"
+#include "ops_cpu.h"
+#include "optim.h"
+#include "safetensors.h"
+
+#define RING 4096
+#define NARG 14
+
+typedef struct cpu_dev cpu_dev;
+
+typedef union targ {
+  void *p;
+  int64_t i;
+  double f;
+} targ;
+
+typedef struct task {
+  void (*run)(cpu_dev *d, const targ *a);
+  int timer;
+  targ a[NARG];
+} task;
+
+struct cpu_dev {
+  device_t base;
+  dev_cpu_mode mode;
+  int timer;                     /* host side: the timer of the next submissions */
+  uint64_t us[DEV_NTIMER];       /* charged by whoever runs the tasks; read after sync */
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_put, cv_get, cv_idle;
+  task *ring;
+  uint64_t head, tail;           /* tasks [tail, head) are queued */
+  int running, stop;
+};
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void run_task(cpu_dev *d, const task *t) {
+  uint64_t t0 = now_us();
+  t->run(d, t->a);
+  if (t->timer < DEV_NTIMER) d->us[t->timer] += now_us() - t0;   /* waits charge their own */
+}
+
+static void *stream_main(void *arg) {
+  cpu_dev *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (d->tail == d->head && !d->stop) pthread_cond_wait(&d->cv_get, &d->mu);
+    if (d->tail == d->head) break;
+    task t = d->ring[d->tail % RING];
+    d->running = 1;
+    pthread_mutex_unlock(&d->mu);
+    run_task(d, &t);
+    pthread_mutex_lock(&d->mu);
+    d->running = 0;
+    d->tail++;
+    pthread_cond_signal(&d->cv_put);
+    if (d->tail == d->head) pthread_cond_broadcast(&d->cv_idle);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+static void submit(cpu_dev *d, void (*run)(cpu_dev *, const targ *), const targ *a, int n, int timer) {
+  task t = {.run = run, .timer = timer};
+  memcpy(t.a, a, (size_t)n * sizeof *a);
+  if (d->mode == DEV_CPU_SYNC) {
+    run_task(d, &t);
+    return;
+  }
+  pthread_mutex_lock(&d->mu);
+  while (d->head - d->tail >= RING) pthread_cond_wait(&d->cv_put, &d->mu);
+  d->ring[d->head % RING] = t;
+  d->head++;
+  pthread_cond_signal(&d->cv_get);
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* Argument packing: pointers lose const in the task and regain it in the runner. */
+#define P(x) {.p = (void *)(uintptr_t)(x)}
+#define I(x) {.i = (int64_t)(x)}
+#define F(x) {.f = (double)(x)}
+#define SUBMIT(d, fn, ...)                                                                         \
+  do {                                                                                             \
+    const targ args_[] = {__VA_ARGS__};                                                            \
+    submit((cpu_dev *)(d), fn, args_, (int)(sizeof args_ / sizeof args_[0]), ((cpu_dev *)(d))->timer); \
+  } while (0)
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(device_t *d, mem_category cat, size_t bytes) {
+  (void)d;
+  return mem_alloc(cat, bytes);
+}
+static void cpu_free(device_t *d, void *p) {
+  (void)d;
+  mem_free(p);
+}
+
+static fsdp_status cpu_sync(device_t *dd) {
+  cpu_dev *d = (cpu_dev *)dd;
+  if (d->mode == DEV_CPU_SYNC) return FSDP_OK;
+  pthread_mutex_lock(&d->mu);
+  while (d->tail != d->head) pthread_cond_wait(&d->cv_idle, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  return FSDP_OK;
+}
+
+static fsdp_status cpu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
+  TRY(cpu_sync(d));
+  if (bytes) memcpy(dst, src, bytes);
+  return FSDP_OK;
+}
+static fsdp_status cpu_download(device_t *d, void *dst, const void *src, size_t bytes) {
+  TRY(cpu_sync(d));
+  if (bytes) memcpy(dst, src, bytes);
+  return FSDP_OK;
+}
+
+/* ---- ordering ---- */
+
+static void run_complete(cpu_dev *d, const targ *a) {
+  (void)d;
+  dev_event_complete(a[0].p, (uint64_t)a[1].i);
+}
+static void cpu_record(device_t *d, dev_event *e) {
+  uint64_t t = dev_event_mark(e);
+  SUBMIT(d, run_complete, P(e), I(t));
+}
+
+static void run_wait(cpu_dev *d, const targ *a) {
+  uint64_t t0 = now_us();
+  /* Collectives complete or fail within their comm's deadlines, and a failed comm completes
+   * every pending event, so this wait ends. */
+  dev_event_host_wait(a[0].p, (uint64_t)a[1].i, 1e9);
+  d->us[a[2].i] += now_us() - t0;
+}
+static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
+  const targ a[] = {P(e), I(dev_event_last(e)), I(t)};
+  submit((cpu_dev *)d, run_wait, a, 3, DEV_NTIMER);   /* blocked time is charged to T by run_wait */
+}
+
+static void cpu_set_timer(device_t *d, dev_timer t) { ((cpu_dev *)d)->timer = (int)t; }
+
+static void cpu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
+  cpu_dev *d = (cpu_dev *)dd;
+  memcpy(us, d->us, sizeof d->us[0] * DEV_NTIMER);
+  memset(d->us, 0, sizeof d->us);
+}
+
+/* ---- memory operations ---- */
+
+static void run_zero(cpu_dev *d, const targ *a) {
+  (void)d;
+  memset(a[0].p, 0, (size_t)a[1].i);
+}
+static void cpu_zero(device_t *d, void *p, size_t bytes) { SUBMIT(d, run_zero, P(p), I(bytes)); }
+
+static void run_copy(cpu_dev *d, const targ *a) {
+  (void)d;
+  memcpy(a[0].p, a[1].p, (size_t)a[2].i);
+}
+static void cpu_copy(device_t *d, void *dst, const void *src, size_t bytes) { SUBMIT(d, run_copy, P(dst), P(src), I(bytes)); }
+
+static void run_fill(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *p = a[0].p, v = (float)a[1].f;
+  for (int64_t i = 0; i < a[2].i; i++) p[i] = v;
+}
+static void cpu_fill(device_t *d, float *p, float v, int64_t n) { SUBMIT(d, run_fill, P(p), F(v), I(n)); }
+
+static void run_cast_bf16(cpu_dev *d, const targ *a) {
+  (void)d;
+  uint16_t *dst = a[0].p;
+  const float *src = a[1].p;
+  int64_t n = a[2].i;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) dst[i] = st_f32_to_bf16(src[i]);
+}
+static void cpu_cast_bf16(device_t *d, uint16_t *dst, const float *src, int64_t n) {
+  SUBMIT(d, run_cast_bf16, P(dst), P(src), I(n));
+}
+
+static void run_to_act(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *dst = a[0].p;
+  int64_t n = a[3].i;
+  if (a[2].i == DTYPE_FP32) {
+    memcpy(dst, a[1].p, (size_t)n * sizeof(float));
+    return;
+  }
+  const uint16_t *src = a[1].p;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) dst[i] = st_bf16_to_f32(src[i]);
+}
+static void cpu_to_act(device_t *d, void *dst, const void *src, dtype_kind dt, int64_t n) {
+  SUBMIT(d, run_to_act, P(dst), P(src), I(dt), I(n));
+}
+
+static void run_add(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *dst = a[0].p;
+  int64_t n = a[3].i;
+  if (a[2].i == DTYPE_FP32) {
+    const float *src = a[1].p;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+  } else {
+    const uint16_t *src = a[1].p;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) dst[i] += st_bf16_to_f32(src[i]);
+  }
+}
+static void cpu_add(device_t *d, float *dst, const void *src, dtype_kind dt, int64_t n) {
+  SUBMIT(d, run_add, P(dst), P(src), I(dt), I(n));
+}
+static void cpu_add_act(device_t *d, void *dst, const void *src, int64_t n) {
+  SUBMIT(d, run_add, P(dst), P(src), I(DTYPE_FP32), I(n));
+}
+
+/* ---- optimizer ---- */
+
+static void run_sumsq(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *out = a[0].p;
+  const float *x = a[1].p;
+  double sq = 0;
+  for (int64_t i = 0; i < a[2].i; i++) sq += (double)x[i] * x[i];
+  sq *= a[3].f;
+  out[0] = (float)sq;
+  out[1] = isfinite(sq) ? 0.0f : 1.0f;
+}
+static void cpu_sumsq(device_t *d, float *out, const float *x, int64_t n, float scale) {
+  SUBMIT(d, run_sumsq, P(out), P(x), I(n), F(scale));
+}
+
+static void run_adamw(cpu_dev *d, const targ *a) {
+  (void)d;
+  const plan_t *p = a[0].p;
+  float *param = a[2].p;
+  optim_adamw_shard(p, (int)a[1].i, param, a[3].p, a[4].p, a[5].p, (int)a[7].i, a[8].f, a[9].p, (float)a[10].f);
+  uint16_t *lp = a[6].p;
+  if (!lp) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < p->shard_total; i++) lp[i] = st_f32_to_bf16(param[i]);
+}
+static void cpu_adamw(device_t *d, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
+                      uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale) {
+  SUBMIT(d, run_adamw, P(p), I(rank), P(param), P(grad), P(m), P(v), P(lp), I(step), F(lr), P(s), F(grad_scale));
+}
+
+/* ---- model operators: one runner each, unpacking into ops_cpu.h ---- */
+
+static void run_encoder_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  encoder_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+}
+static void cpu_encoder_forward(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B,
+                                int T, int C) {
+  SUBMIT(d, run_encoder_forward, P(out), P(inp), P(wte), P(wpe), I(B), I(T), I(C));
+}
+
+static void run_encoder_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  encoder_backward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+}
+static void cpu_encoder_backward(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
+                                 int T, int C) {
+  SUBMIT(d, run_encoder_backward, P(dwte), P(dwpe), P(dout), P(inp), I(B), I(T), I(C));
+}
+
+static void run_layernorm_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  layernorm_forward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i, (int)a[8].i);
+}
+static void cpu_layernorm_forward(device_t *d, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                                  const void *b, int B, int T, int C) {
+  SUBMIT(d, run_layernorm_forward, P(out), P(mean), P(rstd), P(inp), P(w), P(b), I(B), I(T), I(C));
+}
+
+static void run_layernorm_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  layernorm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, a[6].p, a[7].p, (int)a[8].i, (int)a[9].i,
+                     (int)a[10].i);
+}
+static void cpu_layernorm_backward(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                                   const void *w, const float *mean, const float *rstd, int B, int T, int C) {
+  SUBMIT(d, run_layernorm_backward, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), P(mean), P(rstd), I(B), I(T), I(C));
+}
+
+static void run_matmul_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  matmul_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+}
+static void cpu_matmul_forward(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
+                               int OC) {
+  SUBMIT(d, run_matmul_forward, P(out), P(inp), P(w), P(bias), I(BT), I(C), I(OC));
+}
+
+static void run_matmul_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  matmul_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i, (int)a[8].i);
+}
+static void cpu_matmul_backward(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                                const void *w, int BT, int C, int OC) {
+  SUBMIT(d, run_matmul_backward, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), I(BT), I(C), I(OC));
+}
+
+static void run_attention_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  attention_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+}
+static void cpu_attention_forward(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH) {
+  SUBMIT(d, run_attention_forward, P(out), P(state), P(qkv), I(B), I(T), I(C), I(NH));
+}
+
+static void run_attention_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  attention_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i);
+}
+static void cpu_attention_backward(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                                   const void *state, int B, int T, int C, int NH) {
+  SUBMIT(d, run_attention_backward, P(dqkv), P(scratch), P(dout), P(qkv), P(state), I(B), I(T), I(C), I(NH));
+}
+
+static void run_gelu_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  gelu_forward(a[0].p, a[1].p, (int)a[2].i);
+}
+static void cpu_gelu_forward(device_t *d, void *out, const void *inp, int64_t N) {
+  SUBMIT(d, run_gelu_forward, P(out), P(inp), I(N));
+}
+
+static void run_gelu_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  gelu_backward(a[0].p, a[1].p, a[2].p, (int)a[3].i);
+}
+static void cpu_gelu_backward(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N) {
+  SUBMIT(d, run_gelu_backward, P(dinp), P(inp), P(dout), I(N));
+}
+
+static void run_residual_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  residual_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i);
+}
+static void cpu_residual_forward(device_t *d, void *out, const void *x, const void *y, int64_t N) {
+  SUBMIT(d, run_residual_forward, P(out), P(x), P(y), I(N));
+}
+
+static void run_classifier(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *logits = a[4].p, *loss_acc = a[3].p;
+  const float *inp = a[5].p, *wte = a[6].p;
+  int BT = (int)a[8].i, C = (int)a[9].i, V = (int)a[10].i;
+  classifier_forward(logits, inp, wte, BT, C, V);
+  double l = softmax_xent_forward_backward(logits, a[2].p, a[7].p, BT, V, (float)a[11].f);   /* → dlogits */
+  *loss_acc += (float)l;
+  classifier_backward(a[0].p, a[1].p, logits, inp, wte, BT, C, V);
+}
+static void cpu_classifier(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
+                           const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale) {
+  SUBMIT(d, run_classifier, P(dinp), P(dwte), P(losses), P(loss_acc), P(logits), P(inp), P(wte), P(targets), I(BT),
+         I(C), I(V), F(dscale));
+}
+
+/* ---- lifetime ---- */
+
+static void cpu_destroy(device_t *dd) {
+  cpu_dev *d = (cpu_dev *)dd;
+  if (d->mode != DEV_CPU_SYNC) {
+    pthread_mutex_lock(&d->mu);
+    d->stop = 1;
+    pthread_cond_signal(&d->cv_get);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);   /* drains the ring first */
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv_put);
+    pthread_cond_destroy(&d->cv_get);
+    pthread_cond_destroy(&d->cv_idle);
+  }
+  free(d->ring);
+  free(d);
+}
+
+#define CPU_OPS(NAME)                                                                                          \
+  {                                                                                                            \
+    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_upload, .download = cpu_download,        \
+    .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
+    .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \
+    .add_act = cpu_add_act, .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,    \
+    .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,                      \
+    .layernorm_backward = cpu_layernorm_backward, .matmul_forward = cpu_matmul_forward,                        \
+    .matmul_backward = cpu_matmul_backward, .attention_forward = cpu_attention_forward,                        \
+    .attention_backward = cpu_attention_backward, .gelu_forward = cpu_gelu_forward,                            \
+    .gelu_backward = cpu_gelu_backward, .residual_forward = cpu_residual_forward,                              \
+    .classifier = cpu_classifier, .destroy = cpu_destroy                                                       \
+  }
+
+static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async"), ops_strict = CPU_OPS("cpu-strict");
+
+fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out) {
+  *out = NULL;
+  cpu_dev *d = calloc(1, sizeof *d);
+  if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device");
+  d->base.op = mode == DEV_CPU_SYNC ? &ops_sync : mode == DEV_CPU_ASYNC ? &ops_async : &ops_strict;
+  d->base.act_bytes = 4;
+  d->base.host_accessible = 1;
+  d->mode = mode;
+  d->timer = DEV_T_COMPUTE;
+  if (mode != DEV_CPU_SYNC) {
+    d->ring = calloc(RING, sizeof *d->ring);
+    if (!d->ring) {
+      free(d);
+      return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device's task ring");
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv_put, NULL);
+    pthread_cond_init(&d->cv_get, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
+    int e = pthread_create(&d->thread, NULL, stream_main, d);
+    if (e != 0) {
+      free(d->ring);
+      free(d);
+      return fsdp_set_error(FSDP_ERR_INTERNAL, "cannot start the CPU device's stream thread: %s", strerror(e));
+    }
+  }
+  *out = &d->base;
+  return FSDP_OK;
+}

@@ -1,0 +1,219 @@
+/* runtime_ckpt — the runtime's checkpoints, restore and export (docs/checkpoints.md), and the host
+ * views of device memory they need; see runtime.h. Everything here runs between steps, with the
+ * device stream idle. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "log.h"
+#include "mem.h"
+#include "runtime_priv.h"
+#include "safetensors.h"
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- host views of device memory ---- */
+
+fsdp_status rt_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **view) {
+  device_t *d = rt->dev;
+  *view = NULL;
+  if (d->host_accessible) {
+    TRY(d->op->sync(d));
+    *view = (void *)(uintptr_t)dptr;
+    return FSDP_OK;
+  }
+  void *h = malloc(bytes ? bytes : 1);
+  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host staging", bytes);
+  fsdp_status rc = d->op->download(d, h, dptr, bytes);
+  if (rc != FSDP_OK) {
+    free(h);
+    return rc;
+  }
+  *view = h;
+  return FSDP_OK;
+}
+
+void rt_host_view_done(runtime_t *rt, void *view) {
+  if (!rt->dev->host_accessible) free(view);
+}
+
+fsdp_status rt_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **view) {
+  return rt_host_view(rt, dptr, bytes, view);
+}
+
+fsdp_status rt_host_buffer_done(runtime_t *rt, void *dptr, size_t bytes, void *view) {
+  if (rt->dev->host_accessible) return FSDP_OK;
+  fsdp_status rc = rt->dev->op->upload(rt->dev, dptr, view, bytes);
+  free(view);
+  return rc;
+}
+
+fsdp_status rt_refresh_lp(runtime_t *rt) {
+  if (!rt->lp) return FSDP_OK;
+  rt->dev->op->cast_bf16(rt->dev, rt->lp, rt->param, rt->p->shard_total);
+  return rt->dev->op->sync(rt->dev);
+}
+
+fsdp_status rt_allreduce_host(runtime_t *rt, float *vals, int n) {
+  device_t *d = rt->dev;
+  if (n > PLAN_STEP_SCALARS) return fsdp_set_error(FSDP_ERR_INTERNAL, "rt_allreduce_host: %d values", n);
+  TRY(d->op->upload(d, rt->scal, vals, (size_t)n * sizeof(float)));
+  TRY(comm_allreduce(rt->comm, rt->scal, (size_t)n, COMM_F32, NULL));
+  return d->op->download(d, vals, rt->scal, (size_t)n * sizeof(float));
+}
+
+/* ---- export ---- */
+
+fsdp_status runtime_save(runtime_t *rt, const char *path) {
+  const plan_t *p = rt->p;
+  device_t *d = rt->dev;
+  fsdp_status rc = FSDP_OK;
+  float **units = calloc((size_t)p->nunits, sizeof(float *));
+  void **views = calloc((size_t)p->nunits, sizeof(void *));
+  if (!units || !views) {
+    free(units);
+    free(views);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the export table");
+  }
+  TRY_GOTO(d->op->sync(d), rc, out);
+  for (int u = 0; u < p->nunits; u++) {
+    const plan_unit *pu = &p->units[u];
+    units[u] = d->op->alloc(d, MEM_WORKSPACE, (size_t)pu->padded * sizeof(float));
+    if (!units[u]) {
+      rc = FSDP_ERR_NOMEM;
+      goto out;
+    }
+    if (rt->p->sharding != SHARD_NONE)
+      TRY_GOTO(comm_allgather(rt->comm, rt->param + pu->shard_base, units[u], (size_t)pu->shard_numel, COMM_F32, NULL),
+               rc, out);
+    else
+      d->op->copy(d, units[u], rt->param + pu->shard_base, (size_t)pu->padded * sizeof(float));
+    TRY_GOTO(rt_host_view(rt, units[u], (size_t)pu->padded * sizeof(float), &views[u]), rc, out);
+  }
+  if (rt->rank == 0) rc = st_save_units(path, p, (float *const *)views);
+out:
+  for (int u = 0; u < p->nunits; u++) {
+    if (views[u]) rt_host_view_done(rt, views[u]);
+    d->op->free(d, units[u]);
+  }
+  free(units);
+  free(views);
+  return rc;
+}
+
+/* ---- checkpoints (common/ckpt.h, docs/checkpoints.md) ---- */
+
+/* Sum one flag over the ranks: how many ranks had a failure. Also the barrier the protocol needs. */
+static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed) {
+  float f = failed ? 1.0f : 0.0f;
+  TRY(rt_allreduce_host(rt, &f, 1));
+  *nfailed = (int)f;
+  return FSDP_OK;
+}
+
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
+  const plan_t *p = rt->p;
+  uint64_t t0 = now_us();
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  void *hp = NULL, *hm = NULL, *hv = NULL;
+  fsdp_status rc = rt_host_view(rt, rt->param, bytes, &hp);
+  if (rc == FSDP_OK) rc = rt_host_view(rt, rt->m, bytes, &hm);
+  if (rc == FSDP_OK) rc = rt_host_view(rt, rt->v, bytes, &hv);
+  if (rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, hp, hm, hv);
+  rt_host_view_done(rt, hp);
+  rt_host_view_done(rt, hm);
+  rt_host_view_done(rt, hv);
+  if (rc != FSDP_OK) log_error("checkpoint step %d: %s", step, fsdp_last_error());
+  char err[1024];
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  int nbad = 0;
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));   /* every rank's file is fsync'ed past this point */
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: %d rank(s) could not write their file (see their logs)",
+                                  step, nbad);
+  if (rt->rank == 0) {
+    uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
+    uint64_t tokens = rt->ckpt_tokens0 + (uint64_t)(step - rt->ckpt_step0) * per_step;
+    rc = ckpt_write_manifest(dir, p, step, tokens);
+    if (rc == FSDP_OK && ckpt_prune(dir, rt->spec->ckpt_keep) != FSDP_OK)
+      log_warn("checkpoint step %d: pruning old checkpoints: %s", step, fsdp_last_error());
+    if (rc != FSDP_OK) {
+      log_error("checkpoint step %d: %s", step, fsdp_last_error());
+      snprintf(err, sizeof err, "%s", fsdp_last_error());
+    }
+  }
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
+  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(now_us() - t0) / 1e6);
+  return FSDP_OK;
+}
+
+fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
+  const plan_t *p = rt->p;
+  *step = 0;
+  int s = 0;
+  fsdp_status rc = ckpt_latest(dir, &s);
+  if (rc == FSDP_ERR_NOTFOUND) s = 0, rc = FSDP_OK;
+  /* Every rank must pick the same checkpoint: sum (failed, step high bits, step low bits). */
+  float agree[3] = {rc != FSDP_OK, (float)(s >> 12), (float)(s & 4095)};
+  char err[1024];
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  TRY(rt_allreduce_host(rt, agree, 3));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (agree[0] != 0) return fsdp_set_error(FSDP_ERR_IO, "%.0f rank(s) could not read %s (see their logs)", agree[0], dir);
+  if (agree[1] != (float)(s >> 12) * rt->world || agree[2] != (float)(s & 4095) * rt->world)
+    return fsdp_set_error(FSDP_ERR_STATE, "ranks see different newest checkpoints in %s (this one: step %d); "
+                          "the directory must be shared and not written meanwhile", dir, s);
+  if (s == 0) {
+    if (rt->rank == 0) log_info("no complete checkpoint in %s: starting from step 0", dir);
+    return FSDP_OK;
+  }
+
+  uint64_t t0 = now_us();
+  ckpt_info ci;
+  int64_t ostep = -1;
+  rc = ckpt_read_manifest(dir, s, &ci);
+  /* A partial (resharding) read cannot check the CRCs of what it reads: the ranks split the rank
+   * files between them and each verifies its share whole. Same layout: every rank reads its own
+   * file whole, and that read checks every CRC. */
+  if (rc == FSDP_OK && !ckpt_same_layout(&ci, p)) rc = ckpt_verify(dir, &ci, rt->rank, rt->world);
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  void *hp = NULL, *hm = NULL, *hv = NULL;
+  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->param, bytes, &hp);
+  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->m, bytes, &hm);
+  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->v, bytes, &hv);
+  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, rt->spec, p, rt->rank, hp, hm, hv, &ostep);
+  /* written back even after a failure: the shards were changed in place on a host device too */
+  if (hp) TRY(rt_host_buffer_done(rt, rt->param, bytes, hp));
+  if (hm) TRY(rt_host_buffer_done(rt, rt->m, bytes, hm));
+  if (hv) TRY(rt_host_buffer_done(rt, rt->v, bytes, hv));
+  if (rc == FSDP_OK) rc = rt_refresh_lp(rt);
+  if (rc == FSDP_OK && ostep != s)
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "checkpoint step %d in %s: its files say the optimizer took %lld steps", s, dir,
+                        (long long)ostep);
+  if (rc != FSDP_OK) log_error("restoring step %d: %s", s, fsdp_last_error());
+  snprintf(err, sizeof err, "%s", fsdp_last_error());
+  int nbad = 0;
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
+  if (nbad) return fsdp_set_error(FSDP_ERR_FORMAT, "%d rank(s) could not restore checkpoint step %d from %s (see their logs)",
+                                  nbad, s, dir);
+  rt->ckpt_step0 = s;
+  rt->ckpt_tokens0 = ci.tokens;
+  int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;
+  if (rt->rank == 0) {
+    log_info("resumed from checkpoint step %d in %s (written by %d rank(s), sharding %s) in %.2f s", s, dir, ci.world,
+             shard_mode_name(ci.sharding), (double)(now_us() - t0) / 1e6);
+    if (ci.rows_per_step != rows)
+      log_warn("N·B·G changed from %lld to %lld rows per step: the data order does not continue where it stopped",
+               (long long)ci.rows_per_step, (long long)rows);
+  }
+  *step = s;
+  return FSDP_OK;
+}
