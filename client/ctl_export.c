@@ -2,12 +2,16 @@
  * Hugging Face GPT-2 .safetensors file, with no daemon and no workers. Every rank file is verified
  * whole (every CRC32C) first; the parameters are then resharded into a single whole-model "shard"
  * through the same loader a resuming worker uses. Holds the model three times in memory (the loader
- * also restores AdamW m and v), which is fine for the CPU-sized models it is meant for. */
+ * also restores AdamW m and v), which is fine for the CPU-sized models it is meant for. Beside the
+ * file it writes config.json, a Hugging Face GPT2Config, so that GPT2LMHeadModel.from_pretrained(DIR)
+ * loads the export directly. */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "ctl.h"
@@ -15,13 +19,61 @@
 #include "plan.h"
 #include "safetensors.h"
 
+/* DIR/config.json for OUT = DIR/NAME.safetensors (DIR "." when OUT has no slash). */
+static int config_path(const char *out, char *buf, size_t n) {
+  const char *slash = strrchr(out, '/');
+  int w = slash ? snprintf(buf, n, "%.*s/config.json", (int)(slash - out), out)
+                : snprintf(buf, n, "config.json");
+  return w > 0 && (size_t)w < n;
+}
+
+/* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
+ * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
+ * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp and renamed. */
+static fsdp_status write_hf_config(const char *path, const gpt2_config *m) {
+  json_t *special = m->vocab_size > 50256 ? json_integer(50256) : json_null();
+  json_t *o = json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:O, s:O, s:s}",
+                        "model_type", "gpt2", "architectures", "GPT2LMHeadModel", "n_layer", m->n_layer,
+                        "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
+                        "n_positions", m->seq_len, "n_ctx", m->seq_len, "activation_function", "gelu_new",
+                        "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "bos_token_id", special,
+                        "eos_token_id", special, "torch_dtype", "float32");
+  json_decref(special);
+  char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+  json_decref(o);
+  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s", path);
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    free(text);
+    return fsdp_set_error(FSDP_ERR_RANGE, "path %s is too long", path);
+  }
+  FILE *fp = fopen(tmp, "w");
+  if (!fp) {
+    fsdp_status rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    free(text);
+    return rc;
+  }
+  int ok = fputs(text, fp) >= 0 && fputc('\n', fp) != EOF && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+  int err = errno;
+  if (fclose(fp) != 0 && ok) ok = 0, err = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+  free(text);
+  if (!ok) {
+    unlink(tmp);
+    return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(err));
+  }
+  return FSDP_OK;
+}
+
 static void export_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
           "--step) as one Hugging Face GPT-2 .safetensors file (F32, names like h.0.attn.c_attn.weight,\n"
-          "tied lm_head = wte). `init = OUT.safetensors` in a job file loads it back.\n");
+          "tied lm_head = wte), and beside it config.json, a Hugging Face GPT2Config. Named\n"
+          "DIR/model.safetensors, GPT2LMHeadModel.from_pretrained(DIR) loads it; `init = OUT.safetensors`\n"
+          "in a job file loads it back.\n");
 }
 
 int ctl_export(int argc, char **argv) {
@@ -83,9 +135,15 @@ int ctl_export(int argc, char **argv) {
   }
   TRY_GOTO(ckpt_load_shard(dir, &ci, &spec, p, 0, param, m, v, NULL), rc, fail);
   for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
+  char cfg[4096];
+  if (!config_path(out, cfg, sizeof cfg)) {
+    rc = fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
+    goto fail;
+  }
   TRY_GOTO(st_save_units(out, p, units), rc, fail);
-  printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, ci.step, ci.world,
-         shard_mode_name(ci.sharding), (long long)p->n_params);
+  TRY_GOTO(write_hf_config(cfg, &ci.model), rc, fail);
+  printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
+         ci.world, shard_mode_name(ci.sharding), (long long)p->n_params);
 fail:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   free(units);

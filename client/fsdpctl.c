@@ -12,7 +12,7 @@ static const struct {
 } commands[] = {
   {"plan", ctl_plan, "show a job's shard plan and predicted per-rank memory (no daemon)"},
   {"export", ctl_export, "write a checkpoint's model as one Hugging Face .safetensors file (no daemon)"},
-  {"gen-data", ctl_gen_data, "write a synthetic Markov-chain token file, print its entropy rate"},
+  {"gen-data", ctl_gen_data, "write token files: byte-level from text, or a synthetic Markov chain"},
   {"run", ctl_run, "run one job with a private daemon, follow it, exit with its status"},
   {"submit", ctl_submit, "submit a job to fsdpd and print its id (--follow: show progress)"},
   {"status", ctl_status, "a job's state, loss, throughput, memory, time split and traffic"},

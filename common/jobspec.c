@@ -31,6 +31,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const comm_names[] = {"auto", "gloo", "nccl", NULL};
 static const char *const sched_names[] = {"constant", "cosine", NULL};
 static const char *const resume_names[] = {"auto", "never", NULL};
+static const char *const bool_names[] = {"false", "true", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -43,7 +44,7 @@ const char *lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (
 
 /* ---- the key table ---- */
 
-typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_ARCH, KT_INIT, KT_TRAIN, KT_DIR } key_type;
+typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_ARCH, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT } key_type;
 
 /* Numeric bounds: lo/hi inclusive unless lo_open/hi_open. */
 typedef struct keydef {
@@ -63,8 +64,9 @@ typedef struct keydef {
 #define ENUM(sec, key, field, names, help) {sec, key, KT_ENUM, F(field), 0, 0, 0, 0, names, help}
 #define SPECIAL(sec, key, type, field, help) {sec, key, type, F(field), 0, 0, 0, 0, NULL, help}
 
-static const char *const sections[] = {"job", "model", "data", "optim", "fsdp", "checkpoint", NULL};
-enum { NSECTIONS = 6 };
+static const char *const sections[] = {"job", "model", "data", "optim", "fsdp", "checkpoint", "eval", NULL};
+enum { NSECTIONS = 7 };
+#define SECTIONS_ALLOWED "[job] [model] [data] [optim] [fsdp] [checkpoint] [eval]"
 
 static const keydef keys[] = {
   SPECIAL("job", "name", KT_NAME, name,
@@ -91,6 +93,10 @@ static const keydef keys[] = {
   INT("data", "batch_size", batch_size, 1, 4096, "B, sequences per rank per micro-step (nanoGPT: 12)"),
   INT("data", "grad_accum", grad_accum, 1, 4096,
       "G, micro-steps per optimizer step (nanoGPT: 40 over 8 GPUs = 5 per rank)"),
+  ENUM("data", "shuffle", shuffle, bool_names,
+       "true: each epoch reads windows of seq_len+1 tokens in a permutation keyed by (seed, epoch); false: file order"),
+  SPECIAL("data", "val", KT_VAL, val,
+          "validation tokens for [eval] every: PATH to an llm.c token file, or synthetic:markov:SEED; no default (none)"),
 
   DBL("optim", "lr", lr, 0, 10, 1, 0, "peak learning rate (nanoGPT GPT-2: 6e-4)"),
   DBL("optim", "min_lr", min_lr, 0, 10, 0, 0, "floor of the cosine schedule, <= lr (nanoGPT: lr/10)"),
@@ -116,6 +122,12 @@ static const keydef keys[] = {
   INT("checkpoint", "every", ckpt_every, 0, 1e9, "steps between checkpoints; 0 = off (needs dir otherwise)"),
   INT("checkpoint", "keep", ckpt_keep, 1, 1000, "newest checkpoints kept; older ones are deleted"),
   ENUM("checkpoint", "resume", resume, resume_names, "auto: continue from the newest checkpoint in dir if any"),
+
+  INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)"),
+  INT("eval", "batches", eval_batches, 1, 1e6, "M: the validation loss is the mean over M micro-batches of world x B rows"),
+  INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)"),
+  SPECIAL("eval", "sample_prompt", KT_TEXT, sample_prompt,
+          "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default"),
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 
@@ -151,6 +163,10 @@ void jobspec_defaults(jobspec_t *s) {
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
   s->resume = RESUME_AUTO;
+  s->shuffle = 1;
+  s->eval_every = 0;
+  s->eval_batches = 20;   /* nanoGPT's eval_iters is 200 batches; 20 keeps small jobs fast */
+  s->sample_every = 0;
 }
 
 /* ---- parse context ---- */
@@ -199,7 +215,7 @@ static void check_section_header(pctx *c, const char *line) {
   int si = section_index(name);
   if (si < 0) {
     PERR(c, c->lineno, FSDP_ERR_INVALID,
-         "unknown section [%s]; allowed: [job] [model] [data] [optim] [fsdp] [checkpoint]", name);
+         "unknown section [%s]; allowed: " SECTIONS_ALLOWED, name);
     return;
   }
   if (!c->sec_line[si]) c->sec_line[si] = c->lineno;
@@ -394,33 +410,48 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
     check_readable(c, k, v, s->init);
     break;
   }
-  case KT_TRAIN: {
+  case KT_TRAIN:
+  case KT_VAL: {
+    /* train and val take the same values: a token file or the synthetic chain */
+    int is_val = k->type == KT_VAL;
+    char *path = is_val ? s->val : s->train;
+    int *synthetic = is_val ? &s->val_synthetic : &s->synthetic;
+    uint64_t *mseed = is_val ? &s->val_markov_seed : &s->markov_seed;
     if (!strncmp(v, "synthetic:", 10)) {
       uint64_t seed;
       if (strncmp(v, "synthetic:markov:", 17) || !parse_u64(v + 17, &seed)) {
         PERR(c, c->lineno, FSDP_ERR_INVALID,
-             "[data] train = '%s' is not allowed; allowed: PATH (an llm.c token file) | synthetic:markov:SEED "
-             "(SEED an integer in 0..%llu)", v, (unsigned long long)UINT64_MAX);
+             "[data] %s = '%s' is not allowed; allowed: PATH (an llm.c token file) | synthetic:markov:SEED "
+             "(SEED an integer in 0..%llu)", k->key, v, (unsigned long long)UINT64_MAX);
         break;
       }
-      s->synthetic = 1;
-      s->markov_seed = seed;
-      s->train[0] = '\0';
+      *synthetic = 1;
+      *mseed = seed;
+      path[0] = '\0';
       break;
     }
     if (!*v) {
       PERR(c, c->lineno, FSDP_ERR_INVALID,
-           "[data] train is empty; allowed: PATH (an llm.c token file) | synthetic:markov:SEED");
+           "[data] %s is empty; allowed: PATH (an llm.c token file) | synthetic:markov:SEED%s", k->key,
+           is_val ? " (leave the key out for no validation)" : "");
       break;
     }
-    s->synthetic = 0;
-    if (!resolve_path(c, v, s->train, sizeof s->train)) {
-      PERR(c, c->lineno, FSDP_ERR_RANGE, "[data] train: the path is longer than %d characters", JOBSPEC_PATH_MAX - 1);
+    *synthetic = 0;
+    if (!resolve_path(c, v, path, JOBSPEC_PATH_MAX)) {
+      PERR(c, c->lineno, FSDP_ERR_RANGE, "[data] %s: the path is longer than %d characters", k->key,
+           JOBSPEC_PATH_MAX - 1);
       break;
     }
-    check_readable(c, k, v, s->train);
+    check_readable(c, k, v, path);
     break;
   }
+  case KT_TEXT:
+    if (strlen(v) >= JOBSPEC_TEXT_MAX)
+      PERR(c, c->lineno, FSDP_ERR_RANGE, "[%s] %s is %zu characters; allowed: at most %d", k->sec, k->key,
+           strlen(v), JOBSPEC_TEXT_MAX - 1);
+    else
+      snprintf(field, JOBSPEC_TEXT_MAX, "%s", v);
+    break;
   case KT_DIR:
     if (!*v) {
       field[0] = '\0';
@@ -493,7 +524,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
   trim_copy(sec, sizeof sec, section, strlen(section));
   if (!*sec) {
     PERR(c, c->lineno, FSDP_ERR_INVALID, "key '%s' is outside any section; put it under one of "
-         "[job] [model] [data] [optim] [fsdp] [checkpoint]", name);
+         SECTIONS_ALLOWED, name);
     return 0;
   }
   if (section_index(sec) < 0) return 0;   /* reported by the reader */
@@ -549,6 +580,22 @@ static void cross_checks(pctx *c) {
   if (s->ckpt_every > 0 && !s->ckpt_dir[0])
     PERR(c, blame(c, "checkpoint", "every", NULL), FSDP_ERR_INVALID,
          "[checkpoint] every = %d needs a dir; set [checkpoint] dir = PATH, or every = 0 for none", s->ckpt_every);
+  if (s->eval_every > 0 && !jobspec_has_val(s))
+    PERR(c, blame(c, "eval", "every", NULL), FSDP_ERR_INVALID,
+         "[eval] every = %d needs validation tokens; set [data] val = PATH | synthetic:markov:SEED, or every = 0 "
+         "for none", s->eval_every);
+  if (s->sample_every > 0 && !s->sample_prompt[0])
+    PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_INVALID,
+         "[eval] sample_every = %d needs a prompt; set [eval] sample_prompt = TEXT, or sample_every = 0 for none",
+         s->sample_every);
+  for (const unsigned char *q = (const unsigned char *)s->sample_prompt; *q; q++)
+    if (*q >= s->model.vocab_size) {
+      PERR(c, blame(c, "eval", "sample_prompt", NULL), FSDP_ERR_RANGE,
+           "[eval] sample_prompt: byte %u at offset %d is outside the vocabulary (vocab_size = %d); allowed: "
+           "text whose bytes are all < vocab_size (one token per byte)",
+           *q, (int)(q - (const unsigned char *)s->sample_prompt), s->model.vocab_size);
+      break;
+    }
   if (!c->key_line[key_index("data", "train")]) {
     int line = c->sec_line[section_index("data")];
     PERR(c, line ? line : c->nlines, FSDP_ERR_INVALID,
@@ -680,6 +727,8 @@ void jobspec_write_defaults(FILE *f) {
     else fprintf(f, "# %s; allowed: %s\n", k->help, allowed);
     if (k->type == KT_NAME) fprintf(f, "; name = tiny\n");
     else if (k->type == KT_TRAIN) fprintf(f, "; train = synthetic:markov:1\n");
+    else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
+    else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
     else {
       fprintf(f, "%s = ", k->key);

@@ -15,6 +15,7 @@
 #include "err.h"
 
 #define JOBSPEC_PATH_MAX 1024
+#define JOBSPEC_TEXT_MAX 200     /* a text value: at most one INI line */
 
 typedef enum { SHARD_FULL = 0, SHARD_GRAD_OP, SHARD_NONE } shard_mode;
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA } device_kind;
@@ -48,6 +49,10 @@ typedef struct jobspec {
   uint64_t markov_seed;
   int batch_size;                  /* B: sequences per rank per micro-step */
   int grad_accum;                  /* G: micro-steps per optimizer step */
+  int shuffle;                     /* 1: shuffled windows of T+1 keyed by seed (tokens.h); 0: file order */
+  char val[JOBSPEC_PATH_MAX];      /* absolute path to the validation token file, or "" */
+  int val_synthetic;               /* val = synthetic:markov:SEED */
+  uint64_t val_markov_seed;
   /* [optim] */
   double lr, min_lr;
   int warmup_steps;
@@ -66,7 +71,15 @@ typedef struct jobspec {
   int ckpt_every;                  /* steps; 0 = off */
   int ckpt_keep;
   resume_mode resume;
+  /* [eval] (parsed and validated here; the worker acts on them: docs/jobs.md) */
+  int eval_every;                  /* validation loss at steps K, 2K, ...; 0 = off (needs val otherwise) */
+  int eval_batches;                /* M: micro-batches of N·B rows per validation loss */
+  int sample_every;                /* a sample in the job log at steps K, 2K, ...; 0 = off */
+  char sample_prompt[JOBSPEC_TEXT_MAX];  /* its prompt: text, one token per byte; "" unless set */
 } jobspec_t;
+
+/* A validation source is set: [data] val = PATH or synthetic:markov:SEED. */
+static inline int jobspec_has_val(const jobspec_t *s) { return s->val[0] || s->val_synthetic; }
 
 void jobspec_defaults(jobspec_t *s);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);

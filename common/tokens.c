@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rng.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tokens.c reads and writes little-endian files with memcpy: a little-endian host is required"
 #endif
@@ -25,6 +27,8 @@ struct tok_file {
   size_t map_len;
   uint32_t *mem;           /* the in-memory stream, or NULL */
   char *name;              /* the path, or "synthetic:markov:SEED", for messages */
+  int shuffle;             /* 0: sequential order; 1: shuffled windows (tokens.h) */
+  uint64_t shuffle_seed;
 };
 
 /* ---- token files ---- */
@@ -137,6 +141,87 @@ static inline uint32_t tok_at(const tok_file *f, int64_t i) {
   return v;
 }
 
+void tok_set_shuffle(tok_file *f, int shuffle, uint64_t seed) {
+  f->shuffle = shuffle != 0;
+  f->shuffle_seed = seed;
+}
+
+/* ---- the shuffle permutation ----
+ *
+ * A balanced Feistel network on 2h bits (h the smallest ≥ 1 with 4^h ≥ n) is a bijection of
+ * 0..4^h−1 for any round function; cycle walking (apply it again while the result is ≥ n) turns
+ * it into a bijection of 0..n−1, and since 4^h < 4n the expected number of applications is below
+ * 4. Round i's function of the right half R is the first word of Philox4x32-10 with key = seed and
+ * counter (R, i, epoch low word, TOK_SHUFFLE_TAG ^ epoch high word): the tag keeps these counters
+ * apart from the initializer's (rng.h puts 0 in the last word). Six rounds rather than the minimal
+ * four: the cost is negligible next to a training step, and short domains mix better. */
+#define TOK_SHUFFLE_ROUNDS 6
+#define TOK_SHUFFLE_TAG 0x53485546u   /* "SHUF" */
+
+static uint64_t feistel(uint64_t v, int h, const uint32_t key[2], uint64_t epoch) {
+  const uint64_t mask = (1ull << h) - 1;
+  uint64_t l = v >> h, r = v & mask;
+  for (uint32_t i = 0; i < TOK_SHUFFLE_ROUNDS; i++) {
+    const uint32_t ctr[4] = {(uint32_t)r, i, (uint32_t)epoch, TOK_SHUFFLE_TAG ^ (uint32_t)(epoch >> 32)};
+    uint32_t w[4];
+    rng_philox4x32_10(ctr, key, w);
+    uint64_t nl = r;
+    r = (l ^ w[0]) & mask;
+    l = nl;
+  }
+  return (l << h) | r;
+}
+
+int64_t tok_shuffle_index(uint64_t seed, uint64_t epoch, int64_t n, int64_t k) {
+  if (n < 1 || n > ((int64_t)1 << 62) || k < 0 || k >= n) return -1;
+  int h = 1;
+  while (((uint64_t)1 << (2 * h)) < (uint64_t)n) h++;
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  uint64_t v = (uint64_t)k;
+  do v = feistel(v, h, key, epoch);
+  while (v >= (uint64_t)n);
+  return (int64_t)v;
+}
+
+/* Tokens start..start+len into inp[0..len) and, shifted by one, targets[0..len); each < vocab. */
+static fsdp_status read_row(const tok_file *f, int64_t start, int64_t len, int vocab, int *inp,
+                            int *targets) {
+  for (int64_t i = 0; i <= len; i++) {
+    uint32_t t = tok_at(f, start + i);
+    if (t >= (uint32_t)vocab)
+      return fsdp_set_error(FSDP_ERR_RANGE,
+                            "token stream %s: token %u at position %lld is >= vocab_size %d "
+                            "(was the file made with another tokenizer?)",
+                            f->name, t, (long long)(start + i), vocab);
+    if (i < len) inp[i] = (int)t;
+    if (i > 0) targets[i - 1] = (int)t;
+  }
+  return FSDP_OK;
+}
+
+/* The shuffled order of tokens.h: rank's B rows of micro-batch MICROBATCH. */
+static fsdp_status shuffled_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B,
+                                  int T, int vocab, int *inp, int *targets) {
+  int64_t nw = f->n / ((int64_t)T + 1), rows = (int64_t)world * B;
+  if (nw < rows)
+    return fsdp_set_error(FSDP_ERR_RANGE,
+                          "token stream %s holds %lld tokens, %lld windows of T+1 = %d; one "
+                          "shuffled batch of world %d x B %d needs %lld windows, at least %lld "
+                          "tokens: use a longer file or a smaller batch",
+                          f->name, (long long)f->n, (long long)nw, T + 1, world, B, (long long)rows,
+                          (long long)(rows * ((int64_t)T + 1)));
+  if (microbatch > (INT64_MAX - rows) / rows)
+    return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: micro-batch %lld x %lld rows overflows",
+                          (long long)microbatch, (long long)rows);
+  int64_t first = microbatch * rows + (int64_t)rank * B;
+  for (int i = 0; i < B; i++) {
+    int64_t p = first + i;
+    int64_t w = tok_shuffle_index(f->shuffle_seed, (uint64_t)(p / nw), nw, p % nw);
+    TRY(read_row(f, w * ((int64_t)T + 1), T, vocab, inp + (int64_t)i * T, targets + (int64_t)i * T));
+  }
+  return FSDP_OK;
+}
+
 fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
                       int vocab, int *inp, int *targets) {
   if (world < 1 || rank < 0 || rank >= world)
@@ -151,6 +236,7 @@ fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world
   int64_t bt = (int64_t)B * T, span;
   if (__builtin_mul_overflow(bt, (int64_t)world, &span))
     return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: world %d x B %d x T %d overflows", world, B, T);
+  if (f->shuffle) return shuffled_batch(f, microbatch, rank, world, B, T, vocab, inp, targets);
   int64_t nb = f->n > 0 ? (f->n - 1) / span : 0;
   if (nb == 0)
     return fsdp_set_error(FSDP_ERR_RANGE,
@@ -158,18 +244,7 @@ fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world
                           "needs at least %lld (world*B*T + 1): use a longer file or a smaller "
                           "batch",
                           f->name, (long long)f->n, world, B, T, (long long)(span + 1));
-  int64_t start = ((microbatch % nb) * world + rank) * bt;
-  for (int64_t i = 0; i <= bt; i++) {
-    uint32_t t = tok_at(f, start + i);
-    if (t >= (uint32_t)vocab)
-      return fsdp_set_error(FSDP_ERR_RANGE,
-                            "token stream %s: token %u at position %lld is >= vocab_size %d "
-                            "(was the file made with another tokenizer?)",
-                            f->name, t, (long long)(start + i), vocab);
-    if (i < bt) inp[i] = (int)t;
-    if (i > 0) targets[i - 1] = (int)t;
-  }
-  return FSDP_OK;
+  return read_row(f, ((microbatch % nb) * world + rank) * bt, bt, vocab, inp, targets);
 }
 
 void tok_close(tok_file **pf) {

@@ -4,15 +4,28 @@
  * A token file is a 256 × int32 header (magic 20240520, version 1, token count; then uint16 tokens,
  * or magic 20240801, version 7 for uint32 tokens) followed by the tokens, exactly as llm.c's
  * dev/data scripts write them. tok_open() maps a file read-only and validates the header against
- * the file's size; tok_open_markov() builds the same object in memory from a Markov chain. A
- * tok_file is immutable once opened: any number of threads may call tok_count() and tok_batch() on
- * it concurrently. The opener owns it and frees it with tok_close().
+ * the file's size; tok_open_markov() builds the same object in memory from a Markov chain. The
+ * opener chooses the batch order with tok_set_shuffle() before sharing it; from then on the tok_file
+ * is immutable: any number of threads may call tok_count() and tok_batch() on it concurrently. The
+ * opener owns it and frees it with tok_close().
  *
  * Batch order (DESIGN.md §6): with B sequences of T tokens per rank, N ranks and G micro-steps,
  * micro-batch b = step·G + k reads, for rank r, the B·T+1 tokens starting at ((b mod nb)·N + r)·B·T
  * where nb = (ntokens − 1) / (N·B·T); inputs are the first B·T, targets the same shifted by one.
  * So rank r's rows are rows r·B..(r+1)·B−1 of the single-rank batch of N·B rows, and the order
- * depends only on N·B (and b), not on how the rows are split among ranks.
+ * depends only on N·B (and b), not on how the rows are split among ranks. This is `shuffle = false`
+ * and the order a tok_file has when opened.
+ *
+ * Shuffled order (`shuffle = true`, tok_set_shuffle(f, 1, seed)): the stream is cut into
+ * nw = ⌊ntokens / (T+1)⌋ windows, window w being tokens w·(T+1) .. w·(T+1)+T (the trailing
+ * ntokens mod (T+1) tokens are never read). The windows are consumed as one endless sequence of
+ * epochs: position p of that sequence is window π_e(p mod nw) with e = ⌊p / nw⌋, where π_e is
+ * tok_shuffle_index(seed, e, nw, ·), a permutation of 0..nw−1. Micro-batch b takes positions
+ * b·N·B .. (b+1)·N·B − 1 and rank r rows r·B .. (r+1)·B − 1 of those; a row's inputs are its
+ * window's first T tokens and its targets the last T. So every window is read once per epoch, the
+ * rows depend only on N·B and b, and a resumed job continues the permutation (b is all it needs).
+ * The permutation is computed per position (a Feistel network on Philox, cycle-walked into
+ * 0..nw−1; docs/data.md gives the exact definition), so no table of nw entries is ever built.
  *
  * The Markov chain: token i has at most TOK_MARKOV_SUCC successors, always including i itself and
  * (i+1) mod V (so the chain is irreducible and aperiodic), the others drawn from the seed, with
@@ -41,15 +54,24 @@ typedef struct tok_file tok_file;
 fsdp_status tok_open(const char *path, tok_file **out);
 /* An in-memory stream of NTOKENS tokens of the Markov chain (SEED, VOCAB). */
 fsdp_status tok_open_markov(uint64_t seed, int vocab, int64_t ntokens, tok_file **out);
+/* The batch order: SHUFFLE 0 is the sequential order (the default), 1 the shuffled windows keyed
+ * by SEED (the job's seed). Call before the tok_file is shared between threads. */
+void tok_set_shuffle(tok_file *f, int shuffle, uint64_t seed);
 int64_t tok_count(const tok_file *f);
 /* Token width in bytes: 2 (uint16 file) or 4 (uint32 file or Markov stream). */
 int tok_width(const tok_file *f);
 /* Micro-batch MICROBATCH of RANK among WORLD ranks: fills inp[B·T] and targets[B·T] (the order
- * above). Errors: the stream holds fewer than WORLD·B·T+1 tokens (says how many are needed), or a
- * token ≥ VOCAB (names its position). */
+ * above). Errors: the stream is too short for one batch (WORLD·B·T+1 tokens sequential, WORLD·B
+ * windows of T+1 tokens shuffled; the message says how many are needed), or a token ≥ VOCAB
+ * (names its position). */
 fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
                       int vocab, int *inp, int *targets);
 void tok_close(tok_file **f);
+
+/* Position K (0 ≤ K < N) of the shuffle permutation of 0..N−1 for (SEED, EPOCH): a bijection of
+ * 0..N−1 for every (SEED, EPOCH), N ≤ 2^62. Pure; O(1) memory; any thread. Returns −1 when K or N
+ * is out of range. */
+int64_t tok_shuffle_index(uint64_t seed, uint64_t epoch, int64_t n, int64_t k);
 
 /* Write N tokens as an llm.c token file: uint16 when vocab ≤ 65536, else uint32. Every token must
  * be < VOCAB. Written to PATH.tmp, fsynced, then renamed to PATH. */

@@ -69,6 +69,12 @@ static void test_defaults(void) {
   CHECK_NEAR(6e-4, d.lr, 0, 0);
   CHECK_NEAR(6e-5, d.min_lr, 0, 0);
   CHECK_EQ_INT(2000, d.warmup_steps);
+  CHECK_EQ_INT(1, d.shuffle);
+  CHECK(!jobspec_has_val(&d));
+  CHECK_EQ_INT(0, d.eval_every);
+  CHECK_EQ_INT(20, d.eval_batches);
+  CHECK_EQ_INT(0, d.sample_every);
+  CHECK(d.sample_prompt[0] == '\0');
   CHECK(!strcmp(d.init, "random"));
   CHECK(!strcmp(d.arch, "gpt2"));
   CHECK(!strcmp(shard_mode_name(SHARD_GRAD_OP), "grad_op"));
@@ -129,6 +135,8 @@ static void test_every_key(void) {
       "train = data/../data/tokens.bin\n"
       "batch_size = 3\n"
       "grad_accum = 7\n"
+      "shuffle = false\n"
+      "val = data/tokens.bin\n"
       "[optim]\n"
       "lr = 1e-3\n"
       "min_lr = 0\n"
@@ -152,7 +160,12 @@ static void test_every_key(void) {
       "dir = ./ck/../ckpt\n"
       "every = 50\n"
       "keep = 5\n"
-      "resume = never\n";
+      "resume = never\n"
+      "[eval]\n"
+      "every = 25\n"
+      "batches = 4\n"
+      "sample_every = 100\n"
+      "sample_prompt = To be, or not to be:  that\n";
   jobspec_t s;
   CHECK_OK(jobspec_parse(text, "job.ini", tmpdir, &s));
   CHECK(!strcmp(s.name, "run-1.b"));
@@ -169,6 +182,14 @@ static void test_every_key(void) {
   CHECK_EQ_INT(0, s.synthetic);
   CHECK_EQ_INT(3, s.batch_size);
   CHECK_EQ_INT(7, s.grad_accum);
+  CHECK_EQ_INT(0, s.shuffle);
+  CHECK(!strcmp(s.val, tok));
+  CHECK_EQ_INT(0, s.val_synthetic);
+  CHECK(jobspec_has_val(&s));
+  CHECK_EQ_INT(25, s.eval_every);
+  CHECK_EQ_INT(4, s.eval_batches);
+  CHECK_EQ_INT(100, s.sample_every);
+  CHECK(!strcmp(s.sample_prompt, "To be, or not to be:  that"));
   CHECK_NEAR(1e-3, s.lr, 0, 0);
   CHECK_NEAR(0, s.min_lr, 0, 0);
   CHECK_EQ_INT(0, s.warmup_steps);
@@ -249,6 +270,28 @@ static void test_errors(void) {
   expect_error(buf, 5, "allowed: 0 <= min_lr <= lr");
   snprintf(buf, sizeof buf, "%s[checkpoint]\nevery = 10\n", T);
   expect_error(buf, 4, "needs a dir");
+  expect_error("[data]\nshuffle = yes\n", 2, "shuffle = 'yes' is not allowed; allowed: false | true");
+  expect_error("[data]\nval = no/such/file.bin\n", 2, "[data] val = no/such/file.bin: cannot read");
+  expect_error("[data]\nval = synthetic:markov:x\n", 2, "[data] val = 'synthetic:markov:x' is not allowed");
+  expect_error("[data]\nval =\n", 2, "[data] val is empty; allowed: PATH");
+  expect_error("[eval]\nbatches = 0\n", 2, "batches = 0 is out of range; allowed: an integer in 1..1000000");
+  expect_error("[eval]\nevery = -1\n", 2, "allowed: an integer in 0..");
+  expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, sample_every, sample_prompt");
+  snprintf(buf, sizeof buf, "%s[eval]\nevery = 10\n", T);
+  expect_error(buf, 4, "[eval] every = 10 needs validation tokens; set [data] val");
+  snprintf(buf, sizeof buf, "%s[eval]\nsample_every = 10\n", T);
+  expect_error(buf, 4, "sample_every = 10 needs a prompt");
+  snprintf(buf, sizeof buf, "%s[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", T);
+  expect_error(buf, 6, "byte 123 at offset 2 is outside the vocabulary (vocab_size = 100)");
+  snprintf(buf, sizeof buf, "%s[eval]\nsample_prompt = caf\xc3\xa9\n", T);
+  jobspec_t okv;
+  CHECK_OK(jobspec_parse(buf, "ok.ini", tmpdir, &okv));   /* UTF-8 bytes are tokens of a 50257 vocabulary */
+  snprintf(buf, sizeof buf, "%s[data]\nval = synthetic:markov:9\n[eval]\nevery = 5\n", T);
+  CHECK_OK(jobspec_parse(buf, "ok.ini", tmpdir, &okv));
+  CHECK_EQ_INT(1, okv.val_synthetic);
+  CHECK_EQ_INT(9, okv.val_markov_seed);
+  CHECK_EQ_INT(1, okv.synthetic);
+  CHECK_EQ_INT(1, okv.markov_seed);
   expect_error("[job]\nsteps = 1\nsteps = 2\n", 3, "set twice (first at line 2)");
   expect_error("steps = 1\n", 1, "outside any section");
   expect_error("[job\nsteps = 1\n", 1, "syntax error");

@@ -136,6 +136,232 @@ static void test_batch_order(void) {
   free(tok);
 }
 
+/* The shuffle permutation is a bijection of 0..n−1 for every (seed, epoch), and matches the
+ * definition in docs/data.md: the golden values come from an independent Python implementation of
+ * that text (Philox4x32-10 checked against Random123's vectors, then the Feistel network with
+ * cycle walking). */
+static void test_shuffle_index(void) {
+  const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 16, 17, 100, 1000, 4097};
+  int not_bijective = 0, identity = 0;
+  char *seen = malloc(4097);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (uint64_t seed = 0; seed < 3; seed++)
+      for (uint64_t e = 0; e < 3; e++) {
+        int64_t n = sizes[i];
+        int id = 1;
+        memset(seen, 0, (size_t)n);
+        for (int64_t k = 0; k < n; k++) {
+          int64_t v = tok_shuffle_index(seed, e, n, k);
+          if (v < 0 || v >= n || seen[v]) {
+            not_bijective++;
+            continue;
+          }
+          seen[v] = 1;
+          id &= v == k;
+        }
+        identity += id && n >= 16;
+      }
+  free(seen);
+  CHECK_EQ_INT(0, not_bijective);
+  CHECK_EQ_INT(0, identity);
+  CHECK_EQ_INT(0, tok_shuffle_index(5, 0, 1, 0));
+  CHECK_EQ_INT(-1, tok_shuffle_index(5, 0, 10, 10));
+  CHECK_EQ_INT(-1, tok_shuffle_index(5, 0, 10, -1));
+  CHECK_EQ_INT(-1, tok_shuffle_index(5, 0, 0, 0));
+
+  static const struct { uint64_t seed, epoch; int64_t n, k[10], v[10]; int nk; } gold[] = {
+    {1337, 0, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {5, 0, 6, 9, 2, 1, 4, 8, 7, 3}, 10},
+    {1337, 1, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {4, 2, 5, 1, 6, 9, 3, 0, 7, 8}, 10},
+    {7, 3, 1000, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {466, 270, 290, 885, 983, 224, 457, 398, 680, 226}, 10},
+    {0xdeadbeefcafeull, (1ull << 33) + 5, 1ll << 40, {0, 1, 12345, (1ll << 40) - 1},
+     {399039085445ll, 701112061388ll, 842122976230ll, 567144329568ll}, 4},
+  };
+  for (size_t g = 0; g < sizeof gold / sizeof gold[0]; g++)
+    for (int j = 0; j < gold[g].nk; j++)
+      CHECK_EQ_INT(gold[g].v[j], tok_shuffle_index(gold[g].seed, gold[g].epoch, gold[g].n, gold[g].k[j]));
+}
+
+/* Read the windows that micro-batch B gives RANK: tokens equal their positions, so a row's first
+ * token names its window. Returns the number of malformed rows (not a whole window of T+1). */
+static int rows_of(const tok_file *tf, int64_t b, int rank, int world, int B, int T, int vocab,
+                   int64_t *win) {
+  int *inp = malloc(sizeof *inp * (size_t)(B * T)), *tgt = malloc(sizeof *tgt * (size_t)(B * T));
+  int bad = 0;
+  if (tok_batch(tf, b, rank, world, B, T, vocab, inp, tgt) != FSDP_OK) {
+    fprintf(stderr, "  tok_batch(%lld, %d, %d): %s\n", (long long)b, rank, world, fsdp_last_error());
+    bad = B;
+  } else {
+    for (int i = 0; i < B; i++) {
+      const int *x = inp + i * T, *y = tgt + i * T;
+      int ok = x[0] % (T + 1) == 0;
+      for (int t = 0; t < T; t++) ok &= x[t] == x[0] + t && y[t] == x[0] + t + 1;
+      bad += !ok;
+      win[i] = x[0] / (T + 1);
+    }
+  }
+  free(inp);
+  free(tgt);
+  return bad;
+}
+
+static void test_shuffle_batches(void) {
+  const int64_t n = 1000;
+  const int vocab = 70000, T = 8, rows = 4;   /* N·B = 4; 1000 / 9 = 111 windows, 1 token left */
+  const int64_t nw = n / (T + 1);
+  uint32_t *tok = malloc(sizeof *tok * n);
+  for (int64_t i = 0; i < n; i++) tok[i] = (uint32_t)i;
+  const char *p = path_in("shuffle.bin");
+  CHECK_OK(tok_write(p, tok, n, vocab));
+  tok_file *tf = NULL, *seq = NULL;
+  CHECK_OK(tok_open(p, &tf));
+  CHECK_OK(tok_open(p, &seq));
+  if (!tf || !seq) {
+    tok_close(&tf);
+    tok_close(&seq);
+    free(tok);
+    return;
+  }
+  tok_set_shuffle(tf, 1, 1337);
+
+  /* The single-rank reference: 3 epochs and a bit; 111 is not a multiple of 4, so some
+   * micro-batches straddle two epochs. */
+  const int64_t nmb = (3 * nw) / rows + 2, npos = nmb * rows;
+  int64_t *ref = malloc(sizeof *ref * (size_t)npos);
+  int bad = 0;
+  for (int64_t b = 0; b < nmb; b++) bad += rows_of(tf, b, 0, 1, rows, T, vocab, ref + b * rows);
+  CHECK_EQ_INT(0, bad);
+
+  /* Every window exactly once per epoch, and each epoch's order is tok_shuffle_index's. */
+  int not_once = 0, not_perm = 0, same_as_prev = 1, sorted = 1;
+  char seen[111];
+  for (int64_t e = 0; e < 3; e++) {
+    memset(seen, 0, sizeof seen);
+    int same = 1;
+    for (int64_t k = 0; k < nw; k++) {
+      int64_t w = ref[e * nw + k];
+      not_once += w < 0 || w >= nw || seen[w]++;
+      not_perm += w != tok_shuffle_index(1337, (uint64_t)e, nw, k);
+      if (e > 0) same &= w == ref[(e - 1) * nw + k];
+      if (e == 0 && k > 0) sorted &= w > ref[k - 1];
+    }
+    if (e > 0) same_as_prev &= same;
+  }
+  CHECK_EQ_INT(0, not_once);
+  CHECK_EQ_INT(0, not_perm);
+  CHECK(!same_as_prev);   /* each epoch draws its own permutation */
+  CHECK(!sorted);         /* and it is not the file order */
+
+  /* N·B fixed: N = 1, 2, 4 ranks see exactly the single-rank rows. */
+  int bad_split = 0;
+  int64_t win[4];
+  for (int world = 1; world <= 4; world *= 2) {
+    int B = rows / world;
+    for (int64_t b = 0; b < nmb; b++)
+      for (int r = 0; r < world; r++) {
+        bad_split += rows_of(tf, b, r, world, B, T, vocab, win);
+        for (int i = 0; i < B; i++) bad_split += win[i] != ref[b * rows + r * B + i];
+      }
+  }
+  CHECK_EQ_INT(0, bad_split);
+
+  /* Resuming mid-epoch: a freshly opened file continues at micro-batch 40 (position 160, in the
+   * second epoch) exactly where the uninterrupted run is; and N·B·G fixed (2 ranks × B 2 × G 1
+   * before, 1 rank × B 2 × G 2 after) gives each step the same windows. */
+  tok_file *again = NULL;
+  CHECK_OK(tok_open(p, &again));
+  int bad_resume = 0;
+  if (again) {
+    tok_set_shuffle(again, 1, 1337);
+    for (int64_t b = 40; b < nmb; b++) {
+      bad_resume += rows_of(again, b, 0, 1, rows, T, vocab, win);
+      for (int i = 0; i < rows; i++) bad_resume += win[i] != ref[b * rows + i];
+    }
+    for (int64_t step = 41; step <= nmb; step++)
+      for (int k = 0; k < 2; k++) {
+        bad_resume += rows_of(again, (step - 1) * 2 + k, 0, 1, 2, T, vocab, win);
+        for (int i = 0; i < 2; i++) bad_resume += win[i] != ref[(step - 1) * 4 + k * 2 + i];
+      }
+    tok_close(&again);
+  }
+  CHECK_EQ_INT(0, bad_resume);
+
+  /* Another seed, another order. */
+  tok_set_shuffle(tf, 1, 1338);
+  int differs = 0;
+  for (int64_t b = 0; b < 8; b++) {
+    bad += rows_of(tf, b, 0, 1, rows, T, vocab, win);
+    for (int i = 0; i < rows; i++) differs += win[i] != ref[b * rows + i];
+  }
+  CHECK(differs > 0);
+  CHECK_EQ_INT(0, bad);
+
+  /* shuffle = false is the order of DESIGN.md §6 exactly, whether it was never set or set and
+   * cleared: compare every micro-batch of 2 wrap-arounds against the untouched file. */
+  tok_set_shuffle(tf, 0, 1337);
+  int *a_inp = malloc(sizeof(int) * 32), *a_tgt = malloc(sizeof(int) * 32);
+  int *b_inp = malloc(sizeof(int) * 32), *b_tgt = malloc(sizeof(int) * 32);
+  int bad_seq = 0;
+  const int64_t nb = (n - 1) / (rows * T);
+  for (int64_t b = 0; b < 2 * nb + 1; b++)
+    for (int r = 0; r < 2; r++) {
+      CHECK_OK(tok_batch(tf, b, r, 2, 2, T, vocab, a_inp, a_tgt));
+      CHECK_OK(tok_batch(seq, b, r, 2, 2, T, vocab, b_inp, b_tgt));
+      int64_t start = ((b % nb) * 2 + r) * 2 * T;
+      for (int i = 0; i < 2 * T; i++)
+        bad_seq += a_inp[i] != b_inp[i] || a_tgt[i] != b_tgt[i] || a_inp[i] != start + i ||
+                   a_tgt[i] != start + i + 1;
+    }
+  CHECK_EQ_INT(0, bad_seq);
+  free(a_inp);
+  free(a_tgt);
+  free(b_inp);
+  free(b_tgt);
+
+  /* Too short: 111 windows; world 4 × B 28 = 112 rows. The message says how many are needed. */
+  tok_set_shuffle(tf, 1, 1337);
+  int *big = malloc(sizeof(int) * 37 * 8), *big2 = malloc(sizeof(int) * 37 * 8);
+  CHECK(tok_batch(tf, 0, 0, 4, 28, T, vocab, big, big2) == FSDP_ERR_RANGE);
+  CHECK(has("needs 112 windows, at least 1008 tokens"));
+  CHECK_OK(tok_batch(tf, 0, 0, 3, 37, T, vocab, big, big2));   /* exactly 111 rows */
+  /* A token >= vocab names its position in shuffled order too. */
+  int inp[32], tgt[32];
+  int64_t w0 = tok_shuffle_index(1337, 0, nw, 0);
+  CHECK(tok_batch(tf, 0, 0, 1, 1, T, (int)(w0 * (T + 1) + 3), inp, tgt) == FSDP_ERR_RANGE);
+  char want[64];
+  snprintf(want, sizeof want, "position %lld", (long long)(w0 * (T + 1) + 3));
+  CHECK(has(want));
+  CHECK(tok_batch(tf, INT64_MAX / 2, 0, 1, 4, T, vocab, inp, tgt) == FSDP_ERR_RANGE);
+
+  /* The Markov stream shuffles the same way. */
+  tok_file *mk = NULL;
+  CHECK_OK(tok_open_markov(9, 64, 5000, &mk));
+  if (mk) {
+    tok_set_shuffle(mk, 1, 3);
+    uint32_t *all = malloc(sizeof *all * 5000);
+    tok_markov *m = NULL;
+    CHECK_OK(tok_markov_new(9, 64, &m));
+    if (m) CHECK_OK(tok_markov_generate(m, 5000, all));
+    CHECK_OK(tok_batch(mk, 7, 1, 2, 3, 16, 64, big, big2));
+    int badm = 0;
+    for (int i = 0; i < 3; i++) {
+      int64_t pos = 7 * 6 + 3 + i, w = tok_shuffle_index(3, (uint64_t)(pos / (5000 / 17)), 5000 / 17, pos % (5000 / 17));
+      for (int t = 0; t < 16; t++)
+        badm += big[i * 16 + t] != (int)all[w * 17 + t] || big2[i * 16 + t] != (int)all[w * 17 + t + 1];
+    }
+    CHECK_EQ_INT(0, badm);
+    tok_markov_destroy(&m);
+    free(all);
+    tok_close(&mk);
+  }
+
+  free(big);
+  free(big2);
+  free(ref);
+  tok_close(&tf);
+  tok_close(&seq);
+  free(tok);
+}
+
 static void test_bad_files(void) {
   tok_file *tf = NULL;
   uint16_t payload[100] = {0};
@@ -318,6 +544,8 @@ int main(void) {
   test_roundtrip(65536, 2);
   test_roundtrip(70000, 4);
   test_batch_order();
+  test_shuffle_index();
+  test_shuffle_batches();
   test_bad_files();
   test_markov();
   char cmd[128];
