@@ -177,6 +177,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
     TRY_GOTO(tok_open_markov(spec->markov_seed, p->model.vocab_size, synthetic_tokens(rt), &rt->data), rc, fail);
   else
     TRY_GOTO(tok_open(spec->train, &rt->data), rc, fail);
+  tok_set_shuffle(rt->data, spec->shuffle, spec->seed);
   *out = rt;
   return FSDP_OK;
 fail:

@@ -293,7 +293,8 @@ static void bf16_reference_child(const config *c1, const char *dir) {
   tok_file *tf = NULL;
   int64_t ntok = 4 * (int64_t)BT;
   if (ntok < (1 << 21)) ntok = 1 << 21;   /* the runtime's synthetic stream length */
-  CHECK_OK(tok_open_markov(s.markov_seed, p->model.vocab_size, ntok + 1, &tf));
+  if (tok_open_markov(s.markov_seed, p->model.vocab_size, ntok + 1, &tf) != FSDP_OK) _exit(4);
+  tok_set_shuffle(tf, s.shuffle, s.seed);
   gpt2_init_shard(p, s.seed, 0, w);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = wb + p->units[u].shard_base;
