@@ -35,11 +35,13 @@ void cu_fatal(cudaError_t e, const char *call, int line);
     if (e_ != cudaSuccess) cu_fatal(e_, #call, __LINE__);   \
   } while (0)
 
+void *xmalloc(size_t bytes); /* malloc or exit */
 /* Buffers of the current check, freed by free_all(). */
 void *hbuf(size_t bytes);
 void *dbuf(size_t bytes);
 void free_all(void);
 
+void rng_seed(uint64_t seed);
 uint64_t rng_next(void);
 float rng_uniform(float lo, float hi);
 float *h_uniform(size_t n, float lo, float hi);          /* fp32 values */
@@ -97,8 +99,8 @@ void verdict(const char *name, int ok, const char *detail);
     for (int i_ = 0; i_ < n_; i_++) compare((op), (shape), &(outs)[i_], i_ == 0 ? ms_ : -1.0); \
   } while (0)
 
-/* check_ops.c */
-void check_model_ops(void);
+/* check_ops.c: the tiny shapes, and the GPT-2 ones when LARGE */
+void check_model_ops(int large);
 /* check_util.c */
 void check_util_ops(void);
 void measure_gemm_rate(void);
