@@ -57,8 +57,10 @@ typedef struct ops_cuda_ctx {
 } ops_cuda_ctx;
 
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
- * (the largest: the classifier's none; matmul dbias partials 64·OC floats; encoder_backward 2·BT ints;
- * sumsq 1024 doubles). A call whose need exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. */
+ * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; encoder_backward: 2·B·T ints;
+ * attention_backward: B·NH·T floats, 3 MiB at B=64, NH=12, T=1024; sumsq: 12 KiB). A call whose need
+ * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
+ * the caller passes that scratch buffer. */
 #define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
 
 /* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---- */

@@ -23,6 +23,14 @@
     }                                                                                                  \
   } while (0)
 
+/* The largest power of two (at most 256) that divides the address. */
+static uint32_t ptr_align(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && (a & (al - 1))) al >>= 1;
+  return al;
+}
+
 fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
                         const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
                         int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux) {
@@ -48,9 +56,7 @@ fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, i
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), what);
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), what);
   }
-  if (aux) {
-    const cudaDataType_t at = CUDA_R_16BF;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at), what);
+  if (aux) { /* the aux type is left at its default, D's type (bf16), as llm.c does */
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux), what);
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux), what);
   }
@@ -61,6 +67,19 @@ fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, i
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
            what);
+  {
+    /* The heuristic assumes 256-byte aligned matrices unless told otherwise; a chunk or a column
+     * offset can be less aligned, so say what each pointer really is. */
+    const uint32_t aa = ptr_align(A), ab = ptr_align(B), ad = ptr_align(D);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa),
+             what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab),
+             what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad),
+             what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad),
+             what);
+  }
   {
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) { /* the caller may fall back to a plainer epilogue */
