@@ -102,7 +102,14 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * qkv (B,T,3C) as Hugging Face's c_attn produces it (q, k, v each C wide, head h at columns h·hs,
  * hs = C/NH); out (B,T,C); lse (B,NH,T) fp32: each query row's log-sum-exp of its scaled scores,
  * saved for backward. Scale 1/sqrt(hs). hs must be 64 or 128 (else FSDP_ERR_UNSUPPORTED).
- * Tiled fp32-FMA kernels with an online softmax (see ops_cuda_attention.cu). */
+ * Two implementations with the same outputs (interchangeable even between forward and backward):
+ * OPS_ATTN_TC, tensor cores through WMMA (bf16 operands, fp32 accumulation; ops_cuda_attention_tc.cu),
+ * the default; OPS_ATTN_FMA, plain fp32 FMAs on shared-memory tiles (ops_cuda_attention.cu), the
+ * reference. ops_cuda_attention_select picks one for the whole process; before any call, the
+ * environment variable FSDP_CUDA_ATTN=fma|tc does. */
+typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1 } ops_attn_impl;
+void ops_cuda_attention_select(ops_attn_impl impl);
+ops_attn_impl ops_cuda_attention_selected(void);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        const ops_cuda_ctx *ctx);
 /* dqkv (B,T,3C) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the scores;

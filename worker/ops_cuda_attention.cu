@@ -1,6 +1,7 @@
 /* ops_cuda_attention — fused causal self-attention, forward and backward, in the flash-attention
- * manner: tiles of queries and keys in shared memory, an online softmax, no T×T matrix in device
- * memory. Only the per-row log-sum-exp (B,NH,T, fp32) is saved for the backward, which recomputes
+ * manner, on plain fp32 FMAs: OPS_ATTN_FMA, the reference (the tensor-core kernels of
+ * ops_cuda_attention_tc.cu are the default; the entry points here dispatch to them). Tiles of
+ * queries and keys in shared memory, an online softmax, no T×T matrix in device memory. Only the per-row log-sum-exp (B,NH,T, fp32) is saved for the backward, which recomputes
  * the probabilities from it (see ops_cuda.h for shapes).
  *
  * Deliberately plain (correctness first, no tensor cores): fp32 FMAs on tiles held in shared
@@ -25,6 +26,11 @@
  * The kernels have no static shared arrays: the dynamic size is the whole footprint.
  */
 #include "ops_cuda_common.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
 
 #include "ops/exp.h"
 #include "ops/softmax.h"
@@ -435,10 +441,27 @@ static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dou
   return FSDP_OK;
 }
 
+/* The implementation in use: −1 until the first call reads FSDP_CUDA_ATTN. */
+static std::atomic<int> g_attn_impl(-1);
+
+void ops_cuda_attention_select(ops_attn_impl impl) { g_attn_impl.store((int)impl); }
+
+ops_attn_impl ops_cuda_attention_selected(void) {
+  int v = g_attn_impl.load();
+  if (v < 0) {
+    const char *e = getenv("FSDP_CUDA_ATTN");
+    int want = e && strcmp(e, "fma") == 0 ? (int)OPS_ATTN_FMA : (int)OPS_ATTN_TC;
+    g_attn_impl.compare_exchange_strong(v, want); /* a concurrent select() wins */
+    v = g_attn_impl.load();
+  }
+  return (ops_attn_impl)v;
+}
+
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
+  if (ops_cuda_attention_selected() == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, ctx);
   if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, ctx);
   return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, ctx);
 }
@@ -456,6 +479,8 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, co
   attention_dvec_kernel<<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(
       dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
+  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
+    return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
   if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
   return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
 }

@@ -200,18 +200,32 @@ static void check_attention(const shape *s) {
         for (int c = 0; c < hs; c++) dot += (double)q[c] * k[c];
         lse[((size_t)b * NH + h) * T + t] = (float)(dot * scale - log((double)a[jm]));
       }
-  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
-                {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
-  RUN_AND_COMPARE("attention_forward", s->name, s->timed, fo,
-                  ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, &g_ctx));
-
   /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
   attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-  out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE("attention_backward", s->name, s->timed, bo,
-                  ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &g_ctx));
+
+  /* both implementations, then back to the process default */
+  const ops_attn_impl was = ops_cuda_attention_selected();
+  static const ops_attn_impl impls[] = {OPS_ATTN_TC, OPS_ATTN_FMA};
+  static const char *const impl_names[] = {"tensor cores", "fp32 FMA"};
+  for (int i = 0; i < 2; i++) {
+    char fname[64], bname[64];
+    snprintf(fname, sizeof fname, "attention_forward(%s)", impl_names[i]);
+    snprintf(bname, sizeof bname, "attention_backward(%s)", impl_names[i]);
+    ops_cuda_attention_select(impls[i]);
+    CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
+    CU(cudaMemset(d_lse, 0xFF, nlse * sizeof(float)));
+    CU(cudaMemset(d_dqkv, 0xFF, nqkv * sizeof(uint16_t)));
+    out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
+                  {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
+    RUN_AND_COMPARE(fname, s->name, s->timed, fo,
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, &g_ctx));
+    out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &g_ctx));
+  }
+  ops_cuda_attention_select(was);
   free_all();
 }
 

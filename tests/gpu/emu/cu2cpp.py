@@ -6,6 +6,7 @@ import re
 import sys
 
 src = open(sys.argv[1]).read()
-src = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1 *\2 = (\1 *)emu_dyn_smem;", src)
+src = re.sub(r"extern __shared__ (?:__align__\(\d+\) )?([\w ]+?) (\w+)\[\];", r"\1 *\2 = (\1 *)emu_dyn_smem;", src)
+src = src.replace("#include <mma.h>", "/* <mma.h>: emu.h emulates WMMA */")
 src, n = re.subn(r"([\w:]+(?:<[^<>;()]*>)?)<<<(.*?)>>>\(", r"emu_launch_k(\2, \1, ", src, flags=re.S)
 sys.stdout.write('#line 1 "%s"\n' % sys.argv[1] + src)

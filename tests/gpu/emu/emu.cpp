@@ -47,6 +47,7 @@ static void wait_state(int st) {
 }
 
 void __syncthreads(void) { wait_state(AT_BAR); }
+void emu_warp_barrier(void) { wait_state(AT_WARP); }
 
 int __syncthreads_and(int pred) {
   g_th[g_cur].pred = pred != 0;
