@@ -82,7 +82,10 @@ fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *d
                                         const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx);
 
 /* ---- Conv1D matmul (Hugging Face layout: weight [C, OC], out = inp @ weight + bias) ----
- * cuBLASLt, bf16 operands, fp32 compute. bias may be NULL.
+ * cuBLASLt, bf16 operands, fp32 compute. bias may be NULL. Matrices may start at any element
+ * (cuBLASLt is told each pointer's alignment); keep a bias 16-byte aligned, as llm.c does (the
+ * epilogue's alignment needs are not documented and were not measured here). Each call builds its
+ * cuBLASLt descriptors and asks the heuristic afresh (host work of tens of µs, no caching yet).
  * pre_gelu NULL: out = inp @ weight + bias (BIAS epilogue).
  * pre_gelu non-NULL: pre_gelu = inp @ weight + bias and out = gelu_tanh(pre_gelu) (GELU_AUX_BIAS
  * epilogue: cuBLASLt's GELU is the tanh approximation; when the library offers no algorithm for
