@@ -18,9 +18,11 @@ typedef struct shape {
 } shape;
 
 /* tiny: ragged tiles everywhere (T = 70 is not a multiple of 64), head size 64; hs128: head size
- * 128 (32×32 tiles); gpt2: GPT-2 small at T = 1024. */
+ * 128 (32×32 tiles); long: attention over 9 key tiles, the last one ragged, with one head;
+ * gpt2: GPT-2 small at T = 1024. */
 static const shape kTiny = {"tiny", 2, 70, 128, 2, 37, 0};
 static const shape kHs128 = {"hs128", 2, 100, 256, 2, 37, 0};
+static const shape kLong = {"long", 1, 520, 64, 1, 37, 0};
 static const shape kGpt2 = {"gpt2", 4, 1024, 768, 12, 50257, 1};
 
 static float *h_copy(const float *src, size_t n) {
@@ -336,5 +338,7 @@ void check_model_ops(int large) {
   printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d (head size %d) ==\n", kHs128.name, kHs128.B, kHs128.T,
          kHs128.C, kHs128.NH, kHs128.C / kHs128.NH);
   check_attention(&kHs128);
+  printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d ==\n", kLong.name, kLong.B, kLong.T, kLong.C, kLong.NH);
+  check_attention(&kLong);
   if (large) check_shape(&kGpt2);
 }
