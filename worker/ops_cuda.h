@@ -1,22 +1,37 @@
-/* ops_cuda — the GPT-2 operators on an NVIDIA GPU, in fp32: the twins of ops_cpu.h, which stays the
- * specification. Every function takes the same arguments in the same order as its CPU twin, all
- * pointers are DEVICE pointers, and a cudaStream_t (plus a cublasHandle_t for the matmuls, which this
- * module binds to that stream) comes last. Same conventions: backward ACCUMULATES into parameter
- * gradients (+=) and ASSIGNS activation gradients (=); buffers never alias. The scalar formulas come
- * from the headers in worker/ops/, compiled for both backends.
+/* ops_cuda — the GPT-2 operators on an NVIDIA GPU in bf16 with fp32 math: the kernels behind the
+ * CUDA device layer. ops_cpu.h (fp32) stays the specification; gpu_check compares every function
+ * here with it (tests/gpu, docs/gpu.md).
  *
- * Calls only enqueue work: they return FSDP_ERR_CUDA (with cudaGetErrorString's or cuBLAS' text)
- * when a launch or a cuBLAS call is refused; a fault while the kernel runs surfaces at the next
- * synchronizing call. Results are deterministic (no atomics). Any host thread may call them, one
- * thread per cublasHandle_t at a time.
+ * Conventions (as ops_cpu.h: outputs first, then inputs, then sizes, then the context):
+ *  - Every pointer is a DEVICE pointer. Every call takes an ops_cuda_ctx as its LAST argument and
+ *    only enqueues work on ctx->stream: no allocation, no host synchronization, no device-wide
+ *    synchronization inside any call. A call returns FSDP_ERR_CUDA with the CUDA or cuBLAS text when
+ *    a launch or a cuBLASLt call is refused (and clears CUDA's last-error state: nothing sticky is
+ *    left behind); a fault while a kernel runs surfaces at the caller's next synchronizing call.
+ *  - Storage: parameters (as gathered), activations and activation gradients are bf16 (ops_bf16);
+ *    PARAMETER GRADIENTS are fp32 and ACCUMULATED (+=); activation gradients are ASSIGNED (=);
+ *    LayerNorm mean/rstd, attention's logsumexp and losses are fp32. All math is fp32 (every sum
+ *    accumulates in fp32 or wider). Buffers never alias unless a comment says so.
+ *  - Deterministic: same inputs, same shapes → same bits, on any GPU model (reduction splits depend
+ *    only on the shapes, never on the SM count; no floating-point atomics anywhere).
+ *  - The workspace: ctx->workspace (ctx->workspace_bytes, at least OPS_CUDA_WORKSPACE_MIN, 256-byte
+ *    aligned) is scratch for cuBLASLt and for the multi-pass reductions below. Calls on one ctx
+ *    must stay in stream order (they reuse it); two streams need two workspaces.
+ *  - Shapes: B batch, T time, C channels, OC output channels, NH heads, V vocabulary, N elements.
+ *    BT = B·T rows. Element counts are int64 where a buffer can pass 2^31 elements.
+ * Scalar formulas (GELU, LayerNorm, softmax, exp, bf16 rounding) come from the headers in worker/ops/, compiled
+ * for both backends. Any host thread may call these; one thread per ctx at a time.
  *
  * Compiled only when the CUDA backend is built (FSDP_HAVE_CUDA).
  */
 #ifndef FSDP_OPS_CUDA_H
 #define FSDP_OPS_CUDA_H
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,50 +39,150 @@ extern "C" {
 
 #include "err.h" /* a C header without extern "C" guards of its own */
 
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
-fsdp_status ops_cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                                     int C, cudaStream_t stream);
-fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
-                                      int C, cudaStream_t stream);
+/* bf16 storage: two bytes, the top half of an fp32 (worker/ops/bf16.h converts on raw bits). C has
+ * no __nv_bfloat16, only its raw struct: same size and layout, so the pointers are interchangeable. */
+#ifdef __cplusplus
+typedef __nv_bfloat16 ops_bf16;
+#else
+typedef __nv_bfloat16_raw ops_bf16;
+#endif
 
-/* LayerNorm over C, eps 1e-5; mean and rstd (B*T) saved for backward. */
-fsdp_status ops_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                       const float *bias, int B, int T, int C, cudaStream_t stream);
-fsdp_status ops_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                        const float *inp, const float *weight, const float *mean,
-                                        const float *rstd, int B, int T, int C, cudaStream_t stream);
+/* What every call enqueues on. Owned by the caller (the device layer); these functions never
+ * create or destroy any of it. */
+typedef struct ops_cuda_ctx {
+  cudaStream_t stream;    /* all work goes here */
+  cublasLtHandle_t lt;    /* cublasLtCreate()'d by the caller */
+  void *workspace;        /* device scratch, 256-byte aligned */
+  size_t workspace_bytes; /* >= OPS_CUDA_WORKSPACE_MIN */
+} ops_cuda_ctx;
 
-/* Conv1D, weight [C, OC]; bias may be NULL. In backward, dinp and dbias may be NULL (not wanted). */
-fsdp_status ops_cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT,
-                                    int C, int OC, cublasHandle_t blas, cudaStream_t stream);
-fsdp_status ops_cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                     const float *inp, const float *weight, int BT, int C, int OC,
-                                     cublasHandle_t blas, cudaStream_t stream);
+/* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
+ * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; encoder_backward: 2·B·T ints;
+ * attention_backward: B·NH·T floats, 3 MiB at B=64, NH=12, T=1024; sumsq: 12 KiB). A call whose need
+ * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
+ * the caller passes that scratch buffer. */
+#define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
 
-/* Causal self-attention; qkv (B,T,3C), att and datt (B,NH,T,T), out (B,T,C). C % NH == 0 and
- * (T + C/NH) floats must fit in 48 KiB of shared memory (T up to ~12000). */
-fsdp_status ops_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
-                                       cudaStream_t stream);
-fsdp_status ops_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                        const float *att, int B, int T, int C, int NH, cudaStream_t stream);
+/* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---- */
+fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf16 *wte, const ops_bf16 *wpe, int B,
+                                     int T, int C, const ops_cuda_ctx *ctx);
+/* dwte (V,C) and dwpe (T,C) fp32 +=. Deterministic: each dwte row is summed over its token's
+ * occurrences in position order (a first pass links every position to the next one holding the
+ * same token; needs 2·B·T ints of workspace), each dwpe element over b in order. */
+fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
+                                      int C, const ops_cuda_ctx *ctx);
 
-fsdp_status ops_cuda_gelu_forward(float *out, const float *inp, int N, cudaStream_t stream);
-fsdp_status ops_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int N, cudaStream_t stream);
-fsdp_status ops_cuda_residual_forward(float *out, const float *a, const float *b, int N, cudaStream_t stream);
+/* ---- LayerNorm over C, eps 1e-5; mean and rstd (B·T, fp32) saved for backward ---- */
+fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, const ops_bf16 *inp,
+                                       const ops_bf16 *weight, const ops_bf16 *bias, int B, int T, int C,
+                                       const ops_cuda_ctx *ctx);
+/* dinp (bf16) assigned; dweight, dbias (fp32) +=. */
+fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                        const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                        const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx);
 
-/* Tied head, wte [V, C]. */
-fsdp_status ops_cuda_classifier_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V,
-                                        cublasHandle_t blas, cudaStream_t stream);
-fsdp_status ops_cuda_classifier_backward(float *dinp, float *dwte, const float *dlogits, const float *inp,
-                                         const float *wte, int BT, int C, int V, cublasHandle_t blas,
-                                         cudaStream_t stream);
+/* ---- Conv1D matmul (Hugging Face layout: weight [C, OC], out = inp @ weight + bias) ----
+ * cuBLASLt, bf16 operands, fp32 compute. bias may be NULL. Matrices may start at any element
+ * (cuBLASLt is told each pointer's alignment); keep a bias 16-byte aligned, as llm.c does (the
+ * epilogue's alignment needs are not documented and were not measured here). Each call builds its
+ * cuBLASLt descriptors and asks the heuristic afresh (host work of tens of µs, no caching yet).
+ * pre_gelu NULL: out = inp @ weight + bias (BIAS epilogue).
+ * pre_gelu non-NULL: pre_gelu = inp @ weight + bias and out = gelu_tanh(pre_gelu) (GELU_AUX_BIAS
+ * epilogue: cuBLASLt's GELU is the tanh approximation; when the library offers no algorithm for
+ * that epilogue, a BIAS GEMM into pre_gelu plus ops_cuda_gelu_forward gives the same function). */
+fsdp_status ops_cuda_matmul_forward(ops_bf16 *out, ops_bf16 *pre_gelu, const ops_bf16 *inp, const ops_bf16 *weight,
+                                    const ops_bf16 *bias, int BT, int C, int OC, const ops_cuda_ctx *ctx);
+/* dinp (bf16, assigned) = dout @ weightᵀ, then, when pre_gelu is non-NULL, dinp ·= gelu'(pre_gelu)
+ * (an in-place elementwise kernel from the pre-activation saved by the forward: the backward of
+ * a GELU that was fused into the PREVIOUS matmul's forward; dinp is then (BT, C) = pre_gelu's shape).
+ * dweight (fp32, C×OC) += inpᵀ @ dout (cuBLASLt, beta 1). dbias (fp32) += column sums of dout by a
+ * deterministic two-pass reduction (64·OC floats of workspace). dinp and dbias may be NULL. */
+fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                     const ops_bf16 *inp, const ops_bf16 *weight, const ops_bf16 *pre_gelu, int BT,
+                                     int C, int OC, const ops_cuda_ctx *ctx);
 
-/* Fused softmax + cross-entropy in place, as on the CPU. The losses (BT) stay on the device, since
- * returning their sum would force a synchronization: ops_cuda_loss_sum adds them when wanted. */
-fsdp_status ops_cuda_softmax_xent_forward_backward(float *logits, float *losses, const int *targets, int BT, int V,
-                                                   float dscale, cudaStream_t stream);
-/* *sum (one device double) = Σ losses[0..N), in a fixed order (deterministic). */
-fsdp_status ops_cuda_loss_sum(double *sum, const float *losses, int N, cudaStream_t stream);
+/* ---- fused causal self-attention (flash-attention style; no T×T matrix in memory) ----
+ * qkv (B,T,3C) as Hugging Face's c_attn produces it (q, k, v each C wide, head h at columns h·hs,
+ * hs = C/NH); out (B,T,C); lse (B,NH,T) fp32: each query row's log-sum-exp of its scaled scores,
+ * saved for backward. Scale 1/sqrt(hs). hs must be 64 or 128 (else FSDP_ERR_UNSUPPORTED).
+ * Two implementations with the same outputs (interchangeable even between forward and backward):
+ * OPS_ATTN_TC, tensor cores through WMMA (bf16 operands, fp32 accumulation; ops_cuda_attention_tc.cu),
+ * the default; OPS_ATTN_FMA, plain fp32 FMAs on shared-memory tiles (ops_cuda_attention.cu), the
+ * reference. ops_cuda_attention_select picks one for the whole process; before any call, the
+ * environment variable FSDP_CUDA_ATTN=fma|tc does. */
+typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1 } ops_attn_impl;
+void ops_cuda_attention_select(ops_attn_impl impl);
+ops_attn_impl ops_cuda_attention_selected(void);
+fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
+                                       const ops_cuda_ctx *ctx);
+/* dqkv (B,T,3C) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the scores;
+ * deterministic (dk/dv and dq by two kernels, no atomics). Needs B·NH·T floats of workspace. */
+fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+                                        const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
+                                        const ops_cuda_ctx *ctx);
+
+/* ---- elementwise (bf16 storage, fp32 math) ---- */
+fsdp_status ops_cuda_gelu_forward(ops_bf16 *out, const ops_bf16 *inp, int64_t N, const ops_cuda_ctx *ctx);
+/* dinp = gelu'(inp)·dout; dinp may equal dout (in place). */
+fsdp_status ops_cuda_gelu_backward(ops_bf16 *dinp, const ops_bf16 *inp, const ops_bf16 *dout, int64_t N,
+                                   const ops_cuda_ctx *ctx);
+/* out = a + b; out may equal a or b. */
+fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t N,
+                                      const ops_cuda_ctx *ctx);
+
+/* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
+ * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded
+ * to more rows (llm.c's Vp) works and its padding never matters; targets (BT) ints.
+ * Rows go in chunks of `chunk` rows. Per chunk: logits (fp32, row stride Vp = V rounded up to a
+ * multiple of 128) = inp_chunk @ wteᵀ (cuBLASLt); one block per row computes its loss and
+ * overwrites the row IN PLACE with dlogits = dscale·(softmax − onehot) in bf16 (row stride 2·Vp
+ * bf16, inside the same bytes); then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
+ * rows [0,V) only) += dlogitsᵀ @ inp_chunk. losses (BT) fp32 assigned: −log softmax[target]; a
+ * target outside [0, V) gives a NaN loss and a gradient of dscale·softmax (as on the CPU).
+ * dinp and dwte both NULL: forward only (losses; evaluation).
+ * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·4 (GPT-2, chunk
+ * 1024: 196.5 MiB; chunk 256: 49.1 MiB). Full logits are never held: only one chunk. */
+size_t ops_cuda_classifier_scratch_bytes(int chunk, int V);
+fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, float *dwte, void *logits_scratch,
+                                                 const ops_bf16 *inp, const ops_bf16 *wte, const int *targets,
+                                                 int BT, int C, int V, int chunk, float dscale,
+                                                 const ops_cuda_ctx *ctx);
+
+/* ---- AdamW over a flat fp32 shard, in one kernel ----
+ * Exactly optim_adamw_shard's update (worker/optim.h, torch.optim.AdamW) with the per-step
+ * constants that ops_cuda_adamw_consts computes on the host in double. Element i decays (θ·(1 −
+ * lr·wd)) when it lies in one of the nseg [start, end) ranges of decay_segs (a DEVICE array of
+ * 2·nseg int64, sorted, disjoint; the caller builds it from the plan: the 2-D tensors' parts of
+ * this shard). Every element in [0, n) is updated: padding must carry zero gradients (it then
+ * stays unchanged). When param_bf16 is non-NULL, it receives the updated parameters rounded to
+ * bf16 (nearest even) in the same pass. */
+typedef struct ops_cuda_adamw_consts_t {
+  float beta1, beta2, eps;
+  float step_size;    /* lr / (1 − β1^t) */
+  float bc2_sqrt;     /* sqrt(1 − β2^t) */
+  float decay;        /* 1 − lr·weight_decay */
+  float grad_scale;   /* multiplies every gradient first (the clip factor) */
+} ops_cuda_adamw_consts_t;
+ops_cuda_adamw_consts_t ops_cuda_adamw_consts(int step, double lr, double beta1, double beta2, double eps,
+                                              double weight_decay, float grad_scale);
+fsdp_status ops_cuda_adamw(float *param, ops_bf16 *param_bf16, float *m, float *v, const float *grad, int64_t n,
+                           const int64_t *decay_segs, int nseg, const ops_cuda_adamw_consts_t *k,
+                           const ops_cuda_ctx *ctx);
+
+/* ---- utilities ---- */
+fsdp_status ops_cuda_fill_f32(float *dst, float value, int64_t n, const ops_cuda_ctx *ctx);
+/* Round to nearest even; NaN stays NaN (bit-identical to f32_to_bf16 in worker/ops/bf16.h). */
+fsdp_status ops_cuda_cast_f32_to_bf16(ops_bf16 *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_cast_bf16_to_f32(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx);
+/* dst += src */
+fsdp_status ops_cuda_accumulate_f32(float *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx);
+/* *sumsq (one device float) = Σ x², summed in double in a fixed order (1024 fixed partial slices,
+ * then one block; no atomics; 1024 doubles of workspace); *nonfinite (one device int) = 1 when
+ * some x is inf or NaN, else 0. Both assigned. */
+fsdp_status ops_cuda_sumsq(float *sumsq, int *nonfinite, const float *x, int64_t n, const ops_cuda_ctx *ctx);
+/* *acc (one device float) += Σ losses[0..n), summed in double in a fixed order by one block. */
+fsdp_status ops_cuda_loss_sum(float *acc, const float *losses, int n, const ops_cuda_ctx *ctx);
 
 #ifdef __cplusplus
 }

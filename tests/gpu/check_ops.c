@@ -1,0 +1,344 @@
+/* check_ops — gpu_check's checks of the model operators of worker/ops_cuda.h (encoder, LayerNorm,
+ * matmul with its epilogues, fused attention, GELU, residual, fused classifier) against the CPU
+ * twins of worker/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_check.h"
+#include "ops/bf16.h"
+#include "ops/softmax.h"
+#include "ops_cpu.h"
+
+typedef struct shape {
+  const char *name;
+  int B, T, C, NH, V;
+  int timed;   /* time the CUDA op (the large shapes) */
+} shape;
+
+/* tiny: ragged tiles everywhere (T = 70 is not a multiple of 64), head size 64; hs128: head size
+ * 128 (32×32 tiles); long: attention over 9 key tiles, the last one ragged, with one head;
+ * gpt2: GPT-2 small at T = 1024. */
+static const shape kTiny = {"tiny", 2, 70, 128, 2, 37, 0};
+static const shape kHs128 = {"hs128", 2, 100, 256, 2, 37, 0};
+static const shape kLong = {"long", 1, 520, 64, 1, 37, 0};
+static const shape kGpt2 = {"gpt2", 4, 1024, 768, 12, 50257, 1};
+
+static float *h_copy(const float *src, size_t n) {
+  float *p = hbuf(n * sizeof(float));
+  memcpy(p, src, n * sizeof(float));
+  return p;
+}
+
+static int *h_tokens(size_t n, int V) {
+  int *t = hbuf(n * sizeof(int));
+  for (size_t i = 0; i < n; i++) t[i] = (int)(rng_next() % (uint64_t)V);
+  return t;
+}
+
+/* ---- encoder ---- */
+
+static void check_encoder(const shape *s) {
+  const int B = s->B, T = s->T, C = s->C, V = s->V, BT = B * T;
+  const size_t BTC = (size_t)BT * C, VC = (size_t)V * C, TC = (size_t)T * C;
+  int *inp = h_tokens((size_t)BT, V);
+  for (int i = 3; i < BT; i += 5) inp[i] = inp[0]; /* repeated tokens: their dwte rows accumulate */
+  for (int i = 7; i < BT; i += 11) inp[i] = inp[1];
+  float *wte = h_bf16_uniform(VC, -1, 1), *wpe = h_bf16_uniform(TC, -1, 1);
+  int *d_inp = d_upload(inp, (size_t)BT * sizeof(int));
+  void *d_wte = d_bf16(wte, VC), *d_wpe = d_bf16(wpe, TC);
+
+  float *out = h_nan(BTC);
+  void *d_out = d_nan_bf16(BTC);
+  encoder_forward(out, inp, wte, wpe, B, T, C);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = BTC, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("encoder_forward", s->name, s->timed, fo,
+                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, &g_ctx));
+
+  float *dout = h_bf16_uniform(BTC, -1, 1);
+  float *pre_wte = h_uniform(VC, -1, 1), *pre_wpe = h_uniform(TC, -1, 1); /* accumulated into: nonzero */
+  float *dwte = h_copy(pre_wte, VC), *dwpe = h_copy(pre_wpe, TC);
+  void *d_dout = d_bf16(dout, BTC);
+  float *d_dwte = d_upload(pre_wte, VC * sizeof(float)), *d_dwpe = d_upload(pre_wpe, TC * sizeof(float));
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wte},
+                {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
+  RUN_AND_COMPARE("encoder_backward", s->name, s->timed, bo,
+                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, &g_ctx));
+  free_all();
+}
+
+/* ---- LayerNorm ---- */
+
+static void check_layernorm(const shape *s) {
+  const int B = s->B, T = s->T, C = s->C, BT = B * T;
+  const size_t n = (size_t)BT * C;
+  float *inp = h_uniform(n, -1, 1);
+  for (size_t i = 0; i < n; i++) inp[i] = bf16_round(inp[i] + 1.5f); /* a mean away from 0: the two-pass variance */
+  float *w = h_bf16_uniform((size_t)C, 0.5f, 1.5f), *b = h_bf16_uniform((size_t)C, -0.5f, 0.5f);
+  void *d_inp = d_bf16(inp, n), *d_w = d_bf16(w, (size_t)C), *d_b = d_bf16(b, (size_t)C);
+
+  float *out = h_nan(n), *mean = h_nan((size_t)BT), *rstd = h_nan((size_t)BT);
+  void *d_out = d_nan_bf16(n), *d_mean = d_nan_f32((size_t)BT), *d_rstd = d_nan_f32((size_t)BT);
+  layernorm_forward(out, mean, rstd, inp, w, b, B, T, C);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "mean", .ref = mean, .dev = d_mean, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32},
+                {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32}};
+  RUN_AND_COMPARE("layernorm_forward", s->name, s->timed, fo,
+                  ops_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C, &g_ctx));
+
+  /* Backward from the CPU's mean and rstd on both sides, so that it is tested on its own. */
+  float *dout = h_bf16_uniform(n, -1, 1);
+  float *pre_w = h_uniform((size_t)C, -1, 1), *pre_b = h_uniform((size_t)C, -1, 1);
+  float *dinp = h_nan(n), *dw = h_copy(pre_w, (size_t)C), *db = h_copy(pre_b, (size_t)C);
+  void *d_dout = d_bf16(dout, n), *d_dinp = d_nan_bf16(n);
+  float *d_mean_ref = d_upload(mean, (size_t)BT * sizeof(float));
+  float *d_rstd_ref = d_upload(rstd, (size_t)BT * sizeof(float));
+  float *d_dw = d_upload(pre_w, (size_t)C * sizeof(float)), *d_db = d_upload(pre_b, (size_t)C * sizeof(float));
+  layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
+  out_t bo[] = {{.name = "dinp", .ref = dinp, .dev = d_dinp, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "dweight", .ref = dw, .dev = d_dw, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_w},
+                {.name = "dbias", .ref = db, .dev = d_db, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_b}};
+  RUN_AND_COMPARE("layernorm_backward", s->name, s->timed, bo,
+                  ops_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, B, T, C,
+                                              &g_ctx));
+  free_all();
+}
+
+/* ---- matmul ---- */
+
+enum {
+  MM_BIAS = 1,       /* forward with a bias; backward with dbias */
+  MM_GELU = 2,       /* forward with the GELU epilogue (pre_gelu saved) */
+  MM_DINP = 4,       /* backward wants dinp */
+  MM_DGELU = 8,      /* backward applies gelu'(pre_gelu) to dinp (the previous layer's fused GELU) */
+};
+
+static void check_matmul(const shape *s, const char *label, int C, int OC, int flags) {
+  const int BT = s->B * s->T;
+  const size_t nin = (size_t)BT * C, nout = (size_t)BT * OC, nw = (size_t)C * OC;
+  const float a = sqrtf(3.0f / (float)C); /* pre-activations of order 1: GELU is nonlinear there */
+  float *inp = h_bf16_uniform(nin, -1, 1), *w = h_bf16_uniform(nw, -a, a);
+  float *bias = (flags & MM_BIAS) ? h_bf16_uniform((size_t)OC, -0.5f, 0.5f) : NULL;
+  void *d_inp = d_bf16(inp, nin), *d_w = d_bf16(w, nw), *d_bias = bias ? d_bf16(bias, (size_t)OC) : NULL;
+  char fname[96], bname[96];
+  snprintf(fname, sizeof fname, "matmul_forward(%s)", label);
+  snprintf(bname, sizeof bname, "matmul_backward(%s)", label);
+
+  float *pre = h_nan(nout), *out = h_nan(nout);
+  void *d_out = d_nan_bf16(nout), *d_pre = (flags & MM_GELU) ? d_nan_bf16(nout) : NULL;
+  matmul_forward(pre, inp, w, bias, BT, C, OC);
+  if (flags & MM_GELU) gelu_forward(out, pre, (int)nout);
+  out_t fo[] = {{.name = "out", .ref = (flags & MM_GELU) ? out : pre, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "pre_gelu", .ref = pre, .dev = d_pre, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16}};
+  if (flags & MM_GELU) {
+    RUN_AND_COMPARE(fname, s->name, s->timed, fo,
+                    ops_cuda_matmul_forward(d_out, d_pre, d_inp, d_w, d_bias, BT, C, OC, &g_ctx));
+  } else {
+    out_t fo1[] = {fo[0]};
+    RUN_AND_COMPARE(fname, s->name, s->timed, fo1,
+                    ops_cuda_matmul_forward(d_out, NULL, d_inp, d_w, d_bias, BT, C, OC, &g_ctx));
+  }
+
+  float *dout = h_bf16_uniform(nout, -1, 1);
+  void *d_dout = d_bf16(dout, nout);
+  float *pre_dw = h_uniform(nw, -1, 1), *dw = h_copy(pre_dw, nw), *d_dw = d_upload(pre_dw, nw * sizeof(float));
+  float *pre_db = h_uniform((size_t)OC, -1, 1), *db = h_copy(pre_db, (size_t)OC);
+  float *d_db = (flags & MM_BIAS) ? d_upload(pre_db, (size_t)OC * sizeof(float)) : NULL;
+  float *dinp = h_nan(nin), *pg = NULL;
+  void *d_dinp = (flags & MM_DINP) ? d_nan_bf16(nin) : NULL, *d_pg = NULL;
+  matmul_backward((flags & MM_DINP) ? dinp : NULL, dw, (flags & MM_BIAS) ? db : NULL, dout, inp, w, BT, C, OC);
+  if (flags & MM_DGELU) {
+    pg = h_bf16_uniform(nin, -3, 3);
+    d_pg = d_bf16(pg, nin);
+    float *dx = h_nan(nin);
+    gelu_backward(dx, pg, dinp, (int)nin);
+    dinp = dx;
+  }
+  out_t bo[] = {{.name = "dweight", .ref = dw, .dev = d_dw, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_dw},
+                {.name = "dbias", .ref = db, .dev = d_db, .n = (size_t)OC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_db},
+                {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
+  if ((flags & MM_BIAS) && (flags & MM_DINP)) {
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                    ops_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pg, BT, C, OC, &g_ctx));
+  } else if (flags & MM_DINP) {
+    out_t bo2[] = {bo[0], bo[2]};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo2,
+                    ops_cuda_matmul_backward(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, d_pg, BT, C, OC, &g_ctx));
+  } else {
+    out_t bo1[] = {bo[0]};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
+                    ops_cuda_matmul_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, NULL, BT, C, OC, &g_ctx));
+  }
+  free_all();
+}
+
+/* ---- attention ---- */
+
+static void check_attention(const shape *s) {
+  const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH, C3 = 3 * C;
+  const size_t nqkv = (size_t)B * T * C3, natt = (size_t)B * NH * T * T, nout = (size_t)B * T * C;
+  const size_t nlse = (size_t)B * NH * T;
+  float *qkv = h_bf16_uniform(nqkv, -1.5f, 1.5f);
+  void *d_qkv = d_bf16(qkv, nqkv);
+
+  float *out = h_nan(nout), *att = h_nan(natt), *lse = h_nan(nlse);
+  void *d_out = d_nan_bf16(nout), *d_lse = d_nan_f32(nlse);
+  attention_forward(out, att, qkv, B, T, C, NH);
+  /* lse from the CPU's probabilities: at the row's largest probability p_j (≥ 1/T, so its log is
+   * accurate), lse = s_j − log p_j with s_j = scale·q·k_j recomputed in double. */
+  const float scale = attn_scale(hs);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+        int jm = 0;
+        for (int j = 1; j <= t; j++)
+          if (a[j] > a[jm]) jm = j;
+        const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+        const float *k = qkv + ((size_t)b * T + jm) * C3 + C + (size_t)h * hs;
+        double dot = 0;
+        for (int c = 0; c < hs; c++) dot += (double)q[c] * k[c];
+        lse[((size_t)b * NH + h) * T + t] = (float)(dot * scale - log((double)a[jm]));
+      }
+  /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
+  float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
+  void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+
+  /* both implementations, then back to the process default */
+  const ops_attn_impl was = ops_cuda_attention_selected();
+  static const ops_attn_impl impls[] = {OPS_ATTN_TC, OPS_ATTN_FMA};
+  static const char *const impl_names[] = {"tensor cores", "fp32 FMA"};
+  for (int i = 0; i < 2; i++) {
+    char fname[64], bname[64];
+    snprintf(fname, sizeof fname, "attention_forward(%s)", impl_names[i]);
+    snprintf(bname, sizeof bname, "attention_backward(%s)", impl_names[i]);
+    ops_cuda_attention_select(impls[i]);
+    CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
+    CU(cudaMemset(d_lse, 0xFF, nlse * sizeof(float)));
+    CU(cudaMemset(d_dqkv, 0xFF, nqkv * sizeof(uint16_t)));
+    out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
+                  {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
+    RUN_AND_COMPARE(fname, s->name, s->timed, fo,
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, &g_ctx));
+    out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &g_ctx));
+  }
+  ops_cuda_attention_select(was);
+  free_all();
+}
+
+/* ---- GELU, residual ---- */
+
+static void check_elementwise(const shape *s) {
+  const size_t N = (size_t)s->B * s->T * 4 * s->C; /* the MLP's hidden activations */
+  float *x = h_bf16_uniform(N, -5, 5), *dout = h_bf16_uniform(N, -1, 1);
+  void *d_x = d_bf16(x, N);
+  float *out = h_nan(N);
+  void *d_out = d_nan_bf16(N);
+  gelu_forward(out, x, (int)N);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = N, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("gelu_forward", s->name, s->timed, fo, ops_cuda_gelu_forward(d_out, d_x, (int64_t)N, &g_ctx));
+
+  /* in place: dinp = dout (the form matmul_backward uses); not timed, since a second run would
+   * apply gelu' twice to the same buffer (harmless, but the timing would say nothing new) */
+  float *dinp = h_nan(N);
+  void *d_buf = d_bf16(dout, N);
+  gelu_backward(dinp, x, dout, (int)N);
+  out_t bo[] = {{.name = "dinp (in place)", .ref = dinp, .dev = d_buf, .n = N, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("gelu_backward", s->name, 0, bo, ops_cuda_gelu_backward(d_buf, d_x, d_buf, (int64_t)N, &g_ctx));
+
+  const size_t R = (size_t)s->B * s->T * s->C;
+  float *res = h_nan(R);
+  void *d_b = d_bf16(dout, R), *d_res = d_nan_bf16(R);
+  residual_forward(res, x, dout, (int)R);
+  out_t ro[] = {{.name = "out", .ref = res, .dev = d_res, .n = R, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("residual_forward", s->name, s->timed, ro,
+                  ops_cuda_residual_forward(d_res, d_x, d_b, (int64_t)R, &g_ctx));
+  free_all();
+}
+
+/* ---- fused classifier ---- */
+
+static void check_classifier(const shape *s, int BT, int chunk) {
+  const int C = s->C, V = s->V, Vp = (V + 127) / 128 * 128;
+  const size_t nin = (size_t)BT * C, nw = (size_t)V * C, nwp = (size_t)Vp * C;
+  const float dscale = 1.0f / (float)BT;
+  char shape_name[64];
+  snprintf(shape_name, sizeof shape_name, "%s,BT=%d,chunk=%d", s->name, BT, chunk);
+  float *inp = h_bf16_uniform(nin, -1, 1), *wte = h_bf16_uniform(nw, -0.1f, 0.1f);
+  int *tgt = h_tokens((size_t)BT, V);
+  void *d_inp = d_bf16(inp, nin);
+  /* wte padded to Vp rows of NaN: the padding must never be read */
+  void *d_wte = d_nan_bf16(nwp), *d_wte_v = d_bf16(wte, nw);
+  CU(cudaMemcpy(d_wte, d_wte_v, nw * sizeof(uint16_t), cudaMemcpyDeviceToDevice));
+  int *d_tgt = d_upload(tgt, (size_t)BT * sizeof(int));
+  void *scratch = dbuf(ops_cuda_classifier_scratch_bytes(chunk, V));
+
+  float *logits = h_nan((size_t)BT * V), *losses = h_nan((size_t)BT), *dinp = h_nan(nin);
+  float *pre_dwte = h_uniform(nw, -1, 1), *dwte = h_copy(pre_dwte, nw);
+  classifier_forward(logits, inp, wte, BT, C, V);
+  softmax_xent_forward_backward(logits, losses, tgt, BT, V, dscale);
+  classifier_backward(dinp, dwte, logits, inp, wte, BT, C, V);
+
+  /* dwte padded to Vp rows of 7.0: they must stay 7.0 */
+  float *pad = hbuf((nwp - nw) * sizeof(float));
+  for (size_t i = 0; i < nwp - nw; i++) pad[i] = 7.0f;
+  float *d_dwte = dbuf(nwp * sizeof(float));
+  CU(cudaMemcpy(d_dwte, pre_dwte, nw * sizeof(float), cudaMemcpyHostToDevice));
+  CU(cudaMemcpy(d_dwte + nw, pad, (nwp - nw) * sizeof(float), cudaMemcpyHostToDevice));
+  float *d_losses = d_nan_f32((size_t)BT), *d_losses_fwd = d_nan_f32((size_t)BT);
+  void *d_dinp = d_nan_bf16(nin);
+  out_t o[] = {{.name = "losses", .ref = losses, .dev = d_losses, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_BF16},
+               {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16},
+               {.name = "dwte", .ref = dwte, .dev = d_dwte, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_dwte}};
+  RUN_AND_COMPARE("classifier_forward_backward", shape_name, s->timed, o,
+                  ops_cuda_classifier_forward_backward(d_losses, d_dinp, d_dwte, scratch, d_inp, d_wte, d_tgt, BT, C,
+                                                       V, chunk, dscale, &g_ctx));
+  float *got_pad = hbuf((nwp - nw) * sizeof(float));
+  CU(cudaMemcpy(got_pad, d_dwte + nw, (nwp - nw) * sizeof(float), cudaMemcpyDeviceToHost));
+  char name[160];
+  snprintf(name, sizeof name, "classifier_forward_backward[%s] dwte padding rows untouched", shape_name);
+  verdict(name, memcmp(got_pad, pad, (nwp - nw) * sizeof(float)) == 0, "");
+
+  out_t fo[] = {{.name = "losses (loss only)", .ref = losses, .dev = d_losses_fwd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("classifier_forward_backward", shape_name, s->timed, fo,
+                  ops_cuda_classifier_forward_backward(d_losses_fwd, NULL, NULL, scratch, d_inp, d_wte, d_tgt, BT, C,
+                                                       V, chunk, dscale, &g_ctx));
+  free_all();
+}
+
+static void check_shape(const shape *s) {
+  printf("\n== operators, shape %s: B=%d T=%d C=%d NH=%d V=%d ==\n", s->name, s->B, s->T, s->C, s->NH, s->V);
+  check_encoder(s);
+  check_layernorm(s);
+  if (s->timed) { /* GPT-2's c_attn, c_fc with its GELU, c_proj with the GELU's backward */
+    check_matmul(s, "c_attn", s->C, 3 * s->C, MM_BIAS | MM_DINP);
+    check_matmul(s, "c_fc+gelu", s->C, 4 * s->C, MM_BIAS | MM_GELU | MM_DINP);
+    check_matmul(s, "c_proj+dgelu", 4 * s->C, s->C, MM_BIAS | MM_DINP | MM_DGELU);
+  } else {
+    check_matmul(s, "c_attn", s->C, 3 * s->C, MM_BIAS | MM_DINP);
+    check_matmul(s, "gelu", s->C, 4 * s->C, MM_BIAS | MM_GELU | MM_DINP | MM_DGELU);
+    check_matmul(s, "no bias, no dinp", s->C, 3 * s->C, 0);
+    check_matmul(s, "no bias, gelu", s->C, 2 * s->C, MM_GELU | MM_DINP);
+    check_matmul(s, "odd OC=37 gelu", s->C, 37, MM_BIAS | MM_GELU | MM_DINP);
+  }
+  check_attention(s);
+  check_elementwise(s);
+  if (s->timed) check_classifier(s, 1024, 384);
+  else check_classifier(s, s->B * s->T, 64);
+  fflush(stdout);
+}
+
+void check_model_ops(int large) {
+  check_shape(&kTiny);
+  printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d (head size %d) ==\n", kHs128.name, kHs128.B, kHs128.T,
+         kHs128.C, kHs128.NH, kHs128.C / kHs128.NH);
+  check_attention(&kHs128);
+  printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d ==\n", kLong.name, kLong.B, kLong.T, kLong.C, kLong.NH);
+  check_attention(&kLong);
+  if (large) check_shape(&kGpt2);
+}

@@ -1,0 +1,21 @@
+/* emu_main — gpu_check's kernel checks (the tiny shapes) against the host emulator of the kernels
+ * (tests/gpu/emu/run.sh). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "gpu_check.h"
+
+int main(void) {
+  const char *seed_env = getenv("GPU_CHECK_SEED");
+  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+  rng_seed(seed);
+  printf("emulated kernels (tests/gpu/emu): GPU_CHECK_SEED=%llu\n", (unsigned long long)seed);
+  g_ctx.workspace_bytes = OPS_CUDA_WORKSPACE_MIN;
+  CU(cudaMalloc(&g_ctx.workspace, g_ctx.workspace_bytes));
+  check_model_ops(0);
+  check_util_ops();
+  printf("\nemu: %d checks passed, %d failed: %s\n", g_pass, g_fail, g_fail ? "FAIL" : "PASS");
+  return g_fail ? 1 : 0;
+}

@@ -1,0 +1,143 @@
+/* ops_cuda_common — what the ops_cuda*.cu files share: error macros, bf16 loads and stores,
+ * warp and block reductions, and the internal helpers one file defines and another calls
+ * (the cuBLASLt GEMM, the split column sums). Internal to libfsdpcuda: C++ linkage, not part of
+ * the C API in ops_cuda.h.
+ */
+#ifndef FSDP_OPS_CUDA_COMMON_CUH
+#define FSDP_OPS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/bf16.h"
+#include "ops_cuda.h"
+
+/* cudaGetLastError both reads and clears a launch error, so no sticky state is left for the next
+ * caller; an error from an earlier, unrelated call is reported here too (hence the wording). */
+#define LAUNCH_CHECK(what)                                                                             \
+  do {                                                                                                 \
+    cudaError_t e_ = cudaGetLastError();                                                               \
+    if (e_ != cudaSuccess)                                                                             \
+      return fsdp_set_error(FSDP_ERR_CUDA, "%s: kernel launch (or an earlier CUDA call) failed: %s (%s)", \
+                            (what), cudaGetErrorString(e_), cudaGetErrorName(e_));                     \
+  } while (0)
+
+#define CUDA_CHECK(call, what)                                                                         \
+  do {                                                                                                 \
+    cudaError_t e_ = (call);                                                                           \
+    if (e_ != cudaSuccess) {                                                                           \
+      (void)cudaGetLastError();                                                                        \
+      return fsdp_set_error(FSDP_ERR_CUDA, "%s: %s: %s (%s)", (what), #call, cudaGetErrorString(e_),   \
+                            cudaGetErrorName(e_));                                                     \
+    }                                                                                                  \
+  } while (0)
+
+/* Threads per block of the elementwise kernels; grid-stride loops cap the grid at this many
+ * blocks, which fills 132 SMs many times over. */
+#define OPS_THREADS 256
+#define OPS_MAX_BLOCKS 8192
+
+static inline unsigned ops_blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  return (unsigned)(b > OPS_MAX_BLOCKS ? OPS_MAX_BLOCKS : b);
+}
+
+/* The workspace as T*, after checking that `bytes` fit in it. */
+static inline fsdp_status ops_workspace(const ops_cuda_ctx *ctx, size_t bytes, const char *what, void **p) {
+  if (bytes > ctx->workspace_bytes || (bytes && !ctx->workspace))
+    return fsdp_set_error(FSDP_ERR_RANGE, "%s: needs %zu bytes of workspace, the context has %zu (give it at least "
+                          "OPS_CUDA_WORKSPACE_MIN)", what, bytes, ctx->workspace ? ctx->workspace_bytes : (size_t)0);
+  *p = ctx->workspace;
+  return FSDP_OK;
+}
+
+/* bf16 <-> fp32 in kernels: the hardware conversions (round to nearest even). The casts of the C API
+ * use f32_to_bf16 (ops/bf16.h) instead, for NaN payloads bit-identical to the CPU. */
+__device__ __forceinline__ float ldbf(const ops_bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float tof(ops_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ ops_bf16 tobf(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ ops_bf16 bf_from_bits(uint16_t h) {
+  __nv_bfloat16_raw r;
+  r.x = h;
+  return ops_bf16(r);
+}
+
+/* ---- reductions: every lane / thread gets the result ---- */
+
+template <typename F> __device__ __forceinline__ F warp_sum(F v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Sum over the 16 lanes that share (lane >> 4): the attention kernels' row groups. */
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float half_warp_max(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* blockDim.x a multiple of 32, at most 1024; scratch: 32 elements of shared memory. Starts with a
+ * barrier, so the scratch of a previous reduction may be reused. */
+template <typename F> __device__ F block_sum(F v, F *scratch) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : (F)0;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+/* ---- internal helpers shared between files ---- */
+
+/* Column-major cuBLASLt GEMM: D[m,n] = op(A)[m,k]·op(B)[k,n] (+ D when beta_one), A and B bf16, fp32
+ * compute; D is bf16 (d_f32 = 0) or fp32 (d_f32 = 1). epilogue: CUBLASLT_EPILOGUE_DEFAULT, _BIAS
+ * (bias: m bf16), _GELU_AUX(_BIAS) (aux: m×n bf16, leading dimension ldaux). Returns
+ * FSDP_ERR_UNSUPPORTED (with a message) when cuBLASLt has no algorithm for the combination, so the
+ * caller can fall back to a plainer epilogue. ops_cuda_matmul.cu. */
+fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
+                        const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
+                        int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux);
+
+/* Number of row slices a column sum over R rows is split into: a function of R only, so the
+ * summation order (and the bits) never depend on the GPU. */
+static inline int ops_colsum_splits(int64_t R) {
+  int64_t s = (R + 255) / 256;
+  return (int)(s < 1 ? 1 : (s > 64 ? 64 : s));
+}
+
+/* dst[c] += Σ_s partial[s·N + c] over s = 0..nsplit−1 in order (thread per column), on ctx->stream.
+ * ops_cuda_matmul.cu. */
+fsdp_status ops_colsum_finish(float *dst, const float *partial, int nsplit, int N, const ops_cuda_ctx *ctx,
+                              const char *what);
+
+/* The tensor-core attention kernels (ops_cuda_attention_tc.cu), called by ops_cuda_attention.cu
+ * after it checked the arguments (head size 64 or 128) and, for the backward, computed dvec. */
+fsdp_status ops_attention_tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
+                                     const ops_cuda_ctx *ctx);
+fsdp_status ops_attention_tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
+                                      const float *dvec, int B, int T, int C, int NH, const ops_cuda_ctx *ctx);
+
+#endif

@@ -1,0 +1,264 @@
+/* ops_cuda_norm — the embedding, LayerNorm, GELU and residual kernels (see ops_cuda.h): bf16
+ * storage, fp32 math, scalar formulas from the headers in worker/ops/ as on the CPU.
+ *
+ * Layout of the work: elementwise ops are grid-stride loops; LayerNorm is one warp per row (8 rows
+ * per 256-thread block: B·T = 16384 rows give 2048 blocks for 132 SMs); every parameter gradient
+ * is a column sum over the rows, done in two passes over fixed row slices (ops_colsum_splits) so
+ * that the order, hence the bits, depends only on the shapes.
+ */
+#include "ops_cuda_common.cuh"
+
+#include "ops/gelu.h"
+#include "ops/layernorm.h"
+
+/* ---- encoder ---- */
+
+__global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__restrict__ inp,
+                                       const ops_bf16 *__restrict__ wte, const ops_bf16 *__restrict__ wpe, int T,
+                                       int C, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int c = (int)(i % C);
+    int64_t bt = i / C;
+    int t = (int)(bt % T);
+    out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + ldbf(wpe + (int64_t)t * C + c));
+  }
+}
+
+/* dwpe[t,c] += Σ_b dout[b,t,c], b in order. */
+__global__ void encoder_dwpe_kernel(float *__restrict__ dwpe, const ops_bf16 *__restrict__ dout, int B, int64_t TC) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC; i += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += ldbf(dout + (int64_t)b * TC + i);
+    dwpe[i] += s;
+  }
+}
+
+/* next[i] = the smallest j > i with inp[j] == inp[i], or −1; has_prev[next[i]] = 1 (has_prev is
+ * zeroed before). 256 threads per block, positions i of the block against tiles of 256 later
+ * positions in shared memory, until every thread of the block found its successor. */
+#define ENC_TILE 256
+__global__ void __launch_bounds__(ENC_TILE) encoder_link_kernel(int *__restrict__ next, int *__restrict__ has_prev,
+                                                                const int *__restrict__ inp, int BT) {
+  __shared__ int tile[ENC_TILE];
+  const int i = blockIdx.x * ENC_TILE + threadIdx.x;
+  const int tok = i < BT ? inp[i] : -1;
+  int nx = -1;
+  for (int j0 = blockIdx.x * ENC_TILE; j0 < BT; j0 += ENC_TILE) {
+    int j = j0 + threadIdx.x;
+    tile[threadIdx.x] = j < BT ? inp[j] : -1;
+    __syncthreads();
+    if (nx < 0 && i < BT) {
+      int lim = BT - j0 < ENC_TILE ? BT - j0 : ENC_TILE;
+      for (int jj = 0; jj < lim; jj++)
+        if (j0 + jj > i && tile[jj] == tok) {
+          nx = j0 + jj;
+          break;
+        }
+    }
+    if (__syncthreads_and(nx >= 0 || i >= BT)) break; /* also the barrier before the tile is reloaded */
+  }
+  if (i < BT) {
+    next[i] = nx;
+    if (nx >= 0) has_prev[nx] = 1; /* next is injective: no two threads write one element */
+  }
+}
+
+/* One block per position i that starts a chain (the first occurrence of its token): dwte[tok, c]
+ * += Σ over the chain of dout[j, c], positions in order. */
+__global__ void encoder_dwte_kernel(float *__restrict__ dwte, const ops_bf16 *__restrict__ dout,
+                                    const int *__restrict__ inp, const int *__restrict__ next,
+                                    const int *__restrict__ has_prev, int C) {
+  const int i = blockIdx.x;
+  if (has_prev[i]) return;
+  float *row = dwte + (int64_t)inp[i] * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int j = i; j >= 0; j = next[j]) s += ldbf(dout + (int64_t)j * C + c);
+    row[c] += s;
+  }
+}
+
+fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf16 *wte, const ops_bf16 *wpe, int B,
+                                     int T, int C, const ops_cuda_ctx *ctx) {
+  int64_t n = (int64_t)B * T * C;
+  if (n <= 0) return FSDP_OK;
+  encoder_forward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, inp, wte, wpe, T, C, n);
+  LAUNCH_CHECK("encoder_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
+                                      int C, const ops_cuda_ctx *ctx) {
+  static const char *what = "encoder_backward";
+  const int BT = B * T;
+  if ((int64_t)BT * C <= 0) return FSDP_OK;
+  void *ws = NULL;
+  TRY(ops_workspace(ctx, 2 * (size_t)BT * sizeof(int), what, &ws));
+  int *next = (int *)ws, *has_prev = next + BT;
+  encoder_dwpe_kernel<<<ops_blocks((int64_t)T * C, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dwpe, dout, B,
+                                                                                               (int64_t)T * C);
+  LAUNCH_CHECK(what);
+  CUDA_CHECK(cudaMemsetAsync(has_prev, 0, (size_t)BT * sizeof(int), ctx->stream), what);
+  encoder_link_kernel<<<(BT + ENC_TILE - 1) / ENC_TILE, ENC_TILE, 0, ctx->stream>>>(next, has_prev, inp, BT);
+  LAUNCH_CHECK(what);
+  int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
+  encoder_dwte_kernel<<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+  LAUNCH_CHECK(what);
+  return FSDP_OK;
+}
+
+/* ---- LayerNorm: one warp per row ---- */
+
+#define LN_ROWS_PER_BLOCK 8
+
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+    layernorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                             const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
+                             const ops_bf16 *__restrict__ bias, int R, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += ldbf(x + c);
+  const float m = warp_sum(s) / (float)C;
+  float v = 0.0f; /* two passes, as on the CPU */
+  for (int c = lane; c < C; c += 32) {
+    float d = ldbf(x + c) - m;
+    v += d * d;
+  }
+  const float rs = layernorm_rstd(warp_sum(v) / (float)C);
+  ops_bf16 *o = out + r * C;
+  for (int c = lane; c < C; c += 32)
+    o[c] = tobf(layernorm_norm(ldbf(x + c), m, rs) * ldbf(weight + c) + ldbf(bias + c));
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+    layernorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
+                          const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
+                          const float *__restrict__ mean, const float *__restrict__ rstd, int R, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C, *d = dout + r * C;
+  const float m = mean[r], rs = rstd[r];
+  float g_sum = 0.0f, gn_sum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float g = ldbf(weight + c) * ldbf(d + c);
+    g_sum += g;
+    gn_sum += g * layernorm_norm(ldbf(x + c), m, rs);
+  }
+  const float g_mean = warp_sum(g_sum) / (float)C, gn_mean = warp_sum(gn_sum) / (float)C;
+  ops_bf16 *dx = dinp + r * C;
+  for (int c = lane; c < C; c += 32)
+    dx[c] = tobf(layernorm_dinp(ldbf(weight + c) * ldbf(d + c), layernorm_norm(ldbf(x + c), m, rs), g_mean, gn_mean,
+                                rs));
+}
+
+/* Partial sums over row slice blockIdx.y of dweight (Σ dout·norm) and dbias (Σ dout), 32 columns
+ * per block, 8 thread rows, fixed order. */
+#define LN_CS_ROWS 8
+__global__ void layernorm_dparams_partial_kernel(float *__restrict__ pw, float *__restrict__ pb,
+                                                 const ops_bf16 *__restrict__ dout, const ops_bf16 *__restrict__ inp,
+                                                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                                                 int R, int C, int rows_per_split) {
+  __shared__ float sw[LN_CS_ROWS][33], sb[LN_CS_ROWS][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;
+  const int r0 = split * rows_per_split, r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
+  float w = 0.0f, b = 0.0f;
+  if (c < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += LN_CS_ROWS) {
+      float d = ldbf(dout + (int64_t)r * C + c);
+      w += d * layernorm_norm(ldbf(inp + (int64_t)r * C + c), mean[r], rstd[r]);
+      b += d;
+    }
+  sw[threadIdx.y][threadIdx.x] = w;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int y = 1; y < LN_CS_ROWS; y++) {
+      w += sw[y][threadIdx.x];
+      b += sb[y][threadIdx.x];
+    }
+    pw[(int64_t)split * C + c] = w;
+    pb[(int64_t)split * C + c] = b;
+  }
+}
+
+fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, const ops_bf16 *inp,
+                                       const ops_bf16 *weight, const ops_bf16 *bias, int B, int T, int C,
+                                       const ops_cuda_ctx *ctx) {
+  const int R = B * T;
+  if (R <= 0 || C <= 0) return FSDP_OK;
+  layernorm_forward_kernel<<<(R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK, 0,
+                             ctx->stream>>>(out, mean, rstd, inp, weight, bias, R, C);
+  LAUNCH_CHECK("layernorm_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                        const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                        const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx) {
+  static const char *what = "layernorm_backward";
+  const int R = B * T;
+  if (R <= 0 || C <= 0) return FSDP_OK;
+  const int nsplit = ops_colsum_splits(R), per = (R + nsplit - 1) / nsplit;
+  void *ws = NULL;
+  TRY(ops_workspace(ctx, 2 * (size_t)nsplit * C * sizeof(float), what, &ws));
+  float *pw = (float *)ws, *pb = pw + (size_t)nsplit * C;
+  layernorm_dinp_kernel<<<(R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(
+      dinp, dout, inp, weight, mean, rstd, R, C);
+  LAUNCH_CHECK(what);
+  layernorm_dparams_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, LN_CS_ROWS), 0, ctx->stream>>>(
+      pw, pb, dout, inp, mean, rstd, R, C, per);
+  LAUNCH_CHECK(what);
+  TRY(ops_colsum_finish(dweight, pw, nsplit, C, ctx, what));
+  return ops_colsum_finish(dbias, pb, nsplit, C, ctx, what);
+}
+
+/* ---- GELU, residual ---- */
+
+__global__ void gelu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ inp, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = tobf(gelu_tanh(ldbf(inp + i)));
+}
+
+/* No __restrict__ on dinp and dout: they may be the same buffer (each element is read, then written
+ * by the same thread). */
+__global__ void gelu_backward_kernel(ops_bf16 *dinp, const ops_bf16 *__restrict__ inp, const ops_bf16 *dout,
+                                     int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dinp[i] = tobf(gelu_tanh_grad(ldbf(inp + i)) * ldbf(dout + i));
+}
+
+__global__ void residual_forward_kernel(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = tobf(ldbf(a + i) + ldbf(b + i));
+}
+
+fsdp_status ops_cuda_gelu_forward(ops_bf16 *out, const ops_bf16 *inp, int64_t N, const ops_cuda_ctx *ctx) {
+  if (N <= 0) return FSDP_OK;
+  gelu_forward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, inp, N);
+  LAUNCH_CHECK("gelu_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_gelu_backward(ops_bf16 *dinp, const ops_bf16 *inp, const ops_bf16 *dout, int64_t N,
+                                   const ops_cuda_ctx *ctx) {
+  if (N <= 0) return FSDP_OK;
+  gelu_backward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dinp, inp, dout, N);
+  LAUNCH_CHECK("gelu_backward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t N,
+                                      const ops_cuda_ctx *ctx) {
+  if (N <= 0) return FSDP_OK;
+  residual_forward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, a, b, N);
+  LAUNCH_CHECK("residual_forward");
+  return FSDP_OK;
+}

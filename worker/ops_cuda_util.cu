@@ -1,0 +1,204 @@
+/* ops_cuda_util — AdamW over a flat fp32 shard, and the small vector utilities (fill, casts,
+ * accumulate, sum of squares, loss sum); see ops_cuda.h.
+ *
+ * AdamW reproduces optim.c's float arithmetic operation by operation: every product and sum is an
+ * explicit round-to-nearest intrinsic (__fmul_rn, __fadd_rn, ...), which nvcc never contracts into
+ * an FMA, so each element gets the CPU's bits (the CPU build has no FMA contraction either:
+ * baseline x86-64). Reductions are fixed-order: a fixed number of slices (not derived from the
+ * GPU), then one block.
+ */
+#include "ops_cuda_common.cuh"
+
+#include <math.h>
+
+/* ---- AdamW ---- */
+
+ops_cuda_adamw_consts_t ops_cuda_adamw_consts(int step, double lr, double beta1, double beta2, double eps,
+                                              double weight_decay, float grad_scale) {
+  /* As optim_adamw_shard: constants in double, then rounded to float once. */
+  const double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
+  ops_cuda_adamw_consts_t k;
+  k.beta1 = (float)beta1;
+  k.beta2 = (float)beta2;
+  k.eps = (float)eps;
+  k.step_size = (float)(lr / bc1);
+  k.bc2_sqrt = (float)sqrt(bc2);
+  k.decay = (float)(1.0 - lr * weight_decay);
+  k.grad_scale = grad_scale;
+  return k;
+}
+
+/* Whether element i lies in one of the sorted, disjoint [start, end) pairs of segs. */
+__device__ __forceinline__ bool in_segments(const int64_t *__restrict__ segs, int nseg, int64_t i) {
+  int lo = 0, hi = nseg; /* first segment with end > i */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (segs[2 * mid + 1] > i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo < nseg && segs[2 * lo] <= i;
+}
+
+__global__ void adamw_kernel(float *__restrict__ w, ops_bf16 *__restrict__ wbf, float *__restrict__ m,
+                             float *__restrict__ v, const float *__restrict__ g, int64_t n,
+                             const int64_t *__restrict__ segs, int nseg, ops_cuda_adamw_consts_t k) {
+  const float one_m_b1 = __fsub_rn(1.0f, k.beta1), one_m_b2 = __fsub_rn(1.0f, k.beta2);
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    /* optim.c, line by line:
+     *   gi = g·grad_scale; mi = β1·m + (1−β1)·gi; vi = β2·v + (1−β2)·gi·gi;
+     *   denom = sqrtf(vi)/bc2_sqrt + eps; w = w·decay − step_size·(mi/denom) */
+    float gi = __fmul_rn(g[i], k.grad_scale);
+    float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(one_m_b1, gi));
+    float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+    float decay = in_segments(segs, nseg, i) ? k.decay : 1.0f;
+    float wi = __fsub_rn(__fmul_rn(w[i], decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
+    w[i] = wi;
+    if (wbf) wbf[i] = bf_from_bits(f32_to_bf16(wi));
+  }
+}
+
+fsdp_status ops_cuda_adamw(float *param, ops_bf16 *param_bf16, float *m, float *v, const float *grad, int64_t n,
+                           const int64_t *decay_segs, int nseg, const ops_cuda_adamw_consts_t *k,
+                           const ops_cuda_ctx *ctx) {
+  if (n <= 0) return FSDP_OK;
+  if (nseg < 0 || (nseg > 0 && !decay_segs))
+    return fsdp_set_error(FSDP_ERR_INVALID, "adamw: %d decay segments but no table", nseg);
+  adamw_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(param, param_bf16, m, v, grad, n,
+                                                                            decay_segs, nseg, *k);
+  LAUNCH_CHECK("adamw");
+  return FSDP_OK;
+}
+
+/* ---- fill, casts, accumulate ---- */
+
+__global__ void fill_kernel(float *__restrict__ dst, float value, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = value;
+}
+
+__global__ void cast_f32_bf16_kernel(ops_bf16 *__restrict__ dst, const float *__restrict__ src, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    dst[i] = bf_from_bits(f32_to_bf16(src[i]));
+  }
+}
+
+__global__ void cast_bf16_f32_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = ldbf(src + i);
+}
+
+__global__ void acc_f32_kernel(float *__restrict__ dst, const float *__restrict__ src, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] += src[i];
+}
+
+__global__ void acc_bf16_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] += ldbf(src + i);
+}
+
+#define ELEMENTWISE(kernel, what, n, ...)                                                   \
+  do {                                                                                      \
+    if ((n) <= 0) return FSDP_OK;                                                           \
+    kernel<<<ops_blocks((n), OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(__VA_ARGS__, (n)); \
+    LAUNCH_CHECK(what);                                                                     \
+    return FSDP_OK;                                                                         \
+  } while (0)
+
+fsdp_status ops_cuda_fill_f32(float *dst, float value, int64_t n, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(fill_kernel, "fill_f32", n, dst, value);
+}
+
+fsdp_status ops_cuda_cast_f32_to_bf16(ops_bf16 *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(cast_f32_bf16_kernel, "cast_f32_to_bf16", n, dst, src);
+}
+
+fsdp_status ops_cuda_cast_bf16_to_f32(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(cast_bf16_f32_kernel, "cast_bf16_to_f32", n, dst, src);
+}
+
+fsdp_status ops_cuda_accumulate_f32(float *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(acc_f32_kernel, "accumulate_f32", n, dst, src);
+}
+
+fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(acc_bf16_kernel, "accumulate_bf16", n, dst, src);
+}
+
+/* ---- sum of squares and loss sum ---- */
+
+#define SUMSQ_SLICES 1024 /* fixed: the order of the sum does not depend on the GPU */
+#define RED_THREADS 256
+
+/* Block s sums slice s = [s·per, (s+1)·per) of x²: thread-strided partials, then a fixed tree. */
+__global__ void __launch_bounds__(RED_THREADS)
+    sumsq_partial_kernel(double *__restrict__ part, int *__restrict__ bad, const float *__restrict__ x, int64_t n,
+                         int64_t per) {
+  __shared__ double red[32];
+  __shared__ int redi[32];
+  const int64_t lo = (int64_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+  double s = 0.0;
+  int nf = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += RED_THREADS) {
+    float xi = x[i];
+    nf |= !isfinite(xi);
+    s += (double)xi * (double)xi;
+  }
+  s = block_sum(s, red);
+  nf = block_sum(nf, redi);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = s;
+    bad[blockIdx.x] = nf != 0;
+  }
+}
+
+__global__ void __launch_bounds__(RED_THREADS)
+    sumsq_finish_kernel(float *__restrict__ out, int *__restrict__ nonfinite, const double *__restrict__ part,
+                        const int *__restrict__ bad) {
+  __shared__ double red[32];
+  __shared__ int redi[32];
+  double s = 0.0;
+  int nf = 0;
+  for (int i = threadIdx.x; i < SUMSQ_SLICES; i += RED_THREADS) {
+    s += part[i];
+    nf += bad[i];
+  }
+  s = block_sum(s, red);
+  nf = block_sum(nf, redi);
+  if (threadIdx.x == 0) {
+    *out = (float)s;
+    *nonfinite = nf != 0;
+  }
+}
+
+fsdp_status ops_cuda_sumsq(float *sumsq, int *nonfinite, const float *x, int64_t n, const ops_cuda_ctx *ctx) {
+  static const char *what = "sumsq";
+  void *ws = NULL;
+  TRY(ops_workspace(ctx, SUMSQ_SLICES * (sizeof(double) + sizeof(int)), what, &ws));
+  double *part = (double *)ws;
+  int *bad = (int *)(part + SUMSQ_SLICES);
+  if (n < 0) n = 0;
+  const int64_t per = (n + SUMSQ_SLICES - 1) / SUMSQ_SLICES;
+  sumsq_partial_kernel<<<SUMSQ_SLICES, RED_THREADS, 0, ctx->stream>>>(part, bad, x, n, per);
+  LAUNCH_CHECK(what);
+  sumsq_finish_kernel<<<1, RED_THREADS, 0, ctx->stream>>>(sumsq, nonfinite, part, bad);
+  LAUNCH_CHECK(what);
+  return FSDP_OK;
+}
+
+__global__ void __launch_bounds__(1024) loss_sum_kernel(float *acc, const float *__restrict__ losses, int n) {
+  __shared__ double red[32];
+  double s = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)losses[i];
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) *acc = (float)((double)*acc + s);
+}
+
+fsdp_status ops_cuda_loss_sum(float *acc, const float *losses, int n, const ops_cuda_ctx *ctx) {
+  loss_sum_kernel<<<1, 1024, 0, ctx->stream>>>(acc, losses, n > 0 ? n : 0);
+  LAUNCH_CHECK("loss_sum");
+  return FSDP_OK;
+}
