@@ -42,7 +42,7 @@ wait_for 10 free_slots 2 || fail "fsdpd did not offer 2 CPU slots within 10 s"
 
 # ---- nodes
 out=$("$CTL" nodes) || fail "nodes failed"
-echo "$out" | grep -q "cpu:0" && echo "$out" | grep -q "cpu:1" || fail "nodes table lacks cpu:0/cpu:1: $out"
+grep -q "cpu:0" <<<"$out" && grep -q "cpu:1" <<<"$out" || fail "nodes table lacks cpu:0/cpu:1: $out"
 
 # ---- submit: the id alone on the last line; status --json carries the required keys
 out=$("$CTL" submit "$JOB") || fail "submit failed"
@@ -76,7 +76,7 @@ EOF
 # The human form has the header and the three per-rank tables.
 out=$("$CTL" status "$id") || fail "status failed"
 for w in "job $id (ctl-small): succeeded" "step        40/40" "peak memory per rank" "optim_state" "time per phase" "reducescatter" "bytes sent per collective"; do
-  echo "$out" | grep -qF "$w" || fail "status output lacks '$w': $out"
+  grep -qF -- "$w" <<<"$out" || fail "status output lacks '$w': $out"
 done
 
 # ---- submit --follow: progress lines, exit 0, the id first

@@ -44,6 +44,6 @@ stop_daemon
 start_daemon
 wait_for 10 "$BUILD/fsdpctl" nodes || fail "restarted fsdpd did not answer"
 is_state "$id" succeeded || fail "after restart job $id is $(state_of "$id")"
-"$BUILD/fsdpctl" jobs | grep -q "succeeded" || fail "fsdpctl jobs does not list the finished job"
+grep -q "succeeded" <<<"$("$BUILD/fsdpctl" jobs)" || fail "fsdpctl jobs does not list the finished job"
 stop_daemon
 echo "daemon_e2e: ok"

@@ -82,7 +82,7 @@ set -e
 [ $st = 2 ] && grep -q "needs CURVE keys" "$S/plain.out" || fail "an agent without keys: status $st, '$(cat "$S/plain.out")'"
 [ $st2 = 2 ] && grep -q "readable by its owner only" "$S/open.out" || fail "a world-readable key: status $st2, '$(cat "$S/open.out")'"
 start_agent c
-rejected() { grep "rejected a CURVE connection" "$S/coord/fsdpd.log" | grep -qF "key $(cat "$S/c/client.pub") "; }
+rejected() { grep -qF "key $(cat "$S/c/client.pub") " <<<"$(grep "rejected a CURVE connection" "$S/coord/fsdpd.log")"; }
 wait_for 15 rejected || fail "the coordinator did not log the rejection of node-c's key"
 wait_for 10 grep -q "rejected this node's CURVE key" "$S/c/fsdpd.log" || fail "agent c did not say that its key was rejected"
 has_node_c() { "$BUILD/fsdpctl" nodes --json | jget '[n["name"] for n in d["nodes"]]' | grep -q node-c; }
