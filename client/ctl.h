@@ -12,6 +12,8 @@ int ctl_plan(int argc, char **argv);
 /* ctl_data.c: `fsdpctl gen-data --markov SEED [--vocab V] --tokens N -o FILE` (no daemon). */
 int ctl_gen_data(int argc, char **argv);
 int ctl_export(int argc, char **argv);   /* export CKPT_DIR -o OUT.safetensors [--step S] */
+/* ctl_sample.c: `fsdpctl sample MODEL --prompt TEXT [...]` runs fsdp-worker --sample (no daemon). */
+int ctl_sample(int argc, char **argv);
 
 /* ctl_jobs.c: the commands that talk to fsdpd (--ctl ENDPOINT or $FSDP_CTL picks it; --json on
  * every read command). `run` starts a private fsdpd for one job. */

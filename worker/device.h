@@ -104,7 +104,8 @@ typedef struct dev_ops {
   void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
   /* The tied head with its loss: logits = inp·wteᵀ, losses = cross-entropy, *loss_acc += Σ losses,
-   * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of BT·V act. */
+   * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of BT·V act.
+   * With dinp = dwte = NULL only the losses (evaluation). */
   void (*classifier)(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                      const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
 

@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "planmsg.h"
 #include "runtime.h"
+#include "sample.h"
 #include "wlink.h"
 
 /* Two settings that only take effect when the process starts, so the worker re-executes itself
@@ -47,7 +48,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]\n"
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
-          "                   [--log-level L] JOB.ini\n");
+          "                   [--log-level L] JOB.ini\n"
+          "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+          "                   [--tokenizer FILE]     (what fsdpctl sample runs; docs/data.md)\n");
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -219,6 +222,8 @@ int main(int argc, char **argv) {
   const char *connect = NULL, *token = "", *rdv = NULL, *save = NULL, *job = NULL;
   long rank = -1, world = -1, steps = 0, job_id = -1;
   int standalone = 0;
+  sample_args sa = {.tokens = 64, .temperature = 1.0};
+  long top_k = 0, ntok = 64, seed = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -231,6 +236,22 @@ int main(int argc, char **argv) {
     i++;                                                                         \
   } while (0)
     if (!strcmp(a, "--standalone")) standalone = 1;
+    else if (!strcmp(a, "--sample")) { NEEDV(); sa.model = v; }
+    else if (!strcmp(a, "--prompt")) { NEEDV(); sa.prompt = v; }
+    else if (!strcmp(a, "--tokenizer")) { NEEDV(); sa.tokenizer = v; }
+    else if (!strcmp(a, "--tokens")) { NEEDV(); if (parse_int(a, v, 1, 1L << 20, &ntok)) return 2; }
+    else if (!strcmp(a, "--top-k")) { NEEDV(); if (parse_int(a, v, 0, 1L << 24, &top_k)) return 2; }
+    else if (!strcmp(a, "--seed")) { NEEDV(); if (parse_int(a, v, 0, 1L << 62, &seed)) return 2; }
+    else if (!strcmp(a, "--temperature")) {
+      NEEDV();
+      char *end;
+      errno = 0;
+      sa.temperature = strtod(v, &end);
+      if (errno || *end || !(sa.temperature >= 0) || sa.temperature > 100) {
+        fprintf(stderr, "fsdp-worker: --temperature '%s' must be a number in [0, 100] (0: greedy)\n", v);
+        return 2;
+      }
+    }
     else if (!strcmp(a, "--connect")) { NEEDV(); connect = v; }
     else if (!strcmp(a, "--token")) { NEEDV(); token = v; }
     else if (!strcmp(a, "--rendezvous")) { NEEDV(); rdv = v; }
@@ -262,6 +283,14 @@ int main(int argc, char **argv) {
 #undef NEEDV
   }
   log_set_prefix("worker", (int)rank);
+  if (sa.model) {
+    if (!sa.prompt) {
+      fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
+      return 2;
+    }
+    sa.tokens = (int)ntok, sa.top_k = (int)top_k, sa.seed = (unsigned long long)seed;
+    return sample_run(&sa);
+  }
   if (standalone) {
     if (rank < 0 || world < 1 || !rdv || !job || rank >= world) {
       fprintf(stderr, "fsdp-worker: --standalone needs --rank R (0..N-1), --world N, --rendezvous DIR and a job file\n");

@@ -160,6 +160,16 @@ void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root,
                             a->dlnf, x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
+void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  const int B = a->B, T = a->T, C = a->C;
+  device_t *d = a->dev;
+  d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, last_output(a), PARAM(0, ROOT_LNF_W, root),
+                           PARAM(0, ROOT_LNF_B, root), B, T, C);
+  if (targets)
+    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, ROOT_WTE, root), targets,
+                      B * T, C, a->V, 1.0f);
+}
+
 void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit) {
   const int B = a->B, T = a->T, C = a->C, NH = a->NH, BT = B * T, u = 1 + layer;
   device_t *d = a->dev;

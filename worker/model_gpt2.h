@@ -92,6 +92,9 @@ void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const i
 void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *unit);
 void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
                                 float dscale, float *loss_acc);
+/* Forward only, for evaluation and sampling: the final LayerNorm (a->lnf), and with TARGETS the
+ * per-token losses (Σ into *loss_acc); no gradient. */
+void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc);
 void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp);
 
