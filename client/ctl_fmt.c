@@ -97,25 +97,6 @@ const char *ctl_fmt_device(Fsdp__DeviceKind d) {
   return d == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "cuda" : "cpu";
 }
 
-const char *ctl_fmt_user_error(const char *msg) {
-  /* err.c records "base.c:LINE: message"; keep only the message. A job file location such as
-   * "tiny.ini:5: ..." is kept: that one the user can act on. */
-  const char *p = msg;
-  while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '-')) p++;
-  const char *ext = p;
-  if (*ext != '.') return msg;
-  p++;
-  while (*p && isalnum((unsigned char)*p)) p++;
-  size_t elen = (size_t)(p - ext);
-  int source = (elen == 2 && !strncmp(ext, ".c", 2)) || (elen == 3 && !strncmp(ext, ".cc", 3)) ||
-               (elen == 3 && !strncmp(ext, ".cu", 3)) || (elen == 2 && !strncmp(ext, ".h", 2));
-  if (!source || *p != ':' || !isdigit((unsigned char)p[1])) return msg;
-  p++;
-  while (isdigit((unsigned char)*p)) p++;
-  if (p[0] != ':' || p[1] != ' ') return msg;
-  return p + 2;
-}
-
 char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
                        double tokens_per_s, double eta_s, int bar_width) {
   char bar[128];

@@ -30,8 +30,6 @@ char *ctl_fmt_duration(double seconds, char *buf, size_t n);
 const char *ctl_fmt_state(Fsdp__JobState s);
 int ctl_fmt_state_is_final(Fsdp__JobState s);
 const char *ctl_fmt_device(Fsdp__DeviceKind d);          /* "cpu", "cuda" */
-/* MSG without a leading source location such as "jobspec.c:123: " (the part a user cannot act on). */
-const char *ctl_fmt_user_error(const char *msg);
 
 /* The progress line, without \r or \n: "[#####.....] step 40/200  loss 3.214  1.2k tok/s  ETA 1m12s".
  * LOSS or TOKENS_PER_S ≤ 0 or NaN (not yet known) are left out; ETA_S < 0 prints "ETA -", NaN

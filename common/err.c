@@ -1,6 +1,7 @@
 /* err — status strings and the per-thread last-error message. */
 #include "err.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,4 +52,45 @@ const char *fsdp_last_error(void) {
 void fsdp_clear_error(void) {
   last_msg[0] = '\0';
   last_status = FSDP_OK;
+}
+
+/* One "name.ext:LINE: " prefix at the start of P (a source file of ours: .c, .cc, .cu, .h), or NULL. */
+static const char *skip_source_location(const char *p) {
+  const char *s = p;
+  while (*s && (isalnum((unsigned char)*s) || *s == '_' || *s == '-')) s++;
+  if (s == p || *s != '.') return NULL;
+  const char *ext = s++;
+  while (*s && isalnum((unsigned char)*s)) s++;
+  size_t elen = (size_t)(s - ext);
+  int source = (elen == 2 && !strncmp(ext, ".c", 2)) || (elen == 3 && !strncmp(ext, ".cc", 3)) ||
+               (elen == 3 && !strncmp(ext, ".cu", 3)) || (elen == 2 && !strncmp(ext, ".h", 2));
+  if (!source || *s != ':' || !isdigit((unsigned char)s[1])) return NULL;
+  s++;
+  while (isdigit((unsigned char)*s)) s++;
+  if (s[0] != ':' || s[1] != ' ') return NULL;
+  return s + 2;
+}
+
+const char *fsdp_user_message(const char *msg) {
+  const char *p = msg, *q;
+  while ((q = skip_source_location(p)) != NULL) p = q;
+  return p;
+}
+
+char *fsdp_user_text(char *dst, size_t n, const char *msg) {
+  size_t k = 0;
+  const char *p = msg;
+  int at_word = 1;
+  while (*p && n) {
+    const char *q = at_word ? skip_source_location(p) : NULL;
+    if (q) {
+      p = q;
+      continue;
+    }
+    if (k + 1 < n) dst[k++] = *p;
+    at_word = *p == ' ';
+    p++;
+  }
+  if (n) dst[k < n ? k : n - 1] = '\0';
+  return dst;
 }

@@ -269,10 +269,7 @@ int main(int argc, char **argv) {
     if (probe) zmq_close(probe);
     if (probe_ctx) zmq_ctx_term(probe_ctx);
     if (krc != FSDP_OK) {
-      /* The recorded message starts with "curve.c:LINE: "; the user needs only the message. */
-      const char *msg = fsdp_last_error(), *p = strstr(msg, ".c:");
-      if (p && p - msg < 32 && (p = strstr(p + 3, ": ")) != NULL) msg = p + 2;
-      fprintf(stderr, "fsdpd: %s\n", msg);
+      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
       return 2;
     }
   }

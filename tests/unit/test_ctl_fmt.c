@@ -44,15 +44,6 @@ static void test_states_and_errors(void) {
   CHECK(ctl_fmt_state_is_final(FSDP__JOB_STATE__FAILED));
   CHECK(!ctl_fmt_state_is_final(FSDP__JOB_STATE__RUNNING));
   CHECK(!ctl_fmt_state_is_final(FSDP__JOB_STATE__STARTING));
-  /* The source location of err.c is dropped; a job file location is kept. */
-  CHECK(!strcmp(ctl_fmt_user_error("jobspec.c:123: tiny.ini:5: unknown key"), "tiny.ini:5: unknown key"));
-  CHECK(!strcmp(ctl_fmt_user_error("tiny.ini:5: unknown key"), "tiny.ini:5: unknown key"));
-  CHECK(!strcmp(ctl_fmt_user_error("comm_gloo.cc:7: peer lost"), "peer lost"));
-  CHECK(!strcmp(ctl_fmt_user_error("no job 42"), "no job 42"));
-  CHECK(!strcmp(ctl_fmt_user_error("x.c: no line"), "x.c: no line"));
-  /* Real output of err.c: the prefix it writes is the one removed. */
-  fsdp_set_error(FSDP_ERR_INVALID, "bad thing");
-  CHECK(!strcmp(ctl_fmt_user_error(fsdp_last_error()), "bad thing"));
 }
 
 static void test_progress(void) {

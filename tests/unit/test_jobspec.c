@@ -116,6 +116,7 @@ static void test_every_key(void) {
       "steps = 123        # inline hash comment\n"
       "seed = 18446744073709551615 ; inline semicolon comment\n"
       "max_restarts = 3\n"
+      "restart_wait_s = 7.5\n"
       "\n"
       "[model]\n"
       "  arch = gpt2\n"               /* indented keys are keys, not continuations */
@@ -152,7 +153,7 @@ static void test_every_key(void) {
       "dir = ./ck/../ckpt\n"
       "every = 50\n"
       "keep = 5\n"
-      "resume = never\n";
+      "resume = auto\n";
   jobspec_t s;
   CHECK_OK(jobspec_parse(text, "job.ini", tmpdir, &s));
   CHECK(!strcmp(s.name, "run-1.b"));
@@ -189,7 +190,8 @@ static void test_every_key(void) {
   CHECK(!strcmp(s.ckpt_dir, ck));
   CHECK_EQ_INT(50, s.ckpt_every);
   CHECK_EQ_INT(5, s.ckpt_keep);
-  CHECK_EQ_INT(RESUME_NEVER, s.resume);
+  CHECK_EQ_INT(RESUME_AUTO, s.resume);
+  CHECK(s.restart_wait_s == 7.5);
   CHECK(!strcmp(s.path, "job.ini"));
 }
 
@@ -249,6 +251,12 @@ static void test_errors(void) {
   expect_error(buf, 5, "allowed: 0 <= min_lr <= lr");
   snprintf(buf, sizeof buf, "%s[checkpoint]\nevery = 10\n", T);
   expect_error(buf, 4, "needs a dir");
+  /* restarts resume from a checkpoint: without one, the spec itself is refused (plan and submit alike) */
+  snprintf(buf, sizeof buf, "[job]\nsteps = 5\nmax_restarts = 2\n[data]\ntrain = synthetic:markov:1\n");
+  expect_error(buf, 3, "needs [checkpoint] every > 0");
+  snprintf(buf, sizeof buf, "[job]\nmax_restarts = 1\n[data]\ntrain = synthetic:markov:1\n"
+                            "[checkpoint]\ndir = ck\nevery = 5\nresume = never\n");
+  expect_error(buf, 2, "resume = auto");
   expect_error("[job]\nsteps = 1\nsteps = 2\n", 3, "set twice (first at line 2)");
   expect_error("steps = 1\n", 1, "outside any section");
   expect_error("[job\nsteps = 1\n", 1, "syntax error");
