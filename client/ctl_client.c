@@ -146,12 +146,12 @@ int ctl_client_status(ctl_client *cl, uint64_t id, Fsdp__Msg **reply) {
   return ctl_client_call(cl, &req, FSDP__MSG__BODY_STATUS_RESP, id, 0, reply);
 }
 
-int ctl_client_cancel(ctl_client *cl, uint64_t id) {
+int ctl_client_stop(ctl_client *cl, uint64_t id) {
   Fsdp__Msg req = WIRE_MSG_INIT, *reply = NULL;
   Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
   q.job_id = id;
-  req.body_case = FSDP__MSG__BODY_CANCEL_REQ;
-  req.cancel_req = &q;
+  req.body_case = FSDP__MSG__BODY_STOP_REQ;
+  req.stop_req = &q;
   int rc = ctl_client_call(cl, &req, FSDP__MSG__BODY_ACK, id, 0, &reply);
   wire_free(&reply);
   return rc;

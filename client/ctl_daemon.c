@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "wire.h"
 
 #define DAEMON_READY_MS 10000       /* a private daemon must answer nodes_req within this */
@@ -241,4 +242,57 @@ int ctl_daemon_ready(ctl_daemon *d, ctl_client *cl, const char *endpoint, const 
     return ctl_fail("job asks for device = cuda with world_size %d but this machine has no CUDA devices", want);
   return ctl_fail("job asks for device = cuda with world_size %d but this machine has only %d CUDA device%s", want, have,
               have == 1 ? "" : "s");
+}
+
+int ctl_daemon_janitor(ctl_daemon *d, const char *state_dir) {
+  int fds[2];
+  d->janitor_fd = -1;
+  d->janitor = 0;
+  if (pipe2(fds, O_CLOEXEC) != 0) return ctl_fail("pipe: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return ctl_fail("fork: %s", strerror(errno));
+  }
+  if (pid == 0) {
+    /* The janitor: it outlives fsdpctl only to clean up after it. Its own process group keeps a
+     * terminal Ctrl-C away; fsdpctl says "done" on the pipe, or dies and the pipe reads EOF. */
+    setpgid(0, 0);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    close(fds[1]);
+    char b;
+    ssize_t n;
+    while ((n = read(fds[0], &b, 1)) < 0 && errno == EINTR) {
+    }
+    if (n == 1) _exit(0);
+    /* fsdpctl is gone: its daemon got SIGTERM (PDEATHSIG) and shuts down; remove the state once it
+     * has (the daemon's own shutdown is bounded; the deadline only guards against a wedged one). */
+    int pfd = pidfd_open_(d->pid);
+    for (int waited = 0; kill(d->pid, 0) == 0 && waited < 60000; waited += 50) {
+      if (pfd >= 0) {
+        struct pollfd p = {pfd, POLLIN, 0};
+        if (poll(&p, 1, 50) > 0) break;
+      } else {
+        poll(NULL, 0, 50);
+      }
+    }
+    fsutil_remove_tree(state_dir);
+    _exit(0);
+  }
+  close(fds[0]);
+  d->janitor = pid;
+  d->janitor_fd = fds[1];
+  return 0;
+}
+
+void ctl_daemon_janitor_release(ctl_daemon *d) {
+  if (d->janitor <= 0) return;
+  if (write(d->janitor_fd, "x", 1) != 1) kill(d->janitor, SIGKILL);
+  close(d->janitor_fd);
+  waitpid(d->janitor, NULL, 0);
+  d->janitor = 0;
+  d->janitor_fd = -1;
 }

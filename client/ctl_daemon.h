@@ -21,6 +21,8 @@ typedef struct ctl_daemon {
   int reaped;
   int status;
   char log[PATH_MAX];
+  pid_t janitor;    /* see ctl_daemon_janitor; 0: none */
+  int janitor_fd;
 } ctl_daemon;
 
 /* Where fsdpd is: next to this executable. 0 or 1 (the reason printed). */
@@ -37,5 +39,11 @@ int ctl_daemon_ready(ctl_daemon *d, ctl_client *cl, const char *endpoint, const 
 /* Ask the daemon to shut down through CL (may be NULL: SIGTERM) and reap it; SIGKILL if it does
  * not exit in time. */
 void ctl_daemon_stop(ctl_daemon *d, ctl_client *cl);
+
+/* For a temporary STATE_DIR: start a small process that removes it if fsdpctl dies without saying
+ * so (kill -9), once the daemon has exited. ctl_daemon_janitor_release tells it that fsdpctl
+ * cleaned up itself and reaps it. Call after ctl_daemon_start and before any connection opens. */
+int ctl_daemon_janitor(ctl_daemon *d, const char *state_dir);
+void ctl_daemon_janitor_release(ctl_daemon *d);
 
 #endif

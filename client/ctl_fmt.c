@@ -491,3 +491,10 @@ void ctl_fmt_nodes_table(const Fsdp__NodesResp *r, double now, FILE *f) {
   ctl_table_print(t, f, "");
   ctl_table_destroy(&t);
 }
+
+double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double elapsed_s) {
+  /* The rate counts only the steps trained since the start (or the resume): a resumed job's
+   * earlier steps took no time in this run. */
+  if (step <= start_step || step > steps || !(elapsed_s > 0)) return -1;
+  return elapsed_s * (double)(steps - step) / (double)(step - start_step);
+}

@@ -31,6 +31,9 @@ const char *ctl_fmt_state(Fsdp__JobState s);
 int ctl_fmt_state_is_final(Fsdp__JobState s);
 const char *ctl_fmt_device(Fsdp__DeviceKind d);          /* "cpu", "cuda" */
 
+/* Seconds left at STEP of STEPS when the run started (or resumed) at START_STEP ELAPSED_S seconds
+ * ago; -1 when there is no rate yet. */
+double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double elapsed_s);
 /* The progress line, without \r or \n: "[#####.....] step 40/200  loss 3.214  1.2k tok/s  ETA 1m12s".
  * LOSS or TOKENS_PER_S ≤ 0 or NaN (not yet known) are left out; ETA_S < 0 prints "ETA -", NaN
  * leaves the ETA out (the job has ended). */

@@ -33,8 +33,8 @@ static void progress_show(progress *p, const Fsdp__JobInfo *j, int final) {
     double rate = (double)(j->step - p->step0) / ((now - p->t0_ms) / 1e3);   /* steps/s seen here */
     eta = (double)(j->steps - j->step) / rate;
   } else if (j->step > 0 && j->started_at > 0) {
-    double el = ctl_wall_now() - j->started_at;   /* the daemon's clock: only until we have our own rate */
-    if (el > 0) eta = el * (double)(j->steps - j->step) / (double)j->step;
+    /* the daemon's clock: only until we have our own rate */
+    eta = ctl_fmt_eta(j->step, j->steps, j->start_step, ctl_wall_now() - j->started_at);
   }
   if (j->state != FSDP__JOB_STATE__RUNNING) eta = NAN;   /* not started, or ended: no ETA */
   char line[512];
@@ -95,8 +95,9 @@ int ctl_follow_job(ctl_client *cl, uint64_t id, ctl_follow_mode mode, ctl_follow
       }
       if (!cancel_sent) {
         ctl_interrupts = 0;
-        fprintf(stderr, "fsdpctl: cancelling job %llu (Ctrl-C again to stop waiting)\n", (unsigned long long)id);
-        ctl_client_cancel(cl, id);   /* if it fails (the job just ended), following shows how it ended */
+        fprintf(stderr, "fsdpctl: stopping job %llu (with a checkpoint if it makes them; Ctrl-C again to stop waiting)\n",
+                (unsigned long long)id);
+        ctl_client_stop(cl, id);   /* if it fails (the job just ended), following shows how it ended */
         cancel_sent = 1;
         cancel_deadline = ctl_mono_ms() + CANCEL_WAIT_MS;
       } else {

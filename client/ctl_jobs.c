@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 #include "ctl_client.h"
@@ -205,24 +206,70 @@ int ctl_nodes(int argc, char **argv) {
   return ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_NODES_RESP, 0, print_nodes, &co);
 }
 
-int ctl_cancel(int argc, char **argv) {
-  static const char *usage = "cancel ID [--ctl ENDPOINT]";
+/* cancel ID and stop ID: the same request but for the checkpoint a stop asks for first. */
+static int cancel_or_stop(int argc, char **argv, int stop) {
+  const char *usage = stop ? "stop ID [--ctl ENDPOINT]" : "cancel ID [--ctl ENDPOINT]";
+  const char *help = stop ? "Stop a job: a running job that makes checkpoints saves one first (at most two more steps),\n"
+                            "then it ends cancelled; any other job is cancelled at once.\n"
+                            "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n"
+                          : "Cancel a queued or running job: its workers are killed and its devices freed.\n"
+                            "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n";
   ctl_common_opts co;
   const char *pos[1];
-  int n, rc = parse_simple(argc, argv, usage,
-                           "Cancel a queued or running job: its workers are killed and its devices freed.\n"
-                           "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n",
-                           &co, pos, 1, &n);
+  int n, rc = parse_simple(argc, argv, usage, help, &co, pos, 1, &n);
   if (rc) return rc < 0 ? 0 : rc;
   if (n != 1) return ctl_usage_error(argv[0], usage, "which job?");
   uint64_t id;
   if ((rc = ctl_parse_job_id(argv[0], usage, pos[0], &id))) return rc;
+  Fsdp__Msg req = WIRE_MSG_INIT;
+  Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
+  q.job_id = id;
+  req.body_case = stop ? FSDP__MSG__BODY_STOP_REQ : FSDP__MSG__BODY_CANCEL_REQ;
+  if (stop) req.stop_req = &q;
+  else req.cancel_req = &q;
+  rc = ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_ACK, id, NULL, NULL);
+  if (rc == 0) printf("%s job %llu\n", stop ? "stopping" : "cancelled", (unsigned long long)id);
+  return rc;
+}
+
+int ctl_cancel(int argc, char **argv) { return cancel_or_stop(argc, argv, 0); }
+
+int ctl_stop(int argc, char **argv) { return cancel_or_stop(argc, argv, 1); }
+
+int ctl_shutdown(int argc, char **argv) {
+  static const char *usage = "shutdown [--ctl ENDPOINT]";
+  ctl_common_opts co;
+  const char *pos[1];
+  int n, rc = parse_simple(argc, argv, usage,
+                           "Stop fsdpd as SIGTERM does: it accepts no more jobs, cancels the running ones, reaps their\n"
+                           "workers and exits; for an ipc:// endpoint, wait (at most 30 s) until it has.\n"
+                           "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n",
+                           &co, pos, 0, &n);
+  if (rc) return rc < 0 ? 0 : rc;
   ctl_client cl;
   if ((rc = ctl_client_open(&cl, co.ctl))) return rc;
-  rc = ctl_client_cancel(&cl, id);
-  if (rc == 0) printf("cancelled job %llu\n", (unsigned long long)id);
+  Fsdp__Msg req = WIRE_MSG_INIT, *m = NULL;
+  Fsdp__ShutdownReq sr = FSDP__SHUTDOWN_REQ__INIT;
+  req.body_case = FSDP__MSG__BODY_SHUTDOWN_REQ;
+  req.shutdown_req = &sr;
+  rc = ctl_client_call(&cl, &req, FSDP__MSG__BODY_ACK, 0, 0, &m);
+  wire_free(&m);
+  char ep[sizeof cl.endpoint];
+  snprintf(ep, sizeof ep, "%s", cl.endpoint);
   ctl_client_close(&cl);
-  return rc;
+  if (rc) return rc;
+  /* The daemon removes its ipc socket last thing before it exits: wait for that. */
+  if (!strncmp(ep, "ipc://", 6)) {
+    double deadline = ctl_mono_ms() + 30000;
+    while (access(ep + 6, F_OK) == 0) {
+      if (ctl_mono_ms() > deadline) return ctl_fail("fsdpd at %s acknowledged the shutdown but is still up after 30 s", ep);
+      ctl_pause_ms(50);
+    }
+    printf("fsdpd at %s has shut down\n", ep);
+  } else {
+    printf("fsdpd at %s is shutting down\n", ep);
+  }
+  return 0;
 }
 
 int ctl_logs(int argc, char **argv) {

@@ -136,13 +136,14 @@ int ctl_run(int argc, char **argv) {
   }
 
   ctl_catch_interrupts();
-  ctl_daemon d;
+  ctl_daemon d = {.janitor_fd = -1};
   ctl_client cl = {0};
   uint64_t id = 0;
   ctl_follow_result r;
-  int started = 0, job_rc = 1, cite_log = 1;
+  int started = 0, job_rc = 1, cite_log = 1, ran = 0;
   if ((rc = ctl_daemon_start(&d, fsdpd, state, &spec, level_arg))) goto out;
   started = 1;
+  if (temp && !keep && (rc = ctl_daemon_janitor(&d, state))) goto out;
   if ((rc = ctl_daemon_ready(&d, &cl, endpoint, &spec, &cite_log))) goto out;
   cite_log = 0;   /* from here on, only a lost daemon (cl.lost) makes the logs worth keeping */
   if ((rc = ctl_client_submit(&cl, text, abs, dir, &id))) goto out;
@@ -168,6 +169,8 @@ int ctl_run(int argc, char **argv) {
     printf("job %llu (%s) %s after %u of %u steps\n", (unsigned long long)id, r.name, ctl_fmt_state(r.state), r.step,
            r.steps);
   if (keep || !temp) printf("state kept in %s; metrics: %s\n", state, mpath);
+  else if (r.job_dir[0]) printf("metrics and logs kept in %s (metrics.jsonl, job.log, worker-R.log)\n", r.job_dir);
+  ran = r.job_dir[0] != 0;
   fflush(stdout);
   if (job_rc != 0) {
     char extra[PATH_MAX + 32] = "";
@@ -190,6 +193,17 @@ out:
   }
   ctl_client_close(&cl);
   if (rc == 1 && temp && started && (cite_log || cl.lost)) keep = 1;   /* a message above names its log */
-  if (temp && !keep) fsutil_remove_tree(state);
+  if (temp && !keep && ran) {
+    /* The job's directory (metrics.jsonl, job.log, worker logs) stays; the daemon's database goes. */
+    static const char *const daemon_files[] = {"jobs.db", "jobs.db-wal", "jobs.db-shm", "fsdpd.lock", "fsdpd.log"};
+    for (size_t i = 0; i < sizeof daemon_files / sizeof daemon_files[0]; i++) {
+      char p[PATH_MAX + 32];
+      snprintf(p, sizeof p, "%s/%s", state, daemon_files[i]);
+      unlink(p);
+    }
+  } else if (temp && !keep) {
+    fsutil_remove_tree(state);
+  }
+  if (started) ctl_daemon_janitor_release(&d);
   return rc;
 }

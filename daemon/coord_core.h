@@ -26,7 +26,6 @@
 #define LOST_BEATS 3
 #define TICK_MS 250
 #define START_TIMEOUT_MIN_S 120.0   /* spawn → every rank ready; covers a cold start of a big model */
-#define STEP_TIMEOUT_MIN_S 300.0    /* no step finished for this long (or 2·spec timeout_s) fails the job */
 #define KILL_GRACE_S 3.0            /* SIGTERM → SIGKILL for cancelled jobs */
 #define DRAIN_LIMIT_S 30.0          /* a job's devices are freed at the latest this long after it ended */
 #define SECONDARY_GRACE_S 1.0       /* see job_t.pending */
@@ -92,13 +91,16 @@ typedef struct job {
    * before that rank's exit reached us): such a failure waits SECONDARY_GRACE_S for a more
    * direct cause (a rank killed by a signal, exiting on its own, a non-communication error). */
   char pending[1024];
-  double pending_until;
+  int pending_rank;
+  double pending_since, pending_until;
   /* Restarts ([job] max_restarts, docs/checkpoints.md): attempt counts from 0; a failed attempt with
    * restarts left kills its workers and waits (restart_pending) until they are reaped, then the job
    * is queued again. Each attempt has its own rendezvous namespace, so no stale key is ever read. */
   int attempt;
   int restart_pending;
   char kv_prefix[64];
+  double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
+  uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
 } job_t;
 
 typedef struct kv_entry {
@@ -115,6 +117,15 @@ typedef struct kv_wait {
   wire_env env;
 } kv_wait;
 
+/* A job state the database refused (see job_retry_unrecorded). */
+typedef struct unrecorded {
+  struct unrecorded *next;
+  uint64_t id;
+  int state;
+  double at;
+  char reason[1024];
+} unrecorded_t;
+
 struct coord {
   uv_loop_t *uv;
   coord_config cfg;
@@ -130,6 +141,7 @@ struct coord {
   job_t *jobs;               /* active jobs (queued, starting, running, draining), by id */
   kv_entry *kv;
   kv_wait *kv_waits;
+  unrecorded_t *unrecorded;   /* states not yet in jobs.db (a full disk) */
   uv_timer_t tick;
   uv_timer_t bind_timer;     /* embedded: serve ctl after 3 s even if no agent registered */
   int bind_timer_used;

@@ -253,16 +253,7 @@ static void on_cluster(void *sock, void *arg) {
     case FSDP__MSG__BODY_STEP_REPORT: steps_on_report(c, j, r, &m); break;
     case FSDP__MSG__BODY_WORKER_ERROR: {
       if (j->done || j->restart_pending) break;   /* a failed attempt's echo: never held against the next one */
-      j->ranks[r].errored = 1;
-      uint32_t code = m->worker_error->code;
-      if (code == FSDP_ERR_COMM || code == FSDP_ERR_TIMEOUT) {
-        if (!j->pending[0]) {
-          snprintf(j->pending, sizeof j->pending, "rank %d failed: %s", r, m->worker_error->message);
-          j->pending_until = loop_now_mono() + SECONDARY_GRACE_S;
-        }
-      } else {
-        job_fail(c, j, "rank %d failed: %s", r, m->worker_error->message);
-      }
+      steps_on_error(c, j, r, m->worker_error);
       break;
     }
     case FSDP__MSG__BODY_ACK:
@@ -309,24 +300,13 @@ static void on_tick(uv_timer_t *t) {
   }
   for (job_t *j = c->jobs, *next; j; j = next) {
     next = j->next;
-    if (!j->done && j->pending[0] && now > j->pending_until) job_fail(c, j, "%s", j->pending);
-    if (!j->done && j->deadline && now > j->deadline) {
-      if (j->state == ST_STARTING) {
-        int r = 0;
-        while (r < j->world && j->ranks[r].ready) r++;
-        job_fail(c, j, "rank %d was not ready within %.0f s of its start", r < j->world ? r : 0, j->start_timeout);
-      } else {
-        int b = (j->done_step + 1) % 2, r = 0;
-        while (r < j->world && j->reports[b][r]) r++;
-        job_fail(c, j, "rank %d sent no report for step %u within %.0f s", r < j->world ? r : 0, j->done_step + 1,
-                 j->step_timeout);
-      }
-    }
+    steps_check(c, j, now);
     if (j->done && j->kill_at && now > j->kill_at) {
       job_send_kill(c, j, SIGKILL);
       j->kill_at = 0;
     }
   }
+  job_retry_unrecorded(c);
   job_reap_drained(c);
   schedule_try(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
@@ -424,6 +404,7 @@ void coord_destroy(coord_t **p) {
     job_free(j);
   }
   kv_destroy_all(c);
+  job_destroy_unrecorded(c);
   loop_zsock_destroy(&c->ctl_zs);
   loop_zsock_destroy(&c->cluster_zs);
   /* Let the last replies (the shutdown ack, kill requests to agents) leave: zmq_ctx_term waits

@@ -13,8 +13,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "schedule.h"
+#include "steps.h"
 
-static void fill_info(const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
+static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
   ji->id = row->id;
   ji->name = row->name;
   ji->state = (Fsdp__JobState)row->state;
@@ -29,6 +30,11 @@ static void fill_info(const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSumma
   ji->started_at = row->started_at;
   ji->finished_at = row->finished_at;
   ji->job_dir = row->job_dir;
+  int state = ji->state;
+  const char *reason = ji->reason;
+  job_overlay_unrecorded(c, row->id, &state, &reason);
+  ji->state = (Fsdp__JobState)state;
+  ji->reason = (char *)reason;
   if (row->step > 0 && last) {
     last->step = (uint32_t)row->step;
     last->loss = row->loss;
@@ -101,7 +107,9 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
   }
   Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
   Fsdp__StepSummary last = FSDP__STEP_SUMMARY__INIT;
-  fill_info(&row, &ji, &last);
+  fill_info(c, &row, &ji, &last);
+  const job_t *j = coord_find_job(c, id);
+  if (j && j->state == ST_RUNNING && !j->done) ji.start_step = j->start_step;
   /* The last step's per-rank figures (memory, time split, traffic) come from its metrics line. */
   char *json = NULL;
   if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_ranks(json, &last) != FSDP_OK)
@@ -131,7 +139,7 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
     for (size_t i = 0; i < n; i++) {
       fsdp__job_info__init(&infos[i]);
       fsdp__step_summary__init(&lasts[i]);
-      fill_info(&rows[i], &infos[i], &lasts[i]);
+      fill_info(c, &rows[i], &infos[i], &lasts[i]);
       ptrs[i] = &infos[i];
     }
     Fsdp__ListResp lr = FSDP__LIST_RESP__INIT;
@@ -148,7 +156,8 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
   jobs_db_rows_free(&rows, n);
 }
 
-static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id) {
+/* Cancel job ID, or with STOP first let it save a checkpoint when it makes them (steps_stop). */
+static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop) {
   job_t *j = coord_find_job(c, id);
   if (!j || j->done) {
     jobs_db_row row;
@@ -163,7 +172,8 @@ static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id) {
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
     return;
   }
-  job_finish(c, j, ST_CANCELLED, "cancelled by the user", SIGTERM);
+  if (!stop || !steps_stop(c, j))
+    job_finish(c, j, ST_CANCELLED, stop ? "stopped by the user" : "cancelled by the user", SIGTERM);
   coord_reply_ack(c->ctl, env);
   schedule_try(c);
 }
@@ -284,7 +294,8 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, m->submit_req); break;
   case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id); break;
   case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
-  case FSDP__MSG__BODY_CANCEL_REQ: serve_cancel(c, &env, m->cancel_req->job_id); break;
+  case FSDP__MSG__BODY_CANCEL_REQ: serve_cancel(c, &env, m->cancel_req->job_id, 0); break;
+  case FSDP__MSG__BODY_STOP_REQ: serve_cancel(c, &env, m->stop_req->job_id, 1); break;
   case FSDP__MSG__BODY_LOGS_REQ: serve_logs(c, &env, m->logs_req); break;
   case FSDP__MSG__BODY_NODES_REQ: serve_nodes(c, &env); break;
   case FSDP__MSG__BODY_SHUTDOWN_REQ:
@@ -294,7 +305,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
     break;
   default: {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s is not a control request (allowed: submit, status, list, cancel, logs, nodes, shutdown)",
+    snprintf(msg, sizeof msg, "%s is not a control request (allowed: submit, status, list, cancel, stop, logs, nodes, shutdown)",
              wire_body_name(m->body_case));
     log_warn("ctl: %s", msg);
     coord_reply_error(sock, &env, FSDP_ERR_INVALID, msg);

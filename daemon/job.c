@@ -11,11 +11,63 @@
 #include "planmsg.h"
 #include "schedule.h"
 
+static void unrecorded_add(coord_t *c, uint64_t id, int state, const char *reason) {
+  unrecorded_t *u = NULL;
+  for (unrecorded_t *x = c->unrecorded; x; x = x->next)
+    if (x->id == id) u = x;
+  if (!u) {
+    u = calloc(1, sizeof *u);
+    if (!u) return;
+    u->id = id;
+    u->next = c->unrecorded;
+    c->unrecorded = u;
+  }
+  u->state = state;
+  u->at = loop_now_wall();
+  snprintf(u->reason, sizeof u->reason, "%s", reason ? reason : "");
+}
+
+void job_retry_unrecorded(coord_t *c) {
+  for (unrecorded_t **p = &c->unrecorded; *p;) {
+    unrecorded_t *u = *p;
+    if (jobs_db_set_state(c->db, u->id, u->state, u->reason[0] ? u->reason : NULL, u->at) != FSDP_OK) {
+      p = &u->next;
+      continue;
+    }
+    log_info("job %llu: state %s recorded at last", (unsigned long long)u->id, job_state_name(u->state));
+    *p = u->next;
+    free(u);
+  }
+}
+
+void job_overlay_unrecorded(const coord_t *c, uint64_t id, int *state, const char **reason) {
+  for (const unrecorded_t *u = c->unrecorded; u; u = u->next)
+    if (u->id == id) {
+      *state = u->state;
+      *reason = u->reason;
+    }
+}
+
+void job_destroy_unrecorded(coord_t *c) {
+  while (c->unrecorded) {
+    unrecorded_t *u = c->unrecorded;
+    c->unrecorded = u->next;
+    log_error("job %llu: its state %s was never recorded (the database would not take it)", (unsigned long long)u->id,
+              job_state_name(u->state));
+    free(u);
+  }
+}
+
 void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
   j->state = state;
   if (reason) snprintf(j->reason, sizeof j->reason, "%s", reason);
-  if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK)
-    log_error("job %llu: cannot record state %s: %s", (unsigned long long)j->id, job_state_name(state), fsdp_last_error());
+  if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK) {
+    /* Most often a full disk. The state is kept in memory, so that status and jobs still tell the
+     * truth (and `submit --follow` ends), and written as soon as the database takes it. */
+    log_error("job %llu: cannot record state %s: %s; answering from memory until it can be recorded",
+              (unsigned long long)j->id, job_state_name(state), fsdp_last_error());
+    unrecorded_add(c, j->id, state, reason);
+  }
   if (reason && *reason) {
     job_log(j, "%s: %s", job_state_name(state), reason);
     log_info("job %llu %s: %s", (unsigned long long)j->id, job_state_name(state), reason);
@@ -176,7 +228,14 @@ static void job_reset_attempt(coord_t *c, job_t *j) {
 }
 
 void job_check_stopped(coord_t *c, job_t *j) {
-  if (!j->done && !j->restart_pending && j->nstopped == j->world) job_finish(c, j, ST_SUCCEEDED, NULL, 0);
+  if (j->done || j->restart_pending || j->nstopped != j->world) return;
+  if (j->stop_at) {
+    char why[PATH_MAX + 128];
+    snprintf(why, sizeof why, "stopped by the user after step %u; its checkpoint is in %s", j->stop_at, j->spec.ckpt_dir);
+    job_finish(c, j, ST_CANCELLED, why, 0);
+  } else {
+    job_finish(c, j, ST_SUCCEEDED, NULL, 0);
+  }
 }
 
 const char *job_state_name(int state) {

@@ -33,6 +33,13 @@ void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(
 /* Succeed J once every rank acknowledged its stop. */
 void job_check_stopped(coord_t *c, job_t *j);
 
+/* States the database refused (a full disk): retried on every tick; status and list answer with
+ * them meanwhile (job_overlay_unrecorded replaces *STATE and *REASON when ID has one). */
+void job_retry_unrecorded(coord_t *c);
+void job_overlay_unrecorded(const coord_t *c, uint64_t id, int *state, const char **reason);
+/* At exit: log each state that was never recorded, and free them. */
+void job_destroy_unrecorded(coord_t *c);
+
 /* Drop the reports of the steps in flight. */
 void job_free_reports(job_t *j);
 /* Give back rank R's device slot. */

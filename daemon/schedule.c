@@ -19,6 +19,8 @@ static int node_free_slots(const node_t *n, int kind) {
   return f;
 }
 
+static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *min_mem);
+
 static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
   rank_st *rk = &j->ranks[r];
   node_t *n = &c->nodes[rk->node];
@@ -107,23 +109,9 @@ static void schedule_start(coord_t *c, job_t *j) {
   double t = 2 * j->spec.timeout_s;
   j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
   j->deadline = loop_now_mono() + j->start_timeout;
-  j->step_timeout = t > STEP_TIMEOUT_MIN_S ? t : STEP_TIMEOUT_MIN_S;
+  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
 }
 
-void schedule_try(coord_t *c) {
-  if (c->shutting_down) return;
-  /* Strict FIFO: the oldest queued job starts first; later jobs wait behind it. */
-  for (;;) {
-    job_t *head = NULL;
-    for (job_t *j = c->jobs; j; j = j->next)
-      if (j->state == ST_QUEUED && !j->done && !j->restart_pending && (!head || j->id < head->id)) head = j;
-    if (!head) return;
-    int free_n = 0;
-    for (int i = 0; i < c->nnodes; i++) free_n += node_free_slots(&c->nodes[i], head->kind);
-    if (free_n < head->world) return;
-    schedule_start(c, head);
-  }
-}
 
 /* Devices of KIND on the nodes that are not lost: their count, the nodes, the smallest memory. */
 static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *min_mem) {
@@ -165,4 +153,49 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
     return FSDP_ERR_RANGE;
   }
   return FSDP_OK;
+}
+/* Whether J could start on the live cluster once devices are free (its memory fit was checked at
+ * submit). A job that cannot (a node it needs was lost) waits aside, so that it never holds the
+ * queue, and fails after [job] restart_wait_s. Returns 1 when J may be the head of the queue. */
+static int fits_live(coord_t *c, job_t *j, double now) {
+  int live_nodes;
+  uint64_t min_mem;
+  int total = live_devices(c, j->kind, &live_nodes, &min_mem);
+  if (total >= j->world) {
+    if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, schedule_kind_name(j->kind));
+    j->unfit_since = 0;
+    return 1;
+  }
+  if (!j->unfit_since) {
+    j->unfit_since = now;
+    job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d; jobs behind it that fit start "
+            "meanwhile; it fails if none return within [job] restart_wait_s = %g s",
+            j->world, schedule_kind_name(j->kind), total, j->spec.restart_wait_s);
+  } else if (now - j->unfit_since > j->spec.restart_wait_s) {
+    char why[2048];
+    snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d (on %d node%s), and none returned within "
+             "[job] restart_wait_s = %g s%s%s", j->world, schedule_kind_name(j->kind), total, live_nodes,
+             live_nodes == 1 ? "" : "s", j->spec.restart_wait_s, j->reason[0] ? "; it was queued again after: " : "",
+             j->reason);
+    job_finish(c, j, ST_FAILED, why, 0);
+  }
+  return 0;
+}
+
+void schedule_try(coord_t *c) {
+  if (c->shutting_down) return;
+  double now = loop_now_mono();
+  /* FIFO: the oldest queued job that the live cluster can run starts first; later jobs wait
+   * behind it. Only a job that cannot run at all (fits_live) is passed over. */
+  for (;;) {
+    job_t *head = NULL;
+    for (job_t *j = c->jobs; j; j = j->next)
+      if (j->state == ST_QUEUED && !j->done && !j->restart_pending && fits_live(c, j, now) && (!head || j->id < head->id))
+        head = j;
+    if (!head) return;
+    int free_n = 0;
+    for (int i = 0; i < c->nnodes; i++) free_n += node_free_slots(&c->nodes[i], head->kind);
+    if (free_n < head->world) return;
+    schedule_start(c, head);
+  }
 }

@@ -16,4 +16,18 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd);
 /* A step report from rank R; takes *MP when it keeps it. */
 void steps_on_report(coord_t *c, job_t *j, int r, Fsdp__Msg **mp);
 
+/* A worker_error from rank R. A communication error or timeout is held for SECONDARY_GRACE_S
+ * (a direct cause, such as the exit of the rank that died, wins); any other error fails the job. */
+void steps_on_error(coord_t *c, job_t *j, int r, const Fsdp__WorkerError *e);
+/* On every tick: a held error whose grace passed fails the job, naming the ranks that went silent
+ * (or the lost node, if one is about to be declared); a passed start or step deadline fails it,
+ * naming every rank that did not arrive. */
+void steps_check(coord_t *c, job_t *j, double now);
+
+/* A user's stop of running job J that checkpoints: the next step not yet sent saves a checkpoint
+ * and is its last; the job then ends cancelled ("stopped by the user after step N"). Returns 0
+ * when there is nothing to checkpoint (not running, no [checkpoint], or every step already sent):
+ * the caller cancels instead. */
+int steps_stop(coord_t *c, job_t *j);
+
 #endif

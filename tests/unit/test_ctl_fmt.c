@@ -47,6 +47,12 @@ static void test_states_and_errors(void) {
 }
 
 static void test_progress(void) {
+  /* ETA from the daemon's clock: 100 steps in 50 s leave 100 more in 50 s; after a resume from
+   * step 900 the 900 resumed steps took no time in this run (the old formula said 5.6 s). */
+  CHECK_NEAR(50.0, ctl_fmt_eta(100, 200, 0, 50.0), 1e-9, 0);
+  CHECK_NEAR(50.0, ctl_fmt_eta(1000, 1100, 900, 50.0), 1e-9, 0);
+  CHECK(ctl_fmt_eta(900, 1100, 900, 5.0) < 0);   /* no step since the resume: no rate yet */
+  CHECK(ctl_fmt_eta(10, 100, 0, 0) < 0);
   char b[256];
   ctl_fmt_progress(b, sizeof b, 40, 200, 3.2141, 1234, 72, 10);
   CHECK(!strcmp(b, "[##........] step 40/200  loss 3.214  1.23k tok/s  ETA 1m12s"));

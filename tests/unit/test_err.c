@@ -45,6 +45,9 @@ static void test_user_message(void) {
                 "cannot resume: bad CRC in rank-1.bin"));
   CHECK(!strcmp(fsdp_user_text(b, sizeof b, "job.ini:3: x.c: kept"), "job.ini:3: x.c: kept"));
   CHECK(!strcmp(fsdp_user_text(b, 6, "wire.c:9: abcdefgh"), "abcde"));   /* truncated, terminated */
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "gloo all-reduce: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out"),
+                "gloo all-reduce: Timed out"));
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "see [notes.txt:3] here"), "see [notes.txt:3] here"));
 }
 
 int main(void) {
