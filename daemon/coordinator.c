@@ -32,6 +32,21 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
   const uint8_t *id = env->data[0];
   size_t idlen = env->len[0];
   node_t *n = coord_find_node(c, id, idlen);
+  if (!n) {
+    /* A new agent process under the name of a lost node (it was restarted): the same node, so that
+     * `nodes` does not keep a lost ghost of it. Its jobs' slots were freed when it was lost. */
+    for (int i = 0; i < c->nnodes && !n; i++) {
+      node_t *o = &c->nodes[i];
+      int busy = 0;
+      for (int s = 0; s < o->nslots; s++) busy |= o->slots[s].job_id != 0;
+      if (o->lost && !busy && !strcmp(o->name, reg->name)) n = o;
+    }
+    if (n) {
+      log_info("node %u (%s) is back, from a new agent process", n->id, n->name);
+      memcpy(n->ident, id, idlen);
+      n->ident_len = idlen;
+    }
+  }
   if (n) {
     /* The same agent again (its welcome was lost, or it was declared lost): keep its busy slots. */
     for (int s = 0; s < n->nslots; s++)
