@@ -114,3 +114,19 @@ fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) 
   *out = s;
   return FSDP_OK;
 }
+
+void coord_note_bad(coord_t *c, const char *where, const char *why) {
+  c->bad_msgs++;
+  double now = loop_now_mono();
+  if (c->bad_logged_at > 0 && now - c->bad_logged_at < BAD_LOG_EVERY_S) {
+    c->bad_unlogged++;
+    return;
+  }
+  if (c->bad_unlogged)
+    log_warn("%s: dropped a malformed message (%llu so far; %llu more since the last such line were not logged): %s", where,
+             (unsigned long long)c->bad_msgs, (unsigned long long)c->bad_unlogged, why);
+  else
+    log_warn("%s: dropped a malformed message (%llu so far): %s", where, (unsigned long long)c->bad_msgs, why);
+  c->bad_unlogged = 0;
+  c->bad_logged_at = now;
+}

@@ -29,6 +29,7 @@
 #define KILL_GRACE_S 3.0            /* SIGTERM → SIGKILL for cancelled jobs */
 #define DRAIN_LIMIT_S 30.0          /* a job's devices are freed at the latest this long after it ended */
 #define SECONDARY_GRACE_S 1.0       /* see job_t.pending */
+#define BAD_LOG_EVERY_S 10.0        /* malformed messages: one log line per this long */
 #define LOG_CHUNK_DEFAULT 65536u
 #define LOG_CHUNK_MAX (WIRE_MAX_STRING - 4096)
 
@@ -151,7 +152,8 @@ struct coord {
   void (*shutdown_done)(void *);
   void *shutdown_arg;
   double shutdown_deadline;
-  uint64_t bad_msgs;
+  uint64_t bad_msgs, bad_unlogged;   /* malformed messages: all, and those since the last log line */
+  double bad_logged_at;
   /* CURVE (tcp:// endpoints): the server keypair from STATE/keys/ and the ZAP handler that admits
    * clients listed in STATE/keys/authorized (plus this daemon's own key: the embedded agent). */
   int curve;
@@ -173,6 +175,11 @@ void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);
 void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m);
 void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg);
 void coord_reply_ack(void *sock, const wire_env *env);
+
+/* Count a malformed message received on WHERE ("ctl", "cluster") and log it, at most one line
+ * per BAD_LOG_EVERY_S with the count of those not logged: garbage at line rate must not fill the
+ * disk with the log. */
+void coord_note_bad(coord_t *c, const char *where, const char *why);
 
 /* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
 fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);

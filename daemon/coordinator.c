@@ -218,9 +218,7 @@ static void on_cluster(void *sock, void *arg) {
   fsdp_status rc = wire_recv(sock, &env, &m, ZMQ_DONTWAIT);
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK || env.n < 1) {
-    c->bad_msgs++;
-    log_warn("cluster: dropped a malformed message (%llu so far): %s", (unsigned long long)c->bad_msgs,
-             rc != FSDP_OK ? fsdp_last_error() : "no envelope");
+    coord_note_bad(c, "cluster", rc != FSDP_OK ? fsdp_last_error() : "no envelope");
     wire_free(&m);
     return;
   }

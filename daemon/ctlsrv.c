@@ -279,8 +279,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   fsdp_status rc = wire_recv(sock, &env, &m, ZMQ_DONTWAIT);
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK) {
-    c->bad_msgs++;
-    log_warn("ctl: malformed request: %s", fsdp_last_error());
+    coord_note_bad(c, "ctl", fsdp_last_error());
     if (env.n >= 1) {
       char msg[1200];
       snprintf(msg, sizeof msg, "malformed request (expected one fsdp.Msg of protocol version %d after an empty "

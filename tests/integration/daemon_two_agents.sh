@@ -94,6 +94,8 @@ done
 # The authorized file is read at every handshake: listing node-c's key lets the waiting agent in.
 cat "$S/c/client.pub" >> "$S/coord/keys/authorized"
 wait_for 15 has_node_c || fail "node-c did not register after its key was authorized"
+! grep -E "ERROR" "$S/c/fsdpd.log" | grep -v "rejected this node's CURVE key" | grep -q . || \
+  fail "agent c logged an error besides its key's rejection: $(grep ERROR "$S/c/fsdpd.log" | grep -v "rejected this node" | head -3)"
 kill -TERM "${PIDS[3]}"; wait "${PIDS[3]}" 2>/dev/null || true
 wait_for 10 node_lost node-c || fail "node-c was not marked lost after its agent stopped"
 # The global flags instead of the environment.
@@ -107,6 +109,12 @@ FSDP_CLIENT_KEY="$S/stranger.key" timeout 10 "$BUILD/fsdpctl" nodes >"$S/badkey.
 set -e
 [ $st = 1 ] && grep -q "without CURVE keys" "$S/nokey.out" || fail "fsdpctl without keys: status $st, '$(cat "$S/nokey.out")'"
 [ $st2 = 1 ] && grep -q "rejected this client's CURVE key" "$S/badkey.out" || fail "fsdpctl with an unlisted key: status $st2, '$(cat "$S/badkey.out")'"
+# A server key that is not the daemon's (a valid key, someone else's): said as such, not "is it running?".
+set +e
+FSDP_SERVER_KEY="$S/a/client.pub" timeout 10 "$BUILD/fsdpctl" nodes >"$S/wrongserver.out" 2>&1; st=$?
+set -e
+[ $st = 1 ] && grep -q "dropped the connection during the CURVE handshake: the server key $S/a/client.pub is not that daemon's" \
+  "$S/wrongserver.out" || fail "fsdpctl with a wrong server key: status $st, '$(cat "$S/wrongserver.out")'"
 
 sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' -e 's/^world_size = .*/world_size = 4/' \
   "$SRC/examples/tiny.ini" > "$S/four.ini"
