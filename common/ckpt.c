@@ -569,7 +569,7 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
   return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: n_layer %d, n_head %d, "
                         "n_embd %d, vocab_size %d, seq_len %d; this job has %d, %d, %d, %d, %d. The model must match "
                         "to resume (world size, batch size, grad_accum, steps and the LR schedule may change); "
-                        "use another [checkpoint] dir or resume = never", dir, ci->step, x->n_layer, x->n_head,
+                        "point [checkpoint] dir at an empty directory (resume = never refuses one that holds checkpoints)", dir, ci->step, x->n_layer, x->n_head,
                         x->n_embd, x->vocab_size, x->seq_len, y->n_layer, y->n_head, y->n_embd, y->vocab_size,
                         y->seq_len);
 }
