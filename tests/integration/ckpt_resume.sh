@@ -101,6 +101,5 @@ assert ck % 20 == 0 and ck >= 20, ck
 assert steps == list(range(1, 301)), f"metrics.jsonl steps are not exactly 1..300: {steps[:3]}..{steps[-3:]} ({len(steps)} lines)"
 print(f"restarted from checkpoint {ck}; metrics.jsonl has one line for each of the 300 steps")
 EOF
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc"
+stop_daemon
 echo "ckpt_resume: ok"

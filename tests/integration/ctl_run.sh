@@ -8,22 +8,12 @@
 # fsdpctl run leaves no temporary state directory behind.
 # Usage: bash ctl_run.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-CTL="$BUILD/fsdpctl"
-for b in fsdpctl fsdpd fsdp-worker; do [ -x "$BUILD/$b" ] || { echo "$b not built"; exit 1; }; done
-T=$(mktemp -d /tmp/ctl-run-XXXXXX)
+source "$(dirname "$0")/lib/common.sh" "$1" "$2" ctl-run
+T="$S"
 RPID=""
-cleanup() {
-  if [ -n "$RPID" ]; then
-    kill -TERM "$RPID" 2>/dev/null || true   # fsdpctl stops its own daemon (which stops its workers)
-    timeout 20 tail --pid="$RPID" -f /dev/null 2>/dev/null || kill -KILL "$RPID" 2>/dev/null || true
-    wait "$RPID" 2>/dev/null || true
-  fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.out "$T"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
+at_exit 'stop_pid "$RPID"'   # fsdpctl stops its own daemon (which stops its workers)
+FAIL_LOGS=()
+for f in run tmprun bad int kill; do FAIL_LOGS+=("$T/$f.out" "$T/$f.err"); done
 # No process (fsdpd or fsdp-worker) still runs with DIR on its command line (or as its working
 # directory's prefix): only looks, never kills.
 none_left() { ! pgrep -f -- "$1" >/dev/null; }

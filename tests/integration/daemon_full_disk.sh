@@ -13,15 +13,8 @@ if ! mount -t tmpfs -o size=640k tmpfs "$M" 2>/dev/null; then
   echo "daemon_full_disk: skipped: this machine does not let the test mount a tmpfs (needs root)"
   exit 0
 fi
-trap 'cleanup_all' EXIT
-cleanup_all() {
-  set +e
-  [ -n "$DPID" ] && kill -KILL "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
-  DPID=""
-  for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  umount "$M" 2>/dev/null || umount -l "$M"
-  cleanup
-}
+# The daemon first (the tmpfs is its state directory), then the mount, before S is removed.
+at_exit 'stop_pid "$DPID"; DPID=""; for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p"; done; umount -l "$M"'
 export FSDP_CTL="ipc://$M/ctl.sock"
 sed -e 's/^steps = .*/steps = 100000/' "$SRC/examples/tiny.ini" > "$S/long.ini"
 "$BUILD/fsdpd" --foreground --state-dir "$M" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!
@@ -42,6 +35,5 @@ steps = [json.loads(l)["step"] for l in data.splitlines()]
 assert steps == list(range(1, len(steps) + 1)), "steps not 1..N"
 print(f"metrics.jsonl: {len(steps)} whole lines")
 PY
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" = 0 ] || fail "fsdpd exited $rc after SIGTERM on a full disk"
+stop_daemon
 echo "daemon_full_disk: ok"

@@ -8,7 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" statedir
 XPID=""
-trap 'cleanup; [ -z "$XPID" ] || kill -KILL "$XPID" 2>/dev/null || true' EXIT
+at_exit '[ -z "$XPID" ] || kill -KILL "$XPID"'
 
 start_daemon
 wait_for 10 "$BUILD/fsdpctl" nodes || fail "fsdpd did not answer within 10 s"
@@ -21,8 +21,7 @@ grep -q "another fsdpd (pid $DPID) is using the state directory $S" "$S/second.o
 [ -S "$S/ctl.sock" ] && [ -S "$S/cluster.sock" ] || fail "the first daemon's sockets are gone"
 "$BUILD/fsdpctl" nodes >/dev/null || fail "the first daemon stopped answering"
 [ "$(cat "$S/fsdpd.lock")" = "$DPID" ] || fail "the lock file holds '$(cat "$S/fsdpd.lock")', expected pid $DPID"
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" = 0 ] || fail "fsdpd exited $rc after SIGTERM"
+stop_daemon
 
 X="$S/xdg/not/yet"
 XDG_STATE_HOME="$X" "$BUILD/fsdpd" --cpu-workers 1 --gpus none || fail "the detached fsdpd did not start"
