@@ -220,14 +220,6 @@ int ctl_client_submit(ctl_client *cl, char *text, char *abs, char *dir, uint64_t
   return 0;
 }
 
-int ctl_client_nodes(ctl_client *cl, Fsdp__Msg **m, int timeout_ms) {
-  Fsdp__Msg req = WIRE_MSG_INIT;
-  Fsdp__NodesReq nr = FSDP__NODES_REQ__INIT;
-  req.body_case = FSDP__MSG__BODY_NODES_REQ;
-  req.nodes_req = &nr;
-  return ctl_client_call(cl, &req, FSDP__MSG__BODY_NODES_RESP, 0, timeout_ms, m);
-}
-
 int ctl_client_request(const char *flag, Fsdp__Msg *req, Fsdp__Msg__BodyCase expect, uint64_t job_id,
                        void (*print)(const Fsdp__Msg *reply, void *arg), void *arg) {
   ctl_client cl;

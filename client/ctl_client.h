@@ -66,7 +66,6 @@ int ctl_client_request(const char *flag, Fsdp__Msg *req, Fsdp__Msg__BodyCase exp
 int ctl_client_status(ctl_client *cl, uint64_t id, Fsdp__Msg **reply);
 /* Stop job ID: the daemon lets it save a checkpoint first when it makes them, else cancels it. */
 int ctl_client_stop(ctl_client *cl, uint64_t id);
-int ctl_client_nodes(ctl_client *cl, Fsdp__Msg **m, int timeout_ms);
 int ctl_client_submit(ctl_client *cl, char *text, char *abs, char *dir, uint64_t *id);
 
 /* Load and check the job file locally, then read its text (malloc'd), absolute path and directory. */

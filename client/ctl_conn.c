@@ -169,7 +169,6 @@ void ctl_conn_destroy(ctl_conn **cp) {
   *cp = NULL;
 }
 
-const char *ctl_conn_endpoint(const ctl_conn *c) { return c->endpoint; }
 
 void ctl_conn_watch_fd(ctl_conn *c, int fd) { c->watch_fd = fd; }
 

@@ -670,8 +670,6 @@ fail:
   return rc;
 }
 
-unsigned agent_node_id(const agent_t *a) { return a->node_id; }
-int agent_workers(const agent_t *a) { return a->nworkers; }
 
 static void agent_check_shutdown(agent_t *a) {
   if (a->shutting_down && a->nworkers == 0 && a->shutdown_done) {

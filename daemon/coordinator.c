@@ -381,7 +381,7 @@ fail:
   if (c->cluster) zmq_close(c->cluster);
   loop_zsock_destroy(&c->zap_zs);
   if (c->zap) zmq_close(c->zap);
-  jobs_db_close(&c->db);
+  jobs_db_destroy(&c->db);
   free(c);
   return rc;
 }
@@ -414,7 +414,7 @@ void coord_destroy(coord_t **p) {
   while (c->jobs) {
     job_t *j = c->jobs;
     c->jobs = j->next;
-    job_free(j);
+    job_destroy(&j);
   }
   kv_destroy_all(c);
   job_destroy_unrecorded(c);
@@ -429,7 +429,7 @@ void coord_destroy(coord_t **p) {
   if (c->zap) linger = 0, zmq_setsockopt(c->zap, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->zap);
   if (!strncmp(c->ctl_ep, "ipc://", 6) && c->ctl) unlink(c->ctl_ep + 6);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
-  jobs_db_close(&c->db);
+  jobs_db_destroy(&c->db);
   for (int i = 0; i < c->nnodes; i++) free(c->nodes[i].slots);
   free(c->nodes);
   c->handles = 1 + c->bind_timer_used;

@@ -95,7 +95,7 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
   schedule_try(c);
   return;
 fail:
-  job_free(j);
+  job_destroy(&j);
 }
 
 static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
@@ -153,7 +153,7 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
   free(infos);
   free(ptrs);
   free(lasts);
-  jobs_db_rows_free(&rows, n);
+  jobs_db_rows_destroy(&rows, n);
 }
 
 /* Cancel job ID, or with STOP first let it save a checkpoint when it makes them (steps_stop). */

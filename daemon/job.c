@@ -85,13 +85,16 @@ void job_free_reports(job_t *j) {
   }
 }
 
-void job_free(job_t *j) {
+void job_destroy(job_t **jp) {
+  if (!jp || !*jp) return;
+  job_t *j = *jp;
+  *jp = NULL;
   job_free_reports(j);
   free(j->reports[0]);
   free(j->reports[1]);
   if (j->metrics) fclose(j->metrics);
   plan_destroy(&j->plan);
-  planmsg_free(&j->plan_pb);
+  planmsg_destroy(&j->plan_pb);
   free(j->ranks);
   free(j->spec_text);
   free(j->spec_path);
@@ -147,7 +150,7 @@ void job_reap_drained(coord_t *c) {
       log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
                (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
     *p = j->next;
-    job_free(j);
+    job_destroy(&j);
     reaped = 1;
   }
   if (reaped) schedule_try(c);
@@ -219,7 +222,7 @@ static void job_reset_attempt(coord_t *c, job_t *j) {
   j->reports[0] = j->reports[1] = NULL;
   free(j->ranks);
   j->ranks = NULL;
-  planmsg_free(&j->plan_pb);
+  planmsg_destroy(&j->plan_pb);
   j->nready = j->nstopped = j->nalive = 0;
   j->start_step = j->next_step = j->done_step = 0;
   j->kill_at = 0;
@@ -264,7 +267,7 @@ fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const ch
   *out = j;
   return FSDP_OK;
 fail:
-  job_free(j);
+  job_destroy(&j);
   return rc;
 }
 
@@ -276,7 +279,7 @@ static void note_restart_failures(coord_t *c) {
   for (size_t i = 0; i < n; i++)
     if ((rows[i].state == ST_STARTING || rows[i].state == ST_RUNNING) && *rows[i].job_dir)
       coord_job_log(rows[i].job_dir, "failed: daemon restarted (it was %s at step %d)", job_state_name(rows[i].state), rows[i].step);
-  jobs_db_rows_free(&rows, n);
+  jobs_db_rows_destroy(&rows, n);
 }
 
 /* Jobs that were queued when the daemon stopped are queued again, in their order. */
@@ -307,7 +310,7 @@ static void requeue(coord_t *c) {
     job_log(j, "queued again after a daemon restart");
     log_info("job %llu (%s) queued again after the restart", (unsigned long long)j->id, j->spec.name);
   }
-  jobs_db_rows_free(&rows, n);
+  jobs_db_rows_destroy(&rows, n);
 }
 
 fsdp_status job_recover(coord_t *c) {
