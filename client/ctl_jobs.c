@@ -134,11 +134,9 @@ static void print_nodes(const Fsdp__Msg *m, void *arg) {
   else ctl_fmt_nodes_table(m->nodes_resp, ctl_wall_now(), stdout);
 }
 
-int ctl_status(int argc, char **argv) {
-  static const char *usage = "status ID [--json] [--ctl ENDPOINT]";
-  char help[1024];
-  snprintf(help, sizeof help, "A job's state, progress, loss, throughput, per-rank peak memory by category,\n"
-                              "time per phase and bytes sent per collective (last step).\n%s", ctl_common_help);
+/* A command that takes one job id and sends one JobQuery request (status, cancel, stop). */
+static int job_query_command(int argc, char **argv, const char *usage, const char *help, Fsdp__Msg__BodyCase which,
+                             Fsdp__Msg__BodyCase expect, void (*print)(const Fsdp__Msg *, void *)) {
   ctl_common_opts co;
   const char *pos[1];
   int n, rc = parse_simple(argc, argv, usage, help, &co, pos, 1, &n);
@@ -149,9 +147,22 @@ int ctl_status(int argc, char **argv) {
   Fsdp__Msg req = WIRE_MSG_INIT;
   Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
   q.job_id = id;
-  req.body_case = FSDP__MSG__BODY_STATUS_REQ;
-  req.status_req = &q;
-  return ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_STATUS_RESP, id, print_status, &co);
+  req.body_case = which;
+  if (which == FSDP__MSG__BODY_STATUS_REQ) req.status_req = &q;
+  else if (which == FSDP__MSG__BODY_STOP_REQ) req.stop_req = &q;
+  else req.cancel_req = &q;
+  rc = ctl_client_request(co.ctl, &req, expect, id, print, &co);
+  if (rc == 0 && expect == FSDP__MSG__BODY_ACK)
+    printf("%s job %llu\n", which == FSDP__MSG__BODY_STOP_REQ ? "stopping" : "cancelled", (unsigned long long)id);
+  return rc;
+}
+
+int ctl_status(int argc, char **argv) {
+  char help[1024];
+  snprintf(help, sizeof help, "A job's state, progress, loss, throughput, per-rank peak memory by category,\n"
+                              "time per phase and bytes sent per collective (last step).\n%s", ctl_common_help);
+  return job_query_command(argc, argv, "status ID [--json] [--ctl ENDPOINT]", help, FSDP__MSG__BODY_STATUS_REQ,
+                           FSDP__MSG__BODY_STATUS_RESP, print_status);
 }
 
 int ctl_jobs(int argc, char **argv) {
@@ -206,35 +217,20 @@ int ctl_nodes(int argc, char **argv) {
   return ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_NODES_RESP, 0, print_nodes, &co);
 }
 
-/* cancel ID and stop ID: the same request but for the checkpoint a stop asks for first. */
-static int cancel_or_stop(int argc, char **argv, int stop) {
-  const char *usage = stop ? "stop ID [--ctl ENDPOINT]" : "cancel ID [--ctl ENDPOINT]";
-  const char *help = stop ? "Stop a job: a running job that makes checkpoints saves one first (at most two more steps),\n"
-                            "then it ends cancelled; any other job is cancelled at once.\n"
-                            "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n"
-                          : "Cancel a queued or running job: its workers are killed and its devices freed.\n"
-                            "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n";
-  ctl_common_opts co;
-  const char *pos[1];
-  int n, rc = parse_simple(argc, argv, usage, help, &co, pos, 1, &n);
-  if (rc) return rc < 0 ? 0 : rc;
-  if (n != 1) return ctl_usage_error(argv[0], usage, "which job?");
-  uint64_t id;
-  if ((rc = ctl_parse_job_id(argv[0], usage, pos[0], &id))) return rc;
-  Fsdp__Msg req = WIRE_MSG_INIT;
-  Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
-  q.job_id = id;
-  req.body_case = stop ? FSDP__MSG__BODY_STOP_REQ : FSDP__MSG__BODY_CANCEL_REQ;
-  if (stop) req.stop_req = &q;
-  else req.cancel_req = &q;
-  rc = ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_ACK, id, NULL, NULL);
-  if (rc == 0) printf("%s job %llu\n", stop ? "stopping" : "cancelled", (unsigned long long)id);
-  return rc;
+#define CTL_HELP "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n"
+
+int ctl_cancel(int argc, char **argv) {
+  return job_query_command(argc, argv, "cancel ID [--ctl ENDPOINT]",
+                           "Cancel a queued or running job: its workers are killed and its devices freed.\n" CTL_HELP,
+                           FSDP__MSG__BODY_CANCEL_REQ, FSDP__MSG__BODY_ACK, NULL);
 }
 
-int ctl_cancel(int argc, char **argv) { return cancel_or_stop(argc, argv, 0); }
-
-int ctl_stop(int argc, char **argv) { return cancel_or_stop(argc, argv, 1); }
+int ctl_stop(int argc, char **argv) {
+  return job_query_command(argc, argv, "stop ID [--ctl ENDPOINT]",
+                           "Stop a job: a running job that makes checkpoints saves one first (at most two more steps),\n"
+                           "then it ends cancelled; any other job is cancelled at once.\n" CTL_HELP,
+                           FSDP__MSG__BODY_STOP_REQ, FSDP__MSG__BODY_ACK, NULL);
+}
 
 int ctl_shutdown(int argc, char **argv) {
   static const char *usage = "shutdown [--ctl ENDPOINT]";
@@ -242,8 +238,7 @@ int ctl_shutdown(int argc, char **argv) {
   const char *pos[1];
   int n, rc = parse_simple(argc, argv, usage,
                            "Stop fsdpd as SIGTERM does: it accepts no more jobs, cancels the running ones, reaps their\n"
-                           "workers and exits; for an ipc:// endpoint, wait (at most 30 s) until it has.\n"
-                           "  --ctl ENDPOINT the daemon (default: $FSDP_CTL, else ipc://$XDG_STATE_HOME/fsdpd/ctl.sock)\n",
+                           "workers and exits; for an ipc:// endpoint, wait (at most 30 s) until it has.\n" CTL_HELP,
                            &co, pos, 0, &n);
   if (rc) return rc < 0 ? 0 : rc;
   ctl_client cl;

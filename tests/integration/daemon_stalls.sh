@@ -16,11 +16,9 @@ wait_for 10 "$BUILD/fsdpctl" nodes || fail "fsdpd did not answer within 10 s"
 # 1. rank 1 stopped
 id=$("$BUILD/fsdpctl" submit "$S/long.ini" | tail -1)
 wait_for 60 at_step "$id" 2 || fail "job $id did not reach step 2 within 60 s"
-pid1=$(worker_pid "$id" 1)
-[ -n "$pid1" ] || fail "no pid for rank 1 in the daemon log"
-kill -STOP "$pid1"
+signal_rank STOP "$id" 1
 wait_for 30 finished "$id" || fail "job $id did not fail within 30 s of SIGSTOP of rank 1"
-reason=$("$BUILD/fsdpctl" status "$id" --json | jget 'd.get("reason", "")')
+reason=$(reason_of "$id")
 echo "rank 1 stopped: $reason"
 case "$reason" in "rank 1 "*) ;; *) fail "the reason names the wrong rank: '$reason' (rank 1 was stopped)";; esac
 ! grep -Eq '[a-z_]+\.(c|cc|h):[0-9]+:' <<<"$reason" || fail "a source location in the reason: '$reason'"
@@ -28,12 +26,10 @@ case "$reason" in "rank 1 "*) ;; *) fail "the reason names the wrong rank: '$rea
 # 2. both ranks stopped: the step deadline (2 x timeout_s = 6 s) ends the job
 id2=$("$BUILD/fsdpctl" submit "$S/long.ini" | tail -1)
 wait_for 60 at_step "$id2" 2 || fail "job $id2 did not reach step 2 within 60 s"
-p0=$(worker_pid "$id2" 0); p1=$(worker_pid "$id2" 1)
-[ -n "$p0" ] && [ -n "$p1" ] || fail "no worker pids for job $id2"
-kill -STOP "$p0" "$p1"
+signal_rank STOP "$id2" 0; signal_rank STOP "$id2" 1
 t0=$SECONDS
 wait_for 20 finished "$id2" || fail "job $id2 did not fail within 20 s with both ranks stopped (timeout_s = 3)"
-reason=$("$BUILD/fsdpctl" status "$id2" --json | jget 'd.get("reason", "")')
+reason=$(reason_of "$id2")
 echo "both stopped, failed after $((SECONDS - t0)) s: $reason"
 case "$reason" in "ranks 0, 1 sent no report for step"*|"rank "[01]" sent no report for step"*) ;;
   *) fail "reason '$reason' does not name the stopped ranks";; esac

@@ -1,12 +1,18 @@
 # Shared by the tests that run one embedded fsdpd; sourced, not run.
 #   source lib/daemon.sh BUILD_DIR SOURCE_DIR NAME
 # lib/common.sh plus: FSDP_CTL pointing into S, start_daemon (2 CPU slots, state in S, log in
-# S/fsdpd.log; its pid in DPID, stopped on exit), stop_daemon, and worker_pid.
+# S/fsdpd.log; its pid in DPID, stopped on exit), stop_daemon, worker_pid and signal_rank.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 DPID=""
 at_exit 'stop_pid "$DPID"'
 export FSDP_CTL="ipc://$S/ctl.sock"
 worker_pid() { sed -n "s/.*job $1 rank $2: started .*(pid \([0-9]*\),.*/\1/p" "$S/fsdpd.log" | tail -1; }
+# signal_rank SIG JOB RANK: send SIG to rank RANK's worker of JOB (its pid from the daemon log).
+signal_rank() {
+  local pid; pid=$(worker_pid "$2" "$3")
+  [ -n "$pid" ] || fail "no pid for job $2 rank $3 in the daemon log"
+  kill -"$1" "$pid"
+}
 start_daemon() { "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!; }
 # SIGTERM; the daemon must exit 0.
 stop_daemon() {
