@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "plan.h"
+#include "stepstats.h"
 
-const char *const ctl_phase_names[CTL_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
 
 /* ---------------------------------------------------------------- units */
 
@@ -222,9 +222,9 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
     for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, mem_category_name((mem_category)c), ju64(r->cur_bytes[c]));
     json_object_set_new(o, "cur_bytes", m);
   }
-  if (r->n_phase_us == CTL_NPHASE) {
+  if (r->n_phase_us == STEPSTATS_NPHASE) {
     json_t *m = json_object();
-    for (int p = 0; p < CTL_NPHASE; p++) json_object_set_new(m, ctl_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
+    for (int p = 0; p < STEPSTATS_NPHASE; p++) json_object_set_new(m, stepstats_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
     json_object_set_new(o, "phase_ms", m);
   }
   if (r->n_sent_bytes == COLL_NKIND) {
@@ -327,7 +327,7 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
   int have_mem = 0, have_phase = 0, have_sent = 0;
   for (size_t i = 0; i < s->n_ranks; i++) {
     have_mem |= s->ranks[i]->n_peak_bytes == MEM_NCAT;
-    have_phase |= s->ranks[i]->n_phase_us == CTL_NPHASE;
+    have_phase |= s->ranks[i]->n_phase_us == STEPSTATS_NPHASE;
     have_sent |= s->ranks[i]->n_sent_bytes == COLL_NKIND;
   }
   if (have_mem) {
@@ -363,13 +363,13 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
     ctl_table *t = ctl_table_new(6, hp);
     for (size_t i = 0; i < s->n_ranks; i++) {
       const Fsdp__RankStats *r = s->ranks[i];
-      if (r->n_phase_us != CTL_NPHASE) continue;
+      if (r->n_phase_us != STEPSTATS_NPHASE) continue;
       char cells[6][48];
       const char *cp[6];
       uint64_t tot = 0;
-      for (int p = 0; p < CTL_NPHASE; p++) tot += r->phase_us[p];
+      for (int p = 0; p < STEPSTATS_NPHASE; p++) tot += r->phase_us[p];
       snprintf(cells[0], sizeof cells[0], "%u", r->rank);
-      for (int p = 0; p < CTL_NPHASE; p++)
+      for (int p = 0; p < STEPSTATS_NPHASE; p++)
         snprintf(cells[1 + p], sizeof cells[0], "%.2f ms %3.0f%%", (double)r->phase_us[p] / 1000.0,
                  tot ? 100.0 * (double)r->phase_us[p] / (double)tot : 0.0);
       snprintf(cells[5], sizeof cells[0], "%.2f ms", (double)tot / 1000.0);

@@ -17,9 +17,6 @@
 
 #include "fsdp.pb-c.h"
 
-#define CTL_NPHASE 4
-extern const char *const ctl_phase_names[CTL_NPHASE];   /* "allgather", "compute", "reducescatter", "optimizer" */
-
 /* "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB" (binary units, 3 significant digits). */
 char *ctl_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 /* "950", "1.2k", "34.5M", "2.10G" (decimal, 3 significant digits); "-" for a negative or NaN. */
