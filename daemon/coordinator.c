@@ -421,8 +421,9 @@ void coord_destroy(coord_t **p) {
   loop_zsock_destroy(&c->ctl_zs);
   loop_zsock_destroy(&c->cluster_zs);
   /* Let the last replies (the shutdown ack, kill requests to agents) leave: zmq_ctx_term waits
-   * at most this long for them. */
-  int linger = 500;
+   * at most this long for them, and returns as soon as they are out (a ROUTER drops what is
+   * addressed to a peer that is gone). 500 ms lost the shutdown ack on a loaded machine. */
+  int linger = 5000;
   if (c->ctl) zmq_setsockopt(c->ctl, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->ctl);
   if (c->cluster) zmq_setsockopt(c->cluster, ZMQ_LINGER, &linger, sizeof linger), zmq_close(c->cluster);
   loop_zsock_destroy(&c->zap_zs);
