@@ -163,7 +163,8 @@ static void metrics_truncate(job_t *j, uint32_t last_step) {
   }
   if (j->metrics) fclose(j->metrics);
   j->metrics = fopen(path, "a");
-  if (dropped) job_log(j, "metrics.jsonl: dropped %d line(s) after step %u, which the restart trains again", dropped, last_step);
+  if (dropped || j->attempt > 0)   /* a restart always says, so that its log shows what it replaced */
+    job_log(j, "metrics.jsonl: dropped %d line(s) after step %u, which the restart trains again", dropped, last_step);
 }
 
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
