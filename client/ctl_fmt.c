@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "plan.h"
+#include "stepstats.h"
 
-const char *const ctl_phase_names[CTL_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
 
 /* ---------------------------------------------------------------- units */
 
@@ -95,25 +95,6 @@ int ctl_fmt_state_is_final(Fsdp__JobState s) {
 
 const char *ctl_fmt_device(Fsdp__DeviceKind d) {
   return d == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "cuda" : "cpu";
-}
-
-const char *ctl_fmt_user_error(const char *msg) {
-  /* err.c records "base.c:LINE: message"; keep only the message. A job file location such as
-   * "tiny.ini:5: ..." is kept: that one the user can act on. */
-  const char *p = msg;
-  while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '-')) p++;
-  const char *ext = p;
-  if (*ext != '.') return msg;
-  p++;
-  while (*p && isalnum((unsigned char)*p)) p++;
-  size_t elen = (size_t)(p - ext);
-  int source = (elen == 2 && !strncmp(ext, ".c", 2)) || (elen == 3 && !strncmp(ext, ".cc", 3)) ||
-               (elen == 3 && !strncmp(ext, ".cu", 3)) || (elen == 2 && !strncmp(ext, ".h", 2));
-  if (!source || *p != ':' || !isdigit((unsigned char)p[1])) return msg;
-  p++;
-  while (isdigit((unsigned char)*p)) p++;
-  if (p[0] != ':' || p[1] != ' ') return msg;
-  return p + 2;
 }
 
 char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
@@ -241,9 +222,9 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
     for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, mem_category_name((mem_category)c), ju64(r->cur_bytes[c]));
     json_object_set_new(o, "cur_bytes", m);
   }
-  if (r->n_phase_us == CTL_NPHASE) {
+  if (r->n_phase_us == STEPSTATS_NPHASE) {
     json_t *m = json_object();
-    for (int p = 0; p < CTL_NPHASE; p++) json_object_set_new(m, ctl_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
+    for (int p = 0; p < STEPSTATS_NPHASE; p++) json_object_set_new(m, stepstats_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
     json_object_set_new(o, "phase_ms", m);
   }
   if (r->n_sent_bytes == COLL_NKIND) {
@@ -346,7 +327,7 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
   int have_mem = 0, have_phase = 0, have_sent = 0;
   for (size_t i = 0; i < s->n_ranks; i++) {
     have_mem |= s->ranks[i]->n_peak_bytes == MEM_NCAT;
-    have_phase |= s->ranks[i]->n_phase_us == CTL_NPHASE;
+    have_phase |= s->ranks[i]->n_phase_us == STEPSTATS_NPHASE;
     have_sent |= s->ranks[i]->n_sent_bytes == COLL_NKIND;
   }
   if (have_mem) {
@@ -382,13 +363,13 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
     ctl_table *t = ctl_table_new(6, hp);
     for (size_t i = 0; i < s->n_ranks; i++) {
       const Fsdp__RankStats *r = s->ranks[i];
-      if (r->n_phase_us != CTL_NPHASE) continue;
+      if (r->n_phase_us != STEPSTATS_NPHASE) continue;
       char cells[6][48];
       const char *cp[6];
       uint64_t tot = 0;
-      for (int p = 0; p < CTL_NPHASE; p++) tot += r->phase_us[p];
+      for (int p = 0; p < STEPSTATS_NPHASE; p++) tot += r->phase_us[p];
       snprintf(cells[0], sizeof cells[0], "%u", r->rank);
-      for (int p = 0; p < CTL_NPHASE; p++)
+      for (int p = 0; p < STEPSTATS_NPHASE; p++)
         snprintf(cells[1 + p], sizeof cells[0], "%.2f ms %3.0f%%", (double)r->phase_us[p] / 1000.0,
                  tot ? 100.0 * (double)r->phase_us[p] / (double)tot : 0.0);
       snprintf(cells[5], sizeof cells[0], "%.2f ms", (double)tot / 1000.0);
@@ -509,4 +490,11 @@ void ctl_fmt_nodes_table(const Fsdp__NodesResp *r, double now, FILE *f) {
   }
   ctl_table_print(t, f, "");
   ctl_table_destroy(&t);
+}
+
+double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double elapsed_s) {
+  /* The rate counts only the steps trained since the start (or the resume): a resumed job's
+   * earlier steps took no time in this run. */
+  if (step <= start_step || step > steps || !(elapsed_s > 0)) return -1;
+  return elapsed_s * (double)(steps - step) / (double)(step - start_step);
 }

@@ -20,7 +20,9 @@ static const struct {
   {"jobs", ctl_jobs, "list jobs"},
   {"logs", ctl_logs, "print a worker's log (--rank R, --follow)"},
   {"cancel", ctl_cancel, "cancel a job"},
+  {"stop", ctl_stop, "stop a job, saving a checkpoint first when it makes them"},
   {"nodes", ctl_nodes, "list nodes, their devices and which job holds each"},
+  {"shutdown", ctl_shutdown, "stop the daemon (as SIGTERM does) and wait until it has"},
   {"keygen", ctl_keygen, "write a CURVE client keypair file (0600) and print its public key"},
   {NULL, NULL, NULL},
 };

@@ -76,6 +76,8 @@ static const keydef keys[] = {
    "keys the counter-based initializer (nanoGPT and llm.c use 1337)"},
   INT("job", "max_restarts", max_restarts, 0, 1000,
       "times a failed job is restarted from its last checkpoint (0: fail at the first error)"),
+  DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
+      "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails"),
 
   SPECIAL("model", "arch", KT_ARCH, arch, "gpt2 (the only architecture so far)"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)"),
@@ -138,6 +140,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->steps = 600000;              /* nanoGPT max_iters */
   s->seed = 1337;
   s->max_restarts = 0;
+  s->restart_wait_s = 60;
   snprintf(s->arch, sizeof s->arch, "gpt2");
   s->model = (gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 1024};
   snprintf(s->init, sizeof s->init, "random");
@@ -596,6 +599,10 @@ static void cross_checks(pctx *c) {
            *q, (int)(q - (const unsigned char *)s->sample_prompt), s->model.vocab_size);
       break;
     }
+  if (s->max_restarts > 0 && (s->ckpt_every <= 0 || s->resume != RESUME_AUTO))   /* else a restart trains from step 0 */
+    PERR(c, blame(c, "job", "max_restarts", NULL), FSDP_ERR_INVALID,
+         "[job] max_restarts = %d restarts from the newest checkpoint, so it needs [checkpoint] every > 0 (with a "
+         "dir) and resume = auto; set them, or max_restarts = 0", s->max_restarts);
   if (!c->key_line[key_index("data", "train")]) {
     int line = c->sec_line[section_index("data")];
     PERR(c, line ? line : c->nlines, FSDP_ERR_INVALID,

@@ -39,6 +39,7 @@ typedef struct jobspec {
   int steps;
   uint64_t seed;
   int max_restarts;
+  double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
   char arch[16];                   /* "gpt2" */
   gpt2_config model;

@@ -110,11 +110,11 @@ fsdp_status jobs_db_open(const char *path, jobs_db **out) {
   *out = db;
   return FSDP_OK;
 fail:
-  jobs_db_close(&db);
+  jobs_db_destroy(&db);
   return rc;
 }
 
-void jobs_db_close(jobs_db **p) {
+void jobs_db_destroy(jobs_db **p) {
   if (!p || !*p) return;
   jobs_db *db = *p;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(db->st[i]);
@@ -302,11 +302,11 @@ fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t
   }
   if (st == FSDP_OK && rc != SQLITE_DONE) st = db_fail(db, "listing jobs");
   sqlite3_reset(s);
-  if (st != FSDP_OK) jobs_db_rows_free(rows, *n), *n = 0;
+  if (st != FSDP_OK) jobs_db_rows_destroy(rows, *n), *n = 0;
   return st;
 }
 
-void jobs_db_rows_free(jobs_db_row **rows, size_t n) {
+void jobs_db_rows_destroy(jobs_db_row **rows, size_t n) {
   if (!rows || !*rows) return;
   for (size_t i = 0; i < n; i++) jobs_db_row_clear(&(*rows)[i]);
   free(*rows);

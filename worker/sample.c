@@ -296,7 +296,7 @@ loop_out:
   free(window);
   free(logits);
 out:
-  if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_last_error());
+  if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_user_message(fsdp_last_error()));
   gpt2_acts_destroy(&acts);
   device_destroy(&dev);
   tokenizer_free(&tk);

@@ -5,10 +5,6 @@
 # Usage: bash daemon_e2e.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" e2e
-stop_daemon() {
-  kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""
-  [ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc after SIGTERM"
-}
 
 sed -e 's/^steps = .*/steps = 5/' -e 's/^warmup_steps = .*/warmup_steps = 2/' "$SRC/examples/tiny.ini" > "$S/tiny.ini"
 start_daemon
