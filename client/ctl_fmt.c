@@ -97,7 +97,7 @@ const char *ctl_fmt_device(Fsdp__DeviceKind d) {
   return d == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "cuda" : "cpu";
 }
 
-char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
+char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss, double val_loss,
                        double tokens_per_s, double eta_s, int bar_width) {
   char bar[128];
   if (bar_width < 1) bar_width = 1;
@@ -112,6 +112,10 @@ char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, doubl
   if (w > 0) len = (size_t)w < n ? (size_t)w : n;
   if (loss > 0 && isfinite(loss) && len < n) {
     w = snprintf(buf + len, n - len, "  loss %.3f", loss);
+    if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len;
+  }
+  if (val_loss > 0 && isfinite(val_loss) && len < n) {
+    w = snprintf(buf + len, n - len, "  val %.3f", val_loss);
     if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len;
   }
   if (tokens_per_s > 0 && isfinite(tokens_per_s) && len < n) {
@@ -244,6 +248,10 @@ json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
   json_object_set_new(o, "tokens", ju64(s->tokens));
   json_object_set_new(o, "step_ms", jreal(s->step_ms));
   json_object_set_new(o, "tokens_per_s", jreal(s->tokens_per_s));
+  if (s->has_val) {
+    json_object_set_new(o, "val_loss", jreal(s->val_loss));
+    json_object_set_new(o, "eval_ms", jreal(s->eval_ms));
+  }
   json_t *ranks = json_array();
   for (size_t i = 0; i < s->n_ranks; i++) json_array_append_new(ranks, ctl_fmt_rank_json(s->ranks[i]));
   json_object_set_new(o, "ranks", ranks);
@@ -259,6 +267,8 @@ json_t *ctl_fmt_job_json(const Fsdp__JobInfo *j) {
   json_object_set_new(o, "steps", json_integer(j->steps));
   json_object_set_new(o, "loss", j->step > 0 ? jreal(j->loss) : json_null());   /* no step, no loss yet */
   json_object_set_new(o, "tokens_per_s", jreal(j->tokens_per_s));
+  json_object_set_new(o, "val_loss", j->val_step ? jreal(j->val_loss) : json_null());   /* the latest */
+  json_object_set_new(o, "val_step", json_integer(j->val_step));
   json_object_set_new(o, "world", json_integer(j->world));
   json_object_set_new(o, "device", json_string(ctl_fmt_device(j->device)));
   json_object_set_new(o, "submitted_at", jtime(j->submitted_at));
@@ -409,6 +419,7 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
   fprintf(f, "job %llu (%s): %s\n", (unsigned long long)j->id, j->name ? j->name : "", ctl_fmt_state(j->state));
   fprintf(f, "  step        %u/%u\n", j->step, j->steps);
   if (j->step > 0 && isfinite(j->loss)) fprintf(f, "  loss        %.4f\n", j->loss);
+  if (j->val_step > 0) fprintf(f, "  val loss    %.4f (step %u)\n", j->val_loss, j->val_step);
   if (j->tokens_per_s > 0) fprintf(f, "  tokens/s    %s\n", ctl_fmt_si(j->tokens_per_s, a, sizeof a));
   fprintf(f, "  world       %u x %s\n", j->world, ctl_fmt_device(j->device));
   fprintf(f, "  submitted   %s\n", fmt_time(j->submitted_at, now, a, sizeof a));

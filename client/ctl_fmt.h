@@ -34,7 +34,7 @@ double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double el
 /* The progress line, without \r or \n: "[#####.....] step 40/200  loss 3.214  1.2k tok/s  ETA 1m12s".
  * LOSS or TOKENS_PER_S ≤ 0 or NaN (not yet known) are left out; ETA_S < 0 prints "ETA -", NaN
  * leaves the ETA out (the job has ended). */
-char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
+char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss, double val_loss,
                        double tokens_per_s, double eta_s, int bar_width);
 
 /* An aligned text table: columns are left-aligned unless their header starts with '>' (then the

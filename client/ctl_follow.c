@@ -38,7 +38,7 @@ static void progress_show(progress *p, const Fsdp__JobInfo *j, int final) {
   }
   if (j->state != FSDP__JOB_STATE__RUNNING) eta = NAN;   /* not started, or ended: no ETA */
   char line[512];
-  ctl_fmt_progress(line, sizeof line, j->step, j->steps, j->step ? j->loss : 0, j->tokens_per_s, eta, p->tty ? 30 : 20);
+  ctl_fmt_progress(line, sizeof line, j->step, j->steps, j->step ? j->loss : 0, j->val_step ? j->val_loss : 0, j->tokens_per_s, eta, p->tty ? 30 : 20);
   if (j->state != FSDP__JOB_STATE__RUNNING) {
     size_t l = strlen(line);
     snprintf(line + l, sizeof line - l, "  (%s)", ctl_fmt_state(j->state));

@@ -110,6 +110,10 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
   fill_info(c, &row, &ji, &last);
   const job_t *j = coord_find_job(c, id);
   if (j && j->state == ST_RUNNING && !j->done) ji.start_step = j->start_step;
+  int vstep = 0;
+  if (jobs_db_last_val(c->db, id, &vstep, &ji.val_loss) != FSDP_OK)
+    log_warn("job %llu: %s", (unsigned long long)id, fsdp_last_error());
+  ji.val_step = (uint32_t)vstep;
   /* The last step's per-rank figures (memory, time split, traffic) come from its metrics line. */
   char *json = NULL;
   if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_ranks(json, &last) != FSDP_OK)

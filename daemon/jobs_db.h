@@ -71,6 +71,8 @@ fsdp_status jobs_db_fail_started(jobs_db *db, const char *reason, double now, in
 fsdp_status jobs_db_transitions(jobs_db *db, uint64_t id, int *states, double *at, size_t max, size_t *n);
 /* The metrics line stored for STEP of job ID (malloc'd; FSDP_ERR_NOTFOUND when none). */
 fsdp_status jobs_db_step_json(jobs_db *db, uint64_t id, int step, char **json);
+/* The newest step of job ID whose metrics line has a val_loss, and that loss; *step = 0 if none. */
+fsdp_status jobs_db_last_val(jobs_db *db, uint64_t id, int *step, double *val_loss);
 /* How many step rows job ID has. */
 fsdp_status jobs_db_step_count(jobs_db *db, uint64_t id, int *count);
 

@@ -20,6 +20,12 @@ void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSum
     if (reports[i]->step_ms > ms) ms = reports[i]->step_ms;
   sum->step_ms = ms;
   sum->tokens_per_s = ms > 0 ? (double)r0->tokens * 1000.0 / ms : 0.0;
+  /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
+  sum->has_val = r0->has_val;
+  sum->val_loss = r0->val_loss;
+  sum->eval_ms = 0;
+  for (size_t i = 0; i < n; i++)
+    if (reports[i]->has_val && reports[i]->eval_ms > sum->eval_ms) sum->eval_ms = reports[i]->eval_ms;
 }
 
 static json_t *u64_map(const uint64_t *v, size_t n, size_t want, const char *(*name)(int), double scale) {
@@ -105,6 +111,9 @@ fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line
                         "step_ms", sum.step_ms, "tokens_per_s", sum.tokens_per_s);
   fsdp_status rc = FSDP_OK;
   if (!o || !ranks) goto nomem;
+  if (sum.has_val && (json_object_set_new(o, "val_loss", json_real(sum.val_loss)) ||
+                      json_object_set_new(o, "eval_ms", json_real(sum.eval_ms))))
+    goto nomem;
   for (size_t i = 0; i < n; i++) {
     const Fsdp__RankStats *s = reports[i]->stats;
     json_t *r = json_object();

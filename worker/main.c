@@ -80,6 +80,10 @@ static void print_report(int rank, const rt_report *r) {
   json_object_set_new(peak, "total", json_integer((json_int_t)r->peak_total));
   for (int i = 0; i < RT_NPHASE; i++) json_object_set_new(phase, rt_phase_name((rt_phase)i), json_real(r->phase_us[i] / 1000.0));
   for (int i = 0; i < COLL_NKIND; i++) json_object_set_new(sent, coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent[i]));
+  if (r->has_val) {
+    json_object_set_new(o, "val_loss", json_real(r->val_loss));
+    json_object_set_new(o, "eval_ms", json_real(r->eval_ms));
+  }
   json_object_set_new(o, "peak_bytes", peak);
   json_object_set_new(o, "phase_ms", phase);
   json_object_set_new(o, "sent_bytes", sent);
@@ -106,6 +110,14 @@ static fsdp_status ckpt_begin(runtime_t *rt, const jobspec_t *spec, int *start) 
   if (spec->ckpt_every > 0 && ckpt_latest(spec->ckpt_dir, &s) == FSDP_OK)
     return fsdp_set_error(FSDP_ERR_STATE, "[checkpoint] dir %s already holds checkpoints (the newest: step %d) and "
                           "resume = never: use an empty dir, delete them, or resume = auto", spec->ckpt_dir, s);
+  return FSDP_OK;
+}
+
+/* [eval] every = K: the validation loss at steps K, 2K, ... into the step's report. */
+static fsdp_status eval_if_due(runtime_t *rt, const jobspec_t *spec, rt_report *r) {
+  if (spec->eval_every <= 0 || r->step % spec->eval_every != 0) return FSDP_OK;
+  TRY(runtime_eval(rt, spec->eval_batches, &r->val_loss, &r->eval_ms));
+  r->has_val = 1;
   return FSDP_OK;
 }
 
@@ -146,6 +158,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   for (int s = start + 1; s <= spec.steps; s++) {
     rt_report r;
     TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
     print_report(rank, &r);
   }
@@ -198,6 +211,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
     if (step == 0) break;
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
+    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is
      * written before the report, so a reported step at a checkpoint boundary is durable. */
     if (checkpoint) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);

@@ -54,16 +54,16 @@ static void test_progress(void) {
   CHECK(ctl_fmt_eta(900, 1100, 900, 5.0) < 0);   /* no step since the resume: no rate yet */
   CHECK(ctl_fmt_eta(10, 100, 0, 0) < 0);
   char b[256];
-  ctl_fmt_progress(b, sizeof b, 40, 200, 3.2141, 1234, 72, 10);
+  ctl_fmt_progress(b, sizeof b, 40, 200, 3.2141, 0, 1234, 72, 10);
   CHECK(!strcmp(b, "[##........] step 40/200  loss 3.214  1.23k tok/s  ETA 1m12s"));
-  ctl_fmt_progress(b, sizeof b, 0, 200, 0, 0, -1, 10);
+  ctl_fmt_progress(b, sizeof b, 0, 200, 0, 0, 0, -1, 10);
   CHECK(!strcmp(b, "[..........] step 0/200  ETA -"));
-  ctl_fmt_progress(b, sizeof b, 200, 200, 2.5, 10, NAN, 4);
-  CHECK(!strcmp(b, "[####] step 200/200  loss 2.500  10 tok/s"));
+  ctl_fmt_progress(b, sizeof b, 200, 200, 2.5, 2.75, 10, NAN, 4);
+  CHECK(!strcmp(b, "[####] step 200/200  loss 2.500  val 2.750  10 tok/s"));
   /* A tiny buffer truncates, never overflows. */
   char small[12];
   memset(small, 'x', sizeof small);
-  ctl_fmt_progress(small, sizeof small, 1, 2, 1, 1, 1, 10);
+  ctl_fmt_progress(small, sizeof small, 1, 2, 1, 0, 1, 1, 10);
   CHECK(strlen(small) == sizeof small - 1);
 }
 
