@@ -84,6 +84,7 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   jobs_db_step st = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
                      .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
   if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &st, line);
+  if (rc == FSDP_OK && reps[0]->sample && reps[0]->sample[0]) job_log(j, "sample at step %u: %s", step, reps[0]->sample);
   free(line);
   free(reps);
   for (int r = 0; r < j->world; r++) wire_free(&j->reports[b][r]);

@@ -84,6 +84,7 @@ static void print_report(int rank, const rt_report *r) {
     json_object_set_new(o, "val_loss", json_real(r->val_loss));
     json_object_set_new(o, "eval_ms", json_real(r->eval_ms));
   }
+  if (r->sample[0]) json_object_set_new(o, "sample", json_string(r->sample));
   json_object_set_new(o, "peak_bytes", peak);
   json_object_set_new(o, "phase_ms", phase);
   json_object_set_new(o, "sent_bytes", sent);
@@ -119,6 +120,43 @@ static fsdp_status eval_if_due(runtime_t *rt, const jobspec_t *spec, rt_report *
   TRY(runtime_eval(rt, spec->eval_batches, &r->val_loss, &r->eval_ms));
   r->has_val = 1;
   return FSDP_OK;
+}
+
+/* [eval] sample_every = K: at steps K, 2K, ... rank 0 continues sample_prompt with SAMPLE_TOKENS
+ * tokens (temperature 1, seeded by the job's seed and the step) from the gathered model, for the
+ * job log. Collective: every rank takes part in the gathers. */
+#define SAMPLE_TOKENS 64
+static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank, rt_report *r) {
+  r->sample[0] = '\0';
+  if (spec->sample_every <= 0 || r->step % spec->sample_every != 0) return FSDP_OK;
+  plan_t *w = NULL;
+  float *whole = NULL;
+  int *ids = NULL, plen = 0;
+  TRY(runtime_whole_plan(rt, 1, &w));
+  fsdp_status rc = sample_prompt_ids(spec->sample_prompt, w->model.vocab_size, NULL, &plen);
+  if (rc == FSDP_OK && rank == 0) {
+    whole = calloc((size_t)w->shard_total, sizeof(float));
+    ids = calloc((size_t)plen + SAMPLE_TOKENS, sizeof(int));
+    if (!whole || !ids) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the model for a sample");
+  }
+  fsdp_status grc = runtime_gather_whole(rt, w, whole);   /* every rank, whatever happened above */
+  if (rc == FSDP_OK) rc = grc;
+  if (rc == FSDP_OK && rank == 0) {
+    sample_prompt_ids(spec->sample_prompt, w->model.vocab_size, ids, &plen);
+    rc = sample_generate(w, whole, ids, plen, plen + SAMPLE_TOKENS, 1.0, 0, spec->seed ^ (uint64_t)r->step);
+    size_t k = 0;   /* printable bytes as they are, the rest as \xNN (byte-level models) or token ids */
+    for (int i = 0; rc == FSDP_OK && i < plen + SAMPLE_TOKENS && k + 12 < sizeof r->sample; i++) {
+      int t = ids[i];
+      if (w->model.vocab_size <= 256 && t >= 32 && t < 127) r->sample[k++] = (char)t;
+      else if (w->model.vocab_size <= 256) k += (size_t)snprintf(r->sample + k, sizeof r->sample - k, "\\x%02x", t);
+      else k += (size_t)snprintf(r->sample + k, sizeof r->sample - k, "%s%d", i ? " " : "", t);
+    }
+    r->sample[k] = '\0';
+  }
+  free(whole);
+  free(ids);
+  plan_destroy(&w);
+  return rc;
 }
 
 /* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones). */
@@ -159,6 +197,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
     rt_report r;
     TRY_GOTO(runtime_step(rt, s, &r), rc, out);
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
+    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
     print_report(rank, &r);
   }
@@ -212,6 +251,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
+    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is
      * written before the report, so a reported step at a checkpoint boundary is durable. */
     if (checkpoint) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);

@@ -201,14 +201,54 @@ static int pick(const float *logits, int V, double temperature, int top_k, doubl
   return best;
 }
 
+fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
+                            int top_k, uint64_t seed) {
+  const int V = p->model.vocab_size, T = p->model.seq_len, C = p->model.n_embd;
+  if (p->batch_size != 1 || p->shard_world != 1)
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "sample_generate needs a world-1 plan of batch 1");
+  fsdp_status rc = FSDP_OK;
+  device_t *dev = NULL;
+  gpt2_acts *acts = NULL;
+  void **units = calloc((size_t)p->nunits, sizeof(void *));
+  int *window = calloc((size_t)T, sizeof(int));
+  float *lnf = malloc((size_t)C * sizeof(float)), *logits = malloc((size_t)V * sizeof(float));
+  double *w = malloc((size_t)V * sizeof(double));
+  if (!units || !window || !lnf || !logits || !w) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+  if (rc == FSDP_OK) rc = device_new_cpu(DEV_CPU_SYNC, &dev);
+  if (rc == FSDP_OK && !(acts = gpt2_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
+  for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
+  const float *wte = param + p->units[0].shard_base + p->units[0].t[ROOT_WTE].offset;
+  for (int n = plen; rc == FSDP_OK && n < total; n++) {
+    /* the last T tokens; positions after the window's end are padding the causal mask ignores */
+    int start = n > T ? n - T : 0, len = n - start;
+    memset(window, 0, (size_t)T * sizeof(int));
+    memcpy(window, ids + start, (size_t)len * sizeof(int));
+    gpt2_embed_forward(acts, p, units[0], window);
+    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(acts, p, l, units[1 + l]);
+    gpt2_head_forward(acts, p, units[0], NULL, NULL);
+    rc = dev->op->download(dev, lnf, (const float *)acts->lnf + (int64_t)(len - 1) * C, (size_t)C * sizeof(float));
+    for (int v = 0; rc == FSDP_OK && v < V; v++) {   /* the tied head on the last position */
+      float s = 0;
+      for (int c = 0; c < C; c++) s += lnf[c] * wte[(int64_t)v * C + c];
+      logits[v] = s;
+    }
+    ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
+  }
+  gpt2_acts_destroy(&acts);
+  device_destroy(&dev);
+  free(units);
+  free(window);
+  free(lnf);
+  free(logits);
+  free(w);
+  return rc;
+}
+
 int sample_run(const sample_args *a) {
   jobspec_t spec;
   plan_t *p = NULL;
-  float *param = NULL, *lnf = NULL;
-  double *w = NULL;
+  float *param = NULL;
   int *ids = NULL;
-  device_t *dev = NULL;
-  gpt2_acts *acts = NULL;
   tokenizer tk = {0};
   fsdp_status rc = FSDP_OK;
   int bad_input = 0;
@@ -216,7 +256,7 @@ int sample_run(const sample_args *a) {
     bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT;
     goto out;
   }
-  const int V = p->model.vocab_size, T = p->model.seq_len, C = p->model.n_embd;
+  const int V = p->model.vocab_size;
   if (a->tokenizer) {
     if ((rc = tokenizer_load(a->tokenizer, &tk)) != FSDP_OK) {
       bad_input = 1;
@@ -229,81 +269,45 @@ int sample_run(const sample_args *a) {
       goto out;
     }
   }
-  size_t plen = strlen(a->prompt);
-  if (plen == 0) {
-    rc = fsdp_set_error(FSDP_ERR_INVALID, "--prompt is empty; give at least one byte");
+  int plen = 0;
+  if ((rc = sample_prompt_ids(a->prompt, V, NULL, &plen)) != FSDP_OK) {
     bad_input = 1;
     goto out;
   }
-  for (size_t i = 0; i < plen; i++)
-    if ((unsigned char)a->prompt[i] >= V) {
-      rc = fsdp_set_error(FSDP_ERR_RANGE, "prompt byte %zu (0x%02x) is outside the model's vocabulary of %d tokens; "
-                          "allowed: bytes below %d", i, (unsigned char)a->prompt[i], V, V);
-      bad_input = 1;
-      goto out;
-    }
-  int total = (int)plen + a->tokens;
-  ids = calloc((size_t)total + (size_t)T, sizeof(int));
-  lnf = malloc((size_t)C * sizeof(float));
-  w = malloc((size_t)V * sizeof(double));
-  float *logits = malloc((size_t)V * sizeof(float));
-  if (!ids || !lnf || !w || !logits) {
-    free(logits);
+  int total = plen + a->tokens;
+  if (!(ids = calloc((size_t)total, sizeof(int)))) {
     rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
     goto out;
   }
-  for (size_t i = 0; i < plen; i++) ids[i] = (unsigned char)a->prompt[i];
-  TRY_GOTO(device_new_cpu(DEV_CPU_SYNC, &dev), rc, out);
-  if (!(acts = gpt2_acts_new(p, dev))) {
-    free(logits);
-    rc = FSDP_ERR_NOMEM;
-    goto out;
-  }
-  void **units = calloc((size_t)p->nunits, sizeof(void *));
-  int *window = calloc((size_t)T, sizeof(int));
-  if (!units || !window) {
-    free(units), free(window), free(logits);
-    rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
-    goto out;
-  }
-  for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
-  const float *wte = param + p->units[0].shard_base + p->units[0].t[ROOT_WTE].offset;
+  sample_prompt_ids(a->prompt, V, ids, &plen);
+  TRY_GOTO(sample_generate(p, param, ids, plen, total, a->temperature, a->top_k, a->seed), rc, out);
   int binary = V != 256 && !a->tokenizer;
-  for (int n = (int)plen; n < total; n++) {
-    /* the last T tokens; positions after the window's end are padding the causal mask ignores */
-    int start = n > T ? n - T : 0, len = n - start;
-    memset(window, 0, (size_t)T * sizeof(int));
-    memcpy(window, ids + start, (size_t)len * sizeof(int));
-    gpt2_embed_forward(acts, p, units[0], window);
-    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(acts, p, l, units[1 + l]);
-    gpt2_head_forward(acts, p, units[0], NULL, NULL);
-    TRY_GOTO(dev->op->download(dev, lnf, (const float *)acts->lnf + (int64_t)(len - 1) * C, (size_t)C * sizeof(float)),
-             rc, loop_out);
-    for (int v = 0; v < V; v++) {   /* the tied head on the last position */
-      float s = 0;
-      for (int c = 0; c < C; c++) s += lnf[c] * wte[(int64_t)v * C + c];
-      logits[v] = s;
-    }
-    ids[n] = pick(logits, V, a->temperature, a->top_k, rng_uniform(a->seed, 0x5a4d, (uint64_t)(n - plen)), w);
-    if (binary) printf(n > (int)plen ? " %d" : "%d", ids[n]);
+  for (int n = plen; n < total; n++) {
+    if (binary) printf(n > plen ? " %d" : "%d", ids[n]);
     else if (a->tokenizer) fwrite(tk.tok[ids[n]], 1, tk.len[ids[n]], stdout);
     else putchar(ids[n]);
   }
   if (binary || a->tokenizer || ids[total - 1] != '\n') putchar('\n');
   fflush(stdout);
-loop_out:
-  free(units);
-  free(window);
-  free(logits);
 out:
   if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_user_message(fsdp_last_error()));
-  gpt2_acts_destroy(&acts);
-  device_destroy(&dev);
   tokenizer_free(&tk);
   free(param);
-  free(lnf);
-  free(w);
   free(ids);
   plan_destroy(&p);
   return rc == FSDP_OK ? 0 : bad_input ? 2 : 1;
+}
+
+fsdp_status sample_prompt_ids(const char *prompt, int V, int *ids, int *n) {
+  size_t plen = strlen(prompt);
+  if (plen == 0) return fsdp_set_error(FSDP_ERR_INVALID, "the prompt is empty; give at least one byte");
+  for (size_t i = 0; i < plen; i++) {
+    unsigned char b = (unsigned char)prompt[i];
+    if (b >= V)
+      return fsdp_set_error(FSDP_ERR_RANGE, "prompt byte %zu (0x%02x) is outside the model's vocabulary of %d tokens; "
+                            "allowed: bytes below %d", i, b, V, V);
+    if (ids) ids[i] = b;
+  }
+  *n = (int)plen;
+  return FSDP_OK;
 }

@@ -13,6 +13,10 @@
 #ifndef FSDP_SAMPLE_H
 #define FSDP_SAMPLE_H
 
+#include <stdint.h>
+
+#include "plan.h"
+
 typedef struct sample_args {
   const char *model;       /* checkpoint dir, step-* dir or .safetensors */
   const char *prompt;      /* bytes */
@@ -25,5 +29,14 @@ typedef struct sample_args {
 
 /* Returns the process exit status: 0, or 2 with one line on stderr for bad input, 1 otherwise. */
 int sample_run(const sample_args *a);
+
+/* Tokens ids[plen..total) continuing ids[0..plen), from the whole model PARAM (host, the layout of
+ * P: a world-1 plan of batch 1), on a synchronous CPU device of its own. Used by sample_run and by
+ * training's [eval] sample_every (rank 0, on the gathered model). */
+fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
+                            int top_k, uint64_t seed);
+/* The prompt's bytes as token ids into IDS (NULL: only check), *N of them; an error names a byte
+ * outside a vocabulary of V. */
+fsdp_status sample_prompt_ids(const char *prompt, int V, int *ids, int *n);
 
 #endif

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Validation loss through the daemon: [eval] every = 3 on a 2-rank job of 8 steps puts val_loss (and
-# eval_ms, apart from step_ms) into metrics.jsonl at steps 3 and 6 and nowhere else, the same value
-# for every rank's report; fsdpctl status shows the latest one (from SQLite) in --json and in the
-# human form. (That the value is the forward-only loss of those windows: test_runtime.)
+# Validation loss and samples through the daemon: [eval] every = 3 on a 2-rank job of 8 steps puts
+# val_loss (and eval_ms, apart from step_ms) into metrics.jsonl at steps 3 and 6 and nowhere else;
+# fsdpctl status shows the latest one (from SQLite) in --json and in the human form; sample_every = 4
+# logs a sample continuing sample_prompt to the job log at steps 4 and 8. (That the value is the
+# forward-only loss of those windows: test_runtime.)
 source "$(dirname "$0")/lib/daemon.sh" "$@" eval
 start_daemon
 wait_for 20 "$CTL" nodes || fail "the daemon did not answer within 20 s"
@@ -15,7 +16,7 @@ seed = 4
 n_layer = 2
 n_head = 2
 n_embd = 32
-vocab_size = 64
+vocab_size = 128
 seq_len = 16
 [data]
 train = synthetic:markov:5
@@ -24,6 +25,8 @@ batch_size = 2
 [eval]
 every = 3
 batches = 2
+sample_every = 4
+sample_prompt = Once upon
 [fsdp]
 world_size = 2
 timeout_s = 60
@@ -39,12 +42,16 @@ have = [l["step"] for l in lines if "val_loss" in l]
 assert have == [3, 6], have
 for l in lines:
     if "val_loss" in l:
-        assert 0 < l["val_loss"] < 2 * math.log(64) and l["eval_ms"] > 0, l
+        assert 0 < l["val_loss"] < 2 * math.log(128) and l["eval_ms"] > 0, l
 print("val_loss at steps", have, [round(l["val_loss"], 4) for l in lines if "val_loss" in l])
 PY
 v6=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1])][5]['val_loss'])" "$S/jobs/$id/metrics.jsonl")
 "$CTL" status "$id" --json | jget 'd["val_step"] == 6 and abs(d["val_loss"] - '"$v6"') < 1e-9' | grep -qx True ||
   fail "status --json does not carry step 6's val_loss $v6: $("$CTL" status "$id" --json)"
 grep -q "val loss    .* (step 6)" <<<"$("$CTL" status "$id")" || fail "status lacks the val loss line: $("$CTL" status "$id")"
+for st in 4 8; do
+  grep -q "sample at step $st: Once upon" "$S/jobs/$id/job.log" || fail "job.log has no sample of step $st: $(cat "$S/jobs/$id/job.log")"
+done
+[ "$(grep -c "sample at step" "$S/jobs/$id/job.log")" -eq 2 ] || fail "samples at other steps: $(cat "$S/jobs/$id/job.log")"
 stop_daemon
 echo "eval: ok"
