@@ -112,6 +112,25 @@ out:
   return rc;
 }
 
+/* The validation rows runtime_eval will read exist and fit the vocabulary: said at the start, not
+ * at the first evaluation. */
+static fsdp_status check_val(runtime_t *rt) {
+  const plan_t *p = rt->p;
+  int BT = p->batch_size * p->model.seq_len;
+  int *a = calloc((size_t)BT, sizeof(int)), *b = calloc((size_t)BT, sizeof(int));
+  fsdp_status rc = a && b ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the validation check");
+  for (int m = 0; rc == FSDP_OK && m < rt->spec->eval_batches; m++)
+    rc = tok_batch(rt->val, m, rt->rank, rt->world, p->batch_size, p->model.seq_len, p->model.vocab_size, a, b);
+  free(a);
+  free(b);
+  if (rc != FSDP_OK) {
+    char why[512];   /* the message is rewritten in the buffer it comes from */
+    snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+    return fsdp_set_error(rc, "[data] val %s: %s", rt->spec->val_synthetic ? "(synthetic)" : rt->spec->val, why);
+  }
+  return FSDP_OK;
+}
+
 fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t *comm, device_t *dev,
                         runtime_t **out) {
   fsdp_status rc = FSDP_OK;
@@ -182,6 +201,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
     TRY_GOTO(tok_open_markov(spec->val_markov_seed, p->model.vocab_size, synthetic_tokens(rt), &rt->val), rc, fail);
   else if (spec->val[0])
     TRY_GOTO(tok_open(spec->val, &rt->val), rc, fail);
+  if (rt->val && spec->eval_every > 0) TRY_GOTO(check_val(rt), rc, fail);
   *out = rt;
   return FSDP_OK;
 fail:

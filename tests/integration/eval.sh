@@ -53,5 +53,21 @@ for st in 4 8; do
   grep -q "sample at step $st: Once upon" "$S/jobs/$id/job.log" || fail "job.log has no sample of step $st: $(cat "$S/jobs/$id/job.log")"
 done
 [ "$(grep -c "sample at step" "$S/jobs/$id/job.log")" -eq 2 ] || fail "samples at other steps: $(cat "$S/jobs/$id/job.log")"
+
+# a validation file of another vocabulary fails the job at its start, saying so
+python3 - "$S/val200.bin" <<'PY'
+import struct, sys
+toks = [t % 200 for t in range(4000)]
+h = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(toks), *toks))
+PY
+sed -e "s|^val = .*|val = $S/val200.bin|" -e 's/^steps = 8/steps = 4/' "$S/job.ini" >"$S/badval.ini"
+bid=$("$CTL" submit "$S/badval.ini" | tail -1)
+wait_for 60 finished "$bid" || fail "job $bid did not finish within 60 s"
+is_state "$bid" failed || fail "job $bid with a 200-token validation file: $("$CTL" status "$bid")"
+case "$(reason_of "$bid")" in
+  *"[data] val $S/val200.bin"*"is >= vocab_size 128"*) ;;
+  *) fail "job $bid's reason does not name the validation file's vocabulary: $(reason_of "$bid")";;
+esac
 stop_daemon
 echo "eval: ok"
