@@ -9,7 +9,8 @@ typedef int (*ctl_cmd_fn)(int argc, char **argv);   /* argv[0] is the subcommand
 /* ctl_plan.c: `fsdpctl plan JOB.ini [--world N] [--device-memory BYTES] [--json]` (no daemon). */
 int ctl_plan(int argc, char **argv);
 
-/* ctl_data.c: `fsdpctl gen-data --markov SEED [--vocab V] --tokens N -o FILE` (no daemon). */
+/* ctl_data.c: `fsdpctl gen-data --text FILE... -o OUT [--val V --val-fraction F]` or `--markov SEED
+ * [--vocab V] --tokens N -o FILE` (no daemon). */
 int ctl_gen_data(int argc, char **argv);
 int ctl_export(int argc, char **argv);   /* export CKPT_DIR -o OUT.safetensors [--step S] */
 /* ctl_sample.c: `fsdpctl sample MODEL --prompt TEXT [...]` runs fsdp-worker --sample (no daemon). */

@@ -36,11 +36,16 @@ static int64_t block_numel(const gpt2_config *m) {
   return 12 * C * C + 13 * C;
 }
 
-static plan_act model_act(const gpt2_config *m, int B) {
+static plan_act model_act(const gpt2_config *m, int B, ackpt_mode ackpt) {
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, BHTT = (int64_t)B * H * T * T;
+  int64_t block = 16 * BTC + 4 * BT + BHTT;
+  /* checkpointing: each block keeps its output (the next block's input); the rest of a block's
+   * activations live in one working set that the forward and the backward's recompute reuse, with
+   * the forward's BTC scratch (the workspace holds the backward's scratch during a recompute) */
   return (plan_act){
-    .block_saved = 16 * BTC + 4 * BT + BHTT,
+    .block_saved = ackpt == ACKPT_FULL ? BTC : block,
+    .block_ws = ackpt == ACKPT_FULL ? block : 0,
     .root_saved = 2 * BTC + 2 * BT,
     .head_ws = BT * V + BT + BTC,
     .bwd_ws = 7 * BTC + BHTT,
@@ -54,6 +59,8 @@ typedef struct model_in {
   shard_mode sharding;
   dtype_kind param_dtype, reduce_dtype;
   device_kind device;
+  ackpt_mode ackpt;
+  offload_mode offload;
 } model_in;
 
 typedef struct unit_sizes {
@@ -78,7 +85,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
-  plan_act a = model_act(&in->m, in->batch_size);
+  plan_act a = model_act(&in->m, in->batch_size, in->ackpt);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
   /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
@@ -111,7 +118,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   }
   mem[MEM_COMM] += 4 * PLAN_STEP_SCALARS;   /* the step's scalars, all-reduced on the device */
   /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
-  mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.root_saved) +
+  mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.block_ws + (uint64_t)a.root_saved) +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
   mem[MEM_WORKSPACE] = 4 * (uint64_t)(a.head_ws > a.bwd_ws ? a.head_ws : a.bwd_ws);
   *total = 0;
@@ -169,7 +176,8 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none, fp32|bf16");
   *in = (model_in){.m = *m, .world = world, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
                    .prefetch = s->prefetch, .sharding = s->sharding,
-                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device};
+                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
+                   .ackpt = s->ackpt, .offload = s->offload};
   return FSDP_OK;
 }
 
@@ -203,6 +211,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->param_dtype = in.param_dtype;
   p->reduce_dtype = in.reduce_dtype;
   p->device = in.device;
+  p->ackpt = in.ackpt;
+  p->offload = in.offload;
   p->batch_size = in.batch_size;
   p->grad_accum = in.grad_accum;
   p->nunits = 1 + m->n_layer;
@@ -251,7 +261,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
    * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
-  p->act = model_act(m, in.batch_size);
+  p->act = model_act(m, in.batch_size, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total);
   model_comm(&in, in.sharding, p->sent_bytes);
   *out = p;
@@ -300,7 +310,8 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
 static model_in in_from_plan(const plan_t *p) {
   return (model_in){.m = p->model, .world = p->world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
                     .prefetch = p->prefetch, .sharding = p->sharding,
-                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device};
+                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device,
+                    .ackpt = p->ackpt, .offload = p->offload};
 }
 
 static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
@@ -314,6 +325,8 @@ static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
   s.param_dtype = p->param_dtype;
   s.reduce_dtype = p->reduce_dtype;
   s.device = p->device;
+  s.ackpt = p->ackpt;
+  s.offload = p->offload;
   return plan_min_world(&s, device_bytes, PLAN_MAX_WORLD);
 }
 
@@ -362,7 +375,9 @@ static const char *mem_formula(const plan_t *p, int c) {
     return p->sharding == SHARD_FULL ? "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched"
            : p->sharding == SHARD_GRAD_OP ? "pb·Σ padded: every unit gathered forward→backward"
                                           : "0: the shard is the whole model";
-  case MEM_ACTIVATIONS: return "4·(L·block_saved + root_saved) + 8·B·T";
+  case MEM_ACTIVATIONS:
+    return p->ackpt == ACKPT_FULL ? "4·(L·block_saved + block_ws + root_saved) + 8·B·T·G: checkpointed"
+                                  : "4·(L·block_saved + root_saved) + 8·B·T·G";
   case MEM_WORKSPACE: return "4·max(head_ws, bwd_ws)";
   case MEM_COMM:
     return p->sharding == SHARD_NONE ? "0: gradients all-reduced in place" : "rb·(Pr + 2·Pb + Smax): unit gradients + ring scratch";

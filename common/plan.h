@@ -30,7 +30,8 @@
  *                                     buffers, bf16 scratch
  *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
  *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
- *   activations  = 4·(L·act.block_saved + act.root_saved) + 8·B·T·G   (the last term: the step's token ids)
+ *   activations  = 4·(L·act.block_saved + act.block_ws + act.root_saved) + 8·B·T·G   (the last term: the
+ *                  step's token ids; block_ws is 0 without activation checkpointing)
  *   workspace    = 4·max(act.head_ws, act.bwd_ws)
  *
  * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
@@ -93,11 +94,15 @@ typedef struct plan_unit {
 /* Float counts of the activation buffers the model keeps, for one micro-batch of B·T tokens.
  * The model allocates exactly these (worker/model_gpt2.h lays them out). */
 typedef struct plan_act {
-  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + B·H·T·T:
+  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + B·H·T·T (with
+                            activation checkpointing only its output, BTC):
                             ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att probs BHTT,
                             res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
   int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT: 2·BTC + 2·BT */
   int64_t head_ws;       /* logits/dlogits B·T·V + per-token losses B·T + d lnf B·T·C (loss phase only) */
+  int64_t block_ws;      /* activation checkpointing: the one block working set that the forward
+                            and the backward's recompute share: block_saved(none) − BTC, plus the
+                            forward's BTC scratch (the workspace is the backward's then); else 0 */
   int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + B·H·T·T
                             (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt BHTT) */
 } plan_act;
@@ -110,6 +115,8 @@ typedef struct plan {
   int prefetch;
   dtype_kind param_dtype, reduce_dtype;
   device_kind device;           /* its compute dtype: fp32 on cpu, bf16 on cuda */
+  ackpt_mode ackpt;             /* activation checkpointing */
+  offload_mode offload;
   int batch_size, grad_accum;   /* B, G */
   int nunits;            /* 1 + n_layer */
   plan_unit *units;

@@ -266,6 +266,10 @@ static void test_errors(void) {
   expect_error("[job]\nsteps = 10\n[data]\nbatch_size = 2\n", 3, "train is required");
   snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf17\n", T);
   expect_error(buf, 4, "fp32");   /* mixed precision runs on the CPU too; only the names are checked */
+  snprintf(buf, sizeof buf, "%s[fsdp]\noffload = optimizer\n", T);
+  expect_error(buf, 4, "offload = optimizer moves optimizer state off the GPU, so it needs device = cuda");
+  snprintf(buf, sizeof buf, "%s[fsdp]\nactivation_checkpointing = some\n", T);
+  expect_error(buf, 4, "allowed: none | full");
   snprintf(buf, sizeof buf, "%s[fsdp]\ncomm = nccl\n", T);
   expect_error(buf, 4, "comm = nccl needs device = cuda");
   snprintf(buf, sizeof buf, "%s[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", T);

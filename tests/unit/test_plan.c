@@ -210,6 +210,16 @@ static void test_memory_model(void) {
   CHECK_EQ_INT(4 * (256 + 3 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
   plan_destroy(&p);
 
+  /* activation checkpointing: each block keeps its output (BTC = 96 floats); one working set of a
+   * whole block (1,536 + 48 + 96 floats: the other activations plus the forward's scratch) */
+  s = tiny_mem_spec();
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(96, p->act.block_saved);
+  CHECK_EQ_INT(1680, p->act.block_ws);
+  CHECK_EQ_INT(4 * (3 * 96 + 1680 + 216) + 8 * 12 * 2, p->mem[MEM_ACTIVATIONS]);   /* 8,928 */
+  plan_destroy(&p);
+
   /* grad_op, fp32: every unit stays gathered */
   s = tiny_mem_spec();
   s.sharding = SHARD_GRAD_OP;

@@ -70,6 +70,7 @@ typedef struct config {
   dtype_kind param_dtype, reduce_dtype;
   int drop_wait;                   /* runtime_test_drop_gather_wait */
   int eval_batches;                /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
+  ackpt_mode ackpt;
 } config;
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
@@ -89,6 +90,7 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->param_dtype = c->param_dtype;
   s->reduce_dtype = c->reduce_dtype;
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
+  s->ackpt = c->ackpt;
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
@@ -457,6 +459,42 @@ static void test_eval(void) {
   }
 }
 
+/* Activation checkpointing recomputes each block's forward in its backward with the same operators
+ * on the same inputs: losses and weights are bit-identical to no checkpointing, for N = 1, 2, 4 in
+ * every mode (with grad_accum 2), and the activations fall to what the plan predicts. */
+static void test_ackpt(void) {
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
+  for (int mi = 0; mi < 3; mi++)
+    for (int world = 1; world <= 4; world *= 2) {
+      config c = {.world = world, .batch = 4 / world, .accum = 2, .prefetch = 1, .sharding = modes[mi],
+                  .die_rank = -1, .timeout_s = 20};
+      result r0[MAXW], r1[MAXW];
+      float *m0 = NULL, *m1 = NULL;
+      int64_t n0 = 0, n1 = 0;
+      CHECK(run(&c, r0, &m0, &n0) == 0);
+      c.ackpt = ACKPT_FULL;
+      CHECK(run(&c, r1, &m1, &n1) == 0);
+      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
+      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
+      CHECK(same);
+      jobspec_t spec;
+      make_spec(&c, &spec);
+      plan_t *p = NULL;
+      CHECK_OK(plan_build(&spec, world, &p));
+      if (p) {
+        CHECK_EQ_INT(p->mem[MEM_ACTIVATIONS], r1[0].peak[MEM_ACTIVATIONS]);
+        CHECK(r1[0].peak[MEM_ACTIVATIONS] < r0[0].peak[MEM_ACTIVATIONS]);
+        printf("checkpointing %-7s N=%d: losses and weights %s; activations %llu B (plan %llu), without %llu B\n",
+               shard_mode_name(c.sharding), world, same ? "bit-identical" : "DIFFERENT",
+               (unsigned long long)r1[0].peak[MEM_ACTIVATIONS],
+               (unsigned long long)p->mem[MEM_ACTIVATIONS], (unsigned long long)r0[0].peak[MEM_ACTIVATIONS]);
+      }
+      plan_destroy(&p);
+      free(m0);
+      free(m1);
+    }
+}
+
 /* Bytes sent and peak memory by category equal the plan, in every mode and dtype; bf16 gathers
  * send half the bytes of fp32 ones, bf16 reductions half of fp32 reductions. */
 static void test_volume_and_memory(void) {
@@ -466,10 +504,11 @@ static void test_volume_and_memory(void) {
    * of full and grad_op, but not none's all-reduce) once per mode; the three dtype pairs */
   for (int mi = 0; mi < 3; mi++) {
     uint64_t sent[3][COLL_NKIND];   /* prefetch 0, G = 1, by dtype pair */
-    for (int v = 0; v < 5; v++) {
-      int pf = v == 1 ? 2 : 0, accum = v == 2 ? 2 : 1, di = v < 3 ? 0 : v - 2;
+    for (int v = 0; v < 6; v++) {   /* v = 5: activation checkpointing, bf16 parameters, G = 2 */
+      int pf = v == 1 ? 2 : 0, accum = v == 2 || v == 5 ? 2 : 1, di = v < 3 ? 0 : v == 5 ? 1 : v - 2;
       config c = {.world = 2, .batch = 2, .accum = accum, .prefetch = pf, .sharding = modes[mi], .die_rank = -1,
-                  .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1]};
+                  .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1],
+                  .ackpt = v == 5 ? ACKPT_FULL : ACKPT_NONE};
       result res[MAXW];
       CHECK(run(&c, res, NULL, NULL) == 0);
       jobspec_t spec;
@@ -491,7 +530,7 @@ static void test_volume_and_memory(void) {
              shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), dtype_kind_name(c.reduce_dtype), c.prefetch,
              accum, (unsigned long long)res[0].sent[0], (unsigned long long)res[0].sent[1],
              (unsigned long long)res[0].sent[2], (unsigned long long)res[0].peak_total);
-      if (v == 0 || v >= 3) memcpy(sent[di], res[0].sent, sizeof sent[di]);
+      if (v == 0 || v == 3 || v == 4) memcpy(sent[di], res[0].sent, sizeof sent[di]);
       plan_destroy(&p);
     }
     CHECK_EQ_INT(sent[0][COLL_ALLGATHER], 2 * sent[1][COLL_ALLGATHER]);
@@ -535,14 +574,15 @@ static void test_dead_rank(void) {
 }
 
 /* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
- * test_runtime PART, PART = equivalence | mixed | volume | ordering (no PART: all). */
+ * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt (no PART: all). */
 int main(int argc, char **argv) {
   single_threaded_ranks(argv);
   signal(SIGPIPE, SIG_IGN);
   const char *part = argc > 1 ? argv[1] : "all";
   int all = !strcmp(part, "all");
-  if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering")) {
-    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, all\n", part);
+  if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering") &&
+      strcmp(part, "ackpt")) {
+    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, all\n", part);
     return 2;
   }
   if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
@@ -560,6 +600,7 @@ int main(int argc, char **argv) {
     test_bf16_reference();
   }
   if (all || !strcmp(part, "volume")) test_volume_and_memory();
+  if (all || !strcmp(part, "ackpt")) test_ackpt();
   if (all || !strcmp(part, "ordering")) {
     test_missing_wait_is_caught();
     test_dead_rank();
