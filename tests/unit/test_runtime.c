@@ -71,6 +71,7 @@ typedef struct config {
   int drop_wait;                   /* runtime_test_drop_gather_wait */
   int eval_batches;                /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
   ackpt_mode ackpt;
+  int offload;                     /* offload = optimizer, on the CPU device (the host side of it) */
 } config;
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
@@ -91,6 +92,7 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->reduce_dtype = c->reduce_dtype;
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
   s->ackpt = c->ackpt;
+  if (c->offload) s->offload = OFFLOAD_OPTIMIZER;   /* jobspec refuses it on cpu; the runtime runs it */
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
@@ -495,6 +497,43 @@ static void test_ackpt(void) {
     }
 }
 
+/* offload = optimizer (its host side, on the CPU device): the fp32 master and AdamW state in host
+ * memory, AdamW on the host, the device keeping only what the gathers read. The same operations in
+ * the same order: bit-identical to no offload, with fp32 and bf16 parameters; the device's memory
+ * by category is the plan's. */
+static void test_offload(void) {
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_NONE};
+  for (int mi = 0; mi < 2; mi++)
+    for (int bf = 0; bf < 2; bf++) {
+      config c = {.world = 2, .batch = 2, .accum = 2, .prefetch = 1, .sharding = modes[mi], .die_rank = -1,
+                  .timeout_s = 20, .param_dtype = bf ? DTYPE_BF16 : DTYPE_FP32};
+      result r0[MAXW], r1[MAXW];
+      float *m0 = NULL, *m1 = NULL;
+      int64_t n0 = 0, n1 = 0;
+      CHECK(run(&c, r0, &m0, &n0) == 0);
+      c.offload = 1;
+      CHECK(run(&c, r1, &m1, &n1) == 0);
+      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
+      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
+      CHECK(same);
+      jobspec_t spec;
+      make_spec(&c, &spec);
+      plan_t *p = NULL;
+      CHECK_OK(plan_build(&spec, c.world, &p));
+      if (p) {
+        for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(p->mem[k], r1[0].peak[k]);
+        CHECK_EQ_INT(16 * (uint64_t)p->shard_total, p->host_bytes);
+        printf("offload %-7s %s params: %s; device param_shard %llu B, optim_state %llu B (= plan), host %llu B\n",
+               shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), same ? "bit-identical" : "DIFFERENT",
+               (unsigned long long)r1[0].peak[MEM_PARAM_SHARD], (unsigned long long)r1[0].peak[MEM_OPTIM_STATE],
+               (unsigned long long)p->host_bytes);
+      }
+      plan_destroy(&p);
+      free(m0);
+      free(m1);
+    }
+}
+
 /* Bytes sent and peak memory by category equal the plan, in every mode and dtype; bf16 gathers
  * send half the bytes of fp32 ones, bf16 reductions half of fp32 reductions. */
 static void test_volume_and_memory(void) {
@@ -600,7 +639,10 @@ int main(int argc, char **argv) {
     test_bf16_reference();
   }
   if (all || !strcmp(part, "volume")) test_volume_and_memory();
-  if (all || !strcmp(part, "ackpt")) test_ackpt();
+  if (all || !strcmp(part, "ackpt")) {
+    test_ackpt();
+    test_offload();
+  }
   if (all || !strcmp(part, "ordering")) {
     test_missing_wait_is_caught();
     test_dead_rank();
