@@ -35,9 +35,9 @@
 #include "optim.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
+#include "stepstats.h"
 
-static const char *const phase_names[RT_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
-const char *rt_phase_name(rt_phase p) { return (unsigned)p < RT_NPHASE ? phase_names[p] : "unknown"; }
+_Static_assert((int)RT_NPHASE == STEPSTATS_NPHASE && (int)RT_NPHASE == (int)DEV_NTIMER, "one list of step phases");
 
 static uint64_t now_us(void) {
   struct timespec ts;
