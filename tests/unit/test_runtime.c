@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ranks.h"
 #include "testfiles.h"
 #include "comm.h"
 #include "jobspec.h"
@@ -96,8 +97,9 @@ static void make_spec(const config *c, jobspec_t *s) {
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
-static void child(const config *c, int rank, const char *dir) {
-  alarm(120);   /* a hung child dies rather than hanging the test */
+static int child(int rank, int world, const char *dir, void *arg) {
+  const config *c = arg;
+  (void)world;
   jobspec_t spec;
   make_spec(c, &spec);
   plan_t *plan = NULL;
@@ -150,29 +152,20 @@ static void child(const config *c, int rank, const char *dir) {
     comm_destroy(&comm);
   }
   plan_destroy(&plan);
-  _exit(0);
+  return 0;
 }
 
 /* Run a configuration; fill res[rank] and the full model (unpadded units concatenated) in *model. */
 static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel) {
-  char dir[] = "/tmp/fsdp-rt-XXXXXX";
-  if (!mkdtemp(dir)) return -1;
-  char path[512];
-  snprintf(path, sizeof path, "%s/store", dir);
-  mkdir(path, 0700);
-  pid_t pids[MAXW];
-  fflush(NULL);
-  for (int r = 0; r < c->world; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) child(c, r, dir);
-  }
+  ranks_run rr = {.world = c->world, .deadline_s = 120, .release_fd = -1};
+  ranks_go(&rr, child, (void *)(uintptr_t)c);
+  const char *dir = rr.dir;
+  char path[512], why[64];
   int ok = 1;
   for (int r = 0; r < c->world; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    int expect_death = r == c->die_rank;
-    if (!expect_death && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "rank %d ended with status 0x%x\n", r, st);
+    int st = rr.status[r];
+    if (r != c->die_rank && (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
+      fprintf(stderr, "rank %d ended: %s\n", r, ranks_why(&rr, r, why, sizeof why));
       ok = 0;
     }
   }
@@ -199,7 +192,7 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
     free(full);
   }
   plan_destroy(&plan);
-  rm_rf(dir);
+  ranks_cleanup(&rr);
   return ok ? 0 : -1;
 }
 
@@ -287,8 +280,9 @@ static void test_bf16_reductions(void) {
  * two ranks to the equivalence tolerance. */
 /* The reference, in a child process (OpenMP's threads do not survive a fork, and the ranks are
  * forked from this process later): writes the losses and the final shard to DIR/ref-*. */
-static void bf16_reference_child(const config *c1, const char *dir) {
-  alarm(120);
+static int bf16_reference_child(int rank, int world, const char *dir, void *arg) {
+  const config *c1 = arg;
+  (void)rank, (void)world;
   jobspec_t s;
   make_spec(c1, &s);
   plan_t *p = NULL;
@@ -330,7 +324,7 @@ static void bf16_reference_child(const config *c1, const char *dir) {
   if (write_all(path, loss, sizeof loss)) _exit(5);
   snprintf(path, sizeof path, "%s/ref-shard", dir);
   if (write_all(path, w, (size_t)S * 4)) _exit(5);
-  _exit(0);
+  return 0;
 }
 
 static void test_bf16_reference(void) {
@@ -341,21 +335,17 @@ static void test_bf16_reference(void) {
   plan_t *p = NULL;
   CHECK_OK(plan_build(&s, 1, &p));
   if (!p) return;
-  char dir[] = "/tmp/fsdp-ref-XXXXXX", path[512];
-  if (!mkdtemp(dir)) return;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) bf16_reference_child(&c1, dir);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char path[512];
+  ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
+  CHECK_EQ_INT(0, ranks_go(&rr, bf16_reference_child, &c1));
+  const char *dir = rr.dir;
   double loss[STEPS] = {0};
   float *w = calloc((size_t)p->shard_total, 4);
   snprintf(path, sizeof path, "%s/ref-loss", dir);
   CHECK(read_all(path, loss, sizeof loss) == 0);
   snprintf(path, sizeof path, "%s/ref-shard", dir);
   CHECK(read_all(path, w, (size_t)p->shard_total * 4) == 0);
-  rm_rf(dir);
+  ranks_cleanup(&rr);
   result r1[MAXW], r2[MAXW];
   float *m1 = NULL, *m2 = NULL;
   int64_t n1 = 0, n2 = 0;
@@ -391,8 +381,15 @@ static void test_bf16_reference(void) {
 }
 
 /* Forward-only loss of the full model on the validation rows, one process (a child: see above). */
-static void eval_reference_child(const config *c, const float *model, const char *dir) {
-  alarm(120);
+typedef struct eval_ref {
+  const config *c;
+  const float *model;
+} eval_ref;
+
+static int eval_reference_child(int rank, int world, const char *dir, void *arg) {
+  const config *c = ((const eval_ref *)arg)->c;
+  const float *model = ((const eval_ref *)arg)->model;
+  (void)rank, (void)world;
   config c1 = *c;
   c1.world = 1, c1.batch = c->world * c->batch;
   jobspec_t s;
@@ -426,7 +423,7 @@ static void eval_reference_child(const config *c, const float *model, const char
   char path[512];
   snprintf(path, sizeof path, "%s/ref-val", dir);
   if (write_all(path, &val, sizeof val)) _exit(5);
-  _exit(0);
+  return 0;
 }
 
 /* runtime_eval: the mean forward-only loss over the first M·N·B validation rows, sharded as in
@@ -441,18 +438,14 @@ static void test_eval(void) {
     int64_t n = 0;
     CHECK(run(&c, res, &m, &n) == 0);
     if (!m) continue;
-    char dir[] = "/tmp/fsdp-eval-XXXXXX", path[512];
-    if (!mkdtemp(dir)) continue;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) eval_reference_child(&c, m, dir);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char path[512];
+    eval_ref er = {&c, m};
+    ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
+    CHECK_EQ_INT(0, ranks_go(&rr, eval_reference_child, &er));
     double ref = 0;
-    snprintf(path, sizeof path, "%s/ref-val", dir);
+    snprintf(path, sizeof path, "%s/ref-val", rr.dir);
     CHECK(read_all(path, &ref, sizeof ref) == 0);
-    rm_rf(dir);
+    ranks_cleanup(&rr);
     CHECK(res[0].val_loss == res[1].val_loss);
     CHECK_NEAR(ref, res[0].val_loss, 0, 1e-5);
     printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", shard_mode_name(c.sharding),
