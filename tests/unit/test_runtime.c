@@ -454,6 +454,20 @@ static void test_eval(void) {
   }
 }
 
+/* Run A and B; whether they give bit-identical losses and final weights (checked, and returned). */
+static int run_same(const config *a, const config *b, result ra[MAXW], result rb[MAXW]) {
+  float *ma = NULL, *mb = NULL;
+  int64_t na = 0, nb = 0;
+  CHECK(run(a, ra, &ma, &na) == 0);
+  CHECK(run(b, rb, &mb, &nb) == 0);
+  int same = na == nb && ma && mb && !memcmp(ma, mb, (size_t)na * sizeof(float));
+  for (int s = 0; s < STEPS; s++) same &= ra[0].loss[s] == rb[0].loss[s];
+  CHECK(same);
+  free(ma);
+  free(mb);
+  return same;
+}
+
 /* Activation checkpointing recomputes each block's forward in its backward with the same operators
  * on the same inputs: losses and weights are bit-identical to no checkpointing, for N = 1, 2, 4 in
  * every mode (with grad_accum 2), and the activations fall to what the plan predicts. */
@@ -464,14 +478,10 @@ static void test_ackpt(void) {
       config c = {.world = world, .batch = 4 / world, .accum = 2, .prefetch = 1, .sharding = modes[mi],
                   .die_rank = -1, .timeout_s = 20};
       result r0[MAXW], r1[MAXW];
-      float *m0 = NULL, *m1 = NULL;
-      int64_t n0 = 0, n1 = 0;
-      CHECK(run(&c, r0, &m0, &n0) == 0);
-      c.ackpt = ACKPT_FULL;
-      CHECK(run(&c, r1, &m1, &n1) == 0);
-      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
-      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
-      CHECK(same);
+      config c1 = c;
+      c1.ackpt = ACKPT_FULL;
+      int same = run_same(&c, &c1, r0, r1);
+      c = c1;
       jobspec_t spec;
       make_spec(&c, &spec);
       plan_t *p = NULL;
@@ -485,8 +495,6 @@ static void test_ackpt(void) {
                (unsigned long long)p->mem[MEM_ACTIVATIONS], (unsigned long long)r0[0].peak[MEM_ACTIVATIONS]);
       }
       plan_destroy(&p);
-      free(m0);
-      free(m1);
     }
 }
 
@@ -501,14 +509,10 @@ static void test_offload(void) {
       config c = {.world = 2, .batch = 2, .accum = 2, .prefetch = 1, .sharding = modes[mi], .die_rank = -1,
                   .timeout_s = 20, .param_dtype = bf ? DTYPE_BF16 : DTYPE_FP32};
       result r0[MAXW], r1[MAXW];
-      float *m0 = NULL, *m1 = NULL;
-      int64_t n0 = 0, n1 = 0;
-      CHECK(run(&c, r0, &m0, &n0) == 0);
-      c.offload = 1;
-      CHECK(run(&c, r1, &m1, &n1) == 0);
-      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
-      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
-      CHECK(same);
+      config c1 = c;
+      c1.offload = 1;
+      int same = run_same(&c, &c1, r0, r1);
+      c = c1;
       jobspec_t spec;
       make_spec(&c, &spec);
       plan_t *p = NULL;
@@ -522,8 +526,6 @@ static void test_offload(void) {
                (unsigned long long)p->host_bytes);
       }
       plan_destroy(&p);
-      free(m0);
-      free(m1);
     }
 }
 
