@@ -173,6 +173,10 @@ int ctl_plan(int argc, char **argv) {
     else fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(msg));
     return 1;
   }
+  if (jobspec_check_build(&spec) != FSDP_OK) {
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(fsdp_last_error()));
+    return 1;
+  }
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   uint64_t host = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;

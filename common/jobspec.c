@@ -141,6 +141,23 @@ static const keydef keys[] = {
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 
+int jobspec_build_has_cuda(void) {
+#ifdef FSDP_BUILD_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+fsdp_status jobspec_check_build(const jobspec_t *s) {
+  if (s->device == DEVICE_CUDA && !jobspec_build_has_cuda())
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED,
+                          "%s: [fsdp] device = cuda, but this build of fsdpd has no CUDA backend (nvcc, cuBLAS or NCCL "
+                          "were not found when it was built); allowed here: device = cpu, or rebuild with "
+                          "-DFSDP_CUDA=ON", s->path);
+  return FSDP_OK;
+}
+
 void jobspec_defaults(jobspec_t *s) {
   memset(s, 0, sizeof *s);
   snprintf(s->path, sizeof s->path, "<string>");

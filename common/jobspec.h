@@ -87,6 +87,10 @@ typedef struct jobspec {
 static inline int jobspec_has_val(const jobspec_t *s) { return s->val[0] || s->val_synthetic; }
 
 void jobspec_defaults(jobspec_t *s);
+/* Whether this build has the CUDA backend, and the check `fsdpctl plan` and the daemon's submit make
+ * with it: a device = cuda job is refused, with one line, by a build without it. */
+int jobspec_build_has_cuda(void);
+fsdp_status jobspec_check_build(const jobspec_t *s);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);
 /* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
 fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);

@@ -259,6 +259,7 @@ fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const ch
     goto fail;
   }
   TRY_GOTO(jobspec_parse(spec_text, *spec_path ? spec_path : "<submitted job>", base_dir, &j->spec), rc, fail);
+  TRY_GOTO(jobspec_check_build(&j->spec), rc, fail);   /* a CUDA job needs a CUDA build */
   j->world = j->spec.world_size;
   j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
   j->steps = (uint32_t)j->spec.steps;

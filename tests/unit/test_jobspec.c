@@ -352,6 +352,16 @@ static void test_examples(void) {
   CHECK_EQ_INT(8, s.world_size);
   CHECK_EQ_INT(DEVICE_CUDA, s.device);
   CHECK_EQ_INT(768, s.model.n_embd);
+  /* a build without the CUDA backend refuses it in plan and submit; one with it takes it (CI runs
+   * both kinds of build: the main one with CUDA, the sanitizer one without) */
+  if (jobspec_build_has_cuda()) {
+    CHECK_OK(jobspec_check_build(&s));
+  } else {
+    CHECK(jobspec_check_build(&s) == FSDP_ERR_UNSUPPORTED);
+    CHECK(strstr(fsdp_last_error(), "device = cuda, but this build of fsdpd has no CUDA backend") != NULL);
+  }
+  s.device = DEVICE_CPU;
+  CHECK_OK(jobspec_check_build(&s));
   CHECK(s.ckpt_dir[0] == '/' && strstr(s.ckpt_dir, "/examples/checkpoints/gpt2-small"));
 }
 
