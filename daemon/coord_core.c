@@ -135,6 +135,9 @@ void coord_note_bad(coord_t *c, const char *where, const char *why) {
 
 void coord_publish_metrics(coord_t *c) {
   if (!c->cfg.metrics) return;
+  /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
+  for (job_t *j = c->jobs; j; j = j->next)
+    if (!j->px && promx_set_state(&j->px, j->id, j->spec.name, j->state) != FSDP_OK) log_warn("%s", fsdp_last_error());
   char *text = NULL;
   size_t len = 0;
   if (promx_render(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
