@@ -30,33 +30,10 @@ one_line_err() {
 
 start_daemon
 wait_for 20 "$CTL" nodes || fail "the daemon did not answer within 20 s"
-cat >"$S/job.ini" <<JOB
-[job]
-name = plotted
-steps = 30
-seed = 4
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-vocab_size = 128
-seq_len = 16
-[data]
-train = synthetic:markov:5
-val = synthetic:markov:6
-batch_size = 4
-[optim]
-lr = 3e-3
-warmup_steps = 5
-schedule = cosine
-min_lr = 3e-4
-[eval]
-every = 5
-batches = 2
-[fsdp]
-world_size = 2
-device = cpu
-JOB
+# The demo job, shorter, with a validation set evaluated every 5 steps.
+sed -e 's/^steps = .*/steps = 30/' -e 's/^warmup_steps = .*/warmup_steps = 5/' -e 's/^name = .*/name = plotted/' \
+    -e 's/^train = .*/&\nval = synthetic:markov:2/' "$SRC/examples/tiny.ini" >"$S/job.ini"
+printf '[eval]\nevery = 5\nbatches = 2\n' >>"$S/job.ini"
 one_line_err "unknown job" "no job 999" "$CTL" plot 999 -o "$S/x.png"
 id=$("$CTL" submit "$S/job.ini" | tail -1)
 wait_for 120 finished "$id" || fail "job $id did not finish within 120 s"
