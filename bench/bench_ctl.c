@@ -1,12 +1,14 @@
 /* bench_ctl — how many steps per second the coordinator can drive: fsdpd's control overhead.
  *
- *   build/bench/bench_ctl [--world N] [--steps S]
+ *   build/bench/bench_ctl [--world N] [--steps S] [--metrics HOST:PORT]
  *
  * Starts a private embedded fsdpd whose "worker" is this very binary (--worker): in worker mode
  * (argv has --connect, as the agent spawns it) it speaks the worker protocol but computes nothing,
  * answering every step_cmd at once with a full step_report. So the job's steps/s measures only
  * the coordinator's round trip per step: receiving N reports, the metrics line, the SQLite row,
  * and the next step_cmd to N ranks, with two steps in flight. Prints steps/s and µs per step.
+ * --metrics passes through to fsdpd: the same figure then includes rendering the Prometheus text
+ * after every step (docs/performance.md compares the two).
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -101,9 +103,11 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--connect")) return fake_worker(argc, argv);
   int world = 4, steps = 2000;
+  const char *metrics = NULL;
   for (int i = 1; i + 1 < argc; i++) {
     if (!strcmp(argv[i], "--world")) world = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--metrics")) metrics = argv[i + 1];
   }
   char self[PATH_MAX - 64], fsdpd[PATH_MAX], state[] = "/tmp/bench-ctl-XXXXXX", nw[16], log[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -116,8 +120,12 @@ int main(int argc, char **argv) {
   if (pid == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, 2);
-    execl(fsdpd, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", nw, "--gpus", "none", "--worker",
-          self, "--log-level", "warn", (char *)NULL);
+    if (metrics)
+      execl(fsdpd, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", nw, "--gpus", "none", "--worker",
+            self, "--log-level", "warn", "--metrics", metrics, (char *)NULL);
+    else
+      execl(fsdpd, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", nw, "--gpus", "none", "--worker",
+            self, "--log-level", "warn", (char *)NULL);
     _exit(127);
   }
   void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);

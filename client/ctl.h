@@ -28,6 +28,10 @@ int ctl_shutdown(int argc, char **argv); /* shutdown: the daemon stops as on SIG
 int ctl_nodes(int argc, char **argv);    /* nodes [--json] */
 int ctl_run(int argc, char **argv);      /* run JOB.ini [--state-dir DIR] [--keep] */
 
+/* ctl_plot.c: `fsdpctl plot ID|METRICS.jsonl -o OUT.png` draws loss, lr and tokens/s through
+ * gnuplot (a job id needs the daemon, a path does not). */
+int ctl_plot(int argc, char **argv);
+
 /* ctl_keys.c: `fsdpctl keygen FILE` writes a CURVE client keypair (mode 0600, never overwriting)
  * and prints the public key line for the daemon's STATE/keys/authorized (no daemon). */
 int ctl_keygen(int argc, char **argv);

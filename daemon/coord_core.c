@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "log.h"
+#include "metricsrv.h"
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) {
@@ -129,4 +131,16 @@ void coord_note_bad(coord_t *c, const char *where, const char *why) {
     log_warn("%s: dropped a malformed message (%llu so far): %s", where, (unsigned long long)c->bad_msgs, why);
   c->bad_unlogged = 0;
   c->bad_logged_at = now;
+}
+
+void coord_publish_metrics(coord_t *c) {
+  if (!c->cfg.metrics) return;
+  /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
+  for (job_t *j = c->jobs; j; j = j->next)
+    if (!j->px && promx_set_state(&j->px, j->id, j->spec.name, j->state) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  char *text = NULL;
+  size_t len = 0;
+  if (promx_render(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
+    log_warn("cannot publish the metrics: %s", fsdp_last_error());
+  free(text);
 }

@@ -21,6 +21,7 @@
 #include "jobspec.h"
 #include "loop.h"
 #include "plan.h"
+#include "promx.h"
 #include "wire.h"
 
 #define LOST_BEATS 3
@@ -102,6 +103,7 @@ typedef struct job {
   char kv_prefix[64];
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
   uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
+  promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
 } job_t;
 
 typedef struct kv_entry {
@@ -163,6 +165,7 @@ struct coord {
   loop_zsock *zap_zs;
   char last_rejected[CURVE_KEY_LEN + 1];
   double last_rejected_at;
+  promx_job *px_done;        /* finished jobs' figures, still served for PROMX_KEEP_S (promx.h) */
 };
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
@@ -183,6 +186,10 @@ void coord_note_bad(coord_t *c, const char *where, const char *why);
 
 /* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
 fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
+
+/* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
+ * Called after every completed step and state change, and on every tick. */
+void coord_publish_metrics(coord_t *c);
 
 /* Lookups among the active jobs and registered nodes; NULL when there is none. */
 job_t *coord_find_job(coord_t *c, uint64_t id);

@@ -95,6 +95,7 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
     snprintf(s->name, sizeof s->name, "%s", reg->gpus[i]->name);
   }
   log_info("node %u (%s, pid %u) joined: %d device slots", n->id, n->name, reg->pid, n->nslots);
+  coord_publish_metrics(c);
 welcome:
   n->lost = 0;
   n->last_seen = loop_now_mono();
@@ -322,6 +323,8 @@ static void on_tick(uv_timer_t *t) {
   job_retry_unrecorded(c);
   job_reap_drained(c);
   schedule_try(c);
+  promx_expire(&c->px_done, now);
+  coord_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
     void (*done)(void *) = c->shutdown_done;
     c->shutdown_done = NULL;
@@ -418,6 +421,11 @@ void coord_destroy(coord_t **p) {
   }
   kv_destroy_all(c);
   job_destroy_unrecorded(c);
+  while (c->px_done) {
+    promx_job *px = c->px_done;
+    c->px_done = px->next;
+    promx_job_free(&px);
+  }
   loop_zsock_destroy(&c->ctl_zs);
   loop_zsock_destroy(&c->cluster_zs);
   /* Let the last replies (the shutdown ack, kill requests to agents) leave: zmq_ctx_term waits

@@ -31,6 +31,7 @@ typedef struct coord_config {
   const char *worker_log_level;   /* passed to workers as --log-level */
   int wait_first_node;       /* bind ctl only once an agent has registered (embedded daemon) */
   void (*on_shutdown_req)(void *arg);   /* a ctl shutdown_req was acknowledged */
+  struct metricsrv *metrics; /* --metrics: where the Prometheus text is published (borrowed); NULL: off */
   void *arg;
 } coord_config;
 

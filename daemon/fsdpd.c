@@ -21,6 +21,7 @@
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
+#include "metricsrv.h"
 
 typedef struct config {
   char *state_dir;
@@ -36,6 +37,7 @@ typedef struct config {
   char *worker;
   char *server_key;
   char *client_key;
+  char *metrics;
   int help;
 } config;
 
@@ -67,6 +69,8 @@ static const struct opt {
    "with --join tcp://: the coordinator's public key file (its STATE/keys/server.pub); default $FSDP_SERVER_KEY"},
   {"client-key", OPT_STR, offsetof(config, client_key), NULL, 0, 0,
    "with --join tcp://: this node's keypair file (fsdpctl keygen FILE; mode 0600); default $FSDP_CLIENT_KEY"},
+  {"metrics", OPT_STR, offsetof(config, metrics), NULL, 0, 0,
+   "serve Prometheus metrics at http://HOST:PORT/metrics (HOST:PORT, :PORT or PORT; HOST defaults to 127.0.0.1); default off"},
   {"help", OPT_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -295,6 +299,26 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
     return 1;
   }
+  /* --metrics: parsed and bound before detaching, so that a bad value or a port in use is said on
+   * the terminal; libmicrohttpd's thread starts after the fork (threads do not survive one). */
+  metricsrv_t *msrv = NULL;
+  if (cfg.metrics) {   /* given, even empty (an error below) */
+    char mhost[256];
+    int mport;
+    if (is_agent_only) {
+      fprintf(stderr, "fsdpd: --metrics is served by the coordinator; an agent (--join) has no metrics of its own\n");
+      return 2;
+    }
+    if (metricsrv_parse(cfg.metrics, mhost, sizeof mhost, &mport) != FSDP_OK) {
+      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      return 2;
+    }
+    fsdp_status mrc = metricsrv_bind(mhost, mport, &msrv);
+    if (mrc != FSDP_OK) {
+      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
+    }
+  }
   int lock_fd = -1;
   if (!is_agent_only && lock_state_dir(state, &lock_fd) != 0) return 1;
 
@@ -326,6 +350,10 @@ int main(int argc, char **argv) {
     }
   }
   if (lock_fd >= 0) write_lock_pid(lock_fd);   /* the pid that holds the lock: after detaching */
+  if (msrv && metricsrv_start(msrv) != FSDP_OK) {
+    log_error("%s", fsdp_user_message(fsdp_last_error()));
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   signal(SIGXFSZ, SIG_IGN);   /* a write past a file-size limit fails with EFBIG, handled like a full disk */
 
@@ -339,7 +367,7 @@ int main(int argc, char **argv) {
   if (!is_agent_only) {
     coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg.heartbeat,
                        .worker_log_level = cfg.log_level, .wait_first_node = 1,
-                       .on_shutdown_req = on_shutdown_req, .arg = &d};
+                       .on_shutdown_req = on_shutdown_req, .arg = &d, .metrics = msrv};
     if (coord_new(d.uv, d.zctx, &cc, &d.coord) != FSDP_OK) {
       log_error("%s", fsdp_last_error());
       zmq_ctx_term(d.zctx);
@@ -380,6 +408,7 @@ int main(int argc, char **argv) {
   uv_run(d.uv, UV_RUN_DEFAULT);
   uv_loop_close(d.uv);
   zmq_ctx_term(d.zctx);
+  metricsrv_destroy(&msrv);   /* after the coordinator: nothing publishes any more */
   log_info("stopped");
   return 0;
 }

@@ -60,6 +60,8 @@ void job_destroy_unrecorded(coord_t *c) {
 
 void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
   j->state = state;
+  if (promx_set_state(&j->px, j->id, j->spec.name, state) != FSDP_OK) log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+  coord_publish_metrics(c);
   if (reason) snprintf(j->reason, sizeof j->reason, "%s", reason);
   if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK) {
     /* Most often a full disk. The state is kept in memory, so that status and jobs still tell the
@@ -93,6 +95,7 @@ void job_destroy(job_t **jp) {
   free(j->reports[0]);
   free(j->reports[1]);
   if (j->metrics) fclose(j->metrics);
+  promx_job_free(&j->px);
   plan_destroy(&j->plan);
   planmsg_destroy(&j->plan_pb);
   free(j->ranks);
@@ -150,6 +153,7 @@ void job_reap_drained(coord_t *c) {
       log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
                (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
     *p = j->next;
+    promx_retire(&c->px_done, &j->px, now);   /* its final figures stay visible a while */
     job_destroy(&j);
     reaped = 1;
   }

@@ -68,6 +68,20 @@ static fsdp_status metrics_append(job_t *j, const char *line) {
   return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/metrics.jsonl: %s", j->job_dir, strerror(e));
 }
 
+/* The sum of the peak FLOP/s of J's devices, 0 when one of them has no known peak (every CPU). */
+static double peak_flops(const coord_t *c, const job_t *j) {
+  double sum = 0;
+  for (int r = 0; r < j->world; r++) {
+    const rank_st *rk = &j->ranks[r];
+    if (rk->node < 0 || rk->slot < 0) return 0;
+    const slot_t *s = &c->nodes[rk->node].slots[rk->slot];
+    double p = s->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CPU ? 0 : promx_peak_flops(s->name);
+    if (p <= 0) return 0;
+    sum += p;
+  }
+  return sum;
+}
+
 static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   int b = step % 2;
   Fsdp__StepReport **reps = malloc((size_t)j->world * sizeof *reps);
@@ -85,6 +99,11 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
                      .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
   if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &st, line);
   if (rc == FSDP_OK && reps[0]->sample && reps[0]->sample[0]) job_log(j, "sample at step %u: %s", step, reps[0]->sample);
+  /* the Prometheus figures (only with --metrics: nothing else reads them) */
+  if (rc == FSDP_OK && c->cfg.metrics &&
+      promx_on_step(&j->px, j->id, j->spec.name, j->state, reps, (size_t)j->world, &sum,
+                    j->plan ? j->plan->flops_per_token : 0, peak_flops(c, j)) != FSDP_OK)
+    log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   free(line);
   free(reps);
   for (int r = 0; r < j->world; r++) wire_free(&j->reports[b][r]);
@@ -98,6 +117,7 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   }
   j->done_step = step;
   j->deadline = loop_now_mono() + j->step_timeout;
+  coord_publish_metrics(c);
   log_debug("job %llu step %u: loss %.4f, %.0f tokens/s", (unsigned long long)j->id, step, sum.loss, sum.tokens_per_s);
 }
 

@@ -11,7 +11,10 @@ PKGS=(
   build-essential cmake pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
   libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
+  libmicrohttpd-dev     # fsdpd --metrics: the HTTP server of the Prometheus endpoint
+  gnuplot-nox           # fsdpctl plot
   python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
+  curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
 )
 case "${1:-}" in

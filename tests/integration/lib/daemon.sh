@@ -13,7 +13,8 @@ signal_rank() {
   [ -n "$pid" ] || fail "no pid for job $2 rank $3 in the daemon log"
   kill -"$1" "$pid"
 }
-start_daemon() { "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!; }
+# start_daemon [FLAGS...]: extra fsdpd flags (such as --metrics) follow the defaults.
+start_daemon() { "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none "$@" >>"$S/fsdpd.log" 2>&1 & DPID=$!; }
 # SIGTERM; the daemon must exit 0.
 stop_daemon() {
   kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""

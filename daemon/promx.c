@@ -1,0 +1,263 @@
+/* promx — see promx.h. */
+#define _GNU_SOURCE
+#include "promx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_core.h"
+#include "job.h"
+
+/* Peak dense bf16 tensor FLOP/s from the vendors' data sheets (SXM parts; a PCIe part of the
+ * same name is slower, so its MFU reads high). Matched as a substring of the CUDA product name. */
+static const struct {
+  const char *name;
+  double flops;
+} peaks[] = {
+  {"H200", 989e12}, {"H100", 989e12}, {"A100", 312e12}, {"L40S", 362e12}, {"A10G", 70e12}, {"L4", 121e12},
+};
+
+double promx_peak_flops(const char *name) {
+  for (size_t i = 0; name && i < sizeof peaks / sizeof peaks[0]; i++)
+    if (strstr(name, peaks[i].name)) return peaks[i].flops;
+  return 0;
+}
+
+fsdp_status promx_set_state(promx_job **pxp, uint64_t id, const char *name, int state) {
+  if (!*pxp) {
+    *pxp = calloc(1, sizeof **pxp);
+    if (!*pxp) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the metrics of job %llu", (unsigned long long)id);
+    (*pxp)->mfu = -1;
+  }
+  (*pxp)->id = id;
+  snprintf((*pxp)->name, sizeof (*pxp)->name, "%s", name);
+  (*pxp)->state = state;
+  return FSDP_OK;
+}
+
+fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int state, Fsdp__StepReport *const *reports,
+                          size_t n, const Fsdp__StepSummary *sum, double flops_per_token, double peak_flops) {
+  fsdp_status rc = promx_set_state(pxp, id, name, state);
+  if (rc != FSDP_OK) return rc;
+  promx_job *px = *pxp;
+  if ((size_t)px->world < n) {   /* first step, or a restart with more ranks: the counters so far stay */
+    promx_rank *r = realloc(px->ranks, n * sizeof *r);
+    if (!r) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the metrics of job %llu", (unsigned long long)id);
+    memset(r + px->world, 0, (n - (size_t)px->world) * sizeof *r);
+    px->ranks = r;
+    px->world = (int)n;
+  }
+  px->step = sum->step;
+  px->loss = sum->loss;
+  px->tokens_per_s = sum->tokens_per_s;
+  px->has_val = sum->has_val;
+  if (sum->has_val) px->val_loss = sum->val_loss;
+  px->mfu = peak_flops > 0 ? flops_per_token * sum->tokens_per_s / peak_flops : -1;
+  px->tokens_total += sum->tokens;
+  px->steps_total++;
+  for (size_t i = 0; i < n; i++) {
+    const Fsdp__RankStats *s = reports[i]->stats;
+    promx_rank *r = &px->ranks[i];
+    if (!s) continue;
+    for (size_t k = 0; k < MEM_NCAT; k++) r->peak_bytes[k] = k < s->n_peak_bytes ? s->peak_bytes[k] : 0;
+    for (size_t k = 0; k < STEPSTATS_NPHASE && k < s->n_phase_us; k++) r->phase_s[k] += (double)s->phase_us[k] * 1e-6;
+    for (size_t k = 0; k < COLL_NKIND && k < s->n_sent_bytes; k++) r->sent_bytes[k] += s->sent_bytes[k];
+  }
+  return FSDP_OK;
+}
+
+void promx_job_free(promx_job **pxp) {
+  if (!pxp || !*pxp) return;
+  free((*pxp)->ranks);
+  free(*pxp);
+  *pxp = NULL;
+}
+
+void promx_expire(promx_job **done, double now) {
+  int k = 0;
+  for (promx_job **p = done; *p;) {
+    if (now - (*p)->ended_at > PROMX_KEEP_S || ++k > PROMX_KEEP_JOBS) {
+      promx_job *dead = *p;
+      *p = dead->next;
+      promx_job_free(&dead);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+}
+
+void promx_retire(promx_job **done, promx_job **pxp, double now) {
+  promx_job *px = *pxp;
+  if (!px) return;
+  *pxp = NULL;
+  px->ended_at = now;
+  px->next = *done;
+  *done = px;
+  promx_expire(done, now);
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+/* A label value: backslash, double quote and newline escaped (the text format's rules). */
+static void put_label(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\') fputs("\\\\", f);
+    else if (*s == '"') fputs("\\\"", f);
+    else if (*s == '\n') fputs("\\n", f);
+    else fputc(*s, f);
+  }
+}
+
+static void head(FILE *f, const char *metric, const char *type, const char *help) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
+}
+
+/* metric{job="ID",name="NAME"  — the caller closes the braces */
+static void job_labels(FILE *f, const char *metric, const promx_job *px) {
+  fprintf(f, "%s{job=\"%llu\",name=\"", metric, (unsigned long long)px->id);
+  put_label(f, px->name);
+  fputc('"', f);
+}
+
+/* A floating value in the text format: Go's ParseFloat reads %.17g, NaN and ±Inf by those names. */
+static void put_value(FILE *f, double v) {
+  if (v != v) fputs(" NaN\n", f);
+  else if (v > 1.7e308) fputs(" +Inf\n", f);
+  else if (v < -1.7e308) fputs(" -Inf\n", f);
+  else fprintf(f, " %.17g\n", v);
+}
+
+typedef struct jobs_iter {
+  const struct coord *c;
+  const job_t *active;
+  const promx_job *done;
+} jobs_iter;
+
+/* Every job record to show: the active jobs' first, then the finished ones'. */
+static const promx_job *next_job(jobs_iter *it) {
+  while (it->active) {
+    const job_t *j = it->active;
+    it->active = j->next;
+    if (j->px) return j->px;
+  }
+  const promx_job *px = it->done;
+  if (px) it->done = px->next;
+  return px;
+}
+
+#define FOR_JOBS(C, PX) for (jobs_iter it_ = {(C), (C)->jobs, (C)->px_done}; ((PX) = next_job(&it_));)
+
+typedef enum { JV_LOSS, JV_STEP, JV_TPS, JV_VAL, JV_MFU, JV_TOKENS, JV_STEPS } job_value;
+
+static void job_series(FILE *f, const struct coord *c, job_value which, const char *metric, const char *type,
+                       const char *help) {
+  const promx_job *px;
+  head(f, metric, type, help);
+  FOR_JOBS(c, px) {
+    double v;
+    switch (which) {
+    case JV_LOSS: if (!px->steps_total) continue; v = px->loss; break;
+    case JV_STEP: v = px->step; break;
+    case JV_TPS: if (!px->steps_total) continue; v = px->tokens_per_s; break;
+    case JV_VAL: if (!px->has_val) continue; v = px->val_loss; break;
+    case JV_MFU: if (px->mfu < 0) continue; v = px->mfu; break;
+    case JV_TOKENS: v = (double)px->tokens_total; break;
+    default: v = (double)px->steps_total; break;
+    }
+    job_labels(f, metric, px);
+    fputc('}', f);
+    put_value(f, v);
+  }
+}
+
+static void job_state_series(FILE *f, const struct coord *c) {
+  const promx_job *px;
+  head(f, "fsdp_job_state", "gauge", "1 for the job's current state, 0 for the others");
+  FOR_JOBS(c, px) {
+    for (int s = ST_QUEUED; s <= ST_CANCELLED; s++) {
+      job_labels(f, "fsdp_job_state", px);
+      fprintf(f, ",state=\"%s\"} %d\n", job_state_name(s), px->state == s);
+    }
+  }
+}
+
+typedef enum { RV_PEAK, RV_PHASE, RV_SENT } rank_value;
+
+static void rank_series(FILE *f, const struct coord *c, rank_value which, const char *metric, const char *type,
+                        const char *label, const char *help) {
+  const promx_job *px;
+  head(f, metric, type, help);
+  int nk = which == RV_PEAK ? MEM_NCAT : which == RV_PHASE ? STEPSTATS_NPHASE : COLL_NKIND;
+  FOR_JOBS(c, px) {
+    for (int r = 0; r < px->world; r++) {
+      const promx_rank *rk = &px->ranks[r];
+      for (int k = 0; k < nk; k++) {
+        const char *kn = which == RV_PEAK ? mem_category_name((mem_category)k)
+                         : which == RV_PHASE ? stepstats_phase_names[k] : coll_kind_name((coll_kind)k);
+        fprintf(f, "%s{job=\"%llu\",rank=\"%d\",%s=\"%s\"}", metric, (unsigned long long)px->id, r, label, kn);
+        if (which == RV_PHASE) put_value(f, rk->phase_s[k]);
+        else fprintf(f, " %llu\n", (unsigned long long)(which == RV_PEAK ? rk->peak_bytes[k] : rk->sent_bytes[k]));
+      }
+    }
+  }
+}
+
+static const char *kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CPU ? "cpu" : "cuda"; }
+
+static void node_series(FILE *f, const struct coord *c) {
+  head(f, "fsdp_node_up", "gauge", "1 while the node's agent sends heartbeats, 0 once it is lost");
+  for (int i = 0; i < c->nnodes; i++) {
+    fputs("fsdp_node_up{node=\"", f);
+    put_label(f, c->nodes[i].name);
+    fprintf(f, "\"} %d\n", !c->nodes[i].lost);
+  }
+  head(f, "fsdp_node_devices", "gauge", "device slots of the node by kind and state (busy: running a rank of a job)");
+  for (int i = 0; i < c->nnodes; i++) {
+    const node_t *n = &c->nodes[i];
+    int count[2][2] = {{0, 0}, {0, 0}};   /* [cuda?][busy?] */
+    for (int s = 0; s < n->nslots; s++)
+      count[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
+    for (int g = 0; g < 2; g++) {
+      if (!count[g][0] && !count[g][1]) continue;
+      for (int b = 0; b < 2; b++) {
+        fputs("fsdp_node_devices{node=\"", f);
+        put_label(f, n->name);
+        fprintf(f, "\",kind=\"%s\",state=\"%s\"} %d\n",
+                kind_name(g ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU), b ? "busy" : "free",
+                count[g][b]);
+      }
+    }
+  }
+}
+
+fsdp_status promx_render(const struct coord *c, char **text, size_t *len) {
+  *text = NULL;
+  *len = 0;
+  FILE *f = open_memstream(text, len);
+  if (!f) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot render the metrics");
+  job_series(f, c, JV_LOSS, "fsdp_job_loss", "gauge", "training loss of the latest step (metrics.jsonl's last line)");
+  job_series(f, c, JV_VAL, "fsdp_job_val_loss", "gauge", "latest validation loss ([eval]); absent before the first");
+  job_series(f, c, JV_STEP, "fsdp_job_step", "gauge", "latest completed step");
+  job_series(f, c, JV_TPS, "fsdp_job_tokens_per_second", "gauge", "tokens per second of the latest step");
+  job_series(f, c, JV_MFU, "fsdp_job_mfu", "gauge",
+             "model FLOPs utilization of the latest step (0..1); only for devices with a known peak");
+  job_series(f, c, JV_TOKENS, "fsdp_job_tokens_total", "counter", "tokens trained, over every attempt");
+  job_series(f, c, JV_STEPS, "fsdp_job_steps_total", "counter", "steps completed, over every attempt");
+  job_state_series(f, c);
+  rank_series(f, c, RV_PEAK, "fsdp_rank_memory_peak_bytes", "gauge", "category",
+              "peak bytes by memory category within the latest step");
+  rank_series(f, c, RV_PHASE, "fsdp_rank_phase_seconds_total", "counter", "phase",
+              "seconds spent per step phase, summed over steps");
+  rank_series(f, c, RV_SENT, "fsdp_rank_sent_bytes_total", "counter", "collective",
+              "bytes sent by each collective, summed over steps");
+  node_series(f, c);
+  head(f, "fsdp_malformed_messages_total", "counter", "malformed messages received and dropped");
+  fprintf(f, "fsdp_malformed_messages_total %llu\n", (unsigned long long)c->bad_msgs);
+  if (fclose(f) != 0 || !*text) {
+    free(*text);
+    *text = NULL;
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot render the metrics");
+  }
+  return FSDP_OK;
+}
