@@ -204,6 +204,12 @@ int ctl_plan(int argc, char **argv) {
     plan_print(plan, stdout, device_bytes);
     if (fit) plan_fit_print(&pf, stdout);
   }
+  if (!json && plan->host_bytes && host) {   /* offload: the node's memory holds every local rank's share */
+    int ranks = (int)(host / plan->host_bytes);
+    printf("\nHost memory (offload = optimizer): %.2f GiB per rank; this machine's %.1f GiB holds %d rank%s' "
+           "share%s\n", (double)plan->host_bytes / (1 << 30), (double)host / (1 << 30), ranks, ranks == 1 ? "" : "s",
+           ranks < 1 ? " (none: the offloaded state does not fit here)" : "");
+  }
   if (fit) {   /* --fit answers the question; the exit status says whether the job's own batch fits */
     if (!pf.batch_size) rc = PLAN_EXIT_NOFIT;
   } else if (!rc && device_bytes && plan->mem_total > device_bytes) {

@@ -375,20 +375,32 @@ static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
 }
 
 static const char *mem_formula(const plan_t *p, int c) {
+  int off = p->offload == OFFLOAD_OPTIMIZER, bf = p->param_dtype == DTYPE_BF16;
+  int conv = dtype_bytes(p->param_dtype) != (p->device == DEVICE_CPU ? 4 : 2);
   switch (c) {
-  case MEM_PARAM_SHARD: return "fp32 master shard: 4·S";
+  case MEM_PARAM_SHARD:
+    return off ? "pb·S: the form the gathers read (the fp32 master is on the host)"
+           : bf ? "4·S + 2·S: fp32 master shard and its bf16 copy" : "fp32 master shard: 4·S";
   case MEM_GRAD_SHARD: return "fp32 gradient shard: 4·S";
-  case MEM_OPTIM_STATE: return "AdamW m and v: 8·S";
+  case MEM_OPTIM_STATE: return off ? "0: AdamW m and v are on the host" : "AdamW m and v: 8·S";
   case MEM_GATHERED:
-    return p->sharding == SHARD_FULL ? "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched"
-           : p->sharding == SHARD_GRAD_OP ? "pb·Σ padded: every unit gathered forward→backward"
-                                          : "0: the shard is the whole model";
+    if (p->sharding == SHARD_FULL)
+      return conv ? "pb·(Pr + min(1+p, L)·Pb) + cb·(Pr + Pb): root + blocks + their compute-dtype copies"
+                  : "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched";
+    if (p->sharding == SHARD_GRAD_OP)
+      return conv ? "pb·Σ padded + cb·(Pr + Pb): every unit gathered forward→backward + compute copies"
+                  : "pb·Σ padded: every unit gathered forward→backward";
+    return conv ? "cb·(Pr + Pb): a root and a block in the compute dtype" : "0: the shard is the whole model";
   case MEM_ACTIVATIONS:
     return p->ackpt == ACKPT_FULL ? "4·(L·block_saved + block_ws + root_saved) + 8·B·T·G: checkpointed"
                                   : "4·(L·block_saved + root_saved) + 8·B·T·G";
   case MEM_WORKSPACE: return "4·max(head_ws, bwd_ws)";
   case MEM_COMM:
-    return p->sharding == SHARD_NONE ? "0: gradients all-reduced in place" : "rb·(Pr + 2·Pb + Smax): unit gradients + ring scratch";
+    if (p->sharding == SHARD_NONE)
+      return p->reduce_dtype == DTYPE_BF16 ? "2·S + 16: the gradient in bf16 for the all-reduce, scalars"
+                                           : "16: the step's scalars (gradients all-reduced in place)";
+    return p->reduce_dtype == DTYPE_BF16 ? "4·(Pr+Pb) + 2·(Pr+2Pb) + 2·(Sr+2Sb+Smax) + 16: fp32 grads, bf16 send/recv"
+                                         : "4·(Pr + 2·Pb + Smax) + 16: unit gradients, ring scratch, scalars";
   }
   return "";
 }
