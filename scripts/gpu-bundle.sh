@@ -96,7 +96,7 @@ nccl_h=$(grep -m1 -o 'NCCL_INCLUDE_DIR:PATH=.*' "$BUILD/CMakeCache.txt" | cut -d
 nccl_ver=$(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$nccl_h/nccl.h" 2>/dev/null || true)
 {
   echo "commit: $(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)"
-  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -n 1)"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(sed -n "s/^PRETTY_NAME=//p" /etc/os-release | tr -d "\""), $(ldd --version | head -n 1)"
   echo "cuda_arch: sm_$ARCH"
   echo "nvcc: $(grep -h -m1 -o 'CMAKE_CUDA_COMPILER_VERSION "[^"]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1 | cut -d'"' -f2)"
   echo "glibc_needed: ${glibc_needed#GLIBC_}"
