@@ -20,7 +20,7 @@
 #
 # Environment: FSDP_GPU_BUILD (build directory, default build-gpu; `build` reuses make test's tree
 # when it is a CUDA build), FSDP_CUDA_ARCH (default 90), FSDP_GPU_BUNDLE (output directory, default
-# .gpubundle), JOBS (build parallelism, default 2).
+# .gpubundle), JOBS (build parallelism, default 2), FSDP_GPU_BUNDLE_XZ (xz level, default 6; the ctest uses 1).
 # Exit status: 0 packed and within the size limit; 1 otherwise (one line says why).
 set -euo pipefail
 
@@ -109,7 +109,7 @@ nccl_ver=$(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END 
 
 mkdir -p "$DEST"
 rm -f "$DEST/fsdp-gpu-bundle.tar.xz" "$DEST/MANIFEST.txt"
-XZ_OPT="-6 -T${JOBS}" tar -C "$tmp" -cJf "$DEST/fsdp-gpu-bundle.tar.xz" fsdp-gpu-bundle
+XZ_OPT="-${FSDP_GPU_BUNDLE_XZ:-6} -T${JOBS}" tar -C "$tmp" -cJf "$DEST/fsdp-gpu-bundle.tar.xz" fsdp-gpu-bundle
 cp "$stage/MANIFEST.txt" "$DEST/MANIFEST.txt"
 
 # The size that travels: the archive, and the working tree the tool sends beside it.

@@ -158,6 +158,7 @@ run_job() {
 WRAP=$WORK/wrap
 mkdir -p "$WRAP"
 GPU=""            # the GPU's description; empty: no GPU steps
+GPU_CHECK_BIN=""  # the real gpu_check the wrapper starts
 NO_GPU_WHY=""
 # The carried OpenBLAS does not know every CPU: give it kernels this CPU has (and stop fsdp-worker
 # and gpu_check from re-executing themselves to set this, which the carried loader could not do).
@@ -193,7 +194,10 @@ write_wrappers() {
   local mode=$1 lp=$2 dir=$3 ldso=${4:-} b path
   for b in fsdp-worker fsdpctl gpu_check; do
     path=$dir/$b
-    [ "$b" = gpu_check ] && [ ! -e "$path" ] && path=$dir/tests/gpu/gpu_check
+    if [ "$b" = gpu_check ]; then
+      [ -e "$path" ] || path=$dir/tests/gpu/gpu_check
+      GPU_CHECK_BIN=$path
+    fi
     if [ "$mode" = loader ]; then
       cat >"$WRAP/$b" <<EOF
 #!/bin/sh
@@ -212,10 +216,11 @@ EOF
   done
 }
 # wrappers_start: every binary finds every library (with the right symbol versions) and the two
-# that have --help answer it.
+# that have --help answer it. gpu_check may be absent (a build without the CUDA backend): step 2 says so.
 wrappers_start() {
   local b out
   for b in fsdp-worker fsdpctl gpu_check; do
+    [ "$b" = gpu_check ] && [ ! -e "$GPU_CHECK_BIN" ] && continue
     out=$(FSDP_WRAP_LIST=1 "$WRAP/$b" 2>&1) || { START_WHY="$b: $(echo "$out" | grep -m1 -E 'not found|error|version' || echo "$out" | head -n 1)"; return 1; }
     if echo "$out" | grep -qE 'not found|version .* not found'; then
       START_WHY="$b: $(echo "$out" | grep -m1 'not found' | sed 's/^[[:space:]]*//')"
@@ -328,6 +333,11 @@ GEMM=""
 step2() {
   local s0=$SECONDS t rc
   log "step 2: gpu_check (log: $OUTDIR/gpu_check.log)"
+  if [ ! -e "$GPU_CHECK_BIN" ]; then
+    if [ -n "$GPU" ]; then result 2 gpu_check FAIL "$GPU_CHECK_BIN is missing: a build without the CUDA backend?"
+    else result 2 gpu_check SKIP "$NO_GPU_WHY (and no gpu_check: a build without the CUDA backend)"; fi
+    return
+  fi
   t=$(allot 200 60) || { result 2 gpu_check SKIP "no time left in the ${BUDGET} s budget"; return; }
   timeout -k 10 "$t" "$WRAP/gpu_check" >"$OUTDIR/gpu_check.log" 2>&1
   rc=$?
