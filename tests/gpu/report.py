@@ -82,6 +82,9 @@ def cmd_bench(a):
             plan = json.load(f)
     except (OSError, ValueError) as e:
         fail(f"{e}")
+    bad = [r.get("step") for r in rows if not math.isfinite(r.get("loss", float("nan")))]
+    if bad:
+        fail(f"{path}: the loss is not finite at steps {bad}")
     timed = rows[a.skip:]
     if not timed:
         fail(f"{path}: {len(rows)} step reports, none after the {a.skip} warm-up steps")

@@ -28,7 +28,8 @@
 # For tests of this script (tests/integration/gpu_run_script.sh): FSDP_GPU_PRETEND=NAME takes NAME for
 #   the GPU without asking nvidia-smi (so the GPU steps run and must fail cleanly where there is
 #   none); FSDP_GPU_FORCE_LOADER=1 starts the bundle through its carried loader even where the
-#   native one would do; FSDP_GPU_PYTHON is the python3 for PyTorch (default python3).
+#   native one would do; FSDP_GPU_PYTHON is the python3 for PyTorch (default python3);
+#   FSDP_GPU_SANITIZER is compute-sanitizer's path (none: step 5 SKIPs).
 # The steps are called as "step$s" and the cleanup from a trap: shellcheck cannot see those calls.
 # shellcheck disable=SC2317
 set -uo pipefail
@@ -316,7 +317,7 @@ step1() {
     NO_GPU_WHY="no GPU: nvidia-smi is not on this machine"
   else
     local q
-    q=$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>&1 | head -n 1)
+    q=$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
     if [ -z "$q" ] || echo "$q" | grep -qiE 'fail|error|no devices|not found'; then
       NO_GPU_WHY="no GPU: nvidia-smi says: ${q:-nothing}"
     else
@@ -403,7 +404,7 @@ step3() {
     if ! run_job "cuda-$sh" 1 "$WORK/cuda-$sh.ini" "$t"; then
       fails="$fails $sh: $(last_error "$WORK/runs/cuda-$sh");"
     elif out=$(python3 "$HELP" compare "$WORK/runs/cpu-$sh" "$WORK/runs/cuda-$sh" --steps "$SM_STEPS" --rtol "$rtol"); then
-      passes="$passes $sh: $out;"
+      passes="$passes $sh: ${out%%; ref *};"
     else
       fails="$fails $sh: $out;"
     fi
@@ -437,6 +438,8 @@ step4() {
 # ---------------------------------------------------------------- step 5: racecheck
 find_sanitizer() {
   local c
+  [ "${FSDP_GPU_SANITIZER:-}" = none ] && return 1
+  [ -n "${FSDP_GPU_SANITIZER:-}" ] && { echo "$FSDP_GPU_SANITIZER"; return 0; }
   for c in "$(command -v compute-sanitizer 2>/dev/null)" ${CUDA_HOME:+"$CUDA_HOME/bin/compute-sanitizer"} \
            /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
     [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
@@ -447,7 +450,7 @@ step5() {
   local s0=$SECONDS t cs rc log=$WORK/runs/racecheck.log
   log "step 5: one short step under compute-sanitizer --tool racecheck"
   [ -n "$GPU" ] || { result 5 racecheck SKIP "$NO_GPU_WHY"; return; }
-  cs=$(find_sanitizer) || { result 5 racecheck SKIP "compute-sanitizer is not on this machine"; return; }
+  cs=$(find_sanitizer) || { result 5 racecheck SKIP "compute-sanitizer is not on this machine${FSDP_GPU_SANITIZER:+ (FSDP_GPU_SANITIZER=$FSDP_GPU_SANITIZER)}"; return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 5 racecheck FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   t=$(allot 150 45) || { result 5 racecheck SKIP "no time left in the ${BUDGET} s budget"; return; }
