@@ -160,15 +160,16 @@ WRAP=$WORK/wrap
 mkdir -p "$WRAP"
 GPU=""            # the GPU's description; empty: no GPU steps
 GPU_CHECK_BIN=""  # the real gpu_check the wrapper starts
+GPU_UNVERIFIED="" # 1: no nvidia-smi, so gpu_check's CUDA probe decides whether there is a GPU
 NO_GPU_WHY=""
-# The carried OpenBLAS does not know every CPU: give it kernels this CPU has (and stop fsdp-worker
-# and gpu_check from re-executing themselves to set this, which the carried loader could not do).
-CORETYPE=""
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -r /proc/cpuinfo ]; then
+# The carried OpenBLAS does not know every CPU: the wrappers give it kernels this CPU has, and set
+# OMP_WAIT_POLICY, so that fsdp-worker and gpu_check never re-execute themselves through
+# /proc/self/exe to set these (which the carried loader could not survive).
+CORETYPE=${OPENBLAS_CORETYPE:-}
+if [ -z "$CORETYPE" ] && [ -r /proc/cpuinfo ]; then
   if grep -qw avx512f /proc/cpuinfo; then CORETYPE=SkylakeX; elif grep -qw avx2 /proc/cpuinfo; then CORETYPE=Haswell; fi
 fi
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-[ -n "$CORETYPE" ] && export OPENBLAS_CORETYPE=$CORETYPE
+ENVSET="OMP_WAIT_POLICY=\${OMP_WAIT_POLICY:-passive}${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}"
 
 # find_dir SONAME: a directory on this machine holding it (the CUDA toolkit, the driver, pip wheels).
 find_dir() {
@@ -203,6 +204,7 @@ write_wrappers() {
       cat >"$WRAP/$b" <<EOF
 #!/bin/sh
 [ -n "\${FSDP_WRAP_LIST:-}" ] && exec "$ldso" --library-path "$lp" --list "$path"
+export $ENVSET
 exec "$ldso" --library-path "$lp" "$path" "\$@"
 EOF
     else
@@ -210,6 +212,7 @@ EOF
 #!/bin/sh
 ${lp:+export LD_LIBRARY_PATH="$lp\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"}
 [ -n "\${FSDP_WRAP_LIST:-}" ] && export LD_TRACE_LOADED_OBJECTS=1
+export $ENVSET
 exec "$path" "\$@"
 EOF
     fi
@@ -234,6 +237,14 @@ wrappers_start() {
   return 0
 }
 
+find_smi() {
+  local c
+  for c in "$(command -v nvidia-smi 2>/dev/null)" /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
 step1() {
   local s0=$SECONDS t mode="" why="" started="" bundle tarball
   log "step 1: binaries and the GPU"
@@ -249,7 +260,7 @@ step1() {
       mkdir -p "$WORK/bundle"
       if ! timeout 120 tar -C "$WORK/bundle" -xJf "$tarball" 2>"$WORK/untar.log"; then
         # no xz(1) here: Python's tarfile reads xz itself
-        timeout 120 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        timeout 120 python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1]); t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
           "$tarball" "$WORK/bundle" 2>>"$WORK/untar.log" ||
           { result 1 "binaries + GPU" FAIL "cannot unpack $tarball: $(tail -n 1 "$WORK/untar.log")" $((SECONDS - s0)); return; }
       fi
@@ -313,16 +324,18 @@ step1() {
     NO_GPU_WHY="dry run"
   elif [ -n "${FSDP_GPU_PRETEND:-}" ]; then
     GPU="$FSDP_GPU_PRETEND (FSDP_GPU_PRETEND: not asked of nvidia-smi)"
-  elif ! command -v nvidia-smi >/dev/null 2>&1; then
-    NO_GPU_WHY="no GPU: nvidia-smi is not on this machine"
+  elif ! SMI=$(find_smi); then
+    # no nvidia-smi: let CUDA decide (step 2's gpu_check; without it, the GPU steps try and say)
+    GPU="unknown (no nvidia-smi here; gpu_check asks CUDA)"
+    GPU_UNVERIFIED=1
   else
     local q
-    q=$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
+    q=$(timeout 30 "$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
     if [ -z "$q" ] || echo "$q" | grep -qiE 'fail|error|no devices|not found'; then
       NO_GPU_WHY="no GPU: nvidia-smi says: ${q:-nothing}"
     else
       GPU=$q
-      timeout 30 nvidia-smi -L 2>&1 | sed 's/^/  /'
+      timeout 30 "$SMI" -L 2>&1 | sed 's/^/  /'
     fi
   fi
   metric gpu "${GPU:-none ($NO_GPU_WHY)}"
@@ -350,7 +363,11 @@ step2() {
   case "$rc" in
     0) result 2 gpu_check PASS "${summary#gpu_check: }; GEMM ${GEMM:-?} TFLOP/s" $((SECONDS - s0)) ;;
     1) result 2 gpu_check FAIL "${summary:-stopped early}: first: $(grep -m1 'FAIL' "$OUTDIR/gpu_check.log")" $((SECONDS - s0)) ;;
-    2) if [ -n "$GPU" ]; then
+    2) if [ -n "$GPU_UNVERIFIED" ]; then
+         NO_GPU_WHY="no GPU: $(grep -m1 -o 'no CUDA device[^.]*' "$OUTDIR/gpu_check.log")"
+         GPU=""
+         result 2 gpu_check SKIP "$NO_GPU_WHY" $((SECONDS - s0))
+       elif [ -n "$GPU" ]; then
          result 2 gpu_check FAIL "nvidia-smi sees $GPU but CUDA does not: $(grep -m1 -o 'no CUDA device[^.]*' "$OUTDIR/gpu_check.log")" $((SECONDS - s0))
        else
          result 2 gpu_check SKIP "$NO_GPU_WHY ($(grep -m1 -o 'no CUDA device[^.]*' "$OUTDIR/gpu_check.log" || echo "exit 2"))" $((SECONDS - s0))
