@@ -232,7 +232,8 @@ wrappers_start() {
     fi
   done
   for b in fsdp-worker fsdpctl; do
-    out=$("$WRAP/$b" --help 2>&1 >/dev/null) || { START_WHY="$b --help: $(echo "$out" | head -n 1)"; return 1; }
+    # LD_BIND_NOW: a symbol missing from this machine's libnccl/libcublasLt fails here, not mid-run
+    out=$(LD_BIND_NOW=1 "$WRAP/$b" --help 2>&1 >/dev/null) || { START_WHY="$b --help: $(echo "$out" | head -n 1)"; return 1; }
   done
   return 0
 }
