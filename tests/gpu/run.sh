@@ -49,7 +49,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:-}; shift ;;
     --budget=*) BUDGET=${1#--budget=} ;;
     --strict-targets) STRICT=1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/FSDP_GPU_SANITIZER is/p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
