@@ -36,7 +36,7 @@ build=1
 case "${1:-}" in
   "") ;;
   --no-build) build=0 ;;
-  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^# Exit status/p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--no-build]" >&2; exit 2 ;;
 esac
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
