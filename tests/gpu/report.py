@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""report.py — the arithmetic of tests/gpu/run.sh: loss comparisons, the benchmark's figures and
+the final table. Standard library only (it runs under whatever python3 the GPU machine has).
+
+  report.py compare REF TEST --ranks N --steps K --rtol R   losses of two standalone runs agree
+  report.py moves REF FROZEN --rtol R --steps K              REF's training moved its loss off a
+                                                            frozen run's by > 3·R (so compare can fail)
+  report.py bench RUN PLAN.json --skip S [--gemm-tflops G]  the benchmark's figures, one JSON object
+  report.py gemm-torch                                      bf16 8192³ matmul rate through PyTorch
+  report.py table RESULTS.tsv METRICS.json OUTDIR            print the table; write gpu_report.{md,json}
+
+RUN directories are scripts/launch-standalone.sh's: rank-R.jsonl, one JSON line per step (fields
+of metrics.jsonl: step, loss, step_ms, tokens, peak_bytes{...,total}, phase_ms{allgather,...}).
+Exit status: 0 the check passed, 1 it failed (one line says why), 2 usage.
+"""
+import json
+import math
+import os
+import statistics
+import sys
+
+
+def fail(msg):
+    print(msg)
+    sys.exit(1)
+
+
+def load_run(run, ranks, steps):
+    """Rank 0's losses, after checking that every rank reported `steps` finite losses and that all
+    ranks report the same (global) loss at every step."""
+    per_rank = []
+    for r in range(ranks):
+        path = os.path.join(run, f"rank-{r}.jsonl")
+        try:
+            with open(path) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError) as e:
+            fail(f"{path}: {e}")
+        if len(rows) != steps:
+            fail(f"{path}: {len(rows)} step reports, expected {steps}")
+        losses = [row.get("loss") for row in rows]
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses):
+            fail(f"{path}: a loss is missing or not finite: {losses}")
+        per_rank.append(losses)
+    for r in range(1, ranks):
+        if per_rank[r] != per_rank[0]:
+            fail(f"{run}: rank {r} reports losses {per_rank[r]} but rank 0 {per_rank[0]} (the loss is the global mean)")
+    return per_rank[0]
+
+
+def fmt(xs):
+    return "[" + ", ".join(f"{x:.5f}" for x in xs) + "]"
+
+
+def cmd_compare(a):
+    ref = load_run(a.ref, a.ref_ranks or 1, a.steps)
+    test = load_run(a.test, a.ranks, a.steps)
+    rel = [abs(t - r) / abs(r) for r, t in zip(ref, test)]
+    k = max(range(len(rel)), key=rel.__getitem__)
+    msg = f"max rel diff {rel[k]:.2e} at step {k + 1} (tol {a.rtol:.0e}); ref {fmt(ref)} got {fmt(test)}"
+    if rel[k] > a.rtol:
+        fail(msg)
+    print(msg)
+
+
+def cmd_moves(a):
+    ref = load_run(a.ref, 1, a.steps)
+    frozen = load_run(a.frozen, 1, a.steps)
+    eff = [abs(r - f) / abs(r) for r, f in zip(ref, frozen)]
+    msg = f"training moved the reference loss by up to {max(eff):.2e} relative (needs > {3 * a.rtol:.0e})"
+    if max(eff) <= 3 * a.rtol:
+        fail(msg + ": the comparison could not tell a broken update from a working one; raise lr")
+    print(msg)
+
+
+def cmd_bench(a):
+    path = os.path.join(a.run, "rank-0.jsonl")
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        with open(a.plan) as f:
+            plan = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{e}")
+    bad = [r.get("step") for r in rows if not math.isfinite(r.get("loss", float("nan")))]
+    if bad:
+        fail(f"{path}: the loss is not finite at steps {bad}")
+    timed = rows[a.skip:]
+    if not timed:
+        fail(f"{path}: {len(rows)} step reports, none after the {a.skip} warm-up steps")
+    med = statistics.median
+    step_ms = med([r["step_ms"] for r in timed])
+    tokens = med([r["tokens"] for r in timed])
+    tps = tokens / (step_ms / 1e3)
+    fpt = float(plan["flops_per_token"])
+    achieved = tps * fpt / 1e12
+    peak = max(r["peak_bytes"]["total"] for r in rows)
+    planned = int(plan["memory"]["total"])
+    ag = med([r["phase_ms"].get("allgather", 0.0) for r in timed])
+    rs = med([r["phase_ms"].get("reducescatter", 0.0) for r in timed])
+    out = {"steps": len(rows), "steps_timed": len(timed), "step_ms": step_ms, "tokens_per_step": tokens,
+           "tokens_per_s": tps, "flops_per_token": fpt, "achieved_tflops": achieved,
+           "gemm_tflops": a.gemm_tflops, "mfu": achieved / a.gemm_tflops if a.gemm_tflops else None,
+           "peak_bytes": peak, "plan_bytes": planned, "peak_vs_plan": (peak - planned) / planned,
+           "peak_by_category": max(rows, key=lambda r: r["peak_bytes"]["total"])["peak_bytes"],
+           "plan_by_category": plan["memory"], "allgather_ms": ag, "reducescatter_ms": rs,
+           "exposed_comm_ms": ag + rs, "exposed_comm_share": (ag + rs) / step_ms,
+           "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
+    print(json.dumps(out))
+
+
+def cmd_gemm_torch(_a):
+    import torch   # noqa: the one subcommand that needs it
+    n, iters = 8192, 20
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(n, n, device="cuda", dtype=torch.bfloat16, generator=g) - 0.5
+    y = torch.rand(n, n, device="cuda", dtype=torch.bfloat16, generator=g) - 0.5
+    for _ in range(3):
+        x @ y
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(iters):
+        x @ y
+    e1.record()
+    torch.cuda.synchronize()
+    t = e0.elapsed_time(e1) / 1e3 / iters
+    print(f"{2 * n ** 3 / t / 1e12:.1f}")
+
+
+def cmd_table(a):
+    rows = []
+    with open(a.results) as f:
+        for line in f:
+            if line.strip():
+                sid, name, status, secs, detail = line.rstrip("\n").split("\t", 4)
+                rows.append({"step": sid, "check": name, "status": status, "seconds": int(secs), "detail": detail})
+    metrics = {}
+    if os.path.exists(a.metrics):
+        with open(a.metrics) as f:
+            for line in f:
+                if line.strip():
+                    metrics.update(json.loads(line))
+    failed = [r for r in rows if r["status"] == "FAIL"]
+
+    def cell(s, n=110):
+        s = s.replace("|", "/")
+        return s if len(s) <= n else s[: n - 1] + "…"
+
+    lines = ["| step | check | result | s | detail |", "|---|---|---|---|---|"]
+    lines += [f"| {r['step']} | {r['check']} | {r['status']} | {r['seconds']} | {cell(r['detail'])} |" for r in rows]
+    fig = []
+
+    def add(label, key, f="{:.1f}", scale=1.0):
+        v = metrics.get(key)
+        if isinstance(v, (int, float)):
+            fig.append(f"| {label} | {f.format(v * scale)} |")
+        elif isinstance(v, str):
+            fig.append(f"| {label} | {cell(v)} |")
+
+    add("GPU", "gpu")
+    add("binaries", "binaries")
+    add("bf16 GEMM rate, 8192³ (TFLOP/s, this run)", "gemm_tflops")
+    add("GEMM rate source", "gemm_source")
+    add("fsdpd GPT-2 124M B=16 T=1024 bf16, world 1: tokens/s", "ours_tokens_per_s", "{:.0f}")
+    add("fsdpd step (ms, median)", "ours_step_ms")
+    add("fsdpd model TFLOP/s (plan's FLOPs per token)", "ours_achieved_tflops")
+    add("fsdpd MFU (against this run's GEMM rate), %", "ours_mfu", "{:.1f}", 100)
+    add("fsdpd peak memory (GiB)", "ours_peak_bytes", "{:.2f}", 1 / 2**30)
+    add("plan's memory (GiB)", "plan_bytes", "{:.2f}", 1 / 2**30)
+    add("peak against plan, %", "peak_vs_plan", "{:+.1f}", 100)
+    add("exposed communication (ms, all-gather + reduce-scatter waits)", "ours_exposed_comm_ms", "{:.2f}")
+    add("exposed communication, % of the step", "ours_exposed_comm_share", "{:.1f}", 100)
+    add("PyTorch eager tokens/s", "torch_eager_tokens_per_s", "{:.0f}")
+    add("PyTorch torch.compile tokens/s", "torch_compile_tokens_per_s", "{:.0f}")
+    add("torch.compile first step (s)", "torch_compile_s")
+    add("PyTorch peak memory, compile (GiB)", "torch_compile_peak_bytes", "{:.2f}", 1 / 2**30)
+    add("fsdpd / PyTorch eager", "ratio_eager", "{:.2f}")
+    add("fsdpd / torch.compile", "ratio_compile", "{:.2f}")
+    targets = []
+    mfu, ratio, pvp = metrics.get("ours_mfu"), metrics.get("ratio_compile"), metrics.get("peak_vs_plan")
+    if isinstance(mfu, (int, float)):
+        targets.append(("MFU ≥ 45 %", mfu >= 0.45))
+    if isinstance(ratio, (int, float)):
+        targets.append(("tokens/s ≥ torch.compile's", ratio >= 1.0))
+    if isinstance(pvp, (int, float)):
+        targets.append(("peak memory within 10 % of the plan", abs(pvp) <= 0.10))
+    fig += [f"| target: {t} | {'met' if ok else 'MISSED'} |" for t, ok in targets]
+    verdict = (f"{len(failed)} FAILED: " + ", ".join(f"{r['step']} {r['check']}" for r in failed)) if failed \
+        else "no step FAILED"
+    md = ["# tests/gpu/run.sh report", "", f"{metrics.get('when', '')} {metrics.get('mode', '')}".strip(), "",
+          *lines, "", "| figure | value |", "|---|---|", *fig, "", f"Verdict: {verdict}.", ""]
+    text = "\n".join(md)
+    os.makedirs(a.outdir, exist_ok=True)
+    with open(os.path.join(a.outdir, "gpu_report.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.outdir, "gpu_report.json"), "w") as f:
+        json.dump({"steps": rows, "metrics": metrics, "targets": {t: ok for t, ok in targets},
+                   "failed": [r["step"] for r in failed]}, f, indent=2)
+        f.write("\n")
+    print(text)
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("compare")
+    p.add_argument("ref")
+    p.add_argument("test")
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--ref-ranks", type=int, default=1)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--rtol", type=float, required=True)
+    p = sub.add_parser("moves")
+    p.add_argument("ref")
+    p.add_argument("frozen")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--rtol", type=float, required=True)
+    p = sub.add_parser("bench")
+    p.add_argument("run")
+    p.add_argument("plan")
+    p.add_argument("--skip", type=int, default=3)
+    p.add_argument("--gemm-tflops", type=float, default=None)
+    sub.add_parser("gemm-torch")
+    p = sub.add_parser("table")
+    p.add_argument("results")
+    p.add_argument("metrics")
+    p.add_argument("outdir")
+    a = ap.parse_args()
+    {"compare": cmd_compare, "moves": cmd_moves, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
+     "table": cmd_table}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
