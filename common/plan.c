@@ -36,14 +36,29 @@ static int64_t block_numel(const gpt2_config *m) {
   return 12 * C * C + 13 * C;
 }
 
-static plan_act model_act(const gpt2_config *m, int B) {
+int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
+  return dev == DEVICE_CPU ? B * H * T * T : B * H * T;
+}
+
+int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
+  if (dev == DEVICE_CPU) return 4 * BT * V;
+  int64_t chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
+  return 4 * chunk * round_up(V, 128);
+}
+
+static plan_act model_act(const gpt2_config *m, int B, device_kind dev) {
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
-  int64_t BT = (int64_t)B * T, BTC = BT * C, BHTT = (int64_t)B * H * T * T;
+  int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
+  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
   return (plan_act){
-    .block_saved = 16 * BTC + 4 * BT + BHTT,
+    .block_saved = 16 * BTC + 4 * BT + ATT,
     .root_saved = 2 * BTC + 2 * BT,
-    .head_ws = BT * V + BT + BTC,
-    .bwd_ws = 7 * BTC + BHTT,
+    .head_ws = logits / 4 + BT + BTC,
+    .bwd_ws = 7 * BTC + ATT,
+    .block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT),
+    .root_bytes = e * 2 * BTC + 4 * 2 * BT,
+    .head_ws_bytes = logits + 4 * BT + e * BTC,
+    .bwd_ws_bytes = e * 7 * BTC + 4 * ATT,
   };
 }
 
@@ -78,7 +93,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
-  plan_act a = model_act(&in->m, in->batch_size);
+  plan_act a = model_act(&in->m, in->batch_size, in->device);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
   /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
@@ -111,9 +126,12 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   }
   mem[MEM_COMM] += 4 * PLAN_STEP_SCALARS;   /* the step's scalars, all-reduced on the device */
   /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
-  mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.root_saved) +
+  mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.root_bytes +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
-  mem[MEM_WORKSPACE] = 4 * (uint64_t)(a.head_ws > a.bwd_ws ? a.head_ws : a.bwd_ws);
+  mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
+  /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (2 + 4·L 2-D tensors) */
+  if (in->device == DEVICE_CUDA)
+    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (2 + 4 * L);
   *total = 0;
   for (int c = 0; c < MEM_NCAT; c++) *total += mem[c];
 }
@@ -251,7 +269,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
    * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
-  p->act = model_act(m, in.batch_size);
+  p->act = model_act(m, in.batch_size, in.device);
   model_memory(&in, p->mem, &p->mem_total);
   model_comm(&in, in.sharding, p->sent_bytes);
   *out = p;
@@ -362,8 +380,11 @@ static const char *mem_formula(const plan_t *p, int c) {
     return p->sharding == SHARD_FULL ? "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched"
            : p->sharding == SHARD_GRAD_OP ? "pb·Σ padded: every unit gathered forward→backward"
                                           : "0: the shard is the whole model";
-  case MEM_ACTIVATIONS: return "4·(L·block_saved + root_saved) + 8·B·T";
-  case MEM_WORKSPACE: return "4·max(head_ws, bwd_ws)";
+  case MEM_ACTIVATIONS:
+    return p->device == DEVICE_CPU ? "4·(L·block_saved + root_saved) + 8·B·T"
+                                   : "bf16 acts, fp32 stats: L·block_bytes + root_bytes + 8·B·T";
+  case MEM_WORKSPACE:
+    return p->device == DEVICE_CPU ? "4·max(head_ws, bwd_ws)" : "max(head_ws, bwd_ws) bytes + CUDA workspace";
   case MEM_COMM:
     return p->sharding == SHARD_NONE ? "0: gradients all-reduced in place" : "rb·(Pr + 2·Pb + Smax): unit gradients + ring scratch";
   }
@@ -460,9 +481,10 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
             mem_formula(p, k));
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
-  fprintf(f, "  activations per micro-batch (floats): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
-          human_count(p->act.block_saved, a, sizeof a), human_count(p->act.root_saved, b, sizeof b),
-          human_count(p->act.head_ws, c, sizeof c), human_count(p->act.bwd_ws, d, sizeof d));
+  fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
+          p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
+          human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
+          human_count(p->act.bwd_ws, d, sizeof d));
   if (device_bytes) {
     double used = 100.0 * (double)p->mem_total / (double)device_bytes;
     if (p->mem_total <= device_bytes) {

@@ -130,6 +130,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   int nu = p->nunits, G = spec->grad_accum;
   int64_t S = p->shard_total, BTG = (int64_t)p->batch_size * p->model.seq_len * G;
 
+  if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
   ALLOC_OR(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
   if (rt->bf16_params) ALLOC_OR(rt->lp, dalloc(rt, MEM_PARAM_SHARD, S, 2), rc, fail);
   ALLOC_OR(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4), rc, fail);
