@@ -50,6 +50,7 @@ static plan_act model_act(const gpt2_config *m, int B, device_kind dev) {
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
+  if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses (model_gpt2.c): C > V, or a large B·T on CUDA */
   return (plan_act){
     .block_saved = 16 * BTC + 4 * BT + ATT,
     .root_saved = 2 * BTC + 2 * BT,

@@ -108,7 +108,8 @@ typedef struct plan_act {
                             res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
   int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT: 2·BTC + 2·BT */
   int64_t head_ws;       /* logits/dlogits + per-token losses B·T + d lnf B·T·C (loss phase only);
-                            logits: B·T·V on the CPU, one classifier chunk (plan_logits_bytes / 4) on CUDA */
+                            logits: B·T·V on the CPU, one classifier chunk (plan_logits_bytes / 4) on
+                            CUDA, at least BTC act elements (the backward's dres reuses that slot) */
   int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + ATT
                             (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt ATT) */
   int64_t block_bytes, root_bytes, head_ws_bytes, bwd_ws_bytes;   /* the same in bytes */

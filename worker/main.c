@@ -125,6 +125,7 @@ typedef struct rendezvous {
   const char *prefix;
 } rendezvous;
 
+#ifdef FSDP_HAVE_CUDA
 /* Prefix a failure's message with "device = cuda: " (one line for the log and the coordinator). */
 static fsdp_status cuda_failure(fsdp_status rc) {
   char why[768];
@@ -133,7 +134,6 @@ static fsdp_status cuda_failure(fsdp_status rc) {
   return fsdp_set_error(rc, "device = cuda: %s", why);
 }
 
-#ifdef FSDP_HAVE_CUDA
 static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
   (void)ctx;
   return comm_nccl_get_unique_id(id);

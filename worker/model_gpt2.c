@@ -56,7 +56,10 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   int64_t bwd = o;
   /* The head: logits, losses, then dlnf after both (live together during the classifier). */
   o = 0;
-  a->logits = take(c, &o, dev_logits_bytes(a->dev, (int)BT, a->V), 1);   /* BT·V fp32 on the CPU */
+  /* the logits slot also holds dres (at 0) once they are dead: at least BTC act elements, so that
+   * dres never reaches the losses or dlnf that ln_f's backward reads while writing it */
+  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);   /* BT·V fp32 on the CPU */
+  a->logits = take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
   a->losses = take(c, &o, BT, 4);
   a->dlnf = take(c, &o, BTC, e);
   int64_t head = o;

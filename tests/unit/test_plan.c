@@ -284,6 +284,19 @@ static void test_cuda_memory(void) {
   plan_destroy(&p);
 }
 
+/* The logits slot is also the backward's dres: at least BTC act elements. CUDA, V = 16 (Vp 128),
+ * C = 128, B·T = 4096: the chunk 4·1024·128 = 524,288 bytes < 2·BTC = 1,048,576, so the slot is
+ * 2·BTC: head_ws_bytes = 1,048,576 + 4·4096 + 2·524,288 = 2,113,536. */
+static void test_logits_slot(void) {
+  jobspec_t s = spec_of(1, 2, 128, 16, 1024);
+  s.batch_size = 4;
+  s.device = DEVICE_CUDA;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(2113536, p ? p->act.head_ws_bytes : 0);
+  plan_destroy(&p);
+}
+
 /* At a fixed B·T the CUDA activations (and workspace) do not grow with T: the fused attention
  * keeps B·H·T floats, not B·H·T·T; the CPU's do grow. GPT-2 small, B·T = 8192. */
 static void test_cuda_act_flat_in_t(void) {
@@ -409,6 +422,7 @@ int main(void) {
   test_memory_model();
   test_cuda_memory();
   test_cuda_act_flat_in_t();
+  test_logits_slot();
   test_min_world();
   test_bad_input();
   test_json_and_table();
