@@ -18,8 +18,9 @@ struct ctl_conn {
   void *ctx;
   void *sock;
   int watch_fd;
-  void *mon;              /* tcp://: PAIR receiving the socket's failed CURVE handshakes */
+  void *mon;              /* tcp://: PAIR receiving the socket's handshake events */
   int mon_seq;
+  int tcp_up, secured;    /* tcp://: a TCP connection was made; a CURVE handshake succeeded */
   char endpoint[1024];
 };
 
@@ -70,7 +71,10 @@ static void close_socket(ctl_conn *c) {
 static fsdp_status open_monitor(ctl_conn *c) {
   char ep[96];
   snprintf(ep, sizeof ep, "inproc://fsdpctl-monitor-%p-%d", (void *)c, c->mon_seq++);
-  if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+  c->tcp_up = c->secured = 0;
+  if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                                          ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
     return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
   c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
   if (!c->mon || zmq_connect(c->mon, ep) != 0)
@@ -78,20 +82,27 @@ static fsdp_status open_monitor(ctl_conn *c) {
   return FSDP_OK;
 }
 
-/* 1 when the monitor reported a rejected key (its event is consumed), else 0. */
-static int monitor_auth_failed(ctl_conn *c) {
-  int failed = 0;
+/* What the handshake events so far say: -4 the daemon rejected this client's key, -5 the daemon
+ * dropped the connection before the handshake completed (a CURVE server drops a client whose
+ * HELLO it cannot decrypt: the server key is not that daemon's), 0 nothing conclusive. */
+static int monitor_verdict(ctl_conn *c) {
+  int verdict = 0;
   zmq_msg_t f;
   zmq_msg_init(&f);
   while (zmq_msg_recv(&f, c->mon, ZMQ_DONTWAIT) >= 0) {
     uint16_t ev = 0;
     if (zmq_msg_size(&f) >= 2) memcpy(&ev, zmq_msg_data(&f), 2);
-    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) failed = 1;
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) verdict = -4;
+    else if (ev == ZMQ_EVENT_CONNECTED) c->tcp_up = 1;
+    else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) c->secured = 1;
+    else if ((ev == ZMQ_EVENT_DISCONNECTED || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+              ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) && c->tcp_up && !c->secured && !verdict)
+      verdict = -5;
     while (zmq_msg_more(&f) && zmq_msg_recv(&f, c->mon, ZMQ_DONTWAIT) >= 0) {
     }
   }
   zmq_msg_close(&f);
-  return failed;
+  return verdict;
 }
 
 static fsdp_status open_socket(ctl_conn *c) {
@@ -158,13 +169,12 @@ void ctl_conn_destroy(ctl_conn **cp) {
   *cp = NULL;
 }
 
-const char *ctl_conn_endpoint(const ctl_conn *c) { return c->endpoint; }
 
 void ctl_conn_watch_fd(ctl_conn *c, int fd) { c->watch_fd = fd; }
 
 /* Wait until EVENTS is ready on the socket or DEADLINE (monotonic ms) passes.
  * 1 ready, 0 deadline, -1 interrupted by a signal, -2 other error, -3 the watched fd fired,
- * -4 the daemon rejected this client's CURVE key. */
+ * -4 the daemon rejected this client's CURVE key, -5 it dropped the connection during the handshake. */
 static int wait_for(ctl_conn *c, short events, double deadline) {
   for (;;) {
     double left = deadline - now_ms();
@@ -177,9 +187,19 @@ static int wait_for(ctl_conn *c, short events, double deadline) {
     if (n < 0) return zmq_errno() == EINTR ? -1 : -2;
     if (n > 0 && (it[0].revents & events)) return 1;
     if (n > 0 && iw >= 0 && (it[iw].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) return -3;
-    if (n > 0 && im >= 0 && (it[im].revents & ZMQ_POLLIN) && monitor_auth_failed(c)) return -4;
+    if (n > 0 && im >= 0 && (it[im].revents & ZMQ_POLLIN)) {
+      int v = monitor_verdict(c);
+      if (v) return v;
+    }
     if (now_ms() >= deadline) return 0;
   }
+}
+
+static fsdp_status handshake_dropped(ctl_conn *c) {
+  return fsdp_set_error(FSDP_ERR_INVALID,
+                        "fsdpd at %s dropped the connection during the CURVE handshake: the server key %s is not that "
+                        "daemon's; copy its current STATE/keys/server.pub",
+                        c->endpoint, getenv(CURVE_ENV_SERVER_KEY));
 }
 
 static fsdp_status key_rejected(ctl_conn *c) {
@@ -197,8 +217,8 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
   int w = wait_for(c, ZMQ_POLLOUT, now_ms() + CTL_CONNECT_TIMEOUT_MS);
   if (w == -1) return fsdp_set_error(FSDP_ERR_CANCELLED, "interrupted");
   if (w == -3) return fsdp_set_error(FSDP_ERR_COMM, "the fsdpd process at %s exited", c->endpoint);
-  if (w == -4) {
-    rc = key_rejected(c);
+  if (w == -4 || w == -5) {
+    rc = w == -4 ? key_rejected(c) : handshake_dropped(c);
     goto reopen;
   }
   if (w == 0) {
@@ -218,8 +238,8 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
   double deadline = now_ms() + timeout_ms;
   for (;;) {
     w = wait_for(c, ZMQ_POLLIN, deadline);
-    if (w == -4) {
-      rc = key_rejected(c);
+    if (w == -4 || w == -5) {
+      rc = w == -4 ? key_rejected(c) : handshake_dropped(c);
       goto reopen;
     }
     if (w == -3) {
@@ -244,7 +264,7 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
     if (rc == FSDP_ERR_TIMEOUT) continue;   /* woken without a whole message */
     if (rc != FSDP_OK) {
       /* A reply we cannot read: report it; the socket stays usable (the message was consumed). */
-      return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, ctl_fmt_user_error(fsdp_last_error()));
+      return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, fsdp_user_message(fsdp_last_error()));
     }
     if (renv.n != 1 || renv.len[0] != 0) {
       wire_free(&m);
@@ -272,6 +292,6 @@ void ctl_describe_failure(const char *ep, fsdp_status rc, char *buf, size_t n) {
     snprintf(buf, n, "interrupted");
     break;
   default:
-    snprintf(buf, n, "%s", ctl_fmt_user_error(fsdp_last_error()));
+    snprintf(buf, n, "%s", fsdp_user_message(fsdp_last_error()));
   }
 }

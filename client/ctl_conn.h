@@ -41,7 +41,6 @@ fsdp_status ctl_endpoint_resolve(const char *flag, char *buf, size_t n);
  * whose socket file does not exist fails here with FSDP_ERR_COMM. */
 fsdp_status ctl_conn_open(const char *endpoint, ctl_conn **out);
 void ctl_conn_destroy(ctl_conn **c);
-const char *ctl_conn_endpoint(const ctl_conn *c);
 
 /* Also watch FD (-1: none) during every wait: when it becomes readable (a pidfd: the daemon
  * process exited), the call fails at once with FSDP_ERR_COMM instead of waiting out its timeout. */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,31 @@ static void export_usage(FILE *f) {
           "in a job file loads it back.\n");
 }
 
+/* When DIR is a checkpoint's step directory (DIR/manifest.json and a name step-N), point DIR at its
+ * parent (in ROOT) and *STEP at N; a different --step is an error. Else leave both alone. */
+static int step_dir_split(const char *dir, char *root, size_t n, int *step) {
+  char manifest[PATH_MAX + 32], tmp[PATH_MAX];
+  snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  size_t len = strlen(tmp);
+  while (len > 1 && tmp[len - 1] == '/') tmp[--len] = '\0';
+  const char *base = strrchr(tmp, '/');
+  base = base ? base + 1 : tmp;
+  int s = 0, used = 0;
+  if (access(manifest, F_OK) != 0 || sscanf(base, "step-%d%n", &s, &used) != 1 || base[used] || s < 1) {
+    snprintf(root, n, "%s", dir);
+    return 0;
+  }
+  if (*step && *step != s) {
+    fprintf(stderr, "fsdpctl export: %s is the checkpoint of step %d, but --step says %d\n", dir, s, *step);
+    return 1;
+  }
+  *step = s;
+  if (base == tmp) snprintf(root, n, ".");
+  else snprintf(root, n, "%.*s", (int)(base - tmp - 1 > 0 ? base - tmp - 1 : 1), tmp);
+  return 0;
+}
+
 int ctl_export(int argc, char **argv) {
   static const struct option opts[] = {
     {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
@@ -107,11 +133,15 @@ int ctl_export(int argc, char **argv) {
     export_usage(stderr);
     return 2;
   }
-  const char *dir = argv[optind];
   int s = (int)step;
+  /* A step-* directory itself (what `ls CKPT_DIR` shows) names the checkpoint root and the step. */
+  char root[PATH_MAX];
+  const char *dir = argv[optind];
+  if (step_dir_split(dir, root, sizeof root, &s) != 0) return 1;
   plan_t *p = NULL;
   float *param = NULL, *m = NULL, *v = NULL, **units = NULL;
   fsdp_status rc = FSDP_OK;
+  dir = root;
   if (!s) TRY_GOTO(ckpt_latest(dir, &s), rc, fail);
   ckpt_info ci;
   TRY_GOTO(ckpt_read_manifest(dir, s, &ci), rc, fail);
@@ -145,7 +175,7 @@ int ctl_export(int argc, char **argv) {
   printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
          ci.world, shard_mode_name(ci.sharding), (long long)p->n_params);
 fail:
-  if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
+  if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_user_message(fsdp_last_error()));
   free(units);
   free(param);
   free(m);

@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "plan.h"
+#include "stepstats.h"
 
-const char *const ctl_phase_names[CTL_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
 
 /* ---------------------------------------------------------------- units */
 
@@ -97,26 +97,7 @@ const char *ctl_fmt_device(Fsdp__DeviceKind d) {
   return d == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "cuda" : "cpu";
 }
 
-const char *ctl_fmt_user_error(const char *msg) {
-  /* err.c records "base.c:LINE: message"; keep only the message. A job file location such as
-   * "tiny.ini:5: ..." is kept: that one the user can act on. */
-  const char *p = msg;
-  while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '-')) p++;
-  const char *ext = p;
-  if (*ext != '.') return msg;
-  p++;
-  while (*p && isalnum((unsigned char)*p)) p++;
-  size_t elen = (size_t)(p - ext);
-  int source = (elen == 2 && !strncmp(ext, ".c", 2)) || (elen == 3 && !strncmp(ext, ".cc", 3)) ||
-               (elen == 3 && !strncmp(ext, ".cu", 3)) || (elen == 2 && !strncmp(ext, ".h", 2));
-  if (!source || *p != ':' || !isdigit((unsigned char)p[1])) return msg;
-  p++;
-  while (isdigit((unsigned char)*p)) p++;
-  if (p[0] != ':' || p[1] != ' ') return msg;
-  return p + 2;
-}
-
-char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
+char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss, double val_loss,
                        double tokens_per_s, double eta_s, int bar_width) {
   char bar[128];
   if (bar_width < 1) bar_width = 1;
@@ -131,6 +112,10 @@ char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, doubl
   if (w > 0) len = (size_t)w < n ? (size_t)w : n;
   if (loss > 0 && isfinite(loss) && len < n) {
     w = snprintf(buf + len, n - len, "  loss %.3f", loss);
+    if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len;
+  }
+  if (val_loss > 0 && isfinite(val_loss) && len < n) {
+    w = snprintf(buf + len, n - len, "  val %.3f", val_loss);
     if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len;
   }
   if (tokens_per_s > 0 && isfinite(tokens_per_s) && len < n) {
@@ -241,9 +226,9 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
     for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, mem_category_name((mem_category)c), ju64(r->cur_bytes[c]));
     json_object_set_new(o, "cur_bytes", m);
   }
-  if (r->n_phase_us == CTL_NPHASE) {
+  if (r->n_phase_us == STEPSTATS_NPHASE) {
     json_t *m = json_object();
-    for (int p = 0; p < CTL_NPHASE; p++) json_object_set_new(m, ctl_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
+    for (int p = 0; p < STEPSTATS_NPHASE; p++) json_object_set_new(m, stepstats_phase_names[p], json_real((double)r->phase_us[p] / 1000.0));
     json_object_set_new(o, "phase_ms", m);
   }
   if (r->n_sent_bytes == COLL_NKIND) {
@@ -263,6 +248,10 @@ json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
   json_object_set_new(o, "tokens", ju64(s->tokens));
   json_object_set_new(o, "step_ms", jreal(s->step_ms));
   json_object_set_new(o, "tokens_per_s", jreal(s->tokens_per_s));
+  if (s->has_val) {
+    json_object_set_new(o, "val_loss", jreal(s->val_loss));
+    json_object_set_new(o, "eval_ms", jreal(s->eval_ms));
+  }
   json_t *ranks = json_array();
   for (size_t i = 0; i < s->n_ranks; i++) json_array_append_new(ranks, ctl_fmt_rank_json(s->ranks[i]));
   json_object_set_new(o, "ranks", ranks);
@@ -278,6 +267,8 @@ json_t *ctl_fmt_job_json(const Fsdp__JobInfo *j) {
   json_object_set_new(o, "steps", json_integer(j->steps));
   json_object_set_new(o, "loss", j->step > 0 ? jreal(j->loss) : json_null());   /* no step, no loss yet */
   json_object_set_new(o, "tokens_per_s", jreal(j->tokens_per_s));
+  json_object_set_new(o, "val_loss", j->val_step ? jreal(j->val_loss) : json_null());   /* the latest */
+  json_object_set_new(o, "val_step", json_integer(j->val_step));
   json_object_set_new(o, "world", json_integer(j->world));
   json_object_set_new(o, "device", json_string(ctl_fmt_device(j->device)));
   json_object_set_new(o, "submitted_at", jtime(j->submitted_at));
@@ -346,7 +337,7 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
   int have_mem = 0, have_phase = 0, have_sent = 0;
   for (size_t i = 0; i < s->n_ranks; i++) {
     have_mem |= s->ranks[i]->n_peak_bytes == MEM_NCAT;
-    have_phase |= s->ranks[i]->n_phase_us == CTL_NPHASE;
+    have_phase |= s->ranks[i]->n_phase_us == STEPSTATS_NPHASE;
     have_sent |= s->ranks[i]->n_sent_bytes == COLL_NKIND;
   }
   if (have_mem) {
@@ -382,13 +373,13 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
     ctl_table *t = ctl_table_new(6, hp);
     for (size_t i = 0; i < s->n_ranks; i++) {
       const Fsdp__RankStats *r = s->ranks[i];
-      if (r->n_phase_us != CTL_NPHASE) continue;
+      if (r->n_phase_us != STEPSTATS_NPHASE) continue;
       char cells[6][48];
       const char *cp[6];
       uint64_t tot = 0;
-      for (int p = 0; p < CTL_NPHASE; p++) tot += r->phase_us[p];
+      for (int p = 0; p < STEPSTATS_NPHASE; p++) tot += r->phase_us[p];
       snprintf(cells[0], sizeof cells[0], "%u", r->rank);
-      for (int p = 0; p < CTL_NPHASE; p++)
+      for (int p = 0; p < STEPSTATS_NPHASE; p++)
         snprintf(cells[1 + p], sizeof cells[0], "%.2f ms %3.0f%%", (double)r->phase_us[p] / 1000.0,
                  tot ? 100.0 * (double)r->phase_us[p] / (double)tot : 0.0);
       snprintf(cells[5], sizeof cells[0], "%.2f ms", (double)tot / 1000.0);
@@ -428,6 +419,7 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
   fprintf(f, "job %llu (%s): %s\n", (unsigned long long)j->id, j->name ? j->name : "", ctl_fmt_state(j->state));
   fprintf(f, "  step        %u/%u\n", j->step, j->steps);
   if (j->step > 0 && isfinite(j->loss)) fprintf(f, "  loss        %.4f\n", j->loss);
+  if (j->val_step > 0) fprintf(f, "  val loss    %.4f (step %u)\n", j->val_loss, j->val_step);
   if (j->tokens_per_s > 0) fprintf(f, "  tokens/s    %s\n", ctl_fmt_si(j->tokens_per_s, a, sizeof a));
   fprintf(f, "  world       %u x %s\n", j->world, ctl_fmt_device(j->device));
   fprintf(f, "  submitted   %s\n", fmt_time(j->submitted_at, now, a, sizeof a));
@@ -509,4 +501,11 @@ void ctl_fmt_nodes_table(const Fsdp__NodesResp *r, double now, FILE *f) {
   }
   ctl_table_print(t, f, "");
   ctl_table_destroy(&t);
+}
+
+double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double elapsed_s) {
+  /* The rate counts only the steps trained since the start (or the resume): a resumed job's
+   * earlier steps took no time in this run. */
+  if (step <= start_step || step > steps || !(elapsed_s > 0)) return -1;
+  return elapsed_s * (double)(steps - step) / (double)(step - start_step);
 }

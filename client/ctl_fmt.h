@@ -17,9 +17,6 @@
 
 #include "fsdp.pb-c.h"
 
-#define CTL_NPHASE 4
-extern const char *const ctl_phase_names[CTL_NPHASE];   /* "allgather", "compute", "reducescatter", "optimizer" */
-
 /* "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB" (binary units, 3 significant digits). */
 char *ctl_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 /* "950", "1.2k", "34.5M", "2.10G" (decimal, 3 significant digits); "-" for a negative or NaN. */
@@ -30,13 +27,14 @@ char *ctl_fmt_duration(double seconds, char *buf, size_t n);
 const char *ctl_fmt_state(Fsdp__JobState s);
 int ctl_fmt_state_is_final(Fsdp__JobState s);
 const char *ctl_fmt_device(Fsdp__DeviceKind d);          /* "cpu", "cuda" */
-/* MSG without a leading source location such as "jobspec.c:123: " (the part a user cannot act on). */
-const char *ctl_fmt_user_error(const char *msg);
 
+/* Seconds left at STEP of STEPS when the run started (or resumed) at START_STEP ELAPSED_S seconds
+ * ago; -1 when there is no rate yet. */
+double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double elapsed_s);
 /* The progress line, without \r or \n: "[#####.....] step 40/200  loss 3.214  1.2k tok/s  ETA 1m12s".
  * LOSS or TOKENS_PER_S ≤ 0 or NaN (not yet known) are left out; ETA_S < 0 prints "ETA -", NaN
  * leaves the ETA out (the job has ended). */
-char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss,
+char *ctl_fmt_progress(char *buf, size_t n, unsigned step, unsigned steps, double loss, double val_loss,
                        double tokens_per_s, double eta_s, int bar_width);
 
 /* An aligned text table: columns are left-aligned unless their header starts with '>' (then the

@@ -126,7 +126,7 @@ int ctl_plan(int argc, char **argv) {
   if (stat(job, &st) != 0 || !S_ISREG(st.st_mode) || access(job, R_OK) != 0) {
     fprintf(stderr, "fsdpctl: %s: cannot read the job file: %s\n", job,
             errno ? strerror(errno) : "not a regular file");
-    return PLAN_EXIT_USAGE;
+    return 1;   /* a bad job file is a failure (1), as for submit and run, not a usage error */
   }
   jobspec_t spec;
   if (jobspec_load(job, &spec) != FSDP_OK) {
@@ -135,8 +135,8 @@ int ctl_plan(int argc, char **argv) {
     base = base ? base + 1 : job;
     size_t n = strlen(base);
     if (base != job && !strncmp(msg, base, n) && msg[n] == ':') fprintf(stderr, "fsdpctl: %s%s\n", job, msg + n);
-    else fprintf(stderr, "fsdpctl: %s\n", msg);
-    return PLAN_EXIT_USAGE;
+    else fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(msg));
+    return 1;
   }
   plan_t *plan = NULL;
   if (plan_build(&spec, world, &plan) != FSDP_OK) {

@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
   {"plan", ctl_plan, "show a job's shard plan and predicted per-rank memory (no daemon)"},
   {"export", ctl_export, "write a checkpoint's model as one Hugging Face .safetensors file (no daemon)"},
+  {"sample", ctl_sample, "continue a prompt with a trained model (checkpoint or .safetensors; no daemon)"},
   {"gen-data", ctl_gen_data, "write token files: byte-level from text, or a synthetic Markov chain"},
   {"run", ctl_run, "run one job with a private daemon, follow it, exit with its status"},
   {"submit", ctl_submit, "submit a job to fsdpd and print its id (--follow: show progress)"},
@@ -19,7 +20,9 @@ static const struct {
   {"jobs", ctl_jobs, "list jobs"},
   {"logs", ctl_logs, "print a worker's log (--rank R, --follow)"},
   {"cancel", ctl_cancel, "cancel a job"},
+  {"stop", ctl_stop, "stop a job, saving a checkpoint first when it makes them"},
   {"nodes", ctl_nodes, "list nodes, their devices and which job holds each"},
+  {"shutdown", ctl_shutdown, "stop the daemon (as SIGTERM does) and wait until it has"},
   {"keygen", ctl_keygen, "write a CURVE client keypair file (0600) and print its public key"},
   {NULL, NULL, NULL},
 };

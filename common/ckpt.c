@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "fsutil.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
 
@@ -93,22 +94,6 @@ static fsdp_status fsync_path(const char *path) {
   return FSDP_OK;
 }
 
-static fsdp_status mkdir_p(const char *path) {
-  char tmp[PATH_MAX];
-  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
-    return fsdp_set_error(FSDP_ERR_RANGE, "checkpoint path too long: %s", path);
-  for (char *s = tmp + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-      return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    *s = '/';
-  }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  return FSDP_OK;
-}
-
 static void put32(uint8_t *b, size_t off, uint32_t v) { memcpy(b + off, &v, 4); }
 static void put64(uint8_t *b, size_t off, uint64_t v) { memcpy(b + off, &v, 8); }
 static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b + off, 4); return v; }
@@ -123,7 +108,7 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
                             const float *param, const float *m, const float *v) {
   char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  TRY(mkdir_p(sdir));
+  TRY(fsutil_mkdir_p(sdir, 0755));
   snprintf(path, sizeof path, "%s/rank-%d.bin", sdir, rank);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
 
@@ -584,7 +569,7 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
   return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: n_layer %d, n_head %d, "
                         "n_embd %d, vocab_size %d, seq_len %d; this job has %d, %d, %d, %d, %d. The model must match "
                         "to resume (world size, batch size, grad_accum, steps and the LR schedule may change); "
-                        "use another [checkpoint] dir or resume = never", dir, ci->step, x->n_layer, x->n_head,
+                        "point [checkpoint] dir at an empty directory (resume = never refuses one that holds checkpoints)", dir, ci->step, x->n_layer, x->n_head,
                         x->n_embd, x->vocab_size, x->seq_len, y->n_layer, y->n_head, y->n_embd, y->vocab_size,
                         y->seq_len);
 }

@@ -8,6 +8,8 @@
 #ifndef FSDP_ERR_H
 #define FSDP_ERR_H
 
+#include <stddef.h>
+
 typedef enum fsdp_status {
   FSDP_OK = 0,
   FSDP_ERR_INVALID,      /* bad argument or input: a spec, a file, a message */
@@ -35,6 +37,15 @@ fsdp_status fsdp_set_error_at(fsdp_status s, const char *file, int line, const c
 /* This thread's last recorded message, or the status' generic text if none was recorded. */
 const char *fsdp_last_error(void);
 void fsdp_clear_error(void);
+/* MSG without the leading "source.c:123: " locations that fsdp_set_error adds (nested ones too:
+ * "runtime.c:507: ckpt.c:584: no manifest" -> "no manifest"); a location the user can act on,
+ * such as a job file's "job.ini:7: ", is kept. Returns a pointer into MSG. Logs keep the
+ * locations; messages for users (replies, job reasons, fsdpctl's stderr) go through this. */
+const char *fsdp_user_message(const char *msg);
+/* MSG into DST (N bytes, truncated, NUL-terminated) without any source location, wherever one
+ * starts a word: "rank 1: cannot resume: ckpt.c:584: bad CRC" -> "rank 1: cannot resume: bad CRC"
+ * (messages that come from workers wrap each other's). Returns DST. */
+char *fsdp_user_text(char *dst, size_t n, const char *msg);
 
 /* TRY(x): return x's status if it failed. TRY_GOTO(x, rc, label): keep it in rc and jump. */
 #define TRY(x)                                  \

@@ -32,6 +32,8 @@ static const char *const comm_names[] = {"auto", "gloo", "nccl", NULL};
 static const char *const sched_names[] = {"constant", "cosine", NULL};
 static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
+static const char *const ackpt_names[] = {"none", "full", NULL};
+static const char *const offload_names[] = {"none", "optimizer", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -41,6 +43,8 @@ const char *device_kind_name(device_kind d) { return enum_name(device_names, 2, 
 const char *dtype_kind_name(dtype_kind d) { return enum_name(dtype_names, 2, (int)d); }
 const char *comm_kind_name(comm_kind c) { return enum_name(comm_names, 3, (int)c); }
 const char *lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
+const char *ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
+const char *offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
 
 /* ---- the key table ---- */
 
@@ -76,6 +80,8 @@ static const keydef keys[] = {
    "keys the counter-based initializer (nanoGPT and llm.c use 1337)"},
   INT("job", "max_restarts", max_restarts, 0, 1000,
       "times a failed job is restarted from its last checkpoint (0: fail at the first error)"),
+  DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
+      "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails"),
 
   SPECIAL("model", "arch", KT_ARCH, arch, "gpt2 (the only architecture so far)"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)"),
@@ -113,6 +119,10 @@ static const keydef keys[] = {
   ENUM("fsdp", "sharding", sharding, shard_names,
        "full (ZeRO-3), grad_op (ZeRO-2: params stay gathered forward->backward), none (DDP)"),
   INT("fsdp", "prefetch", prefetch, 0, 4, "units gathered ahead of the one being computed: more overlap, more memory"),
+  ENUM("fsdp", "activation_checkpointing", ackpt, ackpt_names,
+       "full: each block keeps only its input and recomputes its forward in the backward (less memory, ~1/3 more compute)"),
+  ENUM("fsdp", "offload", offload, offload_names,
+       "optimizer: the fp32 master shard and AdamW state live in host memory and AdamW runs on the CPU (cuda only)"),
   ENUM("fsdp", "param_dtype", param_dtype, dtype_names, "dtype of gathered parameters (the fp32 master shard is rounded to it after each step)"),
   ENUM("fsdp", "reduce_dtype", reduce_dtype, dtype_names, "dtype of gradient reduce-scatters and all-reduces (accumulation stays fp32)"),
   ENUM("fsdp", "comm", comm, comm_names, "auto picks nccl on cuda and gloo on cpu"),
@@ -138,6 +148,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->steps = 600000;              /* nanoGPT max_iters */
   s->seed = 1337;
   s->max_restarts = 0;
+  s->restart_wait_s = 60;
   snprintf(s->arch, sizeof s->arch, "gpt2");
   s->model = (gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 1024};
   snprintf(s->init, sizeof s->init, "random");
@@ -574,6 +585,10 @@ static void cross_checks(pctx *c) {
   if (s->min_lr > s->lr)
     PERR(c, blame(c, "optim", "min_lr", "lr"), FSDP_ERR_RANGE,
          "[optim] min_lr = %g is above lr = %g; allowed: 0 <= min_lr <= lr", s->min_lr, s->lr);
+  if (s->device == DEVICE_CPU && s->offload != OFFLOAD_NONE)
+    PERR(c, blame(c, "fsdp", "offload", "device"), FSDP_ERR_UNSUPPORTED,
+         "[fsdp] offload = %s moves optimizer state off the GPU, so it needs device = cuda; allowed with device = cpu: "
+         "offload = none (the state is in host memory already)", offload_mode_name(s->offload));
   if (s->device == DEVICE_CPU && s->comm == COMM_NCCL)
     PERR(c, blame(c, "fsdp", "comm", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] comm = nccl needs device = cuda; allowed with device = cpu: comm = auto | gloo");
@@ -596,6 +611,10 @@ static void cross_checks(pctx *c) {
            *q, (int)(q - (const unsigned char *)s->sample_prompt), s->model.vocab_size);
       break;
     }
+  if (s->max_restarts > 0 && (s->ckpt_every <= 0 || s->resume != RESUME_AUTO))   /* else a restart trains from step 0 */
+    PERR(c, blame(c, "job", "max_restarts", NULL), FSDP_ERR_INVALID,
+         "[job] max_restarts = %d restarts from the newest checkpoint, so it needs [checkpoint] every > 0 (with a "
+         "dir) and resume = auto; set them, or max_restarts = 0", s->max_restarts);
   if (!c->key_line[key_index("data", "train")]) {
     int line = c->sec_line[section_index("data")];
     PERR(c, line ? line : c->nlines, FSDP_ERR_INVALID,

@@ -23,6 +23,8 @@ typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } dtype_kind;
 typedef enum { COMM_AUTO = 0, COMM_GLOO, COMM_NCCL } comm_kind;
 typedef enum { SCHED_CONSTANT = 0, SCHED_COSINE } lr_schedule;
 typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
+typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activation_checkpointing */
+typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
 typedef struct gpt2_config {
   int n_layer;     /* L */
@@ -39,6 +41,7 @@ typedef struct jobspec {
   int steps;
   uint64_t seed;
   int max_restarts;
+  double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
   char arch[16];                   /* "gpt2" */
   gpt2_config model;
@@ -63,6 +66,8 @@ typedef struct jobspec {
   device_kind device;
   shard_mode sharding;
   int prefetch;                    /* units gathered ahead of compute, 0..4 */
+  ackpt_mode ackpt;                /* full: a block keeps its input, recomputes its forward in backward */
+  offload_mode offload;            /* optimizer: fp32 master and AdamW state in host memory (cuda) */
   dtype_kind param_dtype, reduce_dtype;
   comm_kind comm;
   double timeout_s;                /* a collective or peer silent this long fails the job */
@@ -93,6 +98,8 @@ const char *device_kind_name(device_kind d);
 const char *dtype_kind_name(dtype_kind d);
 const char *comm_kind_name(comm_kind c);
 const char *lr_schedule_name(lr_schedule s);
+const char *ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
+const char *offload_mode_name(offload_mode m);    /* "none", "optimizer" */
 static inline int dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
 
 #endif

@@ -14,7 +14,6 @@ static char prefix[64] = "fsdp";
 static int log_fd = 2;
 
 void log_set_level(log_level lvl) { cur_level = lvl; }
-log_level log_get_level(void) { return cur_level; }
 
 fsdp_status log_parse_level(const char *s, log_level *out) {
   static const char *names[] = {"debug", "info", "warn", "error"};

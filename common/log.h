@@ -13,7 +13,6 @@
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 
 void log_set_level(log_level lvl);
-log_level log_get_level(void);
 /* Parse "debug", "info", "warn" or "error". */
 fsdp_status log_parse_level(const char *s, log_level *out);
 /* Component ("fsdpd", "worker", ...) and rank (-1 for none) put before every message. */

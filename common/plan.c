@@ -46,17 +46,24 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
   return 4 * chunk * round_up(V, 128);
 }
 
-static plan_act model_act(const gpt2_config *m, int B, device_kind dev) {
+static plan_act model_act(const gpt2_config *m, int B, device_kind dev, ackpt_mode ackpt) {
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
   if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses (model_gpt2.c): C > V, or a large B·T on CUDA */
+  int64_t block = 16 * BTC + 4 * BT + ATT, block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT);
+  int ck = ackpt == ACKPT_FULL;
+  /* checkpointing: each block keeps its output (the next block's input); the rest of a block's
+   * activations live in one working set that the forward and the backward's recompute reuse, with
+   * the forward's BTC scratch (the workspace holds the backward's scratch during a recompute) */
   return (plan_act){
-    .block_saved = 16 * BTC + 4 * BT + ATT,
+    .block_saved = ck ? BTC : block,
+    .block_ws = ck ? block : 0,
+    .block_bytes = ck ? e * BTC : block_bytes,
+    .block_ws_bytes = ck ? block_bytes : 0,
     .root_saved = 2 * BTC + 2 * BT,
     .head_ws = logits / 4 + BT + BTC,
     .bwd_ws = 7 * BTC + ATT,
-    .block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT),
     .root_bytes = e * 2 * BTC + 4 * 2 * BT,
     .head_ws_bytes = logits + 4 * BT + e * BTC,
     .bwd_ws_bytes = e * 7 * BTC + 4 * ATT,
@@ -70,6 +77,8 @@ typedef struct model_in {
   shard_mode sharding;
   dtype_kind param_dtype, reduce_dtype;
   device_kind device;
+  ackpt_mode ackpt;
+  offload_mode offload;
 } model_in;
 
 typedef struct unit_sizes {
@@ -94,7 +103,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
-  plan_act a = model_act(&in->m, in->batch_size, in->device);
+  plan_act a = model_act(&in->m, in->batch_size, in->device, in->ackpt);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
   /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
@@ -127,7 +136,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   }
   mem[MEM_COMM] += 4 * PLAN_STEP_SCALARS;   /* the step's scalars, all-reduced on the device */
   /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
-  mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.root_bytes +
+  mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.block_ws_bytes + (uint64_t)a.root_bytes +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
   mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
   /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (2 + 4·L 2-D tensors) */
@@ -188,7 +197,8 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none, fp32|bf16");
   *in = (model_in){.m = *m, .world = world, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
                    .prefetch = s->prefetch, .sharding = s->sharding,
-                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device};
+                   .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
+                   .ackpt = s->ackpt, .offload = s->offload};
   return FSDP_OK;
 }
 
@@ -222,6 +232,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->param_dtype = in.param_dtype;
   p->reduce_dtype = in.reduce_dtype;
   p->device = in.device;
+  p->ackpt = in.ackpt;
+  p->offload = in.offload;
   p->batch_size = in.batch_size;
   p->grad_accum = in.grad_accum;
   p->nunits = 1 + m->n_layer;
@@ -270,7 +282,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
    * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
-  p->act = model_act(m, in.batch_size, in.device);
+  p->act = model_act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total);
   model_comm(&in, in.sharding, p->sent_bytes);
   *out = p;
@@ -319,7 +331,8 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
 static model_in in_from_plan(const plan_t *p) {
   return (model_in){.m = p->model, .world = p->world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
                     .prefetch = p->prefetch, .sharding = p->sharding,
-                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device};
+                    .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device,
+                    .ackpt = p->ackpt, .offload = p->offload};
 }
 
 static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
@@ -333,6 +346,8 @@ static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
   s.param_dtype = p->param_dtype;
   s.reduce_dtype = p->reduce_dtype;
   s.device = p->device;
+  s.ackpt = p->ackpt;
+  s.offload = p->offload;
   return plan_min_world(&s, device_bytes, PLAN_MAX_WORLD);
 }
 
@@ -382,8 +397,11 @@ static const char *mem_formula(const plan_t *p, int c) {
            : p->sharding == SHARD_GRAD_OP ? "pb·Σ padded: every unit gathered forward→backward"
                                           : "0: the shard is the whole model";
   case MEM_ACTIVATIONS:
-    return p->device == DEVICE_CPU ? "4·(L·block_saved + root_saved) + 8·B·T"
-                                   : "bf16 acts, fp32 stats: L·block_bytes + root_bytes + 8·B·T";
+    if (p->device == DEVICE_CPU)
+      return p->ackpt == ACKPT_FULL ? "4·(L·block_saved + block_ws + root_saved) + 8·B·T·G: checkpointed"
+                                    : "4·(L·block_saved + root_saved) + 8·B·T·G";
+    return p->ackpt == ACKPT_FULL ? "bf16 acts, fp32 stats: L·block_bytes + block_ws_bytes + root_bytes + 8·B·T·G"
+                                  : "bf16 acts, fp32 stats: L·block_bytes + root_bytes + 8·B·T·G";
   case MEM_WORKSPACE:
     return p->device == DEVICE_CPU ? "4·max(head_ws, bwd_ws)" : "max(head_ws, bwd_ws) bytes + CUDA workspace";
   case MEM_COMM:

@@ -30,8 +30,9 @@
  *                                     buffers, bf16 scratch
  *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
  *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
- *   activations  = L·act.block_bytes + act.root_bytes + 8·B·T·G   (the last term: the step's token ids)
- *                  cpu: 4·(L·block_saved + root_saved); cuda: act elements in bf16, statistics fp32
+ *   activations  = L·act.block_bytes + act.block_ws_bytes + act.root_bytes + 8·B·T·G   (the last term: the
+ *                  step's token ids; block_ws is 0 without activation checkpointing)
+ *                  cpu: 4·(L·block_saved + block_ws + root_saved); cuda: act elements in bf16, statistics fp32
  *   workspace    = max(act.head_ws_bytes, act.bwd_ws_bytes)   cpu: 4·max(head_ws, bwd_ws)
  *                  cuda: + PLAN_CUDA_WORKSPACE_BYTES (cuBLASLt and reductions) + PLAN_CUDA_SCALAR_BYTES
  *                        + 16·(2 + 4·L) (AdamW's decay-segment table: one [start, end) per 2-D tensor)
@@ -103,16 +104,20 @@ typedef struct plan_unit {
  * them out). ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA. Act elements are 4
  * bytes on the CPU and 2 (bf16) on CUDA; statistics, the attention state and losses are fp32. */
 typedef struct plan_act {
-  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + ATT:
+  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + ATT (with activation
+                            checkpointing only its output, BTC):
                             ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att state ATT,
                             res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
   int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT: 2·BTC + 2·BT */
   int64_t head_ws;       /* logits/dlogits + per-token losses B·T + d lnf B·T·C (loss phase only);
                             logits: B·T·V on the CPU, one classifier chunk (plan_logits_bytes / 4) on
                             CUDA, at least BTC act elements (the backward's dres reuses that slot) */
+  int64_t block_ws;      /* activation checkpointing: the one block working set that the forward
+                            and the backward's recompute share: block_saved(none) − BTC, plus the
+                            forward's BTC scratch (the workspace is the backward's then); else 0 */
   int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + ATT
                             (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt ATT) */
-  int64_t block_bytes, root_bytes, head_ws_bytes, bwd_ws_bytes;   /* the same in bytes */
+  int64_t block_bytes, block_ws_bytes, root_bytes, head_ws_bytes, bwd_ws_bytes;   /* the same in bytes */
 } plan_act;
 
 /* Floats of one block's attention state (and of the backward's scratch): B·H·T·T on the CPU (the
@@ -131,6 +136,8 @@ typedef struct plan {
   int prefetch;
   dtype_kind param_dtype, reduce_dtype;
   device_kind device;           /* its compute dtype: fp32 on cpu, bf16 on cuda */
+  ackpt_mode ackpt;             /* activation checkpointing */
+  offload_mode offload;
   int batch_size, grad_accum;   /* B, G */
   int nunits;            /* 1 + n_layer */
   plan_unit *units;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void planmsg_free(Fsdp__Plan **pm) {
+void planmsg_destroy(Fsdp__Plan **pm) {
   Fsdp__Plan *m = pm ? *pm : NULL;
   if (!m) return;
   for (size_t u = 0; u < m->n_units; u++) {
@@ -66,7 +66,7 @@ fsdp_status planmsg_new(const plan_t *p, Fsdp__Plan **out) {
   *out = m;
   return FSDP_OK;
 nomem:
-  planmsg_free(&m);
+  planmsg_destroy(&m);
   return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the plan message");
 }
 

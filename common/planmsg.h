@@ -4,7 +4,7 @@
  * builds its own from the same spec for the fields the message does not carry (memory model, FLOPs)
  * and refuses to run unless every unit, tensor, offset and shard of the two agree (planmsg_check),
  * so that a coordinator and a worker of different versions can never disagree silently about where
- * an element lives. planmsg_new allocates a tree owned by the caller (planmsg_free).
+ * an element lives. planmsg_new allocates a tree owned by the caller (planmsg_destroy).
  */
 #ifndef FSDP_PLANMSG_H
 #define FSDP_PLANMSG_H
@@ -13,7 +13,7 @@
 #include "plan.h"
 
 fsdp_status planmsg_new(const plan_t *p, Fsdp__Plan **out);
-void planmsg_free(Fsdp__Plan **m);
+void planmsg_destroy(Fsdp__Plan **m);
 /* FSDP_OK when M describes exactly P's units, tensors and shards; otherwise names the first difference. */
 fsdp_status planmsg_check(const Fsdp__Plan *m, const plan_t *p);
 

@@ -58,6 +58,7 @@ struct agent {
   char server_key_path[PATH_MAX], client_key_path[PATH_MAX];
   double auth_logged_at;
   int reopen;             /* the key was rejected: libzmq does not reconnect such a socket */
+  int mon_seq;            /* each socket's monitor gets its own inproc endpoint */
   void *zctx;
   char name[256];
   char worker_path[PATH_MAX];
@@ -546,7 +547,9 @@ static void on_monitor(void *sock, void *arg) {
 
 static fsdp_status monitor_start(agent_t *a, void *zctx) {
   char ep[64];
-  snprintf(ep, sizeof ep, "inproc://fsdpd-agent-monitor-%p", (void *)a);
+  /* A new name per socket: the previous monitor's endpoint is released asynchronously, and
+   * binding the same name again at once fails with "Address already in use". */
+  snprintf(ep, sizeof ep, "inproc://fsdpd-agent-monitor-%p-%d", (void *)a, a->mon_seq++);
   if (zmq_socket_monitor(a->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
     return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
@@ -667,8 +670,6 @@ fail:
   return rc;
 }
 
-unsigned agent_node_id(const agent_t *a) { return a->node_id; }
-int agent_workers(const agent_t *a) { return a->nworkers; }
 
 static void agent_check_shutdown(agent_t *a) {
   if (a->shutting_down && a->nworkers == 0 && a->shutdown_done) {

@@ -38,10 +38,6 @@ typedef struct agent_config {
 typedef struct agent agent_t;
 
 fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out);
-/* The node id the coordinator gave (0 before the welcome). */
-unsigned agent_node_id(const agent_t *a);
-/* How many workers are alive (spawned and not yet reported). */
-int agent_workers(const agent_t *a);
 /* Terminate every worker (SIGTERM, SIGKILL after GRACE_S seconds), then call DONE(ARG) once all
  * have been reaped and reported. */
 void agent_shutdown(agent_t *a, double grace_s, void (*done)(void *), void *arg);

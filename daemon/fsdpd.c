@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -18,6 +19,7 @@
 #include "agent.h"
 #include "coordinator.h"
 #include "curve.h"
+#include "fsutil.h"
 #include "log.h"
 
 typedef struct config {
@@ -201,6 +203,42 @@ static void on_signal(uv_signal_t *h, int sig) {
 
 static void on_shutdown_req(void *arg) { begin_shutdown(arg); }
 
+/* One coordinator per state directory: an exclusive flock on STATE/fsdpd.lock, held (through an
+ * fd that every fork keeps and no exec inherits) for the daemon's life and released by the kernel
+ * however it ends. The file holds the pid, so the refusal can name the daemon that holds it. */
+static int lock_state_dir(const char *state, int *out) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/fsdpd.lock", state);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "fsdpd: cannot open %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char buf[32] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    if (e == EWOULDBLOCK)
+      fprintf(stderr, "fsdpd: another fsdpd (pid %s) is using the state directory %s; stop it first "
+                      "(fsdpctl shutdown) or give this one another --state-dir\n", *buf ? buf : "unknown", state);
+    else
+      fprintf(stderr, "fsdpd: cannot lock %s: %s\n", path, strerror(e));
+    close(fd);
+    return -1;
+  }
+  *out = fd;
+  return 0;
+}
+
+static void write_lock_pid(int fd) {
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+    log_warn("cannot write the pid to the state directory's lock file: %s", strerror(errno));
+}
+
 static int daemonize(const char *logpath) {
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -251,9 +289,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: ipc socket path %s is longer than the 107 bytes Unix sockets allow; use a shorter --state-dir\n", ctl + 6);
     return 2;
   }
-  if (mkdir(state, 0700) != 0 && errno != EEXIST) {
-    /* the coordinator creates parents too; here only to have a place for the log */
+  /* The state directory, parents included ($XDG_STATE_HOME may not exist yet): the log and the
+   * lock live there, and both are needed before the daemon detaches. */
+  if (fsutil_mkdir_p(state, 0700) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+    return 1;
   }
+  int lock_fd = -1;
+  if (!is_agent_only && lock_state_dir(state, &lock_fd) != 0) return 1;
 
   /* CURVE keys for a tcp:// join: the flags, else the environment. Checked before detaching, so
    * that a missing or bad key is said on the terminal. */
@@ -269,10 +312,7 @@ int main(int argc, char **argv) {
     if (probe) zmq_close(probe);
     if (probe_ctx) zmq_ctx_term(probe_ctx);
     if (krc != FSDP_OK) {
-      /* The recorded message starts with "curve.c:LINE: "; the user needs only the message. */
-      const char *msg = fsdp_last_error(), *p = strstr(msg, ".c:");
-      if (p && p - msg < 32 && (p = strstr(p + 3, ": ")) != NULL) msg = p + 2;
-      fprintf(stderr, "fsdpd: %s\n", msg);
+      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
       return 2;
     }
   }
@@ -280,13 +320,14 @@ int main(int argc, char **argv) {
   if (!cfg.foreground) {
     char logpath[PATH_MAX];
     snprintf(logpath, sizeof logpath, "%s/fsdpd.log", state);
-    if (is_agent_only) mkdir(state, 0700);
     if (daemonize(logpath) != 0) {
       fprintf(stderr, "fsdpd: cannot detach: %s\n", strerror(errno));
       return 1;
     }
   }
+  if (lock_fd >= 0) write_lock_pid(lock_fd);   /* the pid that holds the lock: after detaching */
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN);   /* a write past a file-size limit fails with EFBIG, handled like a full disk */
 
   daemon_st d = {0};
   d.uv = uv_default_loop();

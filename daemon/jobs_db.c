@@ -29,7 +29,7 @@ static const char *const schema =
 enum {
   ST_INSERT, ST_TRANSITION, ST_SET_STATE, ST_SET_STARTED, ST_SET_FINISHED, ST_ADD_STEP, ST_PROGRESS,
   ST_GET, ST_LIST, ST_LIST_ALL, ST_STARTED, ST_TRANSITIONS, ST_STEP_COUNT, ST_BEGIN, ST_COMMIT,
-  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_COUNT
+  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_LAST_VAL, ST_COUNT
 };
 
 #define ROW_COLS                                                                                  \
@@ -59,6 +59,8 @@ static const char *const sql[ST_COUNT] = {
   [ST_ROLLBACK] = "ROLLBACK",
   [ST_STEP_JSON] = "SELECT json FROM job_steps WHERE job_id = ?1 AND step = ?2",
   [ST_SET_DIR] = "UPDATE jobs SET job_dir = ?2 WHERE id = ?1",
+  [ST_LAST_VAL] = "SELECT step, json_extract(json, '$.val_loss') FROM job_steps WHERE job_id = ?1"
+                  " AND json_extract(json, '$.val_loss') IS NOT NULL ORDER BY step DESC LIMIT 1",
 };
 
 struct jobs_db {
@@ -110,11 +112,11 @@ fsdp_status jobs_db_open(const char *path, jobs_db **out) {
   *out = db;
   return FSDP_OK;
 fail:
-  jobs_db_close(&db);
+  jobs_db_destroy(&db);
   return rc;
 }
 
-void jobs_db_close(jobs_db **p) {
+void jobs_db_destroy(jobs_db **p) {
   if (!p || !*p) return;
   jobs_db *db = *p;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(db->st[i]);
@@ -302,11 +304,11 @@ fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t
   }
   if (st == FSDP_OK && rc != SQLITE_DONE) st = db_fail(db, "listing jobs");
   sqlite3_reset(s);
-  if (st != FSDP_OK) jobs_db_rows_free(rows, *n), *n = 0;
+  if (st != FSDP_OK) jobs_db_rows_destroy(rows, *n), *n = 0;
   return st;
 }
 
-void jobs_db_rows_free(jobs_db_row **rows, size_t n) {
+void jobs_db_rows_destroy(jobs_db_row **rows, size_t n) {
   if (!rows || !*rows) return;
   for (size_t i = 0; i < n; i++) jobs_db_row_clear(&(*rows)[i]);
   free(*rows);
@@ -358,6 +360,23 @@ fsdp_status jobs_db_step_json(jobs_db *db, uint64_t id, int step, char **json) {
     st = fsdp_set_error(FSDP_ERR_NOTFOUND, "job %llu has no step %d", (unsigned long long)id, step);
   } else {
     st = db_fail(db, "reading a step");
+  }
+  sqlite3_reset(s);
+  return st;
+}
+
+fsdp_status jobs_db_last_val(jobs_db *db, uint64_t id, int *step, double *val_loss) {
+  sqlite3_stmt *s = stmt(db, ST_LAST_VAL);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  int rc = sqlite3_step(s);
+  fsdp_status st = FSDP_OK;
+  *step = 0;
+  *val_loss = 0;
+  if (rc == SQLITE_ROW) {
+    *step = sqlite3_column_int(s, 0);
+    *val_loss = sqlite3_column_double(s, 1);
+  } else if (rc != SQLITE_DONE) {
+    st = db_fail(db, "reading the validation loss");
   }
   sqlite3_reset(s);
   return st;

@@ -48,7 +48,7 @@ typedef struct jobs_db_step {
 } jobs_db_step;
 
 fsdp_status jobs_db_open(const char *path, jobs_db **out);
-void jobs_db_close(jobs_db **db);
+void jobs_db_destroy(jobs_db **db);
 
 /* Insert a queued job (row->id is ignored; the new id is returned). Records the 'queued' transition.
  * row->job_dir is the PARENT of job directories: the job's is stored as PARENT/ID. */
@@ -60,9 +60,9 @@ fsdp_status jobs_db_set_state(jobs_db *db, uint64_t id, int state, const char *r
 fsdp_status jobs_db_add_step(jobs_db *db, uint64_t id, const jobs_db_step *s, const char *json);
 /* FSDP_ERR_NOTFOUND ("no job 42") when there is no such job. */
 fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out);
-/* The newest LIMIT jobs (0: all), newest first; free with jobs_db_rows_free. */
+/* The newest LIMIT jobs (0: all), newest first; free with jobs_db_rows_destroy. */
 fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
-void jobs_db_rows_free(jobs_db_row **rows, size_t n);
+void jobs_db_rows_destroy(jobs_db_row **rows, size_t n);
 void jobs_db_row_clear(jobs_db_row *row);
 /* Mark every job that had started (starting or running) as failed with REASON; *count is how
  * many. Queued jobs are left queued: the coordinator queues them again. */
@@ -71,6 +71,8 @@ fsdp_status jobs_db_fail_started(jobs_db *db, const char *reason, double now, in
 fsdp_status jobs_db_transitions(jobs_db *db, uint64_t id, int *states, double *at, size_t max, size_t *n);
 /* The metrics line stored for STEP of job ID (malloc'd; FSDP_ERR_NOTFOUND when none). */
 fsdp_status jobs_db_step_json(jobs_db *db, uint64_t id, int step, char **json);
+/* The newest step of job ID whose metrics line has a val_loss, and that loss; *step = 0 if none. */
+fsdp_status jobs_db_last_val(jobs_db *db, uint64_t id, int *step, double *val_loss);
 /* How many step rows job ID has. */
 fsdp_status jobs_db_step_count(jobs_db *db, uint64_t id, int *count);
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "plan.h"
+#include "stepstats.h"
 
-static const char *const phase_names[4] = {"allgather", "compute", "reducescatter", "optimizer"};
 
 void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSummary *sum) {
   const Fsdp__StepReport *r0 = reports[0];
@@ -20,6 +20,12 @@ void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSum
     if (reports[i]->step_ms > ms) ms = reports[i]->step_ms;
   sum->step_ms = ms;
   sum->tokens_per_s = ms > 0 ? (double)r0->tokens * 1000.0 / ms : 0.0;
+  /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
+  sum->has_val = r0->has_val;
+  sum->val_loss = r0->val_loss;
+  sum->eval_ms = 0;
+  for (size_t i = 0; i < n; i++)
+    if (reports[i]->has_val && reports[i]->eval_ms > sum->eval_ms) sum->eval_ms = reports[i]->eval_ms;
 }
 
 static json_t *u64_map(const uint64_t *v, size_t n, size_t want, const char *(*name)(int), double scale) {
@@ -38,7 +44,7 @@ static json_t *u64_map(const uint64_t *v, size_t n, size_t want, const char *(*n
 
 static const char *mem_name(int i) { return mem_category_name((mem_category)i); }
 static const char *coll_name(int i) { return coll_kind_name((coll_kind)i); }
-static const char *phase_name(int i) { return phase_names[i]; }
+static const char *phase_name(int i) { return stepstats_phase_names[i]; }
 
 static void fill_u64(json_t *obj, uint64_t **out, size_t *n, size_t want, const char *(*name)(int), double scale) {
   *out = calloc(want, sizeof **out);
@@ -74,7 +80,7 @@ fsdp_status metrics_parse_ranks(const char *line, Fsdp__StepSummary *sum) {
     s->rank = (uint32_t)json_integer_value(json_object_get(r, "rank"));
     fill_u64(json_object_get(r, "peak_bytes"), &s->peak_bytes, &s->n_peak_bytes, MEM_NCAT, mem_name, 1.0);
     fill_u64(json_object_get(r, "cur_bytes"), &s->cur_bytes, &s->n_cur_bytes, MEM_NCAT, mem_name, 1.0);
-    fill_u64(json_object_get(r, "phase_ms"), &s->phase_us, &s->n_phase_us, 4, phase_name, 1e3);
+    fill_u64(json_object_get(r, "phase_ms"), &s->phase_us, &s->n_phase_us, STEPSTATS_NPHASE, phase_name, 1e3);
     fill_u64(json_object_get(r, "sent_bytes"), &s->sent_bytes, &s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
   }
   json_decref(o);
@@ -105,6 +111,9 @@ fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line
                         "step_ms", sum.step_ms, "tokens_per_s", sum.tokens_per_s);
   fsdp_status rc = FSDP_OK;
   if (!o || !ranks) goto nomem;
+  if (sum.has_val && (json_object_set_new(o, "val_loss", json_real(sum.val_loss)) ||
+                      json_object_set_new(o, "eval_ms", json_real(sum.eval_ms))))
+    goto nomem;
   for (size_t i = 0; i < n; i++) {
     const Fsdp__RankStats *s = reports[i]->stats;
     json_t *r = json_object();
@@ -113,7 +122,7 @@ fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line
     if (!s) continue;
     json_t *peak = u64_map(s->peak_bytes, s->n_peak_bytes, MEM_NCAT, mem_name, 1.0);
     json_t *cur = u64_map(s->cur_bytes, s->n_cur_bytes, MEM_NCAT, mem_name, 1.0);
-    json_t *phase = u64_map(s->phase_us, s->n_phase_us, 4, phase_name, 1e-3);
+    json_t *phase = u64_map(s->phase_us, s->n_phase_us, STEPSTATS_NPHASE, phase_name, 1e-3);
     json_t *sent = u64_map(s->sent_bytes, s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
     if (json_object_set_new(r, "peak_bytes", peak) || json_object_set_new(r, "cur_bytes", cur) ||
         json_object_set_new(r, "phase_ms", phase) || json_object_set_new(r, "sent_bytes", sent))

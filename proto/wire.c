@@ -14,7 +14,8 @@ static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = 
   {FSDP__MSG__BODY_SUBMIT_REQ, "submit_req"},       {FSDP__MSG__BODY_SUBMIT_RESP, "submit_resp"},
   {FSDP__MSG__BODY_STATUS_REQ, "status_req"},       {FSDP__MSG__BODY_STATUS_RESP, "status_resp"},
   {FSDP__MSG__BODY_LIST_REQ, "list_req"},           {FSDP__MSG__BODY_LIST_RESP, "list_resp"},
-  {FSDP__MSG__BODY_CANCEL_REQ, "cancel_req"},       {FSDP__MSG__BODY_LOGS_REQ, "logs_req"},
+  {FSDP__MSG__BODY_CANCEL_REQ, "cancel_req"},       {FSDP__MSG__BODY_STOP_REQ, "stop_req"},
+  {FSDP__MSG__BODY_LOGS_REQ, "logs_req"},
   {FSDP__MSG__BODY_LOGS_RESP, "logs_resp"},         {FSDP__MSG__BODY_NODES_REQ, "nodes_req"},
   {FSDP__MSG__BODY_NODES_RESP, "nodes_resp"},       {FSDP__MSG__BODY_SHUTDOWN_REQ, "shutdown_req"},
   {FSDP__MSG__BODY_ACK, "ack"},                     {FSDP__MSG__BODY_ERROR, "error"},
@@ -181,6 +182,7 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   case FSDP__MSG__BODY_SUBMIT_RESP: NEED(m->submit_resp, "submit_resp"); return FSDP_OK;
   case FSDP__MSG__BODY_STATUS_REQ: NEED(m->status_req, "status_req"); return FSDP_OK;
   case FSDP__MSG__BODY_CANCEL_REQ: NEED(m->cancel_req, "cancel_req"); return FSDP_OK;
+  case FSDP__MSG__BODY_STOP_REQ: NEED(m->stop_req, "stop_req"); return FSDP_OK;
   case FSDP__MSG__BODY_STATUS_RESP: NEED(m->status_resp, "status_resp"); return check_job_info(m->status_resp);
   case FSDP__MSG__BODY_LIST_REQ: NEED(m->list_req, "list_req"); return FSDP_OK;
   case FSDP__MSG__BODY_LIST_RESP:

@@ -11,7 +11,7 @@ PKGS=(
   build-essential cmake pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
   libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
-  python3
+  python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
 )
 case "${1:-}" in

@@ -114,7 +114,8 @@ typedef struct dev_ops {
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
   /* The tied head with its loss: logits = inp·wteᵀ, losses = cross-entropy, *loss_acc += Σ losses,
    * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of
-   * dev_logits_bytes bytes (BT·V fp32 on the CPU; one chunk of rows on CUDA). */
+   * dev_logits_bytes bytes (BT·V fp32 on the CPU; one chunk of rows on CUDA).
+   * With dinp = dwte = NULL only the losses (evaluation). */
   void (*classifier)(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                      const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
 

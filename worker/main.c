@@ -28,6 +28,7 @@
 #include "plan.h"
 #include "planmsg.h"
 #include "runtime.h"
+#include "sample.h"
 #include "wlink.h"
 
 /* Two settings that only take effect when the process starts, so the worker re-executes itself
@@ -50,7 +51,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]\n"
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
-          "                   [--log-level L] JOB.ini\n");
+          "                   [--log-level L] JOB.ini\n"
+          "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+          "                   [--tokenizer FILE]     (what fsdpctl sample runs; docs/data.md)\n");
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -80,6 +83,11 @@ static void print_report(int rank, const rt_report *r) {
   json_object_set_new(peak, "total", json_integer((json_int_t)r->peak_total));
   for (int i = 0; i < RT_NPHASE; i++) json_object_set_new(phase, rt_phase_name((rt_phase)i), json_real(r->phase_us[i] / 1000.0));
   for (int i = 0; i < COLL_NKIND; i++) json_object_set_new(sent, coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent[i]));
+  if (r->has_val) {
+    json_object_set_new(o, "val_loss", json_real(r->val_loss));
+    json_object_set_new(o, "eval_ms", json_real(r->eval_ms));
+  }
+  if (r->sample[0]) json_object_set_new(o, "sample", json_string(r->sample));
   json_object_set_new(o, "peak_bytes", peak);
   json_object_set_new(o, "phase_ms", phase);
   json_object_set_new(o, "sent_bytes", sent);
@@ -107,6 +115,51 @@ static fsdp_status ckpt_begin(runtime_t *rt, const jobspec_t *spec, int *start) 
     return fsdp_set_error(FSDP_ERR_STATE, "[checkpoint] dir %s already holds checkpoints (the newest: step %d) and "
                           "resume = never: use an empty dir, delete them, or resume = auto", spec->ckpt_dir, s);
   return FSDP_OK;
+}
+
+/* [eval] every = K: the validation loss at steps K, 2K, ... into the step's report. */
+static fsdp_status eval_if_due(runtime_t *rt, const jobspec_t *spec, rt_report *r) {
+  if (spec->eval_every <= 0 || r->step % spec->eval_every != 0) return FSDP_OK;
+  TRY(runtime_eval(rt, spec->eval_batches, &r->val_loss, &r->eval_ms));
+  r->has_val = 1;
+  return FSDP_OK;
+}
+
+/* [eval] sample_every = K: at steps K, 2K, ... rank 0 continues sample_prompt with SAMPLE_TOKENS
+ * tokens (temperature 1, seeded by the job's seed and the step) from the gathered model, for the
+ * job log. Collective: every rank takes part in the gathers. */
+#define SAMPLE_TOKENS 64
+static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank, rt_report *r) {
+  r->sample[0] = '\0';
+  if (spec->sample_every <= 0 || r->step % spec->sample_every != 0) return FSDP_OK;
+  plan_t *w = NULL;
+  float *whole = NULL;
+  int *ids = NULL, plen = 0;
+  TRY(runtime_whole_plan(rt, 1, &w));
+  fsdp_status rc = sample_prompt_ids(spec->sample_prompt, w->model.vocab_size, NULL, &plen);
+  if (rc == FSDP_OK && rank == 0) {
+    whole = calloc((size_t)w->shard_total, sizeof(float));
+    ids = calloc((size_t)plen + SAMPLE_TOKENS, sizeof(int));
+    if (!whole || !ids) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the model for a sample");
+  }
+  fsdp_status grc = runtime_gather_whole(rt, w, whole);   /* every rank, whatever happened above */
+  if (rc == FSDP_OK) rc = grc;
+  if (rc == FSDP_OK && rank == 0) {
+    sample_prompt_ids(spec->sample_prompt, w->model.vocab_size, ids, &plen);
+    rc = sample_generate(w, whole, ids, plen, plen + SAMPLE_TOKENS, 1.0, 0, spec->seed ^ (uint64_t)r->step);
+    size_t k = 0;   /* printable bytes as they are, the rest as \xNN (byte-level models) or token ids */
+    for (int i = 0; rc == FSDP_OK && i < plen + SAMPLE_TOKENS && k + 12 < sizeof r->sample; i++) {
+      int t = ids[i];
+      if (w->model.vocab_size <= 256 && t >= 32 && t < 127) r->sample[k++] = (char)t;
+      else if (w->model.vocab_size <= 256) k += (size_t)snprintf(r->sample + k, sizeof r->sample - k, "\\x%02x", t);
+      else k += (size_t)snprintf(r->sample + k, sizeof r->sample - k, "%s%d", i ? " " : "", t);
+    }
+    r->sample[k] = '\0';
+  }
+  free(whole);
+  free(ids);
+  plan_destroy(&w);
+  return rc;
 }
 
 /* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones). */
@@ -214,6 +267,8 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   for (int s = start + 1; s <= spec.steps; s++) {
     rt_report r;
     TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
+    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
     print_report(rank, &r);
   }
@@ -264,6 +319,8 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
     if (step == 0) break;
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
+    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
+    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is
      * written before the report, so a reported step at a checkpoint boundary is durable. */
     if (checkpoint) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);
@@ -288,6 +345,8 @@ int main(int argc, char **argv) {
   const char *connect = NULL, *token = "", *rdv = NULL, *save = NULL, *job = NULL;
   long rank = -1, world = -1, steps = 0, job_id = -1;
   int standalone = 0;
+  sample_args sa = {.tokens = 64, .temperature = 1.0};
+  long top_k = 0, ntok = 64, seed = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -300,6 +359,22 @@ int main(int argc, char **argv) {
     i++;                                                                         \
   } while (0)
     if (!strcmp(a, "--standalone")) standalone = 1;
+    else if (!strcmp(a, "--sample")) { NEEDV(); sa.model = v; }
+    else if (!strcmp(a, "--prompt")) { NEEDV(); sa.prompt = v; }
+    else if (!strcmp(a, "--tokenizer")) { NEEDV(); sa.tokenizer = v; }
+    else if (!strcmp(a, "--tokens")) { NEEDV(); if (parse_int(a, v, 1, 1L << 20, &ntok)) return 2; }
+    else if (!strcmp(a, "--top-k")) { NEEDV(); if (parse_int(a, v, 0, 1L << 24, &top_k)) return 2; }
+    else if (!strcmp(a, "--seed")) { NEEDV(); if (parse_int(a, v, 0, 1L << 62, &seed)) return 2; }
+    else if (!strcmp(a, "--temperature")) {
+      NEEDV();
+      char *end;
+      errno = 0;
+      sa.temperature = strtod(v, &end);
+      if (errno || *end || !(sa.temperature >= 0) || sa.temperature > 100) {
+        fprintf(stderr, "fsdp-worker: --temperature '%s' must be a number in [0, 100] (0: greedy)\n", v);
+        return 2;
+      }
+    }
     else if (!strcmp(a, "--connect")) { NEEDV(); connect = v; }
     else if (!strcmp(a, "--token")) { NEEDV(); token = v; }
     else if (!strcmp(a, "--rendezvous")) { NEEDV(); rdv = v; }
@@ -331,6 +406,14 @@ int main(int argc, char **argv) {
 #undef NEEDV
   }
   log_set_prefix("worker", (int)rank);
+  if (sa.model) {
+    if (!sa.prompt) {
+      fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
+      return 2;
+    }
+    sa.tokens = (int)ntok, sa.top_k = (int)top_k, sa.seed = (unsigned long long)seed;
+    return sample_run(&sa);
+  }
   if (standalone) {
     if (rank < 0 || world < 1 || !rdv || !job || rank >= world) {
       fprintf(stderr, "fsdp-worker: --standalone needs --rank R (0..N-1), --world N, --rendezvous DIR and a job file\n");

@@ -25,6 +25,10 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   int64_t o = 0;
   for (int l = 0; l < a->L; l++) {   /* block_saved = 16·BTC + 4·BT + BHTT, in plan_act's order */
     gpt2_block_acts *b = &a->blk[l];
+    if (a->recompute) {                /* checkpointing: only the output per block, block_saved = BTC */
+      b->out = take(c, &o, BTC, e);
+      continue;
+    }
     b->ln1 = take(c, &o, BTC, e);
     b->ln1_mean = take(c, &o, BT, 4);
     b->ln1_rstd = take(c, &o, BT, 4);
@@ -38,6 +42,26 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
     b->fch = take(c, &o, 4 * BTC, e);
     b->fch_gelu = take(c, &o, 4 * BTC, e);
     b->out = take(c, &o, BTC, e);
+  }
+  if (a->recompute && a->L > 0) {      /* the one working set every block shares: block_ws */
+    gpt2_block_acts w;
+    w.ln1 = take(c, &o, BTC, e);
+    w.ln1_mean = take(c, &o, BT, 4);
+    w.ln1_rstd = take(c, &o, BT, 4);
+    w.qkv = take(c, &o, 3 * BTC, e);
+    w.atty = take(c, &o, BTC, e);
+    w.att = take(c, &o, ATT, 4);
+    w.res2 = take(c, &o, BTC, e);
+    w.ln2 = take(c, &o, BTC, e);
+    w.ln2_mean = take(c, &o, BT, 4);
+    w.ln2_rstd = take(c, &o, BT, 4);
+    w.fch = take(c, &o, 4 * BTC, e);
+    w.fch_gelu = take(c, &o, 4 * BTC, e);
+    a->fwd_tmp = take(c, &o, BTC, e);   /* not the workspace: a recompute runs amid the backward */
+    for (int l = 0; l < a->L; l++) {
+      w.out = a->blk[l].out;
+      a->blk[l] = w;
+    }
   }
   a->x0 = take(c, &o, BTC, e);             /* root_saved = 2·BTC + 2·BT */
   a->lnf = take(c, &o, BTC, e);
@@ -63,8 +87,9 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   a->losses = take(c, &o, BT, 4);
   a->dlnf = take(c, &o, BTC, e);
   int64_t head = o;
-  /* Forward scratch: anywhere; nothing else is live. */
-  a->fwd_tmp = ws;
+  /* Forward scratch: anywhere in the workspace, where nothing else is live during the forward
+   * (with checkpointing it is in the working set, above) */
+  if (!a->recompute) a->fwd_tmp = ws;
   *ws_bytes = bwd > head ? bwd : head;
 }
 
@@ -75,6 +100,7 @@ gpt2_acts *gpt2_acts_new(const plan_t *p, device_t *d) {
     return NULL;
   }
   a->dev = d;
+  a->recompute = p->ackpt == ACKPT_FULL;
   a->B = p->batch_size;
   a->T = p->model.seq_len;
   a->C = p->model.n_embd;
@@ -163,6 +189,16 @@ void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root,
                             a->dlnf, x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
+void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  const int B = a->B, T = a->T, C = a->C;
+  device_t *d = a->dev;
+  d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, last_output(a), PARAM(0, ROOT_LNF_W, root),
+                           PARAM(0, ROOT_LNF_B, root), B, T, C);
+  if (targets)
+    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, ROOT_WTE, root), targets,
+                      B * T, C, a->V, 1.0f);
+}
+
 void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit) {
   const int B = a->B, T = a->T, C = a->C, NH = a->NH, BT = B * T, u = 1 + layer;
   device_t *d = a->dev;
@@ -171,6 +207,10 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   void *dres = a->dres;              /* on entry dL/d out; on return dL/d x */
   void *dfch = s->fch_gelu;          /* fch_gelu is dead once c_proj's weight gradient is taken */
 #define DPARAM(slot) gpt2_grad(p, u, (slot), dunit)
+
+  /* activation checkpointing: the block's activations again, from its saved input, with the unit
+   * the runtime gathered for this backward; the same operators give the same bits */
+  if (a->recompute) gpt2_block_forward(a, p, layer, unit);
 
   /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
   d->op->matmul_backward(d, a->dbuf, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,

@@ -20,6 +20,9 @@
  * + per-token losses + dlnf), then the backward scratch (dres dx dbuf datty datt). Activations are
  * act elements of the device (device.h), statistics and losses fp32. Backward consumes what forward
  * saved (d fch overwrites fch_gelu), so each block's backward must follow its forward exactly once.
+ * With activation checkpointing a block keeps only its output (the next block's input); its other
+ * activations live in one working set shared by all blocks, and gpt2_block_backward recomputes
+ * the block's forward there before differentiating it.
  * A gpt2_acts belongs to one device and its thread.
  */
 #ifndef FSDP_MODEL_GPT2_H
@@ -48,6 +51,8 @@ typedef struct gpt2_block_acts {   /* saved by block forward, read by its backwa
 
 typedef struct gpt2_acts {
   device_t *dev;
+  int recompute;         /* [fsdp] activation_checkpointing = full: blocks share one working set and
+                            the backward recomputes each block's forward first */
   int B, T, C, NH, V, L;
   gpt2_block_acts *blk;  /* L */
   void *x0;              /* (B,T,C)   wte[inp] + wpe */
@@ -92,6 +97,9 @@ void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const i
 void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *unit);
 void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
                                 float dscale, float *loss_acc);
+/* Forward only, for evaluation and sampling: the final LayerNorm (a->lnf), and with TARGETS the
+ * per-token losses (Σ into *loss_acc); no gradient. */
+void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc);
 void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp);
 

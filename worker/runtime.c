@@ -112,6 +112,25 @@ out:
   return rc;
 }
 
+/* The validation rows runtime_eval will read exist and fit the vocabulary: said at the start, not
+ * at the first evaluation. */
+static fsdp_status check_val(runtime_t *rt) {
+  const plan_t *p = rt->p;
+  int BT = p->batch_size * p->model.seq_len;
+  int *a = calloc((size_t)BT, sizeof(int)), *b = calloc((size_t)BT, sizeof(int));
+  fsdp_status rc = a && b ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the validation check");
+  for (int m = 0; rc == FSDP_OK && m < rt->spec->eval_batches; m++)
+    rc = tok_batch(rt->val, m, rt->rank, rt->world, p->batch_size, p->model.seq_len, p->model.vocab_size, a, b);
+  free(a);
+  free(b);
+  if (rc != FSDP_OK) {
+    char why[512];   /* the message is rewritten in the buffer it comes from */
+    snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+    return fsdp_set_error(rc, "[data] val %s: %s", rt->spec->val_synthetic ? "(synthetic)" : rt->spec->val, why);
+  }
+  return FSDP_OK;
+}
+
 fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t *comm, device_t *dev,
                         runtime_t **out) {
   fsdp_status rc = FSDP_OK;
@@ -179,6 +198,11 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   else
     TRY_GOTO(tok_open(spec->train, &rt->data), rc, fail);
   tok_set_shuffle(rt->data, spec->shuffle, spec->seed);
+  if (spec->val_synthetic)   /* validation reads its rows in file order */
+    TRY_GOTO(tok_open_markov(spec->val_markov_seed, p->model.vocab_size, synthetic_tokens(rt), &rt->val), rc, fail);
+  else if (spec->val[0])
+    TRY_GOTO(tok_open(spec->val, &rt->val), rc, fail);
+  if (rt->val && spec->eval_every > 0) TRY_GOTO(check_val(rt), rc, fail);
   *out = rt;
   return FSDP_OK;
 fail:
@@ -499,6 +523,64 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   return FSDP_OK;
 }
 
+/* ---- validation ---- */
+
+/* One forward pass over the micro-batch in token slot 0, its Σ loss into rt->scal[0]: the
+ * forward half of micro_step's schedule, every unit released after its forward. */
+static fsdp_status eval_forward(runtime_t *rt) {
+  const plan_t *p = rt->p;
+  int L = rt->L, sh = sharded(rt), ahead = 1 + p->prefetch, next = 1;
+  if (sh) {
+    TRY(gather_issue(rt, 0));
+    while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
+  }
+  const void *root = unit_ready(rt, 0);
+  gpt2_embed_forward(rt->acts, p, root, rt->inp);
+  if (sh)
+    while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
+  for (int u = 1; u <= L; u++) {
+    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
+    if (sh) gather_release(rt, u);
+    if (sh && next <= L) TRY(gather_issue(rt, next++));
+  }
+  gpt2_head_forward(rt->acts, p, root, rt->tgt, rt->scal);
+  if (sh) gather_release(rt, 0);
+  return FSDP_OK;
+}
+
+fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *ms) {
+  const plan_t *p = rt->p;
+  device_t *d = rt->dev;
+  int B = p->batch_size, T = p->model.seq_len;
+  uint64_t t0 = now_us();
+  if (!rt->val) return fsdp_set_error(FSDP_ERR_STATE, "no validation data: set [data] val");
+  if (batches < 1) return fsdp_set_error(FSDP_ERR_RANGE, "eval batches %d; allowed: >= 1", batches);
+  d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
+  fsdp_status rc = FSDP_OK;
+  for (int m = 0; m < batches && rc == FSDP_OK; m++) {
+    /* the stream is idle here (the previous forward was waited for below), so the token buffers
+     * are free; the validation rows are the first batches·N·B of the file, rank r's B of each */
+    int *ih = rt->inp_h ? rt->inp_h : rt->inp, *th = rt->tgt_h ? rt->tgt_h : rt->tgt;
+    TRY(d->op->sync(d));
+    TRY(tok_batch(rt->val, m, rt->rank, rt->world, B, T, p->model.vocab_size, ih, th));
+    if (rt->inp_h) {
+      TRY(d->op->upload(d, rt->inp, ih, (size_t)B * T * sizeof(int)));
+      TRY(d->op->upload(d, rt->tgt, th, (size_t)B * T * sizeof(int)));
+    }
+    rc = eval_forward(rt);
+  }
+  fsdp_status wrc = wait_pending(rt);
+  if (rc == FSDP_OK) rc = wrc;
+  TRY(rc);
+  float v[2];
+  TRY(d->op->download(d, v, rt->scal, sizeof(float)));
+  v[1] = (float)((double)batches * B * T);
+  TRY(rt_allreduce_host(rt, v, 2));   /* Σ loss and Σ tokens over the ranks */
+  *val_loss = (double)v[0] / (double)v[1];
+  *ms = (double)(now_us() - t0) / 1000.0;
+  return FSDP_OK;
+}
+
 const float *runtime_param_shard(const runtime_t *rt) { return rt->param; }
 
 void runtime_destroy(runtime_t **prt) {
@@ -522,6 +604,7 @@ void runtime_destroy(runtime_t **prt) {
   d->op->free(d, rt->scal);
   free(rt->scal_h);
   tok_close(&rt->data);
+  tok_close(&rt->val);
   for (int s = 0; rt->slot_buf && s < rt->nslots; s++) d->op->free(d, rt->slot_buf[s]);
   for (int s = 0; rt->slot_free && s <= rt->nslots; s++) dev_event_destroy(&rt->slot_free[s]);
   free(rt->slot_buf);

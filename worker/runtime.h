@@ -35,6 +35,9 @@ typedef struct rt_report {
   uint64_t phase_us[RT_NPHASE];  /* device stream time blocked on gathers, computing, blocked on
                                     reductions, and in the optimizer (norm, scalar all-reduce, AdamW) */
   uint64_t sent[COLL_NKIND];     /* bytes this rank sent during this step */
+  int has_val;                   /* val_loss and eval_ms are set (the caller's runtime_eval) */
+  double val_loss, eval_ms;
+  char sample[512];              /* [eval] sample_every: rank 0's sample (prompt + continuation), or "" */
 } rt_report;
 
 typedef struct runtime runtime_t;
@@ -46,6 +49,16 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *plan, int rank, com
                         runtime_t **out);
 /* One optimizer step (G micro-steps). Collective: every rank calls it with the same STEP. */
 fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out);
+/* Collective: the mean loss over the first BATCHES·N·B rows of the validation file ([data] val),
+ * forward only, sharded as in training (every rank must call it with the same BATCHES); the time
+ * it took in *MS. Between steps. */
+fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *ms);
+/* The world-1 plan of the same model (sharding none, fp32, cpu) with BATCH_SIZE, whose layout
+ * runtime_gather_whole fills. */
+fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out);
+/* Collective: the whole model (fp32 master weights) into OUT (WHOLE->shard_total floats, host) on
+ * rank 0; the other ranks pass NULL. */
+fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out);
 /* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
 fsdp_status runtime_save(runtime_t *rt, const char *path);
 /* Tests only: skip the device wait between a block's gather and the compute that reads it, so

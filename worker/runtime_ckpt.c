@@ -67,42 +67,66 @@ fsdp_status rt_allreduce_host(runtime_t *rt, float *vals, int n) {
   return d->op->download(d, vals, rt->scal, (size_t)n * sizeof(float));
 }
 
-/* ---- export ---- */
+/* ---- the whole model on rank 0: export and samples ---- */
 
-fsdp_status runtime_save(runtime_t *rt, const char *path) {
+fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out) {
+  jobspec_t s = *rt->spec;
+  s.world_size = 1;
+  s.sharding = SHARD_NONE;
+  s.batch_size = batch_size;
+  s.grad_accum = 1;
+  s.device = DEVICE_CPU;
+  s.param_dtype = s.reduce_dtype = DTYPE_FP32;
+  return plan_build(&s, 1, out);
+}
+
+fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
   fsdp_status rc = FSDP_OK;
-  float **units = calloc((size_t)p->nunits, sizeof(float *));
-  void **views = calloc((size_t)p->nunits, sizeof(void *));
-  if (!units || !views) {
-    free(units);
-    free(views);
-    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the export table");
-  }
-  TRY_GOTO(d->op->sync(d), rc, out);
-  for (int u = 0; u < p->nunits; u++) {
+  int64_t pb = 0;
+  for (int u = 0; u < p->nunits; u++)
+    if (p->units[u].padded > pb) pb = p->units[u].padded;
+  TRY(d->op->sync(d));
+  float *buf = d->op->alloc(d, MEM_WORKSPACE, (size_t)pb * sizeof(float));   /* one unit at a time */
+  if (!buf) return FSDP_ERR_NOMEM;
+  for (int u = 0; u < p->nunits && rc == FSDP_OK; u++) {
     const plan_unit *pu = &p->units[u];
-    units[u] = d->op->alloc(d, MEM_WORKSPACE, (size_t)pu->padded * sizeof(float));
-    if (!units[u]) {
-      rc = FSDP_ERR_NOMEM;
-      goto out;
-    }
-    if (rt->p->sharding != SHARD_NONE)
-      TRY_GOTO(comm_allgather(rt->comm, rt->param + pu->shard_base, units[u], (size_t)pu->shard_numel, COMM_F32, NULL),
-               rc, out);
+    if (p->sharding != SHARD_NONE)
+      rc = comm_allgather(rt->comm, rt->param + pu->shard_base, buf, (size_t)pu->shard_numel, COMM_F32, NULL);
     else
-      d->op->copy(d, units[u], rt->param + pu->shard_base, (size_t)pu->padded * sizeof(float));
-    TRY_GOTO(rt_host_view(rt, units[u], (size_t)pu->padded * sizeof(float), &views[u]), rc, out);
+      d->op->copy(d, buf, rt->param + pu->shard_base, (size_t)pu->padded * sizeof(float));
+    void *view = NULL;
+    if (rc == FSDP_OK && rt->rank == 0 && out && (rc = rt_host_view(rt, buf, (size_t)pu->numel * sizeof(float), &view)) == FSDP_OK) {
+      memcpy(out + whole->units[u].shard_base, view, (size_t)pu->numel * sizeof(float));
+      rt_host_view_done(rt, view);
+    }
   }
-  if (rt->rank == 0) rc = st_save_units(path, p, (float *const *)views);
-out:
-  for (int u = 0; u < p->nunits; u++) {
-    if (views[u]) rt_host_view_done(rt, views[u]);
-    d->op->free(d, units[u]);
+  d->op->free(d, buf);
+  return rc;
+}
+
+fsdp_status runtime_save(runtime_t *rt, const char *path) {
+  plan_t *w = NULL;
+  float *whole = NULL;
+  float **units = NULL;
+  TRY(runtime_whole_plan(rt, 1, &w));
+  fsdp_status rc = FSDP_OK;
+  if (rt->rank == 0) {
+    whole = calloc((size_t)w->shard_total, sizeof(float));
+    units = calloc((size_t)w->nunits, sizeof(float *));
+    if (!whole || !units) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the whole model for export");
+  }
+  /* every rank takes part in the gathers, also when rank 0 could not allocate */
+  fsdp_status grc = runtime_gather_whole(rt, w, whole ? whole : NULL);
+  if (rc == FSDP_OK) rc = grc;
+  if (rc == FSDP_OK && rt->rank == 0) {
+    for (int u = 0; u < w->nunits; u++) units[u] = whole + w->units[u].shard_base;
+    rc = st_save_units(path, w, units);
   }
   free(units);
-  free(views);
+  free(whole);
+  plan_destroy(&w);
   return rc;
 }
 

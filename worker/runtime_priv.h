@@ -23,6 +23,7 @@ struct runtime {
   uint16_t *lp;
   gpt2_acts *acts;
   tok_file *data;
+  tok_file *val;                 /* [data] val, or NULL */
   int *inp, *tgt;                /* G·B·T token ids on the device: the whole step's micro-batches */
   int *inp_h, *tgt_h;            /* host staging when the device is not host memory */
   float *scal;                   /* PLAN_STEP_SCALARS device floats: Σ loss, Σ g², non-finite, count */

@@ -194,6 +194,10 @@ fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
   rep.grad_norm = r->grad_norm;
   rep.tokens = r->tokens;
   rep.step_ms = r->step_ms;
+  rep.has_val = r->has_val;
+  rep.val_loss = r->val_loss;
+  rep.eval_ms = r->eval_ms;
+  rep.sample = (char *)r->sample;
   rep.stats = &st;
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT;

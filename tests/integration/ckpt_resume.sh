@@ -78,9 +78,7 @@ case "$out" in *max_restarts*every*) ;; *) fail "refusal does not explain itself
 job 300 2 4 "[job]\nmax_restarts = 1\n[checkpoint]\ndir = $S/ck4\nevery = 20\nkeep = 2\n" >"$S/restart.ini"
 id=$("$CTL" submit "$S/restart.ini" | tail -1)
 wait_for 60 at_step "$id" 25 || fail "job $id did not reach step 25 within 60 s"
-pid1=$(worker_pid "$id" 1)
-[ -n "$pid1" ] || fail "no pid for rank 1 in the daemon log"
-kill -KILL "$pid1"
+signal_rank KILL "$id" 1
 wait_for 90 finished "$id" || fail "job $id did not finish within 90 s of the kill"
 is_state "$id" succeeded || fail "job $id: $("$CTL" status "$id")"
 J="$S/jobs/$id"
@@ -101,6 +99,5 @@ assert ck % 20 == 0 and ck >= 20, ck
 assert steps == list(range(1, 301)), f"metrics.jsonl steps are not exactly 1..300: {steps[:3]}..{steps[-3:]} ({len(steps)} lines)"
 print(f"restarted from checkpoint {ck}; metrics.jsonl has one line for each of the 300 steps")
 EOF
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc"
+stop_daemon
 echo "ckpt_resume: ok"

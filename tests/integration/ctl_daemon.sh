@@ -6,30 +6,7 @@
 # the reason; status --json carries it), unknown job ids, and a clear message once fsdpd is gone.
 # Usage: bash ctl_daemon.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-CTL="$BUILD/fsdpctl"
-for b in fsdpctl fsdpd fsdp-worker; do [ -x "$BUILD/$b" ] || { echo "$b not built"; exit 1; }; done
-S=$(mktemp -d /tmp/ctl-daemon-XXXXXX)
-DPID=""
-cleanup() {
-  if [ -n "$DPID" ]; then
-    kill -TERM "$DPID" 2>/dev/null || true
-    timeout 15 tail --pid="$DPID" -f /dev/null 2>/dev/null || kill -KILL "$DPID" 2>/dev/null || true
-    wait "$DPID" 2>/dev/null || true
-  fi
-  rm -rf "$S"
-}
-trap cleanup EXIT
-export FSDP_CTL="ipc://$S/ctl.sock"
-fail() { echo "FAIL: $*"; echo "--- daemon log"; tail -30 "$S/fsdpd.log" 2>/dev/null || true; exit 1; }
-# wait_for SECONDS CMD...: poll a condition until it holds or the deadline passes.
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
-jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
-state_of() { "$CTL" status "$1" --json | jget 'd["state"]'; }
-is_state() { [ "$(state_of "$1")" = "$2" ]; }
-finished() { case "$(state_of "$1")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
-running_at() { [ "$("$CTL" status "$1" --json | jget 'd["state"] == "running" and d["step"] >= '"$2")" = True ]; }
-free_slots() { [ "$("$CTL" nodes --json | jget 'sum(1 for n in d["nodes"] if not n["lost"] for s in n["devices"] if s["kind"] == "cpu" and s["job_id"] is None)')" -ge "$1" ]; }
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" ctl-daemon
 
 JOB="$SRC/tests/integration/jobs/ctl_small.ini"
 sed -e 's/^steps = .*/steps = 100000/' -e 's/^name = .*/name = ctl-long/' "$JOB" >"$S/long.ini"
@@ -37,12 +14,12 @@ sed -e 's/^steps = .*/steps = 100000/' -e 's/^name = .*/name = ctl-long/' "$JOB"
 head -c 4096 /dev/urandom >"$S/garbage.bin"
 sed -e 's|^train = .*|train = garbage.bin|' -e 's/^name = .*/name = ctl-bad-data/' "$JOB" >"$S/baddata.ini"
 
-"$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!
+start_daemon
 wait_for 10 free_slots 2 || fail "fsdpd did not offer 2 CPU slots within 10 s"
 
 # ---- nodes
 out=$("$CTL" nodes) || fail "nodes failed"
-echo "$out" | grep -q "cpu:0" && echo "$out" | grep -q "cpu:1" || fail "nodes table lacks cpu:0/cpu:1: $out"
+grep -q "cpu:0" <<<"$out" && grep -q "cpu:1" <<<"$out" || fail "nodes table lacks cpu:0/cpu:1: $out"
 
 # ---- submit: the id alone on the last line; status --json carries the required keys
 out=$("$CTL" submit "$JOB") || fail "submit failed"
@@ -76,7 +53,7 @@ EOF
 # The human form has the header and the three per-rank tables.
 out=$("$CTL" status "$id") || fail "status failed"
 for w in "job $id (ctl-small): succeeded" "step        40/40" "peak memory per rank" "optim_state" "time per phase" "reducescatter" "bytes sent per collective"; do
-  echo "$out" | grep -qF "$w" || fail "status output lacks '$w': $out"
+  grep -qF -- "$w" <<<"$out" || fail "status output lacks '$w': $out"
 done
 
 # ---- submit --follow: progress lines, exit 0, the id first
@@ -100,7 +77,7 @@ set +e; timeout 10 "$CTL" logs "$id" --rank 7 2>"$S/rank.err"; rc=$?; set -e
 
 # ---- cancel a running job; logs --follow of it ends when it does
 lid=$("$CTL" submit "$S/long.ini" | tail -1)
-wait_for 60 running_at "$lid" 2 || fail "job $lid did not reach step 2 within 60 s"
+wait_for 60 at_step "$lid" 2 || fail "job $lid did not reach step 2 within 60 s"
 "$CTL" nodes --json | jget "[s['job_id'] for n in d['nodes'] for s in n['devices']]" | grep -q "$lid" ||
   fail "nodes does not show job $lid holding a device"
 timeout 30 "$CTL" logs "$lid" --follow >/dev/null & LPID=$!
@@ -127,8 +104,7 @@ for cmd in "status 4242" "status 4242 --json" "cancel 4242" "logs 4242"; do
 done
 
 # ---- once fsdpd is gone: the clear message, quickly
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" = 0 ] || fail "fsdpd exited with status $rc after SIGTERM"
+stop_daemon
 set +e; t0=$SECONDS; timeout 20 "$CTL" status "$id" 2>"$S/gone.err"; rc=$?; set -e
 [ "$rc" = 1 ] && [ $((SECONDS - t0)) -le 6 ] || fail "status with fsdpd gone: status $rc after $((SECONDS - t0)) s"
 grep -q "^fsdpctl: cannot reach fsdpd at ipc://$S/ctl.sock: is it running?" "$S/gone.err" || fail "with fsdpd gone: $(cat "$S/gone.err")"

@@ -6,12 +6,9 @@
 # the CUDA driver. Needs only fsdpctl: no daemon is started.
 # Usage: bash ctl_errors.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-CTL="$BUILD/fsdpctl"
-[ -x "$CTL" ] || { echo "fsdpctl not built"; exit 1; }
-T=$(mktemp -d /tmp/ctl-errors-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh" "$1" "$2" ctl-errors
+T="$S"
+FAIL_LOGS=()
 unset FSDP_CTL
 
 # run_cmd NAME CMD...: runs CMD with a hard limit, keeps stdout, stderr, status and wall time.

@@ -1,27 +1,19 @@
 #!/usr/bin/env bash
 # ctl_run — `fsdpctl run` end to end with a private fsdpd and 2 CPU workers: the job succeeds,
 # metrics.jsonl has one line per step with every field (per-rank memory by category, phase times,
-# bytes per collective), the loss falls, the daemon is gone afterwards and the temporary state
-# directory removed; a failing job exits 1 with one line and keeps its logs; Ctrl-C cancels the
-# job, stops the daemon and its workers, and exits 130.
+# bytes per collective), the loss falls, the daemon is gone afterwards; in a temporary state
+# directory the job's metrics and logs are kept (and named) while the daemon's database goes; a
+# failing job exits 1 with one line, free of source locations, and keeps its logs; Ctrl-C stops
+# the job after saving a checkpoint, stops the daemon and its workers, and exits 130; kill -9 of
+# fsdpctl run leaves no temporary state directory behind.
 # Usage: bash ctl_run.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-CTL="$BUILD/fsdpctl"
-for b in fsdpctl fsdpd fsdp-worker; do [ -x "$BUILD/$b" ] || { echo "$b not built"; exit 1; }; done
-T=$(mktemp -d /tmp/ctl-run-XXXXXX)
+source "$(dirname "$0")/lib/common.sh" "$1" "$2" ctl-run
+T="$S"
 RPID=""
-cleanup() {
-  if [ -n "$RPID" ]; then
-    kill -TERM "$RPID" 2>/dev/null || true   # fsdpctl stops its own daemon (which stops its workers)
-    timeout 20 tail --pid="$RPID" -f /dev/null 2>/dev/null || kill -KILL "$RPID" 2>/dev/null || true
-    wait "$RPID" 2>/dev/null || true
-  fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.out "$T"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
+at_exit 'stop_pid "$RPID"'   # fsdpctl stops its own daemon (which stops its workers)
+FAIL_LOGS=()
+for f in run tmprun bad int kill; do FAIL_LOGS+=("$T/$f.out" "$T/$f.err"); done
 # No process (fsdpd or fsdp-worker) still runs with DIR on its command line (or as its working
 # directory's prefix): only looks, never kills.
 none_left() { ! pgrep -f -- "$1" >/dev/null; }
@@ -62,7 +54,10 @@ set +e; "$CTL" nodes --ctl "ipc://$T/state/ctl.sock" 2>/dev/null; rc=$?; set -e
 # ---- success in a temporary state directory: removed afterwards
 mkdir "$T/tmp"
 TMPDIR="$T/tmp" timeout 120 "$CTL" run "$JOB" >"$T/tmprun.out" 2>"$T/tmprun.err" || fail "run (temporary state) exited $?"
-[ -z "$(ls -A "$T/tmp")" ] || fail "temporary state directory left behind: $(ls -A "$T/tmp")"
+kept=$(sed -n 's/^metrics and logs kept in \(.*\) (metrics.jsonl.*/\1/p' "$T/tmprun.out")
+case "$kept" in "$T"/tmp/fsdpctl-run.*/jobs/1) ;; *) fail "run did not say where the metrics are: $(cat "$T/tmprun.out")";; esac
+[ "$(wc -l <"$kept/metrics.jsonl")" = 40 ] && [ -s "$kept/job.log" ] || fail "metrics or logs not kept in $kept"
+[ ! -e "$kept/../../jobs.db" ] || fail "the private daemon's jobs.db was kept"
 
 # ---- a failing job: exit 1, one line naming the job, the reason and the kept logs
 head -c 4096 /dev/urandom >"$T/garbage.bin"
@@ -72,10 +67,12 @@ set +e; TMPDIR="$T/tmp2" timeout 120 "$CTL" run "$T/bad.ini" >"$T/bad.out" 2>"$T
 [ "$rc" = 1 ] || fail "a failing job: run exited $rc, expected 1"
 [ "$(wc -l <"$T/bad.err")" = 1 ] || fail "a failing job: $(wc -l <"$T/bad.err") stderr lines, expected 1"
 grep -Eq "^fsdpctl: job 1 failed: .+ \(logs: $T/tmp2/fsdpctl-run\.[A-Za-z0-9]+/jobs/1\)$" "$T/bad.err" || fail "failing job stderr: $(cat "$T/bad.err")"
+! grep -Eq "[a-z_]+\.(c|cc|cu|h):[0-9]+:" "$T/bad.err" || fail "a source location in a user-facing message: $(cat "$T/bad.err")"
 wait_for 10 none_left "$T/tmp2" || fail "processes of the failed run remain"
 
-# ---- Ctrl-C: cancels the job, stops the daemon and workers, exits 130, removes its state
-sed -e 's/^steps = .*/steps = 100000/' "$JOB" >"$T/long.ini"
+# ---- Ctrl-C: the job saves a checkpoint and stops, the daemon and workers stop, exit 130; the
+# job's metrics and logs stay
+printf '\n[checkpoint]\ndir = %s\nevery = 100000\n' "$T/ck" | cat <(sed -e 's/^steps = .*/steps = 100000/' "$JOB") - >"$T/long.ini"
 mkdir "$T/tmp3"
 TMPDIR="$T/tmp3" "$CTL" run "$T/long.ini" >"$T/int.out" 2>"$T/int.err" & RPID=$!
 progressing() { local m; m=$(ls "$T"/tmp3/fsdpctl-run.*/jobs/1/metrics.jsonl 2>/dev/null) && [ "$(wc -l <"$m")" -ge 3 ]; }
@@ -84,8 +81,20 @@ kill -INT "$RPID"
 set +e; timeout 30 tail --pid="$RPID" -f /dev/null; wait "$RPID"; rc=$?; set -e
 RPID=""
 [ "$rc" = 130 ] || fail "run after Ctrl-C exited $rc, expected 130"
-grep -q "cancelling job 1" "$T/int.err" || fail "no cancel notice: $(cat "$T/int.err")"
-grep -q "fsdpctl: job 1 was cancelled" "$T/int.err" || fail "no cancelled line: $(cat "$T/int.err")"
+grep -q "stopping job 1" "$T/int.err" || fail "no stop notice: $(cat "$T/int.err")"
+grep -q "fsdpctl: job 1 was cancelled: stopped by the user after step [0-9]*; its checkpoint is in $T/ck" "$T/int.err" || fail "no stopped line: $(cat "$T/int.err")"
+step=$(sed -n 's/.*stopped by the user after step \([0-9]*\);.*/\1/p' "$T/int.err")
+[ -f "$(printf "%s/step-%08d/manifest.json" "$T/ck" "$step")" ] || fail "no complete checkpoint of step $step in $T/ck: $(ls "$T/ck" 2>&1)"
+m=$(ls "$T"/tmp3/fsdpctl-run.*/jobs/1/metrics.jsonl)
+[ "$(wc -l <"$m")" = "$step" ] || fail "metrics.jsonl has $(wc -l <"$m") lines, the job stopped after step $step"
 wait_for 10 none_left "$T/tmp3" || fail "processes remain after Ctrl-C: $(pgrep -af -- "$T/tmp3")"
-[ -z "$(ls -A "$T/tmp3")" ] || fail "state directory left behind after Ctrl-C"
+
+# ---- kill -9 of fsdpctl run: the daemon and workers stop and the temporary state directory goes
+mkdir "$T/tmp4"
+TMPDIR="$T/tmp4" "$CTL" run "$T/long.ini" >"$T/kill.out" 2>"$T/kill.err" & RPID=$!
+progressing4() { local m; m=$(ls "$T"/tmp4/fsdpctl-run.*/jobs/1/metrics.jsonl 2>/dev/null) && [ "$(wc -l <"$m")" -ge 1 ]; }
+wait_for 60 progressing4 || fail "the job under kill -9 did not reach step 1 within 60 s"
+kill -KILL "$RPID"; wait "$RPID" 2>/dev/null || true; RPID=""
+wait_for 30 none_left "$T/tmp4" || fail "processes remain after kill -9 of fsdpctl run: $(pgrep -af -- "$T/tmp4")"
+wait_for 30 bash -c "[ -z \"\$(ls -A '$T/tmp4')\" ]" || fail "kill -9 of fsdpctl run left $(ls -A "$T/tmp4")"
 echo "ctl_run: ok"

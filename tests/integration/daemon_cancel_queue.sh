@@ -22,6 +22,5 @@ n=$(wc -l < "$S/jobs/$a/metrics.jsonl")
 [ "$n" -ge 2 ] && [ "$n" -lt 2000 ] || fail "cancelled job has $n metrics lines"
 wait_for 60 finished "$b" || fail "queued job $b did not finish within 60 s of the cancel"
 is_state "$b" succeeded || fail "job $b: $("$BUILD/fsdpctl" status "$b")"
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc"
+stop_daemon
 echo "daemon_cancel_queue: ok"

@@ -5,10 +5,6 @@
 # Usage: bash daemon_e2e.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" e2e
-stop_daemon() {
-  kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""
-  [ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc after SIGTERM"
-}
 
 sed -e 's/^steps = .*/steps = 5/' -e 's/^warmup_steps = .*/warmup_steps = 2/' "$SRC/examples/tiny.ini" > "$S/tiny.ini"
 start_daemon
@@ -44,6 +40,6 @@ stop_daemon
 start_daemon
 wait_for 10 "$BUILD/fsdpctl" nodes || fail "restarted fsdpd did not answer"
 is_state "$id" succeeded || fail "after restart job $id is $(state_of "$id")"
-"$BUILD/fsdpctl" jobs | grep -q "succeeded" || fail "fsdpctl jobs does not list the finished job"
+grep -q "succeeded" <<<"$("$BUILD/fsdpctl" jobs)" || fail "fsdpctl jobs does not list the finished job"
 stop_daemon
 echo "daemon_e2e: ok"

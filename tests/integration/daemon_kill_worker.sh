@@ -29,6 +29,5 @@ wait_for 10 bash -c "! kill -0 $pid0" || fail "rank 0 (pid $pid0) still alive"
 id2=$("$BUILD/fsdpctl" submit "$S/short.ini" | tail -1)
 wait_for 60 finished "$id2" || fail "job $id2 did not finish"
 is_state "$id2" succeeded || fail "job $id2 after the failure: $("$BUILD/fsdpctl" status "$id2")"
-kill -TERM "$DPID"; rc=0; wait "$DPID" || rc=$?; DPID=""
-[ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc"
+stop_daemon
 echo "daemon_kill_worker: ok"

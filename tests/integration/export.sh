@@ -80,6 +80,13 @@ else
 fi
 "$build/fsdpctl" export "$tmp/ckpt" --step 3 -o "$tmp/step3.safetensors"
 ! cmp -s "$tmp/final.safetensors" "$tmp/step3.safetensors"
+# The step directory itself (what `ls` shows) is accepted too, and is the same checkpoint.
+"$build/fsdpctl" export "$tmp/ckpt/$(printf 'step-%08d' 3)/" -o "$tmp/step3b.safetensors"
+cmp "$tmp/step3.safetensors" "$tmp/step3b.safetensors"
+set +e
+msg=$("$build/fsdpctl" export "$tmp/ckpt/$(printf 'step-%08d' 3)" --step 6 -o "$tmp/x.safetensors" 2>&1); rc=$?
+set -e
+[ "$rc" -eq 1 ] && case "$msg" in *"step 3, but --step says 6"*) true;; *) false;; esac || { echo "step dir with another --step: rc $rc: $msg"; exit 1; }
 # A job initialized from the export: same parameter count, loads without complaint.
 sed -e "s|^\[model\]|[model]\ninit = $tmp/exported.safetensors|" -e 's/^steps = 6/steps = 1/' \
     -e '/^\[checkpoint\]/,$d' "$tmp/job.ini" > "$tmp/job2.ini"
@@ -89,6 +96,7 @@ set +e
 msg=$("$build/fsdpctl" export "$tmp/nowhere" -o "$tmp/x.safetensors" 2>&1); rc=$?
 set -e
 [ "$rc" -eq 1 ] && [ "$(printf '%s\n' "$msg" | wc -l)" -eq 1 ] || { echo "bad dir: rc $rc: $msg"; exit 1; }
+! grep -Eq '[a-z_]+\.(c|h):[0-9]+:' <<<"$msg" || { echo "a source location in: $msg"; exit 1; }
 echo "$msg"
 set +e
 "$build/fsdpctl" export "$tmp/ckpt" > /dev/null 2>&1; rc=$?

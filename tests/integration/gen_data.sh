@@ -6,11 +6,9 @@
 # one line, and its output trains (two steps of a standalone run).
 # Usage: bash gen_data.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=${1:?usage: gen_data.sh BUILD_DIR SOURCE_DIR}
-CTL="$BUILD/fsdpctl"
-TMP=$(mktemp -d /tmp/gen_data.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib/common.sh" "${1:?usage: gen_data.sh BUILD_DIR SOURCE_DIR}" "${2:?}" gen-data
+TMP="$S"
+FAIL_LOGS=()
 
 [ -x "$CTL" ] || fail "no fsdpctl at $CTL"
 command -v python3 >/dev/null || fail "python3 is needed for the independent reader"

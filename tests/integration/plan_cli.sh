@@ -31,7 +31,7 @@ run() {
 bad() {
   local name=$1 line=$2 needle=$3 text=$4
   printf '%b' "$text" >"$TMP/$name"
-  run 2 plan "$TMP/$name" || return
+  run 1 plan "$TMP/$name" || return   # a malformed job file: status 1, as for submit and run (docs/cli.md)
   local n
   n=$(wc -l <"$TMP/err")
   [ "$n" -eq 1 ] || { fail "$name: $n stderr lines, want 1: $(cat "$TMP/err")"; return; }
@@ -137,7 +137,7 @@ j = json.load(open(sys.argv[1]))
 assert j["param_dtype"] == "bf16" and j["reduce_dtype"] == "bf16", j
 ' "$TMP/out" && ok || fail "cpu_bf16.ini: plan --json does not show the bf16 dtypes"
 bad syntax.ini 3 "syntax error" "${T}[model\n"
-usage_err "cannot read the job file" plan "$TMP/does-not-exist.ini"
+run 1 plan "$TMP/does-not-exist.ini" && grep -q "cannot read the job file" "$TMP/err" && ok || fail "a missing job file: status 1"
 usage_err "no job file" plan
 usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory 80XB
 usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory -5

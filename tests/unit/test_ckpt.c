@@ -453,13 +453,13 @@ static void test_resume(void) {
   rm_rf(ck);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  single_threaded_ranks(argv);
   if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
     fprintf(stderr, "%s\n", fsdp_last_error());
     return 2;
   }
-  setenv("OMP_NUM_THREADS", "1", 1);
-  setenv("OPENBLAS_NUM_THREADS", "1", 1);
   signal(SIGPIPE, SIG_IGN);
   test_crc();
   test_roundtrip_reshard();

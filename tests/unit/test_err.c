@@ -28,7 +28,30 @@ static void *other_thread(void *arg) {
   return (void *)(intptr_t)(strcmp(fsdp_last_error(), "success") == 0);
 }
 
+static void test_user_message(void) {
+  /* The source location of err.c is dropped; a job file location is kept. */
+  CHECK(!strcmp(fsdp_user_message("jobspec.c:123: tiny.ini:5: unknown key"), "tiny.ini:5: unknown key"));
+  CHECK(!strcmp(fsdp_user_message("tiny.ini:5: unknown key"), "tiny.ini:5: unknown key"));
+  CHECK(!strcmp(fsdp_user_message("comm_gloo.cc:7: peer lost"), "peer lost"));
+  CHECK(!strcmp(fsdp_user_message("no job 42"), "no job 42"));
+  CHECK(!strcmp(fsdp_user_message("x.c: no line"), "x.c: no line"));
+  /* Real output of err.c: the prefix it writes is the one removed. */
+  fsdp_set_error(FSDP_ERR_INVALID, "bad thing");
+  CHECK(!strcmp(fsdp_user_message(fsdp_last_error()), "bad thing"));
+  /* nested locations (a worker's error wrapping another's) are all dropped */
+  CHECK(!strcmp(fsdp_user_message("runtime.c:507: ckpt.c:584: no manifest"), "no manifest"));
+  char b[128];
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "cannot resume: runtime.c:507: ckpt.c:584: bad CRC in rank-1.bin"),
+                "cannot resume: bad CRC in rank-1.bin"));
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "job.ini:3: x.c: kept"), "job.ini:3: x.c: kept"));
+  CHECK(!strcmp(fsdp_user_text(b, 6, "wire.c:9: abcdefgh"), "abcde"));   /* truncated, terminated */
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "gloo all-reduce: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out"),
+                "gloo all-reduce: Timed out"));
+  CHECK(!strcmp(fsdp_user_text(b, sizeof b, "see [notes.txt:3] here"), "see [notes.txt:3] here"));
+}
+
 int main(void) {
+  test_user_message();
   for (int s = 0; s < FSDP_STATUS_COUNT; s++) CHECK(strlen(fsdp_strerror((fsdp_status)s)) > 0);
   CHECK(strcmp(fsdp_strerror((fsdp_status)999), "unknown status") == 0);
 

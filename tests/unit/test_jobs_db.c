@@ -105,14 +105,14 @@ int main(void) {
   CHECK_OK(jobs_db_list(db, 1, &rows, &n));
   CHECK_EQ_INT(1, n);
   if (n == 1) CHECK_EQ_INT(id2, rows[0].id);
-  jobs_db_rows_free(&rows, n);
+  jobs_db_rows_destroy(&rows, n);
   CHECK_OK(jobs_db_list(db, 0, &rows, &n));
   CHECK_EQ_INT(2, n);
   if (n == 2) {
     CHECK_EQ_INT(id2, rows[0].id);
     CHECK_EQ_INT(id1, rows[1].id);
   }
-  jobs_db_rows_free(&rows, n);
+  jobs_db_rows_destroy(&rows, n);
 
   /* job 2 is running when the daemon dies; job 3 is still queued */
   CHECK_OK(jobs_db_set_state(db, id2, 2, NULL, 1500.0));
@@ -125,7 +125,7 @@ int main(void) {
   char wal[300];
   snprintf(wal, sizeof wal, "%s-wal", path);
   CHECK(access(wal, F_OK) == 0);
-  jobs_db_close(&db);
+  jobs_db_destroy(&db);
   CHECK(db == NULL);
 
   /* restart: everything is still there; the running job is failed, the finished one untouched,
@@ -154,8 +154,8 @@ int main(void) {
   uint64_t id4 = 0;
   CHECK_OK(jobs_db_insert(db, &r1, 3000.0, &id4));
   CHECK_EQ_INT(4, id4);   /* ids are never reused */
-  jobs_db_close(&db);
-  jobs_db_close(&db);     /* NULL-safe */
+  jobs_db_destroy(&db);
+  jobs_db_destroy(&db);     /* NULL-safe */
 
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -122,6 +122,7 @@ static void test_every_key(void) {
       "steps = 123        # inline hash comment\n"
       "seed = 18446744073709551615 ; inline semicolon comment\n"
       "max_restarts = 3\n"
+      "restart_wait_s = 7.5\n"
       "\n"
       "[model]\n"
       "  arch = gpt2\n"               /* indented keys are keys, not continuations */
@@ -160,7 +161,7 @@ static void test_every_key(void) {
       "dir = ./ck/../ckpt\n"
       "every = 50\n"
       "keep = 5\n"
-      "resume = never\n"
+      "resume = auto\n"
       "[eval]\n"
       "every = 25\n"
       "batches = 4\n"
@@ -210,7 +211,8 @@ static void test_every_key(void) {
   CHECK(!strcmp(s.ckpt_dir, ck));
   CHECK_EQ_INT(50, s.ckpt_every);
   CHECK_EQ_INT(5, s.ckpt_keep);
-  CHECK_EQ_INT(RESUME_NEVER, s.resume);
+  CHECK_EQ_INT(RESUME_AUTO, s.resume);
+  CHECK(s.restart_wait_s == 7.5);
   CHECK(!strcmp(s.path, "job.ini"));
 }
 
@@ -264,6 +266,10 @@ static void test_errors(void) {
   expect_error("[job]\nsteps = 10\n[data]\nbatch_size = 2\n", 3, "train is required");
   snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf17\n", T);
   expect_error(buf, 4, "fp32");   /* mixed precision runs on the CPU too; only the names are checked */
+  snprintf(buf, sizeof buf, "%s[fsdp]\noffload = optimizer\n", T);
+  expect_error(buf, 4, "offload = optimizer moves optimizer state off the GPU, so it needs device = cuda");
+  snprintf(buf, sizeof buf, "%s[fsdp]\nactivation_checkpointing = some\n", T);
+  expect_error(buf, 4, "allowed: none | full");
   snprintf(buf, sizeof buf, "%s[fsdp]\ncomm = nccl\n", T);
   expect_error(buf, 4, "comm = nccl needs device = cuda");
   snprintf(buf, sizeof buf, "%s[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", T);
@@ -292,6 +298,12 @@ static void test_errors(void) {
   CHECK_EQ_INT(9, okv.val_markov_seed);
   CHECK_EQ_INT(1, okv.synthetic);
   CHECK_EQ_INT(1, okv.markov_seed);
+  /* restarts resume from a checkpoint: without one, the spec itself is refused (plan and submit alike) */
+  snprintf(buf, sizeof buf, "[job]\nsteps = 5\nmax_restarts = 2\n[data]\ntrain = synthetic:markov:1\n");
+  expect_error(buf, 3, "needs [checkpoint] every > 0");
+  snprintf(buf, sizeof buf, "[job]\nmax_restarts = 1\n[data]\ntrain = synthetic:markov:1\n"
+                            "[checkpoint]\ndir = ck\nevery = 5\nresume = never\n");
+  expect_error(buf, 2, "resume = auto");
   expect_error("[job]\nsteps = 1\nsteps = 2\n", 3, "set twice (first at line 2)");
   expect_error("steps = 1\n", 1, "outside any section");
   expect_error("[job\nsteps = 1\n", 1, "syntax error");

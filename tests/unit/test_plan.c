@@ -210,6 +210,16 @@ static void test_memory_model(void) {
   CHECK_EQ_INT(4 * (256 + 3 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
   plan_destroy(&p);
 
+  /* activation checkpointing: each block keeps its output (BTC = 96 floats); one working set of a
+   * whole block (1,536 + 48 + 96 floats: the other activations plus the forward's scratch) */
+  s = tiny_mem_spec();
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(96, p->act.block_saved);
+  CHECK_EQ_INT(1680, p->act.block_ws);
+  CHECK_EQ_INT(4 * (3 * 96 + 1680 + 216) + 8 * 12 * 2, p->mem[MEM_ACTIVATIONS]);   /* 8,928 */
+  plan_destroy(&p);
+
   /* grad_op, fp32: every unit stays gathered */
   s = tiny_mem_spec();
   s.sharding = SHARD_GRAD_OP;
@@ -275,6 +285,15 @@ static void test_cuda_memory(void) {
     for (int t = 0; t < p->units[u].ntensors; t++) decay += p->units[u].t[t].decay;
   CHECK_EQ_INT(2 + 4 * 3, decay);
   plan_destroy(&p);
+  /* with activation checkpointing each block keeps its output (2·96 bytes) and one working set of a
+   * whole block (3,360) is shared: 3·192 + 3360 + 480 + 192 */
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(192, p->act.block_bytes);
+  CHECK_EQ_INT(3360, p->act.block_ws_bytes);
+  CHECK_EQ_INT(4608, p->mem[MEM_ACTIVATIONS]);
+  plan_destroy(&p);
+  s.ackpt = ACKPT_NONE;
   /* the CPU figures of the same spec are unchanged by the device terms */
   s.device = DEVICE_CPU;
   CHECK_OK(plan_build(&s, 4, &p));

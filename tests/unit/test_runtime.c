@@ -56,6 +56,7 @@ typedef struct result {
   double loss[STEPS], gnorm[STEPS];
   uint64_t sent[COLL_NKIND];       /* step STEPS */
   uint64_t peak[MEM_NCAT], peak_total;
+  double val_loss;                 /* runtime_eval after the last step */
   int failed_step;                 /* for the dead-rank test */
   int fail_status;
   double fail_after_s;
@@ -68,6 +69,8 @@ typedef struct config {
   double timeout_s;
   dtype_kind param_dtype, reduce_dtype;
   int drop_wait;                   /* runtime_test_drop_gather_wait */
+  int eval_batches;                /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
+  ackpt_mode ackpt;
 } config;
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
@@ -86,6 +89,8 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->timeout_s = c->timeout_s;
   s->param_dtype = c->param_dtype;
   s->reduce_dtype = c->reduce_dtype;
+  if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
+  s->ackpt = c->ackpt;
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
@@ -126,6 +131,11 @@ static void child(const config *c, int rank, const char *dir) {
     memcpy(res.sent, r.sent, sizeof res.sent);
     memcpy(res.peak, r.peak, sizeof res.peak);
     res.peak_total = r.peak_total;
+  }
+  double eval_ms = 0;
+  if (c->eval_batches && res.failed_step < 0 && runtime_eval(rt, c->eval_batches, &res.val_loss, &eval_ms) != FSDP_OK) {
+    fprintf(stderr, "rank %d eval: %s\n", rank, fsdp_last_error());
+    _exit(6);
   }
   snprintf(path, sizeof path, "%s/result-%d", dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(4);
@@ -378,6 +388,113 @@ static void test_bf16_reference(void) {
   plan_destroy(&p);
 }
 
+/* Forward-only loss of the full model on the validation rows, one process (a child: see above). */
+static void eval_reference_child(const config *c, const float *model, const char *dir) {
+  alarm(120);
+  config c1 = *c;
+  c1.world = 1, c1.batch = c->world * c->batch;
+  jobspec_t s;
+  make_spec(&c1, &s);
+  plan_t *p = NULL;
+  device_t *dev = NULL;
+  if (plan_build(&s, 1, &p) != FSDP_OK || device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
+  float *w = calloc((size_t)p->shard_total, 4);
+  void **units = calloc((size_t)p->nunits, sizeof(void *));
+  int64_t off = 0;
+  for (int u = 0; u < p->nunits; u++) {   /* MODEL is the unpadded units back to back */
+    memcpy(w + p->units[u].shard_base, model + off, (size_t)p->units[u].numel * 4);
+    off += p->units[u].numel;
+    units[u] = w + p->units[u].shard_base;
+  }
+  const int B = c1.batch, T = p->model.seq_len;
+  int *inp = calloc((size_t)B * T, sizeof(int)), *tgt = calloc((size_t)B * T, sizeof(int));
+  gpt2_acts *a = gpt2_acts_new(p, dev);
+  tok_file *tf = NULL;
+  int64_t ntok = 4 * (int64_t)B * T;
+  if (ntok < (1 << 21)) ntok = 1 << 21;
+  if (!a || tok_open_markov(13, p->model.vocab_size, ntok + 1, &tf) != FSDP_OK) _exit(4);
+  float sum = 0;
+  for (int m = 0; m < c->eval_batches; m++) {
+    if (tok_batch(tf, m, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
+    gpt2_embed_forward(a, p, units[0], inp);
+    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(a, p, l, units[1 + l]);
+    gpt2_head_forward(a, p, units[0], tgt, &sum);
+  }
+  double val = sum / ((double)c->eval_batches * B * T);
+  char path[512];
+  snprintf(path, sizeof path, "%s/ref-val", dir);
+  if (write_all(path, &val, sizeof val)) _exit(5);
+  _exit(0);
+}
+
+/* runtime_eval: the mean forward-only loss over the first M·N·B validation rows, sharded as in
+ * training, equals one process's loss on the same rows with the same (final) weights. */
+static void test_eval(void) {
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
+  for (int mi = 0; mi < 3; mi++) {
+    config c = {.world = 2, .batch = 2, .accum = 1, .prefetch = 1, .sharding = modes[mi], .die_rank = -1,
+                .timeout_s = 20, .eval_batches = 3};
+    result res[MAXW];
+    float *m = NULL;
+    int64_t n = 0;
+    CHECK(run(&c, res, &m, &n) == 0);
+    if (!m) continue;
+    char dir[] = "/tmp/fsdp-eval-XXXXXX", path[512];
+    if (!mkdtemp(dir)) continue;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) eval_reference_child(&c, m, dir);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    double ref = 0;
+    snprintf(path, sizeof path, "%s/ref-val", dir);
+    CHECK(read_all(path, &ref, sizeof ref) == 0);
+    rm_rf(dir);
+    CHECK(res[0].val_loss == res[1].val_loss);
+    CHECK_NEAR(ref, res[0].val_loss, 0, 1e-5);
+    printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", shard_mode_name(c.sharding),
+           res[0].val_loss, ref);
+    free(m);
+  }
+}
+
+/* Activation checkpointing recomputes each block's forward in its backward with the same operators
+ * on the same inputs: losses and weights are bit-identical to no checkpointing, for N = 1, 2, 4 in
+ * every mode (with grad_accum 2), and the activations fall to what the plan predicts. */
+static void test_ackpt(void) {
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
+  for (int mi = 0; mi < 3; mi++)
+    for (int world = 1; world <= 4; world *= 2) {
+      config c = {.world = world, .batch = 4 / world, .accum = 2, .prefetch = 1, .sharding = modes[mi],
+                  .die_rank = -1, .timeout_s = 20};
+      result r0[MAXW], r1[MAXW];
+      float *m0 = NULL, *m1 = NULL;
+      int64_t n0 = 0, n1 = 0;
+      CHECK(run(&c, r0, &m0, &n0) == 0);
+      c.ackpt = ACKPT_FULL;
+      CHECK(run(&c, r1, &m1, &n1) == 0);
+      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
+      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
+      CHECK(same);
+      jobspec_t spec;
+      make_spec(&c, &spec);
+      plan_t *p = NULL;
+      CHECK_OK(plan_build(&spec, world, &p));
+      if (p) {
+        CHECK_EQ_INT(p->mem[MEM_ACTIVATIONS], r1[0].peak[MEM_ACTIVATIONS]);
+        CHECK(r1[0].peak[MEM_ACTIVATIONS] < r0[0].peak[MEM_ACTIVATIONS]);
+        printf("checkpointing %-7s N=%d: losses and weights %s; activations %llu B (plan %llu), without %llu B\n",
+               shard_mode_name(c.sharding), world, same ? "bit-identical" : "DIFFERENT",
+               (unsigned long long)r1[0].peak[MEM_ACTIVATIONS],
+               (unsigned long long)p->mem[MEM_ACTIVATIONS], (unsigned long long)r0[0].peak[MEM_ACTIVATIONS]);
+      }
+      plan_destroy(&p);
+      free(m0);
+      free(m1);
+    }
+}
+
 /* Bytes sent and peak memory by category equal the plan, in every mode and dtype; bf16 gathers
  * send half the bytes of fp32 ones, bf16 reductions half of fp32 reductions. */
 static void test_volume_and_memory(void) {
@@ -387,10 +504,11 @@ static void test_volume_and_memory(void) {
    * of full and grad_op, but not none's all-reduce) once per mode; the three dtype pairs */
   for (int mi = 0; mi < 3; mi++) {
     uint64_t sent[3][COLL_NKIND];   /* prefetch 0, G = 1, by dtype pair */
-    for (int v = 0; v < 5; v++) {
-      int pf = v == 1 ? 2 : 0, accum = v == 2 ? 2 : 1, di = v < 3 ? 0 : v - 2;
+    for (int v = 0; v < 6; v++) {   /* v = 5: activation checkpointing, bf16 parameters, G = 2 */
+      int pf = v == 1 ? 2 : 0, accum = v == 2 || v == 5 ? 2 : 1, di = v < 3 ? 0 : v == 5 ? 1 : v - 2;
       config c = {.world = 2, .batch = 2, .accum = accum, .prefetch = pf, .sharding = modes[mi], .die_rank = -1,
-                  .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1]};
+                  .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1],
+                  .ackpt = v == 5 ? ACKPT_FULL : ACKPT_NONE};
       result res[MAXW];
       CHECK(run(&c, res, NULL, NULL) == 0);
       jobspec_t spec;
@@ -412,7 +530,7 @@ static void test_volume_and_memory(void) {
              shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), dtype_kind_name(c.reduce_dtype), c.prefetch,
              accum, (unsigned long long)res[0].sent[0], (unsigned long long)res[0].sent[1],
              (unsigned long long)res[0].sent[2], (unsigned long long)res[0].peak_total);
-      if (v == 0 || v >= 3) memcpy(sent[di], res[0].sent, sizeof sent[di]);
+      if (v == 0 || v == 3 || v == 4) memcpy(sent[di], res[0].sent, sizeof sent[di]);
       plan_destroy(&p);
     }
     CHECK_EQ_INT(sent[0][COLL_ALLGATHER], 2 * sent[1][COLL_ALLGATHER]);
@@ -455,21 +573,37 @@ static void test_dead_rank(void) {
          fsdp_strerror(res[0].fail_status), res[0].fail_after_s, c.timeout_s, took);
 }
 
-int main(void) {
-  setenv("OMP_NUM_THREADS", "1", 1);
-  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+/* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
+ * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt (no PART: all). */
+int main(int argc, char **argv) {
+  single_threaded_ranks(argv);
   signal(SIGPIPE, SIG_IGN);
+  const char *part = argc > 1 ? argv[1] : "all";
+  int all = !strcmp(part, "all");
+  if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering") &&
+      strcmp(part, "ackpt")) {
+    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, all\n", part);
+    return 2;
+  }
   if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
     fprintf(stderr, "%s\n", fsdp_last_error());
     return 2;
   }
   printf("CPU device mode: %s\n", g_mode == DEV_CPU_SYNC ? "sync" : g_mode == DEV_CPU_ASYNC ? "async" : "strict");
-  test_equivalence(DTYPE_FP32);
-  test_equivalence(DTYPE_BF16);
-  test_bf16_reductions();
-  test_bf16_reference();
-  test_volume_and_memory();
-  test_missing_wait_is_caught();
-  test_dead_rank();
+  if (all || !strcmp(part, "equivalence")) {
+    test_equivalence(DTYPE_FP32);
+    test_eval();
+  }
+  if (all || !strcmp(part, "mixed")) {
+    test_equivalence(DTYPE_BF16);
+    test_bf16_reductions();
+    test_bf16_reference();
+  }
+  if (all || !strcmp(part, "volume")) test_volume_and_memory();
+  if (all || !strcmp(part, "ackpt")) test_ackpt();
+  if (all || !strcmp(part, "ordering")) {
+    test_missing_wait_is_caught();
+    test_dead_rank();
+  }
   return check_done();
 }

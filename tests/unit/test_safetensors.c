@@ -317,70 +317,80 @@ static void test_bad_files(void) {
   expect_bad("notentry.safetensors", "{\"a\":5}", 0, FSDP_ERR_FORMAT, "not an object");
 }
 
-/* ---- plans: a hand-built plan that follows plan.h's contract (units, HF order, padding) ---- */
+/* ---- shards, against the planner ----
+ * The oracle is DESIGN.md §3, not plan.c: unit 0 holds wte, wpe, ln_f.weight, ln_f.bias; unit 1+i
+ * holds block i's 12 tensors in Hugging Face order, each unit one flat buffer in that order. The
+ * file is written tensor by tensor from this table (never through a plan), so a planner that put
+ * a tensor in the wrong place or order makes the shards it loads come out wrong. */
 
-static void add_t(plan_unit *u, const char *name, int64_t d0, int64_t d1, int *gid) {
-  plan_tensor *t = &u->t[u->ntensors++];
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->gid = (*gid)++;
-  t->ndim = d1 ? 2 : 1;
-  t->shape[0] = d0;
-  t->shape[1] = d1;
-  t->numel = d1 ? d0 * d1 : d0;
-  t->offset = u->numel;
-  t->decay = t->ndim == 2;
-  u->numel += t->numel;
-}
+typedef struct {
+  char name[64];
+  int64_t d0, d1;   /* d1 = 0: a vector */
+} spec_tensor;
 
-static plan_t *make_plan(int L, int C, int V, int T, int world, shard_mode sharding) {
-  plan_t *p = calloc(1, sizeof *p);
-  p->model = (gpt2_config){L, 2, C, V, T};
-  p->world = world;
-  p->shard_world = sharding == SHARD_NONE ? 1 : world;
-  p->sharding = sharding;
-  p->nunits = 1 + L;
-  p->units = calloc((size_t)p->nunits, sizeof *p->units);
-  int gid = 0;
-  plan_unit *r = &p->units[0];
-  snprintf(r->name, sizeof r->name, "root");
-  add_t(r, "wte.weight", V, C, &gid);
-  add_t(r, "wpe.weight", T, C, &gid);
-  add_t(r, "ln_f.weight", C, 0, &gid);
-  add_t(r, "ln_f.bias", C, 0, &gid);
+/* Unit U's tensors per DESIGN.md §3; returns their count. */
+static int spec_unit(int u, int C, int V, int T, spec_tensor *out) {
+  if (u == 0) {
+    out[0] = (spec_tensor){"wte.weight", V, C};
+    out[1] = (spec_tensor){"wpe.weight", T, C};
+    out[2] = (spec_tensor){"ln_f.weight", C, 0};
+    out[3] = (spec_tensor){"ln_f.bias", C, 0};
+    return 4;
+  }
   static const struct { const char *n; int a, b; } blk[12] = {
     {"ln_1.weight", 1, 0}, {"ln_1.bias", 1, 0}, {"attn.c_attn.weight", 1, 3},
     {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
     {"ln_2.weight", 1, 0}, {"ln_2.bias", 1, 0}, {"mlp.c_fc.weight", 1, 4},
     {"mlp.c_fc.bias", 4, 0}, {"mlp.c_proj.weight", 4, 1}, {"mlp.c_proj.bias", 1, 0}};
-  for (int i = 0; i < L; i++) {
-    plan_unit *u = &p->units[1 + i];
-    snprintf(u->name, sizeof u->name, "h.%d", i);
-    for (int j = 0; j < 12; j++) {
-      char n[64];
-      snprintf(n, sizeof n, "h.%d.%s", i, blk[j].n);
-      add_t(u, n, (int64_t)blk[j].a * C, (int64_t)blk[j].b * C, &gid);
-    }
+  for (int j = 0; j < 12; j++) {
+    snprintf(out[j].name, sizeof out[j].name, "h.%d.%s", u - 1, blk[j].n);
+    out[j].d0 = (int64_t)blk[j].a * C;
+    out[j].d1 = (int64_t)blk[j].b * C;
   }
-  for (int u = 0; u < p->nunits; u++) {
-    plan_unit *U = &p->units[u];
-    int64_t m = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
-    U->padded = (U->numel + m - 1) / m * m;
-    U->shard_numel = U->padded / p->shard_world;
-    U->shard_base = p->shard_total;
-    p->shard_total += U->shard_numel;
-  }
+  return 12;
+}
+
+static int64_t spec_numel(const spec_tensor *s) { return s->d1 ? s->d0 * s->d1 : s->d0; }
+
+/* Element K of tensor NAME: a value that says which tensor and which element it is. */
+static float spec_val(const char *name, int64_t k) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+  return val(h % 1000003u * 7919u + (uint64_t)k);
+}
+
+/* Unit U's flat buffer per the oracle (malloc'd), its element count in *N. */
+static float *spec_buffer(int u, int C, int V, int T, int64_t *n) {
+  spec_tensor st[12];
+  int nt = spec_unit(u, C, V, T, st);
+  *n = 0;
+  for (int i = 0; i < nt; i++) *n += spec_numel(&st[i]);
+  float *b = malloc(sizeof(float) * (size_t)*n);
+  int64_t off = 0;
+  for (int i = 0; i < nt; i++)
+    for (int64_t k = 0; k < spec_numel(&st[i]); k++) b[off++] = spec_val(st[i].name, k);
+  return b;
+}
+
+/* The planner's plan for a model of this shape. */
+static plan_t *planned(int L, int C, int V, int T, int world, shard_mode sharding) {
+  jobspec_t spec;
+  jobspec_defaults(&spec);
+  spec.model = (gpt2_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
+  spec.batch_size = 1;
+  spec.grad_accum = 1;
+  spec.world_size = world;
+  spec.sharding = sharding;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, world, &p));
   return p;
 }
 
-static void free_plan(plan_t *p) {
-  free(p->units);
-  free(p);
-}
-
 /* Load every rank's shard of P from F and compare with the full unit buffers UNITS (zero padding). */
-static void check_gather(const st_file *f, const plan_t *p, float *const *units, const char *what) {
+static void check_gather(const st_file *f, const plan_t *p, float *const *units, const int64_t *numel) {
   float *shard = malloc(sizeof(float) * (size_t)p->shard_total);
   int bad = 0;
+  for (int u = 0; u < p->nunits; u++) CHECK(p->units[u].numel == numel[u]);
   for (int r = 0; r < p->world; r++) {
     for (int64_t i = 0; i < p->shard_total; i++) shard[i] = NAN;
     CHECK_OK(st_load_shard(f, p, r, shard));
@@ -389,12 +399,12 @@ static void check_gather(const st_file *f, const plan_t *p, float *const *units,
       int64_t off = plan_shard_offset(p, u, r);
       for (int64_t i = 0; i < U->shard_numel; i++) {
         int64_t e = off + i;
-        float want = e < U->numel ? units[u][e] : 0.0f;
+        float want = e < numel[u] ? units[u][e] : 0.0f;
         bad += bits(shard[U->shard_base + i]) != bits(want);
       }
     }
   }
-  if (bad) fprintf(stderr, "  %s plan, world %d, %s: %d wrong elements\n", what, p->world,
+  if (bad) fprintf(stderr, "  world %d, %s: %d elements differ from DESIGN.md's layout\n", p->world,
                    shard_mode_name(p->sharding), bad);
   CHECK_EQ_INT(0, bad);
   CHECK(st_load_shard(f, p, p->world, shard) == FSDP_ERR_RANGE);
@@ -403,54 +413,59 @@ static void check_gather(const st_file *f, const plan_t *p, float *const *units,
 
 static void test_shards(void) {
   const int L = 2, C = 8, V = 50, T = 16;
-  plan_t *p1 = make_plan(L, C, V, T, 1, SHARD_FULL);
   float *units[3];
-  uint64_t k = 0;
-  for (int u = 0; u < p1->nunits; u++) {
-    units[u] = malloc(sizeof(float) * (size_t)p1->units[u].numel);
-    for (int64_t i = 0; i < p1->units[u].numel; i++) units[u][i] = val(k++);
-  }
+  int64_t numel[3];
+  for (int u = 0; u < 1 + L; u++) units[u] = spec_buffer(u, C, V, T, &numel[u]);
+  /* The file, tensor by tensor from the oracle. */
   const char *path = path_in("model.safetensors");
-  CHECK_OK(st_save_units(path, p1, units));
+  st_writer *w = NULL;
+  CHECK_OK(st_writer_new(path, &w));
+  for (int u = 0; u < 1 + L; u++) {
+    spec_tensor st[12];
+    int nt = spec_unit(u, C, V, T, st);
+    int64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+      int64_t shape[2] = {st[i].d0, st[i].d1};
+      CHECK_OK(st_writer_add(w, st[i].name, "F32", shape, st[i].d1 ? 2 : 1, units[u] + off));
+      off += spec_numel(&st[i]);
+    }
+  }
+  CHECK_OK(st_writer_finish(&w));
   st_file *f = NULL;
   CHECK_OK(st_open(path, &f));
   if (!f) return;
   CHECK_EQ_INT(4 + 12 * L, st_count(f));
-  int64_t cattn[2] = {C, 3 * C};
-  float *full = malloc(sizeof(float) * 3 * C * C);
-  CHECK_OK(st_read(f, "transformer.h.1.attn.c_attn.weight", cattn, 2, full));
-  CHECK(memcmp(full, units[2] + p1->units[2].t[2].offset, sizeof(float) * 3 * C * C) == 0);
-  free(full);
 
-  /* Every rank's shard, for several world sizes, with hand-built plans and with plan_build's:
-   * gathered back, the shards are the padded unit buffers. */
+  /* Every rank's shard of the planner's plan, for several world sizes and both layouts: gathered
+   * back, the shards are the oracle's padded unit buffers. */
   int worlds[] = {1, 2, 3, 4, 8};
   for (int wi = 0; wi < 5; wi++)
     for (int mode = 0; mode < 2; mode++) {
-      int world = worlds[wi];
-      shard_mode sm = mode ? SHARD_NONE : SHARD_FULL;
-      plan_t *p = make_plan(L, C, V, T, world, sm);
-      check_gather(f, p, units, "hand-built");
-      free_plan(p);
-      jobspec_t spec;
-      jobspec_defaults(&spec);
-      spec.model = (gpt2_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
-      spec.batch_size = 1;
-      spec.grad_accum = 1;
-      spec.world_size = world;
-      spec.sharding = sm;
-      plan_t *pb = NULL;
-      CHECK_OK(plan_build(&spec, world, &pb));
-      if (pb) {
-        check_gather(f, pb, units, "plan_build");
-        plan_destroy(&pb);
-      }
+      plan_t *p = planned(L, C, V, T, worlds[wi], mode ? SHARD_NONE : SHARD_FULL);
+      if (p) check_gather(f, p, units, numel);
+      plan_destroy(&p);
     }
   st_close(&f);
 
+  /* st_save_units of the planner's world-1 plan writes the same tensors under the same names. */
+  plan_t *p1 = planned(L, C, V, T, 1, SHARD_FULL);
+  if (!p1) return;
+  CHECK_OK(st_save_units(path_in("saved.safetensors"), p1, units));
+  CHECK_OK(st_open(path_in("saved.safetensors"), &f));
+  if (f) {
+    int64_t cattn[2] = {C, 3 * C};
+    float *full = malloc(sizeof(float) * 3 * C * C);
+    CHECK_OK(st_read(f, "transformer.h.1.attn.c_attn.weight", cattn, 2, full));
+    int bad = 0;
+    for (int64_t k = 0; k < 3 * C * C; k++) bad += bits(full[k]) != bits(spec_val("h.1.attn.c_attn.weight", k));
+    CHECK_EQ_INT(0, bad);
+    free(full);
+    st_close(&f);
+  }
+
   /* A file with the "transformer." prefix (as GPT2LMHeadModel.save_pretrained writes it), plus a
    * tied lm_head and an attention-mask buffer the plan does not know: loads the same. */
-  st_writer *w = NULL;
+  w = NULL;
   CHECK_OK(st_writer_new(path_in("prefixed.safetensors"), &w));
   float mask[4] = {1, 0, 1, 1};
   int64_t mshape[4] = {1, 1, 2, 2};
@@ -466,19 +481,19 @@ static void test_shards(void) {
   CHECK_OK(st_writer_finish(&w));
   CHECK_OK(st_open(path_in("prefixed.safetensors"), &f));
   if (f) {
-    plan_t *p = make_plan(L, C, V, T, 3, SHARD_FULL);
+    plan_t *p = planned(L, C, V, T, 3, SHARD_FULL);
     float *shard = malloc(sizeof(float) * (size_t)p->shard_total);
     CHECK_OK(st_load_shard(f, p, 2, shard));
     const plan_unit *U = &p->units[1];
     CHECK(memcmp(shard + U->shard_base, units[1] + 2 * U->shard_numel,
                  sizeof(float) * (size_t)(U->numel - 2 * U->shard_numel)) == 0);
     free(shard);
-    free_plan(p);
+    plan_destroy(&p);
     st_close(&f);
   }
 
   /* A model of another shape, or a model missing a block, is a clear error naming the tensor. */
-  plan_t *wide = make_plan(L, 2 * C, V, T, 2, SHARD_FULL), *deep = make_plan(L + 1, C, V, T, 2, SHARD_FULL);
+  plan_t *wide = planned(L, 2 * C, V, T, 2, SHARD_FULL), *deep = planned(L + 1, C, V, T, 2, SHARD_FULL);
   float *shard = malloc(sizeof(float) * (size_t)(wide->shard_total + deep->shard_total));
   CHECK_OK(st_open(path, &f));
   if (f) {
@@ -490,10 +505,11 @@ static void test_shards(void) {
     st_close(&f);
   }
   free(shard);
-  free_plan(wide);
-  free_plan(deep);
+  plan_destroy(&wide);
+  plan_destroy(&deep);
 
   /* save_units → load (world 1) → save_units gives identical bytes. */
+  path = path_in("saved.safetensors");
   CHECK_OK(st_open(path, &f));
   if (f) {
     float *sh = malloc(sizeof(float) * (size_t)p1->shard_total);
@@ -510,7 +526,7 @@ static void test_shards(void) {
     st_close(&f);
   }
   for (int u = 0; u < p1->nunits; u++) free(units[u]);
-  free_plan(p1);
+  plan_destroy(&p1);
 }
 
 int main(void) {

@@ -72,6 +72,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_SUBMIT_RESP: fsdp__submit_resp__init(&b.submit_resp); b.submit_resp.job_id = 42; m.submit_resp = &b.submit_resp; break;
   case FSDP__MSG__BODY_STATUS_REQ: fsdp__job_query__init(&b.q); b.q.job_id = 42; m.status_req = &b.q; break;
   case FSDP__MSG__BODY_CANCEL_REQ: fsdp__job_query__init(&b.q); b.q.job_id = 42; m.cancel_req = &b.q; break;
+  case FSDP__MSG__BODY_STOP_REQ: fsdp__job_query__init(&b.q); b.q.job_id = 42; m.stop_req = &b.q; break;
   case FSDP__MSG__BODY_STATUS_RESP: m.status_resp = &ji; break;
   case FSDP__MSG__BODY_LIST_REQ: fsdp__list_req__init(&b.list_req); m.list_req = &b.list_req; break;
   case FSDP__MSG__BODY_LIST_RESP: fsdp__list_resp__init(&b.list_resp); b.list_resp.n_jobs = 1; b.list_resp.jobs = jip; m.list_resp = &b.list_resp; break;
@@ -106,7 +107,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
 
 static const Fsdp__Msg__BodyCase all_cases[] = {
   FSDP__MSG__BODY_SUBMIT_REQ, FSDP__MSG__BODY_SUBMIT_RESP, FSDP__MSG__BODY_STATUS_REQ, FSDP__MSG__BODY_STATUS_RESP,
-  FSDP__MSG__BODY_LIST_REQ, FSDP__MSG__BODY_LIST_RESP, FSDP__MSG__BODY_CANCEL_REQ, FSDP__MSG__BODY_LOGS_REQ,
+  FSDP__MSG__BODY_LIST_REQ, FSDP__MSG__BODY_LIST_RESP, FSDP__MSG__BODY_CANCEL_REQ, FSDP__MSG__BODY_STOP_REQ, FSDP__MSG__BODY_LOGS_REQ,
   FSDP__MSG__BODY_LOGS_RESP, FSDP__MSG__BODY_NODES_REQ, FSDP__MSG__BODY_NODES_RESP, FSDP__MSG__BODY_SHUTDOWN_REQ,
   FSDP__MSG__BODY_ACK, FSDP__MSG__BODY_ERROR, FSDP__MSG__BODY_AGENT_REGISTER, FSDP__MSG__BODY_AGENT_WELCOME,
   FSDP__MSG__BODY_HEARTBEAT, FSDP__MSG__BODY_SPAWN_REQ, FSDP__MSG__BODY_KILL_REQ, FSDP__MSG__BODY_WORKER_EXIT,

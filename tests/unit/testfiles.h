@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,20 @@ static inline void place_shard(const plan_t *p, int rank, const float *shard, fl
       if (off + i < pu->numel) full[base + off + i] = shard[pu->shard_base + i];
     base += pu->numel;
   }
+}
+
+/* The forked ranks share the machine's cores: one OpenMP/BLAS thread each, and OpenMP threads that
+ * sleep rather than spin when idle. libgomp reads its settings when the program loads, before
+ * main(), so they are set in the environment and the test re-executes itself once (as fsdp-worker
+ * does). */
+static inline void single_threaded_ranks(char **argv) {
+  const char *pol = getenv("OMP_WAIT_POLICY");
+  if (pol && !strcmp(pol, "passive")) return;
+  setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);
+  perror("re-executing with OMP_WAIT_POLICY=passive");   /* go on as we are */
 }
 
 #endif

@@ -1,27 +1,21 @@
-# Shared by the daemon_*.sh integration tests; sourced, not run (ctest runs only *.sh one level up).
+# Shared by the tests that run one embedded fsdpd; sourced, not run.
 #   source lib/daemon.sh BUILD_DIR SOURCE_DIR NAME
-# Sets BUILD, SRC, a fresh state directory S (removed on exit, with every process started under it),
-# FSDP_CTL pointing into it, and the helpers below. DPID is the daemon's pid once started.
-BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd)
-[ -x "$BUILD/fsdp-worker" ] && [ -x "$BUILD/fsdpctl" ] || { echo "fsdp-worker or fsdpctl not built"; exit 1; }
-S=$(mktemp -d "/tmp/fsdpd-$3-XXXXXX")
+# lib/common.sh plus: FSDP_CTL pointing into S, start_daemon (2 CPU slots, state in S, log in
+# S/fsdpd.log; its pid in DPID, stopped on exit), stop_daemon, worker_pid and signal_rank.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 DPID=""
-cleanup() {
-  set +e
-  [ -n "$DPID" ] && kill -TERM "$DPID" 2>/dev/null && { timeout 15 tail --pid="$DPID" -f /dev/null || kill -KILL "$DPID"; } 2>/dev/null
-  [ -n "$DPID" ] && wait "$DPID" 2>/dev/null || true
-  for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$S"
-}
-trap cleanup EXIT
+at_exit 'stop_pid "$DPID"'
 export FSDP_CTL="ipc://$S/ctl.sock"
-fail() { echo "FAIL: $*"; echo "--- daemon log"; tail -40 "$S/fsdpd.log" || true; exit 1; }
-# wait_for SECONDS CMD...: poll a condition (every 0.1 s) until it holds or the deadline passes
-wait_for() { local t=$1; shift; local end=$((SECONDS + t)); until "$@" >/dev/null 2>&1; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
-jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
-state_of() { "$BUILD/fsdpctl" status "$1" --json | jget 'd["state"]'; }
-is_state() { [ "$(state_of "$1")" = "$2" ]; }
-finished() { case "$(state_of "$1")" in succeeded|failed|cancelled) return 0;; esac; return 1; }
-at_step() { [ "$("$BUILD/fsdpctl" status "$1" --json | jget 'd["state"] == "running" and d["step"] >= '"$2")" = True ]; }
 worker_pid() { sed -n "s/.*job $1 rank $2: started .*(pid \([0-9]*\),.*/\1/p" "$S/fsdpd.log" | tail -1; }
+# signal_rank SIG JOB RANK: send SIG to rank RANK's worker of JOB (its pid from the daemon log).
+signal_rank() {
+  local pid; pid=$(worker_pid "$2" "$3")
+  [ -n "$pid" ] || fail "no pid for job $2 rank $3 in the daemon log"
+  kill -"$1" "$pid"
+}
 start_daemon() { "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!; }
+# SIGTERM; the daemon must exit 0.
+stop_daemon() {
+  kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""
+  [ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc after SIGTERM"
+}

@@ -1,0 +1,95 @@
+/* ctl_sample — `fsdpctl sample MODEL --prompt TEXT [...]`: what a trained model writes. The forward
+ * pass is worker code, so fsdpctl runs the fsdp-worker beside it in its sample mode (worker/sample.h)
+ * and passes its output and exit status through; the CLI never links worker code. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+static void sample_usage(FILE *f) {
+  fprintf(f,
+          "usage: fsdpctl sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+          "                      [--tokenizer FILE]\n"
+          "\n"
+          "Continue TEXT with a trained model and print the continuation. MODEL is a checkpoint directory\n"
+          "(its newest complete step, or one step-* directory) or an exported .safetensors file with its\n"
+          "config.json. The prompt's bytes are its tokens. --tokens N new tokens (default 64);\n"
+          "--temperature 0 is greedy (default 1); --top-k K samples among the K most likely (default 0:\n"
+          "all); the same --seed (default 0) gives the same text. Byte-level models (vocabulary 256)\n"
+          "print text; others print token ids, or text with --tokenizer (llm.c's GPT-2 tokenizer file).\n");
+}
+
+/* The fsdp-worker next to this executable, or $FSDP_WORKER. */
+static int find_worker(char *buf, size_t n) {
+  const char *env = getenv("FSDP_WORKER");
+  if (env && *env) {
+    snprintf(buf, n, "%s", env);
+  } else {
+    char self[PATH_MAX];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (l <= 0) {
+      fprintf(stderr, "fsdpctl sample: cannot read /proc/self/exe: %s\n", strerror(errno));
+      return -1;
+    }
+    self[l] = '\0';
+    snprintf(buf, n, "%s/fsdp-worker", dirname(self));
+  }
+  if (access(buf, X_OK) != 0) {
+    fprintf(stderr, "fsdpctl sample: cannot run %s: %s (it runs the fsdp-worker next to fsdpctl, or $FSDP_WORKER)\n",
+            buf, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int ctl_sample(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, 'n'},
+    {"temperature", required_argument, NULL, 't'}, {"top-k", required_argument, NULL, 'k'},
+    {"seed", required_argument, NULL, 's'}, {"tokenizer", required_argument, NULL, 'z'},
+    {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  /* flags pass through to the worker, which checks their values */
+  const char *wargv[32];
+  int wn = 0;
+  char worker[PATH_MAX];
+  int c, have_prompt = 0;
+  optind = 1;
+  wargv[wn++] = "fsdp-worker";
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'h') {
+      sample_usage(stdout);
+      return 0;
+    }
+    if (c == '?') {
+      sample_usage(stderr);
+      return 2;
+    }
+    have_prompt |= c == 'p';
+    wargv[wn++] = c == 'p' ? "--prompt" : c == 'n' ? "--tokens" : c == 't' ? "--temperature" : c == 'k' ? "--top-k"
+                  : c == 's' ? "--seed" : "--tokenizer";
+    wargv[wn++] = optarg;
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "fsdpctl sample: needs one MODEL (a checkpoint directory or a .safetensors file)\n");
+    sample_usage(stderr);
+    return 2;
+  }
+  if (!have_prompt) {
+    fprintf(stderr, "fsdpctl sample: needs --prompt TEXT\n");
+    return 2;
+  }
+  if (find_worker(worker, sizeof worker) != 0) return 1;
+  wargv[wn++] = "--sample";
+  wargv[wn++] = argv[optind];
+  wargv[wn] = NULL;
+  fflush(NULL);
+  execv(worker, (char *const *)wargv);
+  fprintf(stderr, "fsdpctl sample: cannot run %s: %s\n", worker, strerror(errno));
+  return 1;
+}

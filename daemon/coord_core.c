@@ -1,0 +1,132 @@
+/* coord_core — see coord_core.h. */
+#include "coord_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "log.h"
+
+/* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
+void coord_job_log(const char *dir, const char *fmt, ...) {
+  char path[PATH_MAX + 128], line[2048];
+  snprintf(path, sizeof path, "%s/job.log", dir);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  int n = (int)strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    if (write(fd, line, (size_t)n) < 0) log_warn("cannot write %s: %s", path, strerror(errno));
+    close(fd);
+  }
+}
+
+static void env_ident(wire_env *env, const uint8_t *ident, size_t len) {
+  env->n = 0;
+  wire_env_push(env, ident, len);
+  wire_env_push(env, NULL, 0);
+}
+
+void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m) {
+  wire_env env;
+  env_ident(&env, ident, len);
+  fsdp_status rc = wire_send(c->cluster, &env, m, ZMQ_DONTWAIT);
+  if (rc != FSDP_OK)
+    log_warn("cannot send %s on the cluster socket: %s", wire_body_name(m->body_case),
+             rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
+}
+
+void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m) {
+  fsdp_status rc = wire_send(sock, env, m, ZMQ_DONTWAIT);
+  if (rc != FSDP_OK && rc != FSDP_ERR_TIMEOUT) log_warn("cannot send %s: %s", wire_body_name(m->body_case), fsdp_last_error());
+}
+
+void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg) {
+  Fsdp__Error e = FSDP__ERROR__INIT;
+  e.code = (uint32_t)code;
+  e.message = (char *)msg;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_ERROR;
+  m.error = &e;
+  coord_reply(sock, env, &m);
+}
+
+void coord_reply_ack(void *sock, const wire_env *env) {
+  Fsdp__Ack a = FSDP__ACK__INIT;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_ACK;
+  m.ack = &a;
+  coord_reply(sock, env, &m);
+}
+
+job_t *coord_find_job(coord_t *c, uint64_t id) {
+  for (job_t *j = c->jobs; j; j = j->next)
+    if (j->id == id) return j;
+  return NULL;
+}
+
+node_t *coord_find_node(coord_t *c, const uint8_t *id, size_t len) {
+  for (int i = 0; i < c->nnodes; i++)
+    if (c->nodes[i].ident_len == len && !memcmp(c->nodes[i].ident, id, len)) return &c->nodes[i];
+  return NULL;
+}
+
+job_t *coord_find_worker(coord_t *c, const uint8_t *id, size_t len, int *rank) {
+  for (job_t *j = c->jobs; j; j = j->next) {
+    if (!j->ranks) continue;
+    for (int r = 0; r < j->world; r++)
+      if (j->ranks[r].ident_len == len && !memcmp(j->ranks[r].ident, id, len)) {
+        *rank = r;
+        return j;
+      }
+  }
+  return NULL;
+}
+
+fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) {
+  void *s = zmq_socket(c->zctx, type);
+  if (!s) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+  fsdp_status rc = wire_socket_setup(s);
+  int hwm = 0, one = 1;
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
+                                                       : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
+  if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
+    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
+  if (rc != FSDP_OK) {
+    zmq_close(s);
+    return rc;
+  }
+  *out = s;
+  return FSDP_OK;
+}
+
+void coord_note_bad(coord_t *c, const char *where, const char *why) {
+  c->bad_msgs++;
+  double now = loop_now_mono();
+  if (c->bad_logged_at > 0 && now - c->bad_logged_at < BAD_LOG_EVERY_S) {
+    c->bad_unlogged++;
+    return;
+  }
+  if (c->bad_unlogged)
+    log_warn("%s: dropped a malformed message (%llu so far; %llu more since the last such line were not logged): %s", where,
+             (unsigned long long)c->bad_msgs, (unsigned long long)c->bad_unlogged, why);
+  else
+    log_warn("%s: dropped a malformed message (%llu so far): %s", where, (unsigned long long)c->bad_msgs, why);
+  c->bad_unlogged = 0;
+  c->bad_logged_at = now;
+}

@@ -1,0 +1,192 @@
+/* coord_core — the coordinator's shared state and the small helpers every part of it uses.
+ *
+ * The coordinator (coordinator.h) is split by responsibility: job.[ch] the job state machine with
+ * restart recovery, schedule.[ch] scheduling and placement, steps.[ch] the step pipeline, kv.[ch] the
+ * workers' rendezvous store, ctlsrv.[ch] the fsdpctl request handlers, zap.[ch] CURVE client
+ * admission, and coordinator.c the cluster service (agents, workers), the timers and the lifetime.
+ * This header holds what they share: the node, slot, rank and job records and `struct coord`,
+ * which owns them all. Everything runs on the uv loop's thread; nothing here locks.
+ */
+#ifndef FSDP_DAEMON_COORD_CORE_H
+#define FSDP_DAEMON_COORD_CORE_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <uv.h>
+
+#include "coordinator.h"
+#include "curve.h"
+#include "jobs_db.h"
+#include "jobspec.h"
+#include "loop.h"
+#include "plan.h"
+#include "wire.h"
+
+#define LOST_BEATS 3
+#define TICK_MS 250
+#define START_TIMEOUT_MIN_S 120.0   /* spawn → every rank ready; covers a cold start of a big model */
+#define KILL_GRACE_S 3.0            /* SIGTERM → SIGKILL for cancelled jobs */
+#define DRAIN_LIMIT_S 30.0          /* a job's devices are freed at the latest this long after it ended */
+#define SECONDARY_GRACE_S 1.0       /* see job_t.pending */
+#define BAD_LOG_EVERY_S 10.0        /* malformed messages: one log line per this long */
+#define LOG_CHUNK_DEFAULT 65536u
+#define LOG_CHUNK_MAX (WIRE_MAX_STRING - 4096)
+
+enum { ST_QUEUED = 1, ST_STARTING, ST_RUNNING, ST_SUCCEEDED, ST_FAILED, ST_CANCELLED };
+
+typedef struct slot {
+  int kind;                  /* fsdp.DeviceKind */
+  uint32_t index;
+  char name[128];
+  uint64_t mem;
+  uint64_t job_id;           /* 0: free */
+  uint32_t rank;
+} slot_t;
+
+typedef struct node {
+  uint32_t id;
+  char name[256];
+  uint8_t ident[WIRE_MAX_ENV_FRAME];
+  size_t ident_len;
+  int lost;
+  double last_seen;          /* monotonic */
+  double last_seen_wall;
+  slot_t *slots;
+  int nslots;
+} node_t;
+
+typedef struct rank_st {
+  int node;                  /* index into c->nodes */
+  int slot;
+  uint8_t ident[WIRE_MAX_ENV_FRAME];
+  size_t ident_len;          /* 0 until hello */
+  int alive;                 /* spawned, no worker_exit yet */
+  int ready, stopped;
+  int errored;               /* sent worker_error: its own exit is a consequence, not a cause */
+} rank_st;
+
+typedef struct job {
+  struct job *next;
+  uint64_t id;
+  int state;
+  int done;                  /* terminal; kept until its workers are reaped (drain) */
+  char reason[1024];
+  char *spec_text, *spec_path, *base_dir;
+  char job_dir[PATH_MAX + 64];
+  jobspec_t spec;
+  plan_t *plan;
+  Fsdp__Plan *plan_pb;
+  int world, kind;
+  char token[40];
+  rank_st *ranks;
+  int nready, nstopped, nalive;
+  uint32_t start_step, next_step, done_step, steps;
+  Fsdp__Msg **reports[2];    /* reports[s % 2][rank] for the (up to) two steps in flight */
+  int nreports[2];
+  FILE *metrics;
+  double deadline;           /* monotonic: start or step timeout; 0 none */
+  double kill_at, drain_until;
+  double step_timeout, start_timeout;
+  /* A communication error is often the echo of another rank's death (its peer's socket closed
+   * before that rank's exit reached us): such a failure waits SECONDARY_GRACE_S for a more
+   * direct cause (a rank killed by a signal, exiting on its own, a non-communication error). */
+  char pending[1024];
+  int pending_rank;
+  double pending_since, pending_until;
+  /* Restarts ([job] max_restarts, docs/checkpoints.md): attempt counts from 0; a failed attempt with
+   * restarts left kills its workers and waits (restart_pending) until they are reaped, then the job
+   * is queued again. Each attempt has its own rendezvous namespace, so no stale key is ever read. */
+  int attempt;
+  int restart_pending;
+  char kv_prefix[64];
+  double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
+  uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
+} job_t;
+
+typedef struct kv_entry {
+  struct kv_entry *next;
+  char *key;
+  uint8_t *val;
+  size_t len;
+} kv_entry;
+
+typedef struct kv_wait {
+  struct kv_wait *next;
+  uint64_t job_id;
+  char *key;
+  wire_env env;
+} kv_wait;
+
+/* A job state the database refused (see job_retry_unrecorded). */
+typedef struct unrecorded {
+  struct unrecorded *next;
+  uint64_t id;
+  int state;
+  double at;
+  char reason[1024];
+} unrecorded_t;
+
+struct coord {
+  uv_loop_t *uv;
+  coord_config cfg;
+  char state_dir[PATH_MAX];
+  char ctl_ep[PATH_MAX + 16], listen_ep[PATH_MAX + 16];
+  void *ctl, *cluster;
+  loop_zsock *ctl_zs, *cluster_zs;
+  int ctl_bound;
+  jobs_db *db;
+  node_t *nodes;
+  int nnodes;
+  uint32_t next_node_id;
+  job_t *jobs;               /* active jobs (queued, starting, running, draining), by id */
+  kv_entry *kv;
+  kv_wait *kv_waits;
+  unrecorded_t *unrecorded;   /* states not yet in jobs.db (a full disk) */
+  uv_timer_t tick;
+  uv_timer_t bind_timer;     /* embedded: serve ctl after 3 s even if no agent registered */
+  int bind_timer_used;
+  int handles;
+  void *zctx;
+  int shutting_down;
+  void (*shutdown_done)(void *);
+  void *shutdown_arg;
+  double shutdown_deadline;
+  uint64_t bad_msgs, bad_unlogged;   /* malformed messages: all, and those since the last log line */
+  double bad_logged_at;
+  /* CURVE (tcp:// endpoints): the server keypair from STATE/keys/ and the ZAP handler that admits
+   * clients listed in STATE/keys/authorized (plus this daemon's own key: the embedded agent). */
+  int curve;
+  char server_pub[CURVE_KEY_LEN + 1], server_sec[CURVE_KEY_LEN + 1];
+  char authorized_path[PATH_MAX + 32];
+  void *zap;
+  loop_zsock *zap_zs;
+  char last_rejected[CURVE_KEY_LEN + 1];
+  double last_rejected_at;
+};
+
+/* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
+void coord_job_log(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define job_log(j, ...) coord_job_log((j)->job_dir, __VA_ARGS__)
+
+/* Send M to the cluster peer (agent or worker) with routing identity IDENT; a failure is logged. */
+void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);
+/* Answer a request received on SOCK with envelope ENV: a message, an error, an ack. */
+void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m);
+void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg);
+void coord_reply_ack(void *sock, const wire_env *env);
+
+/* Count a malformed message received on WHERE ("ctl", "cluster") and log it, at most one line
+ * per BAD_LOG_EVERY_S with the count of those not logged: garbage at line rate must not fill the
+ * disk with the log. */
+void coord_note_bad(coord_t *c, const char *where, const char *why);
+
+/* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
+fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
+
+/* Lookups among the active jobs and registered nodes; NULL when there is none. */
+job_t *coord_find_job(coord_t *c, uint64_t id);
+node_t *coord_find_node(coord_t *c, const uint8_t *ident, size_t len);
+job_t *coord_find_worker(coord_t *c, const uint8_t *ident, size_t len, int *rank);
+
+#endif

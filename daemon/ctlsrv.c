@@ -1,0 +1,333 @@
+/* ctlsrv — see ctlsrv.h. */
+#include "ctlsrv.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "fsutil.h"
+#include "job.h"
+#include "log.h"
+#include "metrics.h"
+#include "schedule.h"
+#include "steps.h"
+
+static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
+  ji->id = row->id;
+  ji->name = row->name;
+  ji->state = (Fsdp__JobState)row->state;
+  ji->step = (uint32_t)row->step;
+  ji->steps = (uint32_t)row->steps;
+  ji->loss = row->loss;
+  ji->tokens_per_s = row->tokens_per_s;
+  ji->reason = row->reason;
+  ji->world = (uint32_t)row->world;
+  ji->device = (Fsdp__DeviceKind)row->device;
+  ji->submitted_at = row->submitted_at;
+  ji->started_at = row->started_at;
+  ji->finished_at = row->finished_at;
+  ji->job_dir = row->job_dir;
+  int state = ji->state;
+  const char *reason = ji->reason;
+  job_overlay_unrecorded(c, row->id, &state, &reason);
+  ji->state = (Fsdp__JobState)state;
+  ji->reason = (char *)reason;
+  if (row->step > 0 && last) {
+    last->step = (uint32_t)row->step;
+    last->loss = row->loss;
+    last->lr = row->last_lr;
+    last->grad_norm = row->last_grad_norm;
+    last->tokens = row->last_tokens;
+    last->step_ms = row->last_step_ms;
+    last->tokens_per_s = row->tokens_per_s;
+    ji->last = last;
+  }
+}
+
+static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq *req) {
+  if (c->shutting_down) {
+    coord_reply_error(c->ctl, env, FSDP_ERR_STATE, "fsdpd is shutting down and accepts no new jobs");
+    return;
+  }
+  job_t *j = NULL;
+  fsdp_status rc = job_from_spec(req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, &j);
+  if (rc != FSDP_OK) {
+    log_warn("submit refused: %s", fsdp_last_error());
+    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    return;
+  }
+  /* Fit: enough devices of the kind in the whole cluster, and the plan fits the smallest of them. */
+  char msg[1024];
+  rc = schedule_fit(c, j, msg, sizeof msg);
+  if (rc != FSDP_OK) {
+    log_warn("submit refused: %s", msg);
+    coord_reply_error(c->ctl, env, rc, msg);
+    goto fail;
+  }
+  char jobs_parent[PATH_MAX + 16];
+  snprintf(jobs_parent, sizeof jobs_parent, "%s/jobs", c->state_dir);
+  jobs_db_row row = {.name = j->spec.name, .world = j->world, .device = j->kind, .steps = j->spec.steps,
+                     .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = jobs_parent};
+  /* The job directory is named by the id, which the insert assigns (jobs_db_insert appends it). */
+  rc = jobs_db_insert(c->db, &row, loop_now_wall(), &j->id);
+  if (rc != FSDP_OK) {
+    log_error("submit: %s", fsdp_last_error());
+    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    goto fail;
+  }
+  snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
+  if (fsutil_mkdir_p(j->job_dir, 0755) != FSDP_OK) log_error("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+  j->next = c->jobs;
+  c->jobs = j;
+  const char *kname = schedule_kind_name(j->kind);
+  job_log(j, "queued: %s, %d %s, %d steps", j->spec.name, j->world, kname, j->spec.steps);
+  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank", (unsigned long long)j->id, j->spec.name,
+           j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30));
+  Fsdp__SubmitResp sr = FSDP__SUBMIT_RESP__INIT;
+  sr.job_id = j->id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_SUBMIT_RESP;
+  m.submit_resp = &sr;
+  coord_reply(c->ctl, env, &m);
+  schedule_try(c);
+  return;
+fail:
+  job_destroy(&j);
+}
+
+static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
+  jobs_db_row row;
+  fsdp_status rc = jobs_db_get(c->db, id, &row);
+  if (rc != FSDP_OK) {
+    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    return;
+  }
+  Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
+  Fsdp__StepSummary last = FSDP__STEP_SUMMARY__INIT;
+  fill_info(c, &row, &ji, &last);
+  const job_t *j = coord_find_job(c, id);
+  if (j && j->state == ST_RUNNING && !j->done) ji.start_step = j->start_step;
+  int vstep = 0;
+  if (jobs_db_last_val(c->db, id, &vstep, &ji.val_loss) != FSDP_OK)
+    log_warn("job %llu: %s", (unsigned long long)id, fsdp_last_error());
+  ji.val_step = (uint32_t)vstep;
+  /* The last step's per-rank figures (memory, time split, traffic) come from its metrics line. */
+  char *json = NULL;
+  if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_ranks(json, &last) != FSDP_OK)
+    log_warn("job %llu step %d: %s", (unsigned long long)id, row.step, fsdp_last_error());
+  free(json);
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_STATUS_RESP;
+  m.status_resp = &ji;
+  coord_reply(c->ctl, env, &m);
+  metrics_free_ranks(&last);
+  jobs_db_row_clear(&row);
+}
+
+static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  fsdp_status rc = jobs_db_list(c->db, limit, &rows, &n);
+  if (rc != FSDP_OK) {
+    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    return;
+  }
+  Fsdp__JobInfo *infos = calloc(n ? n : 1, sizeof *infos), **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  Fsdp__StepSummary *lasts = calloc(n ? n : 1, sizeof *lasts);
+  if (!infos || !ptrs || !lasts) {
+    coord_reply_error(c->ctl, env, FSDP_ERR_NOMEM, "out of memory");
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      fsdp__job_info__init(&infos[i]);
+      fsdp__step_summary__init(&lasts[i]);
+      fill_info(c, &rows[i], &infos[i], &lasts[i]);
+      ptrs[i] = &infos[i];
+    }
+    Fsdp__ListResp lr = FSDP__LIST_RESP__INIT;
+    lr.n_jobs = n;
+    lr.jobs = ptrs;
+    Fsdp__Msg m = WIRE_MSG_INIT;
+    m.body_case = FSDP__MSG__BODY_LIST_RESP;
+    m.list_resp = &lr;
+    coord_reply(c->ctl, env, &m);
+  }
+  free(infos);
+  free(ptrs);
+  free(lasts);
+  jobs_db_rows_destroy(&rows, n);
+}
+
+/* Cancel job ID, or with STOP first let it save a checkpoint when it makes them (steps_stop). */
+static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop) {
+  job_t *j = coord_find_job(c, id);
+  if (!j || j->done) {
+    jobs_db_row row;
+    fsdp_status rc = jobs_db_get(c->db, id, &row);
+    if (rc != FSDP_OK) {
+      coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+      return;
+    }
+    char msg[256];
+    snprintf(msg, sizeof msg, "job %llu has already %s", (unsigned long long)id, job_state_name(row.state));
+    jobs_db_row_clear(&row);
+    coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
+    return;
+  }
+  if (!stop || !steps_stop(c, j))
+    job_finish(c, j, ST_CANCELLED, stop ? "stopped by the user" : "cancelled by the user", SIGTERM);
+  coord_reply_ack(c->ctl, env);
+  schedule_try(c);
+}
+
+static void serve_logs(coord_t *c, const wire_env *env, const Fsdp__LogsReq *q) {
+  jobs_db_row row;
+  fsdp_status rc = jobs_db_get(c->db, q->job_id, &row);
+  if (rc != FSDP_OK) {
+    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    return;
+  }
+  char path[PATH_MAX + 128];
+  if (q->rank < 0) snprintf(path, sizeof path, "%s/job.log", row.job_dir);
+  else snprintf(path, sizeof path, "%s/worker-%d.log", row.job_dir, q->rank);
+  job_t *j = coord_find_job(c, q->job_id);
+  int done = jobs_db_terminal(row.state) && !j;   /* terminal and every worker reaped: no more output */
+  if (q->rank >= row.world) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "job %llu has ranks 0..%d; rank %d does not exist", (unsigned long long)q->job_id,
+             row.world - 1, q->rank);
+    jobs_db_row_clear(&row);
+    coord_reply_error(c->ctl, env, FSDP_ERR_RANGE, msg);
+    return;
+  }
+  jobs_db_row_clear(&row);
+  size_t max = q->max_bytes ? q->max_bytes : LOG_CHUNK_DEFAULT;
+  if (max > LOG_CHUNK_MAX) max = LOG_CHUNK_MAX;
+  uint8_t *buf = malloc(max);
+  if (!buf) {
+    coord_reply_error(c->ctl, env, FSDP_ERR_NOMEM, "out of memory");
+    return;
+  }
+  ssize_t n = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = pread(fd, buf, max, (off_t)q->offset);
+    if (n < 0) n = 0;
+    close(fd);
+  }
+  Fsdp__LogsResp lr = FSDP__LOGS_RESP__INIT;
+  lr.data.data = buf;
+  lr.data.len = (size_t)n;
+  lr.next_offset = q->offset + (uint64_t)n;
+  lr.job_done = done && (size_t)n < max;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_LOGS_RESP;
+  m.logs_resp = &lr;
+  coord_reply(c->ctl, env, &m);
+  free(buf);
+}
+
+static void serve_nodes(coord_t *c, const wire_env *env) {
+  size_t total = 0;
+  for (int i = 0; i < c->nnodes; i++) total += (size_t)c->nodes[i].nslots;
+  Fsdp__NodeInfo *infos = calloc((size_t)c->nnodes + 1, sizeof *infos), **ptrs = calloc((size_t)c->nnodes + 1, sizeof *ptrs);
+  Fsdp__DeviceSlot *slots = calloc(total + 1, sizeof *slots), **sptrs = calloc(total + 1, sizeof *sptrs);
+  if (!infos || !ptrs || !slots || !sptrs) {
+    coord_reply_error(c->ctl, env, FSDP_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  size_t k = 0;
+  double now_m = loop_now_mono(), now_w = loop_now_wall();
+  for (int i = 0; i < c->nnodes; i++) {
+    node_t *n = &c->nodes[i];
+    Fsdp__NodeInfo *ni = &infos[i];
+    fsdp__node_info__init(ni);
+    ni->id = n->id;
+    ni->name = n->name;
+    ni->lost = n->lost != 0;
+    ni->last_seen = now_w - (now_m - n->last_seen);
+    ni->slots = &sptrs[k];
+    for (int s = 0; s < n->nslots; s++, k++) {
+      fsdp__device_slot__init(&slots[k]);
+      slots[k].kind = (Fsdp__DeviceKind)n->slots[s].kind;
+      slots[k].index = n->slots[s].index;
+      slots[k].job_id = n->slots[s].job_id;
+      slots[k].rank = n->slots[s].rank;
+      slots[k].name = n->slots[s].name;
+      slots[k].mem_bytes = n->slots[s].mem;
+      sptrs[k] = &slots[k];
+    }
+    ni->n_slots = (size_t)n->nslots;
+    ptrs[i] = ni;
+  }
+  Fsdp__NodesResp nr = FSDP__NODES_RESP__INIT;
+  nr.n_nodes = (size_t)c->nnodes;
+  nr.nodes = ptrs;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODES_RESP;
+  m.nodes_resp = &nr;
+  coord_reply(c->ctl, env, &m);
+out:
+  free(infos);
+  free(ptrs);
+  free(slots);
+  free(sptrs);
+}
+
+static void ctlsrv_on_msg(void *sock, void *arg) {
+  coord_t *c = arg;
+  Fsdp__Msg *m = NULL;
+  wire_env env;
+  fsdp_status rc = wire_recv(sock, &env, &m, ZMQ_DONTWAIT);
+  if (rc == FSDP_ERR_TIMEOUT) return;
+  if (rc != FSDP_OK) {
+    coord_note_bad(c, "ctl", fsdp_last_error());
+    if (env.n >= 1) {
+      char msg[1200];
+      snprintf(msg, sizeof msg, "malformed request (expected one fsdp.Msg of protocol version %d after an empty "
+               "delimiter frame): %s", FSDP__VERSION__PROTO_VERSION, fsdp_user_message(fsdp_last_error()));
+      coord_reply_error(sock, &env, rc, msg);
+    }
+    return;
+  }
+  log_debug("ctl: %s", wire_body_name(m->body_case));
+  switch (m->body_case) {
+  case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, m->submit_req); break;
+  case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id); break;
+  case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
+  case FSDP__MSG__BODY_CANCEL_REQ: serve_cancel(c, &env, m->cancel_req->job_id, 0); break;
+  case FSDP__MSG__BODY_STOP_REQ: serve_cancel(c, &env, m->stop_req->job_id, 1); break;
+  case FSDP__MSG__BODY_LOGS_REQ: serve_logs(c, &env, m->logs_req); break;
+  case FSDP__MSG__BODY_NODES_REQ: serve_nodes(c, &env); break;
+  case FSDP__MSG__BODY_SHUTDOWN_REQ:
+    log_info("shutdown requested over ctl");
+    coord_reply_ack(sock, &env);
+    if (c->cfg.on_shutdown_req) c->cfg.on_shutdown_req(c->cfg.arg);
+    break;
+  default: {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s is not a control request (allowed: submit, status, list, cancel, stop, logs, nodes, shutdown)",
+             wire_body_name(m->body_case));
+    log_warn("ctl: %s", msg);
+    coord_reply_error(sock, &env, FSDP_ERR_INVALID, msg);
+  }
+  }
+  wire_free(&m);
+  job_reap_drained(c);
+}
+
+void ctlsrv_bind(coord_t *c) {
+  if (c->ctl_bound) return;
+  c->ctl_bound = 1;
+  /* A stale socket file from a crashed daemon blocks nothing for ipc://, but remove it so that
+   * clients waiting for the file do not connect to a dead one. */
+  if (!strncmp(c->ctl_ep, "ipc://", 6)) unlink(c->ctl_ep + 6);
+  if (coord_bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
+      loop_zsock_new(c->uv, c->ctl, ctlsrv_on_msg, c, &c->ctl_zs) != FSDP_OK) {
+    log_error("cannot serve the control endpoint: %s", fsdp_last_error());
+    return;
+  }
+  log_info("serving fsdpctl on %s", c->ctl_ep);
+}

@@ -1,0 +1,323 @@
+/* job — see job.h. */
+#include "job.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "log.h"
+#include "planmsg.h"
+#include "schedule.h"
+
+static void unrecorded_add(coord_t *c, uint64_t id, int state, const char *reason) {
+  unrecorded_t *u = NULL;
+  for (unrecorded_t *x = c->unrecorded; x; x = x->next)
+    if (x->id == id) u = x;
+  if (!u) {
+    u = calloc(1, sizeof *u);
+    if (!u) return;
+    u->id = id;
+    u->next = c->unrecorded;
+    c->unrecorded = u;
+  }
+  u->state = state;
+  u->at = loop_now_wall();
+  snprintf(u->reason, sizeof u->reason, "%s", reason ? reason : "");
+}
+
+void job_retry_unrecorded(coord_t *c) {
+  for (unrecorded_t **p = &c->unrecorded; *p;) {
+    unrecorded_t *u = *p;
+    if (jobs_db_set_state(c->db, u->id, u->state, u->reason[0] ? u->reason : NULL, u->at) != FSDP_OK) {
+      p = &u->next;
+      continue;
+    }
+    log_info("job %llu: state %s recorded at last", (unsigned long long)u->id, job_state_name(u->state));
+    *p = u->next;
+    free(u);
+  }
+}
+
+void job_overlay_unrecorded(const coord_t *c, uint64_t id, int *state, const char **reason) {
+  for (const unrecorded_t *u = c->unrecorded; u; u = u->next)
+    if (u->id == id) {
+      *state = u->state;
+      *reason = u->reason;
+    }
+}
+
+void job_destroy_unrecorded(coord_t *c) {
+  while (c->unrecorded) {
+    unrecorded_t *u = c->unrecorded;
+    c->unrecorded = u->next;
+    log_error("job %llu: its state %s was never recorded (the database would not take it)", (unsigned long long)u->id,
+              job_state_name(u->state));
+    free(u);
+  }
+}
+
+void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
+  j->state = state;
+  if (reason) snprintf(j->reason, sizeof j->reason, "%s", reason);
+  if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK) {
+    /* Most often a full disk. The state is kept in memory, so that status and jobs still tell the
+     * truth (and `submit --follow` ends), and written as soon as the database takes it. */
+    log_error("job %llu: cannot record state %s: %s; answering from memory until it can be recorded",
+              (unsigned long long)j->id, job_state_name(state), fsdp_last_error());
+    unrecorded_add(c, j->id, state, reason);
+  }
+  if (reason && *reason) {
+    job_log(j, "%s: %s", job_state_name(state), reason);
+    log_info("job %llu %s: %s", (unsigned long long)j->id, job_state_name(state), reason);
+  } else {
+    job_log(j, "%s", job_state_name(state));
+    log_info("job %llu %s", (unsigned long long)j->id, job_state_name(state));
+  }
+}
+
+void job_free_reports(job_t *j) {
+  for (int s = 0; s < 2; s++) {
+    if (!j->reports[s]) continue;
+    for (int r = 0; r < j->world; r++) wire_free(&j->reports[s][r]);
+    j->nreports[s] = 0;
+  }
+}
+
+void job_destroy(job_t **jp) {
+  if (!jp || !*jp) return;
+  job_t *j = *jp;
+  *jp = NULL;
+  job_free_reports(j);
+  free(j->reports[0]);
+  free(j->reports[1]);
+  if (j->metrics) fclose(j->metrics);
+  plan_destroy(&j->plan);
+  planmsg_destroy(&j->plan_pb);
+  free(j->ranks);
+  free(j->spec_text);
+  free(j->spec_path);
+  free(j->base_dir);
+  free(j);
+}
+
+void job_free_slot(coord_t *c, job_t *j, int r) {
+  rank_st *rk = &j->ranks[r];
+  if (rk->node < 0) return;
+  node_t *n = &c->nodes[rk->node];
+  slot_t *s = &n->slots[rk->slot];
+  if (s->job_id == j->id && s->rank == (uint32_t)r) s->job_id = 0;
+  rk->node = -1;
+}
+
+void job_send_kill(coord_t *c, job_t *j, int sig) {
+  /* One kill_req per node that still runs ranks of this job. */
+  for (int i = 0; i < c->nnodes; i++) {
+    int any = 0;
+    for (int r = 0; r < j->world && !any; r++) any = j->ranks[r].alive && j->ranks[r].node == i;
+    if (!any || c->nodes[i].lost) continue;
+    Fsdp__KillReq k = FSDP__KILL_REQ__INIT;
+    k.job_id = j->id;
+    k.signal = sig;
+    Fsdp__Msg m = WIRE_MSG_INIT;
+    m.body_case = FSDP__MSG__BODY_KILL_REQ;
+    m.kill_req = &k;
+    coord_send(c, c->nodes[i].ident, c->nodes[i].ident_len, &m);
+  }
+}
+
+static void job_reset_attempt(coord_t *c, job_t *j);
+
+/* Jobs are freed only here, at the end of a loop callback, never while a handler still holds a
+ * pointer to one. */
+void job_reap_drained(coord_t *c) {
+  double now = loop_now_mono();
+  int reaped = 0;
+  for (job_t **p = &c->jobs; *p;) {
+    job_t *j = *p;
+    if (!j->done && j->restart_pending && (j->nalive == 0 || now > j->drain_until)) {
+      job_reset_attempt(c, j);
+      reaped = 1;
+    }
+    if (!j->done || (j->nalive > 0 && now <= j->drain_until)) {
+      p = &j->next;
+      continue;
+    }
+    if (j->ranks)
+      for (int r = 0; r < j->world; r++) job_free_slot(c, j, r);
+    if (j->nalive > 0)
+      log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
+               (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+    *p = j->next;
+    job_destroy(&j);
+    reaped = 1;
+  }
+  if (reaped) schedule_try(c);
+}
+
+void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig) {
+  if (j->done) return;
+  j->done = 1;
+  job_set_state(c, j, state, reason);
+  kv_drop_job(c, j->id, state == ST_SUCCEEDED ? "the job has finished" : reason ? reason : "the job ended");
+  if (j->metrics) {
+    fclose(j->metrics);
+    j->metrics = NULL;
+  }
+  job_free_reports(j);
+  double now = loop_now_mono();
+  j->deadline = 0;
+  j->drain_until = now + DRAIN_LIMIT_S;
+  if (j->ranks && j->nalive > 0 && sig) {
+    job_send_kill(c, j, sig);
+    j->kill_at = sig == SIGKILL ? 0 : now + KILL_GRACE_S;
+  } else if (j->nalive > 0) {
+    j->kill_at = now + 10.0;   /* succeeded: they were told to stop; kill stragglers after 10 s */
+  }
+}
+
+void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
+  if (j->done || j->restart_pending) return;   /* already ending, or this attempt already failed */
+  char reason[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  /* Restart only what can continue: submit refuses max_restarts without checkpoints (ctl_submit). */
+  if (j->attempt < j->spec.max_restarts && !c->shutting_down && j->spec.ckpt_every > 0 &&
+      j->spec.ckpt_dir[0] && j->spec.resume == RESUME_AUTO) {
+    char why[1200];
+    j->attempt++;
+    snprintf(why, sizeof why, "restart %d of %d from the newest checkpoint after: %s", j->attempt, j->spec.max_restarts,
+             reason);
+    j->restart_pending = 1;
+    job_set_state(c, j, ST_QUEUED, why);
+    kv_drop_job(c, j->id, reason);
+    job_free_reports(j);
+    if (j->metrics) {
+      fclose(j->metrics);
+      j->metrics = NULL;
+    }
+    j->deadline = 0;
+    j->pending[0] = 0;
+    j->drain_until = loop_now_mono() + DRAIN_LIMIT_S;
+    if (j->ranks && j->nalive > 0) job_send_kill(c, j, SIGKILL);
+    return;
+  }
+  job_finish(c, j, ST_FAILED, reason, SIGKILL);
+}
+
+/* The failed attempt's workers are all reaped (or the drain limit passed): free its devices and
+ * per-attempt state; the job is queued (its state already says so) and try_schedule starts it. */
+static void job_reset_attempt(coord_t *c, job_t *j) {
+  if (j->ranks)
+    for (int r = 0; r < j->world; r++) job_free_slot(c, j, r);
+  if (j->nalive > 0)
+    log_warn("job %llu: %d workers of the failed attempt did not report their exit within %.0f s; restarting anyway",
+             (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+  job_free_reports(j);
+  free(j->reports[0]);
+  free(j->reports[1]);
+  j->reports[0] = j->reports[1] = NULL;
+  free(j->ranks);
+  j->ranks = NULL;
+  planmsg_destroy(&j->plan_pb);
+  j->nready = j->nstopped = j->nalive = 0;
+  j->start_step = j->next_step = j->done_step = 0;
+  j->kill_at = 0;
+  j->pending[0] = 0;
+  j->restart_pending = 0;
+}
+
+void job_check_stopped(coord_t *c, job_t *j) {
+  if (j->done || j->restart_pending || j->nstopped != j->world) return;
+  if (j->stop_at) {
+    char why[PATH_MAX + 128];
+    snprintf(why, sizeof why, "stopped by the user after step %u; its checkpoint is in %s", j->stop_at, j->spec.ckpt_dir);
+    job_finish(c, j, ST_CANCELLED, why, 0);
+  } else {
+    job_finish(c, j, ST_SUCCEEDED, NULL, 0);
+  }
+}
+
+const char *job_state_name(int state) {
+  static const char *const names[] = {"?", "queued", "starting", "running", "succeeded", "failed", "cancelled"};
+  return state >= ST_QUEUED && state <= ST_CANCELLED ? names[state] : names[0];
+}
+
+fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const char *base_dir, job_t **out) {
+  *out = NULL;
+  job_t *j = calloc(1, sizeof *j);
+  if (!j) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  fsdp_status rc;
+  j->spec_text = strdup(spec_text);
+  j->spec_path = strdup(spec_path);
+  j->base_dir = strdup(base_dir);
+  if (!j->spec_text || !j->spec_path || !j->base_dir) {
+    rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  TRY_GOTO(jobspec_parse(spec_text, *spec_path ? spec_path : "<submitted job>", base_dir, &j->spec), rc, fail);
+  j->world = j->spec.world_size;
+  j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
+  j->steps = (uint32_t)j->spec.steps;
+  TRY_GOTO(plan_build(&j->spec, j->world, &j->plan), rc, fail);
+  j->state = ST_QUEUED;
+  *out = j;
+  return FSDP_OK;
+fail:
+  job_destroy(&j);
+  return rc;
+}
+
+/* Before the jobs that were running when the daemon died are failed: say so in their job.log. */
+static void note_restart_failures(coord_t *c) {
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) return;
+  for (size_t i = 0; i < n; i++)
+    if ((rows[i].state == ST_STARTING || rows[i].state == ST_RUNNING) && *rows[i].job_dir)
+      coord_job_log(rows[i].job_dir, "failed: daemon restarted (it was %s at step %d)", job_state_name(rows[i].state), rows[i].step);
+  jobs_db_rows_destroy(&rows, n);
+}
+
+/* Jobs that were queued when the daemon stopped are queued again, in their order. */
+static void requeue(coord_t *c) {
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) {
+    log_error("cannot list the queued jobs: %s", fsdp_last_error());
+    return;
+  }
+  for (size_t i = n; i-- > 0;) {   /* newest first in the list: walk it backwards */
+    jobs_db_row *r = &rows[i];
+    if (r->state != ST_QUEUED) continue;
+    job_t *j = NULL;
+    if (job_from_spec(r->spec_text, r->spec_path, r->base_dir, &j) != FSDP_OK) {
+      char reason[1200];
+      snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", fsdp_user_message(fsdp_last_error()));
+      if (jobs_db_set_state(c->db, r->id, ST_FAILED, reason, loop_now_wall()) != FSDP_OK)
+        log_error("job %llu: cannot record state failed: %s", (unsigned long long)r->id, fsdp_last_error());
+      coord_job_log(r->job_dir, "failed: %s", reason);
+      log_warn("job %llu failed: %s", (unsigned long long)r->id, reason);
+      continue;
+    }
+    j->id = r->id;
+    snprintf(j->job_dir, sizeof j->job_dir, "%s", r->job_dir);
+    j->next = c->jobs;
+    c->jobs = j;
+    job_log(j, "queued again after a daemon restart");
+    log_info("job %llu (%s) queued again after the restart", (unsigned long long)j->id, j->spec.name);
+  }
+  jobs_db_rows_destroy(&rows, n);
+}
+
+fsdp_status job_recover(coord_t *c) {
+  int nfail = 0;
+  note_restart_failures(c);
+  TRY(jobs_db_fail_started(c->db, "daemon restarted", loop_now_wall(), &nfail));
+  if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
+  requeue(c);
+  return FSDP_OK;
+}

@@ -1,0 +1,54 @@
+/* job — the coordinator's job state machine: queued → starting → running → succeeded, failed or
+ * cancelled, with restarts ([job] max_restarts) that queue a failed attempt again to resume from
+ * its newest checkpoint, and the recovery of the database's jobs when the daemon starts.
+ *
+ * A job_t is created by job_from_spec (a submit, or a queued job found at start), lives in
+ * c->jobs while it is active, and is freed only by job_reap_drained once it ended and its workers
+ * are reaped. Every state change is recorded in jobs.db and the job's job.log. Loop thread only.
+ */
+#ifndef FSDP_DAEMON_JOB_H
+#define FSDP_DAEMON_JOB_H
+
+#include "coord_core.h"
+
+/* "queued", "starting", ... for a fsdp.JobState value. */
+const char *job_state_name(int state);
+
+/* A queued job (id 0, no directory yet) from a job file's text: parsed (file:line errors) and
+ * planned for its world size. Errors are recorded for fsdp_last_error. */
+fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const char *base_dir, job_t **out);
+void job_destroy(job_t **j);   /* NULL-safe; clears *J */
+
+/* At start: fail the jobs the database holds as starting or running ("daemon restarted") and queue
+ * the queued ones again in their order. */
+fsdp_status job_recover(coord_t *c);
+
+/* Record STATE (with REASON, may be NULL) in memory, jobs.db and job.log. */
+void job_set_state(coord_t *c, job_t *j, int state, const char *reason);
+/* Move J to a terminal STATE; its live workers get SIG (0: none, they are exiting on their own). */
+void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig);
+/* Fail the current attempt with a reason naming the rank: the job ends failed, or with restarts
+ * left it is queued again once its workers are reaped. */
+void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Succeed J once every rank acknowledged its stop. */
+void job_check_stopped(coord_t *c, job_t *j);
+
+/* States the database refused (a full disk): retried on every tick; status and list answer with
+ * them meanwhile (job_overlay_unrecorded replaces *STATE and *REASON when ID has one). */
+void job_retry_unrecorded(coord_t *c);
+void job_overlay_unrecorded(const coord_t *c, uint64_t id, int *state, const char **reason);
+/* At exit: log each state that was never recorded, and free them. */
+void job_destroy_unrecorded(coord_t *c);
+
+/* Drop the reports of the steps in flight. */
+void job_free_reports(job_t *j);
+/* Give back rank R's device slot. */
+void job_free_slot(coord_t *c, job_t *j, int r);
+/* Send SIG to every live worker of J, one kill_req per node. */
+void job_send_kill(coord_t *c, job_t *j, int sig);
+/* Free the jobs that ended and whose workers are all reaped (or whose drain limit passed), restart
+ * failed attempts whose workers are gone, then schedule. Call it at the end of a loop callback:
+ * no handler may still hold a job pointer. */
+void job_reap_drained(coord_t *c);
+
+#endif

@@ -1,0 +1,201 @@
+/* schedule — see schedule.h. */
+#define _GNU_SOURCE
+#include "schedule.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "log.h"
+#include "planmsg.h"
+
+static int node_free_slots(const node_t *n, int kind) {
+  if (n->lost) return 0;
+  int f = 0;
+  for (int s = 0; s < n->nslots; s++) f += n->slots[s].kind == kind && n->slots[s].job_id == 0;
+  return f;
+}
+
+static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *min_mem);
+
+static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
+  rank_st *rk = &j->ranks[r];
+  node_t *n = &c->nodes[rk->node];
+  char job[32], rank[32], local[64], jobenv[64];
+  snprintf(job, sizeof job, "%llu", (unsigned long long)j->id);
+  snprintf(rank, sizeof rank, "%d", r);
+  snprintf(local, sizeof local, "FSDPD_LOCAL_RANKS=%d", local_ranks);
+  snprintf(jobenv, sizeof jobenv, "FSDPD_JOB_ID=%llu", (unsigned long long)j->id);
+  char *argv[] = {"fsdp-worker", "--connect", c->listen_ep, "--job", job, "--rank", rank, "--token", j->token,
+                  "--log-level", (char *)(c->cfg.worker_log_level ? c->cfg.worker_log_level : "info")};
+  char *env[] = {local, jobenv};
+  Fsdp__SpawnReq s = FSDP__SPAWN_REQ__INIT;
+  s.job_id = j->id;
+  s.rank = (uint32_t)r;
+  s.n_argv = sizeof argv / sizeof argv[0];
+  s.argv = argv;
+  s.n_env = 2;
+  s.env = env;
+  s.cwd = j->job_dir;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_SPAWN_REQ;
+  m.spawn_req = &s;
+  coord_send(c, n->ident, n->ident_len, &m);
+  rk->alive = 1;
+  j->nalive++;
+}
+
+static void schedule_start(coord_t *c, job_t *j) {
+  /* Pack ranks by node: the nodes with the most free devices of the kind first, filled in order. */
+  int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
+  j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
+  j->reports[0] = calloc((size_t)j->world, sizeof *j->reports[0]);
+  j->reports[1] = calloc((size_t)j->world, sizeof *j->reports[1]);
+  if (!order || !cnt || !j->ranks || !j->reports[0] || !j->reports[1]) {
+    free(order), free(cnt);
+    job_fail(c, j, "out of memory while starting the job");
+    return;
+  }
+  for (int i = 0; i < c->nnodes; i++) order[i] = i;
+  for (int i = 1; i < c->nnodes; i++)   /* insertion sort by free slots, descending; stable */
+    for (int k = i; k > 0 && node_free_slots(&c->nodes[order[k]], j->kind) > node_free_slots(&c->nodes[order[k - 1]], j->kind); k--) {
+      int t = order[k];
+      order[k] = order[k - 1];
+      order[k - 1] = t;
+    }
+  int r = 0;
+  for (int oi = 0; oi < c->nnodes && r < j->world; oi++) {
+    node_t *n = &c->nodes[order[oi]];
+    if (n->lost) continue;
+    for (int s = 0; s < n->nslots && r < j->world; s++) {
+      slot_t *sl = &n->slots[s];
+      if (sl->kind != j->kind || sl->job_id) continue;
+      sl->job_id = j->id;
+      sl->rank = (uint32_t)r;
+      j->ranks[r].node = order[oi];
+      j->ranks[r].slot = s;
+      cnt[order[oi]]++;
+      r++;
+    }
+  }
+  free(order);
+  if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
+    free(cnt);
+    job_fail(c, j, "%s", fsdp_user_message(fsdp_last_error()));
+    return;
+  }
+  uint8_t rnd[16];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+    for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)(rand() ^ (int)(loop_now_mono() * 1e6));
+  for (size_t i = 0; i < sizeof rnd; i++) sprintf(j->token + 2 * i, "%02x", rnd[i]);
+  char path[PATH_MAX + 128];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
+  j->metrics = fopen(path, "a");
+  if (!j->metrics) log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
+  /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
+  if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
+  else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);
+  job_set_state(c, j, ST_STARTING, NULL);
+  char where[1024];
+  int wn = 0;
+  for (int i = 0; i < c->nnodes; i++)
+    if (cnt[i] && wn < (int)sizeof where - 64) wn += snprintf(where + wn, sizeof where - (size_t)wn, "%s%s×%d", wn ? ", " : "", c->nodes[i].name, cnt[i]);
+  job_log(j, "ranks on %s", wn ? where : "-");
+  for (int k = 0; k < j->world; k++) send_spawn(c, j, k, cnt[j->ranks[k].node]);
+  free(cnt);
+  double t = 2 * j->spec.timeout_s;
+  j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
+  j->deadline = loop_now_mono() + j->start_timeout;
+  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
+}
+
+
+/* Devices of KIND on the nodes that are not lost: their count, the nodes, the smallest memory. */
+static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *min_mem) {
+  int total = 0;
+  *live_nodes = 0;
+  *min_mem = 0;
+  for (int i = 0; i < c->nnodes; i++) {
+    if (c->nodes[i].lost) continue;
+    (*live_nodes)++;
+    for (int s = 0; s < c->nodes[i].nslots; s++) {
+      const slot_t *sl = &c->nodes[i].slots[s];
+      if (sl->kind != kind) continue;
+      total++;
+      if (sl->mem && (!*min_mem || sl->mem < *min_mem)) *min_mem = sl->mem;
+    }
+  }
+  return total;
+}
+
+const char *schedule_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
+
+fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) {
+  const char *kname = schedule_kind_name(j->kind);
+  int live_nodes;
+  uint64_t min_mem;
+  int total = live_devices(c, j->kind, &live_nodes, &min_mem);
+  if (j->world > total) {
+    snprintf(msg, n, "the job needs %d %s but the cluster has %d (on %d node%s)", j->world, kname, total, live_nodes,
+             live_nodes == 1 ? "" : "s");
+    return FSDP_ERR_RANGE;
+  }
+  if (min_mem && j->plan->mem_total > min_mem) {
+    int mw = plan_min_world(&j->spec, min_mem, total);
+    int k = snprintf(msg, n, "the job needs %.2f GiB per rank at world size %d, device has %.2f GiB; ",
+                     (double)j->plan->mem_total / (1u << 30), j->world, (double)min_mem / (1u << 30));
+    if (k < 0 || (size_t)k >= n) return FSDP_ERR_RANGE;
+    if (mw > 0) snprintf(msg + k, n - (size_t)k, "the smallest world size that fits is %d", mw);
+    else snprintf(msg + k, n - (size_t)k, "no world size up to %d (the %s in the cluster) fits", total, kname);
+    return FSDP_ERR_RANGE;
+  }
+  return FSDP_OK;
+}
+/* Whether J could start on the live cluster once devices are free (its memory fit was checked at
+ * submit). A job that cannot (a node it needs was lost) waits aside, so that it never holds the
+ * queue, and fails after [job] restart_wait_s. Returns 1 when J may be the head of the queue. */
+static int fits_live(coord_t *c, job_t *j, double now) {
+  int live_nodes;
+  uint64_t min_mem;
+  int total = live_devices(c, j->kind, &live_nodes, &min_mem);
+  if (total >= j->world) {
+    if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, schedule_kind_name(j->kind));
+    j->unfit_since = 0;
+    return 1;
+  }
+  if (!j->unfit_since) {
+    j->unfit_since = now;
+    job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d; jobs behind it that fit start "
+            "meanwhile; it fails if none return within [job] restart_wait_s = %g s",
+            j->world, schedule_kind_name(j->kind), total, j->spec.restart_wait_s);
+  } else if (now - j->unfit_since > j->spec.restart_wait_s) {
+    char why[2048];
+    snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d (on %d node%s), and none returned within "
+             "[job] restart_wait_s = %g s%s%s", j->world, schedule_kind_name(j->kind), total, live_nodes,
+             live_nodes == 1 ? "" : "s", j->spec.restart_wait_s, j->reason[0] ? "; it was queued again after: " : "",
+             j->reason);
+    job_finish(c, j, ST_FAILED, why, 0);
+  }
+  return 0;
+}
+
+void schedule_try(coord_t *c) {
+  if (c->shutting_down) return;
+  double now = loop_now_mono();
+  /* FIFO: the oldest queued job that the live cluster can run starts first; later jobs wait
+   * behind it. Only a job that cannot run at all (fits_live) is passed over. */
+  for (;;) {
+    job_t *head = NULL;
+    for (job_t *j = c->jobs; j; j = j->next)
+      if (j->state == ST_QUEUED && !j->done && !j->restart_pending && fits_live(c, j, now) && (!head || j->id < head->id))
+        head = j;
+    if (!head) return;
+    int free_n = 0;
+    for (int i = 0; i < c->nnodes; i++) free_n += node_free_slots(&c->nodes[i], head->kind);
+    if (free_n < head->world) return;
+    schedule_start(c, head);
+  }
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# daemon_full_disk — a full disk under the state directory (part of the fault suite): the state
+# directory is a small tmpfs, which a long job's metrics fill. The step that cannot be recorded
+# fails the job with that reason, `fsdpctl submit --follow` returns (exit 1), status says failed,
+# and metrics.jsonl holds only whole lines. Needs mount(8) to work (root, or a user namespace);
+# where it does not, the test says so and is skipped.
+# Usage: bash daemon_full_disk.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" fulldisk
+M="$S/m"
+mkdir -p "$M"
+if ! mount -t tmpfs -o size=640k tmpfs "$M" 2>/dev/null; then
+  echo "daemon_full_disk: skipped: this machine does not let the test mount a tmpfs (needs root)"
+  exit 0
+fi
+# The daemon first (the tmpfs is its state directory), then the mount, before S is removed.
+at_exit 'stop_pid "$DPID"; DPID=""; for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p"; done; umount -l "$M"'
+export FSDP_CTL="ipc://$M/ctl.sock"
+sed -e 's/^steps = .*/steps = 100000/' "$SRC/examples/tiny.ini" > "$S/long.ini"
+"$BUILD/fsdpd" --foreground --state-dir "$M" --cpu-workers 2 --gpus none >>"$S/fsdpd.log" 2>&1 & DPID=$!
+wait_for 10 "$BUILD/fsdpctl" nodes || fail "fsdpd did not answer within 10 s"
+set +e
+timeout 120 "$BUILD/fsdpctl" submit "$S/long.ini" --follow >"$S/follow.out" 2>"$S/follow.err"; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "submit --follow exited $rc (124: it never returned), expected 1: $(tail -3 "$S/follow.out") $(cat "$S/follow.err")"
+id=$(head -1 "$S/follow.out")
+grep -q "^fsdpctl: job $id failed: cannot record step [0-9]*: " "$S/follow.err" || fail "reason: $(cat "$S/follow.err")"
+echo "$(df -h "$M" | tail -1): $(cat "$S/follow.err")"
+is_state "$id" failed || fail "status says $(state_of "$id"), expected failed"
+python3 - "$M/jobs/$id/metrics.jsonl" <<'PY' || fail "metrics.jsonl is not whole lines"
+import json, sys
+data = open(sys.argv[1]).read()
+assert data == "" or data.endswith("\n"), "ends in a partial line"
+steps = [json.loads(l)["step"] for l in data.splitlines()]
+assert steps == list(range(1, len(steps) + 1)), "steps not 1..N"
+print(f"metrics.jsonl: {len(steps)} whole lines")
+PY
+stop_daemon
+echo "daemon_full_disk: ok"

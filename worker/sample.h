@@ -1,0 +1,42 @@
+/* sample — text from a trained model: `fsdp-worker --sample MODEL ...`, which `fsdpctl sample`
+ * runs (the CLI never links worker code). One process, one rank, the synchronous CPU device.
+ *
+ * MODEL is a checkpoint directory (its root: the newest complete step; or one step-* directory)
+ * or an exported .safetensors file with its config.json beside it (fsdpctl export writes both).
+ * The prompt is bytes, each byte one token (byte-level models, vocab_size ≥ 256; a byte outside a
+ * smaller vocabulary is an error). Each new token comes from the logits of the last position of the
+ * window (the last seq_len tokens): temperature 0 is greedy (the lowest id wins ties); otherwise
+ * softmax(logits / temperature) restricted to the top_k most likely (0: all), drawn with the
+ * counter-based generator keyed by (seed, token index), so the same seed gives the same text.
+ * Output on stdout: the continuation only, as text when the vocabulary is bytes (vocab_size 256)
+ * or a --tokenizer (llm.c's GPT-2 tokenizer file) is given, else as token ids, one line. */
+#ifndef FSDP_SAMPLE_H
+#define FSDP_SAMPLE_H
+
+#include <stdint.h>
+
+#include "plan.h"
+
+typedef struct sample_args {
+  const char *model;       /* checkpoint dir, step-* dir or .safetensors */
+  const char *prompt;      /* bytes */
+  const char *tokenizer;   /* NULL: none */
+  int tokens;              /* to generate, ≥ 1 */
+  double temperature;      /* ≥ 0 */
+  int top_k;               /* ≥ 0 */
+  unsigned long long seed;
+} sample_args;
+
+/* Returns the process exit status: 0, or 2 with one line on stderr for bad input, 1 otherwise. */
+int sample_run(const sample_args *a);
+
+/* Tokens ids[plen..total) continuing ids[0..plen), from the whole model PARAM (host, the layout of
+ * P: a world-1 plan of batch 1), on a synchronous CPU device of its own. Used by sample_run and by
+ * training's [eval] sample_every (rank 0, on the gathered model). */
+fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
+                            int top_k, uint64_t seed);
+/* The prompt's bytes as token ids into IDS (NULL: only check), *N of them; an error names a byte
+ * outside a vocabulary of V. */
+fsdp_status sample_prompt_ids(const char *prompt, int V, int *ids, int *n);
+
+#endif
