@@ -1,5 +1,6 @@
 /* ctl_plan — `fsdpctl plan`: the shard plan and memory prediction of a job file, with no daemon. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,13 +13,14 @@
 #include "ctl.h"
 #include "jobspec.h"
 #include "plan.h"
+#include "planfit.h"
 
 #define PLAN_EXIT_USAGE 2
 #define PLAN_EXIT_NOFIT 3
 
 static void plan_usage(FILE *f) {
   fprintf(f,
-          "usage: fsdpctl plan JOB.ini [--world N] [--device-memory BYTES] [--json]\n"
+          "usage: fsdpctl plan JOB.ini [--world N] [--device-memory BYTES [--fit]] [--json]\n"
           "       fsdpctl plan --defaults\n"
           "\n"
           "Print the FSDP plan of a job: its units and tensors (Hugging Face GPT-2 names, shapes, offsets),\n"
@@ -29,7 +31,9 @@ static void plan_usage(FILE *f) {
           "  --device-memory BYTES  say whether the per-rank total fits in BYTES and, if not, the smallest\n"
           "                         world size that does; BYTES is an integer with an optional suffix:\n"
           "                         K M G T, KiB MiB GiB TiB (powers of 1024), KB MB GB TB (powers of 1000)\n"
-          "  --json                 the same data as JSON on stdout (for programs)\n"
+          "  --fit                  with --device-memory: the largest per-rank batch_size that fits, and what\n"
+          "                         one change (checkpointing, sharding, bf16, offload, more ranks) would fit\n"
+          "  --json                 the same data as JSON on stdout (for programs; --fit adds \"fit\")\n"
           "  --defaults             print every job-file key with its default, as a commented job file\n"
           "  -h, --help             this text\n"
           "\n"
@@ -65,9 +69,33 @@ static uint64_t parse_bytes(const char *s) {
   return 0;
 }
 
+/* The plan as JSON, with "fit" added when FIT: the plan's own writer into memory, then merged. */
+static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit *fit) {
+  if (!fit) {
+    if (plan_write_json(plan, stdout, device_bytes) == FSDP_OK) return 0;
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
+    return 1;
+  }
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  int ok = m && plan_write_json(plan, m, device_bytes) == FSDP_OK;
+  if (m) fclose(m);
+  json_t *o = ok ? json_loadb(buf, len, 0, NULL) : NULL;
+  free(buf);
+  if (!o || json_object_set_new(o, "fit", plan_fit_json(fit)) != 0 || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
+    json_decref(o);
+    fprintf(stderr, "fsdpctl: plan: cannot write the JSON plan\n");
+    return 1;
+  }
+  putchar('\n');
+  json_decref(o);
+  return 0;
+}
+
 int ctl_plan(int argc, char **argv) {
   const char *job = NULL, *world_arg = NULL, *mem_arg = NULL;
-  int json = 0;
+  int json = 0, fit = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -78,6 +106,8 @@ int ctl_plan(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--json")) {
       json = 1;
+    } else if (!strcmp(a, "--fit")) {
+      fit = 1;
     } else if (!strcmp(a, "--world") || !strcmp(a, "--device-memory")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", a);
@@ -121,6 +151,11 @@ int ctl_plan(int argc, char **argv) {
     return PLAN_EXIT_USAGE;
   }
 
+  if (fit && !device_bytes) {
+    fprintf(stderr, "fsdpctl: plan: --fit needs --device-memory BYTES (the memory of one GPU, e.g. 80GiB)\n");
+    return PLAN_EXIT_USAGE;
+  }
+
   struct stat st;
   errno = 0;
   if (stat(job, &st) != 0 || !S_ISREG(st.st_mode) || access(job, R_OK) != 0) {
@@ -138,22 +173,36 @@ int ctl_plan(int argc, char **argv) {
     else fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(msg));
     return 1;
   }
+  /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  uint64_t host = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+  if (device_bytes && spec.device == DEVICE_CPU && host && device_bytes > host) {
+    fprintf(stderr, "fsdpctl: plan: --device-memory %s is more than this machine's %.1f GiB; with device = cpu "
+                    "the workers' memory is the host's: give at most that\n", mem_arg, (double)host / (1 << 30));
+    return PLAN_EXIT_USAGE;
+  }
   plan_t *plan = NULL;
   if (plan_build(&spec, world, &plan) != FSDP_OK) {
     fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
     return PLAN_EXIT_USAGE;
   }
   int rc = 0;
+  plan_fit pf;
+  if (fit && plan_fit_compute(&spec, world, device_bytes, &pf) != FSDP_OK) {
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
+    plan_destroy(&plan);
+    return PLAN_EXIT_USAGE;
+  }
   if (json) {
-    if (plan_write_json(plan, stdout, device_bytes) != FSDP_OK) {
-      fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
-      rc = 1;
-    }
+    rc = write_json(plan, device_bytes, fit ? &pf : NULL);
   } else {
     printf("Job       %s (%s)\n", spec.name, job);
     plan_print(plan, stdout, device_bytes);
+    if (fit) plan_fit_print(&pf, stdout);
   }
-  if (!rc && device_bytes && plan->mem_total > device_bytes) {
+  if (fit) {   /* --fit answers the question; the exit status says whether the job's own batch fits */
+    if (!pf.batch_size) rc = PLAN_EXIT_NOFIT;
+  } else if (!rc && device_bytes && plan->mem_total > device_bytes) {
     int w = plan_min_world(&spec, device_bytes, 4096);
     if (w)
       fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu; the smallest world size that fits is %d\n",

@@ -98,7 +98,7 @@ static unit_sizes sizes_for(const model_in *in, shard_mode mode) {
   return u;
 }
 
-static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *total) {
+static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *total, uint64_t *host) {
   unit_sizes u = sizes_for(in, in->sharding);
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
@@ -142,6 +142,14 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (2 + 4·L 2-D tensors) */
   if (in->device == DEVICE_CUDA)
     mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (2 + 4 * L);
+  /* offload = optimizer: the fp32 master, AdamW m and v, and a staging copy of the gradient shard
+   * live in host memory; the device keeps the shard in param_dtype (what the gathers read) */
+  if (host) *host = 0;
+  if (in->offload == OFFLOAD_OPTIMIZER) {
+    mem[MEM_PARAM_SHARD] = pb * S;
+    mem[MEM_OPTIM_STATE] = 0;
+    if (host) *host = 16 * S;
+  }
   *total = 0;
   for (int c = 0; c < MEM_NCAT; c++) *total += mem[c];
 }
@@ -283,7 +291,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
   p->act = model_act(m, in.batch_size, in.device, in.ackpt);
-  model_memory(&in, p->mem, &p->mem_total);
+  model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
   model_comm(&in, in.sharding, p->sent_bytes);
   *out = p;
   return FSDP_OK;
@@ -322,7 +330,7 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
     model_in in;
     if (model_in_from_spec(spec, w, &in) != FSDP_OK) return 0;
     uint64_t mem[MEM_NCAT], total;
-    model_memory(&in, mem, &total);
+    model_memory(&in, mem, &total, NULL);
     if (total <= device_bytes) return w;
   }
   return 0;
@@ -500,6 +508,9 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
             mem_formula(p, k));
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
+  if (p->host_bytes)
+    fprintf(f, "  %-12s %12s  offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S (host memory)\n",
+            "host", human_bytes(p->host_bytes, a, sizeof a));
   fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
           p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
           human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
@@ -554,6 +565,9 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_object_set_new(root, "prefetch", jint(p->prefetch));
   json_object_set_new(root, "param_dtype", json_string(dtype_kind_name(p->param_dtype)));
   json_object_set_new(root, "reduce_dtype", json_string(dtype_kind_name(p->reduce_dtype)));
+  json_object_set_new(root, "activation_checkpointing", json_string(ackpt_mode_name(p->ackpt)));
+  json_object_set_new(root, "offload", json_string(offload_mode_name(p->offload)));
+  json_object_set_new(root, "host_bytes", json_integer((json_int_t)p->host_bytes));
   json_object_set_new(root, "batch_size", jint(p->batch_size));
   json_object_set_new(root, "grad_accum", jint(p->grad_accum));
   json_object_set_new(root, "pad_align", jint(PLAN_PAD_ALIGN));

@@ -149,6 +149,8 @@ typedef struct plan {
   plan_act act;
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
+  uint64_t host_bytes;          /* offload = optimizer: 16·S of host memory (fp32 master, AdamW m and
+                                   v, gradient staging); 0 otherwise */
   uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
 } plan_t;
 

@@ -35,9 +35,9 @@
 #include "optim.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
+#include "stepstats.h"
 
-static const char *const phase_names[RT_NPHASE] = {"allgather", "compute", "reducescatter", "optimizer"};
-const char *rt_phase_name(rt_phase p) { return (unsigned)p < RT_NPHASE ? phase_names[p] : "unknown"; }
+_Static_assert((int)RT_NPHASE == STEPSTATS_NPHASE && (int)RT_NPHASE == (int)DEV_NTIMER, "one list of step phases");
 
 static uint64_t now_us(void) {
   struct timespec ts;
@@ -150,11 +150,20 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   int64_t S = p->shard_total, BTG = (int64_t)p->batch_size * p->model.seq_len * G;
 
   if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
-  ALLOC_OR(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
+  rt->offload = spec->offload == OFFLOAD_OPTIMIZER;
+  if (rt->offload) {   /* host memory, outside the device's categories: the plan's host_bytes */
+    ALLOC_OR(rt->param, calloc((size_t)S, 4), rc, fail);
+    ALLOC_OR(rt->m, calloc((size_t)S, 4), rc, fail);
+    ALLOC_OR(rt->v, calloc((size_t)S, 4), rc, fail);
+    ALLOC_OR(rt->hgrad, calloc((size_t)S, 4), rc, fail);
+    if (!rt->bf16_params) ALLOC_OR(rt->dparam, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
+  } else {
+    ALLOC_OR(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
+    ALLOC_OR(rt->m, dalloc(rt, MEM_OPTIM_STATE, S, 4), rc, fail);
+    ALLOC_OR(rt->v, dalloc(rt, MEM_OPTIM_STATE, S, 4), rc, fail);
+  }
   if (rt->bf16_params) ALLOC_OR(rt->lp, dalloc(rt, MEM_PARAM_SHARD, S, 2), rc, fail);
   ALLOC_OR(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4), rc, fail);
-  ALLOC_OR(rt->m, dalloc(rt, MEM_OPTIM_STATE, S, 4), rc, fail);
-  ALLOC_OR(rt->v, dalloc(rt, MEM_OPTIM_STATE, S, 4), rc, fail);
   ALLOC_OR(rt->acts, gpt2_acts_new(p, dev), rc, fail);
   ALLOC_OR(rt->inp, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)), rc, fail);
   ALLOC_OR(rt->tgt, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)), rc, fail);
@@ -240,7 +249,7 @@ static fsdp_status wait_pending(runtime_t *rt) {
 
 static const void *shard_src(const runtime_t *rt, int u) {
   int64_t b = rt->p->units[u].shard_base;
-  return rt->lp ? (const void *)(rt->lp + b) : (const void *)(rt->param + b);
+  return rt->lp ? (const void *)(rt->lp + b) : rt->dparam ? (const void *)(rt->dparam + b) : (const void *)(rt->param + b);
 }
 
 static fsdp_status gather_issue(runtime_t *rt, int u) {
@@ -501,10 +510,20 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   double norm = sqrt((double)scal[1]);
   double lr = optim_lr(s, step);
   double clip = optim_clip_scale(norm, s->grad_clip);
-  d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, s, (float)clip);
+  uint64_t host_optim = 0;
+  if (rt->offload) {   /* the gradient shard to the host, AdamW there, the gathered form back */
+    uint64_t t1 = now_us();
+    TRY(d->op->download(d, rt->hgrad, rt->grad, (size_t)p->shard_total * sizeof(float)));
+    optim_adamw_shard(p, rt->rank, rt->param, rt->hgrad, rt->m, rt->v, step, lr, s, (float)clip);
+    TRY(rt_refresh_lp(rt));
+    host_optim = now_us() - t1;
+  } else {
+    d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, s, (float)clip);
+  }
   d->op->set_timer(d, DEV_T_COMPUTE);
   TRY(d->op->sync(d));   /* the step is done: its report and a checkpoint see the update */
   d->op->timers(d, us);
+  us[DEV_T_OPTIM] += host_optim;
 
   comm_sent_bytes(rt->comm, sent1);
   out->step = step;
@@ -591,11 +610,19 @@ void runtime_destroy(runtime_t **prt) {
    * stream that may still read them. */
   if (rt->pend) wait_pending(rt);
   d->op->sync(d);
-  d->op->free(d, rt->param);
+  if (rt->offload) {
+    free(rt->param);
+    free(rt->m);
+    free(rt->v);
+    free(rt->hgrad);
+  } else {
+    d->op->free(d, rt->param);
+    d->op->free(d, rt->m);
+    d->op->free(d, rt->v);
+  }
+  d->op->free(d, rt->dparam);
   d->op->free(d, rt->lp);
   d->op->free(d, rt->grad);
-  d->op->free(d, rt->m);
-  d->op->free(d, rt->v);
   gpt2_acts_destroy(&rt->acts);
   d->op->free(d, rt->inp);
   d->op->free(d, rt->tgt);

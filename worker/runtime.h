@@ -23,7 +23,7 @@
 #include "plan.h"
 
 typedef enum { RT_PHASE_ALLGATHER = 0, RT_PHASE_COMPUTE, RT_PHASE_REDUCESCATTER, RT_PHASE_OPTIMIZER, RT_NPHASE } rt_phase;
-const char *rt_phase_name(rt_phase p);   /* "allgather", "compute", "reducescatter", "optimizer" */
+/* Their names: common/stepstats.h's stepstats_phase_names, in this order. */
 
 typedef struct rt_report {
   int step;                      /* 1-based */

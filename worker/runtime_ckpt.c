@@ -19,10 +19,16 @@ static uint64_t now_us(void) {
 
 /* ---- host views of device memory ---- */
 
+/* With offload the master and AdamW state are host memory already. */
+static int on_host(const runtime_t *rt, const void *ptr) {
+  return rt->dev->host_accessible ||
+         (rt->offload && (ptr == rt->param || ptr == rt->m || ptr == rt->v));
+}
+
 fsdp_status rt_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **view) {
   device_t *d = rt->dev;
   *view = NULL;
-  if (d->host_accessible) {
+  if (on_host(rt, dptr)) {
     TRY(d->op->sync(d));
     *view = (void *)(uintptr_t)dptr;
     return FSDP_OK;
@@ -39,7 +45,7 @@ fsdp_status rt_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **v
 }
 
 void rt_host_view_done(runtime_t *rt, void *view) {
-  if (!rt->dev->host_accessible) free(view);
+  if (!on_host(rt, view)) free(view);
 }
 
 fsdp_status rt_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **view) {
@@ -47,16 +53,24 @@ fsdp_status rt_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **view)
 }
 
 fsdp_status rt_host_buffer_done(runtime_t *rt, void *dptr, size_t bytes, void *view) {
-  if (rt->dev->host_accessible) return FSDP_OK;
+  if (on_host(rt, dptr)) return FSDP_OK;
   fsdp_status rc = rt->dev->op->upload(rt->dev, dptr, view, bytes);
   free(view);
   return rc;
 }
 
 fsdp_status rt_refresh_lp(runtime_t *rt) {
+  device_t *d = rt->dev;
+  int64_t S = rt->p->shard_total;
+  if (rt->offload) {   /* from the host master: rounded on the host (staged in hgrad), or copied */
+    if (!rt->lp) return d->op->upload(d, rt->dparam, rt->param, (size_t)S * sizeof(float));
+    uint16_t *h = (uint16_t *)rt->hgrad;
+    for (int64_t i = 0; i < S; i++) h[i] = st_f32_to_bf16(rt->param[i]);
+    return d->op->upload(d, rt->lp, h, (size_t)S * sizeof(uint16_t));
+  }
   if (!rt->lp) return FSDP_OK;
-  rt->dev->op->cast_bf16(rt->dev, rt->lp, rt->param, rt->p->shard_total);
-  return rt->dev->op->sync(rt->dev);
+  d->op->cast_bf16(d, rt->lp, rt->param, S);
+  return d->op->sync(d);
 }
 
 fsdp_status rt_allreduce_host(runtime_t *rt, float *vals, int n) {
@@ -92,10 +106,17 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
   if (!buf) return FSDP_ERR_NOMEM;
   for (int u = 0; u < p->nunits && rc == FSDP_OK; u++) {
     const plan_unit *pu = &p->units[u];
-    if (p->sharding != SHARD_NONE)
-      rc = comm_allgather(rt->comm, rt->param + pu->shard_base, buf, (size_t)pu->shard_numel, COMM_F32, NULL);
-    else
-      d->op->copy(d, buf, rt->param + pu->shard_base, (size_t)pu->padded * sizeof(float));
+    float *src = rt->param + pu->shard_base;
+    if (rt->offload) {   /* the host master's shard to the device first, into this rank's block */
+      float *stage = buf + plan_shard_offset(p, u, rt->rank);
+      rc = d->op->upload(d, stage, src, (size_t)pu->shard_numel * sizeof(float));
+      src = stage;
+    }
+    if (rc != FSDP_OK) break;
+    if (p->sharding != SHARD_NONE)   /* in place when staged: send == recv + rank·count is allowed */
+      rc = comm_allgather(rt->comm, src, buf, (size_t)pu->shard_numel, COMM_F32, NULL);
+    else if (src != buf)
+      d->op->copy(d, buf, src, (size_t)pu->padded * sizeof(float));
     void *view = NULL;
     if (rc == FSDP_OK && rt->rank == 0 && out && (rc = rt_host_view(rt, buf, (size_t)pu->numel * sizeof(float), &view)) == FSDP_OK) {
       memcpy(out + whole->units[u].shard_base, view, (size_t)pu->numel * sizeof(float));

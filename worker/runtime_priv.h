@@ -21,6 +21,11 @@ struct runtime {
    * gathered when param_dtype = bf16 (AdamW writes it) */
   float *param, *grad, *m, *v;
   uint16_t *lp;
+  /* offload = optimizer: param, m and v are in host memory, AdamW runs on the host over them, and
+   * the device keeps what the gathers read: lp (bf16) or dparam (an fp32 copy); hgrad stages the
+   * gradient shard on the host (and the bf16 copy on its way to the device) */
+  int offload;
+  float *dparam, *hgrad;
   gpt2_acts *acts;
   tok_file *data;
   tok_file *val;                 /* [data] val, or NULL */

@@ -128,6 +128,19 @@ bad heads.ini 5 "not divisible by n_head" "${T}[model]\nn_head = 12\nn_embd = 10
 bad world0.ini 4 "world_size = 0 is out of range; allowed: an integer in 1..4096" "${T}[fsdp]\nworld_size = 0\n"
 bad nofile.ini 2 "cannot read" "[data]\ntrain = no/such/tokens.bin\n"
 bad notrain.ini 1 "train is required" "[data]\nbatch_size = 2\n"
+# --fit: the largest batch, as text and under "fit" in --json; it needs --device-memory
+run 0 plan "$SRC/examples/gpt2-small.ini" --device-memory 80GiB --fit && grep -q "largest batch_size that fits" "$TMP/out" &&
+  grep -q "activation_checkpointing = full" "$TMP/out" && ok || fail "--fit text: $(cat "$TMP/out" | tail -8)"
+run 0 plan "$SRC/examples/gpt2-small.ini" --device-memory 80GiB --fit --json && python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))["fit"]
+assert f["batch_size"] >= 1 and f["levers"], f
+' "$TMP/out" && ok || fail "--fit --json has no fit.batch_size"
+run 3 plan "$SRC/examples/gpt2-small.ini" --device-memory 100MiB --fit && grep -q "nothing fits: batch_size 1 needs" "$TMP/out" &&
+  ok || fail "--fit with too little memory: $(tail -4 "$TMP/out")"
+usage_err "--fit needs --device-memory" plan "$SRC/examples/tiny.ini" --fit
+usage_err "more than this machine's" plan "$SRC/examples/tiny.ini" --device-memory 64TiB
+bad offload.ini 4 "offload = optimizer moves optimizer state off the GPU" "${T}[fsdp]\noffload = optimizer\n"
 bad cpu_bf17.ini 4 "allowed: fp32 | bf16" "${T}[fsdp]\nparam_dtype = bf17\n"
 # mixed precision plans on the CPU too: bf16 gathers, fp32 master
 printf '%b' "${T}[fsdp]\nparam_dtype = bf16\nreduce_dtype = bf16\n" >"$TMP/cpu_bf16.ini"

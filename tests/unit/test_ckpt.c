@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ranks.h"
 #include "testfiles.h"
 #include "ckpt.h"
 #include "comm.h"
@@ -290,7 +291,6 @@ typedef struct result {
 static dev_cpu_mode g_mode;
 
 static void child(const config *c, int rank, const char *run_dir, const char *ckdir) {
-  alarm(120);
   jobspec_t spec;
   make_spec(&spec, c->world, c->batch, SHARD_FULL);
   snprintf(spec.ckpt_dir, sizeof spec.ckpt_dir, "%s", ckdir);
@@ -338,25 +338,29 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
 static int last_status[MAXW];   /* each rank's wait status in the last run() */
 
 /* Run C in forked ranks with checkpoints in CKDIR; res = rank 0's result; *model = the full model. */
+typedef struct ck_call {
+  const config *c;
+  const char *ckdir;
+} ck_call;
+
+static int ck_rank(int rank, int world, const char *dir, void *arg) {
+  const ck_call *k = arg;
+  (void)world;
+  child(k->c, rank, dir, k->ckdir);   /* exits */
+  return 0;
+}
+
 static int run(const config *c, const char *ckdir, result *res, float **model, int64_t *nmodel) {
-  char dir[] = "/tmp/fsdp-ckrun-XXXXXX";
-  if (!mkdtemp(dir)) return -1;
-  char path[700];
-  snprintf(path, sizeof path, "%s/store", dir);
-  mkdir(path, 0700);
-  pid_t pids[MAXW];
-  fflush(NULL);
-  for (int r = 0; r < c->world; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) child(c, r, dir, ckdir);
-  }
+  ranks_run rr = {.world = c->world, .deadline_s = 120, .release_fd = -1};
+  ck_call k = {c, ckdir};
+  ranks_go(&rr, ck_rank, &k);
+  const char *dir = rr.dir;
+  char path[700], why[64];
   int ok = 1;
   for (int r = 0; r < c->world; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    last_status[r] = st;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "rank %d ended with status 0x%x\n", r, st);
+    last_status[r] = rr.status[r];
+    if (rr.status[r] == -1 || !WIFEXITED(rr.status[r]) || WEXITSTATUS(rr.status[r]) != 0) {
+      fprintf(stderr, "rank %d ended: %s\n", r, ranks_why(&rr, r, why, sizeof why));
       ok = 0;
     }
   }
@@ -379,7 +383,7 @@ static int run(const config *c, const char *ckdir, result *res, float **model, i
   *model = full;
   *nmodel = total;
   plan_destroy(&plan);
-  rm_rf(dir);
+  ranks_cleanup(&rr);
   return ok ? 0 : -1;
 }
 

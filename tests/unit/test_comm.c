@@ -5,7 +5,6 @@
  * others fail within timeout_s instead of hanging. Children report through their exit status;
  * the parent reaps them with a deadline and kills them on failure. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,28 +20,7 @@
 
 #include "check.h"
 #include "comm.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void rm_rf(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  char p[4096];
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_rf(p);
-    else unlink(p);
-  }
-  closedir(d);
-  rmdir(dir);
-}
+#include "ranks.h"
 
 /* ---- a comm_kv over a directory: the coordinator's KV service stand-in ---- */
 
@@ -100,75 +78,41 @@ typedef struct {
   int pipe_wr;          /* and the parent closes it once only one rank is left */
 } group_opts;
 
-/* Fork opts->world ranks running FN; returns the number of ranks that failed (exit status ≠ 0,
- * killed, or past the deadline). */
+typedef struct {
+  const group_opts *o;
+  rank_fn fn;
+  void *arg;
+} group_call;
+
+/* One rank: its comm (file store or KV in the run directory), then the checks. */
+static int group_rank(int r, int world, const char *dir, void *arg) {
+  const group_call *g = arg;
+  comm_t *c = NULL;
+  comm_kv kv = {.ctx = (void *)(uintptr_t)dir, .set = kv_set, .get = kv_get};
+  char store[128];
+  snprintf(store, sizeof store, "%s/store", dir);
+  fsdp_status st = comm_new_gloo(r, world, g->o->use_kv ? NULL : store, g->o->use_kv ? &kv : NULL, "test",
+                                 g->o->timeout_s, &c);
+  if (st != FSDP_OK) {
+    fprintf(stderr, "rank %d: comm_new_gloo: %s\n", r, fsdp_last_error());
+    return 2;
+  }
+  int fails = g->fn(c, r, world, dir, g->arg);
+  comm_destroy(&c);
+  return fails ? 1 : 0;
+}
+
+/* Fork opts->world ranks running FN (tests/unit/ranks.h); returns the number of ranks that failed
+ * (exit status ≠ 0, killed, or past the deadline). */
 static int run_group(const group_opts *o, rank_fn fn, void *arg) {
-  char dir[] = "/tmp/fsdp-test-comm-XXXXXX";
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return o->world;
-  }
-  pid_t pids[8];
-  fflush(NULL);
-  for (int r = 0; r < o->world; r++) {
-    pid_t p = fork();
-    if (p == 0) {
-      check_pass_ = check_fail_ = 0;   /* each rank counts its own checks */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive the test */
-      if (o->pipe_wr >= 0) close(o->pipe_wr);
-      comm_t *c = NULL;
-      comm_kv kv = {.ctx = dir, .set = kv_set, .get = kv_get};
-      fsdp_status st = comm_new_gloo(r, o->world, o->use_kv ? NULL : dir, o->use_kv ? &kv : NULL, "test",
-                                     o->timeout_s, &c);
-      if (st != FSDP_OK) {
-        fprintf(stderr, "rank %d: comm_new_gloo: %s\n", r, fsdp_last_error());
-        _exit(2);
-      }
-      int fails = fn(c, r, o->world, dir, arg);
-      comm_destroy(&c);
-      fflush(NULL);
-      _exit(fails ? 1 : 0);
-    }
-    pids[r] = p;
-  }
-  int failed = 0, left = o->world, pipe_wr = o->pipe_wr;
-  int done[8] = {0};
-  double deadline = now_s() + o->deadline_s;
-  while (left > 0) {
-    if (left == 1 && pipe_wr >= 0) {   /* release a rank blocked on the pipe */
-      close(pipe_wr);
-      pipe_wr = -1;
-    }
-    int status;
-    pid_t p = waitpid(-1, &status, WNOHANG);
-    if (p > 0) {
-      for (int r = 0; r < o->world; r++)
-        if (pids[r] == p && !done[r]) {
-          done[r] = 1;
-          left--;
-          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "world %d: rank %d failed (%s %d)\n", o->world, r,
-                    WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-            failed++;
-          }
-        }
-      continue;
-    }
-    if (now_s() > deadline) {
-      fprintf(stderr, "world %d: deadline of %.0f s passed; killing %d rank(s)\n", o->world, o->deadline_s, left);
-      for (int r = 0; r < o->world; r++)
-        if (!done[r]) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], NULL, 0);
-          done[r] = 1;
-          failed++;
-        }
-      break;
-    }
-    struct timespec ts = {0, 5000000};   /* poll the children's state every 5 ms */
-    nanosleep(&ts, NULL);
-  }
-  rm_rf(dir);
+  ranks_run r = {.world = o->world, .deadline_s = o->deadline_s, .release_fd = o->pipe_wr};
+  group_call g = {o, fn, arg};
+  int failed = ranks_go(&r, group_rank, &g);
+  char why[64];
+  for (int k = 0; k < o->world; k++)
+    if (r.status[k] == -1 || !WIFEXITED(r.status[k]) || WEXITSTATUS(r.status[k]) != 0)
+      fprintf(stderr, "world %d: rank %d failed (%s)\n", o->world, k, ranks_why(&r, k, why, sizeof why));
+  ranks_cleanup(&r);
   return failed;
 }
 

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ranks.h"
 #include "testfiles.h"
 #include "comm.h"
 #include "jobspec.h"
@@ -71,6 +72,7 @@ typedef struct config {
   int drop_wait;                   /* runtime_test_drop_gather_wait */
   int eval_batches;                /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
   ackpt_mode ackpt;
+  int offload;                     /* offload = optimizer, on the CPU device (the host side of it) */
 } config;
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
@@ -91,11 +93,13 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->reduce_dtype = c->reduce_dtype;
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
   s->ackpt = c->ackpt;
+  if (c->offload) s->offload = OFFLOAD_OPTIMIZER;   /* jobspec refuses it on cpu; the runtime runs it */
 }
 
 /* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
-static void child(const config *c, int rank, const char *dir) {
-  alarm(120);   /* a hung child dies rather than hanging the test */
+static int child(int rank, int world, const char *dir, void *arg) {
+  const config *c = arg;
+  (void)world;
   jobspec_t spec;
   make_spec(c, &spec);
   plan_t *plan = NULL;
@@ -148,29 +152,20 @@ static void child(const config *c, int rank, const char *dir) {
     comm_destroy(&comm);
   }
   plan_destroy(&plan);
-  _exit(0);
+  return 0;
 }
 
 /* Run a configuration; fill res[rank] and the full model (unpadded units concatenated) in *model. */
 static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel) {
-  char dir[] = "/tmp/fsdp-rt-XXXXXX";
-  if (!mkdtemp(dir)) return -1;
-  char path[512];
-  snprintf(path, sizeof path, "%s/store", dir);
-  mkdir(path, 0700);
-  pid_t pids[MAXW];
-  fflush(NULL);
-  for (int r = 0; r < c->world; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) child(c, r, dir);
-  }
+  ranks_run rr = {.world = c->world, .deadline_s = 120, .release_fd = -1};
+  ranks_go(&rr, child, (void *)(uintptr_t)c);
+  const char *dir = rr.dir;
+  char path[512], why[64];
   int ok = 1;
   for (int r = 0; r < c->world; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    int expect_death = r == c->die_rank;
-    if (!expect_death && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "rank %d ended with status 0x%x\n", r, st);
+    int st = rr.status[r];
+    if (r != c->die_rank && (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
+      fprintf(stderr, "rank %d ended: %s\n", r, ranks_why(&rr, r, why, sizeof why));
       ok = 0;
     }
   }
@@ -197,7 +192,7 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
     free(full);
   }
   plan_destroy(&plan);
-  rm_rf(dir);
+  ranks_cleanup(&rr);
   return ok ? 0 : -1;
 }
 
@@ -285,8 +280,9 @@ static void test_bf16_reductions(void) {
  * two ranks to the equivalence tolerance. */
 /* The reference, in a child process (OpenMP's threads do not survive a fork, and the ranks are
  * forked from this process later): writes the losses and the final shard to DIR/ref-*. */
-static void bf16_reference_child(const config *c1, const char *dir) {
-  alarm(120);
+static int bf16_reference_child(int rank, int world, const char *dir, void *arg) {
+  const config *c1 = arg;
+  (void)rank, (void)world;
   jobspec_t s;
   make_spec(c1, &s);
   plan_t *p = NULL;
@@ -328,7 +324,7 @@ static void bf16_reference_child(const config *c1, const char *dir) {
   if (write_all(path, loss, sizeof loss)) _exit(5);
   snprintf(path, sizeof path, "%s/ref-shard", dir);
   if (write_all(path, w, (size_t)S * 4)) _exit(5);
-  _exit(0);
+  return 0;
 }
 
 static void test_bf16_reference(void) {
@@ -339,21 +335,17 @@ static void test_bf16_reference(void) {
   plan_t *p = NULL;
   CHECK_OK(plan_build(&s, 1, &p));
   if (!p) return;
-  char dir[] = "/tmp/fsdp-ref-XXXXXX", path[512];
-  if (!mkdtemp(dir)) return;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) bf16_reference_child(&c1, dir);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char path[512];
+  ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
+  CHECK_EQ_INT(0, ranks_go(&rr, bf16_reference_child, &c1));
+  const char *dir = rr.dir;
   double loss[STEPS] = {0};
   float *w = calloc((size_t)p->shard_total, 4);
   snprintf(path, sizeof path, "%s/ref-loss", dir);
   CHECK(read_all(path, loss, sizeof loss) == 0);
   snprintf(path, sizeof path, "%s/ref-shard", dir);
   CHECK(read_all(path, w, (size_t)p->shard_total * 4) == 0);
-  rm_rf(dir);
+  ranks_cleanup(&rr);
   result r1[MAXW], r2[MAXW];
   float *m1 = NULL, *m2 = NULL;
   int64_t n1 = 0, n2 = 0;
@@ -389,8 +381,15 @@ static void test_bf16_reference(void) {
 }
 
 /* Forward-only loss of the full model on the validation rows, one process (a child: see above). */
-static void eval_reference_child(const config *c, const float *model, const char *dir) {
-  alarm(120);
+typedef struct eval_ref {
+  const config *c;
+  const float *model;
+} eval_ref;
+
+static int eval_reference_child(int rank, int world, const char *dir, void *arg) {
+  const config *c = ((const eval_ref *)arg)->c;
+  const float *model = ((const eval_ref *)arg)->model;
+  (void)rank, (void)world;
   config c1 = *c;
   c1.world = 1, c1.batch = c->world * c->batch;
   jobspec_t s;
@@ -424,7 +423,7 @@ static void eval_reference_child(const config *c, const float *model, const char
   char path[512];
   snprintf(path, sizeof path, "%s/ref-val", dir);
   if (write_all(path, &val, sizeof val)) _exit(5);
-  _exit(0);
+  return 0;
 }
 
 /* runtime_eval: the mean forward-only loss over the first M·N·B validation rows, sharded as in
@@ -439,24 +438,34 @@ static void test_eval(void) {
     int64_t n = 0;
     CHECK(run(&c, res, &m, &n) == 0);
     if (!m) continue;
-    char dir[] = "/tmp/fsdp-eval-XXXXXX", path[512];
-    if (!mkdtemp(dir)) continue;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) eval_reference_child(&c, m, dir);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char path[512];
+    eval_ref er = {&c, m};
+    ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
+    CHECK_EQ_INT(0, ranks_go(&rr, eval_reference_child, &er));
     double ref = 0;
-    snprintf(path, sizeof path, "%s/ref-val", dir);
+    snprintf(path, sizeof path, "%s/ref-val", rr.dir);
     CHECK(read_all(path, &ref, sizeof ref) == 0);
-    rm_rf(dir);
+    ranks_cleanup(&rr);
     CHECK(res[0].val_loss == res[1].val_loss);
     CHECK_NEAR(ref, res[0].val_loss, 0, 1e-5);
     printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", shard_mode_name(c.sharding),
            res[0].val_loss, ref);
     free(m);
   }
+}
+
+/* Run A and B; whether they give bit-identical losses and final weights (checked, and returned). */
+static int run_same(const config *a, const config *b, result ra[MAXW], result rb[MAXW]) {
+  float *ma = NULL, *mb = NULL;
+  int64_t na = 0, nb = 0;
+  CHECK(run(a, ra, &ma, &na) == 0);
+  CHECK(run(b, rb, &mb, &nb) == 0);
+  int same = na == nb && ma && mb && !memcmp(ma, mb, (size_t)na * sizeof(float));
+  for (int s = 0; s < STEPS; s++) same &= ra[0].loss[s] == rb[0].loss[s];
+  CHECK(same);
+  free(ma);
+  free(mb);
+  return same;
 }
 
 /* Activation checkpointing recomputes each block's forward in its backward with the same operators
@@ -469,14 +478,10 @@ static void test_ackpt(void) {
       config c = {.world = world, .batch = 4 / world, .accum = 2, .prefetch = 1, .sharding = modes[mi],
                   .die_rank = -1, .timeout_s = 20};
       result r0[MAXW], r1[MAXW];
-      float *m0 = NULL, *m1 = NULL;
-      int64_t n0 = 0, n1 = 0;
-      CHECK(run(&c, r0, &m0, &n0) == 0);
-      c.ackpt = ACKPT_FULL;
-      CHECK(run(&c, r1, &m1, &n1) == 0);
-      int same = n0 == n1 && m0 && m1 && !memcmp(m0, m1, (size_t)n0 * sizeof(float));
-      for (int s = 0; s < STEPS; s++) same &= r0[0].loss[s] == r1[0].loss[s];
-      CHECK(same);
+      config c1 = c;
+      c1.ackpt = ACKPT_FULL;
+      int same = run_same(&c, &c1, r0, r1);
+      c = c1;
       jobspec_t spec;
       make_spec(&c, &spec);
       plan_t *p = NULL;
@@ -490,8 +495,37 @@ static void test_ackpt(void) {
                (unsigned long long)p->mem[MEM_ACTIVATIONS], (unsigned long long)r0[0].peak[MEM_ACTIVATIONS]);
       }
       plan_destroy(&p);
-      free(m0);
-      free(m1);
+    }
+}
+
+/* offload = optimizer (its host side, on the CPU device): the fp32 master and AdamW state in host
+ * memory, AdamW on the host, the device keeping only what the gathers read. The same operations in
+ * the same order: bit-identical to no offload, with fp32 and bf16 parameters; the device's memory
+ * by category is the plan's. */
+static void test_offload(void) {
+  static const shard_mode modes[] = {SHARD_FULL, SHARD_NONE};
+  for (int mi = 0; mi < 2; mi++)
+    for (int bf = 0; bf < 2; bf++) {
+      config c = {.world = 2, .batch = 2, .accum = 2, .prefetch = 1, .sharding = modes[mi], .die_rank = -1,
+                  .timeout_s = 20, .param_dtype = bf ? DTYPE_BF16 : DTYPE_FP32};
+      result r0[MAXW], r1[MAXW];
+      config c1 = c;
+      c1.offload = 1;
+      int same = run_same(&c, &c1, r0, r1);
+      c = c1;
+      jobspec_t spec;
+      make_spec(&c, &spec);
+      plan_t *p = NULL;
+      CHECK_OK(plan_build(&spec, c.world, &p));
+      if (p) {
+        for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(p->mem[k], r1[0].peak[k]);
+        CHECK_EQ_INT(16 * (uint64_t)p->shard_total, p->host_bytes);
+        printf("offload %-7s %s params: %s; device param_shard %llu B, optim_state %llu B (= plan), host %llu B\n",
+               shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), same ? "bit-identical" : "DIFFERENT",
+               (unsigned long long)r1[0].peak[MEM_PARAM_SHARD], (unsigned long long)r1[0].peak[MEM_OPTIM_STATE],
+               (unsigned long long)p->host_bytes);
+      }
+      plan_destroy(&p);
     }
 }
 
@@ -600,7 +634,10 @@ int main(int argc, char **argv) {
     test_bf16_reference();
   }
   if (all || !strcmp(part, "volume")) test_volume_and_memory();
-  if (all || !strcmp(part, "ackpt")) test_ackpt();
+  if (all || !strcmp(part, "ackpt")) {
+    test_ackpt();
+    test_offload();
+  }
   if (all || !strcmp(part, "ordering")) {
     test_missing_wait_is_caught();
     test_dead_rank();
