@@ -36,19 +36,37 @@ static int64_t block_numel(const gpt2_config *m) {
   return 12 * C * C + 13 * C;
 }
 
-static plan_act model_act(const gpt2_config *m, int B, ackpt_mode ackpt) {
+int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
+  return dev == DEVICE_CPU ? B * H * T * T : B * H * T;
+}
+
+int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
+  if (dev == DEVICE_CPU) return 4 * BT * V;
+  int64_t chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
+  return 4 * chunk * round_up(V, 128);
+}
+
+static plan_act model_act(const gpt2_config *m, int B, device_kind dev, ackpt_mode ackpt) {
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
-  int64_t BT = (int64_t)B * T, BTC = BT * C, BHTT = (int64_t)B * H * T * T;
-  int64_t block = 16 * BTC + 4 * BT + BHTT;
+  int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
+  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
+  if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses (model_gpt2.c): C > V, or a large B·T on CUDA */
+  int64_t block = 16 * BTC + 4 * BT + ATT, block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT);
+  int ck = ackpt == ACKPT_FULL;
   /* checkpointing: each block keeps its output (the next block's input); the rest of a block's
    * activations live in one working set that the forward and the backward's recompute reuse, with
    * the forward's BTC scratch (the workspace holds the backward's scratch during a recompute) */
   return (plan_act){
-    .block_saved = ackpt == ACKPT_FULL ? BTC : block,
-    .block_ws = ackpt == ACKPT_FULL ? block : 0,
+    .block_saved = ck ? BTC : block,
+    .block_ws = ck ? block : 0,
+    .block_bytes = ck ? e * BTC : block_bytes,
+    .block_ws_bytes = ck ? block_bytes : 0,
     .root_saved = 2 * BTC + 2 * BT,
-    .head_ws = BT * V + BT + BTC,
-    .bwd_ws = 7 * BTC + BHTT,
+    .head_ws = logits / 4 + BT + BTC,
+    .bwd_ws = 7 * BTC + ATT,
+    .root_bytes = e * 2 * BTC + 4 * 2 * BT,
+    .head_ws_bytes = logits + 4 * BT + e * BTC,
+    .bwd_ws_bytes = e * 7 * BTC + 4 * ATT,
   };
 }
 
@@ -85,7 +103,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
-  plan_act a = model_act(&in->m, in->batch_size, in->ackpt);
+  plan_act a = model_act(&in->m, in->batch_size, in->device, in->ackpt);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
   /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
@@ -118,9 +136,12 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   }
   mem[MEM_COMM] += 4 * PLAN_STEP_SCALARS;   /* the step's scalars, all-reduced on the device */
   /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
-  mem[MEM_ACTIVATIONS] = 4 * (L * (uint64_t)a.block_saved + (uint64_t)a.block_ws + (uint64_t)a.root_saved) +
+  mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.block_ws_bytes + (uint64_t)a.root_bytes +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
-  mem[MEM_WORKSPACE] = 4 * (uint64_t)(a.head_ws > a.bwd_ws ? a.head_ws : a.bwd_ws);
+  mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
+  /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (2 + 4·L 2-D tensors) */
+  if (in->device == DEVICE_CUDA)
+    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (2 + 4 * L);
   /* offload = optimizer: the fp32 master, AdamW m and v, and a staging copy of the gradient shard
    * live in host memory; the device keeps the shard in param_dtype (what the gathers read) */
   if (host) *host = 0;
@@ -269,7 +290,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
    * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
-  p->act = model_act(m, in.batch_size, in.ackpt);
+  p->act = model_act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
   model_comm(&in, in.sharding, p->sent_bytes);
   *out = p;
@@ -392,9 +413,13 @@ static const char *mem_formula(const plan_t *p, int c) {
                   : "pb·Σ padded: every unit gathered forward→backward";
     return conv ? "cb·(Pr + Pb): a root and a block in the compute dtype" : "0: the shard is the whole model";
   case MEM_ACTIVATIONS:
-    return p->ackpt == ACKPT_FULL ? "4·(L·block_saved + block_ws + root_saved) + 8·B·T·G: checkpointed"
-                                  : "4·(L·block_saved + root_saved) + 8·B·T·G";
-  case MEM_WORKSPACE: return "4·max(head_ws, bwd_ws)";
+    if (p->device == DEVICE_CPU)
+      return p->ackpt == ACKPT_FULL ? "4·(L·block_saved + block_ws + root_saved) + 8·B·T·G: checkpointed"
+                                    : "4·(L·block_saved + root_saved) + 8·B·T·G";
+    return p->ackpt == ACKPT_FULL ? "bf16 acts, fp32 stats: L·block_bytes + block_ws_bytes + root_bytes + 8·B·T·G"
+                                  : "bf16 acts, fp32 stats: L·block_bytes + root_bytes + 8·B·T·G";
+  case MEM_WORKSPACE:
+    return p->device == DEVICE_CPU ? "4·max(head_ws, bwd_ws)" : "max(head_ws, bwd_ws) bytes + CUDA workspace";
   case MEM_COMM:
     if (p->sharding == SHARD_NONE)
       return p->reduce_dtype == DTYPE_BF16 ? "2·S + 16: the gradient in bf16 for the all-reduce, scalars"
@@ -498,9 +523,10 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   if (p->host_bytes)
     fprintf(f, "  %-12s %12s  offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S (host memory)\n",
             "host", human_bytes(p->host_bytes, a, sizeof a));
-  fprintf(f, "  activations per micro-batch (floats): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
-          human_count(p->act.block_saved, a, sizeof a), human_count(p->act.root_saved, b, sizeof b),
-          human_count(p->act.head_ws, c, sizeof c), human_count(p->act.bwd_ws, d, sizeof d));
+  fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
+          p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
+          human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
+          human_count(p->act.bwd_ws, d, sizeof d));
   if (device_bytes) {
     double used = 100.0 * (double)p->mem_total / (double)device_bytes;
     if (p->mem_total <= device_bytes) {

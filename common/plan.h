@@ -30,9 +30,12 @@
  *                                     buffers, bf16 scratch
  *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
  *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
- *   activations  = 4·(L·act.block_saved + act.block_ws + act.root_saved) + 8·B·T·G   (the last term: the
+ *   activations  = L·act.block_bytes + act.block_ws_bytes + act.root_bytes + 8·B·T·G   (the last term: the
  *                  step's token ids; block_ws is 0 without activation checkpointing)
- *   workspace    = 4·max(act.head_ws, act.bwd_ws)
+ *                  cpu: 4·(L·block_saved + block_ws + root_saved); cuda: act elements in bf16, statistics fp32
+ *   workspace    = max(act.head_ws_bytes, act.bwd_ws_bytes)   cpu: 4·max(head_ws, bwd_ws)
+ *                  cuda: + PLAN_CUDA_WORKSPACE_BYTES (cuBLASLt and reductions) + PLAN_CUDA_SCALAR_BYTES
+ *                        + 16·(2 + 4·L) (AdamW's decay-segment table: one [start, end) per 2-D tensor)
  *
  * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
  * reduce-scatter of S total bytes sends S·(N−1)/N per rank, an all-reduce 2·S·(N−1)/N), with G
@@ -54,6 +57,11 @@
 #define PLAN_PAD_ALIGN 64      /* elements per rank the padding rounds to */
 #define PLAN_MAX_TENSORS 12    /* tensors per unit */
 #define PLAN_STEP_SCALARS 4
+/* The CUDA device's fixed allocations (worker/device_cuda.c allocates exactly these): the ops_cuda
+ * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the rows per classifier chunk. */
+#define PLAN_CUDA_WORKSPACE_BYTES ((int64_t)32 << 20)
+#define PLAN_CUDA_SCALAR_BYTES 256
+#define PLAN_CUDA_CLASSIFIER_CHUNK 1024
 
 typedef enum {
   MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
@@ -91,21 +99,34 @@ typedef struct plan_unit {
   int64_t shard_base;    /* where this unit's shard starts in a rank's concatenated shard (Σ earlier shard_numel) */
 } plan_unit;
 
-/* Float counts of the activation buffers the model keeps, for one micro-batch of B·T tokens.
- * The model allocates exactly these (worker/model_gpt2.h lays them out). */
+/* Element counts of the activation buffers the model keeps, for one micro-batch of B·T tokens, and
+ * their bytes on the plan's device. The model allocates exactly these (worker/model_gpt2.c lays
+ * them out). ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA. Act elements are 4
+ * bytes on the CPU and 2 (bf16) on CUDA; statistics, the attention state and losses are fp32. */
 typedef struct plan_act {
-  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + B·H·T·T (with
-                            activation checkpointing only its output, BTC):
-                            ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att probs BHTT,
+  int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + ATT (with activation
+                            checkpointing only its output, BTC):
+                            ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, atty BTC, att state ATT,
                             res2 BTC, ln2 BTC, ln2 mean+rstd 2BT, fch 4BTC, fch_gelu 4BTC, out BTC */
   int64_t root_saved;    /* x0 = wte+wpe BTC, lnf BTC, lnf mean+rstd 2BT: 2·BTC + 2·BT */
-  int64_t head_ws;       /* logits/dlogits B·T·V + per-token losses B·T + d lnf B·T·C (loss phase only) */
+  int64_t head_ws;       /* logits/dlogits + per-token losses B·T + d lnf B·T·C (loss phase only);
+                            logits: B·T·V on the CPU, one classifier chunk (plan_logits_bytes / 4) on
+                            CUDA, at least BTC act elements (the backward's dres reuses that slot) */
   int64_t block_ws;      /* activation checkpointing: the one block working set that the forward
                             and the backward's recompute share: block_saved(none) − BTC, plus the
                             forward's BTC scratch (the workspace is the backward's then); else 0 */
-  int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + B·H·T·T
-                            (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt BHTT) */
+  int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + ATT
+                            (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt ATT) */
+  int64_t block_bytes, block_ws_bytes, root_bytes, head_ws_bytes, bwd_ws_bytes;   /* the same in bytes */
 } plan_act;
+
+/* Floats of one block's attention state (and of the backward's scratch): B·H·T·T on the CPU (the
+ * probabilities), B·H·T on CUDA (the logsumexp of the fused kernels). */
+int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H);
+/* Bytes of the classifier's logits scratch for BT rows: BT·V fp32 on the CPU; on CUDA one chunk of
+ * min(BT, PLAN_CUDA_CLASSIFIER_CHUNK) rows of V rounded up to 128, fp32
+ * (ops_cuda_classifier_scratch_bytes). */
+int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
 typedef struct plan {
   gpt2_config model;

@@ -2,6 +2,10 @@
  * backends (gloo, gloo staged), the polling of streamed ones (NCCL), failure propagation, byte
  * counters, and the world = 1 local backend. See comm.h and docs/comm.md.
  *
+ * Events: threaded backends honour `after` by waiting for its CPU mark on the comm thread and
+ * complete `done`'s CPU mark when the op ends; streamed backends order their stream by the events'
+ * native halves at submit, and the CPU mark of `done` is completed right after the submit.
+ *
  * Threaded backends: the caller appends a request to a FIFO queue; one thread per comm pops it,
  * runs it (blocking inside gloo) and marks it done under the comm's mutex. The first failure
  * fails the comm: queued and later requests complete at once with that error. gloo bounds every
@@ -326,6 +330,11 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
       if (c->be->abort) c->be->abort(c->impl);
       return fsdp_set_error(st, "%s", msg);
     }
+    /* A streamed backend ordered its device stream by the native events at submit (after: a
+     * stream wait; done: a record after the collective, device.h), so the CPU mark of DONE has
+     * nothing left to wait for: complete it now, or a device wait would block on it until the
+     * host's comm_wait. */
+    complete_done(&r->op);
   }
   if (req) {
     *req = r;

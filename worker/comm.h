@@ -99,11 +99,12 @@ const char *comm_backend_name(const comm_t *c);
 void comm_destroy(comm_t **c);
 
 #ifdef FSDP_HAVE_CUDA
-/* NCCL (comm_nccl.c). The coordinator (or rank 0 in --standalone) makes the id and hands it to
- * every rank. send/recv are device pointers on DEVICE. Collectives run on the comm's own stream,
- * which does not wait for the caller's streams: the caller records an event after producing the
- * data and makes comm_nccl_stream() wait on it (cudaStreamWaitEvent); comm_wait() returns once the
- * collective finished on the device. */
+/* NCCL (comm_nccl.c). Rank 0 makes the id and hands it to every rank (comm_boot.h: through the
+ * coordinator's KV, or the rendezvous directory in --standalone). send/recv are device pointers on
+ * DEVICE. Collectives run on the comm's own stream: the _ev variants make it wait for `after`'s
+ * native event (cudaStreamWaitEvent) and record `done`'s native event after the collective, so
+ * the compute stream orders itself by the CUDA device's events (device.h); without events the
+ * caller synchronizes. comm_wait() returns once the collective finished on the device. */
 fsdp_status comm_nccl_get_unique_id(uint8_t out[128]);
 fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
                           comm_t **out);
@@ -112,8 +113,9 @@ void *comm_nccl_stream(const comm_t *c);
 
 /* gloo for CUDA workers (comm_stage_cuda.c): same arguments as comm_new_gloo plus the device;
  * send/recv/buf are device pointers, staged through pinned host buffers counted under MEM_COMM.
- * Work on the caller's streams must be complete before a collective is issued (the staging copies
- * run on the comm's own blocking stream, from the comm thread). */
+ * The staging copies run on the comm's own stream, from the comm thread, after `after`'s CPU mark
+ * (the CUDA device must have host_marks set, device.h) or, with no CPU mark, after the caller's
+ * stream work is complete; `done`'s native event is recorded after the copy back. */
 fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, const comm_kv *kv,
                                  const char *prefix, double timeout_s, int device, comm_t **out);
 #endif

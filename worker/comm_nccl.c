@@ -1,7 +1,9 @@
 /* comm_nccl — the NCCL backend of comm.h (CUDA build only), a streamed backend for comm.c.
  *
  * One non-blocking communicator (config.blocking = 0) per comm, so that ncclCommAbort is always
- * possible: no NCCL call can block the caller forever. Every NCCL call may return ncclInProgress;
+ * possible: no NCCL call can block the caller forever. A collective with `after` makes the comm's
+ * stream wait for that event's native cudaEvent (the compute stream's record) and one with `done`
+ * records done's native event after the collective, so compute waits on the device, not the host. Every NCCL call may return ncclInProgress;
  * we then poll ncclCommGetAsyncError until it leaves that state or the deadline passes. Each
  * collective is enqueued on the comm's own stream and followed by a cudaEvent (from a small pool)
  * that comm_wait() polls together with ncclCommGetAsyncError; on timeout comm.c calls
@@ -43,6 +45,7 @@ static double now_s(void) {
 }
 
 static fsdp_status cuda_err(cudaError_t e, const char *what) {
+  (void)cudaGetLastError();   /* reported here; not left behind for the next launch check */
   return fsdp_set_error(FSDP_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -99,13 +102,16 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
   nccl_impl *n = impl;
   *token = NULL;
   if (n->aborted) return fsdp_set_error(FSDP_ERR_COMM, "nccl %s: the communicator was aborted", comm_op_name(op->kind));
-  /* Device events are CPU-side marks today; ordering NCCL's stream against a compute stream needs
-   * the CUDA device's events (cudaStreamWaitEvent / cudaEventRecord). */
-  if (op->after || op->done)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "nccl %s: stream-ordered collectives need the CUDA device",
+  /* Ordering against the compute stream is by the CUDA device's native events (device.h). */
+  cudaEvent_t after = op->after ? (cudaEvent_t)dev_event_native(op->after) : NULL;
+  cudaEvent_t done = op->done ? (cudaEvent_t)dev_event_native(op->done) : NULL;
+  if ((op->after && !after) || (op->done && !done))
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "nccl %s: its events are not CUDA events (the device must be cuda)",
                           comm_op_name(op->kind));
   cudaError_t e = cudaSetDevice(n->device);
   if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+  /* the latest record of AFTER now: the same ticket comm.c took at issue (same thread, no record since) */
+  if (after && (e = cudaStreamWaitEvent(n->stream, after, 0)) != cudaSuccess) return cuda_err(e, "cudaStreamWaitEvent");
   double deadline = now_s() + n->timeout_s;
   ncclResult_t r = ncclSuccess;
   const char *what = comm_op_name(op->kind);
@@ -124,6 +130,7 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
       break;
   }
   TRY(settle(n, r, what, deadline));
+  if (done && (e = cudaEventRecord(done, n->stream)) != cudaSuccess) return cuda_err(e, "cudaEventRecord of done");
   cudaEvent_t ev;
   TRY(get_event(n, &ev));
   e = cudaEventRecord(ev, n->stream);
@@ -146,6 +153,7 @@ static fsdp_status nccl_poll(void *impl, void *token, int *done) {
     return FSDP_OK;
   }
   if (e != cudaErrorNotReady) return cuda_err(e, "cudaEventQuery");
+  (void)cudaGetLastError();   /* NotReady is no failure: leave nothing for the next launch check */
   ncclResult_t ae = ncclSuccess;
   ncclResult_t q = ncclCommGetAsyncError(n->comm, &ae);
   if (q != ncclSuccess) return nccl_err(n, q, "ncclCommGetAsyncError");
@@ -256,6 +264,7 @@ fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device
   ncclResult_t r = ncclCommInitRankConfig(&n->comm, world, uid, rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
     st = nccl_err(n, r, "ncclCommInitRankConfig");
+    if (n->comm) ncclCommAbort(n->comm);   /* a non-blocking init may have made a handle: never drop it */
     n->comm = NULL;
     goto fail;
   }

@@ -6,8 +6,10 @@
  * Each collective copies its input device→host on the comm's own stream, waits for the copy,
  * runs the gloo collective on the pinned buffer, and copies the result host→device. The stream is
  * a blocking one, so its copies wait for work already queued on the legacy default stream; work
- * on the caller's other streams must be complete (synchronize or wait on an event) before the
- * collective is issued. The pinned buffer grows to the largest collective and is counted under
+ * on the caller's other streams is ordered by the op's events: comm.c waits for `after`'s CPU mark
+ * before run() (the CUDA device completes it when its stream reaches the record, host_marks), and
+ * run() records `done`'s native event after the copy back; the CUDA device's wait blocks its
+ * stream on done's CPU mark until comm.c completes it (device_cuda.c). The pinned buffer grows to the largest collective and is counted under
  * MEM_COMM with mem_account(). bf16 is gloo's: all-gather moves bytes, sums round to bf16.
  */
 #ifndef FSDP_HAVE_CUDA
@@ -65,9 +67,23 @@ static fsdp_status h2d(stage_impl *s, void *dst, const void *src, size_t bytes) 
   return FSDP_OK;
 }
 
+static fsdp_status stage_copy_run(stage_impl *s, const comm_op *op);
+
+/* comm.c has already waited for AFTER's CPU mark (taken at issue: exact) when the CUDA device
+ * completes marks (host_marks); without one, wait for the native event's latest record. */
 static fsdp_status stage_run(void *impl, const comm_op *op) {
   stage_impl *s = impl;
   CUDA_TRY(cudaSetDevice(s->device), "cudaSetDevice");   /* the comm thread has no current device yet */
+  cudaEvent_t after = op->after ? (cudaEvent_t)dev_event_native(op->after) : NULL;
+  if (after && op->after_ticket == 0) CUDA_TRY(cudaEventSynchronize(after), "cudaEventSynchronize of after");
+  TRY(stage_copy_run(s, op));
+  /* The copy back is complete (synchronized); the record makes a stream wait on done see it. */
+  cudaEvent_t done = op->done ? (cudaEvent_t)dev_event_native(op->done) : NULL;
+  if (done) CUDA_TRY(cudaEventRecord(done, s->stream), "cudaEventRecord of done");
+  return FSDP_OK;
+}
+
+static fsdp_status stage_copy_run(stage_impl *s, const comm_op *op) {
   const size_t bytes = op->count * comm_dtype_size(op->dt);
   const size_t n = (size_t)s->world;
   if (op->kind == COMM_OP_BARRIER) return s->g ? comm_gloo_run(s->g, op) : FSDP_OK;

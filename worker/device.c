@@ -1,5 +1,6 @@
-/* device — events (marks and their completion, shared by every CPU-side producer and consumer) and
- * the parts of device.h that do not depend on the implementation. See device.h. */
+/* device — events (marks and their completion, shared by every CPU-side producer and consumer, and
+ * the native half a device may add: a cudaEvent_t on CUDA) and the parts of device.h that do not
+ * depend on the implementation. See device.h. */
 #include "device.h"
 
 #include <pthread.h>
@@ -14,6 +15,8 @@ struct dev_event {
   uint64_t done;      /* every mark ≤ done is complete */
   uint64_t demand;    /* the highest mark somebody waits for (strict devices) */
   int lazy;
+  device_t *dev;      /* the device whose event_destroy frees native */
+  void *native;       /* the device's own event (cudaEvent_t), or NULL */
 };
 
 dev_event *dev_event_new(device_t *d) {
@@ -29,12 +32,22 @@ dev_event *dev_event_new(device_t *d) {
   pthread_cond_init(&e->cv, &ca);
   pthread_condattr_destroy(&ca);
   e->lazy = d && d->op && strcmp(d->op->name, "cpu-strict") == 0;
+  if (d && d->op && d->op->event_create) {
+    if (d->op->event_create(d, &e->native) != FSDP_OK) {   /* the device recorded why */
+      pthread_mutex_destroy(&e->mu);
+      pthread_cond_destroy(&e->cv);
+      free(e);
+      return NULL;
+    }
+    e->dev = d;
+  }
   return e;
 }
 
 void dev_event_destroy(dev_event **pe) {
   if (!pe || !*pe) return;
   dev_event *e = *pe;
+  if (e->native && e->dev) e->dev->op->event_destroy(e->dev, e->native);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
@@ -97,10 +110,21 @@ int dev_event_demanded(const dev_event *e, uint64_t ticket) {
 
 int dev_event_lazy(const dev_event *e) { return e && e->lazy; }
 
-int64_t dev_attention_floats(const device_t *d, int B, int T, int NH) {
-  (void)d;
-  return (int64_t)B * NH * T * T;
+int dev_event_is_complete(const dev_event *e, uint64_t ticket) {
+  dev_event *m = (dev_event *)e;
+  pthread_mutex_lock(&m->mu);
+  int r = m->done >= ticket;
+  pthread_mutex_unlock(&m->mu);
+  return r;
 }
+
+void *dev_event_native(const dev_event *e) { return e ? e->native : NULL; }
+
+int64_t dev_attention_floats(const device_t *d, int B, int T, int NH) {
+  return plan_attention_floats(d->kind, B, T, NH);
+}
+
+int64_t dev_logits_bytes(const device_t *d, int BT, int V) { return plan_logits_bytes(d->kind, BT, V); }
 
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
   const char *v = getenv("FSDP_CPU_DEVICE");

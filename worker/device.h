@@ -68,6 +68,14 @@ typedef struct dev_ops {
   void (*set_timer)(device_t *d, dev_timer t);
   /* Busy and blocked stream time per timer since the last call (call after sync); resets them. */
   void (*timers)(device_t *d, uint64_t us[DEV_NTIMER]);
+  /* Optional (NULL on the CPU): the native half of an event (a cudaEvent_t on CUDA), made by
+   * dev_event_new and destroyed by dev_event_destroy. */
+  fsdp_status (*event_create)(device_t *d, void **native);
+  void (*event_destroy)(device_t *d, void *native);
+  /* Optional (NULL on the CPU): per-job state the device keeps for RANK of plan P (CUDA: AdamW's
+   * decay-segment table), made once by runtime_new before any step; P must outlive the device's
+   * use of it. */
+  fsdp_status (*bind)(device_t *d, const plan_t *p, int rank);
 
   /* ---- memory operations on the stream ---- */
   void (*zero)(device_t *d, void *p, size_t bytes);
@@ -96,15 +104,17 @@ typedef struct dev_ops {
   void (*matmul_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C, int OC);
   void (*matmul_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, int BT, int C, int OC);
-  /* STATE is what the backward needs (attention_state_bytes); SCRATCH backward's scratch. */
+  /* STATE is what the backward needs and SCRATCH the backward's scratch (dev_attention_floats
+   * floats each); OUT is the forward's output, which the CUDA backward reads (the CPU's does not). */
   void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH);
   void (*attention_backward)(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                             const void *state, int B, int T, int C, int NH);
+                             const void *out, const void *state, int B, int T, int C, int NH);
   void (*gelu_forward)(device_t *d, void *out, const void *inp, int64_t N);
   void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
   /* The tied head with its loss: logits = inp·wteᵀ, losses = cross-entropy, *loss_acc += Σ losses,
-   * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of BT·V act.
+   * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of
+   * dev_logits_bytes bytes (BT·V fp32 on the CPU; one chunk of rows on CUDA).
    * With dinp = dwte = NULL only the losses (evaluation). */
   void (*classifier)(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                      const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
@@ -115,8 +125,13 @@ typedef struct dev_ops {
 /* Every implementation's struct starts with this. */
 struct device {
   const dev_ops *op;
-  int act_bytes;         /* bytes per act element: 4 on the CPU */
+  device_kind kind;      /* DEVICE_CPU or DEVICE_CUDA: what the planner's formulas are for */
+  int act_bytes;         /* bytes per act element: 4 on the CPU, 2 (bf16) on CUDA */
   int host_accessible;   /* device pointers are host pointers (the CPU device) */
+  /* A device that is not the host (CUDA) completes a CPU mark of every recorded event when its
+   * stream reaches it, for consumers on host threads (a threaded comm's `after`: gloo staged).
+   * Off by default: stream-ordered consumers (NCCL) use the native event. Set before any record. */
+  int host_marks;
 };
 
 /* The CPU device; FSDP_CPU_DEVICE=sync|async|strict in the environment picks the mode for workers
@@ -125,9 +140,20 @@ fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out);
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode);
 void device_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
 
-/* Bytes of the attention state the forward keeps for the backward (per block), and of the
- * backward's scratch: B·NH·T·T floats each on the CPU (the probabilities, and their gradient). */
+/* The CUDA device on GPU GPU (an index among the visible devices) in bf16 (device_cuda.c; CUDA
+ * build only). Fails with "no usable GPU: ..." when the driver or the GPU is missing. */
+#ifdef FSDP_HAVE_CUDA
+fsdp_status device_new_cuda(int gpu, device_t **out);
+/* The number of visible GPUs (≥ 1), or "no usable GPU: ..." naming CUDA's reason. */
+fsdp_status device_cuda_count(int *n);
+#endif
+
+/* Floats of the attention state the forward keeps for the backward (per block), and of the
+ * backward's scratch: B·NH·T·T each on the CPU (the probabilities, and their gradient), B·NH·T on
+ * CUDA (the logsumexp; the fused backward recomputes the rest). plan_attention_floats of d->kind. */
 int64_t dev_attention_floats(const device_t *d, int B, int T, int NH);
+/* Bytes of the classifier's logits scratch (plan_logits_bytes of d->kind). */
+int64_t dev_logits_bytes(const device_t *d, int BT, int V);
 
 /* ---- events (device.c) ---- */
 dev_event *dev_event_new(device_t *d);   /* NULL + error on failure */
@@ -143,5 +169,11 @@ fsdp_status dev_event_host_wait(dev_event *e, uint64_t ticket, double timeout_s)
 /* Strict devices' events: whether mark TICKET has been waited for yet. Always 1 elsewhere. */
 int dev_event_demanded(const dev_event *e, uint64_t ticket);
 int dev_event_lazy(const dev_event *e);
+/* Whether mark TICKET is complete (a host-side query; no waiting). */
+int dev_event_is_complete(const dev_event *e, uint64_t ticket);
+/* The native event (a cudaEvent_t on CUDA) or NULL on the CPU. Native events have CUDA's ticket
+ * semantics of their own: a device record is cudaEventRecord on the compute stream, a device wait
+ * cudaStreamWaitEvent; NCCL waits for `after` and records `done` on its stream (comm_nccl.c). */
+void *dev_event_native(const dev_event *e);
 
 #endif

@@ -340,7 +340,8 @@ static void run_attention_backward(cpu_dev *d, const targ *a) {
   attention_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i);
 }
 static void cpu_attention_backward(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                                   const void *state, int B, int T, int C, int NH) {
+                                   const void *out, const void *state, int B, int T, int C, int NH) {
+  (void)out;   /* the CPU backward reads the saved probabilities instead */
   SUBMIT(d, run_attention_backward, P(dqkv), P(scratch), P(dout), P(qkv), P(state), I(B), I(T), I(C), I(NH));
 }
 
@@ -424,6 +425,7 @@ fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out) {
   cpu_dev *d = calloc(1, sizeof *d);
   if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device");
   d->base.op = mode == DEV_CPU_SYNC ? &ops_sync : mode == DEV_CPU_ASYNC ? &ops_async : &ops_strict;
+  d->base.kind = DEVICE_CPU;
   d->base.act_bytes = 4;
   d->base.host_accessible = 1;
   d->mode = mode;

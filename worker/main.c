@@ -4,7 +4,9 @@
  *       the daemon's way: everything else (spec, plan, rendezvous, steps) comes from the coordinator
  *   fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE] JOB.ini
  *       without a daemon, like torchrun: N of these with the same fresh DIR form a job; each prints
- *       one JSON line per step on stdout
+ *       one JSON line per step on stdout. device = cuda: rank R uses visible GPU R mod (visible GPUs)
+ *       (CUDA_VISIBLE_DEVICES as set by the launcher); comm = auto picks NCCL when world ≤ visible
+ *       GPUs (rank 0 writes the unique id into DIR), else gloo staged through pinned memory.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -17,6 +19,7 @@
 
 #include "ckpt.h"
 #include "comm.h"
+#include "comm_boot.h"
 #include "device.h"
 #include "jobspec.h"
 #include "log.h"
@@ -169,6 +172,79 @@ static fsdp_status open_cpu_device(device_t **dev) {
   return FSDP_OK;
 }
 
+/* Where a job's ranks meet: a directory (--standalone) or the coordinator's KV under PREFIX. */
+typedef struct rendezvous {
+  const char *dir;
+  const comm_kv *kv;
+  const char *prefix;
+} rendezvous;
+
+#ifdef FSDP_HAVE_CUDA
+/* Prefix a failure's message with "device = cuda: " (one line for the log and the coordinator). */
+static fsdp_status cuda_failure(fsdp_status rc) {
+  char why[768];
+  const char *m = fsdp_last_error(), *colon = strstr(m, ": ");
+  snprintf(why, sizeof why, "%s", colon && colon - m < 40 ? colon + 2 : m);   /* drop "file.c:123: " */
+  return fsdp_set_error(rc, "device = cuda: %s", why);
+}
+
+static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
+  (void)ctx;
+  return comm_nccl_get_unique_id(id);
+}
+
+/* device = cuda: the CUDA device on GPU (an index among the visible ones), then NCCL (its id from
+ * rank 0 through the store) or gloo staged through pinned memory. */
+static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu, int use_nccl, const rendezvous *rv,
+                             comm_t **comm, device_t **dev) {
+  fsdp_status rc = device_new_cuda(gpu, dev);
+  if (rc != FSDP_OK) return cuda_failure(rc);
+  if (use_nccl) {
+    comm_kv dir_kv = rv->dir ? comm_dir_kv(rv->dir) : (comm_kv){0};
+    const comm_kv *kv = rv->dir ? &dir_kv : rv->kv;
+    char key[256];
+    snprintf(key, sizeof key, "%snccl-id", rv->prefix ? rv->prefix : "");
+    uint8_t id[COMM_BOOT_ID_BYTES];
+    TRY(comm_boot_exchange_id(kv, key, rank, spec->timeout_s, nccl_id, NULL, id));
+    TRY(comm_new_nccl(rank, world, id, gpu, spec->timeout_s, comm));
+  } else {
+    (*dev)->host_marks = 1;   /* the staging comm thread waits for the compute stream's CPU marks */
+    TRY(comm_new_gloo_staged(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, gpu,
+                             comm));
+  }
+  log_info("rank %d of %d: GPU %d, comm %s", rank, world, gpu, comm_backend_name(*comm));
+  return FSDP_OK;
+}
+#endif
+
+/* The job's device and communicator. device = cpu: gloo and the CPU device, as always. device =
+ * cuda: GPU = DEVICE_INDEX when the coordinator assigned one (connected), else rank mod the visible
+ * GPUs (standalone: CUDA_VISIBLE_DEVICES as the launcher set it); comm = COMM ("nccl", "gloo") or,
+ * when NULL (standalone, comm = auto), nccl when every rank has a GPU of its own (world ≤ visible
+ * GPUs), else gloo staged. */
+static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int world, int device_index,
+                                        const char *comm_name, const rendezvous *rv, comm_t **comm, device_t **dev) {
+  if (spec->device == DEVICE_CPU) {
+    TRY(comm_new_gloo(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, comm));
+    return open_cpu_device(dev);
+  }
+#ifdef FSDP_HAVE_CUDA
+  int ngpu = 0;
+  fsdp_status rc = device_cuda_count(&ngpu);
+  if (rc != FSDP_OK) return cuda_failure(rc);
+  int gpu = device_index >= 0 ? device_index : rank % ngpu;
+  int use_nccl = comm_name ? strcmp(comm_name, "nccl") == 0 : spec->comm == COMM_NCCL || (spec->comm == COMM_AUTO && world <= ngpu);
+  if (comm_name && !use_nccl && strcmp(comm_name, "gloo") != 0)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: comm backend '%s' is not available (nccl and gloo are)",
+                          comm_name);
+  return open_cuda(spec, rank, world, gpu, use_nccl, rv, comm, dev);
+#else
+  (void)device_index, (void)comm_name;
+  return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: this fsdp-worker was built without CUDA (configure with "
+                        "-DFSDP_CUDA=ON where nvcc, cuBLAS and NCCL are installed); use device = cpu");
+#endif
+}
+
 static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
   jobspec_t spec;
   plan_t *plan = NULL;
@@ -177,18 +253,13 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   runtime_t *rt = NULL;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
-  if (spec.device != DEVICE_CPU) {
-    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: --standalone runs device = cpu jobs; this one asks for %s",
-                        job, device_kind_name(spec.device));
-    goto out;
-  }
   if (world != spec.world_size)
     log_info("--world %d overrides the job's world_size %d", world, spec.world_size);
   spec.world_size = world;
   if (steps_override > 0) spec.steps = steps_override;
   TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
-  TRY_GOTO(comm_new_gloo(rank, world, rdv, NULL, "fsdp", spec.timeout_s, &comm), rc, out);
-  TRY_GOTO(open_cpu_device(&dev), rc, out);
+  rendezvous rv = {.dir = rdv, .prefix = NULL};
+  TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
@@ -225,22 +296,20 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(wlink_open(endpoint, job_id, rank, token, 60, &l), rc, out);
   const Fsdp__WorkerSetup *su = wlink_setup(l);
   TRY_GOTO(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, &spec), rc, out);
-  if (spec.device != DEVICE_CPU) {
-    /* The CUDA kernels and the NCCL communicator exist (tests/gpu checks them on a GPU), but the
-     * step executor drives the CPU operators only. */
-    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = %s: this worker trains on the CPU only; use device = cpu",
-                        device_kind_name(spec.device));
-    goto out;
-  }
   TRY_GOTO(plan_build(&spec, (int)su->world, &plan), rc, out);
   TRY_GOTO(planmsg_check(su->plan, plan), rc, out);
-  if (strcmp(su->comm, "gloo") != 0) {
-    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to this worker (gloo is)", su->comm);
+  if (spec.device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0) {
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to device = cpu workers (gloo is)",
+                        su->comm);
+    goto out;
+  }
+  if (spec.device == DEVICE_CUDA && su->device_index < 0) {
+    rc = fsdp_set_error(FSDP_ERR_STATE, "device = cuda: the coordinator assigned no GPU to rank %d", rank);
     goto out;
   }
   comm_kv kv = wlink_kv(l);
-  TRY_GOTO(comm_new_gloo(rank, (int)su->world, NULL, &kv, su->kv_prefix, spec.timeout_s, &comm), rc, out);
-  TRY_GOTO(open_cpu_device(&dev), rc, out);
+  rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
+  TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);

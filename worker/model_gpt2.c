@@ -80,7 +80,10 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   int64_t bwd = o;
   /* The head: logits, losses, then dlnf after both (live together during the classifier). */
   o = 0;
-  a->logits = take(c, &o, BT * a->V, e);
+  /* the logits slot also holds dres (at 0) once they are dead: at least BTC act elements, so that
+   * dres never reaches the losses or dlnf that ln_f's backward reads while writing it */
+  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);   /* BT·V fp32 on the CPU */
+  a->logits = take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
   a->losses = take(c, &o, BT, 4);
   a->dlnf = take(c, &o, BTC, e);
   int64_t head = o;
@@ -222,7 +225,7 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->op->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
-  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->att, B, T, C, NH);   /* dbuf = d qkv */
+  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH);   /* dbuf = d qkv */
   d->op->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
   d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),

@@ -149,6 +149,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   int nu = p->nunits, G = spec->grad_accum;
   int64_t S = p->shard_total, BTG = (int64_t)p->batch_size * p->model.seq_len * G;
 
+  if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
   rt->offload = spec->offload == OFFLOAD_OPTIMIZER;
   if (rt->offload) {   /* host memory, outside the device's categories: the plan's host_bytes */
     ALLOC_OR(rt->param, calloc((size_t)S, 4), rc, fail);

@@ -251,6 +251,101 @@ static void test_memory_model(void) {
   plan_destroy(&p);
 }
 
+/* device = cuda, the tiny spec above (full, fp32, 4 ranks): act elements are bf16, statistics and
+ * the attention state fp32; the attention state is the logsumexp, ATT = B·H·T = 3·2·4 = 24.
+ *   block_saved = 16·96 + 4·12 + 24 = 1608; block_bytes = 2·16·96 + 4·(4·12 + 24) = 3360
+ *   root_bytes = 2·2·96 + 4·2·12 = 480; activations = 3·3360 + 480 + 8·12·2 = 10752
+ *   logits scratch: one chunk of min(12, 1024) rows of V = 16 padded to 128, fp32: 4·12·128 = 6144
+ *   head_ws_bytes = 6144 + 4·12 + 2·96 = 6384; bwd_ws_bytes = 2·7·96 + 4·24 = 1440
+ *   workspace = 6384 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
+static void test_cuda_memory(void) {
+  plan_t *p = NULL;
+  jobspec_t s = tiny_mem_spec();
+  s.device = DEVICE_CUDA;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(24, plan_attention_floats(DEVICE_CUDA, 3, 4, 2));
+  CHECK_EQ_INT(96, plan_attention_floats(DEVICE_CPU, 3, 4, 2));
+  CHECK_EQ_INT(6144, plan_logits_bytes(DEVICE_CUDA, 12, 16));
+  CHECK_EQ_INT(4 * 12 * 16, plan_logits_bytes(DEVICE_CPU, 12, 16));
+  CHECK_EQ_INT(1608, p->act.block_saved);
+  CHECK_EQ_INT(3360, p->act.block_bytes);
+  CHECK_EQ_INT(480, p->act.root_bytes);
+  CHECK_EQ_INT(1536 + 12 + 96, p->act.head_ws);
+  CHECK_EQ_INT(7 * 96 + 24, p->act.bwd_ws);
+  CHECK_EQ_INT(6384, p->act.head_ws_bytes);
+  CHECK_EQ_INT(1440, p->act.bwd_ws_bytes);
+  CHECK_EQ_INT(10752, p->mem[MEM_ACTIVATIONS]);
+  CHECK_EQ_INT(6384 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
+  /* the shards, gathers and reductions do not depend on the device (fp32 params: converted to bf16) */
+  CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);
+  CHECK_EQ_INT(4 * (256 + 2 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
+  /* AdamW's decay-segment table on the device holds one segment per 2-D tensor: 2 + 4·L of them */
+  int decay = 0;
+  for (int u = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++) decay += p->units[u].t[t].decay;
+  CHECK_EQ_INT(2 + 4 * 3, decay);
+  plan_destroy(&p);
+  /* with activation checkpointing each block keeps its output (2·96 bytes) and one working set of a
+   * whole block (3,360) is shared: 3·192 + 3360 + 480 + 192 */
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(192, p->act.block_bytes);
+  CHECK_EQ_INT(3360, p->act.block_ws_bytes);
+  CHECK_EQ_INT(4608, p->mem[MEM_ACTIVATIONS]);
+  plan_destroy(&p);
+  s.ackpt = ACKPT_NONE;
+  /* the CPU figures of the same spec are unchanged by the device terms */
+  s.device = DEVICE_CPU;
+  CHECK_OK(plan_build(&s, 4, &p));
+  CHECK_EQ_INT(4 * 1680, p->act.block_bytes);
+  CHECK_EQ_INT(21216, p->mem[MEM_ACTIVATIONS]);
+  CHECK_EQ_INT(3072, p->mem[MEM_WORKSPACE]);
+  plan_destroy(&p);
+}
+
+/* The logits slot is also the backward's dres: at least BTC act elements. CUDA, V = 16 (Vp 128),
+ * C = 128, B·T = 4096: the chunk 4·1024·128 = 524,288 bytes < 2·BTC = 1,048,576, so the slot is
+ * 2·BTC: head_ws_bytes = 1,048,576 + 4·4096 + 2·524,288 = 2,113,536. */
+static void test_logits_slot(void) {
+  jobspec_t s = spec_of(1, 2, 128, 16, 1024);
+  s.batch_size = 4;
+  s.device = DEVICE_CUDA;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(2113536, p ? p->act.head_ws_bytes : 0);
+  plan_destroy(&p);
+}
+
+/* At a fixed B·T the CUDA activations (and workspace) do not grow with T: the fused attention
+ * keeps B·H·T floats, not B·H·T·T; the CPU's do grow. GPT-2 small, B·T = 8192. */
+static void test_cuda_act_flat_in_t(void) {
+  static const int T[] = {256, 1024, 2048};
+  uint64_t act[3], ws[3], cpu[3];
+  for (int i = 0; i < 3; i++) {
+    jobspec_t s = spec_of(12, 12, 768, 50257, T[i]);
+    s.batch_size = 8192 / T[i];
+    s.grad_accum = 1;
+    s.device = DEVICE_CUDA;
+    s.param_dtype = s.reduce_dtype = DTYPE_BF16;
+    plan_t *p = NULL;
+    CHECK_OK(plan_build(&s, 8, &p));
+    act[i] = p ? p->mem[MEM_ACTIVATIONS] : 0;
+    ws[i] = p ? p->mem[MEM_WORKSPACE] : 0;
+    plan_destroy(&p);
+    s.device = DEVICE_CPU;
+    CHECK_OK(plan_build(&s, 8, &p));
+    cpu[i] = p ? p->mem[MEM_ACTIVATIONS] : 0;
+    plan_destroy(&p);
+  }
+  /* 12·(32·8192·768 + 16·8192 + 4·8192·12) + (4·8192·768 + 8·8192) + 8·8192, by hand */
+  CHECK_EQ_INT(12ull * (201326592ull + 131072ull + 393216ull) + 25165824ull + 65536ull + 65536ull, act[0]);
+  CHECK_EQ_INT(act[0], act[1]);
+  CHECK_EQ_INT(act[0], act[2]);
+  CHECK_EQ_INT(ws[0], ws[1]);
+  CHECK_EQ_INT(ws[0], ws[2]);
+  CHECK(cpu[1] > cpu[0] && cpu[2] > cpu[1]);
+}
+
 static void test_min_world(void) {
   jobspec_t s = spec_of(12, 12, 768, 50257, 1024);
   s.batch_size = 1;
@@ -344,6 +439,9 @@ int main(void) {
   test_tensors();
   test_shard_cover();
   test_memory_model();
+  test_cuda_memory();
+  test_cuda_act_flat_in_t();
+  test_logits_slot();
   test_min_world();
   test_bad_input();
   test_json_and_table();

@@ -1,0 +1,634 @@
+/* device_cuda — the CUDA device (device.h) over the bf16 kernels of ops_cuda.h; CUDA build only.
+ *
+ * One GPU, one compute stream (non-blocking), one cuBLASLt handle, one ops workspace. Activations
+ * are bf16 (act_bytes 2); gradients, statistics, shards and scalars fp32. Every stream operation only
+ * enqueues on the compute stream: no host synchronization, no allocation. The host synchronizes
+ * in sync(), upload(), download(), alloc() and timers() only (never inside a micro-step).
+ *
+ * Memory: every buffer comes from cudaMalloc, zeroed, counted with mem_account under its category
+ * and remembered in a pointer table (pointer → bytes, category) so that free() uncounts exactly.
+ * The device's own buffers, allocated once: the ops workspace (PLAN_CUDA_WORKSPACE_BYTES) and a few
+ * device scalars (PLAN_CUDA_SCALAR_BYTES) at creation, AdamW's decay-segment table at bind() — all
+ * under MEM_WORKSPACE, as plan.c predicts. The classifier's logits scratch is the model's (its
+ * head workspace, dev_logits_bytes: one chunk of PLAN_CUDA_CLASSIFIER_CHUNK rows).
+ *
+ * Errors: the dev ops return void, so the first failure (a refused launch or cuBLASLt call, with
+ * its text) is kept in the device (sticky); later stream ops are skipped, and sync(), upload() and
+ * download() report it. A fault while a kernel runs surfaces at the next synchronization.
+ *
+ * Events: each dev_event carries a cudaEvent_t (DisableTiming). record = cudaEventRecord on the
+ * compute stream; wait = cudaStreamWaitEvent. A collective whose producer cannot record at issue
+ * time (a threaded comm: gloo staged) leaves a CPU mark pending; wait() then blocks the STREAM (not
+ * the host) with a host function until the comm thread completes the mark. With host_marks set,
+ * record also completes a CPU mark from a host function when the stream reaches it, so that a comm
+ * thread can wait for exactly the record that was the latest when the collective was issued.
+ *
+ * Timers: timing events at every set_timer change and around every wait; timers() (after sync)
+ * charges each segment of stream time to its timer and each wait's blocked time to the wait's
+ * timer (taken out of the segment's). Stream time includes gaps in which the stream waited for the
+ * host to submit, so "compute" is an upper bound of the kernels' busy time.
+ *
+ * One host thread drives a device (the runtime's); host functions touch only dev_events.
+ */
+#ifndef FSDP_HAVE_CUDA
+#define FSDP_HAVE_CUDA 1   /* this file is compiled only in the CUDA build */
+#endif
+#include "device.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_cuda_kern.h"
+#include "log.h"
+#include "mem.h"
+#include "ops_cuda.h"
+
+_Static_assert(PLAN_CUDA_WORKSPACE_BYTES >= (int64_t)OPS_CUDA_WORKSPACE_MIN,
+               "plan.h's CUDA workspace must be at least what ops_cuda.h needs");
+
+typedef struct alloc_rec {
+  void *p;
+  size_t bytes;
+  mem_category cat;
+} alloc_rec;
+
+/* A timing entry: a segment boundary (timer of the stream time from here to the next boundary)
+ * or a wait (its blocked time, charged to timer, taken out of seg_timer). */
+typedef struct tentry {
+  int wait;
+  int timer, seg_timer;
+  int ev0, ev1;        /* indices into the timing-event pool */
+} tentry;
+
+typedef struct cuda_dev {
+  device_t base;
+  int gpu;
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  ops_cuda_ctx ctx;
+  void *ws;
+  char *scal;          /* PLAN_CUDA_SCALAR_BYTES: sumsq's non-finite flag */
+
+  alloc_rec *recs;
+  int nrec, caprec;
+
+  const plan_t *plan;  /* bound by bind() */
+  int rank;
+  int64_t *segs;       /* device: 2·nseg int64 (capacity 2·(2 + 4L)) */
+  int nseg;
+
+  fsdp_status err;     /* the first failure, sticky */
+  char msg[640];
+
+  int timer;           /* the timer of ops submitted now */
+  cudaEvent_t *tev;    /* timing events, reused every timers() window */
+  int ntev, captev;
+  tentry *tl;
+  int ntl, captl;
+  int timing;          /* a window is open (its first boundary is recorded) */
+} cuda_dev;
+
+static cuda_dev *cd(device_t *d) { return (cuda_dev *)d; }
+
+/* ---- errors ---- */
+
+static void fail_status(cuda_dev *d, fsdp_status st, const char *what) {
+  if (st == FSDP_OK || d->err != FSDP_OK) return;
+  d->err = st;
+  snprintf(d->msg, sizeof d->msg, "%s: %s", what, fsdp_last_error());
+}
+
+static void fail_cuda(cuda_dev *d, cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();   /* leave no non-sticky error behind for the next launch check */
+  if (d->err != FSDP_OK) return;
+  d->err = FSDP_ERR_CUDA;
+  snprintf(d->msg, sizeof d->msg, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static fsdp_status report(cuda_dev *d) {
+  return fsdp_set_error(d->err, "CUDA device %d: %s", d->gpu, d->msg);
+}
+
+/* Run an ops_cuda call unless the device has already failed. */
+#define OP(d, call, what)                      \
+  do {                                         \
+    if ((d)->err == FSDP_OK) fail_status((d), (call), (what)); \
+  } while (0)
+#define CU(d, call, what)                      \
+  do {                                         \
+    if ((d)->err == FSDP_OK) fail_cuda((d), (call), (what)); \
+  } while (0)
+
+/* ---- memory ---- */
+
+static void *cu_alloc(device_t *dd, mem_category cat, size_t bytes) {
+  cuda_dev *d = cd(dd);
+  void *p = NULL;
+  size_t n = bytes ? bytes : 1;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    (void)cudaGetLastError();
+    fsdp_set_error(FSDP_ERR_NOMEM, "CUDA device %d: cannot allocate %zu bytes for %s: %s (%.1f MiB free of %.1f MiB)",
+                   d->gpu, bytes, mem_category_name(cat), cudaGetErrorString(e), (double)fr / (1 << 20),
+                   (double)tot / (1 << 20));
+    return NULL;
+  }
+  if ((e = cudaMemsetAsync(p, 0, n, d->stream)) != cudaSuccess || (e = cudaStreamSynchronize(d->stream)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaFree(p);
+    fsdp_set_error(FSDP_ERR_CUDA, "CUDA device %d: zeroing %zu new bytes for %s: %s", d->gpu, bytes,
+                   mem_category_name(cat), cudaGetErrorString(e));
+    return NULL;
+  }
+  if (d->nrec == d->caprec) {
+    int cap = d->caprec ? 2 * d->caprec : 64;
+    alloc_rec *r = realloc(d->recs, (size_t)cap * sizeof *r);
+    if (!r) {
+      cudaFree(p);
+      fsdp_set_error(FSDP_ERR_NOMEM, "CUDA device %d: out of host memory for the allocation table", d->gpu);
+      return NULL;
+    }
+    d->recs = r;
+    d->caprec = cap;
+  }
+  d->recs[d->nrec++] = (alloc_rec){.p = p, .bytes = bytes, .cat = cat};
+  mem_account(cat, (int64_t)bytes);
+  return p;
+}
+
+static void cu_free(device_t *dd, void *p) {
+  cuda_dev *d = cd(dd);
+  if (!p) return;
+  for (int i = 0; i < d->nrec; i++) {
+    if (d->recs[i].p != p) continue;
+    mem_account(d->recs[i].cat, -(int64_t)d->recs[i].bytes);
+    d->recs[i] = d->recs[--d->nrec];
+    cudaError_t e = cudaFree(p);   /* synchronizes the device: the stream is idle by contract anyway */
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      log_warn("CUDA device %d: cudaFree: %s", d->gpu, cudaGetErrorString(e));
+    }
+    return;
+  }
+  log_error("CUDA device %d: free of %p, which this device did not allocate; ignored", d->gpu, p);
+}
+
+static fsdp_status cu_sync(device_t *dd) {
+  cuda_dev *d = cd(dd);
+  fail_cuda(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize (a kernel or copy failed)");
+  return d->err == FSDP_OK ? FSDP_OK : report(d);
+}
+
+static fsdp_status copy_sync(cuda_dev *d, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k,
+                             const char *what) {
+  if (d->err != FSDP_OK) return report(d);
+  if (bytes) CU(d, cudaMemcpyAsync(dst, src, bytes, k, d->stream), what);
+  CU(d, cudaStreamSynchronize(d->stream), what);
+  return d->err == FSDP_OK ? FSDP_OK : report(d);
+}
+
+/* Both after the work submitted before them (stream order), and complete when they return. */
+static fsdp_status cu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
+  return copy_sync(cd(d), dst, src, bytes, cudaMemcpyHostToDevice, "upload (host to device)");
+}
+static fsdp_status cu_download(device_t *d, void *dst, const void *src, size_t bytes) {
+  return copy_sync(cd(d), dst, src, bytes, cudaMemcpyDeviceToHost, "download (device to host)");
+}
+
+/* ---- timing ---- */
+
+static int tev_record(cuda_dev *d) {
+  if (d->err != FSDP_OK) return -1;
+  if (d->ntev == d->captev) {
+    int cap = d->captev ? 2 * d->captev : 64;
+    cudaEvent_t *t = realloc(d->tev, (size_t)cap * sizeof *t);
+    if (!t) return -1;   /* timing is best effort: an entry without events charges nothing */
+    d->tev = t;
+    for (int i = d->captev; i < cap; i++) {
+      if (cudaEventCreate(&t[i]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        d->captev = i;
+        return -1;
+      }
+    }
+    d->captev = cap;
+  }
+  if (cudaEventRecord(d->tev[d->ntev], d->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d->ntev++;
+}
+
+static void tl_add(cuda_dev *d, tentry t) {
+  if (!d->timing || t.ev0 < 0 || t.ev1 < 0) return;
+  if (d->ntl == d->captl) {
+    int cap = d->captl ? 2 * d->captl : 128;
+    tentry *n = realloc(d->tl, (size_t)cap * sizeof *n);
+    if (!n) return;
+    d->tl = n;
+    d->captl = cap;
+  }
+  d->tl[d->ntl++] = t;
+}
+
+/* Open a window at the current end of the stream: its first segment belongs to d->timer. */
+static void window_open(cuda_dev *d) {
+  d->ntev = d->ntl = 0;
+  d->timing = 1;
+  int e = tev_record(d);
+  tl_add(d, (tentry){.timer = d->timer, .ev0 = e, .ev1 = e});
+  if (e < 0) d->timing = 0;
+}
+
+static void cu_set_timer(device_t *dd, dev_timer t) {
+  cuda_dev *d = cd(dd);
+  if (d->timer == (int)t) return;
+  d->timer = (int)t;
+  int e = tev_record(d);
+  tl_add(d, (tentry){.timer = (int)t, .ev0 = e, .ev1 = e});
+}
+
+static float elapsed_ms(cuda_dev *d, int a, int b) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, d->tev[a], d->tev[b]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return ms > 0 ? ms : 0;
+}
+
+static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
+  cuda_dev *d = cd(dd);
+  double ms[DEV_NTIMER] = {0};
+  int end = d->timing ? tev_record(d) : -1;
+  if (end >= 0 && cudaEventSynchronize(d->tev[end]) == cudaSuccess) {
+    int seg = -1;   /* the open segment's entry */
+    for (int i = 0; i < d->ntl; i++) {
+      const tentry *t = &d->tl[i];
+      if (t->wait) {
+        double w = elapsed_ms(d, t->ev0, t->ev1);
+        ms[t->timer] += w;
+        ms[t->seg_timer] -= w;
+        continue;
+      }
+      if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, t->ev0);
+      seg = i;
+    }
+    if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, end);
+  }
+  (void)cudaGetLastError();
+  for (int i = 0; i < DEV_NTIMER; i++) us[i] = ms[i] > 0 ? (uint64_t)(ms[i] * 1000.0 + 0.5) : 0;
+  window_open(d);
+}
+
+/* ---- events ---- */
+
+static fsdp_status cu_event_create(device_t *dd, void **native) {
+  cuda_dev *d = cd(dd);
+  cudaEvent_t ev;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fsdp_set_error(FSDP_ERR_CUDA, "CUDA device %d: cudaEventCreateWithFlags: %s", d->gpu, cudaGetErrorString(e));
+  }
+  *native = (void *)ev;
+  return FSDP_OK;
+}
+
+static void cu_event_destroy(device_t *dd, void *native) {
+  (void)dd;
+  if (native) cudaEventDestroy((cudaEvent_t)native);
+}
+
+typedef struct host_mark {
+  dev_event *e;
+  uint64_t ticket;
+  int wait;            /* 1: block the stream until the mark completes; 0: complete it */
+} host_mark;
+
+static void CUDART_CB host_mark_fn(void *arg) {
+  host_mark *m = arg;
+  /* A comm completes every mark it took, also when it fails (comm.h), so this wait ends. */
+  if (m->wait) dev_event_host_wait(m->e, m->ticket, 1e9);
+  else dev_event_complete(m->e, m->ticket);
+  free(m);
+}
+
+static void host_fn(cuda_dev *d, dev_event *e, uint64_t ticket, int wait) {
+  host_mark *m = malloc(sizeof *m);
+  if (!m) {
+    if (d->err == FSDP_OK) {
+      d->err = FSDP_ERR_NOMEM;
+      snprintf(d->msg, sizeof d->msg, "out of host memory for a stream host function");
+    }
+    if (!wait) dev_event_complete(e, ticket);
+    return;
+  }
+  *m = (host_mark){.e = e, .ticket = ticket, .wait = wait};
+  cudaError_t r = cudaLaunchHostFunc(d->stream, host_mark_fn, m);
+  if (r != cudaSuccess) {
+    free(m);
+    fail_cuda(d, r, "cudaLaunchHostFunc");
+    if (!wait) dev_event_complete(e, ticket);
+  }
+}
+
+static void cu_record(device_t *dd, dev_event *e) {
+  cuda_dev *d = cd(dd);
+  CU(d, cudaEventRecord((cudaEvent_t)dev_event_native(e), d->stream), "cudaEventRecord");
+  if (!dd->host_marks) return;
+  uint64_t t = dev_event_mark(e);
+  if (d->err != FSDP_OK) dev_event_complete(e, t);   /* a failed stream completes nothing: release waiters */
+  else host_fn(d, e, t, 0);
+}
+
+static void cu_wait(device_t *dd, dev_event *e, dev_timer timer) {
+  cuda_dev *d = cd(dd);
+  if (d->err != FSDP_OK) return;
+  uint64_t t = dev_event_last(e);
+  int ev0 = d->timing ? tev_record(d) : -1;
+  if (t > 0 && !dev_event_is_complete(e, t)) host_fn(d, e, t, 1);   /* a threaded comm's pending mark */
+  CU(d, cudaStreamWaitEvent(d->stream, (cudaEvent_t)dev_event_native(e), 0), "cudaStreamWaitEvent");
+  int ev1 = d->timing ? tev_record(d) : -1;
+  tl_add(d, (tentry){.wait = 1, .timer = (int)timer, .seg_timer = d->timer, .ev0 = ev0, .ev1 = ev1});
+}
+
+/* ---- memory operations ---- */
+
+static void cu_zero(device_t *dd, void *p, size_t bytes) {
+  cuda_dev *d = cd(dd);
+  if (bytes) CU(d, cudaMemsetAsync(p, 0, bytes, d->stream), "zero (cudaMemsetAsync)");
+}
+
+static void cu_copy(device_t *dd, void *dst, const void *src, size_t bytes) {
+  cuda_dev *d = cd(dd);
+  if (bytes) CU(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream), "copy (cudaMemcpyAsync)");
+}
+
+static void cu_fill(device_t *dd, float *p, float v, int64_t n) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_fill_f32(p, v, n, &d->ctx), "fill");
+}
+
+static void cu_cast_bf16(device_t *dd, uint16_t *dst, const float *src, int64_t n) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_cast_f32_to_bf16((ops_bf16 *)dst, src, n, &d->ctx), "cast_bf16");
+}
+
+static void cu_to_act(device_t *dd, void *dst, const void *src, dtype_kind dt, int64_t n) {
+  cuda_dev *d = cd(dd);
+  if (dt == DTYPE_BF16) cu_copy(dd, dst, src, (size_t)n * 2);
+  else OP(d, ops_cuda_cast_f32_to_bf16(dst, src, n, &d->ctx), "to_act");
+}
+
+static void cu_add(device_t *dd, float *dst, const void *src, dtype_kind dt, int64_t n) {
+  cuda_dev *d = cd(dd);
+  if (dt == DTYPE_BF16) OP(d, ops_cuda_accumulate_bf16(dst, src, n, &d->ctx), "add (bf16)");
+  else OP(d, ops_cuda_accumulate_f32(dst, src, n, &d->ctx), "add (fp32)");
+}
+
+static void cu_add_act(device_t *dd, void *dst, const void *src, int64_t n) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_residual_forward(dst, dst, src, n, &d->ctx), "add_act");   /* out may equal a */
+}
+
+/* ---- optimizer ---- */
+
+static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float scale) {
+  cuda_dev *d = cd(dd);
+  int *flag = (int *)d->scal;
+  OP(d, ops_cuda_sumsq(out, flag, x, n, &d->ctx), "sumsq");
+  OP(d, dev_cuda_sumsq_post(out, flag, scale, d->stream), "sumsq");
+}
+
+/* AdamW's decay segments of RANK's shard: [start, end) shard indices of every 2-D tensor's part. */
+static fsdp_status cu_bind(device_t *dd, const plan_t *p, int rank) {
+  cuda_dev *d = cd(dd);
+  int hs = p->model.n_head > 0 ? p->model.n_embd / p->model.n_head : 0;
+  if (hs != 64 && hs != 128)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: head size n_embd/n_head = %d; the fused attention "
+                          "kernels support 64 or 128", hs);
+  int cap = 0;
+  for (int u = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++) cap += p->units[u].t[t].decay;
+  if (cap != 2 + 4 * p->model.n_layer)
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "%d decay tensors; plan.c's workspace model counts 2 + 4·L = %d", cap,
+                          2 + 4 * p->model.n_layer);
+  int64_t *h = calloc((size_t)cap * 2, sizeof *h);
+  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "out of host memory for AdamW's decay segments");
+  int n = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    const plan_unit *un = &p->units[u];
+    const int64_t lo = plan_shard_offset(p, u, rank), hi = lo + un->shard_numel, base = un->shard_base - lo;
+    for (int t = 0; t < un->ntensors; t++) {
+      const plan_tensor *pt = &un->t[t];
+      int64_t a = pt->offset > lo ? pt->offset : lo, b = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
+      if (!pt->decay || a >= b) continue;
+      h[2 * n] = base + a;
+      h[2 * n + 1] = base + b;
+      n++;
+    }
+  }
+  if (d->segs) cu_free(dd, d->segs);
+  d->segs = cu_alloc(dd, MEM_WORKSPACE, (size_t)cap * 2 * sizeof(int64_t));
+  fsdp_status rc = d->segs ? cu_upload(dd, d->segs, h, (size_t)n * 2 * sizeof(int64_t)) : FSDP_ERR_NOMEM;
+  free(h);
+  TRY(rc);
+  d->plan = p;
+  d->rank = rank;
+  d->nseg = n;
+  return FSDP_OK;
+}
+
+static void cu_adamw(device_t *dd, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
+                     uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale) {
+  cuda_dev *d = cd(dd);
+  if (d->err != FSDP_OK) return;
+  if (p != d->plan || rank != d->rank) {
+    d->err = FSDP_ERR_STATE;
+    snprintf(d->msg, sizeof d->msg, "adamw for rank %d of a plan the device was not bound to (bind first)", rank);
+    return;
+  }
+  ops_cuda_adamw_consts_t k = ops_cuda_adamw_consts(step, lr, s->beta1, s->beta2, s->eps, s->weight_decay, grad_scale);
+  OP(d, ops_cuda_adamw(param, (ops_bf16 *)lp, m, v, grad, p->shard_total, d->segs, d->nseg, &k, &d->ctx), "adamw");
+}
+
+/* ---- the model's operators ---- */
+
+static void cu_encoder_forward(device_t *dd, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
+                               int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_encoder_forward(out, inp, wte, wpe, B, T, C, &d->ctx), "encoder_forward");
+}
+
+static void cu_encoder_backward(device_t *dd, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
+                                int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, &d->ctx), "encoder_backward");
+}
+
+static void cu_layernorm_forward(device_t *dd, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                                 const void *b, int B, int T, int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_layernorm_forward(out, mean, rstd, inp, w, b, B, T, C, &d->ctx), "layernorm_forward");
+}
+
+static void cu_layernorm_backward(device_t *dd, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                                  const void *w, const float *mean, const float *rstd, int B, int T, int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C, &d->ctx), "layernorm_backward");
+}
+
+/* GELU stays the model's separate op (no GELU epilogue here): the CPU and CUDA schedules match. */
+static void cu_matmul_forward(device_t *dd, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
+                              int OC) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_matmul_forward(out, NULL, inp, w, bias, BT, C, OC, &d->ctx), "matmul_forward");
+}
+
+static void cu_matmul_backward(device_t *dd, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const void *w, int BT, int C, int OC) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_matmul_backward(dinp, dw, db, dout, inp, w, NULL, BT, C, OC, &d->ctx), "matmul_backward");
+}
+
+static void cu_attention_forward(device_t *dd, void *out, void *state, const void *qkv, int B, int T, int C, int NH) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_attention_forward(out, state, qkv, B, T, C, NH, &d->ctx), "attention_forward");
+}
+
+static void cu_attention_backward(device_t *dd, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                                  const void *out, const void *state, int B, int T, int C, int NH) {
+  cuda_dev *d = cd(dd);
+  (void)scratch;   /* the fused backward's B·NH·T floats come from the ops workspace */
+  OP(d, ops_cuda_attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, &d->ctx), "attention_backward");
+}
+
+static void cu_gelu_forward(device_t *dd, void *out, const void *inp, int64_t N) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_gelu_forward(out, inp, N, &d->ctx), "gelu_forward");
+}
+
+static void cu_gelu_backward(device_t *dd, void *dinp, const void *inp, const void *dout, int64_t N) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_gelu_backward(dinp, inp, dout, N, &d->ctx), "gelu_backward");
+}
+
+static void cu_residual_forward(device_t *dd, void *out, const void *a, const void *b, int64_t N) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_residual_forward(out, a, b, N, &d->ctx), "residual_forward");
+}
+
+static void cu_classifier(device_t *dd, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
+                          const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale) {
+  cuda_dev *d = cd(dd);
+  if (d->err != FSDP_OK) return;
+  int chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
+  if ((int64_t)ops_cuda_classifier_scratch_bytes(chunk, V) > dev_logits_bytes(dd, BT, V)) {
+    d->err = FSDP_ERR_INTERNAL;
+    snprintf(d->msg, sizeof d->msg, "classifier: the logits scratch (%lld bytes) is smaller than the kernels need (%zu)",
+             (long long)dev_logits_bytes(dd, BT, V), ops_cuda_classifier_scratch_bytes(chunk, V));
+    return;
+  }
+  OP(d, ops_cuda_classifier_forward_backward(losses, dinp, dwte, logits, inp, wte, targets, BT, C, V, chunk, dscale,
+                                             &d->ctx), "classifier");
+  OP(d, ops_cuda_loss_sum(loss_acc, losses, BT, &d->ctx), "classifier loss sum");
+}
+
+/* ---- lifetime ---- */
+
+static void cu_destroy(device_t *dd) {
+  cuda_dev *d = cd(dd);
+  cudaSetDevice(d->gpu);
+  if (d->stream) cudaStreamSynchronize(d->stream);
+  (void)cudaGetLastError();
+  if (d->nrec > (d->ws ? 1 : 0) + (d->scal ? 1 : 0) + (d->segs ? 1 : 0))
+    log_warn("CUDA device %d: %d buffer(s) still allocated at destroy; freeing them", d->gpu, d->nrec);
+  while (d->nrec > 0) cu_free(dd, d->recs[d->nrec - 1].p);
+  for (int i = 0; i < d->captev; i++) cudaEventDestroy(d->tev[i]);
+  if (d->lt) cublasLtDestroy(d->lt);
+  if (d->stream) cudaStreamDestroy(d->stream);
+  (void)cudaGetLastError();
+  free(d->tev);
+  free(d->tl);
+  free(d->recs);
+  free(d);
+}
+
+static const dev_ops cuda_ops = {
+    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .upload = cu_upload, .download = cu_download,
+    .record = cu_record, .wait = cu_wait, .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers,
+    .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .zero = cu_zero,
+    .copy = cu_copy, .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
+    .add_act = cu_add_act, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
+    .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
+    .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
+    .matmul_backward = cu_matmul_backward, .attention_forward = cu_attention_forward,
+    .attention_backward = cu_attention_backward, .gelu_forward = cu_gelu_forward, .gelu_backward = cu_gelu_backward,
+    .residual_forward = cu_residual_forward, .classifier = cu_classifier, .destroy = cu_destroy};
+
+fsdp_status device_cuda_count(int *n) {
+  *n = 0;
+  cudaError_t e = cudaGetDeviceCount(n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    *n = 0;
+    return fsdp_set_error(FSDP_ERR_CUDA, "no usable GPU: cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+                          cudaGetErrorName(e));
+  }
+  if (*n == 0) return fsdp_set_error(FSDP_ERR_CUDA, "no usable GPU: cudaGetDeviceCount found none");
+  return FSDP_OK;
+}
+
+fsdp_status device_new_cuda(int gpu, device_t **out) {
+  *out = NULL;
+  int n = 0;
+  cudaError_t e;
+  TRY(device_cuda_count(&n));
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (gpu < 0 || gpu >= n)
+    return fsdp_set_error(FSDP_ERR_RANGE, "GPU %d does not exist: %d visible (CUDA_VISIBLE_DEVICES=%s)", gpu, n,
+                          vis ? vis : "unset");
+  cuda_dev *d = calloc(1, sizeof *d);
+  if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CUDA device");
+  d->base.op = &cuda_ops;
+  d->base.kind = DEVICE_CUDA;
+  d->base.act_bytes = 2;
+  d->base.host_accessible = 0;
+  d->gpu = gpu;
+  d->timer = DEV_T_COMPUTE;
+  fsdp_status rc = FSDP_OK;
+  if ((e = cudaSetDevice(gpu)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    rc = fsdp_set_error(FSDP_ERR_CUDA, "no usable GPU: GPU %d: %s (%s)", gpu, cudaGetErrorString(e), cudaGetErrorName(e));
+    goto fail;
+  }
+  cublasStatus_t bs = cublasLtCreate(&d->lt);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    d->lt = NULL;
+    rc = fsdp_set_error(FSDP_ERR_CUDA, "GPU %d: cublasLtCreate failed (status %d)", gpu, (int)bs);
+    goto fail;
+  }
+  d->ws = cu_alloc(&d->base, MEM_WORKSPACE, (size_t)PLAN_CUDA_WORKSPACE_BYTES);
+  d->scal = d->ws ? cu_alloc(&d->base, MEM_WORKSPACE, PLAN_CUDA_SCALAR_BYTES) : NULL;
+  if (!d->ws || !d->scal) {
+    rc = FSDP_ERR_NOMEM;   /* cu_alloc said why */
+    goto fail;
+  }
+  d->ctx = (ops_cuda_ctx){.stream = d->stream, .lt = d->lt, .workspace = d->ws,
+                          .workspace_bytes = (size_t)PLAN_CUDA_WORKSPACE_BYTES};
+  window_open(d);
+  *out = &d->base;
+  return FSDP_OK;
+fail:
+  cu_destroy(&d->base);
+  return rc;
+}
