@@ -105,7 +105,7 @@ int ctl_gen_data(int argc, char **argv) {
   tok_markov_destroy(&m);
   return 0;
 fail:
-  fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error());
+  fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_user_message(fsdp_last_error()));
   free(tok);
   tok_markov_destroy(&m);
   return 1;

@@ -140,13 +140,13 @@ int ctl_plan(int argc, char **argv) {
   }
   plan_t *plan = NULL;
   if (plan_build(&spec, world, &plan) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
     return PLAN_EXIT_USAGE;
   }
   int rc = 0;
   if (json) {
     if (plan_write_json(plan, stdout, device_bytes) != FSDP_OK) {
-      fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
+      fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(fsdp_last_error()));
       rc = 1;
     }
   } else {
