@@ -73,7 +73,7 @@ static uint64_t parse_bytes(const char *s) {
 static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit *fit) {
   if (!fit) {
     if (plan_write_json(plan, stdout, device_bytes) == FSDP_OK) return 0;
-    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(fsdp_last_error()));
     return 1;
   }
   char *buf = NULL;
@@ -187,7 +187,7 @@ int ctl_plan(int argc, char **argv) {
   }
   plan_t *plan = NULL;
   if (plan_build(&spec, world, &plan) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
     return PLAN_EXIT_USAGE;
   }
   int rc = 0;

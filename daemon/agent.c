@@ -350,8 +350,9 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   if (*a->env_client_key) env[ne++] = a->env_client_key;
   for (size_t i = 0; i < r->n_env; i++)
     if (!env_has(env, ne, r->env[i])) env[ne++] = r->env[i];
+  /* The agent's own CUDA_VISIBLE_DEVICES, if any, passes to its workers unchanged: the GPU indices it
+   * reported (and the coordinator sends as device_index) count within that same visible set. */
   for (size_t i = 0; i < nenv_in; i++) {
-    if (!strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21)) continue;
     if (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) || !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)) continue;
     if (env_has(env, ne, environ[i])) continue;
     env[ne++] = environ[i];

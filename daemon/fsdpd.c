@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
   }
   log_level lvl;
   if (log_parse_level(cfg.log_level, &lvl) != FSDP_OK) {
-    fprintf(stderr, "fsdpd: --log-level: %s\n", fsdp_last_error());
+    fprintf(stderr, "fsdpd: --log-level: %s\n", fsdp_user_message(fsdp_last_error()));
     return 2;
   }
   log_set_level(lvl);

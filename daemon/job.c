@@ -1,11 +1,14 @@
 /* job — see job.h. */
 #include "job.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt.h"
 #include "kv.h"
 #include "log.h"
 #include "planmsg.h"
@@ -214,7 +217,28 @@ void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
 
 /* The failed attempt's workers are all reaped (or the drain limit passed): free its devices and
  * per-attempt state; the job is queued (its state already says so) and try_schedule starts it. */
+/* A worker saves a checkpoint before it reports the step, so a rank that dies in between leaves a
+ * complete checkpoint of a step the coordinator never recorded. Resuming from it would leave that
+ * step out of metrics.jsonl for good: withdraw such checkpoints (their manifest, which is what
+ * makes a checkpoint exist) so that the restart resumes from one whose steps are all recorded. */
+static void withdraw_unrecorded_checkpoints(job_t *j) {
+  if (!j->spec.ckpt_dir[0]) return;
+  int s;
+  while (ckpt_latest(j->spec.ckpt_dir, &s) == FSDP_OK && s > 0 && (uint32_t)s > j->done_step) {
+    char sdir[PATH_MAX], path[PATH_MAX + 64];
+    ckpt_step_dir(j->spec.ckpt_dir, s, sdir, sizeof sdir);
+    snprintf(path, sizeof path, "%s/%s", sdir, CKPT_MANIFEST);
+    if (unlink(path) != 0) {
+      log_warn("job %llu: cannot withdraw %s: %s", (unsigned long long)j->id, path, strerror(errno));
+      return;
+    }
+    job_log(j, "checkpoint of step %d withdrawn: the failed attempt recorded steps up to %u only (a rank died "
+            "between saving it and reporting the step); the restart resumes from an earlier one", s, j->done_step);
+  }
+}
+
 static void job_reset_attempt(coord_t *c, job_t *j) {
+  withdraw_unrecorded_checkpoints(j);
   if (j->ranks)
     for (int r = 0; r < j->world; r++) job_free_slot(c, j, r);
   if (j->nalive > 0)

@@ -96,7 +96,9 @@ ck = int(sys.argv[2])
 assert ck % 20 == 0 and ck >= 20, ck
 # the steps the failed attempt reported after the checkpoint were dropped and trained again:
 # one line per step, 1..300
-assert steps == list(range(1, 301)), f"metrics.jsonl steps are not exactly 1..300: {steps[:3]}..{steps[-3:]} ({len(steps)} lines)"
+missing = sorted(set(range(1, 301)) - set(steps))
+twice = sorted(s for s in set(steps) if steps.count(s) > 1)
+assert steps == list(range(1, 301)), f"metrics.jsonl steps are not exactly 1..300: missing {missing[:10]}, twice {twice[:10]}, resumed from {ck} ({len(steps)} lines)"
 print(f"restarted from checkpoint {ck}; metrics.jsonl has one line for each of the 300 steps")
 EOF
 stop_daemon
