@@ -83,10 +83,10 @@ static int fake_worker(int argc, char **argv) {
       out.body_case = FSDP__MSG__BODY_ACK, out.ack = &a;
       send_body(s, &out);
       rc = 0;
-      wire_free(&in);
+      wire_destroy(&in);
       break;
     }
-    wire_free(&in);
+    wire_destroy(&in);
   }
   zmq_close(s);
   zmq_ctx_term(ctx);
@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   uint64_t id = r->submit_resp->job_id;
-  wire_free(&r);
+  wire_destroy(&r);
   double deadline = now_s() + 300;
   Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
   q.job_id = id;
@@ -169,11 +169,11 @@ int main(int argc, char **argv) {
       }
       break;
     }
-    wire_free(&r);
+    wire_destroy(&r);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  wire_free(&r);
+  wire_destroy(&r);
 out:
   kill(pid, SIGTERM);
   waitpid(pid, NULL, 0);

@@ -124,13 +124,13 @@ int ctl_client_call(ctl_client *cl, Fsdp__Msg *req, Fsdp__Msg__BodyCase expect, 
     else
       ctl_fail("%s", m->error->message && m->error->message[0] ? fsdp_user_message(m->error->message)
                                                             : fsdp_strerror((fsdp_status)m->error->code));
-    wire_free(&m);
+    wire_destroy(&m);
     return 1;
   }
   if (m->body_case != expect) {
     ctl_fail("fsdpd at %s answered %s to a %s (is it the same version as fsdpctl?)", cl->endpoint,
          wire_body_name(m->body_case), wire_body_name(req->body_case));
-    wire_free(&m);
+    wire_destroy(&m);
     return 1;
   }
   *reply = m;
@@ -153,7 +153,7 @@ int ctl_client_stop(ctl_client *cl, uint64_t id) {
   req.body_case = FSDP__MSG__BODY_STOP_REQ;
   req.stop_req = &q;
   int rc = ctl_client_call(cl, &req, FSDP__MSG__BODY_ACK, id, 0, &reply);
-  wire_free(&reply);
+  wire_destroy(&reply);
   return rc;
 }
 
@@ -215,7 +215,7 @@ int ctl_client_submit(ctl_client *cl, char *text, char *abs, char *dir, uint64_t
   int rc = ctl_client_call(cl, &req, FSDP__MSG__BODY_SUBMIT_RESP, 0, 0, &reply);
   if (rc) return rc;
   *id = reply->submit_resp->job_id;
-  wire_free(&reply);
+  wire_destroy(&reply);
   if (*id == 0) return ctl_fail("fsdpd at %s returned job id 0", cl->endpoint);
   return 0;
 }
@@ -228,7 +228,7 @@ int ctl_client_request(const char *flag, Fsdp__Msg *req, Fsdp__Msg__BodyCase exp
   Fsdp__Msg *m = NULL;
   rc = ctl_client_call(&cl, req, expect, job_id, 0, &m);
   if (rc == 0 && print) print(m, arg);
-  wire_free(&m);
+  wire_destroy(&m);
   ctl_client_close(&cl);
   return rc;
 }

@@ -267,7 +267,7 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
       return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, fsdp_user_message(fsdp_last_error()));
     }
     if (renv.n != 1 || renv.len[0] != 0) {
-      wire_free(&m);
+      wire_destroy(&m);
       return fsdp_set_error(FSDP_ERR_FORMAT, "reply from %s has %d envelope frames, expected the empty delimiter only",
                             c->endpoint, renv.n);
     }

@@ -47,7 +47,7 @@ void ctl_conn_destroy(ctl_conn **c);
 void ctl_conn_watch_fd(ctl_conn *c, int fd);
 
 /* Send REQ and wait up to TIMEOUT_MS (≤ 0: CTL_CALL_TIMEOUT_MS) for the reply; *REPLY is owned by
- * the caller (wire_free). Errors: FSDP_ERR_COMM when the daemon cannot be reached (not listening,
+ * the caller (wire_destroy). Errors: FSDP_ERR_COMM when the daemon cannot be reached (not listening,
  * connection not up within CTL_CONNECT_TIMEOUT_MS), FSDP_ERR_TIMEOUT when it accepted the request
  * but did not answer in time, FSDP_ERR_CANCELLED when a signal interrupted the wait. An `error`
  * reply is returned as a reply (the caller decides what it means), not as a failure. */

@@ -157,7 +157,7 @@ void ctl_daemon_stop(ctl_daemon *d, ctl_client *cl) {
     req.body_case = FSDP__MSG__BODY_SHUTDOWN_REQ;
     req.shutdown_req = &sr;
     if (ctl_conn_call(cl->conn, &req, 5000, &m) != FSDP_OK) kill(d->pid, SIGTERM);
-    wire_free(&m);
+    wire_destroy(&m);
   } else {
     kill(d->pid, SIGTERM);
   }
@@ -217,7 +217,7 @@ int ctl_daemon_ready(ctl_daemon *d, ctl_client *cl, const char *endpoint, const 
     fsdp_status rc = ctl_conn_call(cl->conn, &req, 2000, &m);
     if (rc == FSDP_ERR_CANCELLED) continue;
     if (rc != FSDP_OK || m->body_case != FSDP__MSG__BODY_NODES_RESP) {
-      wire_free(&m);
+      wire_destroy(&m);
       ctl_daemon_wait(d, 20);
       continue;
     }
@@ -231,7 +231,7 @@ int ctl_daemon_ready(ctl_daemon *d, ctl_client *cl, const char *endpoint, const 
         if (sl->job_id == 0 && (sl->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA) == cuda) slots++;
       }
     }
-    wire_free(&m);
+    wire_destroy(&m);
     if (nodes > 0) have = slots;
     if (have >= want) return 0;
     if (cuda && nodes > 0) break;   /* the embedded agent registers every GPU at once */

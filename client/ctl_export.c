@@ -173,7 +173,7 @@ int ctl_export(int argc, char **argv) {
   TRY_GOTO(st_save_units(out, p, units), rc, fail);
   TRY_GOTO(write_hf_config(cfg, &ci.model), rc, fail);
   printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
-         ci.world, shard_mode_name(ci.sharding), (long long)p->n_params);
+         ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
 fail:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_user_message(fsdp_last_error()));
   free(units);

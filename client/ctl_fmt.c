@@ -218,12 +218,12 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
   json_object_set_new(o, "rank", json_integer(r->rank));
   if (r->n_peak_bytes == MEM_NCAT) {
     json_t *m = json_object();
-    for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, mem_category_name((mem_category)c), ju64(r->peak_bytes[c]));
+    for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, plan_mem_category_name((mem_category)c), ju64(r->peak_bytes[c]));
     json_object_set_new(o, "peak_bytes", m);
   }
   if (r->n_cur_bytes == MEM_NCAT) {
     json_t *m = json_object();
-    for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, mem_category_name((mem_category)c), ju64(r->cur_bytes[c]));
+    for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(m, plan_mem_category_name((mem_category)c), ju64(r->cur_bytes[c]));
     json_object_set_new(o, "cur_bytes", m);
   }
   if (r->n_phase_us == STEPSTATS_NPHASE) {
@@ -233,7 +233,7 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
   }
   if (r->n_sent_bytes == COLL_NKIND) {
     json_t *m = json_object();
-    for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(m, coll_kind_name((coll_kind)k), ju64(r->sent_bytes[k]));
+    for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(m, plan_coll_kind_name((coll_kind)k), ju64(r->sent_bytes[k]));
     json_object_set_new(o, "sent_bytes", m);
   }
   return o;
@@ -345,7 +345,7 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
     char heads[MEM_NCAT + 2][32];
     const char *hp[MEM_NCAT + 2];
     snprintf(heads[0], sizeof heads[0], "rank");
-    for (int c = 0; c < MEM_NCAT; c++) snprintf(heads[1 + c], sizeof heads[0], ">%s", mem_category_name((mem_category)c));
+    for (int c = 0; c < MEM_NCAT; c++) snprintf(heads[1 + c], sizeof heads[0], ">%s", plan_mem_category_name((mem_category)c));
     snprintf(heads[MEM_NCAT + 1], sizeof heads[0], ">total");
     for (int c = 0; c < MEM_NCAT + 2; c++) hp[c] = heads[c];
     ctl_table *t = ctl_table_new(MEM_NCAT + 2, hp);

@@ -3,7 +3,7 @@
  *
  * Pure functions of their arguments (the caller passes "now" where ages matter), so that every
  * output format is unit-tested without a daemon. Names of memory categories and collectives come
- * from plan.h (mem_category_name, coll_kind_name); the phase order is the wire's (RankStats.phase_us:
+ * from plan.h (plan_mem_category_name, plan_coll_kind_name); the phase order is the wire's (RankStats.phase_us:
  * allgather wait, compute, reducescatter wait, optimizer). JSON objects returned are new
  * references owned by the caller (json_decref). Single-threaded, like fsdpctl.
  */

@@ -131,10 +131,10 @@ int ctl_follow_job(ctl_client *cl, uint64_t id, ctl_follow_mode mode, ctl_follow
       snprintf(res->reason, sizeof res->reason, "%s", j->reason ? j->reason : "");
       snprintf(res->job_dir, sizeof res->job_dir, "%s", j->job_dir ? j->job_dir : "");
       snprintf(res->name, sizeof res->name, "%s", j->name ? j->name : "");
-      wire_free(&m);
+      wire_destroy(&m);
       return 0;
     }
-    wire_free(&m);
+    wire_destroy(&m);
     ctl_pause_ms(POLL_MS);
   }
 }

@@ -263,7 +263,7 @@ int ctl_shutdown(int argc, char **argv) {
     ctl_describe_failure(ep, crc, msg, sizeof msg);
     rc = ctl_fail("%s", msg);
   }
-  wire_free(&m);
+  wire_destroy(&m);
   ctl_client_close(&cl);
   if (rc) return rc;
   /* The daemon removes its ipc socket last thing before it exits: wait for that. */
@@ -344,20 +344,20 @@ int ctl_logs(int argc, char **argv) {
     int done = r->job_done;
     if (len) {
       if (fwrite(r->data.data, 1, len, stdout) != len) {
-        wire_free(&m);
+        wire_destroy(&m);
         rc = 1;
         break;
       }
       fflush(stdout);
     }
     if (r->next_offset < offset + len) {
-      wire_free(&m);
+      wire_destroy(&m);
       rc = ctl_fail("fsdpd returned log offset %llu after %llu", (unsigned long long)r->next_offset,
                 (unsigned long long)(offset + len));
       break;
     }
     offset = r->next_offset;
-    wire_free(&m);
+    wire_destroy(&m);
     if (len) continue;   /* more may be waiting */
     if (!follow || done) break;
     ctl_pause_ms(POLL_MS);

@@ -246,12 +246,12 @@ int ctl_plot(int argc, char **argv) {
     if (rc) return rc;
     const Fsdp__JobInfo *j = reply->status_resp;
     if (!j->job_dir || !*j->job_dir) {
-      wire_free(&reply);
+      wire_destroy(&reply);
       return ctl_fail("plot: job %llu has no steps yet (it has not started)", (unsigned long long)id);
     }
     snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
     snprintf(title, sizeof title, "job %llu (%s)", (unsigned long long)id, j->name ? j->name : "");
-    wire_free(&reply);
+    wire_destroy(&reply);
     if (stat(path, &sb) != 0) return ctl_fail("plot: job %llu has no steps yet (no %s)", (unsigned long long)id, path);
   } else {
     return ctl_fail("plot: %s is neither a job id nor an existing file", arg);

@@ -148,7 +148,7 @@ int ctl_run(int argc, char **argv) {
   cite_log = 0;   /* from here on, only a lost daemon (cl.lost) makes the logs worth keeping */
   if ((rc = ctl_client_submit(&cl, text, abs, dir, &id))) goto out;
   printf("job %llu (%s): %d x %s, %d steps\n", (unsigned long long)id, spec.name, spec.world_size,
-         device_kind_name(spec.device), spec.steps);
+         jobspec_device_kind_name(spec.device), spec.steps);
   fflush(stdout);
   rc = ctl_follow_job(&cl, id, CTL_FOLLOW_CANCEL, &r);
   if (rc) goto out;

@@ -173,7 +173,7 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
   json_object_set_new(o, "version", json_integer(CKPT_VERSION));
   json_object_set_new(o, "step", json_integer(step));
   json_object_set_new(o, "world", json_integer(p->world));
-  json_object_set_new(o, "sharding", json_string(shard_mode_name(p->sharding)));
+  json_object_set_new(o, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));
   json_object_set_new(model, "arch", json_string("gpt2"));
   json_object_set_new(model, "n_layer", json_integer(p->model.n_layer));
   json_object_set_new(model, "n_head", json_integer(p->model.n_head));
@@ -337,7 +337,7 @@ fsdp_status ckpt_prune(const char *dir, int keep) {
 
 static int shard_mode_parse(const char *s, shard_mode *out) {
   for (int m = SHARD_FULL; m <= SHARD_NONE; m++)
-    if (!strcmp(s, shard_mode_name((shard_mode)m))) {
+    if (!strcmp(s, jobspec_shard_mode_name((shard_mode)m))) {
       *out = (shard_mode)m;
       return 0;
     }
@@ -457,7 +457,7 @@ static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t 
                         "%llu) disagrees with the manifest (step %d, rank %d, world %d, sharding %s, %d units, "
                         "shard_total %lld)", f->path, (unsigned long long)get64(h, 16), get32(h, 24), get32(h, 28),
                         get32(h, 32), nunits, (unsigned long long)get64(h, 64), ci->step, q, ci->world,
-                        shard_mode_name(ci->sharding), old->nunits, (long long)old->shard_total);
+                        jobspec_shard_mode_name(ci->sharding), old->nunits, (long long)old->shard_total);
     goto out;
   }
   for (int u = 0; u < old->nunits; u++)

@@ -38,13 +38,13 @@ static const char *const offload_names[] = {"none", "optimizer", NULL};
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
 }
-const char *shard_mode_name(shard_mode m) { return enum_name(shard_names, 3, (int)m); }
-const char *device_kind_name(device_kind d) { return enum_name(device_names, 2, (int)d); }
-const char *dtype_kind_name(dtype_kind d) { return enum_name(dtype_names, 2, (int)d); }
-const char *comm_kind_name(comm_kind c) { return enum_name(comm_names, 3, (int)c); }
-const char *lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
-const char *ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
-const char *offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
+const char *jobspec_shard_mode_name(shard_mode m) { return enum_name(shard_names, 3, (int)m); }
+const char *jobspec_device_kind_name(device_kind d) { return enum_name(device_names, 2, (int)d); }
+const char *jobspec_dtype_kind_name(dtype_kind d) { return enum_name(dtype_names, 2, (int)d); }
+const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3, (int)c); }
+const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
+const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
+const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
 
 /* ---- the key table ---- */
 
@@ -605,7 +605,7 @@ static void cross_checks(pctx *c) {
   if (s->device == DEVICE_CPU && s->offload != OFFLOAD_NONE)
     PERR(c, blame(c, "fsdp", "offload", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] offload = %s moves optimizer state off the GPU, so it needs device = cuda; allowed with device = cpu: "
-         "offload = none (the state is in host memory already)", offload_mode_name(s->offload));
+         "offload = none (the state is in host memory already)", jobspec_offload_mode_name(s->offload));
   if (s->device == DEVICE_CPU && s->comm == COMM_NCCL)
     PERR(c, blame(c, "fsdp", "comm", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] comm = nccl needs device = cuda; allowed with device = cpu: comm = auto | gloo");

@@ -97,13 +97,13 @@ fsdp_status jobspec_parse(const char *text, const char *origin, const char *base
 /* The defaults as a commented job file (`fsdpctl plan --defaults`). */
 void jobspec_write_defaults(FILE *f);
 
-const char *shard_mode_name(shard_mode m);
-const char *device_kind_name(device_kind d);
-const char *dtype_kind_name(dtype_kind d);
-const char *comm_kind_name(comm_kind c);
-const char *lr_schedule_name(lr_schedule s);
-const char *ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
-const char *offload_mode_name(offload_mode m);    /* "none", "optimizer" */
-static inline int dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
+const char *jobspec_shard_mode_name(shard_mode m);
+const char *jobspec_device_kind_name(device_kind d);
+const char *jobspec_dtype_kind_name(dtype_kind d);
+const char *jobspec_comm_kind_name(comm_kind c);
+const char *jobspec_lr_schedule_name(lr_schedule s);
+const char *jobspec_ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
+const char *jobspec_offload_mode_name(offload_mode m);    /* "none", "optimizer" */
+static inline int jobspec_dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
 
 #endif

@@ -13,13 +13,13 @@
 
 #define PLAN_MAX_WORLD 4096   /* jobspec's [fsdp] world_size range */
 
-const char *mem_category_name(mem_category c) {
+const char *plan_mem_category_name(mem_category c) {
   static const char *const names[MEM_NCAT] = {"param_shard", "grad_shard", "optim_state", "gathered",
                                               "activations", "workspace", "comm"};
   return (unsigned)c < MEM_NCAT ? names[c] : "?";
 }
 
-const char *coll_kind_name(coll_kind k) {
+const char *plan_coll_kind_name(coll_kind k) {
   static const char *const names[COLL_NKIND] = {"allgather", "reducescatter", "allreduce"};
   return (unsigned)k < COLL_NKIND ? names[k] : "?";
 }
@@ -101,7 +101,7 @@ static unit_sizes sizes_for(const model_in *in, shard_mode mode) {
 static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *total, uint64_t *host) {
   unit_sizes u = sizes_for(in, in->sharding);
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
-  uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
+  uint64_t pb = (uint64_t)jobspec_dtype_bytes(in->param_dtype), rb = (uint64_t)jobspec_dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
   plan_act a = model_act(&in->m, in->batch_size, in->device, in->ackpt);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
@@ -158,7 +158,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
 static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_NKIND]) {
   unit_sizes u = sizes_for(in, mode);
   uint64_t N = (uint64_t)in->world, G = (uint64_t)in->grad_accum, L = (uint64_t)in->m.n_layer;
-  uint64_t pb = (uint64_t)dtype_bytes(in->param_dtype), rb = (uint64_t)dtype_bytes(in->reduce_dtype);
+  uint64_t pb = (uint64_t)jobspec_dtype_bytes(in->param_dtype), rb = (uint64_t)jobspec_dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
   uint64_t allreduced = 4 * PLAN_STEP_SCALARS;   /* bytes all-reduced once per step */
   memset(sent, 0, COLL_NKIND * sizeof *sent);
@@ -397,7 +397,7 @@ static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
 
 static const char *mem_formula(const plan_t *p, int c) {
   int off = p->offload == OFFLOAD_OPTIMIZER, bf = p->param_dtype == DTYPE_BF16;
-  int conv = dtype_bytes(p->param_dtype) != (p->device == DEVICE_CPU ? 4 : 2);
+  int conv = jobspec_dtype_bytes(p->param_dtype) != (p->device == DEVICE_CPU ? 4 : 2);
   switch (c) {
   case MEM_PARAM_SHARD:
     return off ? "pb·S: the form the gathers read (the fp32 master is on the host)"
@@ -458,8 +458,8 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "Model     gpt2  L=%d  H=%d  C=%d  V=%d  T=%d\n", m->n_layer, m->n_head, m->n_embd, m->vocab_size,
           m->seq_len);
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
-          shard_mode_name(p->sharding), p->shard_world, p->prefetch, dtype_kind_name(p->param_dtype),
-          dtype_kind_name(p->reduce_dtype));
+          jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
+          jobspec_dtype_kind_name(p->reduce_dtype));
   fprintf(f, "Batch     B=%d sequences x T=%d tokens per rank per micro-step, grad_accum %d: %s tokens per step\n",
           p->batch_size, m->seq_len, p->grad_accum,
           human_count((int64_t)p->batch_size * m->seq_len * p->grad_accum * p->world, a, sizeof a));
@@ -513,10 +513,10 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
 
   fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
           human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
-          human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), dtype_bytes(p->param_dtype),
-          dtype_bytes(p->reduce_dtype), p->prefetch);
+          human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), jobspec_dtype_bytes(p->param_dtype),
+          jobspec_dtype_bytes(p->reduce_dtype), p->prefetch);
   for (int k = 0; k < MEM_NCAT; k++)
-    fprintf(f, "  %-12s %12s  %s\n", mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
+    fprintf(f, "  %-12s %12s  %s\n", plan_mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
             mem_formula(p, k));
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
@@ -548,7 +548,7 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
     uint64_t s[COLL_NKIND];
     model_comm(&in, (shard_mode)mode, s);
-    fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
+    fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", jobspec_shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
             human_bytes(s[1], b, sizeof b), human_bytes(s[2], c, sizeof c),
             human_bytes(s[0] + s[1] + s[2], e, sizeof e), mode == (int)p->sharding ? "  <- this plan" : "");
   }
@@ -560,7 +560,7 @@ static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
 
 static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
   json_t *o = json_object();
-  for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(o, coll_kind_name((coll_kind)k), jint((int64_t)s[k]));
+  for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(o, plan_coll_kind_name((coll_kind)k), jint((int64_t)s[k]));
   json_object_set_new(o, "total", jint((int64_t)(s[0] + s[1] + s[2])));
   return o;
 }
@@ -573,12 +573,12 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
                                 m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size, "seq_len", m->seq_len));
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));
-  json_object_set_new(root, "sharding", json_string(shard_mode_name(p->sharding)));
+  json_object_set_new(root, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));
   json_object_set_new(root, "prefetch", jint(p->prefetch));
-  json_object_set_new(root, "param_dtype", json_string(dtype_kind_name(p->param_dtype)));
-  json_object_set_new(root, "reduce_dtype", json_string(dtype_kind_name(p->reduce_dtype)));
-  json_object_set_new(root, "activation_checkpointing", json_string(ackpt_mode_name(p->ackpt)));
-  json_object_set_new(root, "offload", json_string(offload_mode_name(p->offload)));
+  json_object_set_new(root, "param_dtype", json_string(jobspec_dtype_kind_name(p->param_dtype)));
+  json_object_set_new(root, "reduce_dtype", json_string(jobspec_dtype_kind_name(p->reduce_dtype)));
+  json_object_set_new(root, "activation_checkpointing", json_string(jobspec_ackpt_mode_name(p->ackpt)));
+  json_object_set_new(root, "offload", json_string(jobspec_offload_mode_name(p->offload)));
   json_object_set_new(root, "host_bytes", json_integer((json_int_t)p->host_bytes));
   json_object_set_new(root, "batch_size", jint(p->batch_size));
   json_object_set_new(root, "grad_accum", jint(p->grad_accum));
@@ -620,7 +620,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
                                 (json_int_t)p->act.root_saved, "head_ws", (json_int_t)p->act.head_ws, "bwd_ws",
                                 (json_int_t)p->act.bwd_ws));
   json_t *mem = json_object();
-  for (int k = 0; k < MEM_NCAT; k++) json_object_set_new(mem, mem_category_name((mem_category)k), jint((int64_t)p->mem[k]));
+  for (int k = 0; k < MEM_NCAT; k++) json_object_set_new(mem, plan_mem_category_name((mem_category)k), jint((int64_t)p->mem[k]));
   json_object_set_new(mem, "total", jint((int64_t)p->mem_total));
   json_object_set_new(root, "memory", mem);
 
@@ -630,7 +630,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
     uint64_t s[COLL_NKIND];
     model_comm(&in, (shard_mode)mode, s);
-    json_object_set_new(modes, shard_mode_name((shard_mode)mode), comm_json(s));
+    json_object_set_new(modes, jobspec_shard_mode_name((shard_mode)mode), comm_json(s));
   }
   json_object_set_new(root, "sent_bytes_by_sharding", modes);
 

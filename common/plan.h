@@ -67,10 +67,10 @@ typedef enum {
   MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
   MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_COMM, MEM_NCAT
 } mem_category;
-const char *mem_category_name(mem_category c);   /* "param_shard", ... as in DESIGN.md §5 */
+const char *plan_mem_category_name(mem_category c);   /* "param_shard", ... as in DESIGN.md §5 */
 
 typedef enum { COLL_ALLGATHER = 0, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_NKIND } coll_kind;
-const char *coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */
+const char *plan_coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */
 
 /* Tensor slots inside the root unit and inside every block unit, in flat-buffer order. */
 enum { ROOT_WTE = 0, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_NT };

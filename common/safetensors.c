@@ -241,11 +241,11 @@ fsdp_status st_open(const char *path, st_file **out) {
 out:
   json_decref(root);
   if (fd >= 0) close(fd);
-  st_close(&f);
+  st_destroy(&f);
   return rc;
 }
 
-void st_close(st_file **pf) {
+void st_destroy(st_file **pf) {
   st_file *f = pf ? *pf : NULL;
   if (!f) return;
   if (f->map) munmap(f->map, f->map_len);

@@ -12,7 +12,7 @@
  * so the readers never meet a malformed entry. Names are Hugging Face GPT-2's, with or without the
  * "transformer." prefix: a lookup of "wte.weight" finds "transformer.wte.weight" and the other way
  * round (an exact match wins). Readers convert BF16 to F32. An st_file is immutable once opened:
- * any number of threads may read from it concurrently; the opener frees it with st_close().
+ * any number of threads may read from it concurrently; the opener frees it with st_destroy().
  *
  * Writing: an st_writer collects tensors (it references the caller's data, which must stay valid
  * and unchanged until st_writer_finish()), then writes the header with keys in sorted order, the
@@ -41,7 +41,7 @@ const char *st_dtype_name(st_dtype d);   /* "F32", "BF16" */
 typedef struct st_file st_file;
 
 fsdp_status st_open(const char *path, st_file **out);
-void st_close(st_file **f);
+void st_destroy(st_file **f);
 
 /* Tensors in the order of their data in the file; i in [0, st_count). */
 int st_count(const st_file *f);

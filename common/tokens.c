@@ -123,7 +123,7 @@ fsdp_status tok_open(const char *path, tok_file **out) {
   f = NULL;
 out:
   close(fd);
-  tok_close(&f);
+  tok_destroy(&f);
   return rc;
 }
 
@@ -247,7 +247,7 @@ fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world
   return read_row(f, ((microbatch % nb) * world + rank) * bt, bt, vocab, inp, targets);
 }
 
-void tok_close(tok_file **pf) {
+void tok_destroy(tok_file **pf) {
   tok_file *f = pf ? *pf : NULL;
   if (!f) return;
   if (f->map) munmap(f->map, f->map_len);
@@ -503,6 +503,6 @@ fsdp_status tok_open_markov(uint64_t seed, int vocab, int64_t ntokens, tok_file 
   return FSDP_OK;
 fail:
   tok_markov_destroy(&m);
-  tok_close(&f);
+  tok_destroy(&f);
   return rc;
 }

@@ -7,7 +7,7 @@
  * the file's size; tok_open_markov() builds the same object in memory from a Markov chain. The
  * opener chooses the batch order with tok_set_shuffle() before sharing it; from then on the tok_file
  * is immutable: any number of threads may call tok_count() and tok_batch() on it concurrently. The
- * opener owns it and frees it with tok_close().
+ * opener owns it and frees it with tok_destroy().
  *
  * Batch order (DESIGN.md §6): with B sequences of T tokens per rank, N ranks and G micro-steps,
  * micro-batch b = step·G + k reads, for rank r, the B·T+1 tokens starting at ((b mod nb)·N + r)·B·T
@@ -66,7 +66,7 @@ int tok_width(const tok_file *f);
  * (names its position). */
 fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
                       int vocab, int *inp, int *targets);
-void tok_close(tok_file **f);
+void tok_destroy(tok_file **f);
 
 /* Position K (0 ≤ K < N) of the shuffle permutation of 0..N−1 for (SEED, EPOCH): a bijection of
  * 0..N−1 for every (SEED, EPOCH), N ≤ 2^62. Pure; O(1) memory; any thread. Returns −1 when K or N

@@ -490,7 +490,7 @@ static void on_message(void *sock, void *arg) {
   default:
     log_warn("agent: unexpected %s from the coordinator; ignored", wire_body_name(m->body_case));
   }
-  wire_free(&m);
+  wire_destroy(&m);
 }
 
 /* ---------------------------------------------------------------- lifetime */

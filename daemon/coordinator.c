@@ -220,7 +220,7 @@ static void on_cluster(void *sock, void *arg) {
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK || env.n < 1) {
     coord_note_bad(c, "cluster", rc != FSDP_OK ? fsdp_last_error() : "no envelope");
-    wire_free(&m);
+    wire_destroy(&m);
     return;
   }
   const uint8_t *id = env.data[0];
@@ -288,7 +288,7 @@ static void on_cluster(void *sock, void *arg) {
     default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)j->id, r, wire_body_name(m->body_case));
     }
   }
-  wire_free(&m);
+  wire_destroy(&m);
   job_reap_drained(c);
 }
 

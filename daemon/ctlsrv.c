@@ -314,7 +314,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
     coord_reply_error(sock, &env, FSDP_ERR_INVALID, msg);
   }
   }
-  wire_free(&m);
+  wire_destroy(&m);
   job_reap_drained(c);
 }
 

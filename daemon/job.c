@@ -85,7 +85,7 @@ void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
 void job_free_reports(job_t *j) {
   for (int s = 0; s < 2; s++) {
     if (!j->reports[s]) continue;
-    for (int r = 0; r < j->world; r++) wire_free(&j->reports[s][r]);
+    for (int r = 0; r < j->world; r++) wire_destroy(&j->reports[s][r]);
     j->nreports[s] = 0;
   }
 }

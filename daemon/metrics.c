@@ -42,8 +42,8 @@ static json_t *u64_map(const uint64_t *v, size_t n, size_t want, const char *(*n
   return o;
 }
 
-static const char *mem_name(int i) { return mem_category_name((mem_category)i); }
-static const char *coll_name(int i) { return coll_kind_name((coll_kind)i); }
+static const char *mem_name(int i) { return plan_mem_category_name((mem_category)i); }
+static const char *coll_name(int i) { return plan_coll_kind_name((coll_kind)i); }
 static const char *phase_name(int i) { return stepstats_phase_names[i]; }
 
 static void fill_u64(json_t *obj, uint64_t **out, size_t *n, size_t want, const char *(*name)(int), double scale) {

@@ -193,8 +193,8 @@ static void rank_series(FILE *f, const struct coord *c, rank_value which, const 
     for (int r = 0; r < px->world; r++) {
       const promx_rank *rk = &px->ranks[r];
       for (int k = 0; k < nk; k++) {
-        const char *kn = which == RV_PEAK ? mem_category_name((mem_category)k)
-                         : which == RV_PHASE ? stepstats_phase_names[k] : coll_kind_name((coll_kind)k);
+        const char *kn = which == RV_PEAK ? plan_mem_category_name((mem_category)k)
+                         : which == RV_PHASE ? stepstats_phase_names[k] : plan_coll_kind_name((coll_kind)k);
         fprintf(f, "%s{job=\"%llu\",rank=\"%d\",%s=\"%s\"}", metric, (unsigned long long)px->id, r, label, kn);
         if (which == RV_PHASE) put_value(f, rk->phase_s[k]);
         else fprintf(f, " %llu\n", (unsigned long long)(which == RV_PEAK ? rk->peak_bytes[k] : rk->sent_bytes[k]));

@@ -106,7 +106,7 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
     log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   free(line);
   free(reps);
-  for (int r = 0; r < j->world; r++) wire_free(&j->reports[b][r]);
+  for (int r = 0; r < j->world; r++) wire_destroy(&j->reports[b][r]);
   j->nreports[b] = 0;
   if (rc != FSDP_OK) {
     /* A step that cannot be recorded (most often: the disk under the state directory is full)

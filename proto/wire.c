@@ -348,7 +348,7 @@ fsdp_status wire_unpack(const uint8_t *buf, size_t len, Fsdp__Msg **out) {
   return FSDP_OK;
 }
 
-void wire_free(Fsdp__Msg **m) {
+void wire_destroy(Fsdp__Msg **m) {
   if (m && *m) {
     fsdp__msg__free_unpacked(*m, NULL);
     *m = NULL;

@@ -4,7 +4,7 @@
  * one message, keeps the leading frames as the envelope (ROUTER identities and delimiters), and
  * unpacks the last as the body. wire_unpack() rejects a body that is empty, larger than
  * WIRE_MAX_BODY, not a Msg, of another protocol version, or whose fields fail wire_validate();
- * an invalid message never reaches the caller. The caller owns a received Msg (wire_free).
+ * an invalid message never reaches the caller. The caller owns a received Msg (wire_destroy).
  * Sockets are not thread-safe: use each from one thread only, as ZeroMQ requires.
  */
 #ifndef FSDP_WIRE_H
@@ -35,7 +35,7 @@ fsdp_status wire_pack(Fsdp__Msg *m, uint8_t **buf, size_t *len);
 /* Unpack and validate; on success *out is owned by the caller. */
 fsdp_status wire_unpack(const uint8_t *buf, size_t len, Fsdp__Msg **out);
 fsdp_status wire_validate(const Fsdp__Msg *m);
-void wire_free(Fsdp__Msg **m);
+void wire_destroy(Fsdp__Msg **m);
 
 /* Send ENV (may be NULL) then M. FLAGS: 0 or ZMQ_DONTWAIT (FSDP_ERR_TIMEOUT when it would block). */
 fsdp_status wire_send(void *sock, const wire_env *env, Fsdp__Msg *m, int flags);

@@ -136,7 +136,7 @@ static void *cu_alloc(device_t *dd, mem_category cat, size_t bytes) {
     cudaMemGetInfo(&fr, &tot);
     (void)cudaGetLastError();
     fsdp_set_error(FSDP_ERR_NOMEM, "CUDA device %d: cannot allocate %zu bytes for %s: %s (%.1f MiB free of %.1f MiB)",
-                   d->gpu, bytes, mem_category_name(cat), cudaGetErrorString(e), (double)fr / (1 << 20),
+                   d->gpu, bytes, plan_mem_category_name(cat), cudaGetErrorString(e), (double)fr / (1 << 20),
                    (double)tot / (1 << 20));
     return NULL;
   }
@@ -144,7 +144,7 @@ static void *cu_alloc(device_t *dd, mem_category cat, size_t bytes) {
     (void)cudaGetLastError();
     cudaFree(p);
     fsdp_set_error(FSDP_ERR_CUDA, "CUDA device %d: zeroing %zu new bytes for %s: %s", d->gpu, bytes,
-                   mem_category_name(cat), cudaGetErrorString(e));
+                   plan_mem_category_name(cat), cudaGetErrorString(e));
     return NULL;
   }
   if (d->nrec == d->caprec) {

@@ -28,7 +28,7 @@ void mem_account(mem_category cat, int64_t delta) {
 void *mem_alloc(mem_category cat, size_t bytes) {
   void *raw = NULL;
   if (posix_memalign(&raw, 64, HDR + bytes) != 0) {
-    fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes for %s", bytes, mem_category_name(cat));
+    fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes for %s", bytes, plan_mem_category_name(cat));
     return NULL;
   }
   memset(raw, 0, HDR + bytes);

@@ -196,7 +196,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
     st_file *f = NULL;
     rc = st_open(spec->init, &f);
     if (rc == FSDP_OK) rc = st_load_shard(f, p, rank, hp);
-    st_close(&f);
+    st_destroy(&f);
   }
   fsdp_status rc2 = rt_host_buffer_done(rt, rt->param, (size_t)S * 4, hp);
   if (rc == FSDP_OK) rc = rc2;
@@ -630,8 +630,8 @@ void runtime_destroy(runtime_t **prt) {
   free(rt->tgt_h);
   d->op->free(d, rt->scal);
   free(rt->scal_h);
-  tok_close(&rt->data);
-  tok_close(&rt->val);
+  tok_destroy(&rt->data);
+  tok_destroy(&rt->val);
   for (int s = 0; rt->slot_buf && s < rt->nslots; s++) d->op->free(d, rt->slot_buf[s]);
   for (int s = 0; rt->slot_free && s <= rt->nslots; s++) dev_event_destroy(&rt->slot_free[s]);
   free(rt->slot_buf);

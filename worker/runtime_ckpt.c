@@ -254,7 +254,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;
   if (rt->rank == 0) {
     log_info("resumed from checkpoint step %d in %s (written by %d rank(s), sharding %s) in %.2f s", s, dir, ci.world,
-             shard_mode_name(ci.sharding), (double)(now_us() - t0) / 1e6);
+             jobspec_shard_mode_name(ci.sharding), (double)(now_us() - t0) / 1e6);
     if (ci.rows_per_step != rows)
       log_warn("N·B·G changed from %lld to %lld rows per step: the data order does not continue where it stopped",
                (long long)ci.rows_per_step, (long long)rows);

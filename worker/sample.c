@@ -96,7 +96,7 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
     st_file *f = NULL;
     TRY(st_open(model, &f));
     fsdp_status rc = st_load_shard(f, *p, 0, *param);
-    st_close(&f);
+    st_destroy(&f);
     return rc;
   }
   if (!S_ISDIR(sb.st_mode))

@@ -119,7 +119,7 @@ static fsdp_status kv_set(void *ctx, const char *key, const void *val, size_t le
   Fsdp__Msg *r = NULL;
   TRY(recv_msg(l, 60, &r));
   fsdp_status rc = expect(r, FSDP__MSG__BODY_ACK, "rendezvous");
-  wire_free(&r);
+  wire_destroy(&r);
   return rc;
 }
 
@@ -144,7 +144,7 @@ static fsdp_status kv_get(void *ctx, const char *key, void **val, size_t *len, d
     if (!*val) rc = fsdp_set_error(FSDP_ERR_NOMEM, "rendezvous: cannot allocate %zu bytes", *len);
     else memcpy(*val, r->kv_resp->value.data, *len);
   }
-  wire_free(&r);
+  wire_destroy(&r);
   return rc;
 }
 
@@ -170,7 +170,7 @@ fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
     *checkpoint = m->step_cmd->checkpoint;
   } else if (m->body_case == FSDP__MSG__BODY_STOP_CMD) *step = 0;
   else rc = expect(m, FSDP__MSG__BODY_STEP_CMD, "waiting for a step");
-  wire_free(&m);
+  wire_destroy(&m);
   if (rc == FSDP_OK && *step < 0) rc = fsdp_set_error(FSDP_ERR_INVALID, "step %d", *step);
   return rc;
 }
@@ -228,7 +228,7 @@ void wlink_error(wlink *l, int rank, fsdp_status code, const char *message) {
 void wlink_close(wlink **pl) {
   wlink *l = pl ? *pl : NULL;
   if (!l) return;
-  wire_free(&l->setup);
+  wire_destroy(&l->setup);
   if (l->sock) {
     /* Let the last report or error leave before the socket goes. */
     int linger = 2000;

@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (wire_pack(m, &buf, &len) != FSDP_OK) abort();
   Fsdp__Msg *again = NULL;
   if (wire_unpack(buf, len, &again) != FSDP_OK) abort();
-  wire_free(&again);
+  wire_destroy(&again);
   free(buf);
-  wire_free(&m);
+  wire_destroy(&m);
   return 0;
 }

@@ -144,7 +144,7 @@ static void test_roundtrip_reshard(void) {
     int64_t bad = -1;
     CHECK_OK(load_all(dir, 5, to[k].world, to[k].sh, 1, &bad));
     CHECK_EQ_INT(0, bad);
-    printf("reshard 2×full → %d×%s: %lld differing elements\n", to[k].world, shard_mode_name(to[k].sh), (long long)bad);
+    printf("reshard 2×full → %d×%s: %lld differing elements\n", to[k].world, jobspec_shard_mode_name(to[k].sh), (long long)bad);
   }
   /* and back: written by 3 ranks with none (identical copies), read by 2 full */
   write_ckpt(dir, 3, SHARD_NONE, 6);

@@ -114,7 +114,7 @@ static uint64_t submit_ok(void *s, const char *text) {
   CHECK(m && m->body_case == FSDP__MSG__BODY_SUBMIT_RESP);
   if (m && m->body_case == FSDP__MSG__BODY_SUBMIT_RESP) id = m->submit_resp->job_id;
   else if (m && m->body_case == FSDP__MSG__BODY_ERROR) fprintf(stderr, "submit: %s\n", m->error->message);
-  wire_free(&m);
+  wire_destroy(&m);
   return id;
 }
 
@@ -138,7 +138,7 @@ static int wait_state(void *s, uint64_t id, int state_want, double timeout, char
       st = m->status_resp->state;
       if (reason) snprintf(reason, rlen, "%s", m->status_resp->reason);
     }
-    wire_free(&m);
+    wire_destroy(&m);
     if (st == state_want || (st >= 4 && state_want < 4)) return st;
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -153,7 +153,7 @@ static void shutdown_daemon(void *s, pid_t pid) {
   m.shutdown_req = &q;
   Fsdp__Msg *r = call(s, &m);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
-  wire_free(&r);
+  wire_destroy(&r);
   int st = wait_exit(pid, 15);
   CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
@@ -231,7 +231,7 @@ static void test_basic_and_garbage(void *s) {
       }
     }
   }
-  wire_free(&r);
+  wire_destroy(&r);
 
   /* unknown job ids */
   r = job_query(s, FSDP__MSG__BODY_STATUS_REQ, 42);
@@ -240,10 +240,10 @@ static void test_basic_and_garbage(void *s) {
     CHECK_EQ_INT(FSDP_ERR_NOTFOUND, r->error->code);
     CHECK(strstr(r->error->message, "no job 42") != NULL);
   }
-  wire_free(&r);
+  wire_destroy(&r);
   r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, 42);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_NOTFOUND);
-  wire_free(&r);
+  wire_destroy(&r);
 
   /* garbage after the delimiter: an error reply naming the problem */
   static const char junk[] = "\xff\xfe this is not a protobuf message \x01\x02";
@@ -254,7 +254,7 @@ static void test_basic_and_garbage(void *s) {
   CHECK_OK(wire_recv(s, &env, &g, 0));
   CHECK(g && g->body_case == FSDP__MSG__BODY_ERROR);
   if (g && g->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(g->error->message, "malformed") != NULL);
-  wire_free(&g);
+  wire_destroy(&g);
 
   /* garbage without a delimiter, from another client */
   void *s2 = ctl_connect();
@@ -281,7 +281,7 @@ static void test_basic_and_garbage(void *s) {
   m.heartbeat = &hb;
   r = call(s, &m);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_INVALID);
-  wire_free(&r);
+  wire_destroy(&r);
 
   /* the cluster endpoint: garbage, a hello with a wrong token, a kv_get from a stranger */
   void *cl = zmq_socket(zctx, ZMQ_DEALER);
@@ -308,7 +308,7 @@ static void test_basic_and_garbage(void *s) {
   r = NULL;
   CHECK_OK(wire_recv(cl, &env, &r, 0));   /* only the kv_get is answered: garbage and bad hellos are dropped */
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_NOTFOUND);
-  wire_free(&r);
+  wire_destroy(&r);
   zmq_close(cl);
 
   /* a flood of garbage is answered, but logged at most once per 10 s with a count, not per message */
@@ -329,7 +329,7 @@ static void test_basic_and_garbage(void *s) {
     if (wire_recv(s3, &env, &x, 0) != FSDP_OK) break;
     listed = x->body_case == FSDP__MSG__BODY_LIST_RESP;
     replies++;
-    wire_free(&x);
+    wire_destroy(&x);
   }
   CHECK_EQ_INT(2001, replies);
   zmq_close(s3);
@@ -345,24 +345,24 @@ static void test_basic_and_garbage(void *s) {
   m.list_req = &lq;
   r = call(s, &m);
   CHECK(r && r->body_case == FSDP__MSG__BODY_LIST_RESP);
-  wire_free(&r);
+  wire_destroy(&r);
 
   /* bad specs */
   r = submit(s, "[job\nsteps = x\n");
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code != FSDP_OK);
   if (r && r->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(r->error->message, "test.ini:1") != NULL);   /* names the line */
-  wire_free(&r);
+  wire_destroy(&r);
   r = submit(s, tiny_spec(4, NULL));
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
   if (r && r->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(r->error->message, "cluster has 2") != NULL);
-  wire_free(&r);
+  wire_destroy(&r);
   r = submit(s, tiny_spec(2, "huge"));
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
   if (r && r->body_case == FSDP__MSG__BODY_ERROR) {
     CHECK(strstr(r->error->message, "per rank") != NULL);
     CHECK(strstr(r->error->message, "fits") != NULL);
   }
-  wire_free(&r);
+  wire_destroy(&r);
 }
 
 int main(void) {
@@ -449,7 +449,7 @@ int main(void) {
   CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j3, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
   r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j3);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
-  wire_free(&r);
+  wire_destroy(&r);
   CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j3, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
   uint64_t j4 = submit_ok(s, tiny_spec(2, NULL));
   uint64_t j5 = submit_ok(s, tiny_spec(2, NULL));
@@ -457,12 +457,12 @@ int main(void) {
   CHECK_EQ_INT(FSDP__JOB_STATE__QUEUED, wait_state(s, j5, FSDP__JOB_STATE__QUEUED, 1, NULL, 0));
   r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
-  wire_free(&r);
+  wire_destroy(&r);
   CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j4, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
   CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j5, FSDP__JOB_STATE__STARTING, 10, NULL, 0));
   r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j4);   /* cancelling a finished job is an error */
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_STATE);
-  wire_free(&r);
+  wire_destroy(&r);
   /* SIGTERM: the running job is cancelled cleanly and the daemon exits 0 */
   kill(d, SIGTERM);
   int st = wait_exit(d, 15);

@@ -72,13 +72,13 @@ static void *server(void *arg) {
       if (m->status_req->job_id == 7) {
         held = env;
         holding = 1;
-        wire_free(&m);
+        wire_destroy(&m);
         continue;
       }
       if (m->status_req->job_id == 9) {
         pthread_kill(g_main, SIGUSR1);
         kicking = 1;
-        wire_free(&m);
+        wire_destroy(&m);
         continue;
       }
       if (m->status_req->job_id == 42) {
@@ -93,7 +93,7 @@ static void *server(void *arg) {
     default: er.code = FSDP_ERR_INVALID, er.message = "unexpected"; out.body_case = FSDP__MSG__BODY_ERROR, out.error = &er;
     }
     wire_send(r, &env, &out, 0);
-    wire_free(&m);
+    wire_destroy(&m);
     (void)stop;   /* keep serving until the test shuts the context down */
   }
   zmq_close(r);
@@ -188,17 +188,17 @@ static void test_round_trips(void) {
   req.body_case = FSDP__MSG__BODY_NODES_REQ, req.nodes_req = &nr;
   CHECK_OK(ctl_conn_call(c, &req, 2000, &m));
   CHECK(m && m->body_case == FSDP__MSG__BODY_NODES_RESP);
-  wire_free(&m);
+  wire_destroy(&m);
 
   CHECK_OK(status_call(c, 5, 2000, &m));
   CHECK(m && m->body_case == FSDP__MSG__BODY_STATUS_RESP && m->status_resp->id == 5);
-  wire_free(&m);
+  wire_destroy(&m);
 
   /* An error reply is a reply. */
   CHECK_OK(status_call(c, 42, 2000, &m));
   CHECK(m && m->body_case == FSDP__MSG__BODY_ERROR && m->error->code == FSDP_ERR_NOTFOUND);
   CHECK(m && !strcmp(m->error->message, "no job 42"));
-  wire_free(&m);
+  wire_destroy(&m);
 
   /* A request not answered in time: TIMEOUT after about its timeout, and its late reply is never
    * taken for the answer to the next request. */
@@ -209,10 +209,10 @@ static void test_round_trips(void) {
   CHECK(m == NULL);
   CHECK_OK(status_call(c, 8, 2000, &m));
   CHECK(m && m->body_case == FSDP__MSG__BODY_STATUS_RESP && m->status_resp->id == 8);
-  wire_free(&m);
+  wire_destroy(&m);
   CHECK_OK(status_call(c, 5, 2000, &m));   /* and the connection still works after that */
   CHECK(m && m->status_resp && m->status_resp->id == 5);
-  wire_free(&m);
+  wire_destroy(&m);
 
   /* A signal ends the wait at once with CANCELLED (Ctrl-C in fsdpctl run). */
   struct sigaction sa;
@@ -224,13 +224,13 @@ static void test_round_trips(void) {
   CHECK(ms_since(t0) < 5000);
   CHECK_OK(status_call(c, 6, 2000, &m));
   CHECK(m && m->status_resp && m->status_resp->id == 6);
-  wire_free(&m);
+  wire_destroy(&m);
 
   Fsdp__ShutdownReq sr = FSDP__SHUTDOWN_REQ__INIT;
   req.body_case = FSDP__MSG__BODY_SHUTDOWN_REQ, req.shutdown_req = &sr;
   CHECK_OK(ctl_conn_call(c, &req, 2000, &m));
   CHECK(m && m->body_case == FSDP__MSG__BODY_ACK);
-  wire_free(&m);
+  wire_destroy(&m);
   ctl_conn_destroy(&c);
   zmq_ctx_shutdown(sctx);   /* ends the server's poll with ETERM */
   pthread_join(th, NULL);

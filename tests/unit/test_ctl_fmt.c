@@ -132,8 +132,8 @@ static void test_job_json(void) {
   json_t *r1 = json_array_get(ranks, 1);
   CHECK_EQ_INT(1, json_integer_value(json_object_get(r1, "rank")));
   /* Keys by category name, in plan.h's order: param_shard is index 0, comm index 6. */
-  CHECK_EQ_INT(1001, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), mem_category_name(MEM_PARAM_SHARD))));
-  CHECK_EQ_INT(7001, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), mem_category_name(MEM_COMM))));
+  CHECK_EQ_INT(1001, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), plan_mem_category_name(MEM_PARAM_SHARD))));
+  CHECK_EQ_INT(7001, json_integer_value(json_object_get(json_object_get(r1, "peak_bytes"), plan_mem_category_name(MEM_COMM))));
   CHECK_EQ_INT(7, json_object_size(json_object_get(r1, "peak_bytes")));
   CHECK_NEAR(1.5, json_real_value(json_object_get(json_object_get(r1, "phase_ms"), "allgather")), 1e-12, 0);
   CHECK_NEAR(6.0, json_real_value(json_object_get(json_object_get(r1, "phase_ms"), "optimizer")), 1e-12, 0);
@@ -168,7 +168,7 @@ static void test_job_json(void) {
   ctl_fmt_job_human(&j, 1.7e9 + 100, f);
   fclose(f);
   CHECK(strstr(buf, "job 42 (tiny): queued") != NULL);
-  for (int c = 0; c < MEM_NCAT; c++) CHECK(strstr(buf, mem_category_name((mem_category)c)) != NULL);
+  for (int c = 0; c < MEM_NCAT; c++) CHECK(strstr(buf, plan_mem_category_name((mem_category)c)) != NULL);
   CHECK(strstr(buf, "reducescatter") != NULL);
   CHECK(strstr(buf, "allreduce") != NULL);
   CHECK(strstr(buf, "1.50 ms  10%") != NULL);   /* allgather 1.5 of 15 ms */

@@ -77,13 +77,13 @@ static void test_defaults(void) {
   CHECK(d.sample_prompt[0] == '\0');
   CHECK(!strcmp(d.init, "random"));
   CHECK(!strcmp(d.arch, "gpt2"));
-  CHECK(!strcmp(shard_mode_name(SHARD_GRAD_OP), "grad_op"));
-  CHECK(!strcmp(device_kind_name(DEVICE_CUDA), "cuda"));
-  CHECK(!strcmp(dtype_kind_name(DTYPE_BF16), "bf16"));
-  CHECK(!strcmp(comm_kind_name(COMM_NCCL), "nccl"));
-  CHECK(!strcmp(lr_schedule_name(SCHED_COSINE), "cosine"));
-  CHECK_EQ_INT(2, dtype_bytes(DTYPE_BF16));
-  CHECK_EQ_INT(4, dtype_bytes(DTYPE_FP32));
+  CHECK(!strcmp(jobspec_shard_mode_name(SHARD_GRAD_OP), "grad_op"));
+  CHECK(!strcmp(jobspec_device_kind_name(DEVICE_CUDA), "cuda"));
+  CHECK(!strcmp(jobspec_dtype_kind_name(DTYPE_BF16), "bf16"));
+  CHECK(!strcmp(jobspec_comm_kind_name(COMM_NCCL), "nccl"));
+  CHECK(!strcmp(jobspec_lr_schedule_name(SCHED_COSINE), "cosine"));
+  CHECK_EQ_INT(2, jobspec_dtype_bytes(DTYPE_BF16));
+  CHECK_EQ_INT(4, jobspec_dtype_bytes(DTYPE_FP32));
 }
 
 /* --defaults output is itself a job file that parses back to the defaults (given a train). */

@@ -430,8 +430,8 @@ static void test_json_and_table(void) {
   CHECK(strstr(buf, "55.7 KiB") != NULL);   /* 57072 bytes, one decimal */
   free(buf);
   plan_destroy(&p);
-  CHECK(!strcmp(mem_category_name(MEM_OPTIM_STATE), "optim_state"));
-  CHECK(!strcmp(coll_kind_name(COLL_REDUCESCATTER), "reducescatter"));
+  CHECK(!strcmp(plan_mem_category_name(MEM_OPTIM_STATE), "optim_state"));
+  CHECK(!strcmp(plan_coll_kind_name(COLL_REDUCESCATTER), "reducescatter"));
 }
 
 int main(void) {

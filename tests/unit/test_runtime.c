@@ -234,11 +234,11 @@ static void test_equivalence(dtype_kind pdt) {
         }
         CHECK_EQ_INT(0, bad);
         printf("equivalence %s params %-7s N=%d B=%d G=%d vs N=1 B=4: max loss rel diff %.2e, max weight abs diff %.2e\n",
-               dtype_kind_name(pdt), shard_mode_name(c.sharding), world, c.batch, accum, maxl, maxw);
+               jobspec_dtype_kind_name(pdt), jobspec_shard_mode_name(c.sharding), world, c.batch, accum, maxl, maxw);
         free(m);
       }
     }
-    printf("losses (%s params, N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", dtype_kind_name(pdt), accum, rref[0].loss[0],
+    printf("losses (%s params, N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", jobspec_dtype_kind_name(pdt), accum, rref[0].loss[0],
            rref[0].loss[1], rref[0].loss[2], rref[0].loss[3], rref[0].loss[4]);
     CHECK(rref[0].loss[4] < rref[0].loss[0]);
     free(mref);
@@ -270,7 +270,7 @@ static void test_bf16_reductions(void) {
       double d = fabs(res[0].loss[s] - rref[0].loss[s]) / fabs(rref[0].loss[s]);
       if (d > maxl) maxl = d;
     }
-    printf("bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4: max loss rel diff %.2e\n", shard_mode_name(c.sharding), maxl);
+    printf("bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4: max loss rel diff %.2e\n", jobspec_shard_mode_name(c.sharding), maxl);
   }
 }
 
@@ -448,7 +448,7 @@ static void test_eval(void) {
     ranks_cleanup(&rr);
     CHECK(res[0].val_loss == res[1].val_loss);
     CHECK_NEAR(ref, res[0].val_loss, 0, 1e-5);
-    printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", shard_mode_name(c.sharding),
+    printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", jobspec_shard_mode_name(c.sharding),
            res[0].val_loss, ref);
     free(m);
   }
@@ -490,7 +490,7 @@ static void test_ackpt(void) {
         CHECK_EQ_INT(p->mem[MEM_ACTIVATIONS], r1[0].peak[MEM_ACTIVATIONS]);
         CHECK(r1[0].peak[MEM_ACTIVATIONS] < r0[0].peak[MEM_ACTIVATIONS]);
         printf("checkpointing %-7s N=%d: losses and weights %s; activations %llu B (plan %llu), without %llu B\n",
-               shard_mode_name(c.sharding), world, same ? "bit-identical" : "DIFFERENT",
+               jobspec_shard_mode_name(c.sharding), world, same ? "bit-identical" : "DIFFERENT",
                (unsigned long long)r1[0].peak[MEM_ACTIVATIONS],
                (unsigned long long)p->mem[MEM_ACTIVATIONS], (unsigned long long)r0[0].peak[MEM_ACTIVATIONS]);
       }
@@ -521,7 +521,7 @@ static void test_offload(void) {
         for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(p->mem[k], r1[0].peak[k]);
         CHECK_EQ_INT(16 * (uint64_t)p->shard_total, p->host_bytes);
         printf("offload %-7s %s params: %s; device param_shard %llu B, optim_state %llu B (= plan), host %llu B\n",
-               shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), same ? "bit-identical" : "DIFFERENT",
+               jobspec_shard_mode_name(c.sharding), jobspec_dtype_kind_name(c.param_dtype), same ? "bit-identical" : "DIFFERENT",
                (unsigned long long)r1[0].peak[MEM_PARAM_SHARD], (unsigned long long)r1[0].peak[MEM_OPTIM_STATE],
                (unsigned long long)p->host_bytes);
       }
@@ -554,14 +554,14 @@ static void test_volume_and_memory(void) {
         for (int k = 0; k < COLL_NKIND; k++) CHECK_EQ_INT(p->sent_bytes[k], res[r].sent[k]);
         for (int k = 0; k < MEM_NCAT; k++) {
           if (res[r].peak[k] != p->mem[k])
-            fprintf(stderr, "  rank %d %s: measured %llu, plan %llu\n", r, mem_category_name((mem_category)k),
+            fprintf(stderr, "  rank %d %s: measured %llu, plan %llu\n", r, plan_mem_category_name((mem_category)k),
                     (unsigned long long)res[r].peak[k], (unsigned long long)p->mem[k]);
           CHECK_EQ_INT(p->mem[k], res[r].peak[k]);
         }
         CHECK_EQ_INT(p->mem_total, res[r].peak_total);
       }
       printf("volume %-7s %s/%s prefetch %d G=%d: sent ag %llu rs %llu ar %llu (= plan); peak %llu B (= plan)\n",
-             shard_mode_name(c.sharding), dtype_kind_name(c.param_dtype), dtype_kind_name(c.reduce_dtype), c.prefetch,
+             jobspec_shard_mode_name(c.sharding), jobspec_dtype_kind_name(c.param_dtype), jobspec_dtype_kind_name(c.reduce_dtype), c.prefetch,
              accum, (unsigned long long)res[0].sent[0], (unsigned long long)res[0].sent[1],
              (unsigned long long)res[0].sent[2], (unsigned long long)res[0].peak_total);
       if (v == 0 || v == 3 || v == 4) memcpy(sent[di], res[0].sent, sizeof sent[di]);

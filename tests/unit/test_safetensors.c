@@ -191,7 +191,7 @@ static void test_roundtrip(void) {
   }
   CHECK_OK(st_writer_finish(&w));
   for (int i = 0; i < st_count(f); i++) free(bufs[i]);
-  st_close(&f);
+  st_destroy(&f);
   CHECK(f == NULL);
   long l1 = 0, l2 = 0;
   uint8_t *b1 = slurp(p1, &l1), *b2 = slurp(p2, &l2);
@@ -255,7 +255,7 @@ static void expect_bad(const char *name, const char *json, size_t data_len, fsdp
   CHECK(s == want);
   CHECK(f == NULL);
   CHECK(has(needle));
-  st_close(&f);
+  st_destroy(&f);
 }
 
 static void test_bad_files(void) {
@@ -264,14 +264,14 @@ static void test_bad_files(void) {
                    "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[8,16]}}";
   CHECK_OK(st_open(raw_file("ok.safetensors", ok, 16, -1), &f));
   if (f) CHECK_EQ_INT(2, st_count(f));
-  st_close(&f);
+  st_destroy(&f);
   /* Extra keys and metadata are ignored; a header padded with spaces is fine. */
   CHECK_OK(st_open(raw_file("ok2.safetensors",
                             "{\"__metadata__\":{\"x\":\"y\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
                             "\"data_offsets\":[0,4],\"extra\":1}}      ",
                             4, -1),
                    &f));
-  st_close(&f);
+  st_destroy(&f);
 
   CHECK(st_open(path_in("none.safetensors"), &f) == FSDP_ERR_NOTFOUND);
   FILE *t = fopen(path_in("tiny.safetensors"), "wb");
@@ -405,7 +405,7 @@ static void check_gather(const st_file *f, const plan_t *p, float *const *units,
     }
   }
   if (bad) fprintf(stderr, "  world %d, %s: %d elements differ from DESIGN.md's layout\n", p->world,
-                   shard_mode_name(p->sharding), bad);
+                   jobspec_shard_mode_name(p->sharding), bad);
   CHECK_EQ_INT(0, bad);
   CHECK(st_load_shard(f, p, p->world, shard) == FSDP_ERR_RANGE);
   free(shard);
@@ -445,7 +445,7 @@ static void test_shards(void) {
       if (p) check_gather(f, p, units, numel);
       plan_destroy(&p);
     }
-  st_close(&f);
+  st_destroy(&f);
 
   /* st_save_units of the planner's world-1 plan writes the same tensors under the same names. */
   plan_t *p1 = planned(L, C, V, T, 1, SHARD_FULL);
@@ -460,7 +460,7 @@ static void test_shards(void) {
     for (int64_t k = 0; k < 3 * C * C; k++) bad += bits(full[k]) != bits(spec_val("h.1.attn.c_attn.weight", k));
     CHECK_EQ_INT(0, bad);
     free(full);
-    st_close(&f);
+    st_destroy(&f);
   }
 
   /* A file with the "transformer." prefix (as GPT2LMHeadModel.save_pretrained writes it), plus a
@@ -489,7 +489,7 @@ static void test_shards(void) {
                  sizeof(float) * (size_t)(U->numel - 2 * U->shard_numel)) == 0);
     free(shard);
     plan_destroy(&p);
-    st_close(&f);
+    st_destroy(&f);
   }
 
   /* A model of another shape, or a model missing a block, is a clear error naming the tensor. */
@@ -502,7 +502,7 @@ static void test_shards(void) {
     CHECK(has("expected shape [50, 16], found [50, 8]"));
     CHECK(st_load_shard(f, deep, 1, shard) == FSDP_ERR_NOTFOUND);
     CHECK(has("'h.2.ln_1.weight'"));
-    st_close(&f);
+    st_destroy(&f);
   }
   free(shard);
   plan_destroy(&wide);
@@ -523,7 +523,7 @@ static void test_shards(void) {
     free(b1);
     free(b2);
     free(sh);
-    st_close(&f);
+    st_destroy(&f);
   }
   for (int u = 0; u < p1->nunits; u++) free(units[u]);
   plan_destroy(&p1);

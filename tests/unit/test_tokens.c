@@ -71,9 +71,9 @@ static void test_roundtrip(int vocab, int width) {
   int bad = 0;
   for (int i = 0; i < B * T; i++) bad += inp[i] != (int)tok[i] || tgt[i] != (int)tok[i + 1];
   CHECK_EQ_INT(0, bad);
-  tok_close(&tf);
+  tok_destroy(&tf);
   CHECK(tf == NULL);
-  tok_close(&tf); /* NULL-safe */
+  tok_destroy(&tf); /* NULL-safe */
   free(tok);
 }
 
@@ -132,7 +132,7 @@ static void test_batch_order(void) {
   CHECK(tok_batch(tf, 0, 0, 1, 0, 8, vocab, inp, tgt) == FSDP_ERR_RANGE);
   free(big);
   free(big2);
-  tok_close(&tf);
+  tok_destroy(&tf);
   free(tok);
 }
 
@@ -216,8 +216,8 @@ static void test_shuffle_batches(void) {
   CHECK_OK(tok_open(p, &tf));
   CHECK_OK(tok_open(p, &seq));
   if (!tf || !seq) {
-    tok_close(&tf);
-    tok_close(&seq);
+    tok_destroy(&tf);
+    tok_destroy(&seq);
     free(tok);
     return;
   }
@@ -281,7 +281,7 @@ static void test_shuffle_batches(void) {
         bad_resume += rows_of(again, (step - 1) * 2 + k, 0, 1, 2, T, vocab, win);
         for (int i = 0; i < 2; i++) bad_resume += win[i] != ref[(step - 1) * 4 + k * 2 + i];
       }
-    tok_close(&again);
+    tok_destroy(&again);
   }
   CHECK_EQ_INT(0, bad_resume);
 
@@ -351,14 +351,14 @@ static void test_shuffle_batches(void) {
     CHECK_EQ_INT(0, badm);
     tok_markov_destroy(&m);
     free(all);
-    tok_close(&mk);
+    tok_destroy(&mk);
   }
 
   free(big);
   free(big2);
   free(ref);
-  tok_close(&tf);
-  tok_close(&seq);
+  tok_destroy(&tf);
+  tok_destroy(&seq);
   free(tok);
 }
 
@@ -410,7 +410,7 @@ static void test_bad_files(void) {
     CHECK_OK(tok_batch(tf, 0, 0, 1, 1, 2, 70001, inp, tgt));
     CHECK_EQ_INT(70000, inp[1]);
     CHECK_EQ_INT(9, tgt[1]);
-    tok_close(&tf);
+    tok_destroy(&tf);
   }
 
   uint32_t over[2] = {3, 1000};
@@ -493,7 +493,7 @@ static void test_markov(void) {
     for (int i = 0; i < 32; i++) bad += inp[i] != (int)a[start + i] || tgt[i] != (int)a[start + i + 1];
     CHECK_EQ_INT(0, bad);
     CHECK(tok_batch(tf, 0, 0, 1, 1, 16, V - 1 > 1 ? 2 : 1, inp, tgt) == FSDP_ERR_RANGE);
-    tok_close(&tf);
+    tok_destroy(&tf);
   }
 
   /* Tiny vocabularies are still valid chains. */

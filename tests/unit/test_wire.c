@@ -144,7 +144,7 @@ static void test_roundtrip_all(void) {
       CHECK(n2 == len && memcmp(buf, buf2, len) == 0);
       free(buf2);
     }
-    wire_free(&out);
+    wire_destroy(&out);
     CHECK(out == NULL);
     free(buf);
   }
@@ -159,7 +159,7 @@ static void test_roundtrip_all(void) {
   CHECK_NEAR(1.25, out->step_report->loss, 0, 0);
   CHECK_EQ_INT(7, out->step_report->stats->n_peak_bytes);
   CHECK_EQ_INT(6, out->step_report->stats->peak_bytes[5]);
-  wire_free(&out);
+  wire_destroy(&out);
   free(buf);
 }
 
@@ -174,7 +174,7 @@ static void test_rejects(void) {
   for (size_t cut = 0; cut < len; cut++) {
     fsdp_status rc = wire_unpack(buf, cut, &out);
     if (rc != FSDP_OK) rejected++;
-    wire_free(&out);
+    wire_destroy(&out);
   }
   CHECK_EQ_INT((int)len, rejected);
   free(buf);
@@ -257,7 +257,7 @@ static void test_random_bytes(void) {
       accepted++;
       CHECK(wire_validate(out) == FSDP_OK);
     }
-    wire_free(&out);
+    wire_destroy(&out);
   }
   /* Mutations of a valid message: flip bytes, then unpack; any accepted one must validate. */
   Fsdp__Msg m = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
@@ -272,7 +272,7 @@ static void test_random_bytes(void) {
     }
     Fsdp__Msg *out = NULL;
     if (wire_unpack(buf, len, &out) == FSDP_OK) CHECK(wire_validate(out) == FSDP_OK);
-    wire_free(&out);
+    wire_destroy(&out);
   }
   free(good);
   printf("random frames accepted (valid by chance): %d of 20000\n", accepted);
@@ -300,14 +300,14 @@ static void test_sockets(void) {
   CHECK_EQ_INT(2, env.n);           /* identity + delimiter */
   CHECK_EQ_INT(0, env.len[1]);
   CHECK(got && got->body_case == FSDP__MSG__BODY_STATUS_REQ && got->status_req->job_id == 42);
-  wire_free(&got);
+  wire_destroy(&got);
   Fsdp__Msg reply = make_msg(FSDP__MSG__BODY_ERROR);
   CHECK_OK(wire_send(router, &env, &reply, 0));
   wire_env renv;
   CHECK_OK(wire_recv(dealer, &renv, &got, 0));
   CHECK_EQ_INT(1, renv.n);
   CHECK(got && got->body_case == FSDP__MSG__BODY_ERROR && strcmp(got->error->message, "no job 42") == 0);
-  wire_free(&got);
+  wire_destroy(&got);
 
   /* Garbage body: rejected with FORMAT, envelope kept so the ROUTER can answer. */
   zmq_send(dealer, "", 0, ZMQ_SNDMORE);
@@ -321,7 +321,7 @@ static void test_sockets(void) {
   m = make_msg(FSDP__MSG__BODY_STATUS_REQ);   /* make_msg's storage was reused by the reply */
   CHECK_OK(wire_send(dealer, &denv, &m, 0));
   CHECK_OK(wire_recv(router, &env, &got, 0));
-  wire_free(&got);
+  wire_destroy(&got);
   /* Nothing waiting: DONTWAIT says so without blocking. */
   CHECK_EQ_INT(FSDP_ERR_TIMEOUT, wire_recv(router, &env, &got, ZMQ_DONTWAIT));
 
