@@ -54,6 +54,10 @@ typedef struct dev_ops {
   /* ---- memory (host calls, not stream-ordered; never inside a step) ---- */
   void *(*alloc)(device_t *d, mem_category cat, size_t bytes);   /* zeroed; NULL + error on failure */
   void (*free)(device_t *d, void *p);                              /* NULL-safe; stream must be idle */
+  /* Host memory the device copies to and from fast (pinned on CUDA; plain on the CPU), zeroed and
+   * not counted in the device's categories (offload's host_bytes). NULL-safe free. */
+  void *(*alloc_host)(device_t *d, size_t bytes);
+  void (*free_host)(device_t *d, void *p);
   /* host → device and device → host, synchronous for the host: upload returns when SRC may be
    * reused, download when DST holds the data (both after all work submitted before them). */
   fsdp_status (*upload)(device_t *d, void *dst, const void *src, size_t bytes);

@@ -118,6 +118,17 @@ static void cpu_free(device_t *d, void *p) {
   mem_free(p);
 }
 
+static void *cpu_alloc_host(device_t *d, size_t bytes) {
+  (void)d;
+  void *p = calloc(1, bytes ? bytes : 1);
+  if (!p) fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+  return p;
+}
+static void cpu_free_host(device_t *d, void *p) {
+  (void)d;
+  free(p);
+}
+
 static fsdp_status cpu_sync(device_t *dd) {
   cpu_dev *d = (cpu_dev *)dd;
   if (d->mode == DEV_CPU_SYNC) return FSDP_OK;
@@ -406,7 +417,7 @@ static void cpu_destroy(device_t *dd) {
 
 #define CPU_OPS(NAME)                                                                                          \
   {                                                                                                            \
-    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_upload, .download = cpu_download,        \
+    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download,        \
     .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
     .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \
     .add_act = cpu_add_act, .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,    \

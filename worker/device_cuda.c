@@ -163,6 +163,29 @@ static void *cu_alloc(device_t *dd, mem_category cat, size_t bytes) {
   return p;
 }
 
+/* Pinned (page-locked) host memory: the offloaded optimizer state, copied at full PCIe speed. */
+static void *cu_alloc_host(device_t *dd, size_t bytes) {
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fsdp_set_error(FSDP_ERR_NOMEM, "CUDA device %d: cannot pin %zu bytes of host memory: %s", cd(dd)->gpu, bytes,
+                   cudaGetErrorString(e));
+    return NULL;
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void cu_free_host(device_t *dd, void *p) {
+  if (!p) return;
+  cudaError_t e = cudaFreeHost(p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    log_warn("CUDA device %d: cudaFreeHost: %s", cd(dd)->gpu, cudaGetErrorString(e));
+  }
+}
+
 static void cu_free(device_t *dd, void *p) {
   cuda_dev *d = cd(dd);
   if (!p) return;
@@ -564,7 +587,7 @@ static void cu_destroy(device_t *dd) {
 }
 
 static const dev_ops cuda_ops = {
-    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .upload = cu_upload, .download = cu_download,
+    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host, .upload = cu_upload, .download = cu_download,
     .record = cu_record, .wait = cu_wait, .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers,
     .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .zero = cu_zero,
     .copy = cu_copy, .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,

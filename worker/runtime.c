@@ -151,11 +151,11 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
 
   if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
   rt->offload = spec->offload == OFFLOAD_OPTIMIZER;
-  if (rt->offload) {   /* host memory, outside the device's categories: the plan's host_bytes */
-    ALLOC_OR(rt->param, calloc((size_t)S, 4), rc, fail);
-    ALLOC_OR(rt->m, calloc((size_t)S, 4), rc, fail);
-    ALLOC_OR(rt->v, calloc((size_t)S, 4), rc, fail);
-    ALLOC_OR(rt->hgrad, calloc((size_t)S, 4), rc, fail);
+  if (rt->offload) {   /* pinned host memory, outside the device's categories: the plan's host_bytes */
+    ALLOC_OR(rt->param, dev->op->alloc_host(dev, (size_t)S * 4), rc, fail);
+    ALLOC_OR(rt->m, dev->op->alloc_host(dev, (size_t)S * 4), rc, fail);
+    ALLOC_OR(rt->v, dev->op->alloc_host(dev, (size_t)S * 4), rc, fail);
+    ALLOC_OR(rt->hgrad, dev->op->alloc_host(dev, (size_t)S * 4), rc, fail);
     if (!rt->bf16_params) ALLOC_OR(rt->dparam, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
   } else {
     ALLOC_OR(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4), rc, fail);
@@ -611,10 +611,10 @@ void runtime_destroy(runtime_t **prt) {
   if (rt->pend) wait_pending(rt);
   d->op->sync(d);
   if (rt->offload) {
-    free(rt->param);
-    free(rt->m);
-    free(rt->v);
-    free(rt->hgrad);
+    d->op->free_host(d, rt->param);
+    d->op->free_host(d, rt->m);
+    d->op->free_host(d, rt->v);
+    d->op->free_host(d, rt->hgrad);
   } else {
     d->op->free(d, rt->param);
     d->op->free(d, rt->m);

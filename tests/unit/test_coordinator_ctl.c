@@ -52,7 +52,7 @@ static pid_t start_daemon(const char *mode, int tag) {
     if (fd >= 0) dup2(fd, 2);
     setenv("FAKE_MODE", mode, 1);
     setenv("FAKE_PIDS", pids, 1);
-    setenv("CUDA_VISIBLE_DEVICES", "3", 1);   /* the agent must not pass it on to workers */
+    setenv("CUDA_VISIBLE_DEVICES", "3", 1);   /* the agent passes it on: GPU indices count within it */
     unsetenv("OMP_NUM_THREADS");
     execl(fsdpd_path, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", "2", "--gpus", "none",
           "--worker", worker, "--heartbeat", "0.2", (char *)NULL);
@@ -416,10 +416,11 @@ int main(void) {
   }
   CHECK(file_contains(path, "fake worker"));
   CHECK(file_contains(path, "--token"));
-  /* two ranks on this node: max(1, ncpu / 2) threads each; CUDA_VISIBLE_DEVICES removed */
+  /* two ranks on this node: max(1, ncpu / 2) threads each; the agent's CUDA_VISIBLE_DEVICES kept, so
+   * the device_index it sends counts among the GPUs the worker sees too */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   char want[96];
-  snprintf(want, sizeof want, "threads=%ld blas=%ld cvd=unset", ncpu / 2 > 1 ? ncpu / 2 : 1, ncpu / 2 > 1 ? ncpu / 2 : 1);
+  snprintf(want, sizeof want, "threads=%ld blas=%ld cvd=3", ncpu / 2 > 1 ? ncpu / 2 : 1, ncpu / 2 > 1 ? ncpu / 2 : 1);
   CHECK(file_contains(path, want));
   shutdown_daemon(s, d);
   zmq_close(s);
