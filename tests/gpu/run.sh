@@ -139,6 +139,7 @@ sharding = $3
 prefetch = 1
 param_dtype = ${15:-bf16}
 reduce_dtype = fp32
+offload = ${16:-none}
 comm = $4
 timeout_s = 120
 JOB
@@ -398,7 +399,7 @@ probe_cuda() {
 step3() {
   local s0=$SECONDS t sh fails="" passes="" out
   local rtol=2e-2
-  log "step 3: device = cuda against device = cpu (full, grad_op, none; grad_accum $SM_GA; rtol $rtol)"
+  log "step 3: device = cuda against device = cpu (full, grad_op, none, full with offload; grad_accum $SM_GA; rtol $rtol)"
   # The references run on the CPU (also in a dry run, so the plumbing is exercised here).
   for sh in full grad_op none; do
     t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget (CPU references)" $((SECONDS - s0)); return; }
@@ -416,17 +417,23 @@ step3() {
   [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 4 CPU reference runs passed)" $((SECONDS - s0)); return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 3 "cuda vs cpu" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
-  for sh in full grad_op none; do
-    t=$(allot 120 20) || { fails="$fails $sh: no time left;"; continue; }
-    job_ini "$WORK/cuda-$sh.ini" cuda "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
-    if ! run_job "cuda-$sh" 1 "$WORK/cuda-$sh.ini" "$t"; then
-      fails="$fails $sh: $(last_error "$WORK/runs/cuda-$sh");"
-    elif out=$(python3 "$HELP" compare "$WORK/runs/cpu-$sh" "$WORK/runs/cuda-$sh" --steps "$SM_STEPS" --rtol "$rtol"); then
-      passes="$passes $sh: ${out%%; ref *};"
+  # full-offload: sharding full with offload = optimizer (AdamW on the host over pinned memory),
+  # against the same CPU reference as full
+  local name ref
+  for name in full grad_op none full-offload; do
+    sh=${name%-offload}
+    ref=cpu-$sh
+    t=$(allot 120 20) || { fails="$fails $name: no time left;"; continue; }
+    job_ini "$WORK/cuda-$name.ini" cuda "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}" bf16 \
+      "$([ "$name" = full-offload ] && echo optimizer || echo none)"
+    if ! run_job "cuda-$name" 1 "$WORK/cuda-$name.ini" "$t"; then
+      fails="$fails $name: $(last_error "$WORK/runs/cuda-$name");"
+    elif out=$(python3 "$HELP" compare "$WORK/runs/$ref" "$WORK/runs/cuda-$name" --steps "$SM_STEPS" --rtol "$rtol"); then
+      passes="$passes $name: ${out%%; ref *};"
     else
-      fails="$fails $sh: $out;"
+      fails="$fails $name: $out;"
     fi
-    echo "  $sh: ${out:-see $WORK/runs/cuda-$sh}"
+    echo "  $name: ${out:-see $WORK/runs/cuda-$name}"
   done
   if [ -n "$fails" ]; then result 3 "cuda vs cpu" FAIL "${fails# }${passes:+ passed:$passes}" $((SECONDS - s0))
   else result 3 "cuda vs cpu" PASS "${passes# }" $((SECONDS - s0)); fi

@@ -72,7 +72,7 @@ if grep -q '^vocab_size = 50257' "$job"; then   # the benchmark: 2 % over the pl
   done
   exit 0
 fi
-sed -e 's/^device = cuda/device = cpu/' -e 's/^comm = .*/comm = auto/' "$job" >"$job.cpu"
+sed -e 's/^device = cuda/device = cpu/' -e 's/^comm = .*/comm = auto/' -e 's/^offload = .*/offload = none/' "$job" >"$job.cpu"
 exec "$real" "${@:1:$#-1}" "$job.cpu"
 SH
 cat >"$fake/gpu_check" <<'SH'
