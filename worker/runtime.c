@@ -523,7 +523,9 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   d->op->set_timer(d, DEV_T_COMPUTE);
   TRY(d->op->sync(d));   /* the step is done: its report and a checkpoint see the update */
   d->op->timers(d, us);
-  us[DEV_T_OPTIM] += host_optim;
+  /* The host's AdamW (offload): the CPU devices' timers charge only the work their stream runs, so
+   * it is added here; CUDA's timing events span it already (the stream waits for the upload). */
+  if (d->host_accessible) us[DEV_T_OPTIM] += host_optim;
 
   comm_sent_bytes(rt->comm, sent1);
   out->step = step;
