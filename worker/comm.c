@@ -157,9 +157,9 @@ static void complete_done(const comm_op *op) {
   if (op->done) dev_event_complete(op->done, op->done_ticket);
 }
 
-/* Strict devices: a request runs only once it, or a later one, is waited for (caller holds c->mu). */
-static int demanded(const comm_t *c, const comm_req *r) {
-  (void)c;
+/* Strict devices: a request runs only once it, or a later one, is waited for (caller holds the
+ * comm's mutex). */
+static int demanded(const comm_req *r) {
   for (const comm_req *q = r; q; q = q->next)
     if (q->demanded || !q->op.done || dev_event_demanded(q->op.done, q->op.done_ticket)) return 1;
   return 0;
@@ -174,7 +174,7 @@ static void *comm_thread_main(void *arg) {
     while (!c->head && !c->stop) pthread_cond_wait(&c->cv_work, &c->mu);
     if (!c->head) break;   /* stop requested and the queue is drained */
     comm_req *r = c->head;
-    if (!demanded(c, r) && !c->stop && !atomic_load(&c->failed)) {
+    if (!demanded(r) && !c->stop && !atomic_load(&c->failed)) {
       /* strict device: not before something waits for it (see device.h); demand on an event
        * does not signal this comm, so look again shortly */
       timed_wait(&c->cv_work, &c->mu, 0.001);

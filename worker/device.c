@@ -31,7 +31,7 @@ dev_event *dev_event_new(device_t *d) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&e->cv, &ca);
   pthread_condattr_destroy(&ca);
-  e->lazy = d && d->op && strcmp(d->op->name, "cpu-strict") == 0;
+  e->lazy = d && d->lazy_events;
   if (d && d->op && d->op->event_create) {
     if (d->op->event_create(d, &e->native) != FSDP_OK) {   /* the device recorded why */
       pthread_mutex_destroy(&e->mu);

@@ -132,6 +132,7 @@ struct device {
   device_kind kind;      /* DEVICE_CPU or DEVICE_CUDA: what the planner's formulas are for */
   int act_bytes;         /* bytes per act element: 4 on the CPU, 2 (bf16) on CUDA */
   int host_accessible;   /* device pointers are host pointers (the CPU device) */
+  int lazy_events;       /* DEV_CPU_STRICT: its events are completed only once waited for */
   /* A device that is not the host (CUDA) completes a CPU mark of every recorded event when its
    * stream reaches it, for consumers on host threads (a threaded comm's `after`: gloo staged).
    * Off by default: stream-ordered consumers (NCCL) use the native event. Set before any record. */

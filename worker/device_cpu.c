@@ -439,6 +439,7 @@ fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out) {
   d->base.kind = DEVICE_CPU;
   d->base.act_bytes = 4;
   d->base.host_accessible = 1;
+  d->base.lazy_events = mode == DEV_CPU_STRICT;
   d->mode = mode;
   d->timer = DEV_T_COMPUTE;
   if (mode != DEV_CPU_SYNC) {

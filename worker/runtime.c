@@ -377,6 +377,30 @@ static fsdp_status ar_issue(runtime_t *rt, int u) {
 
 /* ---- one micro-step ---- */
 
+/* The forward half of the schedule: the root and the blocks gathered as they are computed (with
+ * `prefetch` in flight), each block released after its forward when RELEASE; *ROOT gets the root's
+ * parameters in compute form, which stay until the caller releases unit 0. */
+static fsdp_status forward(runtime_t *rt, const int *inp, int release, const void **root) {
+  const plan_t *p = rt->p;
+  int L = rt->L, sh = sharded(rt), ahead = 1 + p->prefetch;
+  int next = 1;   /* the next block to gather */
+  if (sh) {
+    /* the root, and with prefetch the first blocks in flight while the root is waited for */
+    TRY(gather_issue(rt, 0));
+    while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
+  }
+  *root = unit_ready(rt, 0);
+  gpt2_embed_forward(rt->acts, p, *root, inp);
+  if (sh)
+    while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
+  for (int u = 1; u <= L; u++) {
+    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
+    if (sh && release) gather_release(rt, u);
+    if (sh && next <= L) TRY(gather_issue(rt, next++));
+  }
+  return FSDP_OK;
+}
+
 static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
@@ -385,23 +409,8 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   const int *inp = rt->inp + k * BT, *tgt = rt->tgt + k * BT;
   float *droot = sh ? rt->droot : rt->grad + p->units[0].shard_base;
-  int next = 1;   /* the next block to gather */
-  if (sh) {
-    /* the root, and with prefetch the first blocks in flight while the root is waited for */
-    TRY(gather_issue(rt, 0));
-    while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
-  }
-  const void *root = unit_ready(rt, 0);
-  gpt2_embed_forward(rt->acts, p, root, inp);
-
-  /* forward */
-  if (sh)
-    while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
-  for (int u = 1; u <= L; u++) {
-    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
-    if (full) gather_release(rt, u);
-    if (sh && next <= L) TRY(gather_issue(rt, next++));
-  }
+  const void *root = NULL;
+  TRY(forward(rt, inp, full, &root));   /* grad_op keeps the blocks gathered for the backward */
 
   /* backward: full re-gathers from the last block down; the first gathers overlap the head */
   int prev = L;
@@ -549,23 +558,10 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
 /* One forward pass over the micro-batch in token slot 0, its Σ loss into rt->scal[0]: the
  * forward half of micro_step's schedule, every unit released after its forward. */
 static fsdp_status eval_forward(runtime_t *rt) {
-  const plan_t *p = rt->p;
-  int L = rt->L, sh = sharded(rt), ahead = 1 + p->prefetch, next = 1;
-  if (sh) {
-    TRY(gather_issue(rt, 0));
-    while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
-  }
-  const void *root = unit_ready(rt, 0);
-  gpt2_embed_forward(rt->acts, p, root, rt->inp);
-  if (sh)
-    while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
-  for (int u = 1; u <= L; u++) {
-    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
-    if (sh) gather_release(rt, u);
-    if (sh && next <= L) TRY(gather_issue(rt, next++));
-  }
-  gpt2_head_forward(rt->acts, p, root, rt->tgt, rt->scal);
-  if (sh) gather_release(rt, 0);
+  const void *root = NULL;
+  TRY(forward(rt, rt->inp, 1, &root));
+  gpt2_head_forward(rt->acts, rt->p, root, rt->tgt, rt->scal);
+  if (sharded(rt)) gather_release(rt, 0);
   return FSDP_OK;
 }
 
