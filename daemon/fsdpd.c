@@ -1,5 +1,5 @@
 /* fsdpd — the fsdpd daemon: coordinator and local agent (the embedded default), or with --join an
- * agent only. Flags come from one declarative table; an unknown flag is an error. SIGTERM or
+ * agent only; with --slurm the allocation chooses which (slurm.h). Flags come from one declarative table; an unknown flag is an error. SIGTERM or
  * SIGINT (or a ctl shutdown request): stop accepting work, cancel running jobs cleanly, flush the
  * state, exit 0. docs/daemon.md describes the internals. */
 #include <errno.h>
@@ -22,6 +22,9 @@
 #include "fsutil.h"
 #include "log.h"
 #include "metricsrv.h"
+#include "slurm.h"
+
+extern char **environ;
 
 typedef struct config {
   char *state_dir;
@@ -38,6 +41,7 @@ typedef struct config {
   char *server_key;
   char *client_key;
   char *metrics;
+  int slurm;
   int help;
 } config;
 
@@ -58,7 +62,8 @@ static const struct opt {
    "endpoint for agents and workers: ipc://PATH, or tcp://HOST:PORT for a cluster; default ipc://STATE/cluster.sock"},
   {"join", OPT_STR, offsetof(config, join), "", 0, 0, "run as an agent only, joining the coordinator at ENDPOINT"},
   {"cpu-workers", OPT_INT, offsetof(config, cpu_workers), "1", 0, 4096, "CPU worker slots on this node"},
-  {"gpus", OPT_STR, offsetof(config, gpus), "all", 0, 0, "CUDA devices on this node: all, none, or a list like 0,1"},
+  {"gpus", OPT_STR, offsetof(config, gpus), NULL, 0, 0,
+   "CUDA devices on this node: all, none, or a list like 0,1; default all (with --slurm: the allocation's)"},
   {"foreground", OPT_BOOL, offsetof(config, foreground), "0", 0, 1, "stay in the foreground and log to stderr"},
   {"log-level", OPT_STR, offsetof(config, log_level), "info", 0, 0, "debug, info, warn or error"},
   {"heartbeat", OPT_DOUBLE, offsetof(config, heartbeat), "1", 0.05, 3600,
@@ -71,6 +76,9 @@ static const struct opt {
    "with --join tcp://: this node's keypair file (fsdpctl keygen FILE; mode 0600); default $FSDP_CLIENT_KEY"},
   {"metrics", OPT_STR, offsetof(config, metrics), NULL, 0, 0,
    "serve Prometheus metrics at http://HOST:PORT/metrics (HOST:PORT, :PORT or PORT; HOST defaults to 127.0.0.1); default off"},
+  {"slurm", OPT_BOOL, offsetof(config, slurm), "0", 0, 1,
+   "run as one node of a Slurm allocation: SLURM_NODEID 0 is the coordinator, the others agents joining it; "
+   "GPUs and --name from the allocation; a flag that contradicts it is an error (scripts/slurm/fsdpd.sbatch)"},
   {"help", OPT_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -279,6 +287,18 @@ int main(int argc, char **argv) {
   }
   log_set_level(lvl);
   log_set_prefix("fsdpd", -1);
+  /* --slurm: the allocation's facts, cross-checked with the flags, before anything starts. */
+  slurm_env senv;
+  slurm_role srole;
+  if (cfg.slurm) {
+    slurm_flags sf = {.join = cfg.join, .listen = cfg.listen, .gpus = cfg.gpus, .name = cfg.name};
+    if (slurm_env_read(environ, &senv) != FSDP_OK || slurm_resolve(&senv, &sf, slurm_same_host, &srole) != FSDP_OK) {
+      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      return 2;
+    }
+    cfg.gpus = srole.gpus;
+    cfg.name = srole.name;
+  }
 
   char state[PATH_MAX - 64], ctl[PATH_MAX], listen[PATH_MAX];
   if (cfg.state_dir && *cfg.state_dir) snprintf(state, sizeof state, "%s", cfg.state_dir);
@@ -389,7 +409,7 @@ int main(int argc, char **argv) {
     client_key = own_key;
   }
   agent_config ac = {.join = is_agent_only ? cfg.join : self_join, .name = cfg.name, .cpu_workers = (int)cfg.cpu_workers,
-                     .gpus = cfg.gpus, .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key};
+                     .gpus = cfg.gpus ? cfg.gpus : "all", .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key};
   if (agent_new(d.uv, d.zctx, &ac, &d.agent) != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     coord_destroy(&d.coord);
@@ -405,6 +425,10 @@ int main(int argc, char **argv) {
   }
   log_info("fsdpd %s (pid %d)%s", is_agent_only ? "agent" : "coordinator", (int)getpid(),
            is_agent_only ? "" : " with its local agent");
+  if (cfg.slurm)
+    log_info("Slurm job %s: node %d of %d (%s), coordinator on %s; GPUs %s (%s)", senv.job_id, senv.node_id, senv.nnodes,
+             *srole.name ? srole.name : "this host", senv.first_host, srole.gpus,
+             senv.gpus >= 0 ? senv.gpus_from : "no GPU variable set: --gpus as given");
   uv_run(d.uv, UV_RUN_DEFAULT);
   uv_loop_close(d.uv);
   zmq_ctx_term(d.zctx);
