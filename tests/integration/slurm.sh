@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# slurm — fsdpd under a real Slurm, started by this test: its own munged (own key and socket),
+# slurmctld and slurmd on loopback with a generated slurm.conf (free ports, every state, spool, pid
+# and log file under the test's directory), one node of 2 CPUs named after this host. Then:
+#   1. scripts/slurm/fsdpd.sbatch with a 2-rank job: the allocation's fsdpd (--slurm, node 0:
+#      coordinator and agent, keys made by the recipe in the state directory, cluster endpoint on
+#      TCP) runs the job to success; metrics.jsonl has every step with both ranks; the cluster then
+#      stops cleanly (every fsdpd logs "stopped", no worker is left) and the Slurm job completes
+#      with exit code 0.
+#   2. The allocation ends while a job runs (the SIGTERM Slurm sends the batch script before the
+#      time limit, here by `scancel --batch --signal=TERM`): fsdpd cancels the job ("the daemon
+#      shut down"), reaps its workers and exits 0; nothing is left running.
+#   3. Slurm variables that contradict the flags: one-line errors, exit 2.
+# Skips (exit 77) with the reason when Slurm cannot start here: not root, no slurmctld/slurmd/munged
+# (scripts/install-deps.sh installs them), or the daemons do not come up.
+# Usage: bash slurm.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh" "$1" "$2" slurm
+skip() { echo "SKIP: $*"; exit 77; }
+
+# 3 first: it needs no Slurm, only the variables an allocation sets.
+bad() {   # EXPECTED-TEXT FSDPD-ARGS... with the variables already in the environment
+  local want=$1; shift
+  local st=0
+  timeout 20 "$BUILD/fsdpd" --slurm --foreground --state-dir "$S/bad" --gpus none "$@" >"$S/bad.out" 2>&1 || st=$?
+  [ "$st" = 2 ] || fail "fsdpd --slurm $*: status $st, expected 2: $(cat "$S/bad.out")"
+  [ "$(wc -l <"$S/bad.out")" = 1 ] || fail "fsdpd --slurm $*: expected one line, got: $(cat "$S/bad.out")"
+  grep -qF -- "$want" "$S/bad.out" || fail "fsdpd --slurm $*: expected '$want', got: $(cat "$S/bad.out")"
+}
+(
+  unset SLURM_JOB_ID
+  bad "SLURM_JOB_ID is not set"
+  export SLURM_JOB_ID=7 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST='localhost,n[2]' SLURM_NODEID=0
+  bad "--join tcp://localhost:1 contradicts SLURM_NODEID=0" --join tcp://localhost:1
+  bad "--listen ipc://$S/c.sock contradicts SLURM_JOB_NUM_NODES=2" --listen "ipc://$S/c.sock"
+  SLURM_NODEID=1 bad "SLURM_NODEID=1 makes this node an agent, which needs --join tcp://localhost:PORT"
+  SLURM_NODEID=1 bad "--join tcp://no-such-host.invalid:1 contradicts SLURM_JOB_NODELIST=localhost,n[2]" \
+    --join tcp://no-such-host.invalid:1
+  SLURM_NODEID=1 SLURM_GPUS_ON_NODE=0 bad "--gpus 0,1 contradicts SLURM_GPUS_ON_NODE=0" --join tcp://127.0.0.1:1 --gpus 0,1
+  SLURM_GPUS_ON_NODE=2 CUDA_VISIBLE_DEVICES=3 bad "CUDA_VISIBLE_DEVICES=3 (1 GPUs) contradicts SLURM_GPUS_ON_NODE=2" \
+    --listen tcp://127.0.0.1:1
+) || exit 1
+
+# ---- a Slurm of our own
+[ "$(id -u)" = 0 ] || skip "slurmd and munged need root here (run as root, as CI does)"
+for b in munged mungekey slurmctld slurmd sbatch squeue scontrol scancel srun; do
+  command -v "$b" >/dev/null || skip "$b is not installed (scripts/install-deps.sh installs slurm-wlm and munge)"
+done
+HOST=$(hostname -s)
+SL="$S/slurm"
+mkdir -p "$SL/ctld" "$SL/spool" "$SL/munge" "$S/state"
+chmod 700 "$SL/munge"
+read -r CTLD_PORT SLURMD_PORT FSDP_PORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+mungekey --create --keyfile="$SL/munge/munge.key" >/dev/null 2>&1 || skip "mungekey could not make a key"
+cat >"$SL/slurm.conf" <<EOF
+ClusterName=fsdptest
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$SL/munge/socket
+CredType=cred/munge
+StateSaveLocation=$SL/ctld
+SlurmdSpoolDir=$SL/spool
+SlurmctldPidFile=$SL/slurmctld.pid
+SlurmdPidFile=$SL/slurmd.pid
+SlurmctldLogFile=$SL/slurmctld.log
+SlurmdLogFile=$SL/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=30
+MinJobAge=600
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=fsdp Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF="$SL/slurm.conf"
+unset SLURM_JOB_ID SLURM_JOBID SLURM_NODEID
+PIDS=()
+FAIL_LOGS=("$SL/slurmctld.log" "$SL/slurmd.log" "$SL/munged.log")
+# Teardown, even on failure: cancel what is left (so no slurmstepd outlives the test), then the
+# daemons (common.sh kills anything left with $S/ on its command line).
+teardown() {
+  if [ ${#PIDS[@]} -ge 3 ]; then
+    scancel --full --signal=KILL --partition=fsdp 2>/dev/null || true
+    scancel --partition=fsdp 2>/dev/null || true
+    wait_for 30 bash -c '[ -z "$(squeue -h -p fsdp 2>/dev/null)" ]' || true
+  fi
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_pid "${PIDS[i]}"; done
+}
+at_exit teardown
+munged --foreground --force --socket="$SL/munge/socket" --key-file="$SL/munge/munge.key" --log-file="$SL/munged.log" \
+  --pid-file="$SL/munge/munged.pid" --seed-file="$SL/munge/seed" >>"$SL/munged.out" 2>&1 & PIDS+=($!)
+wait_for 20 test -S "$SL/munge/socket" || skip "munged did not start: $(tail -3 "$SL/munged.out" "$SL/munged.log" 2>/dev/null)"
+slurmctld -D -i -f "$SL/slurm.conf" >>"$SL/slurmctld.out" 2>&1 & PIDS+=($!)
+slurmd -D -f "$SL/slurm.conf" >>"$SL/slurmd.out" 2>&1 & PIDS+=($!)
+node_idle() { [ "$(sinfo -h -n "$HOST" -o %T 2>/dev/null)" = idle ]; }
+if ! wait_for 60 node_idle; then
+  skip "Slurm did not come up on $HOST within 60 s: $(sinfo 2>&1 | tail -2); $(tail -3 "$SL/slurmctld.log" "$SL/slurmd.log" 2>/dev/null)"
+fi
+echo "slurm: slurmctld :$CTLD_PORT, slurmd :$SLURMD_PORT, node $HOST idle"
+
+# job_field ID FIELD: a field of `scontrol show job` (JobState, ExitCode, ...).
+job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+job_over() { case "$(job_field "$1" JobState)" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) return 0;; esac; return 1; }
+submit_recipe() {   # STATE-DIR OUTPUT JOB.ini: prints the Slurm job id
+  FSDP_BIN="$BUILD" FSDP_STATE_DIR="$1" FSDP_PORT="$FSDP_PORT" FSDPD_FLAGS="--cpu-workers 2 --gpus none" \
+    FSDP_START_TIMEOUT=60 sbatch --parsable --nodes=1 --cpus-per-task=2 --exclusive --time=10 --output="$2" \
+    "$SRC/scripts/slurm/fsdpd.sbatch" "$3"
+}
+# Nothing of that cluster runs any more: neither fsdpd nor a worker whose pid its log names.
+none_left() {   # LOG
+  local pids
+  pids=$(sed -n 's/.*fsdpd fsdpd coordinator (pid \([0-9]*\)).*/\1/p; s/.*rank [0-9]*: started .*(pid \([0-9]*\),.*/\1/p' "$1")
+  [ -n "$pids" ] || fail "no fsdpd or worker pid in $1"
+  for p in $pids; do ! kill -0 "$p" 2>/dev/null || fail "pid $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)) still runs"; done
+}
+
+# ---- 1. the recipe runs a 2-rank job on the allocation
+sed -e 's/^steps = .*/steps = 6/' -e 's/^warmup_steps = .*/warmup_steps = 1/' -e 's/^name = .*/name = slurm2/' \
+  "$SRC/examples/tiny.ini" >"$S/two.ini"
+ST1="$S/state/run"
+FAIL_LOGS+=("$S/run.out" "$ST1/fsdpd-$HOST.log")
+jid=$(submit_recipe "$ST1" "$S/run.out" "$S/two.ini")
+[[ "$jid" =~ ^[0-9]+$ ]] || fail "sbatch printed '$jid', expected a job id"
+wait_for 150 job_over "$jid" || fail "Slurm job $jid still $(job_field "$jid" JobState) after 150 s"
+[ "$(job_field "$jid" JobState)" = COMPLETED ] && [ "$(job_field "$jid" ExitCode)" = 0:0 ] ||
+  fail "Slurm job $jid: $(job_field "$jid" JobState), exit code $(job_field "$jid" ExitCode)"
+log="$ST1/fsdpd-$HOST.log"
+grep -q "Slurm job $jid: node 0 of 1 ($HOST), coordinator on $HOST" "$log" || fail "fsdpd did not run as node 0 of Slurm job $jid"
+grep -q "cluster endpoint tcp://\*:$FSDP_PORT" "$log" || fail "the coordinator did not listen on tcp://*:$FSDP_PORT"
+for f in server.key server.pub nodes.key authorized; do [ -s "$ST1/keys/$f" ] || fail "the recipe made no keys/$f"; done
+[ "$(stat -c %a "$ST1/keys/nodes.key")" = 600 ] || fail "keys/nodes.key has mode $(stat -c %a "$ST1/keys/nodes.key")"
+grep -q "all 1 node(s) registered" "$S/run.out" || fail "the recipe did not wait for the node"
+grep -q "job 1 (slurm2) queued" "$log" && grep -q "job 1 succeeded" "$log" || fail "job 1 did not succeed on the allocation"
+python3 - "$ST1/jobs/1/metrics.jsonl" <<'PY' || fail "metrics.jsonl of the job run through Slurm"
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [d["step"] for d in lines] == [1, 2, 3, 4, 5, 6], [d["step"] for d in lines]
+assert all([r["rank"] for r in d["ranks"]] == [0, 1] for d in lines)
+assert all(d["tokens"] == 2 * 8 * 64 for d in lines)
+assert all(math.isfinite(d["loss"]) and 0 < d["loss"] < 10 for d in lines)
+assert lines[-1]["loss"] < lines[0]["loss"], (lines[0]["loss"], lines[-1]["loss"])
+PY
+grep -q "received SIGTERM" "$log" && grep -q "fsdpd stopped" "$log" || fail "fsdpd did not stop on SIGTERM after the job"
+none_left "$log"
+
+# ---- 2. the allocation ends while a job runs
+sed -e 's/^steps = .*/steps = 100000/' -e 's/^name = .*/name = endless/' "$SRC/examples/tiny.ini" >"$S/long.ini"
+ST2="$S/state/end"
+FAIL_LOGS+=("$S/end.out" "$ST2/fsdpd-$HOST.log")
+jid2=$(submit_recipe "$ST2" "$S/end.out" "$S/long.ini")
+log2="$ST2/fsdpd-$HOST.log"
+running() { grep -q "job 1 running" "$log2" 2>/dev/null; }
+wait_for 120 running || fail "the endless job did not start under Slurm job $jid2 ($(job_field "$jid2" JobState))"
+scancel --batch --signal=TERM "$jid2"
+wait_for 60 job_over "$jid2" || fail "Slurm job $jid2 did not end within 60 s of its SIGTERM"
+grep -q "SIGTERM: stopping the cluster" "$S/end.out" || fail "the recipe did not forward the SIGTERM"
+grep -q "job 1 cancelled: the daemon shut down" "$log2" || fail "the running job was not cancelled by the shutdown"
+grep -q "all workers reaped; exiting" "$log2" && grep -q "fsdpd stopped" "$log2" || fail "fsdpd did not stop cleanly"
+! grep -q "second SIGTERM\|Killed" "$log2" || fail "fsdpd was killed rather than stopped"
+none_left "$log2"
+echo "slurm: ok (jobs $jid and $jid2)"
