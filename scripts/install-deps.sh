@@ -16,6 +16,7 @@ PKGS=(
   python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
   curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
+  slurmctld slurmd slurm-client munge   # tests/integration/slurm.sh: a one-node Slurm of its own
 )
 case "${1:-}" in
   "") ;;
