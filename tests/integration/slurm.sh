@@ -7,9 +7,10 @@
 #      TCP) runs the job to success; metrics.jsonl has every step with both ranks; the cluster then
 #      stops cleanly (every fsdpd logs "stopped", no worker is left) and the Slurm job completes
 #      with exit code 0.
-#   2. The allocation ends while a job runs (the SIGTERM Slurm sends the batch script before the
-#      time limit, here by `scancel --batch --signal=TERM`): fsdpd cancels the job ("the daemon
-#      shut down"), reaps its workers and exits 0; nothing is left running.
+#   2. NCCL's variables given to sbatch reach the workers. The allocation ends while a job runs
+#      (the SIGTERM Slurm sends the batch script before the time limit, here by `scancel --batch
+#      --signal=TERM`): fsdpd cancels the job ("the daemon shut down"), reaps its workers and
+#      exits 0; nothing is left running.
 #   3. Slurm variables that contradict the flags: one-line errors, exit 2.
 # Skips (exit 77) with the reason when Slurm cannot start here: not root, no slurmctld/slurmd/munged
 # (scripts/install-deps.sh installs them), or the daemons do not come up.
@@ -164,10 +165,19 @@ none_left "$log"
 sed -e 's/^steps = .*/steps = 100000/' -e 's/^name = .*/name = endless/' "$SRC/examples/tiny.ini" >"$S/long.ini"
 ST2="$S/state/end"
 FAIL_LOGS+=("$S/end.out" "$ST2/fsdpd-$HOST.log")
-jid2=$(submit_recipe "$ST2" "$S/end.out" "$S/long.ini")
+# NCCL's variables, exported at submit time, must reach every worker (docs/operations.md §9).
+jid2=$(NCCL_SOCKET_IFNAME=lo NCCL_IB_HCA=mlx5_0:1 submit_recipe "$ST2" "$S/end.out" "$S/long.ini")
 log2="$ST2/fsdpd-$HOST.log"
 running() { grep -q "job 1 running" "$log2" 2>/dev/null; }
 wait_for 120 running || fail "the endless job did not start under Slurm job $jid2 ($(job_field "$jid2" JobState))"
+for r in 0 1; do
+  wpid=$(sed -n "s/.*job 1 rank $r: started .*(pid \([0-9]*\),.*/\1/p" "$log2")
+  [ -n "$wpid" ] || fail "no pid for rank $r in $log2"
+  wenv=$(tr '\0' '\n' <"/proc/$wpid/environ") || fail "cannot read rank $r's environment"
+  grep -qx "NCCL_SOCKET_IFNAME=lo" <<<"$wenv" && grep -qx "NCCL_IB_HCA=mlx5_0:1" <<<"$wenv" ||
+    fail "rank $r (pid $wpid) does not see the NCCL variables given to sbatch"
+  grep -qx "SLURM_JOB_ID=$jid2" <<<"$wenv" || fail "rank $r (pid $wpid) does not run in Slurm job $jid2"
+done
 scancel --batch --signal=TERM "$jid2"
 wait_for 60 job_over "$jid2" || fail "Slurm job $jid2 did not end within 60 s of its SIGTERM"
 grep -q "SIGTERM: stopping the cluster" "$S/end.out" || fail "the recipe did not forward the SIGTERM"
