@@ -42,6 +42,49 @@ bad() {   # EXPECTED-TEXT FSDPD-ARGS... with the variables already in the enviro
     --listen tcp://127.0.0.1:1
 ) || exit 1
 
+# 0. fsdpd --slurm on two "nodes" of one allocation, without Slurm (Debian's slurmd runs one node
+# per host): the variables srun would set, the flags and keys the recipe gives, one shared state
+# directory. Node 1's agent joins node 0 (its --join host 127.0.0.1 checked against the node
+# list's first host, localhost, by address); a 4-rank job runs on both; SIGTERM stops both.
+FAKE="$S/fake"
+mkdir -p -m 700 "$FAKE" "$FAKE/keys"
+"$CTL" keygen "$FAKE/keys/server.key" >"$FAKE/keys/server.pub"
+echo "$("$CTL" keygen "$FAKE/keys/nodes.key") slurm nodes" >>"$FAKE/keys/authorized"
+read -r FAKE_PORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+fake_node() {   # NODEID NAME FLAGS...: run in the background, it becomes that fsdpd (exec)
+  local id=$1 name=$2; shift 2
+  exec env SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="localhost,$HOST2" SLURM_NODEID="$id" SLURM_LOCALID=0 \
+    SLURMD_NODENAME="$name" SLURM_GPUS_ON_NODE=0 "$BUILD/fsdpd" --slurm --foreground --state-dir "$FAKE" --cpu-workers 2 "$@" \
+    >>"$FAKE/fsdpd-$name.log" 2>&1
+}
+HOST2=node-b
+FAKE_PIDS=()
+at_exit 'for p in "${FAKE_PIDS[@]}"; do stop_pid "$p"; done'
+FAIL_LOGS=("$FAKE/fsdpd-localhost.log" "$FAKE/fsdpd-$HOST2.log")
+fake_node 0 localhost --listen "tcp://127.0.0.1:$FAKE_PORT" & FAKE_PIDS+=($!)
+fake_node 1 "$HOST2" --join "tcp://127.0.0.1:$FAKE_PORT" --server-key "$FAKE/keys/server.pub" \
+  --client-key "$FAKE/keys/nodes.key" & FAKE_PIDS+=($!)
+two_nodes() { [ "$(FSDP_CTL="ipc://$FAKE/ctl.sock" "$CTL" nodes --json | jget 'sorted(n["name"] for n in d["nodes"] if not n["lost"])')" = "['localhost', '$HOST2']" ]; }
+wait_for 30 two_nodes || fail "the two --slurm nodes did not register"
+grep -q "Slurm job 4242: node 1 of 2 ($HOST2), coordinator on localhost; GPUs none" "$FAKE/fsdpd-$HOST2.log" ||
+  fail "node 1 did not run as an agent of Slurm job 4242 without GPUs"
+sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' -e 's/^world_size = .*/world_size = 4/' \
+  "$SRC/examples/tiny.ini" >"$S/four.ini"
+fid=$(FSDP_CTL="ipc://$FAKE/ctl.sock" "$CTL" submit "$S/four.ini" | tail -1)
+fake_done() { case "$(FSDP_CTL="ipc://$FAKE/ctl.sock" "$CTL" status "$fid" --json | jget 'd["state"]')" in succeeded|failed|cancelled) return 0;; esac; return 1; }
+wait_for 120 fake_done || fail "the 4-rank job on two --slurm nodes did not finish within 120 s"
+[ "$(FSDP_CTL="ipc://$FAKE/ctl.sock" "$CTL" status "$fid" --json | jget 'd["state"]')" = succeeded ] ||
+  fail "the 4-rank job on two --slurm nodes: $(FSDP_CTL="ipc://$FAKE/ctl.sock" "$CTL" status "$fid")"
+grep -q "ranks on localhost×2, $HOST2×2\|ranks on $HOST2×2, localhost×2" "$FAKE/jobs/$fid/job.log" ||
+  fail "the ranks did not span both nodes: $(cat "$FAKE/jobs/$fid/job.log")"
+for i in 1 0; do
+  kill -TERM "${FAKE_PIDS[i]}"
+  st=0; wait "${FAKE_PIDS[i]}" || st=$?
+  [ "$st" = 0 ] || fail "--slurm node $i exited with status $st after SIGTERM"
+done
+FAKE_PIDS=()
+echo "slurm: two --slurm nodes ran a 4-rank job"
+
 # ---- a Slurm of our own
 [ "$(id -u)" = 0 ] || skip "slurmd and munged need root here (run as root, as CI does)"
 for b in munged mungekey slurmctld slurmd sbatch squeue scontrol scancel srun; do
