@@ -47,7 +47,8 @@ bad() {   # EXPECTED-TEXT FSDPD-ARGS... with the variables already in the enviro
 # directory. Node 1's agent joins node 0 (its --join host 127.0.0.1 checked against the node
 # list's first host, localhost, by address); a 4-rank job runs on both; SIGTERM stops both.
 FAKE="$S/fake"
-mkdir -p -m 700 "$FAKE" "$FAKE/keys"
+mkdir -p "$FAKE/keys"
+chmod 700 "$FAKE" "$FAKE/keys"
 "$CTL" keygen "$FAKE/keys/server.key" >"$FAKE/keys/server.pub"
 echo "$("$CTL" keygen "$FAKE/keys/nodes.key") slurm nodes" >>"$FAKE/keys/authorized"
 read -r FAKE_PORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
