@@ -425,10 +425,13 @@ int main(int argc, char **argv) {
   }
   log_info("fsdpd %s (pid %d)%s", is_agent_only ? "agent" : "coordinator", (int)getpid(),
            is_agent_only ? "" : " with its local agent");
-  if (cfg.slurm)
-    log_info("Slurm job %s: node %d of %d (%s), coordinator on %s; GPUs %s (%s)", senv.job_id, senv.node_id, senv.nnodes,
+  if (cfg.slurm) {
+    char of[32] = "";
+    if (senv.nnodes >= 0) snprintf(of, sizeof of, " of %d", senv.nnodes);
+    log_info("Slurm job %s: node %d%s (%s), coordinator on %s; GPUs %s (%s)", senv.job_id, senv.node_id, of,
              *srole.name ? srole.name : "this host", senv.first_host, srole.gpus,
              senv.gpus >= 0 ? senv.gpus_from : "no GPU variable set: --gpus as given");
+  }
   uv_run(d.uv, UV_RUN_DEFAULT);
   uv_loop_close(d.uv);
   zmq_ctx_term(d.zctx);
