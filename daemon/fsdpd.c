@@ -1,7 +1,8 @@
 /* fsdpd — the fsdpd daemon: coordinator and local agent (the embedded default), or with --join an
- * agent only; with --slurm the allocation chooses which (slurm.h). Flags come from one declarative table; an unknown flag is an error. SIGTERM or
- * SIGINT (or a ctl shutdown request): stop accepting work, cancel running jobs cleanly, flush the
- * state, exit 0. docs/daemon.md describes the internals. */
+ * agent only; with --slurm the allocation says which (slurm.h). Flags come from one declarative
+ * table; an unknown flag is an error. SIGTERM or SIGINT (or a ctl shutdown request): stop
+ * accepting work, cancel running jobs cleanly, flush the state, exit 0. docs/daemon.md describes
+ * the internals. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
