@@ -2,7 +2,8 @@
  * without positions) against references written here in double, as test_ops does for GPT-2's:
  * forwards against a naive double forward, backwards against central finite differences of
  * L = Σ w_i·out_i, parameter gradients pre-filled at random (+=), activation gradients with NaN (=).
- * Tolerances as derived in test_ops.c. Grouped-query attention is tested in test_ops.c.
+ * Tolerances as derived in test_ops.c. Grouped-query attention is tested in test_ops.c. Last, the
+ * CPU device's slots for these operators (device_cpu.c) against direct calls, bit for bit.
  */
 #include <math.h>
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "device.h"
 #include "opcheck.h"
 #include "ops_cpu.h"
 
@@ -301,6 +303,82 @@ static void test_thread_independence(void) {
   for (int k = 0; k < 2; k++) free(dx[k]), free(dw[k]);
 }
 
+/* ---- the CPU device's slots: each packs its arguments into a task for the stream thread ---- */
+
+enum { S_LIN, S_DLIN_X, S_DLIN_W, S_RMS, S_RSTD, S_DRMS_X, S_DRMS_W, S_ROPE, S_ATT, S_OUT, S_DATT, S_DQKV, S_SW, S_DGU,
+       S_ENC, S_DWTE, S_N };
+
+/* Every Llama slot on the asynchronous CPU device (arguments through its task ring) against the
+ * direct calls on the same inputs: the same bits. Parameter gradients start from the same values. */
+static void test_cpu_device_slots(void) {
+  device_t *d = NULL;
+  CHECK_OK(device_new_cpu(DEV_CPU_ASYNC, &d));
+  if (!d) return;
+  const int B = 2, T = 5, NH = 4, NKV = 2, HS = 4, C = NH * HS, BT = B * T, F = 6, OC = 7, V = 3;
+  const int C3 = C + 2 * NKV * HS;
+  const int len[S_N] = {BT * OC, BT * C3, OC * C3, BT * C3, BT, BT * C3, C3, BT * C3, B * NH * T * T, BT * C,
+                        B * NH * T * T, BT * C3, BT * F, BT * 2 * F, BT * C, V * C};
+  int inp[10];
+  for (int i = 0; i < BT; i++) inp[i] = i % V;
+  float *x = fnew(BT * C3), *w = fnew(OC * C3), *gu = fnew(BT * 2 * F), *dy = fnew(BT * C3), *pre = fnew(OC * C3);
+  frand(x, NULL, BT * C3, 1.0);
+  frand(w, NULL, OC * C3, 1.0);
+  frand(gu, NULL, BT * 2 * F, 2.0);
+  frand(dy, NULL, BT * C3, 1.0);
+  frand(pre, NULL, OC * C3, 1.0);
+  float *r[2][S_N];
+  for (int k = 0; k < 2; k++) { /* k = 0: direct calls; k = 1: through the device */
+    float **b = r[k];
+    for (int i = 0; i < S_N; i++) b[i] = fnew(len[i]);
+    memcpy(b[S_DLIN_W], pre, sizeof(float) * OC * C3);
+    memcpy(b[S_DRMS_W], pre, sizeof(float) * C3);
+    memcpy(b[S_DWTE], pre, sizeof(float) * V * C);
+    memcpy(b[S_ROPE], x, sizeof(float) * BT * C3);
+    if (k == 0) {
+      linear_forward(b[S_LIN], x, w, BT, C3, OC);
+      linear_backward(b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
+      rmsnorm_forward(b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
+      rmsnorm_backward(b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
+      rope_forward(b[S_ROPE], B, T, NH, NKV, HS, 10000.0f);
+      attention_forward(b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
+      attention_backward(b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_ATT], B, T, C, NH, NKV);
+      rope_backward(b[S_DQKV], B, T, NH, NKV, HS, 10000.0f);
+      swiglu_forward(b[S_SW], gu, BT, F);
+      swiglu_backward(b[S_DGU], gu, b[S_SW], BT, F);
+      encoder_forward(b[S_ENC], inp, w, NULL, B, T, C);
+      encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
+    } else {
+      const dev_ops *o = d->op;
+      o->linear_forward(d, b[S_LIN], x, w, BT, C3, OC);
+      o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
+      o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
+      o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
+      o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, 10000.0f);
+      o->attention_forward(d, b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
+      o->attention_backward(d, b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_OUT], b[S_ATT], B, T, C, NH, NKV);
+      o->rope_backward(d, b[S_DQKV], B, T, NH, NKV, HS, 10000.0f);
+      o->swiglu_forward(d, b[S_SW], gu, BT, F);
+      o->swiglu_backward(d, b[S_DGU], gu, b[S_SW], BT, F);
+      o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C);
+      o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
+      CHECK_OK(o->sync(d));
+    }
+  }
+  static const char *const names[S_N] = {"linear out", "linear dinp", "linear dweight", "rmsnorm out", "rmsnorm rstd",
+                                         "rmsnorm dinp", "rmsnorm dweight", "rope", "attention probabilities",
+                                         "attention out", "attention scratch", "attention dqkv, rope backward",
+                                         "swiglu out", "swiglu dgu", "encoder out", "encoder dwte"};
+  for (int i = 0; i < S_N; i++) {
+    int eq = memcmp(r[0][i], r[1][i], sizeof(float) * (size_t)len[i]) == 0;
+    if (!eq) fprintf(stderr, "CPU device slot differs from the direct call: %s\n", names[i]);
+    CHECK(eq);
+  }
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < S_N; i++) free(r[k][i]);
+  free(x), free(w), free(gu), free(dy), free(pre);
+  device_destroy(&d);
+}
+
 int main(void) {
   test_encoder_no_wpe();
   test_linear();
@@ -309,5 +387,6 @@ int main(void) {
   test_rope();
   test_swiglu();
   test_thread_independence();
+  test_cpu_device_slots();
   return check_done();
 }
