@@ -11,7 +11,7 @@
 static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s.model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
   return s;
 }
 
@@ -109,7 +109,7 @@ static void test_tensors(void) {
 /* Every element of every unit is owned by exactly one rank (sharded modes) or by every rank
  * (none), for world sizes 1..64, including sizes that divide no unit. */
 static void test_shard_cover(void) {
-  static const gpt2_config cfgs[] = {{2, 2, 8, 16, 4}, {3, 3, 24, 97, 13}, {1, 1, 5, 3, 7}};
+  static const model_config cfgs[] = {{2, 2, 8, 16, 4}, {3, 3, 24, 97, 13}, {1, 1, 5, 3, 7}};
   int bad = 0;
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++)

@@ -376,7 +376,7 @@ static float *spec_buffer(int u, int C, int V, int T, int64_t *n) {
 static plan_t *planned(int L, int C, int V, int T, int world, shard_mode sharding) {
   jobspec_t spec;
   jobspec_defaults(&spec);
-  spec.model = (gpt2_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
+  spec.model = (model_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
   spec.batch_size = 1;
   spec.grad_accum = 1;
   spec.world_size = world;
