@@ -97,8 +97,8 @@ int main(int argc, char **argv) {
   TIME(t_ln_b, layernorm_backward(dx, dlnw, dlnb, dy, x, lnw, mean, rstd, B, T, C));
   TIME(t_qkv_f, matmul_forward(qkv, x, qkvw, qkvb, BT, C, 3 * C));
   TIME(t_qkv_b, matmul_backward(dx, dqkvw, dqkvb, dqkv, x, qkvw, BT, C, 3 * C));
-  TIME(t_att_f, attention_forward(y, att, qkv, B, T, C, NH));
-  TIME(t_att_b, attention_backward(dqkv, datt, dy, qkv, att, B, T, C, NH));
+  TIME(t_att_f, attention_forward(y, att, qkv, B, T, C, NH, NH));
+  TIME(t_att_b, attention_backward(dqkv, datt, dy, qkv, att, B, T, C, NH, NH));
   TIME(t_proj_f, matmul_forward(y, x, qkvw, qkvb, BT, C, C));
   TIME(t_proj_b, matmul_backward(dx, dqkvw, dqkvb, dy, x, qkvw, BT, C, C));
   TIME(t_fc_f, matmul_forward(h, x, fcw, fcb, BT, C, 4 * C));

@@ -99,6 +99,7 @@ typedef struct dev_ops {
                 uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale);
 
   /* ---- the model's operators (ops_cpu.h has the math; llm.c's argument order) ---- */
+  /* encoder: wpe (and dwpe) NULL for models without learned positions (Llama): out = wte[inp]. */
   void (*encoder_forward)(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
   void (*encoder_backward)(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
   void (*layernorm_forward)(device_t *d, void *out, float *mean, float *rstd, const void *inp, const void *w,
@@ -109,10 +110,13 @@ typedef struct dev_ops {
   void (*matmul_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, int BT, int C, int OC);
   /* STATE is what the backward needs and SCRATCH the backward's scratch (dev_attention_floats
-   * floats each); OUT is the forward's output, which the CUDA backward reads (the CPU's does not). */
-  void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH);
+   * floats each); OUT is the forward's output, which the CUDA backward reads (the CPU's does not).
+   * Grouped-query attention: qkv rows are C + 2·NKV·(C/NH) wide (q: NH heads, then k and v: NKV
+   * heads each); query head h reads kv head h / (NH/NKV). NKV divides NH; NKV = NH is GPT-2's. */
+  void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
+                            int NKV);
   void (*attention_backward)(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                             const void *out, const void *state, int B, int T, int C, int NH);
+                             const void *out, const void *state, int B, int T, int C, int NH, int NKV);
   void (*gelu_forward)(device_t *d, void *out, const void *inp, int64_t N);
   void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
@@ -122,6 +126,25 @@ typedef struct dev_ops {
    * With dinp = dwte = NULL only the losses (evaluation). */
   void (*classifier)(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                      const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
+
+  /* ---- Llama's operators ---- */
+  /* nn.Linear without bias: W is [OC, C] (out, in); out[n,:] = W·inp[n,:]. */
+  void (*linear_forward)(device_t *d, void *out, const void *inp, const void *w, int BT, int C, int OC);
+  void (*linear_backward)(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                          int BT, int C, int OC);
+  /* RMSNorm over C: out = inp·rstd·w, rstd = 1/sqrt(mean(inp²) + eps), rstd (BT) fp32 saved. */
+  void (*rmsnorm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
+                          float eps);
+  void (*rmsnorm_backward)(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                           const float *rstd, int BT, int C);
+  /* Rotary embeddings (Hugging Face's rotate-half), in place on the q and k heads of a (B,T,
+   * C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even); position t, pair (i, i + HS/2) rotates by
+   * t·theta^(−2i/HS). Backward rotates the gradients of q and k back (by −angle), in place. */
+  void (*rope_forward)(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+  void (*rope_backward)(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+  /* SwiGLU: gu is (BT, 2F), gate then up per row; out (BT, F) = silu(gate)·up. dgu = its gradient. */
+  void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
+  void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
 
   void (*destroy)(device_t *d);
 } dev_ops;

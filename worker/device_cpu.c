@@ -340,20 +340,23 @@ static void cpu_matmul_backward(device_t *d, void *dinp, float *dw, float *db, c
 
 static void run_attention_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  attention_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+  attention_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i, (int)a[6].i, (int)a[7].i);
 }
-static void cpu_attention_forward(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH) {
-  SUBMIT(d, run_attention_forward, P(out), P(state), P(qkv), I(B), I(T), I(C), I(NH));
+static void cpu_attention_forward(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
+                                  int NKV) {
+  SUBMIT(d, run_attention_forward, P(out), P(state), P(qkv), I(B), I(T), I(C), I(NH), I(NKV));
 }
 
 static void run_attention_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  attention_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i);
+  attention_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i,
+                     (int)a[9].i);
 }
 static void cpu_attention_backward(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                                   const void *out, const void *state, int B, int T, int C, int NH) {
+                                   const void *out, const void *state, int B, int T, int C, int NH, int NKV) {
   (void)out;   /* the CPU backward reads the saved probabilities instead */
-  SUBMIT(d, run_attention_backward, P(dqkv), P(scratch), P(dout), P(qkv), P(state), I(B), I(T), I(C), I(NH));
+  SUBMIT(d, run_attention_backward, P(dqkv), P(scratch), P(dout), P(qkv), P(state), I(B), I(T), I(C), I(NH),
+         I(NKV));
 }
 
 static void run_gelu_forward(cpu_dev *d, const targ *a) {
@@ -396,6 +399,75 @@ static void cpu_classifier(device_t *d, void *dinp, float *dwte, float *losses, 
          I(C), I(V), F(dscale));
 }
 
+/* ---- Llama's operators ---- */
+
+static void run_linear_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  linear_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i);
+}
+static void cpu_linear_forward(device_t *d, void *out, const void *inp, const void *w, int BT, int C, int OC) {
+  SUBMIT(d, run_linear_forward, P(out), P(inp), P(w), I(BT), I(C), I(OC));
+}
+
+static void run_linear_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  linear_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i);
+}
+static void cpu_linear_backward(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                                int BT, int C, int OC) {
+  SUBMIT(d, run_linear_backward, P(dinp), P(dw), P(dout), P(inp), P(w), I(BT), I(C), I(OC));
+}
+
+static void run_rmsnorm_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  rmsnorm_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+}
+static void cpu_rmsnorm_forward(device_t *d, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
+                                float eps) {
+  SUBMIT(d, run_rmsnorm_forward, P(out), P(rstd), P(inp), P(w), I(BT), I(C), F(eps));
+}
+
+static void run_rmsnorm_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  rmsnorm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i);
+}
+static void cpu_rmsnorm_backward(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                                 const float *rstd, int BT, int C) {
+  SUBMIT(d, run_rmsnorm_backward, P(dinp), P(dw), P(dout), P(inp), P(w), P(rstd), I(BT), I(C));
+}
+
+static void run_rope_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+}
+static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
+  SUBMIT(d, run_rope_forward, P(qkv), I(B), I(T), I(NH), I(NKV), I(HS), F(theta));
+}
+
+static void run_rope_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+}
+static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
+  SUBMIT(d, run_rope_backward, P(dqkv), I(B), I(T), I(NH), I(NKV), I(HS), F(theta));
+}
+
+static void run_swiglu_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  swiglu_forward(a[0].p, a[1].p, (int)a[2].i, (int)a[3].i);
+}
+static void cpu_swiglu_forward(device_t *d, void *out, const void *gu, int BT, int F) {
+  SUBMIT(d, run_swiglu_forward, P(out), P(gu), I(BT), I(F));
+}
+
+static void run_swiglu_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  swiglu_backward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i);
+}
+static void cpu_swiglu_backward(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F) {
+  SUBMIT(d, run_swiglu_backward, P(dgu), P(gu), P(dout), I(BT), I(F));
+}
+
 /* ---- lifetime ---- */
 
 static void cpu_destroy(device_t *dd) {
@@ -426,7 +498,10 @@ static void cpu_destroy(device_t *dd) {
     .matmul_backward = cpu_matmul_backward, .attention_forward = cpu_attention_forward,                        \
     .attention_backward = cpu_attention_backward, .gelu_forward = cpu_gelu_forward,                            \
     .gelu_backward = cpu_gelu_backward, .residual_forward = cpu_residual_forward,                              \
-    .classifier = cpu_classifier, .destroy = cpu_destroy                                                       \
+    .classifier = cpu_classifier, .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward, \
+    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,                          \
+    .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward, \
+    .swiglu_backward = cpu_swiglu_backward, .destroy = cpu_destroy                                             \
   }
 
 static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async"), ops_strict = CPU_OPS("cpu-strict");

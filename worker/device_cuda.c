@@ -523,16 +523,17 @@ static void cu_matmul_backward(device_t *dd, void *dinp, float *dw, float *db, c
   OP(d, ops_cuda_matmul_backward(dinp, dw, db, dout, inp, w, NULL, BT, C, OC, &d->ctx), "matmul_backward");
 }
 
-static void cu_attention_forward(device_t *dd, void *out, void *state, const void *qkv, int B, int T, int C, int NH) {
+static void cu_attention_forward(device_t *dd, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
+                                 int NKV) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_attention_forward(out, state, qkv, B, T, C, NH, &d->ctx), "attention_forward");
+  OP(d, ops_cuda_attention_forward(out, state, qkv, B, T, C, NH, NKV, &d->ctx), "attention_forward");
 }
 
 static void cu_attention_backward(device_t *dd, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                                  const void *out, const void *state, int B, int T, int C, int NH) {
+                                  const void *out, const void *state, int B, int T, int C, int NH, int NKV) {
   cuda_dev *d = cd(dd);
   (void)scratch;   /* the fused backward's B·NH·T floats come from the ops workspace */
-  OP(d, ops_cuda_attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, &d->ctx), "attention_backward");
+  OP(d, ops_cuda_attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, NKV, &d->ctx), "attention_backward");
 }
 
 static void cu_gelu_forward(device_t *dd, void *out, const void *inp, int64_t N) {

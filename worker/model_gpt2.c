@@ -158,7 +158,7 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
   d->op->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
                            PARAM(u, BLK_LN1_B, unit), B, T, C);
   d->op->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
-  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH);
+  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
   d->op->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
   d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
@@ -225,7 +225,7 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->op->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
-  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH);   /* dbuf = d qkv */
+  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
   d->op->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
   d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),

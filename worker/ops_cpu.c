@@ -1,4 +1,4 @@
-/* ops_cpu — the GPT-2 operators on the CPU (see ops_cpu.h for shapes and conventions).
+/* ops_cpu — the GPT-2 and Llama operators on the CPU (see ops_cpu.h for shapes and conventions).
  *
  * Matmuls (and attention's products) go through OpenBLAS' cblas_sgemm, which threads itself;
  * every other loop is an OpenMP parallel loop. Reductions that produce a parameter gradient are
@@ -24,7 +24,10 @@
 #include "ops/exp.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
 #include "ops/softmax.h"
+#include "ops/swiglu.h"
 
 /* The build targets baseline x86-64 (SSE2) so that one binary runs anywhere; the loops that are
  * compute-bound rather than memory-bound (exponentials: softmax, cross-entropy, GELU) are compiled
@@ -54,8 +57,12 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     const float *we = wte + (size_t)inp[bt] * C;
-    const float *pe = wpe + (size_t)(bt % T) * C;
     float *o = out + (size_t)bt * C;
+    if (!wpe) {
+      memcpy(o, we, (size_t)C * sizeof(float));
+      continue;
+    }
+    const float *pe = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
   }
@@ -71,7 +78,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     for (int bt = 0; bt < B * T; bt++) {
       const float *d = dout + (size_t)bt * C + c0;
       axpy(dwte + (size_t)inp[bt] * C + c0, 1.0f, d, n);
-      axpy(dwpe + (size_t)(bt % T) * C + c0, 1.0f, d, n);
+      if (dwpe) axpy(dwpe + (size_t)(bt % T) * C + c0, 1.0f, d, n);
     }
   }
 }
@@ -216,9 +223,9 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
 
 /* ---- attention ----
  * The products go through cblas_sgemm head by head, reading q, k, v in place inside qkv (leading
- * dimension 3C): with OpenBLAS' AVX-512 kernels that was 2.3× faster than plain per-row loops
- * (one core, T = 256). Causality is used by rows of ATT_BLOCK: query rows [r0, r1) only meet keys
- * [0, r1), so the products skip the blocks above the diagonal (T = 1024: 4 blocks, 62% of the
+ * dimension C + 2·NKV·hs, 3C for GPT-2): with OpenBLAS' AVX-512 kernels that was 2.3× faster
+ * than plain per-row loops (one core, T = 256). Causality is used by rows of ATT_BLOCK: query
+ * rows [r0, r1) only meet keys [0, r1), so the products skip the blocks above the diagonal (T = 1024: 4 blocks, 62% of the
  * square's flops; measured 1.7-1.9× faster than full squares). Only the row-wise softmax and
  * its backward are OpenMP loops, one parallel region each, so the OpenMP and BLAS thread pools
  * alternate only twice per call. Bigger blocks mean fewer, larger sgemm calls, which matters when
@@ -252,15 +259,16 @@ static OPS_VEC void softmax_causal_row_backward(float *restrict da, const float 
   for (int j = n; j < T; j++) da[j] = 0.0f;
 }
 
-/* Per-(b,h) views: q, k, v are (T, hs) with leading dimension 3C; att rows are T long. */
+/* Per-(b,h) views: q of query head h, k and v of kv head g are (T, hs) with leading dimension C3
+ * (the qkv row); att rows are T long. */
 #define ATT_Q(qkv, b, h) ((qkv) + (size_t)(b) * T * C3 + (size_t)(h) * hs)
-#define ATT_K(qkv, b, h) (ATT_Q(qkv, b, h) + C)
-#define ATT_V(qkv, b, h) (ATT_Q(qkv, b, h) + 2 * (size_t)C)
+#define ATT_K(qkv, b, g) (ATT_Q(qkv, b, g) + C)
+#define ATT_V(qkv, b, g) (ATT_Q(qkv, b, g) + C + (size_t)NKV * hs)
 #define ATT_BH(att, b, h) ((att) + ((size_t)(b) * NH + (h)) * T * T)
 
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV) {
   if (B <= 0 || T <= 0) return;
-  int hs = C / NH, C3 = 3 * C;
+  int hs = C / NH, C3 = C + 2 * NKV * hs, rep = NH / NKV;
   float scale = attn_scale(hs);
   /* att[t,t2] = scale·q_t·k_t2 for t < r1, t2 < r1 of each row block; the rest of each row is
    * left for the softmax, which zeroes it. */
@@ -269,7 +277,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3,
-                    C3, ATT_K(qkv, b, h), C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T, T);
+                    C3, ATT_K(qkv, b, h / rep), C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T, T);
       }
   /* Causal softmax per row: row t keeps keys 0..t and costs ~t, so rows are dealt out in chunks
    * of 32 round-robin rather than in one contiguous run per thread. */
@@ -282,7 +290,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                    ATT_BH(att, b, h) + (size_t)r0 * T, T, ATT_V(qkv, b, h), C3, 0.0f,
+                    ATT_BH(att, b, h) + (size_t)r0 * T, T, ATT_V(qkv, b, h / rep), C3, 0.0f,
                     out + ((size_t)b * T + r0) * C + (size_t)h * hs, C);
       }
 }
@@ -290,19 +298,20 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
 /* With dpre = softmax_dinp(att, datt) (the gradient before the softmax; 0 above the diagonal):
  *   datt = dout·vᵀ;  dq = scale·dpre·k;  dk = scale·dpreᵀ·q;  dv = attᵀ·dout,
  * blocked like the forward: query rows [r0, r1) meet keys [0, r1) (datt, dq), and key rows
- * [r0, r1) meet queries [r0, T) (dk, dv). datt is overwritten with dpre. Every dqkv element is
- * written once with beta = 0 (assignment). */
+ * [r0, r1) meet queries [r0, T) (dk, dv). datt is overwritten with dpre. Every dq element is
+ * written once with beta = 0 (assignment); dk and dv of kv head g are assigned by its first query
+ * head (beta = 0) and accumulated by the others (beta = 1), in head order. */
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                        int B, int T, int C, int NH) {
+                        int B, int T, int C, int NH, int NKV) {
   if (B <= 0 || T <= 0) return;
-  int hs = C / NH, C3 = 3 * C;
+  int hs = C / NH, C3 = C + 2 * NKV * hs, rep = NH / NKV;
   float scale = attn_scale(hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                    dout + ((size_t)b * T + r0) * C + (size_t)h * hs, C, ATT_V(qkv, b, h), C3, 0.0f,
+                    dout + ((size_t)b * T + r0) * C + (size_t)h * hs, C, ATT_V(qkv, b, h / rep), C3, 0.0f,
                     ATT_BH(datt, b, h) + (size_t)r0 * T, T);
       }
 #pragma omp parallel for schedule(static, 32)
@@ -312,17 +321,19 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
     for (int h = 0; h < NH; h++) {
       const float *dpre = ATT_BH(datt, b, h), *a = ATT_BH(att, b, h);
       const float *d = dout + (size_t)b * T * C + (size_t)h * hs;
+      int g = h / rep;
+      float beta = h % rep == 0 ? 0.0f : 1.0f;   /* the group's first query head assigns dk, dv */
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, n = r1 - r0;
         /* dq[r0:r1] = scale·dpre[r0:r1, 0:r1]·k[0:r1] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpre + (size_t)r0 * T, T,
-                    ATT_K(qkv, b, h), C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
+                    ATT_K(qkv, b, g), C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
         /* dk[r0:r1] = scale·dpre[r0:T, r0:r1]ᵀ·q[r0:T] */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, scale, dpre + (size_t)r0 * T + r0, T,
-                    ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, 0.0f, ATT_K(dqkv, b, h) + (size_t)r0 * C3, C3);
+                    ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, beta, ATT_K(dqkv, b, g) + (size_t)r0 * C3, C3);
         /* dv[r0:r1] = att[r0:T, r0:r1]ᵀ·dout[r0:T] */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0, T,
-                    d + (size_t)r0 * C, C, 0.0f, ATT_V(dqkv, b, h) + (size_t)r0 * C3, C3);
+                    d + (size_t)r0 * C, C, beta, ATT_V(dqkv, b, g) + (size_t)r0 * C3, C3);
       }
     }
 }
@@ -359,6 +370,128 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int N) {
 void residual_forward(float *out, const float *a, const float *b, int N) {
 #pragma omp parallel for simd schedule(static)
   for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+/* ---- Llama: linear, RMSNorm, rotary, SwiGLU ---- */
+
+void linear_forward(float *out, const float *inp, const float *weight, int BT, int C, int OC) {
+  pthread_once(&blas_check_once, blas_check);
+  if (BT <= 0 || OC <= 0) return;
+  /* out[BT,OC] = inp[BT,C] · weight[OC,C]ᵀ */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+}
+
+void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                     int BT, int C, int OC) {
+  if (BT <= 0 || C <= 0 || OC <= 0) return;
+  /* dinp[BT,C] = dout[BT,OC] · weight[OC,C] */
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  /* dweight[OC,C] += dout[BT,OC]ᵀ · inp[BT,C] */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+}
+
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *x = inp + (size_t)r * C;
+    float *o = out + (size_t)r * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    float rs = rmsnorm_rstd(ss / (float)C, eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = x[c] * rs * weight[c];
+    rstd[r] = rs;
+  }
+}
+
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int BT, int C) {
+  /* dinp: rows are independent. */
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+    float *dx = dinp + (size_t)r * C;
+    float rs = rstd[r], gn_sum = 0.0f;
+#pragma omp simd reduction(+ : gn_sum)
+    for (int c = 0; c < C; c++) gn_sum += weight[c] * d[c] * (x[c] * rs);
+    float gn_mean = gn_sum / (float)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) dx[c] = rmsnorm_dinp(weight[c] * d[c], x[c] * rs, gn_mean, rs);
+  }
+  /* dweight: column sums, split by channel block (as layernorm's). */
+  int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * COL_BLOCK, n = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
+    float dw[COL_BLOCK] = {0};
+    for (int r = 0; r < BT; r++) {
+      const float *x = inp + (size_t)r * C + c0, *d = dout + (size_t)r * C + c0;
+      float rs = rstd[r];
+#pragma omp simd
+      for (int i = 0; i < n; i++) dw[i] += d[i] * (x[i] * rs);
+    }
+    for (int i = 0; i < n; i++) dweight[c0 + i] += dw[i];
+  }
+}
+
+/* One position t of every row at that position: the angle of pair i depends on t and i only, so
+ * its cosine and sine are computed once per (t, i) and applied to all B rows and NH + NKV heads.
+ * DIR = 1 rotates forward, −1 back. */
+static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, float theta, float dir) {
+  int half = HS / 2, C3 = (NH + 2 * NKV) * HS;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < half; i++) {
+      float ang = rope_angle(t, i, HS, theta), c = cosf(ang), s = dir * sinf(ang);
+      for (int b = 0; b < B; b++) {
+        float *row = qkv + ((size_t)b * T + t) * C3;
+        for (int h = 0; h < NH + NKV; h++) {
+          float *x = row + (size_t)h * HS + i;
+          rope_rotate(x, x + half, c, s);
+        }
+      }
+    }
+}
+
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
+  rope_apply(qkv, B, T, NH, NKV, HS, theta, 1.0f);
+}
+
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
+  rope_apply(dqkv, B, T, NH, NKV, HS, theta, -1.0f);
+}
+
+static OPS_VEC void swiglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) out[i] = swiglu(gate[i], up[i]);
+}
+
+static OPS_VEC void swiglu_backward_row(float *restrict dgate, float *restrict dup, const float *restrict gate,
+                                        const float *restrict up, const float *restrict d, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) {
+    dgate[i] = swiglu_dgate(gate[i], up[i], d[i]);
+    dup[i] = swiglu_dup(gate[i], d[i]);
+  }
+}
+
+void swiglu_forward(float *out, const float *gu, int BT, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *g = gu + (size_t)r * 2 * F;
+    swiglu_row(out + (size_t)r * F, g, g + F, F);
+  }
+}
+
+void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *g = gu + (size_t)r * 2 * F;
+    float *dg = dgu + (size_t)r * 2 * F;
+    swiglu_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
+  }
 }
 
 /* ---- tied output head (wte [V, C]) ---- */

@@ -1,4 +1,4 @@
-/* ops_cpu — the GPT-2 operators on the CPU, in fp32: the readable reference that the CUDA
+/* ops_cpu — the GPT-2 and Llama operators on the CPU, in fp32: the readable reference that the CUDA
  * backend (ops_cuda.cu) must agree with. Scalar math shared with CUDA lives in the headers under worker/ops/.
  *
  * Conventions (llm.c): outputs first, then inputs, then sizes. B batch, T time, C channels,
@@ -10,7 +10,7 @@
 #ifndef FSDP_OPS_CPU_H
 #define FSDP_OPS_CPU_H
 
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe (and dwpe) NULL: no learned positions (Llama). */
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
 
@@ -26,13 +26,16 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int BT, int C, int OC);
 
-/* Causal multi-head self-attention. qkv is (B,T,3C) as Hugging Face's c_attn produces it
- * (q, k, v each C wide, head h at columns h*C/NH); att is (B,NH,T,T) softmax probabilities
- * (entries above the diagonal are 0), saved for backward; out is (B,T,C). Scale 1/sqrt(C/NH).
- * datt is (B,NH,T,T) scratch for backward. */
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* Causal grouped-query self-attention. qkv is (B,T,C + 2·NKV·hs), hs = C/NH: q (NH heads) then k
+ * and v (NKV heads each), head h of q at columns h·hs, kv head g of k at C + g·hs and of v at
+ * C + (NKV + g)·hs; NKV = NH is GPT-2's c_attn layout (B,T,3C). Query head h reads kv head
+ * h / (NH/NKV); NKV divides NH. att is (B,NH,T,T) softmax probabilities (entries above the
+ * diagonal are 0), saved for backward; out is (B,T,C). Scale 1/sqrt(hs). datt is (B,NH,T,T)
+ * scratch for backward; the gradient of a shared kv head is the sum over its query heads, added in
+ * head order (the same bits for any thread count). */
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                        int B, int T, int C, int NH);
+                        int B, int T, int C, int NH, int NKV);
 
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, int N);
@@ -40,6 +43,30 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int N);
 
 /* out = a + b. Backward of a residual is the identity: the caller reuses dout. */
 void residual_forward(float *out, const float *a, const float *b, int N);
+
+/* ---- Llama ---- */
+
+/* nn.Linear without bias: weight is [OC, C] (out, in); out[n,:] = weight·inp[n,:]. BT rows.
+ * Backward: dinp = dout·weight (dinp may be NULL: not wanted), dweight += doutᵀ·inp. */
+void linear_forward(float *out, const float *inp, const float *weight, int BT, int C, int OC);
+void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                     int BT, int C, int OC);
+
+/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT) saved for backward. */
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps);
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int BT, int C);
+
+/* Rotary embeddings in Hugging Face's rotate-half convention (ops/rope.h), in place on the NH q
+ * heads and NKV k heads of each row of a (B,T,C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even; v is
+ * untouched); row (b,t) is at position t. The backward rotates dq and dk back, in place. */
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+
+/* SwiGLU (ops/swiglu.h): gu is (BT, 2F), gate then up in each row; out (BT, F) = silu(gate)·up.
+ * dgu (BT, 2F) is assigned. */
+void swiglu_forward(float *out, const float *gu, int BT, int F);
+void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 
 /* The tied output head: logits[n,v] = Σ_c inp[n,c]·wte[v,c]; wte is [V,C]. */
 void classifier_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V);

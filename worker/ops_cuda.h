@@ -114,12 +114,12 @@ typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                       const ops_cuda_ctx *ctx);
+                                       int NKV, const ops_cuda_ctx *ctx);
 /* dqkv (B,T,3C) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the scores;
  * deterministic (dk/dv and dq by two kernels, no atomics). Needs B·NH·T floats of workspace. */
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
-                                        const ops_cuda_ctx *ctx);
+                                        int NKV, const ops_cuda_ctx *ctx);
 
 /* ---- elementwise (bf16 storage, fp32 math) ---- */
 fsdp_status ops_cuda_gelu_forward(ops_bf16 *out, const ops_bf16 *inp, int64_t N, const ops_cuda_ctx *ctx);

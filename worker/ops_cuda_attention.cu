@@ -386,9 +386,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ---- host side ---- */
 
-static fsdp_status attention_args(int B, int C, int NH, const char *what) {
+static fsdp_status attention_args(int B, int C, int NH, int NKV, const char *what) {
   if (NH <= 0 || C % NH != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: C=%d is not a multiple of NH=%d", what, C, NH);
+  if (NKV <= 0 || NH % NKV != 0)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: NKV=%d kv heads must divide NH=%d", what, NKV, NH);
+  if (NKV != NH)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: grouped-query attention (NKV=%d < NH=%d) has no CUDA kernel yet",
+                          what, NKV, NH);
   const int hs = C / NH;
   if (hs != 64 && hs != 128)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head size %d (C=%d, NH=%d); the fused attention supports 64 "
@@ -458,8 +463,8 @@ ops_attn_impl ops_cuda_attention_selected(void) {
 }
 
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                       const ops_cuda_ctx *ctx) {
-  TRY(attention_args(B, C, NH, "attention_forward"));
+                                       int NKV, const ops_cuda_ctx *ctx) {
+  TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
   if (ops_cuda_attention_selected() == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, ctx);
   if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, ctx);
@@ -468,9 +473,9 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
 
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
-                                        const ops_cuda_ctx *ctx) {
+                                        int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
-  TRY(attention_args(B, C, NH, what));
+  TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
   const int64_t rows = (int64_t)B * T * NH;
   void *ws = NULL;

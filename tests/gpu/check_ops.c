@@ -185,7 +185,7 @@ static void check_attention(const shape *s) {
 
   float *out = h_nan(nout), *att = h_nan(natt), *lse = h_nan(nlse);
   void *d_out = d_nan_bf16(nout), *d_lse = d_nan_f32(nlse);
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH);
   /* lse from the CPU's probabilities: at the row's largest probability p_j (≥ 1/T, so its log is
    * accurate), lse = s_j − log p_j with s_j = scale·q·k_j recomputed in double. */
   const float scale = attn_scale(hs);
@@ -205,7 +205,7 @@ static void check_attention(const shape *s) {
   /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
 
   /* both implementations, then back to the process default */
   const ops_attn_impl was = ops_cuda_attention_selected();
@@ -222,10 +222,10 @@ static void check_attention(const shape *s) {
     out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, &g_ctx));
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, &g_ctx));
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &g_ctx));
+                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, &g_ctx));
   }
   ops_cuda_attention_select(was);
   free_all();

@@ -305,7 +305,7 @@ static void test_attention(void) {
   attn_ctx x = {B, T, C, NH, qkv_d, w, out_d, att_d};
 
   ffill(att, NA, NAN);
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH);
   attn_objective(&x);
   expect_close("attention_forward out", out_d, out, N, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att", att_d, att, NA, FWD_ATOL, FWD_RTOL);
@@ -317,7 +317,7 @@ static void test_attention(void) {
 
   ffill(dqkv, NQ, NAN);
   ffill(datt, NA, NAN);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
   fd_grad(g, qkv_d, NQ, attn_objective, &x);
   expect_close("attention_backward dqkv (=)", g, dqkv, NQ, GRAD_ATOL, GRAD_RTOL);
 
@@ -327,7 +327,7 @@ static void test_attention(void) {
   float *out2 = fnew(N), *att2 = fnew(NA);
   for (int b = 0; b < B; b++)
     for (int c = C; c < 3 * C; c++) qkv[(b * T + tf) * 3 * C + c] += 0.5f;
-  attention_forward(out2, att2, qkv, B, T, C, NH);
+  attention_forward(out2, att2, qkv, B, T, C, NH, NH);
   int past_same = 1, present_moved = 0;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
@@ -345,7 +345,7 @@ static void test_attention(void) {
   double *q2d = dnew(NQ2), *w2 = dnew(N2), *o2d = dnew(N2), *a2d = dnew(NA2);
   frand(q2, q2d, NQ2, 2.0);
   attn_ctx x2 = {B, T2, C2, NH2, q2d, w2, o2d, a2d};
-  attention_forward(o2, a2, q2, B, T2, C2, NH2);
+  attention_forward(o2, a2, q2, B, T2, C2, NH2, NH2);
   attn_objective(&x2);
   expect_close("attention_forward out, T=40", o2d, o2, N2, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att, T=40", a2d, a2, NA2, FWD_ATOL, FWD_RTOL);
@@ -365,13 +365,13 @@ static void test_attention_long(void) {
   frand(qkv, qkv_d, NQ, 2.0);
   frand(dout, w, N, 1.0);
   attn_ctx x = {B, T, C, NH, qkv_d, w, out_d, att_d};
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH);
   attn_objective(&x);
   expect_close("attention_forward out, T=300", out_d, out, N, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att, T=300", att_d, att, NA, FWD_ATOL, FWD_RTOL);
   ffill(dqkv, NQ, NAN);
   ffill(datt, NA, NAN);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
   int tokens[] = {0, 1, 2, 100, 254, 255, 256, 257, 280, 298, 299};
   int nt = (int)(sizeof tokens / sizeof tokens[0]), ns = nt * 3 * C;
   double *fd = dnew(ns), *g1 = dnew(1);
@@ -596,13 +596,13 @@ static void test_thread_independence(void) {
   frand(dout, NULL, N, 1.0);
   frand(wt, NULL, C, 1.0);
   frand(bs, NULL, C, 1.0);
-  attention_forward(out, att, qkv, B, T, C, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH);
   layernorm_forward(out, mean, rstd, dout, wt, bs, B, T, C);
   int saved = omp_get_max_threads();
   int threads[2] = {1, 3};
   for (int k = 0; k < 2; k++) {
     omp_set_num_threads(threads[k]);
-    attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH);
+    attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH, NH);
     encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C);
     layernorm_backward(dx[k], dw[k], db[k], qkv, dout, wt, mean, rstd, B, T, C);
   }
