@@ -176,7 +176,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->max_restarts = 0;
   s->restart_wait_s = 60;
   s->model = (model_config){.arch = ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
-                            .seq_len = 1024, .norm_eps = 1e-5, .rope_theta = 10000};
+                            .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000};
   snprintf(s->init, sizeof s->init, "random");
   s->batch_size = 12;
   s->grad_accum = 5;
@@ -616,7 +616,7 @@ static void model_checks(pctx *c) {
     m->n_kv_head = m->n_head;
     return;
   }
-  if (!m->n_kv_head) m->n_kv_head = m->n_head;
+  if (!c->key_line[key_index("model", "n_kv_head")] || !m->n_kv_head) m->n_kv_head = m->n_head;
   if (m->n_head % m->n_kv_head)
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "

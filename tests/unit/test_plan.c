@@ -109,7 +109,9 @@ static void test_tensors(void) {
 /* Every element of every unit is owned by exactly one rank (sharded modes) or by every rank
  * (none), for world sizes 1..64, including sizes that divide no unit. */
 static void test_shard_cover(void) {
-  static const model_config cfgs[] = {{2, 2, 8, 16, 4}, {3, 3, 24, 97, 13}, {1, 1, 5, 3, 7}};
+  static const model_config cfgs[] = {{.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16, .seq_len = 4},
+                                       {.n_layer = 3, .n_head = 3, .n_embd = 24, .vocab_size = 97, .seq_len = 13},
+                                       {.n_layer = 1, .n_head = 1, .n_embd = 5, .vocab_size = 3, .seq_len = 7}};
   int bad = 0;
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++)
