@@ -10,6 +10,7 @@
  * checkpoint + restore + 3 steps in fresh processes: losses 4..6 and final weights bit-identical for
  * the same world (the same arithmetic on the same bits); restored into N=1 B=4 and N=4 B=1 (N·B·G
  * unchanged): within test_runtime's equivalence tolerances (only fp32 summation order differs).
+ * Both parts run for GPT-2 and again for a Llama with grouped-query attention.
  */
 #include <errno.h>
 #include <fcntl.h>
