@@ -519,21 +519,21 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
-  fprintf(f, "  %4s %-8s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
+  fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
           "shard_base");
   const char *blk = llama ? "layers" : "h";
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *pu = &p->units[u];
     if (p->nunits > 8 && u >= 3 && u < p->nunits - 2) {
       if (u == 3)
-        fprintf(f, "  %4s %-8s (%s.2 .. %s.%d: the same sizes as %s.0)\n", "...", "", blk, blk, p->nunits - 4, blk);
+        fprintf(f, "  %4s %-9s (%s.2 .. %s.%d: the same sizes as %s.0)\n", "...", "", blk, blk, p->nunits - 4, blk);
       continue;
     }
-    fprintf(f, "  %4d %-8s %7d %13s %13s %13s %15s\n", u, pu->name, pu->ntensors, human_count(pu->numel, a, sizeof a),
+    fprintf(f, "  %4d %-9s %7d %13s %13s %13s %15s\n", u, pu->name, pu->ntensors, human_count(pu->numel, a, sizeof a),
             human_count(pu->padded, b, sizeof b), human_count(pu->shard_numel, c, sizeof c),
             human_count(pu->shard_base, d, sizeof d));
   }
-  fprintf(f, "  %4s %-8s %7s %13s %13s %13s %15s\n", "", "total", "", human_count(p->n_params, a, sizeof a), "",
+  fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "", "total", "", human_count(p->n_params, a, sizeof a), "",
           human_count(p->shard_total, b, sizeof b), "= S");
 
   fprintf(f, "\nTensors (offset in the unit's flat buffer; Hugging Face names and %s layout)\n",
