@@ -379,6 +379,18 @@ static void test_examples(void) {
   s.device = DEVICE_CPU;
   CHECK_OK(jobspec_check_build(&s));
   CHECK(s.ckpt_dir[0] == '/' && strstr(s.ckpt_dir, "/examples/checkpoints/gpt2-small"));
+  /* the Llama examples: a CPU one that trains in seconds, and Llama-3.2-1B's shape */
+  source_path(path, sizeof path, "examples/llama-tiny.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(ARCH_LLAMA, s.model.arch);
+  CHECK_EQ_INT(DEVICE_CPU, s.device);
+  CHECK(s.model.n_kv_head < s.model.n_head && s.model.n_head % s.model.n_kv_head == 0);
+  source_path(path, sizeof path, "examples/llama-1b.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  model_config want = {.arch = ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_embd = 2048, .vocab_size = 128256,
+                       .seq_len = 2048, .n_kv_head = 8, .ffn_dim = 8192, .norm_eps = 1e-5, .rope_theta = 500000};
+  CHECK(!memcmp(&want, &s.model, sizeof want));
+  CHECK_EQ_INT(DEVICE_CUDA, s.device);
 }
 
 int main(void) {
