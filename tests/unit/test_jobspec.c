@@ -387,9 +387,10 @@ static void test_examples(void) {
   CHECK(s.model.n_kv_head < s.model.n_head && s.model.n_head % s.model.n_kv_head == 0);
   source_path(path, sizeof path, "examples/llama-1b.ini");
   CHECK_OK(jobspec_load(path, &s));
-  model_config want = {.arch = ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_embd = 2048, .vocab_size = 128256,
-                       .seq_len = 2048, .n_kv_head = 8, .ffn_dim = 8192, .norm_eps = 1e-5, .rope_theta = 500000};
-  CHECK(!memcmp(&want, &s.model, sizeof want));
+  const model_config *m = &s.model;
+  CHECK(m->arch == ARCH_LLAMA && m->n_layer == 16 && m->n_head == 32 && m->n_embd == 2048 && m->vocab_size == 128256 &&
+        m->seq_len == 2048 && m->n_kv_head == 8 && m->ffn_dim == 8192 && m->norm_eps == 1e-5 &&
+        m->rope_theta == 500000);
   CHECK_EQ_INT(DEVICE_CUDA, s.device);
 }
 
