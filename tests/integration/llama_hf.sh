@@ -4,7 +4,8 @@
 # forward of that file (Hugging Face's conventions: [out, in] weights, rotate-half rotary, repeated
 # kv heads); the job trains, checkpoints, resumes at world 3, and fsdpctl export writes exactly the
 # Hugging Face names and shapes with a LlamaConfig; every exported tensor is read back and compared
-# (with the worker's own --save, byte for byte, and an lr-1e-9 step-1 export with the input file).
+# (with the worker's own --save, byte for byte, and an lr-1e-9 step-1 export with the input file);
+# fsdpctl sample gives the same tokens from the checkpoint and from the export.
 # With torch and transformers installed, LlamaForCausalLM loads the export and gives the same loss.
 # Bad input: a GPT-2 file, a missing tensor and a wrong shape give one-line errors.
 set -euo pipefail
@@ -176,6 +177,12 @@ bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
 assert not bad, bad
 print(f"export: {len(out)} tensors with the input file's names and shapes, equal to the ranks' --save; LlamaConfig ok")
 PY
+
+# fsdpctl sample runs the model through the same interface: the checkpoint and its export agree.
+a=$("$build/fsdpctl" sample "$tmp/ckpt" --prompt 01 --tokens 12 --temperature 0)
+b=$("$build/fsdpctl" sample "$tmp/hf/model.safetensors" --prompt 01 --tokens 12 --temperature 0)
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "sample: checkpoint '$a', export '$b'"; exit 1; }
+echo "sample (greedy) from the checkpoint and from the export: $a"
 
 # 4. Values through the checkpoint: one step at lr 1e-9 moves no weight by more than ~1e-9, so the
 #    export equals the input file to 1e-6 tensor by tensor: every name maps to the right place.
