@@ -1,4 +1,4 @@
-/* ops_cuda — the GPT-2 operators on an NVIDIA GPU in bf16 with fp32 math: the kernels behind the
+/* ops_cuda — the GPT-2 and Llama operators on an NVIDIA GPU in bf16 with fp32 math: the kernels behind the
  * CUDA device layer. ops_cpu.h (fp32) stays the specification; gpu_check compares every function
  * here with it (tests/gpu, docs/gpu.md).
  *
@@ -17,10 +17,11 @@
  *  - The workspace: ctx->workspace (ctx->workspace_bytes, at least OPS_CUDA_WORKSPACE_MIN, 256-byte
  *    aligned) is scratch for cuBLASLt and for the multi-pass reductions below. Calls on one ctx
  *    must stay in stream order (they reuse it); two streams need two workspaces.
- *  - Shapes: B batch, T time, C channels, OC output channels, NH heads, V vocabulary, N elements.
- *    BT = B·T rows. Element counts are int64 where a buffer can pass 2^31 elements.
- * Scalar formulas (GELU, LayerNorm, softmax, exp, bf16 rounding) come from the headers in worker/ops/, compiled
- * for both backends. Any host thread may call these; one thread per ctx at a time.
+ *  - Shapes: B batch, T time, C channels, OC output channels, NH heads, NKV kv heads, HS head
+ *    size, F SwiGLU width, V vocabulary, N elements. BT = B·T rows. Element counts are int64 where
+ *    a buffer can pass 2^31 elements.
+ * Scalar formulas (GELU, LayerNorm, RMSNorm, rotary, SwiGLU, softmax, exp, bf16 rounding) come from
+ * the headers in worker/ops/, compiled for both backends. Any host thread may call these; one thread per ctx at a time.
  *
  * Compiled only when the CUDA backend is built (FSDP_HAVE_CUDA).
  */
@@ -57,18 +58,19 @@ typedef struct ops_cuda_ctx {
 } ops_cuda_ctx;
 
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
- * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; encoder_backward: 2·B·T ints;
+ * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; rmsnorm_backward: 64·C floats;
+ * encoder_backward: 2·B·T ints;
  * attention_backward: B·NH·T floats, 3 MiB at B=64, NH=12, T=1024; sumsq: 12 KiB). A call whose need
  * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
  * the caller passes that scratch buffer. */
 #define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
 
-/* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---- */
+/* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe NULL: no positions (Llama) ---- */
 fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf16 *wte, const ops_bf16 *wpe, int B,
                                      int T, int C, const ops_cuda_ctx *ctx);
 /* dwte (V,C) and dwpe (T,C) fp32 +=. Deterministic: each dwte row is summed over its token's
  * occurrences in position order (a first pass links every position to the next one holding the
- * same token; needs 2·B·T ints of workspace), each dwpe element over b in order. */
+ * same token; needs 2·B·T ints of workspace), each dwpe element over b in order. dwpe may be NULL. */
 fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
                                       int C, const ops_cuda_ctx *ctx);
 
@@ -102,8 +104,10 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
                                      int C, int OC, const ops_cuda_ctx *ctx);
 
 /* ---- fused causal self-attention (flash-attention style; no T×T matrix in memory) ----
- * qkv (B,T,3C) as Hugging Face's c_attn produces it (q, k, v each C wide, head h at columns h·hs,
- * hs = C/NH); out (B,T,C); lse (B,NH,T) fp32: each query row's log-sum-exp of its scaled scores,
+ * qkv (B,T,C + 2·NKV·hs), hs = C/NH: q (NH heads, head h at columns h·hs), then k and v (NKV heads
+ * each, kv head g at C + g·hs and C + (NKV + g)·hs); NKV = NH is Hugging Face's c_attn (B,T,3C).
+ * Grouped-query attention: query head h reads kv head h / (NH/NKV); NKV must divide NH (else
+ * FSDP_ERR_INVALID). out (B,T,C); lse (B,NH,T) fp32: each query row's log-sum-exp of its scaled scores,
  * saved for backward. Scale 1/sqrt(hs). hs must be 64 or 128 (else FSDP_ERR_UNSUPPORTED).
  * Two implementations with the same outputs (interchangeable even between forward and backward):
  * OPS_ATTN_TC, tensor cores through WMMA (bf16 operands, fp32 accumulation; ops_cuda_attention_tc.cu),
@@ -115,8 +119,9 @@ void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        int NKV, const ops_cuda_ctx *ctx);
-/* dqkv (B,T,3C) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the scores;
- * deterministic (dk/dv and dq by two kernels, no atomics). Needs B·NH·T floats of workspace. */
+/* dqkv (B,T,C + 2·NKV·hs) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the
+ * scores; deterministic (dk/dv and dq by two kernels, no atomics; a shared kv head's dk/dv summed
+ * over its query heads in head order by one block). Needs B·NH·T floats of workspace. */
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx);
@@ -129,6 +134,34 @@ fsdp_status ops_cuda_gelu_backward(ops_bf16 *dinp, const ops_bf16 *inp, const op
 /* out = a + b; out may equal a or b. */
 fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t N,
                                       const ops_cuda_ctx *ctx);
+
+/* ---- Llama's operators (ops_cuda_llama.cu) ----
+ * linear: nn.Linear without bias, weight [OC, C] (out, in), through cuBLASLt (bf16 operands, fp32
+ * compute): out (BT,OC) = inp·weightᵀ. Backward: dinp (BT,C) = dout·weight (assigned; may be NULL),
+ * dweight (fp32, OC×C) += doutᵀ·inp (cuBLASLt, beta 1). */
+fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
+                                    const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                     const ops_bf16 *weight, int BT, int C, int OC, const ops_cuda_ctx *ctx);
+/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT, fp32) saved. Backward: dinp
+ * assigned, dweight (fp32) += by a deterministic two-pass column sum (64·C floats of workspace). */
+fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
+                                     int C, float eps, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                      const ops_cuda_ctx *ctx);
+/* Rotary embeddings, Hugging Face's rotate-half (ops/rope.h), in place on the NH q and NKV k heads
+ * of a (B,T,(NH + 2·NKV)·HS) qkv buffer; v untouched. The backward rotates dq, dk back in place.
+ * An odd HS is FSDP_ERR_INVALID. */
+fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, float theta,
+                                  const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, float theta,
+                                   const ops_cuda_ctx *ctx);
+/* SwiGLU (ops/swiglu.h): gu (BT, 2F) holds gate then up per row; out (BT, F) = silu(gate)·up;
+ * dgu (BT, 2F) assigned. */
+fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
+                                     const ops_cuda_ctx *ctx);
 
 /* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
  * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded

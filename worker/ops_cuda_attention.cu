@@ -11,13 +11,19 @@
  * half-warp shuffles. Shared rows are padded by one float (stride D+1) so that 16 lanes reading 16
  * different rows at one column hit 16 different banks.
  *
+ * Grouped-query attention (ops_cuda.h): query head h reads kv head g = h / (NH/NKV) of a row
+ * C + 2·NKV·hs wide; the dK/dV kernel runs per kv head and sums over its query heads in a fixed
+ * order (head by head, each over its query tiles) in registers, so a shared head still has one
+ * writer and the bits do not depend on scheduling.
+ *
  *   forward    grid (query tiles, NH, B), heaviest tiles first: for key tiles 0..qt: S = scale·QKᵀ,
  *              causal mask, online softmax (running max m, sum l; O rescaled by e^(m_old−m_new)),
  *              O += P·V through shared memory. out = O/l, lse = m + log l.
  *   backward   Dvec_i = Σ_c dO_ic·O_ic (one warp per row, into the workspace); then two kernels,
  *              so that every output element has one writer and no atomics are needed:
- *              dK/dV: grid (key tiles, NH, B), loop over query tiles ≥ the key tile: P = e^(S−lse),
- *              dP = dO·Vᵀ, dS = P∘(dP − Dvec); dV += Pᵀ·dO, dK += scale·dSᵀ·Q.
+ *              dK/dV: grid (key tiles, NKV, B), loop over the group's query heads and, for each,
+ *              the query tiles ≥ the key tile: P = e^(S−lse), dP = dO·Vᵀ, dS = P∘(dP − Dvec);
+ *              dV += Pᵀ·dO, dK += scale·dSᵀ·Q.
  *              dQ: grid (query tiles, NH, B), loop over key tiles ≤ the query tile, same P and dS;
  *              dQ += scale·dS·K.
  * Head size 64 uses 64×64 tiles (forward 66 KB of shared memory, backward 100 KB); head size 128,
@@ -63,15 +69,16 @@ template <int D, int TILE> struct att_cfg {
 template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ lse, const ops_bf16 *__restrict__ qkv,
-                             int T, int C, int NH, float scale) {
+                             int T, int C, int NH, int NKV, float scale) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sQ = sm, *sK = sQ + TILE * K::LDK, *sV = sK + TILE * K::LDK, *sP = sV + TILE * K::LDK;
   const int qt = gridDim.x - 1 - blockIdx.x; /* the longest (last) query tiles start first */
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)g * D, *v = k + (int64_t)NKV * D;
   const int q0 = qt * TILE;
 
   load_tile<D, TILE, K::LDK>(sQ, q, C3, q0, T);
@@ -190,17 +197,15 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkv_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                                   const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                                  const float *__restrict__ dvec, int T, int C, int NH, float scale) {
+                                  const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sK = sm, *sV = sK + TILE * K::LDK, *sQ = sV + TILE * K::LDK, *sdO = sQ + TILE * K::LDK;
   float *sPt = sdO + TILE * K::LDK, *sdSt = sPt + TILE * K::LDP, *sL = sdSt + TILE * K::LDP, *sD = sL + TILE;
-  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nqt = gridDim.x;
+  const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, nqt = gridDim.x, rep = NH / NKV;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
-  const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
-  const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)g * D, *v = k + (int64_t)NKV * D;
   const int k0 = kt * TILE;
 
   load_tile<D, TILE, K::LDK>(sK, k, C3, k0, T);
@@ -211,78 +216,83 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int d = 0; d < K::DN; d++) dk[a][d] = dv[a][d] = 0.0f;
 
-  for (int qt = kt; qt < nqt; qt++) {
-    const int q0 = qt * TILE;
-    __syncthreads(); /* previous readers of sQ, sdO, sPt, sdSt, sL, sD are done */
-    load_tile<D, TILE, K::LDK>(sQ, q, C3, q0, T);
-    load_tile<D, TILE, K::LDK>(sdO, dO, C, q0, T);
-    for (int i = threadIdx.x; i < TILE; i += ATT_THREADS) {
-      sL[i] = q0 + i < T ? L[q0 + i] : 0.0f;
-      sD[i] = q0 + i < T ? Dv[q0 + i] : 0.0f;
-    }
-    __syncthreads();
-    /* transposed tiles: rows are keys j = ty + 16a, columns queries i = tx + 16b */
-    float s[K::RM][K::RM], dp[K::RM][K::RM];
-#pragma unroll
-    for (int a = 0; a < K::RM; a++)
-#pragma unroll
-      for (int j = 0; j < K::RM; j++) s[a][j] = dp[a][j] = 0.0f;
-    for (int c = 0; c < D; c++) {
-      float kv[K::RM], vv[K::RM], qv[K::RM], ov[K::RM];
-#pragma unroll
-      for (int a = 0; a < K::RM; a++) {
-        kv[a] = sK[(ty + 16 * a) * K::LDK + c];
-        vv[a] = sV[(ty + 16 * a) * K::LDK + c];
-        qv[a] = sQ[(tx + 16 * a) * K::LDK + c];
-        ov[a] = sdO[(tx + 16 * a) * K::LDK + c];
+  for (int h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
+    const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
+    for (int qt = kt; qt < nqt; qt++) {
+      const int q0 = qt * TILE;
+      __syncthreads(); /* previous readers of sQ, sdO, sPt, sdSt, sL, sD are done */
+      load_tile<D, TILE, K::LDK>(sQ, q, C3, q0, T);
+      load_tile<D, TILE, K::LDK>(sdO, dO, C, q0, T);
+      for (int i = threadIdx.x; i < TILE; i += ATT_THREADS) {
+        sL[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+        sD[i] = q0 + i < T ? Dv[q0 + i] : 0.0f;
       }
+      __syncthreads();
+      /* transposed tiles: rows are keys j = ty + 16a, columns queries i = tx + 16b */
+      float s[K::RM][K::RM], dp[K::RM][K::RM];
 #pragma unroll
       for (int a = 0; a < K::RM; a++)
+#pragma unroll
+        for (int j = 0; j < K::RM; j++) s[a][j] = dp[a][j] = 0.0f;
+      for (int c = 0; c < D; c++) {
+        float kv[K::RM], vv[K::RM], qv[K::RM], ov[K::RM];
+#pragma unroll
+        for (int a = 0; a < K::RM; a++) {
+          kv[a] = sK[(ty + 16 * a) * K::LDK + c];
+          vv[a] = sV[(ty + 16 * a) * K::LDK + c];
+          qv[a] = sQ[(tx + 16 * a) * K::LDK + c];
+          ov[a] = sdO[(tx + 16 * a) * K::LDK + c];
+        }
+#pragma unroll
+        for (int a = 0; a < K::RM; a++)
+#pragma unroll
+          for (int j = 0; j < K::RM; j++) {
+            s[a][j] += kv[a] * qv[j];
+            dp[a][j] += vv[a] * ov[j];
+          }
+      }
+#pragma unroll
+      for (int a = 0; a < K::RM; a++) {
+        const int kj = k0 + ty + 16 * a;
 #pragma unroll
         for (int j = 0; j < K::RM; j++) {
-          s[a][j] += kv[a] * qv[j];
-          dp[a][j] += vv[a] * ov[j];
+          const int il = tx + 16 * j, qi = q0 + il;
+          float p, ds;
+          att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], qi >= kj && qi < T && kj < T, scale, &p, &ds);
+          sPt[(ty + 16 * a) * K::LDP + il] = p;
+          sdSt[(ty + 16 * a) * K::LDP + il] = ds;
         }
-    }
-#pragma unroll
-    for (int a = 0; a < K::RM; a++) {
-      const int kj = k0 + ty + 16 * a;
-#pragma unroll
-      for (int j = 0; j < K::RM; j++) {
-        const int il = tx + 16 * j, qi = q0 + il;
-        float p, ds;
-        att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], qi >= kj && qi < T && kj < T, scale, &p, &ds);
-        sPt[(ty + 16 * a) * K::LDP + il] = p;
-        sdSt[(ty + 16 * a) * K::LDP + il] = ds;
       }
-    }
-    __syncthreads();
-    for (int i = 0; i < TILE; i++) {
-      float pv[K::RM], dsv[K::RM], ov[K::DN], qv[K::DN];
+      __syncthreads();
+      for (int i = 0; i < TILE; i++) {
+        float pv[K::RM], dsv[K::RM], ov[K::DN], qv[K::DN];
 #pragma unroll
-      for (int a = 0; a < K::RM; a++) {
-        pv[a] = sPt[(ty + 16 * a) * K::LDP + i];
-        dsv[a] = sdSt[(ty + 16 * a) * K::LDP + i];
-      }
-#pragma unroll
-      for (int d = 0; d < K::DN; d++) {
-        ov[d] = sdO[i * K::LDK + tx + 16 * d];
-        qv[d] = sQ[i * K::LDK + tx + 16 * d];
-      }
-#pragma unroll
-      for (int a = 0; a < K::RM; a++)
+        for (int a = 0; a < K::RM; a++) {
+          pv[a] = sPt[(ty + 16 * a) * K::LDP + i];
+          dsv[a] = sdSt[(ty + 16 * a) * K::LDP + i];
+        }
 #pragma unroll
         for (int d = 0; d < K::DN; d++) {
-          dv[a][d] += pv[a] * ov[d];
-          dk[a][d] += dsv[a] * qv[d];
+          ov[d] = sdO[i * K::LDK + tx + 16 * d];
+          qv[d] = sQ[i * K::LDK + tx + 16 * d];
         }
+#pragma unroll
+        for (int a = 0; a < K::RM; a++)
+#pragma unroll
+          for (int d = 0; d < K::DN; d++) {
+            dv[a][d] += pv[a] * ov[d];
+            dk[a][d] += dsv[a] * qv[d];
+          }
+      }
     }
   }
 #pragma unroll
   for (int a = 0; a < K::RM; a++) {
     const int kj = k0 + ty + 16 * a;
     if (kj >= T) continue;
-    ops_bf16 *dkrow = dqkv + ((int64_t)b * T + kj) * C3 + C + (int64_t)h * D, *dvrow = dkrow + C;
+    ops_bf16 *dkrow = dqkv + ((int64_t)b * T + kj) * C3 + C + (int64_t)g * D, *dvrow = dkrow + (int64_t)NKV * D;
 #pragma unroll
     for (int d = 0; d < K::DN; d++) {
       dkrow[tx + 16 * d] = tobf(dk[a][d] * scale);
@@ -295,16 +305,17 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                                  const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                                 const float *__restrict__ dvec, int T, int C, int NH, float scale) {
+                                 const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sQ = sm, *sdO = sQ + TILE * K::LDK, *sK = sdO + TILE * K::LDK, *sV = sK + TILE * K::LDK;
   float *sdS = sV + TILE * K::LDK, *sL = sdS + TILE * K::LDP, *sD = sL + TILE;
   const int qt = gridDim.x - 1 - blockIdx.x; /* longest first */
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)g * D, *v = k + (int64_t)NKV * D;
   const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
   const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
   const int q0 = qt * TILE;
@@ -391,9 +402,6 @@ static fsdp_status attention_args(int B, int C, int NH, int NKV, const char *wha
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: C=%d is not a multiple of NH=%d", what, C, NH);
   if (NKV <= 0 || NH % NKV != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: NKV=%d kv heads must divide NH=%d", what, NKV, NH);
-  if (NKV != NH)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: grouped-query attention (NKV=%d < NH=%d) has no CUDA kernel yet",
-                          what, NKV, NH);
   const int hs = C / NH;
   if (hs != 64 && hs != 128)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head size %d (C=%d, NH=%d); the fused attention supports 64 "
@@ -417,13 +425,13 @@ template <typename Kern> static fsdp_status smem_opt_in(Kern kernel, size_t byte
 
 template <int D, int TILE>
 static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C,
-                                            int NH, const ops_cuda_ctx *ctx) {
+                                            int NH, int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward";
   using K = att_cfg<D, TILE>;
   TRY(smem_opt_in(attention_forward_kernel<D, TILE>, K::fwd_smem, what));
   dim3 grid((T + TILE - 1) / TILE, NH, B);
   attention_forward_kernel<D, TILE><<<grid, ATT_THREADS, K::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
-                                                                                     attn_scale(D));
+                                                                                     NKV, attn_scale(D));
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
@@ -431,17 +439,17 @@ static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops
 template <int D, int TILE>
 static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
                                              const float *lse, const float *dvec, int B, int T, int C, int NH,
-                                             const ops_cuda_ctx *ctx) {
+                                             int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   using K = att_cfg<D, TILE>;
   TRY(smem_opt_in(attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, what));
   TRY(smem_opt_in(attention_backward_dq_kernel<D, TILE>, K::bwd_smem, what));
-  dim3 grid((T + TILE - 1) / TILE, NH, B);
-  attention_backward_dkv_kernel<D, TILE><<<grid, ATT_THREADS, K::bwd_smem, ctx->stream>>>(dqkv, dout, qkv, lse, dvec,
-                                                                                          T, C, NH, attn_scale(D));
+  const int nt = (T + TILE - 1) / TILE;
+  attention_backward_dkv_kernel<D, TILE><<<dim3(nt, NKV, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
   LAUNCH_CHECK("attention_backward (dk, dv)");
-  attention_backward_dq_kernel<D, TILE><<<grid, ATT_THREADS, K::bwd_smem, ctx->stream>>>(dqkv, dout, qkv, lse, dvec,
-                                                                                         T, C, NH, attn_scale(D));
+  attention_backward_dq_kernel<D, TILE><<<dim3(nt, NH, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
   LAUNCH_CHECK("attention_backward (dq)");
   return FSDP_OK;
 }
@@ -466,9 +474,10 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
                                        int NKV, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  if (ops_cuda_attention_selected() == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, ctx);
-  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, ctx);
-  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, ctx);
+  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
+    return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
+  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, ctx);
+  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, ctx);
 }
 
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
@@ -485,7 +494,7 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, co
       dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
   if (ops_cuda_attention_selected() == OPS_ATTN_TC)
-    return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
-  if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
-  return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
+    return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+  if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+  return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
 }

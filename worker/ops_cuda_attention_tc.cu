@@ -19,6 +19,9 @@
  *             query tiles ≥ it (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, P = e^(S·scale − lse), dS = P∘(dP − D);
  *             dV += Pᵀ·dO, dK += dSᵀ·Q), and dQ per query tile over the key tiles ≤ it
  *             (dQ += dS·K): one writer per output, no atomics.
+ * Grouped-query attention: query head h reads kv head g = h / (NH/NKV) (rows C + 2·NKV·hs wide);
+ * a dK/dV block owns a key tile of kv head g and accumulates over the group's query heads in
+ * order, each over its query tiles, so a shared head has one writer and fixed-order sums.
  */
 #include "ops_cuda_common.cuh"
 
@@ -99,7 +102,7 @@ __device__ __forceinline__ void warp_gemm(float *c, int ldc, const ops_bf16 *a, 
 template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ lse, const ops_bf16 *__restrict__ qkv,
-                                int T, int C, int NH, float scale) {
+                                int T, int C, int NH, int NKV, float scale) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sQ = (ops_bf16 *)smem, *sK = (ops_bf16 *)(smem + K::tile_h), *sV = (ops_bf16 *)(smem + 2 * K::tile_h);
@@ -109,8 +112,9 @@ __global__ void __launch_bounds__(TC_THREADS)
   ops_bf16 *sP = (ops_bf16 *)(wbase + K::warp_s);
   float *sO = (float *)(wbase + K::warp_s + K::warp_b);
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest tiles first */
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)(h / (NH / NKV)) * D, *v = k + (int64_t)NKV * D;
   const int q0 = qt * TC_TILE;
   const int r = lane >> 1, half = lane & 1; /* this lane's row of the warp's 16, and its half of the columns */
   const int qi = q0 + warp * 16 + r;
@@ -167,7 +171,7 @@ template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dkv_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                             const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                            const float *__restrict__ dvec, int T, int C, int NH, float scale) {
+                            const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sK = (ops_bf16 *)smem, *sV = (ops_bf16 *)(smem + K::tile_h), *sQ = (ops_bf16 *)(smem + 2 * K::tile_h);
@@ -178,11 +182,9 @@ __global__ void __launch_bounds__(TC_THREADS)
   ops_bf16 *sP = (ops_bf16 *)(wbase + 2 * K::warp_s), *sdS = (ops_bf16 *)(wbase + 2 * K::warp_s + K::warp_b);
   float *sdK = (float *)(wbase + 2 * K::warp_s + 2 * K::warp_b), *sdV = sdK + 16 * K::LDA;
   float *sL = (float *)(smem + 4 * K::tile_h + 4 * (2 * K::warp_s + 2 * K::warp_b + 2 * K::warp_a)), *sD = sL + TC_TILE;
-  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nqt = gridDim.x;
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
-  const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
-  const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
+  const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, nqt = gridDim.x, rep = NH / NKV;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)g * D, *v = k + (int64_t)NKV * D;
   const int k0 = kt * TC_TILE;
   const int r = lane >> 1, half = lane & 1;
   const int kj = k0 + warp * 16 + r; /* this lane's key row */
@@ -191,35 +193,40 @@ __global__ void __launch_bounds__(TC_THREADS)
   tc_load<D>(sV, v, C3, k0, T);
   for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++) sdK[r * K::LDA + c] = sdV[r * K::LDA + c] = 0.0f;
 
-  for (int qt = kt; qt < nqt; qt++) {
-    const int q0 = qt * TC_TILE;
-    __syncthreads();
-    tc_load<D>(sQ, q, C3, q0, T);
-    tc_load<D>(sdO, dO, C, q0, T);
-    for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
-      sL[i] = q0 + i < T ? L[q0 + i] : 0.0f;
-      sD[i] = q0 + i < T ? Dv[q0 + i] : 0.0f;
+  for (int h = g * rep; h < (g + 1) * rep; h++) { /* the group's query heads, in order */
+    const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
+    for (int qt = kt; qt < nqt; qt++) {
+      const int q0 = qt * TC_TILE;
+      __syncthreads();
+      tc_load<D>(sQ, q, C3, q0, T);
+      tc_load<D>(sdO, dO, C, q0, T);
+      for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
+        sL[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+        sD[i] = q0 + i < T ? Dv[q0 + i] : 0.0f;
+      }
+      __syncthreads();
+      /* Sᵀ (16 keys × 64 queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ */
+      warp_gemm<D / 16, TC_TILE / 16, true, false>(sS, K::LDS, sK + warp * 16 * K::LDH, K::LDH, sQ, K::LDH);
+      warp_gemm<D / 16, TC_TILE / 16, true, false>(sdP, K::LDS, sV + warp * 16 * K::LDH, K::LDH, sdO, K::LDH);
+      __syncwarp();
+      for (int c = half * 32; c < half * 32 + 32; c++) {
+        const int qi = q0 + c;
+        const bool ok = qi >= kj && qi < T && kj < T;
+        const float p = ok ? ops_expf(sS[r * K::LDS + c] * scale - sL[c]) : 0.0f;
+        sP[r * K::LDB + c] = tobf(p);
+        sdS[r * K::LDB + c] = tobf(p * (sdP[r * K::LDS + c] - sD[c]));
+      }
+      __syncwarp();
+      /* dV_w += Pᵀ·dO; dK_w += dSᵀ·Q (scaled at the end) */
+      warp_gemm<TC_TILE / 16, D / 16, false, true>(sdV, K::LDA, sP, K::LDB, sdO, K::LDH);
+      warp_gemm<TC_TILE / 16, D / 16, false, true>(sdK, K::LDA, sdS, K::LDB, sQ, K::LDH);
+      __syncwarp();
     }
-    __syncthreads();
-    /* Sᵀ (16 keys × 64 queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ */
-    warp_gemm<D / 16, TC_TILE / 16, true, false>(sS, K::LDS, sK + warp * 16 * K::LDH, K::LDH, sQ, K::LDH);
-    warp_gemm<D / 16, TC_TILE / 16, true, false>(sdP, K::LDS, sV + warp * 16 * K::LDH, K::LDH, sdO, K::LDH);
-    __syncwarp();
-    for (int c = half * 32; c < half * 32 + 32; c++) {
-      const int qi = q0 + c;
-      const bool ok = qi >= kj && qi < T && kj < T;
-      const float p = ok ? ops_expf(sS[r * K::LDS + c] * scale - sL[c]) : 0.0f;
-      sP[r * K::LDB + c] = tobf(p);
-      sdS[r * K::LDB + c] = tobf(p * (sdP[r * K::LDS + c] - sD[c]));
-    }
-    __syncwarp();
-    /* dV_w += Pᵀ·dO; dK_w += dSᵀ·Q (scaled at the end) */
-    warp_gemm<TC_TILE / 16, D / 16, false, true>(sdV, K::LDA, sP, K::LDB, sdO, K::LDH);
-    warp_gemm<TC_TILE / 16, D / 16, false, true>(sdK, K::LDA, sdS, K::LDB, sQ, K::LDH);
-    __syncwarp();
   }
   if (kj < T) {
-    ops_bf16 *dkrow = dqkv + ((int64_t)b * T + kj) * C3 + C + (int64_t)h * D, *dvrow = dkrow + C;
+    ops_bf16 *dkrow = dqkv + ((int64_t)b * T + kj) * C3 + C + (int64_t)g * D, *dvrow = dkrow + (int64_t)NKV * D;
     for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++) {
       dkrow[c] = tobf(sdK[r * K::LDA + c] * scale);
       dvrow[c] = tobf(sdV[r * K::LDA + c]);
@@ -231,7 +238,7 @@ template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dq_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                            const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                           const float *__restrict__ dvec, int T, int C, int NH, float scale) {
+                           const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sQ = (ops_bf16 *)smem, *sdO = (ops_bf16 *)(smem + K::tile_h), *sK = (ops_bf16 *)(smem + 2 * K::tile_h);
@@ -242,8 +249,9 @@ __global__ void __launch_bounds__(TC_THREADS)
   ops_bf16 *sdS = (ops_bf16 *)(wbase + 2 * K::warp_s);
   float *sdQ = (float *)(wbase + 2 * K::warp_s + K::warp_b);
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* longest first */
-  const int64_t C3 = 3 * (int64_t)C;
-  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D, *k = q + C, *v = q + 2 * (int64_t)C;
+  const int64_t C3 = C + 2 * (int64_t)NKV * D;
+  const ops_bf16 *q = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+  const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)(h / (NH / NKV)) * D, *v = k + (int64_t)NKV * D;
   const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
   const int q0 = qt * TC_TILE;
   const int r = lane >> 1, half = lane & 1;
@@ -294,41 +302,42 @@ template <typename Kern> static fsdp_status tc_smem(Kern kernel, size_t bytes, c
 }
 
 template <int D>
-static fsdp_status tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
+static fsdp_status tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH, int NKV,
                               const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward (tensor cores)";
   TRY(tc_smem(attention_tc_forward_kernel<D>, tc_cfg<D>::fwd_smem, what));
   dim3 grid((T + TC_TILE - 1) / TC_TILE, NH, B);
   attention_tc_forward_kernel<D><<<grid, TC_THREADS, tc_cfg<D>::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
-                                                                                          attn_scale(D));
+                                                                                          NKV, attn_scale(D));
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
 
 template <int D>
 static fsdp_status tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
-                               const float *dvec, int B, int T, int C, int NH, const ops_cuda_ctx *ctx) {
+                               const float *dvec, int B, int T, int C, int NH, int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward (tensor cores)";
   TRY(tc_smem(attention_tc_dkv_kernel<D>, tc_cfg<D>::dkv_smem, what));
   TRY(tc_smem(attention_tc_dq_kernel<D>, tc_cfg<D>::dq_smem, what));
-  dim3 grid((T + TC_TILE - 1) / TC_TILE, NH, B);
-  attention_tc_dkv_kernel<D><<<grid, TC_THREADS, tc_cfg<D>::dkv_smem, ctx->stream>>>(dqkv, dout, qkv, lse, dvec, T, C,
-                                                                                      NH, attn_scale(D));
+  const int nt = (T + TC_TILE - 1) / TC_TILE;
+  attention_tc_dkv_kernel<D><<<dim3(nt, NKV, B), TC_THREADS, tc_cfg<D>::dkv_smem, ctx->stream>>>(
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
   LAUNCH_CHECK("attention_backward (tensor cores, dk, dv)");
-  attention_tc_dq_kernel<D><<<grid, TC_THREADS, tc_cfg<D>::dq_smem, ctx->stream>>>(dqkv, dout, qkv, lse, dvec, T, C,
-                                                                                    NH, attn_scale(D));
+  attention_tc_dq_kernel<D><<<dim3(nt, NH, B), TC_THREADS, tc_cfg<D>::dq_smem, ctx->stream>>>(
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
   LAUNCH_CHECK("attention_backward (tensor cores, dq)");
   return FSDP_OK;
 }
 
 fsdp_status ops_attention_tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                     const ops_cuda_ctx *ctx) {
-  return C / NH == 64 ? tc_forward<64>(out, lse, qkv, B, T, C, NH, ctx)
-                      : tc_forward<128>(out, lse, qkv, B, T, C, NH, ctx);
+                                     int NKV, const ops_cuda_ctx *ctx) {
+  return C / NH == 64 ? tc_forward<64>(out, lse, qkv, B, T, C, NH, NKV, ctx)
+                      : tc_forward<128>(out, lse, qkv, B, T, C, NH, NKV, ctx);
 }
 
 fsdp_status ops_attention_tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
-                                      const float *dvec, int B, int T, int C, int NH, const ops_cuda_ctx *ctx) {
-  return C / NH == 64 ? tc_backward<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx)
-                      : tc_backward<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, ctx);
+                                      const float *dvec, int B, int T, int C, int NH, int NKV,
+                                      const ops_cuda_ctx *ctx) {
+  return C / NH == 64 ? tc_backward<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx)
+                      : tc_backward<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
 }

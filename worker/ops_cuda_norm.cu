@@ -20,7 +20,7 @@ __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__
     int c = (int)(i % C);
     int64_t bt = i / C;
     int t = (int)(bt % T);
-    out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + ldbf(wpe + (int64_t)t * C + c));
+    out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + (wpe ? ldbf(wpe + (int64_t)t * C + c) : 0.0f));
   }
 }
 
@@ -95,9 +95,11 @@ fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *
   void *ws = NULL;
   TRY(ops_workspace(ctx, 2 * (size_t)BT * sizeof(int), what, &ws));
   int *next = (int *)ws, *has_prev = next + BT;
-  encoder_dwpe_kernel<<<ops_blocks((int64_t)T * C, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dwpe, dout, B,
-                                                                                               (int64_t)T * C);
-  LAUNCH_CHECK(what);
+  if (dwpe) {
+    encoder_dwpe_kernel<<<ops_blocks((int64_t)T * C, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dwpe, dout, B,
+                                                                                                 (int64_t)T * C);
+    LAUNCH_CHECK(what);
+  }
   CUDA_CHECK(cudaMemsetAsync(has_prev, 0, (size_t)BT * sizeof(int), ctx->stream), what);
   encoder_link_kernel<<<(BT + ENC_TILE - 1) / ENC_TILE, ENC_TILE, 0, ctx->stream>>>(next, has_prev, inp, BT);
   LAUNCH_CHECK(what);

@@ -1,6 +1,7 @@
-/* check_ops — gpu_check's checks of the model operators of worker/ops_cuda.h (encoder, LayerNorm,
+/* check_ops — gpu_check's checks of GPT-2's operators of worker/ops_cuda.h (encoder, LayerNorm,
  * matmul with its epilogues, fused attention, GELU, residual, fused classifier) against the CPU
- * twins of worker/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
+ * twins of worker/ops_cpu.h, on fresh random bf16 inputs; check_llama.c has Llama's. Tolerances:
+ * gpu_check.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,6 @@
 #include "ops/softmax.h"
 #include "ops_cpu.h"
 
-typedef struct shape {
-  const char *name;
-  int B, T, C, NH, V;
-  int timed;   /* time the CUDA op (the large shapes) */
-} shape;
-
 /* tiny: ragged tiles everywhere (T = 70 is not a multiple of 64), head size 64; hs128: head size
  * 128 (32×32 tiles); long: attention over 9 key tiles, the last one ragged, with one head;
  * gpt2: GPT-2 small at T = 1024. */
@@ -24,12 +19,6 @@ static const shape kTiny = {"tiny", 2, 70, 128, 2, 37, 0};
 static const shape kHs128 = {"hs128", 2, 100, 256, 2, 37, 0};
 static const shape kLong = {"long", 1, 520, 64, 1, 37, 0};
 static const shape kGpt2 = {"gpt2", 4, 1024, 768, 12, 50257, 1};
-
-static float *h_copy(const float *src, size_t n) {
-  float *p = hbuf(n * sizeof(float));
-  memcpy(p, src, n * sizeof(float));
-  return p;
-}
 
 static int *h_tokens(size_t n, int V) {
   int *t = hbuf(n * sizeof(int));
@@ -176,8 +165,9 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
 
 /* ---- attention ---- */
 
-static void check_attention(const shape *s) {
-  const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH, C3 = 3 * C;
+/* NKV kv heads (NKV = NH: multi-head attention as GPT-2's; fewer: grouped-query, Llama's). */
+void check_attention(const shape *s, int NKV) {
+  const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH, C3 = C + 2 * NKV * hs;
   const size_t nqkv = (size_t)B * T * C3, natt = (size_t)B * NH * T * T, nout = (size_t)B * T * C;
   const size_t nlse = (size_t)B * NH * T;
   float *qkv = h_bf16_uniform(nqkv, -1.5f, 1.5f);
@@ -185,7 +175,7 @@ static void check_attention(const shape *s) {
 
   float *out = h_nan(nout), *att = h_nan(natt), *lse = h_nan(nlse);
   void *d_out = d_nan_bf16(nout), *d_lse = d_nan_f32(nlse);
-  attention_forward(out, att, qkv, B, T, C, NH, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NKV);
   /* lse from the CPU's probabilities: at the row's largest probability p_j (≥ 1/T, so its log is
    * accurate), lse = s_j − log p_j with s_j = scale·q·k_j recomputed in double. */
   const float scale = attn_scale(hs);
@@ -197,7 +187,7 @@ static void check_attention(const shape *s) {
         for (int j = 1; j <= t; j++)
           if (a[j] > a[jm]) jm = j;
         const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-        const float *k = qkv + ((size_t)b * T + jm) * C3 + C + (size_t)h * hs;
+        const float *k = qkv + ((size_t)b * T + jm) * C3 + C + (size_t)(h / (NH / NKV)) * hs;
         double dot = 0;
         for (int c = 0; c < hs; c++) dot += (double)q[c] * k[c];
         lse[((size_t)b * NH + h) * T + t] = (float)(dot * scale - log((double)a[jm]));
@@ -205,16 +195,16 @@ static void check_attention(const shape *s) {
   /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
 
   /* both implementations, then back to the process default */
   const ops_attn_impl was = ops_cuda_attention_selected();
   static const ops_attn_impl impls[] = {OPS_ATTN_TC, OPS_ATTN_FMA};
   static const char *const impl_names[] = {"tensor cores", "fp32 FMA"};
   for (int i = 0; i < 2; i++) {
-    char fname[64], bname[64];
-    snprintf(fname, sizeof fname, "attention_forward(%s)", impl_names[i]);
-    snprintf(bname, sizeof bname, "attention_backward(%s)", impl_names[i]);
+    char fname[96], bname[96];
+    snprintf(fname, sizeof fname, "attention_forward(%s, NKV=%d)", impl_names[i], NKV);
+    snprintf(bname, sizeof bname, "attention_backward(%s, NKV=%d)", impl_names[i], NKV);
     ops_cuda_attention_select(impls[i]);
     CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
     CU(cudaMemset(d_lse, 0xFF, nlse * sizeof(float)));
@@ -222,10 +212,10 @@ static void check_attention(const shape *s) {
     out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, &g_ctx));
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, &g_ctx));
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NH, &g_ctx));
+                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
   }
   ops_cuda_attention_select(was);
   free_all();
@@ -326,7 +316,7 @@ static void check_shape(const shape *s) {
     check_matmul(s, "no bias, gelu", s->C, 2 * s->C, MM_GELU | MM_DINP);
     check_matmul(s, "odd OC=37 gelu", s->C, 37, MM_BIAS | MM_GELU | MM_DINP);
   }
-  check_attention(s);
+  check_attention(s, s->NH);
   check_elementwise(s);
   if (s->timed) check_classifier(s, 1024, 384);
   else check_classifier(s, s->B * s->T, 64);
@@ -337,8 +327,8 @@ void check_model_ops(int large) {
   check_shape(&kTiny);
   printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d (head size %d) ==\n", kHs128.name, kHs128.B, kHs128.T,
          kHs128.C, kHs128.NH, kHs128.C / kHs128.NH);
-  check_attention(&kHs128);
+  check_attention(&kHs128, kHs128.NH);
   printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d ==\n", kLong.name, kLong.B, kLong.T, kLong.C, kLong.NH);
-  check_attention(&kLong);
+  check_attention(&kLong, kLong.NH);
   if (large) check_shape(&kGpt2);
 }

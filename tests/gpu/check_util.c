@@ -11,12 +11,6 @@
 #include "optim.h"
 #include "plan.h"
 
-static float *h_copy(const float *src, size_t n) {
-  float *p = hbuf(n * sizeof(float));
-  memcpy(p, src, n * sizeof(float));
-  return p;
-}
-
 /* ---- AdamW: one unit of five tensors (three decaying) plus padding, as one rank's shard ---- */
 
 static void check_adamw(void) {

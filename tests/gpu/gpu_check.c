@@ -527,6 +527,7 @@ int main(int argc, char **argv) {
   CU(cudaMalloc(&g_ctx.workspace, g_ctx.workspace_bytes));
 
   check_model_ops(1);
+  check_llama_ops(1);
   check_util_ops();
   measure_gemm_rate();
   check_comms_world1();

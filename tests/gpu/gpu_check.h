@@ -1,5 +1,6 @@
 /* gpu_check — the harness shared by the device checks (gpu_check.c: main, comparison, comms;
- * check_ops.c: the model operators; check_util.c: AdamW, utilities, GEMM throughput).
+ * check_ops.c: GPT-2's operators; check_llama.c: Llama's; check_util.c: AdamW, utilities, GEMM
+ * throughput).
  *
  * Tolerances (docs/gpu.md): a bf16 path (bf16 inputs or outputs) passes when the norm-wise
  * relative error ‖cuda − cpu‖₂/‖cpu‖₂ is under 2e-2 (TOL_BF16) AND no element is off by more than
@@ -47,6 +48,7 @@ float rng_uniform(float lo, float hi);
 float *h_uniform(size_t n, float lo, float hi);          /* fp32 values */
 float *h_bf16_uniform(size_t n, float lo, float hi);     /* fp32 values that are exact bf16 values */
 float *h_nan(size_t n);
+float *h_copy(const float *src, size_t n);               /* a copy of src */
 void *d_upload(const void *h, size_t bytes);
 void *d_bf16(const float *h, size_t n);                  /* upload as bf16 (h holds bf16 values) */
 void *d_nan_f32(size_t n);
@@ -99,8 +101,20 @@ void verdict(const char *name, int ok, const char *detail);
     for (int i_ = 0; i_ < n_; i_++) compare((op), (shape), &(outs)[i_], i_ == 0 ? ms_ : -1.0); \
   } while (0)
 
+/* A shape of the operator checks: batch, time, channels, heads, vocabulary. */
+typedef struct shape {
+  const char *name;
+  int B, T, C, NH, V;
+  int timed;   /* time the CUDA op (the large shapes) */
+} shape;
+
 /* check_ops.c: the tiny shapes, and the GPT-2 ones when LARGE */
 void check_model_ops(int large);
+/* Fused attention, both implementations, with NKV kv heads (NKV = NH: multi-head). check_ops.c */
+void check_attention(const shape *s, int NKV);
+/* check_llama.c: Llama's operators (linear, RMSNorm, rotary, SwiGLU, the encoder without
+ * positions, grouped-query attention) at tiny shapes, and Llama-3.2-1B's when LARGE */
+void check_llama_ops(int large);
 /* check_util.c */
 void check_util_ops(void);
 void measure_gemm_rate(void);

@@ -88,6 +88,12 @@ float *h_bf16_uniform(size_t n, float lo, float hi) {
 }
 
 /* All bits set: a quiet NaN in every float. */
+float *h_copy(const float *src, size_t n) {
+  float *p = hbuf(n * sizeof(float));
+  memcpy(p, src, n * sizeof(float));
+  return p;
+}
+
 float *h_nan(size_t n) {
   float *p = hbuf(n * sizeof(float));
   memset(p, 0xFF, n * sizeof(float));

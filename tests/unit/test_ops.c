@@ -1,4 +1,5 @@
-/* test_ops — every GPT-2 operator of ops_cpu against references written here in double.
+/* test_ops — every GPT-2 operator of ops_cpu, and attention's grouped-query form (Llama's), against
+ * references written here in double; Llama's other operators are in test_ops_llama.c.
  *
  * Forward: the float op against a naive double-precision forward on the same inputs.
  * Backward: the float op against central finite differences, in double, of the scalar objective
@@ -20,75 +21,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "opcheck.h"
 #include "ops_cpu.h"
 #include "ops/exp.h"
-
-#define FWD_ATOL 1e-5
-#define FWD_RTOL 1e-4
-#define GRAD_ATOL 1e-4
-#define GRAD_RTOL 1e-3
-#define FD_H 1e-5
-
-/* ---- small helpers ---- */
-
-static unsigned long long rng_state = 0x9e3779b97f4a7c15ull;
-static double urand(void) { /* uniform in [-1, 1), splitmix64 */
-  unsigned long long z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return (double)(z >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-static float *fnew(int n) { return calloc((size_t)n, sizeof(float)); }
-static double *dnew(int n) { return calloc((size_t)n, sizeof(double)); }
-
-/* x = scale·U(-1,1), kept in both precisions (the double copy holds exactly the float values). */
-static void frand(float *f, double *d, int n, double scale) {
-  for (int i = 0; i < n; i++) {
-    f[i] = (float)(scale * urand());
-    if (d) d[i] = f[i];
-  }
-}
-static void ffill(float *f, int n, float v) {
-  for (int i = 0; i < n; i++) f[i] = v;
-}
-
-/* One CHECK per array: the element that violates |got − ref| ≤ atol + rtol·|ref| the most. */
-static void expect_close(const char *what, const double *ref, const float *got, int n, double atol, double rtol) {
-  int worst = 0;
-  double worst_excess = -INFINITY;
-  for (int i = 0; i < n; i++) {
-    double excess = fabs((double)got[i] - ref[i]) - (atol + rtol * fabs(ref[i]));
-    if (!(excess <= worst_excess)) { /* NaN counts as the worst */
-      worst_excess = excess;
-      worst = i;
-      if (isnan(excess)) break;
-    }
-  }
-  if (!(worst_excess <= 0)) fprintf(stderr, "%s: element %d of %d is off\n", what, worst, n);
-  CHECK_NEAR(ref[worst], got[worst], atol, rtol);
-}
-
-/* Central differences of f with respect to x[0..n); f reads x through its context. */
-typedef double (*objective_fn)(void *ctx);
-static void fd_grad(double *grad, double *x, int n, objective_fn f, void *ctx) {
-  for (int i = 0; i < n; i++) {
-    double save = x[i];
-    x[i] = save + FD_H;
-    double fp = f(ctx);
-    x[i] = save - FD_H;
-    double fm = f(ctx);
-    x[i] = save;
-    grad[i] = (fp - fm) / (2 * FD_H);
-  }
-}
-
-static double wdot(const double *w, const double *out, int n) {
-  double s = 0;
-  for (int i = 0; i < n; i++) s += w[i] * out[i];
-  return s;
-}
 
 /* ---- encoder ---- */
 
@@ -260,18 +195,19 @@ static void test_matmul(void) {
 /* ---- attention ---- */
 
 typedef struct {
-  int B, T, C, NH;
+  int B, T, C, NH, NKV; /* qkv rows C + 2·NKV·hs: q, then NKV k heads, then NKV v heads */
   double *qkv, *w, *out, *att;
 } attn_ctx;
 
 static double attn_objective(void *p) {
   attn_ctx *x = p;
-  int B = x->B, T = x->T, C = x->C, NH = x->NH, hs = C / NH;
+  int B = x->B, T = x->T, C = x->C, NH = x->NH, hs = C / NH, C3 = C + 2 * x->NKV * hs;
   double scale = 1.0 / sqrt((double)hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double *q = x->qkv + (b * T + t) * 3 * C + h * hs;
+        const double *q = x->qkv + (b * T + t) * C3 + h * hs;
+        int g = h / (NH / x->NKV); /* the kv head query head h reads */
         double *a = x->att + ((b * NH + h) * T + t) * T;
         double mx = -INFINITY, sum = 0;
         for (int t2 = 0; t2 < T; t2++) {
@@ -279,7 +215,7 @@ static double attn_objective(void *p) {
             a[t2] = 0;
             continue;
           }
-          const double *k = x->qkv + (b * T + t2) * 3 * C + C + h * hs;
+          const double *k = x->qkv + (b * T + t2) * C3 + C + g * hs;
           double s = 0;
           for (int i = 0; i < hs; i++) s += q[i] * k[i];
           a[t2] = s * scale;
@@ -289,7 +225,7 @@ static double attn_objective(void *p) {
         for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
         for (int i = 0; i < hs; i++) {
           double o = 0;
-          for (int t2 = 0; t2 <= t; t2++) o += a[t2] * x->qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+          for (int t2 = 0; t2 <= t; t2++) o += a[t2] * x->qkv[(b * T + t2) * C3 + C + (x->NKV + g) * hs + i];
           x->out[(b * T + t) * C + h * hs + i] = o;
         }
       }
@@ -302,7 +238,7 @@ static void test_attention(void) {
   double *qkv_d = dnew(NQ), *w = dnew(N), *out_d = dnew(N), *att_d = dnew(NA), *g = dnew(NQ);
   frand(qkv, qkv_d, NQ, 1.5);
   frand(dout, w, N, 1.0);
-  attn_ctx x = {B, T, C, NH, qkv_d, w, out_d, att_d};
+  attn_ctx x = {B, T, C, NH, NH, qkv_d, w, out_d, att_d};
 
   ffill(att, NA, NAN);
   attention_forward(out, att, qkv, B, T, C, NH, NH);
@@ -344,7 +280,7 @@ static void test_attention(void) {
   float *q2 = fnew(NQ2), *o2 = fnew(N2), *a2 = fnew(NA2);
   double *q2d = dnew(NQ2), *w2 = dnew(N2), *o2d = dnew(N2), *a2d = dnew(NA2);
   frand(q2, q2d, NQ2, 2.0);
-  attn_ctx x2 = {B, T2, C2, NH2, q2d, w2, o2d, a2d};
+  attn_ctx x2 = {B, T2, C2, NH2, NH2, q2d, w2, o2d, a2d};
   attention_forward(o2, a2, q2, B, T2, C2, NH2, NH2);
   attn_objective(&x2);
   expect_close("attention_forward out, T=40", o2d, o2, N2, FWD_ATOL, FWD_RTOL);
@@ -364,7 +300,7 @@ static void test_attention_long(void) {
   double *qkv_d = dnew(NQ), *w = dnew(N), *out_d = dnew(N), *att_d = dnew(NA);
   frand(qkv, qkv_d, NQ, 2.0);
   frand(dout, w, N, 1.0);
-  attn_ctx x = {B, T, C, NH, qkv_d, w, out_d, att_d};
+  attn_ctx x = {B, T, C, NH, NH, qkv_d, w, out_d, att_d};
   attention_forward(out, att, qkv, B, T, C, NH, NH);
   attn_objective(&x);
   expect_close("attention_forward out, T=300", out_d, out, N, FWD_ATOL, FWD_RTOL);
@@ -388,6 +324,69 @@ static void test_attention_long(void) {
   CHECK(all_set);
   free(qkv), free(out), free(att), free(dout), free(dqkv), free(datt), free(qkv_d), free(w), free(out_d);
   free(att_d), free(fd), free(g1), free(got);
+}
+
+/* Grouped-query attention with NKV = NH/2, NH/4 and 1 kv heads: forward against the double
+ * reference, backward against finite differences (a shared kv head's dk, dv sum over its query
+ * heads), every dqkv element assigned. And it is multi-head attention (NKV = NH, the path GPT-2
+ * takes and the tests above check) over a qkv whose kv heads are copied out to each query head of
+ * their group: the same outputs, and each shared kv head's gradient the sum of its copies'. */
+static void test_attention_gqa(void) {
+  int B = 2, T = 7, NH = 8, hs = 4, C = NH * hs, N = B * T * C, NA = B * NH * T * T, NQf = 3 * N;
+  int nkvs[] = {NH / 2, NH / 4, 1};
+  for (int k = 0; k < 3; k++) {
+    int NKV = nkvs[k], rep = NH / NKV, C3 = C + 2 * NKV * hs, NQ = B * T * C3;
+    float *qkv = fnew(NQ), *out = fnew(N), *att = fnew(NA), *dout = fnew(N), *dqkv = fnew(NQ), *datt = fnew(NA);
+    double *qkv_d = dnew(NQ), *w = dnew(N), *out_d = dnew(N), *att_d = dnew(NA), *g = dnew(NQ);
+    frand(qkv, qkv_d, NQ, 1.5);
+    frand(dout, w, N, 1.0);
+    attn_ctx x = {B, T, C, NH, NKV, qkv_d, w, out_d, att_d};
+    char what[96];
+
+    attention_forward(out, att, qkv, B, T, C, NH, NKV);
+    attn_objective(&x);
+    snprintf(what, sizeof what, "attention_forward out, NKV=%d of NH=%d", NKV, NH);
+    expect_close(what, out_d, out, N, FWD_ATOL, FWD_RTOL);
+    ffill(dqkv, NQ, NAN);
+    ffill(datt, NA, NAN);
+    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
+    fd_grad(g, qkv_d, NQ, attn_objective, &x);
+    snprintf(what, sizeof what, "attention_backward dqkv (=), NKV=%d of NH=%d", NKV, NH);
+    expect_close(what, g, dqkv, NQ, GRAD_ATOL, GRAD_RTOL);
+
+    /* The copies: head h of the (B,T,3C) buffer holds q_h and kv head h / rep. */
+    float *full = fnew(NQf), *outf = fnew(N), *attf = fnew(NA), *dfull = fnew(NQf);
+    for (int bt = 0; bt < B * T; bt++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) {
+          const float *r = qkv + (size_t)bt * C3;
+          float *f = full + (size_t)bt * 3 * C;
+          f[h * hs + i] = r[h * hs + i];
+          f[C + h * hs + i] = r[C + h / rep * hs + i];
+          f[2 * C + h * hs + i] = r[C + (NKV + h / rep) * hs + i];
+        }
+    attention_forward(outf, attf, full, B, T, C, NH, NH);
+    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
+    double *ref = dnew(NQ);
+    for (int i = 0; i < N; i++) ref[i] = outf[i];
+    snprintf(what, sizeof what, "attention_forward NKV=%d = multi-head on copied kv heads", NKV);
+    expect_close(what, ref, out, N, FWD_ATOL, FWD_RTOL);
+    for (int i = 0; i < NQ; i++) ref[i] = 0.0;
+    for (int bt = 0; bt < B * T; bt++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) {
+          const float *f = dfull + (size_t)bt * 3 * C;
+          double *r = ref + (size_t)bt * C3;
+          r[h * hs + i] = f[h * hs + i];
+          r[C + h / rep * hs + i] += f[C + h * hs + i];
+          r[C + (NKV + h / rep) * hs + i] += f[2 * C + h * hs + i];
+        }
+    snprintf(what, sizeof what, "attention_backward NKV=%d = multi-head, kv gradients summed", NKV);
+    expect_close(what, ref, dqkv, NQ, FWD_ATOL, FWD_RTOL);
+
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(datt), free(qkv_d), free(w), free(out_d);
+    free(att_d), free(g), free(full), free(outf), free(attf), free(dfull), free(ref);
+  }
 }
 
 /* ---- GELU, residual ---- */
@@ -592,22 +591,27 @@ static void test_thread_independence(void) {
   float *dq[2] = {fnew(NQ), fnew(NQ)}, *dwte[2] = {fnew(V * C), fnew(V * C)}, *dwpe[2] = {fnew(T * C), fnew(T * C)};
   float *mean = fnew(B * T), *rstd = fnew(B * T), *wt = fnew(C), *bs = fnew(C), *dx[2] = {fnew(N), fnew(N)};
   float *dw[2] = {fnew(C), fnew(C)}, *db[2] = {fnew(C), fnew(C)};
+  int NKV = NH / 2, NG = B * T * (C + 2 * NKV * (C / NH)); /* grouped-query: qkv's first NG floats */
+  float *dg[2] = {fnew(NG), fnew(NG)}, *att_g = fnew(NA);
   frand(qkv, NULL, NQ, 1.0);
   frand(dout, NULL, N, 1.0);
   frand(wt, NULL, C, 1.0);
   frand(bs, NULL, C, 1.0);
   attention_forward(out, att, qkv, B, T, C, NH, NH);
+  attention_forward(out, att_g, qkv, B, T, C, NH, NKV);
   layernorm_forward(out, mean, rstd, dout, wt, bs, B, T, C);
   int saved = omp_get_max_threads();
   int threads[2] = {1, 3};
   for (int k = 0; k < 2; k++) {
     omp_set_num_threads(threads[k]);
     attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH, NH);
+    attention_backward(dg[k], datt, dout, qkv, att_g, B, T, C, NH, NKV);
     encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C);
     layernorm_backward(dx[k], dw[k], db[k], qkv, dout, wt, mean, rstd, B, T, C);
   }
   omp_set_num_threads(saved);
   CHECK(memcmp(dq[0], dq[1], sizeof(float) * NQ) == 0);
+  CHECK(memcmp(dg[0], dg[1], sizeof(float) * NG) == 0);
   CHECK(memcmp(dwte[0], dwte[1], sizeof(float) * V * C) == 0);
   CHECK(memcmp(dwpe[0], dwpe[1], sizeof(float) * T * C) == 0);
   CHECK(memcmp(dx[0], dx[1], sizeof(float) * N) == 0);
@@ -615,6 +619,8 @@ static void test_thread_independence(void) {
   CHECK(memcmp(db[0], db[1], sizeof(float) * C) == 0);
   free(inp), free(qkv), free(att), free(out), free(dout), free(datt), free(mean), free(rstd), free(wt), free(bs);
   for (int k = 0; k < 2; k++) free(dq[k]), free(dwte[k]), free(dwpe[k]), free(dx[k]), free(dw[k]), free(db[k]);
+  for (int k = 0; k < 2; k++) free(dg[k]);
+  free(att_g);
 }
 
 int main(void) {
@@ -623,6 +629,7 @@ int main(void) {
   test_matmul();
   test_attention();
   test_attention_long();
+  test_attention_gqa();
   test_gelu_residual();
   test_classifier();
   test_softmax_xent();

@@ -15,6 +15,7 @@ int main(void) {
   g_ctx.workspace_bytes = OPS_CUDA_WORKSPACE_MIN;
   CU(cudaMalloc(&g_ctx.workspace, g_ctx.workspace_bytes));
   check_model_ops(0);
+  check_llama_ops(0);
   check_util_ops();
   printf("\nemu: %d checks passed, %d failed: %s\n", g_pass, g_fail, g_fail ? "FAIL" : "PASS");
   return g_fail ? 1 : 0;

@@ -1,0 +1,191 @@
+/* check_llama — gpu_check's checks of Llama's operators of worker/ops_cuda.h (the encoder without
+ * positions, linear, RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) against the CPU
+ * twins of worker/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_check.h"
+#include "ops/bf16.h"
+#include "ops_cpu.h"
+
+/* A Llama shape: the common one plus the kv heads and the SwiGLU width. */
+typedef struct llama_shape {
+  shape s;
+  int NKV, F;
+  float theta;
+} llama_shape;
+
+/* tiny: head size 64, 4 query heads over 2 kv heads, T = 70 (ragged tiles), F = 88 (not a multiple
+ * of 32); hs128: head size 128, 2 query heads sharing 1 kv head; 1b: Llama-3.2-1B's layer
+ * (C = 2048, 32 heads over 8 kv heads, F = 8192, theta 500000) at B = 2, T = 1024. */
+static const llama_shape kTinyL = {{"llama-tiny", 2, 70, 256, 4, 0, 0}, 2, 88, 10000.0f};
+static const llama_shape kHs128L = {{"llama-hs128", 2, 70, 256, 2, 0, 0}, 1, 88, 10000.0f};
+static const llama_shape k1bL = {{"llama-1b", 2, 1024, 2048, 32, 0, 1}, 8, 8192, 500000.0f};
+
+/* ---- encoder without learned positions ---- */
+
+static void check_encoder_nopos(const shape *s) {
+  const int B = s->B, T = s->T, C = s->C, V = 37, BT = B * T;
+  const size_t BTC = (size_t)BT * C, VC = (size_t)V * C;
+  int *inp = hbuf((size_t)BT * sizeof(int));
+  for (int i = 0; i < BT; i++) inp[i] = (int)(rng_next() % (uint64_t)V); /* V < BT: tokens repeat */
+  float *wte = h_bf16_uniform(VC, -1, 1), *out = h_nan(BTC);
+  int *d_inp = d_upload(inp, (size_t)BT * sizeof(int));
+  void *d_wte = d_bf16(wte, VC), *d_out = d_nan_bf16(BTC);
+  encoder_forward(out, inp, wte, NULL, B, T, C);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = BTC, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("encoder_forward(wpe NULL)", s->name, s->timed, fo,
+                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, NULL, B, T, C, &g_ctx));
+
+  float *dout = h_bf16_uniform(BTC, -1, 1), *pre = h_uniform(VC, -1, 1), *dwte = h_copy(pre, VC);
+  void *d_dout = d_bf16(dout, BTC);
+  float *d_dwte = d_upload(pre, VC * sizeof(float));
+  encoder_backward(dwte, NULL, dout, inp, B, T, C);
+  out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
+  RUN_AND_COMPARE("encoder_backward(dwpe NULL)", s->name, s->timed, bo,
+                  ops_cuda_encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, &g_ctx));
+  free_all();
+}
+
+/* ---- linear (nn.Linear, weight [OC, C]) ---- */
+
+static void check_linear(const shape *s, const char *label, int C, int OC, int want_dinp) {
+  const int BT = s->B * s->T;
+  const size_t nin = (size_t)BT * C, nout = (size_t)BT * OC, nw = (size_t)OC * C;
+  const float a = sqrtf(3.0f / (float)C);
+  float *inp = h_bf16_uniform(nin, -1, 1), *w = h_bf16_uniform(nw, -a, a), *out = h_nan(nout);
+  void *d_inp = d_bf16(inp, nin), *d_w = d_bf16(w, nw), *d_out = d_nan_bf16(nout);
+  char fname[96], bname[96];
+  snprintf(fname, sizeof fname, "linear_forward(%s)", label);
+  snprintf(bname, sizeof bname, "linear_backward(%s)", label);
+  linear_forward(out, inp, w, BT, C, OC);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_linear_forward(d_out, d_inp, d_w, BT, C, OC, &g_ctx));
+
+  float *dout = h_bf16_uniform(nout, -1, 1), *pre = h_uniform(nw, -1, 1), *dw = h_copy(pre, nw), *dinp = h_nan(nin);
+  void *d_dout = d_bf16(dout, nout), *d_dinp = want_dinp ? d_nan_bf16(nin) : NULL;
+  float *d_dw = d_upload(pre, nw * sizeof(float));
+  linear_backward(want_dinp ? dinp : NULL, dw, dout, inp, w, BT, C, OC);
+  out_t bo[] = {{.name = "dweight", .ref = dw, .dev = d_dw, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre},
+                {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
+  if (want_dinp) {
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                    ops_cuda_linear_backward(d_dinp, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+  } else {
+    out_t bo1[] = {bo[0]};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
+                    ops_cuda_linear_backward(NULL, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+  }
+  free_all();
+}
+
+/* ---- RMSNorm ---- */
+
+static void check_rmsnorm(const shape *s, float eps) {
+  const int BT = s->B * s->T, C = s->C;
+  const size_t n = (size_t)BT * C;
+  float *inp = h_uniform(n, -1, 1);
+  for (size_t i = 0; i < n; i++) inp[i] = bf16_round(inp[i] * (float)(1 + i / C % 7)); /* rows of different scales */
+  float *w = h_bf16_uniform((size_t)C, 0.5f, 1.5f);
+  void *d_inp = d_bf16(inp, n), *d_w = d_bf16(w, (size_t)C);
+  char fname[64], bname[64];
+  snprintf(fname, sizeof fname, "rmsnorm_forward(eps=%g)", eps);
+  snprintf(bname, sizeof bname, "rmsnorm_backward(eps=%g)", eps);
+
+  float *out = h_nan(n), *rstd = h_nan((size_t)BT);
+  void *d_out = d_nan_bf16(n), *d_rstd = d_nan_f32((size_t)BT);
+  rmsnorm_forward(out, rstd, inp, w, BT, C, eps);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32}};
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo,
+                  ops_cuda_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, BT, C, eps, &g_ctx));
+
+  /* Backward from the CPU's rstd on both sides, so that it is tested on its own. */
+  float *dout = h_bf16_uniform(n, -1, 1), *pre = h_uniform((size_t)C, -1, 1), *dw = h_copy(pre, (size_t)C);
+  float *dinp = h_nan(n);
+  void *d_dout = d_bf16(dout, n), *d_dinp = d_nan_bf16(n);
+  float *d_rstd_ref = d_upload(rstd, (size_t)BT * sizeof(float)), *d_dw = d_upload(pre, (size_t)C * sizeof(float));
+  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C);
+  out_t bo[] = {{.name = "dinp", .ref = dinp, .dev = d_dinp, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "dweight", .ref = dw, .dev = d_dw, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                  ops_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_ref, BT, C, &g_ctx));
+  free_all();
+}
+
+/* ---- rotary embeddings (in place on a whole qkv buffer: v must come back unchanged) ---- */
+
+static void check_rope(const llama_shape *l) {
+  const shape *s = &l->s;
+  const int B = s->B, T = s->T, NH = s->NH, NKV = l->NKV, HS = s->C / NH;
+  const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+  float *x = h_bf16_uniform(n, -2, 2), *y = h_copy(x, n);
+  void *d_x = d_bf16(x, n);
+  char fname[64], bname[64];
+  snprintf(fname, sizeof fname, "rope_forward(NKV=%d, theta=%g)", NKV, l->theta);
+  snprintf(bname, sizeof bname, "rope_backward(NKV=%d, theta=%g)", NKV, l->theta);
+  rope_forward(y, B, T, NH, NKV, HS, l->theta);
+  out_t fo[] = {{.name = "qkv (in place)", .ref = y, .dev = d_x, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_rope_forward(d_x, B, T, NH, NKV, HS, l->theta, &g_ctx));
+
+  float *dy = h_bf16_uniform(n, -1, 1), *dx = h_copy(dy, n);
+  void *d_d = d_bf16(dy, n);
+  rope_backward(dx, B, T, NH, NKV, HS, l->theta);
+  out_t bo[] = {{.name = "dqkv (in place)", .ref = dx, .dev = d_d, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_rope_backward(d_d, B, T, NH, NKV, HS, l->theta, &g_ctx));
+  free_all();
+}
+
+/* ---- SwiGLU ---- */
+
+static void check_swiglu(const shape *s, int F) {
+  const int BT = s->B * s->T;
+  const size_t n = (size_t)BT * F;
+  float *gu = h_bf16_uniform(2 * n, -6, 6), *out = h_nan(n);
+  void *d_gu = d_bf16(gu, 2 * n), *d_out = d_nan_bf16(n);
+  swiglu_forward(out, gu, BT, F);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("swiglu_forward", s->name, s->timed, fo, ops_cuda_swiglu_forward(d_out, d_gu, BT, F, &g_ctx));
+
+  float *dout = h_bf16_uniform(n, -1, 1), *dgu = h_nan(2 * n);
+  void *d_dout = d_bf16(dout, n), *d_dgu = d_nan_bf16(2 * n);
+  swiglu_backward(dgu, gu, dout, BT, F);
+  out_t bo[] = {{.name = "dgu", .ref = dgu, .dev = d_dgu, .n = 2 * n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("swiglu_backward", s->name, s->timed, bo,
+                  ops_cuda_swiglu_backward(d_dgu, d_gu, d_dout, BT, F, &g_ctx));
+  free_all();
+}
+
+/* One Llama decoder layer's operators at shape L, in the order the model runs them. */
+static void check_llama_shape(const llama_shape *l) {
+  const shape *s = &l->s;
+  const int C = s->C, HS = C / s->NH;
+  printf("\n== Llama operators, shape %s: B=%d T=%d C=%d NH=%d NKV=%d F=%d ==\n", s->name, s->B, s->T, C, s->NH,
+         l->NKV, l->F);
+  check_encoder_nopos(s);
+  check_rmsnorm(s, 1e-5f);
+  check_linear(s, "q,k,v", C, C + 2 * l->NKV * HS, 1);
+  check_rope(l);
+  check_attention(s, l->NKV);
+  check_linear(s, "o", C, C, 1);
+  check_linear(s, "gate,up", C, 2 * l->F, 1);
+  check_swiglu(s, l->F);
+  check_linear(s, "down", l->F, C, 1);
+  if (!s->timed) {
+    check_rmsnorm(s, 0.25f); /* an eps that matters */
+    check_linear(s, "odd OC=37, no dinp", C, 37, 0);
+  }
+  fflush(stdout);
+}
+
+void check_llama_ops(int large) {
+  check_llama_shape(&kTinyL);
+  const shape *h = &kHs128L.s;
+  printf("\n== grouped-query attention, shape %s: B=%d T=%d C=%d NH=%d NKV=%d (head size %d) ==\n", h->name, h->B,
+         h->T, h->C, h->NH, kHs128L.NKV, h->C / h->NH);
+  check_attention(h, kHs128L.NKV);
+  check_attention(&kTinyL.s, 1); /* every query head on one kv head */
+  if (large) check_llama_shape(&k1bL);
+}

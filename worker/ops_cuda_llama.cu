@@ -1,0 +1,204 @@
+/* ops_cuda_llama — Llama's operators on the GPU (see ops_cuda.h): the bias-free nn.Linear through
+ * cuBLASLt, RMSNorm, rotary embeddings and SwiGLU; bf16 storage, fp32 math, the scalar formulas
+ * from worker/ops/ (rmsnorm.h, rope.h, swiglu.h) as on the CPU.
+ *
+ * Layout of the work: RMSNorm is one warp per row (as LayerNorm in ops_cuda_norm.cu) and its
+ * weight gradient a two-pass column sum over fixed row slices (ops_colsum_splits), so the bits
+ * depend only on the shapes; rotary embeddings are one thread per rotated pair, SwiGLU one per
+ * output element, both grid-stride loops.
+ *
+ * linear, row-major to column-major (see ops_cuda_matmul.cu): a row-major W [OC, C] is the
+ * column-major C×OC matrix, so out = inp·Wᵀ is outᵀ(OC×BT) = Wᵀ·inpᵀ (A = W transposed),
+ * dinpᵀ(C×BT) = W(C×OC)·doutᵀ, and dW, column-major C×OC, += inpᵀ(C×BT)·dout(BT×OC) (B = dout
+ * transposed), accumulated in fp32 by cuBLASLt with beta 1.
+ */
+#include "ops_cuda_common.cuh"
+
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+/* ---- linear ---- */
+
+fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
+                                    const ops_cuda_ctx *ctx) {
+  static const char *what = "linear_forward";
+  if (BT <= 0 || OC <= 0) return FSDP_OK;
+  if (C <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: C = %d", what, C);
+  return ops_lt_gemm(ctx, what, 1, 0, OC, BT, C, weight, C, inp, C, out, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL,
+                     NULL, 0);
+}
+
+fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                     const ops_bf16 *weight, int BT, int C, int OC, const ops_cuda_ctx *ctx) {
+  if (BT <= 0 || C <= 0 || OC <= 0) return FSDP_OK;
+  if (dinp)
+    TRY(ops_lt_gemm(ctx, "linear_backward (dinp)", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, C, 0, 0,
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+  return ops_lt_gemm(ctx, "linear_backward (dweight)", 0, 1, C, OC, BT, inp, C, dout, OC, dweight, C, 1, 1,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
+}
+
+/* ---- RMSNorm: one warp per row ---- */
+
+#define RMS_ROWS_PER_BLOCK 8
+
+__global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
+    rmsnorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ rstd, const ops_bf16 *__restrict__ inp,
+                           const ops_bf16 *__restrict__ weight, int R, int C, float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float v = ldbf(x + c);
+    ss += v * v;
+  }
+  const float rs = rmsnorm_rstd(warp_sum(ss) / (float)C, eps);
+  ops_bf16 *o = out + r * C;
+  for (int c = lane; c < C; c += 32) o[c] = tobf(ldbf(x + c) * rs * ldbf(weight + c));
+  if (lane == 0) rstd[r] = rs;
+}
+
+__global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
+    rmsnorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
+                        const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
+                        const float *__restrict__ rstd, int R, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C, *d = dout + r * C;
+  const float rs = rstd[r];
+  float gn_sum = 0.0f;
+  for (int c = lane; c < C; c += 32) gn_sum += ldbf(weight + c) * ldbf(d + c) * (ldbf(x + c) * rs);
+  const float gn_mean = warp_sum(gn_sum) / (float)C;
+  ops_bf16 *dx = dinp + r * C;
+  for (int c = lane; c < C; c += 32)
+    dx[c] = tobf(rmsnorm_dinp(ldbf(weight + c) * ldbf(d + c), ldbf(x + c) * rs, gn_mean, rs));
+}
+
+/* Partial sums of dweight (Σ dout·norm) over row slice blockIdx.y, 32 columns per block, 8 thread
+ * rows, fixed order. */
+#define RMS_CS_ROWS 8
+__global__ void rmsnorm_dweight_partial_kernel(float *__restrict__ pw, const ops_bf16 *__restrict__ dout,
+                                               const ops_bf16 *__restrict__ inp, const float *__restrict__ rstd,
+                                               int R, int C, int rows_per_split) {
+  __shared__ float sw[RMS_CS_ROWS][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;
+  const int r0 = split * rows_per_split, r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
+  float w = 0.0f;
+  if (c < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += RMS_CS_ROWS)
+      w += ldbf(dout + (int64_t)r * C + c) * (ldbf(inp + (int64_t)r * C + c) * rstd[r]);
+  sw[threadIdx.y][threadIdx.x] = w;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int y = 1; y < RMS_CS_ROWS; y++) w += sw[y][threadIdx.x];
+    pw[(int64_t)split * C + c] = w;
+  }
+}
+
+fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
+                                     int C, float eps, const ops_cuda_ctx *ctx) {
+  if (BT <= 0 || C <= 0) return FSDP_OK;
+  rmsnorm_forward_kernel<<<(BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK, 32 * RMS_ROWS_PER_BLOCK, 0,
+                           ctx->stream>>>(out, rstd, inp, weight, BT, C, eps);
+  LAUNCH_CHECK("rmsnorm_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                      const ops_cuda_ctx *ctx) {
+  static const char *what = "rmsnorm_backward";
+  if (BT <= 0 || C <= 0) return FSDP_OK;
+  const int nsplit = ops_colsum_splits(BT), per = (BT + nsplit - 1) / nsplit;
+  void *ws = NULL;
+  TRY(ops_workspace(ctx, (size_t)nsplit * C * sizeof(float), what, &ws));
+  rmsnorm_dinp_kernel<<<(BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(
+      dinp, dout, inp, weight, rstd, BT, C);
+  LAUNCH_CHECK(what);
+  rmsnorm_dweight_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, RMS_CS_ROWS), 0, ctx->stream>>>(
+      (float *)ws, dout, inp, rstd, BT, C, per);
+  LAUNCH_CHECK(what);
+  return ops_colsum_finish(dweight, (const float *)ws, nsplit, C, ctx, what);
+}
+
+/* ---- rotary embeddings: one thread per pair (i, i + HS/2) of a q or k head ---- */
+
+/* DIR = 1 rotates by the angle (forward), −1 back (backward). n = B·T·(NH + NKV)·HS/2 pairs; the
+ * pair index runs fastest over i, then heads, then rows. */
+__global__ void rope_kernel(ops_bf16 *__restrict__ qkv, int T, int NH, int NKV, int HS, float theta, float dir,
+                            int64_t n) {
+  const int half = HS / 2, nh = NH + NKV;
+  const int64_t C3 = (int64_t)(NH + 2 * NKV) * HS;
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
+    const int i = (int)(p % half), h = (int)(p / half % nh);
+    const int64_t bt = p / half / nh;
+    float s, c;
+    sincosf(rope_angle((int)(bt % T), i, HS, theta), &s, &c);
+    ops_bf16 *x = qkv + bt * C3 + (int64_t)h * HS + i;
+    float a = ldbf(x), b = ldbf(x + half);
+    rope_rotate(&a, &b, c, dir * s);
+    x[0] = tobf(a);
+    x[half] = tobf(b);
+  }
+}
+
+static fsdp_status rope_launch(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, float theta, float dir,
+                               const ops_cuda_ctx *ctx, const char *what) {
+  if (HS <= 0 || HS % 2 != 0)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: head size %d; rotary embeddings need an even head size", what, HS);
+  const int64_t n = (int64_t)B * T * (NH + NKV) * (HS / 2);
+  if (n <= 0) return FSDP_OK;
+  rope_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(qkv, T, NH, NKV, HS, theta, dir, n);
+  LAUNCH_CHECK(what);
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, float theta,
+                                  const ops_cuda_ctx *ctx) {
+  return rope_launch(qkv, B, T, NH, NKV, HS, theta, 1.0f, ctx, "rope_forward");
+}
+
+fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, float theta,
+                                   const ops_cuda_ctx *ctx) {
+  return rope_launch(dqkv, B, T, NH, NKV, HS, theta, -1.0f, ctx, "rope_backward");
+}
+
+/* ---- SwiGLU: one thread per output element ---- */
+
+__global__ void swiglu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ gu, int F, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const ops_bf16 *g = gu + i / F * 2 * F + i % F;
+    out[i] = tobf(swiglu(ldbf(g), ldbf(g + F)));
+  }
+}
+
+__global__ void swiglu_backward_kernel(ops_bf16 *__restrict__ dgu, const ops_bf16 *__restrict__ gu,
+                                       const ops_bf16 *__restrict__ dout, int F, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t off = i / F * 2 * F + i % F;
+    const float g = ldbf(gu + off), u = ldbf(gu + off + F), d = ldbf(dout + i);
+    dgu[off] = tobf(swiglu_dgate(g, u, d));
+    dgu[off + F] = tobf(swiglu_dup(g, d));
+  }
+}
+
+fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx) {
+  const int64_t n = (int64_t)BT * F;
+  if (n <= 0) return FSDP_OK;
+  swiglu_forward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, gu, F, n);
+  LAUNCH_CHECK("swiglu_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
+                                     const ops_cuda_ctx *ctx) {
+  const int64_t n = (int64_t)BT * F;
+  if (n <= 0) return FSDP_OK;
+  swiglu_backward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dgu, gu, dout, F, n);
+  LAUNCH_CHECK("swiglu_backward");
+  return FSDP_OK;
+}
