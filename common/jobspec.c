@@ -98,10 +98,11 @@ static const keydef keys[] = {
       "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)"),
   INT("model", "ffn_dim", model.ffn_dim, 0, 1048576,
       "llama: SwiGLU width, required (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
-  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 0, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
+  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
   DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)"),
   SPECIAL("model", "init", KT_INIT, init,
-          "random (GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L)) or PATH.safetensors"),
+          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1) or "
+          "PATH.safetensors"),
 
   SPECIAL("data", "train", KT_TRAIN, train,
           "required: PATH to an llm.c token file, or synthetic:markov:SEED"),
