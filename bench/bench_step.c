@@ -79,7 +79,7 @@ static int cmp_double(const void *a, const void *b) {
 static int run(const cfg *c, int iters, int threads) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (gpt2_config){.n_layer = c->L, .n_head = c->H, .n_embd = c->C, .vocab_size = c->V, .seq_len = c->T};
+  s.model = (model_config){.n_layer = c->L, .n_head = c->H, .n_embd = c->C, .vocab_size = c->V, .seq_len = c->T};
   s.batch_size = c->B;
   s.grad_accum = 1;
   s.world_size = 1;

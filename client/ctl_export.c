@@ -1,10 +1,11 @@
 /* ctl_export — `fsdpctl export`: a checkpoint (any world size, any sharding) to one consolidated
- * Hugging Face GPT-2 .safetensors file, with no daemon and no workers. Every rank file is verified
+ * Hugging Face .safetensors file (GPT-2 or Llama names), with no daemon and no workers. Every rank file is verified
  * whole (every CRC32C) first; the parameters are then resharded into a single whole-model "shard"
  * through the same loader a resuming worker uses. Holds the model three times in memory (the loader
  * also restores AdamW m and v), which is fine for the CPU-sized models it is meant for. Beside the
- * file it writes config.json, a Hugging Face GPT2Config, so that GPT2LMHeadModel.from_pretrained(DIR)
- * loads the export directly. */
+ * file it writes config.json, a Hugging Face GPT2Config or LlamaConfig, so that
+ * GPT2LMHeadModel.from_pretrained(DIR) or LlamaForCausalLM.from_pretrained(DIR) loads the export
+ * directly. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -31,9 +32,20 @@ static int config_path(const char *out, char *buf, size_t n) {
 /* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
  * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
  * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp and renamed. */
-static fsdp_status write_hf_config(const char *path, const gpt2_config *m) {
+/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling). */
+static json_t *llama_config(const model_config *m) {
+  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:b, s:f, s:s}",
+                   "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,
+                   "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
+                   m->n_kv_head, "num_hidden_layers", m->n_layer, "vocab_size", m->vocab_size,
+                   "max_position_embeddings", m->seq_len, "rms_norm_eps", m->norm_eps, "rope_theta", m->rope_theta,
+                   "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0, "mlp_bias", 0,
+                   "initializer_range", 0.02, "torch_dtype", "float32");
+}
+
+static fsdp_status write_hf_config(const char *path, const model_config *m) {
   json_t *special = m->vocab_size > 50256 ? json_integer(50256) : json_null();
-  json_t *o = json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:O, s:O, s:s}",
+  json_t *o = m->arch == ARCH_LLAMA ? llama_config(m) : json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:O, s:O, s:s}",
                         "model_type", "gpt2", "architectures", "GPT2LMHeadModel", "n_layer", m->n_layer,
                         "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
                         "n_positions", m->seq_len, "n_ctx", m->seq_len, "activation_function", "gelu_new",
@@ -71,10 +83,11 @@ static void export_usage(FILE *f) {
           "usage: fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
-          "--step) as one Hugging Face GPT-2 .safetensors file (F32, names like h.0.attn.c_attn.weight,\n"
-          "tied lm_head = wte), and beside it config.json, a Hugging Face GPT2Config. Named\n"
-          "DIR/model.safetensors, GPT2LMHeadModel.from_pretrained(DIR) loads it; `init = OUT.safetensors`\n"
-          "in a job file loads it back.\n");
+          "--step) as one Hugging Face .safetensors file (F32) and beside it config.json. GPT-2: names like\n"
+          "h.0.attn.c_attn.weight, tied lm_head = wte, a GPT2Config; Llama: LlamaForCausalLM's names\n"
+          "(model.layers.0.self_attn.q_proj.weight, lm_head.weight), a LlamaConfig. Named\n"
+          "DIR/model.safetensors, from_pretrained(DIR) loads it; `init = OUT.safetensors` in a job file\n"
+          "loads it back.\n");
 }
 
 /* When DIR is a checkpoint's step directory (DIR/manifest.json and a name step-N), point DIR at its

@@ -174,12 +174,18 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
   json_object_set_new(o, "step", json_integer(step));
   json_object_set_new(o, "world", json_integer(p->world));
   json_object_set_new(o, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));
-  json_object_set_new(model, "arch", json_string("gpt2"));
+  json_object_set_new(model, "arch", json_string(jobspec_arch_name(p->model.arch)));
   json_object_set_new(model, "n_layer", json_integer(p->model.n_layer));
   json_object_set_new(model, "n_head", json_integer(p->model.n_head));
   json_object_set_new(model, "n_embd", json_integer(p->model.n_embd));
   json_object_set_new(model, "vocab_size", json_integer(p->model.vocab_size));
   json_object_set_new(model, "seq_len", json_integer(p->model.seq_len));
+  if (p->model.arch == ARCH_LLAMA) {
+    json_object_set_new(model, "n_kv_head", json_integer(p->model.n_kv_head));
+    json_object_set_new(model, "ffn_dim", json_integer(p->model.ffn_dim));
+    json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
+    json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
+  }
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "n_params", json_integer(p->n_params));
   json_object_set_new(o, "tokens", json_integer((json_int_t)tokens));
@@ -344,6 +350,15 @@ static int shard_mode_parse(const char *s, shard_mode *out) {
   return -1;
 }
 
+static int arch_parse(const char *s, model_arch *out) {
+  for (int a = ARCH_GPT2; a <= ARCH_LLAMA; a++)
+    if (!strcmp(s, jobspec_arch_name((model_arch)a))) {
+      *out = (model_arch)a;
+      return 0;
+    }
+  return -1;
+}
+
 fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   char path[PATH_MAX + 64];
   ckpt_step_dir(dir, step, path, sizeof path);
@@ -359,11 +374,15 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   memset(out, 0, sizeof *out);
   const char *fmt = NULL, *sh = NULL, *arch = NULL;
   json_int_t ver = 0, st = -1, world = 0, tokens = 0, B = 0, G = 0, rows = 0;
-  json_int_t L = 0, H = 0, C = 0, V = 0, T = 0;
+  json_int_t L = 0, H = 0, C = 0, V = 0, T = 0, KV = 0, F = 0;
+  double eps = 1e-5, theta = 10000;
   json_t *files = NULL;
-  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:o}",
+  /* Llama's keys are absent for GPT-2 */
+  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I, s?I, s?I, s?F, s?F}, "
+                     "s:I, s:I, s:I, s:I, s:o}",
                      "format", &fmt, "version", &ver, "step", &st, "world", &world, "sharding", &sh, "model", "arch",
-                     &arch, "n_layer", &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "seq_len", &T, "tokens",
+                     &arch, "n_layer", &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "seq_len", &T, "n_kv_head",
+                     &KV, "ffn_dim", &F, "norm_eps", &eps, "rope_theta", &theta, "tokens",
                      &tokens, "batch_size", &B, "grad_accum", &G, "rows_per_step", &rows, "files", &files) != 0) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s", path, jerr.text);
     goto out;
@@ -375,7 +394,8 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   }
   if (st != step || world < 1 || world > 65536 || L < 1 || H < 1 || C < 1 || V < 1 || T < 1 || L > 100000 ||
       C > 1 << 20 || V > 1 << 24 || T > 1 << 24 || tokens < 0 || !json_is_array(files) ||
-      json_array_size(files) != (size_t)world || strcmp(arch, "gpt2") != 0 || shard_mode_parse(sh, &out->sharding)) {
+      json_array_size(files) != (size_t)world || arch_parse(arch, &out->model.arch) || shard_mode_parse(sh, &out->sharding) ||
+      KV < 0 || KV > H || F < 0 || F > 1 << 20 || (out->model.arch == ARCH_LLAMA && (KV < 1 || F < 1))) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: inconsistent manifest (step %lld in directory step %d, world %lld, "
                         "%zu files, arch '%s', sharding '%s')", path, (long long)st, step, (long long)world,
                         json_array_size(files), arch, sh);
@@ -392,7 +412,9 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   }
   out->step = step;
   out->world = (int)world;
-  out->model = (gpt2_config){.n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C, .vocab_size = (int)V, .seq_len = (int)T};
+  out->model = (model_config){.arch = out->model.arch, .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C,
+                              .vocab_size = (int)V, .seq_len = (int)T, .n_kv_head = KV ? (int)KV : (int)H,
+                              .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta};
   out->tokens = (uint64_t)tokens;
   out->batch_size = (int)B;
   out->grad_accum = (int)G;
@@ -412,9 +434,15 @@ typedef struct rank_file {
   int64_t opt_step;
 } rank_file;
 
-static int model_eq(const gpt2_config *a, const gpt2_config *b) {
+/* The shape (the header's five numbers) and, from the manifest, the architecture and Llama's keys. */
+static int shape_eq(const model_config *a, const model_config *b) {
   return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
          a->vocab_size == b->vocab_size && a->seq_len == b->seq_len;
+}
+static int model_eq(const model_config *a, const model_config *b) {
+  return shape_eq(a, b) && a->arch == b->arch &&
+         (a->arch != ARCH_LLAMA || (a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim &&
+                                    a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta));
 }
 
 /* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
@@ -446,12 +474,12 @@ static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t 
                         f->path, want, got);
     goto out;
   }
-  gpt2_config mc;
+  model_config mc;
   int32_t mcv[5];
   memcpy(mcv, h + 40, sizeof mcv);
-  mc = (gpt2_config){.n_layer = mcv[0], .n_head = mcv[1], .n_embd = mcv[2], .vocab_size = mcv[3], .seq_len = mcv[4]};
+  mc = (model_config){.n_layer = mcv[0], .n_head = mcv[1], .n_embd = mcv[2], .vocab_size = mcv[3], .seq_len = mcv[4]};
   if (get64(h, 16) != (uint64_t)ci->step || get32(h, 24) != (uint32_t)q || get32(h, 28) != (uint32_t)ci->world ||
-      get32(h, 32) != (uint32_t)ci->sharding || get32(h, 36) != (uint32_t)old->shard_world || !model_eq(&mc, &ci->model) ||
+      get32(h, 32) != (uint32_t)ci->sharding || get32(h, 36) != (uint32_t)old->shard_world || !shape_eq(&mc, &ci->model) ||
       nunits != (uint32_t)old->nunits || get64(h, 64) != (uint64_t)old->shard_total) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: header (step %llu, rank %u, world %u, sharding %u, %u units, shard_total "
                         "%llu) disagrees with the manifest (step %d, rank %d, world %d, sharding %s, %d units, "
@@ -565,13 +593,15 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
             a->t[t].shape[1] != b->t[t].shape[1] || a->t[t].offset != b->t[t].offset;
   }
   if (!bad) return FSDP_OK;
-  const gpt2_config *x = &ci->model, *y = &p->model;
-  return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: n_layer %d, n_head %d, "
-                        "n_embd %d, vocab_size %d, seq_len %d; this job has %d, %d, %d, %d, %d. The model must match "
+  const model_config *x = &ci->model, *y = &p->model;
+  return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: %s, n_layer %d, n_head %d, "
+                        "n_embd %d, vocab_size %d, seq_len %d, n_kv_head %d, ffn_dim %d; this job has %s, %d, %d, %d, "
+                        "%d, %d, %d, %d. The model must match "
                         "to resume (world size, batch size, grad_accum, steps and the LR schedule may change); "
-                        "point [checkpoint] dir at an empty directory (resume = never refuses one that holds checkpoints)", dir, ci->step, x->n_layer, x->n_head,
-                        x->n_embd, x->vocab_size, x->seq_len, y->n_layer, y->n_head, y->n_embd, y->vocab_size,
-                        y->seq_len);
+                        "point [checkpoint] dir at an empty directory (resume = never refuses one that holds checkpoints)", dir, ci->step,
+                        jobspec_arch_name(x->arch), x->n_layer, x->n_head, x->n_embd, x->vocab_size, x->seq_len,
+                        x->n_kv_head, x->ffn_dim, jobspec_arch_name(y->arch), y->n_layer, y->n_head, y->n_embd,
+                        y->vocab_size, y->seq_len, y->n_kv_head, y->ffn_dim);
 }
 
 fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_t *spec, const plan_t *p, int rank,

@@ -52,7 +52,7 @@ typedef struct ckpt_info {
   int step;                 /* optimizer steps done */
   int world;                /* ranks that wrote it: rank-0.bin .. rank-(world-1).bin */
   shard_mode sharding;
-  gpt2_config model;
+  model_config model;
   uint64_t tokens;          /* tokens consumed by steps 1..step */
   int batch_size, grad_accum;
   int64_t rows_per_step;    /* N·B·G of the run that wrote it: the data order continues when equal */

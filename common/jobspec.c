@@ -34,6 +34,7 @@ static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
+static const char *const arch_names[] = {"gpt2", "llama", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -45,10 +46,11 @@ const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3
 const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
+const char *jobspec_arch_name(model_arch a) { return enum_name(arch_names, 2, (int)a); }
 
 /* ---- the key table ---- */
 
-typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_ARCH, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT } key_type;
+typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT } key_type;
 
 /* Numeric bounds: lo/hi inclusive unless lo_open/hi_open. */
 typedef struct keydef {
@@ -83,7 +85,8 @@ static const keydef keys[] = {
   DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails"),
 
-  SPECIAL("model", "arch", KT_ARCH, arch, "gpt2 (the only architecture so far)"),
+  ENUM("model", "arch", model.arch, arch_names,
+       "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)"),
@@ -91,8 +94,15 @@ static const keydef keys[] = {
       "V, rows of the tied wte (GPT-2: 50257; llm.c pads to 50304 for speed)"),
   INT("model", "seq_len", model.seq_len, 1, 32768,
       "T, wpe rows and the training sequence length (GPT-2: 1024)"),
+  INT("model", "n_kv_head", model.n_kv_head, 0, 256,
+      "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)"),
+  INT("model", "ffn_dim", model.ffn_dim, 0, 1048576,
+      "llama: SwiGLU width, required (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
+  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
+  DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)"),
   SPECIAL("model", "init", KT_INIT, init,
-          "random (GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L)) or PATH.safetensors"),
+          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1) or "
+          "PATH.safetensors"),
 
   SPECIAL("data", "train", KT_TRAIN, train,
           "required: PATH to an llm.c token file, or synthetic:markov:SEED"),
@@ -166,8 +176,8 @@ void jobspec_defaults(jobspec_t *s) {
   s->seed = 1337;
   s->max_restarts = 0;
   s->restart_wait_s = 60;
-  snprintf(s->arch, sizeof s->arch, "gpt2");
-  s->model = (gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 1024};
+  s->model = (model_config){.arch = ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
+                            .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000};
   snprintf(s->init, sizeof s->init, "random");
   s->batch_size = 12;
   s->grad_accum = 5;
@@ -417,10 +427,6 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
       snprintf(s->name, sizeof s->name, "%s", v);
     break;
   }
-  case KT_ARCH:
-    if (strcmp(v, "gpt2"))
-      PERR(c, c->lineno, FSDP_ERR_UNSUPPORTED, "[model] arch = '%s' is not supported; allowed: gpt2", v);
-    break;
   case KT_INIT: {
     if (!strcmp(v, "random")) {
       snprintf(s->init, sizeof s->init, "random");
@@ -593,12 +599,45 @@ static int blame(const pctx *c, const char *sec, const char *k1, const char *k2)
   return si >= 0 ? c->sec_line[si] : 0;
 }
 
+/* Keys that only Llama reads: an error under arch = gpt2, commented out in the defaults. */
+static int llama_only(const keydef *k) {
+  return !strcmp(k->sec, "model") && (!strcmp(k->key, "n_kv_head") || !strcmp(k->key, "ffn_dim") ||
+                                      !strcmp(k->key, "norm_eps") || !strcmp(k->key, "rope_theta"));
+}
+
+/* The architecture's own rules; n_kv_head = 0 becomes n_head. */
+static void model_checks(pctx *c) {
+  model_config *m = &c->s->model;
+  if (m->arch == ARCH_GPT2) {
+    for (int i = 0; i < NKEYS; i++)
+      if (c->key_line[i] && llama_only(&keys[i]))
+        PERR(c, c->key_line[i], FSDP_ERR_INVALID,
+             "[model] %s applies to arch = llama only; GPT-2 has n_kv_head = n_head, an MLP of 4 x n_embd, LayerNorm "
+             "eps 1e-5 and learned positions; remove the key or set arch = llama", keys[i].key);
+    m->n_kv_head = m->n_head;
+    return;
+  }
+  if (!c->key_line[key_index("model", "n_kv_head")] || !m->n_kv_head) m->n_kv_head = m->n_head;
+  if (m->n_head % m->n_kv_head)
+    PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
+         "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
+         "multi-head attention)", m->n_kv_head, m->n_head);
+  else if (m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2)
+    PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
+         "[model] head size n_embd / n_head = %d is odd; rotary embeddings rotate pairs of channels, so allowed: an "
+         "even head size", m->n_embd / m->n_head);
+  if (m->ffn_dim <= 0)
+    PERR(c, blame(c, "model", "ffn_dim", "arch"), FSDP_ERR_INVALID,
+         "[model] arch = llama needs ffn_dim, the SwiGLU width; allowed: an integer in 1..1048576 (Llama-3.2-1B: 8192)");
+}
+
 static void cross_checks(pctx *c) {
   const jobspec_t *s = c->s;
   if (s->model.n_embd % s->model.n_head)
     PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
          "[model] n_embd = %d is not divisible by n_head = %d; allowed: n_embd a multiple of n_head",
          s->model.n_embd, s->model.n_head);
+  model_checks(c);
   if (s->min_lr > s->lr)
     PERR(c, blame(c, "optim", "min_lr", "lr"), FSDP_ERR_RANGE,
          "[optim] min_lr = %g is above lr = %g; allowed: 0 <= min_lr <= lr", s->min_lr, s->lr);
@@ -766,7 +805,11 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
-    else {
+    else if (llama_only(k)) {   /* the default model is GPT-2, which refuses them */
+      fprintf(f, "; %s = ", k->key);
+      write_value(f, k, &d);
+      fputc('\n', f);
+    } else {
       fprintf(f, "%s = ", k->key);
       write_value(f, k, &d);
       fputc('\n', f);

@@ -26,13 +26,22 @@ typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
 typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activation_checkpointing */
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
-typedef struct gpt2_config {
+typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;      /* [model] arch */
+
+/* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
+ * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head). */
+typedef struct model_config {
+  model_arch arch;
   int n_layer;     /* L */
   int n_head;      /* H */
   int n_embd;      /* C, divisible by H */
   int vocab_size;  /* V */
-  int seq_len;     /* T: the model's maximum sequence length (wpe rows) and the training length */
-} gpt2_config;
+  int seq_len;     /* T: the model's maximum sequence length (GPT-2's wpe rows) and the training length */
+  int n_kv_head;   /* NKV: Llama's key/value heads, dividing H (grouped-query attention); H for GPT-2 */
+  int ffn_dim;     /* F: Llama's SwiGLU width (required for llama); GPT-2's MLP is 4·C */
+  double norm_eps;     /* Llama's RMSNorm eps (1e-5) */
+  double rope_theta;   /* Llama's rotary base (10000) */
+} model_config;
 
 typedef struct jobspec {
   char path[JOBSPEC_PATH_MAX];     /* the file it came from ("<string>" if none), for messages */
@@ -43,8 +52,7 @@ typedef struct jobspec {
   int max_restarts;
   double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
-  char arch[16];                   /* "gpt2" */
-  gpt2_config model;
+  model_config model;              /* with model.arch: gpt2 | llama */
   char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file */
   /* [data] */
   char train[JOBSPEC_PATH_MAX];    /* absolute path to an llm.c token file, or "" when synthetic */
@@ -104,6 +112,7 @@ const char *jobspec_comm_kind_name(comm_kind c);
 const char *jobspec_lr_schedule_name(lr_schedule s);
 const char *jobspec_ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
 const char *jobspec_offload_mode_name(offload_mode m);    /* "none", "optimizer" */
+const char *jobspec_arch_name(model_arch a);              /* "gpt2", "llama" */
 static inline int jobspec_dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
 
 #endif

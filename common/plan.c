@@ -4,7 +4,7 @@
  * the model shape and the world size alone: plan_build() fills plan_t with them, plan_min_world()
  * searches world sizes without building whole plans, and the table shows every sharding mode.
  */
-#include "plan.h"
+#include "plan_priv.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -27,13 +27,19 @@ const char *plan_coll_kind_name(coll_kind k) {
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* Element counts of the root unit and of one block. */
-static int64_t root_numel(const gpt2_config *m) {
+static int64_t root_numel(const model_config *m) {
   int64_t C = m->n_embd;
+  if (m->arch == ARCH_LLAMA) return plan_llama_root_numel(m);
   return (int64_t)m->vocab_size * C + (int64_t)m->seq_len * C + 2 * C;
 }
-static int64_t block_numel(const gpt2_config *m) {
+static int64_t block_numel(const model_config *m) {
   int64_t C = m->n_embd;
+  if (m->arch == ARCH_LLAMA) return plan_llama_block_numel(m);
   return 12 * C * C + 13 * C;
+}
+/* 2-D tensors: the root's two (wte and wpe, or embed_tokens and lm_head) and each block's. */
+static int64_t decay_tensors(const model_config *m) {
+  return 2 + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
 }
 
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
@@ -46,7 +52,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
   return 4 * chunk * round_up(V, 128);
 }
 
-static plan_act model_act(const gpt2_config *m, int B, device_kind dev, ackpt_mode ackpt) {
+static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
+  if (m->arch == ARCH_LLAMA) return plan_llama_act(m, B, dev, ackpt);
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
@@ -72,7 +79,7 @@ static plan_act model_act(const gpt2_config *m, int B, device_kind dev, ackpt_mo
 
 /* The inputs of the memory and communication model: everything it depends on. */
 typedef struct model_in {
-  gpt2_config m;
+  model_config m;
   int world, batch_size, grad_accum, prefetch;
   shard_mode sharding;
   dtype_kind param_dtype, reduce_dtype;
@@ -139,9 +146,9 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.block_ws_bytes + (uint64_t)a.root_bytes +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
   mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
-  /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (2 + 4·L 2-D tensors) */
+  /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (one per 2-D tensor) */
   if (in->device == DEVICE_CUDA)
-    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (2 + 4 * L);
+    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (uint64_t)decay_tensors(&in->m);
   /* offload = optimizer: the fp32 master, AdamW m and v, and a staging copy of the gradient shard
    * live in host memory; the device keeps the shard in param_dtype (what the gathers read) */
   if (host) *host = 0;
@@ -182,7 +189,7 @@ static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_N
 /* What plan_build needs from a spec, checked so the arithmetic cannot overflow (the limits are
  * jobspec's ranges: a spec that came over the wire is checked again here). */
 static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *in) {
-  const gpt2_config *m = &s->model;
+  const model_config *m = &s->model;
   if (world <= 0) world = s->world_size;
   if (world < 1 || world > PLAN_MAX_WORLD)
     return fsdp_set_error(FSDP_ERR_RANGE, "world size %d is out of range; allowed: 1..%d", world, PLAN_MAX_WORLD);
@@ -195,6 +202,24 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
   if (m->n_embd % m->n_head)
     return fsdp_set_error(FSDP_ERR_INVALID, "n_embd = %d is not divisible by n_head = %d; allowed: a multiple",
                           m->n_embd, m->n_head);
+  int nkv = m->n_kv_head ? m->n_kv_head : m->n_head;   /* 0: a hand-built config's "as n_head" */
+  if ((unsigned)m->arch > ARCH_LLAMA)
+    return fsdp_set_error(FSDP_ERR_INVALID, "model arch %d is out of range; allowed: gpt2 | llama", (int)m->arch);
+  if (m->arch == ARCH_GPT2 && nkv != m->n_head)
+    return fsdp_set_error(FSDP_ERR_INVALID, "arch = gpt2 has n_kv_head = n_head = %d, not %d", m->n_head, nkv);
+  if (m->arch == ARCH_LLAMA) {
+    if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
+      return fsdp_set_error(FSDP_ERR_INVALID, "n_kv_head = %d does not divide n_head = %d; allowed: a divisor", nkv,
+                            m->n_head);
+    if ((m->n_embd / m->n_head) % 2)
+      return fsdp_set_error(FSDP_ERR_INVALID, "head size %d is odd; rotary embeddings need an even head size",
+                            m->n_embd / m->n_head);
+    if (m->ffn_dim < 1 || m->ffn_dim > 1048576)
+      return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d is out of range; allowed: 1..1048576", m->ffn_dim);
+    if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
+      return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
+                            "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+  }
   if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
                           s->batch_size, s->grad_accum);
@@ -207,10 +232,11 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                    .prefetch = s->prefetch, .sharding = s->sharding,
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
                    .ackpt = s->ackpt, .offload = s->offload};
+  in->m.n_kv_head = nkv;
   return FSDP_OK;
 }
 
-static void add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1) {
+void plan_add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1) {
   plan_tensor *t = &u->t[u->ntensors++];
   snprintf(t->name, sizeof t->name, "%s", name);
   t->gid = gid;
@@ -223,6 +249,35 @@ static void add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int6
   u->numel += t->numel;
 }
 
+/* GPT-2's units: the root (wte, wpe, ln_f) and one unit per block, Hugging Face GPT-2 names. */
+static void gpt2_units(plan_t *p) {
+  const model_config *m = &p->model;
+  int64_t C = m->n_embd;
+  plan_unit *r = &p->units[0];
+  snprintf(r->name, sizeof r->name, "root");
+  plan_add_tensor(r, "wte.weight", ROOT_WTE, m->vocab_size, C);
+  plan_add_tensor(r, "wpe.weight", ROOT_WPE, m->seq_len, C);
+  plan_add_tensor(r, "ln_f.weight", ROOT_LNF_W, C, 0);
+  plan_add_tensor(r, "ln_f.bias", ROOT_LNF_B, C, 0);
+  static const struct { const char *suffix; int rows, cols; } blk[BLK_NT] = {
+    [BLK_LN1_W] = {"ln_1.weight", 1, 0},           [BLK_LN1_B] = {"ln_1.bias", 1, 0},
+    [BLK_ATTN_W] = {"attn.c_attn.weight", 1, 3},   [BLK_ATTN_B] = {"attn.c_attn.bias", 3, 0},
+    [BLK_ATTNPROJ_W] = {"attn.c_proj.weight", 1, 1}, [BLK_ATTNPROJ_B] = {"attn.c_proj.bias", 1, 0},
+    [BLK_LN2_W] = {"ln_2.weight", 1, 0},           [BLK_LN2_B] = {"ln_2.bias", 1, 0},
+    [BLK_FC_W] = {"mlp.c_fc.weight", 1, 4},        [BLK_FC_B] = {"mlp.c_fc.bias", 4, 0},
+    [BLK_FCPROJ_W] = {"mlp.c_proj.weight", 4, 1},  [BLK_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0},
+  };
+  for (int i = 0; i < m->n_layer; i++) {
+    plan_unit *u = &p->units[1 + i];
+    snprintf(u->name, sizeof u->name, "h.%d", i);
+    for (int j = 0; j < BLK_NT; j++) {
+      char name[64];
+      snprintf(name, sizeof name, "h.%d.%s", i, blk[j].suffix);
+      plan_add_tensor(u, name, ROOT_NT + BLK_NT * i + j, blk[j].rows * C, blk[j].cols * C);
+    }
+  }
+}
+
 fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   if (!spec || !out) return fsdp_set_error(FSDP_ERR_INVALID, "plan_build: NULL spec or output");
   *out = NULL;
@@ -230,7 +285,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   TRY(model_in_from_spec(spec, world, &in));
   plan_t *p = calloc(1, sizeof *p);
   if (!p) return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for the plan");
-  const gpt2_config *m = &in.m;
+  const model_config *m = &in.m;
   int64_t C = m->n_embd, L = m->n_layer;
   p->model = *m;
   p->world = in.world;
@@ -251,29 +306,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for %d plan units", 1 + m->n_layer);
   }
 
-  plan_unit *r = &p->units[0];
-  snprintf(r->name, sizeof r->name, "root");
-  add_tensor(r, "wte.weight", ROOT_WTE, m->vocab_size, C);
-  add_tensor(r, "wpe.weight", ROOT_WPE, m->seq_len, C);
-  add_tensor(r, "ln_f.weight", ROOT_LNF_W, C, 0);
-  add_tensor(r, "ln_f.bias", ROOT_LNF_B, C, 0);
-  static const struct { const char *suffix; int rows, cols; } blk[BLK_NT] = {
-    [BLK_LN1_W] = {"ln_1.weight", 1, 0},           [BLK_LN1_B] = {"ln_1.bias", 1, 0},
-    [BLK_ATTN_W] = {"attn.c_attn.weight", 1, 3},   [BLK_ATTN_B] = {"attn.c_attn.bias", 3, 0},
-    [BLK_ATTNPROJ_W] = {"attn.c_proj.weight", 1, 1}, [BLK_ATTNPROJ_B] = {"attn.c_proj.bias", 1, 0},
-    [BLK_LN2_W] = {"ln_2.weight", 1, 0},           [BLK_LN2_B] = {"ln_2.bias", 1, 0},
-    [BLK_FC_W] = {"mlp.c_fc.weight", 1, 4},        [BLK_FC_B] = {"mlp.c_fc.bias", 4, 0},
-    [BLK_FCPROJ_W] = {"mlp.c_proj.weight", 4, 1},  [BLK_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0},
-  };
-  for (int i = 0; i < m->n_layer; i++) {
-    plan_unit *u = &p->units[1 + i];
-    snprintf(u->name, sizeof u->name, "h.%d", i);
-    for (int j = 0; j < BLK_NT; j++) {
-      char name[64];
-      snprintf(name, sizeof name, "h.%d.%s", i, blk[j].suffix);
-      add_tensor(u, name, ROOT_NT + BLK_NT * i + j, blk[j].rows * C, blk[j].cols * C);
-    }
-  }
+  if (m->arch == ARCH_LLAMA) plan_llama_units(p);
+  else gpt2_units(p);
   int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
   for (int k = 0; k < p->nunits; k++) {
     plan_unit *u = &p->units[k];
@@ -283,13 +317,15 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     p->shard_total += u->shard_numel;
   }
 
-  int64_t wpe = (int64_t)m->seq_len * C;
+  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), Llama's
+   * embed_tokens (its head is lm_head) */
+  int64_t emb = (int64_t)m->vocab_size * C, lookup = m->arch == ARCH_LLAMA ? emb : (int64_t)m->seq_len * C;
   p->n_params = root_numel(m) + L * block_numel(m);
-  p->n_params_no_emb = p->n_params - (int64_t)m->vocab_size * C - wpe;
-  /* 6 per parameter for every matmul weight the token passes through (the tied wte twice: lookup is
-   * free but the head matmul is real, so wte counts once), the wpe lookup is no matmul; plus the
-   * attention scores and weighted sum, 12·L·C·T (PaLM, appendix B). */
-  p->flops_per_token = 6.0 * (double)(p->n_params - wpe) + 12.0 * (double)L * (double)C * (double)m->seq_len;
+  p->n_params_no_emb = p->n_params - emb - lookup;
+  /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
+   * and weighted sum, 12·L·C·T (PaLM, appendix B). */
+  p->flops_per_token = 6.0 * (double)(p->n_params - lookup) + 12.0 * (double)L * (double)C * (double)m->seq_len;
+  p->n_decay = (int)decay_tensors(m);
   p->act = model_act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
   model_comm(&in, in.sharding, p->sent_bytes);
@@ -306,6 +342,7 @@ void plan_destroy(plan_t **pp) {
 
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit) {
   if (!p || !name) return NULL;
+  if (p->model.arch == ARCH_LLAMA) return plan_llama_find(p, name, unit);
   if (!strncmp(name, "transformer.", 12)) name += 12;
   int u = 0;
   if (!strncmp(name, "h.", 2)) {
@@ -430,12 +467,15 @@ static const char *mem_formula(const plan_t *p, int c) {
   return "";
 }
 
+/* The tensor column's width: GPT-2's names fit 26, Llama's need more. */
+static int name_width(const plan_t *p) { return p->model.arch == ARCH_LLAMA ? 47 : 26; }
+
 static void print_tensors(const plan_t *p, FILE *f, int u) {
   const plan_unit *pu = &p->units[u];
   char a[32], b[32], c[32];
   for (int j = 0; j < pu->ntensors; j++) {
     const plan_tensor *t = &pu->t[j];
-    fprintf(f, "  %-5s %-26s %-13s %13s %13s  %s\n", pu->name, t->name, shape_str(t, a, sizeof a),
+    fprintf(f, "  %-8s %-*s %-13s %13s %13s  %s\n", pu->name, name_width(p), t->name, shape_str(t, a, sizeof a),
             human_count(t->numel, b, sizeof b), human_count(t->offset, c, sizeof c), t->decay ? "yes" : "no");
   }
 }
@@ -453,10 +493,13 @@ static void print_shard_row(const plan_t *p, FILE *f, int r) {
 
 void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   if (!p || !f) return;
-  const gpt2_config *m = &p->model;
+  const model_config *m = &p->model;
   char a[32], b[32], c[32], d[32], e[32];
-  fprintf(f, "Model     gpt2  L=%d  H=%d  C=%d  V=%d  T=%d\n", m->n_layer, m->n_head, m->n_embd, m->vocab_size,
-          m->seq_len);
+  int llama = m->arch == ARCH_LLAMA;
+  fprintf(f, "Model     %s  L=%d  H=%d  C=%d  V=%d  T=%d", jobspec_arch_name(m->arch), m->n_layer, m->n_head,
+          m->n_embd, m->vocab_size, m->seq_len);
+  if (llama) fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
+  fputc('\n', f);
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
@@ -465,40 +508,44 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           human_count((int64_t)p->batch_size * m->seq_len * p->grad_accum * p->world, a, sizeof a));
   fprintf(f, "\nParameters\n");
   put_label(f, "Ψ", 24);
-  fprintf(f, " %16s  (%.1f M, the tied wte counted once)\n", human_count(p->n_params, a, sizeof a),
-          (double)p->n_params / 1e6);
-  put_label(f, "Ψ without wte and wpe", 24);
+  fprintf(f, " %16s  (%.1f M, %s)\n", human_count(p->n_params, a, sizeof a), (double)p->n_params / 1e6,
+          llama ? "embed_tokens and the untied lm_head both counted" : "the tied wte counted once");
+  put_label(f, llama ? "Ψ without embed, lm_head" : "Ψ without wte and wpe", 24);
   fprintf(f, " %16s  (%.1f M)\n", human_count(p->n_params_no_emb, a, sizeof a), (double)p->n_params_no_emb / 1e6);
   put_label(f, "FLOPs per token", 24);
   double fl = p->flops_per_token;
-  fprintf(f, " %16s  6·(Ψ − wpe) + 12·L·C·T (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
+  fprintf(f, " %16s  %s (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
+          llama ? "6·(Ψ − embed_tokens) + 12·L·C·T" : "6·(Ψ − wpe) + 12·L·C·T",
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
-  fprintf(f, "  %4s %-6s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
+  fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
           "shard_base");
+  const char *blk = llama ? "layers" : "h";
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *pu = &p->units[u];
     if (p->nunits > 8 && u >= 3 && u < p->nunits - 2) {
-      if (u == 3) fprintf(f, "  %4s %-6s (h.2 .. h.%d: the same sizes as h.0)\n", "...", "", p->nunits - 4);
+      if (u == 3)
+        fprintf(f, "  %4s %-9s (%s.2 .. %s.%d: the same sizes as %s.0)\n", "...", "", blk, blk, p->nunits - 4, blk);
       continue;
     }
-    fprintf(f, "  %4d %-6s %7d %13s %13s %13s %15s\n", u, pu->name, pu->ntensors, human_count(pu->numel, a, sizeof a),
+    fprintf(f, "  %4d %-9s %7d %13s %13s %13s %15s\n", u, pu->name, pu->ntensors, human_count(pu->numel, a, sizeof a),
             human_count(pu->padded, b, sizeof b), human_count(pu->shard_numel, c, sizeof c),
             human_count(pu->shard_base, d, sizeof d));
   }
-  fprintf(f, "  %4s %-6s %7s %13s %13s %13s %15s\n", "", "total", "", human_count(p->n_params, a, sizeof a), "",
+  fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "", "total", "", human_count(p->n_params, a, sizeof a), "",
           human_count(p->shard_total, b, sizeof b), "= S");
 
-  fprintf(f, "\nTensors (offset in the unit's flat buffer; Hugging Face names and Conv1D layout)\n");
-  fprintf(f, "  %-5s %-26s %-13s %13s %13s  %s\n", "unit", "tensor", "shape", "numel", "offset", "decay");
+  fprintf(f, "\nTensors (offset in the unit's flat buffer; Hugging Face names and %s layout)\n",
+          llama ? "nn.Linear [out, in]" : "Conv1D");
+  fprintf(f, "  %-8s %-*s %-13s %13s %13s  %s\n", "unit", name_width(p), "tensor", "shape", "numel", "offset", "decay");
   print_tensors(p, f, 0);
   if (p->nunits > 1) print_tensors(p, f, 1);
-  if (p->nunits > 2) fprintf(f, "  h.1 .. h.%d: the same layout as h.0\n", p->nunits - 2);
+  if (p->nunits > 2) fprintf(f, "  %s.1 .. %s.%d: the same layout as %s.0\n", blk, blk, p->nunits - 2, blk);
 
   fprintf(f, "\nShards (rank r owns [offset, offset + length) of each unit's flat buffer)\n");
   fprintf(f, "  %5s %15s %13s", "rank", "root offset", "root length");
-  if (p->nunits > 1) fprintf(f, " %15s %13s", "h.* offset", "h.* length");
+  if (p->nunits > 1) fprintf(f, " %15s %13s", llama ? "layers.* offset" : "h.* offset", llama ? "layers.* length" : "h.* length");
   fprintf(f, " %15s\n", "S (all units)");
   int ranks = p->shard_world;
   for (int r = 0; r < ranks; r++) {
@@ -567,10 +614,18 @@ static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
 
 static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_t *root = json_object();
-  const gpt2_config *m = &p->model;
+  const model_config *m = &p->model;
   json_object_set_new(root, "model",
-                      json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", "gpt2", "n_layer", m->n_layer, "n_head",
-                                m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size, "seq_len", m->seq_len));
+                      json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", jobspec_arch_name(m->arch), "n_layer",
+                                m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
+                                "seq_len", m->seq_len));
+  if (m->arch == ARCH_LLAMA) {
+    json_t *jm = json_object_get(root, "model");
+    json_object_set_new(jm, "n_kv_head", jint(m->n_kv_head));
+    json_object_set_new(jm, "ffn_dim", jint(m->ffn_dim));
+    json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
+    json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
+  }
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));
   json_object_set_new(root, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));

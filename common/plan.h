@@ -5,8 +5,10 @@
  * and sends it to workers; workers take every offset from it and recompute none. A plan is
  * immutable after plan_build() and owned by whoever built or received it (plan_destroy frees it).
  *
- * Units (DESIGN.md §3): unit 0, the root, holds wte [V,C], wpe [T,C], ln_f.weight [C], ln_f.bias [C];
- * unit 1+i holds block i in Hugging Face order (see BLK_*). Each unit's flat buffer of `numel`
+ * Units (DESIGN.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [T,C],
+ * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (see BLK_*). Llama's
+ * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]; unit 1+i
+ * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
  * elements is padded to `padded`, a multiple of shard_world × 64, and rank r owns elements
  * [r·shard_numel, (r+1)·shard_numel) of it, where shard_numel = padded / shard_world.
  * shard_world is the world size for sharding full and grad_op, and 1 for none (every rank holds all).
@@ -35,7 +37,7 @@
  *                  cpu: 4·(L·block_saved + block_ws + root_saved); cuda: act elements in bf16, statistics fp32
  *   workspace    = max(act.head_ws_bytes, act.bwd_ws_bytes)   cpu: 4·max(head_ws, bwd_ws)
  *                  cuda: + PLAN_CUDA_WORKSPACE_BYTES (cuBLASLt and reductions) + PLAN_CUDA_SCALAR_BYTES
- *                        + 16·(2 + 4·L) (AdamW's decay-segment table: one [start, end) per 2-D tensor)
+ *                        + 16·n_decay (AdamW's decay-segment table: one [start, end) per 2-D tensor)
  *
  * Bytes each rank sends per optimizer step (ring accounting, as nccl-tests: an all-gather or
  * reduce-scatter of S total bytes sends S·(N−1)/N per rank, an all-reduce 2·S·(N−1)/N), with G
@@ -72,25 +74,35 @@ const char *plan_mem_category_name(mem_category c);   /* "param_shard", ... as i
 typedef enum { COLL_ALLGATHER = 0, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_NKIND } coll_kind;
 const char *plan_coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */
 
-/* Tensor slots inside the root unit and inside every block unit, in flat-buffer order. */
+/* Tensor slots inside the root unit and inside every block unit, in flat-buffer order: GPT-2's. */
 enum { ROOT_WTE = 0, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_NT };
 enum {
   BLK_LN1_W = 0, BLK_LN1_B, BLK_ATTN_W, BLK_ATTN_B, BLK_ATTNPROJ_W, BLK_ATTNPROJ_B,
   BLK_LN2_W, BLK_LN2_B, BLK_FC_W, BLK_FC_B, BLK_FCPROJ_W, BLK_FCPROJ_B, BLK_NT
 };
+/* Llama's (Hugging Face LlamaForCausalLM order). q, k, v are adjacent, and so are gate and up:
+ * the model runs each group as one linear of [C + 2·NKV·HS, C] and [2F, C]. */
+enum { LROOT_EMBED = 0, LROOT_NORM, LROOT_HEAD, LROOT_NT };
+enum {
+  LBLK_LN1_W = 0, LBLK_Q, LBLK_K, LBLK_V, LBLK_O, LBLK_LN2_W, LBLK_GATE, LBLK_UP, LBLK_DOWN, LBLK_NT
+};
 
 typedef struct plan_tensor {
-  char name[64];         /* Hugging Face name without prefix: "wte.weight", "h.3.attn.c_attn.weight" */
-  int gid;               /* global tensor index: root 0..3, block i slot j → 4 + 12·i + j (RNG key) */
+  char name[64];         /* Hugging Face name. GPT-2: without prefix ("wte.weight", "h.3.attn.c_attn.weight");
+                            Llama: exactly as LlamaForCausalLM names it, "model." included
+                            ("model.layers.3.self_attn.q_proj.weight", "lm_head.weight") */
+  int gid;               /* global tensor index (RNG key): GPT-2 root 0..3, block i slot j → 4 + 12·i + j;
+                            Llama root 0..2, layer i slot j → 3 + 9·i + j */
   int ndim;              /* 1 or 2 */
-  int64_t shape[2];      /* HF layout: c_attn.weight is [C, 3C] (Conv1D: in, out) */
+  int64_t shape[2];      /* HF layout: GPT-2's c_attn.weight is [C, 3C] (Conv1D: in, out); Llama's
+                            projections [out, in] (nn.Linear) */
   int64_t numel;
   int64_t offset;        /* first element in the unit's flat buffer */
   int decay;             /* AdamW weight decay applies (2-D tensors) */
 } plan_tensor;
 
 typedef struct plan_unit {
-  char name[16];         /* "root", "h.0", ... */
+  char name[16];         /* "root", "h.0", ... (Llama: "root", "layers.0", ...) */
   int ntensors;
   plan_tensor t[PLAN_MAX_TENSORS];
   int64_t numel;         /* Σ tensor numel */
@@ -100,8 +112,14 @@ typedef struct plan_unit {
 } plan_unit;
 
 /* Element counts of the activation buffers the model keeps, for one micro-batch of B·T tokens, and
- * their bytes on the plan's device. The model allocates exactly these (worker/model_gpt2.c lays
- * them out). ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA. Act elements are 4
+ * their bytes on the plan's device. The model allocates exactly these (worker/model_gpt2.c and
+ * model_llama.c lay them out). The fields below give GPT-2's terms; Llama's (Q = C + 2·NKV·HS the
+ * qkv row, F = ffn_dim, BTX = B·T·X) are
+ *   block_saved = BT·(5C + Q + 3F) + 2·BT + ATT: ln1 BTC, rstd BT, qkv BTQ, atty BTC, att ATT, res2 BTC,
+ *                 ln2 BTC, rstd BT, gate|up 2BTF, swiglu BTF, out BTC (checkpointing: out only)
+ *   root_saved  = 2·BTC + BT: x0 = embed_tokens[inp], the final norm's output and rstd
+ *   head_ws     = GPT-2's;  block_ws = block_saved(none) with checkpointing (as GPT-2's)
+ *   bwd_ws      = 3·BTC + BTF + BT·max(2F, Q) + ATT: dres, dx, datty, d swiglu, d gate|up or d qkv, datt ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA. Act elements are 4
  * bytes on the CPU and 2 (bf16) on CUDA; statistics, the attention state and losses are fp32. */
 typedef struct plan_act {
   int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + ATT (with activation
@@ -129,7 +147,7 @@ int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H);
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
 typedef struct plan {
-  gpt2_config model;
+  model_config model;
   int world;             /* ranks */
   int shard_world;       /* world for full and grad_op, 1 for none */
   shard_mode sharding;
@@ -142,10 +160,15 @@ typedef struct plan {
   int nunits;            /* 1 + n_layer */
   plan_unit *units;
   int64_t shard_total;   /* S = Σ shard_numel: the length of every rank's concatenated shard */
-  int64_t n_params;      /* Ψ, tied wte counted once */
-  int64_t n_params_no_emb;      /* Ψ without wte and wpe */
-  double flops_per_token;       /* 6·(Ψ − wpe) + 12·L·C·T (PaLM appendix B: the tied head is real
-                                   compute through wte, the wpe lookup is not; attention term) */
+  int64_t n_params;      /* Ψ: GPT-2's tied wte counted once; Llama's embed_tokens and lm_head both */
+  int64_t n_params_no_emb;      /* Ψ without the embeddings: GPT-2 wte and wpe; Llama embed_tokens and lm_head */
+  double flops_per_token;       /* 6 per parameter a token multiplies with, forward and backward, plus the
+                                   attention scores and weighted sum, 12·L·C·T (PaLM appendix B):
+                                   GPT-2 6·(Ψ − wpe) + 12·L·C·T (the tied head is real compute through wte,
+                                   the wpe lookup is not); Llama 6·(Ψ − V·C) + 12·L·C·T (the embed_tokens
+                                   lookup is no matmul, lm_head is; GQA shares k and v but every query head
+                                   still scores T keys, so the attention term is unchanged) */
+  int n_decay;                  /* 2-D tensors (AdamW decays them): GPT-2 2 + 4·L, Llama 2 + 7·L */
   plan_act act;
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
@@ -162,7 +185,8 @@ void plan_destroy(plan_t **p);
 static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
   return p->shard_world == 1 ? 0 : (int64_t)rank * p->units[u].shard_numel;
 }
-/* Find a tensor by Hugging Face name (an optional "transformer." prefix is accepted). */
+/* Find a tensor by Hugging Face name: GPT-2 with or without "transformer.", Llama with or without
+ * "model." (lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
 /* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */
 int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world);

@@ -15,8 +15,10 @@
 #error "safetensors.c copies little-endian data with memcpy: a little-endian host is required"
 #endif
 
-#define ST_PREFIX "transformer."
+#define ST_PREFIX "transformer."   /* GPT2LMHeadModel's; a bare GPT2Model has none */
 #define ST_PREFIX_LEN 12
+#define ST_LLAMA_PREFIX "model."      /* LlamaForCausalLM's; a bare LlamaModel has none */
+#define ST_LLAMA_PREFIX_LEN 6
 #define ST_ALLOWED "F32, BF16"
 
 typedef struct st_entry {
@@ -49,6 +51,7 @@ static int st_parse_dtype(const char *s, st_dtype *out) {
 }
 
 static const char *st_strip(const char *s) {
+  if (!strncmp(s, ST_LLAMA_PREFIX, ST_LLAMA_PREFIX_LEN)) return s + ST_LLAMA_PREFIX_LEN;
   return strncmp(s, ST_PREFIX, ST_PREFIX_LEN) ? s : s + ST_PREFIX_LEN;
 }
 
@@ -275,7 +278,7 @@ int st_find(const st_file *f, const char *name) {
 
 static fsdp_status st_not_found(const st_file *f, const char *name) {
   return fsdp_set_error(FSDP_ERR_NOTFOUND,
-                        "tensor '%s' (with or without '" ST_PREFIX "') is not in %s, which holds "
+                        "tensor '%s' (with or without '" ST_PREFIX "' or '" ST_LLAMA_PREFIX "') is not in %s, which holds "
                         "%d tensors%s%s%s",
                         name, f->path, f->n, f->n ? ", the first '" : "",
                         f->n ? f->e[0].name : "", f->n ? "'" : "");
@@ -293,9 +296,10 @@ static fsdp_status st_check_shape(const st_file *f, int i, const char *name, con
                         "tensor '%s' in %s: expected shape %s, found %s%s", name, f->path,
                         st_shape_str(a, sizeof a, shape, ndim),
                         st_shape_str(b, sizeof b, e->shape, e->ndim),
-                        transposed ? " (transposed: Hugging Face GPT-2 stores Conv1D weights as "
-                                     "[in, out]; a torch.nn.Linear export is [out, in])"
-                                   : "");
+                        !transposed ? ""
+                        : strstr(name, "_proj.") ? " (transposed: Llama stores nn.Linear weights as [out, in])"
+                                                 : " (transposed: Hugging Face GPT-2 stores Conv1D weights as "
+                                                   "[in, out]; a torch.nn.Linear export is [out, in])");
 }
 
 static void st_copy_range(const st_entry *e, const uint8_t *data, int64_t first, int64_t count,
@@ -516,9 +520,23 @@ out:
 
 /* ---- plan-aware ---- */
 
+/* A file of the other architecture, told by its names, refused before any tensor is missed. */
+static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
+  int gpt2 = st_find(f, "wte.weight") >= 0 || st_find(f, "h.0.attn.c_attn.weight") >= 0;
+  int llama = st_find(f, "embed_tokens.weight") >= 0 || st_find(f, "layers.0.self_attn.q_proj.weight") >= 0;
+  if (p->model.arch == ARCH_LLAMA && gpt2 && !llama)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds a GPT-2 model (wte.weight, h.0.…); the job is arch = llama, "
+                          "which reads model.embed_tokens.weight, model.layers.0.…", f->path);
+  if (p->model.arch == ARCH_GPT2 && llama && !gpt2)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds a Llama model (model.embed_tokens.weight, model.layers.0.…); "
+                          "the job is arch = gpt2, which reads wte.weight, h.0.…", f->path);
+  return FSDP_OK;
+}
+
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
   if (rank < 0 || rank >= p->world)
     return fsdp_set_error(FSDP_ERR_RANGE, "st_load_shard: rank %d of world %d", rank, p->world);
+  TRY(st_check_arch(f, p));
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *U = &p->units[u];
     float *dst = shard + U->shard_base;

@@ -9,9 +9,10 @@
  *
  * Reading: st_open() maps the file read-only and validates every entry up front (dtype F32 or
  * BF16, shape, offsets in bounds, contiguous, sizes matching, total size equal to the file size),
- * so the readers never meet a malformed entry. Names are Hugging Face GPT-2's, with or without the
- * "transformer." prefix: a lookup of "wte.weight" finds "transformer.wte.weight" and the other way
- * round (an exact match wins). Readers convert BF16 to F32. An st_file is immutable once opened:
+ * so the readers never meet a malformed entry. Names are Hugging Face's, with or without the
+ * model's prefix: a lookup of "wte.weight" finds "transformer.wte.weight" (GPT-2) and
+ * "model.layers.0.input_layernorm.weight" finds "layers.0.input_layernorm.weight" (Llama), and the
+ * other way round (an exact match wins). Readers convert BF16 to F32. An st_file is immutable once opened:
  * any number of threads may read from it concurrently; the opener frees it with st_destroy().
  *
  * Writing: an st_writer collects tensors (it references the caller's data, which must stay valid
@@ -22,7 +23,9 @@
  * Plan-aware helpers: st_load_shard() fills one rank's concatenated shard of a plan straight from
  * the file, reading only the ranges that intersect the rank's shard; st_save_units() writes full
  * (gathered) unit buffers as one consolidated model with Hugging Face names. Tied lm_head: GPT-2's
- * output projection is wte, so no "lm_head.weight" is written, and one found in a file is ignored.
+ * output projection is wte, so no "lm_head.weight" is written, and one found in a file is ignored;
+ * Llama's lm_head is its own tensor, read and written. A file of the other architecture (told by
+ * wte.weight / model.embed_tokens.weight) is refused with a message that says so.
  */
 #ifndef FSDP_SAFETENSORS_H
 #define FSDP_SAFETENSORS_H
@@ -50,7 +53,7 @@ st_dtype st_tensor_dtype(const st_file *f, int i);
 int st_ndim(const st_file *f, int i);
 const int64_t *st_shape(const st_file *f, int i);      /* st_ndim entries */
 int64_t st_numel(const st_file *f, int i);
-/* Index of NAME (with or without "transformer."), or -1. */
+/* Index of NAME (with or without "transformer." or "model."), or -1. */
 int st_find(const st_file *f, const char *name);
 
 /* Read a whole tensor as F32; its shape must be exactly SHAPE[NDIM] (the error says expected and
@@ -76,7 +79,7 @@ void st_writer_destroy(st_writer **w);
  * unit's flat buffer; padding is 0. Every tensor of the plan must be present with its shape. */
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to
- * PATH as F32 with its Hugging Face name (no prefix). */
+ * PATH as F32 with its plan name (GPT-2: no prefix; Llama: LlamaForCausalLM's, "model." included). */
 fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units);
 
 /* The conversions used above, exposed for tests and for the CUDA side's host code. */

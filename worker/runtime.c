@@ -164,7 +164,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   }
   if (rt->bf16_params) ALLOC_OR(rt->lp, dalloc(rt, MEM_PARAM_SHARD, S, 2), rc, fail);
   ALLOC_OR(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4), rc, fail);
-  ALLOC_OR(rt->acts, gpt2_acts_new(p, dev), rc, fail);
+  ALLOC_OR(rt->acts, model_acts_new(p, dev), rc, fail);
   ALLOC_OR(rt->inp, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)), rc, fail);
   ALLOC_OR(rt->tgt, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)), rc, fail);
   if (!dev->host_accessible) {
@@ -191,7 +191,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   void *hp = NULL;
   TRY_GOTO(rt_host_buffer(rt, rt->param, (size_t)S * 4, &hp), rc, fail);
   if (strcmp(spec->init, "random") == 0) {
-    gpt2_init_shard(p, spec->seed, rank, hp);
+    model_init_shard(p, spec->seed, rank, hp);
   } else {
     st_file *f = NULL;
     rc = st_open(spec->init, &f);
@@ -390,11 +390,11 @@ static fsdp_status forward(runtime_t *rt, const int *inp, int release, const voi
     while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
   }
   *root = unit_ready(rt, 0);
-  gpt2_embed_forward(rt->acts, p, *root, inp);
+  model_embed_forward(rt->acts, p, *root, inp);
   if (sh)
     while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
   for (int u = 1; u <= L; u++) {
-    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
+    model_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
     if (sh && release) gather_release(rt, u);
     if (sh && next <= L) TRY(gather_issue(rt, next++));
   }
@@ -417,13 +417,13 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   if (full)
     while (prev >= 1 && L - prev < ahead) TRY(gather_issue(rt, prev--));
   if (sh) d->op->zero(d, droot, (size_t)p->units[0].padded * sizeof(float));
-  gpt2_head_forward_backward(rt->acts, p, root, droot, tgt, dscale, rt->scal);
+  model_head_forward_backward(rt->acts, p, root, droot, tgt, dscale, rt->scal);
 
   for (int u = L; u >= 1; u--) {
     const void *unit = unit_ready(rt, u);
     int gi = 0;
     float *dunit = sh ? gbuf_acquire(rt, p->units[u].padded, &gi) : rt->grad + p->units[u].shard_base;
-    gpt2_block_backward(rt->acts, p, u - 1, unit, dunit);
+    model_block_backward(rt->acts, p, u - 1, unit, dunit);
     if (sh) {
       gather_release(rt, u);
       if (full && prev >= 1) TRY(gather_issue(rt, prev--));
@@ -432,7 +432,7 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
       TRY(ar_issue(rt, u));
     }
   }
-  gpt2_embed_backward(rt->acts, p, droot, inp);
+  model_embed_backward(rt->acts, p, droot, inp);
   if (sh) {
     gather_release(rt, 0);
     TRY(rs_issue(rt, 0, droot, 0, k > 0, rt->root_done));
@@ -560,7 +560,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
 static fsdp_status eval_forward(runtime_t *rt) {
   const void *root = NULL;
   TRY(forward(rt, rt->inp, 1, &root));
-  gpt2_head_forward(rt->acts, rt->p, root, rt->tgt, rt->scal);
+  model_head_forward(rt->acts, rt->p, root, rt->tgt, rt->scal);
   if (sharded(rt)) gather_release(rt, 0);
   return FSDP_OK;
 }
@@ -621,7 +621,7 @@ void runtime_destroy(runtime_t **prt) {
   d->op->free(d, rt->dparam);
   d->op->free(d, rt->lp);
   d->op->free(d, rt->grad);
-  gpt2_acts_destroy(&rt->acts);
+  model_acts_destroy(&rt->acts);
   d->op->free(d, rt->inp);
   d->op->free(d, rt->tgt);
   free(rt->inp_h);

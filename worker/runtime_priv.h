@@ -4,7 +4,7 @@
 #define FSDP_RUNTIME_PRIV_H
 
 #include "device.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "runtime.h"
 #include "tokens.h"
 
@@ -26,7 +26,7 @@ struct runtime {
    * gradient shard on the host (and the bf16 copy on its way to the device) */
   int offload;
   float *dparam, *hgrad;
-  gpt2_acts *acts;
+  model_acts *acts;
   tok_file *data;
   tok_file *val;                 /* [data] val, or NULL */
   int *inp, *tgt;                /* G·B·T token ids on the device: the whole step's micro-batches */

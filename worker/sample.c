@@ -12,7 +12,7 @@
 #include "ckpt.h"
 #include "device.h"
 #include "jobspec.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "plan.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -26,8 +26,33 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* The model shape from DIR/config.json (Hugging Face GPT2Config, as fsdpctl export writes it). */
-static fsdp_status read_hf_config(const char *st_path, gpt2_config *m) {
+/* A positive integer KEY of the config O, or an error naming it. */
+static fsdp_status config_int(json_t *o, const char *path, const char *key, int *v) {
+  json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 16777216)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s must be a positive integer", path, key);
+  *v = (int)json_integer_value(x);
+  return FSDP_OK;
+}
+
+/* A LlamaConfig's shape (model_type "llama"), as fsdpctl export writes it. */
+static fsdp_status llama_config(json_t *o, const char *path, model_config *m) {
+  static const char *const keys[] = {"num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+                                     "max_position_embeddings", "num_key_value_heads", "intermediate_size"};
+  int v[7];
+  for (int i = 0; i < 7; i++) TRY(config_int(o, path, keys[i], &v[i]));
+  json_t *eps = json_object_get(o, "rms_norm_eps"), *theta = json_object_get(o, "rope_theta");
+  if (!json_is_number(eps) || !json_is_number(theta))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be numbers", path);
+  *m = (model_config){.arch = ARCH_LLAMA, .n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3],
+                      .seq_len = v[4], .n_kv_head = v[5], .ffn_dim = v[6], .norm_eps = json_number_value(eps),
+                      .rope_theta = json_number_value(theta)};
+  return FSDP_OK;
+}
+
+/* The model shape from DIR/config.json (a Hugging Face GPT2Config or LlamaConfig, as fsdpctl export
+ * writes them). */
+static fsdp_status read_hf_config(const char *st_path, model_config *m) {
   char path[4096];
   const char *slash = strrchr(st_path, '/');
   int w = slash ? snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - st_path), st_path)
@@ -41,16 +66,17 @@ static fsdp_status read_hf_config(const char *st_path, gpt2_config *m) {
   static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
   int v[5];
   fsdp_status rc = FSDP_OK;
-  for (int i = 0; i < 5; i++) {
-    json_t *x = json_object_get(o, keys[i]);
-    if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 16777216) {
-      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s must be a positive integer", path, keys[i]);
-      break;
-    }
-    v[i] = (int)json_integer_value(x);
+  const char *type = json_string_value(json_object_get(o, "model_type"));
+  if (type && !strcmp(type, "llama")) {
+    rc = llama_config(o, path, m);
+    json_decref(o);
+    return rc;
   }
+  for (int i = 0; i < 5 && rc == FSDP_OK; i++) rc = config_int(o, path, keys[i], &v[i]);
   json_decref(o);
-  if (rc == FSDP_OK) *m = (gpt2_config){.n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3], .seq_len = v[4]};
+  if (rc == FSDP_OK)
+    *m = (model_config){.n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3], .seq_len = v[4],
+                        .n_kv_head = v[1]};
   return rc;
 }
 
@@ -208,33 +234,34 @@ fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int p
     return fsdp_set_error(FSDP_ERR_INTERNAL, "sample_generate needs a world-1 plan of batch 1");
   fsdp_status rc = FSDP_OK;
   device_t *dev = NULL;
-  gpt2_acts *acts = NULL;
+  model_acts *acts = NULL;
   void **units = calloc((size_t)p->nunits, sizeof(void *));
   int *window = calloc((size_t)T, sizeof(int));
   float *lnf = malloc((size_t)C * sizeof(float)), *logits = malloc((size_t)V * sizeof(float));
   double *w = malloc((size_t)V * sizeof(double));
   if (!units || !window || !lnf || !logits || !w) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
   if (rc == FSDP_OK) rc = device_new_cpu(DEV_CPU_SYNC, &dev);
-  if (rc == FSDP_OK && !(acts = gpt2_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
+  if (rc == FSDP_OK && !(acts = model_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
   for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
-  const float *wte = param + p->units[0].shard_base + p->units[0].t[ROOT_WTE].offset;
+  const float *head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
   for (int n = plen; rc == FSDP_OK && n < total; n++) {
     /* the last T tokens; positions after the window's end are padding the causal mask ignores */
     int start = n > T ? n - T : 0, len = n - start;
     memset(window, 0, (size_t)T * sizeof(int));
     memcpy(window, ids + start, (size_t)len * sizeof(int));
-    gpt2_embed_forward(acts, p, units[0], window);
-    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(acts, p, l, units[1 + l]);
-    gpt2_head_forward(acts, p, units[0], NULL, NULL);
-    rc = dev->op->download(dev, lnf, (const float *)acts->lnf + (int64_t)(len - 1) * C, (size_t)C * sizeof(float));
-    for (int v = 0; rc == FSDP_OK && v < V; v++) {   /* the tied head on the last position */
+    model_embed_forward(acts, p, units[0], window);
+    for (int l = 0; l < p->model.n_layer; l++) model_block_forward(acts, p, l, units[1 + l]);
+    model_head_forward(acts, p, units[0], NULL, NULL);
+    rc = dev->op->download(dev, lnf, (const float *)model_final_hidden(acts) + (int64_t)(len - 1) * C,
+                           (size_t)C * sizeof(float));
+    for (int v = 0; rc == FSDP_OK && v < V; v++) {   /* the head (wte or lm_head) on the last position */
       float s = 0;
-      for (int c = 0; c < C; c++) s += lnf[c] * wte[(int64_t)v * C + c];
+      for (int c = 0; c < C; c++) s += lnf[c] * head[(int64_t)v * C + c];
       logits[v] = s;
     }
     ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
   }
-  gpt2_acts_destroy(&acts);
+  model_acts_destroy(&acts);
   device_destroy(&dev);
   free(units);
   free(window);

@@ -2,7 +2,7 @@
 # ctl_errors — fsdpctl's failures are one clear line on stderr, a non-zero status, and quick:
 # no daemon at the endpoint (missing socket, stale socket file, TCP port nobody listens on, the
 # default endpoint under $XDG_STATE_HOME); a malformed job file (named with file:line, checked
-# before any daemon is contacted); bad arguments (status 2); device = cuda on a machine without
+# before any daemon is contacted; Llama's n_kv_head, head size and ffn_dim rules); bad arguments (status 2); device = cuda on a machine without
 # the CUDA driver. Needs only fsdpctl: no daemon is started.
 # Usage: bash ctl_errors.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -69,6 +69,17 @@ expect_err badsubmit 1 2000 "^fsdpctl: ([^ ]*/)?bad.ini:$line: .*n_embd"
 [ ! -s "$T/badsubmit.out" ] || fail "submit of a bad file printed to stdout: $(cat "$T/badsubmit.out")"
 run_cmd badrun "$CTL" run "$T/bad.ini"
 expect_err badrun 1 2000 "^fsdpctl: ([^ ]*/)?bad.ini:$line: "
+
+# Llama's rules: n_kv_head must divide n_head, the head size must be even (rotary), ffn_dim is required
+sed 's/^n_kv_head = .*/n_kv_head = 3/' "$SRC/examples/llama-tiny.ini" >"$T/kv.ini"
+run_cmd badkv "$CTL" plan "$T/kv.ini"
+expect_err badkv 1 2000 "kv.ini:[0-9]+: \[model\] n_kv_head = 3 does not divide n_head = 4; allowed: a divisor of n_head"
+sed 's/^n_embd = .*/n_embd = 68/' "$SRC/examples/llama-tiny.ini" >"$T/odd.ini"
+run_cmd badodd "$CTL" plan "$T/odd.ini"
+expect_err badodd 1 2000 "odd.ini:[0-9]+: \[model\] head size n_embd / n_head = 17 is odd"
+grep -v '^ffn_dim' "$SRC/examples/llama-tiny.ini" >"$T/noffn.ini"
+run_cmd noffn "$CTL" plan "$T/noffn.ini"
+expect_err noffn 1 2000 "noffn.ini:[0-9]+: \[model\] arch = llama needs ffn_dim"
 
 printf '[job]\nsteps = 10\nbogus_key = 1\n' >"$T/unknown.ini"
 run_cmd unknown "$CTL" submit "$T/unknown.ini" --ctl "ipc://$T/none.sock"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # plan_cli — `fsdpctl plan` on good and bad job files: exit codes, one-line errors that name
-# file:line, --json that parses, --device-memory verdicts, --defaults that loads back.
+# file:line, --json that parses, --device-memory verdicts, --defaults that loads back; a Llama's table.
 # Usage: plan_cli.sh BUILD_DIR SOURCE_DIR
 set -u
 BUILD=$(cd "${1:?build dir}" && pwd)
@@ -55,6 +55,19 @@ usage_err() {
 # --- good files ---
 run 0 plan --help && grep -q -- "--device-memory" "$TMP/out" && ok || fail "--help text"
 run 0 plan "$SRC/examples/tiny.ini" && grep -q "170,560" "$TMP/out" && ok || fail "tiny.ini table: no 170,560"
+# a Llama: Hugging Face's names, the arch and its keys in the table and in --json
+run 0 plan "$SRC/examples/llama-tiny.ini" && grep -q "model.layers.0.self_attn.k_proj.weight  *\[32, 64\]" "$TMP/out" &&
+  grep -q "^Model     llama .* KV=2  F=176" "$TMP/out" && ok || fail "llama-tiny.ini table"
+run 0 plan "$SRC/examples/llama-tiny.ini" --json && python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+m = p["model"]
+assert m["arch"] == "llama" and m["n_kv_head"] == 2 and m["ffn_dim"] == 176, m
+names = [t["name"] for u in p["units"] for t in u["tensors"]]
+assert names[:3] == ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"], names[:3]
+assert names[-1] == "model.layers.1.mlp.down_proj.weight" and len(names) == 3 + 2 * 9, names
+assert p["n_params"] == sum(t["numel"] for u in p["units"] for t in u["tensors"])
+' "$TMP/out" && ok || fail "llama-tiny.ini --json"
 # relative paths resolve against the job file, not the cwd
 (cd / && "$CTL" plan "$SRC/examples/gpt2-small.ini" >/dev/null 2>&1) && ok || fail "gpt2-small.ini from /"
 

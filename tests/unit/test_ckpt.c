@@ -10,6 +10,7 @@
  * checkpoint + restore + 3 steps in fresh processes: losses 4..6 and final weights bit-identical for
  * the same world (the same arithmetic on the same bits); restored into N=1 B=4 and N=4 B=1 (N·B·G
  * unchanged): within test_runtime's equivalence tolerances (only fp32 summation order differs).
+ * Both parts run for GPT-2 and again for a Llama with grouped-query attention.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,11 +38,18 @@ static const char *JOB =
     "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\nschedule = cosine\nweight_decay = 0.1\ngrad_clip = 1.0\n"
     "[fsdp]\nworld_size = 2\nprefetch = 1\ntimeout_s = 20\n";
 
+/* Set for the second pass: the same tests with a Llama (GQA) instead of JOB's GPT-2. */
+static int g_llama;
+static const model_config LLAMA = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+                                   .ffn_dim = 40, .vocab_size = 96, .seq_len = 16, .norm_eps = 1e-5,
+                                   .rope_theta = 500000};
+
 static void make_spec(jobspec_t *s, int world, int batch, shard_mode sh) {
   if (jobspec_parse(JOB, "test_ckpt.ini", "/tmp", s) != FSDP_OK) {
     fprintf(stderr, "job text: %s\n", fsdp_last_error());
     exit(2);
   }
+  if (g_llama) s->model = LLAMA;
   s->world_size = world;
   s->batch_size = batch;
   s->sharding = sh;
@@ -136,6 +144,13 @@ static void test_roundtrip_reshard(void) {
   CHECK_EQ_INT(SHARD_FULL, ci.sharding);
   CHECK_EQ_INT(5000, ci.tokens);
   CHECK_EQ_INT(3, ci.model.n_layer);
+  CHECK_EQ_INT(g_llama ? ARCH_LLAMA : ARCH_GPT2, ci.model.arch);
+  if (g_llama) {   /* the manifest carries Llama's keys */
+    CHECK_EQ_INT(2, ci.model.n_kv_head);
+    CHECK_EQ_INT(40, ci.model.ffn_dim);
+    CHECK_NEAR(500000, ci.model.rope_theta, 0, 0);
+    CHECK_NEAR(1e-5, ci.model.norm_eps, 0, 0);
+  }
   CHECK_EQ_INT(2 * 2 * 1, ci.rows_per_step);
   CHECK_OK(ckpt_verify(dir, &ci, 0, 1));
   static const struct { int world; shard_mode sh; } to[] = {
@@ -162,6 +177,19 @@ static void test_roundtrip_reshard(void) {
   fsdp_status rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
   CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
   CHECK(contains(fsdp_last_error(), "different model"));
+  free(buf);
+  plan_destroy(&p);
+  /* the other architecture, or a Llama of other kv heads, is refused too */
+  make_spec(&spec, 2, 2, SHARD_FULL);
+  if (g_llama) spec.model.n_kv_head = 4;
+  else spec.model = LLAMA;
+  CHECK_OK(plan_build(&spec, 2, &p));
+  buf = malloc((size_t)p->shard_total * sizeof(float) * 3);
+  rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
+  CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
+  CHECK(contains(fsdp_last_error(), g_llama ? "different model: llama, n_layer 3, n_head 4, n_embd 32, vocab_size 96, "
+                                              "seq_len 16, n_kv_head 2, ffn_dim 40; this job has llama"
+                                            : "different model: gpt2"));
   free(buf);
   plan_destroy(&p);
   rm_rf(dir);
@@ -469,6 +497,10 @@ int main(int argc, char **argv) {
   test_roundtrip_reshard();
   test_corruption();
   test_prune();
+  test_resume();
+  g_llama = 1;   /* the same with a Llama: format, resharding, resume at other world sizes */
+  printf("Llama:\n");
+  test_roundtrip_reshard();
   test_resume();
   return check_done();
 }

@@ -76,7 +76,10 @@ static void test_defaults(void) {
   CHECK_EQ_INT(0, d.sample_every);
   CHECK(d.sample_prompt[0] == '\0');
   CHECK(!strcmp(d.init, "random"));
-  CHECK(!strcmp(d.arch, "gpt2"));
+  CHECK_EQ_INT(ARCH_GPT2, d.model.arch);
+  CHECK(!strcmp(jobspec_arch_name(ARCH_LLAMA), "llama"));
+  CHECK_NEAR(1e-5, d.model.norm_eps, 0, 0);
+  CHECK_NEAR(10000, d.model.rope_theta, 0, 0);
   CHECK(!strcmp(jobspec_shard_mode_name(SHARD_GRAD_OP), "grad_op"));
   CHECK(!strcmp(jobspec_device_kind_name(DEVICE_CUDA), "cuda"));
   CHECK(!strcmp(jobspec_dtype_kind_name(DTYPE_BF16), "bf16"));
@@ -254,7 +257,20 @@ static void test_errors(void) {
   expect_error("[fsdp]\nworld_size = 0\n", 2, "world_size = 0 is out of range; allowed: an integer in 1..4096");
   expect_error("[fsdp]\nprefetch = 5\n", 2, "allowed: an integer in 0..4");
   expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none");
-  expect_error("[model]\narch = llama\n", 2, "allowed: gpt2");
+  expect_error("[model]\narch = mamba\n", 2, "arch = 'mamba' is not allowed; allowed: gpt2 | llama");
+  /* Llama's own rules, and its keys refused for GPT-2 */
+  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 64\nn_kv_head = 3\nffn_dim = 176\n", T);
+  expect_error(buf, 7, "n_kv_head = 3 does not divide n_head = 4; allowed: a divisor of n_head");
+  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 60\nffn_dim = 176\n", T);
+  expect_error(buf, 6, "head size n_embd / n_head = 15 is odd");
+  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 64\n", T);
+  expect_error(buf, 4, "arch = llama needs ffn_dim");
+  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nffn_dim = 0\n", T);
+  expect_error(buf, 5, "arch = llama needs ffn_dim");
+  snprintf(buf, sizeof buf, "%s[model]\nn_kv_head = 4\n", T);
+  expect_error(buf, 4, "[model] n_kv_head applies to arch = llama only");
+  snprintf(buf, sizeof buf, "%s[model]\nrope_theta = 500000\n", T);
+  expect_error(buf, 4, "[model] rope_theta applies to arch = llama only");
   expect_error("[model]\ninit = weights.pt\n", 2, "allowed: random | PATH.safetensors");
   expect_error("[model]\ninit = missing.safetensors\n", 2, "cannot read");
   expect_error("[job]\nname = has space\n", 2, "allowed:");
@@ -363,6 +379,19 @@ static void test_examples(void) {
   s.device = DEVICE_CPU;
   CHECK_OK(jobspec_check_build(&s));
   CHECK(s.ckpt_dir[0] == '/' && strstr(s.ckpt_dir, "/examples/checkpoints/gpt2-small"));
+  /* the Llama examples: a CPU one that trains in seconds, and Llama-3.2-1B's shape */
+  source_path(path, sizeof path, "examples/llama-tiny.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(ARCH_LLAMA, s.model.arch);
+  CHECK_EQ_INT(DEVICE_CPU, s.device);
+  CHECK(s.model.n_kv_head < s.model.n_head && s.model.n_head % s.model.n_kv_head == 0);
+  source_path(path, sizeof path, "examples/llama-1b.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  const model_config *m = &s.model;
+  CHECK(m->arch == ARCH_LLAMA && m->n_layer == 16 && m->n_head == 32 && m->n_embd == 2048 && m->vocab_size == 128256 &&
+        m->seq_len == 2048 && m->n_kv_head == 8 && m->ffn_dim == 8192 && m->norm_eps == 1e-5 &&
+        m->rope_theta == 500000);
+  CHECK_EQ_INT(DEVICE_CUDA, s.device);
 }
 
 int main(void) {

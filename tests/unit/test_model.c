@@ -123,7 +123,7 @@ static double ref_loss(const ref *r, const int *inp, const int *tgt) {
 
 static void spec_for(jobspec_t *s, int L, int H, int C, int V, int T, int B) {
   jobspec_defaults(s);
-  s->model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s->model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
   s->batch_size = B;
   s->grad_accum = 1;
   s->world_size = 1;

@@ -13,7 +13,7 @@
 
 static void spec_for(jobspec_t *s) {
   jobspec_defaults(s);
-  s->model = (gpt2_config){.n_layer = 2, .n_head = 2, .n_embd = 12, .vocab_size = 37, .seq_len = 9};
+  s->model = (model_config){.n_layer = 2, .n_head = 2, .n_embd = 12, .vocab_size = 37, .seq_len = 9};
   s->batch_size = 2;
   s->grad_accum = 1;
   s->device = DEVICE_CPU;

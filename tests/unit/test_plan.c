@@ -11,7 +11,7 @@
 static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s.model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
   return s;
 }
 
@@ -109,7 +109,9 @@ static void test_tensors(void) {
 /* Every element of every unit is owned by exactly one rank (sharded modes) or by every rank
  * (none), for world sizes 1..64, including sizes that divide no unit. */
 static void test_shard_cover(void) {
-  static const gpt2_config cfgs[] = {{2, 2, 8, 16, 4}, {3, 3, 24, 97, 13}, {1, 1, 5, 3, 7}};
+  static const model_config cfgs[] = {{.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16, .seq_len = 4},
+                                       {.n_layer = 3, .n_head = 3, .n_embd = 24, .vocab_size = 97, .seq_len = 13},
+                                       {.n_layer = 1, .n_head = 1, .n_embd = 5, .vocab_size = 3, .seq_len = 7}};
   int bad = 0;
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++)
@@ -434,6 +436,123 @@ static void test_json_and_table(void) {
   CHECK(!strcmp(plan_coll_kind_name(COLL_REDUCESCATTER), "reducescatter"));
 }
 
+static jobspec_t llama_of(int L, int H, int KV, int C, int F, int V, int T) {
+  jobspec_t s = spec_of(L, H, C, V, T);
+  s.model.arch = ARCH_LLAMA;
+  s.model.n_kv_head = KV;
+  s.model.ffn_dim = F;
+  s.model.norm_eps = 1e-5;
+  s.model.rope_theta = 500000;
+  return s;
+}
+
+/* Llama: Hugging Face's names, shapes, order, gids and decay; the parameter count of Llama-3.2-1B
+ * (untied: its published 1,235,814,400 with tied embeddings plus a 128256 x 2048 lm_head); FLOPs,
+ * activation terms and the CUDA decay table by hand. */
+static void test_llama(void) {
+  plan_t *p = NULL;
+  jobspec_t s = llama_of(16, 32, 8, 2048, 8192, 128256, 2048);
+  CHECK_OK(plan_build(&s, 8, &p));
+  CHECK_EQ_INT(1235814400LL + 128256LL * 2048, p->n_params);
+  CHECK_EQ_INT(1235814400LL + 128256LL * 2048 - 2 * 128256LL * 2048, p->n_params_no_emb);
+  /* 6·(Ψ − embed_tokens) + 12·L·C·T = 6·1,235,814,400 + 12·16·2048·2048 */
+  CHECK_NEAR(7414886400.0 + 805306368.0, p->flops_per_token, 0, 0);
+  CHECK_EQ_INT(2 + 7 * 16, p->n_decay);
+  plan_destroy(&p);
+
+  /* tiny, by hand: root 2·16·8 + 8 = 264; layer 2·8 + 2·64 + 2·(2·2)·8 + 3·12·8 = 496 */
+  const int64_t C = 8, KV = 4, F = 12;
+  s = llama_of(2, 4, 2, 8, 12, 16, 4);
+  s.batch_size = 2;
+  s.grad_accum = 1;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  CHECK_EQ_INT(1256, p->n_params);
+  CHECK_EQ_INT(1256 - 256, p->n_params_no_emb);
+  CHECK_NEAR(6.0 * (1256 - 128) + 12.0 * 2 * 8 * 4, p->flops_per_token, 0, 0);
+  CHECK_EQ_INT(264, p->units[0].numel);
+  CHECK_EQ_INT(496, p->units[1].numel);
+  static const char *const root[LROOT_NT] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  static const int64_t rshape[LROOT_NT][2] = {{16, 8}, {8, 0}, {16, 8}};
+  for (int j = 0; j < LROOT_NT; j++) {
+    const plan_tensor *t = &p->units[0].t[j];
+    CHECK(!strcmp(t->name, root[j]));
+    CHECK_EQ_INT(rshape[j][0], t->shape[0]);
+    CHECK_EQ_INT(rshape[j][1], t->shape[1]);
+    CHECK_EQ_INT(j, t->gid);
+    CHECK_EQ_INT(rshape[j][1] != 0, t->decay);
+  }
+  static const char *const blk[LBLK_NT] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight"};
+  const int64_t bshape[LBLK_NT][2] = {{C, 0}, {C, C}, {KV, C}, {KV, C}, {C, C}, {C, 0}, {F, C}, {F, C}, {C, F}};
+  for (int i = 0; i < 2; i++) {
+    const plan_unit *u = &p->units[1 + i];
+    char want[96];
+    snprintf(want, sizeof want, "layers.%d", i);
+    CHECK(!strcmp(u->name, want));
+    CHECK_EQ_INT(LBLK_NT, u->ntensors);
+    int64_t off = 0;
+    for (int j = 0; j < LBLK_NT; j++) {
+      const plan_tensor *t = &u->t[j];
+      snprintf(want, sizeof want, "model.layers.%d.%s", i, blk[j]);
+      CHECK(!strcmp(t->name, want));
+      CHECK_EQ_INT(bshape[j][0], t->shape[0]);
+      CHECK_EQ_INT(bshape[j][1], t->shape[1]);
+      CHECK_EQ_INT(LROOT_NT + LBLK_NT * i + j, t->gid);
+      CHECK_EQ_INT(bshape[j][1] != 0, t->decay);
+      CHECK_EQ_INT(off, t->offset);   /* flat, in order: q|k|v and gate|up adjacent */
+      off += t->numel;
+      int unit = -1;
+      CHECK(plan_find_tensor(p, want, &unit) == t && unit == 1 + i);
+      CHECK(plan_find_tensor(p, want + strlen("model."), NULL) == t);   /* without the prefix */
+    }
+  }
+  CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == &p->units[0].t[LROOT_HEAD]);
+  CHECK(plan_find_tensor(p, "embed_tokens.weight", NULL) == &p->units[0].t[LROOT_EMBED]);
+  CHECK(plan_find_tensor(p, "wte.weight", NULL) == NULL);
+  CHECK(plan_find_tensor(p, "model.layers.2.input_layernorm.weight", NULL) == NULL);
+  /* activations, B = 2, T = 4 on the CPU: BT = 8, Q = 16, ATT = B·H·T·T = 128
+   *   block_saved = 8·(5·8 + 16 + 3·12) + 2·8 + 128 = 880; root_saved = 2·64 + 8 = 136
+   *   bwd_ws = 3·64 + 8·12 + 8·24 + 128 = 608; head_ws = 8·16 + 8 + 64 = 200 */
+  CHECK_EQ_INT(880, p->act.block_saved);
+  CHECK_EQ_INT(136, p->act.root_saved);
+  CHECK_EQ_INT(608, p->act.bwd_ws);
+  CHECK_EQ_INT(200, p->act.head_ws);
+  CHECK_EQ_INT(4 * 880, p->act.block_bytes);
+  CHECK_EQ_INT(0, p->act.block_ws);
+  CHECK_EQ_INT((int64_t)(2 * 4 * 880 + 4 * 136 + 8 * 2 * 4), (int64_t)p->mem[MEM_ACTIVATIONS]);
+  CHECK_EQ_INT(4 * 608, (int64_t)p->mem[MEM_WORKSPACE]);
+  plan_destroy(&p);
+  /* checkpointing: a layer keeps its output; one working set of a whole layer's activations */
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  CHECK_EQ_INT(64, p->act.block_saved);
+  CHECK_EQ_INT(880, p->act.block_ws);
+  plan_destroy(&p);
+  /* CUDA: bf16 acts, fp32 statistics and attention state (B·H·T), 16 bytes per decay segment */
+  s.ackpt = ACKPT_NONE;
+  s.device = DEVICE_CUDA;
+  s.param_dtype = DTYPE_BF16;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  CHECK_EQ_INT(2 * 8 * (5 * 8 + 16 + 3 * 12) + 4 * (2 * 8 + 2 * 4 * 4), p->act.block_bytes);
+  CHECK_EQ_INT(2 + 7 * 2, p->n_decay);
+  plan_destroy(&p);
+
+  /* the architecture's rules, checked again on a spec from the wire */
+  s = llama_of(2, 4, 3, 8, 12, 16, 4);
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "n_kv_head = 3 does not divide n_head = 4") != NULL);
+  s = llama_of(2, 4, 2, 12, 12, 16, 4);
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "head size 3 is odd") != NULL);
+  s = llama_of(2, 4, 2, 8, 0, 16, 4);
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_RANGE);
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -445,5 +564,6 @@ int main(void) {
   test_min_world();
   test_bad_input();
   test_json_and_table();
+  test_llama();
   return check_done();
 }

@@ -37,7 +37,7 @@ static int apply(const char *lever, jobspec_t *s, int *world) {
 }
 
 int main(void) {
-  static const gpt2_config models[] = {
+  static const model_config models[] = {
     {.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 256, .seq_len = 64},
     {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 1024},   /* GPT-2 small */
     {.n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_size = 50257, .seq_len = 1024},  /* GPT-2 medium */

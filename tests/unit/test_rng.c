@@ -60,7 +60,7 @@ static void test_normal_stats(void) {
 
 static void spec_for(jobspec_t *s, int L, int H, int C, int V, int T) {
   jobspec_defaults(s);
-  s->model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s->model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
   s->batch_size = 2;
   s->grad_accum = 1;
   s->device = DEVICE_CPU;

@@ -18,6 +18,8 @@
  * Ordering: every test runs on the CPU device FSDP_CPU_DEVICE names (ctest: sync and strict), and a
  * removed wait must make the strict device compute wrong losses.
  * Failure: a rank that dies makes the others fail with a timeout error within timeout_s (+ margin).
+ * Llama (part "llama"): the same equivalence, checkpointing and volume/memory checks for a Llama with
+ * grouped-query attention (n_kv_head = n_head / 2).
  */
 #include <errno.h>
 #include <math.h>
@@ -52,6 +54,11 @@ static const char *JOB =
     "[data]\ntrain = synthetic:markov:11\nbatch_size = 4\ngrad_accum = 1\n"
     "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\nschedule = cosine\nweight_decay = 0.1\ngrad_clip = 1.0\n"
     "[fsdp]\nworld_size = 1\nprefetch = 1\ntimeout_s = 20\n";
+/* Part "llama": JOB's model replaced by this one (GQA: two query heads per kv head). */
+static const model_config LLAMA = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+                                   .ffn_dim = 40, .vocab_size = 96, .seq_len = 16, .norm_eps = 1e-5,
+                                   .rope_theta = 10000};
+static int g_llama;
 
 typedef struct result {
   double loss[STEPS], gnorm[STEPS];
@@ -83,6 +90,7 @@ static void make_spec(const config *c, jobspec_t *s) {
     fprintf(stderr, "job text: %s\n", fsdp_last_error());
     exit(2);
   }
+  if (g_llama) s->model = LLAMA;
   s->world_size = c->world;
   s->batch_size = c->batch;
   s->grad_accum = c->accum;
@@ -608,15 +616,16 @@ static void test_dead_rank(void) {
 }
 
 /* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
- * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt (no PART: all). */
+ * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt | llama (no PART: all). */
 int main(int argc, char **argv) {
   single_threaded_ranks(argv);
   signal(SIGPIPE, SIG_IGN);
   const char *part = argc > 1 ? argv[1] : "all";
   int all = !strcmp(part, "all");
   if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering") &&
-      strcmp(part, "ackpt")) {
-    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, all\n", part);
+      strcmp(part, "ackpt") && strcmp(part, "llama")) {
+    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, llama, all\n",
+            part);
     return 2;
   }
   if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
@@ -641,6 +650,13 @@ int main(int argc, char **argv) {
   if (all || !strcmp(part, "ordering")) {
     test_missing_wait_is_caught();
     test_dead_rank();
+  }
+  if (all || !strcmp(part, "llama")) {
+    g_llama = 1;
+    test_equivalence(DTYPE_FP32);
+    test_ackpt();
+    test_volume_and_memory();
+    g_llama = 0;
   }
   return check_done();
 }

@@ -376,7 +376,7 @@ static float *spec_buffer(int u, int C, int V, int T, int64_t *n) {
 static plan_t *planned(int L, int C, int V, int T, int world, shard_mode sharding) {
   jobspec_t spec;
   jobspec_defaults(&spec);
-  spec.model = (gpt2_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
+  spec.model = (model_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
   spec.batch_size = 1;
   spec.grad_accum = 1;
   spec.world_size = world;
@@ -529,6 +529,111 @@ static void test_shards(void) {
   plan_destroy(&p1);
 }
 
+static plan_t *planned_llama(int world, shard_mode sharding) {
+  jobspec_t spec;
+  jobspec_defaults(&spec);
+  spec.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                              .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
+  spec.batch_size = 1;
+  spec.grad_accum = 1;
+  spec.world_size = world;
+  spec.sharding = sharding;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, world, &p));
+  return p;
+}
+
+/* Write P's tensors from the world-1 shard W under their plan names, with the "model." prefix
+ * dropped (BARE), without tensor SKIP (-1: none), with tensor TRANSPOSE's 2-D shape swapped. */
+static void write_llama(const char *path, const plan_t *p, const float *w, int bare, int skip, int transpose) {
+  st_writer *wr = NULL;
+  CHECK_OK(st_writer_new(path, &wr));
+  int k = 0;
+  for (int u = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++, k++) {
+      const plan_tensor *pt = &p->units[u].t[t];
+      if (k == skip) continue;
+      const char *name = bare && !strncmp(pt->name, "model.", 6) ? pt->name + 6 : pt->name;
+      int64_t shape[2] = {pt->shape[k == transpose ? 1 : 0], pt->shape[k == transpose ? 0 : 1]};
+      CHECK_OK(st_writer_add(wr, name, "F32", shape, pt->ndim, w + p->units[u].shard_base + pt->offset));
+    }
+  CHECK_OK(st_writer_finish(&wr));
+}
+
+/* Llama files: LlamaForCausalLM's names with or without "model.", loaded into any layout; save and
+ * load round trip; a GPT-2 file, a missing tensor and a wrong shape refused with what is wrong. */
+static void test_llama(void) {
+  plan_t *p1 = planned_llama(1, SHARD_NONE), *p3 = planned_llama(3, SHARD_FULL);
+  if (!p1 || !p3) return;
+  float *w = calloc((size_t)p1->shard_total, sizeof(float)), *sh = malloc(sizeof(float) * (size_t)p3->shard_total);
+  for (int u = 0; u < p1->nunits; u++)
+    for (int64_t i = 0; i < p1->units[u].numel; i++) w[p1->units[u].shard_base + i] = val((uint64_t)(1000 * u + i));
+  float *units[3];
+  int64_t numel[3];
+  for (int u = 0; u < p1->nunits; u++) units[u] = w + p1->units[u].shard_base, numel[u] = p1->units[u].numel;
+  for (int bare = 0; bare <= 1; bare++) {
+    const char *path = path_in(bare ? "llama-bare.safetensors" : "llama.safetensors");
+    write_llama(path, p1, w, bare, -1, -1);
+    st_file *f = NULL;
+    CHECK_OK(st_open(path, &f));
+    if (!f) continue;
+    CHECK((st_find(f, "model.layers.1.mlp.up_proj.weight") >= 0) && st_find(f, "layers.1.mlp.up_proj.weight") >= 0);
+    check_gather(f, p3, units, numel);
+    check_gather(f, p1, units, numel);
+    st_destroy(&f);
+  }
+  /* st_save_units writes exactly the plan's names: "model." included, lm_head without */
+  CHECK_OK(st_save_units(path_in("llama-saved.safetensors"), p1, units));
+  st_file *f = NULL;
+  CHECK_OK(st_open(path_in("llama-saved.safetensors"), &f));
+  if (f) {
+    CHECK_EQ_INT(3 + 2 * 9, st_count(f));
+    for (int i = 0; i < st_count(f); i++) {
+      int u = -1;
+      const plan_tensor *t = plan_find_tensor(p1, st_name(f, i), &u);
+      CHECK(t && !strcmp(t->name, st_name(f, i)) && st_numel(f, i) == t->numel);
+    }
+    st_destroy(&f);
+  }
+  /* the wrong files */
+  CHECK_OK(st_open(path_in("model.safetensors"), &f));   /* test_shards' GPT-2 file */
+  if (f) {
+    CHECK(st_load_shard(f, p3, 0, sh) == FSDP_ERR_INVALID);
+    CHECK(has("holds a GPT-2 model (wte.weight, h.0.…); the job is arch = llama"));
+    st_destroy(&f);
+  }
+  CHECK_OK(st_open(path_in("llama.safetensors"), &f));
+  if (f) {
+    plan_t *g = planned(2, 8, 20, 6, 1, SHARD_NONE);
+    float *gs = malloc(sizeof(float) * (size_t)g->shard_total);
+    CHECK(st_load_shard(f, g, 0, gs) == FSDP_ERR_INVALID);
+    CHECK(has("holds a Llama model"));
+    CHECK(has("the job is arch = gpt2"));
+    free(gs);
+    plan_destroy(&g);
+    st_destroy(&f);
+  }
+  write_llama(path_in("llama-nohead.safetensors"), p1, w, 0, LROOT_HEAD, -1);
+  CHECK_OK(st_open(path_in("llama-nohead.safetensors"), &f));
+  if (f) {
+    CHECK(st_load_shard(f, p3, 1, sh) == FSDP_ERR_NOTFOUND);
+    CHECK(has("tensor 'lm_head.weight'"));
+    st_destroy(&f);
+  }
+  write_llama(path_in("llama-kt.safetensors"), p1, w, 0, -1, LROOT_NT + LBLK_K);   /* layer 0's k_proj [8, 4] */
+  CHECK_OK(st_open(path_in("llama-kt.safetensors"), &f));
+  if (f) {
+    CHECK(st_load_shard(f, p3, 2, sh) == FSDP_ERR_INVALID);
+    CHECK(has("tensor 'model.layers.0.self_attn.k_proj.weight'"));
+    CHECK(has("expected shape [4, 8], found [8, 4] (transposed: Llama stores nn.Linear weights as [out, in])"));
+    st_destroy(&f);
+  }
+  free(w);
+  free(sh);
+  plan_destroy(&p1);
+  plan_destroy(&p3);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/test_safetensors.XXXXXX");
   if (!mkdtemp(dir)) {
@@ -539,6 +644,7 @@ int main(void) {
   test_roundtrip();
   test_bad_files();
   test_shards();
+  test_llama();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -24,7 +24,7 @@ int main(void) {
   const int L = 2, C = 64, H = 4, T = 32, V = 64, B = 8, steps = 400, BT = B * T;
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (gpt2_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s.model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
   s.batch_size = B;
   s.grad_accum = 1;
   s.world_size = 1;

@@ -1,0 +1,51 @@
+/* model — the architecture behind one interface: what the runtime, the sampler and the tests call.
+ *
+ * p->model.arch picks GPT-2 (model_gpt2.h) or Llama (model_llama.h); both follow the contract that
+ * model_gpt2.h spells out (the call order per micro-step, += parameter gradients, dscale, the
+ * activations and workspace allocated exactly as plan_act says). A model_acts holds one
+ * architecture's activation buffers; it belongs to one device and its thread. These functions only
+ * dispatch: every operator runs in the architecture's module.
+ */
+#ifndef FSDP_MODEL_H
+#define FSDP_MODEL_H
+
+#include <stdint.h>
+
+#include "device.h"
+#include "model_gpt2.h"
+#include "model_llama.h"
+#include "plan.h"
+
+typedef struct model_acts {
+  model_arch arch;
+  gpt2_acts *gpt2;     /* the one of arch; the other NULL */
+  llama_acts *llama;
+} model_acts;
+
+/* NULL (an error recorded) if an allocation fails. */
+model_acts *model_acts_new(const plan_t *p, device_t *d);
+void model_acts_destroy(model_acts **a);
+
+/* See model_gpt2.h for each one's contract. */
+void model_embed_forward(model_acts *a, const plan_t *p, const void *root, const int *inp);
+void model_block_forward(model_acts *a, const plan_t *p, int layer, const void *unit);
+void model_head_forward_backward(model_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                 float dscale, float *loss_acc);
+void model_head_forward(model_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc);
+void model_block_backward(model_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
+void model_embed_backward(model_acts *a, const plan_t *p, float *droot, const int *inp);
+/* Every unit in order, all gathered in compute form (tests and the benchmark). */
+void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, float *const *dunits, const int *inp,
+                            const int *targets, float dscale, float *loss_acc);
+
+/* The final norm's output (B,T,C act elements) after model_head_forward, and the root tensor the
+ * logits multiply it with (GPT-2's tied wte, Llama's lm_head), for sampling. */
+const void *model_final_hidden(const model_acts *a);
+int model_head_slot(const plan_t *p);
+
+/* The counter-based initial value of element K of tensor T of unit U, and RANK's whole shard
+ * (p->shard_total floats, padding 0): identical for every world size. */
+float model_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k);
+void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard);
+
+#endif

@@ -1,0 +1,232 @@
+/* model_llama — Llama forward and backward by FSDP unit over the device layer; see model_llama.h. */
+#include "model_llama.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count). */
+static void *take(char *base, int64_t *off, int64_t n, int esz) {
+  void *r = base ? base + *off : NULL;
+  *off += n * esz;
+  return r;
+}
+
+/* Everything of a layer but its output, in plan_act's order. */
+static void take_block(llama_acts *a, llama_block_acts *b, char *c, int64_t *o, int64_t att) {
+  const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
+  const int e = a->dev->act_bytes;
+  b->ln1 = take(c, o, BTC, e);
+  b->ln1_rstd = take(c, o, BT, 4);
+  b->qkv = take(c, o, BT * a->Q, e);
+  b->atty = take(c, o, BTC, e);
+  b->att = take(c, o, att, 4);
+  b->res2 = take(c, o, BTC, e);
+  b->ln2 = take(c, o, BTC, e);
+  b->ln2_rstd = take(c, o, BT, 4);
+  b->gu = take(c, o, BT * 2 * a->F, e);
+  b->h = take(c, o, BT * a->F, e);
+}
+
+static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+  const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
+  const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
+  const int e = a->dev->act_bytes;
+  char *c = saved;
+  int64_t o = 0;
+  for (int l = 0; l < a->L; l++) {
+    llama_block_acts *b = &a->blk[l];
+    if (!a->recompute) take_block(a, b, c, &o, ATT);
+    b->out = take(c, &o, BTC, e);
+  }
+  if (a->recompute && a->L > 0) {      /* the one working set every layer shares: block_ws */
+    llama_block_acts w;
+    take_block(a, &w, c, &o, ATT);
+    a->fwd_tmp = take(c, &o, BTC, e);  /* not the workspace: a recompute runs amid the backward */
+    for (int l = 0; l < a->L; l++) {
+      w.out = a->blk[l].out;
+      a->blk[l] = w;
+    }
+  }
+  a->x0 = take(c, &o, BTC, e);         /* root_saved = 2·BTC + BT */
+  a->lnf = take(c, &o, BTC, e);
+  a->lnf_rstd = take(c, &o, BT, 4);
+  *saved_bytes = o;
+
+  /* Backward scratch (bwd_ws = 3·BTC + BTF + BT·max(2F, Q) + ATT); dres at 0 overlaps the logits,
+   * which are dead before the head writes it. */
+  c = ws, o = 0;
+  a->dres = take(c, &o, BTC, e);
+  a->dx = take(c, &o, BTC, e);
+  a->datty = take(c, &o, BTC, e);
+  a->dh = take(c, &o, BT * a->F, e);
+  a->dbuf = take(c, &o, BT * (2 * a->F > a->Q ? 2 * a->F : a->Q), e);
+  a->datt = take(c, &o, ATT, 4);
+  int64_t bwd = o;
+  o = 0;   /* the head: logits (at least BTC act elements: dres), losses, dlnf */
+  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);
+  a->logits = take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
+  a->losses = take(c, &o, BT, 4);
+  a->dlnf = take(c, &o, BTC, e);
+  int64_t head = o;
+  if (!a->recompute) a->fwd_tmp = ws;   /* nothing else in the workspace is live during the forward */
+  *ws_bytes = bwd > head ? bwd : head;
+}
+
+llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
+  llama_acts *a = calloc(1, sizeof *a);
+  if (!a) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "llama_acts_new: out of host memory for the activation table");
+    return NULL;
+  }
+  const model_config *m = &p->model;
+  a->dev = d;
+  a->recompute = p->ackpt == ACKPT_FULL;
+  a->B = p->batch_size;
+  a->T = m->seq_len;
+  a->C = m->n_embd;
+  a->NH = m->n_head;
+  a->NKV = m->n_kv_head;
+  a->HS = m->n_embd / m->n_head;
+  a->Q = a->C + 2 * a->NKV * a->HS;
+  a->F = m->ffn_dim;
+  a->V = m->vocab_size;
+  a->L = m->n_layer;
+  a->eps = (float)m->norm_eps;
+  a->theta = (float)m->rope_theta;
+  a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
+  if (!a->blk) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "llama_acts_new: out of host memory for %d layer tables", a->L);
+    llama_acts_destroy(&a);
+    return NULL;
+  }
+  layout(a, NULL, NULL, &a->saved_bytes, &a->ws_bytes);
+  a->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)a->saved_bytes);
+  a->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)a->ws_bytes);
+  if (!a->saved || !a->ws) {
+    llama_acts_destroy(&a);   /* the allocator recorded its own error */
+    return NULL;
+  }
+  layout(a, a->saved, a->ws, &a->saved_bytes, &a->ws_bytes);
+  return a;
+}
+
+void llama_acts_destroy(llama_acts **pa) {
+  if (!pa || !*pa) return;
+  llama_acts *a = *pa;
+  if (a->dev) {
+    a->dev->op->free(a->dev, a->saved);
+    a->dev->op->free(a->dev, a->ws);
+  }
+  free(a->blk);
+  free(a);
+  *pa = NULL;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Tensor SLOT of unit U in compute form (act elements), and its fp32 gradient. */
+#define PARAM(u, slot, buf) ((void *)((char *)(uintptr_t)(buf) + p->units[(u)].t[(slot)].offset * a->dev->act_bytes))
+#define GRAD(u, slot, buf) ((buf) + p->units[(u)].t[(slot)].offset)
+
+void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
+  device_t *d = a->dev;
+  d->op->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+}
+
+static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
+static void *last_output(llama_acts *a) { return a->L == 0 ? a->x0 : a->blk[a->L - 1].out; }
+
+void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *unit) {
+  const int B = a->B, T = a->T, C = a->C, F = a->F, BT = B * T, u = 1 + layer;
+  device_t *d = a->dev;
+  llama_block_acts *s = &a->blk[layer];
+  const void *x = block_input(a, layer);
+
+  /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
+  d->op->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
+  d->op->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->op->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, a->theta);
+  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
+  d->op->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
+
+  /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
+  d->op->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
+  d->op->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->op->swiglu_forward(d, s->h, s->gu, BT, F);
+  d->op->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
+}
+
+/* ---------------------------------------------------------------- loss and backward */
+
+void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                 float dscale, float *loss_acc) {
+  const int C = a->C, BT = a->B * a->T;
+  device_t *d = a->dev;
+  const void *x = last_output(a);
+  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
+  d->op->classifier(d, a->dlnf, GRAD(0, LROOT_HEAD, droot), a->losses, loss_acc, a->logits, a->lnf,
+                    PARAM(0, LROOT_HEAD, root), targets, BT, C, a->V, dscale);
+  /* dlogits is dead from here on, so dres may overwrite it */
+  d->op->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
+                          BT, C);
+}
+
+void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  const int BT = a->B * a->T;
+  device_t *d = a->dev;
+  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
+  if (targets)
+    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, LROOT_HEAD, root), targets, BT,
+                      a->C, a->V, 1.0f);
+}
+
+void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void *unit, float *dunit) {
+  const int B = a->B, T = a->T, C = a->C, F = a->F, BT = B * T, u = 1 + layer;
+  device_t *d = a->dev;
+  llama_block_acts *s = &a->blk[layer];
+  const void *x = block_input(a, layer);
+  void *dres = a->dres;   /* on entry dL/d out; on return dL/d x */
+
+  /* activation checkpointing: the layer's activations again from its saved input */
+  if (a->recompute) llama_block_forward(a, p, layer, unit);
+
+  /* MLP */
+  d->op->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->op->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
+  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
+                          s->ln2_rstd, BT, C);
+  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
+
+  /* attention */
+  d->op->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
+  d->op->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, a->theta);
+  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
+                          BT, C);
+  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
+}
+
+void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
+  device_t *d = a->dev;
+  d->op->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
+}
+
+#undef PARAM
+#undef GRAD
+
+/* ---------------------------------------------------------------- initialization */
+
+float llama_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
+  const plan_tensor *pt = &p->units[u].t[t];
+  if (pt->ndim == 1) return 1.0f;   /* the RMSNorm weights: Llama has no biases */
+  return (float)(0.02 * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
+}

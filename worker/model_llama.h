@@ -1,0 +1,85 @@
+/* model_llama — Llama (Hugging Face LlamaForCausalLM) over the device layer, one FSDP unit at a time.
+ *
+ * The same contract as model_gpt2.h (read it first): the runtime hands gathered units in compute
+ * form with the plan's offsets, and calls, per micro-step,
+ *
+ *   llama_embed_forward                  x0 = embed_tokens[inp]                  (root unit)
+ *   llama_block_forward   l = 0 .. L-1   out_l = layer_l(out_{l-1})
+ *   llama_head_forward_backward          final RMSNorm, untied lm_head, xent; droot +=, dres
+ *   llama_block_backward  l = L-1 .. 0   dunit_l +=, dres = dL/d out_{l-1}
+ *   llama_embed_backward                 d embed_tokens += from dres
+ *
+ * A decoder layer: h = x + o(attn(rope(qkv(rms1(x))))), out = h + down(silu(gate(rms2(h))) · up(rms2(h))).
+ * q, k, v are adjacent in the unit's flat buffer ([C + 2·NKV·HS, C] together), and so are gate and
+ * up ([2F, C]): each group is one linear. Grouped-query attention shares kv head h/(NH/NKV).
+ *
+ * Buffers: llama_acts holds exactly the activations of plan_act (Llama's lines in plan.h), one
+ * MEM_ACTIVATIONS and one MEM_WORKSPACE allocation, reused by phase as GPT-2's are. With activation
+ * checkpointing a layer keeps only its output and llama_block_backward recomputes its forward in
+ * one working set shared by all layers. A llama_acts belongs to one device and its thread.
+ */
+#ifndef FSDP_MODEL_LLAMA_H
+#define FSDP_MODEL_LLAMA_H
+
+#include <stdint.h>
+
+#include "device.h"
+#include "plan.h"
+
+typedef struct llama_block_acts {   /* saved by the layer's forward, read by its backward (act unless noted) */
+  void *ln1;           /* (B,T,C)   input_layernorm(x) */
+  float *ln1_rstd;     /* (B,T) fp32 */
+  void *qkv;           /* (B,T,Q)   Q = C + 2·NKV·HS; q and k rotated */
+  void *atty;          /* (B,T,C)   attention output before o_proj */
+  void *att;           /* attention state for backward (dev_attention_floats floats) */
+  void *res2;          /* (B,T,C)   x + attn */
+  void *ln2;           /* (B,T,C)   post_attention_layernorm(res2) */
+  float *ln2_rstd;     /* (B,T) fp32 */
+  void *gu;            /* (B,T,2F)  gate | up */
+  void *h;             /* (B,T,F)   silu(gate)·up */
+  void *out;           /* (B,T,C)   res2 + mlp: the layer's output */
+} llama_block_acts;
+
+typedef struct llama_acts {
+  device_t *dev;
+  int recompute;         /* activation checkpointing = full */
+  int B, T, C, NH, NKV, HS, Q, F, V, L;
+  float eps, theta;
+  llama_block_acts *blk; /* L */
+  void *x0;              /* (B,T,C)   embed_tokens[inp] */
+  void *lnf;             /* (B,T,C)   model.norm(last output) */
+  float *lnf_rstd;       /* (B,T) */
+  /* workspace views; the phases overlap in memory */
+  void *fwd_tmp;         /* (B,T,C)   forward: o_proj and down_proj outputs before the residual add */
+  void *logits;          /* head: logits, then dlogits */
+  float *losses;         /* (B,T) */
+  void *dlnf;            /* (B,T,C) */
+  void *dres;            /* (B,T,C)   the running residual-stream gradient */
+  void *dx;              /* (B,T,C) */
+  void *datty;           /* (B,T,C) */
+  void *dh;              /* (B,T,F)   d swiglu output */
+  void *dbuf;            /* (B,T,max(2F, Q))  d gate|up, then d qkv */
+  void *datt;            /* attention backward scratch */
+  void *saved, *ws;      /* the two allocations */
+  int64_t saved_bytes, ws_bytes;
+} llama_acts;
+
+/* NULL (an error recorded) if an allocation fails; sizes are plan_act's for p->model (arch llama). */
+llama_acts *llama_acts_new(const plan_t *p, device_t *d);
+void llama_acts_destroy(llama_acts **a);
+
+void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp);
+void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *unit);
+void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                 float dscale, float *loss_acc);
+/* Forward only: the final norm (a->lnf), and with TARGETS the losses (Σ into *loss_acc). */
+void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc);
+void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
+void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp);
+
+/* Initial value of element K of tensor T of unit U: Hugging Face's LlamaPreTrainedModel init,
+ * N(0, 0.02) from rng_normal(seed, gid, k) for every projection and both embeddings, RMSNorm
+ * weights 1. */
+float llama_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k);
+
+#endif
