@@ -7,7 +7,8 @@
 #   1 binaries + GPU   unpack .gpubundle (scripts/gpu-bundle.sh, built on the dev machine for sm_90),
 #                      start them natively or through the carried glibc loader; nvidia-smi
 #   2 gpu_check        every CUDA kernel against its CPU twin, the comms, the bf16 GEMM rate
-#   3 cuda vs cpu      5 steps of full, grad_op, none (grad_accum 2), losses within rtol 2e-2
+#   3 cuda vs cpu      5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
+#                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's
 #   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3
 #   5 racecheck        one short step under compute-sanitizer --tool racecheck, where it works
 #   6 benchmark        GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU, peak vs plan, exposed comm
@@ -108,7 +109,8 @@ last_error() {
 }
 
 # ---------------------------------------------------------------- jobs
-# job_ini FILE DEVICE SHARDING COMM WORLD B GA STEPS LR L H C V T [PARAM_DTYPE]
+# job_ini FILE DEVICE SHARDING COMM WORLD B GA STEPS LR L H C V T [PARAM_DTYPE [OFFLOAD]]
+# ($JOB_MODEL_EXTRA: more [model] lines, e.g. Llama's arch and keys)
 job_ini() {
   cat >"$1" <<JOB
 [job]
@@ -121,6 +123,7 @@ n_head = ${11}
 n_embd = ${12}
 vocab_size = ${13}
 seq_len = ${14}
+${JOB_MODEL_EXTRA:-}
 [data]
 train = synthetic:markov:7
 batch_size = $6
@@ -384,6 +387,8 @@ step2() {
 # loss ~17 % away from an untrained model's on the same batches, 8x the tolerance of step 3.
 SM=(2 4 256 256 128)     # L H C V T
 SM_B=4 SM_GA=2 SM_STEPS=5 SM_LR=3e-3
+# step 3's Llama: grouped-query attention (2 kv heads for 4), SwiGLU width 688, head size 64
+LLAMA_MODEL=$'arch = llama\nn_kv_head = 2\nffn_dim = 688'
 CUDA_OK=""       # "" not probed; 1 trains on cuda; else the reason it does not
 probe_cuda() {
   [ -n "$CUDA_OK" ] && return
@@ -399,7 +404,7 @@ probe_cuda() {
 step3() {
   local s0=$SECONDS t sh fails="" passes="" out
   local rtol=2e-2
-  log "step 3: device = cuda against device = cpu (full, grad_op, none, full with offload; grad_accum $SM_GA; rtol $rtol)"
+  log "step 3: device = cuda against device = cpu (full, grad_op, none, full with offload, Llama full; grad_accum $SM_GA; rtol $rtol)"
   # The references run on the CPU (also in a dry run, so the plumbing is exercised here).
   for sh in full grad_op none; do
     t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget (CPU references)" $((SECONDS - s0)); return; }
@@ -407,6 +412,10 @@ step3() {
     run_job "cpu-$sh" 1 "$WORK/cpu-$sh.ini" "$t" ||
       { result 3 "cuda vs cpu" FAIL "CPU reference ($sh) failed: $(last_error "$WORK/runs/cpu-$sh")" $((SECONDS - s0)); return; }
   done
+  t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget (CPU references)" $((SECONDS - s0)); return; }
+  JOB_MODEL_EXTRA=$LLAMA_MODEL job_ini "$WORK/cpu-llama.ini" cpu full auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
+  run_job cpu-llama 1 "$WORK/cpu-llama.ini" "$t" ||
+    { result 3 "cuda vs cpu" FAIL "CPU reference (llama) failed: $(last_error "$WORK/runs/cpu-llama")" $((SECONDS - s0)); return; }
   t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
   job_ini "$WORK/cpu-frozen.ini" cpu full auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" 1e-12 "${SM[@]}"
   run_job cpu-frozen 1 "$WORK/cpu-frozen.ini" "$t" ||
@@ -414,18 +423,19 @@ step3() {
   out=$(python3 "$HELP" moves "$WORK/runs/cpu-full" "$WORK/runs/cpu-frozen" --steps "$SM_STEPS" --rtol "$rtol") ||
     { result 3 "cuda vs cpu" FAIL "$out" $((SECONDS - s0)); return; }
   echo "  CPU references ok; $out"
-  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 4 CPU reference runs passed)" $((SECONDS - s0)); return; }
+  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 5 CPU reference runs passed)" $((SECONDS - s0)); return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 3 "cuda vs cpu" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   # full-offload: sharding full with offload = optimizer (AdamW on the host over pinned memory),
-  # against the same CPU reference as full
-  local name ref
-  for name in full grad_op none full-offload; do
-    sh=${name%-offload}
-    ref=cpu-$sh
+  # against the same CPU reference as full; llama: sharding full of the Llama model against its own
+  local name ref extra
+  for name in full grad_op none full-offload llama; do
+    sh=${name%-offload} extra=""
+    [ "$name" = llama ] && sh=full extra=$LLAMA_MODEL
+    ref=cpu-$([ "$name" = llama ] && echo llama || echo "$sh")
     t=$(allot 120 20) || { fails="$fails $name: no time left;"; continue; }
-    job_ini "$WORK/cuda-$name.ini" cuda "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}" bf16 \
-      "$([ "$name" = full-offload ] && echo optimizer || echo none)"
+    JOB_MODEL_EXTRA=$extra job_ini "$WORK/cuda-$name.ini" cuda "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" \
+      "${SM[@]}" bf16 "$([ "$name" = full-offload ] && echo optimizer || echo none)"
     if ! run_job "cuda-$name" 1 "$WORK/cuda-$name.ini" "$t"; then
       fails="$fails $name: $(last_error "$WORK/runs/cuda-$name");"
     elif out=$(python3 "$HELP" compare "$WORK/runs/$ref" "$WORK/runs/cuda-$name" --steps "$SM_STEPS" --rtol "$rtol"); then
