@@ -131,7 +131,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 typedef struct plan {
   gpt2_config model;
   int world;             /* ranks */
-  int shard_world;       /* world for full and grad_op, 1 for none */
+  int shard_world;       /* ranks per shard group: the world for full and grad_op, 1 for none, G for hybrid */
+  int ngroups;           /* world / shard_world for hybrid (replicas of the model), else 1 (none: world) */
   shard_mode sharding;
   int prefetch;
   dtype_kind param_dtype, reduce_dtype;
@@ -152,6 +153,9 @@ typedef struct plan {
   uint64_t host_bytes;          /* offload = optimizer: 16·S of host memory (fp32 master, AdamW m and
                                    v, gradient staging); 0 otherwise */
   uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
+  uint64_t sent_inter[COLL_NKIND];  /* the part of them sent over communicators that span shard groups
+                                       (hybrid: the cross-group all-reduce and the step's scalars);
+                                       the rest stays inside a group. 0 in the other modes */
 } plan_t;
 
 /* Build the plan of SPEC for WORLD ranks (WORLD ≤ 0: spec->world_size). */
@@ -160,8 +164,12 @@ void plan_destroy(plan_t **p);
 
 /* Rank r's shard of unit u: [offset, offset + plan->units[u].shard_numel) in the unit's flat buffer. */
 static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
-  return p->shard_world == 1 ? 0 : (int64_t)rank * p->units[u].shard_numel;
+  return p->shard_world == 1 ? 0 : (int64_t)(rank % p->shard_world) * p->units[u].shard_numel;
 }
+/* Hybrid: rank r is rank r mod G of shard group r / G, and rank r / G among the ranks of the other
+ * groups that hold the same shard (its replica group, shard index r mod G). */
+static inline int plan_group_of(const plan_t *p, int rank) { return rank / p->shard_world; }
+static inline int plan_group_rank(const plan_t *p, int rank) { return rank % p->shard_world; }
 /* Find a tensor by Hugging Face name (an optional "transformer." prefix is accepted). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
 /* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */

@@ -107,8 +107,8 @@ static fsdp_status check_slot(const Fsdp__DeviceSlot *d) {
 
 static fsdp_status check_plan(const Fsdp__Plan *p) {
   if (p->world == 0 || p->world > MAX_RANKS) BAD("plan world %u is out of range 1..%d", p->world, MAX_RANKS);
-  if (p->shard_world != 1 && p->shard_world != p->world) BAD("plan shard_world %u must be 1 or the world size", p->shard_world);
-  if (p->sharding > 2) BAD("plan sharding %u is not full, grad_op or none", p->sharding);
+  if (p->shard_world != 1 && p->shard_world != p->world && (p->sharding != 3 || p->world % p->shard_world)) BAD("plan shard_world %u must be 1, the world size, or (hybrid) a divisor of it", p->shard_world);
+  if (p->sharding > 3) BAD("plan sharding %u is not full, grad_op, none or hybrid", p->sharding);
   if (p->n_units == 0 || p->n_units > MAX_LIST) BAD("plan has %zu units", p->n_units);
   int64_t base = 0;
   for (size_t u = 0; u < p->n_units; u++) {
