@@ -47,6 +47,9 @@ static uint64_t now_us(void) {
 
 static int sharded(const runtime_t *rt) { return rt->p->sharding != SHARD_NONE; }
 static int hybrid(const runtime_t *rt) { return rt->p->sharding == SHARD_HYBRID; }
+/* Blocks are released after their forward and gathered again for the backward (full; hybrid is
+ * full inside its group). */
+static int regathers(const runtime_t *rt) { return rt->p->sharding == SHARD_FULL || hybrid(rt); }
 
 #define ALLOC_OR(ptr, expr, rc, label)                                                   \
   do {                                                                                   \
@@ -84,13 +87,13 @@ static fsdp_status alloc_gather_and_grads(runtime_t *rt) {
   if ((!sharded(rt) || hybrid(rt)) && rt->bf16_grads) ALLOC_OR(rt->ar16, dalloc(rt, MEM_COMM, p->shard_total, 2), rc, out);
   if (!sharded(rt)) return FSDP_OK;
   /* Pool buffers are allocated here, once, and reused: "release" returns a buffer to the pool. */
-  rt->nslots = p->sharding == SHARD_FULL ? 1 + p->prefetch : rt->L;
+  rt->nslots = regathers(rt) ? 1 + p->prefetch : rt->L;
   if (rt->nslots > rt->L) rt->nslots = rt->L;
   ALLOC_OR(rt->slot_buf, calloc((size_t)rt->nslots, sizeof(void *)), rc, out);
   ALLOC_OR(rt->slot_unit, calloc((size_t)rt->nslots, sizeof(int)), rc, out);
   ALLOC_OR(rt->slot_free, calloc((size_t)rt->nslots + 1, sizeof(dev_event *)), rc, out);
   for (int s = 0; s < rt->nslots; s++) {
-    int64_t n = p->sharding == SHARD_FULL ? pb : p->units[1 + s].padded;
+    int64_t n = regathers(rt) ? pb : p->units[1 + s].padded;
     ALLOC_OR(rt->slot_buf[s], dalloc(rt, MEM_GATHERED, n, pe), rc, out);
     rt->slot_unit[s] = -1;
   }
@@ -447,7 +450,7 @@ static fsdp_status forward(runtime_t *rt, const int *inp, int release, const voi
 static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
-  int L = rt->L, sh = sharded(rt), full = p->sharding == SHARD_FULL;
+  int L = rt->L, sh = sharded(rt), full = regathers(rt);
   int ahead = 1 + p->prefetch;   /* units live at once: the one computed plus `prefetch` ahead */
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   const int *inp = rt->inp + k * BT, *tgt = rt->tgt + k * BT;
