@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# daemon_hybrid — sharding = hybrid through the daemon: a coordinator (no CPU slots of its own) and
+# two agents with 3 CPU slots each (CURVE keys as in daemon_two_agents.sh).
+#  - A 6-rank hybrid job without shard_group takes the ranks per node, 3: groups {0,1,2} and
+#    {3,4,5}, one per node, and trains (the workers take G from the coordinator's plan).
+#  - A 4-rank hybrid job with shard_group = 2 keeps each group on one node (2 + 2), though the
+#    first node has 3 free slots.
+#  - A 6-rank job with shard_group = 2 cannot: whole groups first put ranks 0,1 and 2,3 on the two
+#    nodes, the last group takes the one slot left on each, and the job's
+#    log says which group spans nodes; the job still trains.
+#  - A 4-rank hybrid job without shard_group is refused at submit: 3 ranks per node do not divide 4.
+# Usage: bash daemon_hybrid.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh" "$1" "$2" hy
+PIDS=()
+at_exit 'for p in "${PIDS[@]}"; do stop_pid "$p"; done'
+FAIL_LOGS=("$S/coord/fsdpd.log" "$S/a/fsdpd.log" "$S/b/fsdpd.log")
+mkdir -p "$S/coord" "$S/a" "$S/b" "$S/user"
+unset FSDP_SERVER_KEY FSDP_CLIENT_KEY
+cpu_slots() { [ "$("$BUILD/fsdpctl" nodes --json | jget 'sum(1 for n in d["nodes"] if not n["lost"] for x in n["devices"] if x["kind"] == "cpu")')" = "$1" ]; }
+read -r PORT CPORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+for n in a b user; do "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client.pub"; done
+mkdir -m 700 "$S/coord/keys"
+cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub" > "$S/coord/keys/authorized"
+export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
+"$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \
+  --cpu-workers 0 --gpus none --heartbeat 0.5 >>"$S/coord/fsdpd.log" 2>&1 & PIDS+=($!)
+wait_for 10 test -s "$S/coord/keys/server.pub" || fail "the coordinator did not write keys/server.pub"
+for n in a b; do
+  env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpd" --foreground --state-dir "$S/$n" --join "tcp://127.0.0.1:$PORT" \
+    --name "node-$n" --cpu-workers 3 --gpus none --server-key "$S/coord/keys/server.pub" --client-key "$S/$n/client.key" \
+    >>"$S/$n/fsdpd.log" 2>&1 & PIDS+=($!)
+done
+wait_for 15 cpu_slots 6 || fail "the two agents did not register 6 CPU slots within 15 s"
+
+job() {   # NAME WORLD SHARD_GROUP (empty: unset) > the job file's path
+  local extra=""
+  [ -n "$3" ] && extra="shard_group = $3\n"
+  sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' -e "s/^world_size = .*/world_size = $2/" \
+    -e 's/^batch_size = .*/batch_size = 2/' -e "s/^sharding = .*/sharding = hybrid\n$extra/" -e "s/^name = .*/name = $1/" \
+    "$SRC/examples/tiny.ini" > "$S/$1.ini"
+  echo "$S/$1.ini"
+}
+run_ok() {   # INI > the job id, once it succeeded
+  local id
+  id=$("$BUILD/fsdpctl" submit "$1" | tail -1)
+  wait_for 120 finished "$id" || fail "job $id ($1) did not finish within 120 s"
+  [ "$(state_of "$id")" = succeeded ] || fail "job $id ($1): $("$BUILD/fsdpctl" status "$id")"
+  echo "$id"
+}
+log_of() { cat "$S/coord/jobs/$1/job.log"; }
+
+id=$(run_ok "$(job per_node 6 "")")
+log_of "$id" | grep -q "ranks on node-a×3, node-b×3\|ranks on node-b×3, node-a×3" || fail "6 ranks not placed 3 + 3: $(log_of "$id")"
+! log_of "$id" | grep -q "span nodes" || fail "G = 3 on 3 + 3 should split no group: $(log_of "$id")"
+python3 - "$S/coord/jobs/$id/metrics.jsonl" <<'PY' || fail "metrics.jsonl of job $id"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [d["step"] for d in lines] == [1, 2, 3], lines
+assert all(len(d["ranks"]) == 6 for d in lines)
+assert all(d["tokens"] == 6 * 2 * 64 for d in lines)
+PY
+
+id=$(run_ok "$(job whole 4 2)")
+log_of "$id" | grep -q "ranks on node-a×2, node-b×2\|ranks on node-b×2, node-a×2" || fail "groups of 2 not kept whole: $(log_of "$id")"
+! log_of "$id" | grep -q "span nodes" || fail "no group should span nodes: $(log_of "$id")"
+
+id=$(run_ok "$(job split 6 2)")
+log_of "$id" | grep -q "placement: 1 of 3 shard groups (2) span nodes" || fail "the split group is not reported: $(log_of "$id")"
+
+set +e
+"$BUILD/fsdpctl" submit "$(job nodiv 4 "")" >"$S/nodiv.out" 2>&1; st=$?
+set -e
+[ $st != 0 ] && grep -q "ranks per node of the cluster (3 CPU slots on the largest node here).*shard_group = 3 does not divide world_size = 4" \
+  "$S/nodiv.out" || fail "a hybrid job whose default group does not divide it: status $st, '$(cat "$S/nodiv.out")'"
+[ "$(wc -l < "$S/nodiv.out")" = 1 ] || fail "the refusal is not one line: $(cat "$S/nodiv.out")"
+echo "daemon_hybrid: ok"
