@@ -591,6 +591,10 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
     double used = 100.0 * (double)p->mem_total / (double)device_bytes;
     if (p->mem_total <= device_bytes) {
       fprintf(f, "  device memory %s: fits (%.1f%% used)\n", human_bytes(device_bytes, a, sizeof a), used);
+    } else if (p->sharding == SHARD_HYBRID) {
+      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
+              "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
+              used, p->shard_world);
     } else {
       int w = min_world_of_plan(p, device_bytes);
       if (w)
