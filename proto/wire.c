@@ -76,6 +76,8 @@ static fsdp_status check_rank_stats(const Fsdp__RankStats *r) {
   if (r->n_cur_bytes != 0 && r->n_cur_bytes != 7) BAD("cur_bytes has %zu entries, expected 7", r->n_cur_bytes);
   if (r->n_phase_us != 0 && r->n_phase_us != 4) BAD("phase_us has %zu entries, expected 4", r->n_phase_us);
   if (r->n_sent_bytes != 0 && r->n_sent_bytes != 3) BAD("sent_bytes has %zu entries, expected 3", r->n_sent_bytes);
+  if (r->n_sent_inter_bytes != 0 && r->n_sent_inter_bytes != 3)
+    BAD("sent_inter_bytes has %zu entries, expected 0 or 3", r->n_sent_inter_bytes);
   return FSDP_OK;
 }
 

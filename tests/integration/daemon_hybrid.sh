@@ -2,7 +2,8 @@
 # daemon_hybrid — sharding = hybrid through the daemon: a coordinator (no CPU slots of its own) and
 # two agents with 3 CPU slots each (CURVE keys as in daemon_two_agents.sh).
 #  - A 6-rank hybrid job without shard_group takes the ranks per node, 3: groups {0,1,2} and
-#    {3,4,5}, one per node, and trains (the workers take G from the coordinator's plan).
+#    {3,4,5}, one per node, and trains (the workers take G from the coordinator's plan); metrics.jsonl
+#    splits each rank's bytes: sent_inter_bytes is the all-reduce across the groups, no gather.
 #  - A 4-rank hybrid job with shard_group = 2 keeps each group on one node (2 + 2), though the
 #    first node has 3 free slots.
 #  - A 6-rank job with shard_group = 2 cannot: whole groups first put ranks 0,1 and 2,3 on the two
@@ -63,6 +64,12 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 assert [d["step"] for d in lines] == [1, 2, 3], lines
 assert all(len(d["ranks"]) == 6 for d in lines)
 assert all(d["tokens"] == 6 * 2 * 64 for d in lines)
+# the part that crossed groups: the cross-group all-reduce (and the step's scalars), never a gather
+for d in lines:
+    for r in d["ranks"]:
+        x = r["sent_inter_bytes"]
+        assert x["allgather"] == 0 and x["reducescatter"] == 0, r
+        assert 0 < x["allreduce"] == r["sent_bytes"]["allreduce"], r
 PY
 
 id=$(run_ok "$(job whole 4 2)")
