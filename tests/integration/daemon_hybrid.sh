@@ -9,6 +9,7 @@
 #  - A 6-rank job with shard_group = 2 cannot: whole groups first put ranks 0,1 and 2,3 on the two
 #    nodes, the last group takes the one slot left on each, and the job's
 #    log says which group spans nodes; the job still trains.
+#  - kill -9 of one rank of a running hybrid job fails it within 10 s, naming the rank.
 #  - A 4-rank hybrid job without shard_group is refused at submit: 3 ranks per node do not divide 4.
 # Usage: bash daemon_hybrid.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -78,6 +79,21 @@ log_of "$id" | grep -q "ranks on node-a×2, node-b×2\|ranks on node-b×2, node-
 
 id=$(run_ok "$(job split 6 2)")
 log_of "$id" | grep -q "placement: 1 of 3 shard groups (2) span nodes" || fail "the split group is not reported: $(log_of "$id")"
+
+# kill -9 of one rank of a running hybrid job (rank 3: group 1, and the replica partner of rank 1)
+# fails the job within 10 s with a reason naming the rank, as for full sharding.
+sed -e 's/^steps = 3$/steps = 5000/' "$(job long 4 2)" > "$S/long4.ini"
+id=$("$BUILD/fsdpctl" submit "$S/long4.ini" | tail -1)
+wait_for 90 at_step "$id" 1 || fail "job $id did not reach step 1"
+pid3=$(cat "$S/a/fsdpd.log" "$S/b/fsdpd.log" | sed -n "s/.*job $id rank 3: started .*(pid \([0-9]*\),.*/\1/p" | tail -1)
+[ -n "$pid3" ] || fail "no pid of job $id rank 3 in the agents' logs"
+t0=$SECONDS
+kill -KILL "$pid3"
+wait_for 10 finished "$id" || fail "job $id did not fail within 10 s of kill -9 of rank 3"
+[ "$(state_of "$id")" = failed ] || fail "job $id is $(state_of "$id"), expected failed"
+reason=$(reason_of "$id")
+case "$reason" in *"rank 3"*SIGKILL*) echo "hybrid job failed after $((SECONDS - t0)) s: $reason";;
+  *) fail "reason '$reason' does not name rank 3 and SIGKILL";; esac
 
 set +e
 "$BUILD/fsdpctl" submit "$(job nodiv 4 "")" >"$S/nodiv.out" 2>&1; st=$?
