@@ -93,6 +93,12 @@ static void print_report(int rank, const rt_report *r) {
   json_object_set_new(o, "peak_bytes", peak);
   json_object_set_new(o, "phase_ms", phase);
   json_object_set_new(o, "sent_bytes", sent);
+  if (r->sent_inter[COLL_ALLGATHER] || r->sent_inter[COLL_REDUCESCATTER] || r->sent_inter[COLL_ALLREDUCE]) {
+    json_t *inter = json_object();   /* hybrid: the part that crossed shard groups, as in metrics.jsonl */
+    for (int i = 0; i < COLL_NKIND; i++)
+      json_object_set_new(inter, plan_coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent_inter[i]));
+    json_object_set_new(o, "sent_inter_bytes", inter);
+  }
   char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
   printf("%s\n", s);
   fflush(stdout);
