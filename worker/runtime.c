@@ -12,7 +12,10 @@
  * waits for collectives only at the end of the step (the watchdog), after the one read-back of the
  * step's scalars. grad_op gathers each unit once per micro-step and releases it after its
  * backward; none has nothing to gather, computes gradients straight into the shard and all-reduces
- * each unit once per step, as soon as its last backward is done.
+ * each unit once per step, as soon as its last backward is done. hybrid is full on its group's comm,
+ * and in the last micro-step all-reduces each unit's final gradient shard on the replica comm (the
+ * ranks of the other groups holding it) as soon as it is final; the stream waits for the last one
+ * before the optimizer.
  *
  * Gradients: with reduce_dtype fp32, accumulation over micro-steps is folded into the
  * reduce-scatter: a rank adds its accumulated shard into its own block of the send buffer before

@@ -4,9 +4,10 @@
  *
  * The runtime owns this rank's shards (parameters, gradients, AdamW m and v), the gather pool, the
  * unit-gradient buffers, the model's activations and the data reader; it borrows the plan, the spec
- * and the communicator, which must outlive it. Sharding full, grad_op and none run one code path
- * with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
- * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients.
+ * and the communicator, which must outlive it. Sharding full, grad_op, none and hybrid run one code
+ * path with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
+ * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients,
+ * hybrid runs full inside its shard group and all-reduces each final shard across the groups.
  * prefetch = k keeps up to k units in flight ahead of the one being computed; 0 serializes.
  * All memory and compute go through the device layer (device.h): one schedule drives every device,
  * collectives are ordered against the device's stream by events. One thread drives a runtime;
