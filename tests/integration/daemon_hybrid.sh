@@ -73,6 +73,17 @@ for d in lines:
         assert 0 < x["allreduce"] == r["sent_bytes"]["allreduce"], r
 PY
 
+# fsdpctl status --json carries the same split for the last step
+"$BUILD/fsdpctl" status "$id" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+ranks = d["last"]["ranks"]
+assert len(ranks) == 6, ranks
+for r in ranks:
+    x = r["sent_inter_bytes"]
+    assert x["allreduce"] > 0 and x["allgather"] == 0, r
+' || fail "fsdpctl status --json of job $id has no sent_inter_bytes: $("$BUILD/fsdpctl" status "$id" --json)"
+
 id=$(run_ok "$(job whole 4 2)")
 log_of "$id" | grep -q "ranks on node-a×2, node-b×2\|ranks on node-b×2, node-a×2" || fail "groups of 2 not kept whole: $(log_of "$id")"
 ! log_of "$id" | grep -q "span nodes" || fail "no group should span nodes: $(log_of "$id")"
