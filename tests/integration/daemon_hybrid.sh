@@ -3,7 +3,8 @@
 # two agents with 3 CPU slots each (CURVE keys as in daemon_two_agents.sh).
 #  - A 6-rank hybrid job without shard_group takes the ranks per node, 3: groups {0,1,2} and
 #    {3,4,5}, one per node, and trains (the workers take G from the coordinator's plan); metrics.jsonl
-#    splits each rank's bytes: sent_inter_bytes is the all-reduce across the groups, no gather.
+#    splits each rank's bytes: sent_inter_bytes is the all-reduce across the groups, no gather; so do
+#    fsdpctl status --json and the Prometheus counter fsdp_rank_sent_inter_bytes_total.
 #  - A 4-rank hybrid job with shard_group = 2 keeps each group on one node (2 + 2), though the
 #    first node has 3 free slots.
 #  - A 6-rank job with shard_group = 2 cannot: whole groups first put ranks 0,1 and 2,3 on the two
@@ -20,9 +21,9 @@ FAIL_LOGS=("$S/coord/fsdpd.log" "$S/a/fsdpd.log" "$S/b/fsdpd.log")
 mkdir -p "$S/coord" "$S/a" "$S/b" "$S/user"
 unset FSDP_SERVER_KEY FSDP_CLIENT_KEY
 cpu_slots() { [ "$("$BUILD/fsdpctl" nodes --json | jget 'sum(1 for n in d["nodes"] if not n["lost"] for x in n["devices"] if x["kind"] == "cpu")')" = "$1" ]; }
-read -r PORT CPORT < <(python3 -c '
+read -r PORT CPORT MPORT < <(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(2)]
+ss = [socket.socket() for _ in range(3)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 for n in a b user; do "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client.pub"; done
@@ -30,7 +31,7 @@ mkdir -m 700 "$S/coord/keys"
 cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub" > "$S/coord/keys/authorized"
 export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
 "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \
-  --cpu-workers 0 --gpus none --heartbeat 0.5 >>"$S/coord/fsdpd.log" 2>&1 & PIDS+=($!)
+  --cpu-workers 0 --gpus none --heartbeat 0.5 --metrics "127.0.0.1:$MPORT" >>"$S/coord/fsdpd.log" 2>&1 & PIDS+=($!)
 wait_for 10 test -s "$S/coord/keys/server.pub" || fail "the coordinator did not write keys/server.pub"
 for n in a b; do
   env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpd" --foreground --state-dir "$S/$n" --join "tcp://127.0.0.1:$PORT" \
@@ -73,6 +74,17 @@ for d in lines:
         assert 0 < x["allreduce"] == r["sent_bytes"]["allreduce"], r
 PY
 
+# Prometheus: the inter-group counter of a hybrid job (the all-reduce grows, the gathers stay 0)
+python3 - "http://127.0.0.1:$MPORT/metrics" "$id" <<'PY' || fail "no fsdp_rank_sent_inter_bytes_total for job $id"
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+def v(coll, rank):
+    key = 'fsdp_rank_sent_inter_bytes_total{job="%s",rank="%d",collective="%s"}' % (sys.argv[2], rank, coll)
+    return [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(key + " ")]
+for r in range(6):
+    assert v("allreduce", r) and v("allreduce", r)[0] > 0, (r, v("allreduce", r))
+    assert v("allgather", r) == [0.0], (r, v("allgather", r))
+PY
 # fsdpctl status --json carries the same split for the last step
 "$BUILD/fsdpctl" status "$id" --json | python3 -c '
 import json, sys
