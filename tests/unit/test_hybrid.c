@@ -204,7 +204,7 @@ static void compare(const char *what, const result *ref, const float *mref, cons
   for (int s = 1; s <= STEPS; s++) {
     for (int r = 0; r < world; r++) CHECK(res[r].loss[s] == res[0].loss[s]);
     CHECK_NEAR(ref->loss[s], res[0].loss[s], 0, loss_rtol);
-    CHECK_NEAR(ref->gnorm[s], res[0].gnorm[s], 0, 100 * loss_rtol);
+    CHECK_NEAR(ref->gnorm[s], res[0].gnorm[s], 0, 10 * loss_rtol);   /* test_runtime: 1e-4 with fp32 */
     double d = fabs(res[0].loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
     if (d > maxl) maxl = d;
   }
@@ -215,7 +215,8 @@ static void compare(const char *what, const result *ref, const float *mref, cons
     if (d > w_atol + w_rtol * fabs(mref[i])) bad++;
   }
   CHECK_EQ_INT(0, bad);
-  printf("%s: max loss rel diff %.2e, max weight abs diff %.2e\n", what, maxl, maxw);
+  if (m && mref) printf("%s: max loss rel diff %.2e, max weight abs diff %.2e\n", what, maxl, maxw);
+  else printf("%s: max loss rel diff %.2e\n", what, maxl);
 }
 
 /* N = 4 as 2 × 2 and N = 6 as 3 × 2 against N = 1 at N·B = 12, with G = 1 and 2 micro-steps; and
