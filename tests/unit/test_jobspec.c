@@ -253,7 +253,11 @@ static void test_errors(void) {
   expect_error("[job]\nseed = -1\n", 2, "not an integer");
   expect_error("[fsdp]\nworld_size = 0\n", 2, "world_size = 0 is out of range; allowed: an integer in 1..4096");
   expect_error("[fsdp]\nprefetch = 5\n", 2, "allowed: an integer in 0..4");
-  expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none");
+  expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none | hybrid");
+  /* hybrid: G divides the world and is below it; shard_group belongs to hybrid only (blamed on it) */
+  expect_error("[fsdp]\nworld_size = 6\nsharding = hybrid\nshard_group = 4\n", 4, "shard_group = 4 does not divide world_size = 6");
+  expect_error("[fsdp]\nworld_size = 4\nsharding = hybrid\nshard_group = 4\n", 4, "is full sharding (one group)");
+  expect_error("[fsdp]\nshard_group = 2\n", 2, "applies to sharding = hybrid only; allowed with sharding = full: shard_group = 0");
   expect_error("[model]\narch = llama\n", 2, "allowed: gpt2");
   expect_error("[model]\ninit = weights.pt\n", 2, "allowed: random | PATH.safetensors");
   expect_error("[model]\ninit = missing.safetensors\n", 2, "cannot read");
@@ -363,6 +367,13 @@ static void test_examples(void) {
   s.device = DEVICE_CPU;
   CHECK_OK(jobspec_check_build(&s));
   CHECK(s.ckpt_dir[0] == '/' && strstr(s.ckpt_dir, "/examples/checkpoints/gpt2-small"));
+  /* hybrid without shard_group: the daemon's placement decides; plans need one given */
+  source_path(path, sizeof path, "examples/gpt2-xl-hybrid.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(SHARD_HYBRID, s.sharding);
+  CHECK_EQ_INT(0, s.shard_group);
+  CHECK_EQ_INT(16, s.world_size);
+  CHECK_EQ_INT(1600, s.model.n_embd);
 }
 
 int main(void) {
