@@ -292,9 +292,13 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
   j->world = j->spec.world_size;
   j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
   j->steps = (uint32_t)j->spec.steps;
-  /* hybrid's default shard_group: the ranks per node of the placement (workers take it from the plan) */
+  /* hybrid's default shard_group: the ranks per node of the cluster, here for the fit check and again
+   * when the job starts (schedule.c); the workers take it from the plan. With no node registered yet
+   * (the queue reloaded at a restart, before the agents are back) 1 holds its place until then. */
   if (j->spec.sharding == SHARD_HYBRID && j->spec.shard_group == 0) {
-    j->spec.shard_group = schedule_ranks_per_node(c, j->kind, j->world);
+    int g = schedule_ranks_per_node(c, j->kind, j->world);
+    j->auto_group = 1;
+    j->spec.shard_group = g > 0 ? g : 1;
     if ((rc = plan_build(&j->spec, j->world, &j->plan)) != FSDP_OK) {
       char why[512];
       snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));

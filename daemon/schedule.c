@@ -90,7 +90,29 @@ static void report_split_groups(job_t *j) {
   log_warn("job %llu: %d hybrid shard group(s) split across nodes (%s)", (unsigned long long)j->id, split, which);
 }
 
+/* Hybrid without shard_group: G is the ranks per node of the cluster the job starts on (it may
+ * differ from the one at submit, or at a restart); a new G rebuilds the plan. 0, or -1 when the job
+ * failed (it cannot be planned with that G). */
+static int regroup(coord_t *c, job_t *j) {
+  int g = schedule_ranks_per_node(c, j->kind, j->world);
+  if (g == j->spec.shard_group) return 0;
+  jobspec_t s = j->spec;
+  s.shard_group = g;
+  plan_t *p = NULL;
+  if (plan_build(&s, j->world, &p) != FSDP_OK) {
+    job_fail(c, j, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
+             "largest node now): %s", g, schedule_kind_name(j->kind), fsdp_user_message(fsdp_last_error()));
+    return -1;
+  }
+  plan_destroy(&j->plan);
+  j->plan = p;
+  j->spec.shard_group = g;
+  job_log(j, "shard_group = %d: the ranks per node of the cluster it starts on", g);
+  return 0;
+}
+
 static void schedule_start(coord_t *c, job_t *j) {
+  if (j->auto_group && regroup(c, j) != 0) return;
   /* Pack ranks by node: the nodes with the most free devices of the kind first, filled in order. */
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
   j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
@@ -108,7 +130,8 @@ static void schedule_start(coord_t *c, job_t *j) {
       order[k] = order[k - 1];
       order[k - 1] = t;
     }
-  /* hybrid: whole shard groups on a node first, so that a group stays on one node whenever it can */
+  /* hybrid: whole shard groups on a node first, so that a group stays on one node whenever it can;
+   * hybrid without shard_group: G was set to the ranks per node above */
   int hybrid = j->plan->sharding == SHARD_HYBRID;
   int r = place_ranks(c, j, order, cnt, 0, hybrid ? j->plan->shard_world : 1);
   if (r < j->world) place_ranks(c, j, order, cnt, r, 1);

@@ -20,7 +20,8 @@ void schedule_try(coord_t *c);
  * smallest of them. Otherwise the reason, for the user, in MSG (FSDP_ERR_RANGE). */
 fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n);
 /* The ranks per node of a job of WORLD ranks of KIND packed as schedule_try packs them: the most
- * devices of KIND on one live node, at most WORLD (0 with none). Hybrid's default shard_group. */
+ * devices of KIND on one live node, at most WORLD (0 with none). Hybrid's default shard_group, taken
+ * at submit (job_from_spec) and again when the job starts. */
 int schedule_ranks_per_node(const coord_t *c, int kind, int world);
 /* "GPUs" or "CPU slots". */
 const char *schedule_kind_name(int kind);

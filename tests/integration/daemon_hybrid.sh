@@ -11,6 +11,7 @@
 #    nodes, the last group takes the one slot left on each, and the job's
 #    log says which group spans nodes; the job still trains.
 #  - kill -9 of one rank of a running hybrid job fails it within 10 s, naming the rank.
+#  - A hybrid job without shard_group, queued when the coordinator restarts, runs after it with G = 3.
 #  - A 4-rank hybrid job without shard_group is refused at submit: 3 ranks per node do not divide 4.
 # Usage: bash daemon_hybrid.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -30,8 +31,11 @@ for n in a b user; do "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client
 mkdir -m 700 "$S/coord/keys"
 cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub" > "$S/coord/keys/authorized"
 export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
-"$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \
-  --cpu-workers 0 --gpus none --heartbeat 0.5 --metrics "127.0.0.1:$MPORT" >>"$S/coord/fsdpd.log" 2>&1 & PIDS+=($!)
+start_coord() {
+  "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \
+    --cpu-workers 0 --gpus none --heartbeat 0.5 --metrics "127.0.0.1:$MPORT" >>"$S/coord/fsdpd.log" 2>&1 & PIDS[0]=$!
+}
+start_coord
 wait_for 10 test -s "$S/coord/keys/server.pub" || fail "the coordinator did not write keys/server.pub"
 for n in a b; do
   env -u FSDP_SERVER_KEY -u FSDP_CLIENT_KEY "$BUILD/fsdpd" --foreground --state-dir "$S/$n" --join "tcp://127.0.0.1:$PORT" \
@@ -117,6 +121,21 @@ wait_for 10 finished "$id" || fail "job $id did not fail within 10 s of kill -9 
 reason=$(reason_of "$id")
 case "$reason" in *"rank 3"*SIGKILL*) echo "hybrid job failed after $((SECONDS - t0)) s: $reason";;
   *) fail "reason '$reason' does not name rank 3 and SIGKILL";; esac
+
+# A queued hybrid job without shard_group survives a coordinator crash: the queue is reloaded
+# before the agents are back, and the job takes G = 3 from the cluster when it starts.
+sed -e 's/^steps = 3$/steps = 5000/' "$(job busy 6 3)" > "$S/busy6.ini"
+busy=$("$BUILD/fsdpctl" submit "$S/busy6.ini" | tail -1)
+wait_for 90 at_step "$busy" 1 || fail "job $busy did not reach step 1"
+queued=$("$BUILD/fsdpctl" submit "$(job after_restart 6 "")" | tail -1)
+[ "$(state_of "$queued")" = queued ] || fail "job $queued should wait behind job $busy: $(state_of "$queued")"
+kill -KILL "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true   # a crash: the queue is kept (SIGTERM cancels it)
+start_coord
+wait_for 15 cpu_slots 6 || fail "the agents did not register again after the coordinator's restart"
+wait_for 120 finished "$queued" || fail "job $queued did not finish within 120 s of the restart"
+[ "$(state_of "$queued")" = succeeded ] || fail "job $queued after the restart: $("$BUILD/fsdpctl" status "$queued")"
+log_of "$queued" | grep -q "shard_group = 3: the ranks per node of the cluster it starts on" ||
+  fail "job $queued did not take G from the cluster at its start: $(log_of "$queued")"
 
 set +e
 "$BUILD/fsdpctl" submit "$(job nodiv 4 "")" >"$S/nodiv.out" 2>&1; st=$?
