@@ -109,8 +109,11 @@ static fsdp_status check_slot(const Fsdp__DeviceSlot *d) {
 
 static fsdp_status check_plan(const Fsdp__Plan *p) {
   if (p->world == 0 || p->world > MAX_RANKS) BAD("plan world %u is out of range 1..%d", p->world, MAX_RANKS);
-  if (p->shard_world != 1 && p->shard_world != p->world && (p->sharding != 3 || p->world % p->shard_world)) BAD("plan shard_world %u must be 1, the world size, or (hybrid) a divisor of it", p->shard_world);
   if (p->sharding > 3) BAD("plan sharding %u is not full, grad_op, none or hybrid", p->sharding);
+  /* full and grad_op: the world; none: 1; hybrid (3): a divisor of the world below it */
+  int sw_ok = p->sharding == 3 ? p->shard_world >= 1 && p->shard_world < p->world && p->world % p->shard_world == 0
+                               : p->shard_world == 1 || p->shard_world == p->world;
+  if (!sw_ok) BAD("plan shard_world %u does not fit world %u and sharding %u", p->shard_world, p->world, p->sharding);
   if (p->n_units == 0 || p->n_units > MAX_LIST) BAD("plan has %zu units", p->n_units);
   int64_t base = 0;
   for (size_t u = 0; u < p->n_units; u++) {
