@@ -5,7 +5,7 @@
  * Equivalence: N = 4 as 2 groups of 2 and N = 6 as 3 × 2 compute what 1 rank with batch N·B
  * computes (losses to 1e-5 relative, weights to 2e-6 + 1e-5·|w|: test_runtime's bounds and their
  * reasons; only the order of fp32 sums differs). With bf16 reductions the bound is test_runtime's
- * bf16 one, 1e-3.
+ * bf16 one, 1e-3. The validation loss after the last step (runtime_eval) agrees the same way.
  * Volume: the all-gather bytes of a hybrid rank are those of a full job of G ranks (measured on
  * both); the cross-group all-reduce carries the shard's bytes (2·(R−1)/R of it, R = N/G); every
  * kind of bytes, the inter-group part and every memory category's peak equal the plan's.
@@ -47,6 +47,7 @@ typedef struct result {
   double loss[STEPS + 1], gnorm[STEPS + 1];   /* by step, 1-based */
   uint64_t sent[COLL_NKIND], sent_inter[COLL_NKIND];   /* the last step's */
   uint64_t peak[MEM_NCAT], peak_total;
+  double val_loss;                  /* runtime_eval after the last step, when eval_batches > 0 */
   int restored;
   int failed_step, fail_status;
   double fail_after_s;
@@ -60,6 +61,7 @@ typedef struct config {
   double timeout_s;
   int first, last;                  /* steps run (0, 0: 1..STEPS) */
   int restore, ckpt_at;             /* restore from ckdir first; checkpoint after step ckpt_at */
+  int eval_batches;                 /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
   char ckdir[128];
 } config;
 
@@ -79,6 +81,7 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->param_dtype = c->param_dtype;
   s->reduce_dtype = c->reduce_dtype;
   snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", c->ckdir);
+  if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
 }
 
 /* One rank: world comm, and with hybrid the group and replica comms; train; write the result and
@@ -134,6 +137,11 @@ static int child(int rank, int world, const char *dir, void *arg) {
       fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
       _exit(6);
     }
+  }
+  double eval_ms = 0;
+  if (c->eval_batches && res.failed_step < 0 && runtime_eval(rt, c->eval_batches, &res.val_loss, &eval_ms) != FSDP_OK) {
+    fprintf(stderr, "rank %d eval: %s\n", rank, fsdp_last_error());
+    _exit(6);
   }
   snprintf(path, sizeof path, "%s/result-%d", dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(4);
@@ -223,7 +231,8 @@ static void compare(const char *what, const result *ref, const float *mref, cons
  * the same in bf16 reductions against N = 1 in bf16 (test_runtime's bf16 bound). */
 static void test_equivalence(void) {
   for (int accum = 1; accum <= 2; accum++) {
-    config ref = {.world = 1, .batch = 12, .accum = accum, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20};
+    config ref = {.world = 1, .batch = 12, .accum = accum, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20,
+                  .eval_batches = 2};
     result rref[MAXW];
     float *mref = NULL;
     int64_t n = 0;
@@ -242,10 +251,14 @@ static void test_equivalence(void) {
       char what[128];
       snprintf(what, sizeof what, "hybrid N=%d as %d x 2, B=%d, G=%d vs N=1 B=12", world, world / 2, c.batch, accum);
       compare(what, &rref[0], mref, res, world, m, n, 1e-5, 2e-6, 1e-5);
+      /* the validation loss: forward only, gathered in the groups, summed over the world */
+      for (int r = 0; r < world; r++) CHECK(res[r].val_loss == res[0].val_loss);
+      CHECK(rref[0].val_loss > 1.0);   /* it ran: a loss near the chain's, not a zeroed result */
+      CHECK_NEAR(rref[0].val_loss, res[0].val_loss, 0, 1e-5);
       free(m);
     }
-    printf("losses (N=1, B=12, G=%d): %.6f %.6f %.6f %.6f %.6f\n", accum, rref[0].loss[1], rref[0].loss[2],
-           rref[0].loss[3], rref[0].loss[4], rref[0].loss[5]);
+    printf("losses (N=1, B=12, G=%d): %.6f %.6f %.6f %.6f %.6f; val_loss %.6f\n", accum, rref[0].loss[1], rref[0].loss[2],
+           rref[0].loss[3], rref[0].loss[4], rref[0].loss[5], rref[0].val_loss);
     CHECK(rref[0].loss[5] < rref[0].loss[1]);
     free(mref);
   }
