@@ -236,6 +236,11 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
     for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(m, plan_coll_kind_name((coll_kind)k), ju64(r->sent_bytes[k]));
     json_object_set_new(o, "sent_bytes", m);
   }
+  if (r->n_sent_inter_bytes == COLL_NKIND) {   /* hybrid: the part that crossed shard groups */
+    json_t *m = json_object();
+    for (int k = 0; k < COLL_NKIND; k++) json_object_set_new(m, plan_coll_kind_name((coll_kind)k), ju64(r->sent_inter_bytes[k]));
+    json_object_set_new(o, "sent_inter_bytes", m);
+  }
   return o;
 }
 

@@ -20,7 +20,7 @@
 
 static void plan_usage(FILE *f) {
   fprintf(f,
-          "usage: fsdpctl plan JOB.ini [--world N] [--device-memory BYTES [--fit]] [--json]\n"
+          "usage: fsdpctl plan JOB.ini [--world N] [--shard-group G] [--device-memory BYTES [--fit]] [--json]\n"
           "       fsdpctl plan --defaults\n"
           "\n"
           "Print the FSDP plan of a job: its units and tensors (Hugging Face GPT-2 or Llama names, shapes,\n"
@@ -29,6 +29,9 @@ static void plan_usage(FILE *f) {
           "daemon.\n"
           "\n"
           "  --world N              plan for N ranks instead of the job's [fsdp] world_size (1..4096)\n"
+          "  --shard-group G        sharding = hybrid: G ranks per shard group instead of the job's [fsdp]\n"
+          "                         shard_group (which the daemon otherwise takes from its placement: the\n"
+          "                         ranks per node); G divides the world size and is below it\n"
           "  --device-memory BYTES  say whether the per-rank total fits in BYTES and, if not, the smallest\n"
           "                         world size that does; BYTES is an integer with an optional suffix:\n"
           "                         K M G T, KiB MiB GiB TiB (powers of 1024), KB MB GB TB (powers of 1000)\n"
@@ -95,7 +98,7 @@ static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit 
 }
 
 int ctl_plan(int argc, char **argv) {
-  const char *job = NULL, *world_arg = NULL, *mem_arg = NULL;
+  const char *job = NULL, *world_arg = NULL, *mem_arg = NULL, *group_arg = NULL;
   int json = 0, fit = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -115,6 +118,14 @@ int ctl_plan(int argc, char **argv) {
         return PLAN_EXIT_USAGE;
       }
       *(a[2] == 'w' ? &world_arg : &mem_arg) = argv[++i];
+    } else if (!strcmp(a, "--shard-group")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", a);
+        return PLAN_EXIT_USAGE;
+      }
+      group_arg = argv[++i];
+    } else if (!strncmp(a, "--shard-group=", 14)) {
+      group_arg = a + 14;
     } else if (!strncmp(a, "--world=", 8)) {
       world_arg = a + 8;
     } else if (!strncmp(a, "--device-memory=", 16)) {
@@ -144,6 +155,17 @@ int ctl_plan(int argc, char **argv) {
       return PLAN_EXIT_USAGE;
     }
     world = (int)w;
+  }
+  int group = 0;
+  if (group_arg) {
+    char *end;
+    errno = 0;
+    long g = strtol(group_arg, &end, 10);
+    if (errno || !*group_arg || *end || g < 1 || g > 4096) {
+      fprintf(stderr, "fsdpctl: plan: --shard-group '%s' is not allowed; allowed: an integer in 1..4096\n", group_arg);
+      return PLAN_EXIT_USAGE;
+    }
+    group = (int)g;
   }
   uint64_t device_bytes = 0;
   if (mem_arg && !(device_bytes = parse_bytes(mem_arg))) {
@@ -184,6 +206,17 @@ int ctl_plan(int argc, char **argv) {
   if (device_bytes && spec.device == DEVICE_CPU && host && device_bytes > host) {
     fprintf(stderr, "fsdpctl: plan: --device-memory %s is more than this machine's %.1f GiB; with device = cpu "
                     "the workers' memory is the host's: give at most that\n", mem_arg, (double)host / (1 << 30));
+    return PLAN_EXIT_USAGE;
+  }
+  if (group && spec.sharding != SHARD_HYBRID) {
+    fprintf(stderr, "fsdpctl: plan: --shard-group applies to sharding = hybrid; %s has sharding = %s\n", job,
+            jobspec_shard_mode_name(spec.sharding));
+    return PLAN_EXIT_USAGE;
+  }
+  if (group) spec.shard_group = group;
+  if (spec.sharding == SHARD_HYBRID && !spec.shard_group) {
+    fprintf(stderr, "fsdpctl: %s: sharding = hybrid leaves shard_group to the daemon's placement (the ranks per node); "
+                    "give it here with --shard-group G\n", job);
     return PLAN_EXIT_USAGE;
   }
   plan_t *plan = NULL;

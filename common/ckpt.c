@@ -161,6 +161,10 @@ out:
 }
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
+  return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum);
+}
+
+fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step) {
   char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
   snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, sdir);
@@ -191,7 +195,7 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
   json_object_set_new(o, "tokens", json_integer((json_int_t)tokens));
   json_object_set_new(o, "batch_size", json_integer(p->batch_size));
   json_object_set_new(o, "grad_accum", json_integer(p->grad_accum));
-  json_object_set_new(o, "rows_per_step", json_integer((json_int_t)p->world * p->batch_size * p->grad_accum));
+  json_object_set_new(o, "rows_per_step", json_integer((json_int_t)rows_per_step));
   for (int r = 0; r < p->world; r++) {
     char f[32];
     snprintf(f, sizeof f, "rank-%d.bin", r);

@@ -65,6 +65,9 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
 /* Rank 0, once every rank's ckpt_write_rank returned: write the manifest (temp + fsync + rename +
  * directory fsync), making the checkpoint exist. */
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens);
+/* The same with the rows per step (N·B·G) of the run that trained it, where P is not that run's plan:
+ * a hybrid job saves one group's shards as the checkpoint of a full-sharding job of G ranks. */
+fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step);
 /* Delete all but the KEEP newest complete checkpoints, and step directories without a manifest
  * older than the newest complete one (left by a crash). */
 fsdp_status ckpt_prune(const char *dir, int keep);

@@ -25,7 +25,7 @@
 
 /* ---- enum names ---- */
 
-static const char *const shard_names[] = {"full", "grad_op", "none", NULL};
+static const char *const shard_names[] = {"full", "grad_op", "none", "hybrid", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const comm_names[] = {"auto", "gloo", "nccl", NULL};
@@ -39,7 +39,17 @@ static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
 }
-const char *jobspec_shard_mode_name(shard_mode m) { return enum_name(shard_names, 3, (int)m); }
+const char *jobspec_shard_mode_name(shard_mode m) { return enum_name(shard_names, 4, (int)m); }
+const char *jobspec_hybrid_error(int world, int group) {
+  static _Thread_local char msg[320];
+  if (world % group)
+    snprintf(msg, sizeof msg, "[fsdp] shard_group = %d does not divide world_size = %d; allowed: a divisor of the world "
+             "size below it (hybrid groups are shard_group consecutive ranks)", group, world);
+  else
+    snprintf(msg, sizeof msg, "[fsdp] sharding = hybrid with shard_group = world_size = %d is full sharding (one group); "
+             "allowed: sharding = full, or a shard_group below the world size that divides it", world);
+  return msg;
+}
 const char *jobspec_device_kind_name(device_kind d) { return enum_name(device_names, 2, (int)d); }
 const char *jobspec_dtype_kind_name(dtype_kind d) { return enum_name(dtype_names, 2, (int)d); }
 const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3, (int)c); }
@@ -127,7 +137,10 @@ static const keydef keys[] = {
   INT("fsdp", "world_size", world_size, 1, 4096, "ranks: one worker process per GPU or CPU slot"),
   ENUM("fsdp", "device", device, device_names, "cpu (fp32, gloo) or cuda"),
   ENUM("fsdp", "sharding", sharding, shard_names,
-       "full (ZeRO-3), grad_op (ZeRO-2: params stay gathered forward->backward), none (DDP)"),
+       "full (ZeRO-3), grad_op (ZeRO-2: params stay gathered forward->backward), none (DDP), hybrid (full inside "
+       "groups of shard_group ranks, replicated across groups: FSDP HYBRID_SHARD)"),
+  INT("fsdp", "shard_group", shard_group, 0, 4096,
+      "G, ranks per shard group with sharding = hybrid; 0 = the ranks per node of the job's placement"),
   INT("fsdp", "prefetch", prefetch, 0, 4, "units gathered ahead of the one being computed: more overlap, more memory"),
   ENUM("fsdp", "activation_checkpointing", ackpt, ackpt_names,
        "full: each block keeps only its input and recomputes its forward in the backward (less memory, ~1/3 more compute)"),
@@ -648,6 +661,14 @@ static void cross_checks(pctx *c) {
   if (s->device == DEVICE_CPU && s->comm == COMM_NCCL)
     PERR(c, blame(c, "fsdp", "comm", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] comm = nccl needs device = cuda; allowed with device = cpu: comm = auto | gloo");
+  /* only against a world_size the file sets: `fsdpctl plan --world N` and standalone --world choose another (plan_build checks then) */
+  if (s->sharding == SHARD_HYBRID && s->shard_group > 0 && c->key_line[key_index("fsdp", "world_size")] &&
+      (s->world_size % s->shard_group || s->world_size == s->shard_group))
+    PERR(c, blame(c, "fsdp", "shard_group", "world_size"), FSDP_ERR_INVALID, "%s", jobspec_hybrid_error(s->world_size, s->shard_group));
+  if (s->sharding != SHARD_HYBRID && s->shard_group > 0)
+    PERR(c, blame(c, "fsdp", "shard_group", "sharding"), FSDP_ERR_INVALID,
+         "[fsdp] shard_group = %d applies to sharding = hybrid only; allowed with sharding = %s: shard_group = 0",
+         s->shard_group, jobspec_shard_mode_name(s->sharding));
   if (s->ckpt_every > 0 && !s->ckpt_dir[0])
     PERR(c, blame(c, "checkpoint", "every", NULL), FSDP_ERR_INVALID,
          "[checkpoint] every = %d needs a dir; set [checkpoint] dir = PATH, or every = 0 for none", s->ckpt_every);

@@ -17,7 +17,7 @@
 #define JOBSPEC_PATH_MAX 1024
 #define JOBSPEC_TEXT_MAX 200     /* a text value: at most one INI line */
 
-typedef enum { SHARD_FULL = 0, SHARD_GRAD_OP, SHARD_NONE } shard_mode;
+typedef enum { SHARD_FULL = 0, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } shard_mode;
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA } device_kind;
 typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } dtype_kind;
 typedef enum { COMM_AUTO = 0, COMM_GLOO, COMM_NCCL } comm_kind;
@@ -73,6 +73,7 @@ typedef struct jobspec {
   int world_size;
   device_kind device;
   shard_mode sharding;
+  int shard_group;                 /* hybrid: G ranks per shard group; 0 = the ranks per node of the placement */
   int prefetch;                    /* units gathered ahead of compute, 0..4 */
   ackpt_mode ackpt;                /* full: a block keeps its input, recomputes its forward in backward */
   offload_mode offload;            /* optimizer: fp32 master and AdamW state in host memory (cuda) */
@@ -106,6 +107,9 @@ fsdp_status jobspec_parse(const char *text, const char *origin, const char *base
 void jobspec_write_defaults(FILE *f);
 
 const char *jobspec_shard_mode_name(shard_mode m);
+/* The one-line message for sharding = hybrid with shard_group GROUP at world WORLD when GROUP does not
+ * divide WORLD or equals it (then it is full sharding). Thread-local buffer. */
+const char *jobspec_hybrid_error(int world, int group);
 const char *jobspec_device_kind_name(device_kind d);
 const char *jobspec_dtype_kind_name(dtype_kind d);
 const char *jobspec_comm_kind_name(comm_kind c);

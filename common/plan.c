@@ -81,6 +81,7 @@ static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_m
 typedef struct model_in {
   model_config m;
   int world, batch_size, grad_accum, prefetch;
+  int group;          /* ranks per shard group: G for hybrid, the world for full and grad_op, 1 for none */
   shard_mode sharding;
   dtype_kind param_dtype, reduce_dtype;
   device_kind device;
@@ -96,7 +97,7 @@ typedef struct unit_sizes {
 
 static unit_sizes sizes_for(const model_in *in, shard_mode mode) {
   unit_sizes u;
-  u.shard_world = mode == SHARD_NONE ? 1 : in->world;
+  u.shard_world = mode == SHARD_NONE ? 1 : mode == SHARD_HYBRID ? in->group : in->world;
   int64_t align = (int64_t)u.shard_world * PLAN_PAD_ALIGN;
   u.pr = round_up(root_numel(&in->m), align);
   u.pb = round_up(block_numel(&in->m), align);
@@ -128,6 +129,10 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   mem[MEM_GRAD_SHARD] = 4 * S;
   mem[MEM_OPTIM_STATE] = 8 * S;
   switch (in->sharding) {
+  case SHARD_HYBRID:   /* full sharding inside the group, plus the bf16 gradient shard all-reduced across groups */
+    mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + (1 + p < L ? 1 + p : L) * (uint64_t)u.pb) + convert;
+    mem[MEM_COMM] = rs + (rb == 2 ? 2 * S : 0);
+    break;
   case SHARD_FULL:
     mem[MEM_GATHERED] = pb * ((uint64_t)u.pr + (1 + p < L ? 1 + p : L) * (uint64_t)u.pb) + convert;
     mem[MEM_COMM] = rs;
@@ -161,15 +166,30 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   for (int c = 0; c < MEM_NCAT; c++) *total += mem[c];
 }
 
-/* Bytes one rank sends per optimizer step in sharding MODE (ring accounting, see plan.h). */
-static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_NKIND]) {
+/* Bytes one rank sends per optimizer step in sharding MODE (ring accounting, see plan.h); INTER
+ * (may be NULL) gets the part sent over communicators that span shard groups (hybrid only). */
+static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_NKIND], uint64_t inter[COLL_NKIND]) {
   unit_sizes u = sizes_for(in, mode);
   uint64_t N = (uint64_t)in->world, G = (uint64_t)in->grad_accum, L = (uint64_t)in->m.n_layer;
+  if (inter) memset(inter, 0, COLL_NKIND * sizeof *inter);
   uint64_t pb = (uint64_t)jobspec_dtype_bytes(in->param_dtype), rb = (uint64_t)jobspec_dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
   uint64_t allreduced = 4 * PLAN_STEP_SCALARS;   /* bytes all-reduced once per step */
   memset(sent, 0, COLL_NKIND * sizeof *sent);
   switch (mode) {
+  case SHARD_HYBRID: {
+    /* full sharding among the group's Gs ranks; then each shard's gradient is all-reduced once per
+     * step among the R = N/Gs ranks that hold it, one all-reduce per unit (each rounded down, as
+     * the comm counts them), and the step's scalars over the whole world */
+    uint64_t Gs = (uint64_t)u.shard_world, R = N / Gs;
+    sent[COLL_ALLGATHER] = G * pb * (Gs - 1) * ((uint64_t)u.sr + 2 * L * (uint64_t)u.sb);
+    sent[COLL_REDUCESCATTER] = G * rb * (Gs - 1) * S;
+    uint64_t across = 2 * (R - 1) * rb * (uint64_t)u.sr / R + L * (2 * (R - 1) * rb * (uint64_t)u.sb / R);
+    uint64_t scalars = 2 * (N - 1) * allreduced / N;
+    sent[COLL_ALLREDUCE] = across + scalars;
+    if (inter) inter[COLL_ALLREDUCE] = across + scalars;
+    return;
+  }
   case SHARD_FULL:
     /* an all-gather of a unit of P' elements sends shard_numel·(N−1) elements per rank */
     sent[COLL_ALLGATHER] = G * pb * (N - 1) * ((uint64_t)u.sr + 2 * L * (uint64_t)u.sb);
@@ -225,10 +245,19 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                           s->batch_size, s->grad_accum);
   if (s->prefetch < 0 || s->prefetch > 4)
     return fsdp_set_error(FSDP_ERR_RANGE, "prefetch %d is out of range; allowed: 0..4", s->prefetch);
-  if ((unsigned)s->sharding > SHARD_NONE || (unsigned)s->param_dtype > DTYPE_BF16 ||
+  if ((unsigned)s->sharding > SHARD_HYBRID || (unsigned)s->param_dtype > DTYPE_BF16 ||
       (unsigned)s->reduce_dtype > DTYPE_BF16)
-    return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none, fp32|bf16");
-  *in = (model_in){.m = *m, .world = world, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
+    return fsdp_set_error(FSDP_ERR_INVALID, "sharding or dtype out of range; allowed: full|grad_op|none|hybrid, fp32|bf16");
+  int group = s->sharding == SHARD_NONE ? 1 : world;
+  if (s->sharding == SHARD_HYBRID) {
+    group = s->shard_group;
+    if (group < 1)
+      return fsdp_set_error(FSDP_ERR_INVALID, "[fsdp] sharding = hybrid: shard_group is not set and no placement is known "
+                            "here; allowed: shard_group = the ranks per node (the coordinator sets it from its placement)");
+    if (group > PLAN_MAX_WORLD || world % group || world == group)
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s", jobspec_hybrid_error(world, group));
+  }
+  *in = (model_in){.m = *m, .world = world, .group = group, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
                    .prefetch = s->prefetch, .sharding = s->sharding,
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
                    .ackpt = s->ackpt, .offload = s->offload};
@@ -289,7 +318,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   int64_t C = m->n_embd, L = m->n_layer;
   p->model = *m;
   p->world = in.world;
-  p->shard_world = in.sharding == SHARD_NONE ? 1 : in.world;
+  p->shard_world = in.group;
+  p->ngroups = in.world / in.group;
   p->sharding = in.sharding;
   p->prefetch = in.prefetch;
   p->param_dtype = in.param_dtype;
@@ -328,7 +358,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->n_decay = (int)decay_tensors(m);
   p->act = model_act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
-  model_comm(&in, in.sharding, p->sent_bytes);
+  model_comm(&in, in.sharding, p->sent_bytes, p->sent_inter);
   *out = p;
   return FSDP_OK;
 }
@@ -365,6 +395,8 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
   if (max_world > PLAN_MAX_WORLD) max_world = PLAN_MAX_WORLD;
   for (int w = 1; w <= max_world; w++) {
     model_in in;
+    if (spec->sharding == SHARD_HYBRID && (spec->shard_group < 1 || w % spec->shard_group || w == spec->shard_group))
+      continue;   /* hybrid worlds are multiples of G; the memory is G's at every one */
     if (model_in_from_spec(spec, w, &in) != FSDP_OK) return 0;
     uint64_t mem[MEM_NCAT], total;
     model_memory(&in, mem, &total, NULL);
@@ -374,7 +406,7 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
 }
 
 static model_in in_from_plan(const plan_t *p) {
-  return (model_in){.m = p->model, .world = p->world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
+  return (model_in){.m = p->model, .world = p->world, .group = p->shard_world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
                     .prefetch = p->prefetch, .sharding = p->sharding,
                     .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device,
                     .ackpt = p->ackpt, .offload = p->offload};
@@ -388,6 +420,7 @@ static int min_world_of_plan(const plan_t *p, uint64_t device_bytes) {
   s.grad_accum = p->grad_accum;
   s.prefetch = p->prefetch;
   s.sharding = p->sharding;
+  s.shard_group = p->sharding == SHARD_HYBRID ? p->shard_world : 0;
   s.param_dtype = p->param_dtype;
   s.reduce_dtype = p->reduce_dtype;
   s.device = p->device;
@@ -442,7 +475,7 @@ static const char *mem_formula(const plan_t *p, int c) {
   case MEM_GRAD_SHARD: return "fp32 gradient shard: 4·S";
   case MEM_OPTIM_STATE: return off ? "0: AdamW m and v are on the host" : "AdamW m and v: 8·S";
   case MEM_GATHERED:
-    if (p->sharding == SHARD_FULL)
+    if (p->sharding == SHARD_FULL || p->sharding == SHARD_HYBRID)
       return conv ? "pb·(Pr + min(1+p, L)·Pb) + cb·(Pr + Pb): root + blocks + their compute-dtype copies"
                   : "pb·(Pr + min(1+p, L)·Pb): root + block computed + prefetched";
     if (p->sharding == SHARD_GRAD_OP)
@@ -461,6 +494,10 @@ static const char *mem_formula(const plan_t *p, int c) {
     if (p->sharding == SHARD_NONE)
       return p->reduce_dtype == DTYPE_BF16 ? "2·S + 16: the gradient in bf16 for the all-reduce, scalars"
                                            : "16: the step's scalars (gradients all-reduced in place)";
+    if (p->sharding == SHARD_HYBRID)
+      return p->reduce_dtype == DTYPE_BF16
+                 ? "4·(Pr+Pb) + 2·(Pr+2Pb) + 2·(Sr+2Sb+Smax) + 2·S + 16: as full, + the bf16 shard all-reduced across groups"
+                 : "4·(Pr + 2·Pb + Smax) + 16: as full (the shard is all-reduced across groups in place)";
     return p->reduce_dtype == DTYPE_BF16 ? "4·(Pr+Pb) + 2·(Pr+2Pb) + 2·(Sr+2Sb+Smax) + 16: fp32 grads, bf16 send/recv"
                                          : "4·(Pr + 2·Pb + Smax) + 16: unit gradients, ring scratch, scalars";
   }
@@ -491,6 +528,23 @@ static void print_shard_row(const plan_t *p, FILE *f, int r) {
   fprintf(f, " %15s\n", human_count(p->shard_total, e, sizeof e));
 }
 
+/* Hybrid: the step's bytes split into the traffic inside a shard group and the traffic between them. */
+static void print_hybrid_traffic(const plan_t *p, FILE *f) {
+  char a[32], b[32], c[32], e[32];
+  uint64_t intra[COLL_NKIND], in_total = 0, x_total = 0;
+  for (int k = 0; k < COLL_NKIND; k++) {
+    intra[k] = p->sent_bytes[k] - p->sent_inter[k];
+    in_total += intra[k];
+    x_total += p->sent_inter[k];
+  }
+  fprintf(f, "  %-10s %12s %14s %12s %12s  inside a group of %d ranks (one node when placed so)\n", "intra", human_bytes(intra[0], a, sizeof a),
+          human_bytes(intra[1], b, sizeof b), human_bytes(intra[2], c, sizeof c), human_bytes(in_total, e, sizeof e),
+          p->shard_world);
+  fprintf(f, "  %-10s %12s %14s %12s %12s  across the %d groups: each shard's gradient, and the step's scalars\n",
+          "inter", human_bytes(p->sent_inter[0], a, sizeof a), human_bytes(p->sent_inter[1], b, sizeof b),
+          human_bytes(p->sent_inter[2], c, sizeof c), human_bytes(x_total, e, sizeof e), p->ngroups);
+}
+
 void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   if (!p || !f) return;
   const model_config *m = &p->model;
@@ -503,6 +557,9 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
+  if (p->sharding == SHARD_HYBRID)
+    fprintf(f, "Groups    %d shard groups of %d consecutive ranks (shard_group); each group holds a full replica\n",
+            p->ngroups, p->shard_world);
   fprintf(f, "Batch     B=%d sequences x T=%d tokens per rank per micro-step, grad_accum %d: %s tokens per step\n",
           p->batch_size, m->seq_len, p->grad_accum,
           human_count((int64_t)p->batch_size * m->seq_len * p->grad_accum * p->world, a, sizeof a));
@@ -557,6 +614,9 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   }
   if (p->shard_world == 1 && p->world > 1)
     fprintf(f, "  (sharding none: every one of the %d ranks holds the whole model)\n", p->world);
+  if (p->sharding == SHARD_HYBRID)
+    fprintf(f, "  (hybrid: rank r holds group rank r mod %d's shard; ranks r, r+%d, ... hold the same one)\n",
+            p->shard_world, p->shard_world);
 
   fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
           human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
@@ -578,6 +638,10 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
     double used = 100.0 * (double)p->mem_total / (double)device_bytes;
     if (p->mem_total <= device_bytes) {
       fprintf(f, "  device memory %s: fits (%.1f%% used)\n", human_bytes(device_bytes, a, sizeof a), used);
+    } else if (p->sharding == SHARD_HYBRID) {
+      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
+              "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
+              used, p->shard_world);
     } else {
       int w = min_world_of_plan(p, device_bytes);
       if (w)
@@ -592,13 +656,15 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "\nBytes sent per rank per optimizer step (ring: AG/RS send (N−1)/N of the unit, AR 2·(N−1)/N)\n");
   fprintf(f, "  %-10s %12s %14s %12s %12s\n", "sharding", "allgather", "reducescatter", "allreduce", "total");
   model_in in = in_from_plan(p);
-  for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
+  int last = p->sharding == SHARD_HYBRID ? SHARD_HYBRID : SHARD_NONE;   /* hybrid needs a G: its own plan's */
+  for (int mode = SHARD_FULL; mode <= last; mode++) {
     uint64_t s[COLL_NKIND];
-    model_comm(&in, (shard_mode)mode, s);
+    model_comm(&in, (shard_mode)mode, s, NULL);
     fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", jobspec_shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
             human_bytes(s[1], b, sizeof b), human_bytes(s[2], c, sizeof c),
             human_bytes(s[0] + s[1] + s[2], e, sizeof e), mode == (int)p->sharding ? "  <- this plan" : "");
   }
+  if (p->sharding == SHARD_HYBRID) print_hybrid_traffic(p, f);
 }
 
 /* ---- JSON ---- */
@@ -628,6 +694,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   }
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));
+  json_object_set_new(root, "groups", jint(p->sharding == SHARD_HYBRID ? p->ngroups : 1));
   json_object_set_new(root, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));
   json_object_set_new(root, "prefetch", jint(p->prefetch));
   json_object_set_new(root, "param_dtype", json_string(jobspec_dtype_kind_name(p->param_dtype)));
@@ -682,12 +749,17 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_object_set_new(root, "sent_bytes", comm_json(p->sent_bytes));
   json_t *modes = json_object();
   model_in in = in_from_plan(p);
-  for (int mode = SHARD_FULL; mode <= SHARD_NONE; mode++) {
+  int last = p->sharding == SHARD_HYBRID ? SHARD_HYBRID : SHARD_NONE;
+  for (int mode = SHARD_FULL; mode <= last; mode++) {
     uint64_t s[COLL_NKIND];
-    model_comm(&in, (shard_mode)mode, s);
+    model_comm(&in, (shard_mode)mode, s, NULL);
     json_object_set_new(modes, jobspec_shard_mode_name((shard_mode)mode), comm_json(s));
   }
   json_object_set_new(root, "sent_bytes_by_sharding", modes);
+  uint64_t intra[COLL_NKIND];
+  for (int k = 0; k < COLL_NKIND; k++) intra[k] = p->sent_bytes[k] - p->sent_inter[k];
+  json_object_set_new(root, "sent_bytes_intra_group", comm_json(intra));
+  json_object_set_new(root, "sent_bytes_inter_group", comm_json(p->sent_inter));
 
   if (device_bytes) {
     int fits = p->mem_total <= device_bytes;

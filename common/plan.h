@@ -10,8 +10,10 @@
  * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]; unit 1+i
  * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
  * elements is padded to `padded`, a multiple of shard_world × 64, and rank r owns elements
- * [r·shard_numel, (r+1)·shard_numel) of it, where shard_numel = padded / shard_world.
- * shard_world is the world size for sharding full and grad_op, and 1 for none (every rank holds all).
+ * [(r mod shard_world)·shard_numel, +shard_numel) of it, where shard_numel = padded / shard_world.
+ * shard_world is the world size for sharding full and grad_op, 1 for none (every rank holds all),
+ * and G = shard_group for hybrid: groups of G consecutive ranks, each sharded G ways as full is, each
+ * a full replica (R = N/G groups; ranks r mod G, r mod G + G, ... hold the same shard).
  *
  * Memory model (bytes per rank; pb = param_dtype bytes, cb = compute dtype bytes (4 on cpu, 2 on
  * cuda), S = Σ shard_numel, Pr = root padded, Pb = largest block padded, Sr, Sb their shard_numel,
@@ -22,6 +24,7 @@
  *   optim_state  = 8·S                     AdamW m and v
  *   gathered     = full:    pb·(Pr + min(1+p, L)·Pb) + X  root kept, p blocks ahead of the one computed
  *                  grad_op: pb·Σ padded + X       every unit stays gathered forward→backward
+ *                  hybrid:  as full (Pr, Pb padded for G ranks)
  *                  none:    X                     the "shard" is the whole model
  *                  X = cb·(Pr + Pb) when pb ≠ cb (a root and a block converted to the compute dtype)
  *   comm         = full, grad_op, reduce fp32: 4·(Pr + 2·Pb + Smax)  full-size unit gradients: the
@@ -31,6 +34,7 @@
  *                                     (root, one block), bf16 send (root, two blocks) and receive
  *                                     buffers, bf16 scratch
  *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
+ *                  hybrid: as full, + 2·S with reduce bf16 (the rounded shard all-reduced across groups)
  *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
  *   activations  = L·act.block_bytes + act.block_ws_bytes + act.root_bytes + 8·B·T·G   (the last term: the
  *                  step's token ids; block_ws is 0 without activation checkpointing)
@@ -43,7 +47,12 @@
  * reduce-scatter of S total bytes sends S·(N−1)/N per rank, an all-reduce 2·S·(N−1)/N), with G
  * micro-steps: full gathers the root once and every block twice per micro-step, and reduce-scatters
  * every unit once per micro-step; grad_op gathers and reduce-scatters every unit once per
- * micro-step; none all-reduces every unit's gradient once per step (padded, in reduce dtype).
+ * micro-step; none all-reduces every unit's gradient once per step (padded, in reduce dtype);
+ * hybrid sends full's AG and RS figures with shard_world in place of N, and once per step all-reduces each
+ * unit's gradient shard among the R ranks holding it: Σ_u ⌊2·(R−1)·rb·shard_numel_u / R⌋ (one
+ * all-reduce per unit, each rounded down as comm.c counts it). sent_inter is the part sent over
+ * communicators that span groups (hybrid: that all-reduce and the step's scalars, which go over
+ * the whole world); the rest stays inside a group.
  * Every mode also all-reduces PLAN_STEP_SCALARS fp32 scalars once per step (loss, tokens,
  * squared gradient norm, a non-finite flag).
  */
@@ -149,7 +158,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 typedef struct plan {
   model_config model;
   int world;             /* ranks */
-  int shard_world;       /* world for full and grad_op, 1 for none */
+  int shard_world;       /* ranks per shard group: the world for full and grad_op, 1 for none, G for hybrid */
+  int ngroups;           /* world / shard_world for hybrid (replicas of the model), else 1 (none: world) */
   shard_mode sharding;
   int prefetch;
   dtype_kind param_dtype, reduce_dtype;
@@ -175,6 +185,9 @@ typedef struct plan {
   uint64_t host_bytes;          /* offload = optimizer: 16·S of host memory (fp32 master, AdamW m and
                                    v, gradient staging); 0 otherwise */
   uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
+  uint64_t sent_inter[COLL_NKIND];  /* the part of them sent over communicators that span shard groups
+                                       (hybrid: the cross-group all-reduce and the step's scalars);
+                                       the rest stays inside a group. 0 in the other modes */
 } plan_t;
 
 /* Build the plan of SPEC for WORLD ranks (WORLD ≤ 0: spec->world_size). */
@@ -183,8 +196,12 @@ void plan_destroy(plan_t **p);
 
 /* Rank r's shard of unit u: [offset, offset + plan->units[u].shard_numel) in the unit's flat buffer. */
 static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
-  return p->shard_world == 1 ? 0 : (int64_t)rank * p->units[u].shard_numel;
+  return p->shard_world == 1 ? 0 : (int64_t)(rank % p->shard_world) * p->units[u].shard_numel;
 }
+/* Hybrid: rank r is rank r mod G of shard group r / G, and rank r / G among the ranks of the other
+ * groups that hold the same shard (its replica group, shard index r mod G). */
+static inline int plan_group_of(const plan_t *p, int rank) { return rank / p->shard_world; }
+static inline int plan_group_rank(const plan_t *p, int rank) { return rank % p->shard_world; }
 /* Find a tensor by Hugging Face name: GPT-2 with or without "transformer.", Llama with or without
  * "model." (lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);

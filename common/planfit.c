@@ -71,6 +71,14 @@ fsdp_status plan_fit_compute(const jobspec_t *spec, int world, uint64_t device_b
     s.offload = OFFLOAD_OPTIMIZER;
     lever(f, &s, world, "offload = optimizer");
   }
+  /* hybrid: the shards are shard_group-way whatever the world size; a group twice as large halves them */
+  int g2 = 2 * spec->shard_group;
+  if (spec->sharding == SHARD_HYBRID && spec->shard_group > 0 && g2 < world && world % g2 == 0) {
+    s = *spec;
+    s.shard_group = g2;
+    snprintf(what, sizeof what, "shard_group = %d", g2);
+    lever(f, &s, world, what);
+  }
   if (spec->sharding != SHARD_NONE && world * 2 <= 4096) {
     snprintf(what, sizeof what, "world_size = %d", world * 2);
     lever(f, spec, world * 2, what);

@@ -79,6 +79,7 @@ typedef struct job {
   plan_t *plan;
   Fsdp__Plan *plan_pb;
   int world, kind;
+  int auto_group;            /* hybrid without shard_group: G = the ranks per node, taken again at each start */
   char token[40];
   rank_st *ranks;
   int nready, nstopped, nalive;

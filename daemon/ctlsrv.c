@@ -53,7 +53,7 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
     return;
   }
   job_t *j = NULL;
-  fsdp_status rc = job_from_spec(req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, &j);
+  fsdp_status rc = job_from_spec(c, req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, &j);
   if (rc != FSDP_OK) {
     log_warn("submit refused: %s", fsdp_last_error());
     coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));

@@ -274,7 +274,8 @@ const char *job_state_name(int state) {
   return state >= ST_QUEUED && state <= ST_CANCELLED ? names[state] : names[0];
 }
 
-fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const char *base_dir, job_t **out) {
+fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
+                          job_t **out) {
   *out = NULL;
   job_t *j = calloc(1, sizeof *j);
   if (!j) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
@@ -291,7 +292,22 @@ fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const ch
   j->world = j->spec.world_size;
   j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
   j->steps = (uint32_t)j->spec.steps;
-  TRY_GOTO(plan_build(&j->spec, j->world, &j->plan), rc, fail);
+  /* hybrid's default shard_group: the ranks per node of the cluster, here for the fit check and again
+   * when the job starts (schedule.c); the workers take it from the plan. With no node registered yet
+   * (the queue reloaded at a restart, before the agents are back) 1 holds its place until then. */
+  if (j->spec.sharding == SHARD_HYBRID && j->spec.shard_group == 0) {
+    int g = schedule_ranks_per_node(c, j->kind, j->world);
+    j->auto_group = 1;
+    j->spec.shard_group = g > 0 ? g : 1;
+    if ((rc = plan_build(&j->spec, j->world, &j->plan)) != FSDP_OK) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+      fsdp_set_error(rc, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
+                     "largest node here): %s", j->spec.shard_group, schedule_kind_name(j->kind), why);
+      goto fail;
+    }
+  }
+  if (!j->plan) TRY_GOTO(plan_build(&j->spec, j->world, &j->plan), rc, fail);
   j->state = ST_QUEUED;
   *out = j;
   return FSDP_OK;
@@ -323,7 +339,7 @@ static void requeue(coord_t *c) {
     jobs_db_row *r = &rows[i];
     if (r->state != ST_QUEUED) continue;
     job_t *j = NULL;
-    if (job_from_spec(r->spec_text, r->spec_path, r->base_dir, &j) != FSDP_OK) {
+    if (job_from_spec(c, r->spec_text, r->spec_path, r->base_dir, &j) != FSDP_OK) {
       char reason[1200];
       snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", fsdp_user_message(fsdp_last_error()));
       if (jobs_db_set_state(c->db, r->id, ST_FAILED, reason, loop_now_wall()) != FSDP_OK)

@@ -15,8 +15,12 @@
 const char *job_state_name(int state);
 
 /* A queued job (id 0, no directory yet) from a job file's text: parsed (file:line errors) and
- * planned for its world size. Errors are recorded for fsdp_last_error. */
-fsdp_status job_from_spec(const char *spec_text, const char *spec_path, const char *base_dir, job_t **out);
+ * planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
+ * cluster (schedule_ranks_per_node; 1 while no node is known, as at a restart; the start takes it
+ * again). Errors are recorded for
+ * fsdp_last_error. */
+fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
+                          job_t **out);
 void job_destroy(job_t **j);   /* NULL-safe; clears *J */
 
 /* At start: fail the jobs the database holds as starting or running ("daemon restarted") and queue

@@ -82,6 +82,9 @@ fsdp_status metrics_parse_ranks(const char *line, Fsdp__StepSummary *sum) {
     fill_u64(json_object_get(r, "cur_bytes"), &s->cur_bytes, &s->n_cur_bytes, MEM_NCAT, mem_name, 1.0);
     fill_u64(json_object_get(r, "phase_ms"), &s->phase_us, &s->n_phase_us, STEPSTATS_NPHASE, phase_name, 1e3);
     fill_u64(json_object_get(r, "sent_bytes"), &s->sent_bytes, &s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
+    if (json_object_get(r, "sent_inter_bytes"))
+      fill_u64(json_object_get(r, "sent_inter_bytes"), &s->sent_inter_bytes, &s->n_sent_inter_bytes, COLL_NKIND,
+               coll_name, 1.0);
   }
   json_decref(o);
   if (rc != FSDP_OK) metrics_free_ranks(sum);
@@ -94,6 +97,7 @@ void metrics_free_ranks(Fsdp__StepSummary *sum) {
     free(sum->ranks[i]->cur_bytes);
     free(sum->ranks[i]->phase_us);
     free(sum->ranks[i]->sent_bytes);
+    free(sum->ranks[i]->sent_inter_bytes);
     free(sum->ranks[i]);
   }
   free(sum->ranks);
@@ -126,6 +130,10 @@ fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line
     json_t *sent = u64_map(s->sent_bytes, s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
     if (json_object_set_new(r, "peak_bytes", peak) || json_object_set_new(r, "cur_bytes", cur) ||
         json_object_set_new(r, "phase_ms", phase) || json_object_set_new(r, "sent_bytes", sent))
+      goto nomem;
+    if (s->n_sent_inter_bytes &&   /* hybrid: the part that crossed shard groups */
+        json_object_set_new(r, "sent_inter_bytes", u64_map(s->sent_inter_bytes, s->n_sent_inter_bytes, COLL_NKIND,
+                                                            coll_name, 1.0)))
       goto nomem;
   }
   if (json_object_set(o, "ranks", ranks) != 0) goto nomem;

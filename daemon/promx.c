@@ -63,6 +63,7 @@ fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int st
     for (size_t k = 0; k < MEM_NCAT; k++) r->peak_bytes[k] = k < s->n_peak_bytes ? s->peak_bytes[k] : 0;
     for (size_t k = 0; k < STEPSTATS_NPHASE && k < s->n_phase_us; k++) r->phase_s[k] += (double)s->phase_us[k] * 1e-6;
     for (size_t k = 0; k < COLL_NKIND && k < s->n_sent_bytes; k++) r->sent_bytes[k] += s->sent_bytes[k];
+    for (size_t k = 0; k < COLL_NKIND && k < s->n_sent_inter_bytes; k++) r->sent_inter_bytes[k] += s->sent_inter_bytes[k];
   }
   return FSDP_OK;
 }
@@ -182,7 +183,15 @@ static void job_state_series(FILE *f, const struct coord *c) {
   }
 }
 
-typedef enum { RV_PEAK, RV_PHASE, RV_SENT } rank_value;
+typedef enum { RV_PEAK, RV_PHASE, RV_SENT, RV_SENT_INTER } rank_value;
+
+/* Whether any rank of PX sent bytes across shard groups (a hybrid job that has run a step). */
+static int crossed_groups(const promx_job *px) {
+  for (int r = 0; r < px->world; r++)
+    for (int k = 0; k < COLL_NKIND; k++)
+      if (px->ranks[r].sent_inter_bytes[k]) return 1;
+  return 0;
+}
 
 static void rank_series(FILE *f, const struct coord *c, rank_value which, const char *metric, const char *type,
                         const char *label, const char *help) {
@@ -190,6 +199,7 @@ static void rank_series(FILE *f, const struct coord *c, rank_value which, const 
   head(f, metric, type, help);
   int nk = which == RV_PEAK ? MEM_NCAT : which == RV_PHASE ? STEPSTATS_NPHASE : COLL_NKIND;
   FOR_JOBS(c, px) {
+    if (which == RV_SENT_INTER && !crossed_groups(px)) continue;   /* hybrid jobs only */
     for (int r = 0; r < px->world; r++) {
       const promx_rank *rk = &px->ranks[r];
       for (int k = 0; k < nk; k++) {
@@ -197,7 +207,9 @@ static void rank_series(FILE *f, const struct coord *c, rank_value which, const 
                          : which == RV_PHASE ? stepstats_phase_names[k] : plan_coll_kind_name((coll_kind)k);
         fprintf(f, "%s{job=\"%llu\",rank=\"%d\",%s=\"%s\"}", metric, (unsigned long long)px->id, r, label, kn);
         if (which == RV_PHASE) put_value(f, rk->phase_s[k]);
-        else fprintf(f, " %llu\n", (unsigned long long)(which == RV_PEAK ? rk->peak_bytes[k] : rk->sent_bytes[k]));
+        else fprintf(f, " %llu\n", (unsigned long long)(which == RV_PEAK   ? rk->peak_bytes[k]
+                                                         : which == RV_SENT ? rk->sent_bytes[k]
+                                                                            : rk->sent_inter_bytes[k]));
       }
     }
   }
@@ -251,6 +263,8 @@ fsdp_status promx_render(const struct coord *c, char **text, size_t *len) {
               "seconds spent per step phase, summed over steps");
   rank_series(f, c, RV_SENT, "fsdp_rank_sent_bytes_total", "counter", "collective",
               "bytes sent by each collective, summed over steps");
+  rank_series(f, c, RV_SENT_INTER, "fsdp_rank_sent_inter_bytes_total", "counter", "collective",
+              "the part of those bytes sent across shard groups (sharding = hybrid jobs only), summed over steps");
   node_series(f, c);
   head(f, "fsdp_malformed_messages_total", "counter", "malformed messages received and dropped");
   fprintf(f, "fsdp_malformed_messages_total %llu\n", (unsigned long long)c->bad_msgs);

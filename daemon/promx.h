@@ -29,6 +29,7 @@ typedef struct promx_rank {
   uint64_t peak_bytes[MEM_NCAT];          /* the latest step's peaks (gauge) */
   double phase_s[STEPSTATS_NPHASE];       /* summed over every step (counter) */
   uint64_t sent_bytes[COLL_NKIND];        /* summed over every step (counter) */
+  uint64_t sent_inter_bytes[COLL_NKIND];  /* the part that crossed shard groups (hybrid), likewise */
 } promx_rank;
 
 typedef struct promx_job {

@@ -48,7 +48,71 @@ static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
   j->nalive++;
 }
 
+/* Assign free slots to ranks R.. in node ORDER, CHUNK ranks at a time per node (whole shard groups
+ * of a hybrid job; 1: every free slot); the next unplaced rank. */
+static int place_ranks(coord_t *c, job_t *j, const int *order, int *cnt, int r, int chunk) {
+  for (int oi = 0; oi < c->nnodes && r < j->world; oi++) {
+    node_t *n = &c->nodes[order[oi]];
+    if (n->lost) continue;
+    int take = node_free_slots(n, j->kind);
+    take -= take % chunk;
+    for (int s = 0; s < n->nslots && r < j->world && take > 0; s++) {
+      slot_t *sl = &n->slots[s];
+      if (sl->kind != j->kind || sl->job_id) continue;
+      sl->job_id = j->id;
+      sl->rank = (uint32_t)r;
+      j->ranks[r].node = order[oi];
+      j->ranks[r].slot = s;
+      cnt[order[oi]]++;
+      r++;
+      take--;
+    }
+  }
+  return r;
+}
+
+/* Hybrid: say which shard groups the placement had to split across nodes (their gathers and
+ * reduce-scatters then cross the network), in the job's log and the daemon's. */
+static void report_split_groups(job_t *j) {
+  int G = j->plan->shard_world, split = 0;
+  char which[512];
+  int wn = 0;
+  for (int g = 0; g < j->world / G; g++) {
+    int node = j->ranks[g * G].node, one = 1;
+    for (int k = 1; k < G; k++) one &= j->ranks[g * G + k].node == node;
+    if (one) continue;
+    split++;
+    if (wn < (int)sizeof which - 16) wn += snprintf(which + wn, sizeof which - (size_t)wn, "%s%d", wn ? ", " : "", g);
+  }
+  if (!split) return;
+  job_log(j, "placement: %d of %d shard groups (%s) span nodes: the free %s per node do not hold whole groups of %d; "
+          "their all-gathers and reduce-scatters cross nodes", split, j->world / G, which, schedule_kind_name(j->kind), G);
+  log_warn("job %llu: %d hybrid shard group(s) split across nodes (%s)", (unsigned long long)j->id, split, which);
+}
+
+/* Hybrid without shard_group: G is the ranks per node of the cluster the job starts on (it may
+ * differ from the one at submit, or at a restart); a new G rebuilds the plan. 0, or -1 when the job
+ * failed (it cannot be planned with that G). */
+static int regroup(coord_t *c, job_t *j) {
+  int g = schedule_ranks_per_node(c, j->kind, j->world);
+  if (g == j->spec.shard_group) return 0;
+  jobspec_t s = j->spec;
+  s.shard_group = g;
+  plan_t *p = NULL;
+  if (plan_build(&s, j->world, &p) != FSDP_OK) {
+    job_fail(c, j, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
+             "largest node now): %s", g, schedule_kind_name(j->kind), fsdp_user_message(fsdp_last_error()));
+    return -1;
+  }
+  plan_destroy(&j->plan);
+  j->plan = p;
+  j->spec.shard_group = g;
+  job_log(j, "shard_group = %d: the ranks per node of the cluster it starts on", g);
+  return 0;
+}
+
 static void schedule_start(coord_t *c, job_t *j) {
+  if (j->auto_group && regroup(c, j) != 0) return;
   /* Pack ranks by node: the nodes with the most free devices of the kind first, filled in order. */
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
   j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
@@ -66,21 +130,11 @@ static void schedule_start(coord_t *c, job_t *j) {
       order[k] = order[k - 1];
       order[k - 1] = t;
     }
-  int r = 0;
-  for (int oi = 0; oi < c->nnodes && r < j->world; oi++) {
-    node_t *n = &c->nodes[order[oi]];
-    if (n->lost) continue;
-    for (int s = 0; s < n->nslots && r < j->world; s++) {
-      slot_t *sl = &n->slots[s];
-      if (sl->kind != j->kind || sl->job_id) continue;
-      sl->job_id = j->id;
-      sl->rank = (uint32_t)r;
-      j->ranks[r].node = order[oi];
-      j->ranks[r].slot = s;
-      cnt[order[oi]]++;
-      r++;
-    }
-  }
+  /* hybrid: whole shard groups on a node first, so that a group stays on one node whenever it can;
+   * hybrid without shard_group: G was set to the ranks per node above */
+  int hybrid = j->plan->sharding == SHARD_HYBRID;
+  int r = place_ranks(c, j, order, cnt, 0, hybrid ? j->plan->shard_world : 1);
+  if (r < j->world) place_ranks(c, j, order, cnt, r, 1);
   free(order);
   if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
     free(cnt);
@@ -104,6 +158,7 @@ static void schedule_start(coord_t *c, job_t *j) {
   for (int i = 0; i < c->nnodes; i++)
     if (cnt[i] && wn < (int)sizeof where - 64) wn += snprintf(where + wn, sizeof where - (size_t)wn, "%s%s×%d", wn ? ", " : "", c->nodes[i].name, cnt[i]);
   job_log(j, "ranks on %s", wn ? where : "-");
+  if (hybrid) report_split_groups(j);
   for (int k = 0; k < j->world; k++) send_spawn(c, j, k, cnt[j->ranks[k].node]);
   free(cnt);
   double t = 2 * j->spec.timeout_s;
@@ -129,6 +184,17 @@ static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *m
     }
   }
   return total;
+}
+
+int schedule_ranks_per_node(const coord_t *c, int kind, int world) {
+  int most = 0;
+  for (int i = 0; c && i < c->nnodes; i++) {
+    if (c->nodes[i].lost) continue;
+    int n = 0;
+    for (int s = 0; s < c->nodes[i].nslots; s++) n += c->nodes[i].slots[s].kind == kind;
+    if (n > most) most = n;
+  }
+  return most < world ? most : world;
 }
 
 const char *schedule_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }

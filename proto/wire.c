@@ -76,6 +76,8 @@ static fsdp_status check_rank_stats(const Fsdp__RankStats *r) {
   if (r->n_cur_bytes != 0 && r->n_cur_bytes != 7) BAD("cur_bytes has %zu entries, expected 7", r->n_cur_bytes);
   if (r->n_phase_us != 0 && r->n_phase_us != 4) BAD("phase_us has %zu entries, expected 4", r->n_phase_us);
   if (r->n_sent_bytes != 0 && r->n_sent_bytes != 3) BAD("sent_bytes has %zu entries, expected 3", r->n_sent_bytes);
+  if (r->n_sent_inter_bytes != 0 && r->n_sent_inter_bytes != 3)
+    BAD("sent_inter_bytes has %zu entries, expected 0 or 3", r->n_sent_inter_bytes);
   return FSDP_OK;
 }
 
@@ -107,8 +109,11 @@ static fsdp_status check_slot(const Fsdp__DeviceSlot *d) {
 
 static fsdp_status check_plan(const Fsdp__Plan *p) {
   if (p->world == 0 || p->world > MAX_RANKS) BAD("plan world %u is out of range 1..%d", p->world, MAX_RANKS);
-  if (p->shard_world != 1 && p->shard_world != p->world) BAD("plan shard_world %u must be 1 or the world size", p->shard_world);
-  if (p->sharding > 2) BAD("plan sharding %u is not full, grad_op or none", p->sharding);
+  if (p->sharding > 3) BAD("plan sharding %u is not full, grad_op, none or hybrid", p->sharding);
+  /* full and grad_op: the world; none: 1; hybrid (3): a divisor of the world below it */
+  int sw_ok = p->sharding == 3 ? p->shard_world >= 1 && p->shard_world < p->world && p->world % p->shard_world == 0
+                               : p->shard_world == 1 || p->shard_world == p->world;
+  if (!sw_ok) BAD("plan shard_world %u does not fit world %u and sharding %u", p->shard_world, p->world, p->sharding);
   if (p->n_units == 0 || p->n_units > MAX_LIST) BAD("plan has %zu units", p->n_units);
   int64_t base = 0;
   for (size_t u = 0; u < p->n_units; u++) {

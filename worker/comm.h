@@ -108,6 +108,11 @@ void comm_destroy(comm_t **c);
 fsdp_status comm_nccl_get_unique_id(uint8_t out[128]);
 fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
                           comm_t **out);
+/* A sub-communicator of the NCCL comm PARENT (ncclCommSplit, NCCL >= 2.18; FSDP_ERR_UNSUPPORTED
+ * before, and the caller makes one from its own unique id instead): the ranks that pass the same
+ * COLOR form one comm of WORLD ranks, ordered by KEY (this rank's rank in it). Collective over
+ * PARENT: every rank calls it, in the same order. Same device and timeout as PARENT. */
+fsdp_status comm_nccl_split(comm_t *parent, int color, int key, int world, comm_t **out);
 /* The cudaStream_t the comm enqueues on (as void *), for cudaStreamWaitEvent ordering. */
 void *comm_nccl_stream(const comm_t *c);
 

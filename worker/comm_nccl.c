@@ -220,21 +220,12 @@ fsdp_status comm_nccl_get_unique_id(uint8_t out[128]) {
   return FSDP_OK;
 }
 
-fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
-                          comm_t **out) {
-  if (!out || !id) return fsdp_set_error(FSDP_ERR_INVALID, "comm_new_nccl: NULL id or out");
-  *out = NULL;
-  if (world < 1 || rank < 0 || rank >= world)
-    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: rank %d, world %d; allowed: world >= 1, 0 <= rank < world",
-                          rank, world);
-  if (!(timeout_s > 0))
-    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: timeout_s %g; allowed: > 0", timeout_s);
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess) return cuda_err(e, "cudaGetDeviceCount");
-  if (device < 0 || device >= ndev)
-    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: device %d; this machine has %d CUDA device(s)", device, ndev);
+/* The backend instance around a communicator that INIT makes (ncclCommInitRankConfig from a unique
+ * id, or ncclCommSplit of a parent), non-blocking: its own stream and barrier word first. */
+typedef ncclResult_t (*nccl_init_fn)(const void *arg, ncclComm_t *comm, ncclConfig_t *cfg);
 
+static fsdp_status nccl_open(int rank, int world, int device, double timeout_s, nccl_init_fn init, const void *arg,
+                             const char *what, comm_t **out) {
   nccl_impl *n = calloc(1, sizeof *n);
   if (!n) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the NCCL backend");
   n->device = device;
@@ -242,6 +233,7 @@ fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device
   n->world = world;
   n->timeout_s = timeout_s;
   fsdp_status st = FSDP_OK;
+  cudaError_t e;
   if ((e = cudaSetDevice(device)) != cudaSuccess) {
     st = cuda_err(e, "cudaSetDevice");
     goto fail;
@@ -256,26 +248,24 @@ fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device
     goto fail;
   }
   mem_account(MEM_COMM, (int64_t)sizeof(float));
-  ncclUniqueId uid;
-  memcpy(uid.internal, id, sizeof uid.internal);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   double deadline = now_s() + timeout_s;
-  ncclResult_t r = ncclCommInitRankConfig(&n->comm, world, uid, rank, &cfg);
+  ncclResult_t r = init(arg, &n->comm, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
-    st = nccl_err(n, r, "ncclCommInitRankConfig");
+    st = nccl_err(n, r, what);
     if (n->comm) ncclCommAbort(n->comm);   /* a non-blocking init may have made a handle: never drop it */
     n->comm = NULL;
     goto fail;
   }
-  st = settle(n, r, "ncclCommInitRankConfig", deadline);
+  st = settle(n, r, what, deadline);
   if (st != FSDP_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", fsdp_last_error());
     ncclCommAbort(n->comm);
     n->comm = NULL;
-    st = fsdp_set_error(st, "NCCL communicator init of rank %d of %d on device %d failed: %s; check that every "
-                            "rank received the same unique id", rank, world, device, msg);
+    st = fsdp_set_error(st, "NCCL communicator init (%s) of rank %d of %d on device %d failed: %s; check that every "
+                            "rank took part with the same id or parent", what, rank, world, device, msg);
     goto fail;
   }
   return comm_wrap(&nccl_backend, n, rank, world, timeout_s, out);
@@ -290,6 +280,63 @@ fail:
   free(n->pool);
   free(n);
   return st;
+}
+
+typedef struct init_rank_arg {
+  ncclUniqueId uid;
+  int rank, world;
+} init_rank_arg;
+
+static ncclResult_t init_rank(const void *arg, ncclComm_t *comm, ncclConfig_t *cfg) {
+  const init_rank_arg *a = arg;
+  return ncclCommInitRankConfig(comm, a->world, a->uid, a->rank, cfg);
+}
+
+fsdp_status comm_new_nccl(int rank, int world, const uint8_t id[128], int device, double timeout_s,
+                          comm_t **out) {
+  if (!out || !id) return fsdp_set_error(FSDP_ERR_INVALID, "comm_new_nccl: NULL id or out");
+  *out = NULL;
+  if (world < 1 || rank < 0 || rank >= world)
+    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: rank %d, world %d; allowed: world >= 1, 0 <= rank < world",
+                          rank, world);
+  if (!(timeout_s > 0))
+    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: timeout_s %g; allowed: > 0", timeout_s);
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess) return cuda_err(e, "cudaGetDeviceCount");
+  if (device < 0 || device >= ndev)
+    return fsdp_set_error(FSDP_ERR_RANGE, "comm_new_nccl: device %d; this machine has %d CUDA device(s)", device, ndev);
+  init_rank_arg a = {.rank = rank, .world = world};
+  memcpy(a.uid.internal, id, sizeof a.uid.internal);
+  return nccl_open(rank, world, device, timeout_s, init_rank, &a, "ncclCommInitRankConfig", out);
+}
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+typedef struct split_arg {
+  ncclComm_t parent;
+  int color, key;
+} split_arg;
+
+static ncclResult_t split(const void *arg, ncclComm_t *comm, ncclConfig_t *cfg) {
+  const split_arg *a = arg;
+  return ncclCommSplit(a->parent, a->color, a->key, comm, cfg);
+}
+#endif
+
+fsdp_status comm_nccl_split(comm_t *parent, int color, int key, int world, comm_t **out) {
+  if (!out) return fsdp_set_error(FSDP_ERR_INVALID, "comm_nccl_split: NULL out");
+  *out = NULL;
+  nccl_impl *p = parent ? comm_backend_impl(parent, &nccl_backend) : NULL;
+  if (!p) return fsdp_set_error(FSDP_ERR_INVALID, "comm_nccl_split: the parent is not an NCCL communicator");
+  if (world < 1 || key < 0 || key >= world || color < 0)
+    return fsdp_set_error(FSDP_ERR_RANGE, "comm_nccl_split: color %d, key %d, world %d", color, key, world);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  split_arg a = {.parent = p->comm, .color = color, .key = key};
+  return nccl_open(key, world, p->device, p->timeout_s, split, &a, "ncclCommSplit", out);
+#else
+  return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "ncclCommSplit needs NCCL 2.18 or later (this build has %d)",
+                        NCCL_VERSION_CODE);
+#endif
 }
 
 void *comm_nccl_stream(const comm_t *c) {

@@ -20,6 +20,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "comm_boot.h"
+#include "comm_hybrid.h"
 #include "device.h"
 #include "jobspec.h"
 #include "log.h"
@@ -92,6 +93,12 @@ static void print_report(int rank, const rt_report *r) {
   json_object_set_new(o, "peak_bytes", peak);
   json_object_set_new(o, "phase_ms", phase);
   json_object_set_new(o, "sent_bytes", sent);
+  if (r->sent_inter[COLL_ALLGATHER] || r->sent_inter[COLL_REDUCESCATTER] || r->sent_inter[COLL_ALLREDUCE]) {
+    json_t *inter = json_object();   /* hybrid: the part that crossed shard groups, as in metrics.jsonl */
+    for (int i = 0; i < COLL_NKIND; i++)
+      json_object_set_new(inter, plan_coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent_inter[i]));
+    json_object_set_new(o, "sent_inter_bytes", inter);
+  }
   char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
   printf("%s\n", s);
   fflush(stdout);
@@ -223,7 +230,9 @@ static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu
  * when NULL (standalone, comm = auto), nccl when every rank has a GPU of its own (world ≤ visible
  * GPUs), else gloo staged. */
 static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int world, int device_index,
-                                        const char *comm_name, const rendezvous *rv, comm_t **comm, device_t **dev) {
+                                        const char *comm_name, const rendezvous *rv, comm_t **comm, device_t **dev,
+                                        int *gpu_out) {
+  *gpu_out = -1;
   if (spec->device == DEVICE_CPU) {
     TRY(comm_new_gloo(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, comm));
     return open_cpu_device(dev);
@@ -233,24 +242,37 @@ static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int wor
   fsdp_status rc = device_cuda_count(&ngpu);
   if (rc != FSDP_OK) return cuda_failure(rc);
   int gpu = device_index >= 0 ? device_index : rank % ngpu;
+  *gpu_out = gpu;
   int use_nccl = comm_name ? strcmp(comm_name, "nccl") == 0 : spec->comm == COMM_NCCL || (spec->comm == COMM_AUTO && world <= ngpu);
   if (comm_name && !use_nccl && strcmp(comm_name, "gloo") != 0)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: comm backend '%s' is not available (nccl and gloo are)",
                           comm_name);
   return open_cuda(spec, rank, world, gpu, use_nccl, rv, comm, dev);
 #else
-  (void)device_index, (void)comm_name;
+  (void)device_index, (void)comm_name, (void)gpu_out;
   return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: this fsdp-worker was built without CUDA (configure with "
                         "-DFSDP_CUDA=ON where nvcc, cuBLAS and NCCL are installed); use device = cpu");
 #endif
 }
 
+/* sharding = hybrid: the group and replica comms beside the world's (comm_hybrid.h), handed to the
+ * runtime; other modes need none. */
+static fsdp_status open_hybrid(const jobspec_t *spec, const plan_t *plan, int rank, const rendezvous *rv, int gpu,
+                               comm_t *comm, runtime_t *rt, comm_t **group, comm_t **replica) {
+  if (plan->sharding != SHARD_HYBRID) return FSDP_OK;
+  comm_hybrid_args a = {.rank = rank, .world = plan->world, .group = plan->shard_world, .store_dir = rv->dir,
+                        .kv = rv->kv, .prefix = rv->prefix, .timeout_s = spec->timeout_s, .device = gpu};
+  TRY(comm_hybrid_open(comm, &a, group, replica));
+  return runtime_set_groups(rt, *group, *replica);
+}
+
 static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
   jobspec_t spec;
   plan_t *plan = NULL;
-  comm_t *comm = NULL;
+  comm_t *comm = NULL, *gcomm = NULL, *rcomm = NULL;
   device_t *dev = NULL;
   runtime_t *rt = NULL;
+  int gpu = -1;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
   if (world != spec.world_size)
@@ -259,8 +281,9 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   if (steps_override > 0) spec.steps = steps_override;
   TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
   rendezvous rv = {.dir = rdv, .prefix = NULL};
-  TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev), rc, out);
+  TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev, &gpu), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
+  TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
@@ -278,6 +301,8 @@ out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
   runtime_destroy(&rt);
   device_destroy(&dev);
+  comm_destroy(&rcomm);
+  comm_destroy(&gcomm);
   comm_destroy(&comm);
   plan_destroy(&plan);
   return rc == FSDP_OK ? 0 : 1;
@@ -287,15 +312,18 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   wlink *l = NULL;
   jobspec_t spec;
   plan_t *plan = NULL;
-  comm_t *comm = NULL;
+  comm_t *comm = NULL, *gcomm = NULL, *rcomm = NULL;
   device_t *dev = NULL;
   runtime_t *rt = NULL;
+  int gpu = -1;
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   TRY_GOTO(wlink_open(endpoint, job_id, rank, token, 60, &l), rc, out);
   const Fsdp__WorkerSetup *su = wlink_setup(l);
   TRY_GOTO(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, &spec), rc, out);
+  /* hybrid with shard_group = 0: the coordinator chose G from its placement; its plan carries it */
+  if (spec.sharding == SHARD_HYBRID && spec.shard_group == 0 && su->plan) spec.shard_group = (int)su->plan->shard_world;
   TRY_GOTO(plan_build(&spec, (int)su->world, &plan), rc, out);
   TRY_GOTO(planmsg_check(su->plan, plan), rc, out);
   if (spec.device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0) {
@@ -309,8 +337,9 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   }
   comm_kv kv = wlink_kv(l);
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
-  TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev), rc, out);
+  TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev, &gpu), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
+  TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
@@ -335,6 +364,8 @@ out:
   }
   runtime_destroy(&rt);
   device_destroy(&dev);
+  comm_destroy(&rcomm);
+  comm_destroy(&gcomm);
   comm_destroy(&comm);
   plan_destroy(&plan);
   wlink_close(&l);

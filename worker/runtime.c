@@ -12,7 +12,10 @@
  * waits for collectives only at the end of the step (the watchdog), after the one read-back of the
  * step's scalars. grad_op gathers each unit once per micro-step and releases it after its
  * backward; none has nothing to gather, computes gradients straight into the shard and all-reduces
- * each unit once per step, as soon as its last backward is done.
+ * each unit once per step, as soon as its last backward is done. hybrid is full on its group's comm,
+ * and in the last micro-step all-reduces each unit's final gradient shard on the replica comm (the
+ * ranks of the other groups holding it) as soon as it is final; the stream waits for the last one
+ * before the optimizer.
  *
  * Gradients: with reduce_dtype fp32, accumulation over micro-steps is folded into the
  * reduce-scatter: a rank adds its accumulated shard into its own block of the send buffer before
@@ -46,6 +49,10 @@ static uint64_t now_us(void) {
 }
 
 static int sharded(const runtime_t *rt) { return rt->p->sharding != SHARD_NONE; }
+static int hybrid(const runtime_t *rt) { return rt->p->sharding == SHARD_HYBRID; }
+/* Blocks are released after their forward and gathered again for the backward (full; hybrid is
+ * full inside its group). */
+static int regathers(const runtime_t *rt) { return rt->p->sharding == SHARD_FULL || hybrid(rt); }
 
 #define ALLOC_OR(ptr, expr, rc, label)                                                   \
   do {                                                                                   \
@@ -79,18 +86,17 @@ static fsdp_status alloc_gather_and_grads(runtime_t *rt) {
     ALLOC_OR(rt->root_act, dalloc(rt, MEM_GATHERED, p->units[0].padded, ae), rc, out);
     ALLOC_OR(rt->blk_act, dalloc(rt, MEM_GATHERED, pb, ae), rc, out);
   }
-  if (!sharded(rt)) {
-    if (rt->bf16_grads) ALLOC_OR(rt->ar16, dalloc(rt, MEM_COMM, p->shard_total, 2), rc, out);
-    return FSDP_OK;
-  }
+  /* none, and hybrid's cross-group all-reduce: the gradient shard rounded to bf16 */
+  if ((!sharded(rt) || hybrid(rt)) && rt->bf16_grads) ALLOC_OR(rt->ar16, dalloc(rt, MEM_COMM, p->shard_total, 2), rc, out);
+  if (!sharded(rt)) return FSDP_OK;
   /* Pool buffers are allocated here, once, and reused: "release" returns a buffer to the pool. */
-  rt->nslots = p->sharding == SHARD_FULL ? 1 + p->prefetch : rt->L;
+  rt->nslots = regathers(rt) ? 1 + p->prefetch : rt->L;
   if (rt->nslots > rt->L) rt->nslots = rt->L;
   ALLOC_OR(rt->slot_buf, calloc((size_t)rt->nslots, sizeof(void *)), rc, out);
   ALLOC_OR(rt->slot_unit, calloc((size_t)rt->nslots, sizeof(int)), rc, out);
   ALLOC_OR(rt->slot_free, calloc((size_t)rt->nslots + 1, sizeof(dev_event *)), rc, out);
   for (int s = 0; s < rt->nslots; s++) {
-    int64_t n = p->sharding == SHARD_FULL ? pb : p->units[1 + s].padded;
+    int64_t n = regathers(rt) ? pb : p->units[1 + s].padded;
     ALLOC_OR(rt->slot_buf[s], dalloc(rt, MEM_GATHERED, n, pe), rc, out);
     rt->slot_unit[s] = -1;
   }
@@ -141,6 +147,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   runtime_t *rt = calloc(1, sizeof *rt);
   if (!rt) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the runtime");
   rt->spec = spec, rt->p = p, rt->rank = rank, rt->world = p->world, rt->comm = comm, rt->dev = dev;
+  rt->gcomm = comm;   /* hybrid: runtime_set_groups replaces it */
   rt->L = p->model.n_layer;
   rt->bf16_params = p->param_dtype == DTYPE_BF16;
   rt->bf16_grads = p->reduce_dtype == DTYPE_BF16;
@@ -183,7 +190,8 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   ALLOC_OR(rt->ar_done, dev_event_new(dev), rc, fail);
   ALLOC_OR(rt->scal_done, dev_event_new(dev), rc, fail);
   ALLOC_OR(rt->ready, dev_event_new(dev), rc, fail);
-  rt->cap_pend = G * 3 * nu + 8;   /* per micro-step at most 2 gathers and 1 reduction per unit */
+  rt->cap_pend = G * 3 * nu + nu + 8;   /* per micro-step at most 2 gathers and 1 reduction per unit; hybrid:
+                                          one cross-group all-reduce per unit per step */
   ALLOC_OR(rt->pend, calloc((size_t)rt->cap_pend, sizeof(comm_req *)), rc, fail);
   TRY_GOTO(alloc_gather_and_grads(rt), rc, fail);
 
@@ -223,6 +231,21 @@ fail:
 }
 
 void runtime_test_drop_gather_wait(runtime_t *rt, int on) { rt->drop_gather_wait = on; }
+
+fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica) {
+  const plan_t *p = rt->p;
+  if (!hybrid(rt)) return fsdp_set_error(FSDP_ERR_STATE, "runtime_set_groups: sharding is %s, not hybrid",
+                                         jobspec_shard_mode_name(p->sharding));
+  if (!group || !replica || comm_world(group) != p->shard_world || comm_rank(group) != plan_group_rank(p, rt->rank) ||
+      comm_world(replica) != p->ngroups || comm_rank(replica) != plan_group_of(p, rt->rank))
+    return fsdp_set_error(FSDP_ERR_INVALID, "rank %d: the hybrid communicators (group rank %d of %d, replica rank %d of "
+                          "%d) do not match the plan's %d groups of %d", rt->rank, group ? comm_rank(group) : -1,
+                          group ? comm_world(group) : 0, replica ? comm_rank(replica) : -1,
+                          replica ? comm_world(replica) : 0, p->ngroups, p->shard_world);
+  rt->gcomm = group;
+  rt->rcomm = replica;
+  return FSDP_OK;
+}
 
 static fsdp_status pend(runtime_t *rt, comm_req *r) {
   if (!r) return FSDP_OK;
@@ -276,7 +299,7 @@ static fsdp_status gather_issue(runtime_t *rt, int u) {
   rt->gslot[u] = s;
   rt->gptr[u] = dst;
   comm_req *r = NULL;
-  TRY(comm_allgather_ev(rt->comm, shard_src(rt, u), dst, (size_t)pu->shard_numel, rt->lp ? COMM_BF16 : COMM_F32,
+  TRY(comm_allgather_ev(rt->gcomm, shard_src(rt, u), dst, (size_t)pu->shard_numel, rt->lp ? COMM_BF16 : COMM_F32,
                         rt->slot_free[s], rt->gdone[u], &r));
   return pend(rt, r);
 }
@@ -308,32 +331,38 @@ static void gather_release(runtime_t *rt, int u) {
 
 /* ---- gradient reductions ---- */
 
-/* bf16 reductions: fold the received sum of buffer i into the fp32 shard, once it has arrived. */
-static void bf16_collect(runtime_t *rt, int i) {
+static fsdp_status xar_issue(runtime_t *rt, int u, dev_event *after);
+
+/* bf16 reductions: fold the received sum of buffer i into the fp32 shard, once it has arrived;
+ * in hybrid's last micro-step the unit's shard is then final and goes across the groups. */
+static fsdp_status bf16_collect(runtime_t *rt, int i) {
   device_t *d = rt->dev;
-  if (rt->gunit[i] < 0) return;
-  const plan_unit *pu = &rt->p->units[rt->gunit[i]];
+  int u = rt->gunit[i];
+  if (u < 0) return FSDP_OK;
+  const plan_unit *pu = &rt->p->units[u];
   d->op->wait(d, rt->gfree[i], DEV_T_REDUCE);
   d->op->add(d, rt->grad + pu->shard_base, rt->recv16[i], DTYPE_BF16, pu->shard_numel);
   rt->gunit[i] = -1;
+  return rt->xar_now ? xar_issue(rt, u, NULL) : FSDP_OK;
 }
 
 /* A zeroed fp32 gradient buffer for a block, once the reduce-scatter that last used it is done. */
-static float *gbuf_acquire(runtime_t *rt, int64_t n, int *idx) {
+static fsdp_status gbuf_acquire(runtime_t *rt, int64_t n, int *idx, float **out) {
   device_t *d = rt->dev;
   int i = rt->gnext;
   rt->gnext ^= 1;
   *idx = i;
   float *g;
   if (rt->bf16_grads) {
-    bf16_collect(rt, i);
+    TRY(bf16_collect(rt, i));
     g = rt->gcomp;
   } else {
     d->op->wait(d, rt->gfree[i], DEV_T_REDUCE);
     g = rt->gbuf[i];
   }
   d->op->zero(d, g, (size_t)n * sizeof(float));
-  return g;
+  *out = g;
+  return FSDP_OK;
 }
 
 /* Reduce-scatter unit u's fp32 gradient G into this rank's gradient shard (accumulating), ordered
@@ -346,13 +375,13 @@ static fsdp_status rs_issue(runtime_t *rt, int u, float *g, int i, int accumulat
   if (!rt->bf16_grads) {
     if (accumulate) d->op->add(d, g + plan_shard_offset(rt->p, u, rt->rank), mine, DTYPE_FP32, pu->shard_numel);
     d->op->record(d, rt->ready);
-    TRY(comm_reduce_scatter_ev(rt->comm, g, mine, (size_t)pu->shard_numel, COMM_F32, rt->ready, done, &r));
+    TRY(comm_reduce_scatter_ev(rt->gcomm, g, mine, (size_t)pu->shard_numel, COMM_F32, rt->ready, done, &r));
     return pend(rt, r);
   }
   uint16_t *send = u == 0 ? rt->root16 : rt->send16[i], *recv = u == 0 ? rt->rootrecv16 : rt->recv16[i];
   d->op->cast_bf16(d, send, g, pu->padded);
   d->op->record(d, rt->ready);
-  TRY(comm_reduce_scatter_ev(rt->comm, send, recv, (size_t)pu->shard_numel, COMM_BF16, rt->ready, done, &r));
+  TRY(comm_reduce_scatter_ev(rt->gcomm, send, recv, (size_t)pu->shard_numel, COMM_BF16, rt->ready, done, &r));
   if (u > 0) rt->gunit[i] = u;
   return pend(rt, r);
 }
@@ -370,6 +399,26 @@ static fsdp_status ar_issue(runtime_t *rt, int u) {
   } else {
     d->op->record(d, rt->ready);
     TRY(comm_allreduce_ev(rt->comm, rt->grad + pu->shard_base, (size_t)pu->padded, COMM_F32, rt->ready,
+                          rt->ar_done, &r));
+  }
+  return pend(rt, r);
+}
+
+/* Hybrid, last micro-step: all-reduce unit u's final gradient shard among the ranks of the other
+ * groups that hold the same shard (rt->rcomm), after AFTER's latest mark (fp32: the reduce-scatter
+ * that wrote it, in place) or, in bf16, after it is rounded into ar16 on the stream. Completes
+ * ar_done; the caller waits for its latest mark (FIFO on one comm: every earlier one is done). */
+static fsdp_status xar_issue(runtime_t *rt, int u, dev_event *after) {
+  device_t *d = rt->dev;
+  const plan_unit *pu = &rt->p->units[u];
+  comm_req *r = NULL;
+  if (rt->bf16_grads) {
+    d->op->cast_bf16(d, rt->ar16 + pu->shard_base, rt->grad + pu->shard_base, pu->shard_numel);
+    d->op->record(d, rt->ready);
+    TRY(comm_allreduce_ev(rt->rcomm, rt->ar16 + pu->shard_base, (size_t)pu->shard_numel, COMM_BF16, rt->ready,
+                          rt->ar_done, &r));
+  } else {
+    TRY(comm_allreduce_ev(rt->rcomm, rt->grad + pu->shard_base, (size_t)pu->shard_numel, COMM_F32, after,
                           rt->ar_done, &r));
   }
   return pend(rt, r);
@@ -404,7 +453,7 @@ static fsdp_status forward(runtime_t *rt, const int *inp, int release, const voi
 static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
-  int L = rt->L, sh = sharded(rt), full = p->sharding == SHARD_FULL;
+  int L = rt->L, sh = sharded(rt), full = regathers(rt);
   int ahead = 1 + p->prefetch;   /* units live at once: the one computed plus `prefetch` ahead */
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   const int *inp = rt->inp + k * BT, *tgt = rt->tgt + k * BT;
@@ -419,15 +468,18 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   if (sh) d->op->zero(d, droot, (size_t)p->units[0].padded * sizeof(float));
   model_head_forward_backward(rt->acts, p, root, droot, tgt, dscale, rt->scal);
 
+  rt->xar_now = hybrid(rt) && last;   /* hybrid: each final shard goes across the groups */
   for (int u = L; u >= 1; u--) {
     const void *unit = unit_ready(rt, u);
     int gi = 0;
-    float *dunit = sh ? gbuf_acquire(rt, p->units[u].padded, &gi) : rt->grad + p->units[u].shard_base;
+    float *dunit = rt->grad + p->units[u].shard_base;
+    if (sh) TRY(gbuf_acquire(rt, p->units[u].padded, &gi, &dunit));
     model_block_backward(rt->acts, p, u - 1, unit, dunit);
     if (sh) {
       gather_release(rt, u);
       if (full && prev >= 1) TRY(gather_issue(rt, prev--));
       TRY(rs_issue(rt, u, dunit, gi, k > 0, rt->gfree[gi]));
+      if (rt->xar_now && !rt->bf16_grads) TRY(xar_issue(rt, u, rt->gfree[gi]));
     } else if (last) {
       TRY(ar_issue(rt, u));
     }
@@ -438,13 +490,23 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
     TRY(rs_issue(rt, 0, droot, 0, k > 0, rt->root_done));
     /* The shard must hold the new sums before the next micro-step adds to it. */
     if (rt->bf16_grads) {
-      for (int i = 0; i < 2; i++) bf16_collect(rt, i);
+      for (int i = 0; i < 2; i++) TRY(bf16_collect(rt, i));
       d->op->wait(d, rt->root_done, DEV_T_REDUCE);
       d->op->add(d, rt->grad + p->units[0].shard_base, rt->rootrecv16, DTYPE_BF16, p->units[0].shard_numel);
+      if (rt->xar_now) TRY(xar_issue(rt, 0, NULL));
     } else {
+      if (rt->xar_now) TRY(xar_issue(rt, 0, rt->root_done));
       d->op->wait(d, rt->root_done, DEV_T_REDUCE);
       for (int i = 0; i < 2; i++) d->op->wait(d, rt->gfree[i], DEV_T_REDUCE);
     }
+    if (rt->xar_now) {   /* the optimizer reads the replicated sums */
+      d->op->wait(d, rt->ar_done, DEV_T_REDUCE);
+      if (rt->bf16_grads) {
+        d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
+        d->op->add(d, rt->grad, rt->ar16, DTYPE_BF16, p->shard_total);
+      }
+    }
+    rt->xar_now = 0;
   } else if (last) {
     TRY(ar_issue(rt, 0));
     d->op->wait(d, rt->ar_done, DEV_T_REDUCE);   /* its latest mark: the last all-reduce, FIFO */
@@ -454,6 +516,19 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
     }
   }
   return FSDP_OK;
+}
+
+/* Bytes sent so far over every communicator of this rank (TOTAL), and over those that span shard
+ * groups (INTER: hybrid's replica comm and the world's step scalars; 0 otherwise), as the plan splits them. */
+static void sent_now(const runtime_t *rt, uint64_t total[COLL_NKIND], uint64_t inter[COLL_NKIND]) {
+  uint64_t w[COLL_NKIND], g[COLL_NKIND] = {0}, x[COLL_NKIND] = {0};
+  comm_sent_bytes(rt->comm, w);
+  if (rt->gcomm != rt->comm) comm_sent_bytes(rt->gcomm, g);
+  if (rt->rcomm) comm_sent_bytes(rt->rcomm, x);
+  for (int i = 0; i < COLL_NKIND; i++) {
+    total[i] = w[i] + g[i] + x[i];
+    inter[i] = rt->rcomm ? w[i] + x[i] : 0;
+  }
 }
 
 /* The step's token ids: G micro-batches, read on the host and brought to the device at once. */
@@ -482,7 +557,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   uint64_t t0 = now_us(), sent0[COLL_NKIND], sent1[COLL_NKIND], us[DEV_NTIMER];
   memset(out, 0, sizeof *out);
   mem_reset_peaks();
-  comm_sent_bytes(rt->comm, sent0);
+  uint64_t inter0[COLL_NKIND], inter1[COLL_NKIND];
+  sent_now(rt, sent0, inter0);
   uint64_t tokens = (uint64_t)B * T * G * rt->world;
   float dscale = (float)(1.0 / (double)tokens);
 
@@ -493,6 +569,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
+  if (hybrid(rt) && !rt->rcomm)
+    return fsdp_set_error(FSDP_ERR_STATE, "sharding = hybrid: the group communicators were not set (runtime_set_groups)");
   for (int k = 0; k < G && rc == FSDP_OK; k++) rc = micro_step(rt, k, k == G - 1, dscale);
 
   /* Global gradient norm and loss: one all-reduce of PLAN_STEP_SCALARS floats on the device, the
@@ -500,7 +578,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   comm_req *sreq = NULL;
   if (rc == FSDP_OK) {
     d->op->set_timer(d, DEV_T_OPTIM);
-    d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, sharded(rt) ? 1.0f : 1.0f / (float)rt->world);
+    /* every shard is held by ngroups ranks (none: every rank holds everything) */
+    d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
     d->op->fill(d, rt->scal + 3, (float)((double)B * T * G), 1);
     d->op->record(d, rt->ready);
     rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->ready, rt->scal_done, &sreq);
@@ -536,7 +615,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
    * it is added here; CUDA's timing events span it already (the stream waits for the upload). */
   if (d->host_accessible) us[DEV_T_OPTIM] += host_optim;
 
-  comm_sent_bytes(rt->comm, sent1);
+  sent_now(rt, sent1, inter1);
   out->step = step;
   out->loss = scal[0] / scal[3];
   out->lr = lr;
@@ -549,7 +628,10 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   memcpy(out->cur, ms.cur, sizeof out->cur);
   out->peak_total = ms.peak_total;
   for (int i = 0; i < RT_NPHASE; i++) out->phase_us[i] = us[i];   /* rt_phase and dev_timer agree */
-  for (int i = 0; i < COLL_NKIND; i++) out->sent[i] = sent1[i] - sent0[i];
+  for (int i = 0; i < COLL_NKIND; i++) {
+    out->sent[i] = sent1[i] - sent0[i];
+    out->sent_inter[i] = inter1[i] - inter0[i];
+  }
   return FSDP_OK;
 }
 

@@ -4,9 +4,10 @@
  *
  * The runtime owns this rank's shards (parameters, gradients, AdamW m and v), the gather pool, the
  * unit-gradient buffers, the model's activations and the data reader; it borrows the plan, the spec
- * and the communicator, which must outlive it. Sharding full, grad_op and none run one code path
- * with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
- * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients.
+ * and the communicator, which must outlive it. Sharding full, grad_op, none and hybrid run one code
+ * path with different plans: full re-gathers blocks for backward, grad_op keeps them gathered from
+ * forward to backward, none computes straight on the (whole-model) shard and all-reduces gradients,
+ * hybrid runs full inside its shard group and all-reduces each final shard across the groups.
  * prefetch = k keeps up to k units in flight ahead of the one being computed; 0 serializes.
  * All memory and compute go through the device layer (device.h): one schedule drives every device,
  * collectives are ordered against the device's stream by events. One thread drives a runtime;
@@ -34,7 +35,8 @@ typedef struct rt_report {
   uint64_t peak[MEM_NCAT], cur[MEM_NCAT], peak_total;   /* bytes, peaks within this step */
   uint64_t phase_us[RT_NPHASE];  /* device stream time blocked on gathers, computing, blocked on
                                     reductions, and in the optimizer (norm, scalar all-reduce, AdamW) */
-  uint64_t sent[COLL_NKIND];     /* bytes this rank sent during this step */
+  uint64_t sent[COLL_NKIND];     /* bytes this rank sent during this step, over every communicator */
+  uint64_t sent_inter[COLL_NKIND];   /* the part sent across shard groups (hybrid; plan_t.sent_inter) */
   int has_val;                   /* val_loss and eval_ms are set (the caller's runtime_eval) */
   double val_loss, eval_ms;
   char sample[512];              /* [eval] sample_every: rank 0's sample (prompt + continuation), or "" */
@@ -47,6 +49,11 @@ typedef struct runtime runtime_t;
  * outlive the runtime. */
 fsdp_status runtime_new(const jobspec_t *spec, const plan_t *plan, int rank, comm_t *comm, device_t *dev,
                         runtime_t **out);
+/* sharding = hybrid: the communicators of this rank's shard group (its rank r mod G of G) and of the
+ * ranks holding the same shard in the other groups (rank r / G of N/G); borrowed, must outlive the
+ * runtime. Gathers and reduce-scatters go to GROUP, each shard's gradient across REPLICA once per
+ * step; the world's comm keeps the step's scalars. Before the first step. */
+fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica);
 /* One optimizer step (G micro-steps). Collective: every rank calls it with the same STEP. */
 fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out);
 /* Collective: the mean loss over the first BATCHES·N·B rows of the validation file ([data] val),

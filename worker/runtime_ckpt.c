@@ -114,7 +114,7 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
     }
     if (rc != FSDP_OK) break;
     if (p->sharding != SHARD_NONE)   /* in place when staged: send == recv + rank·count is allowed */
-      rc = comm_allgather(rt->comm, src, buf, (size_t)pu->shard_numel, COMM_F32, NULL);
+      rc = comm_allgather(rt->gcomm, src, buf, (size_t)pu->shard_numel, COMM_F32, NULL);
     else if (src != buf)
       d->op->copy(d, buf, src, (size_t)pu->padded * sizeof(float));
     void *view = NULL;
@@ -161,15 +161,29 @@ static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed) {
   return FSDP_OK;
 }
 
-fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
-  const plan_t *p = rt->p;
+/* What a checkpoint records as its writer: this plan, or for hybrid the full-sharding plan of one
+ * group (the same units, padding and shards: every group holds a full replica, so group 0 alone
+ * writes, as a full job of G ranks would; it loads into any world size and sharding). */
+static fsdp_status save_plan(const runtime_t *rt, plan_t **out) {
+  *out = NULL;
+  if (rt->p->sharding != SHARD_HYBRID) return FSDP_OK;
+  jobspec_t s = *rt->spec;
+  s.sharding = SHARD_FULL;
+  s.shard_group = 0;
+  return plan_build(&s, rt->p->shard_world, out);
+}
+
+/* The checkpoint protocol with P as the writer's plan; the ranks beyond P's world write no file. */
+static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step) {
   uint64_t t0 = now_us();
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   void *hp = NULL, *hm = NULL, *hv = NULL;
-  fsdp_status rc = rt_host_view(rt, rt->param, bytes, &hp);
-  if (rc == FSDP_OK) rc = rt_host_view(rt, rt->m, bytes, &hm);
-  if (rc == FSDP_OK) rc = rt_host_view(rt, rt->v, bytes, &hv);
-  if (rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, hp, hm, hv);
+  fsdp_status rc = FSDP_OK;
+  int writes = rt->rank < p->world;
+  if (writes) rc = rt_host_view(rt, rt->param, bytes, &hp);
+  if (writes && rc == FSDP_OK) rc = rt_host_view(rt, rt->m, bytes, &hm);
+  if (writes && rc == FSDP_OK) rc = rt_host_view(rt, rt->v, bytes, &hv);
+  if (writes && rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, hp, hm, hv);
   rt_host_view_done(rt, hp);
   rt_host_view_done(rt, hm);
   rt_host_view_done(rt, hv);
@@ -184,7 +198,7 @@ fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
   if (rt->rank == 0) {
     uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
     uint64_t tokens = rt->ckpt_tokens0 + (uint64_t)(step - rt->ckpt_step0) * per_step;
-    rc = ckpt_write_manifest(dir, p, step, tokens);
+    rc = ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)rt->world * p->batch_size * rt->spec->grad_accum);
     if (rc == FSDP_OK && ckpt_prune(dir, rt->spec->ckpt_keep) != FSDP_OK)
       log_warn("checkpoint step %d: pruning old checkpoints: %s", step, fsdp_last_error());
     if (rc != FSDP_OK) {
@@ -197,6 +211,14 @@ fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
   if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
   if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(now_us() - t0) / 1e6);
   return FSDP_OK;
+}
+
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
+  plan_t *group = NULL;
+  TRY(save_plan(rt, &group));
+  fsdp_status rc = checkpoint_as(rt, group ? group : rt->p, dir, step);
+  plan_destroy(&group);
+  return rc;
 }
 
 fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {

@@ -12,7 +12,10 @@ struct runtime {
   const jobspec_t *spec;
   const plan_t *p;
   int rank, world, L;
-  comm_t *comm;
+  comm_t *comm;                  /* every rank: the step's scalars, checkpoints' agreement */
+  comm_t *gcomm;                 /* gathers and reduce-scatters: the shard group's (hybrid), else comm */
+  comm_t *rcomm;                 /* hybrid: the ranks of the other groups holding this shard, else NULL */
+  int xar_now;                   /* hybrid's last micro-step: final shards go across the groups */
   device_t *dev;
   int bf16_params, bf16_grads;   /* param_dtype, reduce_dtype are bf16 */
   int convert;                   /* gathered parameters need converting to the compute dtype */

@@ -176,17 +176,20 @@ fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
 }
 
 fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
-  uint64_t peak[MEM_NCAT], cur[MEM_NCAT], phase[RT_NPHASE], sent[COLL_NKIND];
+  uint64_t peak[MEM_NCAT], cur[MEM_NCAT], phase[RT_NPHASE], sent[COLL_NKIND], inter[COLL_NKIND];
   memcpy(peak, r->peak, sizeof peak);
   memcpy(cur, r->cur, sizeof cur);
   memcpy(phase, r->phase_us, sizeof phase);
   memcpy(sent, r->sent, sizeof sent);
+  memcpy(inter, r->sent_inter, sizeof inter);
   Fsdp__RankStats st = FSDP__RANK_STATS__INIT;
   st.rank = (uint32_t)rank;
   st.n_peak_bytes = MEM_NCAT, st.peak_bytes = peak;
   st.n_cur_bytes = MEM_NCAT, st.cur_bytes = cur;
   st.n_phase_us = RT_NPHASE, st.phase_us = phase;
   st.n_sent_bytes = COLL_NKIND, st.sent_bytes = sent;
+  if (inter[COLL_ALLGATHER] || inter[COLL_REDUCESCATTER] || inter[COLL_ALLREDUCE])   /* hybrid */
+    st.n_sent_inter_bytes = COLL_NKIND, st.sent_inter_bytes = inter;
   Fsdp__StepReport rep = FSDP__STEP_REPORT__INIT;
   rep.step = (uint32_t)r->step;
   rep.loss = r->loss;

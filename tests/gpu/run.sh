@@ -9,7 +9,8 @@
 #   2 gpu_check        every CUDA kernel against its CPU twin, the comms, the bf16 GEMM rate
 #   3 cuda vs cpu      5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
 #                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's
-#   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3
+#   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3; then N = 4 as
+#                      sharding = hybrid, 2 groups of 2 (the staged sub-communicators), against N = 1
 #   5 racecheck        one short step under compute-sanitizer --tool racecheck, where it works
 #   6 benchmark        GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU, peak vs plan, exposed comm
 #   7 PyTorch          bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
@@ -463,11 +464,28 @@ step4() {
     run_job "staged-$n" "$n" "$WORK/staged-$n.ini" "$t" ||
       { result 4 "gloo-staged N=2 vs N=1" FAIL "N = $n: $(last_error "$WORK/runs/staged-$n")" $((SECONDS - s0)); return; }
   done
-  if out=$(python3 "$HELP" compare "$WORK/runs/staged-1" "$WORK/runs/staged-2" --ranks 2 --steps "$SM_STEPS" --rtol "$rtol"); then
-    result 4 "gloo-staged N=2 vs N=1" PASS "$out" $((SECONDS - s0))
-  else
+  if ! out=$(python3 "$HELP" compare "$WORK/runs/staged-1" "$WORK/runs/staged-2" --ranks 2 --steps "$SM_STEPS" --rtol "$rtol"); then
     result 4 "gloo-staged N=2 vs N=1" FAIL "$out" $((SECONDS - s0))
+    return
   fi
+  # hybrid on the same rows: N = 4 with B = 1, groups {0,1} and {2,3}, each its own staged comms
+  local hy
+  if t=$(allot 120 20); then
+    job_ini "$WORK/staged-hybrid.ini" cuda hybrid gloo 4 $((SM_B / 4)) "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
+    sed -i 's/^sharding = hybrid$/sharding = hybrid\nshard_group = 2/' "$WORK/staged-hybrid.ini"
+    if ! run_job staged-hybrid 4 "$WORK/staged-hybrid.ini" "$t"; then
+      result 4 "gloo-staged N=2 vs N=1" FAIL "$out; hybrid 2 x 2: $(last_error "$WORK/runs/staged-hybrid")" $((SECONDS - s0))
+      return
+    fi
+    if ! hy=$(python3 "$HELP" compare "$WORK/runs/staged-1" "$WORK/runs/staged-hybrid" --ranks 4 --steps "$SM_STEPS" --rtol "$rtol"); then
+      result 4 "gloo-staged N=2 vs N=1" FAIL "$out; hybrid 2 x 2 vs N=1: $hy" $((SECONDS - s0))
+      return
+    fi
+    out="$out; hybrid 2 x 2: $hy"
+  else
+    out="$out; hybrid 2 x 2 not run (no time left in the ${BUDGET} s budget)"
+  fi
+  result 4 "gloo-staged N=2 vs N=1" PASS "$out" $((SECONDS - s0))
 }
 
 # ---------------------------------------------------------------- step 5: racecheck

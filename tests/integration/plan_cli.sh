@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # plan_cli — `fsdpctl plan` on good and bad job files: exit codes, one-line errors that name
-# file:line, --json that parses, --device-memory verdicts, --defaults that loads back; a Llama's table.
+# file:line, --json that parses, --device-memory verdicts, --defaults that loads back, a Llama's
+# table, hybrid sharding with --shard-group (both traffic classes; bad groups refused in one line).
 # Usage: plan_cli.sh BUILD_DIR SOURCE_DIR
 set -u
 BUILD=$(cd "${1:?build dir}" && pwd)
@@ -163,6 +164,23 @@ j = json.load(open(sys.argv[1]))
 assert j["param_dtype"] == "bf16" and j["reduce_dtype"] == "bf16", j
 ' "$TMP/out" && ok || fail "cpu_bf16.ini: plan --json does not show the bf16 dtypes"
 bad syntax.ini 3 "syntax error" "${T}[model\n"
+# hybrid: --shard-group (or the file's shard_group) gives G; both traffic classes in the table and JSON
+printf '%b' "${T}[fsdp]\nworld_size = 4\nsharding = hybrid\n" >"$TMP/hybrid.ini"
+usage_err "give it here with --shard-group G" plan "$TMP/hybrid.ini"
+run 0 plan "$TMP/hybrid.ini" --shard-group 2 && grep -q "^Groups    2 shard groups of 2 consecutive ranks" "$TMP/out" &&
+  grep -q "^  intra " "$TMP/out" && grep -q "^  inter " "$TMP/out" && ok || fail "hybrid.ini --shard-group 2: $(cat "$TMP/out" "$TMP/err")"
+run 0 plan "$TMP/hybrid.ini" --shard-group=2 --json && python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["sharding"] == "hybrid" and j["shard_world"] == 2 and j["groups"] == 2, j
+x, i = j["sent_bytes_inter_group"], j["sent_bytes_intra_group"]
+assert x["allgather"] == 0 and x["allreduce"] > 0 and i["allgather"] > 0 and i["allreduce"] == 0, (x, i)
+assert all(x[k] + i[k] == j["sent_bytes"][k] for k in ("allgather", "reducescatter", "allreduce")), j
+' "$TMP/out" && ok || fail "hybrid.ini --json: intra and inter bytes"
+usage_err "does not divide world_size = 4" plan "$TMP/hybrid.ini" --shard-group 3
+usage_err "is full sharding" plan "$TMP/hybrid.ini" --shard-group 4
+usage_err "applies to sharding = hybrid" plan "$SRC/examples/tiny.ini" --shard-group 2
+bad hybrid_nodiv.ini 6 "shard_group = 4 does not divide world_size = 6" "${T}[fsdp]\nworld_size = 6\nsharding = hybrid\nshard_group = 4\n"
 run 1 plan "$TMP/does-not-exist.ini" && grep -q "cannot read the job file" "$TMP/err" && ok || fail "a missing job file: status 1"
 usage_err "no job file" plan
 usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory 80XB

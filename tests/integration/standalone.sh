@@ -2,6 +2,7 @@
 # fsdp-worker --standalone through scripts/launch-standalone.sh: 2 ranks train a tiny GPT-2 without
 # the daemon; every rank reports the same global loss each step, the loss falls, the consolidated
 # model is written as .safetensors, and a job initialized from it starts at the loss it ended on.
+# Then 4 ranks in sharding = hybrid (2 groups of 2) follow the 2-rank loss curve and export too.
 set -euo pipefail
 build=$1 src=$2
 tmp=$(mktemp -d /tmp/fsdp-it-standalone.XXXXXX)
@@ -56,5 +57,26 @@ again = json.loads(open(f"{sys.argv[2]}/rank-0.jsonl").readline())["loss"]
 print(f"loss at step 30 {last:.4f}; first loss from the exported model {again:.4f}")
 # step 30's loss was computed before its update, so the restarted model is one update further on
 assert again < last + 0.05, (last, again)
+PY
+# sharding = hybrid, 4 ranks as 2 groups of 2 at the same N·B: the loss curve of the 2-rank full run
+# (to fp32 summation order), sent_inter_bytes on every line, and an export gathered in a group.
+sed -e 's/^world_size = 2/world_size = 4\nsharding = hybrid\nshard_group = 2/' -e 's/^batch_size = 4/batch_size = 2/' \
+  "$tmp/job.ini" > "$tmp/hybrid.ini"
+out3=$(FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$tmp/run3 timeout 300 "$src/scripts/launch-standalone.sh" 4 "$tmp/hybrid.ini" \
+  --save "$tmp/hybrid.safetensors")
+test -s "$tmp/hybrid.safetensors"
+python3 - "$out" "$out3" <<'PY'
+import json, sys
+full = [json.loads(l) for l in open(f"{sys.argv[1]}/rank-0.jsonl")]
+ranks = [[json.loads(l) for l in open(f"{sys.argv[2]}/rank-{r}.jsonl")] for r in range(4)]
+worst = 0
+for s, f in enumerate(full):
+    assert all(r[s]["loss"] == ranks[0][s]["loss"] for r in ranks), s
+    worst = max(worst, abs(ranks[0][s]["loss"] - f["loss"]) / f["loss"])
+    for r in ranks:
+        x = r[s]["sent_inter_bytes"]
+        assert x["allgather"] == 0 and x["allreduce"] > 0, x
+print(f"hybrid 2 x 2 vs full 2: max loss rel diff over 30 steps {worst:.2e}")
+assert worst < 1e-4, worst
 PY
 echo "standalone: ok"

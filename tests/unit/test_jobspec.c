@@ -256,7 +256,7 @@ static void test_errors(void) {
   expect_error("[job]\nseed = -1\n", 2, "not an integer");
   expect_error("[fsdp]\nworld_size = 0\n", 2, "world_size = 0 is out of range; allowed: an integer in 1..4096");
   expect_error("[fsdp]\nprefetch = 5\n", 2, "allowed: an integer in 0..4");
-  expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none");
+  expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none | hybrid");
   expect_error("[model]\narch = mamba\n", 2, "arch = 'mamba' is not allowed; allowed: gpt2 | llama");
   /* Llama's own rules, and its keys refused for GPT-2 */
   snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 64\nn_kv_head = 3\nffn_dim = 176\n", T);
@@ -271,6 +271,10 @@ static void test_errors(void) {
   expect_error(buf, 4, "[model] n_kv_head applies to arch = llama only");
   snprintf(buf, sizeof buf, "%s[model]\nrope_theta = 500000\n", T);
   expect_error(buf, 4, "[model] rope_theta applies to arch = llama only");
+  /* hybrid: G divides the world and is below it; shard_group belongs to hybrid only (blamed on it) */
+  expect_error("[fsdp]\nworld_size = 6\nsharding = hybrid\nshard_group = 4\n", 4, "shard_group = 4 does not divide world_size = 6");
+  expect_error("[fsdp]\nworld_size = 4\nsharding = hybrid\nshard_group = 4\n", 4, "is full sharding (one group)");
+  expect_error("[fsdp]\nshard_group = 2\n", 2, "applies to sharding = hybrid only; allowed with sharding = full: shard_group = 0");
   expect_error("[model]\ninit = weights.pt\n", 2, "allowed: random | PATH.safetensors");
   expect_error("[model]\ninit = missing.safetensors\n", 2, "cannot read");
   expect_error("[job]\nname = has space\n", 2, "allowed:");
@@ -392,6 +396,13 @@ static void test_examples(void) {
         m->seq_len == 2048 && m->n_kv_head == 8 && m->ffn_dim == 8192 && m->norm_eps == 1e-5 &&
         m->rope_theta == 500000);
   CHECK_EQ_INT(DEVICE_CUDA, s.device);
+  /* hybrid without shard_group: the daemon's placement decides; plans need one given */
+  source_path(path, sizeof path, "examples/gpt2-xl-hybrid.ini");
+  CHECK_OK(jobspec_load(path, &s));
+  CHECK_EQ_INT(SHARD_HYBRID, s.sharding);
+  CHECK_EQ_INT(0, s.shard_group);
+  CHECK_EQ_INT(16, s.world_size);
+  CHECK_EQ_INT(1600, s.model.n_embd);
 }
 
 int main(void) {

@@ -553,6 +553,96 @@ static void test_llama(void) {
   CHECK(plan_build(&s, 1, &p) == FSDP_ERR_RANGE);
 }
 
+/* Hybrid: the shards, memory and gathers of a full job of G ranks; on top, each shard's gradient
+ * all-reduced across the R = N/G groups once per step (one all-reduce per unit, each rounded down
+ * as the comm counts it) and, with bf16 reductions, the bf16 copy of the shard that carries it. */
+static void test_hybrid(void) {
+  jobspec_t s = tiny_mem_spec();
+  plan_t *full = NULL, *p = NULL;
+  CHECK_OK(plan_build(&s, 4, &full));
+  s.sharding = SHARD_HYBRID;
+  s.shard_group = 4;
+  CHECK_OK(plan_build(&s, 8, &p));
+  if (!p || !full) return;
+  CHECK_EQ_INT(8, p->world);
+  CHECK_EQ_INT(4, p->shard_world);
+  CHECK_EQ_INT(2, p->ngroups);
+  CHECK_EQ_INT(832, p->shard_total);
+  for (int u = 0; u < p->nunits; u++) {
+    CHECK_EQ_INT(full->units[u].padded, p->units[u].padded);
+    for (int r = 0; r < 8; r++) CHECK_EQ_INT(plan_shard_offset(full, u, r % 4), plan_shard_offset(p, u, r));
+  }
+  CHECK_EQ_INT(1, plan_group_of(p, 5));
+  CHECK_EQ_INT(1, plan_group_rank(p, 5));
+  for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(full->mem[k], p->mem[k]);   /* fp32: the AR is in place */
+  CHECK_EQ_INT(38400, p->sent_bytes[COLL_ALLGATHER]);        /* full at 4's */
+  CHECK_EQ_INT(19968, p->sent_bytes[COLL_REDUCESCATTER]);
+  /* R = 2: each shard once (4·(64 + 3·256) = 3328), and the scalars over 8 ranks ⌊2·7·16/8⌋ = 28 */
+  CHECK_EQ_INT(3328 + 28, p->sent_bytes[COLL_ALLREDUCE]);
+  CHECK_EQ_INT(3328 + 28, p->sent_inter[COLL_ALLREDUCE]);
+  CHECK_EQ_INT(0, p->sent_inter[COLL_ALLGATHER] + p->sent_inter[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(0, full->sent_inter[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+
+  /* R = 3: ⌊2·2·4·64/3⌋ + 3·⌊2·2·4·256/3⌋ = 341 + 3·1365; scalars ⌊2·11·16/12⌋ = 29 */
+  CHECK_OK(plan_build(&s, 12, &p));
+  if (p) CHECK_EQ_INT(341 + 3 * 1365 + 29, p->sent_bytes[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+
+  /* bf16 reductions: + 2·S of comm for the rounded shard, and half the all-reduced bytes */
+  s.reduce_dtype = DTYPE_BF16;
+  s.world_size = 8;
+  plan_t *fb = NULL;
+  jobspec_t sf = s;
+  sf.sharding = SHARD_FULL;
+  sf.shard_group = 0;
+  CHECK_OK(plan_build(&sf, 4, &fb));
+  CHECK_OK(plan_build(&s, 8, &p));
+  if (p && fb) {
+    CHECK_EQ_INT(fb->mem[MEM_COMM] + 2 * 832, p->mem[MEM_COMM]);
+    CHECK_EQ_INT(fb->mem_total + 2 * 832, p->mem_total);
+    CHECK_EQ_INT(1664 + 28, p->sent_bytes[COLL_ALLREDUCE]);
+  }
+  plan_destroy(&fb);
+
+  /* JSON and the table say both traffic classes */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK_OK(plan_write_json(p, f, 0));
+  fclose(f);
+  json_t *j = json_loads(buf, 0, NULL);
+  CHECK(j != NULL);
+  if (j) {
+    CHECK(!strcmp(json_string_value(json_object_get(j, "sharding")), "hybrid"));
+    CHECK_EQ_INT(2, json_integer_value(json_object_get(j, "groups")));
+    CHECK_EQ_INT(1664 + 28, json_integer_value(json_object_get(json_object_get(j, "sent_bytes_inter_group"), "allreduce")));
+    CHECK_EQ_INT(19200, json_integer_value(json_object_get(json_object_get(j, "sent_bytes_intra_group"), "allgather")) / 2);
+    CHECK(json_object_get(json_object_get(j, "sent_bytes_by_sharding"), "hybrid") != NULL);
+    json_decref(j);
+  }
+  free(buf);
+  buf = NULL;
+  f = open_memstream(&buf, &len);
+  plan_print(p, f, 0);
+  fclose(f);
+  CHECK(strstr(buf, "2 shard groups of 4 consecutive ranks") != NULL);
+  CHECK(strstr(buf, "  intra ") != NULL && strstr(buf, "  inter ") != NULL);
+  CHECK(strstr(buf, "hybrid") != NULL && strstr(buf, "<- this plan") != NULL);
+  free(buf);
+  plan_destroy(&p);
+  plan_destroy(&full);
+
+  /* bad shard groups: one line each */
+  s.shard_group = 3;
+  CHECK(plan_build(&s, 8, &p) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "does not divide world_size = 8") != NULL);
+  s.shard_group = 8;
+  CHECK(plan_build(&s, 8, &p) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "is full sharding") != NULL);
+  CHECK(p == NULL);
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -565,5 +655,6 @@ int main(void) {
   test_bad_input();
   test_json_and_table();
   test_llama();
+  test_hybrid();
   return check_done();
 }

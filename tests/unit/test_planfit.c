@@ -32,6 +32,7 @@ static int apply(const char *lever, jobspec_t *s, int *world) {
   else if (!strcmp(lever, "sharding = full")) s->sharding = SHARD_FULL;
   else if (!strcmp(lever, "param_dtype = bf16, reduce_dtype = bf16")) s->param_dtype = s->reduce_dtype = DTYPE_BF16;
   else if (!strcmp(lever, "offload = optimizer")) s->offload = OFFLOAD_OPTIMIZER;
+  else if (sscanf(lever, "shard_group = %d", &s->shard_group) == 1) return 0;
   else if (sscanf(lever, "world_size = %d", world) != 1) return -1;
   return 0;
 }
@@ -43,15 +44,16 @@ int main(void) {
     {.n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_size = 50257, .seq_len = 1024},  /* GPT-2 medium */
   };
   static const uint64_t mems[] = {1ull << 20, 64ull << 20, 1ull << 30, 16ull << 30, 80ull << 30, 141ull << 30};
-  int checked = 0, levers = 0, none = 0;
+  int checked = 0, levers = 0, none = 0, group_levers = 0;
   for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
-    for (int variant = 0; variant < 4; variant++)
+    for (int variant = 0; variant < 5; variant++)
       for (size_t k = 0; k < sizeof mems / sizeof mems[0]; k++) {
         jobspec_t s;
         jobspec_defaults(&s);
         s.model = models[mi];
         s.world_size = variant == 0 ? 1 : 8;
-        s.sharding = variant == 2 ? SHARD_GRAD_OP : SHARD_FULL;
+        s.sharding = variant == 2 ? SHARD_GRAD_OP : variant == 4 ? SHARD_HYBRID : SHARD_FULL;
+        if (variant == 4) s.shard_group = 2;   /* 4 groups of 2: shard_group = 4 is a lever */
         s.device = variant == 3 ? DEVICE_CUDA : DEVICE_CPU;
         if (variant == 3) s.param_dtype = s.reduce_dtype = DTYPE_BF16;
         plan_fit f;
@@ -70,11 +72,12 @@ int main(void) {
           CHECK(f.levers[i].batch_size > f.batch_size);
           CHECK(is_largest(&t, world, mems[k], f.levers[i].batch_size));
           levers++;
+          group_levers += !strncmp(f.levers[i].change, "shard_group = ", 14);
         }
         checked++;
       }
   printf("%d fit answers checked against the plan (%d with nothing fitting), %d levers\n", checked, none, levers);
-  CHECK(none > 0 && levers > 0);
+  CHECK(none > 0 && levers > 0 && group_levers > 0);   /* hybrid: a larger shard group is offered where it helps */
   plan_fit f;
   jobspec_t s;
   jobspec_defaults(&s);

@@ -239,6 +239,20 @@ static void test_rejects(void) {
   p.version = FSDP__VERSION__PROTO_VERSION;
   p.worker_setup->plan->units[0]->tensors[1]->offset = 33; /* a gap in the flat buffer */
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&p));
+  /* hybrid (3): shard_world a divisor of the world below it; 0 is refused, not divided by */
+  static const uint32_t sws[] = {0, 2, 3};
+  for (int i = 0; i < 3; i++) {
+    Fsdp__Msg h = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+    h.version = FSDP__VERSION__PROTO_VERSION;
+    h.worker_setup->plan->sharding = 3;
+    h.worker_setup->plan->shard_world = sws[i];
+    CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&h));
+  }
+  Fsdp__Msg x = make_msg(FSDP__MSG__BODY_STEP_REPORT);
+  x.version = FSDP__VERSION__PROTO_VERSION;
+  uint64_t inter[2] = {0, 5};
+  x.step_report->stats->n_sent_inter_bytes = 2, x.step_report->stats->sent_inter_bytes = inter;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&x));
 }
 
 /* Random bytes: never crash, never accepted unless they validate. Deterministic xorshift. */
