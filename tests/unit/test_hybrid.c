@@ -5,7 +5,8 @@
  * Equivalence: N = 4 as 2 groups of 2 and N = 6 as 3 × 2 compute what 1 rank with batch N·B
  * computes (losses to 1e-5 relative, weights to 2e-6 + 1e-5·|w|: test_runtime's bounds and their
  * reasons; only the order of fp32 sums differs). With bf16 reductions the bound is test_runtime's
- * bf16 one, 1e-3. The validation loss after the last step (runtime_eval) agrees the same way.
+ * bf16 one, 1e-3. The validation loss after the last step (runtime_eval) agrees the same way, and
+ * a Llama (grouped-query attention) as 2 × 2 agrees with one rank to the same bounds.
  * Volume: the all-gather bytes of a hybrid rank are those of a full job of G ranks (measured on
  * both); the cross-group all-reduce carries the shard's bytes (2·(R−1)/R of it, R = N/G); every
  * kind of bytes, the inter-group part and every memory category's peak equal the plan's.
@@ -62,8 +63,14 @@ typedef struct config {
   int first, last;                  /* steps run (0, 0: 1..STEPS) */
   int restore, ckpt_at;             /* restore from ckdir first; checkpoint after step ckpt_at */
   int eval_batches;                 /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
+  int llama;                        /* JOB's model replaced by LLAMA */
   char ckdir[128];
 } config;
+
+/* A Llama of the same size, with grouped-query attention (two query heads per kv head). */
+static const model_config LLAMA = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+                                   .ffn_dim = 40, .vocab_size = 96, .seq_len = 16, .norm_eps = 1e-5,
+                                   .rope_theta = 10000};
 
 static dev_cpu_mode g_mode;
 
@@ -82,6 +89,7 @@ static void make_spec(const config *c, jobspec_t *s) {
   s->reduce_dtype = c->reduce_dtype;
   snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", c->ckdir);
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
+  if (c->llama) s->model = LLAMA;
 }
 
 /* One rank: world comm, and with hybrid the group and replica comms; train; write the result and
@@ -271,6 +279,22 @@ static void test_equivalence(void) {
   CHECK(run(&c, res, NULL, NULL) == 0);
   CHECK_EQ_INT(0, g_replicas_differ);
   compare("hybrid bf16/bf16 N=6 as 2 x 3, B=2, G=2 vs N=1 B=12", &rref[0], NULL, res, 6, NULL, 0, 1e-3, 0, 0);
+
+  /* the model does not matter to the sharding: a Llama, N = 4 as 2 x 2 against one rank */
+  config lref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20,
+                 .llama = 1};
+  float *mref = NULL, *m = NULL;
+  int64_t n = 0, nm = 0;
+  CHECK(run(&lref, rref, &mref, &n) == 0);
+  c = lref;
+  c.world = 4, c.group = 2, c.batch = 3;
+  CHECK(run(&c, res, &m, &nm) == 0);
+  CHECK_EQ_INT(n, nm);
+  CHECK_EQ_INT(0, g_replicas_differ);
+  compare("hybrid Llama N=4 as 2 x 2, B=3, G=2 vs N=1 B=12", &rref[0], mref, res, 4, m, n, 1e-5, 2e-6, 1e-5);
+  CHECK(rref[0].loss[5] < rref[0].loss[1]);
+  free(m);
+  free(mref);
 }
 
 /* Bytes and peak memory equal the plan; the all-gathers are a G-rank full job's; the cross-group
