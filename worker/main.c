@@ -30,6 +30,7 @@
 #include "runtime.h"
 #include "sample.h"
 #include "stepstats.h"
+#include "trace.h"
 #include "wlink.h"
 
 /* Two settings that only take effect when the process starts, so the worker re-executes itself
@@ -251,6 +252,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   comm_t *comm = NULL;
   device_t *dev = NULL;
   runtime_t *rt = NULL;
+  trace_t *tr = NULL;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
   if (world != spec.world_size)
@@ -261,6 +263,8 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   rendezvous rv = {.dir = rdv, .prefix = NULL};
   TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
+  TRY_GOTO(trace_from_env(&tr), rc, out);   /* recorded as when connected, so that its cost is measurable */
+  runtime_set_trace(rt, tr);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
@@ -279,6 +283,7 @@ out:
   runtime_destroy(&rt);
   device_destroy(&dev);
   comm_destroy(&comm);
+  trace_destroy(&tr);
   plan_destroy(&plan);
   return rc == FSDP_OK ? 0 : 1;
 }
@@ -290,6 +295,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   comm_t *comm = NULL;
   device_t *dev = NULL;
   runtime_t *rt = NULL;
+  trace_t *tr = NULL;
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -311,6 +317,9 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
   TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
+  TRY_GOTO(trace_from_env(&tr), rc, out);   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none) */
+  runtime_set_trace(rt, tr);
+  wlink_set_trace(l, tr);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
@@ -336,6 +345,7 @@ out:
   runtime_destroy(&rt);
   device_destroy(&dev);
   comm_destroy(&comm);
+  trace_destroy(&tr);
   plan_destroy(&plan);
   wlink_close(&l);
   return rc == FSDP_OK ? 0 : 1;

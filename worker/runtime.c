@@ -224,6 +224,18 @@ fail:
 
 void runtime_test_drop_gather_wait(runtime_t *rt, int on) { rt->drop_gather_wait = on; }
 
+/* ---- spans (trace.h) ---- */
+
+void runtime_set_trace(runtime_t *rt, trace_t *t) {
+  rt->trace = t;
+  comm_set_trace(rt->comm, t);
+}
+
+/* Open (END = 0) or close a span on the compute stream, taken when the stream gets there. */
+static void span(runtime_t *rt, int end, trace_kind k, int unit) {
+  if (rt->trace && rt->dev->op->trace) rt->dev->op->trace(rt->dev, rt->trace, end, k, unit, trace_step(rt->trace));
+}
+
 static fsdp_status pend(runtime_t *rt, comm_req *r) {
   if (!r) return FSDP_OK;
   if (rt->npend == rt->cap_pend) {   /* cannot happen with the schedule below; never drop a request */
@@ -276,6 +288,7 @@ static fsdp_status gather_issue(runtime_t *rt, int u) {
   rt->gslot[u] = s;
   rt->gptr[u] = dst;
   comm_req *r = NULL;
+  comm_trace_unit(rt->comm, u);
   TRY(comm_allgather_ev(rt->comm, shard_src(rt, u), dst, (size_t)pu->shard_numel, rt->lp ? COMM_BF16 : COMM_F32,
                         rt->slot_free[s], rt->gdone[u], &r));
   return pend(rt, r);
@@ -343,6 +356,7 @@ static fsdp_status rs_issue(runtime_t *rt, int u, float *g, int i, int accumulat
   const plan_unit *pu = &rt->p->units[u];
   float *mine = rt->grad + pu->shard_base;
   comm_req *r = NULL;
+  comm_trace_unit(rt->comm, u);
   if (!rt->bf16_grads) {
     if (accumulate) d->op->add(d, g + plan_shard_offset(rt->p, u, rt->rank), mine, DTYPE_FP32, pu->shard_numel);
     d->op->record(d, rt->ready);
@@ -362,6 +376,7 @@ static fsdp_status ar_issue(runtime_t *rt, int u) {
   device_t *d = rt->dev;
   const plan_unit *pu = &rt->p->units[u];
   comm_req *r = NULL;
+  comm_trace_unit(rt->comm, u);
   if (rt->bf16_grads) {
     d->op->cast_bf16(d, rt->ar16 + pu->shard_base, rt->grad + pu->shard_base, pu->padded);
     d->op->record(d, rt->ready);
@@ -390,11 +405,16 @@ static fsdp_status forward(runtime_t *rt, const int *inp, int release, const voi
     while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
   }
   *root = unit_ready(rt, 0);
+  span(rt, 0, TRACE_FORWARD, 0);
   gpt2_embed_forward(rt->acts, p, *root, inp);
+  span(rt, 1, TRACE_FORWARD, 0);
   if (sh)
     while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
   for (int u = 1; u <= L; u++) {
-    gpt2_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
+    const void *unit = unit_ready(rt, u);
+    span(rt, 0, TRACE_FORWARD, u);
+    gpt2_block_forward(rt->acts, p, u - 1, unit);
+    span(rt, 1, TRACE_FORWARD, u);
     if (sh && release) gather_release(rt, u);
     if (sh && next <= L) TRY(gather_issue(rt, next++));
   }
@@ -417,13 +437,17 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   if (full)
     while (prev >= 1 && L - prev < ahead) TRY(gather_issue(rt, prev--));
   if (sh) d->op->zero(d, droot, (size_t)p->units[0].padded * sizeof(float));
+  span(rt, 0, TRACE_LOSS, 0);
   gpt2_head_forward_backward(rt->acts, p, root, droot, tgt, dscale, rt->scal);
+  span(rt, 1, TRACE_LOSS, 0);
 
   for (int u = L; u >= 1; u--) {
     const void *unit = unit_ready(rt, u);
     int gi = 0;
     float *dunit = sh ? gbuf_acquire(rt, p->units[u].padded, &gi) : rt->grad + p->units[u].shard_base;
+    span(rt, 0, TRACE_BACKWARD, u);
     gpt2_block_backward(rt->acts, p, u - 1, unit, dunit);
+    span(rt, 1, TRACE_BACKWARD, u);
     if (sh) {
       gather_release(rt, u);
       if (full && prev >= 1) TRY(gather_issue(rt, prev--));
@@ -432,7 +456,9 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
       TRY(ar_issue(rt, u));
     }
   }
+  span(rt, 0, TRACE_BACKWARD, 0);
   gpt2_embed_backward(rt->acts, p, droot, inp);
+  span(rt, 1, TRACE_BACKWARD, 0);
   if (sh) {
     gather_release(rt, 0);
     TRY(rs_issue(rt, 0, droot, 0, k > 0, rt->root_done));
@@ -481,6 +507,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   int G = s->grad_accum, B = p->batch_size, T = p->model.seq_len;
   uint64_t t0 = now_us(), sent0[COLL_NKIND], sent1[COLL_NKIND], us[DEV_NTIMER];
   memset(out, 0, sizeof *out);
+  trace_set_step(rt->trace, step);
+  trace_begin(rt->trace, TRACE_HOST, t0);
   mem_reset_peaks();
   comm_sent_bytes(rt->comm, sent0);
   uint64_t tokens = (uint64_t)B * T * G * rt->world;
@@ -490,6 +518,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   TRY(load_batches(rt, step));
   d->op->timers(d, us);   /* start this step's count */
   d->op->set_timer(d, DEV_T_COMPUTE);
+  span(rt, 0, TRACE_STEP, TRACE_NO_UNIT);
   d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
@@ -500,6 +529,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   comm_req *sreq = NULL;
   if (rc == FSDP_OK) {
     d->op->set_timer(d, DEV_T_OPTIM);
+    span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
     d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, sharded(rt) ? 1.0f : 1.0f / (float)rt->world);
     d->op->fill(d, rt->scal + 3, (float)((double)B * T * G), 1);
     d->op->record(d, rt->ready);
@@ -529,6 +559,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   } else {
     d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, s, (float)clip);
   }
+  span(rt, 1, TRACE_OPTIMIZER, TRACE_NO_UNIT);
+  span(rt, 1, TRACE_STEP, TRACE_NO_UNIT);
   d->op->set_timer(d, DEV_T_COMPUTE);
   TRY(d->op->sync(d));   /* the step is done: its report and a checkpoint see the update */
   d->op->timers(d, us);
@@ -550,6 +582,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   out->peak_total = ms.peak_total;
   for (int i = 0; i < RT_NPHASE; i++) out->phase_us[i] = us[i];   /* rt_phase and dev_timer agree */
   for (int i = 0; i < COLL_NKIND; i++) out->sent[i] = sent1[i] - sent0[i];
+  trace_end(rt->trace, TRACE_HOST, TRACE_STEP, TRACE_NO_UNIT, step, trace_now_us());
   return FSDP_OK;
 }
 
@@ -574,6 +607,8 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   if (batches < 1) return fsdp_set_error(FSDP_ERR_RANGE, "eval batches %d; allowed: >= 1", batches);
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
+  trace_begin(rt->trace, TRACE_HOST, t0);
+  span(rt, 0, TRACE_EVAL, TRACE_NO_UNIT);
   for (int m = 0; m < batches && rc == FSDP_OK; m++) {
     /* the stream is idle here (the previous forward was waited for below), so the token buffers
      * are free; the validation rows are the first batches·N·B of the file, rank r's B of each */
@@ -586,6 +621,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
     }
     rc = eval_forward(rt);
   }
+  span(rt, 1, TRACE_EVAL, TRACE_NO_UNIT);
   fsdp_status wrc = wait_pending(rt);
   if (rc == FSDP_OK) rc = wrc;
   TRY(rc);
@@ -595,6 +631,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   TRY(rt_allreduce_host(rt, v, 2));   /* Σ loss and Σ tokens over the ranks */
   *val_loss = (double)v[0] / (double)v[1];
   *ms = (double)(now_us() - t0) / 1000.0;
+  trace_end(rt->trace, TRACE_HOST, TRACE_EVAL, TRACE_NO_UNIT, trace_step(rt->trace), now_us());
   return FSDP_OK;
 }
 
