@@ -35,7 +35,7 @@
 
 /* A memory bar's letters, one per category (plan.h's order), and their legend. */
 static const char bar_letters[MEM_NCAT] = {'P', 'G', 'O', 'g', 'A', 'W', 'C'};
-static const char *const bar_legend = "P param G grad O optim g gathered A activ W workspace C comm";
+static const char *const bar_legend = "P param G grad O optim g gathered A act W wksp C comm";
 static const char *const phase_short[4] = {"AG", "comp", "RS", "opt"};
 
 /* One frame's data: the daemon's replies of one poll (owned). */
@@ -147,7 +147,7 @@ static void render_ranks(screen *s, int cols, int rows_left, const Fsdp__JobInfo
     add(s, cols, "job %llu: no step reported yet", (unsigned long long)j->id);
     return;
   }
-  add(s, cols, "job %llu ranks at step %u   %s", (unsigned long long)j->id, st->step, bar_legend);
+  add(s, cols, "job %llu, step %u:  %s", (unsigned long long)j->id, st->step, bar_legend);
   int barw = cols - 48;
   if (barw > 40) barw = 40;
   if (barw < 8) barw = 8;
@@ -243,7 +243,7 @@ static void render(const frame *f, const char *ep, int cols, int rows, size_t se
   render_nodes(s, cols, rows - s->n - foot, f);
   if (interactive) {
     while (s->n < rows - 1) add(s, cols, "%s", "");
-    add(s, cols, "q quit   up/down (j/k) select a job   refresh %s", "every interval");
+    add(s, cols, "%s", "q quit   up/down or j/k: the job whose ranks are shown");
   }
 }
 
