@@ -31,8 +31,9 @@
 
 #include "err.h"
 
-/* Spans kept per worker (32 bytes each with the ring's sequence number: 2 MiB). GPT-2 small (12 blocks) records about 4 spans per
- * block and micro-step plus a few per step: ~70 spans a step at grad_accum 1, so ~900 steps. */
+/* Spans kept per worker (32 bytes each with the ring's sequence number: 2 MiB). A GPT-2 of L blocks
+ * (sharding full) records G·(5L + 5) + 4 spans a step at grad_accum G: GPT-2 small, 69 at G = 1, so
+ * the ring keeps its last ~950 steps (docs/observability.md). */
 #define TRACE_RING 65536
 #define TRACE_DEPTH 8   /* nesting of open spans per lane (step ⊃ phase needs 2) */
 
