@@ -7,9 +7,11 @@
 # and "small" (4 blocks of 256 channels, bench/variants_step.sh's job).
 #   bench/trace_overhead.sh [BUILD_DIR] [STEPS] [ROUNDS]
 # The configurations run in turn, ROUNDS times, so that all see the same machine conditions. One
-# row each: the median step time over every step after the first two of every round, the spans a
-# step records on rank 0 (from the model's units), and the ratio of on to off of the same model and
-# device.
+# row each, over every step after the first two of every round: the median and the minimum step
+# time (on a loaded machine the minimum is the nearer to the undisturbed cost), the spans a step
+# records on rank 0 (from the model's units), and the ratios on/off of both for the same model and
+# device. bench_trace gives the cost of one span, which bounds the difference from above without
+# the noise of whole steps.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -45,16 +47,18 @@ python3 - "$tmp" "$rounds" "${configs[@]}" <<'PY'
 import json, statistics, sys
 tmp, rounds, configs = sys.argv[1], int(sys.argv[2]), [c.split() for c in sys.argv[3:]]
 layers = {"tiny": 2, "small": 4}
-print(f"{'config':<16} {'model':<6} {'device':<6} {'trace':>5} {'step_ms':>8} {'spans/step':>10} {'on/off':>7}")
+print(f"{'config':<16} {'model':<6} {'device':<6} {'trace':>5} {'median_ms':>9} {'min_ms':>8} {'spans/step':>10} "
+      f"{'on/off med':>10} {'on/off min':>10}")
 off = {}
 for name, model, dev, tr in configs:
     rows = [r for k in range(rounds) for r in [json.loads(l) for l in open(f"{tmp}/out-{name}-{k}/rank-0.jsonl")][2:]]
     step = statistics.median([r["step_ms"] for r in rows])
+    low = min(r["step_ms"] for r in rows)
     L = layers[model]
     # per step, sharding full, grad_accum 1: 2L+1 gathers, L+1 forwards, backwards and reduce-scatters,
     # the loss, the optimizer, the scalars' all-reduce and the step on the host and the stream
     spans = (2 * L + 1) + 3 * (L + 1) + 5 if tr == "1" else 0
-    if tr == "0": off[(model, dev)] = step
-    ratio = f"{step / off[(model, dev)]:7.3f}" if tr == "1" else f"{'':>7}"
-    print(f"{name:<16} {model:<6} {dev:<6} {tr:>5} {step:8.2f} {spans:10d} {ratio}")
+    if tr == "0": off[(model, dev)] = (step, low)
+    ratio = (f"{step / off[(model, dev)][0]:10.3f} {low / off[(model, dev)][1]:10.3f}" if tr == "1" else "")
+    print(f"{name:<16} {model:<6} {dev:<6} {tr:>5} {step:9.2f} {low:8.2f} {spans:10d} {ratio}")
 PY

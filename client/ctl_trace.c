@@ -45,15 +45,15 @@ static int parse_steps(const char *s, uint32_t *a, uint32_t *b) {
   return 0;
 }
 
-static json_t *meta(const char *what, int pid, int tid, const char *name, int sort) {
-  json_t *m = json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "ph", "M", "name", what, "pid", pid, "tid", tid, "args", "name", name);
-  json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:{s:i}}", "ph", "M", "name",
-                        !strcmp(what, "process_name") ? "process_sort_index" : "thread_sort_index", "pid", pid, "tid", tid,
-                        "args", "sort_index", sort);
-  json_t *a = json_array();
-  json_array_append_new(a, m);
-  json_array_append_new(a, o);
-  return a;
+/* Append the metadata events that name and order a process or thread (WHAT: "process" or "thread"). */
+static void meta(json_t *ev, const char *what, int pid, int tid, const char *name, int sort) {
+  char key[32], sort_key[32];
+  snprintf(key, sizeof key, "%s_name", what);
+  snprintf(sort_key, sizeof sort_key, "%s_sort_index", what);
+  json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "ph", "M", "name", key, "pid", pid, "tid", tid,
+                                      "args", "name", name));
+  json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:i}}", "ph", "M", "name", sort_key, "pid", pid, "tid",
+                                      tid, "args", "sort_index", sort));
 }
 
 /* The trace-event document of R; *NSPANS gets the number of spans in it. */
@@ -68,8 +68,8 @@ static json_t *build(const Fsdp__TraceResp *r, size_t *nspans) {
     const Fsdp__TraceSpans *t = r->ranks[k];
     char name[64];
     snprintf(name, sizeof name, "rank %u", t->rank);
-    json_array_extend(ev, meta("process_name", (int)t->rank, 0, name, (int)t->rank));
-    for (int l = 0; l < 3; l++) json_array_extend(ev, meta("thread_name", (int)t->rank, l, lane_names[l], l));
+    meta(ev, "process", (int)t->rank, 0, name, (int)t->rank);
+    for (int l = 0; l < 3; l++) meta(ev, "thread", (int)t->rank, l, lane_names[l], l);
     for (size_t i = 0; i < t->n_kind; i++) {
       const char *kind = kind_names[t->kind[i]];
       int u = t->unit[i];

@@ -121,7 +121,7 @@ static void pull_complete(coord_t *c, tracepull *p, const job_t *j) {
   for (uint32_t r = 0; r < p->world; r++) {
     const Fsdp__TraceSpans *t = p->got[r]->trace_spans;
     if (t->last_kept == 0) {
-      snprintf(msg, sizeof msg, "rank %u holds no spans (its worker runs with FSDP_TRACE=0?)", r);
+      snprintf(msg, sizeof msg, "rank %u holds no spans (FSDP_TRACE=0 in its environment, or it could not answer: see its log)", r);
       pull_fail(c, p, FSDP_ERR_STATE, msg);
       return;
     }

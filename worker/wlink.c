@@ -165,27 +165,30 @@ fsdp_status wlink_ready(wlink *l, int start_step) {
 
 void wlink_set_trace(wlink *l, const trace_t *t) { l->trace = t; }
 
-/* Answer a trace pull: the spans of steps first..last this rank holds, and which steps it holds. */
+/* Answer a trace pull: the spans of steps first..last this rank holds, and which steps it holds.
+ * Only a failed send fails (the link is gone); a pull this rank cannot serve (out of memory) is
+ * answered with no spans, so that it never ends the job. */
 static fsdp_status answer_trace(wlink *l, const Fsdp__TraceReq *q) {
   trace_span *v = NULL;
   size_t n = 0;
   Fsdp__TraceSpans ts = FSDP__TRACE_SPANS__INIT;
   ts.rank = wlink_setup(l)->rank;
   ts.pull_id = q->pull_id;
-  if (l->trace) {
+  if (l->trace && trace_collect(l->trace, (int)q->first_step, (int)q->last_step, &v, &n) == FSDP_OK) {
     int first, last;
     trace_retained(l->trace, &first, &last);
     ts.first_kept = (uint32_t)first, ts.last_kept = (uint32_t)last;
-    TRY(trace_collect(l->trace, (int)q->first_step, (int)q->last_step, &v, &n));
+  } else if (l->trace) {
+    log_warn("trace pull %u: %s; answered with no spans", q->pull_id, fsdp_last_error());
   }
   uint32_t *kind = calloc(n ? n : 1, sizeof *kind), *lane = calloc(n ? n : 1, sizeof *lane);
   uint32_t *stp = calloc(n ? n : 1, sizeof *stp);
   int32_t *unit = calloc(n ? n : 1, sizeof *unit);
   uint64_t *start = calloc(n ? n : 1, sizeof *start), *dur = calloc(n ? n : 1, sizeof *dur);
-  fsdp_status rc = FSDP_OK;
   if (!kind || !lane || !stp || !unit || !start || !dur) {
-    rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the answer to a trace pull (%zu spans)", n);
-    goto out;
+    log_warn("trace pull %u: cannot allocate the answer (%zu spans); answered with no spans", q->pull_id, n);
+    n = 0;
+    ts.first_kept = ts.last_kept = 0;
   }
   for (size_t i = 0; i < n; i++) {
     kind[i] = v[i].kind, lane[i] = v[i].lane, unit[i] = v[i].unit, stp[i] = (uint32_t)v[i].step;
@@ -196,8 +199,7 @@ static fsdp_status answer_trace(wlink *l, const Fsdp__TraceReq *q) {
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = FSDP__MSG__BODY_TRACE_SPANS;
   m.trace_spans = &ts;
-  rc = send_msg(l, &m);
-out:
+  fsdp_status rc = send_msg(l, &m);
   free(v), free(kind), free(lane), free(stp), free(unit), free(start), free(dur);
   return rc;
 }
