@@ -159,9 +159,10 @@ static void render_ranks(screen *s, int cols, int rows_left, const Fsdp__JobInfo
     for (size_t c = 0; c < st->ranks[r]->n_peak_bytes; c++) t += st->ranks[r]->peak_bytes[c];
     if (t > scale) scale = t;
   }
+  int room = rows_left - 2 < 1 ? 1 : rows_left - 2;   /* lines for ranks, after the two above */
   int shown = 0;
   for (size_t r = 0; r < st->n_ranks; r++) {
-    if (shown == rows_left - 3 && r + 1 < st->n_ranks) {
+    if (shown == room - 1 && r + 1 < st->n_ranks) {
       add(s, cols, "  ... %zu more ranks (fsdpctl status %llu)", st->n_ranks - r, (unsigned long long)j->id);
       break;
     }

@@ -6,7 +6,8 @@
 # (no partial overlap), every stream span lies inside its step, and each unit's forward starts only
 # after its all-gather ended (spans are taken when the work runs, not when it is issued). The
 # default range is the last 3 steps started. One-line errors: unknown job, bad --steps, A > B, a
-# range past the steps started, a queued job, a finished job.
+# range past the steps started, a queued job, a finished job, workers that record no spans
+# (FSDP_TRACE=0).
 # Usage: bash trace.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" trace
@@ -107,5 +108,14 @@ one_line_err "past the steps started" 1 "has started steps up to" "$CTL" trace "
 wait_for 60 finished "$id" || fail "job $id did not end after cancel"
 one_line_err "finished job" 1 "only while it runs" "$CTL" trace "$id" -o "$S/x.json"
 [ -n "${FSDP_TRACE_KEEP:-}" ] && cp "$S/t.json" "$FSDP_TRACE_KEEP"
+stop_daemon
+
+# Workers without recording (FSDP_TRACE=0, inherited from the daemon): the pull says so.
+FSDP_TRACE=0 start_daemon
+wait_for 20 "$CTL" nodes || fail "the daemon did not answer within 20 s (second start)"
+quiet=$("$CTL" submit "$S/job.ini" | tail -1)
+wait_for 120 at_step "$quiet" 2 || fail "job $quiet did not reach step 2 within 120 s: $("$CTL" status "$quiet")"
+one_line_err "FSDP_TRACE=0" 1 "rank 0 holds no spans (FSDP_TRACE=0" "$CTL" trace "$quiet" -o "$S/x.json"
+"$CTL" cancel "$quiet" >/dev/null
 stop_daemon
 echo "trace: ok"
