@@ -25,6 +25,8 @@
 static const char *const kind_names[] = {"step", "allgather", "forward", "loss", "backward", "reducescatter",
                                          "allreduce", "optimizer", "eval"};
 static const char *const lane_names[] = {"host", "compute stream", "comm"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == 9 && sizeof lane_names / sizeof lane_names[0] == 3,
+               "worker/trace.h has 9 kinds and 3 lanes (proto/wire.c refuses others)");
 
 /* "A..B" or "A" (A..A), 1 <= A <= B; 0 on success. */
 static int parse_steps(const char *s, uint32_t *a, uint32_t *b) {
@@ -73,7 +75,7 @@ static json_t *build(const Fsdp__TraceResp *r, size_t *nspans) {
     for (size_t i = 0; i < t->n_kind; i++) {
       const char *kind = kind_names[t->kind[i]];
       int u = t->unit[i];
-      if (t->kind[i] == 0) snprintf(name, sizeof name, "step %u", t->step[i]);
+      if (!strcmp(kind, "step")) snprintf(name, sizeof name, "step %u", t->step[i]);
       else if (u >= 0 && (size_t)u < r->n_unit_names) snprintf(name, sizeof name, "%s %s", kind, r->unit_names[u]);
       else snprintf(name, sizeof name, "%s", kind);
       json_t *args = json_pack("{s:i}", "step", (json_int_t)t->step[i]);

@@ -8,10 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-const char *const trace_kind_names[TRACE_NKIND] = {"step", "allgather", "forward", "loss", "backward",
-                                                   "reducescatter", "allreduce", "optimizer", "eval"};
-const char *const trace_lane_names[TRACE_NLANE] = {"host", "compute stream", "comm"};
-
 typedef struct slot {
   _Atomic uint64_t seq;   /* 0: being written; i + 1: holds record i */
   trace_span s;

@@ -41,11 +41,10 @@ typedef enum {
   TRACE_STEP = 0, TRACE_ALLGATHER, TRACE_FORWARD, TRACE_LOSS, TRACE_BACKWARD, TRACE_REDUCESCATTER,
   TRACE_ALLREDUCE, TRACE_OPTIMIZER, TRACE_EVAL, TRACE_NKIND
 } trace_kind;
-/* Their names, as in the span names ("allgather h.3", "optimizer"). */
-extern const char *const trace_kind_names[TRACE_NKIND];
+/* The wire carries them as numbers (proto/fsdp.proto TraceSpans); fsdpctl names them (client/ctl_trace.c:
+ * "allgather h.3", "optimizer"; the lanes "host", "compute stream", "comm"). */
 
 typedef enum { TRACE_HOST = 0, TRACE_STREAM, TRACE_COMM, TRACE_NLANE } trace_lane;
-extern const char *const trace_lane_names[TRACE_NLANE];   /* "host", "compute stream", "comm" */
 
 #define TRACE_NO_UNIT (-1)   /* a span of no unit: the step, the optimizer, the scalars' all-reduce */
 
