@@ -23,9 +23,10 @@
  * record also completes a CPU mark from a host function when the stream reaches it, so that a comm
  * thread can wait for exactly the record that was the latest when the collective was issued.
  *
- * Spans (trace.h): a span boundary is a timing event of the window too; timers() turns each into
- * host time (the window's end event, synchronized, is "now" on the host's monotonic clock; an
- * earlier event is that minus the elapsed time between them) and records the spans in order.
+ * Spans (trace.h): a span boundary is a timing event of the window too; sync() and timers() turn
+ * each into host time (an event recorded on the idle stream and synchronized is "now" on the host's
+ * monotonic clock; an earlier event is that minus the elapsed time between them) and record the
+ * spans in order.
  *
  * Timers: timing events at every set_timer change and around every wait; timers() (after sync)
  * charges each segment of stream time to its timer and each wait's blocked time to the wait's
@@ -218,9 +219,18 @@ static void cu_free(device_t *dd, void *p) {
   log_error("CUDA device %d: free of %p, which this device did not allocate; ignored", d->gpu, p);
 }
 
+static int tev_record(cuda_dev *d);
+static void resolve_marks(cuda_dev *d, int end);
+
 static fsdp_status cu_sync(device_t *dd) {
   cuda_dev *d = cd(dd);
   fail_cuda(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize (a kernel or copy failed)");
+  if (d->nmarks > 0) {   /* spans closed since the last timers() (an evaluation's): resolve them now */
+    int e = tev_record(d);
+    if (e >= 0 && cudaEventSynchronize(d->tev[e]) == cudaSuccess) resolve_marks(d, e);
+    d->nmarks = 0;
+    (void)cudaGetLastError();
+  }
   return d->err == FSDP_OK ? FSDP_OK : report(d);
 }
 
@@ -317,6 +327,20 @@ static float elapsed_ms(cuda_dev *d, int a, int b) {
   return ms > 0 ? ms : 0;
 }
 
+/* The window's span boundaries into host time, given END: a timing event recorded on the idle stream
+ * and synchronized, so that it completed "now". */
+static void resolve_marks(cuda_dev *d, int end) {
+  uint64_t now = trace_now_us();
+  for (int i = 0; i < d->nmarks; i++) {
+    const tmark *m = &d->marks[i];
+    uint64_t back = (uint64_t)((double)elapsed_ms(d, m->ev, end) * 1000.0 + 0.5);
+    uint64_t at = back < now ? now - back : 0;
+    if (m->end) trace_end(m->t, TRACE_STREAM, m->kind, m->unit, m->step, at);
+    else trace_begin(m->t, TRACE_STREAM, at);
+  }
+  d->nmarks = 0;
+}
+
 static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
   cuda_dev *d = cd(dd);
   double ms[DEV_NTIMER] = {0};
@@ -335,14 +359,7 @@ static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
       seg = i;
     }
     if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, end);
-    uint64_t now = trace_now_us();   /* the end event is complete: the stream is there now */
-    for (int i = 0; i < d->nmarks; i++) {
-      const tmark *m = &d->marks[i];
-      uint64_t back = (uint64_t)((double)elapsed_ms(d, m->ev, end) * 1000.0 + 0.5);
-      uint64_t at = back < now ? now - back : 0;
-      if (m->end) trace_end(m->t, TRACE_STREAM, m->kind, m->unit, m->step, at);
-      else trace_begin(m->t, TRACE_STREAM, at);
-    }
+    resolve_marks(d, end);
   }
   d->nmarks = 0;
   (void)cudaGetLastError();
