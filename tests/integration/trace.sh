@@ -6,8 +6,8 @@
 # (no partial overlap), every stream span lies inside its step, and each unit's forward starts only
 # after its all-gather ended (spans are taken when the work runs, not when it is issued). The
 # default range is the last 3 steps started. One-line errors: unknown job, bad --steps, A > B, a
-# range past the steps started, a queued job, a finished job, workers that record no spans
-# (FSDP_TRACE=0).
+# range past the steps started, a stopped rank (after the coordinator's 25 s), a queued job, a
+# finished job, workers that record no spans (FSDP_TRACE=0).
 # Usage: bash trace.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" trace
@@ -103,6 +103,14 @@ assert b - a == 2 and a >= 1, (a, b)
 assert {e["args"]["step"] for e in d["traceEvents"] if e["ph"] == "X"} == set(range(a, b + 1))
 PY
 one_line_err "past the steps started" 1 "has started steps up to" "$CTL" trace "$id" --steps 1..99999 -o "$S/x.json"
+# A rank that cannot answer (stopped): the pull ends after the coordinator's 25 s, naming it,
+# before fsdpctl's own 30 s; the job carries on once the rank does.
+signal_rank STOP "$id" 1
+one_line_err "a stopped rank" 1 "did not answer within 25 s" "$CTL" trace "$id" -o "$S/x.json"
+grep -q "rank(s).* 1 of job $id" "$S/err.txt" || fail "the stopped rank is not named: $(cat "$S/err.txt")"
+signal_rank CONT "$id" 1
+step=$("$CTL" status "$id" --json | jget 'd["step"]')
+wait_for 120 at_step "$id" $((step + 2)) || fail "job $id did not go on after the stopped rank resumed"
 "$CTL" cancel "$queued" >/dev/null
 "$CTL" cancel "$id" >/dev/null
 wait_for 60 finished "$id" || fail "job $id did not end after cancel"
