@@ -32,6 +32,11 @@ int ctl_run(int argc, char **argv);      /* run JOB.ini [--state-dir DIR] [--kee
  * gnuplot (a job id needs the daemon, a path does not). */
 int ctl_plot(int argc, char **argv);
 
+/* ctl_trace.c: `fsdpctl trace ID [--steps A..B] -o TRACE.json`: a running job's spans as Chrome
+ * trace-event JSON (Perfetto). ctl_top.c: `fsdpctl top [--once]`: a live view of jobs and nodes. */
+int ctl_trace(int argc, char **argv);
+int ctl_top(int argc, char **argv);
+
 /* ctl_keys.c: `fsdpctl keygen FILE` writes a CURVE client keypair (mode 0600, never overwriting)
  * and prints the public key line for the daemon's STATE/keys/authorized (no daemon). */
 int ctl_keygen(int argc, char **argv);

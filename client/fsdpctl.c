@@ -23,6 +23,8 @@ static const struct {
   {"stop", ctl_stop, "stop a job, saving a checkpoint first when it makes them"},
   {"nodes", ctl_nodes, "list nodes, their devices and which job holds each"},
   {"shutdown", ctl_shutdown, "stop the daemon (as SIGTERM does) and wait until it has"},
+  {"top", ctl_top, "a live view of running jobs (step, loss, tokens/s, ETA) and their ranks' memory and time"},
+  {"trace", ctl_trace, "write a running job's spans as Chrome trace-event JSON for https://ui.perfetto.dev"},
   {"plot", ctl_plot, "draw a job's loss, learning rate and tokens/s against step as a PNG (gnuplot)"},
   {"keygen", ctl_keygen, "write a CURVE client keypair file (0600) and print its public key"},
   {NULL, NULL, NULL},

@@ -107,6 +107,8 @@ typedef struct job {
   promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
 } job_t;
 
+typedef struct tracepull tracepull;
+
 typedef struct kv_entry {
   struct kv_entry *next;
   char *key;
@@ -167,6 +169,8 @@ struct coord {
   char last_rejected[CURVE_KEY_LEN + 1];
   double last_rejected_at;
   promx_job *px_done;        /* finished jobs' figures, still served for PROMX_KEEP_S (promx.h) */
+  struct tracepull *pulls;   /* `fsdpctl trace` pulls waiting for their ranks (tracepull.h) */
+  uint32_t next_pull_id;
 };
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "schedule.h"
 #include "steps.h"
+#include "tracepull.h"
 #include "zap.h"
 
 static const char *sig_name(int sig) {
@@ -265,6 +266,7 @@ static void on_cluster(void *sock, void *arg) {
     switch (m->body_case) {
     case FSDP__MSG__BODY_WORKER_READY: steps_on_ready(c, j, r, m->worker_ready); break;
     case FSDP__MSG__BODY_STEP_REPORT: steps_on_report(c, j, r, &m); break;
+    case FSDP__MSG__BODY_TRACE_SPANS: tracepull_on_spans(c, j, r, &m); break;
     case FSDP__MSG__BODY_WORKER_ERROR: {
       if (j->done || j->restart_pending) break;   /* a failed attempt's echo: never held against the next one */
       steps_on_error(c, j, r, m->worker_error);
@@ -320,6 +322,7 @@ static void on_tick(uv_timer_t *t) {
       j->kill_at = 0;
     }
   }
+  tracepull_check(c, now);
   job_retry_unrecorded(c);
   job_reap_drained(c);
   schedule_try(c);
@@ -420,6 +423,7 @@ void coord_destroy(coord_t **p) {
     job_destroy(&j);
   }
   kv_destroy_all(c);
+  tracepull_destroy_all(c);
   job_destroy_unrecorded(c);
   while (c->px_done) {
     promx_job *px = c->px_done;

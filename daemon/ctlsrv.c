@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "schedule.h"
 #include "steps.h"
+#include "tracepull.h"
 
 static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
   ji->id = row->id;
@@ -301,6 +302,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   case FSDP__MSG__BODY_STOP_REQ: serve_cancel(c, &env, m->stop_req->job_id, 1); break;
   case FSDP__MSG__BODY_LOGS_REQ: serve_logs(c, &env, m->logs_req); break;
   case FSDP__MSG__BODY_NODES_REQ: serve_nodes(c, &env); break;
+  case FSDP__MSG__BODY_TRACE_REQ: tracepull_request(c, &env, m->trace_req); break;
   case FSDP__MSG__BODY_SHUTDOWN_REQ:
     log_info("shutdown requested over ctl");
     coord_reply_ack(sock, &env);
@@ -308,7 +310,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
     break;
   default: {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s is not a control request (allowed: submit, status, list, cancel, stop, logs, nodes, shutdown)",
+    snprintf(msg, sizeof msg, "%s is not a control request (allowed: submit, status, list, cancel, stop, logs, nodes, trace, shutdown)",
              wire_body_name(m->body_case));
     log_warn("ctl: %s", msg);
     coord_reply_error(sock, &env, FSDP_ERR_INVALID, msg);

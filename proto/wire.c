@@ -28,6 +28,8 @@ static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = 
   {FSDP__MSG__BODY_WORKER_ERROR, "worker_error"},   {FSDP__MSG__BODY_WORKER_READY, "worker_ready"},
   {FSDP__MSG__BODY_STOP_CMD, "stop_cmd"},           {FSDP__MSG__BODY_KV_SET, "kv_set"},
   {FSDP__MSG__BODY_KV_GET, "kv_get"},               {FSDP__MSG__BODY_KV_RESP, "kv_resp"},
+  {FSDP__MSG__BODY_TRACE_REQ, "trace_req"},         {FSDP__MSG__BODY_TRACE_RESP, "trace_resp"},
+  {FSDP__MSG__BODY_TRACE_SPANS, "trace_spans"},
 };
 
 const char *wire_body_name(Fsdp__Msg__BodyCase c) {
@@ -142,6 +144,22 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
     if (end != pu->numel) BAD("unit %zu tensors do not add up to its size", u);
   }
   if (base != p->shard_total) BAD("plan shard_total %lld does not match its units", (long long)p->shard_total);
+  return FSDP_OK;
+}
+
+/* Parallel arrays of one length; kinds and lanes of worker/trace.h (9 and 5: wlink.c asserts it),
+ * units -1..MAX_RANKS. */
+#define TRACE_MAX_SPANS (1u << 20)
+static fsdp_status check_trace_spans(const Fsdp__TraceSpans *t) {
+  size_t n = t->n_kind;
+  if (t->rank >= MAX_RANKS) BAD("trace rank %u is out of range", t->rank);
+  if (n > TRACE_MAX_SPANS) BAD("trace of %zu spans (at most %u)", n, TRACE_MAX_SPANS);
+  if (t->n_lane != n || t->n_unit != n || t->n_step != n || t->n_start_us != n || t->n_dur_us != n)
+    BAD("trace span arrays differ in length");
+  if (t->first_kept > t->last_kept) BAD("trace keeps steps %u..%u", t->first_kept, t->last_kept);
+  for (size_t i = 0; i < n; i++)
+    if (t->kind[i] >= 9 || t->lane[i] >= 5 || t->unit[i] < -1 || t->unit[i] >= MAX_RANKS)
+      BAD("trace span %zu: kind %u, lane %u or unit %d is out of range", i, t->kind[i], t->lane[i], t->unit[i]);
   return FSDP_OK;
 }
 
@@ -313,6 +331,17 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   case FSDP__MSG__BODY_KV_RESP:
     NEED(m->kv_resp, "kv_resp");
     if (m->kv_resp->value.len > WIRE_MAX_STRING) BAD("kv value of %zu bytes", m->kv_resp->value.len);
+    return FSDP_OK;
+  case FSDP__MSG__BODY_TRACE_REQ: NEED(m->trace_req, "trace_req"); return FSDP_OK;
+  case FSDP__MSG__BODY_TRACE_SPANS: NEED(m->trace_spans, "trace_spans"); return check_trace_spans(m->trace_spans);
+  case FSDP__MSG__BODY_TRACE_RESP:
+    NEED(m->trace_resp, "trace_resp");
+    if (m->trace_resp->n_ranks > MAX_RANKS || m->trace_resp->n_unit_names > MAX_LIST) BAD("trace_resp is too large");
+    for (size_t i = 0; i < m->trace_resp->n_unit_names; i++) STR(m->trace_resp->unit_names[i], 16, "unit name");
+    for (size_t i = 0; i < m->trace_resp->n_ranks; i++) {
+      NEED(m->trace_resp->ranks[i], "trace_resp rank");
+      TRY(check_trace_spans(m->trace_resp->ranks[i]));
+    }
     return FSDP_OK;
   case FSDP__MSG__BODY__NOT_SET:
   default:

@@ -13,6 +13,8 @@ PKGS=(
   libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
   libmicrohttpd-dev     # fsdpd --metrics: the HTTP server of the Prometheus endpoint
   gnuplot-nox           # fsdpctl plot
+  libncurses-dev        # fsdpctl top
+  tmux                  # tests/integration/top.sh: fsdpctl top in an 80x24 terminal
   python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
   curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run

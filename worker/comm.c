@@ -37,6 +37,7 @@ struct comm_req {
   int demanded;            /* threaded: comm_wait has been called (strict devices, device.h) */
   fsdp_status st;
   void *token;             /* streamed: the backend's handle */
+  int unit, step;          /* its span's name and step (comm_set_trace) */
   double t_submit;
   char msg[MSG_LEN];
 };
@@ -63,6 +64,10 @@ struct comm {
   double cur_start;
   int stop;
   int hung;                /* the watchdog fired: the thread may be stuck in the backend */
+
+  trace_t *trace;          /* spans of the collectives run (comm_set_trace); NULL: none */
+  trace_lane trace_lane;   /* the lane they are recorded on */
+  int next_unit;           /* the unit of the next collective issued (caller's thread) */
 };
 
 static double now_s(void) {
@@ -153,6 +158,19 @@ static fsdp_status wait_after(comm_t *c, const comm_op *op) {
   return FSDP_OK;
 }
 
+/* Run R's op on the backend (after its `after` event), recording its span (comm_set_trace). */
+static fsdp_status run_traced(comm_t *c, comm_req *r) {
+  fsdp_status st = wait_after(c, &r->op);
+  if (st != FSDP_OK) return st;
+  static const int kinds[] = {[COMM_OP_ALLGATHER] = TRACE_ALLGATHER, [COMM_OP_REDUCESCATTER] = TRACE_REDUCESCATTER,
+                              [COMM_OP_ALLREDUCE] = TRACE_ALLREDUCE, [COMM_OP_BARRIER] = -1};
+  uint64_t t0 = c->trace ? trace_now_us() : 0;
+  st = c->be->run(c->impl, &r->op);
+  if (c->trace && st == FSDP_OK && kinds[r->op.kind] >= 0)
+    trace_add(c->trace, c->trace_lane, (trace_kind)kinds[r->op.kind], r->unit, r->step, t0, trace_now_us());
+  return st;
+}
+
 static void complete_done(const comm_op *op) {
   if (op->done) dev_event_complete(op->done, op->done_ticket);
 }
@@ -197,8 +215,7 @@ static void *comm_thread_main(void *arg) {
                comm_op_name(r->op.kind), c->fail_msg);
     } else {
       fsdp_clear_error();
-      st = wait_after(c, &r->op);
-      if (st == FSDP_OK) st = c->be->run(c->impl, &r->op);
+      st = run_traced(c, r);
       if (st != FSDP_OK) describe_failure(c, &r->op, st, t0, fsdp_last_error(), msg, sizeof msg);
     }
     complete_done(&r->op);
@@ -233,6 +250,7 @@ fsdp_status comm_wrap(const comm_backend *be, void *impl, int rank, int world, d
   c->rank = rank;
   c->world = world;
   c->timeout_s = timeout_s;
+  c->next_unit = TRACE_NO_UNIT;
   c->threaded = be->run != NULL && world > 1;
   if (c->threaded) {
     pthread_mutex_init(&c->mu, NULL);
@@ -299,6 +317,9 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
   if (op->after) r->op.after_ticket = dev_event_last(op->after);
   if (op->done) r->op.done_ticket = dev_event_mark(op->done);
   r->t_submit = now_s();
+  r->unit = c->next_unit;
+  r->step = trace_step(c->trace);
+  c->next_unit = TRACE_NO_UNIT;
 
   if (c->threaded) {
     pthread_mutex_lock(&c->mu);
@@ -309,8 +330,7 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
     pthread_mutex_unlock(&c->mu);
   } else if (c->be->run) {   /* world = 1: run inline, after the compute it must follow */
     fsdp_clear_error();
-    r->st = wait_after(c, &r->op);
-    if (r->st == FSDP_OK) r->st = c->be->run(c->impl, &r->op);
+    r->st = run_traced(c, r);
     complete_done(&r->op);
     if (r->st != FSDP_OK) {
       describe_failure(c, op, r->st, r->t_submit, fsdp_last_error(), r->msg, sizeof r->msg);
@@ -530,6 +550,12 @@ void *comm_backend_impl(const comm_t *c, const comm_backend *be) { return c && c
 int comm_rank(const comm_t *c) { return c ? c->rank : -1; }
 int comm_world(const comm_t *c) { return c ? c->world : 0; }
 const char *comm_backend_name(const comm_t *c) { return c ? c->be->name : "none"; }
+
+void comm_set_trace(comm_t *c, trace_t *t, trace_lane lane) {
+  c->trace = t;
+  c->trace_lane = lane;
+}
+void comm_trace_unit(comm_t *c, int unit) { c->next_unit = unit; }
 
 void comm_destroy(comm_t **pc) {
   if (!pc || !*pc) return;

@@ -98,6 +98,14 @@ const char *comm_backend_name(const comm_t *c);
 /* Waits for queued collectives to finish (or fail), then frees. NULL-safe; *c becomes NULL. */
 void comm_destroy(comm_t **c);
 
+/* Spans (trace.h): with a trace set (before the first collective; NULL: none), each all-gather,
+ * reduce-scatter and all-reduce of a threaded or local backend records a span on LANE (a comm lane)
+ * from when it starts running (after its `after` event) to when it ends, named by the unit given
+ * to comm_trace_unit just before it was issued (TRACE_NO_UNIT otherwise) and the trace's step at
+ * issue. Streamed backends (NCCL) record none. Caller's thread, like the collectives. */
+void comm_set_trace(comm_t *c, trace_t *t, trace_lane lane);
+void comm_trace_unit(comm_t *c, int unit);
+
 #ifdef FSDP_HAVE_CUDA
 /* NCCL (comm_nccl.c). Rank 0 makes the id and hands it to every rank (comm_boot.h: through the
  * coordinator's KV, or the rendezvous directory in --standalone). send/recv are device pointers on

@@ -39,6 +39,7 @@
 #include "err.h"
 #include "jobspec.h"
 #include "plan.h"
+#include "trace.h"
 
 typedef struct device device_t;
 typedef struct dev_event dev_event;
@@ -80,6 +81,11 @@ typedef struct dev_ops {
    * decay-segment table), made once by runtime_new before any step; P must outlive the device's
    * use of it. */
   fsdp_status (*bind)(device_t *d, const plan_t *p, int rank);
+  /* A span boundary on the stream (trace.h), taken when the stream reaches it, not at submission:
+   * END = 0 opens a span on T's compute-stream lane, END = 1 closes the innermost open one as
+   * KIND/UNIT/STEP. The CPU device runs it as a task (charged to no timer); CUDA records a timing
+   * event and resolves it into T in timers(). */
+  void (*trace)(device_t *d, trace_t *t, int end, trace_kind kind, int unit, int step);
 
   /* ---- memory operations on the stream ---- */
   void (*zero)(device_t *d, void *p, size_t bytes);

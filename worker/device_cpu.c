@@ -172,6 +172,17 @@ static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
   submit((cpu_dev *)d, run_wait, a, 3, DEV_NTIMER);   /* blocked time is charged to T by run_wait */
 }
 
+static void run_trace(cpu_dev *d, const targ *a) {
+  (void)d;
+  uint64_t now = trace_now_us();
+  if (a[1].i) trace_end(a[0].p, TRACE_STREAM, (trace_kind)a[2].i, (int)a[3].i, (int)a[4].i, now);
+  else trace_begin(a[0].p, TRACE_STREAM, now);
+}
+static void cpu_trace(device_t *d, trace_t *t, int end, trace_kind kind, int unit, int step) {
+  const targ a[] = {P(t), I(end), I(kind), I(unit), I(step)};
+  submit((cpu_dev *)d, run_trace, a, 5, DEV_NTIMER);   /* bookkeeping, not stream work */
+}
+
 static void cpu_set_timer(device_t *d, dev_timer t) { ((cpu_dev *)d)->timer = (int)t; }
 
 static void cpu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
@@ -491,6 +502,7 @@ static void cpu_destroy(device_t *dd) {
   {                                                                                                            \
     .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download,        \
     .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
+    .trace = cpu_trace,                                                                                        \
     .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \
     .add_act = cpu_add_act, .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,    \
     .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,                      \

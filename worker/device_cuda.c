@@ -23,6 +23,11 @@
  * record also completes a CPU mark from a host function when the stream reaches it, so that a comm
  * thread can wait for exactly the record that was the latest when the collective was issued.
  *
+ * Spans (trace.h): a span boundary is a timing event of the window too; sync() and timers() turn
+ * each into host time (an event recorded on the idle stream and synchronized is "now" on the host's
+ * monotonic clock; an earlier event is that minus the elapsed time between them) and record the
+ * spans in order.
+ *
  * Timers: timing events at every set_timer change and around every wait; timers() (after sync)
  * charges each segment of stream time to its timer and each wait's blocked time to the wait's
  * timer (taken out of the segment's). Stream time includes gaps in which the stream waited for the
@@ -63,6 +68,15 @@ typedef struct tentry {
   int ev0, ev1;        /* indices into the timing-event pool */
 } tentry;
 
+/* A span boundary: a timing event of the window and what it opens or closes (trace.h). */
+typedef struct tmark {
+  int ev;
+  int end;
+  trace_kind kind;
+  int unit, step;
+  trace_t *t;
+} tmark;
+
 typedef struct cuda_dev {
   device_t base;
   int gpu;
@@ -89,6 +103,8 @@ typedef struct cuda_dev {
   tentry *tl;
   int ntl, captl;
   int timing;          /* a window is open (its first boundary is recorded) */
+  tmark *marks;        /* span boundaries (dev_ops.trace) of the window, resolved in timers() */
+  int nmarks, capmarks;
 } cuda_dev;
 
 static cuda_dev *cd(device_t *d) { return (cuda_dev *)d; }
@@ -203,9 +219,18 @@ static void cu_free(device_t *dd, void *p) {
   log_error("CUDA device %d: free of %p, which this device did not allocate; ignored", d->gpu, p);
 }
 
+static int tev_record(cuda_dev *d);
+static void resolve_marks(cuda_dev *d, int end);
+
 static fsdp_status cu_sync(device_t *dd) {
   cuda_dev *d = cd(dd);
   fail_cuda(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize (a kernel or copy failed)");
+  if (d->nmarks > 0) {   /* spans closed since the last timers() (an evaluation's): resolve them now */
+    int e = tev_record(d);
+    if (e >= 0 && cudaEventSynchronize(d->tev[e]) == cudaSuccess) resolve_marks(d, e);
+    d->nmarks = 0;
+    (void)cudaGetLastError();
+  }
   return d->err == FSDP_OK ? FSDP_OK : report(d);
 }
 
@@ -279,6 +304,20 @@ static void cu_set_timer(device_t *dd, dev_timer t) {
   tl_add(d, (tentry){.timer = (int)t, .ev0 = e, .ev1 = e});
 }
 
+static void cu_trace(device_t *dd, trace_t *t, int end, trace_kind kind, int unit, int step) {
+  cuda_dev *d = cd(dd);
+  if (!d->timing) return;
+  if (d->nmarks == d->capmarks) {
+    int cap = d->capmarks ? 2 * d->capmarks : 256;
+    tmark *n = realloc(d->marks, (size_t)cap * sizeof *n);
+    if (!n) return;   /* spans are best effort, like the timers */
+    d->marks = n;
+    d->capmarks = cap;
+  }
+  int e = tev_record(d);
+  if (e >= 0) d->marks[d->nmarks++] = (tmark){.ev = e, .end = end, .kind = kind, .unit = unit, .step = step, .t = t};
+}
+
 static float elapsed_ms(cuda_dev *d, int a, int b) {
   float ms = 0;
   if (cudaEventElapsedTime(&ms, d->tev[a], d->tev[b]) != cudaSuccess) {
@@ -286,6 +325,20 @@ static float elapsed_ms(cuda_dev *d, int a, int b) {
     return 0;
   }
   return ms > 0 ? ms : 0;
+}
+
+/* The window's span boundaries into host time, given END: a timing event recorded on the idle stream
+ * and synchronized, so that it completed "now". */
+static void resolve_marks(cuda_dev *d, int end) {
+  uint64_t now = trace_now_us();
+  for (int i = 0; i < d->nmarks; i++) {
+    const tmark *m = &d->marks[i];
+    uint64_t back = (uint64_t)((double)elapsed_ms(d, m->ev, end) * 1000.0 + 0.5);
+    uint64_t at = back < now ? now - back : 0;
+    if (m->end) trace_end(m->t, TRACE_STREAM, m->kind, m->unit, m->step, at);
+    else trace_begin(m->t, TRACE_STREAM, at);
+  }
+  d->nmarks = 0;
 }
 
 static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
@@ -306,7 +359,9 @@ static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
       seg = i;
     }
     if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, end);
+    resolve_marks(d, end);
   }
+  d->nmarks = 0;
   (void)cudaGetLastError();
   for (int i = 0; i < DEV_NTIMER; i++) us[i] = ms[i] > 0 ? (uint64_t)(ms[i] * 1000.0 + 0.5) : 0;
   window_open(d);
@@ -626,6 +681,7 @@ static void cu_destroy(device_t *dd) {
   (void)cudaGetLastError();
   free(d->tev);
   free(d->tl);
+  free(d->marks);
   free(d->recs);
   free(d);
 }
@@ -633,7 +689,7 @@ static void cu_destroy(device_t *dd) {
 static const dev_ops cuda_ops = {
     .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host, .upload = cu_upload, .download = cu_download,
     .record = cu_record, .wait = cu_wait, .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers,
-    .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .zero = cu_zero,
+    .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cu_trace, .zero = cu_zero,
     .copy = cu_copy, .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
     .add_act = cu_add_act, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,

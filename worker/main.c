@@ -31,6 +31,7 @@
 #include "runtime.h"
 #include "sample.h"
 #include "stepstats.h"
+#include "trace.h"
 #include "wlink.h"
 
 /* Two settings that only take effect when the process starts, so the worker re-executes itself
@@ -273,6 +274,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   device_t *dev = NULL;
   runtime_t *rt = NULL;
   int gpu = -1;
+  trace_t *tr = NULL;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
   if (world != spec.world_size)
@@ -284,6 +286,8 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev, &gpu), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
+  TRY_GOTO(trace_from_env(&tr), rc, out);   /* recorded as when connected, so that its cost is measurable */
+  runtime_set_trace(rt, tr);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
@@ -304,6 +308,7 @@ out:
   comm_destroy(&rcomm);
   comm_destroy(&gcomm);
   comm_destroy(&comm);
+  trace_destroy(&tr);
   plan_destroy(&plan);
   return rc == FSDP_OK ? 0 : 1;
 }
@@ -316,6 +321,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   device_t *dev = NULL;
   runtime_t *rt = NULL;
   int gpu = -1;
+  trace_t *tr = NULL;
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -340,6 +346,9 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev, &gpu), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
+  TRY_GOTO(trace_from_env(&tr), rc, out);   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none) */
+  runtime_set_trace(rt, tr);
+  wlink_set_trace(l, tr);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
@@ -367,6 +376,7 @@ out:
   comm_destroy(&rcomm);
   comm_destroy(&gcomm);
   comm_destroy(&comm);
+  trace_destroy(&tr);
   plan_destroy(&plan);
   wlink_close(&l);
   return rc == FSDP_OK ? 0 : 1;

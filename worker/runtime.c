@@ -244,7 +244,22 @@ fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica) {
                           replica ? comm_world(replica) : 0, p->ngroups, p->shard_world);
   rt->gcomm = group;
   rt->rcomm = replica;
+  if (rt->trace) runtime_set_trace(rt, rt->trace);
   return FSDP_OK;
+}
+
+/* ---- spans (trace.h) ---- */
+
+void runtime_set_trace(runtime_t *rt, trace_t *t) {
+  rt->trace = t;
+  comm_set_trace(rt->comm, t, TRACE_COMM);
+  if (rt->gcomm != rt->comm) comm_set_trace(rt->gcomm, t, TRACE_COMM_GROUP);
+  if (rt->rcomm) comm_set_trace(rt->rcomm, t, TRACE_COMM_REPLICA);
+}
+
+/* Open (END = 0) or close a span on the compute stream, taken when the stream gets there. */
+static void span(runtime_t *rt, int end, trace_kind k, int unit) {
+  if (rt->trace && rt->dev->op->trace) rt->dev->op->trace(rt->dev, rt->trace, end, k, unit, trace_step(rt->trace));
 }
 
 static fsdp_status pend(runtime_t *rt, comm_req *r) {
@@ -299,6 +314,7 @@ static fsdp_status gather_issue(runtime_t *rt, int u) {
   rt->gslot[u] = s;
   rt->gptr[u] = dst;
   comm_req *r = NULL;
+  comm_trace_unit(rt->gcomm, u);
   TRY(comm_allgather_ev(rt->gcomm, shard_src(rt, u), dst, (size_t)pu->shard_numel, rt->lp ? COMM_BF16 : COMM_F32,
                         rt->slot_free[s], rt->gdone[u], &r));
   return pend(rt, r);
@@ -372,6 +388,7 @@ static fsdp_status rs_issue(runtime_t *rt, int u, float *g, int i, int accumulat
   const plan_unit *pu = &rt->p->units[u];
   float *mine = rt->grad + pu->shard_base;
   comm_req *r = NULL;
+  comm_trace_unit(rt->gcomm, u);
   if (!rt->bf16_grads) {
     if (accumulate) d->op->add(d, g + plan_shard_offset(rt->p, u, rt->rank), mine, DTYPE_FP32, pu->shard_numel);
     d->op->record(d, rt->ready);
@@ -391,6 +408,7 @@ static fsdp_status ar_issue(runtime_t *rt, int u) {
   device_t *d = rt->dev;
   const plan_unit *pu = &rt->p->units[u];
   comm_req *r = NULL;
+  comm_trace_unit(rt->comm, u);
   if (rt->bf16_grads) {
     d->op->cast_bf16(d, rt->ar16 + pu->shard_base, rt->grad + pu->shard_base, pu->padded);
     d->op->record(d, rt->ready);
@@ -412,6 +430,7 @@ static fsdp_status xar_issue(runtime_t *rt, int u, dev_event *after) {
   device_t *d = rt->dev;
   const plan_unit *pu = &rt->p->units[u];
   comm_req *r = NULL;
+  comm_trace_unit(rt->rcomm, u);
   if (rt->bf16_grads) {
     d->op->cast_bf16(d, rt->ar16 + pu->shard_base, rt->grad + pu->shard_base, pu->shard_numel);
     d->op->record(d, rt->ready);
@@ -439,11 +458,16 @@ static fsdp_status forward(runtime_t *rt, const int *inp, int release, const voi
     while (next <= L && next <= p->prefetch) TRY(gather_issue(rt, next++));
   }
   *root = unit_ready(rt, 0);
+  span(rt, 0, TRACE_FORWARD, 0);
   model_embed_forward(rt->acts, p, *root, inp);
+  span(rt, 1, TRACE_FORWARD, 0);
   if (sh)
     while (next <= L && next <= ahead) TRY(gather_issue(rt, next++));
   for (int u = 1; u <= L; u++) {
-    model_block_forward(rt->acts, p, u - 1, unit_ready(rt, u));
+    const void *unit = unit_ready(rt, u);
+    span(rt, 0, TRACE_FORWARD, u);
+    model_block_forward(rt->acts, p, u - 1, unit);
+    span(rt, 1, TRACE_FORWARD, u);
     if (sh && release) gather_release(rt, u);
     if (sh && next <= L) TRY(gather_issue(rt, next++));
   }
@@ -466,7 +490,9 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   if (full)
     while (prev >= 1 && L - prev < ahead) TRY(gather_issue(rt, prev--));
   if (sh) d->op->zero(d, droot, (size_t)p->units[0].padded * sizeof(float));
+  span(rt, 0, TRACE_LOSS, 0);
   model_head_forward_backward(rt->acts, p, root, droot, tgt, dscale, rt->scal);
+  span(rt, 1, TRACE_LOSS, 0);
 
   rt->xar_now = hybrid(rt) && last;   /* hybrid: each final shard goes across the groups */
   for (int u = L; u >= 1; u--) {
@@ -474,7 +500,9 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
     int gi = 0;
     float *dunit = rt->grad + p->units[u].shard_base;
     if (sh) TRY(gbuf_acquire(rt, p->units[u].padded, &gi, &dunit));
+    span(rt, 0, TRACE_BACKWARD, u);
     model_block_backward(rt->acts, p, u - 1, unit, dunit);
+    span(rt, 1, TRACE_BACKWARD, u);
     if (sh) {
       gather_release(rt, u);
       if (full && prev >= 1) TRY(gather_issue(rt, prev--));
@@ -484,7 +512,9 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
       TRY(ar_issue(rt, u));
     }
   }
+  span(rt, 0, TRACE_BACKWARD, 0);
   model_embed_backward(rt->acts, p, droot, inp);
+  span(rt, 1, TRACE_BACKWARD, 0);
   if (sh) {
     gather_release(rt, 0);
     TRY(rs_issue(rt, 0, droot, 0, k > 0, rt->root_done));
@@ -556,6 +586,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   int G = s->grad_accum, B = p->batch_size, T = p->model.seq_len;
   uint64_t t0 = now_us(), sent0[COLL_NKIND], sent1[COLL_NKIND], us[DEV_NTIMER];
   memset(out, 0, sizeof *out);
+  trace_set_step(rt->trace, step);
+  trace_begin(rt->trace, TRACE_HOST, t0);
   mem_reset_peaks();
   uint64_t inter0[COLL_NKIND], inter1[COLL_NKIND];
   sent_now(rt, sent0, inter0);
@@ -566,6 +598,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   TRY(load_batches(rt, step));
   d->op->timers(d, us);   /* start this step's count */
   d->op->set_timer(d, DEV_T_COMPUTE);
+  span(rt, 0, TRACE_STEP, TRACE_NO_UNIT);
   d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
@@ -578,6 +611,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   comm_req *sreq = NULL;
   if (rc == FSDP_OK) {
     d->op->set_timer(d, DEV_T_OPTIM);
+    span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
     /* every shard is held by ngroups ranks (none: every rank holds everything) */
     d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
     d->op->fill(d, rt->scal + 3, (float)((double)B * T * G), 1);
@@ -608,6 +642,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   } else {
     d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, s, (float)clip);
   }
+  span(rt, 1, TRACE_OPTIMIZER, TRACE_NO_UNIT);
+  span(rt, 1, TRACE_STEP, TRACE_NO_UNIT);
   d->op->set_timer(d, DEV_T_COMPUTE);
   TRY(d->op->sync(d));   /* the step is done: its report and a checkpoint see the update */
   d->op->timers(d, us);
@@ -632,6 +668,7 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
     out->sent[i] = sent1[i] - sent0[i];
     out->sent_inter[i] = inter1[i] - inter0[i];
   }
+  trace_end(rt->trace, TRACE_HOST, TRACE_STEP, TRACE_NO_UNIT, step, trace_now_us());
   return FSDP_OK;
 }
 
@@ -656,6 +693,8 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   if (batches < 1) return fsdp_set_error(FSDP_ERR_RANGE, "eval batches %d; allowed: >= 1", batches);
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
+  trace_begin(rt->trace, TRACE_HOST, t0);
+  span(rt, 0, TRACE_EVAL, TRACE_NO_UNIT);
   for (int m = 0; m < batches && rc == FSDP_OK; m++) {
     /* the stream is idle here (the previous forward was waited for below), so the token buffers
      * are free; the validation rows are the first batches·N·B of the file, rank r's B of each */
@@ -668,6 +707,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
     }
     rc = eval_forward(rt);
   }
+  span(rt, 1, TRACE_EVAL, TRACE_NO_UNIT);
   fsdp_status wrc = wait_pending(rt);
   if (rc == FSDP_OK) rc = wrc;
   TRY(rc);
@@ -677,6 +717,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   TRY(rt_allreduce_host(rt, v, 2));   /* Σ loss and Σ tokens over the ranks */
   *val_loss = (double)v[0] / (double)v[1];
   *ms = (double)(now_us() - t0) / 1000.0;
+  trace_end(rt->trace, TRACE_HOST, TRACE_EVAL, TRACE_NO_UNIT, trace_step(rt->trace), now_us());
   return FSDP_OK;
 }
 

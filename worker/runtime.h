@@ -68,6 +68,12 @@ fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out
 fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out);
 /* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
 fsdp_status runtime_save(runtime_t *rt, const char *path);
+/* Record spans in T (trace.h; NULL: stop): the step on the host lane, every forward, loss, backward
+ * and the optimizer on the compute-stream lane (through the device), every collective on its comm's
+ * lane (comm_set_trace: the world comm's, and with hybrid sharding the group's and the replica
+ * comm's, also when runtime_set_groups comes later), each named with its unit. T must outlive the
+ * runtime. Between steps. */
+void runtime_set_trace(runtime_t *rt, trace_t *t);
 /* Tests only: skip the device wait between a block's gather and the compute that reads it, so
  * that a test can show the asynchronous devices catch a missing wait. */
 void runtime_test_drop_gather_wait(runtime_t *rt, int on);

@@ -62,6 +62,7 @@ struct runtime {
   int npend, cap_pend;
 
   int drop_gather_wait;          /* test switch: runtime_test_drop_gather_wait */
+  trace_t *trace;                /* spans (runtime_set_trace); NULL: none */
   uint64_t phase_us[RT_NPHASE];
 
   /* set by runtime_restore: the step resumed after and the tokens consumed up to it */

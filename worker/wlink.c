@@ -10,8 +10,11 @@
 #include "curve.h"
 #include "log.h"
 
+_Static_assert(TRACE_NKIND == 9 && TRACE_NLANE == 5, "proto/wire.c's check_trace_spans knows 9 kinds and 5 lanes");
+
 struct wlink {
   void *ctx, *sock;
+  const trace_t *trace;        /* answers trace pulls; NULL: no spans */
   Fsdp__Msg *setup;            /* the received worker_setup, owned */
   wire_env env;                /* [empty delimiter] */
 };
@@ -160,9 +163,56 @@ fsdp_status wlink_ready(wlink *l, int start_step) {
   return send_msg(l, &m);
 }
 
+void wlink_set_trace(wlink *l, const trace_t *t) { l->trace = t; }
+
+/* Answer a trace pull: the spans of steps first..last this rank holds, and which steps it holds.
+ * Only a failed send fails (the link is gone); a pull this rank cannot serve (out of memory) is
+ * answered with no spans, so that it never ends the job. */
+static fsdp_status answer_trace(wlink *l, const Fsdp__TraceReq *q) {
+  trace_span *v = NULL;
+  size_t n = 0;
+  Fsdp__TraceSpans ts = FSDP__TRACE_SPANS__INIT;
+  ts.rank = wlink_setup(l)->rank;
+  ts.pull_id = q->pull_id;
+  if (l->trace && trace_collect(l->trace, (int)q->first_step, (int)q->last_step, &v, &n) == FSDP_OK) {
+    int first, last;
+    trace_retained(l->trace, &first, &last);
+    ts.first_kept = (uint32_t)first, ts.last_kept = (uint32_t)last;
+  } else if (l->trace) {
+    log_warn("trace pull %u: %s; answered with no spans", q->pull_id, fsdp_last_error());
+  }
+  uint32_t *kind = calloc(n ? n : 1, sizeof *kind), *lane = calloc(n ? n : 1, sizeof *lane);
+  uint32_t *stp = calloc(n ? n : 1, sizeof *stp);
+  int32_t *unit = calloc(n ? n : 1, sizeof *unit);
+  uint64_t *start = calloc(n ? n : 1, sizeof *start), *dur = calloc(n ? n : 1, sizeof *dur);
+  if (!kind || !lane || !stp || !unit || !start || !dur) {
+    log_warn("trace pull %u: cannot allocate the answer (%zu spans); answered with no spans", q->pull_id, n);
+    n = 0;
+    ts.first_kept = ts.last_kept = 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    kind[i] = v[i].kind, lane[i] = v[i].lane, unit[i] = v[i].unit, stp[i] = (uint32_t)v[i].step;
+    start[i] = v[i].t0_us, dur[i] = v[i].t1_us - v[i].t0_us;
+  }
+  ts.n_kind = ts.n_lane = ts.n_unit = ts.n_step = ts.n_start_us = ts.n_dur_us = n;
+  ts.kind = kind, ts.lane = lane, ts.unit = unit, ts.step = stp, ts.start_us = start, ts.dur_us = dur;
+  Fsdp__Msg m = FSDP__MSG__INIT;
+  m.body_case = FSDP__MSG__BODY_TRACE_SPANS;
+  m.trace_spans = &ts;
+  fsdp_status rc = send_msg(l, &m);
+  free(v), free(kind), free(lane), free(stp), free(unit), free(start), free(dur);
+  return rc;
+}
+
 fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
   Fsdp__Msg *m = NULL;
   TRY(recv_msg(l, -1, &m));
+  while (m->body_case == FSDP__MSG__BODY_TRACE_REQ) {
+    fsdp_status rc = answer_trace(l, m->trace_req);
+    wire_destroy(&m);
+    TRY(rc);
+    TRY(recv_msg(l, -1, &m));
+  }
   fsdp_status rc = FSDP_OK;
   *checkpoint = 0;
   if (m->body_case == FSDP__MSG__BODY_STEP_CMD) {

@@ -1,6 +1,7 @@
 /* wlink — the worker's link to the coordinator (the worker side of the protocol in
  * docs/daemon.md): hello → setup → rendezvous through the coordinator's key-value service →
- * ready → step commands answered by step reports → stop.
+ * ready → step commands answered by step reports → stop. Between steps it also answers the
+ * coordinator's trace pulls (trace_req) from the worker's span ring (wlink_set_trace).
  *
  * One DEALER socket connected to the coordinator's cluster endpoint, used only by the worker's main
  * thread (the gloo rendezvous callbacks run on that thread, inside comm_new_gloo). The link owns
@@ -14,6 +15,7 @@
 
 #include "comm.h"
 #include "runtime.h"
+#include "trace.h"
 #include "wire.h"
 
 typedef struct wlink wlink;
@@ -25,7 +27,10 @@ const Fsdp__WorkerSetup *wlink_setup(const wlink *l);
 /* Rendezvous callbacks backed by the coordinator's key-value service. */
 comm_kv wlink_kv(wlink *l);
 fsdp_status wlink_ready(wlink *l, int start_step);
-/* Wait for the next command: *step > 0 for a step (*checkpoint: save one after it), 0 for stop. */
+/* The span ring trace pulls are answered from (NULL: answered with no spans). */
+void wlink_set_trace(wlink *l, const trace_t *t);
+/* Wait for the next command: *step > 0 for a step (*checkpoint: save one after it), 0 for stop.
+ * Trace pulls that arrive meanwhile are answered on the way. */
 fsdp_status wlink_next(wlink *l, int *step, int *checkpoint);
 fsdp_status wlink_report(wlink *l, int rank, const rt_report *r);
 fsdp_status wlink_ack(wlink *l);

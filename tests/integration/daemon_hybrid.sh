@@ -10,6 +10,8 @@
 #  - A 6-rank job with shard_group = 2 cannot: whole groups first put ranks 0,1 and 2,3 on the two
 #    nodes, the last group takes the one slot left on each, and the job's
 #    log says which group spans nodes; the job still trains.
+#  - fsdpctl trace of a running hybrid job puts each rank's gathers and reduce-scatters on the shard
+#    group's comm thread and the all-reduce across groups on the replica comm's, named by unit.
 #  - kill -9 of one rank of a running hybrid job fails it within 10 s, naming the rank.
 #  - A hybrid job without shard_group, queued when the coordinator restarts, runs after it with G = 3.
 #  - A 4-rank hybrid job without shard_group is refused at submit: 3 ranks per node do not divide 4.
@@ -111,7 +113,26 @@ log_of "$id" | grep -q "placement: 1 of 3 shard groups (2) span nodes" || fail "
 # fails the job within 10 s with a reason naming the rank, as for full sharding.
 sed -e 's/^steps = 3$/steps = 5000/' "$(job long 4 2)" > "$S/long4.ini"
 id=$("$BUILD/fsdpctl" submit "$S/long4.ini" | tail -1)
-wait_for 90 at_step "$id" 1 || fail "job $id did not reach step 1"
+wait_for 90 at_step "$id" 3 || fail "job $id did not reach step 3"
+# its trace: each rank's gathers and reduce-scatters on its shard group's comm thread, the
+# all-reduce across groups on the replica comm's, named by unit; the step's scalars on the world's
+"$BUILD/fsdpctl" trace "$id" --steps 2..2 -o "$S/hybrid_trace.json" >/dev/null || fail "fsdpctl trace $id failed"
+python3 - "$S/hybrid_trace.json" <<'PY' || fail "the trace of hybrid job $id is wrong (above)"
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+spans = [e for e in ev if e["ph"] == "X"]
+units = ["root", "h.0", "h.1"]   # examples/tiny.ini: 2 blocks
+for rank in range(4):
+    on = collections.defaultdict(collections.Counter)
+    for e in spans:
+        if e["pid"] == rank: on[threads[(rank, e["tid"])]][e["name"]] += 1
+    for u in units:
+        assert on["comm (shard group)"]["allgather " + u] >= 1, (rank, u, dict(on))
+        assert on["comm (shard group)"]["reducescatter " + u] == 1, (rank, u, dict(on))
+        assert on["comm (replica group)"]["allreduce " + u] == 1, (rank, u, dict(on))
+    assert on["comm"]["allreduce"] == 1 and sum(on["comm"].values()) == 1, (rank, dict(on["comm"]))
+PY
 pid3=$(cat "$S/a/fsdpd.log" "$S/b/fsdpd.log" | sed -n "s/.*job $id rank 3: started .*(pid \([0-9]*\),.*/\1/p" | tail -1)
 [ -n "$pid3" ] || fail "no pid of job $id rank 3 in the agents' logs"
 t0=$SECONDS

@@ -34,7 +34,20 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
     Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
     Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
     Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
+    Fsdp__TraceReq treq; Fsdp__TraceResp tresp;
   } b;
+  /* two spans of one rank: allgather of unit 1 on the comm lane, the step on the host */
+  static uint32_t tkind[2] = {1, 0}, tlane[2] = {2, 0}, tstep[2] = {3, 3};
+  static int32_t tunit[2] = {1, -1};
+  static uint64_t tstart[2] = {100, 90}, tdur[2] = {5, 50};
+  static Fsdp__TraceSpans ts = FSDP__TRACE_SPANS__INIT;
+  static Fsdp__TraceSpans *tsp[1];
+  static char *unit_names[2] = {"root", "h.0"};
+  fsdp__trace_spans__init(&ts);
+  ts.rank = 1, ts.pull_id = 7, ts.first_kept = 1, ts.last_kept = 3;
+  ts.n_kind = ts.n_lane = ts.n_unit = ts.n_step = ts.n_start_us = ts.n_dur_us = 2;
+  ts.kind = tkind, ts.lane = tlane, ts.unit = tunit, ts.step = tstep, ts.start_us = tstart, ts.dur_us = tdur;
+  tsp[0] = &ts;
 
   fsdp__rank_stats__init(&rs);
   rs.rank = 1;
@@ -99,6 +112,9 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_STOP_CMD: fsdp__stop_cmd__init(&b.stop); m.stop_cmd = &b.stop; break;
   case FSDP__MSG__BODY_KV_SET: fsdp__kv_set__init(&b.kvs); b.kvs.key = "job-1/rank0"; b.kvs.value.data = (uint8_t *)text; b.kvs.value.len = 4; m.kv_set = &b.kvs; break;
   case FSDP__MSG__BODY_KV_GET: fsdp__kv_get__init(&b.kvg); b.kvg.key = "job-1/rank0"; m.kv_get = &b.kvg; break;
+  case FSDP__MSG__BODY_TRACE_REQ: fsdp__trace_req__init(&b.treq); b.treq.job_id = 3; b.treq.first_step = 2; b.treq.last_step = 3; m.trace_req = &b.treq; break;
+  case FSDP__MSG__BODY_TRACE_SPANS: m.trace_spans = &ts; break;
+  case FSDP__MSG__BODY_TRACE_RESP: fsdp__trace_resp__init(&b.tresp); b.tresp.job_id = 3; b.tresp.n_unit_names = 2; b.tresp.unit_names = unit_names; b.tresp.n_ranks = 1; b.tresp.ranks = tsp; m.trace_resp = &b.tresp; break;
   case FSDP__MSG__BODY_KV_RESP: fsdp__kv_resp__init(&b.kvr); b.kvr.found = 1; b.kvr.value.data = (uint8_t *)text; b.kvr.value.len = 4; m.kv_resp = &b.kvr; break;
   default: break;
   }
@@ -114,6 +130,7 @@ static const Fsdp__Msg__BodyCase all_cases[] = {
   FSDP__MSG__BODY_LOG_CHUNK, FSDP__MSG__BODY_WORKER_HELLO, FSDP__MSG__BODY_WORKER_SETUP, FSDP__MSG__BODY_STEP_CMD,
   FSDP__MSG__BODY_STEP_REPORT, FSDP__MSG__BODY_WORKER_ERROR, FSDP__MSG__BODY_WORKER_READY, FSDP__MSG__BODY_STOP_CMD,
   FSDP__MSG__BODY_KV_SET, FSDP__MSG__BODY_KV_GET, FSDP__MSG__BODY_KV_RESP,
+  FSDP__MSG__BODY_TRACE_REQ, FSDP__MSG__BODY_TRACE_RESP, FSDP__MSG__BODY_TRACE_SPANS,
 };
 #define NCASES (int)(sizeof all_cases / sizeof all_cases[0])
 
@@ -344,8 +361,35 @@ static void test_sockets(void) {
   zmq_ctx_term(ctx);
 }
 
+/* Spans whose arrays differ in length, or whose kind, lane or unit is out of range, are refused,
+ * alone and inside a trace_resp. */
+static void test_trace_rejects(void) {
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_TRACE_SPANS);
+  m.version = FSDP__VERSION__PROTO_VERSION;
+  CHECK_OK(wire_validate(&m));
+  Fsdp__TraceSpans *t = m.trace_spans;
+  t->n_dur_us = 1;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
+  t->n_dur_us = 2;
+  t->kind[0] = 9;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
+  t->kind[0] = 1, t->lane[0] = 5;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
+  t->lane[0] = 2, t->unit[0] = -2;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
+  t->unit[0] = 1, t->first_kept = 4;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
+  Fsdp__Msg r = make_msg(FSDP__MSG__BODY_TRACE_RESP);   /* a fresh, valid span set inside */
+  r.version = FSDP__VERSION__PROTO_VERSION;
+  CHECK_OK(wire_validate(&r));
+  r.trace_resp->ranks[0]->kind[1] = 42;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&r));
+  r.trace_resp->ranks[0]->kind[1] = 0;
+}
+
 int main(void) {
   test_cases_complete();
+  test_trace_rejects();
   test_roundtrip_all();
   test_rejects();
   test_random_bytes();

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# top — fsdpctl top against a running 2-rank CPU job: in an 80x24 tmux pane (new-session -x 80
+# -y 24, capture-pane polled until the job's row appears) the header has the job columns, the job's
+# row says running with its step, loss, tokens/s and ETA, both ranks have a memory bar and a time
+# split, the node is listed, no line passes 80 columns; q quits with status 0. Off a terminal the
+# same frame comes as plain lines (--once, -n N). Skipped with a message without tmux.
+# Usage: bash top.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" top
+command -v tmux >/dev/null || { echo "top: SKIP: tmux is not installed (scripts/install-deps.sh installs it)"; exit 0; }
+TMUX_SOCK="$S/tmux.sock"
+tm() { tmux -S "$TMUX_SOCK" -f /dev/null "$@"; }
+at_exit 'tm kill-server 2>/dev/null || true'
+
+start_daemon
+wait_for 20 "$CTL" nodes || fail "the daemon did not answer within 20 s"
+sed -e 's/^steps = .*/steps = 100000/' -e 's/^name = .*/name = watched/' "$SRC/tests/integration/jobs/ctl_small.ini" >"$S/job.ini"
+id=$("$CTL" submit "$S/job.ini" | tail -1)
+wait_for 120 at_step "$id" 3 || fail "job $id did not reach step 3 within 120 s: $("$CTL" status "$id")"
+
+# check_frame FILE: the checks every frame passes, tty or not.
+check_frame() {
+  python3 - "$1" "$id" <<'PY' || fail "frame $1 is wrong (above): $(cat "$1")"
+import re, sys
+lines = open(sys.argv[1]).read().split("\n")
+job = sys.argv[2]
+assert all(len(l) <= 80 for l in lines), [l for l in lines if len(l) > 80]
+head = [l for l in lines if "JOB" in l]
+assert head and re.search(r"JOB\s+NAME\s+STATE\s+STEP\s+LOSS\s+TOK/S\s+ETA", head[0]), head
+row = [l for l in lines if re.match(r"^>?\s*%s\s+watched\s+running\s+\d+/100000\s+\d+\.\d{4}\s+[\d.]+k?\s+\S+$" % job, l)]
+assert row, "no row for job %s" % job
+for rank in (0, 1):
+    assert any(re.match(r"^\s+%d \[[PGOgAWC.]+\]\s+[\d.]+ [KMG]?i?B(\s+\d+%%){4}$" % rank, l) for l in lines), "rank %d" % rank
+assert any(re.search(r"^\s+1 \S+\s+up\s+2 cpu, 2 busy", l) for l in lines), "no node line"
+PY
+}
+
+# Off a terminal: plain lines, one frame (--once) or N (-n).
+"$CTL" top --once >"$S/once.txt" || fail "top --once failed"
+check_frame "$S/once.txt"
+"$CTL" top -n 2 --interval 0.1 >"$S/two.txt" || fail "top -n 2 failed"
+[ "$(grep -c '^fsdpctl top ' "$S/two.txt")" = 2 ] || fail "top -n 2 printed: $(cat "$S/two.txt")"
+
+# On a terminal: an 80x24 tmux pane.
+tm new-session -d -x 80 -y 24 -s top "env FSDP_CTL='$FSDP_CTL' '$CTL' top --interval 0.3; echo \$? >'$S/top.rc'"
+shows_job() { tm capture-pane -p -t top >"$S/pane.txt" && grep -Eq "^>? *$id +watched +running" "$S/pane.txt"; }
+wait_for 30 shows_job || fail "top did not show job $id within 30 s: $(cat "$S/pane.txt")"
+# the ranks come in the same frame; should the capture have caught a redraw halfway, take another
+shows_ranks() { tm capture-pane -p -t top >"$S/pane.txt" && grep -Eq '^ +1 \[' "$S/pane.txt"; }
+wait_for 10 shows_ranks || fail "top did not show the ranks of job $id: $(cat "$S/pane.txt")"
+check_frame "$S/pane.txt"
+[ "$(wc -l <"$S/pane.txt")" -le 24 ] || fail "the pane has more than 24 lines"
+grep -q "^q quit" "$S/pane.txt" || fail "no key help on the last line: $(cat "$S/pane.txt")"
+[ -n "${FSDP_TOP_KEEP:-}" ] && cp "$S/pane.txt" "$FSDP_TOP_KEEP"
+tm send-keys -t top q
+wait_for 15 test -s "$S/top.rc" || fail "top did not exit within 15 s of q"
+[ "$(cat "$S/top.rc")" = 0 ] || fail "top exited with status $(cat "$S/top.rc") after q"
+
+rc=0; "$CTL" top --interval 0 >/dev/null 2>"$S/err.txt" || rc=$?
+[ "$rc" = 2 ] && head -1 "$S/err.txt" | grep -q -- "--interval takes seconds" || fail "bad --interval: $rc $(cat "$S/err.txt")"
+"$CTL" cancel "$id" >/dev/null
+stop_daemon
+echo "top: ok"
