@@ -37,7 +37,6 @@ struct comm_req {
   int demanded;            /* threaded: comm_wait has been called (strict devices, device.h) */
   fsdp_status st;
   void *token;             /* streamed: the backend's handle */
-  int unit, step;          /* its span's name and step (comm_set_trace) */
   double t_submit;
   char msg[MSG_LEN];
 };
@@ -84,6 +83,16 @@ const char *comm_op_name(comm_op_kind k) {
     case COMM_OP_BARRIER: return "barrier";
   }
   return "?";
+}
+
+int comm_op_trace_kind(comm_op_kind k) {
+  switch (k) {
+    case COMM_OP_ALLGATHER: return TRACE_ALLGATHER;
+    case COMM_OP_REDUCESCATTER: return TRACE_REDUCESCATTER;
+    case COMM_OP_ALLREDUCE: return TRACE_ALLREDUCE;
+    case COMM_OP_BARRIER: return -1;
+  }
+  return -1;
 }
 
 size_t comm_dtype_size(comm_dtype dt) { return dt == COMM_BF16 ? 2 : 4; }
@@ -162,12 +171,12 @@ static fsdp_status wait_after(comm_t *c, const comm_op *op) {
 static fsdp_status run_traced(comm_t *c, comm_req *r) {
   fsdp_status st = wait_after(c, &r->op);
   if (st != FSDP_OK) return st;
-  static const int kinds[] = {[COMM_OP_ALLGATHER] = TRACE_ALLGATHER, [COMM_OP_REDUCESCATTER] = TRACE_REDUCESCATTER,
-                              [COMM_OP_ALLREDUCE] = TRACE_ALLREDUCE, [COMM_OP_BARRIER] = -1};
-  uint64_t t0 = c->trace ? trace_now_us() : 0;
-  st = c->be->run(c->impl, &r->op);
-  if (c->trace && st == FSDP_OK && kinds[r->op.kind] >= 0)
-    trace_add(c->trace, c->trace_lane, (trace_kind)kinds[r->op.kind], r->unit, r->step, t0, trace_now_us());
+  const comm_op *op = &r->op;
+  int kind = comm_op_trace_kind(op->kind);
+  uint64_t t0 = op->trace ? trace_now_us() : 0;
+  st = c->be->run(c->impl, op);
+  if (op->trace && st == FSDP_OK && kind >= 0)
+    trace_add(op->trace, op->lane, (trace_kind)kind, op->unit, op->step, t0, trace_now_us());
   return st;
 }
 
@@ -317,8 +326,10 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
   if (op->after) r->op.after_ticket = dev_event_last(op->after);
   if (op->done) r->op.done_ticket = dev_event_mark(op->done);
   r->t_submit = now_s();
-  r->unit = c->next_unit;
-  r->step = trace_step(c->trace);
+  r->op.trace = c->trace;
+  r->op.lane = c->trace_lane;
+  r->op.unit = c->next_unit;
+  r->op.step = trace_step(c->trace);
   c->next_unit = TRACE_NO_UNIT;
 
   if (c->threaded) {

@@ -99,10 +99,12 @@ const char *comm_backend_name(const comm_t *c);
 void comm_destroy(comm_t **c);
 
 /* Spans (trace.h): with a trace set (before the first collective; NULL: none), each all-gather,
- * reduce-scatter and all-reduce of a threaded or local backend records a span on LANE (a comm lane)
- * from when it starts running (after its `after` event) to when it ends, named by the unit given
- * to comm_trace_unit just before it was issued (TRACE_NO_UNIT otherwise) and the trace's step at
- * issue. Streamed backends (NCCL) record none. Caller's thread, like the collectives. */
+ * reduce-scatter and all-reduce records a span on LANE (a comm lane) from when it starts running
+ * (after its `after` event) to when it ends, named by the unit given to comm_trace_unit just before
+ * it was issued (TRACE_NO_UNIT otherwise) and the trace's step at issue. Threaded and local
+ * backends take the times on the comm thread; NCCL takes them on its stream with timing events and
+ * records the span when comm_wait sees the collective complete (comm_nccl.c). Caller's thread,
+ * like the collectives. */
 void comm_set_trace(comm_t *c, trace_t *t, trace_lane lane);
 void comm_trace_unit(comm_t *c, int unit);
 
@@ -147,6 +149,12 @@ typedef struct comm_op {
   uint64_t after_ticket;
   dev_event *done;     /* complete mark done_ticket of DONE when finished (NULL: none) */
   uint64_t done_ticket;
+  /* Its span (comm_set_trace; set by comm.c at issue): trace NULL = none. Threaded and local
+   * backends' spans are recorded by comm.c; a streamed backend records its own, timed on its
+   * stream (NCCL), or none. */
+  trace_t *trace;
+  trace_lane lane;
+  int unit, step;
 } comm_op;
 
 /* A backend is either threaded (run != NULL: comm.c runs each op on the comm thread, blocking) or
@@ -169,6 +177,8 @@ fsdp_status comm_wrap(const comm_backend *be, void *impl, int rank, int world, d
 /* The backend instance of C if its backend is BE, else NULL. */
 void *comm_backend_impl(const comm_t *c, const comm_backend *be);
 const char *comm_op_name(comm_op_kind k);   /* "all-gather", "reduce-scatter", ... */
+/* The span kind of an op (TRACE_ALLGATHER, ...), or -1 for one that records none (the barrier). */
+int comm_op_trace_kind(comm_op_kind k);
 size_t comm_dtype_size(comm_dtype dt);
 
 /* The gloo adapter's C API (comm_gloo.cc). world ≥ 2. The address rule is comm_new_gloo's. */

@@ -9,6 +9,16 @@
  * that comm_wait() polls together with ncclCommGetAsyncError; on timeout comm.c calls
  * nccl_abort(), which aborts the communicator, and the comm fails. Only the caller's thread uses
  * a comm. bf16 maps to ncclBfloat16; sums are ncclSum.
+ *
+ * Spans (comm_set_trace): a traced collective is bracketed on the stream by two timing events
+ * (after the wait for `after`, so the span starts when the collective can run) from a fixed pool
+ * of NCCL_SPANS pairs, made at the first traced collective. When the stream has nothing in flight
+ * at a submit, an anchor timing event is recorded first and the host clock read right after it
+ * (cuda_spans.h: on an idle stream it completes as it is recorded); every span submitted until the
+ * stream is next idle is timed from that anchor. The span is recorded when comm_wait sees the
+ * collective complete (its two events and the anchor are then complete too), so nothing waits:
+ * no host synchronization, no stream wait. A collective issued with every pair in flight, or
+ * before any anchor, records no span (counted; reported once, and at destroy).
  */
 #ifndef FSDP_HAVE_CUDA
 #define FSDP_HAVE_CUDA 1   /* this file is compiled only in the CUDA build (libfsdpcuda) */
@@ -22,10 +32,24 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda_spans.h"
 #include "log.h"
 #include "mem.h"
 
 _Static_assert(NCCL_UNIQUE_ID_BYTES == 128, "comm.h hands NCCL unique ids around as 128 bytes");
+
+/* Traced collectives in flight (issued, not yet waited) per comm. A step keeps up to about 3 per
+ * unit in flight (its reduce-scatters are waited at its end): 256 covers 80 units. */
+#define NCCL_SPANS 256
+
+typedef struct nccl_span {
+  cudaEvent_t ev[2];       /* timing events: the collective's start and end on the stream */
+  cudaEvent_t token;       /* the request's completion event while in flight; NULL: free */
+  trace_t *trace;
+  trace_lane lane;
+  trace_kind kind;
+  int unit, step;
+} nccl_span;
 
 typedef struct nccl_impl {
   ncclComm_t comm;
@@ -36,6 +60,17 @@ typedef struct nccl_impl {
   int aborted;
   cudaEvent_t *pool;       /* free events */
   int npool, cap;
+  int inflight;            /* tokens handed out and not yet polled done or released */
+
+  /* spans (comm_set_trace): made at the first traced collective */
+  nccl_span *spans;        /* NCCL_SPANS */
+  int freel[NCCL_SPANS];   /* indices of free spans */
+  int nfree, nbusy;
+  int spans_off;           /* making the events failed: no spans */
+  cudaEvent_t anchor;      /* timing event recorded on the idle stream at host time anchor_us */
+  uint64_t anchor_us;
+  int anchored;
+  uint64_t dropped;        /* traced collectives that recorded no span */
 } nccl_impl;
 
 static double now_s(void) {
@@ -98,6 +133,109 @@ static void put_event(nccl_impl *n, cudaEvent_t ev) {
   n->pool[n->npool++] = ev;
 }
 
+/* ---- spans ---- */
+
+static void spans_free(nccl_impl *n) {
+  if (!n->spans) return;
+  for (int i = 0; i < NCCL_SPANS; i++)
+    for (int k = 0; k < 2; k++)
+      if (n->spans[i].ev[k]) cudaEventDestroy(n->spans[i].ev[k]);
+  if (n->anchor) cudaEventDestroy(n->anchor);
+  free(n->spans);
+  n->spans = NULL;
+  n->anchor = NULL;
+  n->nfree = n->nbusy = 0;
+  (void)cudaGetLastError();
+}
+
+/* The pool's events, once (cudaEventDefault: timing enabled). Spans are best effort: a failure
+ * turns them off for this comm, never fails the collective. */
+static int spans_ready(nccl_impl *n) {
+  if (n->spans) return 1;
+  if (n->spans_off) return 0;
+  n->spans = calloc(NCCL_SPANS, sizeof *n->spans);
+  int ok = n->spans && cudaEventCreateWithFlags(&n->anchor, cudaEventDefault) == cudaSuccess;
+  for (int i = 0; ok && i < NCCL_SPANS; i++)
+    for (int k = 0; ok && k < 2; k++) ok = cudaEventCreateWithFlags(&n->spans[i].ev[k], cudaEventDefault) == cudaSuccess;
+  if (!ok) {
+    log_warn("comm: nccl rank %d of %d: cannot make %d timing events for its spans; it records none", n->rank,
+             n->world, 2 * NCCL_SPANS + 1);
+    spans_free(n);
+    n->spans_off = 1;
+    return 0;
+  }
+  for (int i = 0; i < NCCL_SPANS; i++) n->freel[i] = NCCL_SPANS - 1 - i;
+  n->nfree = NCCL_SPANS;
+  return 1;
+}
+
+static void span_drop(nccl_impl *n) {
+  if (n->dropped++ == 0)
+    log_warn("comm: nccl rank %d of %d: a collective recorded no span (%d already in flight, or no anchor); "
+             "further ones are counted and reported when the comm is destroyed", n->rank, n->world, NCCL_SPANS);
+}
+
+/* A free span for OP, anchored first if the stream is idle; -1: none (dropped, or not traced). */
+static int span_open(nccl_impl *n, const comm_op *op) {
+  int kind = comm_op_trace_kind(op->kind);
+  if (!op->trace || kind < 0 || !spans_ready(n)) return -1;
+  if (n->inflight == 0) {   /* nothing in flight: the stream is idle, the anchor completes now */
+    n->anchored = cudaEventRecord(n->anchor, n->stream) == cudaSuccess;
+    n->anchor_us = trace_now_us();
+    if (!n->anchored) (void)cudaGetLastError();
+  }
+  if (!n->anchored || n->nfree == 0) {
+    span_drop(n);
+    return -1;
+  }
+  int i = n->freel[--n->nfree];
+  n->nbusy++;
+  nccl_span *sp = &n->spans[i];
+  sp->token = NULL;
+  sp->trace = op->trace;
+  sp->lane = op->lane;
+  sp->kind = (trace_kind)kind;
+  sp->unit = op->unit;
+  sp->step = op->step;
+  return i;
+}
+
+/* Back to the pool; RECORD: the collective completed, so are its events: record the span. */
+static void span_close(nccl_impl *n, int i, int record) {
+  nccl_span *sp = &n->spans[i];
+  if (record) {
+    uint64_t t0, t1;
+    if (cuda_spans_host_us(sp->ev[0], n->anchor, n->anchor_us, 1, &t0) == 0 &&
+        cuda_spans_host_us(sp->ev[1], n->anchor, n->anchor_us, 1, &t1) == 0)
+      trace_add(sp->trace, sp->lane, sp->kind, sp->unit, sp->step, t0, t1 > t0 ? t1 : t0);
+    else
+      span_drop(n);
+  }
+  sp->token = NULL;
+  n->freel[n->nfree++] = i;
+  n->nbusy--;
+}
+
+/* The span whose request completes with TOKEN, or -1. */
+static int span_of(const nccl_impl *n, cudaEvent_t token) {
+  if (n->nbusy == 0) return -1;
+  for (int i = 0; i < NCCL_SPANS; i++)
+    if (n->spans[i].token == token) return i;
+  return -1;
+}
+
+/* A timing event of span I on the stream (spans are best effort: a failed record drops it). */
+static int span_mark(nccl_impl *n, int i, int k) {
+  if (i < 0) return -1;
+  if (cudaEventRecord(n->spans[i].ev[k], n->stream) == cudaSuccess) return i;
+  (void)cudaGetLastError();
+  span_close(n, i, 0);
+  span_drop(n);
+  return -1;
+}
+
+/* ---- collectives ---- */
+
 static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
   nccl_impl *n = impl;
   *token = NULL;
@@ -110,8 +248,14 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
                           comm_op_name(op->kind));
   cudaError_t e = cudaSetDevice(n->device);
   if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+  int sp = span_open(n, op);   /* its anchor, if any, goes before the wait for AFTER */
+  fsdp_status st = FSDP_OK;
   /* the latest record of AFTER now: the same ticket comm.c took at issue (same thread, no record since) */
-  if (after && (e = cudaStreamWaitEvent(n->stream, after, 0)) != cudaSuccess) return cuda_err(e, "cudaStreamWaitEvent");
+  if (after && (e = cudaStreamWaitEvent(n->stream, after, 0)) != cudaSuccess) {
+    st = cuda_err(e, "cudaStreamWaitEvent");
+    goto fail;
+  }
+  sp = span_mark(n, sp, 0);
   double deadline = now_s() + n->timeout_s;
   ncclResult_t r = ncclSuccess;
   const char *what = comm_op_name(op->kind);
@@ -129,17 +273,28 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
       r = ncclAllReduce(n->dbar, n->dbar, 1, ncclFloat32, ncclSum, n->comm, n->stream);
       break;
   }
-  TRY(settle(n, r, what, deadline));
-  if (done && (e = cudaEventRecord(done, n->stream)) != cudaSuccess) return cuda_err(e, "cudaEventRecord of done");
+  if ((st = settle(n, r, what, deadline)) != FSDP_OK) goto fail;
+  sp = span_mark(n, sp, 1);
+  if (done && (e = cudaEventRecord(done, n->stream)) != cudaSuccess) {
+    st = cuda_err(e, "cudaEventRecord of done");
+    goto fail;
+  }
   cudaEvent_t ev;
-  TRY(get_event(n, &ev));
+  if ((st = get_event(n, &ev)) != FSDP_OK) goto fail;
   e = cudaEventRecord(ev, n->stream);
   if (e != cudaSuccess) {
     put_event(n, ev);
-    return cuda_err(e, "cudaEventRecord");
+    st = cuda_err(e, "cudaEventRecord");
+    goto fail;
   }
+  if (sp >= 0) n->spans[sp].token = ev;
+  n->inflight++;
   *token = (void *)ev;
   return FSDP_OK;
+
+fail:
+  if (sp >= 0) span_close(n, sp, 0);
+  return st;
 }
 
 static fsdp_status nccl_poll(void *impl, void *token, int *done) {
@@ -148,7 +303,10 @@ static fsdp_status nccl_poll(void *impl, void *token, int *done) {
   *done = 0;
   cudaError_t e = cudaEventQuery(ev);
   if (e == cudaSuccess) {
+    int sp = span_of(n, ev);
+    if (sp >= 0) span_close(n, sp, 1);
     put_event(n, ev);
+    n->inflight--;
     *done = 1;
     return FSDP_OK;
   }
@@ -165,8 +323,11 @@ static void nccl_release(void *impl, void *token) {
   nccl_impl *n = impl;
   /* After an abort the event may never fire; destroying a pending event is allowed. */
   if (token) {
+    int sp = span_of(n, (cudaEvent_t)token);
+    if (sp >= 0) span_close(n, sp, 0);
     if (n->aborted) cudaEventDestroy((cudaEvent_t)token);
     else put_event(n, (cudaEvent_t)token);
+    n->inflight--;
   }
 }
 
@@ -195,6 +356,10 @@ static void nccl_destroy(void *impl) {
   }
   for (int i = 0; i < n->npool; i++) cudaEventDestroy(n->pool[i]);
   free(n->pool);
+  if (n->dropped > 1)
+    log_warn("comm: nccl rank %d of %d: %llu collectives recorded no span (at most %d in flight are timed)", n->rank,
+             n->world, (unsigned long long)n->dropped, NCCL_SPANS);
+  spans_free(n);
   if (n->dbar) {
     cudaFree(n->dbar);
     mem_account(MEM_COMM, -(int64_t)sizeof(float));

@@ -25,8 +25,8 @@
  *
  * Spans (trace.h): a span boundary is a timing event of the window too; sync() and timers() turn
  * each into host time (an event recorded on the idle stream and synchronized is "now" on the host's
- * monotonic clock; an earlier event is that minus the elapsed time between them) and record the
- * spans in order.
+ * monotonic clock; an earlier event is that minus the elapsed time between them: cuda_spans.h,
+ * which NCCL's spans share) and record the spans in order.
  *
  * Timers: timing events at every set_timer change and around every wait; timers() (after sync)
  * charges each segment of stream time to its timer and each wait's blocked time to the wait's
@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_spans.h"
 #include "device_cuda_kern.h"
 #include "log.h"
 #include "mem.h"
@@ -333,8 +334,8 @@ static void resolve_marks(cuda_dev *d, int end) {
   uint64_t now = trace_now_us();
   for (int i = 0; i < d->nmarks; i++) {
     const tmark *m = &d->marks[i];
-    uint64_t back = (uint64_t)((double)elapsed_ms(d, m->ev, end) * 1000.0 + 0.5);
-    uint64_t at = back < now ? now - back : 0;
+    uint64_t at;
+    (void)cuda_spans_host_us(d->tev[m->ev], d->tev[end], now, 0, &at);   /* unreadable: at "now", as before */
     if (m->end) trace_end(m->t, TRACE_STREAM, m->kind, m->unit, m->step, at);
     else trace_begin(m->t, TRACE_STREAM, at);
   }

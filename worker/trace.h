@@ -9,8 +9,9 @@
  *
  * Writers: spans are recorded where the work runs, not where the host submits it: the compute
  * stream's spans by the device (dev_ops.trace: a pseudo-op on the CPU device's stream thread,
- * timing events resolved after the step on CUDA), the collectives' by the comm thread (comm.c),
- * the step's by the host. trace_add may be called from any thread: a slot is claimed with one
+ * timing events resolved after the step on CUDA), the collectives' by the comm thread (comm.c)
+ * or, with NCCL, from timing events on its stream resolved at comm_wait (comm_nccl.c), the step's
+ * by the host. trace_add may be called from any thread: a slot is claimed with one
  * atomic increment and published with a release store of its sequence number — no lock, no
  * allocation. trace_begin/trace_end keep a small stack of open spans per lane; each lane has one
  * writer thread at a time (the lane's own), which is what makes that stack lock-free too.
