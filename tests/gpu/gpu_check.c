@@ -9,6 +9,7 @@
  *   2. a bf16 cuBLASLt GEMM's rate (8192³, TFLOP/s), the denominator of MFU in later benchmarks;
  *   3. the NCCL comm with one rank (comm_nccl_get_unique_id + comm_new_nccl) and the staged gloo
  *      comm with world 1: all-gather, reduce-scatter, all-reduce on device buffers, fp32 and bf16;
+ *      NCCL's spans (comm_set_trace) at comm_wait, in the host's window around the collectives;
  *   4. two processes: the staged gloo comm with both ranks on device 0, and, with two or more
  *      GPUs, NCCL with one GPU per rank (values, byte counters, bandwidth).
  *
@@ -36,6 +37,7 @@
 #include "gpu_check.h"
 #include "mem.h"
 #include "ops_cpu.h"
+#include "trace.h"
 
 /* ---- comms ---- */
 
@@ -123,6 +125,69 @@ static uint64_t mem_comm_now(void) {
   return ms.cur[MEM_COMM];
 }
 
+/* NCCL's spans (comm_set_trace): each collective timed on the comm's stream, in the trace as soon
+ * as comm_wait returns (no device synchronization), named by its unit and step, inside the host's
+ * window around it, in stream order; the barrier records none. */
+static void check_nccl_spans(comm_t *c) {
+  char detail[512];
+  trace_t *t = NULL;
+  fsdp_clear_error();
+  if (trace_new(&t) != FSDP_OK) {
+    verdict("nccl[1] spans: trace_new", 0, fsdp_last_error());
+    return;
+  }
+  const size_t n = (size_t)1 << 22;   /* 16 MiB of f32: each collective takes measurable time */
+  float *d_send = dbuf(n * 4), *d_recv = dbuf(n * 4);
+  CU(cudaDeviceSynchronize());
+  trace_set_step(t, 7);
+  comm_set_trace(c, t, TRACE_COMM);
+  comm_req *req[3] = {NULL, NULL, NULL};
+  uint64_t h0 = trace_now_us();
+  comm_trace_unit(c, 3);
+  fsdp_status st = comm_allgather(c, d_send, d_recv, n, COMM_F32, &req[0]);
+  comm_trace_unit(c, 4);
+  if (st == FSDP_OK) st = comm_reduce_scatter(c, d_send, d_recv, n, COMM_F32, &req[1]);
+  if (st == FSDP_OK) st = comm_allreduce(c, d_recv, n, COMM_F32, &req[2]);
+  for (int i = 0; i < 3; i++) {
+    fsdp_status w = comm_wait(&req[i]);
+    if (st == FSDP_OK) st = w;
+  }
+  uint64_t h1 = trace_now_us();
+  if (st == FSDP_OK) st = comm_barrier(c);
+  comm_set_trace(c, NULL, TRACE_COMM);
+  if (st != FSDP_OK) {
+    snprintf(detail, sizeof detail, "%s: %s", fsdp_strerror(st), fsdp_last_error());
+    verdict("nccl[1] spans: the collectives", 0, detail);
+    trace_destroy(&t);
+    free_all();
+    return;
+  }
+  trace_span *v = NULL;
+  size_t nv = 0;
+  st = trace_collect(t, 7, 7, &v, &nv);
+  static const trace_kind kinds[3] = {TRACE_ALLGATHER, TRACE_REDUCESCATTER, TRACE_ALLREDUCE};
+  static const int units[3] = {3, 4, TRACE_NO_UNIT};
+  const uint64_t slack = 1000;   /* µs: the anchor is read on the host, the spans on the device */
+  int ok = st == FSDP_OK && nv == 3;
+  snprintf(detail, sizeof detail, "%zu spans of step 7 (expected 3: all-gather, reduce-scatter, all-reduce)", nv);
+  for (size_t i = 0; ok && i < 3; i++) {
+    const trace_span *sp = &v[i];
+    ok = sp->kind == kinds[i] && sp->unit == units[i] && sp->lane == TRACE_COMM && sp->step == 7 && sp->t0_us >= h0 &&
+         sp->t0_us <= sp->t1_us && sp->t1_us <= h1 + slack && (i == 0 || v[i - 1].t1_us <= sp->t0_us + slack);
+    snprintf(detail, sizeof detail, "span %zu: kind %d unit %d lane %d step %d, [%+lld, %+lld] µs from the issue, "
+             "the waits returned at %+lld", i, sp->kind, sp->unit, sp->lane, sp->step, (long long)(sp->t0_us - h0),
+             (long long)(sp->t1_us - h0), (long long)(h1 - h0));
+  }
+  if (ok)
+    snprintf(detail, sizeof detail, "all-gather %llu µs, reduce-scatter %llu µs, all-reduce %llu µs of 16 MiB",
+             (unsigned long long)(v[0].t1_us - v[0].t0_us), (unsigned long long)(v[1].t1_us - v[1].t0_us),
+             (unsigned long long)(v[2].t1_us - v[2].t0_us));
+  verdict("nccl[1] spans: one per collective at comm_wait, named, in the host's window, in order", ok, detail);
+  free(v);
+  trace_destroy(&t);
+  free_all();
+}
+
 static void check_comms_world1(void) {
   printf("\n== comms, world 1, device 0 ==\n");
   char detail[512];
@@ -136,6 +201,7 @@ static void check_comms_world1(void) {
   verdict("nccl[1] comm_nccl_get_unique_id + comm_new_nccl", st == FSDP_OK, detail);
   if (st == FSDP_OK) {
     verdict("nccl[1] comm_nccl_stream is set", comm_nccl_stream(c) != NULL, "");
+    check_nccl_spans(c);
     check_comm_world1(c, "nccl[1]", "nccl");
     comm_destroy(&c);
     uint64_t m1 = mem_comm_now();

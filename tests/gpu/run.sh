@@ -6,7 +6,8 @@
 # Steps, each with its own timeout and one "run.sh: [N] name: PASS|FAIL|SKIP: detail" line:
 #   1 binaries + GPU   unpack .gpubundle (scripts/gpu-bundle.sh, built on the dev machine for sm_90),
 #                      start them natively or through the carried glibc loader; nvidia-smi
-#   2 gpu_check        every CUDA kernel against its CPU twin, the comms, the bf16 GEMM rate
+#   2 gpu_check        every CUDA kernel against its CPU twin, the comms (and NCCL's spans), the
+#                      bf16 GEMM rate
 #   3 cuda vs cpu      5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
 #                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's
 #   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3; then N = 4 as
