@@ -18,7 +18,7 @@ common=("$here/common/err.c" "$here/common/log.c")
 clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/proto/wire.c" \
   "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$here/common/jobspec.c" \
-  "$here/common/plan.c" "${common[@]}" "${libs[@]}"
+  "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/plan_llama.c" "${common[@]}" "${libs[@]}"
 
 # Seeds: the example job files, and a few valid messages written by the wire test's encoder.
 mkdir -p "$out/corpus_jobspec" "$out/corpus_wire"
