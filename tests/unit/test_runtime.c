@@ -39,7 +39,7 @@
 #include "comm.h"
 #include "jobspec.h"
 #include "plan.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "optim.h"
 #include "runtime.h"
 #include "safetensors.h"
@@ -303,13 +303,13 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
   void **units = calloc((size_t)p->nunits, sizeof(void *));
   float **dunits = calloc((size_t)p->nunits, sizeof(float *));
   int *inp = calloc((size_t)BT, sizeof(int)), *tgt = calloc((size_t)BT, sizeof(int));
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   tok_file *tf = NULL;
   int64_t ntok = 4 * (int64_t)BT;
   if (ntok < (1 << 21)) ntok = 1 << 21;   /* the runtime's synthetic stream length */
   if (tok_open_markov(s.markov_seed, p->model.vocab_size, ntok + 1, &tf) != FSDP_OK) _exit(4);
   tok_set_shuffle(tf, s.shuffle, s.seed);
-  gpt2_init_shard(p, s.seed, 0, w);
+  model_init_shard(p, s.seed, 0, w);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = wb + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
@@ -320,7 +320,7 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
     memset(g, 0, (size_t)S * 4);
     if (tok_batch(tf, step - 1, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
     float l = 0;
-    gpt2_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / (float)BT, &l);
+    model_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / (float)BT, &l);
     double sq = 0;
     for (int64_t i = 0; i < S; i++) sq += (double)g[i] * g[i];
     loss[step - 1] = l / (float)BT;
@@ -415,7 +415,7 @@ static int eval_reference_child(int rank, int world, const char *dir, void *arg)
   }
   const int B = c1.batch, T = p->model.seq_len;
   int *inp = calloc((size_t)B * T, sizeof(int)), *tgt = calloc((size_t)B * T, sizeof(int));
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   tok_file *tf = NULL;
   int64_t ntok = 4 * (int64_t)B * T;
   if (ntok < (1 << 21)) ntok = 1 << 21;
@@ -423,9 +423,9 @@ static int eval_reference_child(int rank, int world, const char *dir, void *arg)
   float sum = 0;
   for (int m = 0; m < c->eval_batches; m++) {
     if (tok_batch(tf, m, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
-    gpt2_embed_forward(a, p, units[0], inp);
-    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(a, p, l, units[1 + l]);
-    gpt2_head_forward(a, p, units[0], tgt, &sum);
+    model_embed_forward(a, p, units[0], inp);
+    for (int l = 0; l < p->model.n_layer; l++) model_block_forward(a, p, l, units[1 + l]);
+    model_head_forward(a, p, units[0], tgt, &sum);
   }
   double val = sum / ((double)c->eval_batches * B * T);
   char path[512];
