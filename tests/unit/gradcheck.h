@@ -27,6 +27,17 @@
 #include "plan.h"
 #include "rng.h"
 
+/* The job of these tests: model M, batch B, one rank, fp32, the CPU. */
+static void gradcheck_spec(jobspec_t *s, model_config m, int B) {
+  jobspec_defaults(s);
+  s->model = m;
+  s->batch_size = B;
+  s->grad_accum = 1;
+  s->world_size = 1;
+  s->device = DEVICE_CPU;
+  s->param_dtype = s->reduce_dtype = DTYPE_FP32;
+}
+
 /* Mean cross-entropy over B·T tokens of the reference model. */
 typedef double (*gradcheck_loss_fn)(const plan_t *p, double *const *w, const int *inp, const int *tgt);
 
@@ -83,8 +94,10 @@ static void expect_plan_buffers(const plan_t *p, const model_acts *a) {
   CHECK_EQ_INT((int64_t)p->mem[MEM_WORKSPACE], acts_ws_bytes(a));
 }
 
-/* The model of spec S (world 1, fp32, the CPU) against REF_LOSS; DEV: the synchronous CPU device. */
-static void gradcheck_model(const jobspec_t *s, device_t *dev, gradcheck_loss_fn ref_loss) {
+/* Model M with batch B against REF_LOSS; DEV: the synchronous CPU device. */
+static void gradcheck_model(model_config mc, int B, device_t *dev, gradcheck_loss_fn ref_loss) {
+  jobspec_t spec, *s = &spec;
+  gradcheck_spec(s, mc, B);
   const int N = s->batch_size * s->model.seq_len;
   weights m;
   CHECK(weights_new(&m, s, 1234) == 0);
@@ -200,7 +213,9 @@ static void gradcheck_model(const jobspec_t *s, device_t *dev, gradcheck_loss_fn
 
 /* At init the logits are nearly zero, so the loss is ≈ ln V (within 0.03: the test's header says
  * why); the buffers are the planner's terms and the tracked allocator saw exactly them. */
-static void gradcheck_init_loss(const jobspec_t *s, device_t *dev) {
+static void gradcheck_init_loss(model_config mc, int B, device_t *dev) {
+  jobspec_t spec, *s = &spec;
+  gradcheck_spec(s, mc, B);
   const int N = s->batch_size * s->model.seq_len, V = s->model.vocab_size;
   weights m;
   CHECK(weights_new(&m, s, 42) == 0);

@@ -100,6 +100,15 @@ static void make_spec(const config *c, jobspec_t *s) {
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
 }
 
+/* The plan of C's job on its world (a failed build is a failed check: NULL). */
+static plan_t *plan_of(const config *c) {
+  jobspec_t spec;
+  make_spec(c, &spec);
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, c->world, &p));
+  return p;
+}
+
 /* One rank: the world comm, with hybrid the group and replica comms; train; write the result and
  * the final shard. */
 static int child(int rank, int world, const char *dir, void *arg) {

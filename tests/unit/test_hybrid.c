@@ -112,10 +112,7 @@ static void test_volume_and_memory(void) {
     result res[MAXW], rf[MAXW];
     CHECK(run(&c, res, NULL, NULL) == 0);
     CHECK(run(&f, rf, NULL, NULL) == 0);
-    jobspec_t spec;
-    make_spec(&c, &spec);
-    plan_t *p = NULL;
-    CHECK_OK(plan_build(&spec, c.world, &p));
+    plan_t *p = plan_of(&c);
     if (!p) return;
     uint64_t R = (uint64_t)(c.world / c.group), rb = (uint64_t)jobspec_dtype_bytes(c.reduce_dtype), across = 0;
     for (int u = 0; u < p->nunits; u++) across += 2 * (R - 1) * rb * (uint64_t)p->units[u].shard_numel / R;

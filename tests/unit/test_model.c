@@ -114,32 +114,20 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
 
 /* ---------------------------------------------------------------- tests */
 
-static void spec_for(jobspec_t *s, int L, int H, int C, int V, int T, int B) {
-  jobspec_defaults(s);
-  s->model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
-  s->batch_size = B;
-  s->grad_accum = 1;
-  s->world_size = 1;
-  s->device = DEVICE_CPU;
-  s->param_dtype = s->reduce_dtype = DTYPE_FP32;
-}
-
 static device_t *g_dev;   /* the synchronous CPU device */
 
 /* Gradient of the mean loss vs finite differences of the double reference, every parameter; then
  * accumulation and activation checkpointing (gradcheck.h). */
 static void test_gradcheck(void) {
-  jobspec_t s;
-  spec_for(&s, 2, 2, 8, 16, 5, 2);   /* L H C V T B */
-  gradcheck_model(&s, g_dev, ref_loss);
+  gradcheck_model((model_config){.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16, .seq_len = 5}, 2, g_dev,
+                  ref_loss);
 }
 
 /* At init the logits are nearly zero, so the loss is ≈ ln V: logit std σ ≈ 0.02·sqrt(C) (unit-
  * variance LN output times N(0, 0.02²) embeddings), and E[loss] ≈ ln V + σ²/2 = ln V + 0.005 here. */
 static void test_init_loss(void) {
-  jobspec_t s;
-  spec_for(&s, 2, 4, 32, 64, 16, 4);
-  gradcheck_init_loss(&s, g_dev);
+  gradcheck_init_loss((model_config){.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 64, .seq_len = 16}, 4,
+                      g_dev);
 }
 
 int main(void) {

@@ -122,15 +122,10 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
 
 /* ---------------------------------------------------------------- tests */
 
-static void spec_for(jobspec_t *s, int L, int H, int KV, int C, int F, int V, int T, int B) {
-  jobspec_defaults(s);
-  s->model = (model_config){.arch = ARCH_LLAMA, .n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V,
-                            .seq_len = T, .n_kv_head = KV, .ffn_dim = F, .norm_eps = 1e-5, .rope_theta = 10000};
-  s->batch_size = B;
-  s->grad_accum = 1;
-  s->world_size = 1;
-  s->device = DEVICE_CPU;
-  s->param_dtype = s->reduce_dtype = DTYPE_FP32;
+/* A Llama of these sizes (norm_eps 1e-5, rope_theta 10000). */
+static model_config llama(int L, int H, int KV, int C, int F, int V, int T) {
+  return (model_config){.arch = ARCH_LLAMA, .n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T,
+                        .n_kv_head = KV, .ffn_dim = F, .norm_eps = 1e-5, .rope_theta = 10000};
 }
 
 static device_t *g_dev;   /* the synchronous CPU device */
@@ -139,17 +134,13 @@ static device_t *g_dev;   /* the synchronous CPU device */
  * with two query heads per kv head. Then accumulation and the same step with activation
  * checkpointing (gradcheck.h). */
 static void test_gradcheck(void) {
-  jobspec_t s;
-  spec_for(&s, 2, 4, 2, 16, 12, 16, 5, 2);   /* L H KV C F V T B */
-  gradcheck_model(&s, g_dev, ref_loss);
+  gradcheck_model(llama(2, 4, 2, 16, 12, 16, 5), 2, g_dev, ref_loss);   /* L H KV C F V T, B */
 }
 
 /* At init the logits are nearly zero, so the loss is ≈ ln V; the buffers are the planner's terms
  * and the tracked allocator saw exactly them. */
 static void test_init_loss(void) {
-  jobspec_t s;
-  spec_for(&s, 2, 4, 1, 32, 88, 64, 16, 4);
-  gradcheck_init_loss(&s, g_dev);
+  gradcheck_init_loss(llama(2, 4, 1, 32, 88, 64, 16), 4, g_dev);
 }
 
 int main(void) {

@@ -155,10 +155,7 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
 static void test_bf16_reference(void) {
   config c1 = {.world = 1, .batch = 4, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
                .timeout_s = 20, .param_dtype = DTYPE_BF16};
-  jobspec_t s;
-  make_spec(&c1, &s);
-  plan_t *p = NULL;
-  CHECK_OK(plan_build(&s, 1, &p));
+  plan_t *p = plan_of(&c1);
   if (!p) return;
   char path[512];
   ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
@@ -307,10 +304,7 @@ static void test_ackpt(int llama) {
       c1.ackpt = ACKPT_FULL;
       int same = run_same(&c, &c1, r0, r1);
       c = c1;
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, world, &p));
+      plan_t *p = plan_of(&c);
       if (p) {
         CHECK_EQ_INT(p->mem[MEM_ACTIVATIONS], r1[0].peak[MEM_ACTIVATIONS]);
         CHECK(r1[0].peak[MEM_ACTIVATIONS] < r0[0].peak[MEM_ACTIVATIONS]);
@@ -338,10 +332,7 @@ static void test_offload(void) {
       c1.offload = 1;
       int same = run_same(&c, &c1, r0, r1);
       c = c1;
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, c.world, &p));
+      plan_t *p = plan_of(&c);
       if (p) {
         for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(p->mem[k], r1[0].peak[k]);
         CHECK_EQ_INT(16 * (uint64_t)p->shard_total, p->host_bytes);
@@ -370,10 +361,7 @@ static void test_volume_and_memory(int llama) {
                   .ackpt = v == 5 ? ACKPT_FULL : ACKPT_NONE, .llama = llama};
       result res[MAXW];
       CHECK(run(&c, res, NULL, NULL) == 0);
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, c.world, &p));
+      plan_t *p = plan_of(&c);
       if (!p) return;
       expect_plan(p, res, c.world);
       printf("volume %-7s %s/%s prefetch %d G=%d: sent ag %llu rs %llu ar %llu (= plan); peak %llu B (= plan)\n",
