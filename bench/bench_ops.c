@@ -108,8 +108,8 @@ int main(int argc, char **argv) {
   TIME(t_fcp_f, matmul_forward(y, g, fcw, qkvb, BT, 4 * C, C));
   TIME(t_fcp_b, matmul_backward(dg, dfcw, dfcb, dy, g, fcw, BT, 4 * C, C));
   TIME(t_res, residual_forward(y, x, dy, BT * C));
-  TIME(t_cls_f, classifier_forward(logits, x, wte, BT, C, V));
-  TIME(t_cls_b, classifier_backward(dx, dwte, logits, x, wte, BT, C, V));
+  TIME(t_cls_f, linear_forward(logits, x, wte, BT, C, V));
+  TIME(t_cls_b, linear_backward(dx, dwte, logits, x, wte, BT, C, V));
   TIME(t_xent, softmax_xent_forward_backward(logits, losses, tok, BT, V, 1.0f / BT));
 
   printf("%-28s %10s %10s\n", "op (median ms)", "forward", "backward");

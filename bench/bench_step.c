@@ -1,5 +1,5 @@
 /* bench_step — one rank's GPT-2 training step on the CPU in fp32: forward + backward of the whole
- * model (every unit gathered, as gpt2_forward_backward runs it), and AdamW over the shard, timed
+ * model (every unit gathered, as model_forward_backward runs it), and AdamW over the shard, timed
  * separately. Reports tokens/s, achieved GFLOP/s (the plan's flops_per_token × tokens / time) and
  * the share of the step spent inside cblas_sgemm.
  *
@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "jobspec.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "optim.h"
 #include "plan.h"
 #include "rng.h"
@@ -98,12 +98,12 @@ static int run(const cfg *c, int iters, int threads) {
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
   device_t *dev = NULL;
   if (device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) return 1;
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   if (!w || !g || !m || !v || !units || !dunits || !inp || !tgt || !a) {
     fprintf(stderr, "bench_step: out of memory for %s\n", c->name);
     return 1;
   }
-  gpt2_init_shard(p, 1337, 0, w);
+  model_init_shard(p, 1337, 0, w);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = w + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
@@ -119,7 +119,7 @@ static int run(const cfg *c, int iters, int threads) {
     gemm_ns = gemm_flops = gemm_calls = 0;
     double t0 = now_s();
     float lsum = 0;
-    gpt2_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
+    model_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
     double l = lsum / BT;
     double t1 = now_s();
     if (it == -1) loss = l;      /* at init: ≈ ln V */
@@ -153,7 +153,7 @@ static int run(const cfg *c, int iters, int threads) {
     printf("  sgemm     %.1f%% of fwd+bwd time (%.0f calls/step, %.1f GFLOP/s inside sgemm, %.1f%% of plan FLOPs)\n",
            100 * gemm_s / sum_f, calls, flops_gemm / gemm_s * 1e-9, 100 * flops_gemm / (step_flops * iters));
   free(tf); free(to); free(w); free(g); free(m); free(v); free(units); free(dunits); free(inp); free(tgt);
-  gpt2_acts_destroy(&a);
+  model_acts_destroy(&a);
   device_destroy(&dev);
   plan_destroy(&p);
   return 0;

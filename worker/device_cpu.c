@@ -399,10 +399,10 @@ static void run_classifier(cpu_dev *d, const targ *a) {
   float *logits = a[4].p, *loss_acc = a[3].p;
   const float *inp = a[5].p, *wte = a[6].p;
   int BT = (int)a[8].i, C = (int)a[9].i, V = (int)a[10].i;
-  classifier_forward(logits, inp, wte, BT, C, V);
+  linear_forward(logits, inp, wte, BT, C, V);
   double l = softmax_xent_forward_backward(logits, a[2].p, a[7].p, BT, V, (float)a[11].f);   /* → dlogits */
   *loss_acc += (float)l;
-  if (a[0].p) classifier_backward(a[0].p, a[1].p, logits, inp, wte, BT, C, V);
+  if (a[0].p) linear_backward(a[0].p, a[1].p, logits, inp, wte, BT, C, V);
 }
 static void cpu_classifier(device_t *d, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                            const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale) {

@@ -78,10 +78,6 @@ float model_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) 
 }
 
 void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard) {
-  if (p->model.arch != ARCH_LLAMA) {
-    gpt2_init_shard(p, seed, rank, shard);
-    return;
-  }
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *un = &p->units[u];
     const int64_t lo = plan_shard_offset(p, u, rank), hi = lo + un->shard_numel;
@@ -92,7 +88,13 @@ void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard) {
       int64_t a = pt->offset > lo ? pt->offset : lo;
       int64_t b = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
 #pragma omp parallel for schedule(static)
-      for (int64_t e = a; e < b; e++) dst[e - lo] = llama_init_value(p, u, t, seed, e - pt->offset);
+      for (int64_t e = a; e < b; e++) dst[e - lo] = model_init_value(p, u, t, seed, e - pt->offset);
     }
   }
+}
+
+void *model_take(char *base, int64_t *off, int64_t n, int esz) {
+  void *r = base ? base + *off : NULL;
+  *off += n * esz;
+  return r;
 }

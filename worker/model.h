@@ -43,9 +43,24 @@ void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, 
 const void *model_final_hidden(const model_acts *a);
 int model_head_slot(const plan_t *p);
 
-/* The counter-based initial value of element K of tensor T of unit U, and RANK's whole shard
- * (p->shard_total floats, padding 0): identical for every world size. */
+/* The counter-based initial value of element K (in the tensor's row-major HF layout) of tensor T
+ * of unit U (the architecture's *_init_value), and RANK's concatenated shard (p->shard_total
+ * floats, host memory; unit u at p->units[u].shard_base) filled with those values, padding 0:
+ * identical to slicing the whole model, for every world size. */
 float model_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k);
 void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard);
+
+/* ---------------------------------------------------------------- for the architectures' modules */
+
+/* Tensor SLOT of unit U inside a unit's buffer: parameters in compute form (act elements), or
+ * gradients (fp32). Views; no copy. */
+static inline void *model_param(const plan_t *p, const device_t *d, int u, int slot, const void *buf) {
+  return (char *)(uintptr_t)buf + p->units[u].t[slot].offset * d->act_bytes;
+}
+static inline float *model_grad(const plan_t *p, int u, int slot, float *buf) { return buf + p->units[u].t[slot].offset; }
+
+/* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count): how each architecture
+ * lays its activations and workspace out, once to size the allocations and once to place them. */
+void *model_take(char *base, int64_t *off, int64_t n, int esz);
 
 #endif

@@ -3,18 +3,11 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "model.h"
 #include "rng.h"
 
 /* ---------------------------------------------------------------- buffers */
-
-/* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count). */
-static void *take(char *base, int64_t *off, int64_t n, int esz) {
-  void *r = base ? base + *off : NULL;
-  *off += n * esz;
-  return r;
-}
 
 /* Lay the saved activations and the workspace views out from SAVED and WS; returns the byte sizes. */
 static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
@@ -26,66 +19,66 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   for (int l = 0; l < a->L; l++) {   /* block_saved = 16·BTC + 4·BT + BHTT, in plan_act's order */
     gpt2_block_acts *b = &a->blk[l];
     if (a->recompute) {                /* checkpointing: only the output per block, block_saved = BTC */
-      b->out = take(c, &o, BTC, e);
+      b->out = model_take(c, &o, BTC, e);
       continue;
     }
-    b->ln1 = take(c, &o, BTC, e);
-    b->ln1_mean = take(c, &o, BT, 4);
-    b->ln1_rstd = take(c, &o, BT, 4);
-    b->qkv = take(c, &o, 3 * BTC, e);
-    b->atty = take(c, &o, BTC, e);
-    b->att = take(c, &o, ATT, 4);
-    b->res2 = take(c, &o, BTC, e);
-    b->ln2 = take(c, &o, BTC, e);
-    b->ln2_mean = take(c, &o, BT, 4);
-    b->ln2_rstd = take(c, &o, BT, 4);
-    b->fch = take(c, &o, 4 * BTC, e);
-    b->fch_gelu = take(c, &o, 4 * BTC, e);
-    b->out = take(c, &o, BTC, e);
+    b->ln1 = model_take(c, &o, BTC, e);
+    b->ln1_mean = model_take(c, &o, BT, 4);
+    b->ln1_rstd = model_take(c, &o, BT, 4);
+    b->qkv = model_take(c, &o, 3 * BTC, e);
+    b->atty = model_take(c, &o, BTC, e);
+    b->att = model_take(c, &o, ATT, 4);
+    b->res2 = model_take(c, &o, BTC, e);
+    b->ln2 = model_take(c, &o, BTC, e);
+    b->ln2_mean = model_take(c, &o, BT, 4);
+    b->ln2_rstd = model_take(c, &o, BT, 4);
+    b->fch = model_take(c, &o, 4 * BTC, e);
+    b->fch_gelu = model_take(c, &o, 4 * BTC, e);
+    b->out = model_take(c, &o, BTC, e);
   }
   if (a->recompute && a->L > 0) {      /* the one working set every block shares: block_ws */
     gpt2_block_acts w;
-    w.ln1 = take(c, &o, BTC, e);
-    w.ln1_mean = take(c, &o, BT, 4);
-    w.ln1_rstd = take(c, &o, BT, 4);
-    w.qkv = take(c, &o, 3 * BTC, e);
-    w.atty = take(c, &o, BTC, e);
-    w.att = take(c, &o, ATT, 4);
-    w.res2 = take(c, &o, BTC, e);
-    w.ln2 = take(c, &o, BTC, e);
-    w.ln2_mean = take(c, &o, BT, 4);
-    w.ln2_rstd = take(c, &o, BT, 4);
-    w.fch = take(c, &o, 4 * BTC, e);
-    w.fch_gelu = take(c, &o, 4 * BTC, e);
-    a->fwd_tmp = take(c, &o, BTC, e);   /* not the workspace: a recompute runs amid the backward */
+    w.ln1 = model_take(c, &o, BTC, e);
+    w.ln1_mean = model_take(c, &o, BT, 4);
+    w.ln1_rstd = model_take(c, &o, BT, 4);
+    w.qkv = model_take(c, &o, 3 * BTC, e);
+    w.atty = model_take(c, &o, BTC, e);
+    w.att = model_take(c, &o, ATT, 4);
+    w.res2 = model_take(c, &o, BTC, e);
+    w.ln2 = model_take(c, &o, BTC, e);
+    w.ln2_mean = model_take(c, &o, BT, 4);
+    w.ln2_rstd = model_take(c, &o, BT, 4);
+    w.fch = model_take(c, &o, 4 * BTC, e);
+    w.fch_gelu = model_take(c, &o, 4 * BTC, e);
+    a->fwd_tmp = model_take(c, &o, BTC, e);   /* not the workspace: a recompute runs amid the backward */
     for (int l = 0; l < a->L; l++) {
       w.out = a->blk[l].out;
       a->blk[l] = w;
     }
   }
-  a->x0 = take(c, &o, BTC, e);             /* root_saved = 2·BTC + 2·BT */
-  a->lnf = take(c, &o, BTC, e);
-  a->lnf_mean = take(c, &o, BT, 4);
-  a->lnf_rstd = take(c, &o, BT, 4);
+  a->x0 = model_take(c, &o, BTC, e);             /* root_saved = 2·BTC + 2·BT */
+  a->lnf = model_take(c, &o, BTC, e);
+  a->lnf_mean = model_take(c, &o, BT, 4);
+  a->lnf_rstd = model_take(c, &o, BT, 4);
   *saved_bytes = o;
 
   /* Backward scratch (bwd_ws = 7·BTC + BHTT). dres starts at 0 and overlaps the logits: the
    * head writes it only after the logits are dead. */
   c = ws, o = 0;
-  a->dres = take(c, &o, BTC, e);
-  a->dx = take(c, &o, BTC, e);
-  a->dbuf = take(c, &o, 4 * BTC, e);
-  a->datty = take(c, &o, BTC, e);
-  a->datt = take(c, &o, ATT, 4);
+  a->dres = model_take(c, &o, BTC, e);
+  a->dx = model_take(c, &o, BTC, e);
+  a->dbuf = model_take(c, &o, 4 * BTC, e);
+  a->datty = model_take(c, &o, BTC, e);
+  a->datt = model_take(c, &o, ATT, 4);
   int64_t bwd = o;
   /* The head: logits, losses, then dlnf after both (live together during the classifier). */
   o = 0;
   /* the logits slot also holds dres (at 0) once they are dead: at least BTC act elements, so that
    * dres never reaches the losses or dlnf that ln_f's backward reads while writing it */
   int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);   /* BT·V fp32 on the CPU */
-  a->logits = take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
-  a->losses = take(c, &o, BT, 4);
-  a->dlnf = take(c, &o, BTC, e);
+  a->logits = model_take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
+  a->losses = model_take(c, &o, BT, 4);
+  a->dlnf = model_take(c, &o, BTC, e);
   int64_t head = o;
   /* Forward scratch: anywhere in the workspace, where nothing else is live during the forward
    * (with checkpointing it is in the working set, above) */
@@ -138,7 +131,7 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 
 /* ---------------------------------------------------------------- forward */
 
-#define PARAM(u, slot, buf) gpt2_param(p, a->dev, (u), (slot), (buf))
+#define PARAM(u, slot, buf) model_param(p, a->dev, (u), (slot), (buf))
 
 void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
@@ -182,10 +175,10 @@ void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root,
 
   d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, PARAM(0, ROOT_LNF_W, root),
                            PARAM(0, ROOT_LNF_B, root), B, T, C);
-  d->op->classifier(d, a->dlnf, gpt2_grad(p, 0, ROOT_WTE, droot), a->losses, loss_acc, a->logits, a->lnf,
+  d->op->classifier(d, a->dlnf, model_grad(p, 0, ROOT_WTE, droot), a->losses, loss_acc, a->logits, a->lnf,
                     PARAM(0, ROOT_WTE, root), targets, BT, C, V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it. */
-  d->op->layernorm_backward(d, a->dres, gpt2_grad(p, 0, ROOT_LNF_W, droot), gpt2_grad(p, 0, ROOT_LNF_B, droot),
+  d->op->layernorm_backward(d, a->dres, model_grad(p, 0, ROOT_LNF_W, droot), model_grad(p, 0, ROOT_LNF_B, droot),
                             a->dlnf, x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
@@ -206,7 +199,7 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   const void *x = block_input(a, layer);
   void *dres = a->dres;              /* on entry dL/d out; on return dL/d x */
   void *dfch = s->fch_gelu;          /* fch_gelu is dead once c_proj's weight gradient is taken */
-#define DPARAM(slot) gpt2_grad(p, u, (slot), dunit)
+#define DPARAM(slot) model_grad(p, u, (slot), dunit)
 
   /* activation checkpointing: the block's activations again, from its saved input, with the unit
    * the runtime gathered for this backward; the same operators give the same bits */
@@ -236,17 +229,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
 
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_backward(d, gpt2_grad(p, 0, ROOT_WTE, droot), gpt2_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
+  d->op->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
                           a->B, a->T, a->C);
-}
-
-void gpt2_forward_backward(const plan_t *p, gpt2_acts *a, void *const *units, float *const *dunits, const int *inp,
-                           const int *targets, float dscale, float *loss_acc) {
-  gpt2_embed_forward(a, p, units[0], inp);
-  for (int l = 0; l < a->L; l++) gpt2_block_forward(a, p, l, units[1 + l]);
-  gpt2_head_forward_backward(a, p, units[0], dunits[0], targets, dscale, loss_acc);
-  for (int l = a->L - 1; l >= 0; l--) gpt2_block_backward(a, p, l, units[1 + l], dunits[1 + l]);
-  gpt2_embed_backward(a, p, dunits[0], inp);
 }
 
 /* ---------------------------------------------------------------- initialization */
@@ -269,20 +253,4 @@ float gpt2_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
     }
   }
   return (float)(std * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
-}
-
-void gpt2_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard) {
-  for (int u = 0; u < p->nunits; u++) {
-    const plan_unit *un = &p->units[u];
-    const int64_t lo = plan_shard_offset(p, u, rank), hi = lo + un->shard_numel;
-    float *dst = shard + un->shard_base;    /* dst[i] is flat element lo + i */
-    memset(dst, 0, (size_t)un->shard_numel * sizeof(float));
-    for (int t = 0; t < un->ntensors; t++) {
-      const plan_tensor *pt = &un->t[t];
-      int64_t a = pt->offset > lo ? pt->offset : lo;
-      int64_t b = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
-#pragma omp parallel for schedule(static)
-      for (int64_t e = a; e < b; e++) dst[e - lo] = gpt2_init_value(p, u, t, seed, e - pt->offset);
-    }
-  }
 }

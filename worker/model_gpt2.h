@@ -2,7 +2,7 @@
  *
  * The FSDP runtime gathers a unit's flat buffer, brings it to the device's compute form, and hands
  * it here with the unit's offsets from the plan; this module never sees shards, ranks or
- * collectives (except gpt2_init_shard, which fills a rank's shard from the counter-based generator).
+ * collectives (model_init_shard, in model.c, fills a rank's shard from gpt2_init_value).
  * Every call only submits operators to the device's stream. Per micro-step the runtime calls:
  *
  *   gpt2_embed_forward                     x0 = wte[inp] + wpe                 (root unit)
@@ -81,15 +81,6 @@ typedef struct gpt2_acts {
 gpt2_acts *gpt2_acts_new(const plan_t *p, device_t *d);
 void gpt2_acts_destroy(gpt2_acts **a);
 
-/* Tensor SLOT of unit U inside a unit's buffer: parameters in compute form (act elements), or
- * gradients (fp32). Views; no copy. */
-static inline void *gpt2_param(const plan_t *p, const device_t *d, int u, int slot, const void *buf) {
-  return (char *)(uintptr_t)buf + p->units[u].t[slot].offset * d->act_bytes;
-}
-static inline float *gpt2_grad(const plan_t *p, int u, int slot, float *buf) {
-  return buf + p->units[u].t[slot].offset;
-}
-
 /* inp, targets: B·T token ids on the device, each in [0, V) (the data loader checks). root/droot:
  * unit 0's parameters (compute form) and gradient; unit/dunit: unit 1+layer's. loss_acc: one
  * device float the head adds its Σ of per-token losses (nats) to. */
@@ -103,18 +94,9 @@ void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const in
 void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp);
 
-/* Every unit in order with all units in compute form: units[u], dunits[u] are unit u's flat
- * buffers (dunits accumulate); *loss_acc += Σ loss. For tests and the benchmark. */
-void gpt2_forward_backward(const plan_t *p, gpt2_acts *a, void *const *units, float *const *dunits, const int *inp,
-                           const int *targets, float dscale, float *loss_acc);
-
 /* Initial value of element K (in the tensor's row-major HF layout) of tensor T of unit U:
  * weights and embeddings N(0, 0.02) from rng_normal(seed, gid, k), c_proj weights (attn and mlp)
  * N(0, 0.02/sqrt(2·n_layer)), biases 0, LayerNorm weights 1 and biases 0. */
 float gpt2_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k);
-/* Fill RANK's concatenated shard (p->shard_total floats, host memory; unit u at
- * p->units[u].shard_base) with the initial values; padding is 0. Identical to slicing the whole
- * model for every world size. */
-void gpt2_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard);
 
 #endif

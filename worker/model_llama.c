@@ -5,31 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "rng.h"
 
 /* ---------------------------------------------------------------- buffers */
 
-/* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count). */
-static void *take(char *base, int64_t *off, int64_t n, int esz) {
-  void *r = base ? base + *off : NULL;
-  *off += n * esz;
-  return r;
-}
 
 /* Everything of a layer but its output, in plan_act's order. */
 static void take_block(llama_acts *a, llama_block_acts *b, char *c, int64_t *o, int64_t att) {
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int e = a->dev->act_bytes;
-  b->ln1 = take(c, o, BTC, e);
-  b->ln1_rstd = take(c, o, BT, 4);
-  b->qkv = take(c, o, BT * a->Q, e);
-  b->atty = take(c, o, BTC, e);
-  b->att = take(c, o, att, 4);
-  b->res2 = take(c, o, BTC, e);
-  b->ln2 = take(c, o, BTC, e);
-  b->ln2_rstd = take(c, o, BT, 4);
-  b->gu = take(c, o, BT * 2 * a->F, e);
-  b->h = take(c, o, BT * a->F, e);
+  b->ln1 = model_take(c, o, BTC, e);
+  b->ln1_rstd = model_take(c, o, BT, 4);
+  b->qkv = model_take(c, o, BT * a->Q, e);
+  b->atty = model_take(c, o, BTC, e);
+  b->att = model_take(c, o, att, 4);
+  b->res2 = model_take(c, o, BTC, e);
+  b->ln2 = model_take(c, o, BTC, e);
+  b->ln2_rstd = model_take(c, o, BT, 4);
+  b->gu = model_take(c, o, BT * 2 * a->F, e);
+  b->h = model_take(c, o, BT * a->F, e);
 }
 
 static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
@@ -41,37 +36,37 @@ static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, i
   for (int l = 0; l < a->L; l++) {
     llama_block_acts *b = &a->blk[l];
     if (!a->recompute) take_block(a, b, c, &o, ATT);
-    b->out = take(c, &o, BTC, e);
+    b->out = model_take(c, &o, BTC, e);
   }
   if (a->recompute && a->L > 0) {      /* the one working set every layer shares: block_ws */
     llama_block_acts w;
     take_block(a, &w, c, &o, ATT);
-    a->fwd_tmp = take(c, &o, BTC, e);  /* not the workspace: a recompute runs amid the backward */
+    a->fwd_tmp = model_take(c, &o, BTC, e);  /* not the workspace: a recompute runs amid the backward */
     for (int l = 0; l < a->L; l++) {
       w.out = a->blk[l].out;
       a->blk[l] = w;
     }
   }
-  a->x0 = take(c, &o, BTC, e);         /* root_saved = 2·BTC + BT */
-  a->lnf = take(c, &o, BTC, e);
-  a->lnf_rstd = take(c, &o, BT, 4);
+  a->x0 = model_take(c, &o, BTC, e);         /* root_saved = 2·BTC + BT */
+  a->lnf = model_take(c, &o, BTC, e);
+  a->lnf_rstd = model_take(c, &o, BT, 4);
   *saved_bytes = o;
 
   /* Backward scratch (bwd_ws = 3·BTC + BTF + BT·max(2F, Q) + ATT); dres at 0 overlaps the logits,
    * which are dead before the head writes it. */
   c = ws, o = 0;
-  a->dres = take(c, &o, BTC, e);
-  a->dx = take(c, &o, BTC, e);
-  a->datty = take(c, &o, BTC, e);
-  a->dh = take(c, &o, BT * a->F, e);
-  a->dbuf = take(c, &o, BT * (2 * a->F > a->Q ? 2 * a->F : a->Q), e);
-  a->datt = take(c, &o, ATT, 4);
+  a->dres = model_take(c, &o, BTC, e);
+  a->dx = model_take(c, &o, BTC, e);
+  a->datty = model_take(c, &o, BTC, e);
+  a->dh = model_take(c, &o, BT * a->F, e);
+  a->dbuf = model_take(c, &o, BT * (2 * a->F > a->Q ? 2 * a->F : a->Q), e);
+  a->datt = model_take(c, &o, ATT, 4);
   int64_t bwd = o;
   o = 0;   /* the head: logits (at least BTC act elements: dres), losses, dlnf */
   int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);
-  a->logits = take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
-  a->losses = take(c, &o, BT, 4);
-  a->dlnf = take(c, &o, BTC, e);
+  a->logits = model_take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
+  a->losses = model_take(c, &o, BT, 4);
+  a->dlnf = model_take(c, &o, BTC, e);
   int64_t head = o;
   if (!a->recompute) a->fwd_tmp = ws;   /* nothing else in the workspace is live during the forward */
   *ws_bytes = bwd > head ? bwd : head;
@@ -130,8 +125,8 @@ void llama_acts_destroy(llama_acts **pa) {
 /* ---------------------------------------------------------------- forward */
 
 /* Tensor SLOT of unit U in compute form (act elements), and its fp32 gradient. */
-#define PARAM(u, slot, buf) ((void *)((char *)(uintptr_t)(buf) + p->units[(u)].t[(slot)].offset * a->dev->act_bytes))
-#define GRAD(u, slot, buf) ((buf) + p->units[(u)].t[(slot)].offset)
+#define PARAM(u, slot, buf) model_param(p, a->dev, (u), (slot), (buf))
+#define GRAD(u, slot, buf) model_grad(p, (u), (slot), (buf))
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;

@@ -494,24 +494,6 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int
   }
 }
 
-/* ---- tied output head (wte [V, C]) ---- */
-
-void classifier_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
-  pthread_once(&blas_check_once, blas_check);
-  if (BT <= 0 || V <= 0) return;
-  /* logits[BT,V] = inp[BT,C] · wte[V,C]ᵀ */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
-}
-
-void classifier_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte,
-                         int BT, int C, int V) {
-  if (BT <= 0 || C <= 0 || V <= 0) return;
-  /* dinp[BT,C] = dlogits[BT,V] · wte[V,C] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
-  /* dwte[V,C] += dlogits[BT,V]ᵀ · inp[BT,C] */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, BT, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
-}
-
 /* ---- fused softmax + cross-entropy ---- */
 
 /* One row: z (V logits) becomes dlogits; returns the row's loss. A target outside [0, V) is a

@@ -47,7 +47,9 @@ void residual_forward(float *out, const float *a, const float *b, int N);
 /* ---- Llama ---- */
 
 /* nn.Linear without bias: weight is [OC, C] (out, in); out[n,:] = weight·inp[n,:]. BT rows.
- * Backward: dinp = dout·weight (dinp may be NULL: not wanted), dweight += doutᵀ·inp. */
+ * Backward: dinp = dout·weight (dinp may be NULL: not wanted), dweight += doutᵀ·inp.
+ * Also the output head of both architectures: logits[n,v] = Σ_c inp[n,c]·w[v,c], w = wte (GPT-2,
+ * tied) or lm_head (Llama), [V, C]. */
 void linear_forward(float *out, const float *inp, const float *weight, int BT, int C, int OC);
 void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                      int BT, int C, int OC);
@@ -68,10 +70,6 @@ void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, float the
 void swiglu_forward(float *out, const float *gu, int BT, int F);
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 
-/* The tied output head: logits[n,v] = Σ_c inp[n,c]·wte[v,c]; wte is [V,C]. */
-void classifier_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V);
-void classifier_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte,
-                         int BT, int C, int V);
 
 /* Fused softmax + cross-entropy, in place: on entry `logits` holds (BT,V) logits; on return it holds
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].

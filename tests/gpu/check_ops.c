@@ -270,9 +270,9 @@ static void check_classifier(const shape *s, int BT, int chunk) {
 
   float *logits = h_nan((size_t)BT * V), *losses = h_nan((size_t)BT), *dinp = h_nan(nin);
   float *pre_dwte = h_uniform(nw, -1, 1), *dwte = h_copy(pre_dwte, nw);
-  classifier_forward(logits, inp, wte, BT, C, V);
+  linear_forward(logits, inp, wte, BT, C, V);   /* the head: wte [V, C] as the weight */
   softmax_xent_forward_backward(logits, losses, tgt, BT, V, dscale);
-  classifier_backward(dinp, dwte, logits, inp, wte, BT, C, V);
+  linear_backward(dinp, dwte, logits, inp, wte, BT, C, V);
 
   /* dwte padded to Vp rows of 7.0: they must stay 7.0 */
   float *pad = hbuf((nwp - nw) * sizeof(float));

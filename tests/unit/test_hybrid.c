@@ -15,9 +15,10 @@
  * Checkpoints: a hybrid job's checkpoint resumes into full sharding and a full job's into hybrid,
  * continuing the loss curve of an uninterrupted run.
  * Bad input: G not dividing N, and hybrid at N = G, are refused with one line.
+ * The job, the forked ranks (with their group and replica comms) and the comparisons are
+ * tests/unit/rtharness.h, shared with test_runtime.
  */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,222 +26,21 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "ranks.h"
-#include "testfiles.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "comm_hybrid.h"
 #include "jobspec.h"
 #include "plan.h"
-#include "runtime.h"
-
-#define STEPS 5
-#define MAXW 6
-
-static const char *JOB =
-    "[job]\nname = hybrid\nsteps = 5\nseed = 7\n"
-    "[model]\nn_layer = 3\nn_head = 2\nn_embd = 32\nvocab_size = 96\nseq_len = 16\n"
-    "[data]\ntrain = synthetic:markov:11\nbatch_size = 4\ngrad_accum = 1\n"
-    "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\nschedule = cosine\nweight_decay = 0.1\ngrad_clip = 1.0\n"
-    "[fsdp]\nworld_size = 1\nprefetch = 1\ntimeout_s = 20\n";
-
-typedef struct result {
-  double loss[STEPS + 1], gnorm[STEPS + 1];   /* by step, 1-based */
-  uint64_t sent[COLL_NKIND], sent_inter[COLL_NKIND];   /* the last step's */
-  uint64_t peak[MEM_NCAT], peak_total;
-  double val_loss;                  /* runtime_eval after the last step, when eval_batches > 0 */
-  int restored;
-  int failed_step, fail_status;
-  double fail_after_s;
-} result;
-
-typedef struct config {
-  int world, group, batch, accum;   /* group > 0: sharding hybrid with shard_group = group */
-  shard_mode sharding;              /* when group = 0 */
-  dtype_kind param_dtype, reduce_dtype;
-  int die_rank, die_step;           /* -1: nobody dies */
-  double timeout_s;
-  int first, last;                  /* steps run (0, 0: 1..STEPS) */
-  int restore, ckpt_at;             /* restore from ckdir first; checkpoint after step ckpt_at */
-  int eval_batches;                 /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
-  int llama;                        /* JOB's model replaced by LLAMA */
-  char ckdir[128];
-} config;
-
-/* A Llama of the same size, with grouped-query attention (two query heads per kv head). */
-static const model_config LLAMA = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
-                                   .ffn_dim = 40, .vocab_size = 96, .seq_len = 16, .norm_eps = 1e-5,
-                                   .rope_theta = 10000};
-
-static dev_cpu_mode g_mode;
-
-static void make_spec(const config *c, jobspec_t *s) {
-  if (jobspec_parse(JOB, "test_hybrid.ini", "/tmp", s) != FSDP_OK) {
-    fprintf(stderr, "job text: %s\n", fsdp_last_error());
-    exit(2);
-  }
-  s->world_size = c->world;
-  s->batch_size = c->batch;
-  s->grad_accum = c->accum;
-  s->sharding = c->group ? SHARD_HYBRID : c->sharding;
-  s->shard_group = c->group;
-  s->timeout_s = c->timeout_s;
-  s->param_dtype = c->param_dtype;
-  s->reduce_dtype = c->reduce_dtype;
-  snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", c->ckdir);
-  if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
-  if (c->llama) s->model = LLAMA;
-}
-
-/* One rank: world comm, and with hybrid the group and replica comms; train; write the result and
- * the final shard. */
-static int child(int rank, int world, const char *dir, void *arg) {
-  const config *c = arg;
-  (void)world;
-  jobspec_t spec;
-  make_spec(c, &spec);
-  plan_t *plan = NULL;
-  comm_t *comm = NULL, *gcomm = NULL, *rcomm = NULL;
-  device_t *dev = NULL;
-  runtime_t *rt = NULL;
-  result res;
-  memset(&res, 0, sizeof res);
-  res.failed_step = -1;
-  char store[512], path[600];
-  snprintf(store, sizeof store, "%s/store", dir);
-  comm_hybrid_args ha = {.rank = rank, .world = c->world, .group = c->group, .store_dir = store, .prefix = "t/",
-                         .timeout_s = c->timeout_s, .device = -1};
-  if (plan_build(&spec, c->world, &plan) != FSDP_OK ||
-      comm_new_gloo(rank, c->world, store, NULL, "t/", spec.timeout_s, &comm) != FSDP_OK ||
-      device_new_cpu(g_mode, &dev) != FSDP_OK || runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK ||
-      (c->group && (comm_hybrid_open(comm, &ha, &gcomm, &rcomm) != FSDP_OK ||
-                    runtime_set_groups(rt, gcomm, rcomm) != FSDP_OK))) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
-    _exit(3);
-  }
-  if (c->restore && runtime_restore(rt, c->ckdir, &res.restored) != FSDP_OK) {
-    fprintf(stderr, "rank %d restore: %s\n", rank, fsdp_last_error());
-    _exit(4);
-  }
-  int first = c->first ? c->first : 1, last = c->last ? c->last : STEPS;
-  for (int s = first; s <= last; s++) {
-    if (rank == c->die_rank && s == c->die_step) _exit(7);   /* dies mid-job, without a word */
-    rt_report r;
-    double t = now_s();
-    fsdp_status rc = runtime_step(rt, s, &r);
-    if (rc != FSDP_OK) {
-      res.failed_step = s;
-      res.fail_status = rc;
-      res.fail_after_s = now_s() - t;
-      fprintf(stderr, "rank %d step %d failed: %s\n", rank, s, fsdp_last_error());
-      break;
-    }
-    res.loss[s] = r.loss;
-    res.gnorm[s] = r.grad_norm;
-    memcpy(res.sent, r.sent, sizeof res.sent);
-    memcpy(res.sent_inter, r.sent_inter, sizeof res.sent_inter);
-    memcpy(res.peak, r.peak, sizeof res.peak);
-    res.peak_total = r.peak_total;
-    if (s == c->ckpt_at && runtime_checkpoint(rt, c->ckdir, s) != FSDP_OK) {
-      fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
-      _exit(6);
-    }
-  }
-  double eval_ms = 0;
-  if (c->eval_batches && res.failed_step < 0 && runtime_eval(rt, c->eval_batches, &res.val_loss, &eval_ms) != FSDP_OK) {
-    fprintf(stderr, "rank %d eval: %s\n", rank, fsdp_last_error());
-    _exit(6);
-  }
-  snprintf(path, sizeof path, "%s/result-%d", dir, rank);
-  if (write_all(path, &res, sizeof res)) _exit(4);
-  snprintf(path, sizeof path, "%s/shard-%d", dir, rank);
-  if (res.failed_step < 0 && write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(5);
-  if (res.failed_step < 0) {   /* a failed comm cannot be torn down politely; the process exits */
-    runtime_destroy(&rt);
-    device_destroy(&dev);
-    comm_destroy(&rcomm);
-    comm_destroy(&gcomm);
-    comm_destroy(&comm);
-  }
-  plan_destroy(&plan);
-  return 0;
-}
-
-/* Ranks of the last run() whose final shard differs from the same shard in group 0 (hybrid: every
- * replica must hold the same bits, since the cross-group all-reduce gives every rank the same sums). */
-static int g_replicas_differ;
-
-/* Run C; res[rank]; *model (may be NULL) = the whole model from the shards of ranks 0..shard_world−1. */
-static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel) {
-  ranks_run rr = {.world = c->world, .deadline_s = 180, .release_fd = -1};
-  ranks_go(&rr, child, (void *)(uintptr_t)c);
-  char path[600], why[64];
-  int ok = 1;
-  for (int r = 0; r < c->world; r++) {
-    int st = rr.status[r];
-    if (r != c->die_rank && (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
-      fprintf(stderr, "rank %d ended: %s\n", r, ranks_why(&rr, r, why, sizeof why));
-      ok = 0;
-    }
-  }
-  jobspec_t spec;
-  make_spec(c, &spec);
-  plan_t *plan = NULL;
-  if (plan_build(&spec, c->world, &plan) != FSDP_OK) return -1;
-  int64_t total = 0;
-  for (int u = 0; u < plan->nunits; u++) total += plan->units[u].numel;
-  size_t sbytes = (size_t)plan->shard_total * sizeof(float);
-  float *full = calloc((size_t)total, sizeof(float)), *shards = malloc(sbytes * (size_t)c->world);
-  g_replicas_differ = 0;
-  for (int r = 0; r < c->world; r++) {
-    if (r == c->die_rank) continue;
-    snprintf(path, sizeof path, "%s/result-%d", rr.dir, r);
-    if (read_all(path, &res[r], sizeof res[r])) ok = 0;
-    if (res[r].failed_step >= 0) continue;
-    float *mine = shards + (size_t)r * plan->shard_total;
-    snprintf(path, sizeof path, "%s/shard-%d", rr.dir, r);
-    if (read_all(path, mine, sbytes) != 0) {
-      ok = 0;
-      continue;
-    }
-    if (r < plan->shard_world) place_shard(plan, r, mine, full);
-    else g_replicas_differ += memcmp(mine, shards + (size_t)(r % plan->shard_world) * plan->shard_total, sbytes) != 0;
-  }
-  free(shards);
-  if (model) *model = full, *nmodel = total;
-  else free(full);
-  plan_destroy(&plan);
-  ranks_cleanup(&rr);
-  return ok ? 0 : -1;
-}
-
-static void compare(const char *what, const result *ref, const float *mref, const result *res, int world,
-                    const float *m, int64_t n, double loss_rtol, double w_atol, double w_rtol) {
-  double maxl = 0, maxw = 0;
-  for (int s = 1; s <= STEPS; s++) {
-    for (int r = 0; r < world; r++) CHECK(res[r].loss[s] == res[0].loss[s]);
-    CHECK_NEAR(ref->loss[s], res[0].loss[s], 0, loss_rtol);
-    CHECK_NEAR(ref->gnorm[s], res[0].gnorm[s], 0, 10 * loss_rtol);   /* test_runtime: 1e-4 with fp32 */
-    double d = fabs(res[0].loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
-    if (d > maxl) maxl = d;
-  }
-  int bad = 0;
-  for (int64_t i = 0; i < n && m && mref; i++) {
-    double d = fabs((double)m[i] - mref[i]);
-    if (d > maxw) maxw = d;
-    if (d > w_atol + w_rtol * fabs(mref[i])) bad++;
-  }
-  CHECK_EQ_INT(0, bad);
-  if (m && mref) printf("%s: max loss rel diff %.2e, max weight abs diff %.2e\n", what, maxl, maxw);
-  else printf("%s: max loss rel diff %.2e\n", what, maxl);
-}
+#include "ranks.h"
+#include "rtharness.h"
+#include "testfiles.h"
 
 /* N = 4 as 2 × 2 and N = 6 as 3 × 2 against N = 1 at N·B = 12, with G = 1 and 2 micro-steps; and
  * the same in bf16 reductions against N = 1 in bf16 (test_runtime's bf16 bound). */
 static void test_equivalence(void) {
   for (int accum = 1; accum <= 2; accum++) {
-    config ref = {.world = 1, .batch = 12, .accum = accum, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20,
-                  .eval_batches = 2};
+    config ref = {.world = 1, .batch = 12, .accum = accum, .sharding = SHARD_FULL, .prefetch = 1, .die_rank = -1,
+                  .timeout_s = 20, .eval_batches = 2};
     result rref[MAXW];
     float *mref = NULL;
     int64_t n = 0;
@@ -270,8 +70,8 @@ static void test_equivalence(void) {
     CHECK(rref[0].loss[5] < rref[0].loss[1]);
     free(mref);
   }
-  config ref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20,
-                .param_dtype = DTYPE_BF16, .reduce_dtype = DTYPE_BF16};
+  config ref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .prefetch = 1, .die_rank = -1,
+                .timeout_s = 20, .param_dtype = DTYPE_BF16, .reduce_dtype = DTYPE_BF16};
   result rref[MAXW], res[MAXW];
   CHECK(run(&ref, rref, NULL, NULL) == 0);
   config c = ref;
@@ -281,8 +81,8 @@ static void test_equivalence(void) {
   compare("hybrid bf16/bf16 N=6 as 2 x 3, B=2, G=2 vs N=1 B=12", &rref[0], NULL, res, 6, NULL, 0, 1e-3, 0, 0);
 
   /* the model does not matter to the sharding: a Llama, N = 4 as 2 x 2 against one rank */
-  config lref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .die_rank = -1, .timeout_s = 20,
-                 .llama = 1};
+  config lref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .prefetch = 1, .die_rank = -1,
+                 .timeout_s = 20, .llama = 1};
   float *mref = NULL, *m = NULL;
   int64_t n = 0, nm = 0;
   CHECK(run(&lref, rref, &mref, &n) == 0);
@@ -305,17 +105,14 @@ static void test_volume_and_memory(void) {
     {6, 3, DTYPE_BF16, DTYPE_FP32, 1},
   };
   for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
-    config c = {.world = v[k].world, .group = v[k].group, .batch = 2, .accum = v[k].accum, .die_rank = -1,
-                .timeout_s = 20, .param_dtype = v[k].pdt, .reduce_dtype = v[k].rdt};
+    config c = {.world = v[k].world, .group = v[k].group, .batch = 2, .accum = v[k].accum, .prefetch = 1,
+                .die_rank = -1, .timeout_s = 20, .param_dtype = v[k].pdt, .reduce_dtype = v[k].rdt};
     config f = c;   /* the full job of G ranks */
     f.world = c.group, f.group = 0, f.sharding = SHARD_FULL;
     result res[MAXW], rf[MAXW];
     CHECK(run(&c, res, NULL, NULL) == 0);
     CHECK(run(&f, rf, NULL, NULL) == 0);
-    jobspec_t spec;
-    make_spec(&c, &spec);
-    plan_t *p = NULL;
-    CHECK_OK(plan_build(&spec, c.world, &p));
+    plan_t *p = plan_of(&c);
     if (!p) return;
     uint64_t R = (uint64_t)(c.world / c.group), rb = (uint64_t)jobspec_dtype_bytes(c.reduce_dtype), across = 0;
     for (int u = 0; u < p->nunits; u++) across += 2 * (R - 1) * rb * (uint64_t)p->units[u].shard_numel / R;
@@ -326,18 +123,8 @@ static void test_volume_and_memory(void) {
       CHECK_EQ_INT(across + scalars, res[r].sent_inter[COLL_ALLREDUCE]);
       CHECK_EQ_INT(across + scalars, res[r].sent[COLL_ALLREDUCE]);
       CHECK_EQ_INT(0, res[r].sent_inter[COLL_ALLGATHER] + res[r].sent_inter[COLL_REDUCESCATTER]);
-      for (int q = 0; q < COLL_NKIND; q++) {
-        CHECK_EQ_INT(p->sent_bytes[q], res[r].sent[q]);
-        CHECK_EQ_INT(p->sent_inter[q], res[r].sent_inter[q]);
-      }
-      for (int q = 0; q < MEM_NCAT; q++) {
-        if (res[r].peak[q] != p->mem[q])
-          fprintf(stderr, "  rank %d %s: measured %llu, plan %llu\n", r, plan_mem_category_name((mem_category)q),
-                  (unsigned long long)res[r].peak[q], (unsigned long long)p->mem[q]);
-        CHECK_EQ_INT(p->mem[q], res[r].peak[q]);
-      }
-      CHECK_EQ_INT(p->mem_total, res[r].peak_total);
     }
+    expect_plan(p, res, c.world);
     printf("volume hybrid N=%d G=%d %s/%s accum %d: ag %llu (full N=%d: %llu) rs %llu, inter-group ar %llu "
            "(shard %llu + scalars %llu); peak %llu B (= plan)\n", c.world, c.group, jobspec_dtype_kind_name(c.param_dtype),
            jobspec_dtype_kind_name(c.reduce_dtype), c.accum, (unsigned long long)res[0].sent[0], c.group,
@@ -354,7 +141,8 @@ static void test_volume_and_memory(void) {
  * the bound is one timeout plus the margin of test_runtime's dead-rank test. */
 static void test_dead_rank(void) {
   for (int die = 0; die < 2; die++) {
-    config c = {.world = 4, .group = 2, .batch = 3, .accum = 1, .die_rank = die ? 3 : 0, .die_step = 3, .timeout_s = 2};
+    config c = {.world = 4, .group = 2, .batch = 3, .accum = 1, .prefetch = 1, .die_rank = die ? 3 : 0, .die_step = 3,
+                .timeout_s = 2};
     result res[MAXW];
     double t = now_s();
     CHECK(run(&c, res, NULL, NULL) == 0);
@@ -439,7 +227,7 @@ static void test_dead_rank_comms(void) {
  * checkpoint); full N = 2 resumes it; and full N = 2's checkpoint resumes into hybrid 4. Both
  * continue the uninterrupted hybrid run's losses (to fp32 order, 1e-5). */
 static void test_checkpoints(void) {
-  config straight = {.world = 4, .group = 2, .batch = 3, .accum = 1, .die_rank = -1, .timeout_s = 20};
+  config straight = {.world = 4, .group = 2, .batch = 3, .accum = 1, .prefetch = 1, .die_rank = -1, .timeout_s = 20};
   result rs[MAXW];
   float *ms = NULL;
   int64_t n = 0;
@@ -495,9 +283,9 @@ static void test_bad_input(void) {
     {"world_size = 4\nsharding = full\nshard_group = 2\n", "applies to sharding = hybrid only"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-    char text[2048];   /* JOB without its world_size line, then the case's [fsdp] keys */
-    const char *ws = strstr(JOB, "world_size = 1\n");
-    snprintf(text, sizeof text, "%.*s%s%s", (int)(ws - JOB), JOB, ws + strlen("world_size = 1\n"), bad[k].fsdp);
+    char text[2048];   /* RT_JOB without its world_size line, then the case's [fsdp] keys */
+    const char *ws = strstr(RT_JOB, "world_size = 1\n");
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(ws - RT_JOB), RT_JOB, ws + strlen("world_size = 1\n"), bad[k].fsdp);
     jobspec_t s;
     fsdp_status rc = jobspec_parse(text, "bad.ini", "/tmp", &s);
     const char *msg = fsdp_last_error();
@@ -508,7 +296,7 @@ static void test_bad_input(void) {
   }
   /* the same through plan_build, for a world given elsewhere (fsdpctl plan --world, --standalone) */
   jobspec_t s;
-  CHECK_OK(jobspec_parse(JOB, "ok.ini", "/tmp", &s));
+  CHECK_OK(jobspec_parse(RT_JOB, "ok.ini", "/tmp", &s));
   s.sharding = SHARD_HYBRID;
   s.shard_group = 2;
   plan_t *p = NULL;
@@ -524,16 +312,11 @@ static void test_bad_input(void) {
 
 /* One part per ctest test (tests/CMakeLists.txt): equivalence | volume | failure | ckpt (no PART: all). */
 int main(int argc, char **argv) {
-  single_threaded_ranks(argv);
-  signal(SIGPIPE, SIG_IGN);
+  if (rt_harness_start(argv)) return 2;
   const char *part = argc > 1 ? argv[1] : "all";
   int all = !strcmp(part, "all");
   if (!all && strcmp(part, "equivalence") && strcmp(part, "volume") && strcmp(part, "failure") && strcmp(part, "ckpt")) {
     fprintf(stderr, "test_hybrid: unknown part '%s'; allowed: equivalence, volume, failure, ckpt, all\n", part);
-    return 2;
-  }
-  if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
-    fprintf(stderr, "%s\n", fsdp_last_error());
     return 2;
   }
   test_bad_input();

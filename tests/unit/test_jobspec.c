@@ -46,6 +46,15 @@ static void expect_error(const char *text, int line, const char *needle) {
   CHECK(ok);
 }
 
+/* The two lines that make a job file valid (its train data), and expect_error for them then KEYS. */
+static const char *const TRAIN = "[data]\ntrain = synthetic:markov:1\n";
+
+static void expect_error_train(const char *keys, int line, const char *needle) {
+  char text[512];
+  snprintf(text, sizeof text, "%s%s", TRAIN, keys);
+  expect_error(text, line, needle);
+}
+
 static void test_defaults(void) {
   jobspec_t d;
   jobspec_defaults(&d);
@@ -245,7 +254,7 @@ static void test_load_relative(void) {
 }
 
 static void test_errors(void) {
-  const char *T = "[data]\ntrain = synthetic:markov:1\n";
+  const char *T = TRAIN;
   char buf[512];
   expect_error("[job]\nsteps = 10\n[mdoel]\nn_layer = 2\n", 3, "unknown section [mdoel]");
   expect_error("[job]\nsteps = 10\n[empty]\n", 3, "unknown section [empty]");   /* even with no key */
@@ -259,18 +268,14 @@ static void test_errors(void) {
   expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none | hybrid");
   expect_error("[model]\narch = mamba\n", 2, "arch = 'mamba' is not allowed; allowed: gpt2 | llama");
   /* Llama's own rules, and its keys refused for GPT-2 */
-  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 64\nn_kv_head = 3\nffn_dim = 176\n", T);
-  expect_error(buf, 7, "n_kv_head = 3 does not divide n_head = 4; allowed: a divisor of n_head");
-  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 60\nffn_dim = 176\n", T);
-  expect_error(buf, 6, "head size n_embd / n_head = 15 is odd");
-  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nn_head = 4\nn_embd = 64\n", T);
-  expect_error(buf, 4, "arch = llama needs ffn_dim");
-  snprintf(buf, sizeof buf, "%s[model]\narch = llama\nffn_dim = 0\n", T);
-  expect_error(buf, 5, "arch = llama needs ffn_dim");
-  snprintf(buf, sizeof buf, "%s[model]\nn_kv_head = 4\n", T);
-  expect_error(buf, 4, "[model] n_kv_head applies to arch = llama only");
-  snprintf(buf, sizeof buf, "%s[model]\nrope_theta = 500000\n", T);
-  expect_error(buf, 4, "[model] rope_theta applies to arch = llama only");
+  expect_error_train("[model]\narch = llama\nn_head = 4\nn_embd = 64\nn_kv_head = 3\nffn_dim = 176\n", 7,
+                     "n_kv_head = 3 does not divide n_head = 4; allowed: a divisor of n_head");
+  expect_error_train("[model]\narch = llama\nn_head = 4\nn_embd = 60\nffn_dim = 176\n", 6,
+                     "head size n_embd / n_head = 15 is odd");
+  expect_error_train("[model]\narch = llama\nn_head = 4\nn_embd = 64\n", 4, "arch = llama needs ffn_dim");
+  expect_error_train("[model]\narch = llama\nffn_dim = 0\n", 5, "arch = llama needs ffn_dim");
+  expect_error_train("[model]\nn_kv_head = 4\n", 4, "[model] n_kv_head applies to arch = llama only");
+  expect_error_train("[model]\nrope_theta = 500000\n", 4, "[model] rope_theta applies to arch = llama only");
   /* hybrid: G divides the world and is below it; shard_group belongs to hybrid only (blamed on it) */
   expect_error("[fsdp]\nworld_size = 6\nsharding = hybrid\nshard_group = 4\n", 4, "shard_group = 4 does not divide world_size = 6");
   expect_error("[fsdp]\nworld_size = 4\nsharding = hybrid\nshard_group = 4\n", 4, "is full sharding (one group)");
@@ -278,24 +283,19 @@ static void test_errors(void) {
   expect_error("[model]\ninit = weights.pt\n", 2, "allowed: random | PATH.safetensors");
   expect_error("[model]\ninit = missing.safetensors\n", 2, "cannot read");
   expect_error("[job]\nname = has space\n", 2, "allowed:");
-  snprintf(buf, sizeof buf, "%s[model]\nn_head = 12\nn_embd = 100\n", T);
-  expect_error(buf, 5, "n_embd = 100 is not divisible by n_head = 12");
+  expect_error_train("[model]\nn_head = 12\nn_embd = 100\n", 5, "n_embd = 100 is not divisible by n_head = 12");
   expect_error("[data]\ntrain = no/such/file.bin\n", 2, "cannot read");
   expect_error("[data]\ntrain = synthetic:uniform:3\n", 2, "synthetic:markov:SEED");
   expect_error("[job]\nsteps = 10\n", 2, "train is required");
   expect_error("[job]\nsteps = 10\n[data]\nbatch_size = 2\n", 3, "train is required");
-  snprintf(buf, sizeof buf, "%s[fsdp]\nparam_dtype = bf17\n", T);
-  expect_error(buf, 4, "fp32");   /* mixed precision runs on the CPU too; only the names are checked */
-  snprintf(buf, sizeof buf, "%s[fsdp]\noffload = optimizer\n", T);
-  expect_error(buf, 4, "offload = optimizer moves optimizer state off the GPU, so it needs device = cuda");
-  snprintf(buf, sizeof buf, "%s[fsdp]\nactivation_checkpointing = some\n", T);
-  expect_error(buf, 4, "allowed: none | full");
-  snprintf(buf, sizeof buf, "%s[fsdp]\ncomm = nccl\n", T);
-  expect_error(buf, 4, "comm = nccl needs device = cuda");
-  snprintf(buf, sizeof buf, "%s[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", T);
-  expect_error(buf, 5, "allowed: 0 <= min_lr <= lr");
-  snprintf(buf, sizeof buf, "%s[checkpoint]\nevery = 10\n", T);
-  expect_error(buf, 4, "needs a dir");
+  expect_error_train("[fsdp]\nparam_dtype = bf17\n", 4,
+                     "fp32");   /* mixed precision runs on the CPU too; only the names are checked */
+  expect_error_train("[fsdp]\noffload = optimizer\n", 4,
+                     "offload = optimizer moves optimizer state off the GPU, so it needs device = cuda");
+  expect_error_train("[fsdp]\nactivation_checkpointing = some\n", 4, "allowed: none | full");
+  expect_error_train("[fsdp]\ncomm = nccl\n", 4, "comm = nccl needs device = cuda");
+  expect_error_train("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", 5, "allowed: 0 <= min_lr <= lr");
+  expect_error_train("[checkpoint]\nevery = 10\n", 4, "needs a dir");
   expect_error("[data]\nshuffle = yes\n", 2, "shuffle = 'yes' is not allowed; allowed: false | true");
   expect_error("[data]\nval = no/such/file.bin\n", 2, "[data] val = no/such/file.bin: cannot read");
   expect_error("[data]\nval = synthetic:markov:x\n", 2, "[data] val = 'synthetic:markov:x' is not allowed");
@@ -303,12 +303,10 @@ static void test_errors(void) {
   expect_error("[eval]\nbatches = 0\n", 2, "batches = 0 is out of range; allowed: an integer in 1..1000000");
   expect_error("[eval]\nevery = -1\n", 2, "allowed: an integer in 0..");
   expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, sample_every, sample_prompt");
-  snprintf(buf, sizeof buf, "%s[eval]\nevery = 10\n", T);
-  expect_error(buf, 4, "[eval] every = 10 needs validation tokens; set [data] val");
-  snprintf(buf, sizeof buf, "%s[eval]\nsample_every = 10\n", T);
-  expect_error(buf, 4, "sample_every = 10 needs a prompt");
-  snprintf(buf, sizeof buf, "%s[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", T);
-  expect_error(buf, 6, "byte 123 at offset 2 is outside the vocabulary (vocab_size = 100)");
+  expect_error_train("[eval]\nevery = 10\n", 4, "[eval] every = 10 needs validation tokens; set [data] val");
+  expect_error_train("[eval]\nsample_every = 10\n", 4, "sample_every = 10 needs a prompt");
+  expect_error_train("[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", 6,
+                     "byte 123 at offset 2 is outside the vocabulary (vocab_size = 100)");
   snprintf(buf, sizeof buf, "%s[eval]\nsample_prompt = caf\xc3\xa9\n", T);
   jobspec_t okv;
   CHECK_OK(jobspec_parse(buf, "ok.ini", tmpdir, &okv));   /* UTF-8 bytes are tokens of a 50257 vocabulary */

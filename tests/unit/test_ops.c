@@ -464,17 +464,17 @@ static void test_classifier(void) {
   frand(dlogits, w, BT * V, 1.0);
   cls_ctx x = {BT, C, V, inp_d, wte_d, w, out_d};
 
-  classifier_forward(logits, inp, wte, BT, C, V);
+  linear_forward(logits, inp, wte, BT, C, V);   /* the head: wte [V, C] as the weight */
   cls_objective(&x);
-  expect_close("classifier_forward logits", out_d, logits, BT * V, FWD_ATOL, FWD_RTOL);
+  expect_close("head linear_forward logits", out_d, logits, BT * V, FWD_ATOL, FWD_RTOL);
   ffill(dinp, BT * C, NAN);
   frand(dwte, pre, V * C, 1.0);
-  classifier_backward(dinp, dwte, dlogits, inp, wte, BT, C, V);
+  linear_backward(dinp, dwte, dlogits, inp, wte, BT, C, V);
   fd_grad(g, inp_d, BT * C, cls_objective, &x);
-  expect_close("classifier_backward dinp (=)", g, dinp, BT * C, GRAD_ATOL, GRAD_RTOL);
+  expect_close("head linear_backward dinp (=)", g, dinp, BT * C, GRAD_ATOL, GRAD_RTOL);
   fd_grad(g, wte_d, V * C, cls_objective, &x);
   for (int i = 0; i < V * C; i++) g[i] += pre[i];
-  expect_close("classifier_backward dwte (+=)", g, dwte, V * C, GRAD_ATOL, GRAD_RTOL);
+  expect_close("head linear_backward dwte (+=)", g, dwte, V * C, GRAD_ATOL, GRAD_RTOL);
 
   free(inp), free(wte), free(logits), free(dlogits), free(dinp), free(dwte);
   free(inp_d), free(wte_d), free(w), free(out_d), free(g), free(pre);

@@ -15,6 +15,40 @@ static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   return s;
 }
 
+/* The L blocks of P: unit 1+i is UNIT_FMT(i) with the NT tensors TENSOR_FMT(i, NAMES[j]) of
+ * SHAPES[j] ({n, 0}: 1-D), packed in that order with no gaps and filling the unit, their gids after
+ * the ROOT_NT root tensors, weight decay on the 2-D ones; each found by its name (with its unit)
+ * and by the alias ALIAS_FMT(i, NAMES[j]). */
+static void expect_blocks(const plan_t *p, int L, const char *unit_fmt, const char *tensor_fmt, const char *alias_fmt,
+                          int root_nt, int nt, const char *const *names, const int64_t (*shapes)[2]) {
+  for (int i = 0; i < L; i++) {
+    const plan_unit *u = &p->units[1 + i];
+    char name[96];
+    snprintf(name, sizeof name, unit_fmt, i);
+    CHECK(!strcmp(u->name, name));
+    CHECK_EQ_INT(nt, u->ntensors);
+    int64_t off = 0;
+    for (int j = 0; j < nt; j++) {
+      const plan_tensor *t = &u->t[j];
+      snprintf(name, sizeof name, tensor_fmt, i, names[j]);
+      CHECK(!strcmp(t->name, name));
+      CHECK_EQ_INT(root_nt + nt * i + j, t->gid);
+      CHECK_EQ_INT(shapes[j][1] ? 2 : 1, t->ndim);
+      CHECK_EQ_INT(shapes[j][0], t->shape[0]);
+      CHECK_EQ_INT(shapes[j][1], t->shape[1]);
+      CHECK_EQ_INT(t->ndim == 2, t->decay);
+      CHECK_EQ_INT(off, t->offset);   /* packed in Hugging Face order, no gaps (q|k|v, gate|up adjacent) */
+      off += t->numel;
+      int unit = -1;
+      CHECK(plan_find_tensor(p, name, &unit) == t);
+      CHECK_EQ_INT(1 + i, unit);
+      snprintf(name, sizeof name, alias_fmt, i, names[j]);
+      CHECK(plan_find_tensor(p, name, NULL) == t);
+    }
+    CHECK_EQ_INT(off, u->numel);
+  }
+}
+
 static void test_param_counts(void) {
   plan_t *p = NULL;
   /* GPT-2 small as Hugging Face ships it: 124,439,808 parameters (tied wte, V 50257, 1024 positions) */
@@ -71,30 +105,7 @@ static void test_tensors(void) {
   CHECK_EQ_INT(1, r->t[ROOT_LNF_B].ndim);
   CHECK_EQ_INT(1, r->t[ROOT_WTE].decay);
   CHECK_EQ_INT(0, r->t[ROOT_LNF_W].decay);
-  for (int i = 0; i < 3; i++) {
-    const plan_unit *u = &p->units[1 + i];
-    char name[64];
-    snprintf(name, sizeof name, "h.%d", i);
-    CHECK(!strcmp(u->name, name));
-    CHECK_EQ_INT(BLK_NT, u->ntensors);
-    int64_t off = 0;
-    for (int j = 0; j < BLK_NT; j++) {
-      const plan_tensor *t = &u->t[j];
-      snprintf(name, sizeof name, "h.%d.%s", i, blk[j]);
-      CHECK(!strcmp(t->name, name));
-      CHECK_EQ_INT(4 + 12 * i + j, t->gid);
-      CHECK_EQ_INT(shape[j][1] ? 2 : 1, t->ndim);
-      CHECK_EQ_INT(shape[j][0], t->shape[0]);
-      if (shape[j][1]) CHECK_EQ_INT(shape[j][1], t->shape[1]);
-      CHECK_EQ_INT(t->ndim == 2, t->decay);
-      CHECK_EQ_INT(off, t->offset);   /* packed in Hugging Face order, no gaps */
-      off += t->numel;
-      int unit = -1;
-      CHECK(plan_find_tensor(p, name, &unit) == t);
-      CHECK_EQ_INT(1 + i, unit);
-    }
-    CHECK_EQ_INT(off, u->numel);
-  }
+  expect_blocks(p, 3, "h.%d", "h.%d.%s", "transformer.h.%d.%s", 4, BLK_NT, blk, shape);
   int unit = -1;
   CHECK(plan_find_tensor(p, "transformer.wte.weight", &unit) == &r->t[ROOT_WTE]);
   CHECK_EQ_INT(0, unit);
@@ -487,28 +498,7 @@ static void test_llama(void) {
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight"};
   const int64_t bshape[LBLK_NT][2] = {{C, 0}, {C, C}, {KV, C}, {KV, C}, {C, C}, {C, 0}, {F, C}, {F, C}, {C, F}};
-  for (int i = 0; i < 2; i++) {
-    const plan_unit *u = &p->units[1 + i];
-    char want[96];
-    snprintf(want, sizeof want, "layers.%d", i);
-    CHECK(!strcmp(u->name, want));
-    CHECK_EQ_INT(LBLK_NT, u->ntensors);
-    int64_t off = 0;
-    for (int j = 0; j < LBLK_NT; j++) {
-      const plan_tensor *t = &u->t[j];
-      snprintf(want, sizeof want, "model.layers.%d.%s", i, blk[j]);
-      CHECK(!strcmp(t->name, want));
-      CHECK_EQ_INT(bshape[j][0], t->shape[0]);
-      CHECK_EQ_INT(bshape[j][1], t->shape[1]);
-      CHECK_EQ_INT(LROOT_NT + LBLK_NT * i + j, t->gid);
-      CHECK_EQ_INT(bshape[j][1] != 0, t->decay);
-      CHECK_EQ_INT(off, t->offset);   /* flat, in order: q|k|v and gate|up adjacent */
-      off += t->numel;
-      int unit = -1;
-      CHECK(plan_find_tensor(p, want, &unit) == t && unit == 1 + i);
-      CHECK(plan_find_tensor(p, want + strlen("model."), NULL) == t);   /* without the prefix */
-    }
-  }
+  expect_blocks(p, 2, "layers.%d", "model.layers.%d.%s", "layers.%d.%s", LROOT_NT, LBLK_NT, blk, bshape);
   CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == &p->units[0].t[LROOT_HEAD]);
   CHECK(plan_find_tensor(p, "embed_tokens.weight", NULL) == &p->units[0].t[LROOT_EMBED]);
   CHECK(plan_find_tensor(p, "wte.weight", NULL) == NULL);

@@ -1,5 +1,5 @@
 /* test_rng — Philox4x32-10 against the published known-answer vectors, sane normal statistics, and
- * gpt2_init_shard: every shard of every world size 1..8 holds exactly the whole model's values. */
+ * model_init_shard: every shard of every world size 1..8 holds exactly the whole model's values. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "jobspec.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "plan.h"
 #include "rng.h"
 
@@ -81,7 +81,7 @@ static void test_init_shards(void) {
   CHECK_OK(plan_build(&s, 1, &p1));
   if (!p1) return;
   float *full = malloc(sizeof(float) * (size_t)p1->shard_total);
-  gpt2_init_shard(p1, seed, 0, full);
+  model_init_shard(p1, seed, 0, full);
 
   for (int world = 1; world <= 8; world++) {
     s.world_size = world;
@@ -92,7 +92,7 @@ static void test_init_shards(void) {
     int mismatches = 0, nonzero_pad = 0;
     for (int r = 0; r < world; r++) {
       for (int64_t i = 0; i < p->shard_total; i++) shard[i] = NAN;   /* every element must be written */
-      gpt2_init_shard(p, seed, r, shard);
+      model_init_shard(p, seed, r, shard);
       for (int u = 0; u < p->nunits; u++) {
         const plan_unit *un = &p->units[u];
         int64_t lo = plan_shard_offset(p, u, r);
@@ -121,7 +121,7 @@ static void test_init_shards(void) {
   CHECK_OK(plan_build(&s, 3, &pn));
   if (pn) {
     float *all = malloc(sizeof(float) * (size_t)pn->shard_total);
-    gpt2_init_shard(pn, seed, 2, all);
+    model_init_shard(pn, seed, 2, all);
     int mismatches = 0;
     for (int u = 0; u < pn->nunits; u++)
       if (memcmp(all + pn->units[u].shard_base, full + p1->units[u].shard_base,

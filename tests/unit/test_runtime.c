@@ -20,197 +20,32 @@
  * Failure: a rank that dies makes the others fail with a timeout error within timeout_s (+ margin).
  * Llama (part "llama"): the same equivalence, checkpointing and volume/memory checks for a Llama with
  * grouped-query attention (n_kv_head = n_head / 2).
+ * The job, the forked ranks and the comparisons are tests/unit/rtharness.h, shared with test_hybrid.
  */
-#include <errno.h>
 #include <math.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
-#include "ranks.h"
-#include "testfiles.h"
-#include "comm.h"
 #include "jobspec.h"
-#include "plan.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "optim.h"
-#include "runtime.h"
+#include "plan.h"
+#include "ranks.h"
+#include "rtharness.h"
 #include "safetensors.h"
+#include "testfiles.h"
 #include "tokens.h"
-
-#define STEPS 5
-#define MAXW 4
-
-static const char *JOB =
-    "[job]\nname = equiv\nsteps = 5\nseed = 7\n"
-    "[model]\nn_layer = 3\nn_head = 2\nn_embd = 32\nvocab_size = 96\nseq_len = 16\n"
-    "[data]\ntrain = synthetic:markov:11\nbatch_size = 4\ngrad_accum = 1\n"
-    "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\nschedule = cosine\nweight_decay = 0.1\ngrad_clip = 1.0\n"
-    "[fsdp]\nworld_size = 1\nprefetch = 1\ntimeout_s = 20\n";
-/* Part "llama": JOB's model replaced by this one (GQA: two query heads per kv head). */
-static const model_config LLAMA = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
-                                   .ffn_dim = 40, .vocab_size = 96, .seq_len = 16, .norm_eps = 1e-5,
-                                   .rope_theta = 10000};
-static int g_llama;
-
-typedef struct result {
-  double loss[STEPS], gnorm[STEPS];
-  uint64_t sent[COLL_NKIND];       /* step STEPS */
-  uint64_t peak[MEM_NCAT], peak_total;
-  double val_loss;                 /* runtime_eval after the last step */
-  int failed_step;                 /* for the dead-rank test */
-  int fail_status;
-  double fail_after_s;
-} result;
-
-typedef struct config {
-  int world, batch, accum, prefetch;
-  shard_mode sharding;
-  int die_rank, die_step;          /* -1: nobody dies */
-  double timeout_s;
-  dtype_kind param_dtype, reduce_dtype;
-  int drop_wait;                   /* runtime_test_drop_gather_wait */
-  int eval_batches;                /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
-  ackpt_mode ackpt;
-  int offload;                     /* offload = optimizer, on the CPU device (the host side of it) */
-} config;
-
-/* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs this file as sync and strict). */
-static dev_cpu_mode g_mode;
-
-static void make_spec(const config *c, jobspec_t *s) {
-  if (jobspec_parse(JOB, "test_runtime.ini", "/tmp", s) != FSDP_OK) {
-    fprintf(stderr, "job text: %s\n", fsdp_last_error());
-    exit(2);
-  }
-  if (g_llama) s->model = LLAMA;
-  s->world_size = c->world;
-  s->batch_size = c->batch;
-  s->grad_accum = c->accum;
-  s->prefetch = c->prefetch;
-  s->sharding = c->sharding;
-  s->timeout_s = c->timeout_s;
-  s->param_dtype = c->param_dtype;
-  s->reduce_dtype = c->reduce_dtype;
-  if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
-  s->ackpt = c->ackpt;
-  if (c->offload) s->offload = OFFLOAD_OPTIMIZER;   /* jobspec refuses it on cpu; the runtime runs it */
-}
-
-/* One rank, in a forked child: train STEPS steps, write the result and the final shard. */
-static int child(int rank, int world, const char *dir, void *arg) {
-  const config *c = arg;
-  (void)world;
-  jobspec_t spec;
-  make_spec(c, &spec);
-  plan_t *plan = NULL;
-  comm_t *comm = NULL;
-  device_t *dev = NULL;
-  runtime_t *rt = NULL;
-  result res;
-  memset(&res, 0, sizeof res);
-  res.failed_step = -1;
-  char path[512];
-  snprintf(path, sizeof path, "%s/store", dir);
-  if (plan_build(&spec, c->world, &plan) != FSDP_OK || comm_new_gloo(rank, c->world, path, NULL, "t", spec.timeout_s, &comm) != FSDP_OK ||
-      device_new_cpu(c->drop_wait ? DEV_CPU_STRICT : g_mode, &dev) != FSDP_OK ||
-      runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
-    _exit(3);
-  }
-  runtime_test_drop_gather_wait(rt, c->drop_wait);
-  for (int s = 1; s <= STEPS; s++) {
-    if (rank == c->die_rank && s == c->die_step) _exit(7);   /* dies mid-job, without a word */
-    rt_report r;
-    double t = now_s();
-    fsdp_status rc = runtime_step(rt, s, &r);
-    if (rc != FSDP_OK) {
-      res.failed_step = s;
-      res.fail_status = rc;
-      res.fail_after_s = now_s() - t;
-      fprintf(stderr, "rank %d step %d failed as expected? %s\n", rank, s, fsdp_last_error());
-      break;
-    }
-    res.loss[s - 1] = r.loss;
-    res.gnorm[s - 1] = r.grad_norm;
-    memcpy(res.sent, r.sent, sizeof res.sent);
-    memcpy(res.peak, r.peak, sizeof res.peak);
-    res.peak_total = r.peak_total;
-  }
-  double eval_ms = 0;
-  if (c->eval_batches && res.failed_step < 0 && runtime_eval(rt, c->eval_batches, &res.val_loss, &eval_ms) != FSDP_OK) {
-    fprintf(stderr, "rank %d eval: %s\n", rank, fsdp_last_error());
-    _exit(6);
-  }
-  snprintf(path, sizeof path, "%s/result-%d", dir, rank);
-  if (write_all(path, &res, sizeof res)) _exit(4);
-  snprintf(path, sizeof path, "%s/shard-%d", dir, rank);
-  if (res.failed_step < 0 && write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(5);
-  /* A failed comm cannot be torn down politely; the process exits. */
-  if (res.failed_step < 0) {
-    runtime_destroy(&rt);
-    device_destroy(&dev);
-    comm_destroy(&comm);
-  }
-  plan_destroy(&plan);
-  return 0;
-}
-
-/* Run a configuration; fill res[rank] and the full model (unpadded units concatenated) in *model. */
-static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel) {
-  ranks_run rr = {.world = c->world, .deadline_s = 120, .release_fd = -1};
-  ranks_go(&rr, child, (void *)(uintptr_t)c);
-  const char *dir = rr.dir;
-  char path[512], why[64];
-  int ok = 1;
-  for (int r = 0; r < c->world; r++) {
-    int st = rr.status[r];
-    if (r != c->die_rank && (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
-      fprintf(stderr, "rank %d ended: %s\n", r, ranks_why(&rr, r, why, sizeof why));
-      ok = 0;
-    }
-  }
-  jobspec_t spec;
-  make_spec(c, &spec);
-  plan_t *plan = NULL;
-  if (plan_build(&spec, c->world, &plan) != FSDP_OK) return -1;
-  int64_t total = 0;
-  for (int u = 0; u < plan->nunits; u++) total += plan->units[u].numel;
-  float *full = calloc((size_t)total, sizeof(float));
-  float *shard = malloc((size_t)plan->shard_total * sizeof(float));
-  for (int r = 0; r < c->world; r++) {
-    if (r == c->die_rank) continue;
-    snprintf(path, sizeof path, "%s/result-%d", dir, r);
-    if (read_all(path, &res[r], sizeof res[r])) ok = 0;
-    snprintf(path, sizeof path, "%s/shard-%d", dir, r);
-    if (model && read_all(path, shard, (size_t)plan->shard_total * sizeof(float)) == 0) place_shard(plan, r, shard, full);
-  }
-  free(shard);
-  if (model) {
-    *model = full;
-    *nmodel = total;
-  } else {
-    free(full);
-  }
-  plan_destroy(&plan);
-  ranks_cleanup(&rr);
-  return ok ? 0 : -1;
-}
 
 /* N = 2 and 4 against N = 1 at fixed N·B·G, in every sharding mode, G = 1 and 2, for parameters
  * gathered in fp32 and in bf16 (fp32 reductions: the sums are then the same up to fp32 order). */
-static void test_equivalence(dtype_kind pdt) {
+static void test_equivalence(dtype_kind pdt, int llama) {
   static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
   for (int accum = 1; accum <= 2; accum++) {
     config ref = {.world = 1, .batch = 4, .accum = accum, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
-                  .timeout_s = 20, .param_dtype = pdt};
+                  .timeout_s = 20, .param_dtype = pdt, .llama = llama};
     result rref[MAXW];
     float *mref = NULL;
     int64_t n = 0;
@@ -226,29 +61,16 @@ static void test_equivalence(dtype_kind pdt) {
         int64_t nm = 0;
         CHECK(run(&c, res, &m, &nm) == 0);
         CHECK_EQ_INT(n, nm);
-        double maxl = 0, maxw = 0;
-        for (int s = 0; s < STEPS; s++) {
-          for (int r = 0; r < world; r++) CHECK(res[r].loss[s] == res[0].loss[s]);   /* every rank reports the same */
-          CHECK_NEAR(rref[0].loss[s], res[0].loss[s], 0, 1e-5);
-          CHECK_NEAR(rref[0].gnorm[s], res[0].gnorm[s], 0, 1e-4);
-          double d = fabs(res[0].loss[s] - rref[0].loss[s]) / fabs(rref[0].loss[s]);
-          if (d > maxl) maxl = d;
-        }
-        int bad = 0;
-        for (int64_t i = 0; i < n && m; i++) {
-          double d = fabs((double)m[i] - mref[i]);
-          if (d > maxw) maxw = d;
-          if (d > 2e-6 + 1e-5 * fabs(mref[i])) bad++;
-        }
-        CHECK_EQ_INT(0, bad);
-        printf("equivalence %s params %-7s N=%d B=%d G=%d vs N=1 B=4: max loss rel diff %.2e, max weight abs diff %.2e\n",
-               jobspec_dtype_kind_name(pdt), jobspec_shard_mode_name(c.sharding), world, c.batch, accum, maxl, maxw);
+        char what[128];
+        snprintf(what, sizeof what, "equivalence %s params %-7s N=%d B=%d G=%d vs N=1 B=4",
+                 jobspec_dtype_kind_name(pdt), jobspec_shard_mode_name(c.sharding), world, c.batch, accum);
+        compare(what, &rref[0], mref, res, world, m, n, 1e-5, 2e-6, 1e-5);
         free(m);
       }
     }
-    printf("losses (%s params, N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", jobspec_dtype_kind_name(pdt), accum, rref[0].loss[0],
-           rref[0].loss[1], rref[0].loss[2], rref[0].loss[3], rref[0].loss[4]);
-    CHECK(rref[0].loss[4] < rref[0].loss[0]);
+    printf("losses (%s params, N=1, G=%d): %.6f %.6f %.6f %.6f %.6f\n", jobspec_dtype_kind_name(pdt), accum, rref[0].loss[1],
+           rref[0].loss[2], rref[0].loss[3], rref[0].loss[4], rref[0].loss[5]);
+    CHECK(rref[0].loss[5] < rref[0].loss[1]);
     free(mref);
   }
 }
@@ -271,14 +93,9 @@ static void test_bf16_reductions(void) {
     c.sharding = modes[mi];
     result res[MAXW];
     CHECK(run(&c, res, NULL, NULL) == 0);
-    double maxl = 0;
-    for (int s = 0; s < STEPS; s++) {
-      CHECK(res[1].loss[s] == res[0].loss[s]);
-      CHECK_NEAR(rref[0].loss[s], res[0].loss[s], 0, 1e-4);
-      double d = fabs(res[0].loss[s] - rref[0].loss[s]) / fabs(rref[0].loss[s]);
-      if (d > maxl) maxl = d;
-    }
-    printf("bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4: max loss rel diff %.2e\n", jobspec_shard_mode_name(c.sharding), maxl);
+    char what[128];
+    snprintf(what, sizeof what, "bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4", jobspec_shard_mode_name(c.sharding));
+    compare(what, &rref[0], NULL, res, 2, NULL, 0, 1e-4, 0, 0);
   }
 }
 
@@ -303,13 +120,13 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
   void **units = calloc((size_t)p->nunits, sizeof(void *));
   float **dunits = calloc((size_t)p->nunits, sizeof(float *));
   int *inp = calloc((size_t)BT, sizeof(int)), *tgt = calloc((size_t)BT, sizeof(int));
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   tok_file *tf = NULL;
   int64_t ntok = 4 * (int64_t)BT;
   if (ntok < (1 << 21)) ntok = 1 << 21;   /* the runtime's synthetic stream length */
   if (tok_open_markov(s.markov_seed, p->model.vocab_size, ntok + 1, &tf) != FSDP_OK) _exit(4);
   tok_set_shuffle(tf, s.shuffle, s.seed);
-  gpt2_init_shard(p, s.seed, 0, w);
+  model_init_shard(p, s.seed, 0, w);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = wb + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
@@ -320,7 +137,7 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
     memset(g, 0, (size_t)S * 4);
     if (tok_batch(tf, step - 1, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
     float l = 0;
-    gpt2_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / (float)BT, &l);
+    model_forward_backward(p, a, units, dunits, inp, tgt, 1.0f / (float)BT, &l);
     double sq = 0;
     for (int64_t i = 0; i < S; i++) sq += (double)g[i] * g[i];
     loss[step - 1] = l / (float)BT;
@@ -338,10 +155,7 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
 static void test_bf16_reference(void) {
   config c1 = {.world = 1, .batch = 4, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
                .timeout_s = 20, .param_dtype = DTYPE_BF16};
-  jobspec_t s;
-  make_spec(&c1, &s);
-  plan_t *p = NULL;
-  CHECK_OK(plan_build(&s, 1, &p));
+  plan_t *p = plan_of(&c1);
   if (!p) return;
   char path[512];
   ranks_run rr = {.world = 1, .deadline_s = 120, .release_fd = -1};
@@ -369,8 +183,8 @@ static void test_bf16_reference(void) {
       close2 += fabs((double)m2[k] - ref) <= 2e-6 + 1e-5 * fabs(ref);
     }
   for (int st = 0; st < STEPS; st++) {
-    CHECK(r1[0].loss[st] == loss[st]);
-    CHECK_NEAR(loss[st], r2[0].loss[st], 0, 1e-5);
+    CHECK(r1[0].loss[st + 1] == loss[st]);
+    CHECK_NEAR(loss[st], r2[0].loss[st + 1], 0, 1e-5);
   }
   CHECK_EQ_INT(k, exact);
   CHECK_EQ_INT(k, close2);
@@ -381,7 +195,7 @@ static void test_bf16_reference(void) {
   config cf = c1;
   cf.param_dtype = DTYPE_FP32;
   CHECK(run(&cf, rf, NULL, NULL) == 0);
-  CHECK(rf[0].loss[STEPS - 1] != r1[0].loss[STEPS - 1]);
+  CHECK(rf[0].loss[STEPS] != r1[0].loss[STEPS]);
   free(m1);
   free(m2);
   free(w);
@@ -415,7 +229,7 @@ static int eval_reference_child(int rank, int world, const char *dir, void *arg)
   }
   const int B = c1.batch, T = p->model.seq_len;
   int *inp = calloc((size_t)B * T, sizeof(int)), *tgt = calloc((size_t)B * T, sizeof(int));
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   tok_file *tf = NULL;
   int64_t ntok = 4 * (int64_t)B * T;
   if (ntok < (1 << 21)) ntok = 1 << 21;
@@ -423,9 +237,9 @@ static int eval_reference_child(int rank, int world, const char *dir, void *arg)
   float sum = 0;
   for (int m = 0; m < c->eval_batches; m++) {
     if (tok_batch(tf, m, 0, 1, B, T, p->model.vocab_size, inp, tgt) != FSDP_OK) _exit(4);
-    gpt2_embed_forward(a, p, units[0], inp);
-    for (int l = 0; l < p->model.n_layer; l++) gpt2_block_forward(a, p, l, units[1 + l]);
-    gpt2_head_forward(a, p, units[0], tgt, &sum);
+    model_embed_forward(a, p, units[0], inp);
+    for (int l = 0; l < p->model.n_layer; l++) model_block_forward(a, p, l, units[1 + l]);
+    model_head_forward(a, p, units[0], tgt, &sum);
   }
   double val = sum / ((double)c->eval_batches * B * T);
   char path[512];
@@ -469,7 +283,7 @@ static int run_same(const config *a, const config *b, result ra[MAXW], result rb
   CHECK(run(a, ra, &ma, &na) == 0);
   CHECK(run(b, rb, &mb, &nb) == 0);
   int same = na == nb && ma && mb && !memcmp(ma, mb, (size_t)na * sizeof(float));
-  for (int s = 0; s < STEPS; s++) same &= ra[0].loss[s] == rb[0].loss[s];
+  for (int s = 1; s <= STEPS; s++) same &= ra[0].loss[s] == rb[0].loss[s];
   CHECK(same);
   free(ma);
   free(mb);
@@ -479,21 +293,18 @@ static int run_same(const config *a, const config *b, result ra[MAXW], result rb
 /* Activation checkpointing recomputes each block's forward in its backward with the same operators
  * on the same inputs: losses and weights are bit-identical to no checkpointing, for N = 1, 2, 4 in
  * every mode (with grad_accum 2), and the activations fall to what the plan predicts. */
-static void test_ackpt(void) {
+static void test_ackpt(int llama) {
   static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
   for (int mi = 0; mi < 3; mi++)
     for (int world = 1; world <= 4; world *= 2) {
       config c = {.world = world, .batch = 4 / world, .accum = 2, .prefetch = 1, .sharding = modes[mi],
-                  .die_rank = -1, .timeout_s = 20};
+                  .die_rank = -1, .timeout_s = 20, .llama = llama};
       result r0[MAXW], r1[MAXW];
       config c1 = c;
       c1.ackpt = ACKPT_FULL;
       int same = run_same(&c, &c1, r0, r1);
       c = c1;
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, world, &p));
+      plan_t *p = plan_of(&c);
       if (p) {
         CHECK_EQ_INT(p->mem[MEM_ACTIVATIONS], r1[0].peak[MEM_ACTIVATIONS]);
         CHECK(r1[0].peak[MEM_ACTIVATIONS] < r0[0].peak[MEM_ACTIVATIONS]);
@@ -521,10 +332,7 @@ static void test_offload(void) {
       c1.offload = 1;
       int same = run_same(&c, &c1, r0, r1);
       c = c1;
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, c.world, &p));
+      plan_t *p = plan_of(&c);
       if (p) {
         for (int k = 0; k < MEM_NCAT; k++) CHECK_EQ_INT(p->mem[k], r1[0].peak[k]);
         CHECK_EQ_INT(16 * (uint64_t)p->shard_total, p->host_bytes);
@@ -539,7 +347,7 @@ static void test_offload(void) {
 
 /* Bytes sent and peak memory by category equal the plan, in every mode and dtype; bf16 gathers
  * send half the bytes of fp32 ones, bf16 reductions half of fp32 reductions. */
-static void test_volume_and_memory(void) {
+static void test_volume_and_memory(int llama) {
   static const shard_mode modes[] = {SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE};
   static const dtype_kind dts[][2] = {{DTYPE_FP32, DTYPE_FP32}, {DTYPE_BF16, DTYPE_FP32}, {DTYPE_BF16, DTYPE_BF16}};
   /* every mode with prefetch 0 and 2; accumulation (which doubles the gathers and reduce-scatters
@@ -550,24 +358,12 @@ static void test_volume_and_memory(void) {
       int pf = v == 1 ? 2 : 0, accum = v == 2 || v == 5 ? 2 : 1, di = v < 3 ? 0 : v == 5 ? 1 : v - 2;
       config c = {.world = 2, .batch = 2, .accum = accum, .prefetch = pf, .sharding = modes[mi], .die_rank = -1,
                   .timeout_s = 20, .param_dtype = dts[di][0], .reduce_dtype = dts[di][1],
-                  .ackpt = v == 5 ? ACKPT_FULL : ACKPT_NONE};
+                  .ackpt = v == 5 ? ACKPT_FULL : ACKPT_NONE, .llama = llama};
       result res[MAXW];
       CHECK(run(&c, res, NULL, NULL) == 0);
-      jobspec_t spec;
-      make_spec(&c, &spec);
-      plan_t *p = NULL;
-      CHECK_OK(plan_build(&spec, c.world, &p));
+      plan_t *p = plan_of(&c);
       if (!p) return;
-      for (int r = 0; r < c.world; r++) {
-        for (int k = 0; k < COLL_NKIND; k++) CHECK_EQ_INT(p->sent_bytes[k], res[r].sent[k]);
-        for (int k = 0; k < MEM_NCAT; k++) {
-          if (res[r].peak[k] != p->mem[k])
-            fprintf(stderr, "  rank %d %s: measured %llu, plan %llu\n", r, plan_mem_category_name((mem_category)k),
-                    (unsigned long long)res[r].peak[k], (unsigned long long)p->mem[k]);
-          CHECK_EQ_INT(p->mem[k], res[r].peak[k]);
-        }
-        CHECK_EQ_INT(p->mem_total, res[r].peak_total);
-      }
+      expect_plan(p, res, c.world);
       printf("volume %-7s %s/%s prefetch %d G=%d: sent ag %llu rs %llu ar %llu (= plan); peak %llu B (= plan)\n",
              jobspec_shard_mode_name(c.sharding), jobspec_dtype_kind_name(c.param_dtype), jobspec_dtype_kind_name(c.reduce_dtype), c.prefetch,
              accum, (unsigned long long)res[0].sent[0], (unsigned long long)res[0].sent[1],
@@ -594,7 +390,7 @@ static void test_missing_wait_is_caught(void) {
   c.drop_wait = 1;
   CHECK(run(&c, bad, NULL, NULL) == 0);
   double maxd = 0;
-  for (int s = 0; s < STEPS; s++) {
+  for (int s = 1; s <= STEPS; s++) {
     double d = isfinite(bad[0].loss[s]) ? fabs(bad[0].loss[s] - good[0].loss[s]) / good[0].loss[s] : INFINITY;
     if (d > maxd) maxd = d;
   }
@@ -618,8 +414,7 @@ static void test_dead_rank(void) {
 /* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
  * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt | llama (no PART: all). */
 int main(int argc, char **argv) {
-  single_threaded_ranks(argv);
-  signal(SIGPIPE, SIG_IGN);
+  if (rt_harness_start(argv)) return 2;
   const char *part = argc > 1 ? argv[1] : "all";
   int all = !strcmp(part, "all");
   if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering") &&
@@ -628,23 +423,19 @@ int main(int argc, char **argv) {
             part);
     return 2;
   }
-  if (dev_cpu_mode_from_env(&g_mode) != FSDP_OK) {
-    fprintf(stderr, "%s\n", fsdp_last_error());
-    return 2;
-  }
   printf("CPU device mode: %s\n", g_mode == DEV_CPU_SYNC ? "sync" : g_mode == DEV_CPU_ASYNC ? "async" : "strict");
   if (all || !strcmp(part, "equivalence")) {
-    test_equivalence(DTYPE_FP32);
+    test_equivalence(DTYPE_FP32, 0);
     test_eval();
   }
   if (all || !strcmp(part, "mixed")) {
-    test_equivalence(DTYPE_BF16);
+    test_equivalence(DTYPE_BF16, 0);
     test_bf16_reductions();
     test_bf16_reference();
   }
-  if (all || !strcmp(part, "volume")) test_volume_and_memory();
+  if (all || !strcmp(part, "volume")) test_volume_and_memory(0);
   if (all || !strcmp(part, "ackpt")) {
-    test_ackpt();
+    test_ackpt(0);
     test_offload();
   }
   if (all || !strcmp(part, "ordering")) {
@@ -652,11 +443,9 @@ int main(int argc, char **argv) {
     test_dead_rank();
   }
   if (all || !strcmp(part, "llama")) {
-    g_llama = 1;
-    test_equivalence(DTYPE_FP32);
-    test_ackpt();
-    test_volume_and_memory();
-    g_llama = 0;
+    test_equivalence(DTYPE_FP32, 1);
+    test_ackpt(1);
+    test_volume_and_memory(1);
   }
   return check_done();
 }

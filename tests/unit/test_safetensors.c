@@ -372,11 +372,11 @@ static float *spec_buffer(int u, int C, int V, int T, int64_t *n) {
   return b;
 }
 
-/* The planner's plan for a model of this shape. */
-static plan_t *planned(int L, int C, int V, int T, int world, shard_mode sharding) {
+/* The planner's plan for model M (batch 1, no accumulation) on WORLD ranks. */
+static plan_t *planned_model(model_config m, int world, shard_mode sharding) {
   jobspec_t spec;
   jobspec_defaults(&spec);
-  spec.model = (model_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T};
+  spec.model = m;
   spec.batch_size = 1;
   spec.grad_accum = 1;
   spec.world_size = world;
@@ -384,6 +384,12 @@ static plan_t *planned(int L, int C, int V, int T, int world, shard_mode shardin
   plan_t *p = NULL;
   CHECK_OK(plan_build(&spec, world, &p));
   return p;
+}
+
+/* A GPT-2 of this shape. */
+static plan_t *planned(int L, int C, int V, int T, int world, shard_mode sharding) {
+  return planned_model((model_config){.n_layer = L, .n_head = 2, .n_embd = C, .vocab_size = V, .seq_len = T}, world,
+                       sharding);
 }
 
 /* Load every rank's shard of P from F and compare with the full unit buffers UNITS (zero padding). */
@@ -529,18 +535,12 @@ static void test_shards(void) {
   plan_destroy(&p1);
 }
 
+/* A small Llama with grouped-query attention. */
 static plan_t *planned_llama(int world, shard_mode sharding) {
-  jobspec_t spec;
-  jobspec_defaults(&spec);
-  spec.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
-                              .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
-  spec.batch_size = 1;
-  spec.grad_accum = 1;
-  spec.world_size = world;
-  spec.sharding = sharding;
-  plan_t *p = NULL;
-  CHECK_OK(plan_build(&spec, world, &p));
-  return p;
+  return planned_model((model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                                      .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5,
+                                      .rope_theta = 10000},
+                       world, sharding);
 }
 
 /* Write P's tensors from the world-1 shard W under their plan names, with the "model." prefix

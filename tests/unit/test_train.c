@@ -11,7 +11,7 @@
 
 #include "check.h"
 #include "jobspec.h"
-#include "model_gpt2.h"
+#include "model.h"
 #include "optim.h"
 #include "plan.h"
 #include "tokens.h"
@@ -55,14 +55,14 @@ int main(void) {
   float *w = malloc(sizeof(float) * S), *g = malloc(sizeof(float) * S);
   float *m = calloc((size_t)S, sizeof(float)), *v = calloc((size_t)S, sizeof(float));
   float **units = malloc(sizeof(float *) * p->nunits), **dunits = malloc(sizeof(float *) * p->nunits);
-  gpt2_init_shard(p, s.seed, 0, w);
+  model_init_shard(p, s.seed, 0, w);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = w + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
   }
   device_t *dev = NULL;
   CHECK_OK(device_new_cpu(DEV_CPU_SYNC, &dev));
-  gpt2_acts *a = gpt2_acts_new(p, dev);
+  model_acts *a = model_acts_new(p, dev);
   CHECK(a != NULL);
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
 
@@ -77,7 +77,7 @@ int main(void) {
     }
     memset(g, 0, sizeof(float) * S);
     float lsum = 0;
-    gpt2_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
+    model_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
     double loss = lsum / BT;
     double n2 = 0;
     for (int64_t i = 0; i < S; i++) n2 += (double)g[i] * g[i];
@@ -98,7 +98,7 @@ int main(void) {
   CHECK(tail >= H_rate * 0.97);     /* nothing beats the entropy rate (up to sampling noise) */
   CHECK(tail <= H_rate * 1.10);
 
-  gpt2_acts_destroy(&a);
+  model_acts_destroy(&a);
   device_destroy(&dev);
   free(inp); free(tgt); free(w); free(g); free(m); free(v); free(units); free(dunits); free(stream);
   tok_markov_destroy(&mk);
