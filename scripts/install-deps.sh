@@ -2,7 +2,8 @@
 # Installs the Debian packages fsdpd builds and tests with; only what is missing.
 #   scripts/install-deps.sh           what `make demo` and `make test` need
 #   scripts/install-deps.sh --bench   also what the benchmarks compare against or profile with
-#                                     (PyTorch for bench/torch_step.py, perf)
+#                                     (PyTorch for bench/torch_step.py, perf, valgrind for
+#                                     bench/trace_instructions.sh)
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here: it is found under
 # /usr/local/cuda or CUDAToolkit_ROOT when present, and the build goes CPU-only without it.
 set -euo pipefail
@@ -22,7 +23,7 @@ PKGS=(
 )
 case "${1:-}" in
   "") ;;
-  --bench) PKGS+=(python3-torch linux-perf) ;;
+  --bench) PKGS+=(python3-torch linux-perf valgrind) ;;
   *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
 esac
 
