@@ -294,6 +294,7 @@ json_t *ctl_fmt_nodes_json(const Fsdp__NodesResp *r) {
     json_object_set_new(o, "name", json_string(ni->name ? ni->name : ""));
     json_object_set_new(o, "lost", json_boolean(ni->lost));
     json_object_set_new(o, "last_seen", jtime(ni->last_seen));
+    json_object_set_new(o, "host_mem_bytes", ju64(ni->host_mem_bytes));
     json_t *devs = json_array();
     for (size_t s = 0; s < ni->n_slots; s++) {
       const Fsdp__DeviceSlot *d = ni->slots[s];

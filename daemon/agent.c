@@ -64,6 +64,7 @@ struct agent {
   char worker_path[PATH_MAX];
   int cpu_slots;
   uint64_t cpu_slot_mem;
+  uint64_t host_mem;          /* MemAvailable at start: what offload = optimizer may pin (AgentRegister) */
   gpu_info gpus[MAX_GPUS];
   int ngpus;
   int ncpu;
@@ -174,6 +175,7 @@ static void send_register(agent_t *a) {
   reg.name = a->name;
   reg.cpu_slots = (uint32_t)a->cpu_slots;
   reg.pid = (uint32_t)getpid();
+  reg.host_mem_bytes = a->host_mem;
   Fsdp__DeviceSlot slots[MAX_GPUS + 4096], *ptrs[MAX_GPUS + 4096];
   size_t n = 0;
   for (int i = 0; i < a->cpu_slots && n < 4096; i++, n++) {
@@ -627,7 +629,8 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   else if (gethostname(a->name, sizeof a->name - 1) != 0) snprintf(a->name, sizeof a->name, "node");
   resolve_worker_path(a, cfg->worker_path);
   a->cpu_slots = cfg->cpu_workers;
-  a->cpu_slot_mem = a->cpu_slots ? mem_available() / (uint64_t)a->cpu_slots : 0;
+  a->host_mem = mem_available();
+  a->cpu_slot_mem = a->cpu_slots ? a->host_mem / (uint64_t)a->cpu_slots : 0;
   long nc = sysconf(_SC_NPROCESSORS_ONLN);
   a->ncpu = nc > 0 ? (int)nc : 1;
   discover_gpus(a, cfg->gpus);
@@ -661,8 +664,9 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   a->handles = 3;
   send_register(a);
   uv_timer_start(&a->reg_timer, on_register_timer, REGISTER_RETRY_MS, REGISTER_RETRY_MS);
-  log_info("agent: node %s, %d CPU slots (%.1f GiB each), %d GPUs, workers from %s", a->name, a->cpu_slots,
-           (double)a->cpu_slot_mem / (1u << 30), a->ngpus, a->worker_path);
+  log_info("agent: node %s, %.1f GiB of host memory available, %d CPU slots (%.1f GiB each), %d GPUs, workers from %s",
+           a->name, (double)a->host_mem / (1u << 30), a->cpu_slots, (double)a->cpu_slot_mem / (1u << 30), a->ngpus,
+           a->worker_path);
   *out = a;
   return FSDP_OK;
 fail:

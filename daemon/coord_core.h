@@ -55,6 +55,7 @@ typedef struct node {
   double last_seen_wall;
   slot_t *slots;
   int nslots;
+  uint64_t host_mem;         /* host memory available when its agent started (AgentRegister); 0 unknown */
 } node_t;
 
 typedef struct rank_st {

@@ -95,9 +95,11 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
     s->mem = reg->gpus[i]->mem_bytes;
     snprintf(s->name, sizeof s->name, "%s", reg->gpus[i]->name);
   }
-  log_info("node %u (%s, pid %u) joined: %d device slots", n->id, n->name, reg->pid, n->nslots);
+  log_info("node %u (%s, pid %u) joined: %d device slots, %.1f GiB of host memory available", n->id, n->name, reg->pid,
+           n->nslots, (double)reg->host_mem_bytes / (1u << 30));
   coord_publish_metrics(c);
 welcome:
+  n->host_mem = reg->host_mem_bytes;   /* the same agent measured it once; a new one again */
   n->lost = 0;
   n->last_seen = loop_now_mono();
   n->last_seen_wall = loop_now_wall();

@@ -3,6 +3,7 @@
 #include "schedule.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -20,6 +21,65 @@ static int node_free_slots(const node_t *n, int kind) {
 }
 
 static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *min_mem);
+
+uint64_t schedule_host_usable(uint64_t host_mem) { return host_mem - host_mem / 100 * SCHEDULE_HOST_RESERVE_PCT; }
+
+int schedule_host_ranks(uint64_t host_mem, uint64_t used, uint64_t host_bytes) {
+  if (!host_bytes || !host_mem) return INT_MAX;
+  uint64_t usable = schedule_host_usable(host_mem);
+  if (used >= usable) return 0;
+  uint64_t k = (usable - used) / host_bytes;
+  return k > INT_MAX ? INT_MAX : (int)k;
+}
+
+static uint64_t job_host_bytes(const job_t *j) { return j->plan ? j->plan->host_bytes : 0; }
+
+/* Host memory pinned on N by the offload ranks placed there, those of ending jobs included: theirs
+ * is freed only when their workers exit, which is also when their slots are. */
+static uint64_t node_host_used(const coord_t *c, const node_t *n) {
+  uint64_t used = 0;
+  for (int s = 0; s < n->nslots; s++) {
+    if (!n->slots[s].job_id) continue;
+    for (const job_t *j = c->jobs; j; j = j->next)
+      if (j->id == n->slots[s].job_id) {
+        used += job_host_bytes(j);
+        break;
+      }
+  }
+  return used;
+}
+
+/* The ranks of J that N can take now: its free devices of J's kind, for an offload job at most as
+ * many as its host memory still holds. */
+static int node_room(const coord_t *c, const node_t *n, const job_t *j) {
+  int f = node_free_slots(n, j->kind);
+  uint64_t hb = job_host_bytes(j);
+  if (!f || !hb || !n->host_mem) return f;
+  int h = schedule_host_ranks(n->host_mem, node_host_used(c, n), hb);
+  return h < f ? h : f;
+}
+
+int schedule_room(const coord_t *c, const job_t *j) {
+  int room = 0;
+  for (int i = 0; i < c->nnodes; i++) room += node_room(c, &c->nodes[i], j);
+  return room;
+}
+
+/* The ranks of J that N could take with nothing else on it (0 for a lost node). */
+static int node_capacity(const node_t *n, const job_t *j) {
+  if (n->lost) return 0;
+  int d = 0;
+  for (int s = 0; s < n->nslots; s++) d += n->slots[s].kind == j->kind;
+  int h = schedule_host_ranks(n->host_mem, 0, job_host_bytes(j));
+  return h < d ? h : d;
+}
+
+/* The ranks of J that the live cluster could hold with nothing else running. */
+static int live_capacity(const coord_t *c, const job_t *j) {
+  int total = 0;
+  for (int i = 0; i < c->nnodes; i++) total += node_capacity(&c->nodes[i], j);
+  return total;
+}
 
 static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
   rank_st *rk = &j->ranks[r];
@@ -54,7 +114,7 @@ static int place_ranks(coord_t *c, job_t *j, const int *order, int *cnt, int r, 
   for (int oi = 0; oi < c->nnodes && r < j->world; oi++) {
     node_t *n = &c->nodes[order[oi]];
     if (n->lost) continue;
-    int take = node_free_slots(n, j->kind);
+    int take = node_room(c, n, j);   /* offload: J's ranks the hybrid pass put on N already pin its memory */
     take -= take % chunk;
     for (int s = 0; s < n->nslots && r < j->world && take > 0; s++) {
       slot_t *sl = &n->slots[s];
@@ -111,35 +171,48 @@ static int regroup(coord_t *c, job_t *j) {
   return 0;
 }
 
-static void schedule_start(coord_t *c, job_t *j) {
-  if (j->auto_group && regroup(c, j) != 0) return;
-  /* Pack ranks by node: the nodes with the most free devices of the kind first, filled in order. */
+/* 0: J started (or failed trying); -1: the room counted for it was not there, it stays queued. */
+static int schedule_start(coord_t *c, job_t *j) {
+  /* Pack ranks by node: the nodes with room for the most ranks first (free devices of the kind, for
+   * offload also the host memory), filled in order. */
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
+  int *room = calloc((size_t)c->nnodes, sizeof *room);
   j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
   j->reports[0] = calloc((size_t)j->world, sizeof *j->reports[0]);
   j->reports[1] = calloc((size_t)j->world, sizeof *j->reports[1]);
-  if (!order || !cnt || !j->ranks || !j->reports[0] || !j->reports[1]) {
-    free(order), free(cnt);
+  if (!order || !cnt || !room || !j->ranks || !j->reports[0] || !j->reports[1]) {
+    free(order), free(cnt), free(room);
     job_fail(c, j, "out of memory while starting the job");
-    return;
+    return 0;
   }
-  for (int i = 0; i < c->nnodes; i++) order[i] = i;
-  for (int i = 1; i < c->nnodes; i++)   /* insertion sort by free slots, descending; stable */
-    for (int k = i; k > 0 && node_free_slots(&c->nodes[order[k]], j->kind) > node_free_slots(&c->nodes[order[k - 1]], j->kind); k--) {
+  for (int i = 0; i < c->nnodes; i++) order[i] = i, room[i] = node_room(c, &c->nodes[i], j);
+  for (int i = 1; i < c->nnodes; i++)   /* insertion sort by room, descending; stable */
+    for (int k = i; k > 0 && room[order[k]] > room[order[k - 1]]; k--) {
       int t = order[k];
       order[k] = order[k - 1];
       order[k - 1] = t;
     }
   /* hybrid: whole shard groups on a node first, so that a group stays on one node whenever it can;
-   * hybrid without shard_group: G was set to the ranks per node above */
+   * hybrid without shard_group: G was set to the ranks per node before the start (schedule_try) */
   int hybrid = j->plan->sharding == SHARD_HYBRID;
   int r = place_ranks(c, j, order, cnt, 0, hybrid ? j->plan->shard_world : 1);
-  if (r < j->world) place_ranks(c, j, order, cnt, r, 1);
-  free(order);
+  if (r < j->world) r = place_ranks(c, j, order, cnt, r, 1);
+  free(order), free(room);
+  if (r < j->world) {   /* schedule_try counted the same room: not expected; undo, keep the job queued */
+    log_error("job %llu: placement found room for %d of %d ranks; it stays queued", (unsigned long long)j->id, r,
+              j->world);
+    for (int i = 0; i < c->nnodes; i++)
+      for (int s = 0; s < c->nodes[i].nslots; s++)
+        if (c->nodes[i].slots[s].job_id == j->id) c->nodes[i].slots[s].job_id = 0;
+    free(cnt);
+    free(j->ranks), free(j->reports[0]), free(j->reports[1]);
+    j->ranks = NULL, j->reports[0] = j->reports[1] = NULL;
+    return -1;
+  }
   if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
     free(cnt);
     job_fail(c, j, "%s", fsdp_user_message(fsdp_last_error()));
-    return;
+    return 0;
   }
   uint8_t rnd[16];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -165,6 +238,7 @@ static void schedule_start(coord_t *c, job_t *j) {
   j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
   j->deadline = loop_now_mono() + j->start_timeout;
   j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
+  return 0;
 }
 
 
@@ -218,15 +292,52 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
     else snprintf(msg + k, n - (size_t)k, "no world size up to %d (the %s in the cluster) fits", total, kname);
     return FSDP_ERR_RANGE;
   }
+  int room = live_capacity(c, j);
+  if (room < j->world) {
+    /* Name the node placement fills first (the most devices) among those whose memory holds fewer
+     * ranks than placement would put there. One exists: every node holding min(devices, world)
+     * would make room ≥ world, the devices being enough. */
+    const node_t *short_n = NULL;
+    int short_d = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+      const node_t *nd = &c->nodes[i];
+      if (nd->lost) continue;
+      int d = 0;
+      for (int s = 0; s < nd->nslots; s++) d += nd->slots[s].kind == j->kind;
+      int want = d < j->world ? d : j->world;
+      if (node_capacity(nd, j) < want && d > short_d) short_n = nd, short_d = d;
+    }
+    uint64_t hb = j->plan->host_bytes;
+    int ranks = short_d < j->world ? short_d : j->world;
+    const double gib = (double)(1u << 30);
+    if (!short_n) {
+      snprintf(msg, n, "offload = optimizer needs %.2f GiB of host memory per rank; the nodes' host memory holds %d "
+               "of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none", (double)hb / gib, room, j->world);
+      return FSDP_ERR_RANGE;
+    }
+    snprintf(msg, n, "offload = optimizer needs %.1f GiB of host memory per node for %d ranks (%.2f GiB each); "
+             "node %s reports %.1f GiB available (%.1f GiB after fsdpd's %d %% reserve, for %d rank%s); the cluster's "
+             "host memory holds %d of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none",
+             (double)hb * ranks / gib, ranks, (double)hb / gib, short_n->name, (double)short_n->host_mem / gib,
+             (double)schedule_host_usable(short_n->host_mem) / gib, SCHEDULE_HOST_RESERVE_PCT, node_capacity(short_n, j),
+             node_capacity(short_n, j) == 1 ? "" : "s", room, j->world);
+    return FSDP_ERR_RANGE;
+  }
   return FSDP_OK;
 }
 /* Whether J could start on the live cluster once devices are free (its memory fit was checked at
  * submit). A job that cannot (a node it needs was lost) waits aside, so that it never holds the
- * queue, and fails after [job] restart_wait_s. Returns 1 when J may be the head of the queue. */
+ * queue, and fails after [job] restart_wait_s. Returns 1 when J may be the head of the queue.
+ * An offload job counts a node's devices only as far as its host memory holds their ranks. */
 static int fits_live(coord_t *c, job_t *j, double now) {
   int live_nodes;
   uint64_t min_mem;
   int total = live_devices(c, j->kind, &live_nodes, &min_mem);
+  const char *held = "";
+  if (job_host_bytes(j) && live_capacity(c, j) < total) {
+    total = live_capacity(c, j);
+    held = " whose nodes' host memory holds an offload rank";
+  }
   if (total >= j->world) {
     if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, schedule_kind_name(j->kind));
     j->unfit_since = 0;
@@ -234,13 +345,13 @@ static int fits_live(coord_t *c, job_t *j, double now) {
   }
   if (!j->unfit_since) {
     j->unfit_since = now;
-    job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d; jobs behind it that fit start "
+    job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d%s; jobs behind it that fit start "
             "meanwhile; it fails if none return within [job] restart_wait_s = %g s",
-            j->world, schedule_kind_name(j->kind), total, j->spec.restart_wait_s);
+            j->world, schedule_kind_name(j->kind), total, held, j->spec.restart_wait_s);
   } else if (now - j->unfit_since > j->spec.restart_wait_s) {
     char why[2048];
-    snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d (on %d node%s), and none returned within "
-             "[job] restart_wait_s = %g s%s%s", j->world, schedule_kind_name(j->kind), total, live_nodes,
+    snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d%s (on %d node%s), and none returned within "
+             "[job] restart_wait_s = %g s%s%s", j->world, schedule_kind_name(j->kind), total, held, live_nodes,
              live_nodes == 1 ? "" : "s", j->spec.restart_wait_s, j->reason[0] ? "; it was queued again after: " : "",
              j->reason);
     job_finish(c, j, ST_FAILED, why, 0);
@@ -259,9 +370,9 @@ void schedule_try(coord_t *c) {
       if (j->state == ST_QUEUED && !j->done && !j->restart_pending && fits_live(c, j, now) && (!head || j->id < head->id))
         head = j;
     if (!head) return;
-    int free_n = 0;
-    for (int i = 0; i < c->nnodes; i++) free_n += node_free_slots(&c->nodes[i], head->kind);
-    if (free_n < head->world) return;
-    schedule_start(c, head);
+    /* before counting room: the shard group, hence the offloaded bytes per rank, may change */
+    if (head->auto_group && regroup(c, head) != 0) continue;
+    if (schedule_room(c, head) < head->world) return;
+    if (schedule_start(c, head) != 0) return;
   }
 }

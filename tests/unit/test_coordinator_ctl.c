@@ -3,6 +3,12 @@
  * it over ipc, and gives it a fake worker script (--worker) whose behaviour it picks (exit 3,
  * kill itself with SIGKILL, or sleep), so that every failure path, queueing, cancellation,
  * restart and garbage input is exercised on any machine in a few seconds.
+ *
+ * Daemon 5 also gets two fake GPU agents: the test itself registers them on the cluster endpoint
+ * with GPUs and the host memory they report, beats for them, records the spawn_reqs they get and
+ * answers kill_reqs with worker exits. It checks that the reported host memory reaches `nodes`, and,
+ * in a build with the CUDA backend (a CPU-only build refuses device = cuda jobs before any
+ * placement), that offload = optimizer jobs are refused, placed and held by the nodes' host memory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,11 +26,15 @@
 #include <zmq.h>
 
 #include "check.h"
+#include "jobspec.h"
+#include "plan.h"
+#include "schedule.h"
 #include "wire.h"
 
 static char fsdpd_path[PATH_MAX];
 static char state[PATH_MAX - 256];
 static void *zctx;
+static const char *heartbeat = "0.2";
 
 static double now_s(void) {
   struct timespec ts;
@@ -55,7 +65,7 @@ static pid_t start_daemon(const char *mode, int tag) {
     setenv("CUDA_VISIBLE_DEVICES", "3", 1);   /* the agent passes it on: GPU indices count within it */
     unsetenv("OMP_NUM_THREADS");
     execl(fsdpd_path, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", "2", "--gpus", "none",
-          "--worker", worker, "--heartbeat", "0.2", (char *)NULL);
+          "--worker", worker, "--heartbeat", heartbeat, (char *)NULL);
     _exit(127);
   }
   return pid;
@@ -365,6 +375,204 @@ static void test_basic_and_garbage(void *s) {
   wire_destroy(&r);
 }
 
+/* ---------------------------------------------------------------- fake GPU agents (daemon 5) */
+
+#define FAKE_MAX_SPAWN 64
+
+typedef struct fake_agent {
+  void *sock;
+  const char *name;
+  int ngpu;
+  uint64_t host_mem;
+  uint32_t node_id;          /* 0 until welcomed */
+  int nspawn;
+  uint64_t spawn_job[FAKE_MAX_SPAWN];
+  uint32_t spawn_rank[FAKE_MAX_SPAWN];
+  int spawn_alive[FAKE_MAX_SPAWN];
+  double beat_at;
+} fake_agent;
+
+static void fake_send(fake_agent *a, Fsdp__Msg *m) {
+  wire_env env = {0};
+  wire_env_push(&env, NULL, 0);
+  CHECK_OK(wire_send(a->sock, &env, m, 0));
+}
+
+static void fake_register(fake_agent *a) {
+  a->sock = zmq_socket(zctx, ZMQ_DEALER);
+  wire_socket_setup(a->sock);
+  char ep[PATH_MAX + 16];
+  snprintf(ep, sizeof ep, "ipc://%s/cluster.sock", state);
+  zmq_connect(a->sock, ep);
+  Fsdp__DeviceSlot slots[8], *ptrs[8];
+  for (int i = 0; i < a->ngpu; i++) {
+    fsdp__device_slot__init(&slots[i]);
+    slots[i].kind = FSDP__DEVICE_KIND__DEVICE_KIND_CUDA;
+    slots[i].index = (uint32_t)i;
+    slots[i].name = "Fake H100";
+    slots[i].mem_bytes = 80ull << 30;
+    ptrs[i] = &slots[i];
+  }
+  Fsdp__AgentRegister reg = FSDP__AGENT_REGISTER__INIT;
+  reg.name = (char *)a->name;
+  reg.n_gpus = (size_t)a->ngpu;
+  reg.gpus = ptrs;
+  reg.pid = (uint32_t)getpid();
+  reg.host_mem_bytes = a->host_mem;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_AGENT_REGISTER;
+  m.agent_register = &reg;
+  fake_send(a, &m);
+}
+
+/* Beat, take the messages waiting: record spawns, answer kills with the ranks' exits. */
+static void fake_pump(fake_agent *a) {
+  for (;;) {
+    wire_env env = {0};
+    Fsdp__Msg *m = NULL;
+    if (wire_recv(a->sock, &env, &m, ZMQ_DONTWAIT) != FSDP_OK) break;
+    if (m->body_case == FSDP__MSG__BODY_AGENT_WELCOME) {
+      a->node_id = m->agent_welcome->node_id;
+    } else if (m->body_case == FSDP__MSG__BODY_SPAWN_REQ && a->nspawn < FAKE_MAX_SPAWN) {
+      a->spawn_job[a->nspawn] = m->spawn_req->job_id;
+      a->spawn_rank[a->nspawn] = m->spawn_req->rank;
+      a->spawn_alive[a->nspawn++] = 1;
+    } else if (m->body_case == FSDP__MSG__BODY_KILL_REQ) {
+      for (int k = 0; k < a->nspawn; k++) {
+        if (!a->spawn_alive[k] || a->spawn_job[k] != m->kill_req->job_id) continue;
+        a->spawn_alive[k] = 0;
+        Fsdp__WorkerExit ex = FSDP__WORKER_EXIT__INIT;
+        ex.job_id = a->spawn_job[k];
+        ex.rank = a->spawn_rank[k];
+        ex.exit_status = -1;
+        ex.term_signal = m->kill_req->signal ? m->kill_req->signal : SIGTERM;
+        ex.node_id = a->node_id;
+        Fsdp__Msg e = WIRE_MSG_INIT;
+        e.body_case = FSDP__MSG__BODY_WORKER_EXIT;
+        e.worker_exit = &ex;
+        fake_send(a, &e);
+      }
+    }
+    wire_destroy(&m);
+  }
+  if (a->node_id && now_s() >= a->beat_at) {
+    Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
+    hb.node_id = a->node_id;
+    Fsdp__Msg m = WIRE_MSG_INIT;
+    m.body_case = FSDP__MSG__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    fake_send(a, &m);
+    a->beat_at = now_s() + 0.2;
+  }
+}
+
+static int fake_spawns(const fake_agent *a, uint64_t job) {
+  int n = 0;
+  for (int k = 0; k < a->nspawn; k++) n += a->spawn_job[k] == job;
+  return n;
+}
+
+/* Pump both fakes until A has WANT_A and B WANT_B spawns of JOB (JOB 0: until both are welcomed), at
+ * most SECONDS; 1 when that happened. */
+static int fake_pump_until(fake_agent *a, fake_agent *b, uint64_t job, int want_a, int want_b, double seconds) {
+  double end = now_s() + seconds;
+  for (;;) {
+    fake_pump(a);
+    fake_pump(b);
+    if (job && fake_spawns(a, job) >= want_a && fake_spawns(b, job) >= want_b) return 1;
+    if (!job && a->node_id && b->node_id) return 1;
+    if (now_s() >= end) return 0;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);   /* polling sockets with a deadline */
+  }
+}
+
+/* An offload = optimizer GPT-2 job on device = cuda of WORLD ranks, N_LAYER blocks of GPT-2 XL's width. */
+static const char *offload_spec(int world, int n_layer) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf,
+           "[job]\nname = off\nsteps = 3\n[model]\nn_layer = %d\nn_head = 25\nn_embd = 1600\nvocab_size = 50257\n"
+           "seq_len = 1024\n[data]\ntrain = synthetic:markov:1\nbatch_size = 1\n[fsdp]\nworld_size = %d\ndevice = cuda\n"
+           "offload = optimizer\n", n_layer, world);
+  return buf;
+}
+
+static uint64_t offload_host_bytes(int world, int n_layer) {
+  jobspec_t spec;
+  plan_t *p = NULL;
+  uint64_t hb = 0;
+  CHECK_OK(jobspec_parse(offload_spec(world, n_layer), "offload.ini", state, &spec));
+  if (plan_build(&spec, world, &p) == FSDP_OK) hb = p->host_bytes;
+  plan_destroy(&p);
+  return hb;
+}
+
+static void test_offload_host_memory(void *s, fake_agent *a, fake_agent *b) {
+  /* gpu-a (4 GPUs) holds 3 ranks of a 4-rank job, gpu-b (2 GPUs) one */
+  uint64_t hb = offload_host_bytes(4, 48);
+  CHECK(hb > 0);
+  a->host_mem = 4 * hb;   /* usable 3.6 hb */
+  b->host_mem = 2 * hb;   /* usable 1.8 hb */
+  fake_register(a);
+  fake_register(b);
+  CHECK(fake_pump_until(a, b, 0, 0, 0, 5));
+  CHECK(a->node_id && b->node_id);
+
+  /* nodes: the reported host memory is kept; the embedded agent measured its own */
+  Fsdp__NodesReq nq = FSDP__NODES_REQ__INIT;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODES_REQ;
+  m.nodes_req = &nq;
+  Fsdp__Msg *r = call(s, &m);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_NODES_RESP);
+  int seen = 0;
+  for (size_t i = 0; r && r->body_case == FSDP__MSG__BODY_NODES_RESP && i < r->nodes_resp->n_nodes; i++) {
+    const Fsdp__NodeInfo *ni = r->nodes_resp->nodes[i];
+    seen++;
+    if (!strcmp(ni->name, "gpu-a")) CHECK(ni->host_mem_bytes == a->host_mem && ni->n_slots == 4);
+    else if (!strcmp(ni->name, "gpu-b")) CHECK(ni->host_mem_bytes == b->host_mem && ni->n_slots == 2);
+    else CHECK(ni->host_mem_bytes > 0);   /* the embedded agent: its MemAvailable */
+  }
+  CHECK_EQ_INT(3, seen);
+  wire_destroy(&r);
+
+  if (!jobspec_build_has_cuda()) {
+    printf("offload placement through the daemon: skipped, this build has no CUDA backend and refuses device = cuda "
+           "jobs at submit (tests/unit/test_schedule.c covers the fit and room functions); registration and nodes checked\n");
+    return;
+  }
+  /* twice the blocks: about twice the bytes per rank; gpu-a holds 1, gpu-b none: refused at submit */
+  r = submit(s, offload_spec(4, 96));
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR);
+  if (r && r->body_case == FSDP__MSG__BODY_ERROR) {
+    printf("refused: %s\n", r->error->message);
+    CHECK(strstr(r->error->message, "offload = optimizer needs") && strstr(r->error->message, "per node for 4 ranks"));
+    CHECK(strstr(r->error->message, "node gpu-a reports") && strstr(r->error->message, "offload = none"));
+  }
+  wire_destroy(&r);
+  /* 4 ranks fit 3 + 1: placed so, not 4 on gpu-a (which has 4 free GPUs) */
+  fake_pump(a), fake_pump(b);
+  uint64_t j1 = submit_ok(s, offload_spec(4, 48));
+  CHECK(fake_pump_until(a, b, j1, 3, 1, 5));
+  CHECK_EQ_INT(3, fake_spawns(a, j1));
+  CHECK_EQ_INT(1, fake_spawns(b, j1));
+  /* the same job again fits the cluster, but not now: gpu-a's and gpu-b's free GPUs have no memory left */
+  fake_pump(a), fake_pump(b);
+  uint64_t j2 = submit_ok(s, offload_spec(4, 48));
+  fake_pump_until(a, b, j2, 1, 0, 1.0);
+  CHECK_EQ_INT(0, fake_spawns(a, j2) + fake_spawns(b, j2));
+  CHECK_EQ_INT(FSDP__JOB_STATE__QUEUED, wait_state(s, j2, FSDP__JOB_STATE__QUEUED, 1, NULL, 0));
+  /* j1 ends: its ranks exit (the fakes answer the kill), the memory is free, j2 starts */
+  r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, j1);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
+  wire_destroy(&r);
+  CHECK(fake_pump_until(a, b, j2, 3, 1, 10));
+  CHECK_EQ_INT(3, fake_spawns(a, j2));
+  CHECK_EQ_INT(1, fake_spawns(b, j2));
+  fake_pump(a), fake_pump(b);
+  CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j1, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
+}
+
 int main(void) {
   char self[PATH_MAX - 32];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -480,6 +688,38 @@ int main(void) {
   CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j6, FSDP__JOB_STATE__FAILED, 10, reason, sizeof reason));
   CHECK(strstr(reason, "signal 9 (SIGKILL)") != NULL && strstr(reason, "rank") != NULL);
   shutdown_daemon(s, d);
+  zmq_close(s);
+  kill_fake_workers();
+
+  /* daemon 5: fake GPU agents and offload's host memory; beats every second (lost after 3 s), so
+   * that a ctl call between two pumps never loses a fake node */
+  heartbeat = "1";
+  d = start_daemon("sleep", 5);
+  s = ctl_connect();
+  fake_agent fa = {.name = "gpu-a", .ngpu = 4}, fb = {.name = "gpu-b", .ngpu = 2};
+  test_offload_host_memory(s, &fa, &fb);
+  /* shutdown cancels j2; the fakes answer its kills while the daemon waits for them */
+  Fsdp__ShutdownReq sq = FSDP__SHUTDOWN_REQ__INIT;
+  Fsdp__Msg sm = WIRE_MSG_INIT;
+  sm.body_case = FSDP__MSG__BODY_SHUTDOWN_REQ;
+  sm.shutdown_req = &sq;
+  r = call(s, &sm);
+  CHECK(r && r->body_case == FSDP__MSG__BODY_ACK);
+  wire_destroy(&r);
+  double dl = now_s() + 15;
+  int st5 = -1;
+  while (now_s() < dl) {
+    if (fa.sock) fake_pump(&fa);
+    if (fb.sock) fake_pump(&fb);
+    if (waitpid(d, &st5, WNOHANG) == d) break;
+    st5 = -1;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (st5 == -1) kill(d, SIGKILL), waitpid(d, NULL, 0);
+  CHECK(st5 != -1 && WIFEXITED(st5) && WEXITSTATUS(st5) == 0);
+  if (fa.sock) zmq_close(fa.sock);
+  if (fb.sock) zmq_close(fb.sock);
   zmq_close(s);
   kill_fake_workers();
 

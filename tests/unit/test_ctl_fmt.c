@@ -187,10 +187,12 @@ static void test_nodes_json(void) {
   s[1].job_id = 3, s[1].rank = 1;
   Fsdp__NodeInfo n = FSDP__NODE_INFO__INIT;
   Fsdp__NodeInfo *np = &n;
-  n.id = 1, n.name = "host", n.n_slots = 2, n.slots = sp;
+  n.id = 1, n.name = "host", n.n_slots = 2, n.slots = sp, n.host_mem_bytes = 31ull << 30;
   Fsdp__NodesResp r = FSDP__NODES_RESP__INIT;
   r.n_nodes = 1, r.nodes = &np;
   json_t *o = ctl_fmt_nodes_json(&r);
+  CHECK(json_integer_value(json_object_get(json_array_get(json_object_get(o, "nodes"), 0), "host_mem_bytes")) ==
+        (json_int_t)(31ll << 30));
   json_t *devs = json_object_get(json_array_get(json_object_get(o, "nodes"), 0), "devices");
   CHECK_EQ_INT(2, json_array_size(devs));
   CHECK(json_is_null(json_object_get(json_array_get(devs, 0), "job_id")));

@@ -96,7 +96,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_SHUTDOWN_REQ: fsdp__shutdown_req__init(&b.shutdown_req); m.shutdown_req = &b.shutdown_req; break;
   case FSDP__MSG__BODY_ACK: fsdp__ack__init(&b.ack); m.ack = &b.ack; break;
   case FSDP__MSG__BODY_ERROR: fsdp__error__init(&b.error); b.error.code = FSDP_ERR_NOTFOUND; b.error.message = "no job 42"; m.error = &b.error; break;
-  case FSDP__MSG__BODY_AGENT_REGISTER: fsdp__agent_register__init(&b.reg); b.reg.name = "n0"; b.reg.cpu_slots = 2; b.reg.n_gpus = 1; b.reg.gpus = slotp; m.agent_register = &b.reg; break;
+  case FSDP__MSG__BODY_AGENT_REGISTER: fsdp__agent_register__init(&b.reg); b.reg.name = "n0"; b.reg.cpu_slots = 2; b.reg.host_mem_bytes = 123ull << 30; b.reg.n_gpus = 1; b.reg.gpus = slotp; m.agent_register = &b.reg; break;
   case FSDP__MSG__BODY_AGENT_WELCOME: fsdp__agent_welcome__init(&b.welcome); b.welcome.node_id = 1; b.welcome.heartbeat_s = 1; m.agent_welcome = &b.welcome; break;
   case FSDP__MSG__BODY_HEARTBEAT: fsdp__heartbeat__init(&b.hb); b.hb.node_id = 1; m.heartbeat = &b.hb; break;
   case FSDP__MSG__BODY_SPAWN_REQ: fsdp__spawn_req__init(&b.spawn); b.spawn.n_argv = 3; b.spawn.argv = argv; b.spawn.n_env = 1; b.spawn.env = env; m.spawn_req = &b.spawn; break;
