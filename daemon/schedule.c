@@ -312,7 +312,8 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
     const double gib = (double)(1u << 30);
     if (!short_n) {
       snprintf(msg, n, "offload = optimizer needs %.2f GiB of host memory per rank; the nodes' host memory holds %d "
-               "of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none", (double)hb / gib, room, j->world);
+               "of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none", (double)hb / gib,
+               room, j->world);
       return FSDP_ERR_RANGE;
     }
     snprintf(msg, n, "offload = optimizer needs %.1f GiB of host memory per node for %d ranks (%.2f GiB each); "

@@ -538,7 +538,8 @@ static void test_offload_host_memory(void *s, fake_agent *a, fake_agent *b) {
 
   if (!jobspec_build_has_cuda()) {
     printf("offload placement through the daemon: skipped, this build has no CUDA backend and refuses device = cuda "
-           "jobs at submit (tests/unit/test_schedule.c covers the fit and room functions); registration and nodes checked\n");
+           "jobs at submit (tests/unit/test_schedule.c covers the fit and room functions); registration and nodes "
+           "checked\n");
     return;
   }
   /* twice the blocks: about twice the bytes per rank; gpu-a holds 1, gpu-b none: refused at submit */

@@ -18,7 +18,8 @@
 static const char *spec_text(const char *offload) {
   static char buf[1024];
   snprintf(buf, sizeof buf,
-           "[job]\nname = off\nsteps = 3\n[model]\nn_layer = 48\nn_head = 25\nn_embd = 1600\nvocab_size = 50257\nseq_len = 1024\n"
+           "[job]\nname = off\nsteps = 3\n[model]\nn_layer = 48\nn_head = 25\nn_embd = 1600\nvocab_size = 50257\n"
+           "seq_len = 1024\n"
            "[data]\ntrain = synthetic:markov:1\nbatch_size = 2\n[fsdp]\nworld_size = 8\ndevice = cuda\noffload = %s\n",
            offload);
   return buf;
