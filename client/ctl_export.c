@@ -32,15 +32,19 @@ static int config_path(const char *out, char *buf, size_t n) {
 /* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
  * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
  * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp and renamed. */
-/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling). */
+/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling).
+ * bos/eos/pad ids are null: LlamaConfig's defaults (bos 1, eos 2) would make generate() stop at a
+ * byte-level model's token 2; fsdpd's models have no special tokens. */
 static json_t *llama_config(const model_config *m) {
-  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:b, s:f, s:s}",
+  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:n, s:s, s:b, s:b, s:b, s:f, "
+                   "s:n, s:n, s:n, s:s}",
                    "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,
                    "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
-                   m->n_kv_head, "num_hidden_layers", m->n_layer, "vocab_size", m->vocab_size,
-                   "max_position_embeddings", m->seq_len, "rms_norm_eps", m->norm_eps, "rope_theta", m->rope_theta,
-                   "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0, "mlp_bias", 0,
-                   "initializer_range", 0.02, "torch_dtype", "float32");
+                   m->n_kv_head, "head_dim", m->n_embd / m->n_head, "num_hidden_layers", m->n_layer, "vocab_size",
+                   m->vocab_size, "max_position_embeddings", m->seq_len, "rms_norm_eps", m->norm_eps, "rope_theta",
+                   m->rope_theta, "rope_scaling", "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0,
+                   "mlp_bias", 0, "initializer_range", 0.02, "bos_token_id", "eos_token_id", "pad_token_id",
+                   "torch_dtype", "float32");
 }
 
 static fsdp_status write_hf_config(const char *path, const model_config *m) {
@@ -52,7 +56,7 @@ static fsdp_status write_hf_config(const char *path, const model_config *m) {
                         "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "bos_token_id", special,
                         "eos_token_id", special, "torch_dtype", "float32");
   json_decref(special);
-  char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+  char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
   json_decref(o);
   if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s", path);
   char tmp[4096];

@@ -598,14 +598,18 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
   }
   if (!bad) return FSDP_OK;
   const model_config *x = &ci->model, *y = &p->model;
+  /* Llama's eps and theta too: a checkpoint that differs only there would otherwise read as equal */
+  char xl[96] = "", yl[96] = "";
+  if (x->arch == ARCH_LLAMA) snprintf(xl, sizeof xl, ", norm_eps %g, rope_theta %g", x->norm_eps, x->rope_theta);
+  if (y->arch == ARCH_LLAMA) snprintf(yl, sizeof yl, ", norm_eps %g, rope_theta %g", y->norm_eps, y->rope_theta);
   return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: %s, n_layer %d, n_head %d, "
-                        "n_embd %d, vocab_size %d, seq_len %d, n_kv_head %d, ffn_dim %d; this job has %s, %d, %d, %d, "
-                        "%d, %d, %d, %d. The model must match "
+                        "n_embd %d, vocab_size %d, seq_len %d, n_kv_head %d, ffn_dim %d%s; this job has %s, %d, %d, %d, "
+                        "%d, %d, %d, %d%s. The model must match "
                         "to resume (world size, batch size, grad_accum, steps and the LR schedule may change); "
                         "point [checkpoint] dir at an empty directory (resume = never refuses one that holds checkpoints)", dir, ci->step,
                         jobspec_arch_name(x->arch), x->n_layer, x->n_head, x->n_embd, x->vocab_size, x->seq_len,
-                        x->n_kv_head, x->ffn_dim, jobspec_arch_name(y->arch), y->n_layer, y->n_head, y->n_embd,
-                        y->vocab_size, y->seq_len, y->n_kv_head, y->ffn_dim);
+                        x->n_kv_head, x->ffn_dim, xl, jobspec_arch_name(y->arch), y->n_layer, y->n_head, y->n_embd,
+                        y->vocab_size, y->seq_len, y->n_kv_head, y->ffn_dim, yl);
 }
 
 fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_t *spec, const plan_t *p, int rank,

@@ -418,7 +418,10 @@ static void model_checks(pctx *c) {
          "even head size", m->n_embd / m->n_head);
   if (m->ffn_dim <= 0)
     PERR(c, blame(c, "model", "ffn_dim", "arch"), FSDP_ERR_INVALID,
-         "[model] arch = llama needs ffn_dim, the SwiGLU width; allowed: an integer in 1..1048576 (Llama-3.2-1B: 8192)");
+         "[model] arch = llama needs ffn_dim, the SwiGLU width; allowed: an even integer in 2..1048576 (Llama-3.2-1B: 8192)");
+  else if (m->ffn_dim % 2)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
+    PERR(c, blame(c, "model", "ffn_dim", NULL), FSDP_ERR_INVALID,
+         "[model] ffn_dim = %d is odd; allowed: an even SwiGLU width (Llama's are multiples of 256)", m->ffn_dim);
 }
 
 static void cross_checks(pctx *c) {

@@ -77,7 +77,7 @@ const keydef jobspec_keys[] = {
   INT("model", "n_kv_head", model.n_kv_head, 0, 256,
       "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)"),
   INT("model", "ffn_dim", model.ffn_dim, 0, 1048576,
-      "llama: SwiGLU width, required (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
+      "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
   DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
   DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)"),
   SPECIAL("model", "init", KT_INIT, init,

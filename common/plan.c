@@ -236,6 +236,8 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                             m->n_embd / m->n_head);
     if (m->ffn_dim < 1 || m->ffn_dim > 1048576)
       return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d is out of range; allowed: 1..1048576", m->ffn_dim);
+    if (m->ffn_dim % 2)   /* bf16 (B,T,F) buffers of odd B·T would leave the next fp32 one misaligned (model_llama.c) */
+      return fsdp_set_error(FSDP_ERR_INVALID, "ffn_dim = %d is odd; allowed: an even SwiGLU width", m->ffn_dim);
     if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
       return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
                             "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);

@@ -44,6 +44,23 @@ static fsdp_status llama_config(json_t *o, const char *path, model_config *m) {
   json_t *eps = json_object_get(o, "rms_norm_eps"), *theta = json_object_get(o, "rope_theta");
   if (!json_is_number(eps) || !json_is_number(theta))
     return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be numbers", path);
+  /* What fsdpd's Llama does not compute is refused rather than run as a different model: scaled
+   * rotary frequencies (Llama-3.1/3.2's rope_scaling "llama3"), a head size other than
+   * hidden_size / num_attention_heads, another activation, biases. */
+  json_t *scaling = json_object_get(o, "rope_scaling"), *hd = json_object_get(o, "head_dim");
+  json_t *act = json_object_get(o, "hidden_act");
+  const char *rtype = json_string_value(json_object_get(scaling, "rope_type"));
+  if (!rtype) rtype = json_string_value(json_object_get(scaling, "type"));
+  if (scaling && !json_is_null(scaling) && !(rtype && !strcmp(rtype, "default")))
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: rope_scaling (%s) is not implemented; fsdpd's Llama rotates by "
+                          "rope_theta alone; allowed: rope_scaling null", path, rtype ? rtype : "set");
+  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || json_integer_value(hd) != v[2] / v[1]))
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
+                          v[2] / v[1]);
+  if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: hidden_act must be silu (SwiGLU)", path);
+  if (json_is_true(json_object_get(o, "attention_bias")) || json_is_true(json_object_get(o, "mlp_bias")))
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: attention_bias and mlp_bias must be false (no biases)", path);
   *m = (model_config){.arch = ARCH_LLAMA, .n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3],
                       .seq_len = v[4], .n_kv_head = v[5], .ffn_dim = v[6], .norm_eps = json_number_value(eps),
                       .rope_theta = json_number_value(theta)};

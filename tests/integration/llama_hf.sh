@@ -172,8 +172,9 @@ cfg = json.load(open(f"{hf}/config.json"))
 want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C, "intermediate_size": F,
         "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L, "vocab_size": V,
         "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": theta, "tie_word_embeddings": False,
-        "hidden_act": "silu", "torch_dtype": "float32"}
-bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
+        "hidden_act": "silu", "torch_dtype": "float32", "head_dim": C // H, "rope_scaling": None,
+        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+bad = {k: (cfg.get(k, "absent"), v) for k, v in want.items() if k not in cfg or cfg[k] != v}
 assert not bad, bad
 print(f"export: {len(out)} tensors with the input file's names and shapes, equal to the ranks' --save; LlamaConfig ok")
 PY

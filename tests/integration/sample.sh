@@ -73,6 +73,32 @@ bad "neither a checkpoint directory nor a .safetensors file" "$tmp/job.ini" --pr
 bad "holds no complete checkpoint" "$tmp" --prompt x
 bad "needs --prompt" "$tmp/ck"
 bad "--temperature" "$tmp/ck" --prompt x --temperature -1
+# a LlamaConfig that asks for what fsdpd's Llama does not compute is refused, not run as another model
+# (the config is read before the weights, so any .safetensors stands in for them)
+mkdir -p "$tmp/lc"
+cp "$tmp/hf/model.safetensors" "$tmp/lc/model.safetensors"
+llama_cfg() {
+  python3 - "$tmp/lc/config.json" "$1" <<'PY'
+import json, sys
+c = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64, "vocab_size": 256,
+     "max_position_embeddings": 48, "num_key_value_heads": 2, "intermediate_size": 128, "rms_norm_eps": 1e-5,
+     "rope_theta": 10000.0, "hidden_act": "silu", "rope_scaling": None}
+c.update(json.loads(sys.argv[2]))
+json.dump(c, open(sys.argv[1], "w"))
+PY
+}
+llama_cfg '{"rope_scaling": {"rope_type": "llama3", "factor": 32.0}}'
+bad "rope_scaling (llama3) is not implemented" "$tmp/lc/model.safetensors" --prompt x
+llama_cfg '{"head_dim": 64}'
+bad "head_dim must be hidden_size / num_attention_heads = 32" "$tmp/lc/model.safetensors" --prompt x
+llama_cfg '{"hidden_act": "gelu"}'
+bad "hidden_act must be silu" "$tmp/lc/model.safetensors" --prompt x
+llama_cfg '{"attention_bias": true}'
+bad "attention_bias and mlp_bias must be false" "$tmp/lc/model.safetensors" --prompt x
+# the checks pass a config as fsdpctl export writes it (head_dim, rope_scaling null): the file is then
+# read, and this GPT-2 one is refused for what it is
+llama_cfg '{"head_dim": 32, "rope_scaling": null}'
+bad "holds a GPT-2 model" "$tmp/lc/model.safetensors" --prompt x
 # a model with a smaller vocabulary refuses a prompt byte it does not have
 sed -e 's/^vocab_size = 256/vocab_size = 64/' -e "s|^train = .*|train = synthetic:markov:3|" \
     -e "s|^dir = .*|dir = $tmp/ck64|" -e 's/^steps = 150/steps = 2/' -e 's/^every = 150/every = 2/' \

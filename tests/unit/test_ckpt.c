@@ -188,10 +188,23 @@ static void test_roundtrip_reshard(void) {
   rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
   CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
   CHECK(contains(fsdp_last_error(), g_llama ? "different model: llama, n_layer 3, n_head 4, n_embd 32, vocab_size 96, "
-                                              "seq_len 16, n_kv_head 2, ffn_dim 40; this job has llama"
+                                              "seq_len 16, n_kv_head 2, ffn_dim 40, norm_eps 1e-05, rope_theta 500000; this job has llama"
                                             : "different model: gpt2"));
   free(buf);
   plan_destroy(&p);
+  /* a Llama that differs only in rope_theta (or norm_eps): the message shows the difference */
+  if (g_llama) {
+    make_spec(&spec, 2, 2, SHARD_FULL);
+    spec.model.rope_theta = 10000;
+    CHECK_OK(plan_build(&spec, 2, &p));
+    buf = malloc((size_t)p->shard_total * sizeof(float) * 3);
+    rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
+    CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
+    CHECK(contains(fsdp_last_error(), "norm_eps 1e-05, rope_theta 500000; this job has llama"));
+    CHECK(contains(fsdp_last_error(), "norm_eps 1e-05, rope_theta 10000. The model must match"));
+    free(buf);
+    plan_destroy(&p);
+  }
   rm_rf(dir);
 }
 

@@ -224,7 +224,8 @@ static void test_dead_rank_comms(void) {
 }
 
 /* Checkpoints: hybrid 4 = 2 × 2 writes step 2 (group 0's shards, a full job of 2 ranks to the
- * checkpoint); full N = 2 resumes it; and full N = 2's checkpoint resumes into hybrid 4. Both
+ * checkpoint); full N = 2 resumes it; full N = 2's checkpoint resumes into hybrid 4; and hybrid
+ * 2 × 2's resumes into hybrid 6 = 2 × 3 (another group size: the shards are cut anew). All
  * continue the uninterrupted hybrid run's losses (to fp32 order, 1e-5). */
 static void test_checkpoints(void) {
   config straight = {.world = 4, .group = 2, .batch = 3, .accum = 1, .prefetch = 1, .die_rank = -1, .timeout_s = 20};
@@ -232,12 +233,14 @@ static void test_checkpoints(void) {
   float *ms = NULL;
   int64_t n = 0;
   CHECK(run(&straight, rs, &ms, &n) == 0);
-  for (int dir = 0; dir < 2; dir++) {
+  static const char *const what[] = {"hybrid 2 x 2 -> full N=2", "full N=2 -> hybrid 2 x 2", "hybrid 2 x 2 -> hybrid 2 x 3"};
+  for (int dir = 0; dir < 3; dir++) {
     config a = straight, b = straight;
     char ck[] = "/tmp/fsdp-hybrid-ckpt-XXXXXX";
     if (!mkdtemp(ck)) return;
     if (dir == 1) a.world = 2, a.group = 0, a.batch = 6, a.sharding = SHARD_FULL;   /* full → hybrid */
-    else b.world = 2, b.group = 0, b.batch = 6, b.sharding = SHARD_FULL;            /* hybrid → full */
+    else if (dir == 0) b.world = 2, b.group = 0, b.batch = 6, b.sharding = SHARD_FULL;   /* hybrid → full */
+    else b.world = 6, b.group = 3, b.batch = 2;                              /* hybrid G = 2 → G = 3 */
     snprintf(a.ckdir, sizeof a.ckdir, "%s", ck);
     snprintf(b.ckdir, sizeof b.ckdir, "%s", ck);
     a.last = a.ckpt_at = 2;
@@ -268,7 +271,7 @@ static void test_checkpoints(void) {
     }
     CHECK_EQ_INT(0, bad);
     printf("checkpoint %s: steps 3..5 vs uninterrupted hybrid: max loss rel diff %.2e, max weight abs diff %.2e\n",
-           dir ? "full N=2 -> hybrid 2 x 2" : "hybrid 2 x 2 -> full N=2", maxl, maxw);
+           what[dir], maxl, maxw);
     free(mb);
     rm_rf(ck);
   }

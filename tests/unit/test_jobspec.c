@@ -274,6 +274,7 @@ static void test_errors(void) {
                      "head size n_embd / n_head = 15 is odd");
   expect_error_train("[model]\narch = llama\nn_head = 4\nn_embd = 64\n", 4, "arch = llama needs ffn_dim");
   expect_error_train("[model]\narch = llama\nffn_dim = 0\n", 5, "arch = llama needs ffn_dim");
+  expect_error_train("[model]\narch = llama\nffn_dim = 175\n", 5, "[model] ffn_dim = 175 is odd; allowed: an even");
   expect_error_train("[model]\nn_kv_head = 4\n", 4, "[model] n_kv_head applies to arch = llama only");
   expect_error_train("[model]\nrope_theta = 500000\n", 4, "[model] rope_theta applies to arch = llama only");
   /* hybrid: G divides the world and is below it; shard_group belongs to hybrid only (blamed on it) */

@@ -389,6 +389,53 @@ static void test_attention_gqa(void) {
   }
 }
 
+/* Grouped-query attention over more than one row block (T > ATT_BLOCK = 256 in ops_cpu.c): the
+ * first query head of a group assigns each block's dk, dv rows and the others add to them, so with
+ * dqkv NaN beforehand every element must come out as multi-head attention's on copied kv heads,
+ * the kv gradients summed over the group. */
+static void test_attention_gqa_blocks(void) {
+  const int B = 1, T = 300, NH = 4, hs = 2, C = NH * hs, N = B * T * C, NA = B * NH * T * T;
+  for (int NKV = 1; NKV <= 2; NKV++) {
+    int rep = NH / NKV, C3 = C + 2 * NKV * hs, NQ = B * T * C3;
+    float *qkv = fnew(NQ), *out = fnew(N), *att = fnew(NA), *dout = fnew(N), *dqkv = fnew(NQ), *datt = fnew(NA);
+    float *full = fnew(3 * N), *outf = fnew(N), *attf = fnew(NA), *dfull = fnew(3 * N);
+    double *qd = dnew(NQ), *wd = dnew(N), *ref = dnew(NQ);
+    frand(qkv, qd, NQ, 1.5);
+    frand(dout, wd, N, 1.0);
+    for (int bt = 0; bt < B * T; bt++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) {
+          const float *r = qkv + (size_t)bt * C3;
+          float *f = full + (size_t)bt * 3 * C;
+          f[h * hs + i] = r[h * hs + i];
+          f[C + h * hs + i] = r[C + h / rep * hs + i];
+          f[2 * C + h * hs + i] = r[C + (NKV + h / rep) * hs + i];
+        }
+    attention_forward(out, att, qkv, B, T, C, NH, NKV);
+    ffill(dqkv, NQ, NAN);
+    ffill(datt, NA, NAN);
+    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
+    attention_forward(outf, attf, full, B, T, C, NH, NH);
+    ffill(datt, NA, NAN);
+    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
+    for (int bt = 0; bt < B * T; bt++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) {
+          const float *f = dfull + (size_t)bt * 3 * C;
+          double *r = ref + (size_t)bt * C3;
+          r[h * hs + i] = f[h * hs + i];
+          r[C + h / rep * hs + i] += f[C + h * hs + i];
+          r[C + (NKV + h / rep) * hs + i] += f[2 * C + h * hs + i];
+        }
+    char what[96];
+    snprintf(what, sizeof what, "attention_backward T=%d (2 row blocks) NKV=%d of NH=%d = multi-head, kv summed", T,
+             NKV, NH);
+    expect_close(what, ref, dqkv, NQ, FWD_ATOL, FWD_RTOL);
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(datt), free(full), free(outf), free(attf);
+    free(dfull), free(qd), free(wd), free(ref);
+  }
+}
+
 /* ---- GELU, residual ---- */
 
 typedef struct {
@@ -630,6 +677,7 @@ int main(void) {
   test_attention();
   test_attention_long();
   test_attention_gqa();
+  test_attention_gqa_blocks();
   test_gelu_residual();
   test_classifier();
   test_softmax_xent();
