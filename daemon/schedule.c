@@ -153,22 +153,31 @@ static void report_split_groups(job_t *j) {
 /* Hybrid without shard_group: G is the ranks per node of the cluster the job starts on (it may
  * differ from the one at submit, or at a restart); a new G rebuilds the plan. 0, or -1 when the job
  * failed (it cannot be planned with that G). */
-static int regroup(coord_t *c, job_t *j) {
+fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
   int g = schedule_ranks_per_node(c, j->kind, j->world);
-  if (g == j->spec.shard_group) return 0;
+  if (g == j->spec.shard_group) return FSDP_OK;
   jobspec_t s = j->spec;
   s.shard_group = g;
-  plan_t *p = NULL;
-  if (plan_build(&s, j->world, &p) != FSDP_OK) {
-    job_fail(c, j, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
-             "largest node now): %s", g, schedule_kind_name(j->kind), fsdp_user_message(fsdp_last_error()));
-    return -1;
+  plan_t *p = NULL, *old = j->plan;
+  int k = snprintf(msg, n, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on "
+                   "the largest node now): ", g, schedule_kind_name(j->kind));
+  size_t used = k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
+  fsdp_status st = plan_build(&s, j->world, &p);
+  if (st != FSDP_OK) {
+    snprintf(msg + used, n - used, "%s", fsdp_user_message(fsdp_last_error()));
+    return st;
   }
-  plan_destroy(&j->plan);
-  j->plan = p;
-  j->spec.shard_group = g;
+  /* the memory per rank grows as the group shrinks: the submit check again, with the new plan */
+  int old_g = j->spec.shard_group;
+  j->plan = p, j->spec.shard_group = g;
+  if ((st = schedule_fit(c, j, msg + used, n - used)) != FSDP_OK) {
+    j->plan = old, j->spec.shard_group = old_g;
+    plan_destroy(&p);
+    return st;
+  }
+  plan_destroy(&old);
   job_log(j, "shard_group = %d: the ranks per node of the cluster it starts on", g);
-  return 0;
+  return FSDP_OK;
 }
 
 /* 0: J started (or failed trying); -1: the room counted for it was not there, it stays queued. */
@@ -372,7 +381,11 @@ void schedule_try(coord_t *c) {
         head = j;
     if (!head) return;
     /* before counting room: the shard group, hence the offloaded bytes per rank, may change */
-    if (head->auto_group && regroup(c, head) != 0) continue;
+    char why[1024];
+    if (head->auto_group && schedule_regroup(c, head, why, sizeof why) != FSDP_OK) {
+      job_fail(c, head, "%s", why);
+      continue;
+    }
     if (schedule_room(c, head) < head->world) return;
     if (schedule_start(c, head) != 0) return;
   }

@@ -2,11 +2,13 @@
  * schedule_host_ranks on the numbers, then schedule_fit (the submit check) and schedule_room (what
  * schedule_try starts a job on) over a coordinator whose nodes are filled in by hand: GPU slots and
  * the host memory an agent would report, with no daemon, socket or GPU. The plan of a device = cuda
- * job is built on any machine (only submitting one needs a CUDA build).
+ * job is built on any machine (only submitting one needs a CUDA build). Also schedule_regroup: hybrid's
+ * default shard group taken again at the start, and its plan checked against the devices again.
  */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "coord_core.h"
@@ -176,8 +178,74 @@ static void test_fit_and_room(void) {
   free(c);
 }
 
+/* Hybrid without shard_group takes G from the cluster it starts on; a smaller G holds more per rank,
+ * so the plan is checked again: GPT-2 1.5B at world 16 fits GPUs of M bytes with G = 8 (2 nodes of
+ * 8) but not with G = 2 (8 nodes of 2), and then the job is refused with the reason, unchanged. */
+static void test_regroup(void) {
+  jobspec_t s;
+  CHECK_OK(jobspec_parse(spec_text("none"), "test", ".", &s));
+  s.world_size = 16;
+  s.sharding = SHARD_HYBRID;
+  plan_t *p8 = NULL, *p2 = NULL;
+  s.shard_group = 8;
+  CHECK_OK(plan_build(&s, 16, &p8));
+  s.shard_group = 2;
+  CHECK_OK(plan_build(&s, 16, &p2));
+  if (!p8 || !p2) return;
+  CHECK(p2->mem_total > p8->mem_total);
+  uint64_t m = (p8->mem_total + p2->mem_total) / 2;
+  job_t *j = calloc(1, sizeof *j);
+  s.shard_group = 8;
+  j->spec = s, j->plan = p8, j->id = 7, j->world = 16, j->kind = CUDA, j->state = ST_QUEUED, j->auto_group = 1;
+  char dir[] = "/tmp/test_schedule.XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(j->job_dir, sizeof j->job_dir, "%s", dir);
+  coord_t *c = calloc(1, sizeof *c);
+  c->nodes = calloc(8, sizeof *c->nodes);
+  c->nnodes = 2;
+  for (int i = 0; i < 8; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "gpu-%d", i);
+    set_node(c, i, name, i < 2 ? 8 : 2, 0);
+    for (int g = 0; g < c->nodes[i].nslots; g++) c->nodes[i].slots[g].mem = m;
+  }
+  char msg[1024];
+  CHECK_OK(schedule_regroup(c, j, msg, sizeof msg));   /* 2 nodes of 8: G stays 8 */
+  CHECK(j->plan == p8 && j->spec.shard_group == 8);
+  for (int i = 0; i < 8; i++) {   /* now 8 nodes of 2 GPUs: G = 2 would not fit */
+    char name[16];
+    snprintf(name, sizeof name, "gpu-%d", i);
+    set_node(c, i, name, 2, 0);
+    c->nodes[i].slots[0].mem = c->nodes[i].slots[1].mem = m;
+  }
+  c->nnodes = 8;
+  CHECK(schedule_regroup(c, j, msg, sizeof msg) == FSDP_ERR_RANGE);
+  CHECK(strstr(msg, "ranks per node of the cluster (2 GPUs on the largest node now)") != NULL);
+  CHECK(strstr(msg, "GiB per rank at world size 16") != NULL);
+  CHECK(strchr(msg, '\n') == NULL);
+  CHECK(j->plan == p8 && j->spec.shard_group == 8);   /* unchanged */
+  printf("regroup refusal: %s\n", msg);
+  for (int i = 0; i < 8; i++) c->nodes[i].slots[0].mem = c->nodes[i].slots[1].mem = 2 * p2->mem_total;
+  CHECK_OK(schedule_regroup(c, j, msg, sizeof msg));   /* larger GPUs: G = 2 is taken */
+  CHECK(j->spec.shard_group == 2 && j->plan->shard_world == 2);
+  char path[64];
+  snprintf(path, sizeof path, "%s/job.log", dir);
+  FILE *f = fopen(path, "r");
+  char line[512] = "";
+  CHECK(f && fgets(line, sizeof line, f) && strstr(line, "shard_group = 2: the ranks per node"));
+  if (f) fclose(f);
+  unlink(path);
+  rmdir(dir);
+  plan_destroy(&p2);
+  free_job(&j);
+  for (int i = 0; i < 8; i++) free(c->nodes[i].slots);
+  free(c->nodes);
+  free(c);
+}
+
 int main(void) {
   test_host_ranks();
   test_fit_and_room();
+  test_regroup();
   return check_done();
 }
