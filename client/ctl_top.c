@@ -32,6 +32,10 @@
 #define TOP_LIST 50      /* jobs asked for: the newest */
 #define TOP_MAXLINES 200
 #define TOP_MAXCOLS 512
+/* A call's deadline. list, status and nodes are answered at once by a live daemon; fsdpctl's usual
+ * 30 s (sized for submit) would freeze the screen, and q, that long for each call of a poll when the
+ * daemon wedges or goes away mid-poll. */
+#define TOP_CALL_TIMEOUT_MS 5000
 
 /* A memory bar's letters, one per category (plan.h's order), and their legend. */
 static const char bar_letters[MEM_NCAT] = {'P', 'G', 'O', 'g', 'A', 'W', 'C'};
@@ -61,12 +65,14 @@ static void frame_clear(frame *f) {
   memset(f, 0, sizeof *f);
 }
 
+/* One call: 0, or -1 with an error reply in ERR, or -2 when the daemon could not be asked or did not
+ * answer within TOP_CALL_TIMEOUT_MS (or a signal came): then the rest of the poll is not tried. */
 static int quiet_call(ctl_conn *c, Fsdp__Msg *req, Fsdp__Msg__BodyCase want, Fsdp__Msg **reply, char *err, size_t n,
                       const char *ep) {
-  fsdp_status rc = ctl_conn_call(c, req, 0, reply);
+  fsdp_status rc = ctl_conn_call(c, req, TOP_CALL_TIMEOUT_MS, reply);
   if (rc != FSDP_OK) {
     ctl_describe_failure(ep, rc, err, n);
-    return -1;
+    return -2;
   }
   if ((*reply)->body_case == want) return 0;
   snprintf(err, n, "%s", (*reply)->body_case == FSDP__MSG__BODY_ERROR ? (*reply)->error->message : "unexpected reply");
@@ -98,9 +104,13 @@ static void poll_daemon(ctl_conn *c, const char *ep, frame *f) {
     Fsdp__Msg sr = WIRE_MSG_INIT;
     sr.body_case = FSDP__MSG__BODY_STATUS_REQ;
     sr.status_req = &q;
-    char ignored[256];   /* a job that ended meanwhile: its row says so next time */
-    quiet_call(c, &sr, FSDP__MSG__BODY_STATUS_RESP, &f->status[i], ignored, sizeof ignored, ep);
+    char why[512];   /* an error reply: a job that ended meanwhile, whose row says so next time */
+    if (quiet_call(c, &sr, FSDP__MSG__BODY_STATUS_RESP, &f->status[i], why, sizeof why, ep) == -2) {
+      snprintf(f->err, sizeof f->err, "%s", why);   /* the daemon is gone or wedged: the next poll tries again */
+      return;
+    }
   }
+  if (ctl_interrupts) return;
   Fsdp__NodesReq nq = FSDP__NODES_REQ__INIT;
   Fsdp__Msg nr = WIRE_MSG_INIT;
   nr.body_case = FSDP__MSG__BODY_NODES_REQ;

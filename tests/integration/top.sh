@@ -3,7 +3,8 @@
 # -y 24, capture-pane polled until the job's row appears) the header has the job columns, the job's
 # row says running with its step, loss, tokens/s and ETA, both ranks have a memory bar and a time
 # split, the node is listed, no line passes 80 columns; q quits with status 0. Off a terminal the
-# same frame comes as plain lines (--once, -n N). Skipped with a message without tmux.
+# same frame comes as plain lines (--once, -n N). With the daemon stopped (SIGSTOP) the frame says it
+# does not answer within 15 s and q still quits. Skipped with a message without tmux.
 # Usage: bash top.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" top
@@ -59,5 +60,24 @@ wait_for 15 test -s "$S/top.rc" || fail "top did not exit within 15 s of q"
 rc=0; "$CTL" top --interval 0 >/dev/null 2>"$S/err.txt" || rc=$?
 [ "$rc" = 2 ] && head -1 "$S/err.txt" | grep -q -- "--interval takes seconds" || fail "bad --interval: $rc $(cat "$S/err.txt")"
 "$CTL" cancel "$id" >/dev/null
+wait_for 60 finished "$id" || fail "job $id did not end within 60 s of cancel"
+
+# The daemon wedges (SIGSTOP: its connection stays up, no request is answered): within seconds the
+# frame says so, and q still quits (each of top's calls has a short deadline, and a poll stops at
+# its first failed call instead of waiting out one deadline per job and the nodes).
+rm -f "$S/top.rc"
+tm new-session -d -x 80 -y 24 -s wedged "env FSDP_CTL='$FSDP_CTL' '$CTL' top --interval 0.2; echo \$? >'$S/top.rc'"
+shows_node() { tm capture-pane -p -t wedged >"$S/pane.txt" && grep -Eq '^ +1 +\S+ +up ' "$S/pane.txt"; }
+wait_for 30 shows_node || fail "top did not show the node within 30 s: $(cat "$S/pane.txt")"
+kill -STOP "$DPID"
+at_exit 'kill -CONT "$DPID" 2>/dev/null || true'
+says_wedged() { tm capture-pane -p -t wedged >"$S/pane.txt" && grep -q '^! fsdpd at ' "$S/pane.txt"; }
+wedged_ok=1
+wait_for 15 says_wedged || wedged_ok=0
+tm send-keys -t wedged q
+wait_for 15 test -s "$S/top.rc" || wedged_ok=0
+kill -CONT "$DPID"
+[ "$wedged_ok" = 1 ] || fail "with the daemon stopped, top did not say so and quit on q within 15 s each: $(cat "$S/pane.txt")"
+[ "$(cat "$S/top.rc")" = 0 ] || fail "top exited with status $(cat "$S/top.rc") after q (daemon stopped)"
 stop_daemon
 echo "top: ok"
