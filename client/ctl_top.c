@@ -10,7 +10,8 @@
  * On a terminal the frame is drawn with ncurses (the bar's categories in colour; q quits, ↑/↓ or
  * j/k select the job whose ranks are shown, the frame follows resizes); when standard output is not
  * a terminal, or with --once, the same frame is printed as plain lines (the bar as letters), every
- * interval, N times with -n. Single-threaded; the curses screen is restored on every exit path.
+ * interval, N times with -n (and on a terminal whose TERM curses does not know, after a line that says
+ * so). Single-threaded; the curses screen is restored on every exit path.
  */
 #include <curses.h>
 #include <getopt.h>
@@ -282,8 +283,13 @@ static void draw_curses(const screen *s, int rows) {
   refresh();
 }
 
+#define TOP_NO_TERMINAL (-1)   /* run_curses: curses knows no such terminal (TERM); nothing was drawn */
+
 static int run_curses(ctl_conn *c, const char *ep, int interval_ms) {
-  initscr();
+  /* newterm, not initscr: initscr prints "Error opening terminal" and exits when TERM has no terminfo
+   * entry here (ssh from a terminal whose entry the server lacks); the caller falls back to plain lines */
+  SCREEN *scr = newterm(NULL, stdout, stdin);
+  if (!scr) return TOP_NO_TERMINAL;
   cbreak();
   noecho();
   keypad(stdscr, TRUE);
@@ -323,6 +329,7 @@ static int run_curses(ctl_conn *c, const char *ep, int interval_ms) {
     }
   }
   endwin();
+  delscreen(scr);
   frame_clear(&f);
   free(s);
   if (!s) return ctl_fail("top: out of memory");
@@ -395,8 +402,16 @@ int ctl_top(int argc, char **argv) {
   if (rc) return rc;
   ctl_catch_interrupts();
   int interval_ms = (int)(interval * 1000);
-  if (count == 0 && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO)) rc = run_curses(cl.conn, cl.endpoint, interval_ms);
-  else rc = run_plain(cl.conn, cl.endpoint, interval_ms, count);
+  rc = TOP_NO_TERMINAL;
+  if (count == 0 && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO)) {
+    rc = run_curses(cl.conn, cl.endpoint, interval_ms);
+    if (rc == TOP_NO_TERMINAL) {
+      const char *term = getenv("TERM");
+      fprintf(stderr, "fsdpctl: top: TERM=%s is not a terminal type known here (no terminfo entry): plain frames "
+              "instead; set TERM (e.g. TERM=xterm-256color) for the live view\n", term ? term : "");
+    }
+  }
+  if (rc == TOP_NO_TERMINAL) rc = run_plain(cl.conn, cl.endpoint, interval_ms, count);
   ctl_client_close(&cl);
   return rc;
 }
