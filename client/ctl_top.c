@@ -10,7 +10,8 @@
  * On a terminal the frame is drawn with ncurses (the bar's categories in colour; q quits, ↑/↓ or
  * j/k select the job whose ranks are shown, the frame follows resizes); when standard output is not
  * a terminal, or with --once, the same frame is printed as plain lines (the bar as letters), every
- * interval, N times with -n. Single-threaded; the curses screen is restored on every exit path.
+ * interval, N times with -n (and on a terminal whose TERM curses does not know, after a line that says
+ * so). Single-threaded; the curses screen is restored on every exit path.
  */
 #include <curses.h>
 #include <getopt.h>
@@ -32,6 +33,10 @@
 #define TOP_LIST 50      /* jobs asked for: the newest */
 #define TOP_MAXLINES 200
 #define TOP_MAXCOLS 512
+/* A call's deadline. list, status and nodes are answered at once by a live daemon; fsdpctl's usual
+ * 30 s (sized for submit) would freeze the screen, and q, that long for each call of a poll when the
+ * daemon wedges or goes away mid-poll. */
+#define TOP_CALL_TIMEOUT_MS 5000
 
 /* A memory bar's letters, one per category (plan.h's order), and their legend. */
 static const char bar_letters[MEM_NCAT] = {'P', 'G', 'O', 'g', 'A', 'W', 'C'};
@@ -61,12 +66,14 @@ static void frame_clear(frame *f) {
   memset(f, 0, sizeof *f);
 }
 
+/* One call: 0, or -1 with an error reply in ERR, or -2 when the daemon could not be asked or did not
+ * answer within TOP_CALL_TIMEOUT_MS (or a signal came): then the rest of the poll is not tried. */
 static int quiet_call(ctl_conn *c, Fsdp__Msg *req, Fsdp__Msg__BodyCase want, Fsdp__Msg **reply, char *err, size_t n,
                       const char *ep) {
-  fsdp_status rc = ctl_conn_call(c, req, 0, reply);
+  fsdp_status rc = ctl_conn_call(c, req, TOP_CALL_TIMEOUT_MS, reply);
   if (rc != FSDP_OK) {
     ctl_describe_failure(ep, rc, err, n);
-    return -1;
+    return -2;
   }
   if ((*reply)->body_case == want) return 0;
   snprintf(err, n, "%s", (*reply)->body_case == FSDP__MSG__BODY_ERROR ? (*reply)->error->message : "unexpected reply");
@@ -98,9 +105,13 @@ static void poll_daemon(ctl_conn *c, const char *ep, frame *f) {
     Fsdp__Msg sr = WIRE_MSG_INIT;
     sr.body_case = FSDP__MSG__BODY_STATUS_REQ;
     sr.status_req = &q;
-    char ignored[256];   /* a job that ended meanwhile: its row says so next time */
-    quiet_call(c, &sr, FSDP__MSG__BODY_STATUS_RESP, &f->status[i], ignored, sizeof ignored, ep);
+    char why[512];   /* an error reply: a job that ended meanwhile, whose row says so next time */
+    if (quiet_call(c, &sr, FSDP__MSG__BODY_STATUS_RESP, &f->status[i], why, sizeof why, ep) == -2) {
+      snprintf(f->err, sizeof f->err, "%s", why);   /* the daemon is gone or wedged: the next poll tries again */
+      return;
+    }
   }
+  if (ctl_interrupts) return;
   Fsdp__NodesReq nq = FSDP__NODES_REQ__INIT;
   Fsdp__Msg nr = WIRE_MSG_INIT;
   nr.body_case = FSDP__MSG__BODY_NODES_REQ;
@@ -272,8 +283,13 @@ static void draw_curses(const screen *s, int rows) {
   refresh();
 }
 
+#define TOP_NO_TERMINAL (-1)   /* run_curses: curses knows no such terminal (TERM); nothing was drawn */
+
 static int run_curses(ctl_conn *c, const char *ep, int interval_ms) {
-  initscr();
+  /* newterm, not initscr: initscr prints "Error opening terminal" and exits when TERM has no terminfo
+   * entry here (ssh from a terminal whose entry the server lacks); the caller falls back to plain lines */
+  SCREEN *scr = newterm(NULL, stdout, stdin);
+  if (!scr) return TOP_NO_TERMINAL;
   cbreak();
   noecho();
   keypad(stdscr, TRUE);
@@ -313,6 +329,7 @@ static int run_curses(ctl_conn *c, const char *ep, int interval_ms) {
     }
   }
   endwin();
+  delscreen(scr);
   frame_clear(&f);
   free(s);
   if (!s) return ctl_fail("top: out of memory");
@@ -385,8 +402,16 @@ int ctl_top(int argc, char **argv) {
   if (rc) return rc;
   ctl_catch_interrupts();
   int interval_ms = (int)(interval * 1000);
-  if (count == 0 && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO)) rc = run_curses(cl.conn, cl.endpoint, interval_ms);
-  else rc = run_plain(cl.conn, cl.endpoint, interval_ms, count);
+  rc = TOP_NO_TERMINAL;
+  if (count == 0 && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO)) {
+    rc = run_curses(cl.conn, cl.endpoint, interval_ms);
+    if (rc == TOP_NO_TERMINAL) {
+      const char *term = getenv("TERM");
+      fprintf(stderr, "fsdpctl: top: TERM=%s is not a terminal type known here (no terminfo entry): plain frames "
+              "instead; set TERM (e.g. TERM=xterm-256color) for the live view\n", term ? term : "");
+    }
+  }
+  if (rc == TOP_NO_TERMINAL) rc = run_plain(cl.conn, cl.endpoint, interval_ms, count);
   ctl_client_close(&cl);
   return rc;
 }

@@ -121,7 +121,8 @@ static void pull_complete(coord_t *c, tracepull *p, const job_t *j) {
   for (uint32_t r = 0; r < p->world; r++) {
     const Fsdp__TraceSpans *t = p->got[r]->trace_spans;
     if (t->last_kept == 0) {
-      snprintf(msg, sizeof msg, "rank %u holds no spans (FSDP_TRACE=0 in its environment, or it could not answer: see its log)", r);
+      snprintf(msg, sizeof msg, "rank %u holds no spans (FSDP_TRACE=0 in its environment; or one step records more spans "
+               "than a worker keeps, %d; or it could not answer: see its log)", r, TRACEPULL_RING_SPANS);
       pull_fail(c, p, FSDP_ERR_STATE, msg);
       return;
     }

@@ -19,6 +19,9 @@
 
 #define TRACEPULL_DEFAULT_STEPS 3
 #define TRACEPULL_TIMEOUT_S 25.0   /* below fsdpctl's 30 s call timeout, so the user sees why */
+/* worker/trace.h's TRACE_RING, for messages: a rank whose steps each record more spans than that
+ * holds no whole step, and answers as one that records none (first_kept = last_kept = 0). */
+#define TRACEPULL_RING_SPANS 65536
 
 /* A ctl trace_req with envelope ENV: refused at once, or forwarded to J's ranks. */
 void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *req);

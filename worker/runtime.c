@@ -713,6 +713,9 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   TRY(rc);
   float v[2];
   TRY(d->op->download(d, v, rt->scal, sizeof(float)));
+  /* The stream is idle after the download; a sync also turns the evaluation's span boundaries into
+   * spans on CUDA (resolved only at a sync or timers()), before a trace pull can ask for them. */
+  TRY(d->op->sync(d));
   v[1] = (float)((double)batches * B * T);
   TRY(rt_allreduce_host(rt, v, 2));   /* Σ loss and Σ tokens over the ranks */
   *val_loss = (double)v[0] / (double)v[1];

@@ -11,6 +11,7 @@
 #include "log.h"
 
 _Static_assert(TRACE_NKIND == 9 && TRACE_NLANE == 5, "proto/wire.c's check_trace_spans knows 9 kinds and 5 lanes");
+_Static_assert(TRACE_RING == 65536, "daemon/tracepull.h's TRACEPULL_RING_SPANS (its messages) says 65536");
 
 struct wlink {
   void *ctx, *sock;

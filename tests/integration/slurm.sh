@@ -11,7 +11,9 @@
 #      (the SIGTERM Slurm sends the batch script before the time limit, here by `scancel --batch
 #      --signal=TERM`): fsdpd cancels the job ("the daemon shut down"), reaps its workers and
 #      exits 0; nothing is left running.
-#   3. Slurm variables that contradict the flags: one-line errors, exit 2.
+#   3. Slurm variables that contradict the flags: one-line errors, exit 2; the recipe refuses --ctl
+#      in FSDPD_FLAGS.
+#   4. Without a job file the cluster stays up until `fsdpctl shutdown`; then the Slurm job completes.
 # Skips (exit 77) with the reason when Slurm cannot start here: not root, no slurmctld/slurmd/munged
 # (scripts/install-deps.sh installs them), or the daemons do not come up.
 # Usage: bash slurm.sh BUILD_DIR SOURCE_DIR
@@ -41,6 +43,14 @@ bad() {   # EXPECTED-TEXT FSDPD-ARGS... with the variables already in the enviro
   SLURM_GPUS_ON_NODE=2 CUDA_VISIBLE_DEVICES=3 bad "CUDA_VISIBLE_DEVICES=3 (1 GPUs) contradicts SLURM_GPUS_ON_NODE=2" \
     --listen tcp://127.0.0.1:1
 ) || exit 1
+# The recipe refuses --ctl in FSDPD_FLAGS before it starts anything: fsdpd would bind it instead of
+# ipc://STATE/ctl.sock, through which the recipe itself asks the coordinator.
+st=0
+SLURM_JOB_ID=7 FSDP_BIN="$BUILD" FSDP_STATE_DIR="$S/ctlflag" FSDPD_FLAGS="--cpu-workers 2 --ctl tcp://*:7071" \
+  bash "$SRC/scripts/slurm/fsdpd.sbatch" >"$S/ctlflag.out" 2>&1 || st=$?
+[ "$st" = 2 ] && [ "$(wc -l <"$S/ctlflag.out")" = 1 ] && grep -q "FSDPD_FLAGS: --ctl is not supported" "$S/ctlflag.out" ||
+  fail "the recipe with --ctl in FSDPD_FLAGS: status $st, expected 2 and one line: $(cat "$S/ctlflag.out")"
+[ ! -e "$S/ctlflag" ] || fail "the recipe made its state directory before refusing --ctl"
 
 # 0. fsdpd --slurm on two "nodes" of one allocation, without Slurm (Debian's slurmd runs one node
 # per host): the variables srun would set, the flags and keys the recipe gives, one shared state
@@ -229,4 +239,17 @@ grep -q "job 1 cancelled: the daemon shut down" "$log2" || fail "the running job
 grep -q "all workers reaped; exiting" "$log2" && grep -q "fsdpd stopped" "$log2" || fail "fsdpd did not stop cleanly"
 ! grep -q "second SIGTERM\|Killed" "$log2" || fail "fsdpd was killed rather than stopped"
 none_left "$log2"
-echo "slurm: ok (jobs $jid and $jid2)"
+
+# ---- 4. no job file: the cluster runs until `fsdpctl shutdown`, then the recipe ends (with more
+# nodes it also stops the other nodes' agents, which would wait for the coordinator to the time limit)
+ST3="$S/state/idle"
+FAIL_LOGS+=("$S/idle.out" "$ST3/fsdpd-$HOST.log")
+jid3=$(submit_recipe "$ST3" "$S/idle.out" "")
+up() { grep -q "all 1 node(s) registered" "$S/idle.out" 2>/dev/null; }
+wait_for 120 up || fail "the cluster of Slurm job $jid3 did not come up ($(job_field "$jid3" JobState))"
+FSDP_CTL="ipc://$ST3/ctl.sock" "$CTL" shutdown >/dev/null || fail "fsdpctl shutdown failed"
+wait_for 60 job_over "$jid3" || fail "Slurm job $jid3 did not end within 60 s of fsdpctl shutdown"
+[ "$(job_field "$jid3" JobState)" = COMPLETED ] && [ "$(job_field "$jid3" ExitCode)" = 0:0 ] ||
+  fail "Slurm job $jid3 after fsdpctl shutdown: $(job_field "$jid3" JobState), exit code $(job_field "$jid3" ExitCode)"
+none_left "$ST3/fsdpd-$HOST.log"
+echo "slurm: ok (jobs $jid, $jid2 and $jid3)"

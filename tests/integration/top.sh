@@ -3,7 +3,9 @@
 # -y 24, capture-pane polled until the job's row appears) the header has the job columns, the job's
 # row says running with its step, loss, tokens/s and ETA, both ranks have a memory bar and a time
 # split, the node is listed, no line passes 80 columns; q quits with status 0. Off a terminal the
-# same frame comes as plain lines (--once, -n N). Skipped with a message without tmux.
+# same frame comes as plain lines (--once, -n N), and on a terminal whose TERM has no terminfo entry
+# (after one line that says so; Ctrl-C ends it with 130). With the daemon stopped (SIGSTOP) the frame says it
+# does not answer within 15 s and q still quits. Skipped with a message without tmux.
 # Usage: bash top.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" top
@@ -56,8 +58,39 @@ tm send-keys -t top q
 wait_for 15 test -s "$S/top.rc" || fail "top did not exit within 15 s of q"
 [ "$(cat "$S/top.rc")" = 0 ] || fail "top exited with status $(cat "$S/top.rc") after q"
 
+# A terminal whose type has no terminfo entry here (ssh from kitty, alacritty...): plain frames on
+# it, after one line that says why, instead of ncurses' "Error opening terminal" and exit 1.
+rm -f "$S/top.rc"
+tm new-session -d -x 80 -y 24 -s oddterm "env TERM=no-such-term-here FSDP_CTL='$FSDP_CTL' '$CTL' top --interval 0.3 2>'$S/odd.err'; echo \$? >'$S/top.rc'"
+shows_plain() { tm capture-pane -p -t oddterm >"$S/pane.txt" && grep -Eq "^>? *$id +watched +running" "$S/pane.txt"; }
+wait_for 30 shows_plain || fail "top with an unknown TERM did not show job $id in plain lines: $(cat "$S/pane.txt") $(cat "$S/odd.err" 2>/dev/null)"
+[ "$(wc -l <"$S/odd.err")" = 1 ] && grep -q "^fsdpctl: top: TERM=no-such-term-here" "$S/odd.err" ||
+  fail "top with an unknown TERM: expected one line on stderr naming it, got: $(cat "$S/odd.err")"
+tm send-keys -t oddterm C-c
+wait_for 15 test -s "$S/top.rc" || fail "top (plain, unknown TERM) did not exit within 15 s of Ctrl-C"
+[ "$(cat "$S/top.rc")" = 130 ] || fail "top (plain, unknown TERM) exited with $(cat "$S/top.rc") after Ctrl-C, expected 130"
+
 rc=0; "$CTL" top --interval 0 >/dev/null 2>"$S/err.txt" || rc=$?
 [ "$rc" = 2 ] && head -1 "$S/err.txt" | grep -q -- "--interval takes seconds" || fail "bad --interval: $rc $(cat "$S/err.txt")"
 "$CTL" cancel "$id" >/dev/null
+wait_for 60 finished "$id" || fail "job $id did not end within 60 s of cancel"
+
+# The daemon wedges (SIGSTOP: its connection stays up, no request is answered): within seconds the
+# frame says so, and q still quits (each of top's calls has a short deadline, and a poll stops at
+# its first failed call instead of waiting out one deadline per job and the nodes).
+rm -f "$S/top.rc"
+tm new-session -d -x 80 -y 24 -s wedged "env FSDP_CTL='$FSDP_CTL' '$CTL' top --interval 0.2; echo \$? >'$S/top.rc'"
+shows_node() { tm capture-pane -p -t wedged >"$S/pane.txt" && grep -Eq '^ +1 +\S+ +up ' "$S/pane.txt"; }
+wait_for 30 shows_node || fail "top did not show the node within 30 s: $(cat "$S/pane.txt")"
+kill -STOP "$DPID"
+at_exit 'kill -CONT "$DPID" 2>/dev/null || true'
+says_wedged() { tm capture-pane -p -t wedged >"$S/pane.txt" && grep -q '^! fsdpd at ' "$S/pane.txt"; }
+wedged_ok=1
+wait_for 15 says_wedged || wedged_ok=0
+tm send-keys -t wedged q
+wait_for 15 test -s "$S/top.rc" || wedged_ok=0
+kill -CONT "$DPID"
+[ "$wedged_ok" = 1 ] || fail "with the daemon stopped, top did not say so and quit on q within 15 s each: $(cat "$S/pane.txt")"
+[ "$(cat "$S/top.rc")" = 0 ] || fail "top exited with status $(cat "$S/top.rc") after q (daemon stopped)"
 stop_daemon
 echo "top: ok"

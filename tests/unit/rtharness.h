@@ -33,6 +33,7 @@
 #include "ranks.h"
 #include "runtime.h"
 #include "testfiles.h"
+#include "trace.h"
 
 #define STEPS 5
 #define MAXW 6   /* the most ranks a run has */
@@ -57,6 +58,7 @@ typedef struct result {
   int restored;
   int failed_step, fail_status;     /* failed_step −1: every step ran */
   double fail_after_s;
+  int eval_unresolved;              /* spans: span boundaries runtime_eval left unresolved (below) */
 } result;
 
 typedef struct config {
@@ -73,8 +75,29 @@ typedef struct config {
   int first, last;                  /* steps run (0, 0: 1..STEPS) */
   int restore, ckpt_at;             /* restore from ckdir first; checkpoint after step ckpt_at */
   int eval_batches;                 /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
+  int spans;                        /* record spans, the device resolving them as CUDA's does (below) */
   char ckdir[128];
 } config;
+
+/* config.spans: the device's ops wrapped so that they count span boundaries (dev_ops.trace) not yet
+ * followed by a sync() or timers(), which is when the CUDA device turns its timing events into spans
+ * (device_cuda.c): a boundary still pending when the runtime returns is a span a trace pull between
+ * steps cannot see yet. */
+static dev_ops g_span_ops;
+static const dev_ops *g_span_inner;
+static int g_span_pending;
+static void span_trace(device_t *d, trace_t *t, int end, trace_kind k, int unit, int step) {
+  g_span_pending++;
+  g_span_inner->trace(d, t, end, k, unit, step);
+}
+static fsdp_status span_sync(device_t *d) {
+  g_span_pending = 0;
+  return g_span_inner->sync(d);
+}
+static void span_timers(device_t *d, uint64_t us[DEV_NTIMER]) {
+  g_span_pending = 0;
+  g_span_inner->timers(d, us);
+}
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs the tests as sync and strict). */
 static dev_cpu_mode g_mode;
@@ -137,6 +160,15 @@ static int child(int rank, int world, const char *dir, void *arg) {
     _exit(3);
   }
   if (c->drop_wait) runtime_test_drop_gather_wait(rt, 1);
+  trace_t *tr = NULL;
+  if (c->spans) {
+    if (trace_new(&tr) != FSDP_OK) _exit(3);
+    g_span_inner = dev->op;
+    g_span_ops = *dev->op;
+    g_span_ops.trace = span_trace, g_span_ops.sync = span_sync, g_span_ops.timers = span_timers;
+    dev->op = &g_span_ops;
+    runtime_set_trace(rt, tr);
+  }
   if (c->restore && runtime_restore(rt, c->ckdir, &res.restored) != FSDP_OK) {
     fprintf(stderr, "rank %d restore: %s\n", rank, fsdp_last_error());
     _exit(4);
@@ -170,6 +202,7 @@ static int child(int rank, int world, const char *dir, void *arg) {
     fprintf(stderr, "rank %d eval: %s\n", rank, fsdp_last_error());
     _exit(6);
   }
+  res.eval_unresolved = g_span_pending;
   snprintf(path, sizeof path, "%s/result-%d", dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(4);
   snprintf(path, sizeof path, "%s/shard-%d", dir, rank);
@@ -181,6 +214,7 @@ static int child(int rank, int world, const char *dir, void *arg) {
     comm_destroy(&gcomm);
     comm_destroy(&comm);
   }
+  trace_destroy(&tr);
   plan_destroy(&plan);
   return 0;
 }

@@ -276,6 +276,17 @@ static void test_eval(void) {
   }
 }
 
+/* An evaluation's spans are resolved before runtime_eval returns: the CUDA device turns its span
+ * boundaries into spans at a sync() or timers() (device_cuda.c), and the worker answers a trace pull
+ * right after the step and its evaluation, so no boundary may be left for the next step's timers(). */
+static void test_eval_spans(void) {
+  config c = {.world = 1, .batch = 2, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+              .timeout_s = 20, .eval_batches = 2, .spans = 1, .first = 1, .last = 1};
+  result res[MAXW];
+  CHECK(run(&c, res, NULL, NULL) == 0);
+  CHECK_EQ_INT(0, res[0].eval_unresolved);
+}
+
 /* Run A and B; whether they give bit-identical losses and final weights (checked, and returned). */
 static int run_same(const config *a, const config *b, result ra[MAXW], result rb[MAXW]) {
   float *ma = NULL, *mb = NULL;
@@ -427,6 +438,7 @@ int main(int argc, char **argv) {
   if (all || !strcmp(part, "equivalence")) {
     test_equivalence(DTYPE_FP32, 0);
     test_eval();
+    test_eval_spans();
   }
   if (all || !strcmp(part, "mixed")) {
     test_equivalence(DTYPE_BF16, 0);

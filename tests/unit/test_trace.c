@@ -1,7 +1,9 @@
 /* test_trace — the worker's span ring (worker/trace.h): begin/end nesting per lane, wrap-around and
- * the whole steps it retains, the step filter, and concurrent writers (no record lost before a
- * wrap, none torn). */
+ * the whole steps it retains, the step filter, concurrent writers (no record lost before a
+ * wrap, none torn), and a reader during writers that wrap it (no torn record returned). */
+#include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -119,6 +121,68 @@ static void test_concurrent(void) {
   trace_destroy(&t);
 }
 
+/* A reader while writers wrap the ring several times (the seqlock's other half): every record it
+ * returns is whole (a torn one fails the (id, k) relation) and of the lap it reads (each writer's
+ * records in its order), and it never returns more than the ring. */
+typedef struct reader {
+  trace_t *t;
+  atomic_int *stop;
+  long collects, torn, out_of_order, too_many, failed;
+} reader;
+
+static void *read_main(void *arg) {
+  reader *r = arg;
+  while (!atomic_load(r->stop)) {
+    trace_span *v = NULL;
+    size_t n = 0;
+    if (trace_collect(r->t, 0, INT_MAX, &v, &n) != FSDP_OK) {
+      r->failed++;
+      continue;
+    }
+    r->collects++;
+    if (n > TRACE_RING) r->too_many++;
+    int lastk[TRACE_NLANE];
+    for (int l = 0; l < TRACE_NLANE; l++) lastk[l] = -1;
+    for (size_t i = 0; i < n; i++) {
+      int l = v[i].lane < TRACE_NLANE ? v[i].lane : 0;
+      if (v[i].unit != v[i].lane || v[i].t0_us != (uint64_t)v[i].step * 3 + v[i].lane || v[i].t1_us != v[i].t0_us + 7)
+        r->torn++;
+      else if (v[i].step <= lastk[l])   /* a writer's records come in its order: no record of another lap */
+        r->out_of_order++;
+      else
+        lastk[l] = v[i].step;
+    }
+    free(v);
+    int first, last;
+    trace_retained(r->t, &first, &last);
+  }
+  return NULL;
+}
+
+static void test_concurrent_reader(void) {
+  trace_t *t = NULL;
+  CHECK_OK(trace_new(&t));
+  enum { NW = 2 };
+  writer w[NW];
+  pthread_t th[NW], rd;
+  atomic_int stop = 0;
+  reader r = {.t = t, .stop = &stop};
+  CHECK_EQ_INT(0, pthread_create(&rd, NULL, read_main, &r));
+  for (int i = 0; i < NW; i++) {
+    w[i] = (writer){.t = t, .id = i, .n = 12 * TRACE_RING};   /* together: the ring 24 times over */
+    CHECK_EQ_INT(0, pthread_create(&th[i], NULL, write_main, &w[i]));
+  }
+  for (int i = 0; i < NW; i++) pthread_join(th[i], NULL);
+  atomic_store(&stop, 1);
+  pthread_join(rd, NULL);
+  CHECK(r.collects > 0);
+  CHECK_EQ_INT(0, r.failed);
+  CHECK_EQ_INT(0, r.torn);
+  CHECK_EQ_INT(0, r.out_of_order);
+  CHECK_EQ_INT(0, r.too_many);
+  trace_destroy(&t);
+}
+
 static void test_env(void) {
   trace_t *t = NULL;
   setenv("FSDP_TRACE", "0", 1);
@@ -137,6 +201,7 @@ int main(void) {
   test_nesting();
   test_wrap();
   test_concurrent();
+  test_concurrent_reader();
   test_env();
   return check_done();
 }
