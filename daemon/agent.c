@@ -102,11 +102,17 @@ static int gpu_selected(const char *list, int idx) {
   return 0;
 }
 
-static fsdp_status check_gpu_list(const char *list) {
-  if (!strcmp(list, "all") || !strcmp(list, "none") || !*list) return FSDP_OK;
-  for (const char *p = list; *p; p++)
-    if (!((*p >= '0' && *p <= '9') || *p == ','))
-      return fsdp_set_error(FSDP_ERR_INVALID, "--gpus '%s': expected all, none or a list of device indices like 0,1", list);
+fsdp_status agent_check_gpus(const char *list) {
+  if (!strcmp(list, "all") || !strcmp(list, "none")) return FSDP_OK;
+  /* indices separated by single commas: no empty entry, no leading or trailing comma */
+  int digits = 0, ok = *list != '\0';
+  for (const char *p = list; *p && ok; p++) {
+    if (*p >= '0' && *p <= '9') digits++;
+    else if (*p == ',' && digits) digits = 0;
+    else ok = 0;
+  }
+  if (!ok || !digits)
+    return fsdp_set_error(FSDP_ERR_INVALID, "--gpus '%s': expected all, none or a list of device indices like 0,1", list);
   return FSDP_OK;
 }
 
@@ -618,7 +624,7 @@ static void reopen_if_rejected(agent_t *a) {
 
 fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out) {
   *out = NULL;
-  TRY(check_gpu_list(cfg->gpus ? cfg->gpus : "none"));
+  TRY(agent_check_gpus(cfg->gpus ? cfg->gpus : "none"));
   if (cfg->cpu_workers < 0 || cfg->cpu_workers > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "--cpu-workers %d: allowed 0..4096", cfg->cpu_workers);
   agent_t *a = calloc(1, sizeof *a);

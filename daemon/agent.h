@@ -38,6 +38,9 @@ typedef struct agent_config {
 typedef struct agent agent_t;
 
 fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_t **out);
+/* --gpus: all, none, or device indices separated by single commas ("0,1"); else FSDP_ERR_INVALID
+ * with a one-line message. fsdpd checks it before anything starts; agent_new again. */
+fsdp_status agent_check_gpus(const char *list);
 /* Terminate every worker (SIGTERM, SIGKILL after GRACE_S seconds), then call DONE(ARG) once all
  * have been reaped and reported. */
 void agent_shutdown(agent_t *a, double grace_s, void (*done)(void *), void *arg);

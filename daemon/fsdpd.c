@@ -300,6 +300,10 @@ int main(int argc, char **argv) {
     cfg.gpus = srole.gpus;
     cfg.name = srole.name;
   }
+  if (cfg.gpus && agent_check_gpus(cfg.gpus) != FSDP_OK) {   /* before detaching: the user sees it */
+    fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+    return 2;
+  }
 
   char state[PATH_MAX - 64], ctl[PATH_MAX], listen[PATH_MAX];
   if (cfg.state_dir && *cfg.state_dir) snprintf(state, sizeof state, "%s", cfg.state_dir);

@@ -155,6 +155,7 @@ static fsdp_status resolve_gpus(const slurm_env *env, const char *flag, char *ou
       if (end == p || v < 0 || v >= env->gpus || v >= 256 || seen[v]++) ok = 0;
       count++;
       if (end == p) break;
+      if (*end == ',' && !end[1]) ok = 0;   /* a trailing comma: an empty entry */
       p = *end == ',' ? end + 1 : end;
     }
   }

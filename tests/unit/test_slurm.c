@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agent.h"
 #include "check.h"
 #include "slurm.h"
 
@@ -156,6 +157,15 @@ static void test_resolve(void) {
   CHECK(strstr(fsdp_last_error(), "--gpus 0,1,2,3 contradicts SLURM_GPUS_ON_NODE=2") != NULL);
   CHECK_EQ_INT(FSDP_ERR_INVALID, resolve("1", "2", NULL, "tcp://gpu07:7070", NULL, "0,2", &r));
   CHECK_EQ_INT(FSDP_ERR_INVALID, resolve("1", "2", NULL, "tcp://gpu07:7070", NULL, "1,1", &r));
+  CHECK_EQ_INT(FSDP_ERR_INVALID, resolve("1", "2", NULL, "tcp://gpu07:7070", NULL, "0,1,", &r));   /* empty entry */
+  /* the --gpus syntax itself, as fsdpd checks it before anything starts (with or without Slurm) */
+  static const char *const good[] = {"all", "none", "0", "0,1", "7,3,12"};
+  static const char *const bad[] = {"", ",", "0,", ",0", "0,,1", "0,1,", "0, 1", "x", "-1", "0;1", "all,0"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) CHECK_OK(agent_check_gpus(good[i]));
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_EQ_INT(FSDP_ERR_INVALID, agent_check_gpus(bad[i]));
+    CHECK(strstr(fsdp_last_error(), "expected all, none or a list of device indices like 0,1") != NULL);
+  }
   CHECK_EQ_INT(FSDP_ERR_INVALID, resolve("1", NULL, "0,1", "tcp://gpu07:7070", NULL, "none", &r));
   CHECK(strstr(fsdp_last_error(), "--gpus none contradicts CUDA_VISIBLE_DEVICES=0,1") != NULL);
   CHECK_EQ_INT(FSDP_ERR_INVALID, resolve("1", "0", NULL, "tcp://gpu07:7070", NULL, "0", &r));
