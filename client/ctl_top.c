@@ -349,7 +349,7 @@ static int run_plain(ctl_conn *c, const char *ep, int interval_ms, long count) {
     poll_daemon(c, ep, &f);
     render(&f, ep, 80, TOP_MAXLINES, 0, 0, s);   /* no terminal: every rank and node */
     print_plain(s);
-    if (f.err[0] && count == 1) rc = ctl_fail("top: %s", f.err);
+    if (f.err[0] && count > 0 && i == count - 1) rc = ctl_fail("top: %s", f.err);   /* the last frame missed the daemon */
   }
   frame_clear(&f);
   free(s);
@@ -388,7 +388,8 @@ int ctl_top(int argc, char **argv) {
              "a job. Not on a terminal (or with --once): plain lines, one frame every interval.\n"
              "  --interval SECONDS   between polls (default 1)\n"
              "  --once               print one frame as plain lines and exit (as -n 1)\n"
-             "  -n, --iterations N   print N frames as plain lines and exit\n"
+             "  -n, --iterations N   print N frames as plain lines and exit (status 1 when the last could not\n"
+             "                       reach the daemon)\n"
              "  --ctl ENDPOINT       the daemon (default $FSDP_CTL, or the state directory's)\n",
              TOP_USAGE);
       return 0;

@@ -5,7 +5,8 @@
 # split, the node is listed, no line passes 80 columns; q quits with status 0. Off a terminal the
 # same frame comes as plain lines (--once, -n N), and on a terminal whose TERM has no terminfo entry
 # (after one line that says so; Ctrl-C ends it with 130). With the daemon stopped (SIGSTOP) the frame says it
-# does not answer within 15 s and q still quits. Skipped with a message without tmux.
+# does not answer within 15 s and q still quits, and `top -n 2` then exits 1 with one line on stderr.
+# Skipped with a message without tmux.
 # Usage: bash top.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" top
@@ -89,7 +90,11 @@ wedged_ok=1
 wait_for 15 says_wedged || wedged_ok=0
 tm send-keys -t wedged q
 wait_for 15 test -s "$S/top.rc" || wedged_ok=0
+# -n N while it is wedged: every frame says so, and the exit status is 1 with one line on stderr
+rc=0; "$CTL" top -n 2 --interval 0.1 >"$S/gone.txt" 2>"$S/gone.err" || rc=$?
 kill -CONT "$DPID"
+[ "$rc" = 1 ] && [ "$(wc -l <"$S/gone.err")" = 1 ] && [ "$(grep -c '^! .*fsdpd at ' "$S/gone.txt")" = 2 ] ||
+  fail "top -n 2 with the daemon stopped: status $rc, stderr: $(cat "$S/gone.err"), frames: $(cat "$S/gone.txt")"
 [ "$wedged_ok" = 1 ] || fail "with the daemon stopped, top did not say so and quit on q within 15 s each: $(cat "$S/pane.txt")"
 [ "$(cat "$S/top.rc")" = 0 ] || fail "top exited with status $(cat "$S/top.rc") after q (daemon stopped)"
 stop_daemon
