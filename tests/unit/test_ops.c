@@ -326,6 +326,36 @@ static void test_attention_long(void) {
   free(att_d), free(fd), free(g1), free(got);
 }
 
+/* GQA as multi-head: FULL (BT, 3C) gets QKV's (BT, C + 2·NKV·HS) q heads and, for each query head
+ * h, a copy of kv head h / (NH/NKV); KV_FOLD takes DFULL, the gradient of such a FULL, back to the
+ * GQA layout in REF (assigned), each shared kv head's gradient the sum of its copies'. */
+static void kv_expand(float *full, const float *qkv, int BT, int NH, int NKV, int hs) {
+  int C = NH * hs, C3 = C + 2 * NKV * hs, rep = NH / NKV;
+  for (int bt = 0; bt < BT; bt++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < hs; i++) {
+        const float *r = qkv + (size_t)bt * C3;
+        float *f = full + (size_t)bt * 3 * C;
+        f[h * hs + i] = r[h * hs + i];
+        f[C + h * hs + i] = r[C + h / rep * hs + i];
+        f[2 * C + h * hs + i] = r[C + (NKV + h / rep) * hs + i];
+      }
+}
+
+static void kv_fold(double *ref, const float *dfull, int BT, int NH, int NKV, int hs) {
+  int C = NH * hs, C3 = C + 2 * NKV * hs, rep = NH / NKV;
+  for (int i = 0; i < BT * C3; i++) ref[i] = 0.0;
+  for (int bt = 0; bt < BT; bt++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < hs; i++) {
+        const float *f = dfull + (size_t)bt * 3 * C;
+        double *r = ref + (size_t)bt * C3;
+        r[h * hs + i] = f[h * hs + i];
+        r[C + h / rep * hs + i] += f[C + h * hs + i];
+        r[C + (NKV + h / rep) * hs + i] += f[2 * C + h * hs + i];
+      }
+}
+
 /* Grouped-query attention with NKV = NH/2, NH/4 and 1 kv heads: forward against the double
  * reference, backward against finite differences (a shared kv head's dk, dv sum over its query
  * heads), every dqkv element assigned. And it is multi-head attention (NKV = NH, the path GPT-2
@@ -335,7 +365,7 @@ static void test_attention_gqa(void) {
   int B = 2, T = 7, NH = 8, hs = 4, C = NH * hs, N = B * T * C, NA = B * NH * T * T, NQf = 3 * N;
   int nkvs[] = {NH / 2, NH / 4, 1};
   for (int k = 0; k < 3; k++) {
-    int NKV = nkvs[k], rep = NH / NKV, C3 = C + 2 * NKV * hs, NQ = B * T * C3;
+    int NKV = nkvs[k], C3 = C + 2 * NKV * hs, NQ = B * T * C3;
     float *qkv = fnew(NQ), *out = fnew(N), *att = fnew(NA), *dout = fnew(N), *dqkv = fnew(NQ), *datt = fnew(NA);
     double *qkv_d = dnew(NQ), *w = dnew(N), *out_d = dnew(N), *att_d = dnew(NA), *g = dnew(NQ);
     frand(qkv, qkv_d, NQ, 1.5);
@@ -356,31 +386,14 @@ static void test_attention_gqa(void) {
 
     /* The copies: head h of the (B,T,3C) buffer holds q_h and kv head h / rep. */
     float *full = fnew(NQf), *outf = fnew(N), *attf = fnew(NA), *dfull = fnew(NQf);
-    for (int bt = 0; bt < B * T; bt++)
-      for (int h = 0; h < NH; h++)
-        for (int i = 0; i < hs; i++) {
-          const float *r = qkv + (size_t)bt * C3;
-          float *f = full + (size_t)bt * 3 * C;
-          f[h * hs + i] = r[h * hs + i];
-          f[C + h * hs + i] = r[C + h / rep * hs + i];
-          f[2 * C + h * hs + i] = r[C + (NKV + h / rep) * hs + i];
-        }
+    kv_expand(full, qkv, B * T, NH, NKV, hs);
     attention_forward(outf, attf, full, B, T, C, NH, NH);
     attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
     double *ref = dnew(NQ);
     for (int i = 0; i < N; i++) ref[i] = outf[i];
     snprintf(what, sizeof what, "attention_forward NKV=%d = multi-head on copied kv heads", NKV);
     expect_close(what, ref, out, N, FWD_ATOL, FWD_RTOL);
-    for (int i = 0; i < NQ; i++) ref[i] = 0.0;
-    for (int bt = 0; bt < B * T; bt++)
-      for (int h = 0; h < NH; h++)
-        for (int i = 0; i < hs; i++) {
-          const float *f = dfull + (size_t)bt * 3 * C;
-          double *r = ref + (size_t)bt * C3;
-          r[h * hs + i] = f[h * hs + i];
-          r[C + h / rep * hs + i] += f[C + h * hs + i];
-          r[C + (NKV + h / rep) * hs + i] += f[2 * C + h * hs + i];
-        }
+    kv_fold(ref, dfull, B * T, NH, NKV, hs);
     snprintf(what, sizeof what, "attention_backward NKV=%d = multi-head, kv gradients summed", NKV);
     expect_close(what, ref, dqkv, NQ, FWD_ATOL, FWD_RTOL);
 
@@ -396,21 +409,13 @@ static void test_attention_gqa(void) {
 static void test_attention_gqa_blocks(void) {
   const int B = 1, T = 300, NH = 4, hs = 2, C = NH * hs, N = B * T * C, NA = B * NH * T * T;
   for (int NKV = 1; NKV <= 2; NKV++) {
-    int rep = NH / NKV, C3 = C + 2 * NKV * hs, NQ = B * T * C3;
+    int C3 = C + 2 * NKV * hs, NQ = B * T * C3;
     float *qkv = fnew(NQ), *out = fnew(N), *att = fnew(NA), *dout = fnew(N), *dqkv = fnew(NQ), *datt = fnew(NA);
     float *full = fnew(3 * N), *outf = fnew(N), *attf = fnew(NA), *dfull = fnew(3 * N);
     double *qd = dnew(NQ), *wd = dnew(N), *ref = dnew(NQ);
     frand(qkv, qd, NQ, 1.5);
     frand(dout, wd, N, 1.0);
-    for (int bt = 0; bt < B * T; bt++)
-      for (int h = 0; h < NH; h++)
-        for (int i = 0; i < hs; i++) {
-          const float *r = qkv + (size_t)bt * C3;
-          float *f = full + (size_t)bt * 3 * C;
-          f[h * hs + i] = r[h * hs + i];
-          f[C + h * hs + i] = r[C + h / rep * hs + i];
-          f[2 * C + h * hs + i] = r[C + (NKV + h / rep) * hs + i];
-        }
+    kv_expand(full, qkv, B * T, NH, NKV, hs);
     attention_forward(out, att, qkv, B, T, C, NH, NKV);
     ffill(dqkv, NQ, NAN);
     ffill(datt, NA, NAN);
@@ -418,15 +423,7 @@ static void test_attention_gqa_blocks(void) {
     attention_forward(outf, attf, full, B, T, C, NH, NH);
     ffill(datt, NA, NAN);
     attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
-    for (int bt = 0; bt < B * T; bt++)
-      for (int h = 0; h < NH; h++)
-        for (int i = 0; i < hs; i++) {
-          const float *f = dfull + (size_t)bt * 3 * C;
-          double *r = ref + (size_t)bt * C3;
-          r[h * hs + i] = f[h * hs + i];
-          r[C + h / rep * hs + i] += f[C + h * hs + i];
-          r[C + (NKV + h / rep) * hs + i] += f[2 * C + h * hs + i];
-        }
+    kv_fold(ref, dfull, B * T, NH, NKV, hs);
     char what[96];
     snprintf(what, sizeof what, "attention_backward T=%d (2 row blocks) NKV=%d of NH=%d = multi-head, kv summed", T,
              NKV, NH);
