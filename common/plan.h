@@ -68,7 +68,7 @@
 #define PLAN_PAD_ALIGN 64      /* elements per rank the padding rounds to */
 #define PLAN_MAX_TENSORS 12    /* tensors per unit */
 #define PLAN_STEP_SCALARS 4
-/* The CUDA device's fixed allocations (worker/device_cuda.c allocates exactly these): the ops_cuda
+/* The CUDA device's fixed allocations (worker/cuda/device_cuda.c allocates exactly these): the ops_cuda
  * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the rows per classifier chunk. */
 #define PLAN_CUDA_WORKSPACE_BYTES ((int64_t)32 << 20)
 #define PLAN_CUDA_SCALAR_BYTES 256
@@ -121,7 +121,7 @@ typedef struct plan_unit {
 } plan_unit;
 
 /* Element counts of the activation buffers the model keeps, for one micro-batch of B·T tokens, and
- * their bytes on the plan's device. The model allocates exactly these (worker/model_gpt2.c and
+ * their bytes on the plan's device. The model allocates exactly these (worker/model/model_gpt2.c and
  * model_llama.c lay them out). The fields below give GPT-2's terms; Llama's (Q = C + 2·NKV·HS the
  * qkv row, F = ffn_dim, BTX = B·T·X) are
  *   block_saved = BT·(5C + Q + 3F) + 2·BT + ATT: ln1 BTC, rstd BT, qkv BTQ, atty BTC, att ATT, res2 BTC,

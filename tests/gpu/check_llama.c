@@ -1,6 +1,6 @@
-/* check_llama — gpu_check's checks of Llama's operators of worker/ops_cuda.h (the encoder without
+/* check_llama — gpu_check's checks of Llama's operators of worker/cuda/ops_cuda.h (the encoder without
  * positions, linear, RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) against the CPU
- * twins of worker/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
+ * twins of worker/ops/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* check_ops — gpu_check's checks of GPT-2's operators of worker/ops_cuda.h (encoder, LayerNorm,
+/* check_ops — gpu_check's checks of GPT-2's operators of worker/cuda/ops_cuda.h (encoder, LayerNorm,
  * matmul with its epilogues, fused attention, GELU, residual, fused classifier) against the CPU
- * twins of worker/ops_cpu.h, on fresh random bf16 inputs; check_llama.c has Llama's. Tolerances:
+ * twins of worker/ops/ops_cpu.h, on fresh random bf16 inputs; check_llama.c has Llama's. Tolerances:
  * gpu_check.h. */
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* check_util — gpu_check's checks of AdamW (against optim_adamw_shard) and of the vector utilities
- * of worker/ops_cuda.h, and the bf16 GEMM rate that later benchmarks use as the MFU denominator. */
+ * of worker/cuda/ops_cuda.h, and the bf16 GEMM rate that later benchmarks use as the MFU denominator. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

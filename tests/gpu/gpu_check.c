@@ -1,7 +1,7 @@
 /* gpu_check — the device-only checks of the CUDA backend, run by hand on a machine with an NVIDIA
  * GPU (tests/gpu/run.sh, docs/gpu.md); never by ctest, since CI has no GPU.
  *
- *   1. every kernel of worker/ops_cuda.h against its CPU twin (worker/ops_cpu.h, worker/optim.h,
+ *   1. every kernel of worker/cuda/ops_cuda.h against its CPU twin (worker/ops/ops_cpu.h, worker/model/optim.h,
  *      worker/ops/bf16.h: the specification) on fresh random inputs, at a tiny shape (edge tiles,
  *      odd sizes, fallbacks) and at GPT-2-small shapes (attention B=4 T=1024 C=768 NH=12; the
  *      classifier at V = 50257); the CUDA op's time (cudaEvent) is printed at the large shapes

@@ -1,5 +1,5 @@
 /* gradcheck — what test_model (GPT-2) and test_model_llama share: the whole model, one rank, through
- * worker/model.h, checked against the test's own double-precision reference forward.
+ * worker/model/model.h, checked against the test's own double-precision reference forward.
  *
  *   gradcheck_model   every parameter's gradient against central finite differences of the
  *                     reference (|g − g_ref| ≤ 4e-5·G + 1e-4·|g_ref|, derived in test_model.c's

@@ -1,4 +1,4 @@
-/* test_device — the device layer on the CPU (worker/device.h): bf16 rounding, the memory and
+/* test_device — the device layer on the CPU (worker/device/device.h): bf16 rounding, the memory and
  * optimizer operations against plain loops, events (marks, tickets, waits across threads), and the
  * asynchronous devices' ordering: the stream runs in submission order, waits hold it back until a
  * producer completes the event, and the host's sync sees everything before it. */

@@ -1,4 +1,4 @@
-/* test_model_llama — Llama forward and backward (worker/model_llama through worker/model.h) against
+/* test_model_llama — Llama forward and backward (worker/model_llama through worker/model/model.h) against
  * an independent double-precision reference written here from Hugging Face's LlamaForCausalLM
  * (RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU, untied head), and its gradient
  * against central finite differences of that reference, for every parameter.

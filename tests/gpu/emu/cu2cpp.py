@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cu2cpp IN.cu [OUT.cpp] — rewrite one worker/ops_cuda_*.cu for the host emulator (tests/gpu/emu): a kernel launch
+"""cu2cpp IN.cu [OUT.cpp] — rewrite one worker/cuda/ops_cuda_*.cu for the host emulator (tests/gpu/emu): a kernel launch
 `k<<<grid, block, smem, stream>>>(args)` becomes `emu_launch_k(grid, block, smem, stream, k, args)`,
 and `extern __shared__ T name[];` becomes a pointer to the emulated block's dynamic shared memory."""
 import re

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/emu/run.sh — build and run gpu_emu: gpu_check's kernel checks (small shapes, AdamW,
-# utilities) with the CUDA kernels of worker/ops_cuda_*.cu compiled for the host under the
+# utilities) with the CUDA kernels of worker/cuda/ops_cuda_*.cu compiled for the host under the
 # thread-model emulator (emu.h, emu.cpp: one coroutine per CUDA thread, real barriers and warp
 # shuffles in a random order, WMMA and cuBLASLt as plain host code). ctest runs the same binary as
 # the test "gpu_emu" in any build with the CUDA backend. It catches indexing, masking and

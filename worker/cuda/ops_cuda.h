@@ -182,7 +182,7 @@ fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, 
                                                  const ops_cuda_ctx *ctx);
 
 /* ---- AdamW over a flat fp32 shard, in one kernel ----
- * Exactly optim_adamw_shard's update (worker/optim.h, torch.optim.AdamW) with the per-step
+ * Exactly optim_adamw_shard's update (worker/model/optim.h, torch.optim.AdamW) with the per-step
  * constants that ops_cuda_adamw_consts computes on the host in double. Element i decays (θ·(1 −
  * lr·wd)) when it lies in one of the nseg [start, end) ranges of decay_segs (a DEVICE array of
  * 2·nseg int64, sorted, disjoint; the caller builds it from the plan: the 2-D tensors' parts of

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Python environment the interoperability tests compare against: torch, transformers,
+# tokenizers and safetensors from PyPI in a virtual environment, created once and cached outside
+# the clone (default ~/.cache/fsdpd/testenv, or FSDPD_TEST_VENV). `make test` runs this before
+# ctest, outside any test's timeout. It costs about 6 GB of disk (torch's wheel brings CUDA
+# libraries) and a few minutes on the first run; later runs only check it.
+#   scripts/test-env.sh          create or check the environment; prints its python on the last line
+set -euo pipefail
+VENV=${FSDPD_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/testenv}
+# Versions the tests were written against (transformers 5: rope_parameters, dtype in config.json).
+REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy)
+STAMP="$VENV/.fsdpd-reqs"
+want="${REQS[*]}"
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
+if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
+fi
+echo "test-env: creating $VENV (torch, transformers, tokenizers, safetensors; ~6 GB, once)" >&2
+mkdir -p "$(dirname "$VENV")"
+/usr/bin/python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check "${REQS[@]}" >&2
+"$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors" >&2
+echo "$want" > "$STAMP"
+echo "$VENV/bin/python"
