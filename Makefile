@@ -16,6 +16,9 @@ demo:
 	$(build_tree)
 	@$(BUILD)/fsdpctl run examples/tiny.ini
 
+# The interop tests' Python environment (scripts/test-env.sh) is made before ctest, outside any
+# test's timeout, and cached outside the clone.
 test:
 	$(build_tree)
+	@bash scripts/test-env.sh >/dev/null
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

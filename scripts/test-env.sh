@@ -5,6 +5,7 @@
 # ctest, outside any test's timeout. It costs about 6 GB of disk (torch's wheel brings CUDA
 # libraries) and a few minutes on the first run; later runs only check it.
 #   scripts/test-env.sh          create or check the environment; prints its python on the last line
+#   scripts/test-env.sh --check  print its python if it is complete, else one line and exit 1 (tests)
 set -euo pipefail
 VENV=${FSDPD_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/testenv}
 # Versions the tests were written against (transformers 5: rope_parameters, dtype in config.json).
@@ -14,6 +15,10 @@ want="${REQS[*]}"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
   echo "$VENV/bin/python"
   exit 0
+fi
+if [ "${1:-}" = --check ]; then
+  echo "the test environment $VENV is missing or incomplete: run scripts/test-env.sh (make test does)" >&2
+  exit 1
 fi
 if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -59,10 +59,11 @@ assert got == shapes, (set(got) ^ set(shapes), [k for k in shapes if got.get(k) 
 print(f"config.json matches the job and the {len(got)} tensors")
 PY
 # With transformers installed: GPT2LMHeadModel.from_pretrained(DIR) loads it, every parameter equal.
-if python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
+TPY=$(bash "$src/scripts/test-env.sh" --check)
+{
   mkdir "$tmp/hf"
   "$build/fsdpctl" export "$tmp/ckpt" -o "$tmp/hf/model.safetensors" > /dev/null
-  python3 - "$tmp/hf" <<'PY'
+  "$TPY" - "$tmp/hf" <<'PY'
 import sys, torch
 from safetensors.torch import load_file
 from transformers import GPT2LMHeadModel
@@ -75,9 +76,7 @@ assert all(torch.equal(sd[k], params[k].detach()) for k in sd)
 assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(), "head not tied"
 print("transformers: GPT2LMHeadModel.from_pretrained loads the export, every parameter equal")
 PY
-else
-  echo "SKIP: torch/transformers/safetensors are not installed here; GPT2LMHeadModel.from_pretrained not tried"
-fi
+}
 "$build/fsdpctl" export "$tmp/ckpt" --step 3 -o "$tmp/step3.safetensors"
 ! cmp -s "$tmp/final.safetensors" "$tmp/step3.safetensors"
 # The step directory itself (what `ls` shows) is accepted too, and is the same checkpoint.

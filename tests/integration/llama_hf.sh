@@ -204,9 +204,10 @@ assert worst < 1e-6, worst
 PY
 
 # 5. With transformers: LlamaForCausalLM loads the export and its loss on step 1's rows equals ours.
-if python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
+TPY=$(bash "$src/scripts/test-env.sh" --check)
+{
   mkdir "$tmp/hf0" && cp "$tmp/llama.safetensors" "$tmp/hf0/model.safetensors" && cp "$tmp/hf/config.json" "$tmp/hf0/"
-  python3 - "$tmp" "$(loss_of "$tmp/run1/rank-0.jsonl" 1)" $T <<'PY'
+  "$TPY" - "$tmp" "$(loss_of "$tmp/run1/rank-0.jsonl" 1)" $T <<'PY'
 import struct, sys, torch
 from transformers import LlamaForCausalLM
 d, got, T = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -220,9 +221,7 @@ loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.resha
 print(f"transformers LlamaForCausalLM loss {loss:.7f}, ours {got:.7f}")
 assert abs(loss - got) <= 1e-5 * abs(loss)
 PY
-else
-  echo "SKIP: torch/transformers/safetensors are not installed here; LlamaForCausalLM not compared (the pure-Python forward above was)"
-fi
+}
 
 # 6. Bad input through `fsdpctl run` (the user's path): exit 1, one line on stderr naming what is
 #    wrong, no source location.
