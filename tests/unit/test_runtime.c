@@ -422,6 +422,37 @@ static void test_dead_rank(void) {
          fsdp_strerror(res[0].fail_status), res[0].fail_after_s, c.timeout_s, took);
 }
 
+/* The tolerances of compare() must still catch a real fault. Two are planted into an N = 2 run
+ * that is otherwise the equivalence test's (full sharding, G = 2): ranks 0 and 1 holding each
+ * other's shard, and every reduce-scatter dropped (each rank keeps its own partial gradient,
+ * FSDP_FAULT=drop_reduce_scatter). compare() must report failures for each; they are then taken
+ * back from the failure count, since here failing is the expected outcome. */
+static void test_planted_faults(int llama) {
+  config ref = {.world = 1, .batch = 4, .accum = 2, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                .timeout_s = 20, .llama = llama};
+  result rref[MAXW], res[MAXW];
+  float *mref = NULL, *m = NULL;
+  int64_t n = 0, nm = 0;
+  CHECK(run(&ref, rref, &mref, &n) == 0);
+  config c = ref;
+  c.world = 2;
+  c.batch = 2;
+  printf("planted faults: the FAILED lines of the next two comparisons are expected\n");
+  for (int fault = 0; fault < 2; fault++) {
+    c.swap_shards = fault == 0;
+    if (fault == 1) setenv("FSDP_FAULT", "drop_reduce_scatter", 1);
+    CHECK(run(&c, res, &m, &nm) == 0);
+    unsetenv("FSDP_FAULT");
+    const char *what = fault == 0 ? "planted fault: shards of ranks 0 and 1 swapped" : "planted fault: reduce-scatter dropped";
+    int failed = compare(what, &rref[0], mref, res, 2, m, nm, 1e-5, 2e-6, 1e-5);
+    check_fail_ -= failed;
+    CHECK(failed > 0);
+    free(m);
+    m = NULL;
+  }
+  free(mref);
+}
+
 /* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
  * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt | llama (no PART: all). */
 int main(int argc, char **argv) {
@@ -437,6 +468,7 @@ int main(int argc, char **argv) {
   printf("CPU device mode: %s\n", g_mode == DEV_CPU_SYNC ? "sync" : g_mode == DEV_CPU_ASYNC ? "async" : "strict");
   if (all || !strcmp(part, "equivalence")) {
     test_equivalence(DTYPE_FP32, 0);
+    test_planted_faults(0);
     test_eval();
     test_eval_spans();
   }
@@ -456,6 +488,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(part, "llama")) {
     test_equivalence(DTYPE_FP32, 1);
+    test_planted_faults(1);
     test_ackpt(1);
     test_volume_and_memory(1);
   }

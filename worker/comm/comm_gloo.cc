@@ -17,6 +17,7 @@
 // (N−1)·count elements: exactly the logical S·(N−1)/N. Scratch: one block, counted under MEM_COMM.
 #include <signal.h>
 #include <stdlib.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -271,11 +272,31 @@ static ms remaining(clk::time_point deadline) {
   return left.count() < 1 ? ms(1) : left;
 }
 
+// Test knobs (docs/testing.md), read once: WORD in the environment variable VAR's value.
+// FSDP_SUM_ORDER=reverse_ring runs the reduce-scatter ring the other way, so every block's partial
+// sums are added in the reverse order of ranks: the same sum rounded differently, which the
+// equivalence tests' tolerances must absorb. FSDP_FAULT=drop_reduce_scatter plants a fault the
+// tests must catch: each rank keeps its own partial block instead of the sum.
+static bool env_has(const char* var, const char* word) {
+  const char* v = getenv(var);
+  return v && strstr(v, word) != nullptr;
+}
+static bool reverse_ring() {
+  static const bool on = env_has("FSDP_SUM_ORDER", "reverse_ring");
+  return on;
+}
+static bool drop_reduce_scatter() {
+  static const bool on = env_has("FSDP_FAULT", "drop_reduce_scatter");
+  return on;
+}
+
 static void ring_reduce_scatter(comm_gloo* g, const comm_op* op) {
   const int n = g->world, r = g->rank;
   const size_t esz = comm_dtype_size(op->dt);
   const size_t bytes = op->count * esz;
-  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  // dir = +1: send right (r + 1), receive from the left; dir = -1: the mirror image.
+  const int dir = reverse_ring() ? -1 : 1;
+  const int right = ((r + dir) % n + n) % n, left = ((r - dir) % n + n) % n;
   const char* send = (const char*)op->send;
   const auto deadline = clk::now() + g->timeout;
 
@@ -298,8 +319,8 @@ static void ring_reduce_scatter(comm_gloo* g, const comm_op* op) {
   };
 
   for (int s = 0; s <= n - 2; s++) {
-    const int sb = ((r - s - 1) % n + n) % n;   // block sent: our partial from the previous step
-    const int rb = ((r - s - 2) % n + n) % n;   // block received and added to
+    const int sb = ((r - dir * (s + 1)) % n + n) % n;   // block sent: our partial from the previous step
+    const int rb = ((r - dir * (s + 2)) % n + n) % n;   // block received and added to
     gloo::transport::UnboundBuffer* out = s == 0 ? in.get() : tgt(s - 1);
     gloo::transport::UnboundBuffer* got = tgt(s);
     const size_t src = s == 0 ? (size_t)sb * bytes : 0;   // where the sent block starts in `out`
@@ -336,6 +357,10 @@ extern "C" fsdp_status comm_gloo_run(void* impl, const comm_op* op) {
         gloo::allgather(o);
       });
     case COMM_OP_REDUCESCATTER:
+      if (drop_reduce_scatter()) {
+        memcpy(op->recv, (const char*)op->send + (size_t)g->rank * bytes, bytes);
+        return FSDP_OK;
+      }
       TRY(ensure_scratch(g, bytes));
       return guarded("reduce-scatter", [&] { ring_reduce_scatter(g, op); });
     case COMM_OP_ALLREDUCE:

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -49,6 +50,37 @@
 static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
 #pragma omp simd
   for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---- GEMM ----
+ * Every product goes through gemm(), row-major cblas_sgemm's arguments. With "split_k" in
+ * FSDP_SUM_ORDER (tests only: docs/testing.md) each product is two GEMMs over the halves of k, the
+ * second accumulating into the first: the same mathematics summed in another order, as another
+ * CPU's BLAS kernel (AVX2 rather than AVX-512) sums it. The equivalence tests run with it to stand
+ * in for the machines they do not run on. */
+static int g_split_k = -1;
+
+static int split_k(void) {
+  if (__atomic_load_n(&g_split_k, __ATOMIC_RELAXED) < 0) {
+    const char *v = getenv("FSDP_SUM_ORDER");
+    __atomic_store_n(&g_split_k, v && strstr(v, "split_k") != NULL, __ATOMIC_RELAXED);
+  }
+  return g_split_k;
+}
+
+static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (!split_k() || K < 2) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  int k1 = K / 2;
+  /* op(A) is M×K: its k-th column is A + k (not transposed) or A + k·lda (transposed); op(B) is
+   * K×N: its k-th row is B + k·ldb (not transposed) or B + k (transposed). */
+  const float *A2 = ta == CblasNoTrans ? A + k1 : A + (size_t)k1 * lda;
+  const float *B2 = tb == CblasNoTrans ? B + (size_t)k1 * ldb : B + k1;
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, k1, alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K - k1, alpha, A2, lda, B2, ldb, 1.0f, C, ldc);
 }
 
 /* ---- encoder ---- */
@@ -193,7 +225,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
     for (int r = 0; r < BT; r++) memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
   }
   /* out[BT,OC] (+)= inp[BT,C] · weight[C,OC] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, C, 1.0f, inp, C, weight, OC,
+  gemm(CblasNoTrans, CblasNoTrans, BT, OC, C, 1.0f, inp, C, weight, OC,
               bias ? 1.0f : 0.0f, out, OC);
 }
 
@@ -215,9 +247,9 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
   if (BT <= 0 || C <= 0 || OC <= 0) return;
   /* dinp[BT,C] = dout[BT,OC] · weight[C,OC]ᵀ */
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
+    gemm(CblasNoTrans, CblasTrans, BT, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
   /* dweight[C,OC] += inp[BT,C]ᵀ · dout[BT,OC] */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, BT, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+  gemm(CblasTrans, CblasNoTrans, C, OC, BT, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
   if (dbias) colsum_accumulate(dbias, dout, BT, OC);
 }
 
@@ -276,7 +308,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3,
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3,
                     C3, ATT_K(qkv, b, h / rep), C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T, T);
       }
   /* Causal softmax per row: row t keeps keys 0..t and costs ~t, so rows are dealt out in chunks
@@ -289,7 +321,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+        gemm(CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
                     ATT_BH(att, b, h) + (size_t)r0 * T, T, ATT_V(qkv, b, h / rep), C3, 0.0f,
                     out + ((size_t)b * T + r0) * C + (size_t)h * hs, C);
       }
@@ -310,7 +342,7 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
                     dout + ((size_t)b * T + r0) * C + (size_t)h * hs, C, ATT_V(qkv, b, h / rep), C3, 0.0f,
                     ATT_BH(datt, b, h) + (size_t)r0 * T, T);
       }
@@ -326,13 +358,13 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, n = r1 - r0;
         /* dq[r0:r1] = scale·dpre[r0:r1, 0:r1]·k[0:r1] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpre + (size_t)r0 * T, T,
+        gemm(CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpre + (size_t)r0 * T, T,
                     ATT_K(qkv, b, g), C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
         /* dk[r0:r1] = scale·dpre[r0:T, r0:r1]ᵀ·q[r0:T] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, scale, dpre + (size_t)r0 * T + r0, T,
+        gemm(CblasTrans, CblasNoTrans, n, hs, T - r0, scale, dpre + (size_t)r0 * T + r0, T,
                     ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, beta, ATT_K(dqkv, b, g) + (size_t)r0 * C3, C3);
         /* dv[r0:r1] = att[r0:T, r0:r1]ᵀ·dout[r0:T] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0, T,
+        gemm(CblasTrans, CblasNoTrans, n, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0, T,
                     d + (size_t)r0 * C, C, beta, ATT_V(dqkv, b, g) + (size_t)r0 * C3, C3);
       }
     }
@@ -378,7 +410,7 @@ void linear_forward(float *out, const float *inp, const float *weight, int BT, i
   pthread_once(&blas_check_once, blas_check);
   if (BT <= 0 || OC <= 0) return;
   /* out[BT,OC] = inp[BT,C] · weight[OC,C]ᵀ */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+  gemm(CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
 
 void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
@@ -386,9 +418,9 @@ void linear_backward(float *dinp, float *dweight, const float *dout, const float
   if (BT <= 0 || C <= 0 || OC <= 0) return;
   /* dinp[BT,C] = dout[BT,OC] · weight[OC,C] */
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    gemm(CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
   /* dweight[OC,C] += dout[BT,OC]ᵀ · inp[BT,C] */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  gemm(CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps) {
