@@ -4,8 +4,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
+# build_tree PURPOSE: install-deps for it (empty: build and demo; --test), configure, build.
 define build_tree
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh $(1)
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 endef
@@ -13,12 +14,12 @@ endef
 .PHONY: demo test
 
 demo:
-	$(build_tree)
+	$(call build_tree,)
 	@$(BUILD)/fsdpctl run examples/tiny.ini
 
 # The interop tests' Python environment (scripts/test-env.sh) is made before ctest, outside any
 # test's timeout, and cached outside the clone.
 test:
-	$(build_tree)
+	$(call build_tree,--test)
 	@bash scripts/test-env.sh >/dev/null
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,4 +1,4 @@
-/* curve — ZeroMQ CURVE keys for tcp:// endpoints (DESIGN.md §7; docs/operations.md, "Keys").
+/* curve — ZeroMQ CURVE keys for tcp:// endpoints (docs/design.md §7; docs/operations.md, "Keys").
  *
  * ipc:// endpoints are protected by the state directory's permissions and use no encryption;
  * every tcp:// socket uses CURVE: the daemon's ROUTERs are CURVE servers, and every client

@@ -5,7 +5,7 @@
  * and sends it to workers; workers take every offset from it and recompute none. A plan is
  * immutable after plan_build() and owned by whoever built or received it (plan_destroy frees it).
  *
- * Units (DESIGN.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [T,C],
+ * Units (docs/design.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [T,C],
  * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (see BLK_*). Llama's
  * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]; unit 1+i
  * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
@@ -78,7 +78,7 @@ typedef enum {
   MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
   MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_COMM, MEM_NCAT
 } mem_category;
-const char *plan_mem_category_name(mem_category c);   /* "param_shard", ... as in DESIGN.md §5 */
+const char *plan_mem_category_name(mem_category c);   /* "param_shard", ... as in docs/design.md §5 */
 
 typedef enum { COLL_ALLGATHER = 0, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_NKIND } coll_kind;
 const char *plan_coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */

@@ -1,4 +1,4 @@
-/* rng — the counter-based random numbers behind initialization (DESIGN.md §3).
+/* rng — the counter-based random numbers behind initialization (docs/design.md §3).
  *
  * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) maps a
  * 128-bit counter and a 64-bit key to 128 random bits with no state, so the value of element k of

@@ -1,4 +1,4 @@
-/* tokens — training data: llm.c token files, the batch order of DESIGN.md §6, and the synthetic
+/* tokens — training data: llm.c token files, the batch order of docs/design.md §6, and the synthetic
  * Markov-chain stream behind `train = synthetic:markov:SEED`.
  *
  * A token file is a 256 × int32 header (magic 20240520, version 1, token count; then uint16 tokens,
@@ -9,7 +9,7 @@
  * is immutable: any number of threads may call tok_count() and tok_batch() on it concurrently. The
  * opener owns it and frees it with tok_destroy().
  *
- * Batch order (DESIGN.md §6): with B sequences of T tokens per rank, N ranks and G micro-steps,
+ * Batch order (docs/design.md §6): with B sequences of T tokens per rank, N ranks and G micro-steps,
  * micro-batch b = step·G + k reads, for rank r, the B·T+1 tokens starting at ((b mod nb)·N + r)·B·T
  * where nb = (ntokens − 1) / (N·B·T); inputs are the first B·T, targets the same shifted by one.
  * So rank r's rows are rows r·B..(r+1)·B−1 of the single-rank batch of N·B rows, and the order

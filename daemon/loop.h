@@ -1,4 +1,4 @@
-/* loop — the glue between libuv and ZeroMQ sockets (STYLE.md, "libuv and CZMQ").
+/* loop — the glue between libuv and ZeroMQ sockets (docs/design.md §1).
  *
  * A ZeroMQ socket's ZMQ_FD is edge-triggered: it only says "something changed", and a send can
  * consume the edge that announced a pending receive. So a uv_poll on ZMQ_FD only wakes the loop;

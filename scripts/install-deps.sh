@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages fsdpd builds and tests with; only what is missing.
-#   scripts/install-deps.sh           what `make demo` and `make test` need
+# Installs the Debian packages fsdpd needs, by purpose; only what is missing.
+#   scripts/install-deps.sh           what the build and `make demo` need
+#   scripts/install-deps.sh --test    also what the tests need (`make test`)
+#   scripts/install-deps.sh --list [--test|--bench]   print the packages, install nothing
 #   scripts/install-deps.sh --bench   also what the benchmarks compare against or profile with
 #                                     (PyTorch for bench/torch_step.py, perf, valgrind for
 #                                     bench/trace_instructions.sh)
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here: it is found under
 # /usr/local/cuda or CUDAToolkit_ROOT when present, and the build goes CPU-only without it.
+# The Python packages the interoperability tests compare against come from PyPI through
+# scripts/test-env.sh.
 set -euo pipefail
 
 PKGS=(
@@ -15,17 +19,27 @@ PKGS=(
   libmicrohttpd-dev     # fsdpd --metrics: the HTTP server of the Prometheus endpoint
   gnuplot-nox           # fsdpctl plot
   libncurses-dev        # fsdpctl top
+)
+TEST_PKGS=(
+  python3 python3-venv  # integration tests' helpers; scripts/test-env.sh's virtual environment
+  procps mount          # pgrep, and a tmpfs for the full-disk case
   tmux                  # tests/integration/top.sh: fsdpctl top in an 80x24 terminal
-  python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
   curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
   slurmctld slurmd slurm-client munge   # tests/integration/slurm.sh: a one-node Slurm of its own
 )
+LIST=0
+if [ "${1:-}" = --list ]; then LIST=1; shift; fi
 case "${1:-}" in
   "") ;;
-  --bench) PKGS+=(python3-torch linux-perf valgrind) ;;
-  *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+  --test) PKGS+=("${TEST_PKGS[@]}") ;;
+  --bench) PKGS+=("${TEST_PKGS[@]}" python3-torch linux-perf valgrind) ;;
+  *) echo "usage: $0 [--list] [--test|--bench]" >&2; exit 2 ;;
 esac
+if [ "$LIST" = 1 ]; then
+  printf '%s\n' "${PKGS[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,4 +1,4 @@
-/* runtime — see runtime.h. The schedule of one micro-step (DESIGN.md §4), for sharding full; every
+/* runtime — see runtime.h. The schedule of one micro-step (docs/design.md §4), for sharding full; every
  * arrow is device-stream order, collectives are ordered against it by events (device.h):
  *
  *   AG(root), AG(1..p) ▶ wait AG(root) ▶ embed ▶ AG(p+1)

@@ -1,4 +1,4 @@
-/* runtime — one rank's FSDP step executor (DESIGN.md §4): gather a unit just before it is computed,
+/* runtime — one rank's FSDP step executor (docs/design.md §4): gather a unit just before it is computed,
  * free it (back to the pool) right after, reduce-scatter its gradient to the owners, and update
  * only the local shard with AdamW.
  *

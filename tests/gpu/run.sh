@@ -458,7 +458,7 @@ step4() {
   [ -n "$GPU" ] || { result 4 "gloo-staged N=2 vs N=1" SKIP "$NO_GPU_WHY"; return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 4 "gloo-staged N=2 vs N=1" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
-  # the same global batch: N = 1 with B = 4, N = 2 with B = 2 each (DESIGN.md §6: the same rows)
+  # the same global batch: N = 1 with B = 4, N = 2 with B = 2 each (docs/design.md §6: the same rows)
   for n in 1 2; do
     t=$(allot 120 20) || { result 4 "gloo-staged N=2 vs N=1" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
     job_ini "$WORK/staged-$n.ini" cuda full gloo "$n" $((SM_B / n)) "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"

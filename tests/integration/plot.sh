@@ -2,11 +2,11 @@
 # plot — fsdpctl plot on a real short 2-rank job with [eval]: by job id (through the daemon) and by
 # metrics.jsonl path, a PNG (magic bytes, at least 10 kB, the default 1000x900 and a --size one);
 # one-line errors for an unknown job, a job with no steps yet, an empty metrics.jsonl and a
-# missing gnuplot. Skipped with a message when gnuplot is not installed (scripts/install-deps.sh).
+# missing gnuplot. Fails when gnuplot is missing (scripts/install-deps.sh installs it).
 # Usage: bash plot.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" plot
-command -v gnuplot >/dev/null || { echo "plot: SKIP: gnuplot is not installed (Debian package gnuplot-nox)"; exit 0; }
+command -v gnuplot >/dev/null || { echo "plot: gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox)"; exit 1; }
 
 # png_ok FILE W H: a PNG of W x H pixels (IHDR), of a non-trivial size.
 png_ok() {

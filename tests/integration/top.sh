@@ -10,7 +10,7 @@
 # Usage: bash top.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" top
-command -v tmux >/dev/null || { echo "top: SKIP: tmux is not installed (scripts/install-deps.sh installs it)"; exit 0; }
+command -v tmux >/dev/null || { echo "top: tmux is not installed (scripts/install-deps.sh --test installs it)"; exit 1; }
 TMUX_SOCK="$S/tmux.sock"
 tm() { tmux -S "$TMUX_SOCK" -f /dev/null "$@"; }
 at_exit 'tm kill-server 2>/dev/null || true'

@@ -318,7 +318,7 @@ static void test_bad_files(void) {
 }
 
 /* ---- shards, against the planner ----
- * The oracle is DESIGN.md §3, not plan.c: unit 0 holds wte, wpe, ln_f.weight, ln_f.bias; unit 1+i
+ * The oracle is docs/design.md §3, not plan.c: unit 0 holds wte, wpe, ln_f.weight, ln_f.bias; unit 1+i
  * holds block i's 12 tensors in Hugging Face order, each unit one flat buffer in that order. The
  * file is written tensor by tensor from this table (never through a plan), so a planner that put
  * a tensor in the wrong place or order makes the shards it loads come out wrong. */
@@ -328,7 +328,7 @@ typedef struct {
   int64_t d0, d1;   /* d1 = 0: a vector */
 } spec_tensor;
 
-/* Unit U's tensors per DESIGN.md §3; returns their count. */
+/* Unit U's tensors per docs/design.md §3; returns their count. */
 static int spec_unit(int u, int C, int V, int T, spec_tensor *out) {
   if (u == 0) {
     out[0] = (spec_tensor){"wte.weight", V, C};
@@ -410,7 +410,7 @@ static void check_gather(const st_file *f, const plan_t *p, float *const *units,
       }
     }
   }
-  if (bad) fprintf(stderr, "  world %d, %s: %d elements differ from DESIGN.md's layout\n", p->world,
+  if (bad) fprintf(stderr, "  world %d, %s: %d elements differ from docs/design.md's layout\n", p->world,
                    jobspec_shard_mode_name(p->sharding), bad);
   CHECK_EQ_INT(0, bad);
   CHECK(st_load_shard(f, p, p->world, shard) == FSDP_ERR_RANGE);

@@ -1,4 +1,4 @@
-/* test_tokens — llm.c token files, the DESIGN.md §6 batch order, and the Markov stream. */
+/* test_tokens — llm.c token files, the docs/design.md §6 batch order, and the Markov stream. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -295,7 +295,7 @@ static void test_shuffle_batches(void) {
   CHECK(differs > 0);
   CHECK_EQ_INT(0, bad);
 
-  /* shuffle = false is the order of DESIGN.md §6 exactly, whether it was never set or set and
+  /* shuffle = false is the order of docs/design.md §6 exactly, whether it was never set or set and
    * cleared: compare every micro-batch of 2 wrap-arounds against the untouched file. */
   tok_set_shuffle(tf, 0, 1337);
   int *a_inp = malloc(sizeof(int) * 32), *a_tgt = malloc(sizeof(int) * 32);

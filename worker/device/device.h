@@ -1,5 +1,5 @@
 /* device — the device layer: everything the runtime and the model do to parameter, gradient and
- * activation memory goes through one table of operations (DESIGN.md §2, docs/runtime.md).
+ * activation memory goes through one table of operations (docs/design.md §2, docs/runtime.md).
  *
  * A device has one COMPUTE STREAM: every operation below (except the allocator, events' host side
  * and the synchronous copies) is enqueued on it and runs in submission order, asynchronously to the

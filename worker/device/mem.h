@@ -1,4 +1,4 @@
-/* mem — the tracked allocator: every byte a worker allocates, by category (DESIGN.md §5).
+/* mem — the tracked allocator: every byte a worker allocates, by category (docs/design.md §5).
  *
  * mem_alloc() returns 64-byte-aligned, zeroed host memory and counts it under its category;
  * mem_free() uncounts and frees it. Memory that is not host memory from here (a CUDA buffer,

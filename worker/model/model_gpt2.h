@@ -1,4 +1,4 @@
-/* model_gpt2 — GPT-2 over the device layer (device.h), one FSDP unit at a time (DESIGN.md §3).
+/* model_gpt2 — GPT-2 over the device layer (device.h), one FSDP unit at a time (docs/design.md §3).
  *
  * The FSDP runtime gathers a unit's flat buffer, brings it to the device's compute form, and hands
  * it here with the unit's offsets from the plan; this module never sees shards, ranks or

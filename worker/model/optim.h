@@ -1,5 +1,5 @@
 /* optim — AdamW on a rank's flat shard, the learning-rate schedule, and gradient clipping
- * (DESIGN.md §6). Each rank updates only its own shard; decay is applied per tensor, so the walk
+ * (docs/design.md §6). Each rank updates only its own shard; decay is applied per tensor, so the walk
  * intersects the shard with every tensor of every unit (plan offsets) and leaves padding alone.
  * Pure functions over caller-owned buffers: any thread, one call per shard at a time.
  *
