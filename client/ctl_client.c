@@ -86,7 +86,7 @@ int ctl_parse_job_id(const char *cmd, const char *usage, const char *s, uint64_t
 int ctl_client_open(ctl_client *cl, const char *flag) {
   memset(cl, 0, sizeof *cl);
   fsdp_status rc = ctl_endpoint_resolve(flag, cl->endpoint, sizeof cl->endpoint);
-  if (rc != FSDP_OK) return ctl_fail("%s", fsdp_user_message(fsdp_last_error()));
+  if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
   rc = ctl_conn_open(cl->endpoint, &cl->conn);
   if (rc != FSDP_OK) {
     char msg[1400];
@@ -110,7 +110,7 @@ int ctl_client_call(ctl_client *cl, Fsdp__Msg *req, Fsdp__Msg__BodyCase expect, 
     char msg[1400];
     if (rc == FSDP_ERR_COMM && cl->daemon_log) {
       cl->lost = 1;
-      snprintf(msg, sizeof msg, "lost the private fsdpd: %s (log: %s)", fsdp_user_message(fsdp_last_error()),
+      snprintf(msg, sizeof msg, "lost the private fsdpd: %s (log: %s)", fsdp_last_error(),
                cl->daemon_log);
     } else {
       ctl_describe_failure(cl->endpoint, rc, msg, sizeof msg);
@@ -122,7 +122,7 @@ int ctl_client_call(ctl_client *cl, Fsdp__Msg *req, Fsdp__Msg__BodyCase expect, 
     if (m->error->code == FSDP_ERR_NOTFOUND && job_id)
       ctl_fail("no job %llu", (unsigned long long)job_id);
     else
-      ctl_fail("%s", m->error->message && m->error->message[0] ? fsdp_user_message(m->error->message)
+      ctl_fail("%s", m->error->message && m->error->message[0] ? m->error->message
                                                             : fsdp_strerror((fsdp_status)m->error->code));
     wire_destroy(&m);
     return 1;
@@ -162,7 +162,7 @@ int ctl_client_stop(ctl_client *cl, uint64_t id) {
 int ctl_load_job_file(const char *path, jobspec_t *spec, char **text, char *abs, size_t absn, char *dir, size_t dirn) {
   *text = NULL;
   fsdp_status rc = jobspec_load(path, spec);
-  if (rc != FSDP_OK) return ctl_fail("%s", fsdp_user_message(fsdp_last_error()));
+  if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
   char rp[PATH_MAX];
   if (!realpath(path, rp)) return ctl_fail("%s: %s", path, strerror(errno));
   FILE *f = fopen(rp, "rb");

@@ -264,7 +264,7 @@ fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg
     if (rc == FSDP_ERR_TIMEOUT) continue;   /* woken without a whole message */
     if (rc != FSDP_OK) {
       /* A reply we cannot read: report it; the socket stays usable (the message was consumed). */
-      return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, fsdp_user_message(fsdp_last_error()));
+      return fsdp_set_error(rc, "unreadable reply from %s: %s", c->endpoint, fsdp_last_error());
     }
     if (renv.n != 1 || renv.len[0] != 0) {
       wire_destroy(&m);
@@ -292,6 +292,6 @@ void ctl_describe_failure(const char *ep, fsdp_status rc, char *buf, size_t n) {
     snprintf(buf, n, "interrupted");
     break;
   default:
-    snprintf(buf, n, "%s", fsdp_user_message(fsdp_last_error()));
+    snprintf(buf, n, "%s", fsdp_last_error());
   }
 }

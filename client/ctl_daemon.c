@@ -206,7 +206,7 @@ int ctl_daemon_ready(ctl_daemon *d, ctl_client *cl, const char *endpoint, const 
         ctl_daemon_wait(d, 20);
         continue;
       }
-      if (rc != FSDP_OK) return ctl_fail("%s", fsdp_user_message(fsdp_last_error()));
+      if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
       ctl_conn_watch_fd(cl->conn, d->pidfd);
       cl->daemon_log = d->log;
     }

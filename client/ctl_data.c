@@ -172,7 +172,7 @@ static int gen_markov(uint64_t seed, int64_t vocab, int64_t ntok, const char *ou
   tok_markov_destroy(&m);
   return 0;
 fail:
-  fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_user_message(fsdp_last_error()));
+  fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error());
   free(tok);
   tok_markov_destroy(&m);
   return 1;

@@ -192,7 +192,7 @@ int ctl_export(int argc, char **argv) {
   printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
          ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
 fail:
-  if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_user_message(fsdp_last_error()));
+  if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   free(units);
   free(param);
   free(m);

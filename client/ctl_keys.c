@@ -28,7 +28,7 @@ int ctl_keygen(int argc, char **argv) {
   if (rc == FSDP_OK) rc = curve_keypair_write(argv[1], pub, sec);
   memset(sec, 0, sizeof sec);
   if (rc != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: keygen: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpctl: keygen: %s\n", fsdp_last_error());
     return 1;
   }
   printf("%s\n", pub);

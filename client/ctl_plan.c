@@ -77,7 +77,7 @@ static uint64_t parse_bytes(const char *s) {
 static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit *fit) {
   if (!fit) {
     if (plan_write_json(plan, stdout, device_bytes) == FSDP_OK) return 0;
-    fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
   char *buf = NULL;
@@ -187,17 +187,12 @@ int ctl_plan(int argc, char **argv) {
     return 1;   /* a bad job file is a failure (1), as for submit and run, not a usage error */
   }
   jobspec_t spec;
-  if (jobspec_load(job, &spec) != FSDP_OK) {
-    /* The message names the file by its base name ("tiny.ini:7: ..."); name it as the user did. */
-    const char *msg = fsdp_last_error(), *base = strrchr(job, '/');
-    base = base ? base + 1 : job;
-    size_t n = strlen(base);
-    if (base != job && !strncmp(msg, base, n) && msg[n] == ':') fprintf(stderr, "fsdpctl: %s%s\n", job, msg + n);
-    else fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(msg));
+  if (jobspec_load(job, &spec) != FSDP_OK) {   /* the message names the file as the user did */
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
   if (jobspec_check_build(&spec) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
@@ -221,13 +216,13 @@ int ctl_plan(int argc, char **argv) {
   }
   plan_t *plan = NULL;
   if (plan_build(&spec, world, &plan) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
     return PLAN_EXIT_USAGE;
   }
   int rc = 0;
   plan_fit pf;
   if (fit && plan_fit_compute(&spec, world, device_bytes, &pf) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
     plan_destroy(&plan);
     return PLAN_EXIT_USAGE;
   }

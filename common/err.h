@@ -2,7 +2,11 @@
  *
  * Library code returns fsdp_status to its caller and never exits; only main()s, tools and tests
  * do. A function that fails with a message worth keeping records it with fsdp_set_error(), which
- * stores "file:line: message" in a thread-local buffer that the caller reads with fsdp_last_error().
+ * stores the message in a thread-local buffer that the caller reads with fsdp_last_error(). The
+ * message is for people: it never carries a source location. The location of the latest
+ * fsdp_set_error() is kept apart (fsdp_last_error_where()) and written to the log at debug level
+ * as each error is recorded, so `--log-level debug` traces where a failure came from.
+ * A message may wrap the previous one: fsdp_set_error(rc, "cannot resume: %s", fsdp_last_error()).
  * Any thread may call these; the buffer is per thread.
  */
 #ifndef FSDP_ERR_H
@@ -30,22 +34,16 @@ typedef enum fsdp_status {
 
 const char *fsdp_strerror(fsdp_status s);
 
-/* Record "file:line: printf-message" as this thread's last error and return `s`. */
+/* Record the printf-message as this thread's last error (FMT's arguments may include
+ * fsdp_last_error() itself), FILE:LINE as its location, and return `s`. */
 fsdp_status fsdp_set_error_at(fsdp_status s, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define fsdp_set_error(s, ...) fsdp_set_error_at((s), __FILE__, __LINE__, __VA_ARGS__)
 /* This thread's last recorded message, or the status' generic text if none was recorded. */
 const char *fsdp_last_error(void);
 void fsdp_clear_error(void);
-/* MSG without the leading "source.c:123: " locations that fsdp_set_error adds (nested ones too:
- * "runtime.c:507: ckpt.c:584: no manifest" -> "no manifest"); a location the user can act on,
- * such as a job file's "job.ini:7: ", is kept. Returns a pointer into MSG. Logs keep the
- * locations; messages for users (replies, job reasons, fsdpctl's stderr) go through this. */
-const char *fsdp_user_message(const char *msg);
-/* MSG into DST (N bytes, truncated, NUL-terminated) without any source location, wherever one
- * starts a word: "rank 1: cannot resume: ckpt.c:584: bad CRC" -> "rank 1: cannot resume: bad CRC"
- * (messages that come from workers wrap each other's). Returns DST. */
-char *fsdp_user_text(char *dst, size_t n, const char *msg);
+/* "file.c:123" of this thread's last fsdp_set_error(), or "" if none: for logs, never for users. */
+const char *fsdp_last_error_where(void);
 
 /* TRY(x): return x's status if it failed. TRY_GOTO(x, rc, label): keep it in rc and jump. */
 #define TRY(x)                                  \

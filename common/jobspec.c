@@ -5,14 +5,15 @@
  * ini_parse_stream() with our own line reader, which counts lines and also (a) strips leading
  * whitespace, so an indented key is a key and never a multi-line continuation, (b) drops inline
  * "# comments" (inih itself only drops inline "; comments"), and (c) checks section headers, so an
- * unknown section is reported even when it holds no key. Errors are recorded with the job file and
- * line as the location (fsdp_set_error_at), so fsdp_last_error() reads "tiny.ini:7: ...".
+ * unknown section is reported even when it holds no key. Errors name the job file as the caller
+ * named it, and the line: fsdp_last_error() reads "jobs/tiny.ini:7: ..." (jobspec_error).
  */
 #include "jobspec.h"
 #include "jobspec_keys.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <ini.h>
 #include <limits.h>
 #include <math.h>
@@ -56,10 +57,24 @@ typedef struct pctx {
   int err_line;
 } pctx;
 
+/* A job file's error, located for its reader: "ORIGIN:LINE: message" (LINE 0: "ORIGIN: message"),
+ * ORIGIN as the caller named the file. */
+static fsdp_status jobspec_error(fsdp_status st, const char *origin, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fsdp_status jobspec_error(fsdp_status st, const char *origin, int line, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (line > 0) return fsdp_set_error(st, "%s:%d: %s", origin, line, msg);
+  return fsdp_set_error(st, "%s: %s", origin, msg);
+}
+
 #define PERR(c, line, st, ...)                                                 \
   do {                                                                         \
     if (!(c)->err) {                                                           \
-      fsdp_set_error_at((st), (c)->origin, (line), __VA_ARGS__);               \
+      jobspec_error((st), (c)->origin, (line), __VA_ARGS__);                   \
       (c)->err = (st);                                                         \
       (c)->err_line = (line);                                                  \
     }                                                                          \
@@ -513,7 +528,7 @@ fsdp_status jobspec_parse(const char *text, const char *origin, const char *base
   for (const char *q = text; *q; q++) c.nlines += *q == '\n';
   if (text[0] && text[strlen(text) - 1] != '\n') c.nlines++;
   int rc = ini_parse_stream(line_reader, &c, on_key, &c);
-  if (rc < 0) return fsdp_set_error_at(FSDP_ERR_NOMEM, origin, 0, "the INI parser ran out of memory");
+  if (rc < 0) return jobspec_error(FSDP_ERR_NOMEM, origin, 0, "the INI parser ran out of memory");
   if (rc > 0 && (!c.err || rc < c.err_line)) {
     c.err = 0;
     PERR(&c, rc, FSDP_ERR_FORMAT, "syntax error; allowed lines: [section], key = value, # comment or ; comment");
@@ -529,7 +544,7 @@ fsdp_status jobspec_load(const char *path, jobspec_t *out) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
-    return fsdp_set_error_at(e == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, path, 0,
+    return jobspec_error(e == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, path, 0,
                              "cannot open the job file: %s", strerror(e));
   }
   char *text = malloc(JOBSPEC_MAX_FILE + 1);
@@ -542,21 +557,21 @@ fsdp_status jobspec_load(const char *path, jobspec_t *out) {
   fclose(f);
   fsdp_status rc;
   if (rerr) {
-    rc = fsdp_set_error_at(FSDP_ERR_IO, path, 0, "cannot read the job file (is it a directory?)");
+    rc = jobspec_error(FSDP_ERR_IO, path, 0, "cannot read the job file (is it a directory?)");
     goto out;
   }
   if (n > JOBSPEC_MAX_FILE) {
-    rc = fsdp_set_error_at(FSDP_ERR_RANGE, path, 0, "the job file is larger than %d bytes", JOBSPEC_MAX_FILE);
+    rc = jobspec_error(FSDP_ERR_RANGE, path, 0, "the job file is larger than %d bytes", JOBSPEC_MAX_FILE);
     goto out;
   }
   text[n] = '\0';
   if (strlen(text) != n) {
-    rc = fsdp_set_error_at(FSDP_ERR_FORMAT, path, 0, "the job file contains a NUL byte; allowed: INI text");
+    rc = jobspec_error(FSDP_ERR_FORMAT, path, 0, "the job file contains a NUL byte; allowed: INI text");
     goto out;
   }
   char real[PATH_MAX], dir[PATH_MAX];
   if (!realpath(path, real)) {
-    rc = fsdp_set_error_at(FSDP_ERR_IO, path, 0, "cannot resolve the job file's path: %s", strerror(errno));
+    rc = jobspec_error(FSDP_ERR_IO, path, 0, "cannot resolve the job file's path: %s", strerror(errno));
     goto out;
   }
   snprintf(dir, sizeof dir, "%s", real);

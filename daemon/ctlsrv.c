@@ -57,7 +57,7 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
   fsdp_status rc = job_from_spec(c, req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, &j);
   if (rc != FSDP_OK) {
     log_warn("submit refused: %s", fsdp_last_error());
-    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     return;
   }
   /* Fit: enough devices of the kind in the whole cluster, and the plan fits the smallest of them. */
@@ -76,7 +76,7 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
   rc = jobs_db_insert(c->db, &row, loop_now_wall(), &j->id);
   if (rc != FSDP_OK) {
     log_error("submit: %s", fsdp_last_error());
-    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     goto fail;
   }
   snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
@@ -103,7 +103,7 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
   jobs_db_row row;
   fsdp_status rc = jobs_db_get(c->db, id, &row);
   if (rc != FSDP_OK) {
-    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     return;
   }
   Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
@@ -133,7 +133,7 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
   size_t n = 0;
   fsdp_status rc = jobs_db_list(c->db, limit, &rows, &n);
   if (rc != FSDP_OK) {
-    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     return;
   }
   Fsdp__JobInfo *infos = calloc(n ? n : 1, sizeof *infos), **ptrs = calloc(n ? n : 1, sizeof *ptrs);
@@ -168,7 +168,7 @@ static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop)
     jobs_db_row row;
     fsdp_status rc = jobs_db_get(c->db, id, &row);
     if (rc != FSDP_OK) {
-      coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+      coord_reply_error(c->ctl, env, rc, fsdp_last_error());
       return;
     }
     char msg[256];
@@ -187,7 +187,7 @@ static void serve_logs(coord_t *c, const wire_env *env, const Fsdp__LogsReq *q) 
   jobs_db_row row;
   fsdp_status rc = jobs_db_get(c->db, q->job_id, &row);
   if (rc != FSDP_OK) {
-    coord_reply_error(c->ctl, env, rc, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     return;
   }
   char path[PATH_MAX + 128];
@@ -289,7 +289,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
     if (env.n >= 1) {
       char msg[1200];
       snprintf(msg, sizeof msg, "malformed request (expected one fsdp.Msg of protocol version %d after an empty "
-               "delimiter frame): %s", FSDP__VERSION__PROTO_VERSION, fsdp_user_message(fsdp_last_error()));
+               "delimiter frame): %s", FSDP__VERSION__PROTO_VERSION, fsdp_last_error());
       coord_reply_error(sock, &env, rc, msg);
     }
     return;

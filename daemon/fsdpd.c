@@ -283,7 +283,7 @@ int main(int argc, char **argv) {
   }
   log_level lvl;
   if (log_parse_level(cfg.log_level, &lvl) != FSDP_OK) {
-    fprintf(stderr, "fsdpd: --log-level: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpd: --log-level: %s\n", fsdp_last_error());
     return 2;
   }
   log_set_level(lvl);
@@ -294,14 +294,14 @@ int main(int argc, char **argv) {
   if (cfg.slurm) {
     slurm_flags sf = {.join = cfg.join, .listen = cfg.listen, .gpus = cfg.gpus, .name = cfg.name};
     if (slurm_env_read(environ, &senv) != FSDP_OK || slurm_resolve(&senv, &sf, slurm_same_host, &srole) != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
       return 2;
     }
     cfg.gpus = srole.gpus;
     cfg.name = srole.name;
   }
   if (cfg.gpus && agent_check_gpus(cfg.gpus) != FSDP_OK) {   /* before detaching: the user sees it */
-    fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
     return 2;
   }
 
@@ -321,7 +321,7 @@ int main(int argc, char **argv) {
   /* The state directory, parents included ($XDG_STATE_HOME may not exist yet): the log and the
    * lock live there, and both are needed before the daemon detaches. */
   if (fsutil_mkdir_p(state, 0700) != FSDP_OK) {
-    fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
     return 1;
   }
   /* --metrics: parsed and bound before detaching, so that a bad value or a port in use is said on
@@ -335,12 +335,12 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (metricsrv_parse(cfg.metrics, mhost, sizeof mhost, &mport) != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
       return 2;
     }
     fsdp_status mrc = metricsrv_bind(mhost, mport, &msrv);
     if (mrc != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
       return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
     }
   }
@@ -361,7 +361,7 @@ int main(int argc, char **argv) {
     if (probe) zmq_close(probe);
     if (probe_ctx) zmq_ctx_term(probe_ctx);
     if (krc != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
       return 2;
     }
   }
@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
   }
   if (lock_fd >= 0) write_lock_pid(lock_fd);   /* the pid that holds the lock: after detaching */
   if (msrv && metricsrv_start(msrv) != FSDP_OK) {
-    log_error("%s", fsdp_user_message(fsdp_last_error()));
+    log_error("%s", fsdp_last_error());
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);

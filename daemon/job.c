@@ -301,7 +301,7 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
     j->spec.shard_group = g > 0 ? g : 1;
     if ((rc = plan_build(&j->spec, j->world, &j->plan)) != FSDP_OK) {
       char why[512];
-      snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+      snprintf(why, sizeof why, "%s", fsdp_last_error());
       fsdp_set_error(rc, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
                      "largest node here): %s", j->spec.shard_group, schedule_kind_name(j->kind), why);
       goto fail;
@@ -341,7 +341,7 @@ static void requeue(coord_t *c) {
     job_t *j = NULL;
     if (job_from_spec(c, r->spec_text, r->spec_path, r->base_dir, &j) != FSDP_OK) {
       char reason[1200];
-      snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", fsdp_user_message(fsdp_last_error()));
+      snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", fsdp_last_error());
       if (jobs_db_set_state(c->db, r->id, ST_FAILED, reason, loop_now_wall()) != FSDP_OK)
         log_error("job %llu: cannot record state failed: %s", (unsigned long long)r->id, fsdp_last_error());
       coord_job_log(r->job_dir, "failed: %s", reason);

@@ -56,7 +56,7 @@ static void kv_answer(coord_t *c, const wire_env *env, const kv_entry *e) {
 void kv_on_set(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvSet *s) {
   char key[512];
   if (kv_key(j, s->key, key, sizeof key) != FSDP_OK) {
-    coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_last_error());
     return;
   }
   kv_entry *e = NULL;
@@ -93,7 +93,7 @@ void kv_on_set(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvSet *s) 
 void kv_on_get(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvGet *g) {
   char key[512];
   if (kv_key(j, g->key, key, sizeof key) != FSDP_OK) {
-    coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_user_message(fsdp_last_error()));
+    coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_last_error());
     return;
   }
   for (kv_entry *x = c->kv; x; x = x->next)

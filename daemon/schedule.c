@@ -164,7 +164,7 @@ fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
   size_t used = k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
   fsdp_status st = plan_build(&s, j->world, &p);
   if (st != FSDP_OK) {
-    snprintf(msg + used, n - used, "%s", fsdp_user_message(fsdp_last_error()));
+    snprintf(msg + used, n - used, "%s", fsdp_last_error());
     return st;
   }
   /* the memory per rank grows as the group shrinks: the submit check again, with the new plan */
@@ -220,7 +220,7 @@ static int schedule_start(coord_t *c, job_t *j) {
   }
   if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
     free(cnt);
-    job_fail(c, j, "%s", fsdp_user_message(fsdp_last_error()));
+    job_fail(c, j, "%s", fsdp_last_error());
     return 0;
   }
   uint8_t rnd[16];

@@ -112,7 +112,7 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
     /* A step that cannot be recorded (most often: the disk under the state directory is full)
      * ends the job: training on without a record would report progress that is not there. */
     log_error("job %llu: cannot record step %u: %s", (unsigned long long)j->id, step, fsdp_last_error());
-    job_fail(c, j, "cannot record step %u: %s", step, fsdp_user_message(fsdp_last_error()));
+    job_fail(c, j, "cannot record step %u: %s", step, fsdp_last_error());
     return;
   }
   j->done_step = step;
@@ -229,8 +229,7 @@ int steps_stop(coord_t *c, job_t *j) {
 }
 
 void steps_on_error(coord_t *c, job_t *j, int r, const Fsdp__WorkerError *e) {
-  char msg[1024];
-  fsdp_user_text(msg, sizeof msg, e->message);   /* the worker's source locations stay in its log */
+  const char *msg = e->message;   /* validated on receipt; the worker's log has where it came from */
   j->ranks[r].errored = 1;
   if (e->code != FSDP_ERR_COMM && e->code != FSDP_ERR_TIMEOUT) {
     job_fail(c, j, "rank %d failed: %s", r, msg);

@@ -189,12 +189,7 @@ typedef struct rendezvous {
 
 #ifdef FSDP_HAVE_CUDA
 /* Prefix a failure's message with "device = cuda: " (one line for the log and the coordinator). */
-static fsdp_status cuda_failure(fsdp_status rc) {
-  char why[768];
-  const char *m = fsdp_last_error(), *colon = strstr(m, ": ");
-  snprintf(why, sizeof why, "%s", colon && colon - m < 40 ? colon + 2 : m);   /* drop "file.c:123: " */
-  return fsdp_set_error(rc, "device = cuda: %s", why);
-}
+static fsdp_status cuda_failure(fsdp_status rc) { return fsdp_set_error(rc, "device = cuda: %s", fsdp_last_error()); }
 
 static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
   (void)ctx;

@@ -131,7 +131,7 @@ static fsdp_status check_val(runtime_t *rt) {
   free(b);
   if (rc != FSDP_OK) {
     char why[512];   /* the message is rewritten in the buffer it comes from */
-    snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+    snprintf(why, sizeof why, "%s", fsdp_last_error());
     return fsdp_set_error(rc, "[data] val %s: %s", rt->spec->val_synthetic ? "(synthetic)" : rt->spec->val, why);
   }
   return FSDP_OK;

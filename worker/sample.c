@@ -334,7 +334,7 @@ int sample_run(const sample_args *a) {
   if (binary || a->tokenizer || ids[total - 1] != '\n') putchar('\n');
   fflush(stdout);
 out:
-  if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_user_message(fsdp_last_error()));
+  if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_last_error());
   tokenizer_free(&tk);
   free(param);
   free(ids);

@@ -167,6 +167,16 @@ struct comm_gloo {
   std::atomic<bool> aborted{false};
 };
 
+// gloo's exception text without the source location it starts with ("[./gloo/transport/tcp/
+// pair.cc:81] Timed out ..." → "Timed out ..."): locations go to logs, not to users' messages.
+static const char* gloo_text(const char* what) {
+  if (what[0] != '[') return what;
+  const char* end = strstr(what, "] ");
+  if (!end || end - what > 200) return what;
+  log_debug("gloo's exception raised at %.*s", (int)(end - what - 1), what + 1);
+  return end + 2;
+}
+
 // Run F, turning every exception into a status with gloo's text recorded.
 template <typename F>
 static fsdp_status guarded(const char* what, F&& f) {
@@ -174,13 +184,15 @@ static fsdp_status guarded(const char* what, F&& f) {
     f();
     return FSDP_OK;
   } catch (const gloo::IoException& e) {
-    return fsdp_set_error(is_timeout_text(e.what()) ? FSDP_ERR_TIMEOUT : FSDP_ERR_COMM, "gloo %s: %s", what, e.what());
+    return fsdp_set_error(is_timeout_text(e.what()) ? FSDP_ERR_TIMEOUT : FSDP_ERR_COMM, "gloo %s: %s", what,
+                          gloo_text(e.what()));
   } catch (const gloo::EnforceNotMet& e) {
-    return fsdp_set_error(FSDP_ERR_COMM, "gloo %s: %s", what, e.what());
+    return fsdp_set_error(FSDP_ERR_COMM, "gloo %s: %s", what, gloo_text(e.what()));
   } catch (const std::bad_alloc&) {
     return fsdp_set_error(FSDP_ERR_NOMEM, "gloo %s: out of memory", what);
   } catch (const std::exception& e) {
-    return fsdp_set_error(is_timeout_text(e.what()) ? FSDP_ERR_TIMEOUT : FSDP_ERR_COMM, "gloo %s: %s", what, e.what());
+    return fsdp_set_error(is_timeout_text(e.what()) ? FSDP_ERR_TIMEOUT : FSDP_ERR_COMM, "gloo %s: %s", what,
+                          gloo_text(e.what()));
   } catch (...) {
     return fsdp_set_error(FSDP_ERR_INTERNAL, "gloo %s: unknown exception", what);
   }
