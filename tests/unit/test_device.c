@@ -119,9 +119,21 @@ typedef struct producer {
   float *buf;
 } producer;
 
+/* How long "the collective" takes: the stream must be seen blocked at least this long per round. */
+#define PRODUCER_HOLD_NS 3000000L
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void *producer_main(void *arg) {
   producer *p = arg;
   if (dev_event_host_wait(p->go, p->go_ticket, 30) != FSDP_OK) return NULL;
+  /* A duration to be measured, not a synchronization: the stream waits on DONE whatever it lasts. */
+  struct timespec hold = {0, PRODUCER_HOLD_NS};
+  nanosleep(&hold, NULL);
   for (int i = 0; i < 256; i++) p->buf[i] = (float)i;   /* "the collective" writes its result */
   dev_event_complete(p->done, p->done_ticket);
   return NULL;
@@ -134,6 +146,9 @@ static void test_ordering(device_t *d, const char *what) {
   float *buf = d->op->alloc(d, MEM_WORKSPACE, 256 * 4), *copy = d->op->alloc(d, MEM_WORKSPACE, 256 * 4);
   dev_event *go = dev_event_new(d), *done = dev_event_new(d);
   CHECK_EQ_INT(0, dev_event_last(go));
+  uint64_t us[DEV_NTIMER];
+  d->op->timers(d, us);   /* reads and resets: what follows counts from here */
+  double t0 = wall_s();
   for (int round = 0; round < 20; round++) {
     d->op->fill(d, buf, -1.0f, 256);
     d->op->record(d, go);
@@ -150,10 +165,17 @@ static void test_ordering(device_t *d, const char *what) {
     CHECK_EQ_INT(0, bad);
   }
   CHECK_EQ_INT(20, dev_event_last(go));
-  uint64_t us[DEV_NTIMER];
+  double wall_us = (wall_s() - t0) * 1e6;
   d->op->timers(d, us);
-  printf("%s: 20 rounds ordered; stream blocked %.3f ms on the producer, busy %.3f ms\n", what,
-         us[DEV_T_GATHER] / 1e3, us[DEV_T_COMPUTE] / 1e3);
+  double blocked = (double)us[DEV_T_GATHER], busy = (double)us[DEV_T_COMPUTE];
+  printf("%s: 20 rounds ordered; stream blocked %.3f ms on the producer, busy %.3f ms, wall %.3f ms\n", what,
+         blocked / 1e3, busy / 1e3, wall_us / 1e3);
+  /* The wait timer sees every round's hold (the producer starts holding only after GO, which the
+   * stream records before it waits), and no timer can exceed the wall time that passed. */
+  CHECK(blocked >= 20 * (PRODUCER_HOLD_NS / 1e3) * 0.9);
+  CHECK(blocked <= wall_us);
+  CHECK(busy <= wall_us);
+  CHECK_EQ_INT(0, us[DEV_T_REDUCE]);   /* nothing ran or waited under the reduce timer */
   /* a wait on a mark nobody completes times out on the host */
   uint64_t t = dev_event_mark(done);
   CHECK(dev_event_host_wait(done, t, 0.05) == FSDP_ERR_TIMEOUT);

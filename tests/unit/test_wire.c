@@ -272,25 +272,36 @@ static void test_rejects(void) {
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&x));
 }
 
-/* Random bytes: never crash, never accepted unless they validate. Deterministic xorshift. */
+/* wire_unpack(BUF) must accept exactly what protobuf-c parses AND wire_validate passes, checked
+ * here apart from wire_unpack (a wire_unpack that skipped validation, or refused valid messages,
+ * fails). Counts the outcomes into N[3]: accepted, parsed but invalid, unparsable. */
+static void check_unpack_agrees(const uint8_t *buf, size_t len, int n[3]) {
+  Fsdp__Msg *raw = fsdp__msg__unpack(NULL, len, buf);
+  int valid = raw && wire_validate(raw) == FSDP_OK;
+  Fsdp__Msg *out = NULL;
+  fsdp_status rc = wire_unpack(buf, len, &out);
+  CHECK(valid == (rc == FSDP_OK));
+  CHECK(valid == (out != NULL));
+  n[valid ? 0 : raw ? 1 : 2]++;
+  wire_destroy(&out);
+  if (raw) fsdp__msg__free_unpacked(raw, NULL);
+}
+
+/* Random bytes and mutations of a valid message: never crash, and wire_unpack accepts exactly the
+ * valid ones. Deterministic xorshift; the mutations must reach every outcome (so validation is
+ * really exercised, not only protobuf-c's parser). */
 static void test_random_bytes(void) {
   uint64_t x = 0x9E3779B97F4A7C15ull;
   uint8_t buf[512];
-  int accepted = 0;
+  int nrand[3] = {0}, nmut[3] = {0};
   for (int it = 0; it < 20000; it++) {
     size_t len = 1 + (size_t)(x % sizeof buf);
     for (size_t i = 0; i < len; i++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       buf[i] = (uint8_t)x;
     }
-    Fsdp__Msg *out = NULL;
-    if (wire_unpack(buf, len, &out) == FSDP_OK) {
-      accepted++;
-      CHECK(wire_validate(out) == FSDP_OK);
-    }
-    wire_destroy(&out);
+    check_unpack_agrees(buf, len, nrand);
   }
-  /* Mutations of a valid message: flip bytes, then unpack; any accepted one must validate. */
   Fsdp__Msg m = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
   uint8_t *good;
   size_t len;
@@ -301,12 +312,13 @@ static void test_random_bytes(void) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       buf[x % len] ^= (uint8_t)(x >> 32);
     }
-    Fsdp__Msg *out = NULL;
-    if (wire_unpack(buf, len, &out) == FSDP_OK) CHECK(wire_validate(out) == FSDP_OK);
-    wire_destroy(&out);
+    check_unpack_agrees(buf, len, nmut);
   }
   free(good);
-  printf("random frames accepted (valid by chance): %d of 20000\n", accepted);
+  CHECK(nmut[0] > 0 && nmut[1] > 0 && nmut[2] > 0);
+  CHECK_EQ_INT(20000, nrand[0] + nrand[1] + nrand[2]);
+  printf("random frames: %d accepted, %d parsed but invalid, %d unparsable; mutated WorkerSetup: %d, %d, %d\n",
+         nrand[0], nrand[1], nrand[2], nmut[0], nmut[1], nmut[2]);
 }
 
 /* Over real ZMQ sockets: ROUTER/DEALER with an envelope, garbage frames, too many envelope frames. */
