@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_planout.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "planfit.h"
@@ -76,14 +77,14 @@ static uint64_t parse_bytes(const char *s) {
 /* The plan as JSON, with "fit" added when FIT: the plan's own writer into memory, then merged. */
 static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit *fit) {
   if (!fit) {
-    if (plan_write_json(plan, stdout, device_bytes) == FSDP_OK) return 0;
+    if (ctl_plan_write_json(plan, stdout, device_bytes) == FSDP_OK) return 0;
     fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
   char *buf = NULL;
   size_t len = 0;
   FILE *m = open_memstream(&buf, &len);
-  int ok = m && plan_write_json(plan, m, device_bytes) == FSDP_OK;
+  int ok = m && ctl_plan_write_json(plan, m, device_bytes) == FSDP_OK;
   if (m) fclose(m);
   json_t *o = ok ? json_loadb(buf, len, 0, NULL) : NULL;
   free(buf);
@@ -230,7 +231,7 @@ int ctl_plan(int argc, char **argv) {
     rc = write_json(plan, device_bytes, fit ? &pf : NULL);
   } else {
     printf("Job       %s (%s)\n", spec.name, job);
-    plan_print(plan, stdout, device_bytes);
+    ctl_plan_print(plan, stdout, device_bytes);
     if (fit) plan_fit_print(&pf, stdout);
   }
   if (!json && plan->host_bytes && host) {   /* offload: the node's memory holds every local rank's share */

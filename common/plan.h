@@ -208,8 +208,10 @@ const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit
 /* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */
 int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world);
 
-/* The human table (`fsdpctl plan`) and the same data as JSON (`--json`). */
-void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes);
-fsdp_status plan_write_json(const plan_t *p, FILE *f, uint64_t device_bytes);
+/* The same search for P's model and settings (plan_min_world up to the largest world allowed). */
+int plan_min_world_of(const plan_t *p, uint64_t device_bytes);
+/* What each rank of P would send per optimizer step with sharding MODE instead (the table's
+ * comparison of modes; hybrid uses P's own group). */
+void plan_sent_bytes_if(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]);
 
 #endif

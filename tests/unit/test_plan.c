@@ -1,5 +1,6 @@
 /* test_plan — units, tensor layout, shard maps, parameter counts, the memory model and the
  * communication volumes against figures computed by hand, and the JSON the coordinator ships. */
+#include "ctl_planout.h"
 #include "plan.h"
 
 #include <jansson.h>
@@ -401,7 +402,7 @@ static void test_json_and_table(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  CHECK_OK(plan_write_json(p, f, 40000));
+  CHECK_OK(ctl_plan_write_json(p, f, 40000));
   fclose(f);
   json_error_t err;
   json_t *j = json_loads(buf, 0, &err);
@@ -436,7 +437,7 @@ static void test_json_and_table(void) {
 
   buf = NULL;
   f = open_memstream(&buf, &len);
-  plan_print(p, f, 1 << 20);
+  ctl_plan_print(p, f, 1 << 20);
   fclose(f);
   CHECK(strstr(buf, "h.0.attn.c_attn.weight") != NULL);
   CHECK(strstr(buf, "fits") != NULL);
@@ -599,7 +600,7 @@ static void test_hybrid(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  CHECK_OK(plan_write_json(p, f, 0));
+  CHECK_OK(ctl_plan_write_json(p, f, 0));
   fclose(f);
   json_t *j = json_loads(buf, 0, NULL);
   CHECK(j != NULL);
@@ -614,7 +615,7 @@ static void test_hybrid(void) {
   free(buf);
   buf = NULL;
   f = open_memstream(&buf, &len);
-  plan_print(p, f, 0);
+  ctl_plan_print(p, f, 0);
   fclose(f);
   CHECK(strstr(buf, "2 shard groups of 4 consecutive ranks") != NULL);
   CHECK(strstr(buf, "  intra ") != NULL && strstr(buf, "  inter ") != NULL);
