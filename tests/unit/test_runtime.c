@@ -64,7 +64,7 @@ static void test_equivalence(dtype_kind pdt, int llama) {
         char what[128];
         snprintf(what, sizeof what, "equivalence %s params %-7s N=%d B=%d G=%d vs N=1 B=4",
                  jobspec_dtype_kind_name(pdt), jobspec_shard_mode_name(c.sharding), world, c.batch, accum);
-        compare(what, &rref[0], mref, res, world, m, n, 1e-5, 2e-6, 1e-5);
+        compare(what, &rref[0], mref, res, world, m, n, RT_LOSS_RTOL, RT_W_ATOL, RT_W_RTOL);
         free(m);
       }
     }
@@ -95,7 +95,7 @@ static void test_bf16_reductions(void) {
     CHECK(run(&c, res, NULL, NULL) == 0);
     char what[128];
     snprintf(what, sizeof what, "bf16 reductions %-7s N=2 B=2 G=2 vs N=1 B=4", jobspec_shard_mode_name(c.sharding));
-    compare(what, &rref[0], NULL, res, 2, NULL, 0, 1e-4, 0, 0);
+    compare(what, &rref[0], NULL, res, 2, NULL, 0, 1e-4, 0, 0);   /* bf16 sums: 2.4e-6 measured, 40x room */
   }
 }
 
@@ -184,7 +184,7 @@ static void test_bf16_reference(void) {
     }
   for (int st = 0; st < STEPS; st++) {
     CHECK(r1[0].loss[st + 1] == loss[st]);
-    CHECK_NEAR(loss[st], r2[0].loss[st + 1], 0, 1e-5);
+    CHECK_NEAR(loss[st], r2[0].loss[st + 1], 0, RT_LOSS_RTOL);   /* two ranks: sums in another order */
   }
   CHECK_EQ_INT(k, exact);
   CHECK_EQ_INT(k, close2);
@@ -269,7 +269,7 @@ static void test_eval(void) {
     CHECK(read_all(path, &ref, sizeof ref) == 0);
     ranks_cleanup(&rr);
     CHECK(res[0].val_loss == res[1].val_loss);
-    CHECK_NEAR(ref, res[0].val_loss, 0, 1e-5);
+    CHECK_NEAR(ref, res[0].val_loss, 0, RT_LOSS_RTOL);   /* the same mean over ranks, another order */
     printf("eval %-7s N=2: val_loss %.7f, one process on the same rows %.7f\n", jobspec_shard_mode_name(c.sharding),
            res[0].val_loss, ref);
     free(m);
@@ -444,7 +444,7 @@ static void test_planted_faults(int llama) {
     CHECK(run(&c, res, &m, &nm) == 0);
     unsetenv("FSDP_FAULT");
     const char *what = fault == 0 ? "planted fault: shards of ranks 0 and 1 swapped" : "planted fault: reduce-scatter dropped";
-    int failed = compare(what, &rref[0], mref, res, 2, m, nm, 1e-5, 2e-6, 1e-5);
+    int failed = compare(what, &rref[0], mref, res, 2, m, nm, RT_LOSS_RTOL, RT_W_ATOL, RT_W_RTOL);
     check_fail_ -= failed;
     CHECK(failed > 0);
     free(m);
