@@ -4,6 +4,7 @@
  * accepting work, cancel running jobs cleanly, flush the state, exit 0. docs/daemon.md describes
  * the internals. */
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -134,34 +135,33 @@ static int set_opt(config *cfg, const struct opt *o, const char *val) {
   return -1;
 }
 
+/* getopt_long over the table: --flag VALUE, --flag=VALUE, and a boolean --flag alone (or
+ * --flag=false); every flag's value checked by set_opt. */
 static int parse_args(int argc, char **argv, config *cfg) {
   for (size_t i = 0; i < NOPTS; i++)
     if (opts[i].def && set_opt(cfg, &opts[i], opts[i].def) != 0) return -1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strncmp(a, "--", 2) != 0) {
-      fprintf(stderr, "fsdpd: unexpected argument '%s' (fsdpd takes only --flags; see --help)\n", a);
+  struct option lopts[NOPTS + 1];
+  for (size_t i = 0; i < NOPTS; i++)
+    lopts[i] = (struct option){opts[i].name, opts[i].type == OPT_BOOL ? optional_argument : required_argument, NULL, (int)i};
+  lopts[NOPTS] = (struct option){0};
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
+    if (c == '?') {
+      fprintf(stderr, "fsdpd: unknown flag '%s' (see fsdpd --help for the flags)\n", argv[optind - 1]);
       return -1;
     }
-    a += 2;
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-    const struct opt *o = NULL;
-    for (size_t k = 0; k < NOPTS; k++)
-      if (strlen(opts[k].name) == len && !strncmp(opts[k].name, a, len)) o = &opts[k];
-    if (!o) {
-      fprintf(stderr, "fsdpd: unknown flag '%s' (see fsdpd --help for the flags)\n", argv[i]);
+    if (c == ':') {
+      fprintf(stderr, "fsdpd: %s needs a value\n", argv[optind - 1]);
       return -1;
     }
-    const char *val;
-    if (eq) val = eq + 1;
-    else if (o->type == OPT_BOOL) val = "1";
-    else if (i + 1 < argc) val = argv[++i];
-    else {
-      fprintf(stderr, "fsdpd: --%s needs a value\n", o->name);
-      return -1;
-    }
-    if (set_opt(cfg, o, val) != 0) return -1;
+    const struct opt *o = &opts[c];
+    if (set_opt(cfg, o, optarg ? optarg : "1") != 0) return -1;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "fsdpd: unexpected argument '%s' (fsdpd takes only --flags; see --help)\n", argv[optind]);
+    return -1;
   }
   return 0;
 }

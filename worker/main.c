@@ -9,6 +9,7 @@
  *       GPUs (rank 0 writes the unique id into DIR), else gloo staged through pinned memory.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -377,92 +378,121 @@ out:
   return rc == FSDP_OK ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
-  tune_process_env(argv);
-  const char *connect = NULL, *token = "", *rdv = NULL, *save = NULL, *job = NULL;
-  long rank = -1, world = -1, steps = 0, job_id = -1;
-  int standalone = 0;
-  sample_args sa = {.tokens = 64, .temperature = 1.0};
-  long top_k = 0, ntok = 64, seed = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                                  \
-  do {                                                                           \
-    if (!v) {                                                                    \
-      fprintf(stderr, "fsdp-worker: %s needs a value\n", a);                     \
-      return 2;                                                                  \
-    }                                                                            \
-    i++;                                                                         \
-  } while (0)
-    if (!strcmp(a, "--standalone")) standalone = 1;
-    else if (!strcmp(a, "--sample")) { NEEDV(); sa.model = v; }
-    else if (!strcmp(a, "--prompt")) { NEEDV(); sa.prompt = v; }
-    else if (!strcmp(a, "--tokenizer")) { NEEDV(); sa.tokenizer = v; }
-    else if (!strcmp(a, "--tokens")) { NEEDV(); if (parse_int(a, v, 1, 1L << 20, &ntok)) return 2; }
-    else if (!strcmp(a, "--top-k")) { NEEDV(); if (parse_int(a, v, 0, 1L << 24, &top_k)) return 2; }
-    else if (!strcmp(a, "--seed")) { NEEDV(); if (parse_int(a, v, 0, 1L << 62, &seed)) return 2; }
-    else if (!strcmp(a, "--temperature")) {
-      NEEDV();
-      char *end;
-      errno = 0;
-      sa.temperature = strtod(v, &end);
-      if (errno || *end || !(sa.temperature >= 0) || sa.temperature > 100) {
-        fprintf(stderr, "fsdp-worker: --temperature '%s' must be a number in [0, 100] (0: greedy)\n", v);
-        return 2;
-      }
+/* What the command line asks for. */
+typedef struct worker_args {
+  const char *connect, *token, *rdv, *save, *job;
+  long rank, world, steps, job_id;
+  int standalone;
+  sample_args sa;
+} worker_args;
+
+enum { O_STANDALONE = 256, O_SAMPLE, O_PROMPT, O_TOKENIZER, O_TOKENS, O_TOPK, O_SEED, O_TEMP, O_CONNECT, O_TOKEN,
+       O_RDV, O_SAVE, O_JOB, O_RANK, O_WORLD, O_STEPS, O_LOGLEVEL };
+
+/* One flag's value into A. Returns 0, or 2 (printed) when it is not allowed. */
+static int set_flag(worker_args *a, int o, const char *flag, const char *v) {
+  long n = 0;
+  switch (o) {
+  case O_STANDALONE: a->standalone = 1; return 0;
+  case O_SAMPLE: a->sa.model = v; return 0;
+  case O_PROMPT: a->sa.prompt = v; return 0;
+  case O_TOKENIZER: a->sa.tokenizer = v; return 0;
+  case O_CONNECT: a->connect = v; return 0;
+  case O_TOKEN: a->token = v; return 0;
+  case O_RDV: a->rdv = v; return 0;
+  case O_SAVE: a->save = v; return 0;
+  case O_TOKENS: if (parse_int(flag, v, 1, 1L << 20, &n)) return 2; a->sa.tokens = (int)n; return 0;
+  case O_TOPK: if (parse_int(flag, v, 0, 1L << 24, &n)) return 2; a->sa.top_k = (int)n; return 0;
+  case O_SEED: if (parse_int(flag, v, 0, 1L << 62, &n)) return 2; a->sa.seed = (unsigned long long)n; return 0;
+  case O_JOB: return parse_int(flag, v, 0, 1L << 50, &a->job_id) ? 2 : 0;
+  case O_RANK: return parse_int(flag, v, 0, 65535, &a->rank) ? 2 : 0;
+  case O_WORLD: return parse_int(flag, v, 1, 65536, &a->world) ? 2 : 0;
+  case O_STEPS: return parse_int(flag, v, 1, 1L << 30, &a->steps) ? 2 : 0;
+  case O_TEMP: {
+    char *end;
+    errno = 0;
+    a->sa.temperature = strtod(v, &end);
+    if (errno || *end || end == v || !(a->sa.temperature >= 0) || a->sa.temperature > 100) {
+      fprintf(stderr, "fsdp-worker: --temperature '%s' must be a number in [0, 100] (0: greedy)\n", v);
+      return 2;
     }
-    else if (!strcmp(a, "--connect")) { NEEDV(); connect = v; }
-    else if (!strcmp(a, "--token")) { NEEDV(); token = v; }
-    else if (!strcmp(a, "--rendezvous")) { NEEDV(); rdv = v; }
-    else if (!strcmp(a, "--save")) { NEEDV(); save = v; }
-    else if (!strcmp(a, "--job")) { NEEDV(); if (parse_int(a, v, 0, 1L << 50, &job_id)) return 2; }
-    else if (!strcmp(a, "--rank")) { NEEDV(); if (parse_int(a, v, 0, 65535, &rank)) return 2; }
-    else if (!strcmp(a, "--world")) { NEEDV(); if (parse_int(a, v, 1, 65536, &world)) return 2; }
-    else if (!strcmp(a, "--steps")) { NEEDV(); if (parse_int(a, v, 1, 1L << 30, &steps)) return 2; }
-    else if (!strcmp(a, "--log-level")) {
-      NEEDV();
-      log_level lvl;
-      if (log_parse_level(v, &lvl) != FSDP_OK) {
-        fprintf(stderr, "fsdp-worker: %s\n", fsdp_last_error());
-        return 2;
-      }
-      log_set_level(lvl);
-    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    return 0;
+  }
+  case O_LOGLEVEL: {
+    log_level lvl;
+    if (log_parse_level(v, &lvl) != FSDP_OK) {
+      fprintf(stderr, "fsdp-worker: %s\n", fsdp_last_error());
+      return 2;
+    }
+    log_set_level(lvl);
+    return 0;
+  }
+  }
+  return 2;
+}
+
+/* getopt_long, as fsdpctl and fsdpd parse theirs. Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, worker_args *a) {
+  static const struct option opts[] = {
+      {"standalone", no_argument, NULL, O_STANDALONE}, {"sample", required_argument, NULL, O_SAMPLE},
+      {"prompt", required_argument, NULL, O_PROMPT},   {"tokenizer", required_argument, NULL, O_TOKENIZER},
+      {"tokens", required_argument, NULL, O_TOKENS},   {"top-k", required_argument, NULL, O_TOPK},
+      {"seed", required_argument, NULL, O_SEED},       {"temperature", required_argument, NULL, O_TEMP},
+      {"connect", required_argument, NULL, O_CONNECT}, {"token", required_argument, NULL, O_TOKEN},
+      {"rendezvous", required_argument, NULL, O_RDV},  {"save", required_argument, NULL, O_SAVE},
+      {"job", required_argument, NULL, O_JOB},         {"rank", required_argument, NULL, O_RANK},
+      {"world", required_argument, NULL, O_WORLD},     {"steps", required_argument, NULL, O_STEPS},
+      {"log-level", required_argument, NULL, O_LOGLEVEL}, {"help", no_argument, NULL, 'h'},
+      {0}};
+  opterr = 0;
+  int c, idx = 0;
+  while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+    if (c == 'h') {
       usage(stdout);
       return 0;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "fsdp-worker: unknown flag %s\n", a);
+    }
+    if (c == '?' || c == ':') {
+      fprintf(stderr, c == '?' ? "fsdp-worker: unknown flag %s\n" : "fsdp-worker: %s needs a value\n", argv[optind - 1]);
       usage(stderr);
       return 2;
-    } else if (!job) job = a;
-    else {
-      fprintf(stderr, "fsdp-worker: unexpected argument %s\n", a);
-      return 2;
     }
-#undef NEEDV
+    char flag[32];
+    snprintf(flag, sizeof flag, "--%s", opts[idx].name);
+    if (set_flag(a, c, flag, optarg)) return 2;
   }
-  log_set_prefix("worker", (int)rank);
-  if (sa.model) {
-    if (!sa.prompt) {
+  if (optind < argc) a->job = argv[optind++];
+  if (optind < argc) {
+    fprintf(stderr, "fsdp-worker: unexpected argument %s\n", argv[optind]);
+    return 2;
+  }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  tune_process_env(argv);
+  worker_args a = {.token = "", .rank = -1, .world = -1, .job_id = -1, .sa = {.tokens = 64, .temperature = 1.0}};
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  log_set_prefix("worker", (int)a.rank);
+  if (a.sa.model) {
+    if (!a.sa.prompt) {
       fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
       return 2;
     }
-    sa.tokens = (int)ntok, sa.top_k = (int)top_k, sa.seed = (unsigned long long)seed;
-    return sample_run(&sa);
+    return sample_run(&a.sa);
   }
-  if (standalone) {
-    if (rank < 0 || world < 1 || !rdv || !job || rank >= world) {
+  if (a.standalone) {
+    if (a.rank < 0 || a.world < 1 || !a.rdv || !a.job || a.rank >= a.world) {
       fprintf(stderr, "fsdp-worker: --standalone needs --rank R (0..N-1), --world N, --rendezvous DIR and a job file\n");
       usage(stderr);
       return 2;
     }
-    return run_standalone((int)rank, (int)world, rdv, (int)steps, save, job);
+    return run_standalone((int)a.rank, (int)a.world, a.rdv, (int)a.steps, a.save, a.job);
   }
-  if (!connect || job_id < 0 || rank < 0) {
+  if (!a.connect || a.job_id < 0 || a.rank < 0) {
     fprintf(stderr, "fsdp-worker: needs --connect ENDPOINT --job ID --rank R (or --standalone)\n");
     usage(stderr);
     return 2;
   }
-  return run_connected(connect, (uint64_t)job_id, (int)rank, token);
+  return run_connected(a.connect, (uint64_t)a.job_id, (int)a.rank, a.token);
 }
