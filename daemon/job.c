@@ -225,11 +225,8 @@ static void withdraw_unrecorded_checkpoints(job_t *j) {
   if (!j->spec.ckpt_dir[0]) return;
   int s;
   while (ckpt_latest(j->spec.ckpt_dir, &s) == FSDP_OK && s > 0 && (uint32_t)s > j->done_step) {
-    char sdir[PATH_MAX], path[PATH_MAX + 64];
-    ckpt_step_dir(j->spec.ckpt_dir, s, sdir, sizeof sdir);
-    snprintf(path, sizeof path, "%s/%s", sdir, CKPT_MANIFEST);
-    if (unlink(path) != 0) {
-      log_warn("job %llu: cannot withdraw %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    if (ckpt_withdraw(j->spec.ckpt_dir, s) != FSDP_OK) {
+      log_warn("job %llu: cannot withdraw the checkpoint of step %d: %s", (unsigned long long)j->id, s, fsdp_last_error());
       return;
     }
     job_log(j, "checkpoint of step %d withdrawn: the failed attempt recorded steps up to %u only (a rank died "

@@ -1,0 +1,41 @@
+/* statedir — fsdpd's state directory, checked and locked before the daemon uses it.
+ *
+ * statedir_open() creates STATE when missing (mode 0700, parents 0755, never through a link that
+ * another user can have planted) and refuses it, with one line saying which path, whose and what
+ * mode, as sshd's StrictModes does: when STATE or one of its key files (keys/, keys/server.key,
+ * keys/server.pub, keys/authorized) belongs to another user or is group- or world-writable, when a
+ * directory above STATE is writable by others without the sticky bit, or when one of the daemon's
+ * own names in it (fsdpd.log, jobs, jobs.db, keys, the sockets...) is a symbolic link.
+ *
+ * statedir_lock() is the coordinator's single-instance lock: an exclusive flock on the state
+ * directory's own descriptor (no file whose deletion would release it). The descriptor is
+ * O_CLOEXEC: kept across fork (daemonizing), never inherited by workers. fsdpd.lock holds the pid of
+ * the daemon that holds the lock, for the refusal message only.
+ *
+ * main() only, before the event loop starts.
+ */
+#ifndef FSDP_STATEDIR_H
+#define FSDP_STATEDIR_H
+
+#include <limits.h>
+
+#include "err.h"
+
+typedef struct statedir {
+  int fd;                   /* the directory, O_RDONLY; -1 when closed */
+  char path[PATH_MAX];
+} statedir;
+
+/* Create (if missing) and check PATH; SD->fd stays open. */
+fsdp_status statedir_open(const char *path, statedir *sd);
+/* Take the lock; FSDP_ERR_STATE with a one-line message naming the holder's pid when another
+ * fsdpd holds it. */
+fsdp_status statedir_lock(statedir *sd);
+/* Record this process's pid in fsdpd.lock (after detaching: the pid that holds the lock). */
+fsdp_status statedir_write_pid(const statedir *sd);
+/* Open STATE/fsdpd.log for appending (never through a link). */
+fsdp_status statedir_open_log(const statedir *sd, int *fd);
+/* Close the descriptor, releasing the lock. */
+void statedir_close(statedir *sd);
+
+#endif
