@@ -289,10 +289,11 @@ fsdp_status fsutil_check_private(int fd, const char *shown) {
   struct stat st;
   if (fstat(fd, &st) != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot stat %s: %s", shown, strerror(errno));
   if (trusted_uid(st.st_uid) && !(st.st_mode & (S_IWGRP | S_IWOTH))) return FSDP_OK;
-  char who[160], me[160];
-  return fsdp_set_error(FSDP_ERR_INVALID, "%s is owned by %s with mode %04o: it must belong to %s or root and be "
-                        "writable by its owner only (chown, chmod go-w)", shown, user_name(st.st_uid, who, sizeof who),
-                        (unsigned)(st.st_mode & 07777), user_name(geteuid(), me, sizeof me));
+  char who[160], me[200] = "root";
+  if (geteuid() != 0) snprintf(me, sizeof me, "%s or root", user_name(geteuid(), who, sizeof who));
+  return fsdp_set_error(FSDP_ERR_INVALID, "%s is owned by %s with mode %04o: it must belong to %s and be writable by "
+                        "its owner only (chown, chmod go-w)", shown, user_name(st.st_uid, who, sizeof who),
+                        (unsigned)(st.st_mode & 07777), me);
 }
 
 fsdp_status fsutil_check_parents(int fd, const char *shown) {

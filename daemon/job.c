@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "fsutil.h"
 #include "kv.h"
 #include "log.h"
 #include "planmsg.h"
@@ -130,6 +132,22 @@ void job_send_kill(coord_t *c, job_t *j, int sig) {
     m.body_case = FSDP__MSG__BODY_KILL_REQ;
     m.kill_req = &k;
     coord_send(c, c->nodes[i].ident, c->nodes[i].ident_len, &m);
+  }
+}
+
+void job_open_metrics(job_t *j) {
+  char path[PATH_MAX + 128];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
+  if (j->metrics) fclose(j->metrics);
+  j->metrics = NULL;
+  int fd;
+  if (fsutil_open_append(AT_FDCWD, path, path, 0644, &fd) != FSDP_OK) {
+    log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+    return;
+  }
+  if (!(j->metrics = fdopen(fd, "a"))) {
+    log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    close(fd);
   }
 }
 
