@@ -312,7 +312,8 @@ int main(int argc, char **argv) {
       return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
     }
   }
-  if (!is_agent_only && statedir_lock(&sd) != FSDP_OK) {
+  int lock_on_file = 0;
+  if (!is_agent_only && statedir_lock(&sd, &lock_on_file) != FSDP_OK) {
     fprintf(stderr, "fsdpd: %s\n", fsdp_user_message(fsdp_last_error()));
     return 1;
   }
@@ -349,6 +350,9 @@ int main(int argc, char **argv) {
   }
   /* the pid that holds the lock: after detaching */
   if (!is_agent_only && statedir_write_pid(&sd) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  if (lock_on_file)
+    log_warn("the file system of %s cannot lock a directory: the single-instance lock is on %s/fsdpd.lock, "
+             "which must not be deleted while fsdpd runs", state, state);
   if (msrv && metricsrv_start(msrv) != FSDP_OK) {
     log_error("%s", fsdp_user_message(fsdp_last_error()));
     return 1;

@@ -56,7 +56,7 @@ static fsdp_status check_keys(const statedir *sd) {
 }
 
 fsdp_status statedir_open(const char *path, statedir *sd) {
-  sd->fd = -1;
+  sd->fd = sd->lock_fd = -1;
   if (snprintf(sd->path, sizeof sd->path, "%s", path) >= (int)sizeof sd->path)
     return fsdp_set_error(FSDP_ERR_RANGE, "state directory %.64s... is too long", path);
   TRY(fsutil_dir_open(AT_FDCWD, path, 0700, FSUTIL_TRUSTED_LINKS, &sd->fd));
@@ -72,9 +72,16 @@ fail:
   return rc;
 }
 
-fsdp_status statedir_lock(statedir *sd) {
-  if (flock(sd->fd, LOCK_EX | LOCK_NB) == 0) return FSDP_OK;
-  if (errno != EWOULDBLOCK) return fsdp_set_error(FSDP_ERR_IO, "cannot lock %s: %s", sd->path, strerror(errno));
+fsdp_status statedir_lock(statedir *sd, int *note) {
+  int r = flock(sd->fd, LOCK_EX | LOCK_NB);
+  if (r != 0 && errno != EWOULDBLOCK) {   /* no lock on a directory here: the file's */
+    sd->lock_fd = openat(sd->fd, "fsdpd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (sd->lock_fd < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot open %s/fsdpd.lock: %s", sd->path, strerror(errno));
+    r = flock(sd->lock_fd, LOCK_EX | LOCK_NB);
+    if (r != 0 && errno != EWOULDBLOCK) return fsdp_set_error(FSDP_ERR_IO, "cannot lock %s: %s", sd->path, strerror(errno));
+    if (note) *note = 1;
+  }
+  if (r == 0) return FSDP_OK;
   char pid[32] = "unknown";
   int fd = openat(sd->fd, "fsdpd.lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
@@ -91,6 +98,11 @@ fsdp_status statedir_lock(statedir *sd) {
 fsdp_status statedir_write_pid(const statedir *sd) {
   char buf[32];
   int n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
+  if (sd->lock_fd >= 0) {   /* the locked file itself: replacing it would drop the lock */
+    if (ftruncate(sd->lock_fd, 0) != 0 || pwrite(sd->lock_fd, buf, (size_t)n, 0) != n)
+      return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/fsdpd.lock: %s", sd->path, strerror(errno));
+    return FSDP_OK;
+  }
   fsutil_atomic a = FSUTIL_ATOMIC_INIT;
   fsdp_status rc;
   TRY_GOTO(fsutil_atomic_begin(sd->fd, sd->path, "fsdpd.lock", 0600, &a), rc, out);
@@ -109,5 +121,6 @@ fsdp_status statedir_open_log(const statedir *sd, int *fd) {
 
 void statedir_close(statedir *sd) {
   if (sd->fd >= 0) close(sd->fd);
-  sd->fd = -1;
+  if (sd->lock_fd >= 0) close(sd->lock_fd);
+  sd->fd = sd->lock_fd = -1;
 }

@@ -284,8 +284,7 @@ int main(void) {
   test_open_append();
   test_remove();
   test_strict_modes();
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+  CHECK_OK(fsutil_remove_tree(base));
+  CHECK(access(base, F_OK) != 0);
   return check_done();
 }
