@@ -77,7 +77,8 @@ static fsdp_status walk_step(walk_st *w, int dir, const char *name, int final, c
   if ((e == ELOOP || e == ENOTDIR) && fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
     return walk_link(w, dir, name, &st, shown, final, out);
   if (e == ENOTDIR) return fsdp_set_error(FSDP_ERR_INVALID, "%s is not a directory", shown);
-  return fsdp_set_error(e == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s", shown, strerror(e));
+  if (e == ENOENT) return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s does not exist", shown);
+  return fsdp_set_error(FSDP_ERR_IO, "cannot open %s: %s", shown, strerror(e));
 }
 
 static fsdp_status walk(walk_st *w, int at, const char *path, int final, int *out) {
@@ -173,15 +174,22 @@ fsdp_status fsutil_atomic_open(const char *path, mode_t mode, fsutil_atomic *a) 
   int dirfd;
   const char *name;
   memset(a, 0, sizeof *a);
-  a->fd = -1;
-  TRY(fsutil_parent_open(path, FSUTIL_TRUSTED_LINKS, &dirfd, &name));
+  a->fd = a->dirfd = -1;
+  fsdp_status rc = fsutil_parent_open(path, FSUTIL_TRUSTED_LINKS, &dirfd, &name);
+  if (rc == FSDP_ERR_NOTFOUND) {   /* "cannot create out/x.bin.tmp: out does not exist" */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", fsdp_user_message(fsdp_last_error()));
+    return fsdp_set_error(rc, "cannot create %s.tmp: %s", path, why);
+  }
+  TRY(rc);
   char dir[PATH_MAX];
   size_t dlen = (size_t)(name - path);
   while (dlen > 1 && path[dlen - 1] == '/') dlen--;
   if (dlen == 0) snprintf(dir, sizeof dir, ".");
   else snprintf(dir, sizeof dir, "%.*s", (int)dlen, path);
-  fsdp_status rc = fsutil_atomic_begin(dirfd, dir, name, mode, a);
+  rc = fsutil_atomic_begin(dirfd, dir, name, mode, a);
   if (rc != FSDP_OK) {
+    a->dirfd = -1;
     close(dirfd);
     return rc;
   }
