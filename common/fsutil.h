@@ -42,8 +42,9 @@ typedef enum { FSUTIL_TRUSTED_LINKS = 0, FSUTIL_NO_LINKS = 1 } fsutil_links;
 fsdp_status fsutil_dir_open(int at, const char *path, mode_t create, fsutil_links links, int *out);
 /* fsutil_dir_open(AT_FDCWD, PATH, MODE, FSUTIL_TRUSTED_LINKS) and close: mkdir -p. */
 fsdp_status fsutil_mkdir_p(const char *path, mode_t mode);
-/* Open the directory holding PATH (as fsutil_dir_open, not created) and point *NAME at PATH's last
- * component (a name, never "", "." or ".."; trailing slashes are ignored). */
+/* Open the directory holding PATH (as fsutil_dir_open, not created) and point *NAME into PATH at
+ * its last component: a name, never "", "." or ".." (trailing slashes, which do not count, stay in
+ * *NAME: callers pass file paths, or cut them). */
 fsdp_status fsutil_parent_open(const char *path, fsutil_links links, int *dirfd, const char **name);
 /* fsync the directory DIRFD (SHOWN names it in the error). */
 fsdp_status fsutil_fsync_dir(int dirfd, const char *shown);
