@@ -7,7 +7,8 @@
 #     pruning removes the step link as a link; a link planted as the step directory that a
 #     checkpoint is about to use fails the job with one line;
 #  2. fsdpctl export into a directory the other user can write, with links planted as
-#     config.json.tmp, model.safetensors and model.safetensors.tmp; an output path through their link;
+#     config.json.tmp, model.safetensors and model.safetensors.tmp (and fsdpctl plot's image and
+#     its temporary); an output path through their link;
 #  3. the state directory: owned by the other user, world-writable, under a world-writable
 #     directory, with a planted fsdpd.log or jobs link, with keys/authorized writable by others or
 #     owned by the other user: fsdpd exits 1 with one line (path, whose, mode) and writes nothing;
@@ -72,6 +73,10 @@ for f in model.safetensors config.json; do
   [ -f "$S/out/$f" ] && [ ! -L "$S/out/$f" ] || fail "export: $f is not a regular file"
 done
 [ ! -e "$S/out/config.json.tmp" ] && [ ! -e "$S/out/model.safetensors.tmp" ] || fail "export left a temporary"
+for f in plot.png plot.png.tmp; do as_u ln -s "$S/victim" "$S/out/$f"; done   # fsdpctl plot's image too
+"$CTL" plot "$S/r1/jobs/1/metrics.jsonl" -o "$S/out/plot.png" >"$S/run.out" 2>&1 || fail "plot with planted links failed"
+[ -f "$S/out/plot.png" ] && [ ! -L "$S/out/plot.png" ] && [ ! -e "$S/out/plot.png.tmp" ] || fail "plot: plot.png is not a regular file"
+unchanged "plot temporaries"
 as_u ln -s "$S/vdir" "$S/out/sub"
 if "$CTL" export "$S/ck" -o "$S/out/sub/model.safetensors" >"$S/run.out" 2>&1; then fail "export through a planted link succeeded"; fi
 [ "$(wc -l <"$S/run.out")" = 1 ] && grep -q "^fsdpctl export: $S/out/sub is a symbolic link owned by $U" "$S/run.out" \
