@@ -117,8 +117,9 @@ int ctl_daemon_start(ctl_daemon *d, const char *fsdpd, const char *state_dir, co
     argv[a++] = level;
   }
   argv[a] = NULL;
-  int logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (logfd < 0) return ctl_fail("cannot create %s: %s", d->log, strerror(errno));
+  int logfd;
+  if (fsutil_open_append(AT_FDCWD, d->log, d->log, 0644, &logfd) != FSDP_OK)
+    return ctl_fail("%s", fsdp_last_error());
   fflush(NULL);
   pid_t parent = getpid();
   pid_t pid = fork();

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "ctl.h"
+#include "fsutil.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "safetensors.h"
@@ -31,7 +32,7 @@ static int config_path(const char *out, char *buf, size_t n) {
 
 /* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
  * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
- * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp and renamed. */
+ * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp (never through a link) and renamed. */
 /* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling).
  * bos/eos/pad ids are null: LlamaConfig's defaults (bos 1, eos 2) would make generate() stop at a
  * byte-level model's token 2; fsdpd's models have no special tokens. */
@@ -59,27 +60,15 @@ static fsdp_status write_hf_config(const char *path, const model_config *m) {
   char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
   json_decref(o);
   if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s", path);
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-    free(text);
-    return fsdp_set_error(FSDP_ERR_RANGE, "path %s is too long", path);
-  }
-  FILE *fp = fopen(tmp, "w");
-  if (!fp) {
-    fsdp_status rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    free(text);
-    return rc;
-  }
-  int ok = fputs(text, fp) >= 0 && fputc('\n', fp) != EOF && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-  int err = errno;
-  if (fclose(fp) != 0 && ok) ok = 0, err = errno;
-  if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
+  fsdp_status rc = fsutil_atomic_open(path, 0644, &a);   /* config.json.tmp: O_EXCL | O_NOFOLLOW */
+  FILE *fp = rc == FSDP_OK ? fsutil_atomic_stream(&a) : NULL;
+  if (rc == FSDP_OK && (!fp || fputs(text, fp) < 0 || fputc('\n', fp) == EOF))
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+  if (rc == FSDP_OK) rc = fsutil_atomic_commit(&a);
+  fsutil_atomic_abort(&a);
   free(text);
-  if (!ok) {
-    unlink(tmp);
-    return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(err));
-  }
-  return FSDP_OK;
+  return rc;
 }
 
 static void export_usage(FILE *f) {

@@ -23,6 +23,7 @@
 
 #include "ctl.h"
 #include "ctl_client.h"
+#include "fsutil.h"
 #include "wire.h"
 
 #define PLOT_USAGE "plot ID|METRICS.jsonl -o OUT.png [--size WxH] [--ctl ENDPOINT]"
@@ -140,16 +141,28 @@ static void write_script(FILE *f, const point *pts, size_t n, const char *out, i
         "unset multiplot\nset output\n", f);
 }
 
-/* Run gnuplot with SCRIPT on its standard input; 0, or the exit status after one line. */
+/* Run gnuplot with SCRIPT on its standard input; 0, or the exit status after one line. gnuplot
+ * writes the image into OUT.tmp, which fsdpctl creates (O_EXCL | O_NOFOLLOW) and hands it as fd 3
+ * (/proc/self/fd/3 reopens that very file, whatever is planted at a name), then renames over OUT. */
 static int run_gnuplot(const char *gnuplot, const point *pts, size_t n, const char *out, int w, int h, const char *title) {
   int in[2], err[2];
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return ctl_fail("plot: pipe: %s", strerror(errno));
+  fsutil_atomic img = FSUTIL_ATOMIC_INIT;
+  if (fsutil_atomic_open(out, 0644, &img) != FSDP_OK) return ctl_fail("plot: %s", fsdp_last_error());
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    fsutil_atomic_abort(&img);
+    return ctl_fail("plot: pipe: %s", strerror(errno));
+  }
   pid_t pid = fork();
-  if (pid < 0) return ctl_fail("plot: fork: %s", strerror(errno));
+  if (pid < 0) {
+    fsutil_atomic_abort(&img);
+    return ctl_fail("plot: fork: %s", strerror(errno));
+  }
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(err[1], 1);
     dup2(err[1], 2);
+    if (img.fd == 3) fcntl(3, F_SETFD, 0);   /* dup2 onto itself would keep O_CLOEXEC */
+    else dup2(img.fd, 3);
     execl(gnuplot, "gnuplot", (char *)NULL);
     dprintf(2, "cannot run %s: %s\n", gnuplot, strerror(errno));
     _exit(127);
@@ -159,7 +172,7 @@ static int run_gnuplot(const char *gnuplot, const point *pts, size_t n, const ch
   void (*old)(int) = signal(SIGPIPE, SIG_IGN);   /* a gnuplot that dies early must not kill us */
   FILE *f = fdopen(in[1], "w");
   if (f) {
-    write_script(f, pts, n, out, w, h, title);
+    write_script(f, pts, n, "/proc/self/fd/3", w, h, title);
     fclose(f);
   } else {
     close(in[1]);
@@ -179,10 +192,14 @@ static int run_gnuplot(const char *gnuplot, const point *pts, size_t n, const ch
   char *last = NULL;
   for (char *tok = strtok(msg, "\n"); tok; tok = strtok(NULL, "\n"))
     if (strspn(tok, " \t^") < strlen(tok)) last = tok;
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    return ctl_fail("plot: gnuplot failed%s%s", last ? ": " : "", last ? last : "");
   struct stat sb;
-  if (stat(out, &sb) != 0 || sb.st_size == 0) return ctl_fail("plot: gnuplot wrote no image to %s", out);
+  int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0, wrote = fstat(img.fd, &sb) == 0 && sb.st_size > 0;
+  if (!ok || !wrote) {
+    fsutil_atomic_abort(&img);
+    if (!ok) return ctl_fail("plot: gnuplot failed%s%s", last ? ": " : "", last ? last : "");
+    return ctl_fail("plot: gnuplot wrote no image to %s", out);
+  }
+  if (fsutil_atomic_commit(&img) != FSDP_OK) return ctl_fail("plot: %s", fsdp_last_error());
   return 0;
 }
 

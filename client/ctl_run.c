@@ -111,7 +111,7 @@ int ctl_run(int argc, char **argv) {
   if (state_arg) {
     if (fsutil_mkdir_p(state_arg, 0700) != FSDP_OK) {
       free(text);
-      return ctl_fail("cannot create state directory %s: %s", state_arg, strerror(errno));
+      return ctl_fail("state directory: %s", fsdp_last_error());   /* names the path */
     }
     if (!realpath(state_arg, state)) {
       free(text);

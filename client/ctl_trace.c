@@ -18,6 +18,7 @@
 
 #include "ctl.h"
 #include "ctl_client.h"
+#include "fsutil.h"
 #include "wire.h"
 
 #define TRACE_USAGE "trace ID [--steps A..B] -o TRACE.json [--ctl ENDPOINT]"
@@ -154,11 +155,16 @@ int ctl_trace(int argc, char **argv) {
   uint32_t a = reply->trace_resp->first_step, b = reply->trace_resp->last_step;
   wire_destroy(&reply);
   if (!doc) return ctl_fail("trace: out of memory building the trace");
-  if (json_dump_file(doc, out, JSON_COMPACT) != 0) {
-    json_decref(doc);
-    return ctl_fail("trace: cannot write %s: %s", out, strerror(errno));
-  }
+  /* OUT.tmp created O_EXCL | O_NOFOLLOW and renamed over OUT: never written through a link */
+  fsutil_atomic at = FSUTIL_ATOMIC_INIT;
+  fsdp_status wrc = fsutil_atomic_open(out, 0644, &at);
+  FILE *f = wrc == FSDP_OK ? fsutil_atomic_stream(&at) : NULL;
+  if (wrc == FSDP_OK && (!f || json_dumpf(doc, f, JSON_COMPACT) != 0))
+    wrc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", out, strerror(errno));
+  if (wrc == FSDP_OK) wrc = fsutil_atomic_commit(&at);
+  fsutil_atomic_abort(&at);
   json_decref(doc);
+  if (wrc != FSDP_OK) return ctl_fail("trace: %s", fsdp_last_error());
   printf("%s: %zu spans of steps %u..%u from %zu ranks\n", out, n, a, b, nranks);
   return 0;
 }

@@ -11,6 +11,7 @@
  *  H-4   u32 crc32c of bytes [0, H-4)
  *  then the sections, the first at H rounded up to 64, each 4·shard_total bytes, back to back.
  */
+#define _GNU_SOURCE   /* O_PATH */
 #include "ckpt.h"
 
 #include <dirent.h>
@@ -25,7 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
 #include "fsutil.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
@@ -58,17 +58,6 @@ void ckpt_step_dir(const char *dir, int step, char *out, size_t cap) { snprintf(
 
 /* ---- small I/O helpers ---- */
 
-static fsdp_status write_full(int fd, const void *buf, size_t n, const char *path) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    p += w, n -= (size_t)w;
-  }
-  return FSDP_OK;
-}
-
 /* Read exactly N bytes at OFF; a short read is a truncated file. */
 static fsdp_status pread_full(int fd, void *buf, size_t n, off_t off, const char *path) {
   char *p = buf;
@@ -84,14 +73,35 @@ static fsdp_status pread_full(int fd, void *buf, size_t n, off_t off, const char
   return FSDP_OK;
 }
 
-static fsdp_status fsync_path(const char *path) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
-  int r = fsync(fd);
+/* The checkpoint directory DIR (followed only through links no other user can have planted) and its
+ * step directory (never through a link), created when CREATE. *DIRFD may be NULL. */
+static fsdp_status open_step_dir(const char *dir, int step, int create, int *dirfd, int *stepfd) {
+  char name[32], shown[PATH_MAX];
+  int dfd;
+  snprintf(name, sizeof name, "step-%08d", step);
+  ckpt_step_dir(dir, step, shown, sizeof shown);
+  TRY(fsutil_dir_open(AT_FDCWD, dir, create ? 0755 : 0, FSUTIL_TRUSTED_LINKS, &dfd));
+  fsdp_status rc = fsutil_dir_open(dfd, name, create ? 0755 : 0, FSUTIL_NO_LINKS, stepfd);
+  if (rc == FSDP_ERR_INVALID)   /* the walker names the component only */
+    rc = fsdp_set_error(rc, "%s is not a directory of this checkpoint (a link or another file); refusing it", shown);
+  if (rc == FSDP_OK && dirfd) *dirfd = dfd;
+  else close(dfd);
+  return rc;
+}
+
+/* Open file NAME of step STEP's directory for reading, through no link. */
+static fsdp_status open_in_step(const char *dir, int step, const char *name, int *fd, char *shown, size_t cap) {
+  int sfd;
+  char sdir[PATH_MAX];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  snprintf(shown, cap, "%s/%s", sdir, name);
+  TRY(open_step_dir(dir, step, 0, NULL, &sfd));
+  *fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   int e = errno;
-  close(fd);
-  if (r != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", path, strerror(e));
-  return FSDP_OK;
+  close(sfd);
+  if (*fd >= 0) return FSDP_OK;
+  if (e == ELOOP) return fsdp_set_error(FSDP_ERR_INVALID, "%s is a symbolic link; refusing to read through it", shown);
+  return fsdp_set_error(e == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s", shown, strerror(e));
 }
 
 static void put32(uint8_t *b, size_t off, uint32_t v) { memcpy(b + off, &v, 4); }
@@ -106,15 +116,18 @@ static uint64_t data_start(size_t hb) { return (hb + 63) & ~(uint64_t)63; }
 
 fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                             const float *param, const float *m, const float *v) {
-  char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
+  char sdir[PATH_MAX], name[32];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  TRY(fsutil_mkdir_p(sdir, 0755));
-  snprintf(path, sizeof path, "%s/rank-%d.bin", sdir, rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(name, sizeof name, "rank-%d.bin", rank);
+  int sfd;
+  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
 
   size_t hb = header_bytes(p->nunits);
   uint8_t *h = calloc(1, hb);
-  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  if (!h) {
+    close(sfd);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  }
   const float *secs[CKPT_NSEC] = {param, m, v};
   uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
   memcpy(h, CKPT_MAGIC, 8);
@@ -138,24 +151,17 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
   put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
 
-  fsdp_status rc = FSDP_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
+  fsdp_status rc;
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
   static const uint8_t zeros[64];
-  TRY_GOTO(write_full(fd, h, hb, tmp), rc, out);
-  TRY_GOTO(write_full(fd, zeros, (size_t)(off - hb), tmp), rc, out);
-  for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(write_full(fd, secs[s], len, tmp), rc, out);
-  if (fsync(fd) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  if (rename(tmp, path) != 0) rc = fsdp_set_error(FSDP_ERR_IO, "cannot rename %s: %s", tmp, strerror(errno));
+  TRY_GOTO(fsutil_atomic_begin(sfd, sdir, name, 0644, &a), rc, out);
+  TRY_GOTO(fsutil_write_full(a.fd, h, hb, a.shown), rc, out);
+  TRY_GOTO(fsutil_write_full(a.fd, zeros, (size_t)(off - hb), a.shown), rc, out);
+  for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(fsutil_write_full(a.fd, secs[s], len, a.shown), rc, out);
+  rc = fsutil_atomic_commit(&a);
 out:
-  if (fd >= 0) close(fd);
-  if (rc != FSDP_OK) unlink(tmp);
+  fsutil_atomic_abort(&a);
+  close(sfd);
   free(h);
   return rc;
 }
@@ -165,13 +171,6 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
 }
 
 fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step) {
-  char sdir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, sdir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  /* The rank files' directory entries must be durable before the manifest says they exist. */
-  TRY(fsync_path(sdir));
-
   json_t *o = json_object(), *model = json_object(), *files = json_array();
   json_object_set_new(o, "format", json_string("fsdpd-checkpoint"));
   json_object_set_new(o, "version", json_integer(CKPT_VERSION));
@@ -206,29 +205,23 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
   json_decref(o);
   if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot format the checkpoint manifest");
 
-  fsdp_status rc = FSDP_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  TRY_GOTO(write_full(fd, text, strlen(text), tmp), rc, out);
-  TRY_GOTO(write_full(fd, "\n", 1, tmp), rc, out);
-  if (fsync(fd) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  close(fd);
-  fd = -1;
-  if (rename(tmp, path) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    goto out;
-  }
-  TRY_GOTO(fsync_path(sdir), rc, out);
-  TRY_GOTO(fsync_path(dir), rc, out);
+  char sdir[PATH_MAX];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  int dfd = -1, sfd = -1;
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
+  fsdp_status rc;
+  TRY_GOTO(open_step_dir(dir, step, 0, &dfd, &sfd), rc, out);
+  /* The rank files' directory entries must be durable before the manifest says they exist. */
+  TRY_GOTO(fsutil_fsync_dir(sfd, sdir), rc, out);
+  TRY_GOTO(fsutil_atomic_begin(sfd, sdir, CKPT_MANIFEST, 0644, &a), rc, out);
+  TRY_GOTO(fsutil_write_full(a.fd, text, strlen(text), a.shown), rc, out);
+  TRY_GOTO(fsutil_write_full(a.fd, "\n", 1, a.shown), rc, out);
+  TRY_GOTO(fsutil_atomic_commit(&a), rc, out);   /* rename, then the step directory's fsync */
+  rc = fsutil_fsync_dir(dfd, dir);
 out:
-  if (fd >= 0) close(fd);
-  if (rc != FSDP_OK) unlink(tmp);
+  fsutil_atomic_abort(&a);
+  if (sfd >= 0) close(sfd);
+  if (dfd >= 0) close(dfd);
   free(text);
   return rc;
 }
@@ -246,11 +239,17 @@ static int parse_step_name(const char *name) {
   return s;
 }
 
-static int is_complete(const char *dir, int step) {
-  char path[PATH_MAX + 64];
-  ckpt_step_dir(dir, step, path, sizeof path);
-  strcat(path, "/" CKPT_MANIFEST);
-  return access(path, F_OK) == 0;
+/* Step STEP's entry in the checkpoint directory DFD is a directory (not a link) holding a manifest
+ * (a regular file). */
+static int is_complete(int dfd, int step) {
+  char name[32];
+  snprintf(name, sizeof name, "step-%08d", step);
+  int sfd = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sfd < 0) return 0;
+  struct stat st;
+  int ok = fstatat(sfd, CKPT_MANIFEST, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+  close(sfd);
+  return ok;
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -258,13 +257,21 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-/* Every step-* directory of DIR, newest first (malloc'd, *n entries). */
-static fsdp_status list_steps(const char *dir, int **steps, int *n) {
+/* Open the checkpoint directory DIR into *DFD (-1 when it does not exist) and list every step-*
+ * entry of it, newest first (malloc'd, *n entries). */
+static fsdp_status list_steps(const char *dir, int *dfd, int **steps, int *n) {
   *steps = NULL;
   *n = 0;
-  DIR *d = opendir(dir);
+  fsdp_status rc = fsutil_dir_open(AT_FDCWD, dir, 0, FSUTIL_TRUSTED_LINKS, dfd);
+  if (rc == FSDP_ERR_NOTFOUND) {
+    fsdp_clear_error();
+    return FSDP_OK;
+  }
+  if (rc != FSDP_OK) return rc;
+  int lfd = dup(*dfd);
+  DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
   if (!d) {
-    if (errno == ENOENT) return FSDP_OK;
+    if (lfd >= 0) close(lfd);
     return fsdp_set_error(FSDP_ERR_IO, "cannot read the checkpoint directory %s: %s", dir, strerror(errno));
   }
   int cap = 0;
@@ -276,70 +283,88 @@ static fsdp_status list_steps(const char *dir, int **steps, int *n) {
       cap = cap ? 2 * cap : 16;
       int *ns = realloc(*steps, (size_t)cap * sizeof(int));
       if (!ns) {
-        closedir(d);
-        free(*steps);
-        *steps = NULL;
-        return fsdp_set_error(FSDP_ERR_NOMEM, "cannot list %s", dir);
+        rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot list %s", dir);
+        break;
       }
       *steps = ns;
     }
     (*steps)[(*n)++] = s;
   }
   closedir(d);
+  if (rc != FSDP_OK) {
+    free(*steps);
+    *steps = NULL;
+    *n = 0;
+    return rc;
+  }
   if (*n) qsort(*steps, (size_t)*n, sizeof(int), cmp_desc);
   return FSDP_OK;
 }
 
 fsdp_status ckpt_latest(const char *dir, int *step) {
-  int *steps, n;
-  TRY(list_steps(dir, &steps, &n));
+  int *steps, n, dfd = -1;
+  TRY(list_steps(dir, &dfd, &steps, &n));
   fsdp_status rc = fsdp_set_error(FSDP_ERR_NOTFOUND, "no complete checkpoint (a step-* directory with %s) in %s",
                                   CKPT_MANIFEST, dir);
   for (int i = 0; i < n; i++)
-    if (is_complete(dir, steps[i])) {
+    if (is_complete(dfd, steps[i])) {
       *step = steps[i];
       rc = FSDP_OK;
       break;
     }
   free(steps);
+  if (dfd >= 0) close(dfd);
   return rc;
 }
 
-static fsdp_status remove_step_dir(const char *dir, int step) {
-  char sdir[PATH_MAX], path[PATH_MAX + 300];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  /* The manifest goes first: a half-deleted checkpoint must never look complete. */
-  snprintf(path, sizeof path, "%s/" CKPT_MANIFEST, sdir);
-  if (unlink(path) != 0 && errno != ENOENT)
-    return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s: %s", path, strerror(errno));
-  DIR *d = opendir(sdir);
-  if (!d) return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", sdir, strerror(errno));
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", sdir, e->d_name);
-    if (unlink(path) != 0 && errno != ENOENT) log_warn("cannot delete %s: %s", path, strerror(errno));
+/* Delete step STEP's entry of the checkpoint directory DFD: a link as a link (what it points to is
+ * never touched), a directory with its manifest first, so that a half-deleted checkpoint never looks
+ * complete. */
+static fsdp_status remove_step_dir(int dfd, const char *dir, int step) {
+  char name[32], shown[PATH_MAX];
+  snprintf(name, sizeof name, "step-%08d", step);
+  ckpt_step_dir(dir, step, shown, sizeof shown);
+  int sfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sfd >= 0) {
+    int r = unlinkat(sfd, CKPT_MANIFEST, 0);
+    int e = errno;
+    close(sfd);
+    if (r != 0 && e != ENOENT)
+      return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s/%s: %s", shown, CKPT_MANIFEST, strerror(e));
   }
-  closedir(d);
-  if (rmdir(sdir) != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s: %s", sdir, strerror(errno));
-  return FSDP_OK;
+  return fsutil_remove_at(dfd, name, shown);
+}
+
+fsdp_status ckpt_withdraw(const char *dir, int step) {
+  int dfd, sfd;
+  char shown[PATH_MAX];
+  ckpt_step_dir(dir, step, shown, sizeof shown);
+  TRY(open_step_dir(dir, step, 0, &dfd, &sfd));
+  fsdp_status rc = FSDP_OK;
+  if (unlinkat(sfd, CKPT_MANIFEST, 0) != 0 && errno != ENOENT)
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot delete %s/%s: %s", shown, CKPT_MANIFEST, strerror(errno));
+  if (rc == FSDP_OK) rc = fsutil_fsync_dir(sfd, shown);
+  close(sfd);
+  close(dfd);
+  return rc;
 }
 
 fsdp_status ckpt_prune(const char *dir, int keep) {
-  int *steps, n;
-  TRY(list_steps(dir, &steps, &n));
+  int *steps, n, dfd = -1;
+  TRY(list_steps(dir, &dfd, &steps, &n));
   fsdp_status rc = FSDP_OK;
   int kept = 0, newest = -1;
   for (int i = 0; i < n; i++) {
-    int complete = is_complete(dir, steps[i]);
+    int complete = is_complete(dfd, steps[i]);
     if (complete && newest < 0) newest = steps[i];
     int drop = complete ? kept >= keep : newest >= 0;   /* incomplete: only if older than a complete one */
     if (complete && !drop) kept++;
     if (!drop) continue;
-    fsdp_status r = remove_step_dir(dir, steps[i]);
+    fsdp_status r = remove_step_dir(dfd, dir, steps[i]);
     if (r != FSDP_OK && rc == FSDP_OK) rc = r;
   }
   free(steps);
+  if (dfd >= 0) close(dfd);
   return rc;
 }
 
@@ -365,15 +390,15 @@ static int arch_parse(const char *s, model_arch *out) {
 
 fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   char path[PATH_MAX + 64];
-  ckpt_step_dir(dir, step, path, sizeof path);
-  strcat(path, "/" CKPT_MANIFEST);
+  int fd;
+  fsdp_status orc = open_in_step(dir, step, CKPT_MANIFEST, &fd, path, sizeof path);
+  if (orc == FSDP_ERR_NOTFOUND)
+    return fsdp_set_error(orc, "%s does not exist: step %d is not a complete checkpoint", path, step);
+  TRY(orc);
   json_error_t jerr;
-  json_t *o = json_load_file(path, 0, &jerr);
-  if (!o) {
-    if (access(path, F_OK) != 0)
-      return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s does not exist: step %d is not a complete checkpoint", path, step);
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
-  }
+  json_t *o = json_loadfd(fd, 0, &jerr);
+  close(fd);
+  if (!o) return fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
   fsdp_status rc = FSDP_OK;
   memset(out, 0, sizeof *out);
   const char *fmt = NULL, *sh = NULL, *arch = NULL;
@@ -451,13 +476,11 @@ static int model_eq(const model_config *a, const model_config *b) {
 
 /* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
 static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
-  char sdir[PATH_MAX];
-  ckpt_step_dir(dir, ci->step, sdir, sizeof sdir);
-  snprintf(f->path, sizeof f->path, "%s/rank-%d.bin", sdir, q);
-  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0)
-    return fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s (the manifest lists it)",
-                          f->path, strerror(errno));
+  char name[32];
+  snprintf(name, sizeof name, "rank-%d.bin", q);
+  fsdp_status orc = open_in_step(dir, ci->step, name, &f->fd, f->path, sizeof f->path);
+  if (orc == FSDP_ERR_NOTFOUND) return fsdp_set_error(orc, "%s does not exist (the manifest lists it)", f->path);
+  TRY(orc);
   uint8_t fixed[HDR_FIXED];
   TRY(pread_full(f->fd, fixed, sizeof fixed, 0, f->path));
   if (memcmp(fixed, CKPT_MAGIC, 8) != 0)

@@ -15,6 +15,10 @@
  * old rank files that intersect its new shard. A section read whole has its CRC checked there;
  * partial reads are covered by ckpt_verify(), which the ranks split between them (runtime_restore).
  *
+ * Files are opened through fsutil: DIR is followed only through links no other user can have
+ * planted, a step directory and the files in it never through a link; rank files and the manifest
+ * are written as fsutil_atomic temporaries (O_EXCL | O_NOFOLLOW, then renameat).
+ *
  * Functions here are pure file I/O over caller-owned buffers; any thread, no shared state.
  */
 #ifndef FSDP_CKPT_H
@@ -69,8 +73,11 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
  * a hybrid job saves one group's shards as the checkpoint of a full-sharding job of G ranks. */
 fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step);
 /* Delete all but the KEEP newest complete checkpoints, and step directories without a manifest
- * older than the newest complete one (left by a crash). */
+ * older than the newest complete one (left by a crash). A step-* entry that is a link is removed as
+ * a link: what it points to is never touched. */
 fsdp_status ckpt_prune(const char *dir, int keep);
+/* Withdraw step STEP's checkpoint: delete its manifest (so that it no longer exists) and sync. */
+fsdp_status ckpt_withdraw(const char *dir, int step);
 /* The newest complete checkpoint in DIR: FSDP_ERR_NOTFOUND when there is none (or no DIR). */
 fsdp_status ckpt_latest(const char *dir, int *step);
 /* Read and validate DIR/step-S/manifest.json. */

@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fsutil.h"
+
 int curve_is_tcp(const char *endpoint) { return endpoint && !strncmp(endpoint, "tcp://", 6); }
 
 fsdp_status curve_available(void) {
@@ -130,17 +132,21 @@ fsdp_status curve_server_keys(const char *keys_dir, char pub[CURVE_KEY_LEN + 1],
   /* server.pub is derived: rewrite it whenever it is missing or differs. */
   char have[CURVE_KEY_LEN + 1];
   if (curve_pubkey_load(ppath, have) == FSDP_OK && !strcmp(have, pub)) return FSDP_OK;
-  char tmp[4300];
-  snprintf(tmp, sizeof tmp, "%s.tmp", ppath);
-  FILE *f = fopen(tmp, "we");
-  if (!f) return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  int ok = fprintf(f, "%s\n", pub) > 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || chmod(tmp, 0644) != 0 || rename(tmp, ppath) != 0) {
-    unlink(tmp);
-    return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", ppath, strerror(errno));
+  /* server.pub.tmp created O_EXCL | O_NOFOLLOW and renamed over: never written through a link */
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
+  fsdp_status rc;
+  TRY_GOTO(fsutil_atomic_open(ppath, 0644, &a), rc, out);
+  if (fchmod(a.fd, 0644) != 0) {   /* readable by clients, whatever the daemon's umask */
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot chmod %s: %s", a.shown, strerror(errno));
+    goto out;
   }
-  return FSDP_OK;
+  char line[CURVE_KEY_LEN + 2];
+  int n = snprintf(line, sizeof line, "%s\n", pub);
+  TRY_GOTO(fsutil_write_full(a.fd, line, (size_t)n, a.shown), rc, out);
+  rc = fsutil_atomic_commit(&a);
+out:
+  fsutil_atomic_abort(&a);
+  return rc;
 }
 
 fsdp_status curve_authorized(const char *path, const char *pub, int *listed) {

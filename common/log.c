@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 static log_level cur_level = LOG_INFO;
 static char prefix[64] = "fsdp";
 static int log_fd = 2;
@@ -33,8 +35,8 @@ void log_set_prefix(const char *component, int rank) {
 }
 
 fsdp_status log_open_file(const char *path) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot open log file %s: %s", path, strerror(errno));
+  int fd;
+  TRY(fsutil_open_append(AT_FDCWD, path, path, 0644, &fd));   /* never through a link */
   if (log_fd > 2) close(log_fd);
   log_fd = fd;
   return FSDP_OK;

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c copies little-endian data with memcpy: a little-endian host is required"
 #endif
@@ -459,61 +461,28 @@ static int st_write_data(FILE *fp, const st_wentry *e) {
   return 1;
 }
 
-/* fsync the directory holding PATH, so that the rename survives a crash. */
-static void st_sync_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char dir[4096];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash == path ? 1 : slash - path), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-}
-
 fsdp_status st_writer_finish(st_writer **pw) {
   st_writer *w = *pw;
-  char *json = NULL, *tmp = NULL;
-  FILE *fp = NULL;
+  char *json = NULL;
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
   fsdp_status rc;
   TRY_GOTO(st_header_json(w, &json), rc, out);
-  size_t jlen = strlen(json), plen = strlen(w->path);
+  size_t jlen = strlen(json);
   uint64_t hlen = (jlen + 7) / 8 * 8;   /* the data starts 8-byte aligned */
-  if (!(tmp = malloc(plen + 5))) {
-    rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing %s", w->path);
-    goto out;
-  }
-  memcpy(tmp, w->path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  if (!(fp = fopen(tmp, "wb"))) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  int ok = fwrite(&hlen, 8, 1, fp) == 1 && fwrite(json, 1, jlen, fp) == jlen;
+  /* PATH.tmp created O_EXCL | O_NOFOLLOW, renamed over PATH: a planted link is never written through */
+  TRY_GOTO(fsutil_atomic_open(w->path, 0644, &a), rc, out);
+  FILE *fp = fsutil_atomic_stream(&a);
+  int ok = fp && fwrite(&hlen, 8, 1, fp) == 1 && fwrite(json, 1, jlen, fp) == jlen;
   for (size_t k = jlen; ok && k < hlen; k++) ok = fputc(' ', fp) != EOF;
   for (int i = 0; ok && i < w->n; i++) ok = st_write_data(fp, &w->e[i]);
-  ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-  int err = errno;
-  if (fclose(fp) != 0 && ok) {
-    ok = 0;
-    err = errno;
-  }
-  fp = NULL;
-  if (ok && rename(tmp, w->path) != 0) {
-    ok = 0;
-    err = errno;
-  }
   if (!ok) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", w->path, strerror(err));
-    unlink(tmp);
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
     goto out;
   }
-  st_sync_dir(w->path);
-  rc = FSDP_OK;
+  rc = fsutil_atomic_commit(&a);
 out:
+  fsutil_atomic_abort(&a);
   free(json);
-  free(tmp);
   st_writer_destroy(pw);
   return rc;
 }

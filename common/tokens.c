@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "rng.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -274,19 +275,11 @@ fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int v
   hdr[1] = wide ? TOK_VERSION_U32 : TOK_VERSION_U16;
   hdr[2] = (int32_t)n;
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
-  if (!tmp) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing %s", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  fsdp_status rc = FSDP_OK;
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    free(tmp);
-    return rc;
-  }
-  int ok = fwrite(hdr, sizeof hdr, 1, fp) == 1;
+  /* PATH.tmp created O_EXCL | O_NOFOLLOW and renamed over PATH: never written through a link */
+  fsutil_atomic at = FSUTIL_ATOMIC_INIT;
+  TRY(fsutil_atomic_open(path, 0644, &at));
+  FILE *fp = fsutil_atomic_stream(&at);
+  int ok = fp && fwrite(hdr, sizeof hdr, 1, fp) == 1;
   if (wide) {
     ok = ok && (n == 0 || fwrite(tokens, 4, (size_t)n, fp) == (size_t)n);
   } else {
@@ -297,22 +290,12 @@ fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int v
       ok = fwrite(buf, 2, (size_t)m, fp) == (size_t)m;
     }
   }
-  ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-  int err = errno;
-  if (fclose(fp) != 0 && ok) {
-    ok = 0;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = 0;
-    err = errno;
-  }
   if (!ok) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write token file %s: %s", path, strerror(err));
-    unlink(tmp);
+    fsdp_status rc = fsdp_set_error(FSDP_ERR_IO, "cannot write token file %s: %s", path, strerror(errno));
+    fsutil_atomic_abort(&at);
+    return rc;
   }
-  free(tmp);
-  return rc;
+  return fsutil_atomic_commit(&at);
 }
 
 /* ---- the Markov chain ---- */

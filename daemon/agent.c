@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -63,6 +64,7 @@ struct agent {
   char name[256];
   char worker_path[PATH_MAX];
   int cpu_slots;
+  mode_t worker_umask;
   uint64_t cpu_slot_mem;
   uint64_t host_mem;          /* MemAvailable at start: what offload = optimizer may pin (AgentRegister) */
   gpu_info gpus[MAX_GPUS];
@@ -398,7 +400,9 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   opt.cwd = r->cwd && *r->cwd ? r->cwd : NULL;
   opt.stdio_count = 3;
   opt.stdio = stdio;
+  mode_t own_umask = umask(a->worker_umask);   /* the child inherits it at fork; the loop thread only */
   int rc = uv_spawn(a->uv, &w->proc, &opt);
+  umask(own_umask);
   if (rc != 0) {
     char why[PATH_MAX + 64];
     snprintf(why, sizeof why, "%s: %s", argv[0], uv_strerror(rc));
@@ -635,6 +639,7 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   else if (gethostname(a->name, sizeof a->name - 1) != 0) snprintf(a->name, sizeof a->name, "node");
   resolve_worker_path(a, cfg->worker_path);
   a->cpu_slots = cfg->cpu_workers;
+  a->worker_umask = cfg->worker_umask;
   a->host_mem = mem_available();
   a->cpu_slot_mem = a->cpu_slots ? a->host_mem / (uint64_t)a->cpu_slots : 0;
   long nc = sysconf(_SC_NPROCESSORS_ONLN);

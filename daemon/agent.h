@@ -19,6 +19,7 @@
 #ifndef FSDP_DAEMON_AGENT_H
 #define FSDP_DAEMON_AGENT_H
 
+#include <sys/types.h>
 #include <uv.h>
 
 #include "err.h"
@@ -33,6 +34,7 @@ typedef struct agent_config {
    * this node's keypair file. Both are passed on to the workers (FSDP_SERVER_KEY, FSDP_CLIENT_KEY). */
   const char *server_key;
   const char *client_key;
+  mode_t worker_umask;      /* the umask workers start with (fsdpd's own is 077) */
 } agent_config;
 
 typedef struct agent agent_t;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fsutil.h"
 #include "log.h"
 #include "metricsrv.h"
 
@@ -28,11 +29,13 @@ void coord_job_log(const char *dir, const char *fmt, ...) {
   va_end(ap);
   if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
   line[n++] = '\n';
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    if (write(fd, line, (size_t)n) < 0) log_warn("cannot write %s: %s", path, strerror(errno));
-    close(fd);
+  int fd;
+  if (fsutil_open_append(AT_FDCWD, path, path, 0644, &fd) != FSDP_OK) {
+    log_warn("%s", fsdp_last_error());
+    return;
   }
+  if (write(fd, line, (size_t)n) < 0) log_warn("cannot write %s: %s", path, strerror(errno));
+  close(fd);
 }
 
 static void env_ident(wire_env *env, const uint8_t *ident, size_t len) {

@@ -137,6 +137,7 @@ struct coord {
   uv_loop_t *uv;
   coord_config cfg;
   char state_dir[PATH_MAX];
+  int jobs_fd;               /* STATE/jobs, opened without following a link; job directories are made in it */
   char ctl_ep[PATH_MAX + 16], listen_ep[PATH_MAX + 16];
   void *ctl, *cluster;
   loop_zsock *ctl_zs, *cluster_zs;

@@ -164,9 +164,9 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
     snprintf(dir, sizeof dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)lc->job_id);
     if (stat(dir, &st) != 0) return;
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    log_warn("cannot open %s: %s", path, strerror(errno));
+  int fd;
+  if (fsutil_open_append(AT_FDCWD, path, path, 0644, &fd) != FSDP_OK) {
+    log_warn("%s", fsdp_last_error());
     return;
   }
   if (write(fd, lc->data.data, lc->data.len) != (ssize_t)lc->data.len) log_warn("short write to %s", path);
@@ -358,10 +358,14 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   snprintf(c->listen_ep, sizeof c->listen_ep, "%s", cfg->listen);
   fsdp_status rc;
   char path[PATH_MAX + 128];
-  TRY_GOTO(fsutil_mkdir_p(c->state_dir, 0700), rc, fail);
-  chmod(c->state_dir, 0700);
-  snprintf(path, sizeof path, "%s/jobs", c->state_dir);
-  TRY_GOTO(fsutil_mkdir_p(path, 0755), rc, fail);
+  int sfd = -1;
+  c->jobs_fd = -1;
+  TRY_GOTO(fsutil_dir_open(AT_FDCWD, c->state_dir, 0700, FSUTIL_TRUSTED_LINKS, &sfd), rc, fail);
+  /* jobs/ (and each job's directory in it) is never reached through a link */
+  rc = fsutil_dir_open(sfd, "jobs", 0755, FSUTIL_NO_LINKS, &c->jobs_fd);
+  if (rc == FSDP_OK && fchmod(sfd, 0700) != 0) rc = fsdp_set_error(FSDP_ERR_IO, "cannot chmod %s: %s", c->state_dir, strerror(errno));
+  close(sfd);
+  if (rc != FSDP_OK) goto fail;
   snprintf(path, sizeof path, "%s/jobs.db", c->state_dir);
   TRY_GOTO(jobs_db_open(path, &c->db), rc, fail);
   TRY_GOTO(job_recover(c), rc, fail);
@@ -390,6 +394,7 @@ fail:
   loop_zsock_destroy(&c->zap_zs);
   if (c->zap) zmq_close(c->zap);
   jobs_db_destroy(&c->db);
+  if (c->jobs_fd >= 0) close(c->jobs_fd);
   free(c);
   return rc;
 }
@@ -445,6 +450,7 @@ void coord_destroy(coord_t **p) {
   if (!strncmp(c->ctl_ep, "ipc://", 6) && c->ctl) unlink(c->ctl_ep + 6);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   jobs_db_destroy(&c->db);
+  if (c->jobs_fd >= 0) close(c->jobs_fd);
   for (int i = 0; i < c->nnodes; i++) free(c->nodes[i].slots);
   free(c->nodes);
   c->handles = 1 + c->bind_timer_used;

@@ -80,7 +80,11 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
     goto fail;
   }
   snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
-  if (fsutil_mkdir_p(j->job_dir, 0755) != FSDP_OK) log_error("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+  char id[32];
+  int jfd;
+  snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
+  if (fsutil_dir_open(c->jobs_fd, id, 0755, FSUTIL_NO_LINKS, &jfd) == FSDP_OK) close(jfd);
+  else log_error("job %llu: %s/jobs/%s: %s", (unsigned long long)j->id, c->state_dir, id, fsdp_last_error());
   j->next = c->jobs;
   c->jobs = j;
   const char *kname = schedule_kind_name(j->kind);
@@ -212,7 +216,7 @@ static void serve_logs(coord_t *c, const wire_env *env, const Fsdp__LogsReq *q) 
     return;
   }
   ssize_t n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
     n = pread(fd, buf, max, (off_t)q->offset);
     if (n < 0) n = 0;

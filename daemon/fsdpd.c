@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -25,6 +24,7 @@
 #include "log.h"
 #include "metricsrv.h"
 #include "slurm.h"
+#include "statedir.h"
 
 extern char **environ;
 
@@ -216,43 +216,8 @@ static void on_signal(uv_signal_t *h, int sig) {
 
 static void on_shutdown_req(void *arg) { begin_shutdown(arg); }
 
-/* One coordinator per state directory: an exclusive flock on STATE/fsdpd.lock, held (through an
- * fd that every fork keeps and no exec inherits) for the daemon's life and released by the kernel
- * however it ends. The file holds the pid, so the refusal can name the daemon that holds it. */
-static int lock_state_dir(const char *state, int *out) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/fsdpd.lock", state);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    fprintf(stderr, "fsdpd: cannot open %s: %s\n", path, strerror(errno));
-    return -1;
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    char buf[32] = "";
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    buf[strcspn(buf, "\n")] = '\0';
-    if (e == EWOULDBLOCK)
-      fprintf(stderr, "fsdpd: another fsdpd (pid %s) is using the state directory %s; stop it first "
-                      "(fsdpctl shutdown) or give this one another --state-dir\n", *buf ? buf : "unknown", state);
-    else
-      fprintf(stderr, "fsdpd: cannot lock %s: %s\n", path, strerror(e));
-    close(fd);
-    return -1;
-  }
-  *out = fd;
-  return 0;
-}
-
-static void write_lock_pid(int fd) {
-  char buf[32];
-  int n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n)
-    log_warn("cannot write the pid to the state directory's lock file: %s", strerror(errno));
-}
-
-static int daemonize(const char *logpath) {
+/* Detach; LOGFD (fsdpd.log, opened before: a refusal is said on the terminal) becomes stderr. */
+static int daemonize(int logfd) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid > 0) _exit(0);
@@ -266,15 +231,15 @@ static int daemonize(const char *logpath) {
     dup2(null, 1);
     close(null);
   }
-  int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd >= 0) {
-    dup2(fd, 2);
-    close(fd);
-  }
+  dup2(logfd, 2);
+  close(logfd);
   return 0;
 }
 
 int main(int argc, char **argv) {
+  /* The daemon's own files and sockets are its user's only; workers get the umask it was started
+   * with (agent_config.worker_umask). */
+  mode_t start_umask = umask(077);
   config cfg = {0};
   if (parse_args(argc, argv, &cfg) != 0) return 2;
   if (cfg.help) {
@@ -319,9 +284,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   /* The state directory, parents included ($XDG_STATE_HOME may not exist yet): the log and the
-   * lock live there, and both are needed before the daemon detaches. */
-  if (fsutil_mkdir_p(state, 0700) != FSDP_OK) {
-    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+   * lock live there, and both are needed before the daemon detaches. Refused when another user
+   * owns or can write it (statedir.h). */
+  statedir sd;
+  if (statedir_open(state, &sd) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: refusing the state directory: %s\n", fsdp_last_error());
     return 1;
   }
   /* --metrics: parsed and bound before detaching, so that a bad value or a port in use is said on
@@ -344,8 +311,11 @@ int main(int argc, char **argv) {
       return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
     }
   }
-  int lock_fd = -1;
-  if (!is_agent_only && lock_state_dir(state, &lock_fd) != 0) return 1;
+  int lock_on_file = 0;
+  if (!is_agent_only && statedir_lock(&sd, &lock_on_file) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 1;
+  }
 
   /* CURVE keys for a tcp:// join: the flags, else the environment. Checked before detaching, so
    * that a missing or bad key is said on the terminal. */
@@ -367,14 +337,21 @@ int main(int argc, char **argv) {
   }
 
   if (!cfg.foreground) {
-    char logpath[PATH_MAX];
-    snprintf(logpath, sizeof logpath, "%s/fsdpd.log", state);
-    if (daemonize(logpath) != 0) {
+    int logfd;
+    if (statedir_open_log(&sd, &logfd) != FSDP_OK) {
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+      return 1;
+    }
+    if (daemonize(logfd) != 0) {
       fprintf(stderr, "fsdpd: cannot detach: %s\n", strerror(errno));
       return 1;
     }
   }
-  if (lock_fd >= 0) write_lock_pid(lock_fd);   /* the pid that holds the lock: after detaching */
+  /* the pid that holds the lock: after detaching */
+  if (!is_agent_only && statedir_write_pid(&sd) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  if (lock_on_file)
+    log_warn("the file system of %s cannot lock a directory: the single-instance lock is on %s/fsdpd.lock, "
+             "which must not be deleted while fsdpd runs", state, state);
   if (msrv && metricsrv_start(msrv) != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     return 1;
@@ -414,7 +391,8 @@ int main(int argc, char **argv) {
     client_key = own_key;
   }
   agent_config ac = {.join = is_agent_only ? cfg.join : self_join, .name = cfg.name, .cpu_workers = (int)cfg.cpu_workers,
-                     .gpus = cfg.gpus ? cfg.gpus : "all", .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key};
+                     .gpus = cfg.gpus ? cfg.gpus : "all", .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key,
+                     .worker_umask = start_umask};
   if (agent_new(d.uv, d.zctx, &ac, &d.agent) != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     coord_destroy(&d.coord);

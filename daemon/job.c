@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "fsutil.h"
 #include "kv.h"
 #include "log.h"
 #include "planmsg.h"
@@ -133,6 +135,22 @@ void job_send_kill(coord_t *c, job_t *j, int sig) {
   }
 }
 
+void job_open_metrics(job_t *j) {
+  char path[PATH_MAX + 128];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
+  if (j->metrics) fclose(j->metrics);
+  j->metrics = NULL;
+  int fd;
+  if (fsutil_open_append(AT_FDCWD, path, path, 0644, &fd) != FSDP_OK) {
+    log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+    return;
+  }
+  if (!(j->metrics = fdopen(fd, "a"))) {
+    log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    close(fd);
+  }
+}
+
 static void job_reset_attempt(coord_t *c, job_t *j);
 
 /* Jobs are freed only here, at the end of a loop callback, never while a handler still holds a
@@ -225,11 +243,8 @@ static void withdraw_unrecorded_checkpoints(job_t *j) {
   if (!j->spec.ckpt_dir[0]) return;
   int s;
   while (ckpt_latest(j->spec.ckpt_dir, &s) == FSDP_OK && s > 0 && (uint32_t)s > j->done_step) {
-    char sdir[PATH_MAX], path[PATH_MAX + 64];
-    ckpt_step_dir(j->spec.ckpt_dir, s, sdir, sizeof sdir);
-    snprintf(path, sizeof path, "%s/%s", sdir, CKPT_MANIFEST);
-    if (unlink(path) != 0) {
-      log_warn("job %llu: cannot withdraw %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    if (ckpt_withdraw(j->spec.ckpt_dir, s) != FSDP_OK) {
+      log_warn("job %llu: cannot withdraw the checkpoint of step %d: %s", (unsigned long long)j->id, s, fsdp_last_error());
       return;
     }
     job_log(j, "checkpoint of step %d withdrawn: the failed attempt recorded steps up to %u only (a rank died "

@@ -22,6 +22,9 @@ const char *job_state_name(int state);
 fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
                           job_t **out);
 void job_destroy(job_t **j);   /* NULL-safe; clears *J */
+/* (Re)open J's metrics.jsonl for appending, never through a link; on failure j->metrics is NULL
+ * and the reason is logged. */
+void job_open_metrics(job_t *j);
 
 /* At start: fail the jobs the database holds as starting or running ("daemon restarted") and queue
  * the queued ones again in their order. */

@@ -227,10 +227,7 @@ static int schedule_start(coord_t *c, job_t *j) {
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
     for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)(rand() ^ (int)(loop_now_mono() * 1e6));
   for (size_t i = 0; i < sizeof rnd; i++) sprintf(j->token + 2 * i, "%02x", rnd[i]);
-  char path[PATH_MAX + 128];
-  snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
-  j->metrics = fopen(path, "a");
-  if (!j->metrics) log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
+  job_open_metrics(j);
   /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
   if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
   else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);

@@ -3,12 +3,14 @@
 #include "steps.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "fsutil.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
@@ -153,15 +155,20 @@ void steps_on_report(coord_t *c, job_t *j, int r, Fsdp__Msg **mp) {
  * lines of steps ≤ S: the failed attempt's later steps are about to be trained again, and the file
  * must keep one line per step. The file is rewritten beside itself and renamed over. */
 static void metrics_truncate(job_t *j, uint32_t last_step) {
-  char path[PATH_MAX + 128], tmp[PATH_MAX + 160];
+  char path[PATH_MAX + 128];
   snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   if (j->metrics) fflush(j->metrics);
-  FILE *in = fopen(path, "r");
-  if (!in) return;
-  FILE *out = fopen(tmp, "w");
+  int ifd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  FILE *in = ifd >= 0 ? fdopen(ifd, "r") : NULL;
+  if (!in) {
+    if (ifd >= 0) close(ifd);
+    return;
+  }
+  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
+  FILE *out = fsutil_atomic_open(path, 0644, &a) == FSDP_OK ? fsutil_atomic_stream(&a) : NULL;
   if (!out) {
-    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, strerror(errno));
+    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, fsdp_last_error());
+    fsutil_atomic_abort(&a);
     fclose(in);
     return;
   }
@@ -177,13 +184,11 @@ static void metrics_truncate(job_t *j, uint32_t last_step) {
   }
   free(line);
   fclose(in);
-  if (fclose(out) != 0 || rename(tmp, path) != 0) {
-    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, strerror(errno));
-    unlink(tmp);
+  if (fsutil_atomic_commit(&a) != FSDP_OK) {
+    log_warn("job %llu: cannot rewrite %s: %s", (unsigned long long)j->id, path, fsdp_last_error());
     return;
   }
-  if (j->metrics) fclose(j->metrics);
-  j->metrics = fopen(path, "a");
+  job_open_metrics(j);
   if (dropped || j->attempt > 0)   /* a restart always says, so that its log shows what it replaced */
     job_log(j, "metrics.jsonl: dropped %d line(s) after step %u, which the restart trains again", dropped, last_step);
 }

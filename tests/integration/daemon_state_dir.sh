@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # daemon_state_dir — one daemon per state directory (part of the fault suite):
 #  1. a second fsdpd on a state directory that a running one holds exits at once, with one line
-#     naming the running daemon's pid, and the first keeps serving (its sockets untouched);
+#     naming the running daemon's pid, and the first keeps serving (its sockets untouched); with
+#     fsdpd.lock deleted, the same (the lock is on the directory itself; the pid is then unknown);
 #  2. a detached fsdpd whose default state directory's parents do not exist yet
 #     ($XDG_STATE_HOME/fsdpd) creates them and its fsdpd.log, and `fsdpctl shutdown` stops it.
 # Usage: bash daemon_state_dir.sh BUILD_DIR SOURCE_DIR
@@ -21,6 +22,14 @@ grep -q "another fsdpd (pid $DPID) is using the state directory $S" "$S/second.o
 [ -S "$S/ctl.sock" ] && [ -S "$S/cluster.sock" ] || fail "the first daemon's sockets are gone"
 "$BUILD/fsdpctl" nodes >/dev/null || fail "the first daemon stopped answering"
 [ "$(cat "$S/fsdpd.lock")" = "$DPID" ] || fail "the lock file holds '$(cat "$S/fsdpd.lock")', expected pid $DPID"
+rm "$S/fsdpd.lock"
+set +e
+timeout 10 "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 1 --gpus none >"$S/second.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "with fsdpd.lock deleted, a second fsdpd exited $rc (124: it kept running), expected 1: $(cat "$S/second.out")"
+[ "$(cat "$S/second.out")" = "fsdpd: another fsdpd (pid unknown) is using the state directory $S; stop it first (fsdpctl shutdown) or give this one another --state-dir" ] \
+  || fail "refusal with fsdpd.lock deleted: $(cat "$S/second.out")"
+"$BUILD/fsdpctl" nodes >/dev/null || fail "the first daemon stopped answering after the second one's attempt"
 stop_daemon
 
 X="$S/xdg/not/yet"

@@ -57,10 +57,13 @@ SLURM_JOB_ID=7 FSDP_BIN="$BUILD" FSDP_STATE_DIR="$S/ctlflag" FSDPD_FLAGS="--cpu-
 # directory. Node 1's agent joins node 0 (its --join host 127.0.0.1 checked against the node
 # list's first host, localhost, by address); a 4-rank job runs on both; SIGTERM stops both.
 FAKE="$S/fake"
+(   # as the recipe does: umask 077, since fsdpd refuses key files that others can write
+umask 077
 mkdir -p "$FAKE/keys"
 chmod 700 "$FAKE" "$FAKE/keys"
 "$CTL" keygen "$FAKE/keys/server.key" >"$FAKE/keys/server.pub"
 echo "$("$CTL" keygen "$FAKE/keys/nodes.key") slurm nodes" >>"$FAKE/keys/authorized"
+)
 read -r FAKE_PORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 fake_node() {   # NODEID NAME FLAGS...: run in the background, it becomes that fsdpd (exec)
   local id=$1 name=$2; shift 2
@@ -105,6 +108,7 @@ HOST=$(hostname -s)
 SL="$S/slurm"
 mkdir -p "$SL/ctld" "$SL/spool" "$SL/munge" "$S/state"
 chmod 700 "$SL/munge"
+chmod 755 "$S/state"   # above the recipe's state directory: writable by its owner only, whatever the umask
 read -r CTLD_PORT SLURMD_PORT FSDP_PORT < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(3)]

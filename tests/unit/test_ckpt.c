@@ -292,15 +292,34 @@ static void test_prune(void) {
   snprintf(path, sizeof path, "%s/step-00000002", dir);
   mkdir(path, 0755);
   for (int s = 3; s <= 5; s++) write_ckpt(dir, 1, SHARD_FULL, s);
+  /* links planted as step directories, to a complete checkpoint elsewhere: never read, and pruning
+   * removes the older one as a link, leaving what it points to */
+  char other[] = "/tmp/fsdp-ckpt-other-XXXXXX", target[700], link0[700], link9[700], kept[760];
+  CHECK(mkdtemp(other) != NULL);
+  write_ckpt(other, 1, SHARD_FULL, 1);
+  ckpt_step_dir(other, 1, target, sizeof target);
+  ckpt_step_dir(dir, 0, link0, sizeof link0);
+  ckpt_step_dir(dir, 9, link9, sizeof link9);
+  CHECK(symlink(target, link0) == 0 && symlink(target, link9) == 0);
   CHECK_OK(ckpt_prune(dir, 2));
   for (int s = 1; s <= 5; s++) {
     char sd[700];
     ckpt_step_dir(dir, s, sd, sizeof sd);
     CHECK_EQ_INT(s >= 4, access(sd, F_OK) == 0);
   }
+  struct stat st;
+  CHECK(lstat(link0, &st) != 0 && lstat(link9, &st) == 0 && S_ISLNK(st.st_mode));
+  snprintf(kept, sizeof kept, "%s/" CKPT_MANIFEST, target);
+  CHECK(access(kept, F_OK) == 0);
+  snprintf(kept, sizeof kept, "%s/rank-0.bin", target);
+  CHECK(access(kept, F_OK) == 0);
   int latest = 0;
   CHECK_OK(ckpt_latest(dir, &latest));
-  CHECK_EQ_INT(5, latest);
+  CHECK_EQ_INT(5, latest);   /* not 9: a link is not a checkpoint */
+  ckpt_info ci;
+  CHECK_EQ_INT(FSDP_ERR_INVALID, ckpt_read_manifest(dir, 9, &ci));
+  CHECK(contains(fsdp_last_error(), "step-00000009 is not a directory of this checkpoint"));
+  rm_rf(other);
   /* the due rule */
   jobspec_t spec;
   make_spec(&spec, 1, 2, SHARD_FULL);

@@ -2,6 +2,7 @@
 #include "comm_boot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,10 @@ static fsdp_status dir_set(void *ctx, const char *key, const void *val, size_t l
   char path[4096], tmp[4200];
   TRY(key_path(dir, key, path, sizeof path, ""));
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
+  /* never through a link someone planted at the temporary's name */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (!f && fd >= 0) close(fd);
   if (!f) return fsdp_set_error(FSDP_ERR_IO, "rendezvous: cannot create %s: %s", tmp, strerror(errno));
   int ok = fwrite(val, 1, len, f) == len;
   ok = (fclose(f) == 0) && ok;
