@@ -21,12 +21,6 @@ struct trace {
   int depth[TRACE_NLANE];
 };
 
-uint64_t trace_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 fsdp_status trace_new(trace_t **out) {
   *out = NULL;
   trace_t *t = calloc(1, sizeof *t);

@@ -50,6 +50,7 @@
 #include "device_cuda_kern.h"
 #include "log.h"
 #include "mem.h"
+#include "monotime.h"
 #include "ops_cuda.h"
 
 _Static_assert(PLAN_CUDA_WORKSPACE_BYTES >= (int64_t)OPS_CUDA_WORKSPACE_MIN,
@@ -331,7 +332,7 @@ static float elapsed_ms(cuda_dev *d, int a, int b) {
 /* The window's span boundaries into host time, given END: a timing event recorded on the idle stream
  * and synchronized, so that it completed "now". */
 static void resolve_marks(cuda_dev *d, int end) {
-  uint64_t now = trace_now_us();
+  uint64_t now = monotime_us();
   for (int i = 0; i < d->nmarks; i++) {
     const tmark *m = &d->marks[i];
     uint64_t at;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "mem.h"
+#include "monotime.h"
 #include "ops_cpu.h"
 #include "optim.h"
 #include "safetensors.h"
@@ -50,16 +51,10 @@ struct cpu_dev {
   int running, stop;
 };
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void run_task(cpu_dev *d, const task *t) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   t->run(d, t->a);
-  if (t->timer < DEV_NTIMER) d->us[t->timer] += now_us() - t0;   /* waits charge their own */
+  if (t->timer < DEV_NTIMER) d->us[t->timer] += monotime_us() - t0;   /* waits charge their own */
 }
 
 static void *stream_main(void *arg) {
@@ -161,11 +156,11 @@ static void cpu_record(device_t *d, dev_event *e) {
 }
 
 static void run_wait(cpu_dev *d, const targ *a) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   /* Collectives complete or fail within their comm's deadlines, and a failed comm completes
    * every pending event, so this wait ends. */
   dev_event_host_wait(a[0].p, (uint64_t)a[1].i, 1e9);
-  d->us[a[2].i] += now_us() - t0;
+  d->us[a[2].i] += monotime_us() - t0;
 }
 static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
   const targ a[] = {P(e), I(dev_event_last(e)), I(t)};
@@ -174,7 +169,7 @@ static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
 
 static void run_trace(cpu_dev *d, const targ *a) {
   (void)d;
-  uint64_t now = trace_now_us();
+  uint64_t now = monotime_us();
   if (a[1].i) trace_end(a[0].p, TRACE_STREAM, (trace_kind)a[2].i, (int)a[3].i, (int)a[4].i, now);
   else trace_begin(a[0].p, TRACE_STREAM, now);
 }
