@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     {DEV_CPU_SYNC, "stream span, CPU device sync"}, {DEV_CPU_ASYNC, "stream span, CPU device async"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     device_t *d = NULL;
-    if (device_new_cpu(modes[m].mode, &d) != FSDP_OK) {
+    if (dev_new_cpu(modes[m].mode, &d) != FSDP_OK) {
       fprintf(stderr, "bench_trace: %s\n", fsdp_last_error());
       return 1;
     }
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
       v[r] = (now_ns() - t0) / (double)n;
     }
     printf("%-34s %10.1f\n", modes[m].name, median(v, (int)reps));
-    device_destroy(&d);
+    dev_destroy(&d);
   }
   trace_destroy(&t);
   return 0;

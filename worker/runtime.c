@@ -325,6 +325,51 @@ static fsdp_status load_batches(runtime_t *rt, int step) {
   return FSDP_OK;
 }
 
+/* The optimizer phase's collective part: the local squared gradient norm and the token count
+ * beside the loss sum, one all-reduce of PLAN_STEP_SCALARS floats on the device (skipped when not
+ * OK: a micro-step failed), the watchdog over every collective of the step, and the step's one
+ * read-back into rt->scal_h. */
+static fsdp_status step_scalars(runtime_t *rt, int ok) {
+  const plan_t *p = rt->p;
+  device_t *d = rt->dev;
+  comm_req *sreq = NULL;
+  fsdp_status rc = FSDP_OK;
+  if (ok) {
+    d->op->set_timer(d, DEV_T_OPTIM);
+    span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
+    /* every shard is held by ngroups ranks (none: every rank holds everything) */
+    d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
+    d->op->fill(d, rt->scal + 3, (float)((double)p->batch_size * p->model.seq_len * rt->spec->grad_accum), 1);
+    d->op->record(d, rt->scal_ready);
+    rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
+    if (rc == FSDP_OK) d->op->wait(d, rt->scal_done, DEV_T_OPTIM);
+  }
+  fsdp_status wrc = reqs_wait(&rt->reqs);   /* the watchdog: every collective of the step */
+  if (rc == FSDP_OK) rc = wrc;
+  wrc = comm_wait(&sreq);
+  if (rc == FSDP_OK) rc = wrc;
+  if (rc != FSDP_OK || !ok) return rc;
+  return d->op->download(d, rt->scal_h, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
+}
+
+/* AdamW on the local shard with learning rate LR and clipping factor CLIP: on the device, or with
+ * offload on the host (the gradient shard down, the gathered form back up; *HOST_US: its time). */
+static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float clip, uint64_t *host_us) {
+  const plan_t *p = rt->p;
+  device_t *d = rt->dev;
+  *host_us = 0;
+  if (!rt->offload) {
+    d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, rt->spec, clip);
+    return FSDP_OK;
+  }
+  uint64_t t1 = monotime_us();
+  TRY(d->op->download(d, rt->hgrad, rt->grad, (size_t)p->shard_total * sizeof(float)));
+  optim_adamw_shard(p, rt->rank, rt->param, rt->hgrad, rt->m, rt->v, step, lr, rt->spec, clip);
+  TRY(runtime_refresh_lp(rt));
+  *host_us = monotime_us() - t1;
+  return FSDP_OK;
+}
+
 fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   const plan_t *p = rt->p;
   const jobspec_t *s = rt->spec;
@@ -347,47 +392,21 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   span(rt, 0, TRACE_STEP, TRACE_NO_UNIT);
   d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
-  fsdp_status rc = FSDP_OK;
   if (hybrid(rt) && !rt->rcomm)
     return fsdp_set_error(FSDP_ERR_STATE, "sharding = hybrid: the group communicators were not set (runtime_set_groups)");
+  fsdp_status rc = FSDP_OK;
   for (int k = 0; k < G && rc == FSDP_OK; k++) rc = micro_step(rt, k, k == G - 1, dscale);
-
-  /* Global gradient norm and loss: one all-reduce of PLAN_STEP_SCALARS floats on the device, the
-   * step's one read-back. */
-  comm_req *sreq = NULL;
-  if (rc == FSDP_OK) {
-    d->op->set_timer(d, DEV_T_OPTIM);
-    span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
-    /* every shard is held by ngroups ranks (none: every rank holds everything) */
-    d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
-    d->op->fill(d, rt->scal + 3, (float)((double)B * T * G), 1);
-    d->op->record(d, rt->scal_ready);
-    rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
-    if (rc == FSDP_OK) d->op->wait(d, rt->scal_done, DEV_T_OPTIM);
-  }
-  fsdp_status wrc = reqs_wait(&rt->reqs);   /* the watchdog: every collective of the step */
-  if (rc == FSDP_OK) rc = wrc;
-  wrc = comm_wait(&sreq);
-  if (rc == FSDP_OK) rc = wrc;
-  if (rc != FSDP_OK) return rc;
+  fsdp_status src = step_scalars(rt, rc == FSDP_OK);
+  if (rc == FSDP_OK) rc = src;
+  TRY(rc);
   float *scal = rt->scal_h;
-  TRY(d->op->download(d, scal, rt->scal, PLAN_STEP_SCALARS * sizeof(float)));
   if (scal[2] != 0.0f)
     return fsdp_set_error(FSDP_ERR_RANGE, "step %d: the gradient is not finite on %.0f rank(s) (loss %.4g); "
                           "lower optim.lr or enable optim.grad_clip", step, scal[2], scal[0] / scal[3]);
   double norm = sqrt((double)scal[1]);
   double lr = optim_lr(s, step);
-  double clip = optim_clip_scale(norm, s->grad_clip);
   uint64_t host_optim = 0;
-  if (rt->offload) {   /* the gradient shard to the host, AdamW there, the gathered form back */
-    uint64_t t1 = monotime_us();
-    TRY(d->op->download(d, rt->hgrad, rt->grad, (size_t)p->shard_total * sizeof(float)));
-    optim_adamw_shard(p, rt->rank, rt->param, rt->hgrad, rt->m, rt->v, step, lr, s, (float)clip);
-    TRY(runtime_refresh_lp(rt));
-    host_optim = monotime_us() - t1;
-  } else {
-    d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, s, (float)clip);
-  }
+  TRY(optimizer_update(rt, step, lr, (float)optim_clip_scale(norm, s->grad_clip), &host_optim));
   span(rt, 1, TRACE_OPTIMIZER, TRACE_NO_UNIT);
   span(rt, 1, TRACE_STEP, TRACE_NO_UNIT);
   d->op->set_timer(d, DEV_T_COMPUTE);

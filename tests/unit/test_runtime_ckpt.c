@@ -52,7 +52,7 @@ static fsdp_status staged_download(device_t *d, void *dst, const void *src, size
 
 static device_t *staged_device(void) {
   device_t *d = NULL;
-  if (device_new_cpu(DEV_CPU_SYNC, &d) != FSDP_OK) {
+  if (dev_new_cpu(DEV_CPU_SYNC, &d) != FSDP_OK) {
     fprintf(stderr, "device: %s\n", fsdp_last_error());
     exit(2);
   }
@@ -92,7 +92,7 @@ static void rank_up(rank1 *r) {
 
 static void rank_down(rank1 *r) {
   runtime_destroy(&r->rt);
-  device_destroy(&r->dev);
+  dev_destroy(&r->dev);
   comm_destroy(&r->comm);
   plan_destroy(&r->plan);
 }

@@ -703,7 +703,7 @@ static const dev_ops cuda_ops = {
     .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward, .destroy = cu_destroy};
 
-fsdp_status device_cuda_count(int *n) {
+fsdp_status dev_cuda_count(int *n) {
   *n = 0;
   cudaError_t e = cudaGetDeviceCount(n);
   if (e != cudaSuccess) {
@@ -716,11 +716,11 @@ fsdp_status device_cuda_count(int *n) {
   return FSDP_OK;
 }
 
-fsdp_status device_new_cuda(int gpu, device_t **out) {
+fsdp_status dev_new_cuda(int gpu, device_t **out) {
   *out = NULL;
   int n = 0;
   cudaError_t e;
-  TRY(device_cuda_count(&n));
+  TRY(dev_cuda_count(&n));
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
   if (gpu < 0 || gpu >= n)
     return fsdp_set_error(FSDP_ERR_RANGE, "GPU %d does not exist: %d visible (CUDA_VISIBLE_DEVICES=%s)", gpu, n,

@@ -134,7 +134,7 @@ fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
   return FSDP_OK;
 }
 
-void device_destroy(device_t **pd) {
+void dev_destroy(device_t **pd) {
   if (!pd || !*pd) return;
   device_t *d = *pd;
   *pd = NULL;

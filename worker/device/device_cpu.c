@@ -513,7 +513,7 @@ static void cpu_destroy(device_t *dd) {
 
 static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async"), ops_strict = CPU_OPS("cpu-strict");
 
-fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out) {
+fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out) {
   *out = NULL;
   cpu_dev *d = calloc(1, sizeof *d);
   if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device");
