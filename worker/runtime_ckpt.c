@@ -3,7 +3,6 @@
  * device stream idle. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ckpt.h"
 #include "log.h"

@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct slot {
   _Atomic uint64_t seq;   /* 0: being written; i + 1: holds record i */
