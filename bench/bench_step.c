@@ -97,7 +97,7 @@ static int run(const cfg *c, int iters, int threads) {
   float **units = malloc(sizeof(float *) * p->nunits), **dunits = malloc(sizeof(float *) * p->nunits);
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
   device_t *dev = NULL;
-  if (device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) return 1;
+  if (dev_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) return 1;
   model_acts *a = model_acts_new(p, dev);
   if (!w || !g || !m || !v || !units || !dunits || !inp || !tgt || !a) {
     fprintf(stderr, "bench_step: out of memory for %s\n", c->name);
@@ -154,7 +154,7 @@ static int run(const cfg *c, int iters, int threads) {
            100 * gemm_s / sum_f, calls, flops_gemm / gemm_s * 1e-9, 100 * flops_gemm / (step_flops * iters));
   free(tf); free(to); free(w); free(g); free(m); free(v); free(units); free(dunits); free(inp); free(tgt);
   model_acts_destroy(&a);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   plan_destroy(&p);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "device.h"
+#include "monotime.h"
 #include "trace.h"
 
 static double now_ns(void) {
@@ -61,8 +62,8 @@ int main(int argc, char **argv) {
   for (int r = 0; r < reps; r++) {
     double t0 = now_ns();
     for (long i = 0; i < n; i++) {
-      trace_begin(t, TRACE_HOST, trace_now_us());
-      trace_end(t, TRACE_HOST, TRACE_STEP, TRACE_NO_UNIT, 1, trace_now_us());
+      trace_begin(t, TRACE_HOST, monotime_us());
+      trace_end(t, TRACE_HOST, TRACE_STEP, TRACE_NO_UNIT, 1, monotime_us());
     }
     v[r] = (now_ns() - t0) / (double)n;
   }
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
     {DEV_CPU_SYNC, "stream span, CPU device sync"}, {DEV_CPU_ASYNC, "stream span, CPU device async"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     device_t *d = NULL;
-    if (device_new_cpu(modes[m].mode, &d) != FSDP_OK) {
+    if (dev_new_cpu(modes[m].mode, &d) != FSDP_OK) {
       fprintf(stderr, "bench_trace: %s\n", fsdp_last_error());
       return 1;
     }
@@ -85,7 +86,7 @@ int main(int argc, char **argv) {
       v[r] = (now_ns() - t0) / (double)n;
     }
     printf("%-34s %10.1f\n", modes[m].name, median(v, (int)reps));
-    device_destroy(&d);
+    dev_destroy(&d);
   }
   trace_destroy(&t);
   return 0;

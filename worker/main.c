@@ -176,7 +176,7 @@ static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank,
 static fsdp_status open_cpu_device(device_t **dev) {
   dev_cpu_mode mode;
   TRY(dev_cpu_mode_from_env(&mode));
-  TRY(device_new_cpu(mode, dev));
+  TRY(dev_new_cpu(mode, dev));
   if (mode != DEV_CPU_SYNC) log_info("CPU device: %s", (*dev)->op->name);
   return FSDP_OK;
 }
@@ -201,7 +201,7 @@ static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
  * rank 0 through the store) or gloo staged through pinned memory. */
 static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu, int use_nccl, const rendezvous *rv,
                              comm_t **comm, device_t **dev) {
-  fsdp_status rc = device_new_cuda(gpu, dev);
+  fsdp_status rc = dev_new_cuda(gpu, dev);
   if (rc != FSDP_OK) return cuda_failure(rc);
   if (use_nccl) {
     comm_kv dir_kv = rv->dir ? comm_dir_kv(rv->dir) : (comm_kv){0};
@@ -236,7 +236,7 @@ static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int wor
   }
 #ifdef FSDP_HAVE_CUDA
   int ngpu = 0;
-  fsdp_status rc = device_cuda_count(&ngpu);
+  fsdp_status rc = dev_cuda_count(&ngpu);
   if (rc != FSDP_OK) return cuda_failure(rc);
   int gpu = device_index >= 0 ? device_index : rank % ngpu;
   *gpu_out = gpu;
@@ -300,7 +300,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
 out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
   runtime_destroy(&rt);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   comm_destroy(&rcomm);
   comm_destroy(&gcomm);
   comm_destroy(&comm);
@@ -368,7 +368,7 @@ out:
     wlink_error(l, rank, rc, fsdp_last_error());
   }
   runtime_destroy(&rt);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   comm_destroy(&rcomm);
   comm_destroy(&gcomm);
   comm_destroy(&comm);

@@ -3,19 +3,13 @@
  * device stream idle. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ckpt.h"
 #include "log.h"
 #include "mem.h"
+#include "monotime.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
-
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* ---- host views of device memory ---- */
 
@@ -25,7 +19,7 @@ static int on_host(const runtime_t *rt, const void *ptr) {
          (rt->offload && (ptr == rt->param || ptr == rt->m || ptr == rt->v));
 }
 
-fsdp_status rt_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **view) {
+fsdp_status runtime_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **view) {
   device_t *d = rt->dev;
   *view = NULL;
   if (on_host(rt, dptr)) {
@@ -44,22 +38,30 @@ fsdp_status rt_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **v
   return FSDP_OK;
 }
 
-void rt_host_view_done(runtime_t *rt, void *view) {
+void runtime_host_view_done(runtime_t *rt, void *view) {
   if (!on_host(rt, view)) free(view);
 }
 
-fsdp_status rt_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **view) {
-  return rt_host_view(rt, dptr, bytes, view);
+fsdp_status runtime_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **view) {
+  *view = NULL;
+  if (on_host(rt, dptr)) {
+    TRY(rt->dev->op->sync(rt->dev));
+    *view = dptr;
+    return FSDP_OK;
+  }
+  /* zeroed, as a new shard is: its writer fills it whole, so there is nothing to download */
+  *view = calloc(bytes ? bytes : 1, 1);
+  return *view ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host staging", bytes);
 }
 
-fsdp_status rt_host_buffer_done(runtime_t *rt, void *dptr, size_t bytes, void *view) {
-  if (on_host(rt, dptr)) return FSDP_OK;
-  fsdp_status rc = rt->dev->op->upload(rt->dev, dptr, view, bytes);
+fsdp_status runtime_host_buffer_done(runtime_t *rt, void *dptr, size_t bytes, void *view, int write) {
+  if (!view || on_host(rt, dptr)) return FSDP_OK;
+  fsdp_status rc = write ? rt->dev->op->upload(rt->dev, dptr, view, bytes) : FSDP_OK;
   free(view);
   return rc;
 }
 
-fsdp_status rt_refresh_lp(runtime_t *rt) {
+fsdp_status runtime_refresh_lp(runtime_t *rt) {
   device_t *d = rt->dev;
   int64_t S = rt->p->shard_total;
   if (rt->offload) {   /* from the host master: rounded on the host (staged in hgrad), or copied */
@@ -73,9 +75,9 @@ fsdp_status rt_refresh_lp(runtime_t *rt) {
   return d->op->sync(d);
 }
 
-fsdp_status rt_allreduce_host(runtime_t *rt, float *vals, int n) {
+fsdp_status runtime_allreduce_host(runtime_t *rt, float *vals, int n) {
   device_t *d = rt->dev;
-  if (n > PLAN_STEP_SCALARS) return fsdp_set_error(FSDP_ERR_INTERNAL, "rt_allreduce_host: %d values", n);
+  if (n > PLAN_STEP_SCALARS) return fsdp_set_error(FSDP_ERR_INTERNAL, "runtime_allreduce_host: %d values", n);
   TRY(d->op->upload(d, rt->scal, vals, (size_t)n * sizeof(float)));
   TRY(comm_allreduce(rt->comm, rt->scal, (size_t)n, COMM_F32, NULL));
   return d->op->download(d, vals, rt->scal, (size_t)n * sizeof(float));
@@ -118,9 +120,9 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
     else if (src != buf)
       d->op->copy(d, buf, src, (size_t)pu->padded * sizeof(float));
     void *view = NULL;
-    if (rc == FSDP_OK && rt->rank == 0 && out && (rc = rt_host_view(rt, buf, (size_t)pu->numel * sizeof(float), &view)) == FSDP_OK) {
+    if (rc == FSDP_OK && rt->rank == 0 && out && (rc = runtime_host_view(rt, buf, (size_t)pu->numel * sizeof(float), &view)) == FSDP_OK) {
       memcpy(out + whole->units[u].shard_base, view, (size_t)pu->numel * sizeof(float));
-      rt_host_view_done(rt, view);
+      runtime_host_view_done(rt, view);
     }
   }
   d->op->free(d, buf);
@@ -156,7 +158,7 @@ fsdp_status runtime_save(runtime_t *rt, const char *path) {
 /* Sum one flag over the ranks: how many ranks had a failure. Also the barrier the protocol needs. */
 static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed) {
   float f = failed ? 1.0f : 0.0f;
-  TRY(rt_allreduce_host(rt, &f, 1));
+  TRY(runtime_allreduce_host(rt, &f, 1));
   *nfailed = (int)f;
   return FSDP_OK;
 }
@@ -175,18 +177,18 @@ static fsdp_status save_plan(const runtime_t *rt, plan_t **out) {
 
 /* The checkpoint protocol with P as the writer's plan; the ranks beyond P's world write no file. */
 static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   void *hp = NULL, *hm = NULL, *hv = NULL;
   fsdp_status rc = FSDP_OK;
   int writes = rt->rank < p->world;
-  if (writes) rc = rt_host_view(rt, rt->param, bytes, &hp);
-  if (writes && rc == FSDP_OK) rc = rt_host_view(rt, rt->m, bytes, &hm);
-  if (writes && rc == FSDP_OK) rc = rt_host_view(rt, rt->v, bytes, &hv);
+  if (writes) rc = runtime_host_view(rt, rt->param, bytes, &hp);
+  if (writes && rc == FSDP_OK) rc = runtime_host_view(rt, rt->m, bytes, &hm);
+  if (writes && rc == FSDP_OK) rc = runtime_host_view(rt, rt->v, bytes, &hv);
   if (writes && rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, hp, hm, hv);
-  rt_host_view_done(rt, hp);
-  rt_host_view_done(rt, hm);
-  rt_host_view_done(rt, hv);
+  runtime_host_view_done(rt, hp);
+  runtime_host_view_done(rt, hm);
+  runtime_host_view_done(rt, hv);
   if (rc != FSDP_OK) log_error("checkpoint step %d: %s", step, fsdp_last_error());
   char err[1024];
   snprintf(err, sizeof err, "%s", fsdp_last_error());
@@ -209,7 +211,7 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
   TRY(count_failures(rt, rc != FSDP_OK, &nbad));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
   if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
-  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(now_us() - t0) / 1e6);
+  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(monotime_us() - t0) / 1e6);
   return FSDP_OK;
 }
 
@@ -231,7 +233,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   float agree[3] = {rc != FSDP_OK, (float)(s >> 12), (float)(s & 4095)};
   char err[1024];
   snprintf(err, sizeof err, "%s", fsdp_last_error());
-  TRY(rt_allreduce_host(rt, agree, 3));
+  TRY(runtime_allreduce_host(rt, agree, 3));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
   if (agree[0] != 0) return fsdp_set_error(FSDP_ERR_IO, "%.0f rank(s) could not read %s (see their logs)", agree[0], dir);
   if (agree[1] != (float)(s >> 12) * rt->world || agree[2] != (float)(s & 4095) * rt->world)
@@ -242,7 +244,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
     return FSDP_OK;
   }
 
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   ckpt_info ci;
   int64_t ostep = -1;
   rc = ckpt_read_manifest(dir, s, &ci);
@@ -251,16 +253,18 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
    * file whole, and that read checks every CRC. */
   if (rc == FSDP_OK && !ckpt_same_layout(&ci, p)) rc = ckpt_verify(dir, &ci, rt->rank, rt->world);
   size_t bytes = (size_t)p->shard_total * sizeof(float);
-  void *hp = NULL, *hm = NULL, *hv = NULL;
-  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->param, bytes, &hp);
-  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->m, bytes, &hm);
-  if (rc == FSDP_OK) rc = rt_host_buffer(rt, rt->v, bytes, &hv);
-  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, rt->spec, p, rt->rank, hp, hm, hv, &ostep);
-  /* written back even after a failure: the shards were changed in place on a host device too */
-  if (hp) TRY(rt_host_buffer_done(rt, rt->param, bytes, hp));
-  if (hm) TRY(rt_host_buffer_done(rt, rt->m, bytes, hm));
-  if (hv) TRY(rt_host_buffer_done(rt, rt->v, bytes, hv));
-  if (rc == FSDP_OK) rc = rt_refresh_lp(rt);
+  float *dst[3] = {rt->param, rt->m, rt->v};
+  void *h[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3 && rc == FSDP_OK; i++) rc = runtime_host_buffer(rt, dst[i], bytes, &h[i]);
+  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, rt->spec, p, rt->rank, h[0], h[1], h[2], &ostep);
+  /* every staging buffer is freed, written back only after a complete load (a failed restore fails
+   * on every rank: the shards are not trained on) */
+  int loaded = rc == FSDP_OK;
+  for (int i = 0; i < 3; i++) {
+    fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);
+    if (rc == FSDP_OK) rc = wrc;
+  }
+  if (rc == FSDP_OK) rc = runtime_refresh_lp(rt);
   if (rc == FSDP_OK && ostep != s)
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "checkpoint step %d in %s: its files say the optimizer took %lld steps", s, dir,
                         (long long)ostep);
@@ -276,7 +280,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;
   if (rt->rank == 0) {
     log_info("resumed from checkpoint step %d in %s (written by %d rank(s), sharding %s) in %.2f s", s, dir, ci.world,
-             jobspec_shard_mode_name(ci.sharding), (double)(now_us() - t0) / 1e6);
+             jobspec_shard_mode_name(ci.sharding), (double)(monotime_us() - t0) / 1e6);
     if (ci.rows_per_step != rows)
       log_warn("N·B·G changed from %lld to %lld rows per step: the data order does not continue where it stopped",
                (long long)ci.rows_per_step, (long long)rows);

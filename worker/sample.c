@@ -257,7 +257,7 @@ fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int p
   float *lnf = malloc((size_t)C * sizeof(float)), *logits = malloc((size_t)V * sizeof(float));
   double *w = malloc((size_t)V * sizeof(double));
   if (!units || !window || !lnf || !logits || !w) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
-  if (rc == FSDP_OK) rc = device_new_cpu(DEV_CPU_SYNC, &dev);
+  if (rc == FSDP_OK) rc = dev_new_cpu(DEV_CPU_SYNC, &dev);
   if (rc == FSDP_OK && !(acts = model_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
   for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
   const float *head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
@@ -279,7 +279,7 @@ fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int p
     ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
   }
   model_acts_destroy(&acts);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   free(units);
   free(window);
   free(lnf);

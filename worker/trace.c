@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct slot {
   _Atomic uint64_t seq;   /* 0: being written; i + 1: holds record i */
@@ -20,12 +19,6 @@ struct trace {
   uint64_t open[TRACE_NLANE][TRACE_DEPTH];   /* each lane's open spans (its writer thread's) */
   int depth[TRACE_NLANE];
 };
-
-uint64_t trace_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 fsdp_status trace_new(trace_t **out) {
   *out = NULL;

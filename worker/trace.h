@@ -3,7 +3,7 @@
  * bounded ring that the coordinator pulls on demand (`fsdpctl trace`, docs/observability.md).
  *
  * A span is one fixed-size record (trace_span): what (kind, unit), where (lane), when (start and
- * end in µs of CLOCK_MONOTONIC, the clock every thread of the process shares) and the step. The
+ * end in µs of CLOCK_MONOTONIC, monotime.h, the clock every thread of the process shares) and the step. The
  * ring holds TRACE_RING records; a new span overwrites the oldest, so a worker keeps the last
  * ⌊TRACE_RING / spans per step⌋ steps (trace_retained says which, whole steps only).
  *
@@ -69,8 +69,6 @@ fsdp_status trace_new(trace_t **out);
  * is an error that names both. */
 fsdp_status trace_from_env(trace_t **out);
 void trace_destroy(trace_t **t);   /* NULL-safe; *t becomes NULL */
-
-uint64_t trace_now_us(void);
 
 /* Record one finished span (any thread). NULL-safe. */
 void trace_add(trace_t *t, trace_lane lane, trace_kind kind, int unit, int step, uint64_t t0_us, uint64_t t1_us);

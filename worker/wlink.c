@@ -1,9 +1,9 @@
 /* wlink — see wlink.h. */
+#include "monotime.h"
 #include "wlink.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -20,19 +20,13 @@ struct wlink {
   wire_env env;                /* [empty delimiter] */
 };
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Receive one message within timeout_s (< 0: no limit). */
 static fsdp_status recv_msg(wlink *l, double timeout_s, Fsdp__Msg **out) {
-  double deadline = mono_s() + timeout_s;
+  double deadline = monotime_s() + timeout_s;
   for (;;) {
     int ms = -1;
     if (timeout_s >= 0) {
-      double left = deadline - mono_s();
+      double left = deadline - monotime_s();
       if (left <= 0) return fsdp_set_error(FSDP_ERR_TIMEOUT, "the coordinator did not answer within %.0f s", timeout_s);
       ms = (int)(left * 1000) + 1;
     }

@@ -36,6 +36,7 @@
 #include "err.h"
 #include "gpu_check.h"
 #include "mem.h"
+#include "monotime.h"
 #include "ops_cpu.h"
 #include "trace.h"
 
@@ -142,7 +143,7 @@ static void check_nccl_spans(comm_t *c) {
   trace_set_step(t, 7);
   comm_set_trace(c, t, TRACE_COMM);
   comm_req *req[3] = {NULL, NULL, NULL};
-  uint64_t h0 = trace_now_us();
+  uint64_t h0 = monotime_us();
   comm_trace_unit(c, 3);
   fsdp_status st = comm_allgather(c, d_send, d_recv, n, COMM_F32, &req[0]);
   comm_trace_unit(c, 4);
@@ -152,7 +153,7 @@ static void check_nccl_spans(comm_t *c) {
     fsdp_status w = comm_wait(&req[i]);
     if (st == FSDP_OK) st = w;
   }
-  uint64_t h1 = trace_now_us();
+  uint64_t h1 = monotime_us();
   if (st == FSDP_OK) st = comm_barrier(c);
   comm_set_trace(c, NULL, TRACE_COMM);
   if (st != FSDP_OK) {
@@ -244,12 +245,6 @@ static int read_all(int fd, void *p, size_t n) {
     n -= (size_t)r;
   }
   return 0;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Small integers, exact in bf16 (up to 256) and in any summation order. */
@@ -388,12 +383,12 @@ static int mp_rank_main(mp_kind kind, int rank, int world, int id_fd, const char
       const int warm = 3, iters = 10;
       double t0 = 0;
       for (int it = 0; it < warm + iters && !fails; it++) {
-        if (it == warm) t0 = now_s();
+        if (it == warm) t0 = monotime_s();
         fsdp_status st = k == 0 ? comm_allgather(c, d_send, d_recv, per, COMM_F32, NULL)
                                 : comm_reduce_scatter(c, d_recv, d_send, per, COMM_F32, NULL);
         if (st != FSDP_OK) CHILD_FAIL("%s bandwidth run: %s", k ? "reduce-scatter" : "all-gather", fsdp_last_error());
       }
-      double t = (now_s() - t0) / iters, S = (double)per * 4 * world;
+      double t = (monotime_s() - t0) / iters, S = (double)per * 4 * world;
       if (!fails && rank == 0)
         printf("%s %-15s S=%.0f MiB  time %.3f ms  algbw %.2f GB/s  busbw %.2f GB/s\n", kMpLabel[kind],
                k ? "reduce-scatter" : "all-gather", S / (1 << 20), 1e3 * t, S / t / 1e9,
@@ -459,7 +454,7 @@ static int check_two_ranks(mp_kind kind) {
   close(fd[1]);
   int ok = 1, left = world;
   int done[2] = {0, 0};
-  double deadline = now_s() + limit_s;
+  double deadline = monotime_s() + limit_s;
   while (left > 0) {
     for (int r = 0; r < world; r++) {
       if (done[r]) continue;
@@ -473,7 +468,7 @@ static int check_two_ranks(mp_kind kind) {
         }
       }
     }
-    if (left > 0 && now_s() > deadline) {
+    if (left > 0 && monotime_s() > deadline) {
       printf("%s: FAIL: the ranks did not finish within %.0f s; killing them\n", label, limit_s);
       for (int r = 0; r < world; r++)
         if (!done[r]) {

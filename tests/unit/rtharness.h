@@ -154,7 +154,7 @@ static int child(int rank, int world, const char *dir, void *arg) {
                          .timeout_s = c->timeout_s, .device = -1};
   if (plan_build(&spec, c->world, &plan) != FSDP_OK ||
       comm_new_gloo(rank, c->world, store, NULL, "t/", spec.timeout_s, &comm) != FSDP_OK ||
-      device_new_cpu(c->drop_wait ? DEV_CPU_STRICT : g_mode, &dev) != FSDP_OK ||
+      dev_new_cpu(c->drop_wait ? DEV_CPU_STRICT : g_mode, &dev) != FSDP_OK ||
       runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK ||
       (c->group && (comm_hybrid_open(comm, &ha, &gcomm, &rcomm) != FSDP_OK ||
                     runtime_set_groups(rt, gcomm, rcomm) != FSDP_OK))) {
@@ -211,7 +211,7 @@ static int child(int rank, int world, const char *dir, void *arg) {
   if (res.failed_step < 0 && write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(5);
   if (res.failed_step < 0) {   /* a failed comm cannot be torn down politely; the process exits */
     runtime_destroy(&rt);
-    device_destroy(&dev);
+    dev_destroy(&dev);
     comm_destroy(&rcomm);
     comm_destroy(&gcomm);
     comm_destroy(&comm);

@@ -364,7 +364,7 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
   char path[700];
   snprintf(path, sizeof path, "%s/store", run_dir);
   if (plan_build(&spec, c->world, &plan) != FSDP_OK || comm_new_gloo(rank, c->world, path, NULL, "t", spec.timeout_s, &comm) != FSDP_OK ||
-      device_new_cpu(g_mode, &dev) != FSDP_OK || runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK) {
+      dev_new_cpu(g_mode, &dev) != FSDP_OK || runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK) {
     fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
     _exit(3);
   }
@@ -390,7 +390,7 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
   snprintf(path, sizeof path, "%s/shard-%d", run_dir, rank);
   if (write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(8);
   runtime_destroy(&rt);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   comm_destroy(&comm);
   plan_destroy(&plan);
   _exit(0);

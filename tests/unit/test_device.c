@@ -193,8 +193,8 @@ static void test_ordering(device_t *d, const char *what) {
 /* Strict devices' events are demanded only by a wait: what lets a lazy collective run. */
 static void test_demand(void) {
   device_t *s = NULL, *a = NULL;
-  CHECK_OK(device_new_cpu(DEV_CPU_STRICT, &s));
-  CHECK_OK(device_new_cpu(DEV_CPU_ASYNC, &a));
+  CHECK_OK(dev_new_cpu(DEV_CPU_STRICT, &s));
+  CHECK_OK(dev_new_cpu(DEV_CPU_ASYNC, &a));
   dev_event *es = dev_event_new(s), *ea = dev_event_new(a);
   CHECK(dev_event_lazy(es) && !dev_event_lazy(ea));
   uint64_t t = dev_event_mark(es);
@@ -212,8 +212,8 @@ static void test_demand(void) {
   CHECK_OK(s->op->sync(s));
   dev_event_destroy(&es);
   dev_event_destroy(&ea);
-  device_destroy(&s);
-  device_destroy(&a);
+  dev_destroy(&s);
+  dev_destroy(&a);
 }
 
 static void test_env(void) {
@@ -233,12 +233,12 @@ int main(void) {
   static const dev_cpu_mode modes[] = {DEV_CPU_SYNC, DEV_CPU_ASYNC, DEV_CPU_STRICT};
   for (int i = 0; i < 3; i++) {
     device_t *d = NULL;
-    CHECK_OK(device_new_cpu(modes[i], &d));
+    CHECK_OK(dev_new_cpu(modes[i], &d));
     if (!d) return 1;
     test_bf16_rounding(d);
     test_memory_ops(d);
     test_ordering(d, d->op->name);
-    device_destroy(&d);
+    dev_destroy(&d);
     CHECK(d == NULL);
   }
   test_demand();

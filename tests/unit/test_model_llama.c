@@ -206,10 +206,10 @@ static void test_cuda_layout_alignment(void) {
 }
 
 int main(void) {
-  if (device_new_cpu(DEV_CPU_SYNC, &g_dev) != FSDP_OK) return 2;
+  if (dev_new_cpu(DEV_CPU_SYNC, &g_dev) != FSDP_OK) return 2;
   test_gradcheck();
   test_init_loss();
   test_cuda_layout_alignment();
-  device_destroy(&g_dev);
+  dev_destroy(&g_dev);
   return check_done();
 }

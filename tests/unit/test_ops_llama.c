@@ -312,7 +312,7 @@ enum { S_LIN, S_DLIN_X, S_DLIN_W, S_RMS, S_RSTD, S_DRMS_X, S_DRMS_W, S_ROPE, S_A
  * direct calls on the same inputs: the same bits. Parameter gradients start from the same values. */
 static void test_cpu_device_slots(void) {
   device_t *d = NULL;
-  CHECK_OK(device_new_cpu(DEV_CPU_ASYNC, &d));
+  CHECK_OK(dev_new_cpu(DEV_CPU_ASYNC, &d));
   if (!d) return;
   const int B = 2, T = 5, NH = 4, NKV = 2, HS = 4, C = NH * HS, BT = B * T, F = 6, OC = 7, V = 3;
   const int C3 = C + 2 * NKV * HS;
@@ -376,7 +376,7 @@ static void test_cpu_device_slots(void) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < S_N; i++) free(r[k][i]);
   free(x), free(w), free(gu), free(dy), free(pre);
-  device_destroy(&d);
+  dev_destroy(&d);
 }
 
 int main(void) {

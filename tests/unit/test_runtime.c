@@ -112,7 +112,7 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
   make_spec(c1, &s);
   plan_t *p = NULL;
   device_t *dev = NULL;
-  if (plan_build(&s, 1, &p) != FSDP_OK || device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
+  if (plan_build(&s, 1, &p) != FSDP_OK || dev_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
   const int B = 4, T = p->model.seq_len, BT = B * T;
   int64_t S = p->shard_total;
   float *w = calloc((size_t)S, 4), *wb = calloc((size_t)S, 4), *g = calloc((size_t)S, 4);
@@ -218,7 +218,7 @@ static int eval_reference_child(int rank, int world, const char *dir, void *arg)
   make_spec(&c1, &s);
   plan_t *p = NULL;
   device_t *dev = NULL;
-  if (plan_build(&s, 1, &p) != FSDP_OK || device_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
+  if (plan_build(&s, 1, &p) != FSDP_OK || dev_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) _exit(3);
   float *w = calloc((size_t)p->shard_total, 4);
   void **units = calloc((size_t)p->nunits, sizeof(void *));
   int64_t off = 0;

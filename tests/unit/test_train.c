@@ -61,7 +61,7 @@ int main(void) {
     dunits[u] = g + p->units[u].shard_base;
   }
   device_t *dev = NULL;
-  CHECK_OK(device_new_cpu(DEV_CPU_SYNC, &dev));
+  CHECK_OK(dev_new_cpu(DEV_CPU_SYNC, &dev));
   model_acts *a = model_acts_new(p, dev);
   CHECK(a != NULL);
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
@@ -99,7 +99,7 @@ int main(void) {
   CHECK(tail <= H_rate * 1.10);
 
   model_acts_destroy(&a);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   free(inp); free(tgt); free(w); free(g); free(m); free(v); free(units); free(dunits); free(stream);
   tok_markov_destroy(&mk);
   plan_destroy(&p);

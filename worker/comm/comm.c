@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "monotime.h"
 
 #define MSG_LEN 768
 
@@ -68,12 +69,6 @@ struct comm {
   trace_lane trace_lane;   /* the lane they are recorded on */
   int next_unit;           /* the unit of the next collective issued (caller's thread) */
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *comm_op_name(comm_op_kind k) {
   switch (k) {
@@ -133,7 +128,7 @@ static void describe_failure(const comm_t *c, const comm_op *op, fsdp_status st,
            "%s %s of %zu %s elements per rank failed (%s) on rank %d of %d after %.2f s; "
            "timeout_s = %.3g: %s",
            c->be->name, comm_op_name(op->kind), op->count, dtype_name(op->dt), fsdp_strerror(st),
-           c->rank, c->world, now_s() - t0, c->timeout_s, why);
+           c->rank, c->world, monotime_s() - t0, c->timeout_s, why);
 }
 
 /* ---- world = 1: every collective is a local copy ---- */
@@ -151,11 +146,7 @@ static const comm_backend local_backend = {.name = "local", .run = local_run};
 /* ---- device events around an op (device.h) ---- */
 
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  double end = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + seconds;
-  ts.tv_sec = (time_t)end;
-  ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+  struct timespec ts = monotime_after(seconds);
   pthread_cond_timedwait(cv, mu, &ts);
 }
 
@@ -173,10 +164,10 @@ static fsdp_status run_traced(comm_t *c, comm_req *r) {
   if (st != FSDP_OK) return st;
   const comm_op *op = &r->op;
   int kind = comm_op_trace_kind(op->kind);
-  uint64_t t0 = op->trace ? trace_now_us() : 0;
+  uint64_t t0 = op->trace ? monotime_us() : 0;
   st = c->be->run(c->impl, op);
   if (op->trace && st == FSDP_OK && kind >= 0)
-    trace_add(op->trace, op->lane, (trace_kind)kind, op->unit, op->step, t0, trace_now_us());
+    trace_add(op->trace, op->lane, (trace_kind)kind, op->unit, op->step, t0, monotime_us());
   return st;
 }
 
@@ -209,7 +200,7 @@ static void *comm_thread_main(void *arg) {
     }
     c->head = r->next;
     if (!c->head) c->tail = NULL;
-    double t0 = now_s();
+    double t0 = monotime_s();
     c->cur = r;
     c->cur_start = t0;
     int failed = atomic_load(&c->failed);
@@ -325,7 +316,7 @@ static fsdp_status issue(comm_t *c, const comm_op *op, comm_req **req) {
   r->op = *op;
   if (op->after) r->op.after_ticket = dev_event_last(op->after);
   if (op->done) r->op.done_ticket = dev_event_mark(op->done);
-  r->t_submit = now_s();
+  r->t_submit = monotime_s();
   r->op.trace = c->trace;
   r->op.lane = c->trace_lane;
   r->op.unit = c->next_unit;
@@ -454,7 +445,7 @@ static fsdp_status wait_threaded(comm_t *c, comm_req *r) {
   r->demanded = 1;
   pthread_cond_broadcast(&c->cv_work);
   while (!r->done) {
-    double t = now_s();
+    double t = monotime_s();
     if (c->cur && t - c->cur_start > watchdog) {
       /* The backend ignored its own deadline: give up on this request and fail the comm. */
       char msg[MSG_LEN];
@@ -475,11 +466,7 @@ static fsdp_status wait_threaded(comm_t *c, comm_req *r) {
     double slice = c->cur ? c->cur_start + watchdog - t + 0.01 : watchdog;
     if (slice < 0.01) slice = 0.01;
     if (slice > 1.0) slice = 1.0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double end = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + slice;
-    ts.tv_sec = (time_t)end;
-    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    struct timespec ts = monotime_after(slice);
     pthread_cond_timedwait(&c->cv_done, &c->mu, &ts);
   }
   pthread_mutex_unlock(&c->mu);
@@ -492,7 +479,7 @@ static fsdp_status wait_threaded(comm_t *c, comm_req *r) {
 static fsdp_status wait_streamed(comm_t *c, comm_req *r) {
   /* From the start of the wait, not the issue: the caller may have computed for a long time
    * in between, and the collective may have been queued behind others on the stream. */
-  double deadline = now_s() + c->timeout_s;
+  double deadline = monotime_s() + c->timeout_s;
   fsdp_status st = FSDP_OK;
   char msg[MSG_LEN];
   for (int spin = 0;; spin++) {
@@ -517,7 +504,7 @@ static fsdp_status wait_streamed(comm_t *c, comm_req *r) {
       free(r);
       return FSDP_OK;
     }
-    if (now_s() > deadline) {
+    if (monotime_s() > deadline) {
       st = FSDP_ERR_TIMEOUT;
       describe_failure(c, &r->op, st, r->t_submit, "did not complete before the deadline; communicator aborted",
                        msg, sizeof msg);

@@ -1,5 +1,6 @@
 /* comm_boot — the unique-id exchange and the directory store; see comm_boot.h. */
 #include "comm_boot.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,23 +78,17 @@ static fsdp_status dir_set(void *ctx, const char *key, const void *val, size_t l
   return FSDP_OK;
 }
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static fsdp_status dir_get(void *ctx, const char *key, void **val, size_t *len, double timeout_s) {
   const char *dir = ctx;
   char path[4096];
   TRY(key_path(dir, key, path, sizeof path, ""));
   *val = NULL;
   *len = 0;
-  double deadline = mono_s() + timeout_s;
+  double deadline = monotime_s() + timeout_s;
   FILE *f;
   while (!(f = fopen(path, "rb"))) {
     if (errno != ENOENT) return fsdp_set_error(FSDP_ERR_IO, "rendezvous: cannot open %s: %s", path, strerror(errno));
-    if (mono_s() > deadline)
+    if (monotime_s() > deadline)
       return fsdp_set_error(FSDP_ERR_TIMEOUT, "rendezvous: %s did not appear within %.3g s (did rank 0 start?)", path,
                             timeout_s);
     struct timespec ts = {0, 10 * 1000 * 1000};

@@ -35,6 +35,7 @@
 #include "cuda_spans.h"
 #include "log.h"
 #include "mem.h"
+#include "monotime.h"
 
 _Static_assert(NCCL_UNIQUE_ID_BYTES == 128, "comm.h hands NCCL unique ids around as 128 bytes");
 
@@ -73,12 +74,6 @@ typedef struct nccl_impl {
   uint64_t dropped;        /* traced collectives that recorded no span */
 } nccl_impl;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static fsdp_status cuda_err(cudaError_t e, const char *what) {
   (void)cudaGetLastError();   /* reported here; not left behind for the next launch check */
   return fsdp_set_error(FSDP_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -100,7 +95,7 @@ static fsdp_status settle(nccl_impl *n, ncclResult_t r, const char *what, double
     if (q != ncclSuccess) return nccl_err(n, q, "ncclCommGetAsyncError");
     if (ae == ncclSuccess) return FSDP_OK;
     if (ae != ncclInProgress) return nccl_err(n, ae, what);
-    if (now_s() > deadline)
+    if (monotime_s() > deadline)
       return fsdp_set_error(FSDP_ERR_TIMEOUT, "%s still in progress after timeout_s = %.3g on rank %d of %d", what,
                             n->timeout_s, n->rank, n->world);
     struct timespec ts = {0, 50000};
@@ -181,7 +176,7 @@ static int span_open(nccl_impl *n, const comm_op *op) {
   if (!op->trace || kind < 0 || !spans_ready(n)) return -1;
   if (n->inflight == 0) {   /* nothing in flight: the stream is idle, the anchor completes now */
     n->anchored = cudaEventRecord(n->anchor, n->stream) == cudaSuccess;
-    n->anchor_us = trace_now_us();
+    n->anchor_us = monotime_us();
     if (!n->anchored) (void)cudaGetLastError();
   }
   if (!n->anchored || n->nfree == 0) {
@@ -256,7 +251,7 @@ static fsdp_status nccl_submit(void *impl, const comm_op *op, void **token) {
     goto fail;
   }
   sp = span_mark(n, sp, 0);
-  double deadline = now_s() + n->timeout_s;
+  double deadline = monotime_s() + n->timeout_s;
   ncclResult_t r = ncclSuccess;
   const char *what = comm_op_name(op->kind);
   switch (op->kind) {
@@ -345,7 +340,7 @@ static void nccl_destroy(void *impl) {
   cudaSetDevice(n->device);
   if (n->comm && !n->aborted) {
     /* Finalize flushes outstanding work; bounded by the timeout, then abort. */
-    double deadline = now_s() + n->timeout_s;
+    double deadline = monotime_s() + n->timeout_s;
     fsdp_status st = settle(n, ncclCommFinalize(n->comm), "ncclCommFinalize", deadline);
     if (st == FSDP_OK) {
       ncclCommDestroy(n->comm);
@@ -415,7 +410,7 @@ static fsdp_status nccl_open(int rank, int world, int device, double timeout_s, 
   mem_account(MEM_COMM, (int64_t)sizeof(float));
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  double deadline = now_s() + timeout_s;
+  double deadline = monotime_s() + timeout_s;
   ncclResult_t r = init(arg, &n->comm, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
     st = nccl_err(n, r, what);

@@ -50,6 +50,7 @@
 #include "device_cuda_kern.h"
 #include "log.h"
 #include "mem.h"
+#include "monotime.h"
 #include "ops_cuda.h"
 
 _Static_assert(PLAN_CUDA_WORKSPACE_BYTES >= (int64_t)OPS_CUDA_WORKSPACE_MIN,
@@ -331,7 +332,7 @@ static float elapsed_ms(cuda_dev *d, int a, int b) {
 /* The window's span boundaries into host time, given END: a timing event recorded on the idle stream
  * and synchronized, so that it completed "now". */
 static void resolve_marks(cuda_dev *d, int end) {
-  uint64_t now = trace_now_us();
+  uint64_t now = monotime_us();
   for (int i = 0; i < d->nmarks; i++) {
     const tmark *m = &d->marks[i];
     uint64_t at;
@@ -702,7 +703,7 @@ static const dev_ops cuda_ops = {
     .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward, .destroy = cu_destroy};
 
-fsdp_status device_cuda_count(int *n) {
+fsdp_status dev_cuda_count(int *n) {
   *n = 0;
   cudaError_t e = cudaGetDeviceCount(n);
   if (e != cudaSuccess) {
@@ -715,11 +716,11 @@ fsdp_status device_cuda_count(int *n) {
   return FSDP_OK;
 }
 
-fsdp_status device_new_cuda(int gpu, device_t **out) {
+fsdp_status dev_new_cuda(int gpu, device_t **out) {
   *out = NULL;
   int n = 0;
   cudaError_t e;
-  TRY(device_cuda_count(&n));
+  TRY(dev_cuda_count(&n));
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
   if (gpu < 0 || gpu >= n)
     return fsdp_set_error(FSDP_ERR_RANGE, "GPU %d does not exist: %d visible (CUDA_VISIBLE_DEVICES=%s)", gpu, n,

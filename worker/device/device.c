@@ -2,6 +2,7 @@
  * the native half a device may add: a cudaEvent_t on CUDA) and the parts of device.h that do not
  * depend on the implementation. See device.h. */
 #include "device.h"
+#include "monotime.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -77,11 +78,7 @@ uint64_t dev_event_last(const dev_event *e) {
 }
 
 fsdp_status dev_event_host_wait(dev_event *e, uint64_t ticket, double timeout_s) {
-  struct timespec end;
-  clock_gettime(CLOCK_MONOTONIC, &end);
-  double t = (double)end.tv_sec + 1e-9 * (double)end.tv_nsec + timeout_s;
-  end.tv_sec = (time_t)t;
-  end.tv_nsec = (long)((t - (double)end.tv_sec) * 1e9);
+  struct timespec end = monotime_after(timeout_s);
   fsdp_status rc = FSDP_OK;
   pthread_mutex_lock(&e->mu);
   if (ticket > e->demand) {
@@ -137,7 +134,7 @@ fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
   return FSDP_OK;
 }
 
-void device_destroy(device_t **pd) {
+void dev_destroy(device_t **pd) {
   if (!pd || !*pd) return;
   device_t *d = *pd;
   *pd = NULL;

@@ -29,6 +29,7 @@
  *
  * Ownership and threads: one host thread drives a device (the runtime's); a device_t outlives every
  * buffer and event made from it. Event completion and waits are thread-safe (comm threads use them).
+ * Names: dev_* (the handle's type is device_t, since dev_t is POSIX's).
  */
 #ifndef FSDP_DEVICE_H
 #define FSDP_DEVICE_H
@@ -170,16 +171,16 @@ struct device {
 
 /* The CPU device; FSDP_CPU_DEVICE=sync|async|strict in the environment picks the mode for workers
  * (dev_cpu_mode_from_env, default sync). */
-fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out);
+fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out);
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode);
-void device_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
+void dev_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
 
 /* The CUDA device on GPU GPU (an index among the visible devices) in bf16 (device_cuda.c; CUDA
  * build only). Fails with "no usable GPU: ..." when the driver or the GPU is missing. */
 #ifdef FSDP_HAVE_CUDA
-fsdp_status device_new_cuda(int gpu, device_t **out);
+fsdp_status dev_new_cuda(int gpu, device_t **out);
 /* The number of visible GPUs (≥ 1), or "no usable GPU: ..." naming CUDA's reason. */
-fsdp_status device_cuda_count(int *n);
+fsdp_status dev_cuda_count(int *n);
 #endif
 
 /* Floats of the attention state the forward keeps for the backward (per block), and of the

@@ -12,9 +12,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mem.h"
+#include "monotime.h"
 #include "ops_cpu.h"
 #include "optim.h"
 #include "safetensors.h"
@@ -50,16 +50,10 @@ struct cpu_dev {
   int running, stop;
 };
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void run_task(cpu_dev *d, const task *t) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   t->run(d, t->a);
-  if (t->timer < DEV_NTIMER) d->us[t->timer] += now_us() - t0;   /* waits charge their own */
+  if (t->timer < DEV_NTIMER) d->us[t->timer] += monotime_us() - t0;   /* waits charge their own */
 }
 
 static void *stream_main(void *arg) {
@@ -161,11 +155,11 @@ static void cpu_record(device_t *d, dev_event *e) {
 }
 
 static void run_wait(cpu_dev *d, const targ *a) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = monotime_us();
   /* Collectives complete or fail within their comm's deadlines, and a failed comm completes
    * every pending event, so this wait ends. */
   dev_event_host_wait(a[0].p, (uint64_t)a[1].i, 1e9);
-  d->us[a[2].i] += now_us() - t0;
+  d->us[a[2].i] += monotime_us() - t0;
 }
 static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
   const targ a[] = {P(e), I(dev_event_last(e)), I(t)};
@@ -174,7 +168,7 @@ static void cpu_wait(device_t *d, dev_event *e, dev_timer t) {
 
 static void run_trace(cpu_dev *d, const targ *a) {
   (void)d;
-  uint64_t now = trace_now_us();
+  uint64_t now = monotime_us();
   if (a[1].i) trace_end(a[0].p, TRACE_STREAM, (trace_kind)a[2].i, (int)a[3].i, (int)a[4].i, now);
   else trace_begin(a[0].p, TRACE_STREAM, now);
 }
@@ -518,7 +512,7 @@ static void cpu_destroy(device_t *dd) {
 
 static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async"), ops_strict = CPU_OPS("cpu-strict");
 
-fsdp_status device_new_cpu(dev_cpu_mode mode, device_t **out) {
+fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out) {
   *out = NULL;
   cpu_dev *d = calloc(1, sizeof *d);
   if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device");

@@ -1,0 +1,161 @@
+/* unit — see unit.h. */
+#include "unit.h"
+
+#include <stdlib.h>
+
+struct unit_pool {
+  const plan_t *p;
+  device_t *d;
+  comm_t *comm;                  /* gathers: the shard group's (hybrid), else the world's */
+  const char *shard;             /* the gather source: this rank's shard in param_dtype */
+  int esz;                       /* its element size */
+  reducer *red;
+  reqs *q;
+  int sharded, grad_op, convert, drop_wait;
+  int nslots;                    /* block slots; slot[nslots] is the root's */
+  unit_slot *slot;
+  void *root_act, *blk_act;      /* compute-form copies when convert */
+  fsdp_unit *units;
+};
+
+static void *dalloc(device_t *d, int64_t n, int esz) { return d->op->alloc(d, MEM_GATHERED, (size_t)n * (size_t)esz); }
+
+#define ALLOC_OR_FAIL(ptr, expr)         \
+  do {                                   \
+    if (!((ptr) = (expr))) goto fail;    \
+  } while (0)
+
+/* Gather buffers are allocated here, once, and reused: release returns a slot to the pool. */
+static int alloc_slots(unit_pool *pool) {
+  const plan_t *p = pool->p;
+  int L = p->nunits - 1, regathers = !pool->grad_op;
+  int64_t pb = 0;
+  for (int u = 1; u <= L; u++)
+    if (p->units[u].padded > pb) pb = p->units[u].padded;
+  pool->nslots = regathers ? 1 + p->prefetch : L;
+  if (pool->nslots > L) pool->nslots = L;
+  if (!(pool->slot = calloc((size_t)pool->nslots + 1, sizeof *pool->slot))) {
+    fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the gather pool's table");
+    return -1;
+  }
+  for (int s = 0; s <= pool->nslots; s++) {
+    unit_slot *sl = &pool->slot[s];
+    int64_t n = s == pool->nslots ? p->units[0].padded : regathers ? pb : p->units[1 + s].padded;
+    sl->unit = -1;
+    if (!(sl->free = dev_event_new(pool->d)) || !(sl->buf = dalloc(pool->d, n, pool->esz))) return -1;
+  }
+  return 0;
+}
+
+fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void *shard, reducer *red, reqs *q,
+                          unit_pool **out, fsdp_unit **units) {
+  *out = NULL;
+  *units = NULL;
+  unit_pool *pool = calloc(1, sizeof *pool);
+  if (!pool || !(pool->units = calloc((size_t)p->nunits, sizeof *pool->units))) {
+    free(pool);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the table of %d units", p->nunits);
+  }
+  pool->p = p, pool->d = d, pool->comm = comm, pool->shard = shard, pool->red = red, pool->q = q;
+  pool->esz = p->param_dtype == DTYPE_BF16 ? 2 : 4;
+  pool->sharded = p->sharding != SHARD_NONE;
+  pool->grad_op = p->sharding == SHARD_GRAD_OP;
+  pool->convert = pool->esz != d->act_bytes;
+  int64_t pb = 0;
+  for (int u = 1; u < p->nunits; u++)
+    if (p->units[u].padded > pb) pb = p->units[u].padded;
+  for (int u = 0; u < p->nunits; u++) pool->units[u] = (fsdp_unit){.id = u, .pu = &p->units[u], .pool = pool};
+  if (pool->convert) {
+    ALLOC_OR_FAIL(pool->root_act, dalloc(d, p->units[0].padded, d->act_bytes));
+    ALLOC_OR_FAIL(pool->blk_act, dalloc(d, pb, d->act_bytes));
+  }
+  if (pool->sharded) {
+    if (alloc_slots(pool) != 0) goto fail;
+    for (int u = 0; u < p->nunits; u++) ALLOC_OR_FAIL(pool->units[u].arrived, dev_event_new(d));
+  }
+  *out = pool;
+  *units = pool->units;
+  return FSDP_OK;
+fail:   /* the device's allocator or dev_event_new said why */
+  unit_pool_destroy(&pool);
+  return FSDP_ERR_NOMEM;
+}
+
+void unit_pool_set_comm(unit_pool *pool, comm_t *group) { pool->comm = group; }
+
+void unit_pool_test_drop_wait(unit_pool *pool, int on) { pool->drop_wait = on; }
+
+void unit_pool_destroy(unit_pool **pp) {
+  unit_pool *pool = pp ? *pp : NULL;
+  if (!pool) return;
+  device_t *d = pool->d;
+  for (int s = 0; pool->slot && s <= pool->nslots; s++) {
+    d->op->free(d, pool->slot[s].buf);
+    dev_event_destroy(&pool->slot[s].free);
+  }
+  for (int u = 0; u < pool->p->nunits; u++) dev_event_destroy(&pool->units[u].arrived);
+  d->op->free(d, pool->root_act);
+  d->op->free(d, pool->blk_act);
+  free(pool->slot);
+  free(pool->units);
+  free(pool);
+  *pp = NULL;
+}
+
+/* The unit's part of this rank's shard (param_dtype). */
+static const void *shard_of(const fsdp_unit *u) { return u->pool->shard + u->pu->shard_base * u->pool->esz; }
+
+/* A free slot: the root's own; grad_op's, one per block; else the first the pool has free. */
+static unit_slot *slot_for(unit_pool *pool, int id) {
+  if (id == 0) return &pool->slot[pool->nslots];
+  if (pool->grad_op) return &pool->slot[id - 1];
+  for (int s = 0; s < pool->nslots; s++)
+    if (pool->slot[s].unit < 0) return &pool->slot[s];
+  return NULL;
+}
+
+fsdp_status unit_gather(fsdp_unit *u) {
+  unit_pool *pool = u->pool;
+  if (!pool->sharded) return FSDP_OK;
+  unit_slot *s = slot_for(pool, u->id);
+  if (!s) return fsdp_set_error(FSDP_ERR_INTERNAL, "gather pool exhausted at unit %d (%d slots)", u->id, pool->nslots);
+  if (u->id > 0) s->unit = u->id;
+  u->slot = s;
+  u->gathered = s->buf;
+  comm_req *r = NULL;
+  comm_trace_unit(pool->comm, u->id);
+  TRY(comm_allgather_ev(pool->comm, shard_of(u), s->buf, (size_t)u->pu->shard_numel,
+                        pool->esz == 2 ? COMM_BF16 : COMM_F32, s->free, u->arrived, &r));
+  return reqs_add(pool->q, r);
+}
+
+const void *unit_wait(fsdp_unit *u) {
+  unit_pool *pool = u->pool;
+  device_t *d = pool->d;
+  const void *src = shard_of(u);
+  if (pool->sharded) {
+    if (!(pool->drop_wait && u->id > 0)) d->op->wait(d, u->arrived, DEV_T_GATHER);
+    src = u->gathered;
+  }
+  if (!pool->convert) return src;
+  void *act = u->id == 0 ? pool->root_act : pool->blk_act;
+  d->op->to_act(d, act, src, pool->p->param_dtype, u->pu->padded);
+  if (pool->sharded) d->op->record(d, u->slot->free);   /* the slot's last reader */
+  return act;
+}
+
+void unit_release(fsdp_unit *u) {
+  unit_pool *pool = u->pool;
+  if (!pool->sharded) return;
+  if (!pool->convert) pool->d->op->record(pool->d, u->slot->free);
+  if (u->id > 0) u->slot->unit = -1;
+  u->gathered = NULL;
+}
+
+fsdp_status unit_grad(fsdp_unit *u) { return reduce_buffer(u->pool->red, u->id, &u->grad); }
+
+fsdp_status unit_reduce(fsdp_unit *u) {
+  float *g = u->grad;
+  u->grad = NULL;
+  return reduce_issue(u->pool->red, u->id, g);
+}
