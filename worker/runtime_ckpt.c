@@ -156,11 +156,23 @@ fsdp_status runtime_save(runtime_t *rt, const char *path) {
 /* ---- checkpoints (common/ckpt.h, docs/checkpoints.md) ---- */
 
 /* Sum one flag over the ranks: how many ranks had a failure. Also the barrier the protocol needs. */
-static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed) {
-  float f = failed ? 1.0f : 0.0f;
-  TRY(runtime_allreduce_host(rt, &f, 1));
-  *nfailed = (int)f;
-  return FSDP_OK;
+static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed, char *ranks, size_t n) {
+  /* One flag per rank, summed: every rank learns how many failed and which. */
+  float *f = calloc((size_t)rt->world, sizeof *f);
+  if (!f) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %d failure flags", rt->world);
+  f[rt->rank] = failed ? 1.0f : 0.0f;
+  fsdp_status rc = runtime_allreduce_host(rt, f, rt->world);
+  *nfailed = 0;
+  size_t len = 0;
+  if (n) ranks[0] = '\0';
+  for (int r = 0; rc == FSDP_OK && r < rt->world; r++) {
+    if (f[r] == 0.0f) continue;
+    if (*nfailed < 4 && len < n) len += (size_t)snprintf(ranks + len, n - len, "%s%d", *nfailed ? ", " : "", r);
+    else if (*nfailed == 4 && len < n) len += (size_t)snprintf(ranks + len, n - len, ", ...");
+    ++*nfailed;
+  }
+  free(f);
+  return rc;
 }
 
 /* What a checkpoint records as its writer: this plan, or for hybrid the full-sharding plan of one
@@ -193,10 +205,13 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
   char err[1024];
   snprintf(err, sizeof err, "%s", fsdp_last_error());
   int nbad = 0;
-  TRY(count_failures(rt, rc != FSDP_OK, &nbad));   /* every rank's file is fsync'ed past this point */
+  char who[64];
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));   /* every rank's file is fsync'ed past this point */
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
-  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: %d rank(s) could not write their file (see their logs)",
-                                  step, nbad);
+  /* A peer's failure, not ours: reported as a collective's (secondary) outcome, so that the
+   * coordinator names the rank that failed, with its own reason. */
+  if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: rank %s could not write its file (see its log)",
+                                  step, who);
   if (rt->rank == 0) {
     uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
     uint64_t tokens = rt->ckpt_tokens0 + (uint64_t)(step - rt->ckpt_step0) * per_step;
@@ -208,9 +223,9 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
       snprintf(err, sizeof err, "%s", fsdp_last_error());
     }
   }
-  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
-  if (nbad) return fsdp_set_error(FSDP_ERR_IO, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
+  if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
   if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(monotime_us() - t0) / 1e6);
   return FSDP_OK;
 }
@@ -271,10 +286,11 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   if (rc != FSDP_OK) log_error("restoring step %d: %s", s, fsdp_last_error());
   snprintf(err, sizeof err, "%s", fsdp_last_error());
   int nbad = 0;
-  TRY(count_failures(rt, rc != FSDP_OK, &nbad));
+  char who[64];
+  TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
-  if (nbad) return fsdp_set_error(FSDP_ERR_FORMAT, "%d rank(s) could not restore checkpoint step %d from %s (see their logs)",
-                                  nbad, s, dir);
+  if (nbad)   /* a peer's failure: secondary, so the coordinator names the rank that failed (above) */
+    return fsdp_set_error(FSDP_ERR_COMM, "rank %s could not restore checkpoint step %d from %s (see its log)", who, s, dir);
   rt->ckpt_step0 = s;
   rt->ckpt_tokens0 = ci.tokens;
   int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;

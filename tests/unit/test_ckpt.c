@@ -368,9 +368,10 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
     fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
     _exit(3);
   }
-  if (c->restore && runtime_restore(rt, ckdir, &res.restored) != FSDP_OK) {
+  fsdp_status rrc = c->restore ? runtime_restore(rt, ckdir, &res.restored) : FSDP_OK;
+  if (rrc != FSDP_OK) {   /* 4: this rank's own failure; 6: a peer's (secondary, naming it) */
     fprintf(stderr, "rank %d restore: %s\n", rank, fsdp_last_error());
-    _exit(4);
+    _exit(rrc == FSDP_ERR_COMM ? 6 : 4);
   }
   for (int s = c->first; s <= c->last; s++) {
     rt_report r;
@@ -498,7 +499,9 @@ static void test_resume(void) {
     free(mr);
   }
   /* A corrupt file fails the restore on every rank, whichever rank reads it, and nothing hangs:
-   * same layout (rank 1 reads it whole), and resharded into 3 (rank 1 verifies it, 1 and 2 read it). */
+   * same layout (rank 1 reads it whole), and resharded into 3 (rank 1 verifies it, 1 and 2 read it).
+   * The rank whose range holds the flipped byte (rank 1 in both layouts) fails with its own reason
+   * (4); the others with a secondary error (6) naming rank 1, so the coordinator reports rank 1. */
   char file[700];
   snprintf(file, sizeof file, "%s/step-00000003/rank-1.bin", ck);
   uint64_t off;
@@ -508,7 +511,8 @@ static void test_resume(void) {
     config cw = {.world = world, .batch = 2, .restore = 1, .first = 4, .last = STEPS};
     mr = NULL;
     CHECK(run(&cw, ck, &resumed, &mr, &nr) != 0);
-    for (int r = 0; r < world; r++) CHECK(WIFEXITED(last_status[r]) && WEXITSTATUS(last_status[r]) == 4);
+    for (int r = 0; r < world; r++)
+      CHECK(WIFEXITED(last_status[r]) && WEXITSTATUS(last_status[r]) == (r == 1 ? 4 : 6));
     free(mr);
   }
   free(ms);
