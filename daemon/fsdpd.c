@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "coordinator.h"
+#include "asuser.h"
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
@@ -275,6 +276,8 @@ static int daemonize(const char *logpath) {
 }
 
 int main(int argc, char **argv) {
+  /* The agent starts another user's workers through this binary (asuser.h). */
+  if (argc > 1 && !strcmp(argv[1], ASUSER_EXEC_FLAG)) return asuser_exec_main(argc, argv);
   config cfg = {0};
   if (parse_args(argc, argv, &cfg) != 0) return 2;
   if (cfg.help) {
