@@ -450,7 +450,7 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
 }
 
 void ctl_fmt_jobs_table(Fsdp__JobInfo *const *jobs, size_t n, double now, FILE *f) {
-  const char *hp[] = {">id", "name", "owner", "state", ">step", ">loss", ">tok/s", ">age"};
+  const char *hp[] = {">id", "name", "state", ">step", ">loss", ">tok/s", ">age", "owner"};
   ctl_table *t = ctl_table_new(8, hp);
   for (size_t i = 0; i < n; i++) {
     const Fsdp__JobInfo *j = jobs[i];
@@ -469,7 +469,7 @@ void ctl_fmt_jobs_table(Fsdp__JobInfo *const *jobs, size_t n, double now, FILE *
       ctl_fmt_duration(now - j->submitted_at, age, sizeof age);
     else
       snprintf(age, sizeof age, "-");
-    const char *cells[] = {id, j->name ? j->name : "", j->owner ? j->owner : "", ctl_fmt_state(j->state), step, loss, tps, age};
+    const char *cells[] = {id, j->name ? j->name : "", ctl_fmt_state(j->state), step, loss, tps, age, j->owner ? j->owner : ""};
     ctl_table_add(t, cells);
   }
   ctl_table_print(t, f, "");

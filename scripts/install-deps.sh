@@ -17,6 +17,7 @@ PKGS=(
   libncurses-dev        # fsdpctl top
   tmux                  # tests/integration/top.sh: fsdpctl top in an 80x24 terminal
   python3 procps mount   # integration tests: pgrep, and a tmpfs for the full-disk case
+  passwd util-linux     # tests/integration/trust_users.sh: useradd/userdel, setpriv
   curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
   slurmctld slurmd slurm-client munge   # tests/integration/slurm.sh: a one-node Slurm of its own
