@@ -106,6 +106,27 @@ as "$A" "$CTL" logs "$id3" >/dev/null || fail "alice cannot read her own job's l
 wait_for 10 is_state "$id3" cancelled || fail "job $id3 is $(state_of "$id3") after root's cancel"
 stop_daemon
 
+# ---- over tcp:// (CURVE) the key names the user, whoever runs fsdpctl: KEY user=NAME in authorized
+read -r CPORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -m 0700 "$S/keys"
+for k in ka kb kn; do "$CTL" keygen "$S/$k.key" > "$S/$k.pub"; done
+{ echo "$(cat "$S/ka.pub") user=$A  alice's laptop"; echo "$(cat "$S/kb.pub") user=$B"
+  echo "$(cat "$S/kn.pub") user=nosuch$tag"; } > "$S/keys/authorized"
+start_daemon --ctl "tcp://127.0.0.1:$CPORT"
+tcp() { local key=$1; shift; env FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/keys/server.pub" FSDP_CLIENT_KEY="$S/$key.key" "$CTL" "$@"; }
+wait_for 10 tcp ka nodes || fail "fsdpd did not answer over tcp:// within 10 s"
+job grp2 "$S/group.bin" 10 ck2
+id5=$(tcp ka submit "$S/a/grp2.ini" | tail -1)
+tcp_done() { case "$(tcp ka status "$1" --json | jget 'd["state"]')" in succeeded|failed|cancelled) return 0;; esac; return 1; }
+wait_for 60 tcp_done "$id5" || fail "job $id5 did not end within 60 s"
+[ "$(tcp ka status "$id5" --json | jget 'd["state"] + " " + d["owner"]')" = "succeeded $A" ] || fail "job $id5 of key ka: $(tcp ka status "$id5")"
+for f in $(find "$S/a/ck2" -type f); do [ "$(stat -c %U "$f")" = "$A" ] || fail "$f (a job of alice's key) is owned by $(stat -c %U "$f")"; done
+set +e; out=$(tcp kb cancel "$id5" 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] && [ "$out" = "fsdpctl: job $id5 belongs to $A; only its owner or an admin may cancel it" ] || fail "bob's key cancelling: exit $rc: $out"
+set +e; out=$(tcp kn jobs 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] && grep -q "acts as user 'nosuch$tag', who does not exist" <<<"$out" || fail "a key of an unknown user: exit $rc: $out"
+stop_daemon
+
 # ---- a daemon of an ordinary user: its own jobs run as before; root's are refused with one line
 mkdir -m 0700 "$S/bstate" && chown "$B" "$S/bstate"
 setpriv --reuid="$B" --regid="$(id -g "$B")" --init-groups "$BUILD/fsdpd" --foreground --state-dir "$S/bstate" \
