@@ -110,8 +110,8 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
   c->jobs = j;
   const char *kname = schedule_kind_name(j->kind);
   job_log(j, "queued: %s, %d %s, %d steps", j->spec.name, j->world, kname, j->spec.steps);
-  log_info("job %llu (%s) of %s queued: %d %s, %d steps, %.2f GiB per rank", (unsigned long long)j->id, j->spec.name,
-           j->owner.name, j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30));
+  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank; owner %s", (unsigned long long)j->id,
+           j->spec.name, j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30), j->owner.name);
   Fsdp__SubmitResp sr = FSDP__SUBMIT_RESP__INIT;
   sr.job_id = j->id;
   Fsdp__Msg m = WIRE_MSG_INIT;

@@ -106,8 +106,11 @@ static void on_zap(void *sock, void *arg) {
     if (strcmp(z85, c->last_rejected) || now - c->last_rejected_at > 60.0) {
       char addr[64];
       snprintf(addr, sizeof addr, "%.*s", len[3] < 63 ? len[3] : 63, fr[3]);
-      log_warn("rejected a %.*s connection from %s: key %s is not in %s (add it there to admit that client)",
-               len[5] < 16 ? len[5] : 16, fr[5], addr, *z85 ? z85 : "(none)", c->authorized_path);
+      if (*z85)
+        log_warn("rejected a %.*s connection from %s: key %s is not in %s (add it there to admit that client)",
+                 len[5] < 16 ? len[5] : 16, fr[5], addr, z85, c->authorized_path);
+      else
+        log_warn("rejected a %.*s connection from %s: %s", len[5] < 16 ? len[5] : 16, fr[5], addr, text);
       snprintf(c->last_rejected, sizeof c->last_rejected, "%s", z85);
       c->last_rejected_at = now;
     }
