@@ -7,8 +7,10 @@
 #   - a job whose token file the submitter reads through a supplementary group runs, and writes its
 #     checkpoint files owned by the submitter, with the submitter's umask;
 #   - `dir = ../../../../root/x` cannot make the job write where its submitter cannot;
-#   - a second user cannot cancel, stop or read the logs of the first's job, which keeps running;
+#   - a second user cannot cancel, stop, read the logs of or trace the first's job, which keeps running;
 #     root (an admin) can; `jobs --json` and `status --json` show the owner;
+#   - an ordinary user cannot register an agent on the (world-connectable) cluster socket;
+#   - over tcp:// the key names the user (KEY user=NAME in keys/authorized), whoever runs fsdpctl;
 #   - a daemon run by an ordinary user runs that user's jobs as before and refuses root's with one line.
 # Without root (or without useradd and setpriv) it exits 77: skipped.
 # Usage: bash trust_users.sh BUILD_DIR SOURCE_DIR
@@ -28,7 +30,7 @@ drop_users() {
   stop_pid "$BPID"; BPID=""
   for p in $(pgrep -f -- "$S/" || true); do kill -KILL "$p" 2>/dev/null || true; done
   userdel -f "$A" 2>/dev/null; userdel -f "$B" 2>/dev/null; groupdel "$G" 2>/dev/null; groupdel "$H" 2>/dev/null
-  rm -rf "/root/fsdpt-$tag"
+  rm -rf "/root/fsdpt-$tag" "/tmp/fsdpt-$tag.json"
   true
 }
 at_exit drop_users
@@ -92,18 +94,28 @@ grep -q "Permission denied" <<<"$reason" || fail "job $id2's reason does not say
 job long synthetic:markov:1 100000
 id3=$(cd "$S/a" && as "$A" "$CTL" submit long.ini | tail -1)
 wait_for 60 at_step "$id3" 2 || fail "job $id3 did not reach step 2"
-for verb in cancel stop logs; do
-  set +e; out=$(cd / && as "$B" "$CTL" "$verb" "$id3" 2>&1); rc=$?; set -e
+for verb in cancel stop logs trace; do
+  args=("$verb" "$id3"); [ "$verb" = trace ] && args+=(-o /tmp/fsdpt-$tag.json)
+  set +e; out=$(cd / && as "$B" "$CTL" "${args[@]}" 2>&1); rc=$?; set -e
   [ $rc -eq 1 ] || fail "bob's $verb of alice's job: exit $rc: $out"
   case $verb in logs) what="read the logs of";; *) what=$verb;; esac
   [ "$out" = "fsdpctl: job $id3 belongs to $A; only its owner or an admin may $what it" ] || fail "bob's $verb: $out"
 done
+[ ! -e "/tmp/fsdpt-$tag.json" ] || fail "bob's refused trace wrote a file"
 step=$("$CTL" status "$id3" --json | jget 'd["step"]')
 wait_for 30 at_step "$id3" $((step + 2)) || fail "alice's job $id3 stopped running after bob's attempts: $("$CTL" status "$id3")"
 [ "$("$CTL" jobs --json | jget "[j['owner'] for j in d['jobs'] if j['id'] == $id3][0]")" = "$A" ] || fail "jobs --json lacks the owner"
 as "$A" "$CTL" logs "$id3" >/dev/null || fail "alice cannot read her own job's logs"
 "$CTL" cancel "$id3" >/dev/null || fail "root (an admin) cannot cancel alice's job"
 wait_for 10 is_state "$id3" cancelled || fail "job $id3 is $(state_of "$id3") after root's cancel"
+
+# ---- the cluster socket is open to every user's workers, but only an admin may run an agent on it
+mkdir -m 0700 "$S/bagent" && chown "$B" "$S/bagent"
+setpriv --reuid="$B" --regid="$(id -g "$B")" --init-groups "$BUILD/fsdpd" --foreground --state-dir "$S/bagent" \
+  --join "ipc://$S/cluster.sock" --name "bob-$tag" --cpu-workers 1 --gpus none >>"$S/bagent.log" 2>&1 & BPID=$!
+wait_for 15 grep -q "agent_register from $B refused" "$S/fsdpd.log" || fail "bob's agent was not refused: $(tail -3 "$S/bagent.log")"
+! "$CTL" nodes | grep -q "bob-$tag" || fail "bob's agent registered as a node"
+stop_pid "$BPID"; BPID=""
 stop_daemon
 
 # ---- over tcp:// (CURVE) the key names the user, whoever runs fsdpctl: KEY user=NAME in authorized
