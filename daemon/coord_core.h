@@ -164,6 +164,7 @@ struct coord {
   double shutdown_deadline;
   uint64_t bad_msgs, bad_unlogged;   /* malformed messages: all, and those since the last log line */
   double bad_logged_at;
+  double refused_logged_at;          /* cluster peers refused by who they are (coordinator.c) */
   /* CURVE (tcp:// endpoints): the server keypair from STATE/keys/ and the ZAP handler that admits
    * clients listed in STATE/keys/authorized (plus this daemon's own key: the embedded agent). */
   int curve;

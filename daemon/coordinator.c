@@ -222,15 +222,22 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
 static int cluster_peer_ok(coord_t *c, const wire_env *env, const Fsdp__Msg *m) {
   if (m->body_case != FSDP__MSG__BODY_AGENT_REGISTER && m->body_case != FSDP__MSG__BODY_WORKER_HELLO) return 1;
   peer_t p;
+  const job_t *j = NULL;
+  char why[512];
   if (peer_resolve(env->user_id, geteuid(), &p) != FSDP_OK) {
-    log_warn("cluster: %s refused: %s", wire_body_name(m->body_case), fsdp_last_error());
-    return 0;
+    snprintf(why, sizeof why, "from an unidentified peer: %s", fsdp_last_error());
+  } else {
+    if (p.admin) return 1;
+    j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? coord_find_job(c, m->worker_hello->job_id) : NULL;
+    if (j && j->owner.uid == p.uid) return 1;
+    snprintf(why, sizeof why, "from %s: %s", p.name, j ? "the job is not theirs" : "only root or the daemon's own user may run an agent");
   }
-  if (p.admin) return 1;
-  const job_t *j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? coord_find_job(c, m->worker_hello->job_id) : NULL;
-  if (j && j->owner.uid == p.uid) return 1;
-  log_warn("cluster: %s from %s refused: %s", wire_body_name(m->body_case), p.name,
-           j ? "the job is not theirs" : "only root or the daemon's own user may run an agent");
+  /* a refused agent registers again every second: one line per BAD_LOG_EVERY_S */
+  double now = loop_now_mono();
+  if (c->refused_logged_at == 0 || now - c->refused_logged_at >= BAD_LOG_EVERY_S) {
+    log_warn("cluster: refused %s %s", wire_body_name(m->body_case), why);
+    c->refused_logged_at = now;
+  }
   return 0;
 }
 

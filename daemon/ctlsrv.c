@@ -9,10 +9,10 @@
 #include <zmq.h>
 
 #include "fsutil.h"
-#include "peer.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "peer.h"
 #include "schedule.h"
 #include "steps.h"
 #include "tracepull.h"
@@ -57,11 +57,11 @@ static int allowed(coord_t *c, const wire_env *env, const peer_t *who, uint64_t 
   if (who->admin) return 1;
   jobs_db_row row;
   if (jobs_db_get(c->db, id, &row) != FSDP_OK) return 1;
-  peer_t owner;
-  int ok = job_row_owner(&row, &owner) == FSDP_OK ? peer_may(who, owner.uid) : 0;
+  /* a job from before owners were recorded is the daemon's own user's */
+  int ok = peer_may(who, row.owner_uid >= 0 ? (uid_t)row.owner_uid : geteuid());
   if (!ok) {
     char msg[256];
-    peer_refusal(msg, sizeof msg, id, *row.owner ? row.owner : owner.name, verb);
+    peer_refusal(msg, sizeof msg, id, *row.owner ? row.owner : c->self_name, verb);
     log_info("ctl: %s asked to %s job %llu: refused", who->name, verb, (unsigned long long)id);
     coord_reply_error(c->ctl, env, FSDP_ERR_DENIED, msg);
   }

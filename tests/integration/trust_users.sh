@@ -113,7 +113,7 @@ wait_for 10 is_state "$id3" cancelled || fail "job $id3 is $(state_of "$id3") af
 mkdir -m 0700 "$S/bagent" && chown "$B" "$S/bagent"
 setpriv --reuid="$B" --regid="$(id -g "$B")" --init-groups "$BUILD/fsdpd" --foreground --state-dir "$S/bagent" \
   --join "ipc://$S/cluster.sock" --name "bob-$tag" --cpu-workers 1 --gpus none >>"$S/bagent.log" 2>&1 & BPID=$!
-wait_for 15 grep -q "agent_register from $B refused" "$S/fsdpd.log" || fail "bob's agent was not refused: $(tail -3 "$S/bagent.log")"
+wait_for 15 grep -q "refused agent_register from $B: only root or the daemon's own user may run an agent" "$S/fsdpd.log" || fail "bob's agent was not refused: $(tail -3 "$S/bagent.log")"
 ! "$CTL" nodes | grep -q "bob-$tag" || fail "bob's agent registered as a node"
 stop_pid "$BPID"; BPID=""
 stop_daemon
