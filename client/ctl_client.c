@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -210,6 +211,10 @@ int ctl_client_submit(ctl_client *cl, char *text, char *abs, char *dir, uint64_t
   s.spec_text = text;
   s.spec_path = abs;
   s.base_dir = dir;
+  mode_t mask = umask(022);   /* reading the umask sets it: set it back at once */
+  umask(mask);
+  s.umask_set = 1;
+  s.umask = (uint32_t)mask & 0777;
   req.body_case = FSDP__MSG__BODY_SUBMIT_REQ;
   req.submit_req = &s;
   int rc = ctl_client_call(cl, &req, FSDP__MSG__BODY_SUBMIT_RESP, 0, 0, &reply);

@@ -267,6 +267,8 @@ json_t *ctl_fmt_job_json(const Fsdp__JobInfo *j) {
   json_t *o = json_object();
   json_object_set_new(o, "id", ju64(j->id));
   json_object_set_new(o, "name", json_string(j->name ? j->name : ""));
+  json_object_set_new(o, "owner", json_string(j->owner ? j->owner : ""));
+  json_object_set_new(o, "owner_uid", json_integer(j->owner_uid));
   json_object_set_new(o, "state", json_string(ctl_fmt_state(j->state)));
   json_object_set_new(o, "step", json_integer(j->step));
   json_object_set_new(o, "steps", json_integer(j->steps));
@@ -423,6 +425,7 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
 void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
   char a[96], b[96];
   fprintf(f, "job %llu (%s): %s\n", (unsigned long long)j->id, j->name ? j->name : "", ctl_fmt_state(j->state));
+  if (j->owner && j->owner[0]) fprintf(f, "  owner       %s\n", j->owner);
   fprintf(f, "  step        %u/%u\n", j->step, j->steps);
   if (j->step > 0 && isfinite(j->loss)) fprintf(f, "  loss        %.4f\n", j->loss);
   if (j->val_step > 0) fprintf(f, "  val loss    %.4f (step %u)\n", j->val_loss, j->val_step);
@@ -447,8 +450,8 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
 }
 
 void ctl_fmt_jobs_table(Fsdp__JobInfo *const *jobs, size_t n, double now, FILE *f) {
-  const char *hp[] = {">id", "name", "state", ">step", ">loss", ">tok/s", ">age"};
-  ctl_table *t = ctl_table_new(7, hp);
+  const char *hp[] = {">id", "name", "state", ">step", ">loss", ">tok/s", ">age", "owner"};
+  ctl_table *t = ctl_table_new(8, hp);
   for (size_t i = 0; i < n; i++) {
     const Fsdp__JobInfo *j = jobs[i];
     char id[24], step[32], loss[32], tps[32], age[32];
@@ -466,7 +469,7 @@ void ctl_fmt_jobs_table(Fsdp__JobInfo *const *jobs, size_t n, double now, FILE *
       ctl_fmt_duration(now - j->submitted_at, age, sizeof age);
     else
       snprintf(age, sizeof age, "-");
-    const char *cells[] = {id, j->name ? j->name : "", ctl_fmt_state(j->state), step, loss, tps, age};
+    const char *cells[] = {id, j->name ? j->name : "", ctl_fmt_state(j->state), step, loss, tps, age, j->owner ? j->owner : ""};
     ctl_table_add(t, cells);
   }
   ctl_table_print(t, f, "");

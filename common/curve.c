@@ -1,6 +1,7 @@
 /* curve — see curve.h. */
 #include "curve.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -149,22 +150,52 @@ out:
   return rc;
 }
 
-fsdp_status curve_authorized(const char *path, const char *pub, int *listed) {
+int curve_user_name_ok(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > CURVE_USER_MAX || name[0] == '-') return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i])) return 0;
+  return 1;
+}
+
+/* The user a key line names: "KEY user=NAME [note]" (*USER = NAME), or "KEY [note]" (""). */
+static fsdp_status line_user(const char *path, int lineno, const char *rest, char user[CURVE_USER_MAX + 1]) {
+  user[0] = '\0';
+  rest += strspn(rest, " \t");
+  if (strncmp(rest, "user=", 5)) return FSDP_OK;   /* no user: a note, or nothing */
+  rest += 5;
+  size_t len = strcspn(rest, " \t\r\n");
+  char name[CURVE_USER_MAX + 2];
+  snprintf(name, sizeof name, "%.*s", (int)(len < CURVE_USER_MAX + 1 ? len : CURVE_USER_MAX + 1), rest);
+  if (len > CURVE_USER_MAX || !curve_user_name_ok(name))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s line %d: user=%.*s is not a user name (allowed: 1 to %d letters, digits, "
+                          "'.', '_' or '-', not starting with '-')", path, lineno, (int)(len < 64 ? len : 64), rest,
+                          CURVE_USER_MAX);
+  memcpy(user, name, len + 1);
+  return FSDP_OK;
+}
+
+fsdp_status curve_authorized(const char *path, const char *pub, int *listed, char user[CURVE_USER_MAX + 1]) {
   *listed = 0;
+  user[0] = '\0';
   FILE *f = fopen(path, "re");
   if (!f) {
     if (errno == ENOENT) return FSDP_OK;
     return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
   }
   char line[512];
-  while (!*listed && fgets(line, sizeof line, f)) {
+  fsdp_status rc = FSDP_OK;
+  for (int lineno = 1; !*listed && fgets(line, sizeof line, f); lineno++) {
     char *p = line;
     while (*p == ' ' || *p == '\t') p++;
-    size_t len = strcspn(p, " \t\r\n");   /* a key line: the key, then optionally blanks and a note */
-    if (len == CURVE_KEY_LEN && !strncmp(p, pub, CURVE_KEY_LEN)) *listed = 1;
+    size_t len = strcspn(p, " \t\r\n");   /* a key line: the key, then optionally user=NAME, then a note */
+    if (len != CURVE_KEY_LEN || strncmp(p, pub, CURVE_KEY_LEN)) continue;
+    rc = line_user(path, lineno, p + len, user);
+    *listed = rc == FSDP_OK;
+    if (rc != FSDP_OK) break;
   }
   fclose(f);
-  return FSDP_OK;
+  return rc;
 }
 
 fsdp_status curve_server_apply(void *sock, const char *sec) {

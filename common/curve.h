@@ -7,8 +7,10 @@
  * secret key (blank lines and other lines starting with # are ignored), and must not be readable by
  * group or others (mode 0600). A public key file holds one key line. The daemon's STATE/keys/ holds
  * server.key (the server's keypair, keypair-file format, 0600), server.pub (its public key) and
- * authorized: one client public key per line, first on the line (anything after a blank is a
- * note; a line whose first word is not a 40-character key, such as "# ...", lists nothing).
+ * authorized: one client public key per line, first on the line, optionally followed by
+ * "user=NAME", the local user that key acts as on the control endpoint (docs/operations.md, "Trust
+ * model"); anything after that is a note. A line whose first word is not a 40-character key, such
+ * as "# ...", lists nothing.
  *
  * Plain functions with no state; any thread.
  */
@@ -18,6 +20,7 @@
 #include "err.h"
 
 #define CURVE_KEY_LEN 40          /* Z85 characters of a 32-byte key */
+#define CURVE_USER_MAX 32         /* characters of a user name in the authorized file */
 #define CURVE_ENV_SERVER_KEY "FSDP_SERVER_KEY"   /* path of the server's public key file */
 #define CURVE_ENV_CLIENT_KEY "FSDP_CLIENT_KEY"   /* path of this client's keypair file */
 
@@ -38,8 +41,12 @@ fsdp_status curve_pubkey_load(const char *path, char pub[CURVE_KEY_LEN + 1]);
  * server.pub on first use. *CREATED (may be NULL) says which. */
 fsdp_status curve_server_keys(const char *keys_dir, char pub[CURVE_KEY_LEN + 1], char sec[CURVE_KEY_LEN + 1],
                               int *created);
-/* Whether PUB (Z85) is listed in the authorized file PATH; a missing file lists nothing. */
-fsdp_status curve_authorized(const char *path, const char *pub, int *listed);
+/* Whether PUB (Z85) is listed in the authorized file PATH (a missing file lists nothing), and the
+ * user its line names in USER ("" when it names none). A malformed user= on PUB's line is an error
+ * naming the file and line, and PUB is not listed. */
+fsdp_status curve_authorized(const char *path, const char *pub, int *listed, char user[CURVE_USER_MAX + 1]);
+/* 1 when NAME is a portable user name: 1..CURVE_USER_MAX of [A-Za-z0-9._-], not starting with '-'. */
+int curve_user_name_ok(const char *name);
 /* Make SOCK a CURVE server with secret key SEC (before bind). */
 fsdp_status curve_server_apply(void *sock, const char *sec);
 /* Before connecting SOCK to ENDPOINT: nothing for ipc:// or inproc://; for tcp:// load the

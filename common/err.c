@@ -26,6 +26,7 @@ static const char *const status_text[FSDP_STATUS_COUNT] = {
   [FSDP_ERR_STATE] = "invalid state for this operation",
   [FSDP_ERR_CANCELLED] = "cancelled",
   [FSDP_ERR_INTERNAL] = "internal error",
+  [FSDP_ERR_DENIED] = "not permitted",
 };
 
 const char *fsdp_strerror(fsdp_status s) {

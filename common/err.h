@@ -29,6 +29,7 @@ typedef enum fsdp_status {
   FSDP_ERR_STATE,        /* the call is not valid in the current state */
   FSDP_ERR_CANCELLED,    /* stopped on request */
   FSDP_ERR_INTERNAL,     /* an invariant broke: a bug */
+  FSDP_ERR_DENIED,       /* the caller may not do this (another user's job, a file it cannot read) */
   FSDP_STATUS_COUNT
 } fsdp_status;
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "asuser.h"
 #include "curve.h"
 #include "log.h"
 #include "loop.h"
@@ -63,6 +64,7 @@ struct agent {
   void *zctx;
   char name[256];
   char worker_path[PATH_MAX];
+  char self_path[PATH_MAX];   /* this fsdpd, for `fsdpd --exec-as` (asuser.h) */
   int cpu_slots;
   mode_t worker_umask;
   uint64_t cpu_slot_mem;
@@ -338,15 +340,26 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
     spawn_failed(a, r, "the agent is shutting down");
     return;
   }
+  /* The job's owner (an older coordinator names none: the agent's own user, as it always was). As
+   * root the worker starts through `fsdpd --exec-as` with the owner's uid, groups and gid; as
+   * anyone else only the agent's own user's jobs can run. */
+  int switch_user = *r->user && geteuid() == 0 && r->uid != 0;
+  if (*r->user && geteuid() != 0 && r->uid != geteuid()) {
+    char why[256];
+    snprintf(why, sizeof why, "this agent runs as uid %u and cannot start workers as %s (uid %u); run it as root to run "
+             "every user's jobs", (unsigned)geteuid(), r->user, r->uid);
+    spawn_failed(a, r, why);
+    return;
+  }
   /* argv: resolve the worker binary and point --connect at the endpoint this node reaches. */
-  char **argv = calloc(r->n_argv + 1, sizeof *argv);
+  char **argv = calloc(r->n_argv + 1, sizeof *argv), **run = calloc(r->n_argv + 8, sizeof *run);
   size_t nenv_in = 0;
   while (environ[nenv_in]) nenv_in++;
   char **env = calloc(nenv_in + r->n_env + 5, sizeof *env);
   char omp[64], blas[64];
   worker_t *w = calloc(1, sizeof *w);
-  if (!argv || !env || !w) {
-    free(argv), free(env), free(w);
+  if (!argv || !run || !env || !w) {
+    free(argv), free(run), free(env), free(w);
     spawn_failed(a, r, "out of memory");
     return;
   }
@@ -392,15 +405,20 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   stdio[1].data.stream = (uv_stream_t *)&w->pipe[0];
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&w->pipe[1];
+  char nums[3][24];
+  if (switch_user) asuser_exec_argv(a->self_path, r->user, r->uid, r->gid, r->umask, argv, r->n_argv, nums, run);
+  else memcpy(run, argv, (r->n_argv + 1) * sizeof *argv);
   uv_process_options_t opt = {0};
   opt.exit_cb = on_worker_exit_cb;
-  opt.file = argv[0];
-  opt.args = argv;
+  opt.file = run[0];
+  opt.args = run;
   opt.env = env;
   opt.cwd = r->cwd && *r->cwd ? r->cwd : NULL;
   opt.stdio_count = 3;
   opt.stdio = stdio;
-  mode_t own_umask = umask(a->worker_umask);   /* the child inherits it at fork; the loop thread only */
+  /* The child inherits the umask at fork, inside uv_spawn (the loop thread only): the submitter's for
+   * another user's job, else the one fsdpd was started with. */
+  mode_t own_umask = umask(*r->user ? (mode_t)r->umask : a->worker_umask);
   int rc = uv_spawn(a->uv, &w->proc, &opt);
   umask(own_umask);
   if (rc != 0) {
@@ -423,6 +441,7 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
              argv[0], w->proc.pid, threads);
   }
   free(argv);
+  free(run);
   free(env);
 }
 
@@ -638,6 +657,8 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   if (cfg->name && *cfg->name) snprintf(a->name, sizeof a->name, "%s", cfg->name);
   else if (gethostname(a->name, sizeof a->name - 1) != 0) snprintf(a->name, sizeof a->name, "node");
   resolve_worker_path(a, cfg->worker_path);
+  ssize_t sn = readlink("/proc/self/exe", a->self_path, sizeof a->self_path - 1);
+  a->self_path[sn > 0 ? sn : 0] = '\0';
   a->cpu_slots = cfg->cpu_workers;
   a->worker_umask = cfg->worker_umask;
   a->host_mem = mem_available();

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -110,6 +111,9 @@ fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) 
   zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
   if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
                                                        : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
+  /* Every handshake goes to the ZAP handler (zap.h), which names the peer. */
+  if (rc == FSDP_OK && zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "fsdpd", 5) != 0)
+    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot set the ZAP domain: %s", zmq_strerror(zmq_errno()));
   if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
   if (rc != FSDP_OK) {
@@ -118,6 +122,11 @@ fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) 
   }
   *out = s;
   return FSDP_OK;
+}
+
+void coord_open_socket_file(const char *ep) {
+  if (geteuid() != 0 || strncmp(ep, "ipc://", 6)) return;
+  if (chmod(ep + 6, 0666) != 0) log_warn("cannot make %s connectable by its users: %s", ep + 6, strerror(errno));
 }
 
 void coord_note_bad(coord_t *c, const char *where, const char *why) {

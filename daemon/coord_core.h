@@ -20,6 +20,7 @@
 #include "jobs_db.h"
 #include "jobspec.h"
 #include "loop.h"
+#include "peer.h"
 #include "plan.h"
 #include "promx.h"
 #include "wire.h"
@@ -76,6 +77,8 @@ typedef struct job {
   char reason[1024];
   char *spec_text, *spec_path, *base_dir;
   char job_dir[PATH_MAX + 64];
+  peer_t owner;              /* the submitter: its workers run with its uid, groups and umask */
+  unsigned umask;
   jobspec_t spec;
   plan_t *plan;
   Fsdp__Plan *plan_pb;
@@ -138,6 +141,7 @@ struct coord {
   coord_config cfg;
   char state_dir[PATH_MAX];
   int jobs_fd;               /* STATE/jobs, opened without following a link; job directories are made in it */
+  char self_name[PEER_NAME_MAX];   /* the user fsdpd runs as */
   char ctl_ep[PATH_MAX + 16], listen_ep[PATH_MAX + 16];
   void *ctl, *cluster;
   loop_zsock *ctl_zs, *cluster_zs;
@@ -161,6 +165,7 @@ struct coord {
   double shutdown_deadline;
   uint64_t bad_msgs, bad_unlogged;   /* malformed messages: all, and those since the last log line */
   double bad_logged_at;
+  double refused_logged_at;          /* cluster peers refused by who they are (coordinator.c) */
   /* CURVE (tcp:// endpoints): the server keypair from STATE/keys/ and the ZAP handler that admits
    * clients listed in STATE/keys/authorized (plus this daemon's own key: the embedded agent). */
   int curve;
@@ -193,6 +198,10 @@ void coord_note_bad(coord_t *c, const char *where, const char *why);
 
 /* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
 fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
+
+/* As root, make the ipc:// socket file of EP connectable by every local user (0666): who may do what
+ * is decided per connection (zap.h, peer.h), not by the file's mode. Nothing otherwise. */
+void coord_open_socket_file(const char *ep);
 
 /* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
  * Called after every completed step and state change, and on every tick. */

@@ -215,6 +215,32 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)j->id, h->rank, h->pid);
 }
 
+/* The cluster socket is reachable by every local user when the daemon runs as root (their workers
+ * connect to it): only an admin (root, the daemon's user, a node's key) may register as an agent,
+ * and a worker's hello must come from its job's owner (or an admin), so that a token read from
+ * another user's process list is of no use. */
+static int cluster_peer_ok(coord_t *c, const wire_env *env, const Fsdp__Msg *m) {
+  if (m->body_case != FSDP__MSG__BODY_AGENT_REGISTER && m->body_case != FSDP__MSG__BODY_WORKER_HELLO) return 1;
+  peer_t p;
+  const job_t *j = NULL;
+  char why[512];
+  if (peer_resolve(env->user_id, geteuid(), &p) != FSDP_OK) {
+    snprintf(why, sizeof why, "from an unidentified peer: %s", fsdp_last_error());
+  } else {
+    if (p.admin) return 1;
+    j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? coord_find_job(c, m->worker_hello->job_id) : NULL;
+    if (j && j->owner.uid == p.uid) return 1;
+    snprintf(why, sizeof why, "from %s: %s", p.name, j ? "the job is not theirs" : "only root or the daemon's own user may run an agent");
+  }
+  /* a refused agent registers again every second: one line per BAD_LOG_EVERY_S */
+  double now = loop_now_mono();
+  if (c->refused_logged_at == 0 || now - c->refused_logged_at >= BAD_LOG_EVERY_S) {
+    log_warn("cluster: refused %s %s", wire_body_name(m->body_case), why);
+    c->refused_logged_at = now;
+  }
+  return 0;
+}
+
 static void on_cluster(void *sock, void *arg) {
   coord_t *c = arg;
   Fsdp__Msg *m = NULL;
@@ -223,6 +249,10 @@ static void on_cluster(void *sock, void *arg) {
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK || env.n < 1) {
     coord_note_bad(c, "cluster", rc != FSDP_OK ? fsdp_last_error() : "no envelope");
+    wire_destroy(&m);
+    return;
+  }
+  if (!cluster_peer_ok(c, &env, m)) {
     wire_destroy(&m);
     return;
   }
@@ -354,24 +384,40 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   c->cfg = *cfg;
   c->zctx = zctx;
   snprintf(c->state_dir, sizeof c->state_dir, "%s", cfg->state_dir);
+  peer_t self;
+  snprintf(c->self_name, sizeof c->self_name, "%s", peer_from_uid(geteuid(), geteuid(), &self) == FSDP_OK ? self.name : "?");
   snprintf(c->ctl_ep, sizeof c->ctl_ep, "%s", cfg->ctl);
   snprintf(c->listen_ep, sizeof c->listen_ep, "%s", cfg->listen);
   fsdp_status rc;
   char path[PATH_MAX + 128];
   int sfd = -1;
   c->jobs_fd = -1;
-  TRY_GOTO(fsutil_dir_open(AT_FDCWD, c->state_dir, 0700, FSUTIL_TRUSTED_LINKS, &sfd), rc, fail);
+  /* As root, its users' workers connect to the cluster socket in here: others may pass through the
+   * directory (0711: no listing); each thing in it keeps its own, private, mode. */
+  mode_t state_mode = geteuid() == 0 ? 0711 : 0700;
+  TRY_GOTO(fsutil_dir_open(AT_FDCWD, c->state_dir, state_mode, FSUTIL_TRUSTED_LINKS, &sfd), rc, fail);
   /* jobs/ (and each job's directory in it) is never reached through a link */
-  rc = fsutil_dir_open(sfd, "jobs", 0755, FSUTIL_NO_LINKS, &c->jobs_fd);
-  if (rc == FSDP_OK && fchmod(sfd, 0700) != 0) rc = fsdp_set_error(FSDP_ERR_IO, "cannot chmod %s: %s", c->state_dir, strerror(errno));
+  rc = fsutil_dir_open(sfd, "jobs", 0700, FSUTIL_NO_LINKS, &c->jobs_fd);
+  if (rc == FSDP_OK && fchmod(sfd, state_mode) != 0)
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot chmod %s: %s", c->state_dir, strerror(errno));
+  if (rc == FSDP_OK && fchmod(c->jobs_fd, 0700) != 0)
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot chmod %s/jobs: %s", c->state_dir, strerror(errno));
   close(sfd);
   if (rc != FSDP_OK) goto fail;
   snprintf(path, sizeof path, "%s/jobs.db", c->state_dir);
+  /* Private whatever the umask: the state directory may be passable (0711), and the database holds
+   * every user's job files. SQLite gives its -wal and -shm files the database's mode. */
+  int dbfd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (dbfd >= 0) {
+    if (fchmod(dbfd, 0600) != 0) log_warn("cannot make %s private: %s", path, strerror(errno));
+    close(dbfd);
+  }
   TRY_GOTO(jobs_db_open(path, &c->db), rc, fail);
   TRY_GOTO(job_recover(c), rc, fail);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
-  if (curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)) TRY_GOTO(zap_setup(c), rc, fail);
+  TRY_GOTO(zap_setup(c, curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)), rc, fail);
   TRY_GOTO(coord_bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
+  coord_open_socket_file(c->listen_ep);
   TRY_GOTO(loop_zsock_new(uv, c->cluster, on_cluster, c, &c->cluster_zs), rc, fail);
   uv_timer_init(uv, &c->tick);
   c->tick.data = c;

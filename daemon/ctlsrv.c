@@ -12,6 +12,7 @@
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "peer.h"
 #include "schedule.h"
 #include "steps.h"
 #include "tracepull.h"
@@ -31,6 +32,8 @@ static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *j
   ji->started_at = row->started_at;
   ji->finished_at = row->finished_at;
   ji->job_dir = row->job_dir;
+  ji->owner = *row->owner ? row->owner : (char *)c->self_name;   /* from before owners: the daemon's user */
+  ji->owner_uid = row->owner_uid >= 0 ? row->owner_uid : (int64_t)geteuid();
   int state = ji->state;
   const char *reason = ji->reason;
   job_overlay_unrecorded(c, row->id, &state, &reason);
@@ -48,13 +51,34 @@ static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *j
   }
 }
 
-static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq *req) {
+/* Whether WHO may VERB job ID (its owner or an admin); if not, the refusal is the answer. A job that
+ * does not exist passes: the request's own lookup answers "no job N". */
+static int allowed(coord_t *c, const wire_env *env, const peer_t *who, uint64_t id, const char *verb) {
+  if (who->admin) return 1;
+  jobs_db_row row;
+  if (jobs_db_get(c->db, id, &row) != FSDP_OK) return 1;
+  /* a job from before owners were recorded is the daemon's own user's */
+  int ok = peer_may(who, row.owner_uid >= 0 ? (uid_t)row.owner_uid : geteuid());
+  if (!ok) {
+    char msg[256];
+    peer_refusal(msg, sizeof msg, id, *row.owner ? row.owner : c->self_name, verb);
+    log_info("ctl: %s asked to %s job %llu: refused", who->name, verb, (unsigned long long)id);
+    coord_reply_error(c->ctl, env, FSDP_ERR_DENIED, msg);
+  }
+  jobs_db_row_clear(&row);
+  return ok;
+}
+
+static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, const Fsdp__SubmitReq *req) {
   if (c->shutting_down) {
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, "fsdpd is shutting down and accepts no new jobs");
     return;
   }
   job_t *j = NULL;
-  fsdp_status rc = job_from_spec(c, req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, &j);
+  fsdp_status rc = peer_can_run(who, geteuid());
+  if (rc == FSDP_OK)
+    rc = job_from_spec(c, req->spec_text, req->spec_path, *req->base_dir ? req->base_dir : c->state_dir, who,
+                       req->umask_set ? req->umask : 022, &j);
   if (rc != FSDP_OK) {
     log_warn("submit refused: %s", fsdp_last_error());
     coord_reply_error(c->ctl, env, rc, fsdp_last_error());
@@ -71,7 +95,8 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
   char jobs_parent[PATH_MAX + 16];
   snprintf(jobs_parent, sizeof jobs_parent, "%s/jobs", c->state_dir);
   jobs_db_row row = {.name = j->spec.name, .world = j->world, .device = j->kind, .steps = j->spec.steps,
-                     .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = jobs_parent};
+                     .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = jobs_parent,
+                     .owner_uid = j->owner.uid, .owner_gid = j->owner.gid, .owner = j->owner.name, .umask = (int)j->umask};
   /* The job directory is named by the id, which the insert assigns (jobs_db_insert appends it). */
   rc = jobs_db_insert(c->db, &row, loop_now_wall(), &j->id);
   if (rc != FSDP_OK) {
@@ -89,8 +114,8 @@ static void serve_submit(coord_t *c, const wire_env *env, const Fsdp__SubmitReq 
   c->jobs = j;
   const char *kname = schedule_kind_name(j->kind);
   job_log(j, "queued: %s, %d %s, %d steps", j->spec.name, j->world, kname, j->spec.steps);
-  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank", (unsigned long long)j->id, j->spec.name,
-           j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30));
+  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank; owner %s", (unsigned long long)j->id,
+           j->spec.name, j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30), j->owner.name);
   Fsdp__SubmitResp sr = FSDP__SUBMIT_RESP__INIT;
   sr.job_id = j->id;
   Fsdp__Msg m = WIRE_MSG_INIT;
@@ -299,17 +324,36 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
     return;
   }
   log_debug("ctl: %s", wire_body_name(m->body_case));
+  peer_t who;
+  if (peer_resolve(env.user_id, geteuid(), &who) != FSDP_OK) {
+    log_warn("ctl: %s refused: %s", wire_body_name(m->body_case), fsdp_last_error());
+    coord_reply_error(sock, &env, FSDP_ERR_DENIED, fsdp_last_error());
+    wire_destroy(&m);
+    return;
+  }
   switch (m->body_case) {
-  case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, m->submit_req); break;
+  case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, &who, m->submit_req); break;
   case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id); break;
   case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
-  case FSDP__MSG__BODY_CANCEL_REQ: serve_cancel(c, &env, m->cancel_req->job_id, 0); break;
-  case FSDP__MSG__BODY_STOP_REQ: serve_cancel(c, &env, m->stop_req->job_id, 1); break;
-  case FSDP__MSG__BODY_LOGS_REQ: serve_logs(c, &env, m->logs_req); break;
+  case FSDP__MSG__BODY_CANCEL_REQ:
+    if (allowed(c, &env, &who, m->cancel_req->job_id, "cancel")) serve_cancel(c, &env, m->cancel_req->job_id, 0);
+    break;
+  case FSDP__MSG__BODY_STOP_REQ:
+    if (allowed(c, &env, &who, m->stop_req->job_id, "stop")) serve_cancel(c, &env, m->stop_req->job_id, 1);
+    break;
+  case FSDP__MSG__BODY_LOGS_REQ:
+    if (allowed(c, &env, &who, m->logs_req->job_id, "read the logs of")) serve_logs(c, &env, m->logs_req);
+    break;
   case FSDP__MSG__BODY_NODES_REQ: serve_nodes(c, &env); break;
-  case FSDP__MSG__BODY_TRACE_REQ: tracepull_request(c, &env, m->trace_req); break;
+  case FSDP__MSG__BODY_TRACE_REQ:
+    if (allowed(c, &env, &who, m->trace_req->job_id, "trace")) tracepull_request(c, &env, m->trace_req);
+    break;
   case FSDP__MSG__BODY_SHUTDOWN_REQ:
-    log_info("shutdown requested over ctl");
+    if (!who.admin) {
+      coord_reply_error(sock, &env, FSDP_ERR_DENIED, "only an admin (root or the user fsdpd runs as) may shut fsdpd down");
+      break;
+    }
+    log_info("shutdown requested over ctl by %s", who.name);
     coord_reply_ack(sock, &env);
     if (c->cfg.on_shutdown_req) c->cfg.on_shutdown_req(c->cfg.arg);
     break;
@@ -336,5 +380,6 @@ void ctlsrv_bind(coord_t *c) {
     log_error("cannot serve the control endpoint: %s", fsdp_last_error());
     return;
   }
+  coord_open_socket_file(c->ctl_ep);
   log_info("serving fsdpctl on %s", c->ctl_ep);
 }

@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "coordinator.h"
+#include "asuser.h"
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
@@ -237,6 +238,8 @@ static int daemonize(int logfd) {
 }
 
 int main(int argc, char **argv) {
+  /* The agent starts another user's workers through this binary (asuser.h). */
+  if (argc > 1 && !strcmp(argv[1], ASUSER_EXEC_FLAG)) return asuser_exec_main(argc, argv);
   /* The daemon's own files and sockets are its user's only; workers get the umask it was started
    * with (agent_config.worker_umask). */
   mode_t start_umask = umask(077);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "asuser.h"
 #include "ckpt.h"
 #include "fsutil.h"
 #include "kv.h"
@@ -239,17 +240,31 @@ void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
  * complete checkpoint of a step the coordinator never recorded. Resuming from it would leave that
  * step out of metrics.jsonl for good: withdraw such checkpoints (their manifest, which is what
  * makes a checkpoint exist) so that the restart resumes from one whose steps are all recorded. */
+typedef struct withdraw_args {
+  const char *ckpt_dir;
+  uint32_t done_step;
+  int withdrawn[8];          /* the steps withdrawn, newest first (out) */
+} withdraw_args;
+
+static fsdp_status withdraw_as_owner(void *arg) {
+  withdraw_args *a = arg;
+  int s, k = 0;
+  while (k < 8 && ckpt_latest(a->ckpt_dir, &s) == FSDP_OK && s > 0 && (uint32_t)s > a->done_step) {
+    TRY(ckpt_withdraw(a->ckpt_dir, s));   /* never through a link (ckpt.h) */
+    a->withdrawn[k++] = s;
+  }
+  return FSDP_OK;
+}
+
 static void withdraw_unrecorded_checkpoints(job_t *j) {
   if (!j->spec.ckpt_dir[0]) return;
-  int s;
-  while (ckpt_latest(j->spec.ckpt_dir, &s) == FSDP_OK && s > 0 && (uint32_t)s > j->done_step) {
-    if (ckpt_withdraw(j->spec.ckpt_dir, s) != FSDP_OK) {
-      log_warn("job %llu: cannot withdraw the checkpoint of step %d: %s", (unsigned long long)j->id, s, fsdp_last_error());
-      return;
-    }
+  /* The checkpoint directory is the owner's: look at it and unlink there with the owner's rights. */
+  withdraw_args a = {.ckpt_dir = j->spec.ckpt_dir, .done_step = j->done_step};
+  if (asuser_call(&j->owner, withdraw_as_owner, &a, &a, sizeof a) != FSDP_OK)
+    log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+  for (int k = 0; k < 8 && a.withdrawn[k]; k++)
     job_log(j, "checkpoint of step %d withdrawn: the failed attempt recorded steps up to %u only (a rank died "
-            "between saving it and reporting the step); the restart resumes from an earlier one", s, j->done_step);
-  }
+            "between saving it and reporting the step); the restart resumes from an earlier one", a.withdrawn[k], j->done_step);
 }
 
 static void job_reset_attempt(coord_t *c, job_t *j) {
@@ -289,8 +304,23 @@ const char *job_state_name(int state) {
   return state >= ST_QUEUED && state <= ST_CANCELLED ? names[state] : names[0];
 }
 
+typedef struct parse_args {
+  const char *text, *origin, *base_dir;
+  jobspec_t *spec;
+} parse_args;
+
+static fsdp_status parse_as_owner(void *arg) {
+  parse_args *a = arg;
+  return jobspec_parse(a->text, a->origin, a->base_dir, a->spec);
+}
+
+fsdp_status job_row_owner(const jobs_db_row *row, peer_t *out) {
+  uid_t self = geteuid();
+  return peer_from_uid(row->owner_uid >= 0 ? (uid_t)row->owner_uid : self, self, out);
+}
+
 fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
-                          job_t **out) {
+                          const peer_t *owner, unsigned umask, job_t **out) {
   *out = NULL;
   job_t *j = calloc(1, sizeof *j);
   if (!j) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
@@ -302,7 +332,10 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
     rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
     goto fail;
   }
-  TRY_GOTO(jobspec_parse(spec_text, *spec_path ? spec_path : "<submitted job>", base_dir, &j->spec), rc, fail);
+  j->owner = *owner;
+  j->umask = umask & 0777;
+  parse_args pa = {spec_text, *spec_path ? spec_path : "<submitted job>", base_dir, &j->spec};
+  TRY_GOTO(asuser_call(owner, parse_as_owner, &pa, &j->spec, sizeof j->spec), rc, fail);
   TRY_GOTO(jobspec_check_build(&j->spec), rc, fail);   /* a CUDA job needs a CUDA build */
   j->world = j->spec.world_size;
   j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
@@ -354,7 +387,9 @@ static void requeue(coord_t *c) {
     jobs_db_row *r = &rows[i];
     if (r->state != ST_QUEUED) continue;
     job_t *j = NULL;
-    if (job_from_spec(c, r->spec_text, r->spec_path, r->base_dir, &j) != FSDP_OK) {
+    peer_t owner;
+    if (job_row_owner(r, &owner) != FSDP_OK ||
+        job_from_spec(c, r->spec_text, r->spec_path, r->base_dir, &owner, (unsigned)r->umask, &j) != FSDP_OK) {
       char reason[1200];
       snprintf(reason, sizeof reason, "cannot queue again after a daemon restart: %s", fsdp_last_error());
       if (jobs_db_set_state(c->db, r->id, ST_FAILED, reason, loop_now_wall()) != FSDP_OK)

@@ -14,13 +14,17 @@
 /* "queued", "starting", ... for a fsdp.JobState value. */
 const char *job_state_name(int state);
 
-/* A queued job (id 0, no directory yet) from a job file's text: parsed (file:line errors) and
- * planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
+/* A queued job (id 0, no directory yet) of OWNER (its workers get UMASK) from a job file's text:
+ * parsed (file:line errors) with OWNER's rights (asuser.h: the paths it names are checked as that
+ * user would see them) and planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
  * cluster (schedule_ranks_per_node; 1 while no node is known, as at a restart; the start takes it
  * again). Errors are recorded for
  * fsdp_last_error. */
 fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
-                          job_t **out);
+                          const peer_t *owner, unsigned umask, job_t **out);
+/* The owner of a database row: its recorded user, or for a job from before owners were recorded,
+ * the daemon's own user (whose rights it ran with). */
+fsdp_status job_row_owner(const jobs_db_row *row, peer_t *out);
 void job_destroy(job_t **j);   /* NULL-safe; clears *J */
 /* (Re)open J's metrics.jsonl for appending, never through a link; on failure j->metrics is NULL
  * and the reason is logged. */

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The owner's columns; a database from before jobs had owners gets them by migrate_owner. */
+#define OWNER_COLS                                                                                  \
+  "owner_uid INTEGER NOT NULL DEFAULT -1, owner_gid INTEGER NOT NULL DEFAULT -1,"                    \
+  " owner TEXT NOT NULL DEFAULT '', umask INTEGER NOT NULL DEFAULT 18"
+
 static const char *const schema =
     "PRAGMA journal_mode=WAL;"
     "PRAGMA synchronous=NORMAL;"
@@ -16,7 +21,8 @@ static const char *const schema =
     "  world INTEGER NOT NULL, device INTEGER NOT NULL, steps INTEGER NOT NULL,"
     "  step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0, tokens_per_s REAL NOT NULL DEFAULT 0,"
     "  spec_text TEXT NOT NULL, spec_path TEXT NOT NULL, base_dir TEXT NOT NULL, job_dir TEXT NOT NULL,"
-    "  submitted_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, finished_at REAL NOT NULL DEFAULT 0);"
+    "  submitted_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, finished_at REAL NOT NULL DEFAULT 0,"
+    "  " OWNER_COLS ");"
     "CREATE TABLE IF NOT EXISTS job_transitions ("
     "  job_id INTEGER NOT NULL REFERENCES jobs(id), state INTEGER NOT NULL,"
     "  reason TEXT NOT NULL DEFAULT '', at REAL NOT NULL);"
@@ -35,12 +41,13 @@ enum {
 #define ROW_COLS                                                                                  \
   "j.id, j.name, j.state, j.reason, j.world, j.device, j.steps, j.step, j.loss, j.tokens_per_s, " \
   "j.spec_text, j.spec_path, j.base_dir, j.job_dir, j.submitted_at, j.started_at, j.finished_at, "  \
-  "s.lr, s.grad_norm, s.step_ms, s.tokens "                                                      \
+  "s.lr, s.grad_norm, s.step_ms, s.tokens, j.owner_uid, j.owner_gid, j.owner, j.umask "                                                      \
   "FROM jobs j LEFT JOIN job_steps s ON s.job_id = j.id AND s.step = j.step "
 
 static const char *const sql[ST_COUNT] = {
   [ST_INSERT] = "INSERT INTO jobs (name, state, reason, world, device, steps, spec_text, spec_path, base_dir,"
-                " job_dir, submitted_at) VALUES (?1, 1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                " job_dir, submitted_at, owner_uid, owner_gid, owner, umask)"
+                " VALUES (?1, 1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
   [ST_TRANSITION] = "INSERT INTO job_transitions (job_id, state, reason, at) VALUES (?1, ?2, ?3, ?4)",
   [ST_SET_STATE] = "UPDATE jobs SET state = ?2, reason = ?3 WHERE id = ?1",
   [ST_SET_STARTED] = "UPDATE jobs SET started_at = ?2 WHERE id = ?1",
@@ -87,6 +94,30 @@ static fsdp_status run_done(jobs_db *db, int i, const char *what) {
   return s;
 }
 
+/* A database made before jobs had owners: add the owner's columns (its jobs read as owner_uid -1,
+ * the daemon's own user, which is whose rights they ran with). */
+static fsdp_status migrate_owner(jobs_db *db) {
+  sqlite3_stmt *probe = NULL;
+  int has = sqlite3_prepare_v2(db->db, "SELECT owner_uid FROM jobs LIMIT 0", -1, &probe, NULL) == SQLITE_OK;
+  sqlite3_finalize(probe);
+  if (has) return FSDP_OK;
+  static const char *const alter =
+      "BEGIN;"
+      "ALTER TABLE jobs ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT -1;"
+      "ALTER TABLE jobs ADD COLUMN owner_gid INTEGER NOT NULL DEFAULT -1;"
+      "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE jobs ADD COLUMN umask INTEGER NOT NULL DEFAULT 18;"
+      "COMMIT;";
+  char *err = NULL;
+  if (sqlite3_exec(db->db, alter, NULL, NULL, &err) != SQLITE_OK) {
+    fsdp_status rc = fsdp_set_error(FSDP_ERR_IO, "job database %s: cannot add the owner columns: %s", db->path, err ? err : "?");
+    sqlite3_free(err);
+    sqlite3_exec(db->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+  }
+  return FSDP_OK;
+}
+
 fsdp_status jobs_db_open(const char *path, jobs_db **out) {
   *out = NULL;
   jobs_db *db = calloc(1, sizeof *db);
@@ -104,6 +135,7 @@ fsdp_status jobs_db_open(const char *path, jobs_db **out) {
     sqlite3_free(err);
     goto fail;
   }
+  TRY_GOTO(migrate_owner(db), rc, fail);
   for (int i = 0; i < ST_COUNT; i++)
     if (sqlite3_prepare_v2(db->db, sql[i], -1, &db->st[i], NULL) != SQLITE_OK) {
       rc = db_fail(db, sql[i]);
@@ -153,6 +185,10 @@ fsdp_status jobs_db_insert(jobs_db *db, const jobs_db_row *r, double now, uint64
   sqlite3_bind_text(s, 7, nz(r->base_dir), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 8, nz(r->job_dir), -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(s, 9, now);
+  sqlite3_bind_int64(s, 10, r->owner_uid);
+  sqlite3_bind_int64(s, 11, r->owner_gid);
+  sqlite3_bind_text(s, 12, nz(r->owner), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 13, r->umask);
   TRY_GOTO(run_done(db, ST_INSERT, "inserting a job"), rc, fail);
   *id = (uint64_t)sqlite3_last_insert_rowid(db->db);
   if (r->job_dir && *r->job_dir) {   /* the job's directory is PARENT/ID */
@@ -250,7 +286,11 @@ static fsdp_status read_row(sqlite3_stmt *s, jobs_db_row *r) {
   r->last_grad_norm = sqlite3_column_double(s, 18);
   r->last_step_ms = sqlite3_column_double(s, 19);
   r->last_tokens = (uint64_t)sqlite3_column_int64(s, 20);
-  if (!r->name || !r->reason || !r->spec_text || !r->spec_path || !r->base_dir || !r->job_dir) {
+  r->owner_uid = sqlite3_column_int64(s, 21);
+  r->owner_gid = sqlite3_column_int64(s, 22);
+  r->owner = col_dup(s, 23);
+  r->umask = sqlite3_column_int(s, 24);
+  if (!r->owner || !r->name || !r->reason || !r->spec_text || !r->spec_path || !r->base_dir || !r->job_dir) {
     jobs_db_row_clear(r);
     return fsdp_set_error(FSDP_ERR_NOMEM, "cannot copy a job row");
   }
@@ -265,6 +305,7 @@ void jobs_db_row_clear(jobs_db_row *r) {
   free(r->spec_path);
   free(r->base_dir);
   free(r->job_dir);
+  free(r->owner);
   memset(r, 0, sizeof *r);
 }
 

@@ -5,7 +5,10 @@
  * becoming the bottleneck, and a crash loses at most the last transactions, never consistency.
  * Schema (docs/daemon.md):
  *   jobs(id, name, state, reason, world, device, steps, step, loss, tokens_per_s, spec_text,
- *        spec_path, base_dir, job_dir, submitted_at, started_at, finished_at)
+ *        spec_path, base_dir, job_dir, submitted_at, started_at, finished_at,
+ *        owner_uid, owner_gid, owner, umask)        the submitter; -1 and '' in jobs from before
+ *                                                   owners were recorded (a database of that age
+ *                                                   gets the columns when it is opened)
  *   job_transitions(job_id, state, reason, at)          one row per state change
  *   job_steps(job_id, step, loss, lr, grad_norm, tokens, step_ms, tokens_per_s, json)
  * States are fsdp.JobState values (1 queued … 6 cancelled). Times are seconds since the Epoch.
@@ -38,6 +41,11 @@ typedef struct jobs_db_row {
   /* The last step's scalars (from job_steps), valid when step > 0. */
   double last_lr, last_grad_norm, last_step_ms;
   uint64_t last_tokens;
+  /* The submitter (docs/operations.md, "Trust model"): uid -1 and owner "" for a job submitted
+   * before owners were recorded; umask is the one its workers get. */
+  int64_t owner_uid, owner_gid;
+  char *owner;
+  int umask;
 } jobs_db_row;
 
 typedef struct jobs_db_step {

@@ -100,6 +100,10 @@ static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
   s.n_env = 2;
   s.env = env;
   s.cwd = j->job_dir;
+  s.user = j->owner.name;
+  s.uid = (uint32_t)j->owner.uid;
+  s.gid = (uint32_t)j->owner.gid;
+  s.umask = j->umask;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_SPAWN_REQ;
   m.spawn_req = &s;

@@ -1,16 +1,21 @@
-/* zap — CURVE client admission for the coordinator's tcp:// endpoints (ZAP, RFC 27).
+/* zap — admission and identity for every connection to the coordinator's sockets (ZAP, RFC 27).
  *
- * zap_setup loads (or creates) the server keypair in STATE/keys/ and binds a REP socket on
- * inproc://zeromq.zap.01 in the daemon's ZeroMQ context, served by the uv loop, before any CURVE
- * socket binds. For each handshake it admits the daemon's own public key (the embedded agent and
- * its workers) and the keys listed in STATE/keys/authorized (read on every request), and refuses
- * the rest, logging each refused key once a minute. Loop thread only.
+ * zap_setup binds a REP socket on inproc://zeromq.zap.01 in the daemon's ZeroMQ context, served by
+ * the uv loop, before any socket binds (coord_bind_socket gives every ROUTER a ZAP domain, so each
+ * handshake comes here); with CURVE it first loads (or creates) the server keypair in STATE/keys/.
+ * A tcp:// (CURVE) handshake is admitted for the daemon's own public key (the embedded agent and its
+ * workers) and the keys listed in STATE/keys/authorized (read on every request); the rest are
+ * refused, each refused key logged once a minute. An ipc:// (NULL) handshake is admitted with the
+ * peer's uid, which libzmq took from SO_PEERCRED when it accepted the connection. The reply's user
+ * id names the peer (peer.h: "uid:N", "user:NAME", "self"); ZeroMQ attaches it to every message of
+ * that connection as "User-Id" (wire_env.user_id). Loop thread only.
  */
 #ifndef FSDP_DAEMON_ZAP_H
 #define FSDP_DAEMON_ZAP_H
 
 #include "coord_core.h"
 
-fsdp_status zap_setup(coord_t *c);
+/* CURVE: 1 when an endpoint is tcp:// (load the server keys too). */
+fsdp_status zap_setup(coord_t *c, int curve);
 
 #endif

@@ -2,6 +2,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -96,6 +97,7 @@ static fsdp_status check_job_info(const Fsdp__JobInfo *j) {
   STR(j->name, NAME_MAX_LEN, "job name");
   STR(j->reason, WIRE_MAX_STRING, "job reason");
   STR(j->job_dir, 4096, "job directory");
+  STR(j->owner, NAME_MAX_LEN, "job owner");
   TRY(check_state(j->state));
   TRY(check_device(j->device));
   if (j->step > j->steps) BAD("job step %u is past its %u steps", j->step, j->steps);
@@ -201,6 +203,7 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     STR(m->submit_req->spec_text, WIRE_MAX_STRING, "job spec");
     STR(m->submit_req->spec_path, 4096, "job spec path");
     STR(m->submit_req->base_dir, 4096, "job base directory");
+    if (m->submit_req->umask_set && m->submit_req->umask > 0777) BAD("umask %o is out of range", m->submit_req->umask);
     return FSDP_OK;
   case FSDP__MSG__BODY_SUBMIT_RESP: NEED(m->submit_resp, "submit_resp"); return FSDP_OK;
   case FSDP__MSG__BODY_STATUS_REQ: NEED(m->status_req, "status_req"); return FSDP_OK;
@@ -271,6 +274,8 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
       if (!strchr(s->env[i], '=')) BAD("environment entry '%s' is not NAME=VALUE", s->env[i]);
     }
     STR(s->cwd, 4096, "working directory");
+    STR(s->user, NAME_MAX_LEN, "user name");
+    if (s->umask > 0777) BAD("umask %o is out of range", s->umask);
     if (s->rank >= MAX_RANKS) BAD("rank %u is out of range", s->rank);
     return FSDP_OK;
   }
@@ -427,6 +432,7 @@ fsdp_status wire_recv(void *sock, wire_env *env, Fsdp__Msg **out, int flags) {
   wire_env local;
   if (!env) env = &local;
   env->n = 0;
+  env->user_id[0] = '\0';
   zmq_msg_t part;
   zmq_msg_init(&part);
   fsdp_status rc = FSDP_OK;
@@ -453,6 +459,10 @@ fsdp_status wire_recv(void *sock, wire_env *env, Fsdp__Msg **out, int flags) {
       rc = fsdp_set_error(FSDP_ERR_FORMAT, "envelope of more than %d frames or a frame over %d bytes",
                           WIRE_MAX_ENV, WIRE_MAX_ENV_FRAME);
     }
+  }
+  if (frames > 0) {
+    const char *uid = zmq_msg_gets(&part, "User-Id");
+    if (uid && strlen(uid) < sizeof env->user_id) snprintf(env->user_id, sizeof env->user_id, "%s", uid);
   }
   if (rc == FSDP_OK) rc = wire_unpack(zmq_msg_data(&part), zmq_msg_size(&part), out);
   zmq_msg_close(&part);

@@ -21,10 +21,15 @@
 #define WIRE_MAX_ENV_FRAME 256      /* bytes per envelope frame */
 #define WIRE_MAX_STRING (1u << 20)  /* spec text, log chunks; names are far shorter */
 
+#define WIRE_MAX_USER_ID 128        /* bytes of a ZAP user id, with its NUL */
+
 typedef struct wire_env {
   int n;
   size_t len[WIRE_MAX_ENV];
   uint8_t data[WIRE_MAX_ENV][WIRE_MAX_ENV_FRAME];
+  /* wire_recv: the "User-Id" the ZAP handler gave the sending connection (daemon/zap.h), "" when
+   * the socket has no ZAP handler or the id does not fit. Not sent by wire_send. */
+  char user_id[WIRE_MAX_USER_ID];
 } wire_env;
 
 /* Envelope helpers: append one frame; the empty frame is the ROUTER/DEALER delimiter. */

@@ -24,7 +24,7 @@ TEST_PKGS=(
   python3 python3-venv  # integration tests' helpers; scripts/test-env.sh's virtual environment
   procps mount          # pgrep, and a tmpfs for the full-disk case
   tmux                  # tests/integration/top.sh: fsdpctl top in an 80x24 terminal
-  passwd util-linux     # tests/integration/trust_files.sh: useradd/userdel and runuser for a second user
+  passwd util-linux     # trust_files.sh and trust_users.sh: useradd/userdel, runuser and setpriv for other users
   curl prometheus       # tests/integration/metrics.sh: scrapes, and promtool check metrics
   clang libclang-rt-14-dev   # tests/fuzz: libFuzzer targets run by .ci/run
   slurmctld slurmd slurm-client munge   # tests/integration/slurm.sh: a one-node Slurm of its own

@@ -153,6 +153,9 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
   TRY(rc);
   ckpt_info ci;
   TRY(ckpt_read_manifest(root, step, &ci));
+  /* Every rank file whole, every section's CRC32C, as export does: a corrupt checkpoint is refused,
+   * never sampled from (the resharding read below checks only the sections it reads whole). */
+  TRY(ckpt_verify(root, &ci, 0, 1));
   spec->model = ci.model;
   TRY(plan_build(spec, 1, p));
   size_t n = (size_t)(*p)->shard_total;
@@ -334,7 +337,8 @@ int sample_run(const sample_args *a) {
   if (binary || a->tokenizer || ids[total - 1] != '\n') putchar('\n');
   fflush(stdout);
 out:
-  if (rc != FSDP_OK) fprintf(stderr, "sample: %s\n", fsdp_last_error());
+  /* sample mode is what `fsdpctl sample` runs (it execs this worker): the user's line is fsdpctl's */
+  if (rc != FSDP_OK) fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
   tokenizer_free(&tk);
   free(param);
   free(ids);

@@ -73,6 +73,23 @@ bad "neither a checkpoint directory nor a .safetensors file" "$tmp/job.ini" --pr
 bad "holds no complete checkpoint" "$tmp" --prompt x
 bad "needs --prompt" "$tmp/ck"
 bad "--temperature" "$tmp/ck" --prompt x --temperature -1
+# a corrupt checkpoint (one bit flipped in a rank file) and a truncated one are refused, as export
+# refuses them, with fsdpctl's one line, never sampled from
+for kind in flip cut; do
+  rm -rf "$tmp/ck-$kind"
+  cp -r "$tmp/ck" "$tmp/ck-$kind"
+  f="$tmp/ck-$kind/step-00000150/rank-1.bin"
+  size=$(stat -c %s "$f")
+  if [ $kind = flip ]; then
+    python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 4]))" "$f" $((size * 2 / 3))
+    bad "CRC32C" "$tmp/ck-$kind" --prompt "the quick"
+  else
+    truncate -s $((size / 2)) "$f"
+    bad "rank-1.bin" "$tmp/ck-$kind" --prompt "the quick"
+  fi
+  grep -q '^fsdpctl: ' "$tmp/err" || fail "sample from a ${kind} checkpoint: not fsdpctl's line: $(cat "$tmp/err")"
+  [ ! -s "$tmp/out" ] || fail "sample from a ${kind} checkpoint printed text: $(cat "$tmp/out")"
+done
 # a LlamaConfig that asks for what fsdpd's Llama does not compute is refused, not run as another model
 # (the config is read before the weights, so any .safetensors stands in for them)
 mkdir -p "$tmp/lc"

@@ -84,12 +84,13 @@ static void test_hash_keys(void) {
   snprintf(text, sizeof text, "# clients\n%s node-x\n", pub);
   write_text(ap, text, 0644);
   int listed = 0;
-  CHECK_OK(curve_authorized(ap, pub, &listed));
+  char user[CURVE_USER_MAX + 1];
+  CHECK_OK(curve_authorized(ap, pub, &listed, user));
   CHECK_EQ_INT(1, listed);
   /* commented out: not listed */
   snprintf(text, sizeof text, "# %s\n#%s\n", pub, pub);
   write_text(ap, text, 0644);
-  CHECK_OK(curve_authorized(ap, pub, &listed));
+  CHECK_OK(curve_authorized(ap, pub, &listed, user));
   CHECK_EQ_INT(0, listed);
 }
 
@@ -101,16 +102,49 @@ static void test_authorized(void) {
   char ap[512], text[512];
   path(ap, sizeof ap, "authorized");
   int listed = 1;
-  CHECK_OK(curve_authorized(ap, a, &listed));   /* missing file: nobody */
+  char user[CURVE_USER_MAX + 1];
+  CHECK_OK(curve_authorized(ap, a, &listed, user));   /* missing file: nobody */
   CHECK_EQ_INT(0, listed);
   snprintf(text, sizeof text, "# team\n\n  %s\r\n%s   # the build box\n", a, b);
   write_text(ap, text, 0644);
-  CHECK_OK(curve_authorized(ap, a, &listed));
+  CHECK_OK(curve_authorized(ap, a, &listed, user));
   CHECK_EQ_INT(1, listed);
-  CHECK_OK(curve_authorized(ap, b, &listed));
+  CHECK_OK(curve_authorized(ap, b, &listed, user));
   CHECK_EQ_INT(1, listed);
-  CHECK_OK(curve_authorized(ap, c, &listed));
+  CHECK_OK(curve_authorized(ap, c, &listed, user));
   CHECK_EQ_INT(0, listed);
+}
+
+/* "KEY user=NAME [note]": the key acts as NAME; a key without user= names nobody (the daemon's own
+ * user); a note is never taken for a user; a malformed user= is an error naming the line, and the
+ * key is not listed. */
+static void test_authorized_users(void) {
+  char a[CURVE_KEY_LEN + 1], b[CURVE_KEY_LEN + 1], c[CURVE_KEY_LEN + 1], d[CURVE_KEY_LEN + 1], s[CURVE_KEY_LEN + 1];
+  curve_keypair_new(a, s);
+  curve_keypair_new(b, s);
+  curve_keypair_new(c, s);
+  curve_keypair_new(d, s);
+  char ap[512], text[1024], user[CURVE_USER_MAX + 1];
+  path(ap, sizeof ap, "authorized-users");
+  snprintf(text, sizeof text, "%s user=alice  alice's laptop\n%s\tuser=bob.smith_2\n%s alice was here\n%s user=-x\n",
+           a, b, c, d);
+  write_text(ap, text, 0644);
+  int listed = 0;
+  CHECK_OK(curve_authorized(ap, a, &listed, user));
+  CHECK_EQ_INT(1, listed);
+  CHECK(!strcmp(user, "alice"));
+  CHECK_OK(curve_authorized(ap, b, &listed, user));
+  CHECK_EQ_INT(1, listed);
+  CHECK(!strcmp(user, "bob.smith_2"));
+  CHECK_OK(curve_authorized(ap, c, &listed, user));
+  CHECK_EQ_INT(1, listed);
+  CHECK(!strcmp(user, ""));
+  CHECK(curve_authorized(ap, d, &listed, user) == FSDP_ERR_FORMAT);
+  CHECK_EQ_INT(0, listed);
+  CHECK(strstr(fsdp_last_error(), "line 4") != NULL);
+  CHECK(curve_user_name_ok("alice") && curve_user_name_ok("a.b-c_1"));
+  CHECK(!curve_user_name_ok("") && !curve_user_name_ok("-a") && !curve_user_name_ok("a b") && !curve_user_name_ok("a/b") &&
+        !curve_user_name_ok("abcdefghijklmnopqrstuvwxyz0123456"));
 }
 
 static void test_server_keys(void) {
@@ -216,6 +250,7 @@ int main(void) {
   test_keypair_files();
   test_hash_keys();
   test_authorized();
+  test_authorized_users();
   test_server_keys();
   test_tcp_exchange();
   char cmd[600];

@@ -26,6 +26,52 @@ static jobs_db_row job_row(const char *name, int world) {
   return r;
 }
 
+/* A database made before jobs had owners (the schema of that time, one queued job) is migrated when
+ * opened: its job reads as owner_uid -1, owner '', umask 022; new jobs store their owner. */
+static void test_owner_migration(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/old.db", dir);
+  sqlite3 *old = NULL;
+  CHECK(sqlite3_open(path, &old) == SQLITE_OK);
+  const char *v1 =
+      "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, state INTEGER NOT NULL,"
+      " reason TEXT NOT NULL DEFAULT '', world INTEGER NOT NULL, device INTEGER NOT NULL, steps INTEGER NOT NULL,"
+      " step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0, tokens_per_s REAL NOT NULL DEFAULT 0,"
+      " spec_text TEXT NOT NULL, spec_path TEXT NOT NULL, base_dir TEXT NOT NULL, job_dir TEXT NOT NULL,"
+      " submitted_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, finished_at REAL NOT NULL DEFAULT 0);"
+      "INSERT INTO jobs (name, state, world, device, steps, spec_text, spec_path, base_dir, job_dir, submitted_at)"
+      " VALUES ('legacy', 1, 2, 0, 10, '[job]', '/tmp/x.ini', '/tmp', '/state/jobs/1', 5.0);";
+  CHECK(sqlite3_exec(old, v1, NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(old);
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  jobs_db_row g;
+  CHECK_OK(jobs_db_get(db, 1, &g));
+  CHECK(g.name && !strcmp(g.name, "legacy"));
+  CHECK_EQ_INT(-1, g.owner_uid);
+  CHECK_EQ_INT(-1, g.owner_gid);
+  CHECK(g.owner && !strcmp(g.owner, ""));
+  CHECK_EQ_INT(022, g.umask);
+  jobs_db_row_clear(&g);
+  jobs_db_row r = job_row("owned", 1);
+  r.owner_uid = 1234;
+  r.owner_gid = 99;
+  r.owner = "alice";
+  r.umask = 027;
+  uint64_t id = 0;
+  CHECK_OK(jobs_db_insert(db, &r, 6.0, &id));
+  jobs_db_destroy(&db);
+  CHECK_OK(jobs_db_open(path, &db));   /* reopening a migrated database migrates nothing again */
+  CHECK_OK(jobs_db_get(db, id, &g));
+  CHECK_EQ_INT(1234, g.owner_uid);
+  CHECK_EQ_INT(99, g.owner_gid);
+  CHECK(g.owner && !strcmp(g.owner, "alice"));
+  CHECK_EQ_INT(027, g.umask);
+  jobs_db_row_clear(&g);
+  jobs_db_destroy(&db);
+}
+
 int main(void) {
   char dir[] = "/tmp/test-jobs-db-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -156,6 +202,8 @@ int main(void) {
   CHECK_EQ_INT(4, id4);   /* ids are never reused */
   jobs_db_destroy(&db);
   jobs_db_destroy(&db);     /* NULL-safe */
+
+  test_owner_migration(dir);
 
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
