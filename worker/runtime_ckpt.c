@@ -157,22 +157,14 @@ fsdp_status runtime_save(runtime_t *rt, const char *path) {
 
 /* Sum one flag over the ranks: how many ranks had a failure. Also the barrier the protocol needs. */
 static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed, char *ranks, size_t n) {
-  /* One flag per rank, summed: every rank learns how many failed and which. */
-  float *f = calloc((size_t)rt->world, sizeof *f);
-  if (!f) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %d failure flags", rt->world);
-  f[rt->rank] = failed ? 1.0f : 0.0f;
-  fsdp_status rc = runtime_allreduce_host(rt, f, rt->world);
-  *nfailed = 0;
-  size_t len = 0;
-  if (n) ranks[0] = '\0';
-  for (int r = 0; rc == FSDP_OK && r < rt->world; r++) {
-    if (f[r] == 0.0f) continue;
-    if (*nfailed < 4 && len < n) len += (size_t)snprintf(ranks + len, n - len, "%s%d", *nfailed ? ", " : "", r);
-    else if (*nfailed == 4 && len < n) len += (size_t)snprintf(ranks + len, n - len, ", ...");
-    ++*nfailed;
-  }
-  free(f);
-  return rc;
+  /* Summed over ranks: how many failed, and the sum of their ranks, which names the rank exactly
+   * when one failed (each failed rank also reports its own reason to the coordinator). */
+  float f[2] = {failed ? 1.0f : 0.0f, failed ? (float)rt->rank : 0.0f};
+  TRY(runtime_allreduce_host(rt, f, 2));
+  *nfailed = (int)f[0];
+  if (*nfailed == 1) snprintf(ranks, n, "rank %d", (int)f[1]);
+  else snprintf(ranks, n, "%d ranks", *nfailed);
+  return FSDP_OK;
 }
 
 /* What a checkpoint records as its writer: this plan, or for hybrid the full-sharding plan of one
@@ -210,7 +202,7 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
   /* A peer's failure, not ours: reported as a collective's (secondary) outcome, so that the
    * coordinator names the rank that failed, with its own reason. */
-  if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: rank %s could not write its file (see its log)",
+  if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: %s could not write its file (see its log)",
                                   step, who);
   if (rt->rank == 0) {
     uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
@@ -290,7 +282,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
   if (nbad)   /* a peer's failure: secondary, so the coordinator names the rank that failed (above) */
-    return fsdp_set_error(FSDP_ERR_COMM, "rank %s could not restore checkpoint step %d from %s (see its log)", who, s, dir);
+    return fsdp_set_error(FSDP_ERR_COMM, "%s could not restore checkpoint step %d from %s (see its log)", who, s, dir);
   rt->ckpt_step0 = s;
   rt->ckpt_tokens0 = ci.tokens;
   int64_t rows = (int64_t)p->world * p->batch_size * rt->spec->grad_accum;
