@@ -43,17 +43,7 @@ check_valid() {
 PROMTOOL=$(command -v promtool || true)
 [ -n "$PROMTOOL" ] || { echo "metrics: promtool is not installed (scripts/install-deps.sh --test installs prometheus)"; exit 1; }
 
-# A free loopback port: the kernel picks one; should another process take it before fsdpd binds,
-# fsdpd says so and the test tries a fresh one.
-PORT=""
-for try in 1 2 3 4 5; do
-  p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  start_daemon --name metricsnode --metrics "127.0.0.1:$p"
-  if wait_for 10 "$CTL" nodes; then PORT=$p; break; fi
-  grep -q "already in use" "$S/fsdpd.log" || fail "fsdpd did not answer nodes within 10 s"
-  wait "$DPID" || true; DPID=""
-done
-[ -n "$PORT" ] || fail "no free port in 5 tries"
+start_daemon_metrics metricsnode
 scrape "$S/idle.txt" || fail "no answer on http://127.0.0.1:$PORT/metrics"
 node_free() { scrape "$S/idle.txt" && [ "$(value "$S/idle.txt" 'fsdp_node_devices{node="metricsnode",kind="cpu",state="free"}')" = 2 ]; }
 wait_for 10 node_free || fail "fsdp_node_devices: $(grep fsdp_node "$S/idle.txt")"

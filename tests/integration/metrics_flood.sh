@@ -8,15 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" metrics_flood
 
-PORT=""
-for try in 1 2 3 4 5; do
-  p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  start_daemon --name floodnode --metrics "127.0.0.1:$p"
-  if wait_for 10 "$CTL" nodes; then PORT=$p; break; fi
-  grep -q "already in use" "$S/fsdpd.log" || fail "fsdpd did not answer nodes within 10 s"
-  wait "$DPID" || true; DPID=""
-done
-[ -n "$PORT" ] || fail "no free port in 5 tries"
+start_daemon_metrics floodnode
 curl -sf --max-time 5 "http://127.0.0.1:$PORT/metrics" -o /dev/null || fail "no answer on /metrics before the flood"
 
 # 405 with Allow.

@@ -20,3 +20,18 @@ stop_daemon() {
   kill -TERM "$DPID"; local rc=0; wait "$DPID" || rc=$?; DPID=""
   [ "$rc" -eq 0 ] || fail "fsdpd exited with status $rc after SIGTERM"
 }
+# start_daemon_metrics NODE: start_daemon --name NODE with --metrics on a free loopback port, in
+# PORT. The kernel picks the port; should another process take it before fsdpd binds, fsdpd says
+# so and a fresh one is tried (5 tries).
+start_daemon_metrics() {
+  PORT=""
+  local try p
+  for try in 1 2 3 4 5; do
+    p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    start_daemon --name "$1" --metrics "127.0.0.1:$p"
+    if wait_for 10 "$CTL" nodes; then PORT=$p; return 0; fi
+    grep -q "already in use" "$S/fsdpd.log" || fail "fsdpd did not answer nodes within 10 s"
+    wait "$DPID" || true; DPID=""
+  done
+  fail "no free port in 5 tries"
+}
