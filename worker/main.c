@@ -56,7 +56,7 @@ static void usage(FILE *f) {
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
           "                   [--log-level L] JOB.ini\n"
           "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                   [--tokenizer FILE]     (what fsdpctl sample runs; docs/data.md)\n");
+          "                   [--tokenizer FILE] [--logits]     (what fsdpctl sample runs; docs/data.md)\n");
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -403,6 +403,7 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "--standalone")) standalone = 1;
     else if (!strcmp(a, "--sample")) { NEEDV(); sa.model = v; }
     else if (!strcmp(a, "--prompt")) { NEEDV(); sa.prompt = v; }
+    else if (!strcmp(a, "--logits")) sa.logits = 1;
     else if (!strcmp(a, "--tokenizer")) { NEEDV(); sa.tokenizer = v; }
     else if (!strcmp(a, "--tokens")) { NEEDV(); if (parse_int(a, v, 1, 1L << 20, &ntok)) return 2; }
     else if (!strcmp(a, "--top-k")) { NEEDV(); if (parse_int(a, v, 0, 1L << 24, &top_k)) return 2; }

@@ -37,7 +37,7 @@
 #include "mem.h"
 #include "optim.h"
 #include "runtime_priv.h"
-#include "safetensors.h"
+#include "st_model.h"
 #include "stepstats.h"
 
 _Static_assert((int)RT_NPHASE == STEPSTATS_NPHASE && (int)RT_NPHASE == (int)DEV_NTIMER, "one list of step phases");
@@ -201,10 +201,13 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   if (strcmp(spec->init, "random") == 0) {
     model_init_shard(p, spec->seed, rank, hp);
   } else {
-    st_file *f = NULL;
-    rc = st_open(spec->init, &f);
-    if (rc == FSDP_OK) rc = st_load_shard(f, p, rank, hp);
-    st_destroy(&f);
+    st_model *f = NULL;   /* opens only the files that hold this rank's ranges */
+    rc = st_model_open(spec->init, &f);
+    if (rc == FSDP_OK) rc = st_model_load_shard(f, p, rank, hp);
+    if (rc == FSDP_OK)
+      log_info("rank %d: read its shard from %d of the %d files of %s", rank, st_model_opened(f),
+           st_model_nfiles(f), spec->init);
+    st_model_destroy(&f);
   }
   fsdp_status rc2 = rt_host_buffer_done(rt, rt->param, (size_t)S * 4, hp);
   if (rc == FSDP_OK) rc = rc2;
