@@ -486,8 +486,12 @@ fsdp_status st_writer_finish(st_writer **pw) {
   }
   memcpy(tmp, w->path, plen);
   memcpy(tmp + plen, ".tmp", 5);
-  if (!(fp = fopen(tmp, "wb"))) {
+  /* A new file, never one reached through a link: a stale temporary (or a link in its place) goes first. */
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 || !(fp = fdopen(fd, "wb"))) {
     rc = fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
     goto out;
   }
   int ok = fwrite(&hlen, 8, 1, fp) == 1 && fwrite(json, 1, jlen, fp) == jlen;

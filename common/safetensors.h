@@ -17,8 +17,8 @@
  *
  * Writing: an st_writer collects tensors (it references the caller's data, which must stay valid
  * and unchanged until st_writer_finish()), then writes the header with keys in sorted order, the
- * data in the order added, the header padded with spaces to a multiple of 8 bytes; to PATH.tmp,
- * fsynced, then renamed. F32 round-trips bit-exactly; F32 → BF16 rounds to nearest even.
+ * data in the order added, the header padded with spaces to a multiple of 8 bytes; to PATH.tmp (created
+ * new: O_EXCL, O_NOFOLLOW), fsynced, then renamed. F32 round-trips bit-exactly; F32 → BF16 rounds to nearest even.
  *
  * Plan-aware helpers: st_load_shard() fills one rank's concatenated shard of a plan straight from
  * the file, reading only the ranges that intersect the rank's shard; st_save_units() writes full
