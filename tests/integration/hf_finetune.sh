@@ -197,6 +197,10 @@ refused "seq_len beyond GPT-2's n_positions" "seq_len = 80 is beyond the model's
 if [ ${#failed[@]} -gt 0 ]; then
   echo "hf_finetune: ${#failed[@]} part(s) failed:"
   printf '  - %s\n' "${failed[@]}"
+  if printf '%s\n' "${failed[@]}" | grep -q 'llama_tied\|llama_rope3\|exports in transformers'; then
+    echo "(llama_tied needs Llama's tied embeddings in the plan and model, llama_rope3 the llama3 rope scaling in the"
+    echo " model: without them fsdpd refuses the tied folder at plan and computes the unscaled rope, as its control shows)"
+  fi
   exit 1
 fi
 echo "hf_finetune: ok"

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "st_model.h"
+#include "testfiles.h"
 
 #define NFILES 4
 
@@ -157,8 +158,6 @@ int main(void) {
     return 1;
   }
   test_sharded();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  rm_rf(dir);
   return check_done();
 }
