@@ -29,7 +29,8 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* The model shape from the config.json of the folder DIR (as save_pretrained or fsdpctl export write it,
- * transformers 4 or 5); seq_len, the sampling context, is the model's positions. */
+ * transformers 4 or 5); seq_len, the sampling window, is the model's positions up to 1024 (a published
+ * Llama's 131072 would size the CPU's attention buffers beyond any host). */
 static fsdp_status read_hf_config(const char *dir, model_config *m) {
   char path[4096];
   if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
@@ -37,7 +38,7 @@ static fsdp_status read_hf_config(const char *dir, model_config *m) {
   hf_config hc;
   TRY(hf_config_load(path, &hc));
   *m = hc.model;
-  m->seq_len = m->n_positions < 32768 ? m->n_positions : 32768;
+  m->seq_len = m->n_positions < 1024 ? m->n_positions : 1024;
   return FSDP_OK;
 }
 
