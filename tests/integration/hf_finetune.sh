@@ -175,6 +175,12 @@ cp -r "$tmp/llama_gqa" "$tmp/yarn"
 python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["rope_parameters"]={"rope_type":"yarn","rope_theta":1e4,"factor":4.0}; json.dump(c,open(p,"w"))' "$tmp/yarn/config.json"
 job bad yarn 32 full
 refused "a rope type fsdpd does not compute" "rope_type 'yarn' is not computed by fsdpd"
+set +e   # and at submit, before any daemon is asked
+"$CTL" submit "$tmp/bad.ini" --ctl "ipc://$tmp/no-daemon" > /dev/null 2> "$tmp/submit.err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/submit.err")" -eq 1 ] && grep -q "rope_type 'yarn' is not computed" "$tmp/submit.err" ||
+  part_fail "submit of a rope type fsdpd does not compute: rc $rc: $(cat "$tmp/submit.err")"
 job bad llama_gqa 32 full "n_embd = 64"
 refused "a key that disagrees with config.json" "n_embd = 64, but $tmp/llama_gqa/config.json has hidden_size = 32"
 job bad llama_gqa 32 full "rope_theta = 10000"
