@@ -2,7 +2,6 @@
 #include "sample.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +11,11 @@
 
 #include "ckpt.h"
 #include "device.h"
+#include "hfconfig.h"
 #include "jobspec.h"
 #include "model.h"
 #include "plan.h"
 #include "rng.h"
-#include "hfconfig.h"
 #include "st_model.h"
 
 #define TOKENIZER_MAGIC 20240328
