@@ -199,10 +199,18 @@ int ctl_plan(int argc, char **argv) {
     return PLAN_EXIT_USAGE;
   }
   /* The model files (from or init) against the plan: every mismatch the workers' load would meet. */
-  if (strcmp(spec.init, "random") && st_model_check_path(spec.init, plan) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
-    plan_destroy(&plan);
-    return 1;
+  int nfiles = 0;
+  if (strcmp(spec.init, "random")) {
+    st_model *sm = NULL;
+    fsdp_status st = st_model_open(spec.init, &sm);
+    if (st == FSDP_OK) st = st_model_check(sm, plan);
+    if (sm) nfiles = st_model_nfiles(sm);
+    st_model_destroy(&sm);
+    if (st != FSDP_OK) {
+      fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_user_message(fsdp_last_error()));
+      plan_destroy(&plan);
+      return 1;
+    }
   }
   int rc = 0;
   plan_fit pf;
@@ -215,6 +223,9 @@ int ctl_plan(int argc, char **argv) {
     rc = write_json(plan, device_bytes, fit ? &pf : NULL);
   } else {
     printf("Job       %s (%s)\n", spec.name, job);
+    if (nfiles)
+      printf("Weights   %s%s: %d file%s, every tensor present with its shape\n", spec.from[0] ? "from " : "",
+             spec.from[0] ? spec.from : spec.init, nfiles, nfiles == 1 ? "" : "s");
     plan_print(plan, stdout, device_bytes);
     if (fit) plan_fit_print(&pf, stdout);
   }
