@@ -78,8 +78,8 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
   int folder = S_ISDIR(sb.st_mode) && access(cfg, F_OK) == 0;   /* a Hugging Face model folder */
   if (S_ISREG(sb.st_mode) || folder) {
     if (!folder && !ends_with(model, ".safetensors") && !ends_with(model, ".safetensors.index.json"))
-      return fsdp_set_error(FSDP_ERR_INVALID, "%s is neither a checkpoint directory, a model folder nor a .safetensors "
-                            "file", model);
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s is neither a checkpoint directory nor a .safetensors file (nor a "
+                            "model folder with config.json)", model);
     const char *slash = strrchr(model, '/');
     if (folder) snprintf(dir, sizeof dir, "%s", model);
     else if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - model), model);
@@ -308,7 +308,7 @@ int sample_run(const sample_args *a) {
   fsdp_status rc = FSDP_OK;
   int bad_input = 0;
   if ((rc = load_model(a->model, &spec, &p, &param)) != FSDP_OK) {
-    bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT;
+    bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT || rc == FSDP_ERR_UNSUPPORTED;
     goto out;
   }
   const int V = p->model.vocab_size;
