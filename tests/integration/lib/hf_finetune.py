@@ -126,6 +126,16 @@ def controls(name, model, d, x, y):
     return out
 
 
+def llama3_bands(cfg):
+    """How many rotary frequencies fall in each of llama3's bands: kept (wavelength below original /
+    high_freq_factor), blended (between), scaled (above original / low_freq_factor)."""
+    rp, hs = cfg.rope_parameters, cfg.hidden_size // cfg.num_attention_heads
+    orig = rp["original_max_position_embeddings"]
+    waves = [2 * math.pi * rp["rope_theta"] ** (2 * i / hs) for i in range(hs // 2)]
+    lo, hi = orig / rp["high_freq_factor"], orig / rp["low_freq_factor"]
+    return [sum(w < lo for w in waves), sum(lo <= w <= hi for w in waves), sum(w > hi for w in waves)]
+
+
 def build(root):
     torch.manual_seed(0)
     toks = stream(256, 7)
@@ -143,6 +153,9 @@ def build(root):
         model.save_pretrained(d, **kw)
         save_tokenizer(d)
         ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        if name == "llama_rope3":   # every band used, at T >= 2 x original / factor
+            rp = cfg.rope_parameters
+            assert min(llama3_bands(cfg)) > 0 and T >= 2 * rp["original_max_position_embeddings"] / rp["factor"]
         x, y = rows(toks, T, ROWS)
         px, _ = rows(toks, T, 1, 5)
         refs[name] = {"T": T, "loss": loss_of(ref, x, y), "lnV": math.log(V), "controls": controls(name, ref, d, x, y),
