@@ -1,11 +1,10 @@
-/* ctl_export — `fsdpctl export`: a checkpoint (any world size, any sharding) to one consolidated
- * Hugging Face .safetensors file (GPT-2 or Llama names), with no daemon and no workers. Every rank file is verified
- * whole (every CRC32C) first; the parameters are then resharded into a single whole-model "shard"
- * through the same loader a resuming worker uses. Holds the model three times in memory (the loader
- * also restores AdamW m and v), which is fine for the CPU-sized models it is meant for. Beside the
- * file it writes config.json, a Hugging Face GPT2Config or LlamaConfig, so that
- * GPT2LMHeadModel.from_pretrained(DIR) or LlamaForCausalLM.from_pretrained(DIR) loads the export
- * directly. */
+/* ctl_export — `fsdpctl export`: a checkpoint (any world size, any sharding) to a Hugging Face model
+ * folder (hfdir.h: config.json, weights in one or many safetensors files, the source folder's tokenizer)
+ * or to one consolidated .safetensors file with config.json beside it, with no daemon and no workers.
+ * Every rank file is verified whole (every CRC32C) first; the parameters are then resharded into a
+ * single whole-model "shard" through the same loader a resuming worker uses. Holds the model three
+ * times in memory (the loader also restores AdamW m and v), which is fine for the CPU-sized models it
+ * is meant for. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -18,69 +17,53 @@
 #include "ckpt.h"
 #include "ctl.h"
 #include "fsutil.h"
+#include "ctl_fmt.h"
+#include "hfconfig.h"
+#include "hfdir.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "safetensors.h"
 
 /* DIR/config.json for OUT = DIR/NAME.safetensors (DIR "." when OUT has no slash). */
-static int config_path(const char *out, char *buf, size_t n) {
+static int config_dir(const char *out, char *buf, size_t n) {
   const char *slash = strrchr(out, '/');
-  int w = slash ? snprintf(buf, n, "%.*s/config.json", (int)(slash - out), out)
-                : snprintf(buf, n, "config.json");
+  int w = slash ? snprintf(buf, n, "%.*s", (int)(slash - out), out) : snprintf(buf, n, ".");
   return w > 0 && (size_t)w < n;
 }
 
-/* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
- * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
- * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp (never through a link) and renamed. */
-/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling).
- * bos/eos/pad ids are null: LlamaConfig's defaults (bos 1, eos 2) would make generate() stop at a
- * byte-level model's token 2; fsdpd's models have no special tokens. */
-static json_t *llama_config(const model_config *m) {
-  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:n, s:s, s:b, s:b, s:b, s:f, "
-                   "s:n, s:n, s:n, s:s}",
-                   "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,
-                   "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
-                   m->n_kv_head, "head_dim", m->n_embd / m->n_head, "num_hidden_layers", m->n_layer, "vocab_size",
-                   m->vocab_size, "max_position_embeddings", m->seq_len, "rms_norm_eps", m->norm_eps, "rope_theta",
-                   m->rope_theta, "rope_scaling", "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0,
-                   "mlp_bias", 0, "initializer_range", 0.02, "bos_token_id", "eos_token_id", "pad_token_id",
-                   "torch_dtype", "float32");
-}
-
-static fsdp_status write_hf_config(const char *path, const model_config *m) {
-  json_t *special = m->vocab_size > 50256 ? json_integer(50256) : json_null();
-  json_t *o = m->arch == ARCH_LLAMA ? llama_config(m) : json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:O, s:O, s:s}",
-                        "model_type", "gpt2", "architectures", "GPT2LMHeadModel", "n_layer", m->n_layer,
-                        "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
-                        "n_positions", m->seq_len, "n_ctx", m->seq_len, "activation_function", "gelu_new",
-                        "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "bos_token_id", special,
-                        "eos_token_id", special, "torch_dtype", "float32");
-  json_decref(special);
+/* OUT.safetensors and config.json beside it: fsdpd's own GPT2Config or LlamaConfig. */
+static fsdp_status export_file(const char *out, const plan_t *p, float *const *units) {
+  char dir[PATH_MAX];
+  if (!config_dir(out, dir, sizeof dir)) return fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
+  TRY(st_save_units(out, p, units));
+  json_t *o = hf_config_json(&p->model, NULL, "float32");
   char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
   json_decref(o);
-  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s", path);
-  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
-  fsdp_status rc = fsutil_atomic_open(path, 0644, &a);   /* config.json.tmp: O_EXCL | O_NOFOLLOW */
-  FILE *fp = rc == FSDP_OK ? fsutil_atomic_stream(&a) : NULL;
-  if (rc == FSDP_OK && (!fp || fputs(text, fp) < 0 || fputc('\n', fp) == EOF))
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-  if (rc == FSDP_OK) rc = fsutil_atomic_commit(&a);
-  fsutil_atomic_abort(&a);
+  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s/config.json", dir);
+  fsdp_status rc = hfdir_write_file(dir, "config.json", text, strlen(text));
   free(text);
   return rc;
 }
 
 static void export_usage(FILE *f) {
   fprintf(f,
-          "usage: fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
+          "usage: fsdpctl export CHECKPOINT_DIR -o DIR [--step S] [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
+          "       fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
-          "--step) as one Hugging Face .safetensors file (F32) and beside it config.json. GPT-2: names like\n"
+          "--step) as a Hugging Face model folder: DIR (created; an existing one must be empty) gets\n"
+          "config.json, the weights (model.safetensors, or model-0000K-of-0000N.safetensors and\n"
+          "model.safetensors.index.json above --max-shard-size), and, for a model that came from a folder\n"
+          "([model] from), that folder's config fields and tokenizer files, so that\n"
+          "AutoModelForCausalLM.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR) load it.\n"
+          "\n"
+          "  --dtype fp32|bf16      the weights' dtype (default: the source folder's, else fp32)\n"
+          "  --max-shard-size SIZE  bytes per weights file, as transformers' max_shard_size (default 50GB;\n"
+          "                         KB MB GB are powers of 1000, KiB MiB GiB of 1024)\n"
+          "\n"
+          "With -o OUT.safetensors: one F32 file with config.json (fsdpd's own) beside it. GPT-2: names like\n"
           "h.0.attn.c_attn.weight, tied lm_head = wte, a GPT2Config; Llama: LlamaForCausalLM's names\n"
-          "(model.layers.0.self_attn.q_proj.weight, lm_head.weight), a LlamaConfig. Named\n"
-          "DIR/model.safetensors, from_pretrained(DIR) loads it; `init = OUT.safetensors` in a job file\n"
-          "loads it back.\n");
+          "(model.layers.0.self_attn.q_proj.weight, lm_head.weight unless tied), a LlamaConfig.\n");
 }
 
 /* When DIR is a checkpoint's step directory (DIR/manifest.json and a name step-N), point DIR at its
@@ -111,13 +94,29 @@ static int step_dir_split(const char *dir, char *root, size_t n, int *step) {
 int ctl_export(int argc, char **argv) {
   static const struct option opts[] = {
     {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
+    {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 'm'},
     {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  const char *out = NULL;
+  const char *out = NULL, *dtype = NULL;
   long step = 0;
-  int c;
+  uint64_t max_shard = HFDIR_MAX_SHARD_DEFAULT;
+  int c, folder_flags = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:s:h", opts, NULL)) != -1) {
+    folder_flags |= c == 'd' || c == 'm';
     if (c == 'o') out = optarg;
+    else if (c == 'd') {
+      dtype = optarg;
+      if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
+        fprintf(stderr, "fsdpctl export: --dtype '%s' is not allowed; allowed: fp32 | bf16\n", optarg);
+        return 2;
+      }
+    } else if (c == 'm') {
+      if (!(max_shard = ctl_parse_bytes(optarg))) {
+        fprintf(stderr, "fsdpctl export: --max-shard-size '%s' is not allowed; allowed: a positive size such as "
+                        "5GB, 500MB or 2GiB\n", optarg);
+        return 2;
+      }
+    }
     else if (c == 's') {
       char *end;
       errno = 0;
@@ -135,8 +134,15 @@ int ctl_export(int argc, char **argv) {
     }
   }
   if (optind != argc - 1 || !out) {
-    fprintf(stderr, "fsdpctl export: needs a checkpoint directory and -o OUT.safetensors\n");
+    fprintf(stderr, "fsdpctl export: needs a checkpoint directory and -o DIR (or -o OUT.safetensors)\n");
     export_usage(stderr);
+    return 2;
+  }
+  size_t olen = strlen(out);
+  int one_file = olen > 12 && !strcmp(out + olen - 12, ".safetensors");
+  if (one_file && folder_flags) {
+    fprintf(stderr, "fsdpctl export: --dtype and --max-shard-size apply to a folder (-o DIR); -o %s writes one F32 "
+                    "file\n", out);
     return 2;
   }
   int s = (int)step;
@@ -148,10 +154,10 @@ int ctl_export(int argc, char **argv) {
   float *param = NULL, *m = NULL, *v = NULL, **units = NULL;
   fsdp_status rc = FSDP_OK;
   dir = root;
-  if (!s) TRY_GOTO(ckpt_latest(dir, &s), rc, fail);
+  if (!s) TRY_GOTO(ckpt_latest(dir, &s), rc, out);
   ckpt_info ci;
-  TRY_GOTO(ckpt_read_manifest(dir, s, &ci), rc, fail);
-  TRY_GOTO(ckpt_verify(dir, &ci, 0, 1), rc, fail);
+  TRY_GOTO(ckpt_read_manifest(dir, s, &ci), rc, out);
+  TRY_GOTO(ckpt_verify(dir, &ci, 0, 1), rc, out);
 
   /* One rank holding everything: sharding none, world 1. */
   jobspec_t spec;
@@ -161,26 +167,38 @@ int ctl_export(int argc, char **argv) {
   spec.sharding = SHARD_NONE;
   spec.batch_size = ci.batch_size;
   spec.grad_accum = ci.grad_accum;
-  TRY_GOTO(plan_build(&spec, 1, &p), rc, fail);
+  TRY_GOTO(plan_build(&spec, 1, &p), rc, out);
   size_t n = (size_t)p->shard_total;
   param = malloc(n * sizeof *param), m = malloc(n * sizeof *m), v = malloc(n * sizeof *v);
   units = calloc((size_t)p->nunits, sizeof *units);
   if (!param || !m || !v || !units) {
     rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu MiB for the model", 3 * n * sizeof(float) >> 20);
-    goto fail;
+    goto out;
   }
-  TRY_GOTO(ckpt_load_shard(dir, &ci, &spec, p, 0, param, m, v, NULL), rc, fail);
+  TRY_GOTO(ckpt_load_shard(dir, &ci, &spec, p, 0, param, m, v, NULL), rc, out);
   for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
-  char cfg[4096];
-  if (!config_path(out, cfg, sizeof cfg)) {
-    rc = fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
-    goto fail;
+  if (one_file) {
+    TRY_GOTO(export_file(out, p, units), rc, out);
+    printf("wrote %s and its config.json: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, ci.step,
+           ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
+    goto out;
   }
-  TRY_GOTO(st_save_units(out, p, units), rc, fail);
-  TRY_GOTO(write_hf_config(cfg, &ci.model), rc, fail);
-  printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
-         ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
-fail:
+  hfdir_opts ho = {.max_shard = max_shard, .source = ci.source[0] ? ci.source : NULL};
+  char cfg[PATH_MAX + 16];
+  snprintf(cfg, sizeof cfg, "%s/config.json", ci.source);
+  if (ho.source && access(cfg, R_OK) != 0) {
+    fprintf(stderr, "fsdpctl export: warning: the model came from %s, whose config.json is gone (%s): writing fsdpd's "
+                    "own config and no tokenizer files\n", ci.source, strerror(errno));
+    ho.source = NULL;
+  }
+  ho.dtype = dtype ? (strcmp(dtype, "bf16") ? DTYPE_FP32 : DTYPE_BF16)
+                   : ho.source ? hfdir_source_dtype(ho.source) : DTYPE_FP32;
+  int nfiles = 0;
+  TRY_GOTO(hfdir_write(out, p, units, &ho, &nfiles), rc, out);
+  printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters, %s in %d file%s%s%s\n", out, ci.step, ci.world,
+         jobspec_shard_mode_name(ci.sharding), (long long)p->n_params, jobspec_dtype_kind_name(ho.dtype), nfiles,
+         nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "", ho.source ? ho.source : "");
+out:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   free(units);
   free(param);

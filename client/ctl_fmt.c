@@ -2,9 +2,11 @@
 #include "ctl_fmt.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "plan.h"
@@ -517,4 +519,32 @@ double ctl_fmt_eta(unsigned step, unsigned steps, unsigned start_step, double el
    * earlier steps took no time in this run. */
   if (step <= start_step || step > steps || !(elapsed_s > 0)) return -1;
   return elapsed_s * (double)(steps - step) / (double)(step - start_step);
+}
+
+uint64_t ctl_parse_bytes(const char *s) {
+  static const struct { const char *sfx; double mul; } units[] = {
+    {"", 1},          {"B", 1},
+    {"K", 0x1p10},    {"KiB", 0x1p10}, {"M", 0x1p20}, {"MiB", 0x1p20},
+    {"G", 0x1p30},    {"GiB", 0x1p30}, {"T", 0x1p40}, {"TiB", 0x1p40},
+    {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},   {"TB", 1e12},
+  };
+  if (!s || !*s || *s == '-' || *s == '+') return 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !isfinite(v) || v <= 0) return 0;
+  int integral = !memchr(s, '.', (size_t)(end - s)) && !memchr(s, 'e', (size_t)(end - s)) &&
+                 !memchr(s, 'E', (size_t)(end - s));
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].sfx) != 0) continue;   /* the suffixes differ in more than case */
+    if (integral && units[i].mul == 1) {   /* exact, even above 2^53 */
+      errno = 0;
+      unsigned long long x = strtoull(s, NULL, 10);
+      return errno ? 0 : (uint64_t)x;
+    }
+    double b = v * units[i].mul;
+    if (b < 1 || b >= 0x1p64) return 0;
+    return (uint64_t)b;
+  }
+  return 0;
 }

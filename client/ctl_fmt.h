@@ -19,6 +19,9 @@
 
 /* "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB" (binary units, 3 significant digits). */
 char *ctl_fmt_bytes(uint64_t bytes, char *buf, size_t n);
+/* "80GiB", "80G", "500MiB", "1.5GB", "4096" → bytes: K M G T and KiB MiB GiB TiB are powers of 1024, KB MB GB
+ * TB of 1000 (as Hugging Face's max_shard_size); 0 if malformed, zero or too large. */
+uint64_t ctl_parse_bytes(const char *s);
 /* "950", "1.2k", "34.5M", "2.10G" (decimal, 3 significant digits); "-" for a negative or NaN. */
 char *ctl_fmt_si(double x, char *buf, size_t n);
 /* "0.4s", "45s", "1m12s", "2h03m", "3d04h"; "-" for a negative or non-finite value. */

@@ -1,20 +1,20 @@
 /* ctl_plan — `fsdpctl plan`: the shard plan and memory prediction of a job file, with no daemon. */
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_fmt.h"
 #include "ctl_planout.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "planfit.h"
+#include "st_model.h"
 
 #define PLAN_EXIT_USAGE 2
 #define PLAN_EXIT_NOFIT 3
@@ -42,36 +42,10 @@ static void plan_usage(FILE *f) {
           "  --defaults             print every job-file key with its default, as a commented job file\n"
           "  -h, --help             this text\n"
           "\n"
-          "Exit status: 0 ok (and fits); 3 it does not fit in --device-memory; 2 bad usage or job file.\n");
-}
-
-/* "80GiB", "80G", "500MiB", "1.5GB", "4096" → bytes; 0 if malformed, zero or too large. */
-static uint64_t parse_bytes(const char *s) {
-  static const struct { const char *sfx; double mul; } units[] = {
-    {"", 1},          {"B", 1},
-    {"K", 0x1p10},    {"KiB", 0x1p10}, {"M", 0x1p20}, {"MiB", 0x1p20},
-    {"G", 0x1p30},    {"GiB", 0x1p30}, {"T", 0x1p40}, {"TiB", 0x1p40},
-    {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},   {"TB", 1e12},
-  };
-  if (!s || !*s || *s == '-' || *s == '+') return 0;
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !isfinite(v) || v <= 0) return 0;
-  int integral = !memchr(s, '.', (size_t)(end - s)) && !memchr(s, 'e', (size_t)(end - s)) &&
-                 !memchr(s, 'E', (size_t)(end - s));
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].sfx) != 0) continue;   /* the suffixes differ in more than case */
-    if (integral && units[i].mul == 1) {   /* exact, even above 2^53 */
-      errno = 0;
-      unsigned long long x = strtoull(s, NULL, 10);
-      return errno ? 0 : (uint64_t)x;
-    }
-    double b = v * units[i].mul;
-    if (b < 1 || b >= 0x1p64) return 0;
-    return (uint64_t)b;
-  }
-  return 0;
+          "The model files a job starts from ([model] from or init) are opened and checked against the plan.\n"
+          "\n"
+          "Exit status: 0 ok (and fits); 3 it does not fit in --device-memory; 1 a job file or model files that\n"
+          "cannot run; 2 bad usage or a plan that cannot be built.\n");
 }
 
 /* The plan as JSON, with "fit" added when FIT: the plan's own writer into memory, then merged. */
@@ -169,7 +143,7 @@ int ctl_plan(int argc, char **argv) {
     group = (int)g;
   }
   uint64_t device_bytes = 0;
-  if (mem_arg && !(device_bytes = parse_bytes(mem_arg))) {
+  if (mem_arg && !(device_bytes = ctl_parse_bytes(mem_arg))) {
     fprintf(stderr, "fsdpctl: plan: --device-memory '%s' is not allowed; allowed: a positive integer with an "
                     "optional suffix K M G T, KiB MiB GiB TiB, KB MB GB TB (e.g. 80GiB)\n", mem_arg);
     return PLAN_EXIT_USAGE;
@@ -220,6 +194,20 @@ int ctl_plan(int argc, char **argv) {
     fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
     return PLAN_EXIT_USAGE;
   }
+  /* The model files (from or init) against the plan: every mismatch the workers' load would meet. */
+  int nfiles = 0;
+  if (strcmp(spec.init, "random")) {
+    st_model *sm = NULL;
+    fsdp_status st = st_model_open(spec.init, &sm);
+    if (st == FSDP_OK) st = st_model_check(sm, plan);
+    if (sm) nfiles = st_model_nfiles(sm);
+    st_model_destroy(&sm);
+    if (st != FSDP_OK) {
+      fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
+      plan_destroy(&plan);
+      return 1;
+    }
+  }
   int rc = 0;
   plan_fit pf;
   if (fit && plan_fit_compute(&spec, world, device_bytes, &pf) != FSDP_OK) {
@@ -231,6 +219,9 @@ int ctl_plan(int argc, char **argv) {
     rc = write_json(plan, device_bytes, fit ? &pf : NULL);
   } else {
     printf("Job       %s (%s)\n", spec.name, job);
+    if (nfiles)
+      printf("Weights   %s%s: %d file%s, every tensor present with its shape\n", spec.from[0] ? "from " : "",
+             spec.from[0] ? spec.from : spec.init, nfiles, nfiles == 1 ? "" : "s");
     ctl_plan_print(plan, stdout, device_bytes);
     if (fit) plan_fit_print(&pf, stdout);
   }

@@ -15,14 +15,16 @@
 static void sample_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                      [--tokenizer FILE]\n"
+          "                      [--tokenizer FILE] [--logits]\n"
           "\n"
           "Continue TEXT with a trained model and print the continuation. MODEL is a checkpoint directory\n"
-          "(its newest complete step, or one step-* directory) or an exported .safetensors file with its\n"
-          "config.json. The prompt's bytes are its tokens. --tokens N new tokens (default 64);\n"
-          "--temperature 0 is greedy (default 1); --top-k K samples among the K most likely (default 0:\n"
-          "all); the same --seed (default 0) gives the same text. Byte-level models (vocabulary 256)\n"
-          "print text; others print token ids, or text with --tokenizer (llm.c's GPT-2 tokenizer file).\n");
+          "(its newest complete step, or one step-* directory), a Hugging Face model folder (config.json of\n"
+          "transformers 4 or 5, model.safetensors or its index and shards; what fsdpctl export -o DIR writes)\n"
+          "or a .safetensors file with config.json beside it. The prompt's bytes are its tokens. --tokens N\n"
+          "new tokens (default 64); --temperature 0 is greedy (default 1); --top-k K samples among the K most\n"
+          "likely (default 0: all); the same --seed (default 0) gives the same text. Byte-level models (vocabulary 256)\n"
+          "print text; others print token ids, or text with --tokenizer (llm.c's GPT-2 tokenizer file).\n"
+          "--logits prints the logits of every prompt position instead, as one JSON array of arrays.\n");
 }
 
 /* The fsdp-worker next to this executable, or $FSDP_WORKER. */
@@ -53,7 +55,7 @@ int ctl_sample(int argc, char **argv) {
     {"prompt", required_argument, NULL, 'p'}, {"tokens", required_argument, NULL, 'n'},
     {"temperature", required_argument, NULL, 't'}, {"top-k", required_argument, NULL, 'k'},
     {"seed", required_argument, NULL, 's'}, {"tokenizer", required_argument, NULL, 'z'},
-    {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    {"logits", no_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   /* flags pass through to the worker, which checks their values */
   const char *wargv[32];
   int wn = 0;
@@ -69,6 +71,10 @@ int ctl_sample(int argc, char **argv) {
     if (c == '?') {
       sample_usage(stderr);
       return 2;
+    }
+    if (c == 'l') {
+      wargv[wn++] = "--logits";
+      continue;
     }
     have_prompt |= c == 'p';
     wargv[wn++] = c == 'p' ? "--prompt" : c == 'n' ? "--tokens" : c == 't' ? "--temperature" : c == 'k' ? "--top-k"

@@ -170,6 +170,38 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
   return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum);
 }
 
+/* The model's keys beyond the shape, written only where they differ from a plain model (so that a
+ * manifest of a model without them reads as before), and the folder it came from ([model] from), which
+ * fsdpctl export carries the config and tokenizer of. */
+static void manifest_model_extras(json_t *model, json_t *o, const plan_t *p) {
+  const model_config *m = &p->model;
+  if (m->n_positions && m->n_positions != m->seq_len) json_object_set_new(model, "n_positions", json_integer(m->n_positions));
+  if (m->arch == ARCH_LLAMA && m->tie_embeddings) json_object_set_new(model, "tie_word_embeddings", json_true());
+  if (m->arch == ARCH_LLAMA && m->rope_scaling == ROPE_SCALING_LLAMA3)
+    json_object_set_new(model, "rope_scaling",
+                        json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", m->rope_factor,
+                                  "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
+                                  m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos));
+  if (p->source[0]) json_object_set_new(o, "source", json_string(p->source));
+}
+
+static void read_model_extras(const json_t *o, ckpt_info *out) {
+  const json_t *model = json_object_get(o, "model"), *rs = json_object_get(model, "rope_scaling");
+  model_config *m = &out->model;
+  json_int_t npos = json_integer_value(json_object_get(model, "n_positions"));
+  m->n_positions = npos > m->seq_len && npos <= (1 << 24) ? (int)npos : m->seq_len;
+  m->tie_embeddings = json_is_true(json_object_get(model, "tie_word_embeddings"));
+  if (json_is_object(rs)) {
+    m->rope_scaling = ROPE_SCALING_LLAMA3;
+    m->rope_factor = json_number_value(json_object_get(rs, "factor"));
+    m->rope_low_freq_factor = json_number_value(json_object_get(rs, "low_freq_factor"));
+    m->rope_high_freq_factor = json_number_value(json_object_get(rs, "high_freq_factor"));
+    m->rope_original_max_pos = (int)json_integer_value(json_object_get(rs, "original_max_position_embeddings"));
+  }
+  snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
+           json_string_value(json_object_get(o, "source")) : "");
+}
+
 fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step) {
   json_t *o = json_object(), *model = json_object(), *files = json_array();
   json_object_set_new(o, "format", json_string("fsdpd-checkpoint"));
@@ -189,6 +221,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
     json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
     json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
   }
+  manifest_model_extras(model, o, p);
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "n_params", json_integer(p->n_params));
   json_object_set_new(o, "tokens", json_integer((json_int_t)tokens));
@@ -444,6 +477,7 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   out->model = (model_config){.arch = out->model.arch, .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C,
                               .vocab_size = (int)V, .seq_len = (int)T, .n_kv_head = KV ? (int)KV : (int)H,
                               .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta};
+  read_model_extras(o, out);
   out->tokens = (uint64_t)tokens;
   out->batch_size = (int)B;
   out->grad_accum = (int)G;

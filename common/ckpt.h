@@ -60,6 +60,7 @@ typedef struct ckpt_info {
   uint64_t tokens;          /* tokens consumed by steps 1..step */
   int batch_size, grad_accum;
   int64_t rows_per_step;    /* N·B·G of the run that wrote it: the data order continues when equal */
+  char source[JOBSPEC_PATH_MAX];   /* the Hugging Face folder the model came from ([model] from), or "" */
 } ckpt_info;
 
 /* Write RANK's file of step STEP under DIR (creating DIR and the step directory), fsync'ed.

@@ -11,6 +11,8 @@
 #include "jobspec.h"
 #include "jobspec_keys.h"
 
+#include "hfconfig.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -163,6 +165,11 @@ static int parse_u64(const char *v, uint64_t *out) {
   return 1;
 }
 
+static int ends_with(const char *s, const char *sfx) {
+  size_t n = strlen(s), m = strlen(sfx);
+  return n > m && !strcmp(s + n - m, sfx);
+}
+
 static int parse_dbl(const char *v, double *out) {
   if (!*v) return 0;
   char *end;
@@ -243,9 +250,9 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
       snprintf(s->init, sizeof s->init, "random");
       break;
     }
-    size_t n = strlen(v), sfx = strlen(".safetensors");
-    if (n <= sfx || strcmp(v + n - sfx, ".safetensors")) {
-      PERR(c, c->lineno, FSDP_ERR_INVALID, "[model] init = '%s' is not allowed; allowed: random | PATH.safetensors", v);
+    if (!ends_with(v, ".safetensors") && !ends_with(v, ".safetensors.index.json")) {
+      PERR(c, c->lineno, FSDP_ERR_INVALID, "[model] init = '%s' is not allowed; allowed: random | PATH.safetensors | "
+           "PATH.safetensors.index.json (a sharded model's index), or from = DIR for a whole model folder", v);
       break;
     }
     if (!resolve_path(c, v, s->init, sizeof s->init)) {
@@ -288,6 +295,15 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
       break;
     }
     check_readable(c, k, v, path);
+    break;
+  }
+  case KT_FROM: {
+    struct stat st;
+    if (!resolve_path(c, v, field, JOBSPEC_PATH_MAX))
+      PERR(c, c->lineno, FSDP_ERR_RANGE, "[model] from: the path is longer than %d characters", JOBSPEC_PATH_MAX - 1);
+    else if (stat(field, &st) != 0 || !S_ISDIR(st.st_mode))
+      PERR(c, c->lineno, FSDP_ERR_NOTFOUND, "[model] from = %s: %s is not a directory; allowed: a Hugging Face model "
+           "folder (config.json and its safetensors, as save_pretrained writes it)", v, field);
     break;
   }
   case KT_TEXT:
@@ -410,6 +426,61 @@ static int blame(const pctx *c, const char *sec, const char *k1, const char *k2)
   return si >= 0 ? c->sec_line[si] : 0;
 }
 
+/* A [model] value as the file would write it. */
+static void model_value(const keydef *k, const jobspec_t *s, char *buf, size_t n) {
+  const char *field = (const char *)s + k->off;
+  if (k->type == KT_DBL) jobspec_fmt_num(buf, n, *(const double *)field);
+  else if (k->type == KT_ENUM) snprintf(buf, n, "%s", k->names[*(const int *)field]);
+  else snprintf(buf, n, "%d", *(const int *)field);
+}
+
+static int model_value_eq(const keydef *k, const jobspec_t *a, const jobspec_t *b) {
+  if (k->type == KT_DBL) {
+    double x = *(const double *)((const char *)a + k->off), y = *(const double *)((const char *)b + k->off);
+    return fabs(x - y) <= 1e-9 * fabs(y);
+  }
+  return *(const int *)((const char *)a + k->off) == *(const int *)((const char *)b + k->off);
+}
+
+/* [model] from = DIR: config.json sets the model; a key the file also sets must agree with it; init
+ * becomes the folder's weights. seq_len stays the job's (default: the model's positions, at most 1024). */
+static void apply_from(pctx *c) {
+  jobspec_t *s = c->s;
+  if (!s->from[0]) return;
+  int line = c->key_line[key_index("model", "from")];
+  if (c->key_line[key_index("model", "init")]) {
+    PERR(c, line, FSDP_ERR_INVALID, "[model] from and init both name the weights; allowed: one of them (from = DIR "
+         "reads DIR's config.json and weights)");
+    return;
+  }
+  char cfg[JOBSPEC_PATH_MAX + 16], msg[600];
+  snprintf(cfg, sizeof cfg, "%s/config.json", s->from);
+  jobspec_t h = *s;
+  hf_config hc;
+  fsdp_status rc = hf_config_load(cfg, &hc);
+  if (rc == FSDP_OK) rc = hf_weights_path(s->from, s->init, sizeof s->init);
+  if (rc != FSDP_OK) {
+    snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+    PERR(c, line, rc, "[model] from: %s", msg);
+    return;
+  }
+  h.model = hc.model;
+  for (int i = 0; i < jobspec_nkeys; i++) {
+    const keydef *k = &jobspec_keys[i];
+    const char *ck = c->key_line[i] && !strcmp(k->sec, "model") ? hf_config_key(h.model.arch, k->key) : NULL;
+    if (!ck || model_value_eq(k, s, &h) || (!strcmp(k->key, "n_positions") && !s->model.n_positions)) continue;
+    char mine[48], theirs[48];
+    model_value(k, s, mine, sizeof mine);
+    model_value(k, &h, theirs, sizeof theirs);
+    PERR(c, c->key_line[i], FSDP_ERR_INVALID, "[model] %s = %s, but %s has %s = %s; allowed: the value of config.json, "
+         "or leave the key out (from sets it)", k->key, mine, cfg, ck, theirs);
+    return;
+  }
+  int T = s->model.seq_len, npos = h.model.n_positions;
+  s->model = h.model;
+  s->model.seq_len = c->key_line[key_index("model", "seq_len")] ? T : npos < 1024 ? npos : 1024;
+}
+
 /* The architecture's own rules; n_kv_head = 0 becomes n_head. */
 static void model_checks(pctx *c) {
   model_config *m = &c->s->model;
@@ -420,9 +491,14 @@ static void model_checks(pctx *c) {
              "[model] %s applies to arch = llama only; GPT-2 has n_kv_head = n_head, an MLP of 4 x n_embd, LayerNorm "
              "eps 1e-5 and learned positions; remove the key or set arch = llama", jobspec_keys[i].key);
     m->n_kv_head = m->n_head;
-    return;
+  } else if ((!c->key_line[key_index("model", "n_kv_head")] && !c->s->from[0]) || !m->n_kv_head) {
+    m->n_kv_head = m->n_head;
   }
-  if (!c->key_line[key_index("model", "n_kv_head")] || !m->n_kv_head) m->n_kv_head = m->n_head;
+  if (m->n_positions && m->seq_len > m->n_positions)
+    PERR(c, blame(c, "model", "seq_len", "n_positions"), FSDP_ERR_RANGE,
+         "[model] seq_len = %d is beyond the model's %d positions (%s); allowed: seq_len <= %d", m->seq_len,
+         m->n_positions, hf_config_key(m->arch, "n_positions"), m->n_positions);
+  if (m->arch == ARCH_GPT2) return;
   if (m->n_head % m->n_kv_head)
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
@@ -441,6 +517,7 @@ static void model_checks(pctx *c) {
 
 static void cross_checks(pctx *c) {
   const jobspec_t *s = c->s;
+  apply_from(c);
   if (s->model.n_embd % s->model.n_head)
     PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
          "[model] n_embd = %d is not divisible by n_head = %d; allowed: n_embd a multiple of n_head",

@@ -27,6 +27,7 @@ typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activatio
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
 typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;      /* [model] arch */
+typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_kind;   /* [model] rope_scaling */
 
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
  * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head). */
@@ -36,11 +37,17 @@ typedef struct model_config {
   int n_head;      /* H */
   int n_embd;      /* C, divisible by H */
   int vocab_size;  /* V */
-  int seq_len;     /* T: the model's maximum sequence length (GPT-2's wpe rows) and the training length */
+  int seq_len;     /* T: the training sequence length, at most n_positions */
   int n_kv_head;   /* NKV: Llama's key/value heads, dividing H (grouped-query attention); H for GPT-2 */
   int ffn_dim;     /* F: Llama's SwiGLU width (required for llama); GPT-2's MLP is 4·C */
   double norm_eps;     /* Llama's RMSNorm eps (1e-5) */
   double rope_theta;   /* Llama's rotary base (10000) */
+  int n_positions;     /* the published position count: GPT-2's wpe rows, Llama's max_position_embeddings
+                          (rotary has no table; an export writes it); 0 = seq_len */
+  int tie_embeddings;          /* Llama: lm_head is embed_tokens; GPT-2 always ties */
+  rope_scaling_kind rope_scaling;
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_max_pos;   /* original_max_position_embeddings */
 } model_config;
 
 typedef struct jobspec {
@@ -53,7 +60,10 @@ typedef struct jobspec {
   double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
   model_config model;              /* with model.arch: gpt2 | llama */
-  char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file */
+  char from[JOBSPEC_PATH_MAX];     /* a Hugging Face model folder (absolute), or "": its config.json sets the
+                                      model and init names its weights (hfconfig.h) */
+  char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file or a
+                                      model.safetensors.index.json (st_model.h) */
   /* [data] */
   char train[JOBSPEC_PATH_MAX];    /* absolute path to an llm.c token file, or "" when synthetic */
   int synthetic;                   /* train = synthetic:markov:SEED */

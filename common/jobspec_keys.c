@@ -20,6 +20,7 @@ static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
 static const char *const arch_names[] = {"gpt2", "llama", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -80,9 +81,25 @@ const keydef jobspec_keys[] = {
       "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
   DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
   DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)"),
+  INT("model", "n_positions", model.n_positions, 0, 1 << 24,
+      "the model's published positions: GPT-2's wpe rows (n_positions), Llama's max_position_embeddings; at least "
+      "seq_len; 0 = seq_len"),
+  ENUM("model", "tie_word_embeddings", model.tie_embeddings, bool_names,
+       "llama: true uses embed_tokens as the output head too (one tensor); GPT-2 always ties"),
+  ENUM("model", "rope_scaling", model.rope_scaling, rope_scaling_names,
+       "llama: none, or llama3 (Llama-3.1/3.2's scaled rotary frequencies, with the four keys below)"),
+  DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0, "llama3 rope: factor (Llama-3.1: 8, Llama-3.2: 32)"),
+  DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0, "llama3 rope: low_freq_factor (1)"),
+  DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,
+      "llama3 rope: high_freq_factor (4), above low_freq_factor"),
+  INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 1 << 24,
+      "llama3 rope: original_max_position_embeddings (8192)"),
+  SPECIAL("model", "from", KT_FROM, from,
+          "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
+          "shards): the architecture, every shape key and the weights; no default"),
   SPECIAL("model", "init", KT_INIT, init,
-          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1) or "
-          "PATH.safetensors"),
+          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1), "
+          "PATH.safetensors or PATH/model.safetensors.index.json"),
 
   SPECIAL("data", "train", KT_TRAIN, train,
           "required: PATH to an llm.c token file, or synthetic:markov:SEED"),
@@ -144,7 +161,9 @@ void jobspec_defaults(jobspec_t *s) {
   s->max_restarts = 0;
   s->restart_wait_s = 60;
   s->model = (model_config){.arch = ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
-                            .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000};
+                            .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000,
+                            .rope_factor = 8, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+                            .rope_original_max_pos = 8192};
   snprintf(s->init, sizeof s->init, "random");
   s->batch_size = 12;
   s->grad_accum = 5;
@@ -216,7 +235,8 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
 
 int jobspec_key_llama_only(const keydef *k) {
   return !strcmp(k->sec, "model") && (!strcmp(k->key, "n_kv_head") || !strcmp(k->key, "ffn_dim") ||
-                                      !strcmp(k->key, "norm_eps") || !strcmp(k->key, "rope_theta"));
+                                      !strcmp(k->key, "norm_eps") || !strncmp(k->key, "rope_", 5) ||
+                                      !strcmp(k->key, "tie_word_embeddings"));
 }
 
 /* ---- the commented defaults ---- */
@@ -256,6 +276,7 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
+    else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
     else if (jobspec_key_llama_only(k)) {   /* the default model is GPT-2, which refuses them */
       fprintf(f, "; %s = ", k->key);
       write_value(f, k, &d);

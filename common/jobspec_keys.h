@@ -9,7 +9,7 @@
 
 #include "jobspec.h"
 
-typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT } key_type;
+typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT, KT_FROM } key_type;
 
 /* Numeric bounds: lo/hi inclusive unless lo_open/hi_open. */
 typedef struct keydef {

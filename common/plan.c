@@ -29,7 +29,7 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t root_numel(const model_config *m) {
   int64_t C = m->n_embd;
   if (m->arch == ARCH_LLAMA) return plan_llama_root_numel(m);
-  return (int64_t)m->vocab_size * C + (int64_t)m->seq_len * C + 2 * C;
+  return (int64_t)m->vocab_size * C + plan_positions(m) * C + 2 * C;
 }
 static int64_t block_numel(const model_config *m) {
   int64_t C = m->n_embd;
@@ -221,6 +221,9 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
   if (m->n_embd % m->n_head)
     return fsdp_set_error(FSDP_ERR_INVALID, "n_embd = %d is not divisible by n_head = %d; allowed: a multiple",
                           m->n_embd, m->n_head);
+  if (m->n_positions < 0 || m->n_positions > (1 << 24) || (m->n_positions && m->n_positions < m->seq_len))
+    return fsdp_set_error(FSDP_ERR_RANGE, "n_positions = %d is out of range; allowed: seq_len = %d..16777216 (0: seq_len)",
+                          m->n_positions, m->seq_len);
   int nkv = m->n_kv_head ? m->n_kv_head : m->n_head;   /* 0: a hand-built config's "as n_head" */
   if ((unsigned)m->arch > ARCH_LLAMA)
     return fsdp_set_error(FSDP_ERR_INVALID, "model arch %d is out of range; allowed: gpt2 | llama", (int)m->arch);
@@ -286,7 +289,7 @@ static void gpt2_units(plan_t *p) {
   plan_unit *r = &p->units[0];
   snprintf(r->name, sizeof r->name, "root");
   plan_add_tensor(r, "wte.weight", ROOT_WTE, m->vocab_size, C);
-  plan_add_tensor(r, "wpe.weight", ROOT_WPE, m->seq_len, C);
+  plan_add_tensor(r, "wpe.weight", ROOT_WPE, plan_positions(m), C);
   plan_add_tensor(r, "ln_f.weight", ROOT_LNF_W, C, 0);
   plan_add_tensor(r, "ln_f.bias", ROOT_LNF_B, C, 0);
   static const struct { const char *suffix; int rows, cols; } blk[BLK_NT] = {
@@ -318,6 +321,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   const model_config *m = &in.m;
   int64_t C = m->n_embd, L = m->n_layer;
   p->model = *m;
+  snprintf(p->source, sizeof p->source, "%s", spec->from);
   p->world = in.world;
   p->shard_world = in.group;
   p->ngroups = in.world / in.group;
@@ -350,7 +354,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
 
   /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), Llama's
    * embed_tokens (its head is lm_head) */
-  int64_t emb = (int64_t)m->vocab_size * C, lookup = m->arch == ARCH_LLAMA ? emb : (int64_t)m->seq_len * C;
+  int64_t emb = (int64_t)m->vocab_size * C, lookup = m->arch == ARCH_LLAMA ? emb : plan_positions(m) * C;
   p->n_params = root_numel(m) + L * block_numel(m);
   p->n_params_no_emb = p->n_params - emb - lookup;
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores

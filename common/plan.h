@@ -5,7 +5,7 @@
  * and sends it to workers; workers take every offset from it and recompute none. A plan is
  * immutable after plan_build() and owned by whoever built or received it (plan_destroy frees it).
  *
- * Units (docs/design.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [T,C],
+ * Units (docs/design.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [n_positions,C],
  * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (see BLK_*). Llama's
  * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]; unit 1+i
  * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
@@ -157,6 +157,7 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
 typedef struct plan {
   model_config model;
+  char source[JOBSPEC_PATH_MAX];   /* [model] from: the Hugging Face folder the model came from, or "" */
   int world;             /* ranks */
   int shard_world;       /* ranks per shard group: the world for full and grad_op, 1 for none, G for hybrid */
   int ngroups;           /* world / shard_world for hybrid (replicas of the model), else 1 (none: world) */
@@ -189,6 +190,11 @@ typedef struct plan {
                                        (hybrid: the cross-group all-reduce and the step's scalars);
                                        the rest stays inside a group. 0 in the other modes */
 } plan_t;
+
+/* The model's published positions: GPT-2's wpe rows (n_positions; 0 in a hand-built config is seq_len). */
+static inline int64_t plan_positions(const model_config *m) {
+  return m->n_positions > m->seq_len ? m->n_positions : m->seq_len;
+}
 
 /* Build the plan of SPEC for WORLD ranks (WORLD ≤ 0: spec->world_size). */
 fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out);

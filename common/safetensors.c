@@ -502,27 +502,55 @@ static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
   return FSDP_OK;
 }
 
-fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
+const char *st_bare_name(const char *name) { return st_strip(name); }
+
+/* The head of an untied Llama job missing from a file that has embed_tokens: a tied model. */
+static fsdp_status st_missing(const st_file *f, const plan_t *p, const char *name, const char *where) {
+  if (p->model.arch == ARCH_LLAMA && !strcmp(st_strip(name), "lm_head.weight"))
+    return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has no lm_head.weight: its head is embed_tokens (a tied model); "
+                          "allowed: tie_word_embeddings = true in [model], or a file with lm_head.weight", where);
+  if (f) return st_not_found(f, name);
+  return fsdp_set_error(FSDP_ERR_NOTFOUND, "tensor '%s' is not in %s", name, where);
+}
+
+fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_lookup_fn lookup, void *ctx) {
   if (rank < 0 || rank >= p->world)
     return fsdp_set_error(FSDP_ERR_RANGE, "st_load_shard: rank %d of world %d", rank, p->world);
-  TRY(st_check_arch(f, p));
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *U = &p->units[u];
-    float *dst = shard + U->shard_base;
+    float *dst = shard ? shard + U->shard_base : NULL;
     int64_t lo = plan_shard_offset(p, u, rank), hi = lo + U->shard_numel;
-    memset(dst, 0, sizeof *dst * (size_t)U->shard_numel);
+    if (dst) memset(dst, 0, sizeof *dst * (size_t)U->shard_numel);
     for (int k = 0; k < U->ntensors; k++) {
       const plan_tensor *t = &U->t[k];
-      int i = st_find(f, t->name);
-      if (i < 0) return st_not_found(f, t->name);
-      /* Every rank checks every tensor, so that all ranks fail alike on a wrong file. */
-      TRY(st_check_shape(f, i, t->name, t->shape, t->ndim));
       int64_t a = t->offset > lo ? t->offset : lo;
       int64_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
-      if (a < b) st_copy_range(&f->e[i], f->data, a - t->offset, b - a, dst + (a - lo));
+      const st_file *f = NULL;
+      const char *where = NULL;
+      fsdp_status st = lookup(ctx, t->name, !dst || a < b, &f, &where);
+      if (st == FSDP_ERR_NOTFOUND) return st_missing(NULL, p, t->name, where);
+      TRY(st);
+      if (!f) continue;   /* listed in a file this rank does not read */
+      int i = st_find(f, t->name);
+      if (i < 0) return st_missing(f, p, t->name, f->path);
+      TRY(st_check_shape(f, i, t->name, t->shape, t->ndim));
+      if (dst && a < b) st_copy_range(&f->e[i], f->data, a - t->offset, b - a, dst + (a - lo));
     }
   }
   return FSDP_OK;
+}
+
+/* One file: every tensor is in it, and every rank checks every tensor, so that all ranks fail alike. */
+static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_file **f, const char **where) {
+  (void)name, (void)need;
+  *f = ctx;
+  *where = (*f)->path;
+  return FSDP_OK;
+}
+
+fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
+  TRY(st_check_arch(f, p));
+  return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }
 
 fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units) {

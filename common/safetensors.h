@@ -78,6 +78,15 @@ void st_writer_destroy(st_writer **w);
  * p->units[u].shard_base and covers elements [plan_shard_offset(p, u, rank), + shard_numel) of the
  * unit's flat buffer; padding is 0. Every tensor of the plan must be present with its shape. */
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard);
+/* The same over a model in several files (st_model.h): LOOKUP(CTX, NAME, NEED, &F, &WHERE) sets *WHERE to
+ * the listing it searched (for messages) and *F to the opened file holding tensor NAME when NEED (the
+ * tensor intersects the shard; always when SHARD is NULL), else NULL; it returns FSDP_ERR_NOTFOUND,
+ * with no message, when no file holds NAME. SHARD NULL checks every tensor's presence and shape and
+ * fills nothing. */
+typedef fsdp_status (*st_lookup_fn)(void *ctx, const char *name, int need, const st_file **f, const char **where);
+fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_lookup_fn lookup, void *ctx);
+/* NAME without GPT2LMHeadModel's "transformer." or LlamaForCausalLM's "model." */
+const char *st_bare_name(const char *name);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to
  * PATH as F32 with its plan name (GPT-2: no prefix; Llama: LlamaForCausalLM's, "model." included). */
 fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units);

@@ -57,7 +57,7 @@ static void usage(FILE *f) {
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
           "                   [--log-level L] JOB.ini\n"
           "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                   [--tokenizer FILE]     (what fsdpctl sample runs; docs/data.md)\n");
+          "                   [--tokenizer FILE] [--logits]     (what fsdpctl sample runs; docs/data.md)\n");
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -387,13 +387,14 @@ typedef struct worker_args {
 } worker_args;
 
 enum { O_STANDALONE = 256, O_SAMPLE, O_PROMPT, O_TOKENIZER, O_TOKENS, O_TOPK, O_SEED, O_TEMP, O_CONNECT, O_TOKEN,
-       O_RDV, O_SAVE, O_JOB, O_RANK, O_WORLD, O_STEPS, O_LOGLEVEL };
+       O_RDV, O_SAVE, O_JOB, O_RANK, O_WORLD, O_STEPS, O_LOGLEVEL, O_LOGITS };
 
 /* One flag's value into A. Returns 0, or 2 (printed) when it is not allowed. */
 static int set_flag(worker_args *a, int o, const char *flag, const char *v) {
   long n = 0;
   switch (o) {
   case O_STANDALONE: a->standalone = 1; return 0;
+  case O_LOGITS: a->sa.logits = 1; return 0;
   case O_SAMPLE: a->sa.model = v; return 0;
   case O_PROMPT: a->sa.prompt = v; return 0;
   case O_TOKENIZER: a->sa.tokenizer = v; return 0;
@@ -442,7 +443,8 @@ static int parse_args(int argc, char **argv, worker_args *a) {
       {"rendezvous", required_argument, NULL, O_RDV},  {"save", required_argument, NULL, O_SAVE},
       {"job", required_argument, NULL, O_JOB},         {"rank", required_argument, NULL, O_RANK},
       {"world", required_argument, NULL, O_WORLD},     {"steps", required_argument, NULL, O_STEPS},
-      {"log-level", required_argument, NULL, O_LOGLEVEL}, {"help", no_argument, NULL, 'h'},
+      {"log-level", required_argument, NULL, O_LOGLEVEL}, {"logits", no_argument, NULL, O_LOGITS},
+      {"help", no_argument, NULL, 'h'},
       {0}};
   opterr = 0;
   int c, idx = 0;

@@ -30,7 +30,7 @@
 #include "mem.h"
 #include "optim.h"
 #include "runtime_priv.h"
-#include "safetensors.h"
+#include "st_model.h"
 #include "stepstats.h"
 
 _Static_assert((int)RT_NPHASE == STEPSTATS_NPHASE && (int)RT_NPHASE == (int)DEV_NTIMER, "one list of step phases");
@@ -133,10 +133,13 @@ static fsdp_status init_params(runtime_t *rt) {
   if (strcmp(rt->spec->init, "random") == 0) {
     model_init_shard(rt->p, rt->spec->seed, rt->rank, hp);
   } else {
-    st_file *f = NULL;
-    rc = st_open(rt->spec->init, &f);
-    if (rc == FSDP_OK) rc = st_load_shard(f, rt->p, rt->rank, hp);
-    st_destroy(&f);
+    st_model *f = NULL;   /* opens only the files that hold this rank's ranges */
+    rc = st_model_open(rt->spec->init, &f);
+    if (rc == FSDP_OK) rc = st_model_load_shard(f, rt->p, rt->rank, hp);
+    if (rc == FSDP_OK)
+      log_info("rank %d: read its shard from %d of the %d files of %s", rt->rank, st_model_opened(f),
+               st_model_nfiles(f), rt->spec->init);
+    st_model_destroy(&f);
   }
   fsdp_status rc2 = runtime_host_buffer_done(rt, rt->param, bytes, hp, rc == FSDP_OK);
   if (rc == FSDP_OK) rc = rc2;

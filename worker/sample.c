@@ -2,20 +2,21 @@
 #include "sample.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "device.h"
+#include "hfconfig.h"
 #include "jobspec.h"
 #include "model.h"
 #include "plan.h"
 #include "rng.h"
-#include "safetensors.h"
+#include "st_model.h"
 
 #define TOKENIZER_MAGIC 20240328
 
@@ -26,75 +27,18 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* A positive integer KEY of the config O, or an error naming it. */
-static fsdp_status config_int(json_t *o, const char *path, const char *key, int *v) {
-  json_t *x = json_object_get(o, key);
-  if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 16777216)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s must be a positive integer", path, key);
-  *v = (int)json_integer_value(x);
-  return FSDP_OK;
-}
-
-/* A LlamaConfig's shape (model_type "llama"), as fsdpctl export writes it. */
-static fsdp_status llama_config(json_t *o, const char *path, model_config *m) {
-  static const char *const keys[] = {"num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
-                                     "max_position_embeddings", "num_key_value_heads", "intermediate_size"};
-  int v[7];
-  for (int i = 0; i < 7; i++) TRY(config_int(o, path, keys[i], &v[i]));
-  json_t *eps = json_object_get(o, "rms_norm_eps"), *theta = json_object_get(o, "rope_theta");
-  if (!json_is_number(eps) || !json_is_number(theta))
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be numbers", path);
-  /* What fsdpd's Llama does not compute is refused rather than run as a different model: scaled
-   * rotary frequencies (Llama-3.1/3.2's rope_scaling "llama3"), a head size other than
-   * hidden_size / num_attention_heads, another activation, biases. */
-  json_t *scaling = json_object_get(o, "rope_scaling"), *hd = json_object_get(o, "head_dim");
-  json_t *act = json_object_get(o, "hidden_act");
-  const char *rtype = json_string_value(json_object_get(scaling, "rope_type"));
-  if (!rtype) rtype = json_string_value(json_object_get(scaling, "type"));
-  if (scaling && !json_is_null(scaling) && !(rtype && !strcmp(rtype, "default")))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: rope_scaling (%s) is not implemented; fsdpd's Llama rotates by "
-                          "rope_theta alone; allowed: rope_scaling null", path, rtype ? rtype : "set");
-  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || json_integer_value(hd) != v[2] / v[1]))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
-                          v[2] / v[1]);
-  if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: hidden_act must be silu (SwiGLU)", path);
-  if (json_is_true(json_object_get(o, "attention_bias")) || json_is_true(json_object_get(o, "mlp_bias")))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: attention_bias and mlp_bias must be false (no biases)", path);
-  *m = (model_config){.arch = ARCH_LLAMA, .n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3],
-                      .seq_len = v[4], .n_kv_head = v[5], .ffn_dim = v[6], .norm_eps = json_number_value(eps),
-                      .rope_theta = json_number_value(theta)};
-  return FSDP_OK;
-}
-
-/* The model shape from DIR/config.json (a Hugging Face GPT2Config or LlamaConfig, as fsdpctl export
- * writes them). */
-static fsdp_status read_hf_config(const char *st_path, model_config *m) {
+/* The model shape from the config.json of the folder DIR (as save_pretrained or fsdpctl export write it,
+ * transformers 4 or 5); seq_len, the sampling window, is the model's positions up to 1024 (a published
+ * Llama's 131072 would size the CPU's attention buffers beyond any host). */
+static fsdp_status read_hf_config(const char *dir, model_config *m) {
   char path[4096];
-  const char *slash = strrchr(st_path, '/');
-  int w = slash ? snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - st_path), st_path)
-                : snprintf(path, sizeof path, "config.json");
-  if (w < 0 || (size_t)w >= sizeof path) return fsdp_set_error(FSDP_ERR_RANGE, "path %s is too long", st_path);
-  json_error_t err;
-  json_t *o = json_load_file(path, 0, &err);
-  if (!o)
-    return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s needs its config.json beside it (as fsdpctl export writes): %s: %s",
-                          st_path, path, err.text);
-  static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
-  int v[5];
-  fsdp_status rc = FSDP_OK;
-  const char *type = json_string_value(json_object_get(o, "model_type"));
-  if (type && !strcmp(type, "llama")) {
-    rc = llama_config(o, path, m);
-    json_decref(o);
-    return rc;
-  }
-  for (int i = 0; i < 5 && rc == FSDP_OK; i++) rc = config_int(o, path, keys[i], &v[i]);
-  json_decref(o);
-  if (rc == FSDP_OK)
-    *m = (model_config){.n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3], .seq_len = v[4],
-                        .n_kv_head = v[1]};
-  return rc;
+  if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+    return fsdp_set_error(FSDP_ERR_RANGE, "path %s is too long", dir);
+  hf_config hc;
+  TRY(hf_config_load(path, &hc));
+  *m = hc.model;
+  m->seq_len = m->n_positions < 1024 ? m->n_positions : 1024;
+  return FSDP_OK;
 }
 
 /* A checkpoint root (its newest complete step), or one of its step-SSSSSSSS directories: the root
@@ -128,18 +72,28 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
   spec->sharding = SHARD_NONE;
   spec->batch_size = 1;
   struct stat sb;
+  char dir[4096], weights[4096], cfg[4096 + 16];
   if (stat(model, &sb) != 0) return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s: %s", model, strerror(errno));
-  if (S_ISREG(sb.st_mode)) {
-    if (!ends_with(model, ".safetensors"))
-      return fsdp_set_error(FSDP_ERR_INVALID, "%s is neither a checkpoint directory nor a .safetensors file", model);
-    TRY(read_hf_config(model, &spec->model));
+  snprintf(cfg, sizeof cfg, "%s/config.json", model);
+  int folder = S_ISDIR(sb.st_mode) && access(cfg, F_OK) == 0;   /* a Hugging Face model folder */
+  if (S_ISREG(sb.st_mode) || folder) {
+    if (!folder && !ends_with(model, ".safetensors") && !ends_with(model, ".safetensors.index.json"))
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s is neither a checkpoint directory nor a .safetensors file (nor a "
+                            "model folder with config.json)", model);
+    const char *slash = strrchr(model, '/');
+    if (folder) snprintf(dir, sizeof dir, "%s", model);
+    else if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - model), model);
+    else snprintf(dir, sizeof dir, ".");
+    if (folder) TRY(hf_weights_path(dir, weights, sizeof weights));
+    else snprintf(weights, sizeof weights, "%s", model);
+    TRY(read_hf_config(dir, &spec->model));
     TRY(plan_build(spec, 1, p));
     *param = calloc((size_t)(*p)->shard_total, sizeof(float));
     if (!*param) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the model");
-    st_file *f = NULL;
-    TRY(st_open(model, &f));
-    fsdp_status rc = st_load_shard(f, *p, 0, *param);
-    st_destroy(&f);
+    st_model *f = NULL;
+    TRY(st_model_open(weights, &f));
+    fsdp_status rc = st_model_load_shard(f, *p, 0, *param);
+    st_model_destroy(&f);
     return rc;
   }
   if (!S_ISDIR(sb.st_mode))
@@ -247,47 +201,104 @@ static int pick(const float *logits, int V, double temperature, int top_k, doubl
   return best;
 }
 
+/* The model on a synchronous CPU device of its own: a forward over a window, the head at one position. */
+typedef struct sampler {
+  const plan_t *p;
+  device_t *dev;
+  model_acts *acts;
+  void **units;
+  int *window;         /* T token ids */
+  float *lnf;          /* C: the final hidden state at one position */
+  const float *head;   /* [V, C]: wte or lm_head (embed_tokens when tied) */
+} sampler;
+
+static void sampler_free(sampler *s) {
+  model_acts_destroy(&s->acts);
+  dev_destroy(&s->dev);
+  free(s->units);
+  free(s->window);
+  free(s->lnf);
+}
+
+static fsdp_status sampler_init(sampler *s, const plan_t *p, const float *param) {
+  *s = (sampler){.p = p};
+  if (p->batch_size != 1 || p->shard_world != 1)
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "the sampler needs a world-1 plan of batch 1");
+  s->units = calloc((size_t)p->nunits, sizeof(void *));
+  s->window = calloc((size_t)p->model.seq_len, sizeof(int));
+  s->lnf = malloc((size_t)p->model.n_embd * sizeof(float));
+  fsdp_status rc = FSDP_OK;
+  if (!s->units || !s->window || !s->lnf) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+  if (rc == FSDP_OK) rc = dev_new_cpu(DEV_CPU_SYNC, &s->dev);
+  if (rc == FSDP_OK && !(s->acts = model_acts_new(p, s->dev))) rc = FSDP_ERR_NOMEM;
+  for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) s->units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
+  s->head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
+  if (rc != FSDP_OK) sampler_free(s);
+  return rc;
+}
+
+/* The forward over IDS[0, LEN), LEN <= T; positions after LEN are padding the causal mask ignores. */
+static void sampler_forward(sampler *s, const int *ids, int len) {
+  const plan_t *p = s->p;
+  memset(s->window, 0, (size_t)p->model.seq_len * sizeof(int));
+  memcpy(s->window, ids, (size_t)len * sizeof(int));
+  model_embed_forward(s->acts, p, s->units[0], s->window);
+  for (int l = 0; l < p->model.n_layer; l++) model_block_forward(s->acts, p, l, s->units[1 + l]);
+  model_head_forward(s->acts, p, s->units[0], NULL, NULL);
+}
+
+/* LOGITS (V) at position POS of the last forward. */
+static fsdp_status sampler_logits(sampler *s, int pos, float *logits) {
+  const int V = s->p->model.vocab_size, C = s->p->model.n_embd;
+  TRY(s->dev->op->download(s->dev, s->lnf, (const float *)model_final_hidden(s->acts) + (int64_t)pos * C,
+                           (size_t)C * sizeof(float)));
+  for (int v = 0; v < V; v++) {
+    float x = 0;
+    for (int c = 0; c < C; c++) x += s->lnf[c] * s->head[(int64_t)v * C + c];
+    logits[v] = x;
+  }
+  return FSDP_OK;
+}
+
 fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
                             int top_k, uint64_t seed) {
-  const int V = p->model.vocab_size, T = p->model.seq_len, C = p->model.n_embd;
-  if (p->batch_size != 1 || p->shard_world != 1)
-    return fsdp_set_error(FSDP_ERR_INTERNAL, "sample_generate needs a world-1 plan of batch 1");
-  fsdp_status rc = FSDP_OK;
-  device_t *dev = NULL;
-  model_acts *acts = NULL;
-  void **units = calloc((size_t)p->nunits, sizeof(void *));
-  int *window = calloc((size_t)T, sizeof(int));
-  float *lnf = malloc((size_t)C * sizeof(float)), *logits = malloc((size_t)V * sizeof(float));
+  const int V = p->model.vocab_size, T = p->model.seq_len;
+  sampler s;
+  TRY(sampler_init(&s, p, param));
+  float *logits = malloc((size_t)V * sizeof(float));
   double *w = malloc((size_t)V * sizeof(double));
-  if (!units || !window || !lnf || !logits || !w) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
-  if (rc == FSDP_OK) rc = dev_new_cpu(DEV_CPU_SYNC, &dev);
-  if (rc == FSDP_OK && !(acts = model_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
-  for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
-  const float *head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
+  fsdp_status rc = logits && w ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
   for (int n = plen; rc == FSDP_OK && n < total; n++) {
-    /* the last T tokens; positions after the window's end are padding the causal mask ignores */
-    int start = n > T ? n - T : 0, len = n - start;
-    memset(window, 0, (size_t)T * sizeof(int));
-    memcpy(window, ids + start, (size_t)len * sizeof(int));
-    model_embed_forward(acts, p, units[0], window);
-    for (int l = 0; l < p->model.n_layer; l++) model_block_forward(acts, p, l, units[1 + l]);
-    model_head_forward(acts, p, units[0], NULL, NULL);
-    rc = dev->op->download(dev, lnf, (const float *)model_final_hidden(acts) + (int64_t)(len - 1) * C,
-                           (size_t)C * sizeof(float));
-    for (int v = 0; rc == FSDP_OK && v < V; v++) {   /* the head (wte or lm_head) on the last position */
-      float s = 0;
-      for (int c = 0; c < C; c++) s += lnf[c] * head[(int64_t)v * C + c];
-      logits[v] = s;
-    }
-    ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
+    int start = n > T ? n - T : 0, len = n - start;   /* the last T tokens */
+    sampler_forward(&s, ids + start, len);
+    rc = sampler_logits(&s, len - 1, logits);
+    if (rc == FSDP_OK) ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
   }
-  model_acts_destroy(&acts);
-  dev_destroy(&dev);
-  free(units);
-  free(window);
-  free(lnf);
+  sampler_free(&s);
   free(logits);
   free(w);
+  return rc;
+}
+
+/* --logits: the logits of every prompt position, one JSON array of arrays on stdout. */
+static fsdp_status print_logits(const plan_t *p, const float *param, const int *ids, int plen) {
+  const int V = p->model.vocab_size;
+  if (plen > p->model.seq_len)
+    return fsdp_set_error(FSDP_ERR_RANGE, "--logits: the prompt has %d tokens, the model's context %d", plen,
+                          p->model.seq_len);
+  sampler s;
+  TRY(sampler_init(&s, p, param));
+  float *logits = malloc((size_t)V * sizeof(float));
+  fsdp_status rc = logits ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the logits");
+  if (rc == FSDP_OK) sampler_forward(&s, ids, plen);
+  for (int t = 0; rc == FSDP_OK && t < plen; t++) {
+    rc = sampler_logits(&s, t, logits);
+    for (int v = 0; rc == FSDP_OK && v < V; v++) printf("%s%.9g", v ? "," : t ? ",[" : "[[", logits[v]);
+    printf("]");
+  }
+  printf("]\n");
+  sampler_free(&s);
+  free(logits);
   return rc;
 }
 
@@ -300,7 +311,7 @@ int sample_run(const sample_args *a) {
   fsdp_status rc = FSDP_OK;
   int bad_input = 0;
   if ((rc = load_model(a->model, &spec, &p, &param)) != FSDP_OK) {
-    bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT;
+    bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT || rc == FSDP_ERR_UNSUPPORTED;
     goto out;
   }
   const int V = p->model.vocab_size;
@@ -327,6 +338,10 @@ int sample_run(const sample_args *a) {
     goto out;
   }
   sample_prompt_ids(a->prompt, V, ids, &plen);
+  if (a->logits) {
+    rc = print_logits(p, param, ids, plen);
+    goto out;
+  }
   TRY_GOTO(sample_generate(p, param, ids, plen, total, a->temperature, a->top_k, a->seed), rc, out);
   int binary = V != 256 && !a->tokenizer;
   for (int n = plen; n < total; n++) {

@@ -1,15 +1,18 @@
 /* sample — text from a trained model: `fsdp-worker --sample MODEL ...`, which `fsdpctl sample`
  * runs (the CLI never links worker code). One process, one rank, the synchronous CPU device.
  *
- * MODEL is a checkpoint directory (its root: the newest complete step; or one step-* directory)
- * or an exported .safetensors file with its config.json beside it (fsdpctl export writes both).
+ * MODEL is a checkpoint directory (its root: the newest complete step; or one step-* directory),
+ * a Hugging Face model folder (config.json of transformers 4 or 5, one or many safetensors files), or
+ * a .safetensors file (or index) with its config.json beside it.
  * The prompt is bytes, each byte one token (byte-level models, vocab_size ≥ 256; a byte outside a
  * smaller vocabulary is an error). Each new token comes from the logits of the last position of the
  * window (the last seq_len tokens): temperature 0 is greedy (the lowest id wins ties); otherwise
  * softmax(logits / temperature) restricted to the top_k most likely (0: all), drawn with the
  * counter-based generator keyed by (seed, token index), so the same seed gives the same text.
  * Output on stdout: the continuation only, as text when the vocabulary is bytes (vocab_size 256)
- * or a --tokenizer (llm.c's GPT-2 tokenizer file) is given, else as token ids, one line. */
+ * or a --tokenizer (llm.c's GPT-2 tokenizer file) is given, else as token ids, one line. With
+ * --logits: the logits of every prompt position instead, as one JSON array of arrays (for comparisons
+ * with other implementations). */
 #ifndef FSDP_SAMPLE_H
 #define FSDP_SAMPLE_H
 
@@ -25,6 +28,7 @@ typedef struct sample_args {
   double temperature;      /* ≥ 0 */
   int top_k;               /* ≥ 0 */
   unsigned long long seed;
+  int logits;              /* print the logits of every prompt position (JSON) instead of sampling */
 } sample_args;
 
 /* Returns the process exit status: 0, or 2 with one line on stderr for bad input, 1 otherwise. */

@@ -104,14 +104,16 @@ c.update(json.loads(sys.argv[2]))
 json.dump(c, open(sys.argv[1], "w"))
 PY
 }
+llama_cfg '{"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}'
+bad "rope_scaling rope_type 'yarn' is not computed by fsdpd; allowed: default, llama3" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"rope_scaling": {"rope_type": "llama3", "factor": 32.0}}'
-bad "rope_scaling (llama3) is not implemented" "$tmp/lc/model.safetensors" --prompt x
+bad "has no low_freq_factor" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"head_dim": 64}'
-bad "head_dim must be hidden_size / num_attention_heads = 32" "$tmp/lc/model.safetensors" --prompt x
+bad "head_dim = 64 is not computed by fsdpd; allowed: hidden_size / num_attention_heads = 32" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"hidden_act": "gelu"}'
-bad "hidden_act must be silu" "$tmp/lc/model.safetensors" --prompt x
+bad "hidden_act = gelu is not computed by fsdpd; allowed: silu" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"attention_bias": true}'
-bad "attention_bias and mlp_bias must be false" "$tmp/lc/model.safetensors" --prompt x
+bad "attention_bias = true is not computed by fsdpd" "$tmp/lc/model.safetensors" --prompt x
 # the checks pass a config as fsdpctl export writes it (head_dim, rope_scaling null): the file is then
 # read, and this GPT-2 one is refused for what it is
 llama_cfg '{"head_dim": 32, "rope_scaling": null}'

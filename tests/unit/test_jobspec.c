@@ -404,6 +404,47 @@ static void test_examples(void) {
   CHECK_EQ_INT(1600, s.model.n_embd);
 }
 
+/* [model] from = DIR: config.json sets the model (transformers 5 form here), a key in the file must
+ * agree, init becomes the folder's weights (the index when there is one), seq_len stays the job's;
+ * GPT-2's seq_len below n_positions. */
+static void test_from(void) {
+  char dir[PATH_MAX], path[PATH_MAX + 32];
+  snprintf(dir, sizeof dir, "%s/smol", tmpdir);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                   "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300, "
+                   "\"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": true, "
+                   "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 100000.0}}");
+  expect_error_train("[model]\nfrom = smol\n", 4, "[model] from: ");   /* no weights yet */
+  CHECK(strstr(fsdp_last_error(), "holds neither model.safetensors.index.json nor model.safetensors") != NULL);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  write_file(path, "x");
+  jobspec_t s;
+  CHECK_OK(jobspec_parse("[model]\nfrom = smol\nn_kv_head = 2\n[data]\ntrain = synthetic:markov:1\n", "j.ini", tmpdir, &s));
+  CHECK(s.model.arch == ARCH_LLAMA && s.model.n_layer == 2 && s.model.n_head == 4 && s.model.n_kv_head == 2);
+  CHECK(s.model.n_embd == 64 && s.model.ffn_dim == 128 && s.model.vocab_size == 300 && s.model.norm_eps == 1e-6);
+  CHECK(s.model.rope_theta == 100000 && s.model.tie_embeddings == 1 && s.model.n_positions == 8192);
+  CHECK_EQ_INT(1024, s.model.seq_len);   /* the job's length: the model's positions, at most 1024 */
+  CHECK(!strcmp(s.init, path) && !strcmp(s.from, dir));
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  write_file(path, "{}");
+  CHECK_OK(jobspec_parse("[model]\nfrom = smol\nseq_len = 256\n[data]\ntrain = synthetic:markov:1\n", "j.ini", tmpdir, &s));
+  CHECK(!strcmp(s.init, path) && s.model.seq_len == 256);
+  expect_error_train("[model]\nfrom = smol\nn_embd = 32\n", 5, "[model] n_embd = 32, but ");
+  CHECK(strstr(fsdp_last_error(), "config.json has hidden_size = 64") != NULL);
+  expect_error_train("[model]\nfrom = smol\nrope_theta = 10000\n", 5, "config.json has rope_theta = 100000");
+  expect_error_train("[model]\nfrom = smol\ntie_word_embeddings = false\n", 5, "has tie_word_embeddings = true");
+  expect_error_train("[model]\nfrom = smol\narch = gpt2\n", 5, "[model] arch = gpt2, but ");
+  expect_error_train("[model]\nfrom = smol\ninit = init.safetensors\n", 4, "from and init both name the weights");
+  expect_error_train("[model]\nfrom = smol\nseq_len = 9000\n", 5, "seq_len = 9000 is beyond the model's 8192 positions");
+  expect_error_train("[model]\nfrom = nowhere\n", 4, "is not a directory");
+  /* GPT-2: wpe keeps n_positions rows; the job trains at seq_len below it */
+  CHECK_OK(jobspec_parse("[model]\nseq_len = 32\nn_positions = 64\n[data]\ntrain = synthetic:markov:1\n", "j.ini", tmpdir, &s));
+  CHECK(s.model.seq_len == 32 && s.model.n_positions == 64);
+  expect_error_train("[model]\nseq_len = 65\nn_positions = 64\n", 4, "seq_len = 65 is beyond the model's 64 positions");
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -421,6 +462,7 @@ int main(void) {
   test_load_relative();
   test_errors();
   test_examples();
+  test_from();
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -1,0 +1,127 @@
+/* test_hfconfig — config.json of GPT-2 and Llama in transformers 4 and 5 forms read into model_config;
+ * what fsdpd does not compute refused naming it; an export's config carries the source's fields. */
+#include <jansson.h>
+#include <string.h>
+
+#include "check.h"
+#include "hfconfig.h"
+
+static fsdp_status parse(const char *text, hf_config *out) {
+  json_error_t err;
+  json_t *o = json_loads(text, 0, &err);
+  CHECK(o != NULL);
+  fsdp_status rc = hf_config_parse(o, "config.json", out);
+  json_decref(o);
+  return rc;
+}
+
+static int has(const char *needle) {
+  if (strstr(fsdp_last_error(), needle)) return 1;
+  fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", fsdp_last_error(), needle);
+  return 0;
+}
+
+#define LLAMA_SHAPE                                                                                              \
+  "\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 3, "      \
+  "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300, \"max_position_embeddings\": " \
+  "131072, \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true, \"head_dim\": 16, \"hidden_act\": \"silu\", "  \
+  "\"attention_bias\": false, \"mlp_bias\": false"
+
+/* The same Llama-3.2-style model saved by transformers 5 (rope_parameters, dtype) and 4 (rope_theta,
+ * rope_scaling, torch_dtype) reads the same. */
+static void test_llama_forms(void) {
+  hf_config a, b;
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"dtype\": \"bfloat16\", \"transformers_version\": \"5.23.0\", \"rope_parameters\": "
+                 "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+                 "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}", &a));
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.47.1\", \"rope_theta\": "
+                 "500000.0, \"rope_scaling\": {\"type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+                 "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}", &b));
+  const model_config *m = &a.model;
+  CHECK_EQ_INT(ARCH_LLAMA, m->arch);
+  CHECK(m->n_layer == 3 && m->n_head == 4 && m->n_kv_head == 2 && m->n_embd == 64 && m->ffn_dim == 128);
+  CHECK(m->vocab_size == 300 && m->n_positions == 131072 && m->seq_len == 0 && m->tie_embeddings == 1);
+  CHECK(m->rope_theta == 500000 && m->norm_eps == 1e-5 && m->rope_scaling == ROPE_SCALING_LLAMA3);
+  CHECK(m->rope_factor == 32 && m->rope_low_freq_factor == 1 && m->rope_high_freq_factor == 4);
+  CHECK_EQ_INT(8192, m->rope_original_max_pos);
+  CHECK(!memcmp(&a.model, &b.model, sizeof a.model));
+  CHECK(a.tf_major == 5 && b.tf_major == 4 && !strcmp(a.dtype, "bfloat16") && !strcmp(b.dtype, "bfloat16"));
+  /* defaults: no GQA key = MHA, no rope keys = theta 10000 unscaled, untied */
+  CHECK_OK(parse("{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 50, \"rope_scaling\": null}", &a));
+  CHECK(a.model.n_kv_head == 4 && a.model.rope_theta == 10000 && a.model.rope_scaling == ROPE_SCALING_NONE &&
+        !a.model.tie_embeddings && a.model.n_positions == 2048 && a.tf_major == 0 && !a.dtype[0]);
+}
+
+static void test_gpt2(void) {
+  hf_config h;
+  CHECK_OK(parse("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 32, \"vocab_size\": 256, "
+                 "\"n_positions\": 64, \"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-05, "
+                 "\"n_inner\": null, \"dtype\": \"float32\", \"transformers_version\": \"5.23.0\"}", &h));
+  CHECK(h.model.arch == ARCH_GPT2 && h.model.n_layer == 2 && h.model.n_head == 4 && h.model.n_kv_head == 4);
+  CHECK(h.model.n_embd == 32 && h.model.vocab_size == 256 && h.model.n_positions == 64);
+}
+
+/* One line naming what is not computed. */
+static void test_refused(void) {
+  static const struct { const char *json, *needle; } bad[] = {
+    {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"factor\": 4.0}}",
+     "rope_type 'yarn' is not computed by fsdpd; allowed: default, llama3"},
+    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_type 'linear'"},
+    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "no low_freq_factor"},
+    {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": true}", "attention_bias = true"},
+    {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"head_dim\": 32}", "head_dim = 32"},
+    {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9, "
+     "\"activation_function\": \"relu\"}", "activation_function = relu"},
+    {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9, "
+     "\"scale_attn_by_inverse_layer_idx\": true}", "scale_attn_by_inverse_layer_idx = true"},
+    {"{\"model_type\": \"qwen2\"}", "model_type 'qwen2' is not a model fsdpd computes"},
+    {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_embd\": 8, \"vocab_size\": 9}", "has no n_head"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hf_config h;
+    CHECK(parse(bad[i].json, &h) != FSDP_OK);
+    CHECK(has(bad[i].needle) && !strchr(fsdp_last_error(), '\n'));
+  }
+}
+
+/* An export's config: the source's every field, the dtype in the source's own key. */
+static void test_export_config(void) {
+  json_t *src4 = json_loads("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 32, \"vocab_size\": "
+                            "256, \"n_positions\": 64, \"bos_token_id\": 7, \"torch_dtype\": \"bfloat16\", "
+                            "\"transformers_version\": \"4.40.0\", \"custom\": [1, 2]}", 0, NULL);
+  hf_config h;
+  CHECK_OK(hf_config_parse(src4, "c", &h));
+  json_t *o = hf_config_json(&h.model, src4, "float32");
+  CHECK(o && json_integer_value(json_object_get(o, "bos_token_id")) == 7 && json_object_get(o, "custom"));
+  CHECK(!strcmp(json_string_value(json_object_get(o, "torch_dtype")), "float32") && !json_object_get(o, "dtype"));
+  json_decref(o);
+  json_object_del(src4, "torch_dtype");
+  json_object_set_new(src4, "transformers_version", json_string("5.2.0"));
+  o = hf_config_json(&h.model, src4, "bfloat16");
+  CHECK(o && !strcmp(json_string_value(json_object_get(o, "dtype")), "bfloat16"));
+  json_decref(o);
+  json_decref(src4);
+  /* fsdpd's own: reads back as the model, with its positions, tie and rope */
+  model_config m = {.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .ffn_dim = 64,
+                    .vocab_size = 99, .seq_len = 16, .n_positions = 4096, .norm_eps = 1e-6, .rope_theta = 5e5,
+                    .tie_embeddings = 1, .rope_scaling = ROPE_SCALING_LLAMA3, .rope_factor = 8,
+                    .rope_low_freq_factor = 1, .rope_high_freq_factor = 4, .rope_original_max_pos = 512};
+  o = hf_config_json(&m, NULL, "float32");
+  CHECK_OK(hf_config_parse(o, "own", &h));
+  h.model.seq_len = m.seq_len;
+  CHECK(!memcmp(&h.model, &m, sizeof m));
+  json_decref(o);
+  CHECK(!strcmp(hf_config_key(ARCH_LLAMA, "n_embd"), "hidden_size") && !strcmp(hf_config_key(ARCH_GPT2, "n_embd"), "n_embd"));
+  CHECK(!hf_config_key(ARCH_GPT2, "ffn_dim") && !hf_config_key(ARCH_LLAMA, "seq_len"));
+}
+
+int main(void) {
+  test_llama_forms();
+  test_gpt2();
+  test_refused();
+  test_export_config();
+  return check_done();
+}

@@ -1,0 +1,163 @@
+/* test_st_model — a Llama in four shard files with model.safetensors.index.json: every rank's shard
+ * equals the one-file load, and each rank opens exactly the files that hold a tensor intersecting its
+ * shard (counted); a missing file is refused by the check but not by a rank that never needs it; a
+ * bad index is refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "st_model.h"
+#include "testfiles.h"
+
+#define NFILES 4
+
+static char dir[64];
+
+static const char *path_in(const char *name) {
+  static char buf[4][256];
+  static int k;
+  char *p = buf[k++ & 3];
+  snprintf(p, 256, "%s/%s", dir, name);
+  return p;
+}
+
+static plan_t *planned(int world) {
+  jobspec_t spec;
+  jobspec_defaults(&spec);
+  spec.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                              .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
+  spec.batch_size = spec.grad_accum = 1;
+  spec.world_size = world;
+  spec.sharding = world == 1 ? SHARD_NONE : SHARD_FULL;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&spec, world, &p));
+  return p;
+}
+
+/* Tensor K (in plan order, of N) goes to file K·NFILES/N: contiguous groups, as transformers splits. */
+static int file_of(int k, int n) { return k * NFILES / n; }
+
+static void write_index(const char *name, const char *bad_file) {
+  FILE *f = fopen(path_in(name), "w");
+  fprintf(f, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {\"model.norm.weight\": \"%s\"}}\n", bad_file);
+  fclose(f);
+}
+
+/* The sharded files and the one-file copy of the world-1 buffer W. */
+static void write_model(const plan_t *p, const float *w) {
+  int n = 0;
+  for (int u = 0; u < p->nunits; u++) n += p->units[u].ntensors;
+  st_writer *one = NULL, *part[NFILES] = {0};
+  CHECK_OK(st_writer_new(path_in("one.safetensors"), &one));
+  for (int f = 0; f < NFILES; f++) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", f + 1, NFILES);
+    CHECK_OK(st_writer_new(path_in(name), &part[f]));
+  }
+  FILE *idx = fopen(path_in("model.safetensors.index.json"), "w");
+  fprintf(idx, "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {");
+  for (int u = 0, k = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++, k++) {
+      const plan_tensor *pt = &p->units[u].t[t];
+      const float *data = w + p->units[u].shard_base + pt->offset;
+      CHECK_OK(st_writer_add(one, pt->name, "F32", pt->shape, pt->ndim, data));
+      CHECK_OK(st_writer_add(part[file_of(k, n)], pt->name, "BF16", pt->shape, pt->ndim, data));
+      fprintf(idx, "%s\"%s\": \"model-%05d-of-%05d.safetensors\"", k ? ", " : "", pt->name, file_of(k, n) + 1, NFILES);
+    }
+  fprintf(idx, "}}\n");
+  fclose(idx);
+  CHECK_OK(st_writer_finish(&one));
+  for (int f = 0; f < NFILES; f++) CHECK_OK(st_writer_finish(&part[f]));
+}
+
+/* The files a rank of P needs: those holding a tensor that intersects its shard of any unit. */
+static int files_needed(const plan_t *p, int rank, int *need) {
+  int n = 0, count = 0;
+  for (int u = 0; u < p->nunits; u++) n += p->units[u].ntensors;
+  memset(need, 0, sizeof(int) * NFILES);
+  for (int u = 0, k = 0; u < p->nunits; u++) {
+    int64_t lo = plan_shard_offset(p, u, rank), hi = lo + p->units[u].shard_numel;
+    for (int t = 0; t < p->units[u].ntensors; t++, k++) {
+      const plan_tensor *pt = &p->units[u].t[t];
+      if (pt->offset < hi && pt->offset + pt->numel > lo) need[file_of(k, n)] = 1;
+    }
+  }
+  for (int f = 0; f < NFILES; f++) count += need[f];
+  return count;
+}
+
+static void test_sharded(void) {
+  plan_t *p1 = planned(1), *p4 = planned(4);
+  float *w = malloc(sizeof(float) * (size_t)p1->shard_total);
+  for (int64_t i = 0; i < p1->shard_total; i++) w[i] = st_bf16_to_f32(st_f32_to_bf16((float)((i * 37) % 101) / 17.0f));
+  write_model(p1, w);
+  st_file *one = NULL;
+  CHECK_OK(st_open(path_in("one.safetensors"), &one));
+  float *want = malloc(sizeof(float) * (size_t)p4->shard_total), *got = malloc(sizeof(float) * (size_t)p4->shard_total);
+  int fewer = 0, need[NFILES];
+  for (int r = 0; r < p4->world; r++) {
+    st_model *m = NULL;
+    CHECK_OK(st_model_open(path_in("model.safetensors.index.json"), &m));
+    CHECK_EQ_INT(0, st_model_opened(m));   /* opening the index opens no shard */
+    CHECK_EQ_INT(NFILES, st_model_nfiles(m));
+    CHECK_OK(st_model_load_shard(m, p4, r, got));
+    CHECK_OK(st_load_shard(one, p4, r, want));
+    CHECK(!memcmp(got, want, sizeof(float) * (size_t)p4->shard_total));
+    int n = files_needed(p4, r, need);
+    CHECK_EQ_INT(n, st_model_opened(m));
+    fewer += n < NFILES;
+    CHECK_OK(st_model_check(m, p4));
+    CHECK_EQ_INT(NFILES, st_model_opened(m));
+    st_model_destroy(&m);
+  }
+  CHECK(fewer > 0);   /* the test means something: some rank does without some file */
+  /* a missing file: the check refuses it; a rank that never needs it loads */
+  int r_without = -1, gone = -1;
+  for (int r = 0; r < p4->world && r_without < 0; r++) {
+    files_needed(p4, r, need);
+    for (int f = 0; f < NFILES && r_without < 0; f++)
+      if (!need[f]) r_without = r, gone = f;
+  }
+  char name[64];
+  snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", gone + 1, NFILES);
+  CHECK(rename(path_in(name), path_in("aside")) == 0);
+  CHECK(st_model_check_path(path_in("model.safetensors.index.json"), p4) == FSDP_ERR_NOTFOUND);
+  CHECK(strstr(fsdp_last_error(), name) != NULL);
+  st_model *m = NULL;
+  CHECK_OK(st_model_open(path_in("model.safetensors.index.json"), &m));
+  CHECK_OK(st_model_load_shard(m, p4, r_without, got));
+  st_model_destroy(&m);
+  CHECK(rename(path_in("aside"), path_in(name)) == 0);
+  /* the one file through st_model: one file, the same values */
+  CHECK_OK(st_model_open(path_in("one.safetensors"), &m));
+  CHECK_OK(st_model_load_shard(m, p4, 1, got));
+  CHECK_OK(st_load_shard(one, p4, 1, want));
+  CHECK(!memcmp(got, want, sizeof(float) * (size_t)p4->shard_total) && st_model_nfiles(m) == 1);
+  st_model_destroy(&m);
+  /* an index missing a tensor, and one that names a file outside its folder */
+  write_index("short.safetensors.index.json", "model-00001-of-00004.safetensors");
+  CHECK(st_model_check_path(path_in("short.safetensors.index.json"), p4) == FSDP_ERR_NOTFOUND);
+  CHECK(strstr(fsdp_last_error(), "model.embed_tokens.weight") && strstr(fsdp_last_error(), "short.safetensors.index.json"));
+  write_index("escape.safetensors.index.json", "../x.safetensors");
+  CHECK(st_model_open(path_in("escape.safetensors.index.json"), &m) == FSDP_ERR_FORMAT && !m);
+  CHECK(strstr(fsdp_last_error(), "'../x.safetensors'") != NULL);
+  st_destroy(&one);
+  free(w);
+  free(want);
+  free(got);
+  plan_destroy(&p1);
+  plan_destroy(&p4);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/test_st_model.XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_sharded();
+  rm_rf(dir);
+  return check_done();
+}
