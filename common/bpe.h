@@ -39,6 +39,9 @@ typedef struct bpe_ids {
   size_t n, cap;
 } bpe_ids;
 
+/* Append ID to IDS, growing it. */
+fsdp_status bpe_ids_push(bpe_ids *ids, uint32_t id);
+
 /* PATH is a tokenizer.json or a folder that holds one (a model folder). Errors name the file and,
  * for what is not implemented, the component ("pre_tokenizer Whitespace is not supported"). */
 fsdp_status bpe_load(const char *path, bpe_tokenizer **out);

@@ -143,7 +143,6 @@ typedef struct bpe_model {
   char *prefix, *suffix;        /* continuing_subword_prefix, end_of_word_suffix, or NULL */
   int64_t byte_id[256];         /* the ids of <0x00>..<0xFF>, -1 for missing */
 } bpe_model;
-fsdp_status bpe_ids_push(bpe_ids *o, uint32_t id);
 fsdp_status bpe_model_add_merge(bpe_model *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id);
 /* Append WORD's ids to OUT. */
 fsdp_status bpe_model_tokenize(const bpe_model *m, bpe_state *st, const char *w, size_t n, bpe_ids *out);
