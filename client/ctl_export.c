@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "ctl.h"
+#include "ctl_export_tok.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "safetensors.h"
@@ -84,14 +85,15 @@ static fsdp_status write_hf_config(const char *path, const model_config *m) {
 
 static void export_usage(FILE *f) {
   fprintf(f,
-          "usage: fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
+          "usage: fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S] [--tokenizer FILE|DIR]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
           "--step) as one Hugging Face .safetensors file (F32) and beside it config.json. GPT-2: names like\n"
           "h.0.attn.c_attn.weight, tied lm_head = wte, a GPT2Config; Llama: LlamaForCausalLM's names\n"
           "(model.layers.0.self_attn.q_proj.weight, lm_head.weight), a LlamaConfig. Named\n"
           "DIR/model.safetensors, from_pretrained(DIR) loads it; `init = OUT.safetensors` in a job file\n"
-          "loads it back.\n");
+          "loads it back. --tokenizer copies a tokenizer.json (or a model folder's, with its\n"
+          "tokenizer_config.json and special_tokens_map.json) beside them, for AutoTokenizer and sample.\n");
 }
 
 /* When DIR is a checkpoint's step directory (DIR/manifest.json and a name step-N), point DIR at its
@@ -122,13 +124,14 @@ static int step_dir_split(const char *dir, char *root, size_t n, int *step) {
 int ctl_export(int argc, char **argv) {
   static const struct option opts[] = {
     {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
-    {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  const char *out = NULL;
+    {"tokenizer", required_argument, NULL, 'z'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  const char *out = NULL, *tokenizer = NULL;
   long step = 0;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:s:h", opts, NULL)) != -1) {
     if (c == 'o') out = optarg;
+    else if (c == 'z') tokenizer = optarg;
     else if (c == 's') {
       char *end;
       errno = 0;
@@ -187,10 +190,17 @@ int ctl_export(int argc, char **argv) {
     rc = fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
     goto fail;
   }
+  char copied[256] = "";
+  if (tokenizer) {   /* first: a tokenizer that cannot be used is refused before anything is written */
+    char outdir[4096];
+    snprintf(outdir, sizeof outdir, "%.*s", (int)(strlen(cfg) - strlen("/config.json")), cfg);
+    TRY_GOTO(export_tokenizer(tokenizer, strchr(out, '/') ? outdir : ".", copied, sizeof copied), rc, fail);
+  }
   TRY_GOTO(st_save_units(out, p, units), rc, fail);
   TRY_GOTO(write_hf_config(cfg, &ci.model), rc, fail);
-  printf("wrote %s and %s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg, ci.step,
-         ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
+  printf("wrote %s and %s%s%s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, cfg,
+         tokenizer ? " with " : "", copied, ci.step, ci.world, jobspec_shard_mode_name(ci.sharding),
+         (long long)p->n_params);
 fail:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_user_message(fsdp_last_error()));
   free(units);

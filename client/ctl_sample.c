@@ -15,14 +15,17 @@
 static void sample_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                      [--tokenizer FILE]\n"
+          "                      [--tokenizer FILE|DIR]\n"
           "\n"
           "Continue TEXT with a trained model and print the continuation. MODEL is a checkpoint directory\n"
-          "(its newest complete step, or one step-* directory) or an exported .safetensors file with its\n"
-          "config.json. The prompt's bytes are its tokens. --tokens N new tokens (default 64);\n"
+          "(its newest complete step, or one step-* directory), an export folder, or an exported\n"
+          "model.safetensors with its config.json. --tokens N new tokens (default 64);\n"
           "--temperature 0 is greedy (default 1); --top-k K samples among the K most likely (default 0:\n"
-          "all); the same --seed (default 0) gives the same text. Byte-level models (vocabulary 256)\n"
-          "print text; others print token ids, or text with --tokenizer (llm.c's GPT-2 tokenizer file).\n");
+          "all); the same --seed (default 0) gives the same text. The model's tokenizer.json (in the export\n"
+          "folder or beside the .safetensors file), or --tokenizer's (a tokenizer.json or a folder holding\n"
+          "one) encodes TEXT and decodes the continuation. Without one, byte-level models (vocabulary 256)\n"
+          "take the prompt's bytes and print text; others print token ids, or text with --tokenizer\n"
+          "llm.c's GPT-2 tokenizer file.\n");
 }
 
 /* The fsdp-worker next to this executable, or $FSDP_WORKER. */
