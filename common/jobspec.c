@@ -569,3 +569,12 @@ out:
   return rc;
 }
 
+
+int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n) {
+  if (s->warmup_steps < s->steps || s->lr <= 0) return 0;
+  double last = s->lr * (double)s->steps / (double)(s->warmup_steps + 1);
+  snprintf(buf, n, "warning: warmup_steps = %d >= steps = %d: the learning rate rises for the whole job and "
+           "ends at %.3g, never reaching lr = %.3g; set warmup_steps to a few %% of steps (docs/data.md, "
+           "fine-tuning)", s->warmup_steps, s->steps, last, s->lr);
+  return 1;
+}

@@ -100,6 +100,10 @@ void jobspec_defaults(jobspec_t *s);
  * with it: a device = cuda job is refused, with one line, by a build without it. */
 int jobspec_build_has_cuda(void);
 fsdp_status jobspec_check_build(const jobspec_t *s);
+/* A one-line warning (no refusal) into BUF when the learning rate never reaches [optim] lr:
+ * warmup_steps ≥ steps (the schedule's warmup is lr·(i+1)/(warmup_steps+1) at step i+1). Returns 1
+ * with the line written, 0 when there is nothing to say. fsdpctl plan, submit and run print it. */
+int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);
 /* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
 fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);

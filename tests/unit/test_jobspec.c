@@ -404,7 +404,24 @@ static void test_examples(void) {
   CHECK_EQ_INT(1600, s.model.n_embd);
 }
 
+/* The learning-rate warning: warmup_steps ≥ steps warns with the final rate; fewer does not. */
+static void test_lr_warning(void) {
+  jobspec_t s;
+  char buf[320];
+  jobspec_defaults(&s);
+  s.steps = 40, s.warmup_steps = 2000, s.lr = 6e-4;
+  CHECK_EQ_INT(1, jobspec_lr_warning(&s, buf, sizeof buf));
+  CHECK(strstr(buf, "warmup_steps = 2000 >= steps = 40") && strstr(buf, "ends at 1.2e-05") && !strchr(buf, '\n'));
+  s.warmup_steps = 40;   /* the last step's rate is lr·40/41: still below lr */
+  CHECK_EQ_INT(1, jobspec_lr_warning(&s, buf, sizeof buf));
+  s.warmup_steps = 39;   /* step 40 is the first after warmup: lr */
+  CHECK_EQ_INT(0, jobspec_lr_warning(&s, buf, sizeof buf));
+  s.warmup_steps = 0;
+  CHECK_EQ_INT(0, jobspec_lr_warning(&s, buf, sizeof buf));
+}
+
 int main(void) {
+  test_lr_warning();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
