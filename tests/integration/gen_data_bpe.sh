@@ -4,7 +4,8 @@
 # --doc-sep documents; the tokens equal the library's, each document preceded by <|endoftext|>
 # with --eos; 1 and 2 threads write the same bytes; --val splits the tail. A tokenizer whose
 # vocabulary exceeds 65536 (an end-of-text id of 70000) writes llm.c's uint32 format (magic
-# 20240801, version 7), which two standalone ranks train on. Bad input gets one line (argument
+# 20240801, version 7), which two standalone ranks train on; three shards train as one glob, and a
+# bad shard in it fails before the first step, named. Bad input gets one line (argument
 # errors add the usage after it).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh" "$1" "$2" gen-data-bpe
@@ -118,6 +119,23 @@ assert [l["step"] for l in lines] == [1, 2], lines
 assert all(math.isfinite(l["loss"]) and 0 < l["loss"] < 15 for l in lines), lines
 print(f"trained on uint32 tokens: loss {lines[0]['loss']:.4f}, {lines[1]['loss']:.4f}")
 PY
+
+# Shards: three gen-data files read as one stream through a glob, shuffled, on 2 ranks; a bad
+# shard in the glob fails the job before its first step, naming the file.
+for k in 0 1 2; do
+  "$CTL" gen-data --tokenizer "$S/tok.json" --text "${FILES[$k]}" --eos -o "$S/shard_$k.bin" > /dev/null
+done
+sed -e 's/^vocab_size = .*/vocab_size = 1200/' -e 's/^train = .*/train = shard_*.bin\nshuffle = true/' \
+  "$S/job.ini" > "$S/glob.ini"
+FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/globrun" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 "$S/glob.ini" \
+  > /dev/null || fail "training on a 3-file glob failed: $(cat "$S"/globrun/rank-*.log 2>/dev/null | tail -n 5)"
+[ "$(wc -l < "$S/globrun/rank-0.jsonl")" = 2 ] || fail "the glob job did not run 2 steps"
+head -c 2048 /dev/urandom > "$S/shard_3.bin"
+if FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/badrun" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 \
+   "$S/glob.ini" > /dev/null 2>&1; then fail "a bad shard in the glob was accepted"; fi
+grep -q "shard_3.bin is not an llm.c token file" "$S/badrun/rank-0.log" ||
+  fail "the bad shard is not named: $(tail -n 3 "$S/badrun/rank-0.log")"
+[ ! -s "$S/badrun/rank-0.jsonl" ] || fail "the job with a bad shard ran steps"
 
 # Bad input: one line naming the problem.
 check_bad() {  # check_bad EXPECTED ARGS...

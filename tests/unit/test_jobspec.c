@@ -251,6 +251,18 @@ static void test_load_relative(void) {
   CHECK(!strcmp(s.name, "my_run"));
   CHECK(!strcmp(s.path, job));
   CHECK(s.train[0] == '/');
+  /* a glob and a list: resolved against the job's folder, one per line, every match readable */
+  char a[PATH_MAX + 16], b[PATH_MAX + 16], want[3 * PATH_MAX];
+  snprintf(a, sizeof a, "%s/shard_1.bin", sub);
+  snprintf(b, sizeof b, "%s/shard_2.bin", sub);
+  write_file(a, "x");
+  write_file(b, "x");
+  write_file(job, "[data]\ntrain = shard_*.bin tok.bin\nval = tok.bin\n");
+  CHECK_OK(jobspec_load(job, &s));
+  snprintf(want, sizeof want, "%s/shard_*.bin\n%s", sub, tok);
+  CHECK(!strcmp(s.train, want));
+  write_file(job, "[data]\ntrain = none_*.bin\n");
+  CHECK(jobspec_load(job, &s) != FSDP_OK && strstr(fsdp_last_error(), "none_*.bin matches no file"));
 }
 
 static void test_errors(void) {
