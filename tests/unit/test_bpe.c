@@ -155,6 +155,35 @@ static void test_pipelines(void) {
   bpe_destroy(&t);
 }
 
+/* Split's five behaviors on "a--b-c" cut at "-", seen through merges that join across a cut only
+ * when the behavior keeps the pieces together: a=0 b=1 c=2 -=3 --=4 a-=5 b-=6 -b=7 -c=8. */
+static void test_split_behaviors(void) {
+  static const struct { const char *behavior, *invert, *want; } cases[] = {
+      {"Removed", "false", "0 1 2"},               /* a b c */
+      {"Isolated", "false", "0 3 3 1 3 2"},        /* a - - b - c */
+      {"MergedWithPrevious", "false", "5 3 6 2"},  /* a- - b- c */
+      {"MergedWithNext", "false", "0 3 7 8"},      /* a - -b -c */
+      {"Contiguous", "false", "0 4 1 3 2"},        /* a -- b - c */
+      {"Removed", "true", "3 3 3"},                /* the letters are the matches now */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"%s\", "
+             "\"invert\": %s}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"-\": 3, "
+             "\"--\": 4, \"a-\": 5, \"b-\": 6, \"-b\": 7, \"-c\": 8}, \"merges\": [\"- -\", \"a -\", \"b -\", "
+             "\"- b\", \"- c\"]}}", cases[i].behavior, cases[i].invert);
+    bpe_tokenizer *t = load(json);
+    CHECK(t != NULL);
+    if (!t) continue;
+    const char *got = ids_of(t, "a--b-c", 0);
+    CHECK(!strcmp(cases[i].want, got));
+    if (strcmp(cases[i].want, got)) fprintf(stderr, "  %s invert %s: want %s, got %s\n", cases[i].behavior,
+                                            cases[i].invert, cases[i].want, got);
+    bpe_destroy(&t);
+  }
+}
+
 /* What is not implemented is refused in one line naming it. */
 static void test_refusals(void) {
   static const struct { const char *json, *want; } cases[] = {
@@ -190,6 +219,7 @@ int main(void) {
   test_fallback_and_added();
   test_bytelevel();
   test_pipelines();
+  test_split_behaviors();
   test_refusals();
   return check_done();
 }
