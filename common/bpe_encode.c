@@ -103,7 +103,7 @@ static fsdp_status split_added(const bpe_tokenizer *t, int normalized, const cha
   int any = 0;
   for (size_t i = 0; i < t->nadded; i++) any |= t->added[i].normalized == normalized;
   for (size_t i = 0; any && i < n;) {
-    const bpe_added *a = added_at(t, normalized, s + i, n - i);
+    const bpe_added *a = t->starts[normalized][(unsigned char)s[i]] ? added_at(t, normalized, s + i, n - i) : NULL;
     if (!a) {
       i++;
       continue;

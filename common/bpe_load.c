@@ -375,6 +375,10 @@ static fsdp_status load_parts(bpe_tokenizer *t, const json_t *root) {
   if ((v = json_object_get(root, "decoder")) && !json_is_null(v)) TRY(load_dec(name, v, &t->dec));
   if ((v = json_object_get(root, "added_tokens")) && json_is_array(v)) TRY(load_added(name, t, v));
   TRY(normalize_added(t));
+  for (size_t k = 0; k < t->nadded; k++) {
+    const bpe_added *a = &t->added[k];
+    t->starts[a->normalized][(unsigned char)(a->norm ? a->norm[0] : a->content[0])] = 1;
+  }
   for (size_t k = 0; k < t->post.nbefore + t->post.nafter; k++) {
     uint32_t id = k < t->post.nbefore ? t->post.before[k] : t->post.after[k - t->post.nbefore];
     if ((int64_t)id >= t->vocab_size)

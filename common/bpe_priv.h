@@ -168,6 +168,7 @@ struct bpe_tokenizer {
   bpe_added *added;
   size_t nadded;
   bpe_smap added_ids;           /* id (as 4 bytes) → index into added */
+  unsigned char starts[2][256]; /* [normalized][b]: some added token's spelling begins with byte b */
   int64_t vocab_size;
   int64_t eos;
 };
