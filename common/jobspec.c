@@ -485,6 +485,10 @@ static void cross_checks(pctx *c) {
     PERR(c, blame(c, "eval", "every", NULL), FSDP_ERR_INVALID,
          "[eval] every = %d needs validation tokens; set [data] val = PATH | synthetic:markov:SEED, or every = 0 "
          "for none", s->eval_every);
+  if (s->eval_at_start && !jobspec_has_val(s))
+    PERR(c, blame(c, "eval", "at_start", NULL), FSDP_ERR_INVALID,
+         "[eval] at_start = true needs validation tokens; set [data] val = PATH | synthetic:markov:SEED, or "
+         "at_start = false");
   if (s->sample_every > 0 && !s->sample_prompt[0])
     PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_INVALID,
          "[eval] sample_every = %d needs a prompt; set [eval] sample_prompt = TEXT, or sample_every = 0 for none",

@@ -88,6 +88,7 @@ typedef struct jobspec {
   /* [eval] (parsed and validated here; the worker acts on them: docs/jobs.md) */
   int eval_every;                  /* validation loss at steps K, 2K, ...; 0 = off (needs val otherwise) */
   int eval_batches;                /* M: micro-batches of N·B rows per validation loss */
+  int eval_at_start;               /* 1: the validation loss before the first step (metrics.jsonl step 0) */
   int sample_every;                /* a sample in the job log at steps K, 2K, ...; 0 = off */
   char sample_prompt[JOBSPEC_TEXT_MAX];  /* its prompt: text, one token per byte; "" unless set */
 } jobspec_t;

@@ -130,6 +130,8 @@ const keydef jobspec_keys[] = {
 
   INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)"),
   INT("eval", "batches", eval_batches, 1, 1e6, "M: the validation loss is the mean over M micro-batches of world x B rows"),
+  ENUM("eval", "at_start", eval_at_start, bool_names,
+       "true: the validation loss before the first step, as step 0 of metrics.jsonl (needs [data] val)"),
   INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)"),
   SPECIAL("eval", "sample_prompt", KT_TEXT, sample_prompt,
           "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default"),

@@ -120,16 +120,24 @@ assert all(math.isfinite(l["loss"]) and 0 < l["loss"] < 15 for l in lines), line
 print(f"trained on uint32 tokens: loss {lines[0]['loss']:.4f}, {lines[1]['loss']:.4f}")
 PY
 
-# Shards: three gen-data files read as one stream through a glob, shuffled, on 2 ranks; a bad
-# shard in the glob fails the job before its first step, naming the file.
+# Shards: three gen-data files read as one stream through a glob, shuffled, on 2 ranks, with the
+# validation loss before the first step ([eval] at_start); a bad shard in the glob fails the job
+# before its first step, naming the file.
 for k in 0 1 2; do
   "$CTL" gen-data --tokenizer "$S/tok.json" --text "${FILES[$k]}" --eos -o "$S/shard_$k.bin" > /dev/null
 done
-sed -e 's/^vocab_size = .*/vocab_size = 1200/' -e 's/^train = .*/train = shard_*.bin\nshuffle = true/' \
+sed -e 's/^vocab_size = .*/vocab_size = 1200/' -e 's/^train = .*/train = shard_*.bin\nshuffle = true\nval = t1.bin/' \
   "$S/job.ini" > "$S/glob.ini"
+printf '[eval]\nat_start = true\nbatches = 1\n' >> "$S/glob.ini"
 FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/globrun" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 "$S/glob.ini" \
   > /dev/null || fail "training on a 3-file glob failed: $(cat "$S"/globrun/rank-*.log 2>/dev/null | tail -n 5)"
-[ "$(wc -l < "$S/globrun/rank-0.jsonl")" = 2 ] || fail "the glob job did not run 2 steps"
+python3 - "$S/globrun/rank-0.jsonl" <<'PY' || fail "the glob job's output: $(cat "$S/globrun/rank-0.jsonl")"
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["step"] for l in lines] == [0, 1, 2], lines   # [eval] at_start: step 0, the loss before any update
+assert 0 < lines[0]["val_loss"] < 2 * math.log(1200) and "loss" not in lines[0], lines[0]
+print(f"3-file glob: val_loss at step 0 {lines[0]['val_loss']:.4f}, loss {lines[1]['loss']:.4f}, {lines[2]['loss']:.4f}")
+PY
 head -c 2048 /dev/urandom > "$S/shard_3.bin"
 if FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/badrun" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 \
    "$S/glob.ini" > /dev/null 2>&1; then fail "a bad shard in the glob was accepted"; fi

@@ -315,7 +315,7 @@ static void test_errors(void) {
   expect_error("[data]\nval =\n", 2, "[data] val is empty; allowed: PATH");
   expect_error("[eval]\nbatches = 0\n", 2, "batches = 0 is out of range; allowed: an integer in 1..1000000");
   expect_error("[eval]\nevery = -1\n", 2, "allowed: an integer in 0..");
-  expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, sample_every, sample_prompt");
+  expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, at_start, sample_every, sample_prompt");
   expect_error_train("[eval]\nevery = 10\n", 4, "[eval] every = 10 needs validation tokens; set [data] val");
   expect_error_train("[eval]\nsample_every = 10\n", 4, "sample_every = 10 needs a prompt");
   expect_error_train("[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", 6,
