@@ -302,7 +302,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
     log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
-  rt_report r0;
+  rt_report r0 = {0};
   TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
   if (r0.has_start_val) {   /* standalone: step 0's line, the validation loss only */
     printf("{\"step\": 0, \"rank\": %d, \"val_loss\": %.9g, \"eval_ms\": %.9g}\n", rank, r0.start_val_loss,
@@ -370,7 +370,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
-  rt_report r0;
+  rt_report r0 = {0};
   TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
   for (int first = 1;; first = 0) {
     int step, checkpoint;
