@@ -164,6 +164,8 @@ int ctl_load_job_file(const char *path, jobspec_t *spec, char **text, char *abs,
   *text = NULL;
   fsdp_status rc = jobspec_load(path, spec);
   if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
+  char warn[320];
+  if (jobspec_lr_warning(spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", path, warn);
   char rp[PATH_MAX];
   if (!realpath(path, rp)) return ctl_fail("%s: %s", path, strerror(errno));
   FILE *f = fopen(rp, "rb");

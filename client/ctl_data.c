@@ -1,5 +1,6 @@
-/* ctl_data — `fsdpctl gen-data`: llm.c token files, no daemon. Either byte-level tokens of text
- * files (vocabulary 256, token = byte), with an optional validation tail split off, or the
+/* ctl_data — `fsdpctl gen-data`: llm.c token files, no daemon. Either tokens of text files, by a
+ * tokenizer.json (ctl_tokdata.c) or byte-level (vocabulary 256, token = byte), with an optional
+ * validation tail split off, or the
  * synthetic Markov chain behind `train = synthetic:markov:SEED` with its entropy rate (the loss
  * floor). */
 #include <errno.h>
@@ -13,17 +14,26 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_tokdata.h"
 #include "tokens.h"
 
 #define TEXT_VOCAB 256   /* byte-level: token = byte */
 
 static void gen_data_usage(FILE *f) {
   fprintf(f,
-          "usage: fsdpctl gen-data --text FILE... -o OUT.bin [--val OUT_VAL.bin --val-fraction F] [--json]\n"
+          "usage: fsdpctl gen-data --tokenizer FILE|DIR --text FILE... -o OUT.bin [--val OUT_VAL.bin\n"
+          "                        --val-fraction F] [--eos] [--doc-sep STR] [--threads N] [--json]\n"
+          "       fsdpctl gen-data --text FILE... -o OUT.bin [--val OUT_VAL.bin --val-fraction F] [--json]\n"
           "       fsdpctl gen-data --markov SEED [--vocab V] --tokens N -o FILE [--json]\n"
           "\n"
-          "--text: the bytes of the FILEs, concatenated in the order given, as byte-level tokens\n"
-          "(vocabulary 256, token = byte) in an llm.c token file; train with [model] vocab_size = 256.\n"
+          "--tokenizer: encode the FILEs with a Hugging Face tokenizer.json (or a model folder's) into an\n"
+          "llm.c token file (uint16 when the vocabulary fits, else uint32); train with [model] vocab_size\n"
+          "at least the tokenizer's. Each FILE is a document (FILE.jsonl: each line's \"text\"), or cut\n"
+          "at every --doc-sep STR (C escapes such as \\n are understood); --eos puts the end-of-text\n"
+          "token before each document. Every core is used (--threads N); the file is the same for any N.\n"
+          "\n"
+          "--text without --tokenizer: the bytes of the FILEs, concatenated in the order given, as tokens\n"
+          "of a byte-level vocabulary (256, token = byte); train with [model] vocab_size = 256.\n"
           "With --val, the last floor(F x total) tokens (0 < F < 1) go to OUT_VAL.bin instead.\n"
           "\n"
           "--markov: write N tokens of the first-order Markov chain SEED over a vocabulary of V tokens\n"
@@ -43,6 +53,26 @@ static int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int
   }
   *out = v;
   return 1;
+}
+
+/* S with the C escapes \n \t \r \\ decoded (malloc'd), or NULL when empty. */
+static char *unescape(const char *s) {
+  char *o = malloc(strlen(s) + 1), *w = o;
+  if (!o) return NULL;
+  for (; *s; s++) {
+    if (*s != '\\' || !s[1]) {
+      *w++ = *s;
+      continue;
+    }
+    s++;
+    *w++ = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s == 'r' ? '\r' : *s;
+  }
+  *w = 0;
+  if (w == o) {
+    free(o);
+    return NULL;
+  }
+  return o;
 }
 
 /* Append the bytes of PATH to *buf (one token per byte), growing it; a one-line error otherwise. */
@@ -184,7 +214,12 @@ int ctl_gen_data(int argc, char **argv) {
     {"tokens", required_argument, NULL, 'n'}, {"output", required_argument, NULL, 'o'},
     {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
     {"text", required_argument, NULL, 't'},   {"val", required_argument, NULL, 'V'},
-    {"val-fraction", required_argument, NULL, 'f'}, {NULL, 0, NULL, 0}};
+    {"val-fraction", required_argument, NULL, 'f'}, {"tokenizer", required_argument, NULL, 'T'},
+    {"eos", no_argument, NULL, 'E'}, {"threads", required_argument, NULL, 'P'},
+    {"doc-sep", required_argument, NULL, 'S'}, {NULL, 0, NULL, 0}};
+  tokdata_args ta = {0};
+  char *sep = NULL;
+  int64_t threads = 0;
   uint64_t seed = 0;
   int have_seed = 0, json = 0, have_vocab = 0, nfiles = 0, stray = 0;
   int64_t vocab = 50257, ntok = -1;
@@ -237,6 +272,18 @@ int ctl_gen_data(int argc, char **argv) {
       case 'n':
         if (!parse_i64("--tokens", optarg, 1, INT32_MAX, &ntok)) goto done;
         break;
+      case 'T': ta.tokenizer = optarg; break;
+      case 'E': ta.eos = 1; break;
+      case 'P':
+        if (!parse_i64("--threads", optarg, 1, 1024, &threads)) goto done;
+        break;
+      case 'S':
+        free(sep);
+        if (!(sep = unescape(optarg))) {
+          fprintf(stderr, "fsdpctl gen-data: --doc-sep '%s': expected a non-empty string (C escapes: \\n \\t \\r \\\\)\n", optarg);
+          goto done;
+        }
+        break;
       case 'o': out = optarg; break;
       case 'j': json = 1; break;
       case 'h': gen_data_usage(stdout); rc = 0; goto done;
@@ -245,8 +292,11 @@ int ctl_gen_data(int argc, char **argv) {
   }
   const char *why = NULL;
   if (stray) why = "unexpected argument (text files follow --text)";
+  else if (ta.tokenizer && !nfiles) why = "--tokenizer encodes text: give --text FILE...";
+  else if (!ta.tokenizer && (ta.eos || threads || sep))
+    why = "--eos, --doc-sep and --threads go with --tokenizer";
   else if (nfiles && (have_seed || have_vocab || ntok >= 0))
-    why = "--text makes byte-level tokens (vocab 256); --markov, --vocab and --tokens are for the synthetic chain";
+    why = "--text makes tokens of text; --markov, --vocab and --tokens are for the synthetic chain";
   else if (nfiles && !out) why = "--text FILE... needs -o OUT.bin";
   else if (nfiles && (!val) != (frac < 0)) why = "--val OUT_VAL.bin and --val-fraction F go together";
   else if (nfiles && val && !strcmp(val, out)) why = "--val and -o name the same file; give two paths";
@@ -258,9 +308,17 @@ int ctl_gen_data(int argc, char **argv) {
     gen_data_usage(stderr);
     goto done;
   }
-  if (nfiles) rc = gen_text(files, nfiles, out, val, frac, json);
-  else rc = gen_markov(seed, vocab, ntok, out, json);
+  if (ta.tokenizer) {
+    ta.files = files, ta.nfiles = nfiles, ta.out = out, ta.val = val, ta.frac = frac;
+    ta.doc_sep = sep, ta.threads = (int)threads, ta.json = json;
+    rc = ctl_tokdata(&ta);
+  } else if (nfiles) {
+    rc = gen_text(files, nfiles, out, val, frac, json);
+  } else {
+    rc = gen_markov(seed, vocab, ntok, out, json);
+  }
 done:
   free(files);
+  free(sep);
   return rc;
 }

@@ -20,6 +20,7 @@
 #include "ctl_fmt.h"
 #include "hfconfig.h"
 #include "hfdir.h"
+#include "ctl_export_tok.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "safetensors.h"
@@ -48,7 +49,8 @@ static fsdp_status export_file(const char *out, const plan_t *p, float *const *u
 static void export_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl export CHECKPOINT_DIR -o DIR [--step S] [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
-          "       fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S]\n"
+          "                      [--tokenizer FILE|DIR]\n"
+          "       fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S] [--tokenizer FILE|DIR]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
           "--step) as a Hugging Face model folder: DIR (created; an existing one must be empty) gets\n"
@@ -60,6 +62,8 @@ static void export_usage(FILE *f) {
           "  --dtype fp32|bf16      the weights' dtype (default: the source folder's, else fp32)\n"
           "  --max-shard-size SIZE  bytes per weights file, as transformers' max_shard_size (default 50GB;\n"
           "                         KB MB GB are powers of 1000, KiB MiB GiB of 1024)\n"
+          "  --tokenizer FILE|DIR   copy a tokenizer.json (or a model folder's, with its tokenizer_config.json\n"
+          "                         and special_tokens_map.json) into the export, for AutoTokenizer and sample\n"
           "\n"
           "With -o OUT.safetensors: one F32 file with config.json (fsdpd's own) beside it. GPT-2: names like\n"
           "h.0.attn.c_attn.weight, tied lm_head = wte, a GPT2Config; Llama: LlamaForCausalLM's names\n"
@@ -91,37 +95,43 @@ static int step_dir_split(const char *dir, char *root, size_t n, int *step) {
   return 0;
 }
 
-int ctl_export(int argc, char **argv) {
+typedef struct export_args {
+  const char *out, *dtype, *tokenizer;
+  long step;
+  uint64_t max_shard;
+  int folder_flags;   /* --dtype or --max-shard-size given */
+} export_args;
+
+/* Returns -1 to go on, else the exit status (usage printed). */
+static int export_parse(int argc, char **argv, export_args *a) {
   static const struct option opts[] = {
     {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
     {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 'm'},
-    {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  const char *out = NULL, *dtype = NULL;
-  long step = 0;
-  uint64_t max_shard = HFDIR_MAX_SHARD_DEFAULT;
-  int c, folder_flags = 0;
+    {"tokenizer", required_argument, NULL, 'z'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  *a = (export_args){.max_shard = HFDIR_MAX_SHARD_DEFAULT};
+  int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:s:h", opts, NULL)) != -1) {
-    folder_flags |= c == 'd' || c == 'm';
-    if (c == 'o') out = optarg;
+    a->folder_flags |= c == 'd' || c == 'm';
+    if (c == 'o') a->out = optarg;
+    else if (c == 'z') a->tokenizer = optarg;
     else if (c == 'd') {
-      dtype = optarg;
-      if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
+      a->dtype = optarg;
+      if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "fsdpctl export: --dtype '%s' is not allowed; allowed: fp32 | bf16\n", optarg);
         return 2;
       }
     } else if (c == 'm') {
-      if (!(max_shard = ctl_parse_bytes(optarg))) {
+      if (!(a->max_shard = ctl_parse_bytes(optarg))) {
         fprintf(stderr, "fsdpctl export: --max-shard-size '%s' is not allowed; allowed: a positive size such as "
                         "5GB, 500MB or 2GiB\n", optarg);
         return 2;
       }
-    }
-    else if (c == 's') {
+    } else if (c == 's') {
       char *end;
       errno = 0;
-      step = strtol(optarg, &end, 10);
-      if (errno || *end || step < 1) {
+      a->step = strtol(optarg, &end, 10);
+      if (errno || *end || a->step < 1) {
         fprintf(stderr, "fsdpctl export: --step '%s' must be a positive step number\n", optarg);
         return 2;
       }
@@ -133,11 +143,22 @@ int ctl_export(int argc, char **argv) {
       return 2;
     }
   }
-  if (optind != argc - 1 || !out) {
+  if (optind != argc - 1 || !a->out) {
     fprintf(stderr, "fsdpctl export: needs a checkpoint directory and -o DIR (or -o OUT.safetensors)\n");
     export_usage(stderr);
     return 2;
   }
+  return -1;
+}
+
+int ctl_export(int argc, char **argv) {
+  export_args a;
+  int prc = export_parse(argc, argv, &a);
+  if (prc >= 0) return prc;
+  const char *out = a.out, *dtype = a.dtype;
+  uint64_t max_shard = a.max_shard;
+  int folder_flags = a.folder_flags;
+  long step = a.step;
   size_t olen = strlen(out);
   int one_file = olen > 12 && !strcmp(out + olen - 12, ".safetensors");
   if (one_file && folder_flags) {
@@ -177,10 +198,19 @@ int ctl_export(int argc, char **argv) {
   }
   TRY_GOTO(ckpt_load_shard(dir, &ci, &spec, p, 0, param, m, v, NULL), rc, out);
   for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
+  char copied[256] = "";
   if (one_file) {
+    char odir[PATH_MAX];
+    if (a.tokenizer && !config_dir(out, odir, sizeof odir)) {
+      rc = fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
+      goto out;
+    }
+    /* first: a tokenizer that cannot be used is refused before anything is written */
+    if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, odir, copied, sizeof copied), rc, out);
     TRY_GOTO(export_file(out, p, units), rc, out);
-    printf("wrote %s and its config.json: step %d of a %d-rank %s checkpoint, %lld parameters\n", out, ci.step,
-           ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params);
+    printf("wrote %s and its config.json%s%s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out,
+           a.tokenizer ? " with " : "", copied, ci.step, ci.world, jobspec_shard_mode_name(ci.sharding),
+           (long long)p->n_params);
     goto out;
   }
   hfdir_opts ho = {.max_shard = max_shard, .source = ci.source[0] ? ci.source : NULL};
@@ -195,9 +225,11 @@ int ctl_export(int argc, char **argv) {
                    : ho.source ? hfdir_source_dtype(ho.source) : DTYPE_FP32;
   int nfiles = 0;
   TRY_GOTO(hfdir_write(out, p, units, &ho, &nfiles), rc, out);
-  printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters, %s in %d file%s%s%s\n", out, ci.step, ci.world,
-         jobspec_shard_mode_name(ci.sharding), (long long)p->n_params, jobspec_dtype_kind_name(ho.dtype), nfiles,
-         nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "", ho.source ? ho.source : "");
+  if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, out, copied, sizeof copied), rc, out);
+  printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters, %s in %d file%s%s%s%s%s\n", out, ci.step,
+         ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params, jobspec_dtype_kind_name(ho.dtype),
+         nfiles, nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "", ho.source ? ho.source : "",
+         a.tokenizer ? ", tokenizer " : "", copied);
 out:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   free(units);

@@ -170,6 +170,8 @@ int ctl_plan(int argc, char **argv) {
     fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
+  char warn[320];
+  if (jobspec_lr_warning(&spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", job, warn);
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   uint64_t host = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;

@@ -30,7 +30,7 @@
 
 typedef struct point {
   double step, loss, lr, tps, val;
-  int has_val;
+  int has_loss, has_val;   /* [eval] at_start's step 0 has val_loss only */
 } point;
 
 /* The rows of metrics.jsonl at PATH into *PTS (malloc'd); 0, or the exit status after one line. */
@@ -49,7 +49,7 @@ static int read_points(const char *path, point **pts, size_t *n) {
     json_error_t err;
     json_t *o = json_loads(line, 0, &err);
     json_t *step = o ? json_object_get(o, "step") : NULL, *loss = o ? json_object_get(o, "loss") : NULL;
-    if (!json_is_number(step) || !json_is_number(loss)) {
+    if (!json_is_number(step) || !(json_is_number(loss) || json_is_number(json_object_get(o, "val_loss")))) {
       json_decref(o);
       rc = ctl_fail("plot: %s:%zu: not a metrics.jsonl line (no step and loss)", path, lineno);
       break;
@@ -66,6 +66,7 @@ static int read_points(const char *path, point **pts, size_t *n) {
     }
     point *p = &(*pts)[(*n)++];
     p->step = json_number_value(step);
+    p->has_loss = json_is_number(loss);
     p->loss = json_number_value(loss);
     p->lr = json_number_value(json_object_get(o, "lr"));
     p->tps = json_number_value(json_object_get(o, "tokens_per_s"));
@@ -119,7 +120,7 @@ static void write_script(FILE *f, const point *pts, size_t n, const char *out, i
   fputs("\n$train << EOD\n", f);
   int nval = 0;
   for (size_t i = 0; i < n; i++) {
-    fprintf(f, "%.17g %.17g %.17g %.17g\n", pts[i].step, pts[i].loss, pts[i].lr, pts[i].tps);
+    if (pts[i].has_loss) fprintf(f, "%.17g %.17g %.17g %.17g\n", pts[i].step, pts[i].loss, pts[i].lr, pts[i].tps);
     nval += pts[i].has_val;
   }
   fputs("EOD\n", f);

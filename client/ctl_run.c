@@ -27,7 +27,7 @@
 #include "log.h"
 #include "wire.h"
 
-/* First and last loss and the line count of metrics.jsonl. */
+/* First and last loss and the number of step lines (with a loss) of metrics.jsonl. */
 static int read_metrics(const char *path, int *lines, double *first, double *last) {
   *lines = 0;
   *first = *last = NAN;
@@ -40,11 +40,11 @@ static int read_metrics(const char *path, int *lines, double *first, double *las
     json_t *j = json_loads(line, 0, &e);
     if (!j) continue;
     json_t *loss = json_object_get(j, "loss");
-    if (json_is_number(loss)) {
+    if (json_is_number(loss)) {   /* [eval] at_start's step 0 has none: neither counted nor first */
       if (*lines == 0) *first = json_number_value(loss);
       *last = json_number_value(loss);
+      (*lines)++;
     }
-    (*lines)++;
     json_decref(j);
   }
   free(line);

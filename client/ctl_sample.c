@@ -15,16 +15,19 @@
 static void sample_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                      [--tokenizer FILE] [--logits]\n"
+          "                      [--tokenizer FILE|DIR] [--logits]\n"
           "\n"
           "Continue TEXT with a trained model and print the continuation. MODEL is a checkpoint directory\n"
           "(its newest complete step, or one step-* directory), a Hugging Face model folder (config.json of\n"
           "transformers 4 or 5, model.safetensors or its index and shards; what fsdpctl export -o DIR writes)\n"
-          "or a .safetensors file with config.json beside it. The prompt's bytes are its tokens. --tokens N\n"
-          "new tokens (default 64); --temperature 0 is greedy (default 1); --top-k K samples among the K most\n"
-          "likely (default 0: all); the same --seed (default 0) gives the same text. Byte-level models (vocabulary 256)\n"
-          "print text; others print token ids, or text with --tokenizer (llm.c's GPT-2 tokenizer file).\n"
-          "--logits prints the logits of every prompt position instead, as one JSON array of arrays.\n");
+          "or a .safetensors file with config.json beside it. --tokens N new tokens (default 64);\n"
+          "--temperature 0 is greedy (default 1); --top-k K samples among the K most likely (default 0:\n"
+          "all); the same --seed (default 0) gives the same text. The model's tokenizer.json (in its folder\n"
+          "or beside the .safetensors file), or --tokenizer's (a tokenizer.json or a folder holding one)\n"
+          "encodes TEXT and decodes the continuation. Without one, byte-level models (vocabulary 256) take\n"
+          "the prompt's bytes and print text; others print token ids, or text with --tokenizer llm.c's\n"
+          "GPT-2 tokenizer file. --logits prints the logits of every prompt position instead, as one JSON\n"
+          "array of arrays.\n");
 }
 
 /* The fsdp-worker next to this executable, or $FSDP_WORKER. */

@@ -16,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <glob.h>
 #include <ini.h>
 #include <limits.h>
 #include <math.h>
@@ -230,6 +231,39 @@ static int check_readable(pctx *c, const keydef *k, const char *raw, const char 
   return 1;
 }
 
+/* [data] train/val = PATH, a glob, or several of them separated by spaces: each resolved against
+ * the base directory, a glob matching at least one file, every file readable; stored one per line
+ * (tok_open reads them as one stream, each glob in name order). */
+static void data_paths(pctx *c, const keydef *k, const char *v, char *out) {
+  char items[JOBSPEC_PATH_MAX], *save = NULL, one[JOBSPEC_PATH_MAX];
+  size_t used = 0;
+  snprintf(items, sizeof items, "%s", v);
+  out[0] = '\0';
+  for (char *it = strtok_r(items, " \t", &save); it; it = strtok_r(NULL, " \t", &save)) {
+    if (!resolve_path(c, it, one, sizeof one) || used + strlen(one) + 2 > JOBSPEC_PATH_MAX) {
+      PERR(c, c->lineno, FSDP_ERR_RANGE, "[data] %s: the paths are longer than %d characters", k->key,
+           JOBSPEC_PATH_MAX - 1);
+      return;
+    }
+    used += (size_t)snprintf(out + used, JOBSPEC_PATH_MAX - used, "%s%s", used ? "\n" : "", one);
+    if (!strpbrk(one, "*?[")) {
+      if (!check_readable(c, k, it, one)) return;
+      continue;
+    }
+    glob_t g;
+    int grc = glob(one, GLOB_ERR, NULL, &g);
+    if (grc != 0) {
+      PERR(c, c->lineno, FSDP_ERR_NOTFOUND, "[data] %s = %s: %s matches no file", k->key, v, one);
+      if (grc != GLOB_NOMATCH) globfree(&g);
+      return;
+    }
+    int ok = 1;
+    for (size_t i = 0; ok && i < g.gl_pathc; i++) ok = check_readable(c, k, it, g.gl_pathv[i]);
+    globfree(&g);
+    if (!ok) return;
+  }
+}
+
 static void set_special(pctx *c, const keydef *k, const char *v) {
   jobspec_t *s = c->s;
   char *field = (char *)s + k->off;
@@ -289,12 +323,7 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
       break;
     }
     *synthetic = 0;
-    if (!resolve_path(c, v, path, JOBSPEC_PATH_MAX)) {
-      PERR(c, c->lineno, FSDP_ERR_RANGE, "[data] %s: the path is longer than %d characters", k->key,
-           JOBSPEC_PATH_MAX - 1);
-      break;
-    }
-    check_readable(c, k, v, path);
+    data_paths(c, k, v, path);
     break;
   }
   case KT_FROM: {
@@ -548,6 +577,10 @@ static void cross_checks(pctx *c) {
     PERR(c, blame(c, "eval", "every", NULL), FSDP_ERR_INVALID,
          "[eval] every = %d needs validation tokens; set [data] val = PATH | synthetic:markov:SEED, or every = 0 "
          "for none", s->eval_every);
+  if (s->eval_at_start && !jobspec_has_val(s))
+    PERR(c, blame(c, "eval", "at_start", NULL), FSDP_ERR_INVALID,
+         "[eval] at_start = true needs validation tokens; set [data] val = PATH | synthetic:markov:SEED, or "
+         "at_start = false");
   if (s->sample_every > 0 && !s->sample_prompt[0])
     PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_INVALID,
          "[eval] sample_every = %d needs a prompt; set [eval] sample_prompt = TEXT, or sample_every = 0 for none",
@@ -661,3 +694,12 @@ out:
   return rc;
 }
 
+
+int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n) {
+  if (s->warmup_steps < s->steps || s->lr <= 0) return 0;
+  double last = s->lr * (double)s->steps / (double)(s->warmup_steps + 1);
+  snprintf(buf, n, "warning: warmup_steps = %d >= steps = %d: the learning rate rises for the whole job and "
+           "ends at %.3g, never reaching lr = %.3g; set warmup_steps to a few %% of steps (docs/data.md, "
+           "fine-tuning)", s->warmup_steps, s->steps, last, s->lr);
+  return 1;
+}

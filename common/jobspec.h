@@ -98,6 +98,7 @@ typedef struct jobspec {
   /* [eval] (parsed and validated here; the worker acts on them: docs/jobs.md) */
   int eval_every;                  /* validation loss at steps K, 2K, ...; 0 = off (needs val otherwise) */
   int eval_batches;                /* M: micro-batches of N·B rows per validation loss */
+  int eval_at_start;               /* 1: the validation loss before the first step (metrics.jsonl step 0) */
   int sample_every;                /* a sample in the job log at steps K, 2K, ...; 0 = off */
   char sample_prompt[JOBSPEC_TEXT_MAX];  /* its prompt: text, one token per byte; "" unless set */
 } jobspec_t;
@@ -110,6 +111,10 @@ void jobspec_defaults(jobspec_t *s);
  * with it: a device = cuda job is refused, with one line, by a build without it. */
 int jobspec_build_has_cuda(void);
 fsdp_status jobspec_check_build(const jobspec_t *s);
+/* A one-line warning (no refusal) into BUF when the learning rate never reaches [optim] lr:
+ * warmup_steps ≥ steps (the schedule's warmup is lr·(i+1)/(warmup_steps+1) at step i+1). Returns 1
+ * with the line written, 0 when there is nothing to say. fsdpctl plan, submit and run print it. */
+int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);
 /* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
 fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);

@@ -102,14 +102,16 @@ const keydef jobspec_keys[] = {
           "PATH.safetensors or PATH/model.safetensors.index.json"),
 
   SPECIAL("data", "train", KT_TRAIN, train,
-          "required: PATH to an llm.c token file, or synthetic:markov:SEED"),
+          "required: PATH to an llm.c token file (or a glob, or several separated by spaces: one stream in "
+          "name order), or synthetic:markov:SEED"),
   INT("data", "batch_size", batch_size, 1, 4096, "B, sequences per rank per micro-step (nanoGPT: 12)"),
   INT("data", "grad_accum", grad_accum, 1, 4096,
       "G, micro-steps per optimizer step (nanoGPT: 40 over 8 GPUs = 5 per rank)"),
   ENUM("data", "shuffle", shuffle, bool_names,
        "true: each epoch reads windows of seq_len+1 tokens in a permutation keyed by (seed, epoch); false: file order"),
   SPECIAL("data", "val", KT_VAL, val,
-          "validation tokens for [eval] every: PATH to an llm.c token file, or synthetic:markov:SEED; no default (none)"),
+          "validation tokens for [eval] every: PATH to an llm.c token file (or a glob or list, as train), or "
+          "synthetic:markov:SEED; no default (none)"),
 
   DBL("optim", "lr", lr, 0, 10, 1, 0, "peak learning rate (nanoGPT GPT-2: 6e-4)"),
   DBL("optim", "min_lr", min_lr, 0, 10, 0, 0, "floor of the cosine schedule, <= lr (nanoGPT: lr/10)"),
@@ -145,6 +147,8 @@ const keydef jobspec_keys[] = {
 
   INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)"),
   INT("eval", "batches", eval_batches, 1, 1e6, "M: the validation loss is the mean over M micro-batches of world x B rows"),
+  ENUM("eval", "at_start", eval_at_start, bool_names,
+       "true: the validation loss before the first step, as step 0 of metrics.jsonl (needs [data] val)"),
   INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)"),
   SPECIAL("eval", "sample_prompt", KT_TEXT, sample_prompt,
           "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default"),

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,9 @@ struct tok_file {
   char *name;              /* the path, or "synthetic:markov:SEED", for messages */
   int shuffle;             /* 0: sequential order; 1: shuffled windows (tokens.h) */
   uint64_t shuffle_seed;
+  struct tok_file **parts; /* a stream of several files: each one's tok_file, in order; else NULL */
+  int64_t *starts;         /* parts[k]'s first token is token starts[k] of the stream */
+  int nparts;
 };
 
 /* ---- token files ---- */
@@ -44,7 +48,7 @@ static fsdp_status tok_new_named(const char *name, tok_file **out) {
   return FSDP_OK;
 }
 
-fsdp_status tok_open(const char *path, tok_file **out) {
+static fsdp_status tok_open_one(const char *path, tok_file **out) {
   *out = NULL;
   fsdp_status rc = FSDP_OK;
   tok_file *f = NULL;
@@ -128,10 +132,85 @@ out:
   return rc;
 }
 
+/* Appends the files PATTERN names (a glob, in name order, or one path) to PARTS; a glob that
+ * matches nothing is an error naming it. */
+static fsdp_status open_pattern(const char *pattern, tok_file ***parts, int *n, int *cap) {
+  glob_t g;
+  int literal = !strpbrk(pattern, "*?[");
+  int grc = literal ? 0 : glob(pattern, GLOB_ERR, NULL, &g);
+  if (!literal && grc == GLOB_NOMATCH)
+    return fsdp_set_error(FSDP_ERR_NOTFOUND, "token files %s: the pattern matches no file", pattern);
+  if (grc != 0) return fsdp_set_error(FSDP_ERR_IO, "token files %s: cannot list the directory", pattern);
+  size_t count = literal ? 1 : g.gl_pathc;
+  fsdp_status rc = FSDP_OK;
+  for (size_t i = 0; i < count && rc == FSDP_OK; i++) {
+    if (*n == *cap) {
+      int c = *cap ? *cap * 2 : 16;
+      tok_file **p = realloc(*parts, (size_t)c * sizeof *p);
+      if (!p) {
+        rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening %s", pattern);
+        break;
+      }
+      *parts = p, *cap = c;
+    }
+    if ((rc = tok_open_one(literal ? pattern : g.gl_pathv[i], &(*parts)[*n])) == FSDP_OK) (*n)++;
+  }
+  if (!literal) globfree(&g);
+  return rc;
+}
+
+fsdp_status tok_open(const char *path, tok_file **out) {
+  *out = NULL;
+  if (!strpbrk(path, "*?[\n")) return tok_open_one(path, out);
+  /* several files read as one stream: patterns separated by newlines, each a path or a glob */
+  tok_file **parts = NULL, *f = NULL;
+  int n = 0, cap = 0;
+  fsdp_status rc = FSDP_OK;
+  char *list = strdup(path), *save = NULL;
+  if (!list) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening %s", path);
+  for (char *pat = strtok_r(list, "\n", &save); pat && rc == FSDP_OK; pat = strtok_r(NULL, "\n", &save))
+    rc = open_pattern(pat, &parts, &n, &cap);
+  if (rc == FSDP_OK) rc = tok_new_named(path, &f);
+  for (char *c = f ? f->name : NULL; c && *c; c++)
+    if (*c == '\n') *c = ' ';   /* messages name the stream on one line */
+  if (rc == FSDP_OK && !(f->starts = malloc(((size_t)n + 1) * sizeof *f->starts)))
+    rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening %s", path);
+  if (rc == FSDP_OK) {
+    f->parts = parts, f->nparts = n, parts = NULL;
+    for (int k = 0; k < n; k++) {
+      f->starts[k] = f->n;
+      f->n += f->parts[k]->n;
+      if (f->parts[k]->width > f->width) f->width = f->parts[k]->width;
+    }
+    f->starts[n] = f->n;
+    *out = f, f = NULL;
+  }
+  for (int k = 0; parts && k < n; k++) tok_destroy(&parts[k]);
+  free(parts);
+  free(list);
+  tok_destroy(&f);
+  return rc;
+}
+
 int64_t tok_count(const tok_file *f) { return f->n; }
 int tok_width(const tok_file *f) { return f->width; }
 
+/* The part of a several-file stream that holds token I (0 ≤ I < n). */
+static int part_of(const tok_file *f, int64_t i) {
+  int lo = 0, hi = f->nparts - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (f->starts[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 static inline uint32_t tok_at(const tok_file *f, int64_t i) {
+  if (f->nparts) {
+    int k = part_of(f, i);
+    return tok_at(f->parts[k], i - f->starts[k]);
+  }
   if (f->width == 2) {
     uint16_t v;
     memcpy(&v, f->tokens + 2 * i, 2);
@@ -189,11 +268,14 @@ static fsdp_status read_row(const tok_file *f, int64_t start, int64_t len, int v
                             int *targets) {
   for (int64_t i = 0; i <= len; i++) {
     uint32_t t = tok_at(f, start + i);
-    if (t >= (uint32_t)vocab)
+    if (t >= (uint32_t)vocab) {
+      int k = f->nparts ? part_of(f, start + i) : 0;   /* name the file that holds it */
       return fsdp_set_error(FSDP_ERR_RANGE,
                             "token stream %s: token %u at position %lld is >= vocab_size %d "
                             "(was the file made with another tokenizer?)",
-                            f->name, t, (long long)(start + i), vocab);
+                            f->nparts ? f->parts[k]->name : f->name, t,
+                            (long long)(start + i - (f->nparts ? f->starts[k] : 0)), vocab);
+    }
     if (i < len) inp[i] = (int)t;
     if (i > 0) targets[i - 1] = (int)t;
   }
@@ -252,6 +334,9 @@ void tok_destroy(tok_file **pf) {
   tok_file *f = pf ? *pf : NULL;
   if (!f) return;
   if (f->map) munmap(f->map, f->map_len);
+  for (int k = 0; k < f->nparts; k++) tok_destroy(&f->parts[k]);
+  free(f->parts);
+  free(f->starts);
   free(f->mem);
   free(f->name);
   free(f);

@@ -147,3 +147,13 @@ out:
   json_decref(o);
   return rc;
 }
+
+fsdp_status metrics_start_line(Fsdp__StepReport *const *reports, size_t n, char **line) {
+  double ms = 0;
+  for (size_t i = 0; i < n; i++)
+    if (reports[i]->start_eval_ms > ms) ms = reports[i]->start_eval_ms;
+  json_t *o = json_pack("{s:i, s:f, s:f}", "step", 0, "val_loss", reports[0]->start_val_loss, "eval_ms", ms);
+  *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
+  json_decref(o);
+  return *line ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing metrics.jsonl");
+}

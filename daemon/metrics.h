@@ -22,6 +22,9 @@ void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSum
 
 /* The metrics.jsonl line (no trailing newline) for REPORTS; *line is malloc'd. */
 fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line);
+/* [eval] at_start: metrics.jsonl's step-0 line {"step": 0, "val_loss", "eval_ms"} (the slowest rank's
+ * time) from the first step's REPORTS, which carry it; malloc'd into *LINE. */
+fsdp_status metrics_start_line(Fsdp__StepReport *const *reports, size_t n, char **line);
 
 /* The inverse for one line: fill SUM->ranks (allocated; free with metrics_free_ranks) from the
  * "ranks" array of a metrics.jsonl LINE. A line without ranks leaves n_ranks 0. */

@@ -95,7 +95,14 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   char *line = NULL;
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
   metrics_summarize(reps, (size_t)j->world, &sum);
-  fsdp_status rc = metrics_line(reps, (size_t)j->world, &line);
+  fsdp_status rc = FSDP_OK;
+  if (reps[0]->has_start_val) {   /* [eval] at_start: step 0's line comes first */
+    rc = metrics_start_line(reps, (size_t)j->world, &line);
+    if (rc == FSDP_OK) rc = metrics_append(j, line);
+    free(line);
+    line = NULL;
+  }
+  if (rc == FSDP_OK) rc = metrics_line(reps, (size_t)j->world, &line);
   if (rc == FSDP_OK) rc = metrics_append(j, line);
   jobs_db_step st = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
                      .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
@@ -179,7 +186,7 @@ static void metrics_truncate(job_t *j, uint32_t last_step) {
     json_t *o = json_loads(line, 0, NULL);
     json_int_t step = o ? json_integer_value(json_object_get(o, "step")) : 0;
     json_decref(o);
-    if (step > (json_int_t)last_step) dropped++;
+    if (step > (json_int_t)last_step || !last_step) dropped++;   /* from 0: at_start's step 0 again too */
     else fputs(line, out);
   }
   free(line);

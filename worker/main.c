@@ -135,6 +135,16 @@ static fsdp_status eval_if_due(runtime_t *rt, const jobspec_t *spec, rt_report *
   return FSDP_OK;
 }
 
+/* [eval] at_start: the validation loss before any update, when the job starts from step 0 (not
+ * when it resumes). Collective. *HAVE says whether it was computed. */
+static fsdp_status eval_at_start(runtime_t *rt, const jobspec_t *spec, int start, rt_report *r) {
+  r->has_start_val = 0;
+  if (!spec->eval_at_start || start != 0) return FSDP_OK;
+  TRY(runtime_eval(rt, spec->eval_batches, &r->start_val_loss, &r->start_eval_ms));
+  r->has_start_val = 1;
+  return FSDP_OK;
+}
+
 /* [eval] sample_every = K: at steps K, 2K, ... rank 0 continues sample_prompt with SAMPLE_TOKENS
  * tokens (temperature 1, seeded by the job's seed and the step) from the gathered model, for the
  * job log. Collective: every rank takes part in the gathers. */
@@ -288,9 +298,17 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   if (start >= spec.steps && start > 0 && rank == 0)
     log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
+  rt_report r0 = {0};
+  TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
+  if (r0.has_start_val) {   /* standalone: step 0's line, the validation loss only */
+    printf("{\"step\": 0, \"rank\": %d, \"val_loss\": %.9g, \"eval_ms\": %.9g}\n", rank, r0.start_val_loss,
+           r0.start_eval_ms);
+    fflush(stdout);
+  }
   for (int s = start + 1; s <= spec.steps; s++) {
     rt_report r;
     TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    r.has_start_val = 0;
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
@@ -348,12 +366,17 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
-  for (;;) {
+  rt_report r0 = {0};
+  TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
+  for (int first = 1;; first = 0) {
     int step, checkpoint;
     TRY_GOTO(wlink_next(l, &step, &checkpoint), rc, out);
     if (step == 0) break;
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
+    /* the first step's report carries the loss before it: the daemon writes it as step 0 */
+    r.has_start_val = first && r0.has_start_val;
+    r.start_val_loss = r0.start_val_loss, r.start_eval_ms = r0.start_eval_ms;
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
     /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is

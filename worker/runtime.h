@@ -40,6 +40,8 @@ typedef struct rt_report {
   int has_val;                   /* val_loss and eval_ms are set (the caller's runtime_eval) */
   double val_loss, eval_ms;
   char sample[512];              /* [eval] sample_every: rank 0's sample (prompt + continuation), or "" */
+  int has_start_val;             /* [eval] at_start: the first step's report carries the loss before it */
+  double start_val_loss, start_eval_ms;
 } rt_report;
 
 typedef struct runtime runtime_t;

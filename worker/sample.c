@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bpe.h"
 #include "ckpt.h"
 #include "device.h"
 #include "hfconfig.h"
@@ -124,26 +125,47 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
 
 /* ---- decoding ---- */
 
+/* llm.c's GPT-2 tokenizer file (tok, len: decoding only), or a tokenizer.json (bpe). */
 typedef struct tokenizer {
   int n;
   char **tok;
   unsigned char *len;
+  bpe_tokenizer *bpe;
 } tokenizer;
 
 static void tokenizer_free(tokenizer *t) {
   for (int i = 0; t->tok && i < t->n; i++) free(t->tok[i]);
   free(t->tok);
   free(t->len);
+  bpe_destroy(&t->bpe);
   memset(t, 0, sizeof *t);
+}
+
+/* The tokenizer that comes with MODEL: tokenizer.json in an export folder, or beside an exported
+ * .safetensors file; "" when there is none. */
+static void model_tokenizer(const char *model, char *buf, size_t n) {
+  struct stat sb;
+  const char *slash = strrchr(model, '/');
+  if (stat(model, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/tokenizer.json", model);
+  else if (slash) snprintf(buf, n, "%.*s/tokenizer.json", (int)(slash - model), model);
+  else snprintf(buf, n, "tokenizer.json");
+  if (stat(buf, &sb) != 0 || !S_ISREG(sb.st_mode)) buf[0] = 0;
 }
 
 /* llm.c's tokenizer file: 256 uint32 (magic 20240328, version, vocab size, ...), then per token a
  * length byte and its bytes. */
 static fsdp_status tokenizer_load(const char *path, tokenizer *t) {
   memset(t, 0, sizeof *t);
+  uint32_t h[256];
+  struct stat sb;
+  if (!stat(path, &sb) && S_ISDIR(sb.st_mode)) return bpe_load(path, &t->bpe);   /* a model folder */
   FILE *f = fopen(path, "rb");
   if (!f) return fsdp_set_error(FSDP_ERR_NOTFOUND, "cannot read the tokenizer %s: %s", path, strerror(errno));
-  uint32_t h[256];
+  if (fread(h, 4, 1, f) != 1 || h[0] != TOKENIZER_MAGIC) {   /* not llm.c's: a tokenizer.json */
+    fclose(f);
+    return bpe_load(path, &t->bpe);
+  }
+  rewind(f);
   fsdp_status rc = FSDP_OK;
   if (fread(h, 4, 256, f) != 256 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2) || h[2] < 1 ||
       h[2] > 16777216) {
@@ -302,6 +324,52 @@ static fsdp_status print_logits(const plan_t *p, const float *param, const int *
   return rc;
 }
 
+/* The prompt's ids in *IDS (malloc'd with room for EXTRA more), *N of them: the tokenizer.json's
+ * encoding (with its special tokens, as transformers' tokenizer(prompt) does), else its bytes. */
+static fsdp_status prompt_ids(const tokenizer *tk, const char *prompt, int V, int **ids, int *n, int extra) {
+  if (!tk->bpe) {
+    TRY(sample_prompt_ids(prompt, V, NULL, n));
+    if (!(*ids = calloc((size_t)(*n + extra), sizeof **ids)))
+      return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+    return sample_prompt_ids(prompt, V, *ids, n);
+  }
+  bpe_state *st = NULL;
+  bpe_ids v = {0};
+  fsdp_status rc = bpe_state_new(tk->bpe, &st);
+  if (rc == FSDP_OK) rc = bpe_encode(st, prompt, strlen(prompt), 1, &v);
+  bpe_state_destroy(&st);
+  if (rc == FSDP_OK && v.n == 0) rc = fsdp_set_error(FSDP_ERR_INVALID, "the prompt is empty; give at least one token");
+  if (rc == FSDP_OK && !(*ids = calloc(v.n + (size_t)extra, sizeof **ids)))
+    rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+  for (size_t i = 0; rc == FSDP_OK && i < v.n; i++) (*ids)[i] = (int)v.v[i];
+  *n = (int)v.n;
+  free(v.v);
+  return rc;
+}
+
+/* The continuation ids[plen..total) as text: the decoding of the whole that follows the prompt's
+ * own decoding (decoders that strip or join look at neighbours), else the new ids decoded alone.
+ * Ids the tokenizer does not have (a padded vocabulary) have no text. */
+static fsdp_status print_decoded(const bpe_tokenizer *t, const int *ids, int plen, int total) {
+  uint32_t *u = malloc((size_t)total * sizeof *u);
+  if (!u) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+  int m = 0, mp = 0;
+  for (int i = 0; i < total; i++) {
+    if (ids[i] < bpe_vocab_size(t)) u[m++] = (uint32_t)ids[i];
+    if (i + 1 == plen) mp = m;
+  }
+  char *all = NULL, *pre = NULL, *cont = NULL;
+  size_t nall, npre, ncont;
+  fsdp_status rc = bpe_decode(t, u, (size_t)m, 0, &all, &nall);
+  if (rc == FSDP_OK) rc = bpe_decode(t, u, (size_t)mp, 0, &pre, &npre);
+  if (rc == FSDP_OK && npre <= nall && !memcmp(all, pre, npre)) fwrite(all + npre, 1, nall - npre, stdout);
+  else if (rc == FSDP_OK && (rc = bpe_decode(t, u + mp, (size_t)(m - mp), 0, &cont, &ncont)) == FSDP_OK)
+    fwrite(cont, 1, ncont, stdout);
+  if (rc == FSDP_OK) putchar('\n');
+  free(all), free(pre), free(cont), free(u);
+  return rc;
+}
+
 int sample_run(const sample_args *a) {
   jobspec_t spec;
   plan_t *p = NULL;
@@ -315,41 +383,47 @@ int sample_run(const sample_args *a) {
     goto out;
   }
   const int V = p->model.vocab_size;
-  if (a->tokenizer) {
-    if ((rc = tokenizer_load(a->tokenizer, &tk)) != FSDP_OK) {
+  char found[4096];
+  const char *tpath = a->tokenizer;
+  if (!tpath && V != 256) {   /* byte-level models need none; others use the one that comes with them */
+    model_tokenizer(a->model, found, sizeof found);
+    tpath = found[0] ? found : NULL;
+  }
+  if (tpath) {
+    if ((rc = tokenizer_load(tpath, &tk)) != FSDP_OK) {
       bad_input = 1;
       goto out;
     }
-    if (tk.n < V) {
-      rc = fsdp_set_error(FSDP_ERR_INVALID, "the tokenizer %s has %d tokens, the model's vocabulary %d", a->tokenizer,
-                          tk.n, V);
+    int64_t tn = tk.bpe ? bpe_vocab_size(tk.bpe) : tk.n;
+    if (tk.bpe ? tn > V : tn < V) {
+      rc = fsdp_set_error(FSDP_ERR_INVALID, "the tokenizer %s has %lld tokens, the model's vocabulary %d", tpath,
+                          (long long)tn, V);
       bad_input = 1;
       goto out;
     }
   }
   int plen = 0;
-  if ((rc = sample_prompt_ids(a->prompt, V, NULL, &plen)) != FSDP_OK) {
-    bad_input = 1;
+  if ((rc = prompt_ids(&tk, a->prompt, V, &ids, &plen, a->tokens)) != FSDP_OK) {
+    bad_input = rc != FSDP_ERR_NOMEM;
     goto out;
   }
   int total = plen + a->tokens;
-  if (!(ids = calloc((size_t)total, sizeof(int)))) {
-    rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
-    goto out;
-  }
-  sample_prompt_ids(a->prompt, V, ids, &plen);
   if (a->logits) {
     rc = print_logits(p, param, ids, plen);
     goto out;
   }
   TRY_GOTO(sample_generate(p, param, ids, plen, total, a->temperature, a->top_k, a->seed), rc, out);
-  int binary = V != 256 && !a->tokenizer;
-  for (int n = plen; n < total; n++) {
-    if (binary) printf(n > plen ? " %d" : "%d", ids[n]);
-    else if (a->tokenizer) fwrite(tk.tok[ids[n]], 1, tk.len[ids[n]], stdout);
-    else putchar(ids[n]);
+  if (tk.bpe) {
+    TRY_GOTO(print_decoded(tk.bpe, ids, plen, total), rc, out);
+  } else {
+    int binary = V != 256 && !tpath;
+    for (int n = plen; n < total; n++) {
+      if (binary) printf(n > plen ? " %d" : "%d", ids[n]);
+      else if (tpath) fwrite(tk.tok[ids[n]], 1, tk.len[ids[n]], stdout);
+      else putchar(ids[n]);
+    }
+    if (binary || tpath || ids[total - 1] != '\n') putchar('\n');
   }
-  if (binary || a->tokenizer || ids[total - 1] != '\n') putchar('\n');
   fflush(stdout);
 out:
   /* sample mode is what `fsdpctl sample` runs (it execs this worker): the user's line is fsdpctl's */

@@ -4,15 +4,19 @@
  * MODEL is a checkpoint directory (its root: the newest complete step; or one step-* directory),
  * a Hugging Face model folder (config.json of transformers 4 or 5, one or many safetensors files), or
  * a .safetensors file (or index) with its config.json beside it.
- * The prompt is bytes, each byte one token (byte-level models, vocab_size ≥ 256; a byte outside a
- * smaller vocabulary is an error). Each new token comes from the logits of the last position of the
- * window (the last seq_len tokens): temperature 0 is greedy (the lowest id wins ties); otherwise
- * softmax(logits / temperature) restricted to the top_k most likely (0: all), drawn with the
- * counter-based generator keyed by (seed, token index), so the same seed gives the same text.
- * Output on stdout: the continuation only, as text when the vocabulary is bytes (vocab_size 256)
- * or a --tokenizer (llm.c's GPT-2 tokenizer file) is given, else as token ids, one line. With
- * --logits: the logits of every prompt position instead, as one JSON array of arrays (for comparisons
- * with other implementations). */
+ * Without a tokenizer.json the prompt is bytes, each byte one token (byte-level models,
+ * vocab_size ≥ 256; a byte outside a smaller vocabulary is an error). Each new token comes from the
+ * logits of the last position of the window (the last seq_len tokens): temperature 0 is greedy (the
+ * lowest id wins ties); otherwise softmax(logits / temperature) restricted to the top_k most likely
+ * (0: all), drawn with the counter-based generator keyed by (seed, token index), so the same seed
+ * gives the same text.
+ * With a tokenizer.json (--tokenizer FILE|DIR, else the tokenizer.json of a model folder or beside
+ * an exported .safetensors file, for models whose vocabulary is not bytes) the prompt is encoded by
+ * it, with its special tokens, and the continuation decoded by it.
+ * Output on stdout: the continuation only, as text when the vocabulary is bytes (vocab_size 256),
+ * with a tokenizer.json, or with --tokenizer llm.c's GPT-2 tokenizer file, else as token ids, one
+ * line. With --logits: the logits of every prompt position instead, as one JSON array of arrays (for
+ * comparisons with other implementations). */
 #ifndef FSDP_SAMPLE_H
 #define FSDP_SAMPLE_H
 
@@ -23,7 +27,7 @@
 typedef struct sample_args {
   const char *model;       /* checkpoint dir, step-* dir or .safetensors */
   const char *prompt;      /* bytes */
-  const char *tokenizer;   /* NULL: none */
+  const char *tokenizer;   /* llm.c tokenizer file, tokenizer.json or a folder; NULL: the model's */
   int tokens;              /* to generate, ≥ 1 */
   double temperature;      /* ≥ 0 */
   int top_k;               /* ≥ 0 */

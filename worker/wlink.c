@@ -246,6 +246,9 @@ fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
   rep.val_loss = r->val_loss;
   rep.eval_ms = r->eval_ms;
   rep.sample = (char *)r->sample;
+  rep.has_start_val = r->has_start_val;
+  rep.start_val_loss = r->start_val_loss;
+  rep.start_eval_ms = r->start_eval_ms;
   rep.stats = &st;
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT;

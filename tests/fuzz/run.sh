@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the two parsers that take untrusted input: the wire protocol (bytes on
-# a socket) and job files (text from users). Builds each libFuzzer target with clang, ASan and
+# Coverage-guided fuzzing of the parsers that take untrusted input: the wire protocol (bytes on a
+# socket), job files (text from users), and tokenizer.json files with the text they encode
+# (common/bpe). Builds each libFuzzer target with clang, ASan and
 # UBSan against the sources it needs, and runs it for SECONDS (default 20) from a seed corpus.
 #   tests/fuzz/run.sh BUILD_DIR [SECONDS]     (BUILD_DIR: a configured build, for the generated protobuf code)
 set -euo pipefail
@@ -19,14 +20,19 @@ clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/p
   "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$here/common/jobspec.c" \
   "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/plan_llama.c" "${common[@]}" "${libs[@]}"
+clang "${cflags[@]}" -o "$out/fuzz_bpe" "$here/tests/fuzz/fuzz_bpe.c" "$here"/common/bpe_*.c "${common[@]}" \
+  "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 libutf8proc) -lpthread
 
 # Seeds: the example job files, and a few valid messages written by the wire test's encoder.
-mkdir -p "$out/corpus_jobspec" "$out/corpus_wire"
+mkdir -p "$out/corpus_jobspec" "$out/corpus_wire" "$out/corpus_bpe"
+printf 'Hello, world! caf\xc3\xa9 \xf0\x9f\x98\x80  12345\n\n\tx <|x|>' > "$out/corpus_bpe/text"
+printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "pre_tokenizer": {"type": "Metaspace", "replacement": "_"}, "decoder": {"type": "Metaspace", "replacement": "_"}}' \
+  > "$out/corpus_bpe/tok.json"
 cp "$here"/examples/*.ini "$here"/tests/integration/jobs/*.ini "$out/corpus_jobspec/" 2>/dev/null || true
 printf '\x08\x01\xa2\x01\x00' > "$out/corpus_wire/ack"          # version 1, ack {}
 printf '\x08\x01\xd2\x02\x02\x08\x05' > "$out/corpus_wire/step"  # version 1, step_cmd {step: 5}
 
-for t in wire jobspec; do
+for t in wire jobspec bpe; do
   echo "== fuzz_$t for ${secs}s"
   rc=0
   (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./fuzz_$t" -max_total_time="$secs" -print_final_stats=1 \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Validation loss and samples through the daemon: [eval] every = 3 on a 2-rank job of 8 steps puts
-# val_loss (and eval_ms, apart from step_ms) into metrics.jsonl at steps 3 and 6 and nowhere else;
+# Validation loss and samples through the daemon: [eval] every = 3 and at_start = true on a 2-rank
+# job of 8 steps put val_loss (and eval_ms, apart from step_ms) into metrics.jsonl at steps 0 (a line
+# of its own, before step 1: the base model's loss), 3 and 6 and nowhere else;
 # fsdpctl status shows the latest one (from SQLite) in --json and in the human form; sample_every = 4
 # logs a sample continuing sample_prompt to the job log at steps 4 and 8. (That the value is the
 # forward-only loss of those windows: test_runtime.)
@@ -24,6 +25,7 @@ val = synthetic:markov:6
 batch_size = 2
 [eval]
 every = 3
+at_start = true
 batches = 2
 sample_every = 4
 sample_prompt = Once upon
@@ -37,18 +39,21 @@ is_state "$id" succeeded || fail "job $id: $("$CTL" status "$id")"
 python3 - "$S/jobs/$id/metrics.jsonl" <<'PY' || fail "metrics.jsonl: val_loss at the wrong steps"
 import json, math, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-assert [l["step"] for l in lines] == list(range(1, 9)), [l["step"] for l in lines]
+assert [l["step"] for l in lines] == list(range(0, 9)), [l["step"] for l in lines]
+assert set(lines[0]) == {"step", "val_loss", "eval_ms"}, lines[0]
 have = [l["step"] for l in lines if "val_loss" in l]
-assert have == [3, 6], have
+assert have == [0, 3, 6], have
 for l in lines:
     if "val_loss" in l:
         assert 0 < l["val_loss"] < 2 * math.log(128) and l["eval_ms"] > 0, l
 print("val_loss at steps", have, [round(l["val_loss"], 4) for l in lines if "val_loss" in l])
 PY
-v6=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1])][5]['val_loss'])" "$S/jobs/$id/metrics.jsonl")
+v6=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1])][6]['val_loss'])" "$S/jobs/$id/metrics.jsonl")
 "$CTL" status "$id" --json | jget 'd["val_step"] == 6 and abs(d["val_loss"] - '"$v6"') < 1e-9' | grep -qx True ||
   fail "status --json does not carry step 6's val_loss $v6: $("$CTL" status "$id" --json)"
 grep -q "val loss    .* (step 6)" <<<"$("$CTL" status "$id")" || fail "status lacks the val loss line: $("$CTL" status "$id")"
+"$CTL" plot "$S/jobs/$id/metrics.jsonl" -o "$S/eval.png" > /dev/null && [ -s "$S/eval.png" ] ||
+  fail "fsdpctl plot refuses a metrics.jsonl with a step-0 line"
 for st in 4 8; do
   grep -q "sample at step $st: Once upon" "$S/jobs/$id/job.log" || fail "job.log has no sample of step $st: $(cat "$S/jobs/$id/job.log")"
 done

@@ -142,7 +142,7 @@ done
 check_bad "--val OUT_VAL.bin and --val-fraction F go together" --text "$TMP/a.txt" -o "$TMP/bad.bin" --val "$TMP/badv.bin"
 check_bad "--val OUT_VAL.bin and --val-fraction F go together" --text "$TMP/a.txt" -o "$TMP/bad.bin" --val-fraction 0.1
 check_bad "--val and --val-fraction split text" --markov 1 --tokens 10 -o "$TMP/bad.bin" --val "$TMP/badv.bin" --val-fraction 0.1
-check_bad "--text makes byte-level tokens" --text "$TMP/a.txt" --vocab 300 -o "$TMP/bad.bin"
+check_bad "--text makes tokens of text" --text "$TMP/a.txt" --vocab 300 -o "$TMP/bad.bin"
 check_bad "--text FILE... needs -o OUT.bin" --text "$TMP/a.txt"
 check_bad "--val and -o name the same file" --text "$TMP/a.txt" -o "$TMP/bad.bin" --val "$TMP/bad.bin" --val-fraction 0.5
 check_bad "unexpected argument" "$TMP/a.txt" --markov 1 --tokens 10 -o "$TMP/bad.bin"

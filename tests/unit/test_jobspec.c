@@ -251,6 +251,18 @@ static void test_load_relative(void) {
   CHECK(!strcmp(s.name, "my_run"));
   CHECK(!strcmp(s.path, job));
   CHECK(s.train[0] == '/');
+  /* a glob and a list: resolved against the job's folder, one per line, every match readable */
+  char a[PATH_MAX + 16], b[PATH_MAX + 16], want[3 * PATH_MAX];
+  snprintf(a, sizeof a, "%s/shard_1.bin", sub);
+  snprintf(b, sizeof b, "%s/shard_2.bin", sub);
+  write_file(a, "x");
+  write_file(b, "x");
+  write_file(job, "[data]\ntrain = shard_*.bin tok.bin\nval = tok.bin\n");
+  CHECK_OK(jobspec_load(job, &s));
+  snprintf(want, sizeof want, "%s/shard_*.bin\n%s", sub, tok);
+  CHECK(!strcmp(s.train, want));
+  write_file(job, "[data]\ntrain = none_*.bin\n");
+  CHECK(jobspec_load(job, &s) != FSDP_OK && strstr(fsdp_last_error(), "none_*.bin matches no file"));
 }
 
 static void test_errors(void) {
@@ -303,7 +315,7 @@ static void test_errors(void) {
   expect_error("[data]\nval =\n", 2, "[data] val is empty; allowed: PATH");
   expect_error("[eval]\nbatches = 0\n", 2, "batches = 0 is out of range; allowed: an integer in 1..1000000");
   expect_error("[eval]\nevery = -1\n", 2, "allowed: an integer in 0..");
-  expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, sample_every, sample_prompt");
+  expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, at_start, sample_every, sample_prompt");
   expect_error_train("[eval]\nevery = 10\n", 4, "[eval] every = 10 needs validation tokens; set [data] val");
   expect_error_train("[eval]\nsample_every = 10\n", 4, "sample_every = 10 needs a prompt");
   expect_error_train("[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", 6,
@@ -445,7 +457,24 @@ static void test_from(void) {
   expect_error_train("[model]\nseq_len = 65\nn_positions = 64\n", 4, "seq_len = 65 is beyond the model's 64 positions");
 }
 
+/* The learning-rate warning: warmup_steps ≥ steps warns with the final rate; fewer does not. */
+static void test_lr_warning(void) {
+  jobspec_t s;
+  char buf[320];
+  jobspec_defaults(&s);
+  s.steps = 40, s.warmup_steps = 2000, s.lr = 6e-4;
+  CHECK_EQ_INT(1, jobspec_lr_warning(&s, buf, sizeof buf));
+  CHECK(strstr(buf, "warmup_steps = 2000 >= steps = 40") && strstr(buf, "ends at 1.2e-05") && !strchr(buf, '\n'));
+  s.warmup_steps = 40;   /* the last step's rate is lr·40/41: still below lr */
+  CHECK_EQ_INT(1, jobspec_lr_warning(&s, buf, sizeof buf));
+  s.warmup_steps = 39;   /* step 40 is the first after warmup: lr */
+  CHECK_EQ_INT(0, jobspec_lr_warning(&s, buf, sizeof buf));
+  s.warmup_steps = 0;
+  CHECK_EQ_INT(0, jobspec_lr_warning(&s, buf, sizeof buf));
+}
+
 int main(void) {
+  test_lr_warning();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");

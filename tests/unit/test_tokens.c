@@ -534,6 +534,64 @@ static void test_markov(void) {
   free(b);
 }
 
+/* Several files as one stream (a glob, a list): the tokens of shard_0, shard_1, shard_2 in name
+ * order, uint16 and uint32 parts mixed, rows across a file boundary, shuffled windows over all of
+ * them, and a bad shard named. */
+static void test_several_files(void) {
+  const int V = 70000;
+  const int64_t len[3] = {700, 37, 1200};
+  uint32_t all[1937];
+  int64_t n = 0;
+  for (int k = 0; k < 3; k++) {
+    uint32_t *t = all + n;
+    for (int64_t i = 0; i < len[k]; i++) t[i] = (uint32_t)((n + i) * 131 % (k == 1 ? V : 60000));
+    char name[32];
+    snprintf(name, sizeof name, "shard_%d.bin", k);
+    CHECK_OK(tok_write(path_in(name), t, len[k], k == 1 ? V : 60000));   /* shard 1 is uint32 */
+    n += len[k];
+  }
+  tok_file *f = NULL, *g = NULL;
+  char pattern[300];
+  snprintf(pattern, sizeof pattern, "%s/shard_*.bin", dir);
+  CHECK_OK(tok_open(pattern, &f));
+  if (!f) return;
+  CHECK_EQ_INT(n, tok_count(f));
+  CHECK_EQ_INT(4, tok_width(f));
+  /* sequential rows of T = 50 cover the stream in order, including rows across both boundaries */
+  int inp[50], tgt[50], ok = 1;
+  for (int64_t b = 0; b < (n - 1) / 50; b++) {
+    CHECK_OK(tok_batch(f, b, 0, 1, 1, 50, V, inp, tgt));
+    for (int i = 0; i < 50; i++) ok &= inp[i] == (int)all[b * 50 + i] && tgt[i] == (int)all[b * 50 + i + 1];
+  }
+  CHECK(ok);
+  /* the same three as a list, in the order given: the same stream */
+  char list[1000];
+  snprintf(list, sizeof list, "%s\n%s\n%s", path_in("shard_0.bin"), path_in("shard_1.bin"), path_in("shard_2.bin"));
+  CHECK_OK(tok_open(list, &g));
+  if (g) {
+    tok_set_shuffle(f, 1, 9);
+    tok_set_shuffle(g, 1, 9);
+    int a[4 * 40], at[4 * 40], b2[4 * 40], bt[4 * 40];
+    CHECK_OK(tok_batch(f, 3, 1, 2, 4, 40, V, a, at));
+    CHECK_OK(tok_batch(g, 3, 1, 2, 4, 40, V, b2, bt));
+    CHECK(!memcmp(a, b2, sizeof a) && !memcmp(at, bt, sizeof at));
+  }
+  tok_destroy(&g);
+  /* a token the vocabulary does not hold is named by its file and its position there: row 8 of
+   * T = 100 starts at token 800, shard_2's 63rd (800·131 mod 60000 = 44800) */
+  tok_set_shuffle(f, 0, 0);
+  int row[100], rowt[100];
+  CHECK(tok_batch(f, 8, 0, 1, 1, 100, 100, row, rowt) != FSDP_OK &&
+        has("shard_2.bin: token 44800 at position 63 is >= vocab_size 100"));
+  tok_destroy(&f);
+  /* a bad shard fails the open, naming it; a pattern with no match is named too */
+  write_raw(path_in("shard_3.bin"), 12345, 1, 0, NULL, 0, 1024);
+  CHECK(tok_open(pattern, &f) != FSDP_OK && has("shard_3.bin is not an llm.c token file"));
+  snprintf(pattern, sizeof pattern, "%s/none_*.bin", dir);
+  CHECK(tok_open(pattern, &f) != FSDP_OK && has("none_*.bin: the pattern matches no file"));
+  CHECK(f == NULL);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/test_tokens.XXXXXX");
   if (!mkdtemp(dir)) {
@@ -548,6 +606,7 @@ int main(void) {
   test_shuffle_batches();
   test_bad_files();
   test_markov();
+  test_several_files();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
