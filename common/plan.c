@@ -37,9 +37,11 @@ static int64_t block_numel(const model_config *m) {
   if (m->arch == ARCH_LLAMA) return plan_llama_block_numel(m);
   return 12 * C * C + 13 * C;
 }
-/* 2-D tensors: the root's two (wte and wpe, or embed_tokens and lm_head) and each block's. */
+/* 2-D tensors: the root's (wte and wpe; embed_tokens and lm_head, or the tied embed_tokens alone) and
+ * each block's. */
 static int64_t decay_tensors(const model_config *m) {
-  return 2 + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
+  int root = m->arch == ARCH_LLAMA && m->tie_embeddings ? 1 : 2;
+  return root + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
 }
 
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
@@ -241,6 +243,17 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
       return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
                             "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+    if ((unsigned)m->rope_scaling > ROPE_SCALING_LLAMA3)
+      return fsdp_set_error(FSDP_ERR_INVALID, "rope_scaling %d is out of range; allowed: none | llama3",
+                            (int)m->rope_scaling);
+    if (m->rope_scaling == ROPE_SCALING_LLAMA3 &&
+        !(m->rope_factor >= 1 && m->rope_factor <= 1e6 && m->rope_low_freq_factor > 0 &&
+          m->rope_high_freq_factor > m->rope_low_freq_factor && m->rope_high_freq_factor <= 1e6 &&
+          m->rope_original_max_pos >= 1 && m->rope_original_max_pos <= 16777216))
+      return fsdp_set_error(FSDP_ERR_RANGE, "rope_scaling llama3 with factor %g, low_freq_factor %g, "
+                            "high_freq_factor %g, original_max_position_embeddings %d; allowed: 1 <= factor <= 1e6, "
+                            "0 < low < high <= 1e6, original 1..16777216", m->rope_factor, m->rope_low_freq_factor,
+                            m->rope_high_freq_factor, m->rope_original_max_pos);
   }
   if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
@@ -264,6 +277,12 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
                    .ackpt = s->ackpt, .offload = s->offload};
   in->m.n_kv_head = nkv;
+  if (m->arch == ARCH_GPT2) {   /* GPT-2 always ties and has no rotary: one identity for every GPT-2 spec */
+    in->m.tie_embeddings = 1;
+    in->m.rope_scaling = ROPE_SCALING_NONE;
+    in->m.rope_factor = in->m.rope_low_freq_factor = in->m.rope_high_freq_factor = 0;
+    in->m.rope_original_max_pos = 0;
+  }
   return FSDP_OK;
 }
 
@@ -349,11 +368,14 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     p->shard_total += u->shard_numel;
   }
 
-  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), Llama's
-   * embed_tokens (its head is lm_head) */
-  int64_t emb = (int64_t)m->vocab_size * C, lookup = m->arch == ARCH_LLAMA ? emb : (int64_t)m->seq_len * C;
+  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), an untied Llama's
+   * embed_tokens (its head is lm_head; a tied Llama's one tensor is the head's matmul); and every
+   * embedding tensor, counted once */
+  int64_t vc = (int64_t)m->vocab_size * C, wpe = (int64_t)m->seq_len * C;
+  int64_t lookup = m->arch == ARCH_GPT2 ? wpe : m->tie_embeddings ? 0 : vc;
+  int64_t emb = m->arch == ARCH_GPT2 ? vc + wpe : m->tie_embeddings ? vc : 2 * vc;
   p->n_params = root_numel(m) + L * block_numel(m);
-  p->n_params_no_emb = p->n_params - emb - lookup;
+  p->n_params_no_emb = p->n_params - emb;
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
    * and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - lookup) + 12.0 * (double)L * (double)C * (double)m->seq_len;
@@ -556,6 +578,16 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           m->n_embd, m->vocab_size, m->seq_len);
   if (llama) fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
   fputc('\n', f);
+  if (llama) {
+    fprintf(f, "          %s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
+                                                   : "untied: lm_head.weight is its own tensor");
+    if (m->rope_scaling == ROPE_SCALING_LLAMA3)
+      fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d",
+              m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+    else
+      fprintf(f, "; rope unscaled");
+    fputc('\n', f);
+  }
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
@@ -568,13 +600,15 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "\nParameters\n");
   put_label(f, "Ψ", 24);
   fprintf(f, " %16s  (%.1f M, %s)\n", human_count(p->n_params, a, sizeof a), (double)p->n_params / 1e6,
-          llama ? "embed_tokens and the untied lm_head both counted" : "the tied wte counted once");
-  put_label(f, llama ? "Ψ without embed, lm_head" : "Ψ without wte and wpe", 24);
+          !llama ? "the tied wte counted once"
+          : m->tie_embeddings ? "the tied embed_tokens counted once" : "embed_tokens and the untied lm_head both counted");
+  put_label(f, !llama ? "Ψ without wte and wpe" : m->tie_embeddings ? "Ψ without embed_tokens" : "Ψ without embed, lm_head",
+            24);
   fprintf(f, " %16s  (%.1f M)\n", human_count(p->n_params_no_emb, a, sizeof a), (double)p->n_params_no_emb / 1e6);
   put_label(f, "FLOPs per token", 24);
   double fl = p->flops_per_token;
   fprintf(f, " %16s  %s (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
-          llama ? "6·(Ψ − embed_tokens) + 12·L·C·T" : "6·(Ψ − wpe) + 12·L·C·T",
+          !llama ? "6·(Ψ − wpe) + 12·L·C·T" : m->tie_embeddings ? "6·Ψ + 12·L·C·T" : "6·(Ψ − embed_tokens) + 12·L·C·T",
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
@@ -693,6 +727,12 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
     json_object_set_new(jm, "ffn_dim", jint(m->ffn_dim));
     json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
     json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
+    json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
+    json_object_set_new(jm, "rope_scaling", m->rope_scaling == ROPE_SCALING_NONE ? json_null()
+                        : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling),
+                                    "factor", m->rope_factor, "low_freq_factor", m->rope_low_freq_factor,
+                                    "high_freq_factor", m->rope_high_freq_factor,
+                                    "original_max_position_embeddings", m->rope_original_max_pos));
   }
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));

@@ -2,7 +2,9 @@
  *
  * Names are Hugging Face LlamaForCausalLM's, stored whole ("model.layers.0.self_attn.q_proj.weight",
  * "lm_head.weight"), so an export writes them as they are; lookups take them with or without the
- * "model." prefix (checkpoints converted from a bare LlamaModel carry none).
+ * "model." prefix (checkpoints converted from a bare LlamaModel carry none). A tied model's root has
+ * no lm_head: embed_tokens is both ends (slot LROOT_EMBED; plan_head_slot), as GPT-2's wte; the
+ * layers keep their gids, so a tied and an untied model initialize their layers alike.
  */
 #include "plan_priv.h"
 
@@ -14,7 +16,7 @@
 static int64_t kv_dim(const model_config *m) { return (int64_t)m->n_kv_head * (m->n_embd / m->n_head); }
 
 int64_t plan_llama_root_numel(const model_config *m) {
-  return 2 * (int64_t)m->vocab_size * m->n_embd + m->n_embd;
+  return (m->tie_embeddings ? 1 : 2) * (int64_t)m->vocab_size * m->n_embd + m->n_embd;
 }
 
 int64_t plan_llama_block_numel(const model_config *m) {
@@ -52,7 +54,7 @@ void plan_llama_units(plan_t *p) {
   snprintf(r->name, sizeof r->name, "root");
   plan_add_tensor(r, "model.embed_tokens.weight", LROOT_EMBED, V, C);
   plan_add_tensor(r, "model.norm.weight", LROOT_NORM, C, 0);
-  plan_add_tensor(r, "lm_head.weight", LROOT_HEAD, V, C);
+  if (!m->tie_embeddings) plan_add_tensor(r, "lm_head.weight", LROOT_HEAD, V, C);   /* tied: embed_tokens is the head */
   const struct { const char *suffix; int64_t rows, cols; } blk[LBLK_NT] = {
     [LBLK_LN1_W] = {"input_layernorm.weight", C, 0},
     [LBLK_Q] = {"self_attn.q_proj.weight", C, C},

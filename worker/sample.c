@@ -260,7 +260,7 @@ fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int p
   if (rc == FSDP_OK) rc = device_new_cpu(DEV_CPU_SYNC, &dev);
   if (rc == FSDP_OK && !(acts = model_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
   for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
-  const float *head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
+  const float *head = param + p->units[0].shard_base + p->units[0].t[plan_head_slot(p)].offset;
   for (int n = plen; rc == FSDP_OK && n < total; n++) {
     /* the last T tokens; positions after the window's end are padding the causal mask ignores */
     int start = n > T ? n - T : 0, len = n - start;
