@@ -15,6 +15,7 @@
 #include "device.h"
 #include "opcheck.h"
 #include "ops_cpu.h"
+#include "refrope.h"
 
 /* ---- encoder without learned positions ---- */
 
@@ -165,17 +166,6 @@ typedef struct {
   const double *scaling;   /* NULL, or llama3's {factor, low_freq_factor, high_freq_factor, original} */
   double *qkv, *w, *out;
 } rope_ctx;
-
-/* transformers' _compute_llama3_parameters in double, band by band. */
-static double ref_inv_freq(int i, int HS, double theta, const double *scaling) {
-  double inv = 1.0 / pow(theta, 2.0 * i / HS);
-  if (!scaling) return inv;
-  double factor = scaling[0], lo = scaling[1], hi = scaling[2], orig = scaling[3], wavelen = 2 * M_PI / inv;
-  if (wavelen > orig / lo) return inv / factor;
-  if (wavelen < orig / hi) return inv;
-  double s = (orig / wavelen - lo) / (hi - lo);
-  return (1 - s) * inv / factor + s * inv;
-}
 
 static rope_freqs plain_rope(double theta) { return rope_freqs_of(theta, 0, 0, 0, 0, 0); }
 
