@@ -32,17 +32,23 @@ static int config_path(const char *out, char *buf, size_t n) {
 /* A GPT2Config for transformers: the shapes, and the GPT-2 choices fsdpd's model makes (GELU tanh
  * approximation = gelu_new, LayerNorm eps 1e-5, tied head). GPT-2's special token 50256 is named only
  * when the vocabulary holds it; a byte-level model has none. Written through PATH.tmp and renamed. */
-/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, untied head, no biases, no rope scaling).
- * bos/eos/pad ids are null: LlamaConfig's defaults (bos 1, eos 2) would make generate() stop at a
- * byte-level model's token 2; fsdpd's models have no special tokens. */
+/* A LlamaConfig: the shapes and fsdpd's Llama (SiLU, no biases; the head tied or not, the rope
+ * scaling llama3 or null, as the job's). bos/eos/pad ids are null: LlamaConfig's defaults (bos 1,
+ * eos 2) would make generate() stop at a byte-level model's token 2; fsdpd's models have no special
+ * tokens. */
 static json_t *llama_config(const model_config *m) {
-  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:n, s:s, s:b, s:b, s:b, s:f, "
+  json_t *rope = m->rope_scaling == ROPE_SCALING_NONE ? json_null()
+                 : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling),
+                             "factor", m->rope_factor, "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
+                             m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
+  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:f, "
                    "s:n, s:n, s:n, s:s}",
                    "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,
                    "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
                    m->n_kv_head, "head_dim", m->n_embd / m->n_head, "num_hidden_layers", m->n_layer, "vocab_size",
                    m->vocab_size, "max_position_embeddings", m->seq_len, "rms_norm_eps", m->norm_eps, "rope_theta",
-                   m->rope_theta, "rope_scaling", "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0,
+                   m->rope_theta, "rope_scaling", rope, "hidden_act", "silu", "tie_word_embeddings", m->tie_embeddings,
+                   "attention_bias", 0,
                    "mlp_bias", 0, "initializer_range", 0.02, "bos_token_id", "eos_token_id", "pad_token_id",
                    "torch_dtype", "float32");
 }
