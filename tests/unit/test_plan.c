@@ -470,6 +470,37 @@ static void test_llama(void) {
   CHECK_NEAR(7414886400.0 + 805306368.0, p->flops_per_token, 0, 0);
   CHECK_EQ_INT(2 + 7 * 16, p->n_decay);
   plan_destroy(&p);
+  /* tied, as published: Ψ is Llama-3.2-1B's 1,235,814,400 (embed_tokens once), the head's matmul is
+   * real compute through it (6·Ψ + 12·L·C·T), one 2-D root tensor; the table says so */
+  s.model.tie_embeddings = 1;
+  s.model.rope_scaling = ROPE_SCALING_LLAMA3;
+  s.model.rope_factor = 32, s.model.rope_low_freq_factor = 1, s.model.rope_high_freq_factor = 4;
+  s.model.rope_original_max_pos = 8192;
+  CHECK_OK(plan_build(&s, 8, &p));
+  if (p) {
+    CHECK_EQ_INT(1235814400LL, p->n_params);
+    CHECK_EQ_INT(1235814400LL - 128256LL * 2048, p->n_params_no_emb);
+    CHECK_NEAR(6.0 * 1235814400.0 + 805306368.0, p->flops_per_token, 0, 0);
+    CHECK_EQ_INT(1 + 7 * 16, p->n_decay);
+    CHECK_EQ_INT(2, p->units[0].ntensors);
+    CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == NULL);
+    CHECK_EQ_INT(LROOT_EMBED, plan_head_slot(p));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    plan_print(p, f, 0);
+    fclose(f);
+    CHECK(strstr(buf, "tied: lm_head is model.embed_tokens.weight (one tensor, both uses); rope llama3 factor 32, "
+                      "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192") != NULL);
+    CHECK(strstr(buf, "the tied embed_tokens counted once") != NULL);
+    free(buf);
+  }
+  plan_destroy(&p);
+  /* a hand-built llama3 scaling out of range is refused by the plan too */
+  s.model.rope_high_freq_factor = 1;
+  CHECK(plan_build(&s, 8, &p) == FSDP_ERR_RANGE);
+  CHECK(strstr(fsdp_last_error(), "0 < low < high") != NULL);
+  s = llama_of(16, 32, 8, 2048, 8192, 128256, 2048);
 
   /* tiny, by hand: root 2·16·8 + 8 = 264; layer 2·8 + 2·64 + 2·(2·2)·8 + 3·12·8 = 496 */
   const int64_t C = 8, KV = 4, F = 12;
