@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "planmsg.h"
 
 static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   jobspec_t s;
@@ -664,6 +665,32 @@ static void test_hybrid(void) {
   CHECK(p == NULL);
 }
 
+/* The plan on the wire carries the model's math that the units do not show: a worker whose plan
+ * has the same units but another rope scaling (or theta) refuses it; the same plan passes. */
+static void test_planmsg_model(void) {
+  jobspec_t s = llama_of(2, 4, 2, 8, 12, 16, 4);
+  plan_t *p = NULL, *q = NULL;
+  Fsdp__Plan *m = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  s.model.rope_scaling = ROPE_SCALING_LLAMA3;
+  s.model.rope_factor = 8, s.model.rope_low_freq_factor = 1, s.model.rope_high_freq_factor = 4;
+  s.model.rope_original_max_pos = 8192;
+  CHECK_OK(plan_build(&s, 2, &q));
+  if (p && q) {
+    CHECK_OK(planmsg_new(p, &m));
+    CHECK_OK(planmsg_check(m, p));
+    CHECK(planmsg_check(m, q) == FSDP_ERR_INVALID);
+    CHECK(strstr(fsdp_last_error(), "the model (arch, tie, norm_eps, rope_theta or rope scaling)") != NULL);
+    planmsg_destroy(&m);
+    CHECK_OK(planmsg_new(q, &m));
+    CHECK_OK(planmsg_check(m, q));
+    CHECK(m->model->rope_scaling == 1 && m->model->rope_original_max_pos == 8192 && !m->model->tie_embeddings);
+  }
+  planmsg_destroy(&m);
+  plan_destroy(&p);
+  plan_destroy(&q);
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -676,6 +703,7 @@ int main(void) {
   test_bad_input();
   test_json_and_table();
   test_llama();
+  test_planmsg_model();
   test_hybrid();
   return check_done();
 }
