@@ -104,6 +104,7 @@ static void submit(cpu_dev *d, void (*run)(cpu_dev *, const targ *), const targ 
 #define SUBMIT(d, fn, ...)                                                                         \
   do {                                                                                             \
     const targ args_[] = {__VA_ARGS__};                                                            \
+    _Static_assert(sizeof args_ / sizeof args_[0] <= NARG, "a task holds at most NARG arguments"); \
     submit((cpu_dev *)(d), fn, args_, (int)(sizeof args_ / sizeof args_[0]), ((cpu_dev *)(d))->timer); \
   } while (0)
 
