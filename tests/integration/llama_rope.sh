@@ -5,7 +5,7 @@
 # (tests/fsdp_logits) as in transformers (float64) at T = 64 = 4 x original_max_position_embeddings /
 # factor, to 1e-5 of the largest logit; its head size 32 puts 2 rotary frequencies in the high band,
 # 4 between and 10 in the low one. The same job with rope_scaling = none (plain rope_theta) misses
-# them by far more. Then 3 steps on 2 ranks train the one tied tensor; the export holds it once,
+# them by far more; rope_scaling = yarn is refused by fsdpctl plan in one line. Then 3 steps on 2 ranks train the one tied tensor; the export holds it once,
 # says tie_word_embeddings true and the llama3 scaling, transformers loads it tied, and its logits
 # equal fsdpd's on the export.
 set -euo pipefail
@@ -135,4 +135,14 @@ print(f"export: {len(names)} tensors, embed_tokens once; config tied with llama3
 PY
 echo "logits of the export:"
 compare "$tmp/exported.f64" "$tmp/exported-hf.f64" same
+# 3. A rope type fsdpd does not compute is refused by `fsdpctl plan`, in one line, exit status 1.
+job yarn "$tmp/hf/model.safetensors" yarn
+set +e
+"$build/fsdpctl" plan "$tmp/yarn.ini" > /dev/null 2> "$tmp/yarn.err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/yarn.err")" -eq 1 ] &&
+  grep -q "rope_scaling = 'yarn' is not allowed; allowed: none | llama3" "$tmp/yarn.err" ||
+  { echo "plan of rope_scaling = yarn: rc $rc: $(cat "$tmp/yarn.err")"; exit 1; }
+echo "refused: $(cat "$tmp/yarn.err")"
 echo "llama_rope: ok"
