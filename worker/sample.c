@@ -44,16 +44,25 @@ static fsdp_status llama_config(json_t *o, const char *path, model_config *m) {
   json_t *eps = json_object_get(o, "rms_norm_eps"), *theta = json_object_get(o, "rope_theta");
   if (!json_is_number(eps) || !json_is_number(theta))
     return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be numbers", path);
-  /* What fsdpd's Llama does not compute is refused rather than run as a different model: scaled
-   * rotary frequencies (Llama-3.1/3.2's rope_scaling "llama3"), a head size other than
-   * hidden_size / num_attention_heads, another activation, biases. */
+  /* What fsdpd's Llama does not compute is refused rather than run as a different model: a rotary
+   * scaling other than llama3, a head size other than hidden_size / num_attention_heads, another
+   * activation, biases. */
   json_t *scaling = json_object_get(o, "rope_scaling"), *hd = json_object_get(o, "head_dim");
   json_t *act = json_object_get(o, "hidden_act");
   const char *rtype = json_string_value(json_object_get(scaling, "rope_type"));
   if (!rtype) rtype = json_string_value(json_object_get(scaling, "type"));
-  if (scaling && !json_is_null(scaling) && !(rtype && !strcmp(rtype, "default")))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: rope_scaling (%s) is not implemented; fsdpd's Llama rotates by "
-                          "rope_theta alone; allowed: rope_scaling null", path, rtype ? rtype : "set");
+  double rope[4] = {0, 0, 0, 0};   /* factor, low_freq_factor, high_freq_factor, original_max_position_embeddings */
+  int llama3 = rtype && !strcmp(rtype, "llama3");
+  if (scaling && !json_is_null(scaling) && !llama3 && !(rtype && !strcmp(rtype, "default")))
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: rope_scaling (%s) is not computed by fsdpd; allowed: rope_scaling "
+                          "null or llama3", path, rtype ? rtype : "set");
+  static const char *const rkeys[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  for (int i = 0; llama3 && i < 4; i++) {
+    json_t *x = json_object_get(scaling, rkeys[i]);
+    if (!json_is_number(x) || !(json_number_value(x) > 0))
+      return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rope_scaling llama3 needs a positive number %s", path, rkeys[i]);
+    rope[i] = json_number_value(x);
+  }
   if (hd && !json_is_null(hd) && (!json_is_integer(hd) || json_integer_value(hd) != v[2] / v[1]))
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
                           v[2] / v[1]);
@@ -63,7 +72,11 @@ static fsdp_status llama_config(json_t *o, const char *path, model_config *m) {
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: attention_bias and mlp_bias must be false (no biases)", path);
   *m = (model_config){.arch = ARCH_LLAMA, .n_layer = v[0], .n_head = v[1], .n_embd = v[2], .vocab_size = v[3],
                       .seq_len = v[4], .n_kv_head = v[5], .ffn_dim = v[6], .norm_eps = json_number_value(eps),
-                      .rope_theta = json_number_value(theta)};
+                      .rope_theta = json_number_value(theta),
+                      .tie_embeddings = json_is_true(json_object_get(o, "tie_word_embeddings")),
+                      .rope_scaling = llama3 ? ROPE_SCALING_LLAMA3 : ROPE_SCALING_NONE, .rope_factor = rope[0],
+                      .rope_low_freq_factor = rope[1], .rope_high_freq_factor = rope[2],
+                      .rope_original_max_pos = (int)rope[3]};
   return FSDP_OK;
 }
 

@@ -7,7 +7,7 @@
 # 4 between and 10 in the low one. The same job with rope_scaling = none (plain rope_theta) misses
 # them by far more; rope_scaling = yarn is refused by fsdpctl plan in one line. Then 3 steps on 2 ranks train the one tied tensor; the export holds it once,
 # says tie_word_embeddings true and the llama3 scaling, transformers loads it tied, and its logits
-# equal fsdpd's on the export.
+# equal fsdpd's on the export; fsdpctl sample reads it as the checkpoint.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-rope.XXXXXX)
@@ -135,6 +135,11 @@ print(f"export: {len(names)} tensors, embed_tokens once; config tied with llama3
 PY
 echo "logits of the export:"
 compare "$tmp/exported.f64" "$tmp/exported-hf.f64" same
+# fsdpctl sample reads the export's config (tied, llama3): the same greedy tokens as from the checkpoint
+a=$("$build/fsdpctl" sample "$tmp/ckpt" --prompt 01 --tokens 8 --temperature 0)
+b=$("$build/fsdpctl" sample "$tmp/exp/model.safetensors" --prompt 01 --tokens 8 --temperature 0)
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "sample: checkpoint '$a', export '$b'"; exit 1; }
+echo "sample (greedy) from the checkpoint and from the export: $a"
 # 3. A rope type fsdpd does not compute is refused by `fsdpctl plan`, in one line, exit status 1.
 job yarn "$tmp/hf/model.safetensors" yarn
 set +e

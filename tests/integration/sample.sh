@@ -87,8 +87,10 @@ c.update(json.loads(sys.argv[2]))
 json.dump(c, open(sys.argv[1], "w"))
 PY
 }
+llama_cfg '{"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}'
+bad "rope_scaling (yarn) is not computed by fsdpd; allowed: rope_scaling null or llama3" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"rope_scaling": {"rope_type": "llama3", "factor": 32.0}}'
-bad "rope_scaling (llama3) is not implemented" "$tmp/lc/model.safetensors" --prompt x
+bad "rope_scaling llama3 needs a positive number low_freq_factor" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"head_dim": 64}'
 bad "head_dim must be hidden_size / num_attention_heads = 32" "$tmp/lc/model.safetensors" --prompt x
 llama_cfg '{"hidden_act": "gelu"}'
