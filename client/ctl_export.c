@@ -37,10 +37,7 @@ static int config_path(const char *out, char *buf, size_t n) {
  * eos 2) would make generate() stop at a byte-level model's token 2; fsdpd's models have no special
  * tokens. */
 static json_t *llama_config(const model_config *m) {
-  json_t *rope = m->rope_scaling == ROPE_SCALING_NONE ? json_null()
-                 : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling),
-                             "factor", m->rope_factor, "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
-                             m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
+  json_t *rope = plan_rope_scaling_json(m);
   return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:f, "
                    "s:n, s:n, s:n, s:s}",
                    "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,

@@ -190,12 +190,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
     json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
     json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
     json_object_set_new(model, "tie_word_embeddings", json_boolean(p->model.tie_embeddings));
-    const model_config *m = &p->model;
-    json_object_set_new(model, "rope_scaling", m->rope_scaling == ROPE_SCALING_NONE ? json_null()
-                        : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling),
-                                    "factor", m->rope_factor, "low_freq_factor", m->rope_low_freq_factor,
-                                    "high_freq_factor", m->rope_high_freq_factor,
-                                    "original_max_position_embeddings", m->rope_original_max_pos));
+    json_object_set_new(model, "rope_scaling", plan_rope_scaling_json(&p->model));
   }
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "n_params", json_integer(p->n_params));

@@ -243,17 +243,7 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
       return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
                             "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
-    if ((unsigned)m->rope_scaling > ROPE_SCALING_LLAMA3)
-      return fsdp_set_error(FSDP_ERR_INVALID, "rope_scaling %d is out of range; allowed: none | llama3",
-                            (int)m->rope_scaling);
-    if (m->rope_scaling == ROPE_SCALING_LLAMA3 &&
-        !(m->rope_factor >= 1 && m->rope_factor <= 1e6 && m->rope_low_freq_factor > 0 &&
-          m->rope_high_freq_factor > m->rope_low_freq_factor && m->rope_high_freq_factor <= 1e6 &&
-          m->rope_original_max_pos >= 1 && m->rope_original_max_pos <= 16777216))
-      return fsdp_set_error(FSDP_ERR_RANGE, "rope_scaling llama3 with factor %g, low_freq_factor %g, "
-                            "high_freq_factor %g, original_max_position_embeddings %d; allowed: 1 <= factor <= 1e6, "
-                            "0 < low < high <= 1e6, original 1..16777216", m->rope_factor, m->rope_low_freq_factor,
-                            m->rope_high_freq_factor, m->rope_original_max_pos);
+    TRY(plan_llama_check_rope(m));
   }
   if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
@@ -578,16 +568,7 @@ void plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           m->n_embd, m->vocab_size, m->seq_len);
   if (llama) fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
   fputc('\n', f);
-  if (llama) {
-    fprintf(f, "          %s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
-                                                   : "untied: lm_head.weight is its own tensor");
-    if (m->rope_scaling == ROPE_SCALING_LLAMA3)
-      fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d",
-              m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
-    else
-      fprintf(f, "; rope unscaled");
-    fputc('\n', f);
-  }
+  if (llama) plan_llama_print_head_rope(m, f);
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
@@ -728,11 +709,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
     json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
     json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
     json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
-    json_object_set_new(jm, "rope_scaling", m->rope_scaling == ROPE_SCALING_NONE ? json_null()
-                        : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling),
-                                    "factor", m->rope_factor, "low_freq_factor", m->rope_low_freq_factor,
-                                    "high_freq_factor", m->rope_high_freq_factor,
-                                    "original_max_position_embeddings", m->rope_original_max_pos));
+    json_object_set_new(jm, "rope_scaling", plan_rope_scaling_json(m));
   }
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));

@@ -212,6 +212,10 @@ static inline int plan_head_slot(const plan_t *p) {
   if (p->model.arch != ARCH_LLAMA) return ROOT_WTE;
   return p->model.tie_embeddings ? LROOT_EMBED : LROOT_HEAD;
 }
+/* M's rope scaling as Hugging Face's config.json writes it: JSON null, or {"rope_type": "llama3",
+ * "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (the plan's
+ * --json, the checkpoint manifest, the export's LlamaConfig). A new reference; NULL without memory. */
+struct json_t *plan_rope_scaling_json(const model_config *m);
 /* Find a tensor by Hugging Face name: GPT-2 with or without "transformer.", Llama with or without
  * "model." (lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
