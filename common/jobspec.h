@@ -30,7 +30,8 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;      /* [model] arch */
 typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_kind;   /* [model] rope_scaling */
 
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
- * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head). */
+ * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head), and
+ * tie_embeddings, which is 1 (plan_build makes it so for a hand-built GPT-2 config). */
 typedef struct model_config {
   model_arch arch;
   int n_layer;     /* L */
