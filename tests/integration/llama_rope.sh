@@ -7,7 +7,8 @@
 # 4 between and 10 in the low one. The same job with rope_scaling = none (plain rope_theta) misses
 # them by far more; rope_scaling = yarn is refused by fsdpctl plan in one line. Then 3 steps on 2 ranks train the one tied tensor; the export holds it once,
 # says tie_word_embeddings true and the llama3 scaling, transformers loads it tied, and its logits
-# equal fsdpd's on the export; fsdpctl sample reads it as the checkpoint.
+# equal fsdpd's on the export; fsdpctl sample reads it as the checkpoint. The same fine-tune of an
+# untied copy (lm_head = embed_tokens) starts from the same loss and ends elsewhere.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-rope.XXXXXX)
@@ -49,7 +50,7 @@ PY
 python3 -c 'import json,struct,sys; b=open(sys.argv[1],"rb").read(); h=json.loads(b[8:8+struct.unpack("<Q",b[:8])[0]])
 assert "lm_head.weight" not in h and "model.embed_tokens.weight" in h, sorted(h)' "$tmp/hf/model.safetensors"
 
-job() {   # job NAME INIT ROPE_SCALING [extra lines]
+job() {   # job NAME INIT ROPE_SCALING [extra lines]; TIE=false unties
   cat > "$tmp/$1.ini" <<JOB
 [job]
 name = $1
@@ -64,7 +65,7 @@ ffn_dim = $F
 vocab_size = $V
 seq_len = $T
 rope_theta = 10000
-tie_word_embeddings = true
+tie_word_embeddings = ${TIE:-true}
 rope_scaling = $3
 init = $2
 $( [ "$3" = llama3 ] && printf 'rope_factor = 8\nrope_low_freq_factor = 1\nrope_high_freq_factor = 8\nrope_original_max_position_embeddings = 128\n' )
@@ -140,6 +141,23 @@ a=$("$build/fsdpctl" sample "$tmp/ckpt" --prompt 01 --tokens 8 --temperature 0)
 b=$("$build/fsdpctl" sample "$tmp/exp/model.safetensors" --prompt 01 --tokens 8 --temperature 0)
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "sample: checkpoint '$a', export '$b'"; exit 1; }
 echo "sample (greedy) from the checkpoint and from the export: $a"
+# The same fine-tune untied, from a copy of embed_tokens as lm_head (the same forward at step 1):
+# two tensors get the two uses' gradients apart, and the model it trains is another one.
+"$TPY" -c 'import sys; from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1]); t["lm_head.weight"] = t["model.embed_tokens.weight"].clone(); save_file(t, sys.argv[2])' \
+  "$tmp/hf/model.safetensors" "$tmp/untied.safetensors"
+TIE=false job untied "$tmp/untied.safetensors" llama3 "$(printf '[checkpoint]\ndir = ckpt-untied\nevery = 3')"
+FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$tmp/run-untied timeout 120 "$src/scripts/launch-standalone.sh" 2 "$tmp/untied.ini" > /dev/null
+loss1() { python3 -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith("{")][0])' "$1"; }
+[ "$(loss1 "$tmp/run/rank-0.jsonl")" = "$(loss1 "$tmp/run-untied/rank-0.jsonl")" ] ||
+  { echo "step-1 losses of the tied and untied copies differ"; exit 1; }
+mkdir "$tmp/exp-untied"
+"$build/fsdpctl" export "$tmp/ckpt-untied" -o "$tmp/exp-untied/model.safetensors" > /dev/null
+TIE=false job untied-exported "$tmp/exp-untied/model.safetensors" llama3
+"$build/tests/fsdp_logits" "$tmp/untied-exported.ini" "$tmp/row.bin" "$tmp/untied-exported.f64"
+echo "the untied fine-tune (same step-1 loss) against the tied one's export:"
+compare "$tmp/untied-exported.f64" "$tmp/exported-hf.f64" differ
+
 # 3. A rope type fsdpd does not compute is refused by `fsdpctl plan`, in one line, exit status 1.
 job yarn "$tmp/hf/model.safetensors" yarn
 set +e
