@@ -135,6 +135,7 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           m->n_embd, m->vocab_size, m->seq_len);
   if (llama) fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
   fputc('\n', f);
+  if (llama) plan_llama_print_head_rope(m, f);
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
@@ -147,13 +148,15 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "\nParameters\n");
   put_label(f, "Ψ", 24);
   fprintf(f, " %16s  (%.1f M, %s)\n", human_count(p->n_params, a, sizeof a), (double)p->n_params / 1e6,
-          llama ? "embed_tokens and the untied lm_head both counted" : "the tied wte counted once");
-  put_label(f, llama ? "Ψ without embed, lm_head" : "Ψ without wte and wpe", 24);
+          !llama ? "the tied wte counted once"
+          : m->tie_embeddings ? "the tied embed_tokens counted once" : "embed_tokens and the untied lm_head both counted");
+  put_label(f, !llama ? "Ψ without wte and wpe" : m->tie_embeddings ? "Ψ without embed_tokens" : "Ψ without embed, lm_head",
+            24);
   fprintf(f, " %16s  (%.1f M)\n", human_count(p->n_params_no_emb, a, sizeof a), (double)p->n_params_no_emb / 1e6);
   put_label(f, "FLOPs per token", 24);
   double fl = p->flops_per_token;
   fprintf(f, " %16s  %s (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
-          llama ? "6·(Ψ − embed_tokens) + 12·L·C·T" : "6·(Ψ − wpe) + 12·L·C·T",
+          !llama ? "6·(Ψ − wpe) + 12·L·C·T" : m->tie_embeddings ? "6·Ψ + 12·L·C·T" : "6·(Ψ − embed_tokens) + 12·L·C·T",
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
@@ -271,6 +274,8 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
     json_object_set_new(jm, "ffn_dim", jint(m->ffn_dim));
     json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
     json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
+    json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
+    json_object_set_new(jm, "rope_scaling", plan_rope_scaling_json(m));
   }
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));

@@ -173,31 +173,21 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
 /* The model's keys beyond the shape, written only where they differ from a plain model (so that a
  * manifest of a model without them reads as before), and the folder it came from ([model] from), which
  * fsdpctl export carries the config and tokenizer of. */
+/* Beyond the shape (the Llama keys, tie and rope scaling, are written with it): the published
+ * position count where it differs from seq_len (so that a manifest of a model without it reads as
+ * before), and the folder it came from ([model] from), which fsdpctl export carries the config and
+ * tokenizer of. */
 static void manifest_model_extras(json_t *model, json_t *o, const plan_t *p) {
   const model_config *m = &p->model;
   if (m->n_positions && m->n_positions != m->seq_len) json_object_set_new(model, "n_positions", json_integer(m->n_positions));
-  if (m->arch == ARCH_LLAMA && m->tie_embeddings) json_object_set_new(model, "tie_word_embeddings", json_true());
-  if (m->arch == ARCH_LLAMA && m->rope_scaling == ROPE_SCALING_LLAMA3)
-    json_object_set_new(model, "rope_scaling",
-                        json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", m->rope_factor,
-                                  "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
-                                  m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos));
   if (p->source[0]) json_object_set_new(o, "source", json_string(p->source));
 }
 
 static void read_model_extras(const json_t *o, ckpt_info *out) {
-  const json_t *model = json_object_get(o, "model"), *rs = json_object_get(model, "rope_scaling");
+  const json_t *model = json_object_get(o, "model");
   model_config *m = &out->model;
   json_int_t npos = json_integer_value(json_object_get(model, "n_positions"));
   m->n_positions = npos > m->seq_len && npos <= (1 << 24) ? (int)npos : m->seq_len;
-  m->tie_embeddings = json_is_true(json_object_get(model, "tie_word_embeddings"));
-  if (json_is_object(rs)) {
-    m->rope_scaling = ROPE_SCALING_LLAMA3;
-    m->rope_factor = json_number_value(json_object_get(rs, "factor"));
-    m->rope_low_freq_factor = json_number_value(json_object_get(rs, "low_freq_factor"));
-    m->rope_high_freq_factor = json_number_value(json_object_get(rs, "high_freq_factor"));
-    m->rope_original_max_pos = (int)json_integer_value(json_object_get(rs, "original_max_position_embeddings"));
-  }
   snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
            json_string_value(json_object_get(o, "source")) : "");
 }
@@ -220,6 +210,8 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
     json_object_set_new(model, "ffn_dim", json_integer(p->model.ffn_dim));
     json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
     json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
+    json_object_set_new(model, "tie_word_embeddings", json_boolean(p->model.tie_embeddings));
+    json_object_set_new(model, "rope_scaling", plan_rope_scaling_json(&p->model));
   }
   manifest_model_extras(model, o, p);
   json_object_set_new(o, "model", model);
@@ -438,13 +430,16 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   json_int_t ver = 0, st = -1, world = 0, tokens = 0, B = 0, G = 0, rows = 0;
   json_int_t L = 0, H = 0, C = 0, V = 0, T = 0, KV = 0, F = 0;
   double eps = 1e-5, theta = 10000;
-  json_t *files = NULL;
-  /* Llama's keys are absent for GPT-2 */
-  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I, s?I, s?I, s?F, s?F}, "
-                     "s:I, s:I, s:I, s:I, s:o}",
+  int tie = 0;
+  json_t *files = NULL, *rope = NULL;
+  /* Llama's keys are absent for GPT-2; tie_word_embeddings and rope_scaling in checkpoints of an
+   * fsdpd that had neither (untied, unscaled) */
+  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I, s?I, s?I, s?F, s?F, "
+                     "s?b, s?o}, s:I, s:I, s:I, s:I, s:o}",
                      "format", &fmt, "version", &ver, "step", &st, "world", &world, "sharding", &sh, "model", "arch",
                      &arch, "n_layer", &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "seq_len", &T, "n_kv_head",
-                     &KV, "ffn_dim", &F, "norm_eps", &eps, "rope_theta", &theta, "tokens",
+                     &KV, "ffn_dim", &F, "norm_eps", &eps, "rope_theta", &theta, "tie_word_embeddings", &tie,
+                     "rope_scaling", &rope, "tokens",
                      &tokens, "batch_size", &B, "grad_accum", &G, "rows_per_step", &rows, "files", &files) != 0) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s", path, jerr.text);
     goto out;
@@ -476,7 +471,22 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   out->world = (int)world;
   out->model = (model_config){.arch = out->model.arch, .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C,
                               .vocab_size = (int)V, .seq_len = (int)T, .n_kv_head = KV ? (int)KV : (int)H,
-                              .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta};
+                              .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta,
+                              .tie_embeddings = out->model.arch == ARCH_GPT2 || tie};
+  if (rope && !json_is_null(rope)) {
+    const char *type = NULL;
+    json_int_t orig = 0;
+    model_config *m = &out->model;
+    if (json_unpack_ex(rope, &jerr, 0, "{s:s, s:F, s:F, s:F, s:I}", "rope_type", &type, "factor", &m->rope_factor,
+                       "low_freq_factor", &m->rope_low_freq_factor, "high_freq_factor", &m->rope_high_freq_factor,
+                       "original_max_position_embeddings", &orig) != 0 || strcmp(type, "llama3") ||
+        orig < 1 || orig > 16777216) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_scaling is not a llama3 scaling this build reads", path);
+      goto out;
+    }
+    m->rope_scaling = ROPE_SCALING_LLAMA3;
+    m->rope_original_max_pos = (int)orig;
+  }
   read_model_extras(o, out);
   out->tokens = (uint64_t)tokens;
   out->batch_size = (int)B;
@@ -502,10 +512,33 @@ static int shape_eq(const model_config *a, const model_config *b) {
   return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
          a->vocab_size == b->vocab_size && a->seq_len == b->seq_len;
 }
+static int rope_eq(const model_config *a, const model_config *b) {
+  return a->rope_scaling == b->rope_scaling &&
+         (a->rope_scaling == ROPE_SCALING_NONE ||
+          (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max_pos == b->rope_original_max_pos));
+}
 static int model_eq(const model_config *a, const model_config *b) {
   return shape_eq(a, b) && a->arch == b->arch &&
          (a->arch != ARCH_LLAMA || (a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim &&
-                                    a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta));
+                                    a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta &&
+                                    !a->tie_embeddings == !b->tie_embeddings && rope_eq(a, b)));
+}
+
+/* Llama's keys beyond the shape, for the message: eps, theta, the tie and the rope scaling. */
+static void llama_desc(const model_config *m, char *buf, size_t n) {
+  if (m->arch != ARCH_LLAMA) {
+    buf[0] = '\0';
+    return;
+  }
+  int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s, rope_scaling ", m->norm_eps, m->rope_theta,
+                   m->tie_embeddings ? "tied" : "untied");
+  if (k < 0 || (size_t)k >= n) return;
+  if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf + k, n - (size_t)k, "none");
+  else
+    snprintf(buf + k, n - (size_t)k, "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, "
+             "original_max_position_embeddings %d)", m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor,
+             m->rope_original_max_pos);
 }
 
 /* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
@@ -655,10 +688,10 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
   }
   if (!bad) return FSDP_OK;
   const model_config *x = &ci->model, *y = &p->model;
-  /* Llama's eps and theta too: a checkpoint that differs only there would otherwise read as equal */
-  char xl[96] = "", yl[96] = "";
-  if (x->arch == ARCH_LLAMA) snprintf(xl, sizeof xl, ", norm_eps %g, rope_theta %g", x->norm_eps, x->rope_theta);
-  if (y->arch == ARCH_LLAMA) snprintf(yl, sizeof yl, ", norm_eps %g, rope_theta %g", y->norm_eps, y->rope_theta);
+  /* Llama's eps, theta, tie and rope too: a checkpoint that differs only there would otherwise read as equal */
+  char xl[256], yl[256];
+  llama_desc(x, xl, sizeof xl);
+  llama_desc(y, yl, sizeof yl);
   return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: %s, n_layer %d, n_head %d, "
                         "n_embd %d, vocab_size %d, seq_len %d, n_kv_head %d, ffn_dim %d%s; this job has %s, %d, %d, %d, "
                         "%d, %d, %d, %d%s. The model must match "

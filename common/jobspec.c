@@ -510,18 +510,53 @@ static void apply_from(pctx *c) {
   s->model.seq_len = c->key_line[key_index("model", "seq_len")] ? T : npos < 1024 ? npos : 1024;
 }
 
+/* rope_scaling = llama3 needs its four numbers, and they mean nothing without it. */
+static void rope_checks(pctx *c) {
+  model_config *m = &c->s->model;
+  char missing[200] = "";
+  size_t used = 0;
+  for (int i = 0; i < jobspec_nkeys; i++) {
+    const keydef *k = &jobspec_keys[i];
+    if (!jobspec_key_rope_scaling(k)) continue;
+    if (m->rope_scaling == ROPE_SCALING_NONE && c->key_line[i]) {
+      PERR(c, c->key_line[i], FSDP_ERR_INVALID,
+           "[model] %s applies to rope_scaling = llama3 only; remove the key or set rope_scaling = llama3", k->key);
+      return;
+    }
+    if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !c->key_line[i] && used < sizeof missing)
+      used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s", used ? ", " : "", k->key);
+  }
+  if (used)
+    PERR(c, blame(c, "model", "rope_scaling", NULL), FSDP_ERR_INVALID,
+         "[model] rope_scaling = llama3 needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and "
+         "rope_original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192); missing: %s", missing);
+  else if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
+    PERR(c, blame(c, "model", "rope_high_freq_factor", "rope_low_freq_factor"), FSDP_ERR_INVALID,
+         "[model] rope_high_freq_factor = %g is not above rope_low_freq_factor = %g; allowed: high > low (the band "
+         "between them is interpolated)", m->rope_high_freq_factor, m->rope_low_freq_factor);
+}
+
 /* The architecture's own rules; n_kv_head = 0 becomes n_head. */
 static void model_checks(pctx *c) {
   model_config *m = &c->s->model;
+  int from = c->s->from[0] != 0;   /* config.json set the model (apply_from; hfconfig checked its rope) */
   if (m->arch == ARCH_GPT2) {
     for (int i = 0; i < jobspec_nkeys; i++)
       if (c->key_line[i] && jobspec_key_llama_only(&jobspec_keys[i]))
         PERR(c, c->key_line[i], FSDP_ERR_INVALID,
              "[model] %s applies to arch = llama only; GPT-2 has n_kv_head = n_head, an MLP of 4 x n_embd, LayerNorm "
              "eps 1e-5 and learned positions; remove the key or set arch = llama", jobspec_keys[i].key);
+    int tie = key_index("model", "tie_word_embeddings");
+    if (c->key_line[tie] && !m->tie_embeddings)
+      PERR(c, c->key_line[tie], FSDP_ERR_INVALID,
+           "[model] tie_word_embeddings = false: GPT-2's output head is always its wte; allowed with arch = gpt2: true "
+           "(or leave the key out)");
     m->n_kv_head = m->n_head;
-  } else if ((!c->key_line[key_index("model", "n_kv_head")] && !c->s->from[0]) || !m->n_kv_head) {
-    m->n_kv_head = m->n_head;
+    m->tie_embeddings = 1;
+  } else {
+    if (!from && !c->key_line[key_index("model", "tie_word_embeddings")]) m->tie_embeddings = 0;   /* LlamaConfig's */
+    if (!from) rope_checks(c);
+    if ((!c->key_line[key_index("model", "n_kv_head")] && !from) || !m->n_kv_head) m->n_kv_head = m->n_head;
   }
   if (m->n_positions && m->seq_len > m->n_positions)
     PERR(c, blame(c, "model", "seq_len", "n_positions"), FSDP_ERR_RANGE,

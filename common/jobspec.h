@@ -30,7 +30,8 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;      /* [model] arch */
 typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_kind;   /* [model] rope_scaling */
 
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
- * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head). */
+ * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head), and
+ * tie_embeddings, which is 1 (plan_build makes it so for a hand-built GPT-2 config). */
 typedef struct model_config {
   model_arch arch;
   int n_layer;     /* L */
@@ -44,7 +45,9 @@ typedef struct model_config {
   double rope_theta;   /* Llama's rotary base (10000) */
   int n_positions;     /* the published position count: GPT-2's wpe rows, Llama's max_position_embeddings
                           (rotary has no table; an export writes it); 0 = seq_len */
-  int tie_embeddings;          /* Llama: lm_head is embed_tokens; GPT-2 always ties */
+  int tie_embeddings;  /* Llama: lm_head is embed_tokens (one tensor, both uses); GPT-2 always ties */
+  /* Llama's rotary scaling (Hugging Face rope_scaling / rope_parameters); with ROPE_SCALING_NONE the
+   * four numbers are 0. llama3: Llama-3.1/3.2's bands of wavelength (worker/ops/rope.h). */
   rope_scaling_kind rope_scaling;
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;   /* original_max_position_embeddings */
@@ -132,6 +135,7 @@ const char *jobspec_lr_schedule_name(lr_schedule s);
 const char *jobspec_ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
 const char *jobspec_offload_mode_name(offload_mode m);    /* "none", "optimizer" */
 const char *jobspec_arch_name(model_arch a);              /* "gpt2", "llama" */
+const char *jobspec_rope_scaling_name(rope_scaling_kind k);   /* "none", "llama3" */
 static inline int jobspec_dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
 
 #endif

@@ -43,6 +43,7 @@ const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_nam
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
 const char *jobspec_arch_name(model_arch a) { return enum_name(arch_names, 2, (int)a); }
+const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 2, (int)k); }
 
 /* ---- the key table ---- */
 
@@ -85,15 +86,20 @@ const keydef jobspec_keys[] = {
       "the model's published positions: GPT-2's wpe rows (n_positions), Llama's max_position_embeddings; at least "
       "seq_len; 0 = seq_len"),
   ENUM("model", "tie_word_embeddings", model.tie_embeddings, bool_names,
-       "llama: true uses embed_tokens as the output head too (one tensor); GPT-2 always ties"),
+       "true: one tensor is both the input embedding and the output head (GPT-2 always; Llama-3.2-1B, Qwen2.5-0.5B); "
+       "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)"),
   ENUM("model", "rope_scaling", model.rope_scaling, rope_scaling_names,
-       "llama: none, or llama3 (Llama-3.1/3.2's scaled rotary frequencies, with the four keys below)"),
-  DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0, "llama3 rope: factor (Llama-3.1: 8, Llama-3.2: 32)"),
-  DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0, "llama3 rope: low_freq_factor (1)"),
+       "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, or llama3 (Llama-3.1/3.2: long "
+       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)"),
+  DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
+      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)"),
+  DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
+      "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)"),
   DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,
-      "llama3 rope: high_freq_factor (4), above low_freq_factor"),
-  INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 1 << 24,
-      "llama3 rope: original_max_position_embeddings (8192)"),
+      "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)"),
+  INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
+      "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
+      "(Llama-3.1: 8192)"),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default"),
@@ -166,8 +172,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->restart_wait_s = 60;
   s->model = (model_config){.arch = ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
                             .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000,
-                            .rope_factor = 8, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
-                            .rope_original_max_pos = 8192};
+                            .tie_embeddings = 1};
   snprintf(s->init, sizeof s->init, "random");
   s->batch_size = 12;
   s->grad_accum = 5;
@@ -239,8 +244,12 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
 
 int jobspec_key_llama_only(const keydef *k) {
   return !strcmp(k->sec, "model") && (!strcmp(k->key, "n_kv_head") || !strcmp(k->key, "ffn_dim") ||
-                                      !strcmp(k->key, "norm_eps") || !strncmp(k->key, "rope_", 5) ||
-                                      !strcmp(k->key, "tie_word_embeddings"));
+                                      !strcmp(k->key, "norm_eps") || !strncmp(k->key, "rope_", 5));
+}
+
+int jobspec_key_rope_scaling(const keydef *k) {
+  return !strcmp(k->sec, "model") && !strncmp(k->key, "rope_", 5) && strcmp(k->key, "rope_theta") &&
+         strcmp(k->key, "rope_scaling");
 }
 
 /* ---- the commented defaults ---- */
@@ -255,6 +264,21 @@ static void write_value(FILE *f, const keydef *k, const jobspec_t *d) {
   case KT_ENUM: fputs(k->names[*(const int *)field], f); break;
   default: fputs(field, f); break;
   }
+}
+
+/* What the defaults file shows for a commented-out model key: its default, or, where the default
+ * is no value (the llama3 numbers), Llama-3.1-8B's. */
+static void write_example(FILE *f, const keydef *k, const jobspec_t *d) {
+  static const struct { const char *key, *value; } ex[] = {
+    {"rope_factor", "8"}, {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
+    {"rope_original_max_position_embeddings", "8192"},
+  };
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
+    if (!strcmp(k->key, ex[i].key)) {
+      fputs(ex[i].value, f);
+      return;
+    }
+  write_value(f, k, d);
 }
 
 void jobspec_write_defaults(FILE *f) {
@@ -281,9 +305,10 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
     else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (jobspec_key_llama_only(k)) {   /* the default model is GPT-2, which refuses them */
+    else if (jobspec_key_llama_only(k) || k->off == F(model.tie_embeddings)) {
+      /* the default model is GPT-2, which refuses the first and always ties */
       fprintf(f, "; %s = ", k->key);
-      write_value(f, k, &d);
+      write_example(f, k, &d);
       fputc('\n', f);
     } else {
       fprintf(f, "%s = ", k->key);

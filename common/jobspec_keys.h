@@ -37,5 +37,7 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n);
 void jobspec_fmt_num(char *buf, size_t n, double v);
 /* Keys that only Llama reads: an error under arch = gpt2, commented out in the defaults. */
 int jobspec_key_llama_only(const keydef *k);
+/* The four numbers of rope_scaling = llama3 (rope_factor, ...): required by it, refused without it. */
+int jobspec_key_rope_scaling(const keydef *k);
 
 #endif

@@ -36,9 +36,11 @@ static int64_t block_numel(const model_config *m) {
   if (m->arch == ARCH_LLAMA) return plan_llama_block_numel(m);
   return 12 * C * C + 13 * C;
 }
-/* 2-D tensors: the root's two (wte and wpe, or embed_tokens and lm_head) and each block's. */
+/* 2-D tensors: the root's (wte and wpe; embed_tokens and lm_head, or the tied embed_tokens alone) and
+ * each block's. */
 static int64_t decay_tensors(const model_config *m) {
-  return 2 + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
+  int root = m->arch == ARCH_LLAMA && m->tie_embeddings ? 1 : 2;
+  return root + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
 }
 
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
@@ -243,6 +245,7 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
       return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
                             "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+    TRY(plan_llama_check_rope(m));
   }
   if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
@@ -266,6 +269,12 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
                    .ackpt = s->ackpt, .offload = s->offload};
   in->m.n_kv_head = nkv;
+  if (m->arch == ARCH_GPT2) {   /* GPT-2 always ties and has no rotary: one identity for every GPT-2 spec */
+    in->m.tie_embeddings = 1;
+    in->m.rope_scaling = ROPE_SCALING_NONE;
+    in->m.rope_factor = in->m.rope_low_freq_factor = in->m.rope_high_freq_factor = 0;
+    in->m.rope_original_max_pos = 0;
+  }
   return FSDP_OK;
 }
 
@@ -352,11 +361,14 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     p->shard_total += u->shard_numel;
   }
 
-  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), Llama's
-   * embed_tokens (its head is lm_head) */
-  int64_t emb = (int64_t)m->vocab_size * C, lookup = m->arch == ARCH_LLAMA ? emb : plan_positions(m) * C;
+  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), an untied Llama's
+   * embed_tokens (its head is lm_head; a tied Llama's one tensor is the head's matmul); and every
+   * embedding tensor, counted once */
+  int64_t vc = (int64_t)m->vocab_size * C, wpe = plan_positions(m) * C;
+  int64_t lookup = m->arch == ARCH_GPT2 ? wpe : m->tie_embeddings ? 0 : vc;
+  int64_t emb = m->arch == ARCH_GPT2 ? vc + wpe : m->tie_embeddings ? vc : 2 * vc;
   p->n_params = root_numel(m) + L * block_numel(m);
-  p->n_params_no_emb = p->n_params - emb - lookup;
+  p->n_params_no_emb = p->n_params - emb;
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
    * and weighted sum, 12·L·C·T (PaLM, appendix B). */
   p->flops_per_token = 6.0 * (double)(p->n_params - lookup) + 12.0 * (double)L * (double)C * (double)m->seq_len;

@@ -7,7 +7,8 @@
  *
  * Units (docs/design.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [n_positions,C],
  * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (see BLK_*). Llama's
- * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]; unit 1+i
+ * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C] (with
+ * tie_embeddings no lm_head: embed_tokens is used at both ends, as GPT-2's wte); unit 1+i
  * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
  * elements is padded to `padded`, a multiple of shard_world × 64, and rank r owns elements
  * [(r mod shard_world)·shard_numel, +shard_numel) of it, where shard_numel = padded / shard_world.
@@ -91,7 +92,7 @@ enum {
 };
 /* Llama's (Hugging Face LlamaForCausalLM order). q, k, v are adjacent, and so are gate and up:
  * the model runs each group as one linear of [C + 2·NKV·HS, C] and [2F, C]. */
-enum { LROOT_EMBED = 0, LROOT_NORM, LROOT_HEAD, LROOT_NT };
+enum { LROOT_EMBED = 0, LROOT_NORM, LROOT_HEAD, LROOT_NT };   /* tied: no LROOT_HEAD (LROOT_EMBED is the head) */
 enum {
   LBLK_LN1_W = 0, LBLK_Q, LBLK_K, LBLK_V, LBLK_O, LBLK_LN2_W, LBLK_GATE, LBLK_UP, LBLK_DOWN, LBLK_NT
 };
@@ -171,15 +172,18 @@ typedef struct plan {
   int nunits;            /* 1 + n_layer */
   plan_unit *units;
   int64_t shard_total;   /* S = Σ shard_numel: the length of every rank's concatenated shard */
-  int64_t n_params;      /* Ψ: GPT-2's tied wte counted once; Llama's embed_tokens and lm_head both */
-  int64_t n_params_no_emb;      /* Ψ without the embeddings: GPT-2 wte and wpe; Llama embed_tokens and lm_head */
+  int64_t n_params;      /* Ψ: GPT-2's tied wte counted once; Llama's embed_tokens and lm_head both, or
+                            the tied embed_tokens once */
+  int64_t n_params_no_emb;      /* Ψ without the embeddings: GPT-2 wte and wpe; Llama embed_tokens and lm_head
+                                   (tied: embed_tokens) */
   double flops_per_token;       /* 6 per parameter a token multiplies with, forward and backward, plus the
                                    attention scores and weighted sum, 12·L·C·T (PaLM appendix B):
                                    GPT-2 6·(Ψ − wpe) + 12·L·C·T (the tied head is real compute through wte,
                                    the wpe lookup is not); Llama 6·(Ψ − V·C) + 12·L·C·T (the embed_tokens
                                    lookup is no matmul, lm_head is; GQA shares k and v but every query head
-                                   still scores T keys, so the attention term is unchanged) */
-  int n_decay;                  /* 2-D tensors (AdamW decays them): GPT-2 2 + 4·L, Llama 2 + 7·L */
+                                   still scores T keys, so the attention term is unchanged); a tied Llama
+                                   6·Ψ + 12·L·C·T (its one embedding tensor is the head's matmul) */
+  int n_decay;                  /* 2-D tensors (AdamW decays them): GPT-2 2 + 4·L, Llama 2 + 7·L (tied 1 + 7·L) */
   plan_act act;
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
@@ -208,6 +212,19 @@ static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
  * groups that hold the same shard (its replica group, shard index r mod G). */
 static inline int plan_group_of(const plan_t *p, int rank) { return rank / p->shard_world; }
 static inline int plan_group_rank(const plan_t *p, int rank) { return rank % p->shard_world; }
+/* The root tensor the output head multiplies with: GPT-2's wte, Llama's lm_head, or a tied Llama's
+ * embed_tokens. */
+static inline int plan_head_slot(const plan_t *p) {
+  if (p->model.arch != ARCH_LLAMA) return ROOT_WTE;
+  return p->model.tie_embeddings ? LROOT_EMBED : LROOT_HEAD;
+}
+/* M's rope scaling as Hugging Face's config.json writes it: JSON null, or {"rope_type": "llama3",
+ * "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (the plan's
+ * --json, the checkpoint manifest, the export's LlamaConfig). A new reference; NULL without memory. */
+struct json_t *plan_rope_scaling_json(const model_config *m);
+/* The table's line under the model: the head tied or not, the rope scaling. */
+void plan_llama_print_head_rope(const model_config *m, FILE *f);
+
 /* Find a tensor by Hugging Face name: GPT-2 with or without "transformer.", Llama with or without
  * "model." (lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);

@@ -2,10 +2,13 @@
  *
  * Names are Hugging Face LlamaForCausalLM's, stored whole ("model.layers.0.self_attn.q_proj.weight",
  * "lm_head.weight"), so an export writes them as they are; lookups take them with or without the
- * "model." prefix (checkpoints converted from a bare LlamaModel carry none).
+ * "model." prefix (checkpoints converted from a bare LlamaModel carry none). A tied model's root has
+ * no lm_head: embed_tokens is both ends (slot LROOT_EMBED; plan_head_slot), as GPT-2's wte; the
+ * layers keep their gids, so a tied and an untied model initialize their layers alike.
  */
 #include "plan_priv.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +17,7 @@
 static int64_t kv_dim(const model_config *m) { return (int64_t)m->n_kv_head * (m->n_embd / m->n_head); }
 
 int64_t plan_llama_root_numel(const model_config *m) {
-  return 2 * (int64_t)m->vocab_size * m->n_embd + m->n_embd;
+  return (m->tie_embeddings ? 1 : 2) * (int64_t)m->vocab_size * m->n_embd + m->n_embd;
 }
 
 int64_t plan_llama_block_numel(const model_config *m) {
@@ -52,7 +55,7 @@ void plan_llama_units(plan_t *p) {
   snprintf(r->name, sizeof r->name, "root");
   plan_add_tensor(r, "model.embed_tokens.weight", LROOT_EMBED, V, C);
   plan_add_tensor(r, "model.norm.weight", LROOT_NORM, C, 0);
-  plan_add_tensor(r, "lm_head.weight", LROOT_HEAD, V, C);
+  if (!m->tie_embeddings) plan_add_tensor(r, "lm_head.weight", LROOT_HEAD, V, C);   /* tied: embed_tokens is the head */
   const struct { const char *suffix; int64_t rows, cols; } blk[LBLK_NT] = {
     [LBLK_LN1_W] = {"input_layernorm.weight", C, 0},
     [LBLK_Q] = {"self_attn.q_proj.weight", C, C},
@@ -73,6 +76,37 @@ void plan_llama_units(plan_t *p) {
       plan_add_tensor(u, name, LROOT_NT + LBLK_NT * i + j, blk[j].rows, blk[j].cols);
     }
   }
+}
+
+fsdp_status plan_llama_check_rope(const model_config *m) {
+  if ((unsigned)m->rope_scaling > ROPE_SCALING_LLAMA3)
+    return fsdp_set_error(FSDP_ERR_INVALID, "rope_scaling %d is out of range; allowed: none | llama3", (int)m->rope_scaling);
+  if (m->rope_scaling == ROPE_SCALING_LLAMA3 &&
+      !(m->rope_factor >= 1 && m->rope_factor <= 1e6 && m->rope_low_freq_factor > 0 &&
+        m->rope_high_freq_factor > m->rope_low_freq_factor && m->rope_high_freq_factor <= 1e6 &&
+        m->rope_original_max_pos >= 1 && m->rope_original_max_pos <= 16777216))
+    return fsdp_set_error(FSDP_ERR_RANGE, "rope_scaling llama3 with factor %g, low_freq_factor %g, "
+                          "high_freq_factor %g, original_max_position_embeddings %d; allowed: 1 <= factor <= 1e6, "
+                          "0 < low < high <= 1e6, original 1..16777216", m->rope_factor, m->rope_low_freq_factor,
+                          m->rope_high_freq_factor, m->rope_original_max_pos);
+  return FSDP_OK;
+}
+
+void plan_llama_print_head_rope(const model_config *m, FILE *f) {
+  fprintf(f, "          %s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
+                                                 : "untied: lm_head.weight is its own tensor");
+  if (m->rope_scaling == ROPE_SCALING_LLAMA3)
+    fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d\n",
+            m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+  else
+    fprintf(f, "; rope unscaled\n");
+}
+
+json_t *plan_rope_scaling_json(const model_config *m) {
+  if (m->rope_scaling == ROPE_SCALING_NONE) return json_null();
+  return json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling), "factor",
+                   m->rope_factor, "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
+                   m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
 }
 
 static const char *strip(const char *s) {

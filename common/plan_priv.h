@@ -14,6 +14,8 @@ int64_t plan_llama_root_numel(const model_config *m);
 int64_t plan_llama_block_numel(const model_config *m);
 plan_act plan_llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt);
 void plan_llama_units(plan_t *p);
+/* A hand-built model's rope scaling in range (jobspec refuses a job file's with its line). */
+fsdp_status plan_llama_check_rope(const model_config *m);
 /* NAME with or without "model."; NULL if the plan has no such tensor. */
 const plan_tensor *plan_llama_find(const plan_t *p, const char *name, int *unit);
 

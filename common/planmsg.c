@@ -19,6 +19,7 @@ void planmsg_destroy(Fsdp__Plan **pm) {
     free(pu);
   }
   free(m->units);
+  free(m->model);
   free(m);
   *pm = NULL;
 }
@@ -31,6 +32,18 @@ fsdp_status planmsg_new(const plan_t *p, Fsdp__Plan **out) {
   m->shard_world = (uint32_t)p->shard_world;
   m->sharding = (uint32_t)p->sharding;
   m->shard_total = p->shard_total;
+  const model_config *mc = &p->model;
+  if (!(m->model = calloc(1, sizeof *m->model))) goto nomem;
+  fsdp__plan_model__init(m->model);
+  m->model->arch = (uint32_t)mc->arch;
+  m->model->tie_embeddings = mc->tie_embeddings != 0;
+  m->model->norm_eps = mc->norm_eps;
+  m->model->rope_theta = mc->rope_theta;
+  m->model->rope_scaling = (uint32_t)mc->rope_scaling;
+  m->model->rope_factor = mc->rope_factor;
+  m->model->rope_low_freq_factor = mc->rope_low_freq_factor;
+  m->model->rope_high_freq_factor = mc->rope_high_freq_factor;
+  m->model->rope_original_max_pos = (uint32_t)mc->rope_original_max_pos;
   m->units = calloc((size_t)p->nunits, sizeof *m->units);
   if (!m->units) goto nomem;
   m->n_units = (size_t)p->nunits;
@@ -76,6 +89,13 @@ fsdp_status planmsg_check(const Fsdp__Plan *m, const plan_t *p) {
   if ((int)m->world != p->world || (int)m->shard_world != p->shard_world || (int)m->sharding != (int)p->sharding)
     DIFF("world %u/%u sharding %u vs %d/%d/%d", m->world, m->shard_world, m->sharding, p->world, p->shard_world,
          (int)p->sharding);
+  const Fsdp__PlanModel *mm = m->model;
+  const model_config *mc = &p->model;
+  if (!mm || (int)mm->arch != (int)mc->arch || !mm->tie_embeddings != !mc->tie_embeddings ||
+      mm->norm_eps != mc->norm_eps || mm->rope_theta != mc->rope_theta || (int)mm->rope_scaling != (int)mc->rope_scaling ||
+      mm->rope_factor != mc->rope_factor || mm->rope_low_freq_factor != mc->rope_low_freq_factor ||
+      mm->rope_high_freq_factor != mc->rope_high_freq_factor || (int)mm->rope_original_max_pos != mc->rope_original_max_pos)
+    DIFF("the model (arch, tie, norm_eps, rope_theta or rope scaling)");
   if ((int)m->n_units != p->nunits || m->shard_total != p->shard_total)
     DIFF("%zu units (shard %lld) vs %d (shard %lld)", m->n_units, (long long)m->shard_total, p->nunits,
          (long long)p->shard_total);

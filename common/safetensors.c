@@ -499,6 +499,14 @@ static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
   if (p->model.arch == ARCH_GPT2 && llama && !gpt2)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s holds a Llama model (model.embed_tokens.weight, model.layers.0.…); "
                           "the job is arch = gpt2, which reads wte.weight, h.0.…", f->path);
+  /* tied or not: never train a head other than the file's */
+  int head = st_find(f, "lm_head.weight") >= 0;
+  if (p->model.arch == ARCH_LLAMA && p->model.tie_embeddings && head)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds an untied model (lm_head.weight); the job has tie_word_embeddings "
+                          "= true, whose head is model.embed_tokens.weight: set tie_word_embeddings = false", f->path);
+  if (p->model.arch == ARCH_LLAMA && !p->model.tie_embeddings && !head && llama)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds no lm_head.weight (a tied model's head is "
+                          "model.embed_tokens.weight); the job has tie_word_embeddings = false: set it true", f->path);
   return FSDP_OK;
 }
 

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -146,6 +147,12 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
     if (end != pu->numel) BAD("unit %zu tensors do not add up to its size", u);
   }
   if (base != p->shard_total) BAD("plan shard_total %lld does not match its units", (long long)p->shard_total);
+  const Fsdp__PlanModel *m = p->model;
+  NEED(m, "plan model");
+  if (m->arch > 1 || m->rope_scaling > 1) BAD("plan model arch %u / rope_scaling %u is out of range", m->arch, m->rope_scaling);
+  if (!isfinite(m->norm_eps) || !isfinite(m->rope_theta) || !isfinite(m->rope_factor) ||
+      !isfinite(m->rope_low_freq_factor) || !isfinite(m->rope_high_freq_factor))
+    BAD("plan model has a number that is not finite");
   return FSDP_OK;
 }
 

@@ -254,7 +254,7 @@ static fsdp_status sampler_init(sampler *s, const plan_t *p, const float *param)
   if (rc == FSDP_OK) rc = dev_new_cpu(DEV_CPU_SYNC, &s->dev);
   if (rc == FSDP_OK && !(s->acts = model_acts_new(p, s->dev))) rc = FSDP_ERR_NOMEM;
   for (int u = 0; rc == FSDP_OK && u < p->nunits; u++) s->units[u] = (void *)(uintptr_t)(param + p->units[u].shard_base);
-  s->head = param + p->units[0].shard_base + p->units[0].t[model_head_slot(p)].offset;
+  s->head = param + p->units[0].shard_base + p->units[0].t[plan_head_slot(p)].offset;
   if (rc != FSDP_OK) sampler_free(s);
   return rc;
 }

@@ -117,24 +117,28 @@ static void check_rmsnorm(const shape *s, float eps) {
 
 /* ---- rotary embeddings (in place on a whole qkv buffer: v must come back unchanged) ---- */
 
-static void check_rope(const llama_shape *l) {
+/* SCALED: llama3's scaling with every band present at head size 64 and theta 10000 (wavelengths
+ * 6.3 .. 4.6e4 against the edges 64/4 = 16 and 64/1 = 64), factor 8. */
+static void check_rope(const llama_shape *l, int scaled) {
   const shape *s = &l->s;
   const int B = s->B, T = s->T, NH = s->NH, NKV = l->NKV, HS = s->C / NH;
   const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+  const rope_freqs r = scaled ? rope_freqs_of(l->theta, 1, 8, 1, 4, 64) : rope_freqs_of(l->theta, 0, 0, 0, 0, 0);
   float *x = h_bf16_uniform(n, -2, 2), *y = h_copy(x, n);
   void *d_x = d_bf16(x, n);
-  char fname[64], bname[64];
-  snprintf(fname, sizeof fname, "rope_forward(NKV=%d, theta=%g)", NKV, l->theta);
-  snprintf(bname, sizeof bname, "rope_backward(NKV=%d, theta=%g)", NKV, l->theta);
-  rope_forward(y, B, T, NH, NKV, HS, l->theta);
+  char fname[96], bname[96];
+  const char *how = scaled ? ", llama3 8/1/4/64" : "";
+  snprintf(fname, sizeof fname, "rope_forward(NKV=%d, theta=%g%s)", NKV, l->theta, how);
+  snprintf(bname, sizeof bname, "rope_backward(NKV=%d, theta=%g%s)", NKV, l->theta, how);
+  rope_forward(y, B, T, NH, NKV, HS, &r);
   out_t fo[] = {{.name = "qkv (in place)", .ref = y, .dev = d_x, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_rope_forward(d_x, B, T, NH, NKV, HS, l->theta, &g_ctx));
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_rope_forward(d_x, B, T, NH, NKV, HS, &r, &g_ctx));
 
   float *dy = h_bf16_uniform(n, -1, 1), *dx = h_copy(dy, n);
   void *d_d = d_bf16(dy, n);
-  rope_backward(dx, B, T, NH, NKV, HS, l->theta);
+  rope_backward(dx, B, T, NH, NKV, HS, &r);
   out_t bo[] = {{.name = "dqkv (in place)", .ref = dx, .dev = d_d, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_rope_backward(d_d, B, T, NH, NKV, HS, l->theta, &g_ctx));
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_rope_backward(d_d, B, T, NH, NKV, HS, &r, &g_ctx));
   free_all();
 }
 
@@ -167,7 +171,8 @@ static void check_llama_shape(const llama_shape *l) {
   check_encoder_nopos(s);
   check_rmsnorm(s, 1e-5f);
   check_linear(s, "q,k,v", C, C + 2 * l->NKV * HS, 1);
-  check_rope(l);
+  check_rope(l, 0);
+  check_rope(l, 1);
   check_attention(s, l->NKV);
   check_linear(s, "o", C, C, 1);
   check_linear(s, "gate,up", C, 2 * l->F, 1);

@@ -240,6 +240,6 @@ bad() {   # bad FILE NEEDLE
   echo "$1: $msg"
 }
 bad gpt2.safetensors "holds a GPT-2 model (wte.weight, h.0.…); the job is arch = llama"
-bad nohead.safetensors "has no lm_head.weight: its head is embed_tokens (a tied model)"
+bad nohead.safetensors "holds no lm_head.weight (a tied model's head is model.embed_tokens.weight); the job has tie_word_embeddings = false: set it true"
 bad transposed.safetensors "expected shape [16, 32], found [32, 16] (transposed: Llama stores nn.Linear weights as [out, in])"
 echo "llama_hf: ok"

@@ -4,7 +4,8 @@
  *
  * A config says what differs from RT_JOB: the world, batch and accumulation, the sharding (group > 0:
  * hybrid with shard_group = group, the rank opening its group and replica comms as fsdp-worker
- * does), dtypes, prefetch, checkpointing and offload, the model (llama: RT_LLAMA), a rank that dies,
+ * does), dtypes, prefetch, checkpointing and offload, the model (llama: RT_LLAMA, tied and rope-scaled
+ * or not), a rank that dies,
  * the steps run, a checkpoint to write or to restore, an evaluation after the last step, and a
  * removed gather wait (the strict device's test). Every test's config names die_rank (-1: nobody)
  * and prefetch; the rest defaults to RT_JOB's.
@@ -69,7 +70,7 @@ typedef struct config {
   dtype_kind param_dtype, reduce_dtype;
   ackpt_mode ackpt;
   int offload;                      /* offload = optimizer, on the CPU device (the host side of it) */
-  int llama;                        /* RT_JOB's model replaced by RT_LLAMA */
+  int llama;                        /* RT_JOB's model replaced by RT_LLAMA; 2: tied, with llama3 rope scaling */
   int die_rank, die_step;           /* -1: nobody dies */
   double timeout_s;
   int drop_wait;                    /* runtime_test_drop_gather_wait, on the strict device */
@@ -110,6 +111,13 @@ static void make_spec(const config *c, jobspec_t *s) {
     exit(2);
   }
   if (c->llama) s->model = RT_LLAMA;
+  if (c->llama == 2) {   /* head size 8: wavelengths 6.3, 63, 628, 6283 against the edges 100/10 and 100/1:
+                            one frequency kept, one interpolated, two divided */
+    s->model.tie_embeddings = 1;
+    s->model.rope_scaling = ROPE_SCALING_LLAMA3;
+    s->model.rope_factor = 8, s->model.rope_low_freq_factor = 1, s->model.rope_high_freq_factor = 10;
+    s->model.rope_original_max_pos = 100;
+  }
   s->world_size = c->world;
   s->batch_size = c->batch;
   s->grad_accum = c->accum;

@@ -189,20 +189,30 @@ static void test_roundtrip_reshard(void) {
   rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
   CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
   CHECK(contains(fsdp_last_error(), g_llama ? "different model: llama, n_layer 3, n_head 4, n_embd 32, vocab_size 96, "
-                                              "seq_len 16, n_kv_head 2, ffn_dim 40, norm_eps 1e-05, rope_theta 500000; this job has llama"
+                                              "seq_len 16, n_kv_head 2, ffn_dim 40, norm_eps 1e-05, rope_theta 500000, untied, "
+                                              "rope_scaling none; this job has llama"
                                             : "different model: gpt2"));
   free(buf);
   plan_destroy(&p);
-  /* a Llama that differs only in rope_theta (or norm_eps): the message shows the difference */
-  if (g_llama) {
+  /* a Llama that differs only in rope_theta, in the tie or in the rope scaling: refused, both models
+   * printed with the difference */
+  for (int v = 0; g_llama && v < 3; v++) {
+    static const char *const mine[3] = {"rope_theta 10000, untied, rope_scaling none. The model must match",
+                                        "rope_theta 500000, tied, rope_scaling none. The model must match",
+                                        "rope_theta 500000, untied, rope_scaling llama3 (factor 8, low_freq_factor 1, "
+                                        "high_freq_factor 4, original_max_position_embeddings 8). The model must match"};
     make_spec(&spec, 2, 2, SHARD_FULL);
-    spec.model.rope_theta = 10000;
+    if (v == 0) spec.model.rope_theta = 10000;
+    if (v == 1) spec.model.tie_embeddings = 1;
+    if (v == 2)
+      spec.model.rope_scaling = ROPE_SCALING_LLAMA3, spec.model.rope_factor = 8, spec.model.rope_low_freq_factor = 1,
+      spec.model.rope_high_freq_factor = 4, spec.model.rope_original_max_pos = 8;
     CHECK_OK(plan_build(&spec, 2, &p));
     buf = malloc((size_t)p->shard_total * sizeof(float) * 3);
     rc = ckpt_load_shard(dir, &ci, &spec, p, 0, buf, buf + p->shard_total, buf + 2 * p->shard_total, NULL);
     CHECK_EQ_INT(FSDP_ERR_INVALID, rc);
-    CHECK(contains(fsdp_last_error(), "norm_eps 1e-05, rope_theta 500000; this job has llama"));
-    CHECK(contains(fsdp_last_error(), "norm_eps 1e-05, rope_theta 10000. The model must match"));
+    CHECK(contains(fsdp_last_error(), "norm_eps 1e-05, rope_theta 500000, untied, rope_scaling none; this job has llama"));
+    CHECK(contains(fsdp_last_error(), mine[v]));
     free(buf);
     plan_destroy(&p);
   }

@@ -365,6 +365,52 @@ static void test_errors(void) {
   CHECK_EQ_INT(4242, s.steps);
 }
 
+/* tie_word_embeddings and rope_scaling: parsed, defaulted by arch, and every refusal in one line. */
+static void test_tie_and_rope(void) {
+  static const char *const LLAMA = "[model]\narch = llama\nffn_dim = 176\n";   /* lines 3..5 after TRAIN */
+  char text[1024];
+  jobspec_t s;
+  snprintf(text, sizeof text, "%s%stie_word_embeddings = true\nrope_scaling = llama3\nrope_factor = 32\n"
+           "rope_low_freq_factor = 1\nrope_high_freq_factor = 4\nrope_original_max_position_embeddings = 8192\n",
+           TRAIN, LLAMA);
+  CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
+  CHECK(s.model.tie_embeddings == 1 && s.model.rope_scaling == ROPE_SCALING_LLAMA3 && s.model.rope_factor == 32 &&
+        s.model.rope_low_freq_factor == 1 && s.model.rope_high_freq_factor == 4 && s.model.rope_original_max_pos == 8192);
+  snprintf(text, sizeof text, "%s%s", TRAIN, LLAMA);   /* Llama unties by default (LlamaConfig's), unscaled */
+  CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
+  CHECK(s.model.tie_embeddings == 0 && s.model.rope_scaling == ROPE_SCALING_NONE && s.model.rope_factor == 0);
+  snprintf(text, sizeof text, "%s[model]\ntie_word_embeddings = true\n", TRAIN);   /* GPT-2 always ties */
+  CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
+  CHECK_EQ_INT(1, s.model.tie_embeddings);
+  CHECK(!strcmp(jobspec_rope_scaling_name(ROPE_SCALING_LLAMA3), "llama3"));
+
+  expect_error_train("[model]\ntie_word_embeddings = false\n", 4,
+                     "[model] tie_word_embeddings = false: GPT-2's output head is always its wte");
+  expect_error_train("[model]\ntie_word_embeddings = yes\n", 4, "allowed: false | true");
+  expect_error_train("[model]\nrope_scaling = llama3\n", 4, "[model] rope_scaling applies to arch = llama only");
+  static const struct { const char *keys; int line; const char *needle; } bad[] = {
+    {"rope_scaling = yarn\n", 6, "[model] rope_scaling = 'yarn' is not allowed; allowed: none | llama3"},
+    {"rope_scaling = llama3\nrope_factor = 8\n", 6,
+     "needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
+     "(Llama-3.1: 8, 1, 4, 8192); missing: rope_low_freq_factor, rope_high_freq_factor, "
+     "rope_original_max_position_embeddings"},
+    {"rope_factor = 8\n", 6, "[model] rope_factor applies to rope_scaling = llama3 only"},
+    {"rope_scaling = none\nrope_original_max_position_embeddings = 8192\n", 7,
+     "rope_original_max_position_embeddings applies to rope_scaling = llama3 only"},
+    {"rope_scaling = llama3\nrope_factor = 8\nrope_low_freq_factor = 4\nrope_high_freq_factor = 4\n"
+     "rope_original_max_position_embeddings = 8192\n", 9,
+     "[model] rope_high_freq_factor = 4 is not above rope_low_freq_factor = 4; allowed: high > low"},
+    {"rope_factor = 0.5\n", 6, "[model] rope_factor = 0.5 is out of range; allowed: a number >= 1 and <= 1000000"},
+    {"rope_low_freq_factor = 0\n", 6, "rope_low_freq_factor = 0 is out of range; allowed: a number > 0"},
+    {"rope_original_max_position_embeddings = 0\n", 6, "is out of range; allowed: an integer in 1..16777216"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char keys[256];
+    snprintf(keys, sizeof keys, "%s%s", LLAMA, bad[i].keys);
+    expect_error_train(keys, bad[i].line, bad[i].needle);
+  }
+}
+
 static void test_examples(void) {
   char path[PATH_MAX];
   jobspec_t s;
@@ -405,7 +451,8 @@ static void test_examples(void) {
   const model_config *m = &s.model;
   CHECK(m->arch == ARCH_LLAMA && m->n_layer == 16 && m->n_head == 32 && m->n_embd == 2048 && m->vocab_size == 128256 &&
         m->seq_len == 2048 && m->n_kv_head == 8 && m->ffn_dim == 8192 && m->norm_eps == 1e-5 &&
-        m->rope_theta == 500000);
+        m->rope_theta == 500000 && m->tie_embeddings && m->rope_scaling == ROPE_SCALING_LLAMA3 && m->rope_factor == 32 &&
+        m->rope_low_freq_factor == 1 && m->rope_high_freq_factor == 4 && m->rope_original_max_pos == 8192);
   CHECK_EQ_INT(DEVICE_CUDA, s.device);
   /* hybrid without shard_group: the daemon's placement decides; plans need one given */
   source_path(path, sizeof path, "examples/gpt2-xl-hybrid.ini");
@@ -490,6 +537,7 @@ int main(void) {
   test_every_key();
   test_load_relative();
   test_errors();
+  test_tie_and_rope();
   test_examples();
   test_from();
   char cmd[PATH_MAX + 16];

@@ -1,7 +1,8 @@
 /* test_model_llama — Llama forward and backward (worker/model_llama through worker/model/model.h) against
  * an independent double-precision reference written here from Hugging Face's LlamaForCausalLM
- * (RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU, untied head), and its gradient
- * against central finite differences of that reference, for every parameter.
+ * (RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU, untied head; and tied, with llama3's
+ * rope scaling), and its gradient against central finite differences of that reference, for every
+ * parameter: the tied embed_tokens, used at both ends, gets the sum of both uses.
  *
  * Tolerance: the argument of test_model.c (GPT-2's gradient check) carries over: a chain of ~24
  * fp32 operators, each a sum over at most max(B·T, 2F, Q) = 32 terms, so |g − g_ref| ≤
@@ -18,6 +19,7 @@
 #include "gradcheck.h"
 #include "jobspec.h"
 #include "plan.h"
+#include "refrope.h"
 
 /* ---------------------------------------------------------------- double reference model */
 
@@ -44,10 +46,11 @@ static void ref_linear(double *out, const double *x, const double *w, int N, int
 }
 
 /* transformers' apply_rotary_pos_emb on one head vector at position t: x·cos + rotate_half(x)·sin,
- * inv_freq[i] = theta^(−2i/HS), cos and sin repeated over both halves. */
-static void ref_rope(double *x, int HS, int t, double theta) {
+ * inv_freq[i] = theta^(−2i/HS) (scaled by llama3's bands with SCALING), cos and sin repeated over
+ * both halves. */
+static void ref_rope(double *x, int HS, int t, double theta, const double *scaling) {
   for (int i = 0; i < HS / 2; i++) {
-    double ang = t * pow(theta, -2.0 * i / HS), c = cos(ang), s = sin(ang);
+    double ang = t * ref_inv_freq(i, HS, theta, scaling), c = cos(ang), s = sin(ang);
     double a = x[i], b = x[i + HS / 2];
     x[i] = a * c - b * s;
     x[i + HS / 2] = b * c + a * s;
@@ -60,6 +63,9 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
   const int B = p->batch_size, T = mc->seq_len, C = mc->n_embd, NH = mc->n_head, NKV = mc->n_kv_head;
   const int F = mc->ffn_dim, V = mc->vocab_size, L = mc->n_layer, N = B * T;
   const double eps = mc->norm_eps, theta = mc->rope_theta;
+  const double llama3[4] = {mc->rope_factor, mc->rope_low_freq_factor, mc->rope_high_freq_factor,
+                            mc->rope_original_max_pos};
+  const double *scaling = mc->rope_scaling == ROPE_SCALING_LLAMA3 ? llama3 : NULL;
   const int HS = C / NH, KV = NKV * HS, Q = C + 2 * KV;
   double *x = malloc(sizeof(double) * N * C), *h = malloc(sizeof(double) * N * C);
   double *qkv = malloc(sizeof(double) * N * Q), *y = malloc(sizeof(double) * N * C);
@@ -76,8 +82,8 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
       ref_linear(qkv + (size_t)n * Q + C, h + (size_t)n * C, P(u, LBLK_K), 1, C, KV);
       ref_linear(qkv + (size_t)n * Q + C + KV, h + (size_t)n * C, P(u, LBLK_V), 1, C, KV);
       int pos = n % T;
-      for (int hd = 0; hd < NH; hd++) ref_rope(qkv + (size_t)n * Q + hd * HS, HS, pos, theta);
-      for (int hd = 0; hd < NKV; hd++) ref_rope(qkv + (size_t)n * Q + C + hd * HS, HS, pos, theta);
+      for (int hd = 0; hd < NH; hd++) ref_rope(qkv + (size_t)n * Q + hd * HS, HS, pos, theta, scaling);
+      for (int hd = 0; hd < NKV; hd++) ref_rope(qkv + (size_t)n * Q + C + hd * HS, HS, pos, theta, scaling);
     }
     for (int b = 0; b < B; b++)
       for (int hd = 0; hd < NH; hd++) {
@@ -113,7 +119,7 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
   double loss = 0;
   for (int n = 0; n < N; n++) {
     double mx = -1e300, z = 0;
-    ref_linear(lg, h + (size_t)n * C, P(0, LROOT_HEAD), 1, C, V);
+    ref_linear(lg, h + (size_t)n * C, P(0, mc->tie_embeddings ? LROOT_EMBED : LROOT_HEAD), 1, C, V);
     for (int v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
     for (int v = 0; v < V; v++) z += exp(lg[v] - mx);
     loss += mx + log(z) - lg[tgt[n]];
@@ -137,6 +143,17 @@ static device_t *g_dev;   /* the synchronous CPU device */
  * checkpointing (gradcheck.h). */
 static void test_gradcheck(void) {
   gradcheck_model(llama(2, 4, 2, 16, 12, 16, 5), 2, g_dev, ref_loss);   /* L H KV C F V T, B */
+}
+
+/* The same with tie_word_embeddings and llama3's rope scaling: embed_tokens is also the head, so its
+ * finite differences are those of both uses at once; the two rotary frequencies (head size 4:
+ * wavelengths 6.3 and 628) fall in the interpolated band and the low one (edges 8/2 and 8/1). */
+static void test_gradcheck_tied_scaled(void) {
+  model_config m = llama(2, 4, 2, 16, 12, 16, 5);
+  m.tie_embeddings = 1;
+  m.rope_scaling = ROPE_SCALING_LLAMA3;
+  m.rope_factor = 4, m.rope_low_freq_factor = 1, m.rope_high_freq_factor = 2, m.rope_original_max_pos = 8;
+  gradcheck_model(m, 2, g_dev, ref_loss);
 }
 
 /* At init the logits are nearly zero, so the loss is ≈ ln V; the buffers are the planner's terms
@@ -208,6 +225,7 @@ static void test_cuda_layout_alignment(void) {
 int main(void) {
   if (dev_new_cpu(DEV_CPU_SYNC, &g_dev) != FSDP_OK) return 2;
   test_gradcheck();
+  test_gradcheck_tied_scaled();
   test_init_loss();
   test_cuda_layout_alignment();
   dev_destroy(&g_dev);

@@ -15,6 +15,7 @@
 #include "device.h"
 #include "opcheck.h"
 #include "ops_cpu.h"
+#include "refrope.h"
 
 /* ---- encoder without learned positions ---- */
 
@@ -156,14 +157,17 @@ static void test_rmsnorm(void) {
 /* ---- rotary embeddings ---- */
 
 /* Hugging Face's formulation, written independently of the pairwise one in ops/rope.h:
- * inv_freq_i = 1/theta^(2i/HS) for i < HS/2, emb = cat(t·inv_freq, t·inv_freq),
- * y = x·cos(emb) + rotate_half(x)·sin(emb), rotate_half(x) = cat(−x[HS/2:], x[:HS/2]);
- * on every q and k head of each (B,T,C + 2·NKV·HS) row; v is copied. */
+ * inv_freq_i = 1/theta^(2i/HS) for i < HS/2 (llama3: rescaled by band, ref_inv_freq), emb =
+ * cat(t·inv_freq, t·inv_freq), y = x·cos(emb) + rotate_half(x)·sin(emb), rotate_half(x) =
+ * cat(−x[HS/2:], x[:HS/2]); on every q and k head of each (B,T,C + 2·NKV·HS) row; v is copied. */
 typedef struct {
   int B, T, NH, NKV, HS;
   double theta;
+  const double *scaling;   /* NULL, or llama3's {factor, low_freq_factor, high_freq_factor, original} */
   double *qkv, *w, *out;
 } rope_ctx;
+
+static rope_freqs plain_rope(double theta) { return rope_freqs_of(theta, 0, 0, 0, 0, 0); }
 
 static double rope_objective(void *p) {
   rope_ctx *x = p;
@@ -174,7 +178,7 @@ static double rope_objective(void *p) {
       const double *v = x->qkv + (size_t)bt * C3 + h * HS;
       double *o = x->out + (size_t)bt * C3 + h * HS;
       for (int j = 0; j < HS; j++) {
-        double emb = (bt % x->T) / pow(x->theta, 2.0 * (j % half) / HS);
+        double emb = (bt % x->T) * ref_inv_freq(j % half, HS, x->theta, x->scaling);
         double rot = j < half ? -v[j + half] : v[j - half];
         o[j] = v[j] * cos(emb) + rot * sin(emb);
       }
@@ -188,7 +192,8 @@ static double rope_objective(void *p) {
 static void test_rope_example(void) {
   float qkv[2 * 12];
   for (int i = 0; i < 24; i++) qkv[i] = (float)(i % 4 + 1); /* q = k = v = (1, 2, 3, 4) */
-  rope_forward(qkv, 1, 2, 1, 1, 4, 10000.0f);
+  rope_freqs plain = plain_rope(10000);
+  rope_forward(qkv, 1, 2, 1, 1, 4, &plain);
   const double want[4] = {-1.98411065, 1.95990067, 2.46237790, 4.01979967};
   const double t0[4] = {1, 2, 3, 4};
   expect_close("rope_forward position 0 q (identity)", t0, qkv, 4, 0.0, 0.0);
@@ -199,23 +204,29 @@ static void test_rope_example(void) {
 }
 
 /* Against the double formulation, forward and backward by finite differences: GPT-2-like heads
- * (NKV = NH) and grouped ones (NKV = NH/2) at Llama 2's and Llama 3's theta; v untouched bit for
- * bit; and backward ∘ forward = identity. */
+ * (NKV = NH) and grouped ones (NKV = NH/2) at Llama 2's and Llama 3's theta, and llama3's scaling
+ * with a frequency in each of its bands (HS 6 at theta 10: wavelengths 6.3, 13.5 and 29.2 against
+ * the band edges 20/2 = 10 and 20/1 = 20 of original 20, high 2, low 1); v untouched bit for bit;
+ * and backward ∘ forward = identity. */
 static void test_rope(void) {
   int B = 2, T = 5, HS = 6;
-  int nhs[] = {2, 4}, nkvs[] = {2, 2};
-  double thetas[] = {10000.0, 500000.0};
-  for (int k = 0; k < 2; k++) {
+  int nhs[] = {2, 4, 4}, nkvs[] = {2, 2, 2};
+  double thetas[] = {10000.0, 500000.0, 10.0};
+  static const double llama3[4] = {4, 1, 2, 20};
+  const double *scalings[] = {NULL, NULL, llama3};
+  for (int k = 0; k < 3; k++) {
     int NH = nhs[k], NKV = nkvs[k], C3 = (NH + 2 * NKV) * HS, n = B * T * C3;
     float *qkv = fnew(n), *y = fnew(n), *dy = fnew(n), *back = fnew(n);
     double *qkv_d = dnew(n), *w = dnew(n), *out_d = dnew(n), *g = dnew(n);
     frand(qkv, qkv_d, n, 1.5);
     frand(dy, w, n, 1.0);
-    rope_ctx x = {B, T, NH, NKV, HS, thetas[k], qkv_d, w, out_d};
+    const double *sc = scalings[k];
+    rope_ctx x = {B, T, NH, NKV, HS, thetas[k], sc, qkv_d, w, out_d};
+    rope_freqs rf = sc ? rope_freqs_of(thetas[k], 1, sc[0], sc[1], sc[2], (int)sc[3]) : plain_rope(thetas[k]);
     char what[96];
 
     memcpy(y, qkv, sizeof(float) * n);
-    rope_forward(y, B, T, NH, NKV, HS, (float)thetas[k]);
+    rope_forward(y, B, T, NH, NKV, HS, &rf);
     rope_objective(&x);
     snprintf(what, sizeof what, "rope_forward, NH=%d NKV=%d theta=%g", NH, NKV, thetas[k]);
     expect_close(what, out_d, y, n, FWD_ATOL, FWD_RTOL);
@@ -224,18 +235,44 @@ static void test_rope(void) {
       for (int c = (NH + NKV) * HS; c < C3; c++) v_same &= y[bt * C3 + c] == qkv[bt * C3 + c];
     CHECK(v_same);
 
-    rope_backward(dy, B, T, NH, NKV, HS, (float)thetas[k]);
+    rope_backward(dy, B, T, NH, NKV, HS, &rf);
     fd_grad(g, qkv_d, n, rope_objective, &x);
     snprintf(what, sizeof what, "rope_backward (in place), NH=%d NKV=%d theta=%g", NH, NKV, thetas[k]);
     expect_close(what, g, dy, n, GRAD_ATOL, GRAD_RTOL);
 
     memcpy(back, y, sizeof(float) * n);
-    rope_backward(back, B, T, NH, NKV, HS, (float)thetas[k]);
+    rope_backward(back, B, T, NH, NKV, HS, &rf);
     snprintf(what, sizeof what, "rope_backward(rope_forward(x)) = x, NH=%d NKV=%d", NH, NKV);
     expect_close(what, qkv_d, back, n, FWD_ATOL, FWD_RTOL);
 
     free(qkv), free(y), free(dy), free(back), free(qkv_d), free(w), free(out_d), free(g);
   }
+}
+
+/* llama3's inverse frequencies against transformers' own (5.23, _compute_llama3_parameters via
+ * ROPE_INIT_FUNCTIONS["llama3"], head_dim 32, rope_theta 10000, factor 8, low_freq_factor 1,
+ * high_freq_factor 8, original_max_position_embeddings 128; printed with %.9g, which reads back as
+ * the same float): bit for bit. The config puts 2 frequencies in the high band (wavelength < 16:
+ * unchanged), 4 between (interpolated) and 10 in the low band (wavelength > 128: divided by 8). */
+static void test_rope_llama3_freqs(void) {
+  static const float hf[16] = {1, 0.562341332f, 0.254647911f, 0.0805267394f, 0.0254647918f, 0.00805267226f,
+                               0.00395284733f, 0.00222284929f, 0.00124999997f, 0.000702926656f, 0.000395284733f,
+                               0.000222284929f, 0.000125000006f, 7.02926627e-05f, 3.95284733e-05f, 2.22284925e-05f};
+  const rope_freqs r = rope_freqs_of(10000, 1, 8, 1, 8, 128), plain = plain_rope(10000);
+  int bands[3] = {0, 0, 0}, same = 1;   /* high, between, low */
+  for (int i = 0; i < 16; i++) {
+    float got = rope_inv_freq(i, 32, &r), base = rope_inv_freq(i, 32, &plain);
+    if (got != hf[i]) {
+      fprintf(stderr, "llama3 inv_freq[%d]: expected %.9g (transformers), got %.9g\n", i, (double)hf[i], (double)got);
+      same = 0;
+    }
+    bands[got == base ? 0 : got == base / 8 ? 2 : 1]++;
+    if (got != base && got != base / 8) CHECK(got > base / 8 && got < base);
+  }
+  CHECK(same);
+  CHECK(bands[0] == 2 && bands[1] == 4 && bands[2] == 10);
+  /* the angle is t times the scaled frequency, in fp32 */
+  CHECK(rope_angle(100, 3, 32, &r) == 100.0f * hf[3]);
 }
 
 /* ---- SwiGLU ---- */
@@ -327,6 +364,8 @@ static void test_cpu_device_slots(void) {
   frand(dy, NULL, BT * C3, 1.0);
   frand(pre, NULL, OC * C3, 1.0);
   float *r[2][S_N];
+  /* llama3 scaling: every field of the frequencies goes through the task's arguments */
+  const rope_freqs rf = rope_freqs_of(10000, 1, 8, 1, 4, 12);
   for (int k = 0; k < 2; k++) { /* k = 0: direct calls; k = 1: through the device */
     float **b = r[k];
     for (int i = 0; i < S_N; i++) b[i] = fnew(len[i]);
@@ -339,10 +378,10 @@ static void test_cpu_device_slots(void) {
       linear_backward(b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
       rmsnorm_forward(b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
       rmsnorm_backward(b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
-      rope_forward(b[S_ROPE], B, T, NH, NKV, HS, 10000.0f);
+      rope_forward(b[S_ROPE], B, T, NH, NKV, HS, &rf);
       attention_forward(b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
       attention_backward(b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_ATT], B, T, C, NH, NKV);
-      rope_backward(b[S_DQKV], B, T, NH, NKV, HS, 10000.0f);
+      rope_backward(b[S_DQKV], B, T, NH, NKV, HS, &rf);
       swiglu_forward(b[S_SW], gu, BT, F);
       swiglu_backward(b[S_DGU], gu, b[S_SW], BT, F);
       encoder_forward(b[S_ENC], inp, w, NULL, B, T, C);
@@ -353,10 +392,10 @@ static void test_cpu_device_slots(void) {
       o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
       o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
       o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
-      o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, 10000.0f);
+      o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, &rf);
       o->attention_forward(d, b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
       o->attention_backward(d, b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_OUT], b[S_ATT], B, T, C, NH, NKV);
-      o->rope_backward(d, b[S_DQKV], B, T, NH, NKV, HS, 10000.0f);
+      o->rope_backward(d, b[S_DQKV], B, T, NH, NKV, HS, &rf);
       o->swiglu_forward(d, b[S_SW], gu, BT, F);
       o->swiglu_backward(d, b[S_DGU], gu, b[S_SW], BT, F);
       o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C);
@@ -385,6 +424,7 @@ int main(void) {
   test_rmsnorm();
   test_rope_example();
   test_rope();
+  test_rope_llama3_freqs();
   test_swiglu();
   test_thread_independence();
   test_cpu_device_slots();

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "planmsg.h"
 
 static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   jobspec_t s;
@@ -471,6 +472,37 @@ static void test_llama(void) {
   CHECK_NEAR(7414886400.0 + 805306368.0, p->flops_per_token, 0, 0);
   CHECK_EQ_INT(2 + 7 * 16, p->n_decay);
   plan_destroy(&p);
+  /* tied, as published: Ψ is Llama-3.2-1B's 1,235,814,400 (embed_tokens once), the head's matmul is
+   * real compute through it (6·Ψ + 12·L·C·T), one 2-D root tensor; the table says so */
+  s.model.tie_embeddings = 1;
+  s.model.rope_scaling = ROPE_SCALING_LLAMA3;
+  s.model.rope_factor = 32, s.model.rope_low_freq_factor = 1, s.model.rope_high_freq_factor = 4;
+  s.model.rope_original_max_pos = 8192;
+  CHECK_OK(plan_build(&s, 8, &p));
+  if (p) {
+    CHECK_EQ_INT(1235814400LL, p->n_params);
+    CHECK_EQ_INT(1235814400LL - 128256LL * 2048, p->n_params_no_emb);
+    CHECK_NEAR(6.0 * 1235814400.0 + 805306368.0, p->flops_per_token, 0, 0);
+    CHECK_EQ_INT(1 + 7 * 16, p->n_decay);
+    CHECK_EQ_INT(2, p->units[0].ntensors);
+    CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == NULL);
+    CHECK_EQ_INT(LROOT_EMBED, plan_head_slot(p));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    plan_print(p, f, 0);
+    fclose(f);
+    CHECK(strstr(buf, "tied: lm_head is model.embed_tokens.weight (one tensor, both uses); rope llama3 factor 32, "
+                      "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192") != NULL);
+    CHECK(strstr(buf, "the tied embed_tokens counted once") != NULL);
+    free(buf);
+  }
+  plan_destroy(&p);
+  /* a hand-built llama3 scaling out of range is refused by the plan too */
+  s.model.rope_high_freq_factor = 1;
+  CHECK(plan_build(&s, 8, &p) == FSDP_ERR_RANGE);
+  CHECK(strstr(fsdp_last_error(), "0 < low < high") != NULL);
+  s = llama_of(16, 32, 8, 2048, 8192, 128256, 2048);
 
   /* tiny, by hand: root 2·16·8 + 8 = 264; layer 2·8 + 2·64 + 2·(2·2)·8 + 3·12·8 = 496 */
   const int64_t C = 8, KV = 4, F = 12;
@@ -634,6 +666,32 @@ static void test_hybrid(void) {
   CHECK(p == NULL);
 }
 
+/* The plan on the wire carries the model's math that the units do not show: a worker whose plan
+ * has the same units but another rope scaling (or theta) refuses it; the same plan passes. */
+static void test_planmsg_model(void) {
+  jobspec_t s = llama_of(2, 4, 2, 8, 12, 16, 4);
+  plan_t *p = NULL, *q = NULL;
+  Fsdp__Plan *m = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  s.model.rope_scaling = ROPE_SCALING_LLAMA3;
+  s.model.rope_factor = 8, s.model.rope_low_freq_factor = 1, s.model.rope_high_freq_factor = 4;
+  s.model.rope_original_max_pos = 8192;
+  CHECK_OK(plan_build(&s, 2, &q));
+  if (p && q) {
+    CHECK_OK(planmsg_new(p, &m));
+    CHECK_OK(planmsg_check(m, p));
+    CHECK(planmsg_check(m, q) == FSDP_ERR_INVALID);
+    CHECK(strstr(fsdp_last_error(), "the model (arch, tie, norm_eps, rope_theta or rope scaling)") != NULL);
+    planmsg_destroy(&m);
+    CHECK_OK(planmsg_new(q, &m));
+    CHECK_OK(planmsg_check(m, q));
+    CHECK(m->model->rope_scaling == 1 && m->model->rope_original_max_pos == 8192 && !m->model->tie_embeddings);
+  }
+  planmsg_destroy(&m);
+  plan_destroy(&p);
+  plan_destroy(&q);
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -646,6 +704,7 @@ int main(void) {
   test_bad_input();
   test_json_and_table();
   test_llama();
+  test_planmsg_model();
   test_hybrid();
   return check_done();
 }

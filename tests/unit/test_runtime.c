@@ -19,7 +19,8 @@
  * removed wait must make the strict device compute wrong losses.
  * Failure: a rank that dies makes the others fail with a timeout error within timeout_s (+ margin).
  * Llama (part "llama"): the same equivalence, checkpointing and volume/memory checks for a Llama with
- * grouped-query attention (n_kv_head = n_head / 2).
+ * grouped-query attention (n_kv_head = n_head / 2); and N = 2 against N = 1 for a tied Llama with
+ * llama3 rope scaling (the root's one embedding tensor gets both ends' gradients on every rank).
  * The job, the forked ranks and the comparisons are tests/unit/rtharness.h, shared with test_hybrid.
  */
 #include <math.h>
@@ -73,6 +74,32 @@ static void test_equivalence(dtype_kind pdt, int llama) {
     CHECK(rref[0].loss[5] < rref[0].loss[1]);
     free(mref);
   }
+}
+
+/* A tied Llama with llama3 rope scaling: N = 2 (full) against N = 1, G = 1, the equivalence tolerances;
+ * the plan has no lm_head and the model's Ψ counts embed_tokens once. */
+static void test_tied_equivalence(void) {
+  config ref = {.world = 1, .batch = 4, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                .timeout_s = 20, .llama = 2};
+  plan_t *p = plan_of(&ref);
+  if (p) {
+    CHECK_EQ_INT(2, p->units[0].ntensors);
+    CHECK_EQ_INT((int64_t)RT_LLAMA.vocab_size * RT_LLAMA.n_embd + RT_LLAMA.n_embd, p->units[0].numel);
+  }
+  plan_destroy(&p);
+  result rref[MAXW], res[MAXW];
+  float *mref = NULL, *m = NULL;
+  int64_t n = 0, nm = 0;
+  CHECK(run(&ref, rref, &mref, &n) == 0);
+  config c = ref;
+  c.world = 2, c.batch = 2;
+  CHECK(run(&c, res, &m, &nm) == 0);
+  CHECK_EQ_INT(n, nm);
+  compare("equivalence tied llama3-rope Llama full N=2 B=2 vs N=1 B=4", &rref[0], mref, res, 2, m, nm, 1e-5, 2e-6, 1e-5);
+  printf("losses (tied, llama3 rope, N=1): %.6f .. %.6f\n", rref[0].loss[1], rref[0].loss[5]);
+  CHECK(rref[0].loss[5] < rref[0].loss[1]);
+  free(mref);
+  free(m);
 }
 
 /* bf16 reductions round every rank's partial sum (and each hop of the ring) to bf16, so N ranks no
@@ -489,6 +516,7 @@ int main(int argc, char **argv) {
   if (all || !strcmp(part, "llama")) {
     test_equivalence(DTYPE_FP32, 1);
     test_planted_faults(1);
+    test_tied_equivalence();
     test_ackpt(1);
     test_volume_and_memory(1);
   }

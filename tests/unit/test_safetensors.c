@@ -613,11 +613,29 @@ static void test_llama(void) {
     plan_destroy(&g);
     st_destroy(&f);
   }
+  /* tied or not: a file without lm_head.weight is a tied model (transformers saves none), read by a
+   * tied job, its embed_tokens in the root's first slot; refused by an untied one, and the other way */
   write_llama(path_in("llama-nohead.safetensors"), p1, w, 0, LROOT_HEAD, -1);
   CHECK_OK(st_open(path_in("llama-nohead.safetensors"), &f));
   if (f) {
-    CHECK(st_load_shard(f, p3, 1, sh) == FSDP_ERR_NOTFOUND);
-    CHECK(has("has no lm_head.weight") && has("tie_word_embeddings = true"));   /* a tied model's file */
+    CHECK(st_load_shard(f, p3, 1, sh) == FSDP_ERR_INVALID);
+    CHECK(has("holds no lm_head.weight"));
+    CHECK(has("the job has tie_word_embeddings = false: set it true"));
+    model_config tied = p1->model;
+    tied.tie_embeddings = 1;
+    plan_t *pt = planned_model(tied, 1, SHARD_NONE);
+    float *ts = pt ? malloc(sizeof(float) * (size_t)pt->shard_total) : NULL;
+    if (ts) {
+      CHECK_OK(st_load_shard(f, pt, 0, ts));
+      CHECK_EQ_INT(2, pt->units[0].ntensors);
+      CHECK(!memcmp(ts, w, sizeof(float) * (size_t)pt->units[0].numel));   /* embed_tokens, then norm */
+      st_destroy(&f);
+      CHECK_OK(st_open(path_in("llama.safetensors"), &f));
+      CHECK(f && st_load_shard(f, pt, 0, ts) == FSDP_ERR_INVALID);
+      CHECK(has("holds an untied model (lm_head.weight); the job has tie_word_embeddings = true"));
+    }
+    free(ts);
+    plan_destroy(&pt);
     st_destroy(&f);
   }
   write_llama(path_in("llama-kt.safetensors"), p1, w, 0, -1, LROOT_NT + LBLK_K);   /* layer 0's k_proj [8, 4] */

@@ -1,4 +1,5 @@
 /* test_wire — every message type round-trips; malformed frames are rejected, never trusted. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -25,6 +26,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   static Fsdp__PlanUnit pu = FSDP__PLAN_UNIT__INIT;
   static Fsdp__PlanUnit *pup[1];
   static Fsdp__Plan plan = FSDP__PLAN__INIT;
+  static Fsdp__PlanModel pmodel = FSDP__PLAN_MODEL__INIT;
   static char *argv[] = {"fsdp-worker", "--rank", "0"}, *env[] = {"OMP_NUM_THREADS=1"};
   static union {
     Fsdp__SubmitReq submit_req; Fsdp__SubmitResp submit_resp; Fsdp__JobQuery q; Fsdp__ListReq list_req;
@@ -76,6 +78,11 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   pup[0] = &pu;
   fsdp__plan__init(&plan);
   plan.world = 2, plan.shard_world = 2, plan.n_units = 1, plan.units = pup, plan.shard_total = 64;
+  fsdp__plan_model__init(&pmodel);   /* a tied Llama with llama3 rope scaling */
+  pmodel.arch = 1, pmodel.tie_embeddings = 1, pmodel.norm_eps = 1e-5, pmodel.rope_theta = 500000;
+  pmodel.rope_scaling = 1, pmodel.rope_factor = 32, pmodel.rope_low_freq_factor = 1, pmodel.rope_high_freq_factor = 4;
+  pmodel.rope_original_max_pos = 8192;
+  plan.model = &pmodel;
 
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = c;
@@ -264,6 +271,16 @@ static void test_rejects(void) {
     h.worker_setup->plan->sharding = 3;
     h.worker_setup->plan->shard_world = sws[i];
     CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&h));
+  }
+  /* the plan's model: present, its enums in range, its numbers finite */
+  for (int i = 0; i < 3; i++) {
+    Fsdp__Msg pm = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
+    pm.version = FSDP__VERSION__PROTO_VERSION;
+    CHECK_OK(wire_validate(&pm));
+    if (i == 0) pm.worker_setup->plan->model = NULL;
+    if (i == 1) pm.worker_setup->plan->model->rope_scaling = 2;
+    if (i == 2) pm.worker_setup->plan->model->rope_factor = NAN;
+    CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&pm));
   }
   Fsdp__Msg x = make_msg(FSDP__MSG__BODY_STEP_REPORT);
   x.version = FSDP__VERSION__PROTO_VERSION;

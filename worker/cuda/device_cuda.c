@@ -647,14 +647,14 @@ static void cu_rmsnorm_backward(device_t *dd, void *dinp, float *dw, const void 
   OP(d, ops_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward");
 }
 
-static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
+static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rope_forward(qkv, B, T, NH, NKV, HS, theta, &d->ctx), "rope_forward");
+  OP(d, ops_cuda_rope_forward(qkv, B, T, NH, NKV, HS, rope, &d->ctx), "rope_forward");
 }
 
-static void cu_rope_backward(device_t *dd, void *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
+static void cu_rope_backward(device_t *dd, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rope_backward(dqkv, B, T, NH, NKV, HS, theta, &d->ctx), "rope_backward");
+  OP(d, ops_cuda_rope_backward(dqkv, B, T, NH, NKV, HS, rope, &d->ctx), "rope_backward");
 }
 
 static void cu_swiglu_forward(device_t *dd, void *out, const void *gu, int BT, int F) {

@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/rope.h" /* rope_freqs: plain data, and the formula the rope kernel calls */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -151,11 +153,12 @@ fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_
                                       const ops_bf16 *weight, const float *rstd, int BT, int C,
                                       const ops_cuda_ctx *ctx);
 /* Rotary embeddings, Hugging Face's rotate-half (ops/rope.h), in place on the NH q and NKV k heads
- * of a (B,T,(NH + 2·NKV)·HS) qkv buffer; v untouched. The backward rotates dq, dk back in place.
+ * of a (B,T,(NH + 2·NKV)·HS) qkv buffer, with the frequencies of ROPE (read at the call, passed to
+ * the kernel by value); v untouched. The backward rotates dq, dk back in place.
  * An odd HS is FSDP_ERR_INVALID. */
-fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, float theta,
+fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                                   const ops_cuda_ctx *ctx);
-fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, float theta,
+fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                                    const ops_cuda_ctx *ctx);
 /* SwiGLU (ops/swiglu.h): gu (BT, 2F) holds gate then up per row; out (BT, F) = silu(gate)·up;
  * dgu (BT, 2F) assigned. */

@@ -39,6 +39,7 @@
 
 #include "err.h"
 #include "jobspec.h"
+#include "ops/rope.h"
 #include "plan.h"
 #include "trace.h"
 
@@ -146,9 +147,10 @@ typedef struct dev_ops {
                            const float *rstd, int BT, int C);
   /* Rotary embeddings (Hugging Face's rotate-half), in place on the q and k heads of a (B,T,
    * C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even); position t, pair (i, i + HS/2) rotates by
-   * t·theta^(−2i/HS). Backward rotates the gradients of q and k back (by −angle), in place. */
-  void (*rope_forward)(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, float theta);
-  void (*rope_backward)(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+   * t·rope_inv_freq(i) (ops/rope.h: theta^(−2i/HS), rescaled by llama3's bands when set). Backward
+   * rotates the gradients of q and k back (by −angle), in place. ROPE is read at the call (by value). */
+  void (*rope_forward)(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
+  void (*rope_backward)(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
   /* SwiGLU: gu is (BT, 2F), gate then up per row; out (BT, F) = silu(gate)·up. dgu = its gradient. */
   void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);

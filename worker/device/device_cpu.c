@@ -98,6 +98,7 @@ static void submit(cpu_dev *d, void (*run)(cpu_dev *, const targ *), const targ 
 #define SUBMIT(d, fn, ...)                                                                         \
   do {                                                                                             \
     const targ args_[] = {__VA_ARGS__};                                                            \
+    _Static_assert(sizeof args_ / sizeof args_[0] <= NARG, "a task holds at most NARG arguments"); \
     submit((cpu_dev *)(d), fn, args_, (int)(sizeof args_ / sizeof args_[0]), ((cpu_dev *)(d))->timer); \
   } while (0)
 
@@ -441,20 +442,31 @@ static void cpu_rmsnorm_backward(device_t *d, void *dinp, float *dw, const void 
   SUBMIT(d, run_rmsnorm_backward, P(dinp), P(dw), P(dout), P(inp), P(w), P(rstd), I(BT), I(C));
 }
 
+/* The frequencies travel by value, field by field, in the task's last 8 arguments (fp32 values are
+ * exact in a double). */
+#define ROPE_ARGS(r) F((r)->theta), I((r)->llama3), F((r)->factor), F((r)->low_freq_factor), F((r)->original), \
+                     F((r)->low_wavelen), F((r)->high_wavelen), F((r)->band)
+static rope_freqs rope_of_args(const targ *a) {
+  return (rope_freqs){(float)a[0].f, (int)a[1].i, (float)a[2].f, (float)a[3].f, (float)a[4].f,
+                      (float)a[5].f, (float)a[6].f, (float)a[7].f};
+}
+
 static void run_rope_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+  rope_freqs r = rope_of_args(a + 6);
+  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r);
 }
-static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-  SUBMIT(d, run_rope_forward, P(qkv), I(B), I(T), I(NH), I(NKV), I(HS), F(theta));
+static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+  SUBMIT(d, run_rope_forward, P(qkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope));
 }
 
 static void run_rope_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+  rope_freqs r = rope_of_args(a + 6);
+  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r);
 }
-static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-  SUBMIT(d, run_rope_backward, P(dqkv), I(B), I(T), I(NH), I(NKV), I(HS), F(theta));
+static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+  SUBMIT(d, run_rope_backward, P(dqkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope));
 }
 
 static void run_swiglu_forward(cpu_dev *d, const targ *a) {

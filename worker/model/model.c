@@ -71,8 +71,6 @@ void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, 
 
 const void *model_final_hidden(const model_acts *a) { return a->llama ? a->llama->lnf : a->gpt2->lnf; }
 
-int model_head_slot(const plan_t *p) { return p->model.arch == ARCH_LLAMA ? LROOT_HEAD : ROOT_WTE; }
-
 float model_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   return p->model.arch == ARCH_LLAMA ? llama_init_value(p, u, t, seed, k) : gpt2_init_value(p, u, t, seed, k);
 }

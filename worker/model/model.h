@@ -38,10 +38,9 @@ void model_embed_backward(model_acts *a, const plan_t *p, float *droot, const in
 void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, float *const *dunits, const int *inp,
                             const int *targets, float dscale, float *loss_acc);
 
-/* The final norm's output (B,T,C act elements) after model_head_forward, and the root tensor the
- * logits multiply it with (GPT-2's tied wte, Llama's lm_head), for sampling. */
+/* The final norm's output (B,T,C act elements) after model_head_forward, for sampling; the logits
+ * multiply it with root tensor plan_head_slot(p). */
 const void *model_final_hidden(const model_acts *a);
-int model_head_slot(const plan_t *p);
 
 /* The counter-based initial value of element K (in the tensor's row-major HF layout) of tensor T
  * of unit U (the architecture's *_init_value), and RANK's concatenated shard (p->shard_total

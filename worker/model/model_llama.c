@@ -92,7 +92,9 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
   a->V = m->vocab_size;
   a->L = m->n_layer;
   a->eps = (float)m->norm_eps;
-  a->theta = (float)m->rope_theta;
+  a->rope = rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
+                          m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+  a->head = plan_head_slot(p);
   a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
   if (!a->blk) {
     fsdp_set_error(FSDP_ERR_NOMEM, "llama_acts_new: out of host memory for %d layer tables", a->L);
@@ -145,7 +147,7 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
   d->op->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
   d->op->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->op->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, a->theta);
+  d->op->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
   d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
   d->op->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
   d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
@@ -166,8 +168,8 @@ void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *roo
   device_t *d = a->dev;
   const void *x = last_output(a);
   d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
-  d->op->classifier(d, a->dlnf, GRAD(0, LROOT_HEAD, droot), a->losses, loss_acc, a->logits, a->lnf,
-                    PARAM(0, LROOT_HEAD, root), targets, BT, C, a->V, dscale);
+  d->op->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
+                    PARAM(0, a->head, root), targets, BT, C, a->V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it */
   d->op->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
                           BT, C);
@@ -178,7 +180,7 @@ void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const 
   device_t *d = a->dev;
   d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
   if (targets)
-    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, LROOT_HEAD, root), targets, BT,
+    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
                       a->C, a->V, 1.0f);
 }
 
@@ -203,7 +205,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   /* attention */
   d->op->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
   d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
-  d->op->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, a->theta);
+  d->op->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
   d->op->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
   d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
                           BT, C);

@@ -5,13 +5,16 @@
  *
  *   llama_embed_forward                  x0 = embed_tokens[inp]                  (root unit)
  *   llama_block_forward   l = 0 .. L-1   out_l = layer_l(out_{l-1})
- *   llama_head_forward_backward          final RMSNorm, untied lm_head, xent; droot +=, dres
+ *   llama_head_forward_backward          final RMSNorm, lm_head (tied: embed_tokens), xent; droot +=, dres
  *   llama_block_backward  l = L-1 .. 0   dunit_l +=, dres = dL/d out_{l-1}
  *   llama_embed_backward                 d embed_tokens += from dres
  *
  * A decoder layer: h = x + o(attn(rope(qkv(rms1(x))))), out = h + down(silu(gate(rms2(h))) · up(rms2(h))).
  * q, k, v are adjacent in the unit's flat buffer ([C + 2·NKV·HS, C] together), and so are gate and
  * up ([2F, C]): each group is one linear. Grouped-query attention shares kv head h/(NH/NKV).
+ * Rotary frequencies: ops/rope.h, from rope_theta and the model's rope scaling. A tied model's head
+ * is embed_tokens (plan_head_slot): its gradient gets the head's contribution in the head and the
+ * lookup's in llama_embed_backward, both added into the one slot of droot.
  *
  * Buffers: llama_acts holds exactly the activations of plan_act (Llama's lines in plan.h), one
  * MEM_ACTIVATIONS and one MEM_WORKSPACE allocation, reused by phase as GPT-2's are. With activation
@@ -44,7 +47,9 @@ typedef struct llama_acts {
   device_t *dev;
   int recompute;         /* activation checkpointing = full */
   int B, T, C, NH, NKV, HS, Q, F, V, L;
-  float eps, theta;
+  float eps;
+  rope_freqs rope;       /* the model's rotary frequencies (ops/rope.h) */
+  int head;              /* the root slot of the output head: LROOT_HEAD, or LROOT_EMBED when tied */
   llama_block_acts *blk; /* L */
   void *x0;              /* (B,T,C)   embed_tokens[inp] */
   void *lnf;             /* (B,T,C)   model.norm(last output) */

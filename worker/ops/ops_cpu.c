@@ -471,12 +471,12 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 /* One position t of every row at that position: the angle of pair i depends on t and i only, so
  * its cosine and sine are computed once per (t, i) and applied to all B rows and NH + NKV heads.
  * DIR = 1 rotates forward, −1 back. */
-static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, float theta, float dir) {
+static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, float dir) {
   int half = HS / 2, C3 = (NH + 2 * NKV) * HS;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++)
     for (int i = 0; i < half; i++) {
-      float ang = rope_angle(t, i, HS, theta), c = cosf(ang), s = dir * sinf(ang);
+      float ang = rope_angle(t, i, HS, rope), c = cosf(ang), s = dir * sinf(ang);
       for (int b = 0; b < B; b++) {
         float *row = qkv + ((size_t)b * T + t) * C3;
         for (int h = 0; h < NH + NKV; h++) {
@@ -487,12 +487,12 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, float 
     }
 }
 
-void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-  rope_apply(qkv, B, T, NH, NKV, HS, theta, 1.0f);
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+  rope_apply(qkv, B, T, NH, NKV, HS, rope, 1.0f);
 }
 
-void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-  rope_apply(dqkv, B, T, NH, NKV, HS, theta, -1.0f);
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+  rope_apply(dqkv, B, T, NH, NKV, HS, rope, -1.0f);
 }
 
 static OPS_VEC void swiglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {

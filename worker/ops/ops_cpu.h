@@ -10,6 +10,8 @@
 #ifndef FSDP_OPS_CPU_H
 #define FSDP_OPS_CPU_H
 
+#include "ops/rope.h"
+
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe (and dwpe) NULL: no learned positions (Llama). */
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
@@ -61,9 +63,10 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 
 /* Rotary embeddings in Hugging Face's rotate-half convention (ops/rope.h), in place on the NH q
  * heads and NKV k heads of each row of a (B,T,C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even; v is
- * untouched); row (b,t) is at position t. The backward rotates dq and dk back, in place. */
-void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
-void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+ * untouched); row (b,t) is at position t, with the frequencies of ROPE. The backward rotates dq and
+ * dk back, in place. */
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
 
 /* SwiGLU (ops/swiglu.h): gu is (BT, 2F), gate then up in each row; out (BT, F) = silu(gate)·up.
  * dgu (BT, 2F) is assigned. */

@@ -3,11 +3,21 @@
  * and the rotation of one pair; the loops over heads and positions stay in each backend.
  *
  * A head of HS channels (HS even) at position t: pair (i, i + HS/2), i < HS/2, rotates by
- * angle = t·theta^(−2i/HS):
+ * angle = t·inv_freq_i:
  *   y_i        = x_i·cos − x_{i+HS/2}·sin
  *   y_{i+HS/2} = x_{i+HS/2}·cos + x_i·sin
  * The backward is the transposed rotation (by −angle). As in Hugging Face, the inverse frequency
  * and the angle are fp32: inv_freq = 1/theta^(2i/HS), angle = (float)t·inv_freq.
+ *
+ * Llama-3.1/3.2's scaling ("llama3", transformers' _compute_llama3_parameters) rescales inv_freq by
+ * its wavelength w = 2π/inv_freq against the pretraining context O (original_max_position_embeddings):
+ *   w > O/low_freq_factor  (low frequencies)   inv_freq / factor
+ *   w < O/high_freq_factor (high frequencies)  inv_freq, unchanged
+ *   between                                    (1 − s)·inv_freq/factor + s·inv_freq,
+ *                                              s = (O/w − low_freq_factor) / (high_freq_factor − low_freq_factor)
+ * computed in fp32 step by step as torch does it (w = (1/inv_freq)·2π, O/w = (1/w)·O: torch's
+ * scalar-over-tensor division is a reciprocal and a product), so the frequencies equal transformers'
+ * to the last bit (tests/unit/test_ops_llama.c).
  */
 #ifndef FSDP_OPS_ROPE_H
 #define FSDP_OPS_ROPE_H
@@ -16,10 +26,42 @@
 
 #include "ops_hd.h"
 
-OPS_HD float rope_angle(int t, int i, int HS, float theta) {
-  float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
-  return (float)t * inv_freq;
+/* A model's rotary frequencies: the base and, when llama3 is set, the scaling's constants as torch
+ * sees them (fp32; the band edges and the band's width computed from the Python numbers in double and
+ * rounded once). Plain data, passed by value to the kernels; rope_freqs_of() fills it. */
+typedef struct rope_freqs {
+  float theta;
+  int llama3;                    /* 0: unscaled; the rest unused */
+  float factor, low_freq_factor, original;   /* original_max_position_embeddings */
+  float low_wavelen, high_wavelen, band;     /* O/low_freq_factor, O/high_freq_factor, high − low */
+} rope_freqs;
+
+OPS_HD rope_freqs rope_freqs_of(double theta, int llama3, double factor, double low_freq_factor,
+                                double high_freq_factor, int original_max_pos) {
+  rope_freqs r = {(float)theta, 0, 0, 0, 0, 0, 0, 0};
+  if (llama3) {
+    r.llama3 = 1;
+    r.factor = (float)factor;
+    r.low_freq_factor = (float)low_freq_factor;
+    r.original = (float)original_max_pos;
+    r.low_wavelen = (float)(original_max_pos / low_freq_factor);
+    r.high_wavelen = (float)(original_max_pos / high_freq_factor);
+    r.band = (float)(high_freq_factor - low_freq_factor);
+  }
+  return r;
 }
+
+OPS_HD float rope_inv_freq(int i, int HS, const rope_freqs *r) {
+  float inv_freq = 1.0f / powf(r->theta, (float)(2 * i) / (float)HS);
+  if (!r->llama3) return inv_freq;
+  float wavelen = (1.0f / inv_freq) * 6.283185307179586f;
+  if (wavelen > r->low_wavelen) return inv_freq / r->factor;
+  if (wavelen < r->high_wavelen) return inv_freq;
+  float s = ((1.0f / wavelen) * r->original - r->low_freq_factor) / r->band;
+  return (1.0f - s) * inv_freq / r->factor + s * inv_freq;
+}
+
+OPS_HD float rope_angle(int t, int i, int HS, const rope_freqs *r) { return (float)t * rope_inv_freq(i, HS, r); }
 
 /* Rotates the pair (*a, *b) = (x_i, x_{i+HS/2}) by the angle whose cosine and sine are c, s;
  * s = −sin(angle) rotates back (the backward). */
