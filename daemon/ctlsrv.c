@@ -117,14 +117,14 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
   ji.val_step = (uint32_t)vstep;
   /* The last step's per-rank figures (memory, time split, traffic) come from its metrics line. */
   char *json = NULL;
-  if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_ranks(json, &last) != FSDP_OK)
+  if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_line(json, &last) != FSDP_OK)
     log_warn("job %llu step %d: %s", (unsigned long long)id, row.step, fsdp_last_error());
   free(json);
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STATUS_RESP;
   m.status_resp = &ji;
   coord_reply(c->ctl, env, &m);
-  metrics_free_ranks(&last);
+  metrics_free_line(&last);
   jobs_db_row_clear(&row);
 }
 

@@ -1,11 +1,17 @@
-/* metrics — one step of a job as the metrics.jsonl line (jansson), from the ranks' step reports.
+/* metrics — one step of a job as the metrics.jsonl line (jansson), and back.
  *
  * The line is a JSON object: step (from 1; its loss is the one computed before that step's
  * update), loss (mean over all ranks' tokens), lr, grad_norm, tokens, step_ms (the slowest rank's
- * step time), tokens_per_s (tokens / step_ms), and ranks: one object per rank in rank order,
+ * step time), tokens_per_s (tokens / step_ms), step_ms_rank (the slowest rank), val_loss and
+ * eval_ms on evaluation steps; agg: every per-rank figure reduced over the ranks (stepagg.h),
+ * {ranks, GROUP: {KEY: {min, min_rank, median, max, max_rank, sum[, count]}}} with the groups
+ * peak_bytes, cur_bytes (per memory category), phase_us (allgather, compute, reducescatter,
+ * optimizer), sent_bytes, sent_inter_bytes (per collective), step_us, eval_us, extra (by name);
+ * and on detail steps (steps.h) ranks: one object per rank in rank order,
  * {rank, peak_bytes: {category: bytes}, cur_bytes: {category: bytes}, phase_ms: {allgather,
- * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}}.
- * Pure functions; any thread.
+ * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}, and the
+ * rank's extra figures by name}. Its size is bounded by the aggregate's, whatever the ranks,
+ * except on detail steps. Pure functions; any thread.
  */
 #ifndef FSDP_DAEMON_METRICS_H
 #define FSDP_DAEMON_METRICS_H
@@ -15,17 +21,13 @@
 #include "err.h"
 #include "fsdp.pb-c.h"
 
-/* Fill SUM's job-wide fields from the reports of every rank (REPORTS[r] is rank r's, all
- * non-NULL, N of them): loss, lr, grad_norm and tokens from rank 0 (they are global),
- * step_ms the maximum, tokens_per_s = tokens·1000/step_ms. Leaves sum->ranks alone. */
-void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSummary *sum);
+/* The metrics.jsonl line (no trailing newline) of step SUM: its job-wide fields, SUM->agg (with
+ * medians) when set, SUM->ranks when any; *line is malloc'd. */
+fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line);
 
-/* The metrics.jsonl line (no trailing newline) for REPORTS; *line is malloc'd. */
-fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line);
-
-/* The inverse for one line: fill SUM->ranks (allocated; free with metrics_free_ranks) from the
- * "ranks" array of a metrics.jsonl LINE. A line without ranks leaves n_ranks 0. */
-fsdp_status metrics_parse_ranks(const char *line, Fsdp__StepSummary *sum);
-void metrics_free_ranks(Fsdp__StepSummary *sum);
+/* The inverse for what `fsdpctl status` shows: fill SUM->ranks, SUM->agg (allocated; free with
+ * metrics_free_line) and step_ms_rank from a metrics.jsonl LINE; what the line lacks stays empty. */
+fsdp_status metrics_parse_line(const char *line, Fsdp__StepSummary *sum);
+void metrics_free_line(Fsdp__StepSummary *sum);
 
 #endif

@@ -112,7 +112,7 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
   m.body_case = FSDP__MSG__BODY_TRACE_REQ;
   m.trace_req = &q;
   for (int r = 0; r < j->world; r++)
-    if (j->ranks[r].ident_len) coord_send(c, j->ranks[r].ident, j->ranks[r].ident_len, &m);
+    coord_send_rank(c, j, r, &m);
 }
 
 /* Every rank answered: check that each holds the whole range, then reply. */
