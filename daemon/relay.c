@@ -11,7 +11,6 @@
 #include "loop.h"
 #include "stepagg.h"
 
-#define RELAY_INFLIGHT 2     /* steps a rank holds at once: it can start the next while one is reported */
 #define RELAY_MAX_CKPT 64    /* granted checkpoint steps not yet sent */
 
 typedef struct rrank {

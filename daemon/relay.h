@@ -23,6 +23,8 @@
 #include "err.h"
 #include "wire.h"
 
+#define RELAY_INFLIGHT 2   /* steps a rank is handed beyond the node's last reported one */
+
 typedef struct relay relay;
 /* Send M with envelope ENV (NULL: the agent's own empty frame) to the coordinator. */
 typedef void (*relay_up_fn)(void *arg, const wire_env *env, Fsdp__Msg *m);

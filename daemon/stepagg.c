@@ -27,13 +27,6 @@ uint32_t stepagg_bucket(uint64_t v) {
   return b < STEPAGG_NBUCKET ? b : STEPAGG_NBUCKET - 1;
 }
 
-uint64_t stepagg_bucket_value(uint32_t b) {
-  if (b == 0) return 0;
-  /* the middle of [γ^(b-1), γ^b) in relative terms: within (γ-1)/(γ+1) < 1% of any value in it */
-  double v = 2.0 * pow(STEPAGG_GAMMA, (double)b) / (STEPAGG_GAMMA + 1.0);
-  return v >= 1.8e19 ? UINT64_MAX : (uint64_t)(v + 0.5);
-}
-
 fsdp_status stepagg_new(stepagg **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a step aggregate");
@@ -137,16 +130,22 @@ fsdp_status stepagg_merge(stepagg *a, const Fsdp__StepAgg *m) {
   return FSDP_OK;
 }
 
-/* The lower median's bucket value, clamped into [min, max]. */
+/* The lower median: its bucket, then the point of that bucket's range (clamped into [min, max]) at
+ * the median's position among the bucket's values, as if they were evenly spread in it. */
 static uint64_t median(const fig *f) {
   if (!f->count) return 0;
   if (f->min == f->max) return f->min;
   uint64_t want = (f->count - 1) / 2 + 1, seen = 0;   /* the lower median is the want-th smallest */
   uint32_t b = f->lo;
-  for (; b <= f->hi; b++)
-    if ((seen += f->hist[b]) >= want) break;
-  uint64_t v = stepagg_bucket_value(b);
-  return v < f->min ? f->min : v > f->max ? f->max : v;
+  for (; b <= f->hi; b++) {
+    if (seen + f->hist[b] >= want) break;
+    seen += f->hist[b];
+  }
+  double lo = b ? pow(STEPAGG_GAMMA, (double)b - 1) : 0, hi = b ? pow(STEPAGG_GAMMA, (double)b) : 0;
+  if (lo < (double)f->min) lo = (double)f->min;
+  if (hi > (double)f->max) hi = (double)f->max;
+  double v = lo + (hi - lo) * ((double)(want - seen) - 0.5) / (double)f->hist[b];
+  return v <= (double)f->min ? f->min : v >= (double)f->max ? f->max : (uint64_t)(v + 0.5);
 }
 
 fsdp_status stepagg_to_msg(const stepagg *a, int with_median, Fsdp__StepAgg *m) {
