@@ -1,7 +1,7 @@
 /* fsdp-sim — many simulated nodes and ranks in one process, against a real coordinator.
  *
  *   fsdp-sim --join ENDPOINT --nodes N [--ranks-per-node 8] [--name sim] [--step-ms 5] [--jitter-ms 1]
- *            [--heartbeat S] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
+ *            [--heartbeat S] [--independent] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
  *   fsdp-sim --check METRICS.jsonl --world N [--step-ms 5] [--jitter-ms 1]
  *
  * Each simulated node is what `fsdpd --join` is, minus the processes: it registers with N CPU slots
@@ -11,7 +11,10 @@
  * step_cmd after the step's time, an ack to stop_cmd), computing nothing. So the coordinator, the
  * relays, the sockets and the wire are the real ones; only the training is not there.
  *
- * Step time: step-ms ± jitter-ms, a deterministic function of (rank, step), in whole microseconds.
+ * Step time: step-ms ± jitter-ms, a deterministic function of (rank, step), in whole microseconds;
+ * each rank reports its own, and every rank ends the step when the slowest one does, as ranks
+ * joined by collectives do (--independent: each on its own time, the nodes' reports then spread
+ * over the step instead of arriving together).
  * Figures: every per-rank figure is a known function of (rank, world, step, figure) (sim_value),
  * so that --check can recompute from scratch what the coordinator must have written for every step
  * (min, max and the ranks holding them, sums, counts, the median within its tolerance, the step time
@@ -51,7 +54,8 @@ typedef struct simrank {
   uint64_t job;
   uint32_t rank, world;
   void *sock;
-  loop_zsock *zs;
+  uv_poll_t poll;                  /* its ZMQ_FD: see rank_drain */
+  int draining;
   uv_timer_t timer;
   uint32_t queue[SIM_MAX_QUEUE];   /* steps received, not started */
   int ckpt[SIM_MAX_QUEUE];
@@ -79,6 +83,7 @@ static struct {
   const char *join;
   int nodes, per_node;
   double step_ms, jitter_ms, heartbeat_s, timeout_s;
+  int independent;   /* --independent: each rank ends its step on its own time, not the slowest rank's */
   uint32_t kill_rank, kill_step, hang_rank, hang_step;   /* step 0: no such fault */
   simnode *node;
   uv_signal_t sig[2];
@@ -115,7 +120,23 @@ static uint64_t sim_step_us(uint32_t rank, uint32_t step) {
 
 static double sim_loss(uint32_t step) { return 10.0 / (1.0 + 0.01 * step); }
 
+/* The slowest rank's time at STEP: when every rank of a real job is done with it, since the step ends
+ * in collectives (the gradient norm's all-reduce, the optimizer after it). Computed once per step. */
+static uint64_t slowest_us(uint32_t world, uint32_t step) {
+  static uint32_t cached_step, cached_world;
+  static uint64_t cached;
+  if (step != cached_step || world != cached_world) {
+    cached = 0;
+    for (uint32_t r = 0; r < world; r++)
+      if (sim_step_us(r, step) > cached) cached = sim_step_us(r, step);
+    cached_step = step, cached_world = world;
+  }
+  return cached;
+}
+
 /* ---------------------------------------------------------------- simulated ranks */
+
+static void rank_drain(simrank *k);
 
 static void send_body(void *sock, Fsdp__Msg *m) {
   wire_env env = {0};
@@ -137,7 +158,7 @@ static void rank_exit(simrank *k, int status, int sig) {
   if (k->dead) return;
   k->dead = 1;
   uv_timer_stop(&k->timer);
-  loop_zsock_destroy(&k->zs);
+  uv_close((uv_handle_t *)&k->poll, NULL);   /* the rank's memory stays until the process ends */
   zmq_close(k->sock);
   k->sock = NULL;
   relay_rank_gone(k->node->relay, k->job, k->rank);
@@ -168,6 +189,7 @@ static void rank_report(simrank *k) {
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT, m.step_report = &r;
   send_body(k->sock, &m);
+  rank_drain(k);   /* the send may have taken the edge that announced a step_cmd */
 }
 
 static void rank_next(simrank *k);
@@ -182,6 +204,7 @@ static void on_step_done(uv_timer_t *t) {
     m.body_case = FSDP__MSG__BODY_WORKER_ERROR, m.worker_error = &e;
     send_body(k->sock, &m);
     k->cur = 0;
+    rank_drain(k);
     return;
   }
   rank_report(k);
@@ -207,14 +230,13 @@ static void rank_next(simrank *k) {
     uv_timer_start(&k->timer, on_step_done, (uint64_t)(S.timeout_s * 1000), 0);
     return;
   }
-  uint64_t us = sim_step_us(k->rank, k->cur);
+  uint64_t us = S.independent ? sim_step_us(k->rank, k->cur) : slowest_us(k->world, k->cur);
   uv_timer_start(&k->timer, on_step_done, (us + 999) / 1000, 0);
 }
 
-static void on_rank_msg(void *sock, void *arg) {
-  simrank *k = arg;
+static void on_rank_msg(simrank *k) {
   Fsdp__Msg *m = NULL;
-  if (wire_recv(sock, NULL, &m, ZMQ_DONTWAIT) != FSDP_OK) return;
+  if (wire_recv(k->sock, NULL, &m, ZMQ_DONTWAIT) != FSDP_OK) return;
   Fsdp__Msg out = WIRE_MSG_INIT;
   switch (m->body_case) {
   case FSDP__MSG__BODY_WORKER_SETUP: {
@@ -242,6 +264,23 @@ static void on_rank_msg(void *sock, void *arg) {
   wire_destroy(&m);
 }
 
+/* A rank's socket is read here rather than through loop.h: loop.h re-checks every socket before each
+ * poll of the loop, which for thousands of ranks in one process costs more than the ranks' own work.
+ * So the edge-triggered ZMQ_FD is handled locally: drain on its wake-up and after every send. */
+static void rank_drain(simrank *k) {
+  if (k->draining) return;
+  k->draining = 1;
+  int ev = 0;
+  size_t len = sizeof ev;
+  while (!k->dead && zmq_getsockopt(k->sock, ZMQ_EVENTS, &ev, &len) == 0 && (ev & ZMQ_POLLIN)) on_rank_msg(k);
+  k->draining = 0;
+}
+
+static void on_rank_poll(uv_poll_t *h, int status, int events) {
+  (void)status, (void)events;
+  rank_drain(h->data);
+}
+
 static const char *arg_after(const Fsdp__SpawnReq *r, const char *flag) {
   for (size_t i = 0; i + 1 < r->n_argv; i++)
     if (!strcmp(r->argv[i], flag)) return r->argv[i + 1];
@@ -266,12 +305,18 @@ static void spawn(simnode *n, const Fsdp__SpawnReq *r) {
   zmq_connect(k->sock, relay_endpoint(n->relay));
   uv_timer_init(S.uv, &k->timer);
   k->timer.data = k;
-  loop_zsock_new(S.uv, k->sock, on_rank_msg, k, &k->zs);
+  int fd;
+  size_t fdlen = sizeof fd;
+  zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fdlen);
+  uv_poll_init(S.uv, &k->poll, fd);
+  k->poll.data = k;
+  uv_poll_start(&k->poll, UV_READABLE, on_rank_poll);
   Fsdp__WorkerHello h = FSDP__WORKER_HELLO__INIT;
   h.job_id = r->job_id, h.rank = r->rank, h.pid = (uint32_t)getpid(), h.token = (char *)token;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_WORKER_HELLO, m.worker_hello = &h;
   send_body(k->sock, &m);
+  rank_drain(k);
 }
 
 /* ---------------------------------------------------------------- simulated nodes */
@@ -436,7 +481,7 @@ static int check(const char *path, uint32_t world) {
     for (int g = 0; !bad && g < 4; g++)
       for (int k = 0; !bad && k < glen[g]; k++, i++) {
         const char *group, *key;
-        stepagg_figure_name(&names, (size_t)i, &group, &key);
+        stepstats_figure_name(&names, (size_t)i, &group, &key);
         for (uint32_t r = 0; r < world; r++) v[r] = sim_value(r, world, step, i);
         char nm[96];
         snprintf(nm, sizeof nm, "%s.%s", groups[g], key);
@@ -500,6 +545,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int used = 1;
+    if (!strcmp(a, "--independent")) {
+      S.independent = 1;
+      continue;
+    }
     if (!v) used = 0;
     else if (!strcmp(a, "--join")) S.join = v;
     else if (!strcmp(a, "--nodes")) S.nodes = atoi(v);

@@ -65,7 +65,7 @@ static fsdp_status parse_agg(json_t *o, Fsdp__StepSummary *sum) {
   a->n_min = a->n_max = a->n_sum = a->n_median = a->n_count = a->n_min_rank = a->n_max_rank = a->n_hist_len = nf;
   for (size_t i = 0; i < nf; i++) {
     const char *group, *key;
-    stepagg_figure_name(a, i, &group, &key);
+    stepstats_figure_name(a, i, &group, &key);
     json_t *f = json_object_get(o, group);
     if (key) f = json_object_get(f, key);
     if (!json_is_object(f)) continue;
@@ -147,7 +147,7 @@ static json_t *agg_json(const Fsdp__StepAgg *a) {
   for (size_t i = 0; o && i < a->n_std + a->n_extra_names; i++) {
     if (!a->count[i]) continue;
     const char *group, *key;
-    stepagg_figure_name(a, i, &group, &key);
+    stepstats_figure_name(a, i, &group, &key);
     json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "min", (json_int_t)a->min[i], "min_rank", (json_int_t)a->min_rank[i],
                           "median", (json_int_t)(a->n_median ? a->median[i] : 0), "max", (json_int_t)a->max[i],
                           "max_rank", (json_int_t)a->max_rank[i], "sum", (json_int_t)a->sum[i]);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(STEPAGG_NSTD == 2 * MEM_NCAT + STEPSTATS_NPHASE + 2 * COLL_NKIND + 2, "stepstats.h's figures match plan.h's enums");
+
 typedef struct fig {
   uint64_t min, max, sum;
   uint32_t min_rank, max_rank, count;
@@ -18,8 +20,6 @@ struct stepagg {
   char extra[STEPAGG_MAX_FIGS - STEPAGG_NSTD][64];
   fig f[STEPAGG_MAX_FIGS];
 };
-
-static const char *const std_groups[] = {"peak_bytes", "cur_bytes", "phase_us", "sent_bytes", "sent_inter_bytes"};
 
 uint32_t stepagg_bucket(uint64_t v) {
   if (v == 0) return 0;
@@ -189,27 +189,3 @@ void stepagg_msg_free(Fsdp__StepAgg *m) {
   fsdp__step_agg__init(m);
 }
 
-static const char *mem_key(int i) { return plan_mem_category_name((mem_category)i); }
-static const char *coll_key(int i) { return plan_coll_kind_name((coll_kind)i); }
-static const char *phase_key(int i) { return stepstats_phase_names[i]; }
-
-void stepagg_figure_name(const Fsdp__StepAgg *m, size_t i, const char **group, const char **key) {
-  static const int len[] = {MEM_NCAT, MEM_NCAT, STEPSTATS_NPHASE, COLL_NKIND, COLL_NKIND};
-  static const char *(*const keyf[])(int) = {mem_key, mem_key, phase_key, coll_key, coll_key};
-  *key = NULL;
-  if (i >= m->n_std) {
-    *group = "extra";
-    *key = m->extra_names[i - m->n_std];
-    return;
-  }
-  size_t k = i;
-  for (int g = 0; g < 5; g++) {
-    if (k < (size_t)len[g]) {
-      *group = std_groups[g];
-      *key = keyf[g]((int)k);
-      return;
-    }
-    k -= (size_t)len[g];
-  }
-  *group = k == 0 ? "step_us" : k == 1 ? "eval_us" : "unknown";
-}

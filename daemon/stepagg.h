@@ -24,7 +24,7 @@
 #include "plan.h"
 #include "stepstats.h"
 
-#define STEPAGG_NSTD (2 * MEM_NCAT + STEPSTATS_NPHASE + 2 * COLL_NKIND + 2)
+#define STEPAGG_NSTD STEPSTATS_NFIG_STD   /* named by stepstats_figure_name */
 #define STEPAGG_GAMMA 1.02
 #define STEPAGG_MEDIAN_RTOL 0.02   /* γ - 1: the width of a bucket */
 #define STEPAGG_NBUCKET 2300       /* bucket 0 holds 0; bucket b ≥ 1 holds [γ^(b-1), γ^b): all of uint64 */
@@ -46,10 +46,6 @@ uint32_t stepagg_ranks(const stepagg *a);
  * (the coordinator's final figures; a node agent leaves them out). */
 fsdp_status stepagg_to_msg(const stepagg *a, int with_median, Fsdp__StepAgg *m);
 void stepagg_msg_free(Fsdp__StepAgg *m);
-
-/* Figure I's group and key in an aggregate message: ("peak_bytes", "param_shard"), ...,
- * ("step_us", NULL), and for extras ("extra", NAME). */
-void stepagg_figure_name(const Fsdp__StepAgg *m, size_t i, const char **group, const char **key);
 
 /* The histogram bucket of V (exposed for the tests). */
 uint32_t stepagg_bucket(uint64_t v);

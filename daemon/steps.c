@@ -290,6 +290,19 @@ void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   }
 }
 
+const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__StepSummary *line, uint32_t *step) {
+  const Fsdp__RankStats *best = NULL;
+  *step = 0;
+  for (size_t i = 0; line && i < line->n_ranks; i++)
+    if (line->ranks[i]->rank == rank) best = line->ranks[i], *step = line->step;
+  if (!j) return best;
+  if (j->state == ST_RUNNING && !j->done) j->detail_rank = rank + 1;   /* on every step from the next grant on */
+  const Fsdp__NodeStepReport *nr = j->rank_detail ? j->rank_detail->node_step_report : NULL;
+  for (size_t i = 0; nr && j->rank_detail_step > *step && i < nr->n_detail; i++)
+    if (nr->detail[i]->rank == rank) best = nr->detail[i], *step = j->rank_detail_step;
+  return best;
+}
+
 /* A job that resumes from the checkpoint of step S (a restart) keeps in metrics.jsonl only the
  * lines of steps ≤ S: the failed attempt's later steps are about to be trained again, and the file
  * must keep one line per step. The file is rewritten beside itself and renamed over. */

@@ -24,6 +24,11 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd);
 
 /* A node_step_report from node N; takes *MP when it keeps it. */
 void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp);
+/* `fsdpctl status --rank R` of J (NULL: a job no longer active): from now on R's full figures ride
+ * on every step of J; returns its latest figures, from the coordinator's last copy or from LINE
+ * (the last step's parsed metrics line, NULL-safe), whichever is newer, and their step in *STEP
+ * (NULL, 0: none yet). The pointer lives until the next step of J or the end of LINE. */
+const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__StepSummary *line, uint32_t *step);
 /* Drop the steps in flight and what the coordinator kept of them. */
 void steps_free(job_t *j);
 
