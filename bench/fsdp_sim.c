@@ -1,7 +1,7 @@
 /* fsdp-sim — many simulated nodes and ranks in one process, against a real coordinator.
  *
  *   fsdp-sim --join ENDPOINT --nodes N [--ranks-per-node 8] [--name sim] [--step-ms 5] [--jitter-ms 1]
- *            [--heartbeat S] [--independent] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
+ *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
  *   fsdp-sim --check METRICS.jsonl --world N [--step-ms 5] [--jitter-ms 1]
  *
  * Each simulated node is what `fsdpd --join` is, minus the processes: it registers with N CPU slots
@@ -25,7 +25,7 @@
  * every other rank of this process reports a collective timeout T seconds later, as real ranks
  * waiting for it in a collective would.
  *
- * One thread: the uv loop. Ends on SIGTERM or SIGINT.
+ * One thread per process: the uv loop (--procs P: P processes share the nodes). Ends on SIGTERM or SIGINT.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -82,7 +83,8 @@ static struct {
   void *zctx;
   const char *join;
   int nodes, per_node;
-  double step_ms, jitter_ms, heartbeat_s, timeout_s;
+  double step_ms, jitter_ms, timeout_s;
+  int procs;
   int independent;   /* --independent: each rank ends its step on its own time, not the slowest rank's */
   uint32_t kill_rank, kill_step, hang_rank, hang_step;   /* step 0: no such fault */
   simnode *node;
@@ -218,13 +220,13 @@ static void rank_next(simrank *k) {
   memmove(k->queue, k->queue + 1, (size_t)--k->nq * sizeof *k->queue);
   memmove(k->ckpt, k->ckpt + 1, (size_t)k->nq * sizeof *k->ckpt);
   if (S.kill_step && k->rank == S.kill_rank && k->cur == S.kill_step) {
-    log_info("sim: rank %u dies at step %u", k->rank, k->cur);
+    log_warn("sim: rank %u dies at step %u", k->rank, k->cur);   /* the moment, for the tests */
     rank_exit(k, -1, SIGKILL);
     return;
   }
   if (S.hang_step && k->cur == S.hang_step) {
     if (k->rank == S.hang_rank) {
-      log_info("sim: rank %u hangs at step %u", k->rank, k->cur);
+      log_warn("sim: rank %u hangs at step %u", k->rank, k->cur);
       return;   /* never reports again */
     }
     uv_timer_start(&k->timer, on_step_done, (uint64_t)(S.timeout_s * 1000), 0);
@@ -361,7 +363,12 @@ static void on_node_msg(void *sock, void *arg) {
     return;
   }
   switch (m->body_case) {
-  case FSDP__MSG__BODY_AGENT_WELCOME: n->node_id = m->agent_welcome->node_id; break;
+  case FSDP__MSG__BODY_AGENT_WELCOME: {   /* beat as often as the coordinator says, as an agent does */
+    n->node_id = m->agent_welcome->node_id;
+    uint64_t ms = (uint64_t)(m->agent_welcome->heartbeat_s * 1000);
+    uv_timer_start(&n->beat, on_beat, ms ? ms : 1, ms ? ms : 1);
+    break;
+  }
   case FSDP__MSG__BODY_SPAWN_REQ: spawn(n, m->spawn_req); break;
   case FSDP__MSG__BODY_KILL_REQ:
     for (int i = 0; i < n->nranks; i++)
@@ -392,8 +399,7 @@ static int node_start(simnode *n, int idx, const char *prefix) {
   }
   uv_timer_init(S.uv, &n->beat);
   n->beat.data = n;
-  uint64_t ms = (uint64_t)(S.heartbeat_s * 1000);
-  uv_timer_start(&n->beat, on_beat, 0, ms ? ms : 1);
+  uv_timer_start(&n->beat, on_beat, 0, 1000);   /* register every second until welcomed */
   return 0;
 }
 
@@ -541,7 +547,7 @@ static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
 int main(int argc, char **argv) {
   const char *name = "sim", *check_path = NULL;
   uint32_t world = 0;
-  S.per_node = 8, S.step_ms = 5, S.jitter_ms = 1, S.heartbeat_s = 1, S.timeout_s = 10;
+  S.per_node = 8, S.step_ms = 5, S.jitter_ms = 1, S.timeout_s = 10, S.procs = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int used = 1;
@@ -556,7 +562,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--name")) name = v;
     else if (!strcmp(a, "--step-ms")) S.step_ms = atof(v);
     else if (!strcmp(a, "--jitter-ms")) S.jitter_ms = atof(v);
-    else if (!strcmp(a, "--heartbeat")) S.heartbeat_s = atof(v);
+    else if (!strcmp(a, "--procs")) S.procs = atoi(v);
     else if (!strcmp(a, "--timeout-s")) S.timeout_s = atof(v);
     else if (!strcmp(a, "--kill")) { if (parse_fault(v, &S.kill_rank, &S.kill_step)) return 2; }
     else if (!strcmp(a, "--hang")) { if (parse_fault(v, &S.hang_rank, &S.hang_step)) return 2; }
@@ -580,10 +586,25 @@ int main(int argc, char **argv) {
     }
     return check(check_path, world);
   }
-  if (!S.join || S.nodes < 1 || S.per_node < 1 || S.per_node > 64) {
-    fprintf(stderr, "fsdp-sim: needs --join ENDPOINT and --nodes N >= 1 (--ranks-per-node 1..64)\n");
+  if (!S.join || S.nodes < 1 || S.per_node < 1 || S.per_node > 64 || S.procs < 1 || S.procs > S.nodes) {
+    fprintf(stderr, "fsdp-sim: needs --join ENDPOINT and --nodes N >= 1 (--ranks-per-node 1..64, --procs 1..N)\n");
     return 2;
   }
+  /* --procs P: P processes, each with its share of the nodes (one loop per process: a machine's
+   * cores serve several); the first waits for the others and passes SIGTERM on. */
+  int first = 0, count = S.nodes;
+  pid_t kids[256];
+  int nkids = 0;
+  for (int p = 1; p < S.procs && p < 256; p++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      first = p * S.nodes / S.procs, count = (p + 1) * S.nodes / S.procs - first;
+      nkids = 0;
+      break;
+    }
+    if (pid > 0) kids[nkids++] = pid;
+  }
+  if (nkids || S.procs == 1) count = S.nodes / S.procs;
   /* Three descriptors per simulated rank (its socket, both ends of its connection) and a few per node. */
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -593,16 +614,18 @@ int main(int argc, char **argv) {
   log_set_level(LOG_WARN);
   S.uv = uv_default_loop();
   S.zctx = zmq_ctx_new();
-  zmq_ctx_set(S.zctx, ZMQ_MAX_SOCKETS, 2 * S.nodes * (S.per_node + 2) + 64);
-  S.node = calloc((size_t)S.nodes, sizeof *S.node);
+  zmq_ctx_set(S.zctx, ZMQ_MAX_SOCKETS, 2 * count * (S.per_node + 2) + 64);
+  S.node = calloc((size_t)count, sizeof *S.node);
   if (!S.node) return 1;
-  for (int i = 0; i < S.nodes; i++)
-    if (node_start(&S.node[i], i, name) != 0) return 1;
+  for (int i = 0; i < count; i++)
+    if (node_start(&S.node[i], first + i, name) != 0) return 1;
   for (int i = 0; i < 2; i++) {
     uv_signal_init(S.uv, &S.sig[i]);
     uv_signal_start(&S.sig[i], on_signal, i ? SIGINT : SIGTERM);
   }
   uv_run(S.uv, UV_RUN_DEFAULT);
+  for (int k = 0; k < nkids; k++) kill(kids[k], SIGTERM);
+  for (int k = 0; k < nkids; k++) waitpid(kids[k], NULL, 0);
   /* a tool's end: the process exit closes every socket; nothing is left to flush */
   return 0;
 }

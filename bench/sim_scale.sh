@@ -14,6 +14,7 @@ BUILD=build
 STEPS=200
 STEP_MS=20
 RPN=8
+HEARTBEAT=2   # seconds; a node is lost after 3 missed beats
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -31,9 +32,10 @@ run_one() {
   local S
   S=$(mktemp -d /tmp/sim-scale-XXXXXX)
   export FSDP_CTL="ipc://$S/ctl.sock"
-  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level warn --heartbeat 1 2>"$S/fsdpd.log" &
+  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level warn --heartbeat "$HEARTBEAT" 2>"$S/fsdpd.log" &
   local D=$!
   "$BUILD/bench/fsdp-sim" --join "ipc://$S/cluster.sock" --nodes "$nodes" --ranks-per-node "$RPN" --step-ms "$STEP_MS" \
+    --procs "$(( nodes >= 64 ? 4 : 1 ))" \
     --jitter-ms "$(( STEP_MS / 4 ))" 2>"$S/sim.log" &
   local P=$!
   cat >"$S/job.ini" <<EOF

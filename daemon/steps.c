@@ -14,8 +14,12 @@
 #include "metrics.h"
 #include "stepagg.h"
 
-#define STEP_WINDOW 4        /* steps granted beyond the last one recorded */
-#define STEP_REGRANT 2       /* grant again when this few granted steps are left */
+/* Steps granted beyond the last one recorded, and how few may be left before the next grant. A small
+ * job (few nodes) is granted 2 ahead, one more per recorded step, as the coordinator once sent steps
+ * itself: a stop then takes effect after the next step. A large one is granted up to 16 ahead, 8 at a
+ * time: one node_step_cmd per node per 8 steps, and a stop within 16 steps. */
+#define STEP_WINDOW 16       /* the most: the size of the window's ring */
+#define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
 
 /* One step in flight: the node reports received so far, their figures merged. */
 typedef struct jstep {
@@ -35,6 +39,7 @@ struct steps_win {
   int *node_k;               /* c->nodes index → k, or -1; nmap entries */
   int nmap;
   uint32_t detail_every;
+  uint32_t window, regrant;  /* see STEP_WINDOW */
   jstep s[STEP_WINDOW];
 };
 
@@ -70,6 +75,8 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
     w->nranks[w->node_k[n]]++;
   }
   w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
+  w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 2;
+  w->regrant = w->window / 2;
   for (int i = 0; i < STEP_WINDOW; i++) {
     w->s[i].first = -1;
     w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
@@ -114,11 +121,12 @@ static void send_stop(coord_t *c, job_t *j) {
   for (int r = 0; r < j->world; r++) coord_send_rank(c, j, r, &m);
 }
 
-/* Keep steps granted ahead: when STEP_REGRANT or fewer are left (or FORCE), grant up to STEP_WINDOW
- * beyond the last recorded step; after the last step, stop every rank. */
+/* Keep steps granted ahead: when the window's regrant or fewer are left (or FORCE), grant up to its
+ * width beyond the last recorded step; after the last step, stop every rank. */
 static void fill_window(coord_t *c, job_t *j, int force) {
-  uint32_t last = j->done_step + STEP_WINDOW < j->steps ? j->done_step + STEP_WINDOW : j->steps;
-  if (j->next_step <= last && (force || j->next_step - 1 <= j->done_step + STEP_REGRANT)) send_grant(c, j, last);
+  const struct steps_win *w = j->win;
+  uint32_t last = j->done_step + w->window < j->steps ? j->done_step + w->window : j->steps;
+  if (j->next_step <= last && (force || j->next_step - 1 <= j->done_step + w->regrant)) send_grant(c, j, last);
   if (j->done_step >= j->steps && j->next_step == j->steps + 1) {
     send_stop(c, j);
     j->next_step = j->steps + 2;   /* stop sent */
