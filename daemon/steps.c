@@ -15,9 +15,10 @@
 #include "stepagg.h"
 
 /* Steps granted beyond the last one recorded, and how few may be left before the next grant. A small
- * job (few nodes) is granted 2 ahead, one more per recorded step, as the coordinator once sent steps
- * itself: a stop then takes effect after the next step. A large one is granted up to 16 ahead, 8 at a
- * time: one node_step_cmd per node per 8 steps, and a stop within 16 steps. */
+ * job (few nodes) is granted 4 ahead, 2 at a time: the relays keep their ranks two steps ahead of what
+ * the node reported while the coordinator records a step (a database commit) off their path; a stop
+ * takes effect within 4 steps. A large one is granted up to 16 ahead, 8 at a time: one
+ * node_step_cmd per node per 8 steps, and a stop within 16 steps. */
 #define STEP_WINDOW 16       /* the most: the size of the window's ring */
 #define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
 
@@ -75,8 +76,8 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
     w->nranks[w->node_k[n]]++;
   }
   w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
-  w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 2;
-  w->regrant = w->window / 2;
+  w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 4;
+  w->regrant = w->njnodes >= STEP_WIDE_NODES ? w->window / 2 : w->window - 1;
   for (int i = 0; i < STEP_WINDOW; i++) {
     w->s[i].first = -1;
     w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
