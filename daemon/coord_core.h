@@ -177,6 +177,7 @@ struct coord {
   uint32_t next_pull_id;
   int *node_hash;            /* open addressing over node idents (coord_find_node); rebuilt when stale */
   int node_hash_cap, node_hash_stale;
+  double last_tick;          /* monotonic: the last on_tick, to tell a busy loop from silent nodes */
 };
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */

@@ -311,7 +311,11 @@ static void on_tick(uv_timer_t *t) {
   coord_t *c = t->data;
   double now = loop_now_mono();
   double lost_after = LOST_BEATS * c->cfg.heartbeat_s;
-  for (int i = 0; i < c->nnodes; i++) {
+  /* A tick that comes late found the loop busy (a large step to record): the heartbeats that arrived
+   * meanwhile wait unread in the socket, so no node is declared lost before they have been read. */
+  int late = c->last_tick > 0 && now - c->last_tick > 4 * TICK_MS / 1000.0;
+  c->last_tick = now;
+  for (int i = 0; i < c->nnodes && !late; i++) {
     node_t *n = &c->nodes[i];
     if (n->lost || now - n->last_seen <= lost_after) continue;
     n->lost = 1;
