@@ -437,6 +437,16 @@ static int silent(const job_t *j, int r) {
 
 static int not_ready(const job_t *j, int r) { return !j->ranks[r].ready; }
 
+/* "; it runs on node NAME" when SEL picks exactly one rank of J (at scale, where to look), else "". */
+static const char *node_of_one(const coord_t *c, const job_t *j, int (*sel)(const job_t *, int), char *buf, size_t n) {
+  int one = -1, k = 0;
+  for (int r = 0; r < j->world; r++)
+    if (sel(j, r)) one = r, k++;
+  buf[0] = '\0';
+  if (k == 1 && j->ranks[one].node >= 0) snprintf(buf, n, "; it runs on node %s", c->nodes[j->ranks[one].node].name);
+  return buf;
+}
+
 /* A node that runs a live rank of J and has missed a heartbeat: it may be on its way to lost. */
 static int suspect_node(const coord_t *c, const job_t *j, double now) {
   for (int r = 0; r < j->world; r++) {
@@ -460,9 +470,10 @@ void steps_check(coord_t *c, job_t *j, double now) {
       return;
     }
     int n = rank_list(j, silent, who, sizeof who);
+    char where[300];
     if (n > 0)
-      job_fail(c, j, "rank%s %s stopped responding (rank %d gave up waiting: %s)", n > 1 ? "s" : "", who, j->pending_rank,
-               j->pending);
+      job_fail(c, j, "rank%s %s stopped responding (rank %d gave up waiting: %s)%s", n > 1 ? "s" : "", who, j->pending_rank,
+               j->pending, node_of_one(c, j, silent, where, sizeof where));
     else
       job_fail(c, j, "rank %d failed: %s", j->pending_rank, j->pending);
     return;
@@ -474,7 +485,8 @@ void steps_check(coord_t *c, job_t *j, double now) {
              j->start_timeout);
   } else {
     int n = rank_list(j, silent, who, sizeof who);
-    job_fail(c, j, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)", n > 1 ? "s" : "",
-             n ? who : "?", j->done_step + 1, j->step_timeout);
+    char where[300];
+    job_fail(c, j, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)%s", n > 1 ? "s" : "",
+             n ? who : "?", j->done_step + 1, j->step_timeout, node_of_one(c, j, silent, where, sizeof where));
   }
 }
