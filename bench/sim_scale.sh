@@ -94,8 +94,9 @@ while True:   # the stop and the workers' exits, then the final state
 status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status") if ":" in l)
 hwm, rss = int(status["VmHWM"].split()[0]), int(status["VmRSS"].split()[0])
 ls = open(path).readlines()
+rpath = f"{S}/jobs/{jid}/ranks.jsonl"   # beyond 64 ranks every rank's figures go there, every 100 steps
 agg = [len(l) for l in ls if '"ranks":[' not in l]
-det = [len(l) for l in ls if '"ranks":[' in l]
+det = [len(l) for l in ls if '"ranks":[' in l] + ([len(l) for l in open(rpath)] if os.path.exists(rpath) else [])
 db = os.path.getsize(f"{S}/jobs.db") + (os.path.getsize(f"{S}/jobs.db-wal") if os.path.exists(f"{S}/jobs.db-wal") else 0)
 cpu = (c2 - c1) / 1e6 / max(1, s2 - s1) if c1 is not None else float("nan")
 wall = (w2 - w1) / max(1, s2 - s1) if c1 is not None else float("nan")   # seconds per step
@@ -103,8 +104,8 @@ steps_only = cpu - idle * wall
 print(f"N={n:>5} ({nodes} nodes): {st.get('state', '?')}, start-up {t1 - t0 if t1 else float('nan'):.2f} s, "
       f"coordinator CPU {cpu:.3f} ms/step (steps {s1}..{s2}, {wall * 1e3:.0f} ms each; {steps_only:.3f} ms/step without "
       f"the {idle:.2f} ms/s it spends idle), memory peak {hwm / 1024:.1f} MiB, now {rss / 1024:.1f} MiB; "
-      f"metrics.jsonl {sum(agg) + sum(det)} B for {len(ls)} steps: aggregate line {max(agg) if agg else 0} B, "
-      f"{len(det)} detail line(s) of {max(det) if det else 0} B; jobs.db + WAL {db} B", flush=True)
+      f"metrics.jsonl and ranks.jsonl {sum(agg) + sum(det)} B for {len(ls)} steps: aggregate line {max(agg) if agg else 0} B, "
+      f"{len(det)} line(s) of every rank of {max(det) if det else 0} B; jobs.db + WAL {db} B", flush=True)
 open(f"{S}/id", "w").write(jid)
 PY
   local id state

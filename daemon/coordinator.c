@@ -266,8 +266,12 @@ static void on_cluster(void *sock, void *arg) {
   case FSDP__MSG__BODY_WORKER_HELLO: on_worker_hello(c, &env, m->worker_hello); break;
   case FSDP__MSG__BODY_NODE_STEP_REPORT:
     n = coord_find_node(c, id, idlen);
-    if (!n) log_warn("node_step_report from an unregistered agent; ignored");
-    else steps_on_node_report(c, n, &m);
+    if (!n) {
+      log_warn("node_step_report from an unregistered agent; ignored");
+      break;
+    }
+    n->last_seen = loop_now_mono();   /* as good as a heartbeat */
+    steps_on_node_report(c, n, &m);
     break;
   default:
     j = coord_find_worker(c, &env, &r);
@@ -311,9 +315,14 @@ static void on_tick(uv_timer_t *t) {
   coord_t *c = t->data;
   double now = loop_now_mono();
   double lost_after = LOST_BEATS * c->cfg.heartbeat_s;
-  /* A tick that comes late found the loop busy (a large step to record): the heartbeats that arrived
-   * meanwhile wait unread in the socket, so no node is declared lost before they have been read. */
+  /* A node is lost when its agent went silent, not when the loop was too busy to read it (a large
+   * step to record, thousands of node reports queued behind it): read everything waiting first, and
+   * let a tick that comes late declare nothing. */
   int late = c->last_tick > 0 && now - c->last_tick > 4 * TICK_MS / 1000.0;
+  int ev = 0;
+  size_t evlen = sizeof ev;
+  while (c->cluster && zmq_getsockopt(c->cluster, ZMQ_EVENTS, &ev, &evlen) == 0 && (ev & ZMQ_POLLIN)) on_cluster(c->cluster, c);
+  now = loop_now_mono();
   c->last_tick = now;
   for (int i = 0; i < c->nnodes && !late; i++) {
     node_t *n = &c->nodes[i];

@@ -182,6 +182,20 @@ fail:
   return NULL;
 }
 
+fsdp_status metrics_ranks_line(const Fsdp__StepSummary *sum, char **line) {
+  json_t *o = json_pack("{s:I}", "step", (json_int_t)sum->step), *ranks = json_array();
+  if (!o || !ranks || json_object_set_new(o, "ranks", ranks)) goto nomem;
+  for (size_t i = 0; i < sum->n_ranks; i++)
+    if (json_array_append_new(ranks, rank_json(sum->ranks[i]))) goto nomem;
+  *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (*line) return FSDP_OK;
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
+nomem:
+  json_decref(o);
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
+}
+
 fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line) {
   *line = NULL;
   json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:I}", "step", (json_int_t)sum->step, "loss", sum->loss,

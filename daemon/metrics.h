@@ -7,11 +7,12 @@
  * {ranks, GROUP: {KEY: {min, min_rank, median, max, max_rank, sum[, count]}}} with the groups
  * peak_bytes, cur_bytes (per memory category), phase_us (allgather, compute, reducescatter,
  * optimizer), sent_bytes, sent_inter_bytes (per collective), step_us, eval_us, extra (by name);
- * and on detail steps (steps.h) ranks: one object per rank in rank order,
+ * and on detail steps of jobs up to 64 ranks (steps.h) ranks: one object per rank in rank order,
  * {rank, peak_bytes: {category: bytes}, cur_bytes: {category: bytes}, phase_ms: {allgather,
  * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}, and the
- * rank's extra figures by name}. Its size is bounded by the aggregate's, whatever the ranks,
- * except on detail steps. Pure functions; any thread.
+ * rank's extra figures by name}. Beyond 64 ranks the ranks go to ranks.jsonl instead
+ * (metrics_ranks_line), so that a line's size is the aggregate's whatever the ranks. Pure
+ * functions; any thread.
  */
 #ifndef FSDP_DAEMON_METRICS_H
 #define FSDP_DAEMON_METRICS_H
@@ -24,6 +25,10 @@
 /* The metrics.jsonl line (no trailing newline) of step SUM: its job-wide fields, SUM->agg (with
  * medians) when set, SUM->ranks when any; *line is malloc'd. */
 fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line);
+
+/* The ranks.jsonl line of SUM (jobs beyond 64 ranks keep every rank's figures there, steps.h):
+ * {"step", "ranks": [as in metrics.jsonl]}; *line is malloc'd. */
+fsdp_status metrics_ranks_line(const Fsdp__StepSummary *sum, char **line);
 
 /* The inverse for what `fsdpctl status` shows: fill SUM->ranks, SUM->agg (allocated; free with
  * metrics_free_line) and step_ms_rank from a metrics.jsonl LINE; what the line lacks stays empty. */

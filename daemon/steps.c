@@ -3,6 +3,7 @@
 #include "steps.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,11 +135,9 @@ static void fill_window(coord_t *c, job_t *j, int force) {
   }
 }
 
-/* Append LINE and a newline to metrics.jsonl as one write; a short write (a full disk) is cut back,
- * so that the file only ever holds whole lines. */
-static fsdp_status metrics_append(job_t *j, const char *line) {
-  if (!j->metrics) return FSDP_OK;   /* could not be opened: said at the start */
-  int fd = fileno(j->metrics);
+/* Append LINE and a newline to FILE (fd FD, in J's directory) as one write; a short write (a full
+ * disk) is cut back, so that the file only ever holds whole lines. */
+static fsdp_status append_line(const job_t *j, int fd, const char *file, const char *line) {
   size_t len = strlen(line);
   char *buf = malloc(len + 1);
   if (!buf) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
@@ -151,7 +150,26 @@ static fsdp_status metrics_append(job_t *j, const char *line) {
   if (n == (ssize_t)(len + 1)) return FSDP_OK;
   if (n >= 0) e = ENOSPC;   /* a short write: the device is full */
   if (end >= 0 && ftruncate(fd, end) != 0) log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
-  return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/metrics.jsonl: %s", j->job_dir, strerror(e));
+  return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/%s: %s", j->job_dir, file, strerror(e));
+}
+
+static fsdp_status metrics_append(const job_t *j, const char *line) {
+  if (!j->metrics) return FSDP_OK;   /* could not be opened: said at the start */
+  return append_line(j, fileno(j->metrics), "metrics.jsonl", line);
+}
+
+/* Every rank's figures of a detail step of a job beyond STEPS_DETAIL_ALL_MAX ranks: one line of
+ * ranks.jsonl ({"step", "ranks"}), so that metrics.jsonl and the step rows stay the aggregate's size. */
+static fsdp_status ranks_append(const job_t *j, const Fsdp__StepSummary *sum) {
+  char path[sizeof j->job_dir + 16], *line = NULL;
+  snprintf(path, sizeof path, "%s/ranks.jsonl", j->job_dir);
+  TRY(metrics_ranks_line(sum, &line));
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  fsdp_status rc = fd >= 0 ? append_line(j, fd, "ranks.jsonl", line)
+                           : fsdp_set_error(FSDP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  free(line);
+  return rc;
 }
 
 /* The sum of the peak FLOP/s of J's devices, 0 when one of them has no known peak (every CPU). */
@@ -219,6 +237,11 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   if (rc == FSDP_OK) {
     sum.agg = &agg;
     rc = gather_detail(j, st, &sum);
+    Fsdp__RankStats **ranks = sum.ranks;
+    if (rc == FSDP_OK && sum.n_ranks && j->world > STEPS_DETAIL_ALL_MAX) {   /* kept apart: see ranks_append */
+      rc = ranks_append(j, &sum);
+      sum.n_ranks = 0;
+    }
     if (rc == FSDP_OK) rc = metrics_line(&sum, &line);
     if (rc == FSDP_OK) rc = metrics_append(j, line);
     jobs_db_step row = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
@@ -230,7 +253,7 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
         promx_on_step(&j->px, j->id, j->spec.name, j->state, &sum, (size_t)j->world,
                       j->plan ? j->plan->flops_per_token : 0, peak_flops(c, j)) != FSDP_OK)
       log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
-    free(sum.ranks);
+    free(ranks);
     stepagg_msg_free(&agg);
   }
   free(line);
