@@ -238,6 +238,16 @@ static void on_cluster(void *sock, void *arg) {
   node_t *n = NULL;
   job_t *j = NULL;
   int r = -1;
+  /* a worker's message through its node's relay ([agent][worker][""]) speaks for that worker only */
+  int relayed = env.n == 3 && env.len[1] > 0;
+  int agents_own = m->body_case == FSDP__MSG__BODY_AGENT_REGISTER || m->body_case == FSDP__MSG__BODY_HEARTBEAT ||
+                   m->body_case == FSDP__MSG__BODY_WORKER_EXIT || m->body_case == FSDP__MSG__BODY_LOG_CHUNK ||
+                   m->body_case == FSDP__MSG__BODY_NODE_STEP_REPORT;
+  if (relayed && agents_own) {
+    log_warn("%s from behind a node's relay; ignored", wire_body_name(m->body_case));
+    wire_destroy(&m);
+    return;
+  }
   switch (m->body_case) {
   case FSDP__MSG__BODY_AGENT_REGISTER: on_register(c, &env, m->agent_register); break;
   case FSDP__MSG__BODY_HEARTBEAT:

@@ -233,10 +233,24 @@ static void on_worker(void *sock, void *arg) {
     return;
   }
   int idx;
-  rjob *j = m->body_case == FSDP__MSG__BODY_STEP_REPORT ? find_worker(r, env.data[0], env.len[0], &idx) : NULL;
-  if (j) on_report(r, j, idx, &m);
-  else if (m->body_case == FSDP__MSG__BODY_STEP_REPORT) log_warn("relay: step_report from an unknown worker; ignored");
-  else r->up(r->arg, &env, m);
+  switch (m->body_case) {
+  case FSDP__MSG__BODY_STEP_REPORT: {
+    rjob *j = find_worker(r, env.data[0], env.len[0], &idx);
+    if (j) on_report(r, j, idx, &m);
+    else log_warn("relay: step_report from an unknown worker; ignored");
+    break;
+  }
+  /* what a worker says; anything else on this socket (anyone on the host can connect to it, e.g. an
+   * agent's agent_register) is not passed on in a worker's name */
+  case FSDP__MSG__BODY_WORKER_HELLO:
+  case FSDP__MSG__BODY_WORKER_READY:
+  case FSDP__MSG__BODY_WORKER_ERROR:
+  case FSDP__MSG__BODY_ACK:
+  case FSDP__MSG__BODY_KV_SET:
+  case FSDP__MSG__BODY_KV_GET:
+  case FSDP__MSG__BODY_TRACE_SPANS: r->up(r->arg, &env, m); break;
+  default: log_warn("relay: %s from a worker's socket; ignored", wire_body_name(m->body_case));
+  }
   wire_destroy(&m);
 }
 

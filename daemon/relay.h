@@ -11,6 +11,9 @@
  *  - step_report (worker → relay): kept until every one of the node's ranks of that job has reported
  *    the step, then folded (stepagg.h) into one node_step_report.
  * A worker is known as rank R of job J from the worker_setup the coordinator sends it through here.
+ * Only the worker protocol's messages are passed up (hello, ready, error, ack, kv, trace spans): the
+ * endpoint is an abstract unix socket any local user can reach, and a worker's hello still needs its
+ * job's token; the coordinator likewise ignores an agent's messages that come from behind a relay.
  *
  * Ownership: the agent (or the simulator) owns the relay and its socket; the relay sends upward
  * through UP(ARG, ...). Loop thread only.
