@@ -140,7 +140,15 @@ static void on_grant(relay *r, const Fsdp__NodeStepCmd *g) {
     log_error("relay: out of memory for job %llu", (unsigned long long)g->job_id);
     return;
   }
-  if (!j->granted) j->done = j->sent = g->first_step - 1;   /* the first grant: a resumed job starts later */
+  if (!j->granted || g->first_step <= j->done) {   /* the first grant (a resumed job starts later), or a restart */
+    for (int k = 0; k < RELAY_INFLIGHT; k++) {
+      for (int i = 0; i < j->nranks; i++) wire_destroy(&j->slot[k].reps[i]);
+      j->slot[k].step = j->slot[k].n = 0;
+    }
+    j->done = j->sent = g->first_step - 1;
+    j->granted = 0;
+    j->nckpt = 0;
+  }
   uint32_t last = g->first_step + g->count - 1;
   if (last > j->granted) j->granted = last;
   j->expect = g->expect;
