@@ -246,6 +246,31 @@ json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r) {
   return o;
 }
 
+/* {ranks, GROUP: {KEY: {min, min_rank, median, max, max_rank, sum}}, ...}: what metrics.jsonl's agg holds. */
+static json_t *agg_json(const Fsdp__StepAgg *a) {
+  json_t *o = json_object();
+  json_object_set_new(o, "ranks", json_integer(a->ranks));
+  for (size_t i = 0; i < a->n_std + a->n_extra_names && i < a->n_min; i++) {
+    if (!a->count[i]) continue;
+    const char *group, *key;
+    stepstats_figure_name(a, i, &group, &key);
+    json_t *f = json_object();
+    json_object_set_new(f, "min", ju64(a->min[i]));
+    json_object_set_new(f, "min_rank", json_integer(a->min_rank[i]));
+    json_object_set_new(f, "median", ju64(i < a->n_median ? a->median[i] : 0));
+    json_object_set_new(f, "max", ju64(a->max[i]));
+    json_object_set_new(f, "max_rank", json_integer(a->max_rank[i]));
+    json_object_set_new(f, "sum", ju64(a->sum[i]));
+    json_t *g = json_object_get(o, group);
+    if (!key) json_object_set_new(o, group, f);
+    else {
+      if (!g) json_object_set_new(o, group, g = json_object());
+      json_object_set_new(g, key, f);
+    }
+  }
+  return o;
+}
+
 json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
   json_t *o = json_object();
   json_object_set_new(o, "step", json_integer(s->step));
@@ -259,6 +284,9 @@ json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
     json_object_set_new(o, "val_loss", jreal(s->val_loss));
     json_object_set_new(o, "eval_ms", jreal(s->eval_ms));
   }
+  json_object_set_new(o, "step_ms_rank", json_integer(s->step_ms_rank));
+  if (s->detail_step) json_object_set_new(o, "detail_step", json_integer(s->detail_step));
+  if (s->agg) json_object_set_new(o, "agg", agg_json(s->agg));
   json_t *ranks = json_array();
   for (size_t i = 0; i < s->n_ranks; i++) json_array_append_new(ranks, ctl_fmt_rank_json(s->ranks[i]));
   json_object_set_new(o, "ranks", ranks);
@@ -424,6 +452,40 @@ static void rank_tables(const Fsdp__StepSummary *s, FILE *f) {
   }
 }
 
+/* One value of figure group GROUP (KEY: the extra's name) for a person: bytes, milliseconds or a count. */
+static void fig_value(const char *group, const char *key, uint64_t v, char *buf, size_t n) {
+  size_t kl = key ? strlen(key) : 0;
+  if (strstr(group, "bytes") || (kl > 6 && !strcmp(key + kl - 6, "_bytes"))) ctl_fmt_bytes(v, buf, n);
+  else if (strstr(group, "_us") || (kl > 3 && !strcmp(key + kl - 3, "_us"))) snprintf(buf, n, "%.2f ms", (double)v / 1000.0);
+  else snprintf(buf, n, "%llu", (unsigned long long)v);
+}
+
+/* The step's figures over all ranks: min (rank) / median / max (rank), one row per figure. */
+static void agg_table(const Fsdp__StepSummary *s, FILE *f) {
+  const Fsdp__StepAgg *a = s->agg;
+  const char *hp[] = {"figure", ">min", ">rank", ">median", ">max", ">rank"};
+  ctl_table *t = ctl_table_new(6, hp);
+  for (size_t i = 0; i < a->n_std + a->n_extra_names && i < a->n_min; i++) {
+    if (!a->count[i]) continue;
+    const char *group, *key;
+    stepstats_figure_name(a, i, &group, &key);
+    char cells[6][96];
+    const char *cp[6];
+    snprintf(cells[0], sizeof cells[0], "%s%s%s", group, key ? "." : "", key ? key : "");
+    fig_value(group, key, a->min[i], cells[1], sizeof cells[1]);
+    snprintf(cells[2], sizeof cells[2], "%u", a->min_rank[i]);
+    fig_value(group, key, i < a->n_median ? a->median[i] : 0, cells[3], sizeof cells[3]);
+    fig_value(group, key, a->max[i], cells[4], sizeof cells[4]);
+    snprintf(cells[5], sizeof cells[5], "%u", a->max_rank[i]);
+    for (int c = 0; c < 6; c++) cp[c] = cells[c];
+    ctl_table_add(t, cp);
+  }
+  fprintf(f, "\nstep %u over %u ranks: min / median / max, and the rank holding each extreme (fsdpctl status ID --rank R: one rank)\n",
+          s->step, a->ranks);
+  ctl_table_print(t, f, "  ");
+  ctl_table_destroy(&t);
+}
+
 void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
   char a[96], b[96];
   fprintf(f, "job %llu (%s): %s\n", (unsigned long long)j->id, j->name ? j->name : "", ctl_fmt_state(j->state));
@@ -447,7 +509,10 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
     fprintf(f, "  last step   %u: loss %.4f  lr %.3g  grad_norm %.3g  %s tokens  %.1f ms  %s tok/s\n", s->step, s->loss,
             s->lr, s->grad_norm, ctl_fmt_si((double)s->tokens, a, sizeof a), s->step_ms,
             ctl_fmt_si(s->tokens_per_s, b, sizeof b));
-    rank_tables(s, f);
+    if (s->step_ms_rank && s->agg) fprintf(f, "  slowest     rank %u\n", s->step_ms_rank);
+    if (s->detail_step && s->n_ranks == 1) fprintf(f, "  rank %u's figures are from step %u\n", s->ranks[0]->rank, s->detail_step);
+    if (s->n_ranks && s->n_ranks <= CTL_FMT_RANKS_MAX) rank_tables(s, f);
+    else if (s->agg) agg_table(s, f);
   }
 }
 

@@ -53,7 +53,10 @@ void ctl_table_destroy(ctl_table **t);
  * the shape of a metrics.jsonl "ranks" entry. Arrays missing from the message are left out. */
 json_t *ctl_fmt_rank_json(const Fsdp__RankStats *r);
 /* {"step", "loss", "lr", "grad_norm", "tokens", "step_ms", "tokens_per_s", "ranks": [...]} */
+/* A step as JSON: its fields, step_ms_rank, detail_step when set, agg (metrics.jsonl's form) and ranks. */
 json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s);
+/* Up to this many ranks a step's figures are shown per rank; beyond, as min / median / max. */
+#define CTL_FMT_RANKS_MAX 16
 /* {"id", "name", "state", "step", "steps", "loss", "tokens_per_s", "world", "device",
  *  "submitted_at", "started_at", "finished_at" (Unix seconds or null), "job_dir", "reason" (only
  *  when non-empty), "last" (the last step's summary, or null)} */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -157,12 +158,77 @@ static int job_query_command(int argc, char **argv, const char *usage, const cha
   return rc;
 }
 
+/* status ID --rank R: the daemon adds R's figures to every step from its next grant on (at most a
+ * few steps away); ask again until they come, for at most this long. */
+#define RANK_WAIT_S 10.0
+
+static int status_rank(const char *ctl, uint64_t id, int32_t rank, const ctl_common_opts *co) {
+  ctl_client cl;
+  int rc = ctl_client_open(&cl, ctl);
+  if (rc) return rc;
+  Fsdp__Msg req = WIRE_MSG_INIT, *m = NULL;
+  Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
+  q.job_id = id;
+  q.rank = rank + 1;
+  req.body_case = FSDP__MSG__BODY_STATUS_REQ;
+  req.status_req = &q;
+  double until = ctl_wall_now() + RANK_WAIT_S;
+  for (;;) {
+    wire_destroy(&m);
+    if ((rc = ctl_client_call(&cl, &req, FSDP__MSG__BODY_STATUS_RESP, id, 0, &m))) break;
+    const Fsdp__JobInfo *ji = m->status_resp;
+    int have = ji->last && ji->last->n_ranks == 1;
+    if (have || ji->state != FSDP__JOB_STATE__RUNNING || ctl_wall_now() > until) break;
+    struct timespec ts = {0, 200 * 1000 * 1000};   /* a step or two of a small job */
+    nanosleep(&ts, NULL);
+  }
+  if (rc == 0) print_status(m, (void *)co);
+  if (rc == 0 && !(m->status_resp->last && m->status_resp->last->n_ranks == 1))
+    rc = ctl_fail("job %llu: no figures of rank %d yet (the job has not run a step since; try again)", (unsigned long long)id, rank);
+  wire_destroy(&m);
+  ctl_client_close(&cl);
+  return rc;
+}
+
 int ctl_status(int argc, char **argv) {
-  char help[1024];
-  snprintf(help, sizeof help, "A job's state, progress, loss, throughput, per-rank peak memory by category,\n"
-                              "time per phase and bytes sent per collective (last step).\n%s", ctl_common_help);
-  return job_query_command(argc, argv, "status ID [--json] [--ctl ENDPOINT]", help, FSDP__MSG__BODY_STATUS_REQ,
-                           FSDP__MSG__BODY_STATUS_RESP, print_status);
+  static const char *usage = "status ID [--rank R] [--json] [--ctl ENDPOINT]";
+  static const struct option opts[] = {
+    {"ctl", required_argument, 0, OPT_CTL}, {"json", no_argument, 0, OPT_JSON}, {"rank", required_argument, 0, OPT_RANK},
+    {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  ctl_common_opts co;
+  memset(&co, 0, sizeof co);
+  long rank = -1;
+  int o;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    char *end;
+    switch (o) {
+    case OPT_CTL: co.ctl = optarg; break;
+    case OPT_JSON: co.json = 1; break;
+    case OPT_RANK:
+      rank = strtol(optarg, &end, 10);
+      if (end == optarg || *end || rank < 0 || rank > 65535) return ctl_usage_error(argv[0], usage, "--rank: a rank 0..65535");
+      break;
+    case OPT_HELP:
+      printf("usage: fsdpctl %s\n\nA job's state, progress, loss and throughput; the last step's peak memory by\n"
+             "category, time per phase and bytes sent per collective, per rank up to %d ranks, else as\n"
+             "min / median / max over the ranks with the rank holding each extreme.\n"
+             "  --rank R       rank R's own figures of its latest step\n%s", usage, CTL_FMT_RANKS_MAX, ctl_common_help);
+      return 0;
+    default: return ctl_usage_error(argv[0], usage, "unknown option");
+    }
+  }
+  if (optind != argc - 1) return ctl_usage_error(argv[0], usage, optind < argc ? "one job only" : "which job?");
+  uint64_t id;
+  int rc = ctl_parse_job_id(argv[0], usage, argv[optind], &id);
+  if (rc) return rc;
+  if (rank >= 0) return status_rank(co.ctl, id, (int32_t)rank, &co);
+  Fsdp__Msg req = WIRE_MSG_INIT;
+  Fsdp__JobQuery q = FSDP__JOB_QUERY__INIT;
+  q.job_id = id;
+  req.body_case = FSDP__MSG__BODY_STATUS_REQ;
+  req.status_req = &q;
+  return ctl_client_request(co.ctl, &req, FSDP__MSG__BODY_STATUS_RESP, id, print_status, &co);
 }
 
 int ctl_jobs(int argc, char **argv) {

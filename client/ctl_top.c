@@ -27,6 +27,7 @@
 #include "ctl_client.h"
 #include "ctl_fmt.h"
 #include "plan.h"
+#include "stepstats.h"
 #include "wire.h"
 
 #define TOP_USAGE "top [--interval SECONDS] [--once | -n N] [--ctl ENDPOINT]"
@@ -152,8 +153,39 @@ static void mem_bar(const Fsdp__RankStats *r, uint64_t scale, int width, char *o
   out[k] = '\0';
 }
 
+/* A job with more ranks than one step's lines carry (steps.h): its figures over all ranks, one line
+ * per memory category and phase: min (rank) / median / max (rank). */
+static void render_agg(screen *s, int cols, int rows_left, const Fsdp__JobInfo *j) {
+  const Fsdp__StepSummary *st = j->last;
+  const Fsdp__StepAgg *a = st->agg;
+  add(s, cols, "job %llu, step %u over %u ranks (slowest: rank %u):  min (rank) / median / max (rank)", (unsigned long long)j->id,
+      st->step, a->ranks, st->step_ms_rank);
+  int shown = 1;
+  for (size_t i = 0; i < a->n_min && i < 2 * MEM_NCAT + STEPSTATS_NPHASE && shown < rows_left; i++) {
+    if (!a->count[i] || (i >= MEM_NCAT && i < 2 * MEM_NCAT)) continue;   /* peaks and phases only */
+    const char *group, *key;
+    stepstats_figure_name(a, i, &group, &key);
+    char mn[32], md[32], mx[32];
+    if (i < MEM_NCAT) {
+      ctl_fmt_bytes(a->min[i], mn, sizeof mn), ctl_fmt_bytes(i < a->n_median ? a->median[i] : 0, md, sizeof md);
+      ctl_fmt_bytes(a->max[i], mx, sizeof mx);
+    } else {
+      snprintf(mn, sizeof mn, "%.2f ms", (double)a->min[i] / 1e3);
+      snprintf(md, sizeof md, "%.2f ms", (double)(i < a->n_median ? a->median[i] : 0) / 1e3);
+      snprintf(mx, sizeof mx, "%.2f ms", (double)a->max[i] / 1e3);
+    }
+    add(s, cols, "  %-5s %-13s %10s (%u) %10s %10s (%u)", i < MEM_NCAT ? "peak" : "time", key, mn, a->min_rank[i], md, mx,
+        a->max_rank[i]);
+    shown++;
+  }
+}
+
 static void render_ranks(screen *s, int cols, int rows_left, const Fsdp__JobInfo *j) {
   const Fsdp__StepSummary *st = j->last;
+  if (st && st->agg && (st->n_ranks == 0 || st->n_ranks > CTL_FMT_RANKS_MAX)) {
+    render_agg(s, cols, rows_left, j);
+    return;
+  }
   if (!st || st->n_ranks == 0) {
     add(s, cols, "job %llu: no step reported yet", (unsigned long long)j->id);
     return;

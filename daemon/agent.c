@@ -16,6 +16,7 @@
 #include "curve.h"
 #include "log.h"
 #include "loop.h"
+#include "relay.h"
 #include "wire.h"
 
 extern char **environ;
@@ -82,6 +83,7 @@ struct agent {
   void (*shutdown_done)(void *);
   void *shutdown_arg;
   int shutting_down;
+  relay *relay;              /* the workers' endpoint and the step aggregation (relay.h) */
 };
 
 /* ---------------------------------------------------------------- devices */
@@ -170,15 +172,19 @@ static uint64_t mem_available(void) {
 
 /* ---------------------------------------------------------------- sending */
 
-static void send_msg(agent_t *a, Fsdp__Msg *m) {
+/* ENV: a worker's envelope passed up by the relay, NULL for the agent's own messages. */
+static void send_up(void *arg, const wire_env *env, Fsdp__Msg *m) {
+  agent_t *a = arg;
   if (!a->sock) return;   /* between a rejected socket and its replacement */
-  wire_env env = {0};
-  wire_env_push(&env, NULL, 0);
-  fsdp_status rc = wire_send(a->sock, &env, m, ZMQ_DONTWAIT);
+  wire_env own = {0};
+  wire_env_push(&own, NULL, 0);
+  fsdp_status rc = wire_send(a->sock, env ? env : &own, m, ZMQ_DONTWAIT);
   if (rc != FSDP_OK)
     log_warn("agent: cannot send %s to the coordinator: %s", wire_body_name(m->body_case),
              rc == FSDP_ERR_TIMEOUT ? "queue full" : fsdp_last_error());
 }
+
+static void send_msg(agent_t *a, Fsdp__Msg *m) { send_up(a, NULL, m); }
 
 static void send_register(agent_t *a) {
   Fsdp__AgentRegister reg = FSDP__AGENT_REGISTER__INIT;
@@ -254,6 +260,7 @@ static void worker_report(worker_t *w) {
   m.body_case = FSDP__MSG__BODY_WORKER_EXIT;
   m.worker_exit = &ex;
   send_msg(a, &m);
+  relay_rank_gone(a->relay, w->job_id, w->rank);
   log_info("job %llu rank %u exited (status %lld, signal %d)", (unsigned long long)w->job_id, w->rank,
            (long long)w->exit_status, w->term_signal);
   worker_unlink(w);
@@ -351,7 +358,7 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
     spawn_failed(a, r, why);
     return;
   }
-  /* argv: resolve the worker binary and point --connect at the endpoint this node reaches. */
+  /* argv: resolve the worker binary and point --connect at this node's relay. */
   char **argv = calloc(r->n_argv + 1, sizeof *argv), **run = calloc(r->n_argv + 8, sizeof *run);
   size_t nenv_in = 0;
   while (environ[nenv_in]) nenv_in++;
@@ -366,7 +373,7 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   for (size_t i = 0; i < r->n_argv; i++) argv[i] = r->argv[i];
   if (!strcmp(argv[0], "fsdp-worker")) argv[0] = a->worker_path;
   for (size_t i = 0; i + 1 < r->n_argv; i++)
-    if (!strcmp(argv[i], "--connect")) argv[i + 1] = a->join;
+    if (!strcmp(argv[i], "--connect")) argv[i + 1] = (char *)relay_endpoint(a->relay);
   size_t ne = 0;
   /* The CURVE key files of this agent come first: they win over anything inherited or requested. */
   if (*a->env_server_key) env[ne++] = a->env_server_key;
@@ -489,6 +496,10 @@ static void on_message(void *sock, void *arg) {
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK) {
     log_warn("agent: dropped a malformed message from the coordinator: %s", fsdp_last_error());
+    return;
+  }
+  if (relay_from_coord(a->relay, &env, &m)) {   /* a worker's message, or steps for this node's ranks */
+    wire_destroy(&m);
     return;
   }
   switch (m->body_case) {
@@ -689,6 +700,7 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
     memset(sec, 0, sizeof sec);
   }
   TRY_GOTO(open_socket(a), rc, fail);
+  TRY_GOTO(relay_new(uv, zctx, NULL, send_up, a, &a->relay), rc, fail);
   uv_timer_init(uv, &a->reg_timer);
   uv_timer_init(uv, &a->hb_timer);
   uv_timer_init(uv, &a->kill_timer);
@@ -702,6 +714,7 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
   *out = a;
   return FSDP_OK;
 fail:
+  relay_destroy(&a->relay);
   close_socket(a, 0);
   free(a);
   return rc;
@@ -749,6 +762,7 @@ void agent_destroy(agent_t **p) {
     w->reported = 1;
     worker_close(w);
   }
+  relay_destroy(&a->relay);
   close_socket(a, 500);   /* the last worker_exit and log lines may still be queued: 500 ms linger */
   uv_close((uv_handle_t *)&a->reg_timer, on_agent_handle_close);
   uv_close((uv_handle_t *)&a->hb_timer, on_agent_handle_close);

@@ -5,8 +5,8 @@
  * agent_welcome a heartbeat every heartbeat_s. A heartbeat answered with an error (a coordinator
  * that restarted and no longer knows this node) makes it register again.
  * spawn_req: argv[0] "fsdp-worker" is resolved next to this executable (/proc/self/exe), the
- * "--connect" argument is replaced by the endpoint this agent joined (the address that reaches the
- * coordinator from this node), CUDA_VISIBLE_DEVICES is removed, OMP_NUM_THREADS and
+ * "--connect" argument is replaced by this node's relay (relay.h: the workers talk to the
+ * coordinator through it, and it folds their step reports into one per node per step), CUDA_VISIBLE_DEVICES is removed, OMP_NUM_THREADS and
  * OPENBLAS_NUM_THREADS are set to max(1, ncpu / FSDPD_LOCAL_RANKS) unless the request sets them;
  * for a tcp:// endpoint FSDP_SERVER_KEY and FSDP_CLIENT_KEY name the CURVE key files (absolute paths);
  * the worker's stdout and stderr are piped back as log_chunk, and its end as worker_exit (sent

@@ -83,22 +83,78 @@ job_t *coord_find_job(coord_t *c, uint64_t id) {
   return NULL;
 }
 
+static uint32_t ident_hash(const uint8_t *id, size_t len) {
+  uint32_t h = 2166136261u;   /* FNV-1a */
+  for (size_t i = 0; i < len; i++) h = (h ^ id[i]) * 16777619u;
+  return h;
+}
+
+/* Every node's ident in an open-addressing table twice as large as the nodes: one node report per
+ * node per step makes a linear search O(nodes²) per step. */
+static void node_hash_build(coord_t *c) {
+  int cap = 16;
+  while (cap < 2 * c->nnodes) cap *= 2;
+  int *h = malloc((size_t)cap * sizeof *h);
+  if (!h) return;   /* the linear search still answers */
+  for (int i = 0; i < cap; i++) h[i] = -1;
+  for (int i = 0; i < c->nnodes; i++) {
+    uint32_t k = ident_hash(c->nodes[i].ident, c->nodes[i].ident_len) & (uint32_t)(cap - 1);
+    while (h[k] >= 0) k = (k + 1) & (uint32_t)(cap - 1);
+    h[k] = i;
+  }
+  free(c->node_hash);
+  c->node_hash = h;
+  c->node_hash_cap = cap;
+  c->node_hash_stale = 0;
+}
+
 node_t *coord_find_node(coord_t *c, const uint8_t *id, size_t len) {
-  for (int i = 0; i < c->nnodes; i++)
-    if (c->nodes[i].ident_len == len && !memcmp(c->nodes[i].ident, id, len)) return &c->nodes[i];
+  if (c->node_hash_stale || c->node_hash_cap < 2 * c->nnodes) node_hash_build(c);
+  if (c->node_hash) {
+    uint32_t k = ident_hash(id, len) & (uint32_t)(c->node_hash_cap - 1);
+    for (; c->node_hash[k] >= 0; k = (k + 1) & (uint32_t)(c->node_hash_cap - 1)) {
+      node_t *n = &c->nodes[c->node_hash[k]];
+      if (n->ident_len == len && !memcmp(n->ident, id, len)) return n;
+    }
+  }
+  for (int i = 0; i < c->nnodes; i++)   /* an ident changed since the table was built */
+    if (c->nodes[i].ident_len == len && !memcmp(c->nodes[i].ident, id, len)) {
+      c->node_hash_stale = 1;
+      return &c->nodes[i];
+    }
   return NULL;
 }
 
-job_t *coord_find_worker(coord_t *c, const uint8_t *id, size_t len, int *rank) {
+job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank) {
+  if (env->n != 3 || env->len[1] == 0) return NULL;
+  node_t *n = coord_find_node(c, env->data[0], env->len[0]);
+  if (!n) return NULL;
+  int ni = (int)(n - c->nodes);
   for (job_t *j = c->jobs; j; j = j->next) {
     if (!j->ranks) continue;
-    for (int r = 0; r < j->world; r++)
-      if (j->ranks[r].ident_len == len && !memcmp(j->ranks[r].ident, id, len)) {
+    for (int r = 0; r < j->world; r++) {
+      const rank_st *rk = &j->ranks[r];
+      if (rk->node == ni && rk->ident_len == env->len[1] && !memcmp(rk->ident, env->data[1], env->len[1])) {
         *rank = r;
         return j;
       }
+    }
   }
   return NULL;
+}
+
+void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
+  const rank_st *rk = &j->ranks[r];
+  if (!rk->ident_len || rk->node < 0) return;
+  const node_t *n = &c->nodes[rk->node];
+  wire_env env = {0};
+  wire_env_push(&env, n->ident, n->ident_len);
+  wire_env_push(&env, rk->ident, rk->ident_len);
+  wire_env_push(&env, NULL, 0);
+  fsdp_status rc = wire_send(c->cluster, &env, m, ZMQ_DONTWAIT);
+  if (rc != FSDP_OK)
+    log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)j->id, r,
+             rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
 }
 
 fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) {

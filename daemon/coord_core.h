@@ -62,7 +62,8 @@ typedef struct node {
 typedef struct rank_st {
   int node;                  /* index into c->nodes */
   int slot;
-  uint8_t ident[WIRE_MAX_ENV_FRAME];
+  uint8_t ident[WIRE_MAX_ENV_FRAME];   /* its identity at its node's relay (relay.h): the coordinator
+                                        * reaches it as [node ident][ident] */
   size_t ident_len;          /* 0 until hello */
   int alive;                 /* spawned, no worker_exit yet */
   int ready, stopped;
@@ -88,8 +89,10 @@ typedef struct job {
   rank_st *ranks;
   int nready, nstopped, nalive;
   uint32_t start_step, next_step, done_step, steps;
-  Fsdp__Msg **reports[2];    /* reports[s % 2][rank] for the (up to) two steps in flight */
-  int nreports[2];
+  struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
+  uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
+  Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
+  uint32_t rank_detail_step;
   FILE *metrics;
   double deadline;           /* monotonic: start or step timeout; 0 none */
   double kill_at, drain_until;
@@ -178,14 +181,19 @@ struct coord {
   promx_job *px_done;        /* finished jobs' figures, still served for PROMX_KEEP_S (promx.h) */
   struct tracepull *pulls;   /* `fsdpctl trace` pulls waiting for their ranks (tracepull.h) */
   uint32_t next_pull_id;
+  int *node_hash;            /* open addressing over node idents (coord_find_node); rebuilt when stale */
+  int node_hash_cap, node_hash_stale;
+  double last_tick;          /* monotonic: the last on_tick, to tell a busy loop from silent nodes */
 };
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define job_log(j, ...) coord_job_log((j)->job_dir, __VA_ARGS__)
 
-/* Send M to the cluster peer (agent or worker) with routing identity IDENT; a failure is logged. */
+/* Send M to the cluster peer (an agent) with routing identity IDENT; a failure is logged. */
 void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);
+/* Send M to rank R of J through its node's relay; nothing before its hello. */
+void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m);
 /* Answer a request received on SOCK with envelope ENV: a message, an error, an ack. */
 void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m);
 void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg);
@@ -210,6 +218,7 @@ void coord_publish_metrics(coord_t *c);
 /* Lookups among the active jobs and registered nodes; NULL when there is none. */
 job_t *coord_find_job(coord_t *c, uint64_t id);
 node_t *coord_find_node(coord_t *c, const uint8_t *ident, size_t len);
-job_t *coord_find_worker(coord_t *c, const uint8_t *ident, size_t len, int *rank);
+/* The job and rank of the worker that sent ENV ([node ident][worker ident][""], relayed). */
+job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank);
 
 #endif

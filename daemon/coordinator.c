@@ -140,13 +140,14 @@ static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
       /* the rank that reported a communication error is leaving: wait for the cause (on_tick) */
     } else if (!rk->stopped) {
       if (ex->term_signal)
-        job_fail(c, j, "rank %u was killed by signal %d (SIG%s)", ex->rank, ex->term_signal, sig_name(ex->term_signal));
+        job_fail(c, j, "rank %u was killed by signal %d (SIG%s) on node %s", ex->rank, ex->term_signal,
+                 sig_name(ex->term_signal), n->name);
       else if (ex->exit_status == 127 && !rk->ident_len)
         job_fail(c, j, "rank %u could not be started on node %s (exit status 127; see worker-%u.log)", ex->rank,
                  n->name, ex->rank);
       else
-        job_fail(c, j, "rank %u exited with status %d%s", ex->rank, ex->exit_status,
-                 clean ? " before the job finished" : "");
+        job_fail(c, j, "rank %u exited with status %d%s on node %s", ex->rank, ex->exit_status,
+                 clean ? " before the job finished" : "", n->name);
     }
   }
   schedule_try(c);
@@ -174,7 +175,8 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
 }
 
 static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerHello *h) {
-  job_t *j = coord_find_job(c, h->job_id);
+  node_t *via = env->n == 3 && env->len[1] ? coord_find_node(c, env->data[0], env->len[0]) : NULL;
+  job_t *j = via ? coord_find_job(c, h->job_id) : NULL;
   if (!j || j->done || !j->ranks || h->rank >= (uint32_t)j->world || strcmp(h->token, j->token) != 0) {
     log_warn("worker_hello for job %llu rank %u (pid %u) with an unknown job, rank or token; ignored",
              (unsigned long long)h->job_id, h->rank, h->pid);
@@ -185,12 +187,17 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
     log_warn("worker_hello for job %llu rank %u, which is not running; ignored", (unsigned long long)j->id, h->rank);
     return;
   }
-  if (rk->ident_len && (rk->ident_len != env->len[0] || memcmp(rk->ident, env->data[0], env->len[0]))) {
+  if (&c->nodes[rk->node] != via) {   /* a worker speaks through the relay of the node it was started on */
+    log_warn("worker_hello for job %llu rank %u from node %s, where it does not run; ignored", (unsigned long long)j->id,
+             h->rank, via->name);
+    return;
+  }
+  if (rk->ident_len && (rk->ident_len != env->len[1] || memcmp(rk->ident, env->data[1], env->len[1]))) {
     log_warn("job %llu rank %u said hello twice from different sockets; ignored", (unsigned long long)j->id, h->rank);
     return;
   }
-  memcpy(rk->ident, env->data[0], env->len[0]);
-  rk->ident_len = env->len[0];
+  memcpy(rk->ident, env->data[1], env->len[1]);
+  rk->ident_len = env->len[1];
   node_t *n = &c->nodes[rk->node];
   slot_t *sl = &n->slots[rk->slot];
   Fsdp__WorkerSetup s = FSDP__WORKER_SETUP__INIT;
@@ -211,7 +218,7 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_WORKER_SETUP;
   m.worker_setup = &s;
-  coord_send(c, rk->ident, rk->ident_len, &m);
+  coord_send_rank(c, j, (int)h->rank, &m);
   log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)j->id, h->rank, h->pid);
 }
 
@@ -261,6 +268,16 @@ static void on_cluster(void *sock, void *arg) {
   node_t *n = NULL;
   job_t *j = NULL;
   int r = -1;
+  /* a worker's message through its node's relay ([agent][worker][""]) speaks for that worker only */
+  int relayed = env.n == 3 && env.len[1] > 0;
+  int agents_own = m->body_case == FSDP__MSG__BODY_AGENT_REGISTER || m->body_case == FSDP__MSG__BODY_HEARTBEAT ||
+                   m->body_case == FSDP__MSG__BODY_WORKER_EXIT || m->body_case == FSDP__MSG__BODY_LOG_CHUNK ||
+                   m->body_case == FSDP__MSG__BODY_NODE_STEP_REPORT;
+  if (relayed && agents_own) {
+    log_warn("%s from behind a node's relay; ignored", wire_body_name(m->body_case));
+    wire_destroy(&m);
+    return;
+  }
   switch (m->body_case) {
   case FSDP__MSG__BODY_AGENT_REGISTER: on_register(c, &env, m->agent_register); break;
   case FSDP__MSG__BODY_HEARTBEAT:
@@ -287,8 +304,17 @@ static void on_cluster(void *sock, void *arg) {
     else on_log_chunk(c, m->log_chunk);
     break;
   case FSDP__MSG__BODY_WORKER_HELLO: on_worker_hello(c, &env, m->worker_hello); break;
+  case FSDP__MSG__BODY_NODE_STEP_REPORT:
+    n = coord_find_node(c, id, idlen);
+    if (!n) {
+      log_warn("node_step_report from an unregistered agent; ignored");
+      break;
+    }
+    n->last_seen = loop_now_mono();   /* as good as a heartbeat */
+    steps_on_node_report(c, n, &m);
+    break;
   default:
-    j = coord_find_worker(c, id, idlen, &r);
+    j = coord_find_worker(c, &env, &r);
     if (!j) {
       log_warn("%s from an unknown peer; ignored", wire_body_name(m->body_case));
       if (m->body_case == FSDP__MSG__BODY_KV_GET || m->body_case == FSDP__MSG__BODY_KV_SET)
@@ -297,7 +323,6 @@ static void on_cluster(void *sock, void *arg) {
     }
     switch (m->body_case) {
     case FSDP__MSG__BODY_WORKER_READY: steps_on_ready(c, j, r, m->worker_ready); break;
-    case FSDP__MSG__BODY_STEP_REPORT: steps_on_report(c, j, r, &m); break;
     case FSDP__MSG__BODY_TRACE_SPANS: tracepull_on_spans(c, j, r, &m); break;
     case FSDP__MSG__BODY_WORKER_ERROR: {
       if (j->done || j->restart_pending) break;   /* a failed attempt's echo: never held against the next one */
@@ -330,7 +355,16 @@ static void on_tick(uv_timer_t *t) {
   coord_t *c = t->data;
   double now = loop_now_mono();
   double lost_after = LOST_BEATS * c->cfg.heartbeat_s;
-  for (int i = 0; i < c->nnodes; i++) {
+  /* A node is lost when its agent went silent, not when the loop was too busy to read it (a large
+   * step to record, thousands of node reports queued behind it): read everything waiting first, and
+   * let a tick that comes late declare nothing. */
+  int late = c->last_tick > 0 && now - c->last_tick > 4 * TICK_MS / 1000.0;
+  int ev = 0;
+  size_t evlen = sizeof ev;
+  while (c->cluster && zmq_getsockopt(c->cluster, ZMQ_EVENTS, &ev, &evlen) == 0 && (ev & ZMQ_POLLIN)) on_cluster(c->cluster, c);
+  now = loop_now_mono();
+  c->last_tick = now;
+  for (int i = 0; i < c->nnodes && !late; i++) {
     node_t *n = &c->nodes[i];
     if (n->lost || now - n->last_seen <= lost_after) continue;
     n->lost = 1;
@@ -499,6 +533,7 @@ void coord_destroy(coord_t **p) {
   if (c->jobs_fd >= 0) close(c->jobs_fd);
   for (int i = 0; i < c->nnodes; i++) free(c->nodes[i].slots);
   free(c->nodes);
+  free(c->node_hash);
   c->handles = 1 + c->bind_timer_used;
   if (c->bind_timer_used) uv_close((uv_handle_t *)&c->bind_timer, on_handle_close);
   uv_close((uv_handle_t *)&c->tick, on_handle_close);

@@ -135,7 +135,7 @@ fail:
   job_destroy(&j);
 }
 
-static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
+static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t rank1) {
   jobs_db_row row;
   fsdp_status rc = jobs_db_get(c->db, id, &row);
   if (rc != FSDP_OK) {
@@ -153,14 +153,32 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id) {
   ji.val_step = (uint32_t)vstep;
   /* The last step's per-rank figures (memory, time split, traffic) come from its metrics line. */
   char *json = NULL;
-  if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_ranks(json, &last) != FSDP_OK)
+  if (row.step > 0 && jobs_db_step_json(c->db, id, row.step, &json) == FSDP_OK && metrics_parse_line(json, &last) != FSDP_OK)
     log_warn("job %llu step %d: %s", (unsigned long long)id, row.step, fsdp_last_error());
   free(json);
+  /* --rank R (rank1 = R + 1): that rank's own figures instead of the others' (steps.h) */
+  Fsdp__StepSummary one = last;
+  const Fsdp__RankStats *rs = NULL;
+  if (rank1 > 0) {
+    if (rank1 > row.world) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "job %llu has ranks 0..%d: no rank %d", (unsigned long long)id, row.world - 1, rank1 - 1);
+      coord_reply_error(c->ctl, env, FSDP_ERR_RANGE, msg);
+      metrics_free_line(&last);
+      jobs_db_row_clear(&row);
+      return;
+    }
+    rs = steps_rank_detail(j && !j->done ? (job_t *)j : NULL, (uint32_t)(rank1 - 1), &last, &one.detail_step);
+    one.ranks = (Fsdp__RankStats **)&rs;
+    one.n_ranks = rs != NULL;
+    one.agg = NULL;
+    ji.last = &one;
+  }
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STATUS_RESP;
   m.status_resp = &ji;
   coord_reply(c->ctl, env, &m);
-  metrics_free_ranks(&last);
+  metrics_free_line(&last);
   jobs_db_row_clear(&row);
 }
 
@@ -340,7 +358,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   }
   switch (m->body_case) {
   case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, &who, m->submit_req); break;
-  case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id); break;
+  case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id, m->status_req->rank); break;
   case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
   case FSDP__MSG__BODY_CANCEL_REQ:
     if (allowed(c, &env, &who, m->cancel_req->job_id, "cancel")) serve_cancel(c, &env, m->cancel_req->job_id, 0);

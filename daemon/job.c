@@ -14,6 +14,7 @@
 #include "fsutil.h"
 #include "kv.h"
 #include "log.h"
+#include "steps.h"
 #include "planmsg.h"
 #include "schedule.h"
 
@@ -85,21 +86,13 @@ void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
   }
 }
 
-void job_free_reports(job_t *j) {
-  for (int s = 0; s < 2; s++) {
-    if (!j->reports[s]) continue;
-    for (int r = 0; r < j->world; r++) wire_destroy(&j->reports[s][r]);
-    j->nreports[s] = 0;
-  }
-}
+void job_free_reports(job_t *j) { steps_free(j); }
 
 void job_destroy(job_t **jp) {
   if (!jp || !*jp) return;
   job_t *j = *jp;
   *jp = NULL;
   job_free_reports(j);
-  free(j->reports[0]);
-  free(j->reports[1]);
   if (j->metrics) fclose(j->metrics);
   promx_job_free(&j->px);
   plan_destroy(&j->plan);
@@ -275,9 +268,6 @@ static void job_reset_attempt(coord_t *c, job_t *j) {
     log_warn("job %llu: %d workers of the failed attempt did not report their exit within %.0f s; restarting anyway",
              (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
   job_free_reports(j);
-  free(j->reports[0]);
-  free(j->reports[1]);
-  j->reports[0] = j->reports[1] = NULL;
   free(j->ranks);
   j->ranks = NULL;
   planmsg_destroy(&j->plan_pb);

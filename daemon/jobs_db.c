@@ -30,7 +30,10 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS job_steps ("
     "  job_id INTEGER NOT NULL REFERENCES jobs(id), step INTEGER NOT NULL,"
     "  loss REAL, lr REAL, grad_norm REAL, tokens INTEGER, step_ms REAL, tokens_per_s REAL,"
-    "  json TEXT NOT NULL, PRIMARY KEY (job_id, step));";
+    "  json TEXT NOT NULL, PRIMARY KEY (job_id, step));"
+    /* the latest validation loss (status) without reading every step's line: only the eval steps */
+    "CREATE INDEX IF NOT EXISTS job_steps_val ON job_steps(job_id, step)"
+    "  WHERE json_extract(json, '$.val_loss') IS NOT NULL;";
 
 enum {
   ST_INSERT, ST_TRANSITION, ST_SET_STATE, ST_SET_STARTED, ST_SET_FINISHED, ST_ADD_STEP, ST_PROGRESS,

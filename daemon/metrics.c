@@ -4,29 +4,12 @@
 #include <jansson.h>
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "plan.h"
+#include "stepagg.h"
 #include "stepstats.h"
 
-
-void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSummary *sum) {
-  const Fsdp__StepReport *r0 = reports[0];
-  sum->step = r0->step;
-  sum->loss = r0->loss;
-  sum->lr = r0->lr;
-  sum->grad_norm = r0->grad_norm;
-  sum->tokens = r0->tokens;
-  double ms = 0;
-  for (size_t i = 0; i < n; i++)
-    if (reports[i]->step_ms > ms) ms = reports[i]->step_ms;
-  sum->step_ms = ms;
-  sum->tokens_per_s = ms > 0 ? (double)r0->tokens * 1000.0 / ms : 0.0;
-  /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
-  sum->has_val = r0->has_val;
-  sum->val_loss = r0->val_loss;
-  sum->eval_ms = 0;
-  for (size_t i = 0; i < n; i++)
-    if (reports[i]->has_val && reports[i]->eval_ms > sum->eval_ms) sum->eval_ms = reports[i]->eval_ms;
-}
 
 static json_t *u64_map(const uint64_t *v, size_t n, size_t want, const char *(*name)(int), double scale) {
   json_t *o = json_object();
@@ -55,16 +38,61 @@ static void fill_u64(json_t *obj, uint64_t **out, size_t *n, size_t want, const 
   }
 }
 
-fsdp_status metrics_parse_ranks(const char *line, Fsdp__StepSummary *sum) {
+/* SUM->agg from the "agg" object O (NULL: none). */
+static fsdp_status parse_agg(json_t *o, Fsdp__StepSummary *sum) {
+  if (!json_is_object(o)) return FSDP_OK;
+  json_t *extra = json_object_get(o, "extra");
+  size_t nx = json_is_object(extra) ? json_object_size(extra) : 0, nf = STEPAGG_NSTD + nx;
+  Fsdp__StepAgg *a = calloc(1, sizeof *a);
+  if (!a) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  fsdp__step_agg__init(a);
+  sum->agg = a;
+  a->extra_names = calloc(nx + 1, sizeof *a->extra_names);
+  a->min = calloc(nf, sizeof *a->min), a->max = calloc(nf, sizeof *a->max), a->sum = calloc(nf, sizeof *a->sum);
+  a->median = calloc(nf, sizeof *a->median), a->count = calloc(nf, sizeof *a->count);
+  a->min_rank = calloc(nf, sizeof *a->min_rank), a->max_rank = calloc(nf, sizeof *a->max_rank);
+  a->hist_len = calloc(nf, sizeof *a->hist_len);
+  if (!a->extra_names || !a->min || !a->max || !a->sum || !a->median || !a->count || !a->min_rank || !a->max_rank || !a->hist_len)
+    return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  a->ranks = (uint32_t)json_integer_value(json_object_get(o, "ranks"));
+  a->n_std = STEPAGG_NSTD;
+  const char *k;
+  json_t *v;
+  json_object_foreach(extra, k, v) {
+    a->extra_names[a->n_extra_names] = strdup(k);
+    if (!a->extra_names[a->n_extra_names++]) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  }
+  a->n_min = a->n_max = a->n_sum = a->n_median = a->n_count = a->n_min_rank = a->n_max_rank = a->n_hist_len = nf;
+  for (size_t i = 0; i < nf; i++) {
+    const char *group, *key;
+    stepstats_figure_name(a, i, &group, &key);
+    json_t *f = json_object_get(o, group);
+    if (key) f = json_object_get(f, key);
+    if (!json_is_object(f)) continue;
+    a->min[i] = (uint64_t)json_integer_value(json_object_get(f, "min"));
+    a->max[i] = (uint64_t)json_integer_value(json_object_get(f, "max"));
+    a->median[i] = (uint64_t)json_integer_value(json_object_get(f, "median"));
+    a->sum[i] = (uint64_t)json_integer_value(json_object_get(f, "sum"));
+    a->min_rank[i] = (uint32_t)json_integer_value(json_object_get(f, "min_rank"));
+    a->max_rank[i] = (uint32_t)json_integer_value(json_object_get(f, "max_rank"));
+    json_t *cnt = json_object_get(f, "count");
+    a->count[i] = cnt ? (uint32_t)json_integer_value(cnt) : a->ranks;
+  }
+  return FSDP_OK;
+}
+
+fsdp_status metrics_parse_line(const char *line, Fsdp__StepSummary *sum) {
   sum->n_ranks = 0;
   sum->ranks = NULL;
+  sum->agg = NULL;
   json_error_t err;
   json_t *o = json_loads(line, 0, &err);
   if (!o) return fsdp_set_error(FSDP_ERR_FORMAT, "metrics line is not JSON: %s", err.text);
   json_t *ranks = json_object_get(o, "ranks");
   size_t n = json_is_array(ranks) ? json_array_size(ranks) : 0;
-  fsdp_status rc = FSDP_OK;
-  if (n) {
+  fsdp_status rc = parse_agg(json_object_get(o, "agg"), sum);
+  sum->step_ms_rank = (uint32_t)json_integer_value(json_object_get(o, "step_ms_rank"));
+  if (rc == FSDP_OK && n) {
     sum->ranks = calloc(n, sizeof *sum->ranks);
     if (!sum->ranks) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot parse %zu ranks", n);
   }
@@ -87,11 +115,11 @@ fsdp_status metrics_parse_ranks(const char *line, Fsdp__StepSummary *sum) {
                coll_name, 1.0);
   }
   json_decref(o);
-  if (rc != FSDP_OK) metrics_free_ranks(sum);
+  if (rc != FSDP_OK) metrics_free_line(sum);
   return rc;
 }
 
-void metrics_free_ranks(Fsdp__StepSummary *sum) {
+void metrics_free_line(Fsdp__StepSummary *sum) {
   for (size_t i = 0; i < sum->n_ranks; i++) {
     free(sum->ranks[i]->peak_bytes);
     free(sum->ranks[i]->cur_bytes);
@@ -103,56 +131,101 @@ void metrics_free_ranks(Fsdp__StepSummary *sum) {
   free(sum->ranks);
   sum->ranks = NULL;
   sum->n_ranks = 0;
-}
-
-fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line) {
-  *line = NULL;
-  Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
-  metrics_summarize(reports, n, &sum);
-  json_t *ranks = json_array();
-  json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f}", "step", (json_int_t)sum.step, "loss", sum.loss,
-                        "lr", sum.lr, "grad_norm", sum.grad_norm, "tokens", (json_int_t)sum.tokens,
-                        "step_ms", sum.step_ms, "tokens_per_s", sum.tokens_per_s);
-  fsdp_status rc = FSDP_OK;
-  if (!o || !ranks) goto nomem;
-  if (sum.has_val && (json_object_set_new(o, "val_loss", json_real(sum.val_loss)) ||
-                      json_object_set_new(o, "eval_ms", json_real(sum.eval_ms))))
-    goto nomem;
-  for (size_t i = 0; i < n; i++) {
-    const Fsdp__RankStats *s = reports[i]->stats;
-    json_t *r = json_object();
-    if (!r || json_array_append_new(ranks, r) != 0) goto nomem;
-    if (json_object_set_new(r, "rank", json_integer(s ? s->rank : (json_int_t)i)) != 0) goto nomem;
-    if (!s) continue;
-    json_t *peak = u64_map(s->peak_bytes, s->n_peak_bytes, MEM_NCAT, mem_name, 1.0);
-    json_t *cur = u64_map(s->cur_bytes, s->n_cur_bytes, MEM_NCAT, mem_name, 1.0);
-    json_t *phase = u64_map(s->phase_us, s->n_phase_us, STEPSTATS_NPHASE, phase_name, 1e-3);
-    json_t *sent = u64_map(s->sent_bytes, s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
-    if (json_object_set_new(r, "peak_bytes", peak) || json_object_set_new(r, "cur_bytes", cur) ||
-        json_object_set_new(r, "phase_ms", phase) || json_object_set_new(r, "sent_bytes", sent))
-      goto nomem;
-    if (s->n_sent_inter_bytes &&   /* hybrid: the part that crossed shard groups */
-        json_object_set_new(r, "sent_inter_bytes", u64_map(s->sent_inter_bytes, s->n_sent_inter_bytes, COLL_NKIND,
-                                                            coll_name, 1.0)))
-      goto nomem;
+  Fsdp__StepAgg *a = sum->agg;
+  if (a) {
+    for (size_t i = 0; i < a->n_extra_names; i++) free(a->extra_names[i]);
+    stepagg_msg_free(a);
+    free(a);
   }
-  if (json_object_set(o, "ranks", ranks) != 0) goto nomem;
-  *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
-  if (!*line) goto nomem;
-  goto out;
-nomem:
-  rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the metrics line of step %u", sum.step);
-out:
-  json_decref(ranks);
-  json_decref(o);
-  return rc;
+  sum->agg = NULL;
 }
 
-fsdp_status metrics_start_line(Fsdp__StepReport *const *reports, size_t n, char **line) {
-  double ms = 0;
-  for (size_t i = 0; i < n; i++)
-    if (reports[i]->start_eval_ms > ms) ms = reports[i]->start_eval_ms;
-  json_t *o = json_pack("{s:i, s:f, s:f}", "step", 0, "val_loss", reports[0]->start_val_loss, "eval_ms", ms);
+/* {"ranks": N, group: {key: {min, min_rank, median, max, max_rank, sum[, count]}}, ..., "extra": {...}}:
+ * the figures no rank reported are left out. */
+static json_t *agg_json(const Fsdp__StepAgg *a) {
+  json_t *o = json_pack("{s:I}", "ranks", (json_int_t)a->ranks);
+  for (size_t i = 0; o && i < a->n_std + a->n_extra_names; i++) {
+    if (!a->count[i]) continue;
+    const char *group, *key;
+    stepstats_figure_name(a, i, &group, &key);
+    json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "min", (json_int_t)a->min[i], "min_rank", (json_int_t)a->min_rank[i],
+                          "median", (json_int_t)(a->n_median ? a->median[i] : 0), "max", (json_int_t)a->max[i],
+                          "max_rank", (json_int_t)a->max_rank[i], "sum", (json_int_t)a->sum[i]);
+    if (f && a->count[i] != a->ranks && json_object_set_new(f, "count", json_integer(a->count[i]))) json_decref(f), f = NULL;
+    json_t *g = json_object_get(o, group);
+    if (f && key && !g && json_object_set_new(o, group, g = json_object())) g = NULL;
+    if (!f || (key ? !g || json_object_set_new(g, key, f) : json_object_set_new(o, group, f))) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}
+
+static json_t *rank_json(const Fsdp__RankStats *s) {
+  json_t *r = json_pack("{s:I}", "rank", (json_int_t)s->rank);
+  json_t *peak = u64_map(s->peak_bytes, s->n_peak_bytes, MEM_NCAT, mem_name, 1.0);
+  json_t *cur = u64_map(s->cur_bytes, s->n_cur_bytes, MEM_NCAT, mem_name, 1.0);
+  json_t *phase = u64_map(s->phase_us, s->n_phase_us, STEPSTATS_NPHASE, phase_name, 1e-3);
+  json_t *sent = u64_map(s->sent_bytes, s->n_sent_bytes, COLL_NKIND, coll_name, 1.0);
+  if (!r || json_object_set_new(r, "peak_bytes", peak) || json_object_set_new(r, "cur_bytes", cur) ||
+      json_object_set_new(r, "phase_ms", phase) || json_object_set_new(r, "sent_bytes", sent))
+    goto fail;
+  if (s->n_sent_inter_bytes &&   /* hybrid: the part that crossed shard groups */
+      json_object_set_new(r, "sent_inter_bytes", u64_map(s->sent_inter_bytes, s->n_sent_inter_bytes, COLL_NKIND, coll_name, 1.0)))
+    goto fail;
+  for (size_t i = 0; i < s->n_extra; i++)
+    if (json_object_set_new(r, s->extra[i]->name, json_integer((json_int_t)s->extra[i]->value))) goto fail;
+  return r;
+fail:
+  json_decref(r);
+  return NULL;
+}
+
+fsdp_status metrics_ranks_line(const Fsdp__StepSummary *sum, char **line) {
+  json_t *o = json_pack("{s:I}", "step", (json_int_t)sum->step), *ranks = json_array();
+  if (!o || !ranks || json_object_set_new(o, "ranks", ranks)) goto nomem;
+  for (size_t i = 0; i < sum->n_ranks; i++)
+    if (json_array_append_new(ranks, rank_json(sum->ranks[i]))) goto nomem;
+  *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (*line) return FSDP_OK;
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
+nomem:
+  json_decref(o);
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
+}
+
+fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line) {
+  *line = NULL;
+  json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:I}", "step", (json_int_t)sum->step, "loss", sum->loss,
+                        "lr", sum->lr, "grad_norm", sum->grad_norm, "tokens", (json_int_t)sum->tokens,
+                        "step_ms", sum->step_ms, "tokens_per_s", sum->tokens_per_s, "step_ms_rank", (json_int_t)sum->step_ms_rank);
+  if (!o) goto nomem;
+  if (sum->has_val && (json_object_set_new(o, "val_loss", json_real(sum->val_loss)) ||
+                       json_object_set_new(o, "eval_ms", json_real(sum->eval_ms))))
+    goto nomem;
+  if (sum->agg) {
+    json_t *a = agg_json(sum->agg);
+    if (!a || json_object_set_new(o, "agg", a)) goto nomem;
+  }
+  if (sum->n_ranks) {
+    json_t *ranks = json_array();
+    if (!ranks || json_object_set_new(o, "ranks", ranks)) goto nomem;
+    for (size_t i = 0; i < sum->n_ranks; i++)
+      if (json_array_append_new(ranks, rank_json(sum->ranks[i]))) goto nomem;
+  }
+  *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+  json_decref(o);
+  if (*line) return FSDP_OK;
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the metrics line of step %u", sum->step);
+nomem:
+  json_decref(o);
+  return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the metrics line of step %u", sum->step);
+}
+
+fsdp_status metrics_start_line(const Fsdp__StepReport *first, char **line) {
+  json_t *o = json_pack("{s:i, s:f, s:f}", "step", 0, "val_loss", first->start_val_loss, "eval_ms", first->start_eval_ms);
   *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
   json_decref(o);
   return *line ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing metrics.jsonl");

@@ -36,11 +36,13 @@ fsdp_status promx_set_state(promx_job **pxp, uint64_t id, const char *name, int 
   return FSDP_OK;
 }
 
-fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int state, Fsdp__StepReport *const *reports,
-                          size_t n, const Fsdp__StepSummary *sum, double flops_per_token, double peak_flops) {
+fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int state, const Fsdp__StepSummary *sum,
+                          size_t world, double flops_per_token, double peak_flops) {
   fsdp_status rc = promx_set_state(pxp, id, name, state);
   if (rc != FSDP_OK) return rc;
   promx_job *px = *pxp;
+  /* per-rank series only for jobs whose every step carries every rank (bounded: PROMX_RANK_SERIES_MAX) */
+  size_t n = world <= PROMX_RANK_SERIES_MAX && sum->n_ranks == world ? world : 0;
   if ((size_t)px->world < n) {   /* first step, or a restart with more ranks: the counters so far stay */
     promx_rank *r = realloc(px->ranks, n * sizeof *r);
     if (!r) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the metrics of job %llu", (unsigned long long)id);
@@ -57,9 +59,8 @@ fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int st
   px->tokens_total += sum->tokens;
   px->steps_total++;
   for (size_t i = 0; i < n; i++) {
-    const Fsdp__RankStats *s = reports[i]->stats;
+    const Fsdp__RankStats *s = sum->ranks[i];
     promx_rank *r = &px->ranks[i];
-    if (!s) continue;
     for (size_t k = 0; k < MEM_NCAT; k++) r->peak_bytes[k] = k < s->n_peak_bytes ? s->peak_bytes[k] : 0;
     for (size_t k = 0; k < STEPSTATS_NPHASE && k < s->n_phase_us; k++) r->phase_s[k] += (double)s->phase_us[k] * 1e-6;
     for (size_t k = 0; k < COLL_NKIND && k < s->n_sent_bytes; k++) r->sent_bytes[k] += s->sent_bytes[k];

@@ -24,6 +24,7 @@
 
 #define PROMX_KEEP_S 600.0    /* a finished job's series stay this long after it was freed */
 #define PROMX_KEEP_JOBS 32    /* and at most this many finished jobs are kept */
+#define PROMX_RANK_SERIES_MAX 64   /* per-rank series for jobs up to this many ranks only */
 
 typedef struct promx_rank {
   uint64_t peak_bytes[MEM_NCAT];          /* the latest step's peaks (gauge) */
@@ -50,11 +51,12 @@ typedef struct promx_job {
 
 /* Create *PX if needed (a job's first state change) and record job ID's NAME and STATE. */
 fsdp_status promx_set_state(promx_job **px, uint64_t id, const char *name, int state);
-/* Add one completed step of job ID (REPORTS[r] is rank r's, N = world) to *PX, creating it on the
- * first step. SUM is metrics_summarize's result; PEAK_FLOPS the sum of the ranks' devices' peak
- * FLOP/s (0: unknown, no MFU) and FLOPS_PER_TOKEN the plan's. */
-fsdp_status promx_on_step(promx_job **px, uint64_t id, const char *name, int state, Fsdp__StepReport *const *reports,
-                          size_t n, const Fsdp__StepSummary *sum, double flops_per_token, double peak_flops);
+/* Add one completed step SUM of job ID (world WORLD) to *PX, creating it on the first step. The
+ * per-rank series come from SUM->ranks, kept only for jobs of at most PROMX_RANK_SERIES_MAX ranks,
+ * whose every step carries every rank (steps.h): the series per job stay bounded.
+ * PEAK_FLOPS is the sum of the ranks' devices' peak FLOP/s (0: unknown, no MFU), FLOPS_PER_TOKEN the plan's. */
+fsdp_status promx_on_step(promx_job **px, uint64_t id, const char *name, int state, const Fsdp__StepSummary *sum,
+                          size_t world, double flops_per_token, double peak_flops);
 
 /* The peak dense bf16 FLOP/s of a device named NAME (a CUDA device's product name), 0 when it is
  * not in the table (every CPU). */

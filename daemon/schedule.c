@@ -191,9 +191,7 @@ static int schedule_start(coord_t *c, job_t *j) {
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
   int *room = calloc((size_t)c->nnodes, sizeof *room);
   j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
-  j->reports[0] = calloc((size_t)j->world, sizeof *j->reports[0]);
-  j->reports[1] = calloc((size_t)j->world, sizeof *j->reports[1]);
-  if (!order || !cnt || !room || !j->ranks || !j->reports[0] || !j->reports[1]) {
+  if (!order || !cnt || !room || !j->ranks) {
     free(order), free(cnt), free(room);
     job_fail(c, j, "out of memory while starting the job");
     return 0;
@@ -218,8 +216,8 @@ static int schedule_start(coord_t *c, job_t *j) {
       for (int s = 0; s < c->nodes[i].nslots; s++)
         if (c->nodes[i].slots[s].job_id == j->id) c->nodes[i].slots[s].job_id = 0;
     free(cnt);
-    free(j->ranks), free(j->reports[0]), free(j->reports[1]);
-    j->ranks = NULL, j->reports[0] = j->reports[1] = NULL;
+    free(j->ranks);
+    j->ranks = NULL;
     return -1;
   }
   if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {

@@ -14,22 +14,106 @@
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "stepagg.h"
 
-static void send_to_rank(coord_t *c, job_t *j, int r, Fsdp__Msg *m) {
-  rank_st *rk = &j->ranks[r];
-  if (rk->ident_len) coord_send(c, rk->ident, rk->ident_len, m);
+/* Steps granted beyond the last one recorded, and how few may be left before the next grant. A small
+ * job (few nodes) is granted 4 ahead, 2 at a time: the relays keep their ranks two steps ahead of what
+ * the node reported while the coordinator records a step (a database commit) off their path; a stop
+ * takes effect within 4 steps. A large one is granted up to 16 ahead, 8 at a time: one
+ * node_step_cmd per node per 8 steps, and a stop within 16 steps. */
+#define STEP_WINDOW 16       /* the most: the size of the window's ring */
+#define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
+
+/* One step in flight: the node reports received so far, their figures merged. */
+typedef struct jstep {
+  uint32_t step;             /* 0: unused */
+  int nnodes;                /* node reports in */
+  stepagg *agg;
+  Fsdp__Msg **msgs;          /* by job node: its node_step_report, kept until the step is recorded */
+  int first;                 /* the job node whose report holds the lowest rank (-1: none yet) */
+  double step_ms, eval_ms;
+  uint32_t step_ms_rank;
+} jstep;
+
+struct steps_win {
+  int njnodes;
+  int *jnode;                /* the c->nodes index of the job's k-th node */
+  uint32_t *nranks;          /* how many of the job's ranks it runs */
+  int *node_k;               /* c->nodes index → k, or -1; nmap entries */
+  int nmap;
+  uint32_t detail_every;
+  uint32_t window, regrant;  /* see STEP_WINDOW */
+  jstep s[STEP_WINDOW];
+};
+
+void steps_free(job_t *j) {
+  struct steps_win *w = j->win;
+  wire_destroy(&j->rank_detail);
+  if (!w) return;
+  for (int i = 0; i < STEP_WINDOW; i++) {
+    for (int k = 0; w->s[i].msgs && k < w->njnodes; k++) wire_destroy(&w->s[i].msgs[k]);
+    free(w->s[i].msgs);
+    stepagg_destroy(&w->s[i].agg);
+  }
+  free(w->jnode), free(w->nranks), free(w->node_k);
+  free(w);
+  j->win = NULL;
 }
 
-static void send_step(coord_t *c, job_t *j, uint32_t step) {
-  Fsdp__StepCmd s = FSDP__STEP_CMD__INIT;
-  s.step = step;
-  /* every K-th step and the last (docs/checkpoints.md), and the step a stop ends with */
-  s.checkpoint = ckpt_due(&j->spec, (int)step) || (j->stop_at && step == j->stop_at);
+/* The job's nodes, from its placement. */
+static fsdp_status win_new(coord_t *c, job_t *j) {
+  struct steps_win *w = calloc(1, sizeof *w);
+  if (!w) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  j->win = w;
+  w->nmap = c->nnodes;
+  w->node_k = malloc((size_t)(c->nnodes ? c->nnodes : 1) * sizeof *w->node_k);
+  w->jnode = calloc((size_t)(c->nnodes ? c->nnodes : 1), sizeof *w->jnode);
+  w->nranks = calloc((size_t)(c->nnodes ? c->nnodes : 1), sizeof *w->nranks);
+  if (!w->node_k || !w->jnode || !w->nranks) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < c->nnodes; i++) w->node_k[i] = -1;
+  for (int r = 0; r < j->world; r++) {
+    int n = j->ranks[r].node;
+    if (n < 0 || n >= w->nmap) return fsdp_set_error(FSDP_ERR_INTERNAL, "rank %d has no node", r);
+    if (w->node_k[n] < 0) w->node_k[n] = w->njnodes, w->jnode[w->njnodes++] = n;
+    w->nranks[w->node_k[n]]++;
+  }
+  w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
+  w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 4;
+  w->regrant = w->njnodes >= STEP_WIDE_NODES ? w->window / 2 : w->window - 1;
+  for (int i = 0; i < STEP_WINDOW; i++) {
+    w->s[i].first = -1;
+    w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
+    if (!w->s[i].msgs) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+    TRY(stepagg_new(&w->s[i].agg));
+  }
+  return FSDP_OK;
+}
+
+/* Grant steps next_step..LAST to every node of J: one node_step_cmd per node. */
+static void send_grant(coord_t *c, job_t *j, uint32_t last) {
+  struct steps_win *w = j->win;
+  uint32_t ckpt[STEP_WINDOW + 1];
+  size_t nck = 0;
+  for (uint32_t s = j->next_step; s <= last; s++)   /* every K-th step and the last, and the one a stop ends with */
+    if (ckpt_due(&j->spec, (int)s) || (j->stop_at && s == j->stop_at)) ckpt[nck++] = s;
+  Fsdp__NodeStepCmd g = FSDP__NODE_STEP_CMD__INIT;
+  g.job_id = j->id;
+  g.first_step = j->next_step;
+  g.count = last - j->next_step + 1;
+  g.checkpoint_steps = ckpt;
+  g.n_checkpoint_steps = nck;
+  g.detail_every = w->detail_every;
   Fsdp__Msg m = WIRE_MSG_INIT;
-  m.body_case = FSDP__MSG__BODY_STEP_CMD;
-  m.step_cmd = &s;
-  for (int r = 0; r < j->world; r++) send_to_rank(c, j, r, &m);
-  j->next_step = step + 1;
+  m.body_case = FSDP__MSG__BODY_NODE_STEP_CMD;
+  m.node_step_cmd = &g;
+  int detail_node = j->detail_rank ? j->ranks[j->detail_rank - 1].node : -1;
+  for (int k = 0; k < w->njnodes; k++) {
+    const node_t *n = &c->nodes[w->jnode[k]];
+    g.expect = w->nranks[k];
+    g.detail_rank = w->jnode[k] == detail_node ? j->detail_rank : 0;
+    coord_send(c, n->ident, n->ident_len, &m);
+  }
+  j->next_step = last + 1;
 }
 
 static void send_stop(coord_t *c, job_t *j) {
@@ -37,24 +121,24 @@ static void send_stop(coord_t *c, job_t *j) {
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STOP_CMD;
   m.stop_cmd = &s;
-  for (int r = 0; r < j->world; r++) send_to_rank(c, j, r, &m);
-  j->next_step = j->steps + 1;
+  for (int r = 0; r < j->world; r++) coord_send_rank(c, j, r, &m);
 }
 
-/* Keep two steps in flight: step s+1 is sent before the reports of step s arrive. */
-static void fill_window(coord_t *c, job_t *j) {
-  while (j->next_step <= j->steps && j->next_step <= j->done_step + 2) send_step(c, j, j->next_step);
+/* Keep steps granted ahead: when the window's regrant or fewer are left (or FORCE), grant up to its
+ * width beyond the last recorded step; after the last step, stop every rank. */
+static void fill_window(coord_t *c, job_t *j, int force) {
+  const struct steps_win *w = j->win;
+  uint32_t last = j->done_step + w->window < j->steps ? j->done_step + w->window : j->steps;
+  if (j->next_step <= last && (force || j->next_step - 1 <= j->done_step + w->regrant)) send_grant(c, j, last);
   if (j->done_step >= j->steps && j->next_step == j->steps + 1) {
     send_stop(c, j);
     j->next_step = j->steps + 2;   /* stop sent */
   }
 }
 
-/* Append LINE and a newline to metrics.jsonl as one write; a short write (a full disk) is cut back,
- * so that the file only ever holds whole lines. */
-static fsdp_status metrics_append(job_t *j, const char *line) {
-  if (!j->metrics) return FSDP_OK;   /* could not be opened: said at the start */
-  int fd = fileno(j->metrics);
+/* Append LINE and a newline to FILE (fd FD, in J's directory) as one write; a short write (a full
+ * disk) is cut back, so that the file only ever holds whole lines. */
+static fsdp_status append_line(const job_t *j, int fd, const char *file, const char *line) {
   size_t len = strlen(line);
   char *buf = malloc(len + 1);
   if (!buf) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
@@ -67,7 +151,26 @@ static fsdp_status metrics_append(job_t *j, const char *line) {
   if (n == (ssize_t)(len + 1)) return FSDP_OK;
   if (n >= 0) e = ENOSPC;   /* a short write: the device is full */
   if (end >= 0 && ftruncate(fd, end) != 0) log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
-  return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/metrics.jsonl: %s", j->job_dir, strerror(e));
+  return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/%s: %s", j->job_dir, file, strerror(e));
+}
+
+static fsdp_status metrics_append(const job_t *j, const char *line) {
+  if (!j->metrics) return FSDP_OK;   /* could not be opened: said at the start */
+  return append_line(j, fileno(j->metrics), "metrics.jsonl", line);
+}
+
+/* Every rank's figures of a detail step of a job beyond STEPS_DETAIL_ALL_MAX ranks: one line of
+ * ranks.jsonl ({"step", "ranks"}), so that metrics.jsonl and the step rows stay the aggregate's size. */
+static fsdp_status ranks_append(const job_t *j, const Fsdp__StepSummary *sum) {
+  char path[sizeof j->job_dir + 16], *line = NULL;
+  snprintf(path, sizeof path, "%s/ranks.jsonl", j->job_dir);
+  TRY(metrics_ranks_line(sum, &line));
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  fsdp_status rc = fd >= 0 ? append_line(j, fd, "ranks.jsonl", line)
+                           : fsdp_set_error(FSDP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  free(line);
+  return rc;
 }
 
 /* The sum of the peak FLOP/s of J's devices, 0 when one of them has no known peak (every CPU). */
@@ -84,39 +187,87 @@ static double peak_flops(const coord_t *c, const job_t *j) {
   return sum;
 }
 
-static void step_complete(coord_t *c, job_t *j, uint32_t step) {
-  int b = step % 2;
-  Fsdp__StepReport **reps = malloc((size_t)j->world * sizeof *reps);
-  if (!reps) {
-    job_fail(c, j, "out of memory while recording step %u", step);
-    return;
+static int by_rank(const void *a, const void *b) {
+  uint32_t x = (*(Fsdp__RankStats *const *)a)->rank, y = (*(Fsdp__RankStats *const *)b)->rank;
+  return x < y ? -1 : x > y;
+}
+
+/* Every rank's full figures on a detail step (all nodes sent theirs), in rank order, into SUM. */
+static fsdp_status gather_detail(const job_t *j, const jstep *st, Fsdp__StepSummary *sum) {
+  const struct steps_win *w = j->win;
+  if (st->step % w->detail_every) return FSDP_OK;
+  sum->ranks = malloc((size_t)j->world * sizeof *sum->ranks);
+  if (!sum->ranks) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  for (int k = 0; k < w->njnodes; k++) {
+    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
+    for (size_t i = 0; i < nr->n_detail && sum->n_ranks < (size_t)j->world; i++) sum->ranks[sum->n_ranks++] = nr->detail[i];
   }
-  for (int r = 0; r < j->world; r++) reps[r] = j->reports[b][r]->step_report;
-  char *line = NULL;
+  qsort(sum->ranks, sum->n_ranks, sizeof *sum->ranks, by_rank);
+  return FSDP_OK;
+}
+
+/* `fsdpctl status --rank R`: keep the node report that carries rank R's figures of this step. */
+static void keep_rank_detail(job_t *j, jstep *st) {
+  for (int k = 0; j->detail_rank && k < j->win->njnodes; k++) {
+    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
+    for (size_t i = 0; i < nr->n_detail; i++)
+      if (nr->detail[i]->rank == j->detail_rank - 1) {
+        wire_destroy(&j->rank_detail);
+        j->rank_detail = st->msgs[k];
+        st->msgs[k] = NULL;
+        j->rank_detail_step = st->step;
+        return;
+      }
+  }
+}
+
+/* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */
+static void step_complete(coord_t *c, job_t *j, jstep *st) {
+  uint32_t step = st->step;
+  const Fsdp__StepReport *f = st->msgs[st->first]->node_step_report->first;
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
-  metrics_summarize(reps, (size_t)j->world, &sum);
-  fsdp_status rc = FSDP_OK;
-  if (reps[0]->has_start_val) {   /* [eval] at_start: step 0's line comes first */
-    rc = metrics_start_line(reps, (size_t)j->world, &line);
+  Fsdp__StepAgg agg;
+  sum.step = step;
+  sum.loss = f->loss, sum.lr = f->lr, sum.grad_norm = f->grad_norm, sum.tokens = f->tokens;
+  sum.step_ms = st->step_ms, sum.step_ms_rank = st->step_ms_rank;
+  sum.tokens_per_s = st->step_ms > 0 ? (double)f->tokens * 1000.0 / st->step_ms : 0.0;
+  /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
+  sum.has_val = f->has_val, sum.val_loss = f->val_loss, sum.eval_ms = f->has_val ? st->eval_ms : 0;
+  char *line = NULL;
+  fsdp_status rc = stepagg_to_msg(st->agg, 1, &agg);
+  if (rc == FSDP_OK) {
+    sum.agg = &agg;
+    rc = gather_detail(j, st, &sum);
+    Fsdp__RankStats **ranks = sum.ranks;
+    if (rc == FSDP_OK && sum.n_ranks && j->world > STEPS_DETAIL_ALL_MAX) {   /* kept apart: see ranks_append */
+      rc = ranks_append(j, &sum);
+      sum.n_ranks = 0;
+    }
+    if (rc == FSDP_OK && f->has_start_val) {   /* [eval] at_start: step 0's line comes first */
+      rc = metrics_start_line(f, &line);
+      if (rc == FSDP_OK) rc = metrics_append(j, line);
+      free(line);
+      line = NULL;
+    }
+    if (rc == FSDP_OK) rc = metrics_line(&sum, &line);
     if (rc == FSDP_OK) rc = metrics_append(j, line);
-    free(line);
-    line = NULL;
+    jobs_db_step row = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
+                        .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
+    if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &row, line);
+    if (rc == FSDP_OK && f->sample && f->sample[0]) job_log(j, "sample at step %u: %s", step, f->sample);
+    /* the Prometheus figures (only with --metrics: nothing else reads them) */
+    if (rc == FSDP_OK && c->cfg.metrics &&
+        promx_on_step(&j->px, j->id, j->spec.name, j->state, &sum, (size_t)j->world,
+                      j->plan ? j->plan->flops_per_token : 0, peak_flops(c, j)) != FSDP_OK)
+      log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+    free(ranks);
+    stepagg_msg_free(&agg);
   }
-  if (rc == FSDP_OK) rc = metrics_line(reps, (size_t)j->world, &line);
-  if (rc == FSDP_OK) rc = metrics_append(j, line);
-  jobs_db_step st = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
-                     .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
-  if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &st, line);
-  if (rc == FSDP_OK && reps[0]->sample && reps[0]->sample[0]) job_log(j, "sample at step %u: %s", step, reps[0]->sample);
-  /* the Prometheus figures (only with --metrics: nothing else reads them) */
-  if (rc == FSDP_OK && c->cfg.metrics &&
-      promx_on_step(&j->px, j->id, j->spec.name, j->state, reps, (size_t)j->world, &sum,
-                    j->plan ? j->plan->flops_per_token : 0, peak_flops(c, j)) != FSDP_OK)
-    log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   free(line);
-  free(reps);
-  for (int r = 0; r < j->world; r++) wire_destroy(&j->reports[b][r]);
-  j->nreports[b] = 0;
+  keep_rank_detail(j, st);
+  for (int k = 0; k < j->win->njnodes; k++) wire_destroy(&st->msgs[k]);
+  stepagg_reset(st->agg);
+  st->step = 0, st->nnodes = 0, st->first = -1, st->step_ms = st->eval_ms = 0, st->step_ms_rank = 0;
   if (rc != FSDP_OK) {
     /* A step that cannot be recorded (most often: the disk under the state directory is full)
      * ends the job: training on without a record would report progress that is not there. */
@@ -130,32 +281,65 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   log_debug("job %llu step %u: loss %.4f, %.0f tokens/s", (unsigned long long)j->id, step, sum.loss, sum.tokens_per_s);
 }
 
-void steps_on_report(coord_t *c, job_t *j, int r, Fsdp__Msg **mp) {
-  Fsdp__StepReport *rep = (*mp)->step_report;
-  if (j->state != ST_RUNNING || j->done) return;
-  if (rep->step <= j->done_step || rep->step >= j->next_step || rep->step > j->steps) {
-    log_warn("job %llu rank %d: report for step %u outside the steps in flight (%u..%u); ignored",
-             (unsigned long long)j->id, r, rep->step, j->done_step + 1, j->next_step - 1);
-    return;
-  }
-  if (rep->stats->rank != (uint32_t)r) {
-    log_warn("job %llu rank %d: report carries rank %u; ignored", (unsigned long long)j->id, r, rep->stats->rank);
-    return;
-  }
-  int b = rep->step % 2;
-  if (j->reports[b][r]) {
-    log_warn("job %llu rank %d: second report for step %u; ignored", (unsigned long long)j->id, r, rep->step);
-    return;
-  }
-  j->reports[b][r] = *mp;
+/* Fold node report NR of job node K into its step. */
+static fsdp_status take_report(job_t *j, int k, Fsdp__Msg **mp) {
+  const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
+  struct steps_win *w = j->win;
+  uint32_t step = nr->first->step;
+  jstep *st = &w->s[step % STEP_WINDOW];
+  if (st->step != step) st->step = step;
+  if (st->msgs[k]) return fsdp_set_error(FSDP_ERR_INVALID, "a second report for step %u", step);
+  if (nr->agg->ranks != w->nranks[k])
+    return fsdp_set_error(FSDP_ERR_INVALID, "a report of %u ranks for step %u (the node runs %u)", nr->agg->ranks, step, w->nranks[k]);
+  TRY(stepagg_merge(st->agg, nr->agg));
+  if (st->first < 0 || nr->first_rank < st->msgs[st->first]->node_step_report->first_rank) st->first = k;
+  if (nr->step_ms > st->step_ms || (nr->step_ms == st->step_ms && nr->step_ms_rank < st->step_ms_rank))
+    st->step_ms = nr->step_ms, st->step_ms_rank = nr->step_ms_rank;
+  if (nr->eval_ms > st->eval_ms) st->eval_ms = nr->eval_ms;
+  st->msgs[k] = *mp;
   *mp = NULL;
-  j->nreports[b]++;
-  /* Complete in order: the next step to finish is done_step+1; its successor may already be full. */
-  while (!j->done && !j->restart_pending && j->done_step < j->steps && j->nreports[(j->done_step + 1) % 2] == j->world) {
-    step_complete(c, j, j->done_step + 1);
-    if (j->done || j->restart_pending) break;   /* the step could not be recorded */
-    fill_window(c, j);
+  st->nnodes++;
+  return FSDP_OK;
+}
+
+void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
+  const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
+  job_t *j = coord_find_job(c, nr->job_id);
+  if (!j || j->state != ST_RUNNING || j->done || j->restart_pending || !j->win) return;
+  struct steps_win *w = j->win;
+  int ni = (int)(n - c->nodes), k = ni < w->nmap ? w->node_k[ni] : -1;
+  uint32_t step = nr->first->step;
+  if (k < 0 || step <= j->done_step || step >= j->next_step || step > j->steps) {
+    log_warn("job %llu: node %s: report for step %u outside the steps in flight (%u..%u) or from a node without its "
+             "ranks; ignored", (unsigned long long)j->id, n->name, step, j->done_step + 1, j->next_step - 1);
+    return;
   }
+  if (take_report(j, k, mp) != FSDP_OK) {
+    log_warn("job %llu: node %s: %s; ignored", (unsigned long long)j->id, n->name, fsdp_last_error());
+    return;
+  }
+  /* Complete in order: the next step to finish is done_step+1; its successors may already be full. */
+  for (;;) {
+    jstep *st = &w->s[(j->done_step + 1) % STEP_WINDOW];
+    if (j->done || j->restart_pending || j->done_step >= j->steps || st->step != j->done_step + 1 || st->nnodes < w->njnodes)
+      break;
+    step_complete(c, j, st);
+    if (j->done || j->restart_pending) break;   /* the step could not be recorded */
+    fill_window(c, j, 0);
+  }
+}
+
+const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__StepSummary *line, uint32_t *step) {
+  const Fsdp__RankStats *best = NULL;
+  *step = 0;
+  for (size_t i = 0; line && i < line->n_ranks; i++)
+    if (line->ranks[i]->rank == rank) best = line->ranks[i], *step = line->step;
+  if (!j) return best;
+  if (j->state == ST_RUNNING && !j->done) j->detail_rank = rank + 1;   /* on every step from the next grant on */
+  const Fsdp__NodeStepReport *nr = j->rank_detail ? j->rank_detail->node_step_report : NULL;
+  for (size_t i = 0; nr && j->rank_detail_step > *step && i < nr->n_detail; i++)
+    if (nr->detail[i]->rank == rank) best = nr->detail[i], *step = j->rank_detail_step;
+  return best;
 }
 
 /* A job that resumes from the checkpoint of step S (a restart) keeps in metrics.jsonl only the
@@ -223,7 +407,11 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
   j->deadline = loop_now_mono() + j->step_timeout;
-  fill_window(c, j);
+  if (win_new(c, j) != FSDP_OK) {
+    job_fail(c, j, "cannot start the steps: %s", fsdp_last_error());
+    return;
+  }
+  fill_window(c, j, 1);
 }
 
 int steps_stop(coord_t *c, job_t *j) {
@@ -236,7 +424,7 @@ int steps_stop(coord_t *c, job_t *j) {
   j->steps = j->stop_at;
   job_log(j, "stop requested: stopping after step %u, which saves a checkpoint", j->stop_at);
   log_info("job %llu: stop requested; stopping after step %u with a checkpoint", (unsigned long long)j->id, j->stop_at);
-  fill_window(c, j);
+  fill_window(c, j, 1);
   return 1;
 }
 
@@ -268,15 +456,28 @@ static int rank_list(const job_t *j, int (*sel)(const job_t *, int), char *buf, 
   return k;
 }
 
-/* Ranks that are alive and have said nothing about the current step: no report, no error. */
+/* Ranks that are alive and have said nothing about the current step: no error, and their node sent
+ * no report of it (a node reports a step once all its ranks did). */
 static int silent(const job_t *j, int r) {
   const rank_st *rk = &j->ranks[r];
   if (!rk->alive || rk->errored) return 0;
-  if (j->state == ST_STARTING) return !rk->ready;
-  return !(j->reports[(j->done_step + 1) % 2] && j->reports[(j->done_step + 1) % 2][r]);
+  if (j->state == ST_STARTING || !j->win) return !rk->ready;
+  const jstep *st = &j->win->s[(j->done_step + 1) % STEP_WINDOW];
+  int k = rk->node < j->win->nmap ? j->win->node_k[rk->node] : -1;
+  return st->step != j->done_step + 1 || k < 0 || !st->msgs[k];
 }
 
 static int not_ready(const job_t *j, int r) { return !j->ranks[r].ready; }
+
+/* "; it runs on node NAME" when SEL picks exactly one rank of J (at scale, where to look), else "". */
+static const char *node_of_one(const coord_t *c, const job_t *j, int (*sel)(const job_t *, int), char *buf, size_t n) {
+  int one = -1, k = 0;
+  for (int r = 0; r < j->world; r++)
+    if (sel(j, r)) one = r, k++;
+  buf[0] = '\0';
+  if (k == 1 && j->ranks[one].node >= 0) snprintf(buf, n, "; it runs on node %s", c->nodes[j->ranks[one].node].name);
+  return buf;
+}
 
 /* A node that runs a live rank of J and has missed a heartbeat: it may be on its way to lost. */
 static int suspect_node(const coord_t *c, const job_t *j, double now) {
@@ -301,9 +502,10 @@ void steps_check(coord_t *c, job_t *j, double now) {
       return;
     }
     int n = rank_list(j, silent, who, sizeof who);
+    char where[300];
     if (n > 0)
-      job_fail(c, j, "rank%s %s stopped responding (rank %d gave up waiting: %s)", n > 1 ? "s" : "", who, j->pending_rank,
-               j->pending);
+      job_fail(c, j, "rank%s %s stopped responding (rank %d gave up waiting: %s)%s", n > 1 ? "s" : "", who, j->pending_rank,
+               j->pending, node_of_one(c, j, silent, where, sizeof where));
     else
       job_fail(c, j, "rank %d failed: %s", j->pending_rank, j->pending);
     return;
@@ -315,7 +517,8 @@ void steps_check(coord_t *c, job_t *j, double now) {
              j->start_timeout);
   } else {
     int n = rank_list(j, silent, who, sizeof who);
-    job_fail(c, j, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)", n > 1 ? "s" : "",
-             n ? who : "?", j->done_step + 1, j->step_timeout);
+    char where[300];
+    job_fail(c, j, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)%s", n > 1 ? "s" : "",
+             n ? who : "?", j->done_step + 1, j->step_timeout, node_of_one(c, j, silent, where, sizeof where));
   }
 }

@@ -1,10 +1,16 @@
-/* steps — the step pipeline of a running job: two steps in flight, reports collected per step,
- * one metrics.jsonl line and one database row per completed step, then the stop.
+/* steps — the step pipeline of a running job: steps granted to the job's nodes, one aggregate per
+ * node per step merged into one metrics.jsonl line and one database row, then the stop.
  *
- * When every rank is ready (steps_on_ready) steps start_step+1 and +2 are sent at once; when all
- * reports of step s are in, step s+2 is sent. Reports are kept in two buffers (step mod 2); a
- * report outside the steps in flight, from the wrong rank, or a duplicate is logged and ignored.
- * After the last step every rank gets stop_cmd. Loop thread only.
+ * When every rank is ready (steps_on_ready) the steps up to STEP_WINDOW beyond the last recorded one
+ * are granted to every node of the job at once (one node_step_cmd per node; the node's relay hands
+ * them to its ranks, relay.h), and granted again each time no more than STEP_REGRANT are left. Each
+ * node answers each step with one node_step_report, the figures of its ranks folded (stepagg.h); the
+ * coordinator's work per step is O(nodes), whatever the ranks per node. A report outside the steps in
+ * flight, from a node without ranks of the job, or a duplicate is logged and ignored.
+ * Every rank's full figures ride along every STEPS_DETAIL_EVERY steps (every step up to
+ * STEPS_DETAIL_ALL_MAX ranks) and go into that step's metrics line; `fsdpctl status --rank R` asks
+ * for R's on every step (job_t.detail_rank). After the last step every rank gets stop_cmd.
+ * Loop thread only.
  */
 #ifndef FSDP_DAEMON_STEPS_H
 #define FSDP_DAEMON_STEPS_H
@@ -13,8 +19,18 @@
 
 /* Rank R of J is ready to train from RD->start_step; the last one starts the steps. */
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd);
-/* A step report from rank R; takes *MP when it keeps it. */
-void steps_on_report(coord_t *c, job_t *j, int r, Fsdp__Msg **mp);
+#define STEPS_DETAIL_ALL_MAX 64   /* up to this many ranks, every rank's figures on every step */
+#define STEPS_DETAIL_EVERY 100    /* above, on every this many steps (docs/performance.md) */
+
+/* A node_step_report from node N; takes *MP when it keeps it. */
+void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp);
+/* `fsdpctl status --rank R` of J (NULL: a job no longer active): from now on R's full figures ride
+ * on every step of J; returns its latest figures, from the coordinator's last copy or from LINE
+ * (the last step's parsed metrics line, NULL-safe), whichever is newer, and their step in *STEP
+ * (NULL, 0: none yet). The pointer lives until the next step of J or the end of LINE. */
+const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__StepSummary *line, uint32_t *step);
+/* Drop the steps in flight and what the coordinator kept of them. */
+void steps_free(job_t *j);
 
 /* A worker_error from rank R. A communication error or timeout is held for SECONDARY_GRACE_S
  * (a direct cause, such as the exit of the rank that died, wins); any other error fails the job. */

@@ -6,6 +6,7 @@
 
 #include "job.h"
 #include "log.h"
+#include "relay.h"
 
 struct tracepull {
   struct tracepull *next;
@@ -71,7 +72,9 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
     return;
   }
-  uint32_t started = j->next_step - 1;   /* the workers run these before they read the pull */
+  /* the workers run these before they read the pull: the steps their relays handed them, at least
+   * RELAY_INFLIGHT beyond the last recorded one, at most the last granted */
+  uint32_t started = j->next_step - 1 < j->done_step + RELAY_INFLIGHT ? j->next_step - 1 : j->done_step + RELAY_INFLIGHT;
   uint32_t first = req->first_step, last = req->last_step;
   if (started <= j->start_step) {
     snprintf(msg, sizeof msg, "job %llu has not started a step yet", (unsigned long long)j->id);
@@ -112,7 +115,7 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
   m.body_case = FSDP__MSG__BODY_TRACE_REQ;
   m.trace_req = &q;
   for (int r = 0; r < j->world; r++)
-    if (j->ranks[r].ident_len) coord_send(c, j->ranks[r].ident, j->ranks[r].ident_len, &m);
+    coord_send_rank(c, j, r, &m);
 }
 
 /* Every rank answered: check that each holds the whole range, then reply. */

@@ -11,6 +11,8 @@
 #define NAME_MAX_LEN 256
 #define MAX_RANKS 65536
 #define MAX_LIST 100000
+#define MAX_EXTRA 64          /* extra per-rank figures (RankStats.extra) */
+#define FIGURE_NAME_MAX 64
 
 static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = {
   {FSDP__MSG__BODY_SUBMIT_REQ, "submit_req"},       {FSDP__MSG__BODY_SUBMIT_RESP, "submit_resp"},
@@ -32,6 +34,7 @@ static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = 
   {FSDP__MSG__BODY_KV_GET, "kv_get"},               {FSDP__MSG__BODY_KV_RESP, "kv_resp"},
   {FSDP__MSG__BODY_TRACE_REQ, "trace_req"},         {FSDP__MSG__BODY_TRACE_RESP, "trace_resp"},
   {FSDP__MSG__BODY_TRACE_SPANS, "trace_spans"},
+  {FSDP__MSG__BODY_NODE_STEP_CMD, "node_step_cmd"}, {FSDP__MSG__BODY_NODE_STEP_REPORT, "node_step_report"},
 };
 
 const char *wire_body_name(Fsdp__Msg__BodyCase c) {
@@ -82,11 +85,40 @@ static fsdp_status check_rank_stats(const Fsdp__RankStats *r) {
   if (r->n_sent_bytes != 0 && r->n_sent_bytes != 3) BAD("sent_bytes has %zu entries, expected 3", r->n_sent_bytes);
   if (r->n_sent_inter_bytes != 0 && r->n_sent_inter_bytes != 3)
     BAD("sent_inter_bytes has %zu entries, expected 0 or 3", r->n_sent_inter_bytes);
+  if (r->n_extra > MAX_EXTRA) BAD("%zu extra figures, at most %d", r->n_extra, MAX_EXTRA);
+  for (size_t i = 0; i < r->n_extra; i++) {
+    NEED(r->extra[i], "extra figure");
+    STR(r->extra[i]->name, FIGURE_NAME_MAX, "figure name");
+    if (!r->extra[i]->name[0]) BAD("an extra figure has no name");
+  }
+  return FSDP_OK;
+}
+
+/* A StepAgg's parallel arrays agree: one entry per figure, the histogram pairs add up, every
+ * bucket index and rank in range. */
+static fsdp_status check_step_agg(const Fsdp__StepAgg *a) {
+  if (a->ranks > MAX_RANKS) BAD("aggregate of %u ranks", a->ranks);
+  if (a->n_std > 64 || a->n_extra_names > MAX_EXTRA) BAD("aggregate of %u + %zu figures", a->n_std, a->n_extra_names);
+  size_t nf = a->n_std + a->n_extra_names;
+  for (size_t i = 0; i < a->n_extra_names; i++) STR(a->extra_names[i], FIGURE_NAME_MAX, "figure name");
+  if (a->n_min != nf || a->n_min_rank != nf || a->n_max != nf || a->n_max_rank != nf || a->n_sum != nf ||
+      a->n_hist_len != nf || a->n_count != nf || (a->n_median != 0 && a->n_median != nf))
+    BAD("aggregate arrays disagree with its %zu figures", nf);
+  size_t pairs = 0;
+  for (size_t i = 0; i < nf; i++) {
+    if (a->min_rank[i] >= MAX_RANKS || a->max_rank[i] >= MAX_RANKS) BAD("aggregate rank out of range");
+    if (a->count[i] > a->ranks) BAD("figure %zu counts %u of %u ranks", i, a->count[i], a->ranks);
+    pairs += a->hist_len[i];
+  }
+  if (a->n_hist_bucket != pairs || a->n_hist_count != pairs) BAD("aggregate histogram of %zu pairs is inconsistent", pairs);
+  for (size_t i = 0; i < pairs; i++)
+    if (a->hist_bucket[i] > 4096) BAD("histogram bucket %u out of range", a->hist_bucket[i]);
   return FSDP_OK;
 }
 
 static fsdp_status check_summary(const Fsdp__StepSummary *s) {
   if (s->n_ranks > MAX_RANKS) BAD("step summary has %zu ranks", s->n_ranks);
+  if (s->agg) TRY(check_step_agg(s->agg));
   for (size_t i = 0; i < s->n_ranks; i++) {
     NEED(s->ranks[i], "ranks entry");
     TRY(check_rank_stats(s->ranks[i]));
@@ -321,6 +353,26 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   }
   case FSDP__MSG__BODY_STEP_CMD: NEED(m->step_cmd, "step_cmd"); return FSDP_OK;
   case FSDP__MSG__BODY_STOP_CMD: NEED(m->stop_cmd, "stop_cmd"); return FSDP_OK;
+  case FSDP__MSG__BODY_NODE_STEP_CMD:
+    NEED(m->node_step_cmd, "node_step_cmd");
+    if (m->node_step_cmd->count == 0 || m->node_step_cmd->count > 1024) BAD("node_step_cmd grants %u steps", m->node_step_cmd->count);
+    if (m->node_step_cmd->expect == 0 || m->node_step_cmd->expect > MAX_RANKS) BAD("node_step_cmd expects %u ranks", m->node_step_cmd->expect);
+    if (m->node_step_cmd->n_checkpoint_steps > 1024) BAD("node_step_cmd lists %zu checkpoints", m->node_step_cmd->n_checkpoint_steps);
+    return FSDP_OK;
+  case FSDP__MSG__BODY_NODE_STEP_REPORT: {
+    const Fsdp__NodeStepReport *n = m->node_step_report;
+    NEED(n, "node_step_report");
+    NEED(n->first, "node_step_report first");
+    NEED(n->agg, "node_step_report agg");
+    STR(n->first->sample, WIRE_MAX_STRING, "sample text");
+    TRY(check_step_agg(n->agg));
+    if (n->agg->ranks == 0 || n->n_detail > n->agg->ranks) BAD("node_step_report of %u ranks with %zu details", n->agg->ranks, n->n_detail);
+    for (size_t i = 0; i < n->n_detail; i++) {
+      NEED(n->detail[i], "detail entry");
+      TRY(check_rank_stats(n->detail[i]));
+    }
+    return FSDP_OK;
+  }
   case FSDP__MSG__BODY_STEP_REPORT:
     NEED(m->step_report, "step_report");
     NEED(m->step_report->stats, "step_report stats");

@@ -50,7 +50,7 @@ static fsdp_status logits(const char *job, const char *tokens, const char *out) 
   if (rc == FSDP_OK) rc = st_open(s.init, &f);
   if (rc == FSDP_OK) rc = st_load_shard(f, p, 0, param);
   if (rc == FSDP_OK) rc = read_tokens(tokens, ids, T, V);
-  if (rc == FSDP_OK) rc = device_new_cpu(DEV_CPU_SYNC, &dev);
+  if (rc == FSDP_OK) rc = dev_new_cpu(DEV_CPU_SYNC, &dev);
   if (rc == FSDP_OK && !(acts = model_acts_new(p, dev))) rc = FSDP_ERR_NOMEM;
   if (rc == FSDP_OK) {
     for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
@@ -72,7 +72,7 @@ static fsdp_status logits(const char *job, const char *tokens, const char *out) 
     if (o && fclose(o) != 0 && rc == FSDP_OK) rc = fsdp_set_error(FSDP_ERR_IO, "cannot write %s", out);
   }
   model_acts_destroy(&acts);
-  device_destroy(&dev);
+  dev_destroy(&dev);
   st_destroy(&f);
   plan_destroy(&p);
   free(param), free(h), free(units), free(ids), free(lg);

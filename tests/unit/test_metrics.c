@@ -1,8 +1,9 @@
-/* test_metrics — the metrics.jsonl line built from step reports, and its inverse for status:
- * required fields, the job-wide summary (slowest rank's step_ms, tokens/s from it, global scalars
- * from rank 0), per-rank maps by category name, and a round trip of the per-rank figures.
+/* test_metrics — the metrics.jsonl line built from a step's summary, and its inverse for status:
+ * required fields, the aggregate by group and key, per-rank maps by category name on detail steps,
+ * and a round trip of the per-rank and aggregated figures.
  */
 #include "metrics.h"
+#include "stepagg.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -48,8 +49,18 @@ static void report_free(Fsdp__StepReport *r) {
 
 int main(void) {
   Fsdp__StepReport *reps[2] = {report(0, 120.0, 1u << 20), report(1, 160.0, 2u << 20)};
+  stepagg *ag;
+  CHECK_OK(stepagg_new(&ag));
+  for (int r = 0; r < 2; r++) CHECK_OK(stepagg_add_rank(ag, reps[r]->stats, reps[r]->step_ms, 0));
+  Fsdp__StepAgg am;
+  CHECK_OK(stepagg_to_msg(ag, 1, &am));
+  Fsdp__RankStats *detail[2] = {reps[0]->stats, reps[1]->stats};
+  Fsdp__StepSummary in = FSDP__STEP_SUMMARY__INIT;
+  in.step = 7, in.loss = 3.25, in.lr = 6e-4, in.grad_norm = 0.75, in.tokens = 4096;
+  in.step_ms = 160.0, in.step_ms_rank = 1, in.tokens_per_s = 4096 / 0.160;
+  in.agg = &am, in.ranks = detail, in.n_ranks = 2;
   char *line = NULL;
-  CHECK_OK(metrics_line(reps, 2, &line));
+  CHECK_OK(metrics_line(&in, &line));
   CHECK(line && !strchr(line, '\n'));
   json_error_t err;
   json_t *o = json_loads(line, 0, &err);
@@ -59,8 +70,16 @@ int main(void) {
   CHECK_NEAR(6e-4, json_number_value(json_object_get(o, "lr")), 0, 1e-9);
   CHECK_NEAR(0.75, json_number_value(json_object_get(o, "grad_norm")), 0, 1e-12);
   CHECK_EQ_INT(4096, json_integer_value(json_object_get(o, "tokens")));
-  CHECK_NEAR(160.0, json_number_value(json_object_get(o, "step_ms")), 0, 1e-12);   /* the slowest rank */
+  CHECK_NEAR(160.0, json_number_value(json_object_get(o, "step_ms")), 0, 1e-12);
+  CHECK_EQ_INT(1, json_integer_value(json_object_get(o, "step_ms_rank")));
   CHECK_NEAR(4096 / 0.160, json_number_value(json_object_get(o, "tokens_per_s")), 0, 1e-9);
+  json_t *ga = json_object_get(json_object_get(json_object_get(o, "agg"), "peak_bytes"), "gathered");
+  CHECK_EQ_INT((1u << 20) + 3000, json_integer_value(json_object_get(ga, "min")));
+  CHECK_EQ_INT(0, json_integer_value(json_object_get(ga, "min_rank")));
+  CHECK_EQ_INT((2u << 20) + 3000, json_integer_value(json_object_get(ga, "max")));
+  CHECK_EQ_INT(1, json_integer_value(json_object_get(ga, "max_rank")));
+  CHECK_EQ_INT(160000, json_integer_value(json_object_get(json_object_get(json_object_get(o, "agg"), "step_us"), "max")));
+  CHECK(json_object_get(json_object_get(o, "agg"), "sent_inter_bytes") == NULL);   /* no rank sent it */
   json_t *ranks = json_object_get(o, "ranks");
   CHECK_EQ_INT(2, json_array_size(ranks));
   json_t *r1 = json_array_get(ranks, 1);
@@ -73,10 +92,11 @@ int main(void) {
   CHECK_EQ_INT(7, json_object_size(json_object_get(r1, "peak_bytes")));
   json_decref(o);
 
-  /* round trip of the per-rank figures (what status shows for the last step) */
+  /* round trip of the per-rank and aggregated figures (what status shows for the last step) */
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
-  CHECK_OK(metrics_parse_ranks(line, &sum));
+  CHECK_OK(metrics_parse_line(line, &sum));
   CHECK_EQ_INT(2, sum.n_ranks);
+  CHECK_EQ_INT(1, sum.step_ms_rank);
   for (size_t r = 0; r < sum.n_ranks && r < 2; r++) {
     const Fsdp__RankStats *a = sum.ranks[r], *b = reps[r]->stats;
     CHECK_EQ_INT(b->rank, a->rank);
@@ -86,10 +106,23 @@ int main(void) {
     for (int i = 0; i < 4; i++) CHECK_EQ_INT(b->phase_us[i], a->phase_us[i]);
     for (int i = 0; i < 3; i++) CHECK_EQ_INT(b->sent_bytes[i], a->sent_bytes[i]);
   }
-  metrics_free_ranks(&sum);
+  CHECK(sum.agg != NULL);
+  for (size_t i = 0; sum.agg && i < STEPAGG_NSTD; i++) {
+    CHECK_EQ_INT(am.min[i], sum.agg->min[i]);
+    CHECK_EQ_INT(am.min_rank[i], sum.agg->min_rank[i]);
+    CHECK_EQ_INT(am.max[i], sum.agg->max[i]);
+    CHECK_EQ_INT(am.max_rank[i], sum.agg->max_rank[i]);
+    CHECK_EQ_INT(am.median[i], sum.agg->median[i]);
+    CHECK_EQ_INT(am.sum[i], sum.agg->sum[i]);
+    CHECK_EQ_INT(am.count[i], sum.agg->count[i]);
+  }
+  metrics_free_line(&sum);
   CHECK_EQ_INT(0, sum.n_ranks);
-  CHECK(metrics_parse_ranks("not json", &sum) == FSDP_ERR_FORMAT);
+  CHECK(sum.agg == NULL);
+  CHECK(metrics_parse_line("not json", &sum) == FSDP_ERR_FORMAT);
   free(line);
+  stepagg_msg_free(&am);
+  stepagg_destroy(&ag);
   report_free(reps[0]);
   report_free(reps[1]);
   return check_done();

@@ -490,7 +490,7 @@ static void test_llama(void) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    plan_print(p, f, 0);
+    ctl_plan_print(p, f, 0);
     fclose(f);
     CHECK(strstr(buf, "tied: lm_head is model.embed_tokens.weight (one tensor, both uses); rope llama3 factor 32, "
                       "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192") != NULL);

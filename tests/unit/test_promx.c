@@ -82,11 +82,12 @@ int main(void) {
   c.jobs = &j;
   Fsdp__StepReport *s1[2] = {report(1, 5.5, 100, 1000000), report(1, 5.5, 200, 2000000)};
   Fsdp__StepReport *s2[2] = {report(2, 4.25, 300, 500000), report(2, 4.25, 400, 500000)};
+  Fsdp__RankStats *r1[2] = {s1[0]->stats, s1[1]->stats}, *r2[2] = {s2[0]->stats, s2[1]->stats};
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
-  sum.step = 1, sum.loss = 5.5, sum.tokens = 1000, sum.tokens_per_s = 10000;
-  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, s1, 2, &sum, 0, 0));
-  sum.step = 2, sum.loss = 4.25, sum.has_val = 1, sum.val_loss = 4.5;
-  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, s2, 2, &sum, 6e6, 1e12));
+  sum.step = 1, sum.loss = 5.5, sum.tokens = 1000, sum.tokens_per_s = 10000, sum.ranks = r1, sum.n_ranks = 2;
+  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 0, 0));
+  sum.step = 2, sum.loss = 4.25, sum.has_val = 1, sum.val_loss = 4.5, sum.ranks = r2;
+  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 6e6, 1e12));
   char *t;
   size_t len;
   CHECK_OK(promx_render(&c, &t, &len));
@@ -114,7 +115,7 @@ int main(void) {
   CHECK(strstr(t, "# TYPE fsdp_job_loss gauge\n") != NULL);
   free(t);
   /* no peak known (a CPU job): no MFU series */
-  CHECK_OK(promx_on_step(&j.px, 7, "cpu", ST_RUNNING, s2, 2, &sum, 6e6, 0));
+  CHECK_OK(promx_on_step(&j.px, 7, "cpu", ST_RUNNING, &sum, 2, 6e6, 0));
   CHECK_OK(promx_render(&c, &t, &len));
   CHECK(strstr(t, "fsdp_job_mfu{") == NULL);
   free(t);

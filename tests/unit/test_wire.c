@@ -36,8 +36,22 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
     Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
     Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
     Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
-    Fsdp__TraceReq treq; Fsdp__TraceResp tresp;
+    Fsdp__TraceReq treq; Fsdp__TraceResp tresp; Fsdp__NodeStepCmd grant; Fsdp__NodeStepReport nrep;
   } b;
+  /* one standard figure over 2 ranks, its histogram in two buckets */
+  static uint64_t amin[1] = {3}, amax[1] = {9}, asum[1] = {12};
+  static uint32_t amin_rank[1] = {1}, amax_rank[1] = {0}, ahlen[1] = {2}, ahb[2] = {56, 112}, ahc[2] = {1, 1}, acount[1] = {2};
+  static uint32_t ckpt_steps[1] = {6};
+  static Fsdp__StepAgg agg = FSDP__STEP_AGG__INIT;
+  static Fsdp__StepReport first = FSDP__STEP_REPORT__INIT;
+  fsdp__step_agg__init(&agg);
+  agg.ranks = 2, agg.n_std = 1;
+  agg.n_min = agg.n_max = agg.n_sum = agg.n_min_rank = agg.n_max_rank = agg.n_hist_len = agg.n_count = 1;
+  agg.min = amin, agg.max = amax, agg.sum = asum, agg.min_rank = amin_rank, agg.max_rank = amax_rank;
+  agg.hist_len = ahlen, agg.count = acount;
+  agg.n_hist_bucket = agg.n_hist_count = 2, agg.hist_bucket = ahb, agg.hist_count = ahc;
+  fsdp__step_report__init(&first);
+  first.step = 5, first.loss = 2.5;
   /* two spans of one rank: allgather of unit 1 on the comm lane, the step on the host */
   static uint32_t tkind[2] = {1, 0}, tlane[2] = {2, 0}, tstep[2] = {3, 3};
   static int32_t tunit[2] = {1, -1};
@@ -122,6 +136,8 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_TRACE_REQ: fsdp__trace_req__init(&b.treq); b.treq.job_id = 3; b.treq.first_step = 2; b.treq.last_step = 3; m.trace_req = &b.treq; break;
   case FSDP__MSG__BODY_TRACE_SPANS: m.trace_spans = &ts; break;
   case FSDP__MSG__BODY_TRACE_RESP: fsdp__trace_resp__init(&b.tresp); b.tresp.job_id = 3; b.tresp.n_unit_names = 2; b.tresp.unit_names = unit_names; b.tresp.n_ranks = 1; b.tresp.ranks = tsp; m.trace_resp = &b.tresp; break;
+  case FSDP__MSG__BODY_NODE_STEP_CMD: fsdp__node_step_cmd__init(&b.grant); b.grant.job_id = 3; b.grant.first_step = 5; b.grant.count = 2; b.grant.expect = 8; b.grant.n_checkpoint_steps = 1; b.grant.checkpoint_steps = ckpt_steps; m.node_step_cmd = &b.grant; break;
+  case FSDP__MSG__BODY_NODE_STEP_REPORT: fsdp__node_step_report__init(&b.nrep); b.nrep.job_id = 3; b.nrep.first = &first; b.nrep.agg = &agg; b.nrep.step_ms = 12.5; b.nrep.n_detail = 1; b.nrep.detail = rsp; m.node_step_report = &b.nrep; break;
   case FSDP__MSG__BODY_KV_RESP: fsdp__kv_resp__init(&b.kvr); b.kvr.found = 1; b.kvr.value.data = (uint8_t *)text; b.kvr.value.len = 4; m.kv_resp = &b.kvr; break;
   default: break;
   }
@@ -138,6 +154,7 @@ static const Fsdp__Msg__BodyCase all_cases[] = {
   FSDP__MSG__BODY_STEP_REPORT, FSDP__MSG__BODY_WORKER_ERROR, FSDP__MSG__BODY_WORKER_READY, FSDP__MSG__BODY_STOP_CMD,
   FSDP__MSG__BODY_KV_SET, FSDP__MSG__BODY_KV_GET, FSDP__MSG__BODY_KV_RESP,
   FSDP__MSG__BODY_TRACE_REQ, FSDP__MSG__BODY_TRACE_RESP, FSDP__MSG__BODY_TRACE_SPANS,
+  FSDP__MSG__BODY_NODE_STEP_CMD, FSDP__MSG__BODY_NODE_STEP_REPORT,
 };
 #define NCASES (int)(sizeof all_cases / sizeof all_cases[0])
 
@@ -185,6 +202,26 @@ static void test_roundtrip_all(void) {
   CHECK_EQ_INT(6, out->step_report->stats->peak_bytes[5]);
   wire_destroy(&out);
   free(buf);
+}
+
+/* An aggregate whose parallel arrays disagree, or which names more ranks than it holds, is refused. */
+static void test_rejects_aggregate(void) {
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_NODE_STEP_REPORT);
+  m.version = FSDP__VERSION__PROTO_VERSION;
+  CHECK_OK(wire_validate(&m));
+  m.node_step_report->agg->n_hist_count = 1;   /* 2 buckets, 1 count */
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
+  m = make_msg(FSDP__MSG__BODY_NODE_STEP_REPORT);
+  m.version = FSDP__VERSION__PROTO_VERSION;
+  m.node_step_report->agg->count[0] = 3;   /* 3 of 2 ranks */
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
+  m.node_step_report->agg->count[0] = 2;
+  m.node_step_report->agg->n_sum = 0;
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
+  m = make_msg(FSDP__MSG__BODY_NODE_STEP_CMD);
+  m.version = FSDP__VERSION__PROTO_VERSION;
+  m.node_step_cmd->count = 0;
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
 }
 
 static void test_rejects(void) {
@@ -421,6 +458,7 @@ int main(void) {
   test_trace_rejects();
   test_roundtrip_all();
   test_rejects();
+  test_rejects_aggregate();
   test_random_bytes();
   test_sockets();
   return check_done();
