@@ -315,6 +315,7 @@ static void check_shape(const shape *s) {
     check_matmul(s, "no bias, no dinp", s->C, 3 * s->C, 0);
     check_matmul(s, "no bias, gelu", s->C, 2 * s->C, MM_GELU | MM_DINP);
     check_matmul(s, "odd OC=37 gelu", s->C, 37, MM_BIAS | MM_GELU | MM_DINP);
+    check_matmul(s, "odd OC=37", s->C, 37, MM_BIAS | MM_DINP);   /* no BIAS-epilogue algorithm: the bias kernel */
   }
   check_attention(s, s->NH);
   check_elementwise(s);

@@ -8,6 +8,12 @@ the final table. Standard library only (it runs under whatever python3 the GPU m
   report.py bench RUN PLAN.json --skip S [--gemm-tflops G]  the benchmark's figures, one JSON object
   report.py gemm-torch                                      bf16 8192³ matmul rate through PyTorch
   report.py table RESULTS.tsv METRICS.json OUTDIR            print the table; write gpu_report.{md,json}
+  report.py stack GDB.txt                                   a gdb backtrace's main thread, innermost first:
+                                                            "f1 < f2 < ..." (6 frames)
+  report.py memcheck LOG                                    compute-sanitizer memcheck's first error: the
+                                                            access and the kernel
+  report.py racecheck LOG --rc N                            racecheck's verdict: hazards in our kernels
+                                                            fail; in cuBLASLt's own (LIB_KERNELS) do not
 
 RUN directories are scripts/launch-standalone.sh's: rank-R.jsonl, one JSON line per step (fields
 of metrics.jsonl: step, loss, step_ms, tokens, peak_bytes{...,total}, phase_ms{allgather,...}).
@@ -16,8 +22,13 @@ Exit status: 0 the check passed, 1 it failed (one line says why), 2 usage.
 import json
 import math
 import os
+import re
 import statistics
 import sys
+
+# cuBLASLt's own kernels (Hopper: nvjet_*, sm90_xmma_*, cutlass3x_*; gemv and split-K reductions):
+# not ours to race-check. None of worker/cuda's kernels matches.
+LIB_KERNELS = re.compile(r"nvjet|xmma|cutlass|cublas|gemv|splitKreduce|gemmk1|gemmSN")
 
 
 def fail(msg):
@@ -200,6 +211,54 @@ def cmd_table(a):
     print(text)
 
 
+def cmd_stack(a):
+    frames, main = [], False
+    with open(a.gdb, errors="replace") as f:
+        for line in f:
+            if line.startswith("Thread "):
+                main = line.startswith("Thread 1 ")
+            elif main and line.startswith("#"):
+                m = re.search(r" in (\S+) \(", line) or re.match(r"#\d+\s+(\S+) \(", line)
+                if m:
+                    frames.append(m.group(1))
+    print(" < ".join(frames[:6]) if frames else "no stack (gdb could not attach?)")
+
+
+def cmd_memcheck(a):
+    """The first '========= Invalid ...' (or other error) line and the kernel of its 'at' line."""
+    with open(a.log, errors="replace") as f:
+        lines = [ln.rstrip("\n") for ln in f]
+    for i, ln in enumerate(lines):
+        m = re.match(r"=+ (Invalid .*|Misaligned .*|.*[Ee]rror.*)$", ln)
+        if not m or "ERROR SUMMARY" in ln:
+            continue
+        where = next((re.sub(r"^=+\s+at\s+", "", x).strip() for x in lines[i + 1:i + 4]
+                      if re.match(r"=+\s+at\s", x)), None)
+        print(f"{m.group(1).strip()}" + (f" in {where[:160]}" if where else ""))
+        return
+    print("memcheck reported no error (the fault did not recur in one step)")
+
+
+def cmd_racecheck(a):
+    """Exit 0 when the run ended cleanly and every reported hazard lies in cuBLASLt's kernels."""
+    with open(a.log, errors="replace") as f:
+        text = f.read()
+    summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed[^\n]*", text)
+    # the accesses of each reported race or hazard: "... access at KERNEL+0x.. in FILE" (errors) or
+    # "Write Thread (x, y, z) at 0x.. in FILE:LINE:KERNEL" (hazards)
+    places = re.findall(r"=+\s+(?:Error: Race reported between |and )?\w+ (?:access|Thread \([^)]*\)) at (.*)", text)
+    ours = [p for p in places if not LIB_KERNELS.search(p)]
+    n = int(summary.group(1)) if summary else None
+    if a.rc not in (0, 3) or n is None:
+        fail(f"exit {a.rc}, " + ("no RACECHECK SUMMARY line" if n is None else summary.group(0)))
+    if n == 0 and a.rc == 0:
+        print(summary.group(0))
+    elif ours or not places:
+        fail(f"{summary.group(0)}: " + (f"in our kernels: {ours[0][:160]}" if ours else "no access named"))
+    else:
+        print(f"{summary.group(0)}, all {len(places)} accesses in cuBLASLt's own kernels (not ours)")
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -226,9 +285,16 @@ def main():
     p.add_argument("results")
     p.add_argument("metrics")
     p.add_argument("outdir")
+    p = sub.add_parser("stack")
+    p.add_argument("gdb")
+    p = sub.add_parser("memcheck")
+    p.add_argument("log")
+    p = sub.add_parser("racecheck")
+    p.add_argument("log")
+    p.add_argument("--rc", type=int, required=True)
     a = ap.parse_args()
     {"compare": cmd_compare, "moves": cmd_moves, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
-     "table": cmd_table}[a.cmd](a)
+     "table": cmd_table, "stack": cmd_stack, "memcheck": cmd_memcheck, "racecheck": cmd_racecheck}[a.cmd](a)
 
 
 if __name__ == "__main__":

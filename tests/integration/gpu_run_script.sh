@@ -10,6 +10,8 @@
 #     a python3-with-torch that print what the real ones print: steps 2-4, 6, 7 PASS, the figures
 #     (MFU, peak against the plan, the PyTorch ratios) land in the table; and report.py's loss
 #     comparisons fail when they should;
+#  3b. a job whose ranks hang: at the step's deadline each rank's host stack (gdb) is shown in the
+#     step's FAIL line and the ranks are killed;
 #  4. with the CUDA backend: scripts/gpu-bundle.sh packs this build, and the bundle, unpacked, starts
 #     through its carried glibc loader and its libraries alone (all but glibc and the CUDA ones come
 #     from the bundle), and answers a dry run of step 6.
@@ -126,6 +128,33 @@ python3 "$src/tests/gpu/report.py" moves "$tmp/cmp/ref" "$tmp/cmp/frozen" --step
 if python3 "$src/tests/gpu/report.py" moves "$tmp/cmp/ref" "$tmp/cmp/off1" --steps 3 --rtol 2e-2; then
   echo "report.py moves passed a run that barely differs from the frozen one"; exit 1
 fi
+
+# 3b. a job that hangs (every rank blocks): at its deadline each rank's host stack is taken (gdb,
+# where present) and shown, then the job is killed; a step of 40 s or so, in a budget of 60 s
+hang=$tmp/hang-bin
+mkdir -p "$hang"
+cat >"$hang/fsdp-worker" <<'SH'
+#!/usr/bin/env bash
+[ "${1:-}" = --help ] && exec "$REAL_BUILD/fsdp-worker" --help
+exec python3 -c 'import signal; signal.pause()' "$@"
+SH
+chmod +x "$hang/fsdp-worker"
+ln -s "$build/fsdpctl" "$hang/fsdpctl"
+rc=0
+REAL_BUILD=$build FSDP_GPU_BIN=$hang FSDP_GPU_PRETEND="stand-in" OUT=$tmp/hang timeout 300 \
+  bash "$src/tests/gpu/run.sh" --only 6 --budget 60 >"$tmp/hang.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/hang.log"; echo "hang: exit $rc, expected 1 (step 6 FAIL)"; exit 1; }
+python3 - "$tmp/hang/gpu_report.json" "$(command -v gdb || true)" <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+st = {s["step"]: (s["status"], s["detail"]) for s in r["steps"]}
+d = st["6"][1]
+assert st["6"][0] == "FAIL" and re.search(r"timed out after \d+ s; host stacks: ", d), d
+if sys.argv[2]:   # gdb attached to the one rank: its main thread's frames
+    assert re.search(r"host stacks: pid \d+: \S+", d) and "no stack" not in d, d
+print("hang: step 6 FAIL:", d[:160])
+PY
+pgrep -f "$hang/" >/dev/null && { echo "hang: a rank outlived its job"; exit 1; }
 
 # 4. the bundle (needs the CUDA backend: gpu_check)
 if [ ! -x "$build/tests/gpu/gpu_check" ]; then

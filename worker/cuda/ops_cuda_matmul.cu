@@ -155,26 +155,40 @@ static fsdp_status colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, i
 
 /* ---- the matmul ---- */
 
+/* out (BT, OC) += bias (OC), bf16: the BIAS epilogue's work where cuBLASLt has no algorithm for it. */
+__global__ void add_bias_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ bias, int64_t n, int OC) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = tobf(tof(out[i]) + ldbf(bias + i % OC));
+}
+
+/* D (BT, OC) = inp·W (+ bias): the BIAS epilogue, or the plain GEMM and a bias kernel when cuBLASLt
+ * has no algorithm for the epilogue (a bias rounded into bf16 once more than the epilogue would). */
+static fsdp_status gemm_bias(const ops_cuda_ctx *ctx, const char *what, ops_bf16 *D, const ops_bf16 *inp,
+                             const ops_bf16 *weight, const ops_bf16 *bias, int BT, int C, int OC) {
+  fsdp_status rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, D, OC, 0, 0,
+                               bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
+  if (rc != FSDP_ERR_UNSUPPORTED || !bias) return rc;
+  TRY(ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, D, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+                  0));
+  const int64_t n = (int64_t)BT * OC;
+  add_bias_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(D, bias, n, OC);
+  LAUNCH_CHECK(what);
+  return FSDP_OK;
+}
+
 fsdp_status ops_cuda_matmul_forward(ops_bf16 *out, ops_bf16 *pre_gelu, const ops_bf16 *inp, const ops_bf16 *weight,
                                     const ops_bf16 *bias, int BT, int C, int OC, const ops_cuda_ctx *ctx) {
   static const char *what = "matmul_forward";
   if (BT <= 0 || OC <= 0) return FSDP_OK;
   if (C <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: C = %d", what, C);
-  fsdp_status rc;
-  if (pre_gelu) {
-    /* outᵀ = gelu(Wᵀ·inpᵀ + b), the pre-activation into pre_gelu (aux, same shape as out). */
-    rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
-                     bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre_gelu, OC);
-    if (rc != FSDP_ERR_UNSUPPORTED) return rc;
-    /* No fused algorithm (e.g. OC not a multiple of 8): the same function in two steps. */
-    rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, pre_gelu, OC, 0, 0,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
-    TRY(rc);
-    return ops_cuda_gelu_forward(out, pre_gelu, (int64_t)BT * OC, ctx);
-  }
-  rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
-                   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
-  return rc;
+  if (!pre_gelu) return gemm_bias(ctx, what, out, inp, weight, bias, BT, C, OC);
+  /* outᵀ = gelu(Wᵀ·inpᵀ + b), the pre-activation into pre_gelu (aux, same shape as out). */
+  fsdp_status rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
+                               bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre_gelu, OC);
+  if (rc != FSDP_ERR_UNSUPPORTED) return rc;
+  /* No fused algorithm (e.g. OC not a multiple of 8): the same function in steps. */
+  TRY(gemm_bias(ctx, what, pre_gelu, inp, weight, bias, BT, C, OC));
+  return ops_cuda_gelu_forward(out, pre_gelu, (int64_t)BT * OC, ctx);
 }
 
 fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,

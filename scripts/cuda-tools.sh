@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The CUDA binary tools the static SASS check (tests/gpu/sass_check.py, ctest sass_check) reads the
+# built kernels with: cuobjdump and nvdisasm, which the CUDA toolkit's Debian packaging here leaves
+# out, from PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, in a small virtual
+# environment created once and cached outside the clone (default ~/.cache/fsdpd/cudatools, or
+# FSDPD_CUDA_TOOLS). `make test` runs this before ctest. A newer cuobjdump reads older cubins, so
+# the wheels need not match the toolkit (13.2 is the oldest 13.x on PyPI).
+#   scripts/cuda-tools.sh          create or check it; prints the directory holding both on the last line
+#   scripts/cuda-tools.sh --check  print that directory if complete, else one line and exit 1 (tests)
+set -euo pipefail
+VENV=${FSDPD_CUDA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/cudatools}
+REQS=(nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86)
+STAMP="$VENV/.fsdpd-reqs"
+want="${REQS[*]}"
+bindir() { find "$VENV/lib" -path '*/nvidia/*/bin/cuobjdump' -printf '%h\n' 2>/dev/null | head -n 1; }
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && [ -x "$(bindir)/nvdisasm" ]; then
+  bindir
+  exit 0
+fi
+if [ "${1:-}" = --check ]; then
+  echo "the CUDA binary tools $VENV are missing or incomplete: run scripts/cuda-tools.sh (make test does)" >&2
+  exit 1
+fi
+if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
+fi
+echo "cuda-tools: creating $VENV (cuobjdump, nvdisasm; ~30 MB, once)" >&2
+mkdir -p "$(dirname "$VENV")"
+/usr/bin/python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check "${REQS[@]}" >&2
+d=$(bindir)
+if [ ! -x "$d/cuobjdump" ] || [ ! -x "$d/nvdisasm" ]; then
+  echo "cuda-tools: the wheels brought no cuobjdump/nvdisasm" >&2
+  exit 1
+fi
+echo "$want" > "$STAMP"
+echo "$d"
