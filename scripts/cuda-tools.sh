@@ -8,12 +8,12 @@
 #   scripts/cuda-tools.sh          create or check it; prints the directory holding both on the last line
 #   scripts/cuda-tools.sh --check  print that directory if complete, else one line and exit 1 (tests)
 set -euo pipefail
+# shellcheck source=scripts/venv.sh
+. "$(dirname "$0")/venv.sh"
 VENV=${FSDPD_CUDA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/cudatools}
 REQS=(nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86)
-STAMP="$VENV/.fsdpd-reqs"
-want="${REQS[*]}"
 bindir() { find "$VENV/lib" -path '*/nvidia/*/bin/cuobjdump' -printf '%h\n' 2>/dev/null | head -n 1; }
-if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && [ -x "$(bindir)/nvdisasm" ]; then
+if venv_current "$VENV" "${REQS[@]}" && [ -x "$(bindir)/nvdisasm" ]; then
   bindir
   exit 0
 fi
@@ -21,18 +21,11 @@ if [ "${1:-}" = --check ]; then
   echo "the CUDA binary tools $VENV are missing or incomplete: run scripts/cuda-tools.sh (make test does)" >&2
   exit 1
 fi
-if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
-fi
-echo "cuda-tools: creating $VENV (cuobjdump, nvdisasm; ~30 MB, once)" >&2
-mkdir -p "$(dirname "$VENV")"
-/usr/bin/python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check "${REQS[@]}" >&2
+venv_create cuda-tools "$VENV" "cuobjdump, nvdisasm; ~30 MB" "${REQS[@]}"
 d=$(bindir)
 if [ ! -x "$d/cuobjdump" ] || [ ! -x "$d/nvdisasm" ]; then
   echo "cuda-tools: the wheels brought no cuobjdump/nvdisasm" >&2
   exit 1
 fi
-echo "$want" > "$STAMP"
+venv_stamp "$VENV" "${REQS[@]}"
 echo "$d"

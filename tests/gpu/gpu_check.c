@@ -596,6 +596,8 @@ int main(int argc, char **argv) {
   check_llama_ops(1);
   check_util_ops();
   measure_gemm_rate();
+  measure_copy_rate();
+  roofline_print();
   check_comms_world1();
 
   cublasLtDestroy(g_ctx.lt);

@@ -632,9 +632,10 @@ step6() {
     [ -n "$GEMM" ] && { metric gemm_tflops "$GEMM"; metric gemm_source "PyTorch bf16 matmul 8192^3 (gpu_check gave no rate)"; }
   fi
   t=$(allot 180 60) || { result 6 benchmark SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+  metric attention "${FSDP_CUDA_ATTN:-tc} (FSDP_CUDA_ATTN; tc: tensor cores through WMMA, fma: the fp32 reference)"
   run_or_diagnose bench 1 "$WORK/bench.ini" "$t" ||
     { result 6 benchmark FAIL "$(last_error "$WORK/runs/bench")" $((SECONDS - s0)); return; }
-  out=$(python3 "$HELP" bench "$WORK/runs/bench" "$plan" --skip "$skip" ${GEMM:+--gemm-tflops "$GEMM"}) ||
+  out=$(python3 "$HELP" bench "$WORK/runs/bench" "$plan" --skip "$skip" ${GEMM:+--gemm-tflops "$GEMM"} --gpu "$GPU") ||
     { result 6 benchmark FAIL "$out" $((SECONDS - s0)); return; }
   metric_json "$(python3 -c 'import json, sys; b = json.loads(sys.argv[1]); print(json.dumps({"ours_" + k if k not in ("plan_bytes", "peak_vs_plan") else k: v for k, v in b.items()}))' "$out")"
   OURS_TPS=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$out")
@@ -642,7 +643,9 @@ step6() {
   line=$(python3 -c '
 import json, sys
 b = json.loads(sys.argv[1])
-mfu = f"{100 * b['"'"'mfu'"'"']:.1f} % MFU" if b["mfu"] is not None else "MFU unknown (no GEMM rate)"
+mfu = f"MFU {100 * b['"'"'mfu'"'"']:.1f} % (PaLM, GEMM rate)" if b["mfu"] is not None else "MFU unknown (no GEMM rate)"
+if b["mfu_llmc"] is not None:
+    mfu += f", {100 * b['"'"'mfu_llmc'"'"']:.1f} % (llm.c, bf16 peak)"
 print(f"{b['"'"'tokens_per_s'"'"']:.0f} tokens/s, {b['"'"'step_ms'"'"']:.1f} ms/step, {mfu}, peak {b['"'"'peak_bytes'"'"'] / 2**30:.2f} GiB vs plan "
       f"{b['"'"'plan_bytes'"'"'] / 2**30:.2f} GiB ({100 * b['"'"'peak_vs_plan'"'"']:+.1f} %), exposed comm {b['"'"'exposed_comm_ms'"'"']:.2f} ms "
       f"({100 * b['"'"'exposed_comm_share'"'"']:.1f} %), loss {b['"'"'loss_first'"'"']:.3f} -> {b['"'"'loss_last'"'"']:.3f}")
