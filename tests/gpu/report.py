@@ -119,7 +119,7 @@ def cmd_bench(a):
     # sum counted once, not twice as PaLM's 12·L·C·T), over the GPU's dense bf16 peak
     m = plan["model"]
     fpt_llmc = 6.0 * plan["n_params"] + 6.0 * m["n_layer"] * m["n_embd"] * m["seq_len"]
-    peak = bf16_peak(a.gpu)
+    bf16 = bf16_peak(a.gpu)
     peak = max(r["peak_bytes"]["total"] for r in rows)
     planned = int(plan["memory"]["total"])
     phases = {k: med([r["phase_ms"].get(k, 0.0) for r in timed]) for k in ("allgather", "compute", "reducescatter",
@@ -129,8 +129,8 @@ def cmd_bench(a):
     out = {"steps": len(rows), "steps_timed": len(timed), "step_ms": step_ms, "tokens_per_step": tokens,
            "tokens_per_s": tps, "flops_per_token": fpt, "achieved_tflops": achieved,
            "gemm_tflops": a.gemm_tflops, "mfu": achieved / a.gemm_tflops if a.gemm_tflops else None,
-           "flops_per_token_llmc": fpt_llmc, "bf16_peak_tflops": peak,
-           "mfu_llmc": tps * fpt_llmc / 1e12 / peak if peak else None,
+           "flops_per_token_llmc": fpt_llmc, "bf16_peak_tflops": bf16,
+           "mfu_llmc": tps * fpt_llmc / 1e12 / bf16 if bf16 else None,
            "peak_bytes": peak, "plan_bytes": planned, "peak_vs_plan": (peak - planned) / planned,
            "peak_by_category": max(rows, key=lambda r: r["peak_bytes"]["total"])["peak_bytes"],
            "plan_by_category": plan["memory"], "allgather_ms": ag, "reducescatter_ms": rs,

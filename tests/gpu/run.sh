@@ -13,7 +13,12 @@
 #   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3; then N = 4 as
 #                      sharding = hybrid, 2 groups of 2 (the staged sub-communicators), against N = 1
 #   5 racecheck        one short step under compute-sanitizer --tool racecheck, where it works
-#   6 benchmark        GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU, peak vs plan, exposed comm
+#                      (cuBLASLt's own kernels left out; a hazard in one of them does not fail it)
+#   6 benchmark        GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU by PaLM's and llm.c's
+#                      counts, step phases, peak vs plan, exposed comm
+# A GPU job that fails with a device fault is re-run for one step under compute-sanitizer memcheck
+# (naming the kernel); one still running at its deadline has each rank's host stack printed (gdb)
+# before it is killed.
 #   7 PyTorch          bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
 #   8 table            printed last and written to $OUT/gpu_report.md and gpu_report.json
 # A failing step does not stop the next ones. Exit status: 0 nothing FAILED; 1 a step FAILED (with

@@ -12,6 +12,8 @@
 #     comparisons fail when they should;
 #  3b. a job whose ranks hang: at the step's deadline each rank's host stack (gdb) is shown in the
 #     step's FAIL line and the ranks are killed;
+#  3c. a device fault: the job is re-run for one step under (a stand-in of) compute-sanitizer
+#     memcheck and the step's FAIL line names the kernel;
 #  4. with the CUDA backend: scripts/gpu-bundle.sh packs this build, and the bundle, unpacked, starts
 #     through its carried glibc loader and its libraries alone (all but glibc and the CUDA ones come
 #     from the bundle), and answers a dry run of step 6.
@@ -159,6 +161,38 @@ if sys.argv[2]:   # gdb attached to the one rank: its main thread's frames
 print("hang: step 6 FAIL:", d[:160])
 PY
 pgrep -f "$hang/" >/dev/null && { echo "hang: a rank outlived its job"; exit 1; }
+
+# 3c. a device fault: the failing job is run again for one step under compute-sanitizer memcheck
+# (a stand-in that prints what memcheck prints), and the step's FAIL line names the kernel
+fault=$tmp/fault-bin
+mkdir -p "$fault"
+cat >"$fault/fsdp-worker" <<'SH'
+#!/usr/bin/env bash
+[ "${1:-}" = --help ] && exec "$REAL_BUILD/fsdp-worker" --help
+echo "2026-12-01T00:00:00Z ERROR worker[0] main.c:1: device = cuda: CUDA device 0: cudaStreamSynchronize (a kernel or copy failed): an illegal memory access was encountered (cudaErrorIllegalAddress)" >&2
+exit 1
+SH
+cat >"$fault/compute-sanitizer" <<'SH'
+#!/usr/bin/env bash
+while [ "${1:-}" != "${1#--}" ]; do shift 2; done   # its options, each with a value
+echo "========= COMPUTE-SANITIZER" >&2
+echo "========= Invalid __global__ read of size 2 bytes" >&2
+echo "=========     at void gelu_forward_kernel<true>(__nv_bfloat16 *, const __nv_bfloat16 *, long)+0x1c0" >&2
+exec "$@"
+SH
+chmod +x "$fault/fsdp-worker" "$fault/compute-sanitizer"
+ln -s "$build/fsdpctl" "$fault/fsdpctl"
+rc=0
+REAL_BUILD=$build FSDP_GPU_BIN=$fault FSDP_GPU_PRETEND="stand-in" FSDP_GPU_SANITIZER=$fault/compute-sanitizer \
+  OUT=$tmp/fault timeout 300 bash "$src/tests/gpu/run.sh" --only 6 >"$tmp/fault.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/fault.log"; echo "fault: exit $rc, expected 1 (step 6 FAIL)"; exit 1; }
+python3 - "$tmp/fault/gpu_report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+d = {s["step"]: s for s in r["steps"]}["6"]["detail"]
+assert "illegal memory access" in d and "memcheck: Invalid __global__ read of size 2 bytes in void gelu_forward_kernel<true>" in d, d
+print("fault: step 6 FAIL:", d[:200])
+PY
 
 # 4. the bundle (needs the CUDA backend: gpu_check)
 if [ ! -x "$build/tests/gpu/gpu_check" ]; then

@@ -65,6 +65,9 @@ __device__ __forceinline__ ops_bf16 bf_from_bits(uint16_t h) {
   return ops_bf16(r);
 }
 
+#define OPS_LOG2E 1.4426950408889634f /* log2(e): e^x = 2^(x·log2 e) */
+#define OPS_LN2 0.69314718055994531f  /* ln 2 */
+
 /* ---- 128-bit global access ----
  * Memory-bound kernels move 16 bytes per load and store (8 bf16 or 4 fp32: one LDG.E.128 /
  * STG.E.128), as llm.c's kernels do. A kernel takes that path (its VEC = true instantiation) when
