@@ -217,8 +217,11 @@ static fsdp_status open_cuda(const jobspec_t *spec, const plan_t *plan, int rank
     TRY(comm_new_nccl(rank, world, id, gpu, spec->timeout_s, comm));
   } else {
     (*dev)->host_marks = 1;   /* the staging comm thread waits for the compute stream's CPU marks */
+    /* with hybrid sharding the world's comm carries only the step's scalars (the group and replica
+     * comms the units: open_hybrid), so it takes the least buffer */
+    size_t stage = plan->sharding == SHARD_HYBRID ? 0 : (size_t)plan_stage_bytes(plan);
     TRY(comm_new_gloo_staged(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, gpu,
-                             (size_t)plan_stage_bytes(plan), comm));
+                             stage, comm));
   }
   log_info("rank %d of %d: GPU %d, comm %s", rank, world, gpu, comm_backend_name(*comm));
   return FSDP_OK;
