@@ -161,19 +161,21 @@ JOB
 }
 # run_job NAME WORLD INI SECONDS: scripts/launch-standalone.sh with our worker ($RUN_WORKER, default
 # the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
-# still going after SECONDS has each rank's host stack written to NAME.stacks (host_stacks), one
-# line per rank in NAME.launch, before it is killed, and returns 124.
+# still going after SECONDS (less 30 s, above 60) has each rank's host stack written to NAME.stacks
+# (host_stacks), one line per rank in NAME.launch, before it is killed, and returns 124.
 run_job() {
-  local dir=$WORK/runs/$1 pid
+  # the job's own deadline keeps 30 s of SECONDS for a hang's host stacks (20 s) and its kill (10 s),
+  # so that a job never outlasts what allot gave it
+  local dir=$WORK/runs/$1 pid wait_s=$(($4 > 60 ? $4 - 30 : $4))
   mkdir -p "$WORK/runs"
   : >"$dir.launch"   # appended to by the launcher and by this function alike
   FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" \
     >/dev/null 2>>"$dir.launch" &
   pid=$!
-  if ! timeout "$4" tail --pid="$pid" -f /dev/null; then   # the deadline passed with the job running
+  if ! timeout "$wait_s" tail --pid="$pid" -f /dev/null; then   # the deadline passed with the job running
     local ranks
     ranks=$(rank_pids "$pid")
-    echo "timed out after $4 s" >>"$dir.launch"
+    echo "timed out after $wait_s s" >>"$dir.launch"
     # shellcheck disable=SC2086
     host_stacks "$dir.stacks" $ranks
     sed -n 's/^stack: /  /p' "$dir.stacks" | tee -a "$dir.launch"
