@@ -195,7 +195,8 @@ def cmd_table(a):
     add("fsdpd GPT-2 124M B=16 T=1024 bf16, world 1: tokens/s", "ours_tokens_per_s", "{:.0f}")
     add("fsdpd step (ms, median)", "ours_step_ms")
     add("fsdpd model TFLOP/s (plan's FLOPs per token)", "ours_achieved_tflops")
-    add("fsdpd MFU, PaLM's count (6·(N − wpe) + 12·L·C·T) over this run's GEMM rate, %", "ours_mfu", "{:.1f}", 100)
+    add("fsdpd MFU, PaLM's count (6·(N − wpe) + 12·L·C·T) over this run's GEMM rate, %", "ours_mfu", "{:.1f}",
+        100)
     add("fsdpd MFU, llm.c's count (6·N + 6·L·C·T) over the bf16 peak, %", "ours_mfu_llmc", "{:.1f}", 100)
     add("bf16 dense peak used (TFLOP/s)", "ours_bf16_peak_tflops")
     add("attention kernels", "attention")

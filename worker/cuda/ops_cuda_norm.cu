@@ -133,30 +133,23 @@ fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *
 #define LN_STEP(VEC) ((VEC) ? 256 : 32)   /* columns per warp step */
 #define LN_W(VEC) ((VEC) ? 8 : 1)         /* columns per lane per step */
 
+/* The rest of a LayerNorm row once S = Σ x over the row X (bf16, C values) is known: the mean, the
+ * variance in a second pass over X (two passes, as on the CPU), then out = norm·w + b in a third;
+ * lane 0 saves the row's mean and rstd. One warp per row, LN_W(VEC) columns per lane per step. */
 template <bool VEC>
-__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
-    layernorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
-                             const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
-                             const ops_bf16 *__restrict__ bias, int R, int C) {
+__device__ __forceinline__ void ln_row(ops_bf16 *__restrict__ o, float *__restrict__ mean, float *__restrict__ rstd,
+                                       const ops_bf16 *x, const ops_bf16 *__restrict__ weight,
+                                       const ops_bf16 *__restrict__ bias, int64_t r, int C, float s) {
   constexpr int W = LN_W(VEC);
   const int lane = threadIdx.x % 32;
-  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-  if (r >= R) return;
-  const ops_bf16 *x = inp + r * C;
-  float s = 0.0f, v = 0.0f, xv[W], wv[W], bv[W];
-  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
-    ops_ldv<VEC>(xv, x + c);
-#pragma unroll
-    for (int k = 0; k < W; k++) s += xv[k];
-  }
   const float m = warp_sum(s) / (float)C;
-  for (int c = lane * W; c < C; c += LN_STEP(VEC)) { /* two passes, as on the CPU */
+  float v = 0.0f, xv[W], wv[W], bv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
     ops_ldv<VEC>(xv, x + c);
 #pragma unroll
     for (int k = 0; k < W; k++) v += (xv[k] - m) * (xv[k] - m);
   }
   const float rs = layernorm_rstd(warp_sum(v) / (float)C);
-  ops_bf16 *o = out + r * C;
   for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
     ops_ldv<VEC>(xv, x + c);
     ops_ldv<VEC>(wv, weight + c);
@@ -169,6 +162,25 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
     mean[r] = m;
     rstd[r] = rs;
   }
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+    layernorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                             const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
+                             const ops_bf16 *__restrict__ bias, int R, int C) {
+  constexpr int W = LN_W(VEC);
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C;
+  float s = 0.0f, xv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) s += xv[k];
+  }
+  ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);
 }
 
 template <bool VEC>
@@ -201,7 +213,8 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
     ops_ldv<VEC>(wv, weight + c);
     ops_ldv<VEC>(dv, d + c);
 #pragma unroll
-    for (int k = 0; k < W; k++) xv[k] = layernorm_dinp(wv[k] * dv[k], layernorm_norm(xv[k], m, rs), g_mean, gn_mean, rs);
+    for (int k = 0; k < W; k++)
+      xv[k] = layernorm_dinp(wv[k] * dv[k], layernorm_norm(xv[k], m, rs), g_mean, gn_mean, rs);
     ops_stv<VEC>(dx + c, xv);
   }
 }
@@ -218,7 +231,7 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
   const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
   ops_bf16 *x = res + r * C;
-  float s = 0.0f, v = 0.0f, xv[W], yv[W], bv[W];
+  float s = 0.0f, xv[W], yv[W];
   for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
     ops_ldv<VEC>(xv, a + r * C + c);
     ops_ldv<VEC>(yv, b + r * C + c);
@@ -229,26 +242,7 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
     }
     ops_stv<VEC>(x + c, xv);
   }
-  const float m = warp_sum(s) / (float)C;
-  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
-    ops_ldv<VEC>(xv, x + c);
-#pragma unroll
-    for (int k = 0; k < W; k++) v += (xv[k] - m) * (xv[k] - m);
-  }
-  const float rs = layernorm_rstd(warp_sum(v) / (float)C);
-  ops_bf16 *o = out + r * C;
-  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
-    ops_ldv<VEC>(xv, x + c);
-    ops_ldv<VEC>(yv, weight + c);
-    ops_ldv<VEC>(bv, bias + c);
-#pragma unroll
-    for (int k = 0; k < W; k++) xv[k] = layernorm_norm(xv[k], m, rs) * yv[k] + bv[k];
-    ops_stv<VEC>(o + c, xv);
-  }
-  if (lane == 0) {
-    mean[r] = m;
-    rstd[r] = rs;
-  }
+  ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);   /* reads back what this lane wrote */
 }
 
 /* Partial sums over row slice blockIdx.y of dweight (Σ dout·norm) and dbias (Σ dout), 32 columns
@@ -359,7 +353,8 @@ template <bool VEC> __global__ void gelu_forward_kernel(ops_bf16 *__restrict__ o
 /* No __restrict__ on dinp and dout: they may be the same buffer (each element is read, then written
  * by the same thread). */
 template <bool VEC>
-__global__ void gelu_backward_kernel(ops_bf16 *dinp, const ops_bf16 *__restrict__ inp, const ops_bf16 *dout, int64_t n) {
+__global__ void gelu_backward_kernel(ops_bf16 *dinp, const ops_bf16 *__restrict__ inp, const ops_bf16 *dout,
+                                     int64_t n) {
   ops_ew_loop<VEC, 8>(
       n,
       [&](int64_t i) {
@@ -374,7 +369,8 @@ __global__ void gelu_backward_kernel(ops_bf16 *dinp, const ops_bf16 *__restrict_
 }
 
 /* out may be a (add_act). */
-template <bool VEC> __global__ void residual_forward_kernel(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t n) {
+template <bool VEC>
+__global__ void residual_forward_kernel(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t n) {
   ops_ew_loop<VEC, 8>(
       n,
       [&](int64_t i) {

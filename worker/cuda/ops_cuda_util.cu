@@ -144,7 +144,8 @@ template <bool VEC> __global__ void acc_f32_kernel(float *__restrict__ dst, cons
       [&](int64_t i) { dst[i] += src[i]; });
 }
 
-template <bool VEC> __global__ void acc_bf16_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
+template <bool VEC>
+__global__ void acc_bf16_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
   ops_ew_loop<VEC, 8>(
       n,
       [&](int64_t i) {
