@@ -17,9 +17,11 @@ demo:
 	$(call build_tree,)
 	@$(BUILD)/fsdpctl run examples/tiny.ini
 
-# The interop tests' Python environment (scripts/test-env.sh) is made before ctest, outside any
+# The interop tests' Python environment (scripts/test-env.sh) and, with the CUDA toolkit, the
+# binary tools of the static SASS check (scripts/cuda-tools.sh) are made before ctest, outside any
 # test's timeout, and cached outside the clone.
 test:
 	$(call build_tree,--test)
 	@bash scripts/test-env.sh >/dev/null
+	@if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then bash scripts/cuda-tools.sh >/dev/null; fi
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -53,6 +53,15 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
   return 4 * chunk * round_up(V, 128);
 }
 
+int64_t plan_stage_bytes(const plan_t *p) {
+  int64_t most = 0;
+  for (int u = 0; u < p->nunits; u++) {
+    int64_t b = 4 * ((int64_t)p->shard_world + 1) * p->units[u].shard_numel;
+    if (b > most) most = b;
+  }
+  return most < PLAN_STAGE_MAX_BYTES ? most : PLAN_STAGE_MAX_BYTES;
+}
+
 static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
   if (m->arch == ARCH_LLAMA) return plan_llama_act(m, B, dev, ackpt);
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;

@@ -199,6 +199,13 @@ typedef struct plan {
 static inline int64_t plan_positions(const model_config *m) {
   return m->n_positions > m->seq_len ? m->n_positions : m->seq_len;
 }
+/* The pinned host buffer of a staged comm (gloo staged on CUDA, worker/cuda/comm_stage_cuda.c),
+ * allocated once when the comm is made: room for the plan's largest collective, (shard_world + 1)·
+ * shard_numel fp32 elements of a unit (a reduce-scatter's input and result; no all-gather or
+ * all-reduce of the plan is larger), at most PLAN_STAGE_MAX_BYTES (a larger collective is staged in
+ * pieces). Host memory, counted under comm while the comm lives. */
+#define PLAN_STAGE_MAX_BYTES ((int64_t)64 << 20)
+int64_t plan_stage_bytes(const plan_t *p);
 
 /* Build the plan of SPEC for WORLD ranks (WORLD ≤ 0: spec->world_size). */
 fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out);

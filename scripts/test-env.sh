@@ -7,12 +7,12 @@
 #   scripts/test-env.sh          create or check the environment; prints its python on the last line
 #   scripts/test-env.sh --check  print its python if it is complete, else one line and exit 1 (tests)
 set -euo pipefail
+# shellcheck source=scripts/venv.sh
+. "$(dirname "$0")/venv.sh"
 VENV=${FSDPD_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/testenv}
 # Versions the tests were written against (transformers 5: rope_parameters, dtype in config.json).
 REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy)
-STAMP="$VENV/.fsdpd-reqs"
-want="${REQS[*]}"
-if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
+if venv_current "$VENV" "${REQS[@]}"; then
   echo "$VENV/bin/python"
   exit 0
 fi
@@ -20,14 +20,7 @@ if [ "${1:-}" = --check ]; then
   echo "the test environment $VENV is missing or incomplete: run scripts/test-env.sh (make test does)" >&2
   exit 1
 fi
-if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
-fi
-echo "test-env: creating $VENV (torch, transformers, tokenizers, safetensors; ~6 GB, once)" >&2
-mkdir -p "$(dirname "$VENV")"
-/usr/bin/python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check "${REQS[@]}" >&2
+venv_create test-env "$VENV" "torch, transformers, tokenizers, safetensors; ~6 GB" "${REQS[@]}"
 "$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors" >&2
-echo "$want" > "$STAMP"
+venv_stamp "$VENV" "${REQS[@]}"
 echo "$VENV/bin/python"

@@ -209,8 +209,8 @@ static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
 
 /* device = cuda: the CUDA device on GPU (an index among the visible ones), then NCCL (its id from
  * rank 0 through the store) or gloo staged through pinned memory. */
-static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu, int use_nccl, const rendezvous *rv,
-                             comm_t **comm, device_t **dev) {
+static fsdp_status open_cuda(const jobspec_t *spec, const plan_t *plan, int rank, int world, int gpu, int use_nccl,
+                             const rendezvous *rv, comm_t **comm, device_t **dev) {
   fsdp_status rc = dev_new_cuda(gpu, dev);
   if (rc != FSDP_OK) return cuda_failure(rc);
   if (use_nccl) {
@@ -223,8 +223,11 @@ static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu
     TRY(comm_new_nccl(rank, world, id, gpu, spec->timeout_s, comm));
   } else {
     (*dev)->host_marks = 1;   /* the staging comm thread waits for the compute stream's CPU marks */
+    /* with hybrid sharding the world's comm carries only the step's scalars (the group and replica
+     * comms the units: open_hybrid), so it takes the least buffer */
+    size_t stage = plan->sharding == SHARD_HYBRID ? 0 : (size_t)plan_stage_bytes(plan);
     TRY(comm_new_gloo_staged(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, gpu,
-                             comm));
+                             stage, comm));
   }
   log_info("rank %d of %d: GPU %d, comm %s", rank, world, gpu, comm_backend_name(*comm));
   return FSDP_OK;
@@ -236,9 +239,9 @@ static fsdp_status open_cuda(const jobspec_t *spec, int rank, int world, int gpu
  * GPUs (standalone: CUDA_VISIBLE_DEVICES as the launcher set it); comm = COMM ("nccl", "gloo") or,
  * when NULL (standalone, comm = auto), nccl when every rank has a GPU of its own (world ≤ visible
  * GPUs), else gloo staged. */
-static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int world, int device_index,
-                                        const char *comm_name, const rendezvous *rv, comm_t **comm, device_t **dev,
-                                        int *gpu_out) {
+static fsdp_status open_device_and_comm(const jobspec_t *spec, const plan_t *plan, int rank, int world,
+                                        int device_index, const char *comm_name, const rendezvous *rv, comm_t **comm,
+                                        device_t **dev, int *gpu_out) {
   *gpu_out = -1;
   if (spec->device == DEVICE_CPU) {
     TRY(comm_new_gloo(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, comm));
@@ -254,9 +257,9 @@ static fsdp_status open_device_and_comm(const jobspec_t *spec, int rank, int wor
   if (comm_name && !use_nccl && strcmp(comm_name, "gloo") != 0)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: comm backend '%s' is not available (nccl and gloo are)",
                           comm_name);
-  return open_cuda(spec, rank, world, gpu, use_nccl, rv, comm, dev);
+  return open_cuda(spec, plan, rank, world, gpu, use_nccl, rv, comm, dev);
 #else
-  (void)device_index, (void)comm_name, (void)gpu_out;
+  (void)plan, (void)device_index, (void)comm_name, (void)gpu_out;
   return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: this fsdp-worker was built without CUDA (configure with "
                         "-DFSDP_CUDA=ON where nvcc, cuBLAS and NCCL are installed); use device = cpu");
 #endif
@@ -268,7 +271,8 @@ static fsdp_status open_hybrid(const jobspec_t *spec, const plan_t *plan, int ra
                                comm_t *comm, runtime_t *rt, comm_t **group, comm_t **replica) {
   if (plan->sharding != SHARD_HYBRID) return FSDP_OK;
   comm_hybrid_args a = {.rank = rank, .world = plan->world, .group = plan->shard_world, .store_dir = rv->dir,
-                        .kv = rv->kv, .prefix = rv->prefix, .timeout_s = spec->timeout_s, .device = gpu};
+                        .kv = rv->kv, .prefix = rv->prefix, .timeout_s = spec->timeout_s, .device = gpu,
+                        .stage_bytes = (size_t)plan_stage_bytes(plan)};
   TRY(comm_hybrid_open(comm, &a, group, replica));
   return runtime_set_groups(rt, *group, *replica);
 }
@@ -289,7 +293,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   if (steps_override > 0) spec.steps = steps_override;
   TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
   rendezvous rv = {.dir = rdv, .prefix = NULL};
-  TRY_GOTO(open_device_and_comm(&spec, rank, world, -1, NULL, &rv, &comm, &dev, &gpu), rc, out);
+  TRY_GOTO(open_device_and_comm(&spec, plan, rank, world, -1, NULL, &rv, &comm, &dev, &gpu), rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
   TRY_GOTO(trace_from_env(&tr), rc, out);   /* recorded as when connected, so that its cost is measurable */
@@ -357,7 +361,8 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   }
   comm_kv kv = wlink_kv(l);
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
-  TRY_GOTO(open_device_and_comm(&spec, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev, &gpu), rc, out);
+  TRY_GOTO(open_device_and_comm(&spec, plan, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev, &gpu),
+           rc, out);
   TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
   TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
   TRY_GOTO(trace_from_env(&tr), rc, out);   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none) */

@@ -95,7 +95,7 @@ void trace_retained(const trace_t *t, int *first, int *last) {
   *first = *last = 0;
   uint64_t lo, hi;
   bounds(t, &lo, &hi);
-  trace_span a, b;
+  trace_span a = {0}, b = {0};   /* read_record fills them before any use; -O3 cannot see it */
   int have_a = 0, have_b = 0;
   for (uint64_t i = lo; i < hi && !have_a; i++) have_a = read_record(t, i, &a);
   for (uint64_t i = hi; i > lo && !have_b; i--) have_b = read_record(t, i - 1, &b);

@@ -76,6 +76,7 @@ static void check_layernorm(const shape *s) {
                 {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32}};
   RUN_AND_COMPARE("layernorm_forward", s->name, s->timed, fo,
                   ops_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C, &g_ctx));
+  roofline_add("layernorm_forward", s->name, 4.0 * n + 8.0 * BT + 4.0 * C, 8.0 * n);
 
   /* Backward from the CPU's mean and rstd on both sides, so that it is tested on its own. */
   float *dout = h_bf16_uniform(n, -1, 1);
@@ -92,6 +93,31 @@ static void check_layernorm(const shape *s) {
   RUN_AND_COMPARE("layernorm_backward", s->name, s->timed, bo,
                   ops_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, B, T, C,
                                               &g_ctx));
+  roofline_add("layernorm_backward", s->name, 10.0 * n + 8.0 * BT, 16.0 * n);   /* dinp pass + dparams pass */
+  free_all();
+}
+
+/* The fused residual + LayerNorm against the CPU's residual_forward (rounded to bf16, as stored)
+ * then layernorm_forward; res in place over a, as the model may. */
+static void check_residual_layernorm(const shape *s) {
+  const int B = s->B, T = s->T, C = s->C, BT = B * T;
+  const size_t n = (size_t)BT * C;
+  float *a = h_bf16_uniform(n, 0.5f, 2.5f), *b = h_bf16_uniform(n, -1, 1);
+  float *w = h_bf16_uniform((size_t)C, 0.5f, 1.5f), *bias = h_bf16_uniform((size_t)C, -0.5f, 0.5f);
+  void *d_a = d_bf16(a, n), *d_b = d_bf16(b, n), *d_w = d_bf16(w, (size_t)C), *d_bias = d_bf16(bias, (size_t)C);
+  float *res = h_nan(n), *out = h_nan(n), *mean = h_nan((size_t)BT), *rstd = h_nan((size_t)BT);
+  residual_forward(res, a, b, (int)n);
+  for (size_t i = 0; i < n; i++) res[i] = bf16_round(res[i]);
+  layernorm_forward(out, mean, rstd, res, w, bias, B, T, C);
+  void *d_out = d_nan_bf16(n), *d_mean = d_nan_f32((size_t)BT), *d_rstd = d_nan_f32((size_t)BT);
+  out_t fo[] = {{.name = "res", .ref = res, .dev = d_a, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "mean", .ref = mean, .dev = d_mean, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32},
+                {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32}};
+  RUN_AND_COMPARE("residual_layernorm_forward", s->name, s->timed, fo,
+                  ops_cuda_residual_layernorm_forward(d_a, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, B, T, C,
+                                                      &g_ctx));
+  roofline_add("residual_layernorm_forward", s->name, 8.0 * n + 8.0 * BT, 9.0 * n);
   free_all();
 }
 
@@ -129,6 +155,8 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
     RUN_AND_COMPARE(fname, s->name, s->timed, fo1,
                     ops_cuda_matmul_forward(d_out, NULL, d_inp, d_w, d_bias, BT, C, OC, &g_ctx));
   }
+  roofline_add(fname, s->name, 2.0 * ((double)nin + nw + ((flags & MM_GELU) ? 2.0 : 1.0) * nout),
+               2.0 * BT * (double)C * OC);
 
   float *dout = h_bf16_uniform(nout, -1, 1);
   void *d_dout = d_bf16(dout, nout);
@@ -160,6 +188,8 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
     RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
                     ops_cuda_matmul_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, NULL, BT, C, OC, &g_ctx));
   }
+  /* dinp = dout·Wᵀ and dW += inpᵀ·dout (fp32 read and written), dbias re-reads dout */
+  roofline_add(bname, s->name, 2.0 * (2.0 * nout + 2.0 * nin + nw) + 8.0 * nw, 4.0 * BT * (double)C * OC);
   free_all();
 }
 
@@ -213,9 +243,14 @@ void check_attention(const shape *s, int NKV) {
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
                     ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, &g_ctx));
+    /* causal: half of the T×T scores, 2 GEMMs of hs each (4·hs FLOPs per score) */
+    const double scores = (double)B * NH * T * (T + 1) / 2;
+    roofline_add(fname, s->name, 2.0 * (nqkv + nout) + 4.0 * nlse, 4.0 * hs * scores);
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
                     ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
+    /* S and dP recomputed, dV, dK and dQ: 5 GEMMs of hs per score (S twice: 7 as this code does) */
+    roofline_add(bname, s->name, 2.0 * (2.0 * nqkv + 2.0 * nout) + 4.0 * nlse, 10.0 * hs * scores);
   }
   ops_cuda_attention_select(was);
   free_all();
@@ -232,6 +267,15 @@ static void check_elementwise(const shape *s) {
   gelu_forward(out, x, (int)N);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = N, .kind = OUT_BF16, .tol = TOL_BF16}};
   RUN_AND_COMPARE("gelu_forward", s->name, s->timed, fo, ops_cuda_gelu_forward(d_out, d_x, (int64_t)N, &g_ctx));
+  roofline_add("gelu_forward", s->name, 4.0 * N, 15.0 * N);
+  /* 2 bytes off a 16-byte boundary, N − 1 elements: the element-by-element path (VEC = false) */
+  float *out1 = h_nan(N - 1);
+  void *d_out1 = d_nan_bf16(N);
+  gelu_forward(out1, x + 1, (int)(N - 1));
+  out_t fo1[] = {{.name = "out", .ref = out1, .dev = (uint16_t *)d_out1 + 1, .n = N - 1, .kind = OUT_BF16,
+                  .tol = TOL_BF16}};
+  RUN_AND_COMPARE("gelu_forward(unaligned)", s->name, 0, fo1,
+                  ops_cuda_gelu_forward((ops_bf16 *)d_out1 + 1, (const ops_bf16 *)d_x + 1, (int64_t)N - 1, &g_ctx));
 
   /* in place: dinp = dout (the form matmul_backward uses); not timed, since a second run would
    * apply gelu' twice to the same buffer (harmless, but the timing would say nothing new) */
@@ -248,6 +292,7 @@ static void check_elementwise(const shape *s) {
   out_t ro[] = {{.name = "out", .ref = res, .dev = d_res, .n = R, .kind = OUT_BF16, .tol = TOL_BF16}};
   RUN_AND_COMPARE("residual_forward", s->name, s->timed, ro,
                   ops_cuda_residual_forward(d_res, d_x, d_b, (int64_t)R, &g_ctx));
+  roofline_add("residual_forward", s->name, 6.0 * R, (double)R);
   free_all();
 }
 
@@ -305,6 +350,7 @@ static void check_shape(const shape *s) {
   printf("\n== operators, shape %s: B=%d T=%d C=%d NH=%d V=%d ==\n", s->name, s->B, s->T, s->C, s->NH, s->V);
   check_encoder(s);
   check_layernorm(s);
+  check_residual_layernorm(s);
   if (s->timed) { /* GPT-2's c_attn, c_fc with its GELU, c_proj with the GELU's backward */
     check_matmul(s, "c_attn", s->C, 3 * s->C, MM_BIAS | MM_DINP);
     check_matmul(s, "c_fc+gelu", s->C, 4 * s->C, MM_BIAS | MM_GELU | MM_DINP);
@@ -315,6 +361,7 @@ static void check_shape(const shape *s) {
     check_matmul(s, "no bias, no dinp", s->C, 3 * s->C, 0);
     check_matmul(s, "no bias, gelu", s->C, 2 * s->C, MM_GELU | MM_DINP);
     check_matmul(s, "odd OC=37 gelu", s->C, 37, MM_BIAS | MM_GELU | MM_DINP);
+    check_matmul(s, "odd OC=37", s->C, 37, MM_BIAS | MM_DINP);   /* no BIAS-epilogue algorithm: the bias kernel */
   }
   check_attention(s, s->NH);
   check_elementwise(s);

@@ -221,6 +221,7 @@ static void gemm_rate(int M, int K, int N, const char *label) {
   CU(cudaEventElapsedTime(&ms, g_ev0, g_ev1));
   const double t = ms / 1e3 / iters, flops = 2.0 * M * (double)K * N;
   printf("%-60s %.3f ms per GEMM  %.1f TFLOP/s\n", name, t * 1e3, flops / t / 1e12);
+  if (M == 8192 && K == 8192 && N == 8192) g_gemm_tflops = flops / t / 1e12;   /* the roofline's compute roof */
   free_all();
 }
 
@@ -229,4 +230,21 @@ void measure_gemm_rate(void) {
   gemm_rate(8192, 8192, 8192, "8192^3");
   gemm_rate(16384, 768, 3072, "GPT-2 c_fc at B*T=16384");
   fflush(stdout);
+}
+
+/* Device-to-device copy of 1 GiB (read and write counted: 2 GiB moved), mean of 10 after 2: the
+ * roofline's memory roof. */
+void measure_copy_rate(void) {
+  const size_t n = (size_t)1 << 30;
+  void *a = dbuf(n), *b = dbuf(n);
+  for (int i = 0; i < 2; i++) CU(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, g_ctx.stream));
+  CU(cudaEventRecord(g_ev0, g_ctx.stream));
+  for (int i = 0; i < 10; i++) CU(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, g_ctx.stream));
+  CU(cudaEventRecord(g_ev1, g_ctx.stream));
+  CU(cudaEventSynchronize(g_ev1));
+  float ms = 0;
+  CU(cudaEventElapsedTime(&ms, g_ev0, g_ev1));
+  g_copy_gbs = 2.0 * (double)n * 10 / (ms / 1e3) / 1e9;
+  printf("%-60s %.0f GB/s\n", "device copy rate, 1 GiB (read + write)", g_copy_gbs);
+  free_all();
 }

@@ -212,7 +212,7 @@ static void check_comms_world1(void) {
   }
 
   fsdp_clear_error();
-  st = comm_new_gloo_staged(0, 1, NULL, NULL, "gpu_check", 60.0, 0, &c);
+  st = comm_new_gloo_staged(0, 1, NULL, NULL, "gpu_check", 60.0, 0, 0, &c);
   verdict("gloo-staged[1] comm_new_gloo_staged (no rendezvous)", st == FSDP_OK, st == FSDP_OK ? "" : fsdp_last_error());
   if (st == FSDP_OK) {
     check_comm_world1(c, "gloo-staged[1]", "gloo-staged");
@@ -288,7 +288,7 @@ static int mp_rank_main(mp_kind kind, int rank, int world, int id_fd, const char
   int fails = 0;
   comm_t *c = NULL;
   if (kind == MP_STAGED) {
-    if (comm_new_gloo_staged(rank, world, store_dir, NULL, "gpu_check", 60.0, 0, &c) != FSDP_OK) {
+    if (comm_new_gloo_staged(rank, world, store_dir, NULL, "gpu_check", 60.0, 0, (size_t)4 << 20, &c) != FSDP_OK) {
       CHILD_FAIL("comm_new_gloo_staged on device 0: %s", fsdp_last_error());
       return 1;
     }
@@ -591,6 +591,8 @@ int main(int argc, char **argv) {
   check_llama_ops(1);
   check_util_ops();
   measure_gemm_rate();
+  measure_copy_rate();
+  roofline_print();
   check_comms_world1();
 
   cublasLtDestroy(g_ctx.lt);

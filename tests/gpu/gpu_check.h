@@ -98,6 +98,7 @@ void verdict(const char *name, int ok, const char *detail);
       }                                                                                     \
       CU(cudaEventElapsedTime(&ms_, g_ev0, g_ev1));                                         \
     }                                                                                       \
+    g_last_ms = ms_;                                                                        \
     for (int i_ = 0; i_ < n_; i_++) compare((op), (shape), &(outs)[i_], i_ == 0 ? ms_ : -1.0); \
   } while (0)
 
@@ -118,5 +119,15 @@ void check_llama_ops(int large);
 /* check_util.c */
 void check_util_ops(void);
 void measure_gemm_rate(void);
+
+/* The roofline (harness.c): the last timed RUN_AND_COMPARE's time (ms, -1 when untimed), and each
+ * timed kernel's bytes moved and FLOPs per call (from its shapes) recorded by roofline_add; after
+ * the rates of this run are measured (copy bandwidth, bf16 GEMM: measure_copy_rate,
+ * measure_gemm_rate), roofline_print gives each kernel's GB/s and TFLOP/s and their fractions of
+ * those rates, and which of the two bounds it. */
+extern double g_last_ms, g_copy_gbs, g_gemm_tflops;
+void roofline_add(const char *op, const char *shape, double bytes, double flops);
+void roofline_print(void);
+void measure_copy_rate(void);
 
 #endif

@@ -223,3 +223,42 @@ void verdict(const char *name, int ok, const char *detail) {
   if (ok) g_pass++;
   else g_fail++;
 }
+
+/* ---- the roofline ---- */
+
+double g_last_ms = -1, g_copy_gbs = 0, g_gemm_tflops = 0;
+
+typedef struct roof {
+  char op[64], shape[32];
+  double ms, bytes, flops;
+} roof;
+static roof g_roof[64];
+static int g_nroof;
+
+void roofline_add(const char *op, const char *shape, double bytes, double flops) {
+  if (g_last_ms <= 0 || g_nroof == (int)(sizeof g_roof / sizeof *g_roof)) return;
+  roof *r = &g_roof[g_nroof++];
+  snprintf(r->op, sizeof r->op, "%s", op);
+  snprintf(r->shape, sizeof r->shape, "%s", shape);
+  r->ms = g_last_ms;
+  r->bytes = bytes;
+  r->flops = flops;
+}
+
+void roofline_print(void) {
+  printf("\n== roofline: each timed kernel against this run's copy bandwidth (%.0f GB/s) and bf16 GEMM rate "
+         "(%.1f TFLOP/s) ==\n", g_copy_gbs, g_gemm_tflops);
+  for (int i = 0; i < g_nroof; i++) {
+    const roof *r = &g_roof[i];
+    const double s = r->ms / 1e3, gbs = r->bytes / s / 1e9, tf = r->flops / s / 1e12;
+    const double fb = g_copy_gbs > 0 ? gbs / g_copy_gbs : 0, ff = g_gemm_tflops > 0 ? tf / g_gemm_tflops : 0;
+    /* the roof of a kernel is the nearer of the two: the time its bytes or its FLOPs need at best */
+    const double t_mem = g_copy_gbs > 0 ? r->bytes / (g_copy_gbs * 1e9) : 0;
+    const double t_math = g_gemm_tflops > 0 ? r->flops / (g_gemm_tflops * 1e12) : 0;
+    printf("roofline %-34s %-8s %9.3f ms %9.1f MB %9.2f GFLOP %7.0f GB/s (%3.0f %% copy) %7.1f TFLOP/s "
+           "(%3.0f %% GEMM)  %s-bound, %3.0f %% of its roof\n",
+           r->op, r->shape, r->ms, r->bytes / 1e6, r->flops / 1e9, gbs, 100 * fb, tf, 100 * ff,
+           t_mem >= t_math ? "memory" : "math", 100 * (t_mem > t_math ? t_mem : t_math) / s);
+  }
+  fflush(stdout);
+}

@@ -10,6 +10,10 @@
 #     a python3-with-torch that print what the real ones print: steps 2-4, 6, 7 PASS, the figures
 #     (MFU, peak against the plan, the PyTorch ratios) land in the table; and report.py's loss
 #     comparisons fail when they should;
+#  3b. a job whose ranks hang: at the step's deadline each rank's host stack (gdb) is shown in the
+#     step's FAIL line and the ranks are killed;
+#  3c. a device fault: the job is re-run for one step under (a stand-in of) compute-sanitizer
+#     memcheck and the step's FAIL line names the kernel;
 #  4. with the CUDA backend: scripts/gpu-bundle.sh packs this build, and the bundle, unpacked, starts
 #     through its carried glibc loader and its libraries alone (all but glibc and the CUDA ones come
 #     from the bundle), and answers a dry run of step 6.
@@ -90,7 +94,7 @@ SH
 chmod +x "$fake/fsdp-worker" "$fake/gpu_check" "$fake/python"
 ln -s "$build/fsdpctl" "$fake/fsdpctl"
 rc=0
-REAL_BUILD=$build FSDP_GPU_BIN=$fake FSDP_GPU_PRETEND="stand-in" FSDP_GPU_PYTHON=$fake/python FSDP_GPU_SANITIZER=none \
+REAL_BUILD=$build FSDP_GPU_BIN=$fake FSDP_GPU_PRETEND="NVIDIA H100 80GB HBM3 stand-in" FSDP_GPU_PYTHON=$fake/python FSDP_GPU_SANITIZER=none \
   OUT=$tmp/pass timeout 300 bash "$src/tests/gpu/run.sh" >"$tmp/pass.log" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/pass.log"; echo "stand-ins: exit $rc, expected 0"; exit 1; }
 python3 - "$tmp/pass/gpu_report.json" <<'PY'
@@ -105,7 +109,11 @@ assert abs(m["ours_tokens_per_s"] - tps) < 1e-6 * tps, m
 assert abs(m["ours_mfu"] - tps * m["ours_flops_per_token"] / 780e12) < 1e-9, m
 assert abs(m["peak_vs_plan"] - 0.02) < 1e-3, m
 assert abs(m["ratio_compile"] - tps / 150000) < 1e-9 and abs(m["ratio_eager"] - tps / 100000) < 1e-9, m
-assert r["targets"] == {"MFU ≥ 45 %": False, "tokens/s ≥ torch.compile's": False,
+# llm.c's count, 6·N + 6·L·C·T, over an H100's dense bf16 peak
+assert m["ours_bf16_peak_tflops"] == 989.4, m
+fpt = 6 * 124439808 + 6 * 12 * 768 * 1024   # GPT-2 124M: N = 124,439,808 (V = 50257)
+assert m["ours_flops_per_token_llmc"] == fpt and abs(m["ours_mfu_llmc"] - tps * fpt / 989.4e12) < 1e-9, m
+assert r["targets"] == {"MFU ≥ 40 % (llm.c's count)": False, "tokens/s ≥ torch.compile's": False,
                         "peak memory within 10 % of the plan": True}, r["targets"]
 print("stand-ins: ok")
 PY
@@ -126,6 +134,65 @@ python3 "$src/tests/gpu/report.py" moves "$tmp/cmp/ref" "$tmp/cmp/frozen" --step
 if python3 "$src/tests/gpu/report.py" moves "$tmp/cmp/ref" "$tmp/cmp/off1" --steps 3 --rtol 2e-2; then
   echo "report.py moves passed a run that barely differs from the frozen one"; exit 1
 fi
+
+# 3b. a job that hangs (every rank blocks): at its deadline each rank's host stack is taken (gdb,
+# where present) and shown, then the job is killed; a step of 40 s or so, in a budget of 60 s
+hang=$tmp/hang-bin
+mkdir -p "$hang"
+cat >"$hang/fsdp-worker" <<'SH'
+#!/usr/bin/env bash
+[ "${1:-}" = --help ] && exec "$REAL_BUILD/fsdp-worker" --help
+exec python3 -c 'import signal; signal.pause()' "$@"
+SH
+chmod +x "$hang/fsdp-worker"
+ln -s "$build/fsdpctl" "$hang/fsdpctl"
+rc=0
+REAL_BUILD=$build FSDP_GPU_BIN=$hang FSDP_GPU_PRETEND="stand-in" OUT=$tmp/hang timeout 300 \
+  bash "$src/tests/gpu/run.sh" --only 6 --budget 60 >"$tmp/hang.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/hang.log"; echo "hang: exit $rc, expected 1 (step 6 FAIL)"; exit 1; }
+python3 - "$tmp/hang/gpu_report.json" "$(command -v gdb || true)" <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+st = {s["step"]: (s["status"], s["detail"]) for s in r["steps"]}
+d = st["6"][1]
+assert st["6"][0] == "FAIL" and re.search(r"timed out after \d+ s; host stacks: ", d), d
+if sys.argv[2]:   # gdb attached to the one rank: its main thread's frames
+    assert re.search(r"host stacks: pid \d+: \S+", d) and "no stack" not in d, d
+print("hang: step 6 FAIL:", d[:160])
+PY
+pgrep -f "$hang/" >/dev/null && { echo "hang: a rank outlived its job"; exit 1; }
+
+# 3c. a device fault: the failing job is run again for one step under compute-sanitizer memcheck
+# (a stand-in that prints what memcheck prints), and the step's FAIL line names the kernel
+fault=$tmp/fault-bin
+mkdir -p "$fault"
+cat >"$fault/fsdp-worker" <<'SH'
+#!/usr/bin/env bash
+[ "${1:-}" = --help ] && exec "$REAL_BUILD/fsdp-worker" --help
+echo "2026-12-01T00:00:00Z ERROR worker[0] main.c:1: device = cuda: CUDA device 0: cudaStreamSynchronize (a kernel or copy failed): an illegal memory access was encountered (cudaErrorIllegalAddress)" >&2
+exit 1
+SH
+cat >"$fault/compute-sanitizer" <<'SH'
+#!/usr/bin/env bash
+while [ "${1:-}" != "${1#--}" ]; do shift 2; done   # its options, each with a value
+echo "========= COMPUTE-SANITIZER" >&2
+echo "========= Invalid __global__ read of size 2 bytes" >&2
+echo "=========     at void gelu_forward_kernel<true>(__nv_bfloat16 *, const __nv_bfloat16 *, long)+0x1c0" >&2
+exec "$@"
+SH
+chmod +x "$fault/fsdp-worker" "$fault/compute-sanitizer"
+ln -s "$build/fsdpctl" "$fault/fsdpctl"
+rc=0
+REAL_BUILD=$build FSDP_GPU_BIN=$fault FSDP_GPU_PRETEND="stand-in" FSDP_GPU_SANITIZER=$fault/compute-sanitizer \
+  OUT=$tmp/fault timeout 300 bash "$src/tests/gpu/run.sh" --only 6 >"$tmp/fault.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/fault.log"; echo "fault: exit $rc, expected 1 (step 6 FAIL)"; exit 1; }
+python3 - "$tmp/fault/gpu_report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+d = {s["step"]: s for s in r["steps"]}["6"]["detail"]
+assert "illegal memory access" in d and "memcheck: Invalid __global__ read of size 2 bytes in void gelu_forward_kernel<true>" in d, d
+print("fault: step 6 FAIL:", d[:200])
+PY
 
 # 4. the bundle (needs the CUDA backend: gpu_check)
 if [ ! -x "$build/tests/gpu/gpu_check" ]; then

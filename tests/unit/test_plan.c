@@ -299,6 +299,16 @@ static void test_cuda_memory(void) {
   for (int u = 0; u < p->nunits; u++)
     for (int t = 0; t < p->units[u].ntensors; t++) decay += p->units[u].t[t].decay;
   CHECK_EQ_INT(2 + 4 * 3, decay);
+  /* gloo staged's pinned buffer: the largest unit's (4 + 1) shards of 256 fp32 (a block's
+   * reduce-scatter: input and result) */
+  CHECK_EQ_INT(4 * 5 * 256, plan_stage_bytes(p));
+  plan_destroy(&p);
+  /* GPT-2 124M on 2 ranks: the root's reduce-scatter, 3 · 19.7 M fp32, is staged in 64 MiB pieces */
+  jobspec_t big = spec_of(12, 12, 768, 50257, 1024);
+  big.device = DEVICE_CUDA;
+  CHECK_OK(plan_build(&big, 2, &p));
+  CHECK(4 * 3 * p->units[0].shard_numel > PLAN_STAGE_MAX_BYTES);
+  CHECK_EQ_INT(PLAN_STAGE_MAX_BYTES, plan_stage_bytes(p));
   plan_destroy(&p);
   /* with activation checkpointing each block keeps its output (2·96 bytes) and one working set of a
    * whole block (3,360) is shared: 3·192 + 3360 + 480 + 192 */

@@ -131,8 +131,12 @@ void *comm_nccl_stream(const comm_t *c);
  * The staging copies run on the comm's own stream, from the comm thread, after `after`'s CPU mark
  * (the CUDA device must have host_marks set, device.h) or, with no CPU mark, after the caller's
  * stream work is complete; `done`'s native event is recorded after the copy back. */
+/* STAGE_BYTES: the pinned buffer, allocated here once and freed by comm_destroy (never while
+ * collectives run: cudaMallocHost and cudaFreeHost synchronize the device, which may be parked
+ * waiting for the collective); at least (world + 1)·64 KiB; larger collectives are staged in
+ * pieces. A job passes plan_stage_bytes(plan). None is allocated with world = 1. */
 fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, const comm_kv *kv,
-                                 const char *prefix, double timeout_s, int device, comm_t **out);
+                                 const char *prefix, double timeout_s, int device, size_t stage_bytes, comm_t **out);
 #endif
 
 /* ---- Backend interface: for comm.c, comm_gloo.cc, comm_nccl.c, comm_stage_cuda.c only. ---- */

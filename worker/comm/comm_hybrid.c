@@ -37,7 +37,7 @@ static fsdp_status open_sub(comm_t *world, const comm_hybrid_args *a, const char
 #ifdef FSDP_HAVE_CUDA
   if (!strcmp(be, "nccl")) return open_nccl(world, a, name, color, key, n, out);
   if (!strcmp(be, "gloo-staged"))
-    return comm_new_gloo_staged(key, n, a->store_dir, a->kv, prefix, a->timeout_s, a->device, out);
+    return comm_new_gloo_staged(key, n, a->store_dir, a->kv, prefix, a->timeout_s, a->device, a->stage_bytes, out);
 #endif
   if (strcmp(be, "gloo") != 0)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "sharding = hybrid: no sub-communicators for the %s backend", be);

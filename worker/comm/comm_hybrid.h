@@ -22,6 +22,7 @@ typedef struct comm_hybrid_args {
   const char *prefix;         /* the world's prefix; NULL: "fsdp" */
   double timeout_s;
   int device;                 /* the GPU of gloo staged and NCCL comms; -1 for CPU workers */
+  size_t stage_bytes;         /* gloo staged's pinned buffer (plan_stage_bytes) */
 } comm_hybrid_args;
 
 /* Open this rank's group and replica comms next to WORLD (borrowed; NCCL splits it). */

@@ -9,7 +9,13 @@
  * on the caller's other streams is ordered by the op's events: comm.c waits for `after`'s CPU mark
  * before run() (the CUDA device completes it when its stream reaches the record, host_marks), and
  * run() records `done`'s native event after the copy back; the CUDA device's wait blocks its
- * stream on done's CPU mark until comm.c completes it (device_cuda.c). The pinned buffer grows to the largest collective and is counted under
+ * stream on done's CPU mark until comm.c completes it (device_cuda.c).
+ *
+ * The pinned buffer is allocated once, at creation (stage_bytes, from the plan: plan_stage_bytes),
+ * and freed at destroy: never while collectives run. cudaMallocHost and cudaFreeHost synchronize
+ * the device, and the compute stream may then be parked in a host function that waits for the very
+ * collective the comm thread is running: a deadlock. A collective larger than the buffer is staged
+ * in pieces (each piece a gloo collective of its own over the same elements). Counted under
  * MEM_COMM with mem_account(). bf16 is gloo's: all-gather moves bytes, sums round to bf16.
  */
 #ifndef FSDP_HAVE_CUDA
@@ -18,16 +24,21 @@
 #include "comm.h"
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
 
+/* The least pinned bytes per block of a piece: (world + 1) of them at least, so that a piece is
+ * never so small that gloo's per-call cost dominates. */
+#define STAGE_MIN_PIECE ((size_t)64 << 10)
+
 typedef struct stage_impl {
   comm_gloo *g;            /* NULL with world = 1 */
   int device, rank, world;
   cudaStream_t stream;
-  char *pin;               /* cudaMallocHost */
+  char *pin;               /* cudaMallocHost, at creation (world > 1) */
   size_t pin_bytes;
 } stage_impl;
 
@@ -41,20 +52,6 @@ static fsdp_status cuda_err(cudaError_t e, const char *what) {
     if (e_ != cudaSuccess) return cuda_err(e_, what); \
   } while (0)
 
-static fsdp_status ensure_pinned(stage_impl *s, size_t bytes) {
-  if (bytes <= s->pin_bytes) return FSDP_OK;
-  if (s->pin) {
-    cudaFreeHost(s->pin);
-    mem_account(MEM_COMM, -(int64_t)s->pin_bytes);
-    s->pin = NULL;
-    s->pin_bytes = 0;
-  }
-  CUDA_TRY(cudaMallocHost((void **)&s->pin, bytes), "cudaMallocHost of the staging buffer");
-  s->pin_bytes = bytes;
-  mem_account(MEM_COMM, (int64_t)bytes);
-  return FSDP_OK;
-}
-
 static fsdp_status d2h(stage_impl *s, void *dst, const void *src, size_t bytes) {
   CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream), "device-to-host copy");
   CUDA_TRY(cudaStreamSynchronize(s->stream), "device-to-host copy");
@@ -64,6 +61,61 @@ static fsdp_status d2h(stage_impl *s, void *dst, const void *src, size_t bytes) 
 static fsdp_status h2d(stage_impl *s, void *dst, const void *src, size_t bytes) {
   CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream), "host-to-device copy");
   CUDA_TRY(cudaStreamSynchronize(s->stream), "host-to-device copy");
+  return FSDP_OK;
+}
+
+/* The largest piece, in bytes per block, when a collective needs PARTS blocks of it in the buffer:
+ * a multiple of 16 bytes (whole elements of every dtype). */
+static size_t piece_bytes(const stage_impl *s, size_t parts) { return s->pin_bytes / parts / 16 * 16; }
+
+/* Bytes [off, off + m) of each of the world's blocks (BLOCK bytes apart from BASE) to or from the
+ * pinned buffer, where they lie m bytes apart; one synchronization. */
+static fsdp_status blocks_copy(stage_impl *s, char *dev, size_t block, size_t off, size_t m, int to_host) {
+  for (int r = 0; r < s->world; r++) {
+    char *d = dev + (size_t)r * block + off, *h = s->pin + (size_t)r * m;
+    CUDA_TRY(cudaMemcpyAsync(to_host ? (void *)h : (void *)d, to_host ? (const void *)d : (const void *)h, m,
+                             to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s->stream),
+             to_host ? "device-to-host copy" : "host-to-device copy");
+  }
+  CUDA_TRY(cudaStreamSynchronize(s->stream), to_host ? "device-to-host copy" : "host-to-device copy");
+  return FSDP_OK;
+}
+
+/* OP (BYTES per block) in pieces that fit the buffer. Elementwise collectives, so piece [off, off+m)
+ * of every block is a collective of its own: an all-gather gathers each rank's piece, a
+ * reduce-scatter sums piece off of every block into piece off of the result. */
+static fsdp_status stage_pieces(stage_impl *s, const comm_op *op, size_t bytes) {
+  const size_t n = (size_t)s->world, es = comm_dtype_size(op->dt);
+  const size_t k = piece_bytes(s, op->kind == COMM_OP_ALLGATHER ? n : op->kind == COMM_OP_REDUCESCATTER ? n + 1 : 1);
+  for (size_t off = 0; off < bytes; off += k) {
+    const size_t m = bytes - off < k ? bytes - off : k;
+    comm_op h = *op;
+    h.count = m / es;
+    switch (op->kind) {
+      case COMM_OP_ALLGATHER:   /* in place on the host: our piece at rank·m */
+        TRY(d2h(s, s->pin + (size_t)s->rank * m, (const char *)op->send + off, m));
+        h.send = s->pin + (size_t)s->rank * m;
+        h.recv = s->pin;
+        TRY(comm_gloo_run(s->g, &h));
+        TRY(blocks_copy(s, op->recv, bytes, off, m, 0));
+        break;
+      case COMM_OP_REDUCESCATTER:   /* the world's pieces, then the result's */
+        TRY(blocks_copy(s, (char *)(uintptr_t)op->send, bytes, off, m, 1));
+        h.send = s->pin;
+        h.recv = s->pin + n * m;
+        TRY(comm_gloo_run(s->g, &h));
+        TRY(h2d(s, (char *)op->recv + off, s->pin + n * m, m));
+        break;
+      case COMM_OP_ALLREDUCE:
+        TRY(d2h(s, s->pin, (char *)op->recv + off, m));
+        h.send = h.recv = s->pin;
+        TRY(comm_gloo_run(s->g, &h));
+        TRY(h2d(s, (char *)op->recv + off, s->pin, m));
+        break;
+      case COMM_OP_BARRIER:
+        return FSDP_OK;
+    }
+  }
   return FSDP_OK;
 }
 
@@ -85,7 +137,6 @@ static fsdp_status stage_run(void *impl, const comm_op *op) {
 
 static fsdp_status stage_copy_run(stage_impl *s, const comm_op *op) {
   const size_t bytes = op->count * comm_dtype_size(op->dt);
-  const size_t n = (size_t)s->world;
   if (op->kind == COMM_OP_BARRIER) return s->g ? comm_gloo_run(s->g, op) : FSDP_OK;
   if (bytes == 0) return FSDP_OK;
 
@@ -96,34 +147,7 @@ static fsdp_status stage_copy_run(stage_impl *s, const comm_op *op) {
     }
     return FSDP_OK;
   }
-
-  comm_op h = *op;
-  switch (op->kind) {
-    case COMM_OP_ALLGATHER:   /* in place on the host: our block at rank·bytes */
-      TRY(ensure_pinned(s, n * bytes));
-      TRY(d2h(s, s->pin + (size_t)s->rank * bytes, op->send, bytes));
-      h.send = s->pin + (size_t)s->rank * bytes;
-      h.recv = s->pin;
-      TRY(comm_gloo_run(s->g, &h));
-      return h2d(s, op->recv, s->pin, n * bytes);
-    case COMM_OP_REDUCESCATTER:   /* input n·bytes, then the result block */
-      TRY(ensure_pinned(s, (n + 1) * bytes));
-      TRY(d2h(s, s->pin, op->send, n * bytes));
-      h.send = s->pin;
-      h.recv = s->pin + n * bytes;
-      TRY(comm_gloo_run(s->g, &h));
-      return h2d(s, op->recv, s->pin + n * bytes, bytes);
-    case COMM_OP_ALLREDUCE:
-      TRY(ensure_pinned(s, bytes));
-      TRY(d2h(s, s->pin, op->recv, bytes));
-      h.send = s->pin;
-      h.recv = s->pin;
-      TRY(comm_gloo_run(s->g, &h));
-      return h2d(s, op->recv, s->pin, bytes);
-    case COMM_OP_BARRIER:
-      break;
-  }
-  return FSDP_OK;
+  return stage_pieces(s, op, bytes);
 }
 
 static void stage_abort(void *impl) {
@@ -148,7 +172,7 @@ static const comm_backend staged_backend = {
     .name = "gloo-staged", .run = stage_run, .abort = stage_abort, .destroy = stage_destroy};
 
 fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, const comm_kv *kv,
-                                 const char *prefix, double timeout_s, int device, comm_t **out) {
+                                 const char *prefix, double timeout_s, int device, size_t stage_bytes, comm_t **out) {
   if (!out) return fsdp_set_error(FSDP_ERR_INVALID, "comm_new_gloo_staged: out is NULL");
   *out = NULL;
   if (world < 1 || rank < 0 || rank >= world)
@@ -171,13 +195,22 @@ fsdp_status comm_new_gloo_staged(int rank, int world, const char *store_dir, con
     free(s);
     return cuda_err(e, "stream creation");
   }
-  if (world > 1) {
-    fsdp_status st = comm_gloo_new(rank, world, store_dir, kv, prefix, timeout_s, &s->g);
-    if (st != FSDP_OK) {
-      cudaStreamDestroy(s->stream);
-      free(s);
-      return st;
+  fsdp_status st = FSDP_OK;
+  if (world > 1) {   /* the one pinned buffer, before any stream has work */
+    const size_t least = ((size_t)world + 1) * STAGE_MIN_PIECE;
+    size_t bytes = stage_bytes > least ? stage_bytes : least;
+    if ((e = cudaMallocHost((void **)&s->pin, bytes)) != cudaSuccess) {
+      s->pin = NULL;
+      st = cuda_err(e, "cudaMallocHost of the staging buffer");
+    } else {
+      s->pin_bytes = bytes;
+      mem_account(MEM_COMM, (int64_t)bytes);
+      st = comm_gloo_new(rank, world, store_dir, kv, prefix, timeout_s, &s->g);
     }
+  }
+  if (st != FSDP_OK) {
+    stage_destroy(s);
+    return st;
   }
   return comm_wrap(&staged_backend, s, rank, world, timeout_s, out);
 }

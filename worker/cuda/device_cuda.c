@@ -565,11 +565,18 @@ static void cu_layernorm_backward(device_t *dd, void *dinp, float *dw, float *db
   OP(d, ops_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C, &d->ctx), "layernorm_backward");
 }
 
-/* GELU stays the model's separate op (no GELU epilogue here): the CPU and CUDA schedules match. */
 static void cu_matmul_forward(device_t *dd, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
                               int OC) {
   cuda_dev *d = cd(dd);
   OP(d, ops_cuda_matmul_forward(out, NULL, inp, w, bias, BT, C, OC, &d->ctx), "matmul_forward");
+}
+
+/* GELU in cuBLASLt's epilogue (GELU_AUX_BIAS: out and the pre-activation in one GEMM), or its
+ * fallback inside ops_cuda_matmul_forward. */
+static void cu_matmul_gelu_forward(device_t *dd, void *out, void *pre, const void *inp, const void *w,
+                                   const void *bias, int BT, int C, int OC) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_matmul_forward(out, pre, inp, w, bias, BT, C, OC, &d->ctx), "matmul_gelu_forward");
 }
 
 static void cu_matmul_backward(device_t *dd, void *dinp, float *dw, float *db, const void *dout, const void *inp,
@@ -604,6 +611,13 @@ static void cu_gelu_backward(device_t *dd, void *dinp, const void *inp, const vo
 static void cu_residual_forward(device_t *dd, void *out, const void *a, const void *b, int64_t N) {
   cuda_dev *d = cd(dd);
   OP(d, ops_cuda_residual_forward(out, a, b, N, &d->ctx), "residual_forward");
+}
+
+static void cu_residual_layernorm_forward(device_t *dd, void *res, void *out, float *mean, float *rstd, const void *a,
+                                          const void *b, const void *w, const void *bias, int B, int T, int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, B, T, C, &d->ctx),
+     "residual_layernorm_forward");
 }
 
 static void cu_classifier(device_t *dd, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
@@ -696,9 +710,10 @@ static const dev_ops cuda_ops = {
     .add_act = cu_add_act, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
-    .matmul_backward = cu_matmul_backward, .attention_forward = cu_attention_forward,
-    .attention_backward = cu_attention_backward, .gelu_forward = cu_gelu_forward, .gelu_backward = cu_gelu_backward,
-    .residual_forward = cu_residual_forward, .classifier = cu_classifier, .linear_forward = cu_linear_forward,
+    .matmul_backward = cu_matmul_backward, .matmul_gelu_forward = cu_matmul_gelu_forward,
+    .attention_forward = cu_attention_forward, .attention_backward = cu_attention_backward, .gelu_forward = cu_gelu_forward, .gelu_backward = cu_gelu_backward,
+    .residual_forward = cu_residual_forward, .residual_layernorm_forward = cu_residual_layernorm_forward,
+    .classifier = cu_classifier, .linear_forward = cu_linear_forward,
     .linear_backward = cu_linear_backward, .rmsnorm_forward = cu_rmsnorm_forward,
     .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward, .destroy = cu_destroy};

@@ -81,6 +81,12 @@ fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, 
                                        const ops_bf16 *weight, const ops_bf16 *bias, int B, int T, int C,
                                        const ops_cuda_ctx *ctx);
 /* dinp (bf16) assigned; dweight, dbias (fp32) +=. */
+/* res = a + b (bf16, the residual stream), then out = LayerNorm(res) as ops_cuda_layernorm_forward, in
+ * one pass over the rows (the LayerNorm reads back what it just wrote, from L1, not another pass
+ * over memory): the same bits as residual_forward then layernorm_forward. res may be a. */
+fsdp_status ops_cuda_residual_layernorm_forward(ops_bf16 *res, ops_bf16 *out, float *mean, float *rstd,
+                                                const ops_bf16 *a, const ops_bf16 *b, const ops_bf16 *weight,
+                                                const ops_bf16 *bias, int B, int T, int C, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
                                         const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
                                         const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx);

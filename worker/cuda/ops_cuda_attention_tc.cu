@@ -12,6 +12,8 @@
  * load/store_matrix_sync, and the elementwise work is done by the warp's lanes on shared memory
  * (two lanes per row, half the columns each, their row max and sum joined by one shuffle).
  * P and dS are rounded to bf16 for the products, as in FlashAttention; everything else is fp32.
+ * Exponentials are exp2f on scores pre-scaled by log2(e) (one ex2 instruction each, where the
+ * reference kernels' ops_expf is a polynomial); the saved lse stays the natural log.
  *
  *   forward   for each key tile ≤ the query tile: S = Q·Kᵀ; online softmax on the warp's rows
  *             (O rescaled in place); O += P·V. out = O/l, lse = m + log l.
@@ -27,7 +29,6 @@
 
 #include <mma.h>
 
-#include "ops/exp.h"
 #include "ops/softmax.h"
 
 namespace wmma = nvcuda::wmma;
@@ -121,6 +122,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 
   tc_load<D>(sQ, q, C3, q0, T);
   for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++) sO[r * K::LDA + c] = 0.0f;
+  /* the softmax in base 2: scores pre-scaled by scale·log2(e), so every e^x is one exp2f (ex2) */
+  const float scale2 = scale * OPS_LOG2E;
   float m = -INFINITY, l = 0.0f;
 
   for (int kt = 0; kt <= qt; kt++) {
@@ -135,17 +138,17 @@ __global__ void __launch_bounds__(TC_THREADS)
     float mx = -INFINITY;
     for (int c = half * 32; c < half * 32 + 32; c++) {
       const int kj = k0 + c;
-      const float s = (kj <= qi && kj < T) ? sS[r * K::LDS + c] * scale : -INFINITY;
+      const float s = (kj <= qi && kj < T) ? sS[r * K::LDS + c] * scale2 : -INFINITY;
       sS[r * K::LDS + c] = s;
       mx = fmaxf(mx, s);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     const float mnew = fmaxf(m, mx);
-    const float corr = m == -INFINITY ? 0.0f : ops_expf(m - mnew);
+    const float corr = m == -INFINITY ? 0.0f : exp2f(m - mnew);
     float sum = 0.0f;
     for (int c = half * 32; c < half * 32 + 32; c++) {
       const float s = sS[r * K::LDS + c];
-      const float p = s == -INFINITY ? 0.0f : ops_expf(s - mnew);
+      const float p = s == -INFINITY ? 0.0f : exp2f(s - mnew);
       sP[r * K::LDB + c] = tobf(p);
       sum += p; /* unrounded, as FlashAttention: lse stays fp32-accurate for the backward */
     }
@@ -161,7 +164,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float inv = 1.0f / l;
     ops_bf16 *orow = out + ((int64_t)b * T + qi) * C + (int64_t)h * D;
     for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++) orow[c] = tobf(sO[r * K::LDA + c] * inv);
-    if (half == 0) lse[((int64_t)b * NH + h) * T + qi] = m + logf(l);
+    if (half == 0) lse[((int64_t)b * NH + h) * T + qi] = (m + log2f(l)) * OPS_LN2;   /* natural, as saved */
   }
 }
 
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(TC_THREADS)
       tc_load<D>(sQ, q, C3, q0, T);
       tc_load<D>(sdO, dO, C, q0, T);
       for (int i = threadIdx.x; i < TC_TILE; i += TC_THREADS) {
-        sL[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+        sL[i] = q0 + i < T ? L[q0 + i] * OPS_LOG2E : 0.0f;   /* lse in base 2, for exp2f */
         sD[i] = q0 + i < T ? Dv[q0 + i] : 0.0f;
       }
       __syncthreads();
@@ -214,7 +217,7 @@ __global__ void __launch_bounds__(TC_THREADS)
       for (int c = half * 32; c < half * 32 + 32; c++) {
         const int qi = q0 + c;
         const bool ok = qi >= kj && qi < T && kj < T;
-        const float p = ok ? ops_expf(sS[r * K::LDS + c] * scale - sL[c]) : 0.0f;
+        const float p = ok ? exp2f(sS[r * K::LDS + c] * (scale * OPS_LOG2E) - sL[c]) : 0.0f;
         sP[r * K::LDB + c] = tobf(p);
         sdS[r * K::LDB + c] = tobf(p * (sdP[r * K::LDS + c] - sD[c]));
       }
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   const int q0 = qt * TC_TILE;
   const int r = lane >> 1, half = lane & 1;
   const int qi = q0 + warp * 16 + r; /* this lane's query row */
-  const float Lq = qi < T ? lse[((int64_t)b * NH + h) * T + qi] : 0.0f;
+  const float Lq = qi < T ? lse[((int64_t)b * NH + h) * T + qi] * OPS_LOG2E : 0.0f;   /* base 2, for exp2f */
   const float Dq = qi < T ? dvec[((int64_t)b * NH + h) * T + qi] : 0.0f;
 
   tc_load<D>(sQ, q, C3, q0, T);
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int c = half * 32; c < half * 32 + 32; c++) {
       const int kj = k0 + c;
       const bool ok = qi >= kj && qi < T && kj < T;
-      const float p = ok ? ops_expf(sS[r * K::LDS + c] * scale - Lq) : 0.0f;
+      const float p = ok ? exp2f(sS[r * K::LDS + c] * (scale * OPS_LOG2E) - Lq) : 0.0f;
       sdS[r * K::LDB + c] = tobf(p * (sdP[r * K::LDS + c] - Dq));
     }
     __syncwarp();

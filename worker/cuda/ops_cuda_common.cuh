@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops/bf16.h"
 #include "ops_cuda.h"
@@ -63,6 +64,84 @@ __device__ __forceinline__ ops_bf16 bf_from_bits(uint16_t h) {
   r.x = h;
   return ops_bf16(r);
 }
+
+#define OPS_LOG2E 1.4426950408889634f /* log2(e): e^x = 2^(x·log2 e) */
+#define OPS_LN2 0.69314718055994531f  /* ln 2 */
+
+/* ---- 128-bit global access ----
+ * Memory-bound kernels move 16 bytes per load and store (8 bf16 or 4 fp32: one LDG.E.128 /
+ * STG.E.128), as llm.c's kernels do. A kernel takes that path (its VEC = true instantiation) when
+ * every pointer it accesses so is 16-byte aligned and its rows are whole packs; otherwise its VEC =
+ * false instantiation goes element by element (tiny or odd shapes, offsets inside a buffer). The
+ * static check tests/gpu/sass_check.py holds the VEC = true code to 128-bit loads. */
+static inline bool ops_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ void ld8h(ops_bf16 *h, const ops_bf16 *p) {
+  const int4 r = *reinterpret_cast<const int4 *>(p);
+  memcpy(h, &r, 16);
+}
+__device__ __forceinline__ void st8h(ops_bf16 *p, const ops_bf16 *h) {
+  int4 r;
+  memcpy(&r, h, 16);
+  *reinterpret_cast<int4 *>(p) = r;
+}
+/* 8 bf16 → fp32 (exact) and 8 fp32 → bf16 (nearest even). */
+__device__ __forceinline__ void ld8(float *f, const ops_bf16 *p) {
+  ops_bf16 h[8];
+  ld8h(h, p);
+#pragma unroll
+  for (int k = 0; k < 8; k++) f[k] = tof(h[k]);
+}
+__device__ __forceinline__ void st8(ops_bf16 *p, const float *f) {
+  ops_bf16 h[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) h[k] = tobf(f[k]);
+  st8h(p, h);
+}
+/* 4 fp32. */
+__device__ __forceinline__ void ld4f(float *f, const float *p) {
+  const float4 r = *reinterpret_cast<const float4 *>(p);
+  f[0] = r.x, f[1] = r.y, f[2] = r.z, f[3] = r.w;
+}
+__device__ __forceinline__ void st4f(float *p, const float *f) {
+  *reinterpret_cast<float4 *>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+
+/* 8 bf16 (VEC: one 128-bit access) or 1, as fp32: the row kernels' columns per lane. */
+template <bool VEC> __device__ __forceinline__ void ops_ldv(float *x, const ops_bf16 *p) {
+  if (VEC) ld8(x, p);
+  else x[0] = ldbf(p);
+}
+template <bool VEC> __device__ __forceinline__ void ops_stv(ops_bf16 *p, const float *x) {
+  if (VEC) st8(p, x);
+  else p[0] = tobf(x[0]);
+}
+
+/* The element loop of an elementwise kernel over n elements. VEC: BODYP(i) handles the pack [i,
+ * i + P) for every whole pack (a grid-stride loop), then the n mod P elements left over go one
+ * to a thread of the grid's first threads, BODY1(i), outside any loop; else BODY1 for every element. */
+template <bool VEC, int P, class FP, class F1>
+__device__ __forceinline__ void ops_ew_loop(int64_t n, FP bodyp, F1 body1) {
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  if (VEC) {
+    const int64_t np = n / P;
+    for (int64_t p = tid; p < np; p += stride) bodyp(p * P);
+    if (tid < n - np * P) body1(np * P + tid);
+  } else {
+    for (int64_t i = tid; i < n; i += stride) body1(i);
+  }
+}
+
+/* Launch an elementwise kernel template (VEC, n last) over N elements in packs of P on ctx->stream. */
+#define OPS_EW_LAUNCH(kernel, vec, P, N, what, ...)                                                             \
+  do {                                                                                                          \
+    if (vec)                                                                                                    \
+      kernel<true><<<ops_blocks(((N) + (P) - 1) / (P), OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(__VA_ARGS__, \
+                                                                                                    (N));       \
+    else                                                                                                        \
+      kernel<false><<<ops_blocks((N), OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(__VA_ARGS__, (N));           \
+    LAUNCH_CHECK(what);                                                                                         \
+  } while (0)
 
 /* ---- reductions: every lane / thread gets the result ---- */
 

@@ -39,43 +39,67 @@ fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, const ops_b
                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
 }
 
-/* ---- RMSNorm: one warp per row ---- */
+/* ---- RMSNorm: one warp per row; VEC: 8 columns per lane per 128-bit load (C a multiple of 8) ---- */
 
 #define RMS_ROWS_PER_BLOCK 8
+#define RMS_W(VEC) ((VEC) ? 8 : 1)
 
+template <bool VEC>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     rmsnorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ rstd, const ops_bf16 *__restrict__ inp,
                            const ops_bf16 *__restrict__ weight, int R, int C, float eps) {
+  constexpr int W = RMS_W(VEC);
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
   const ops_bf16 *x = inp + r * C;
-  float ss = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float v = ldbf(x + c);
-    ss += v * v;
+  float ss = 0.0f, xv[W], wv[W];
+  for (int c = lane * W; c < C; c += 32 * W) {
+    ops_ldv<VEC>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) ss += xv[k] * xv[k];
   }
   const float rs = rmsnorm_rstd(warp_sum(ss) / (float)C, eps);
   ops_bf16 *o = out + r * C;
-  for (int c = lane; c < C; c += 32) o[c] = tobf(ldbf(x + c) * rs * ldbf(weight + c));
+  for (int c = lane * W; c < C; c += 32 * W) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) xv[k] = xv[k] * rs * wv[k];
+    ops_stv<VEC>(o + c, xv);
+  }
   if (lane == 0) rstd[r] = rs;
 }
 
+template <bool VEC>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     rmsnorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
                         const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
                         const float *__restrict__ rstd, int R, int C) {
+  constexpr int W = RMS_W(VEC);
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
   const ops_bf16 *x = inp + r * C, *d = dout + r * C;
   const float rs = rstd[r];
-  float gn_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) gn_sum += ldbf(weight + c) * ldbf(d + c) * (ldbf(x + c) * rs);
+  float gn_sum = 0.0f, xv[W], wv[W], dv[W];
+  for (int c = lane * W; c < C; c += 32 * W) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+    ops_ldv<VEC>(dv, d + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) gn_sum += wv[k] * dv[k] * (xv[k] * rs);
+  }
   const float gn_mean = warp_sum(gn_sum) / (float)C;
   ops_bf16 *dx = dinp + r * C;
-  for (int c = lane; c < C; c += 32)
-    dx[c] = tobf(rmsnorm_dinp(ldbf(weight + c) * ldbf(d + c), ldbf(x + c) * rs, gn_mean, rs));
+  for (int c = lane * W; c < C; c += 32 * W) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+    ops_ldv<VEC>(dv, d + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) xv[k] = rmsnorm_dinp(wv[k] * dv[k], xv[k] * rs, gn_mean, rs);
+    ops_stv<VEC>(dx + c, xv);
+  }
 }
 
 /* Partial sums of dweight (Σ dout·norm) over row slice blockIdx.y, 32 columns per block, 8 thread
@@ -102,8 +126,13 @@ __global__ void rmsnorm_dweight_partial_kernel(float *__restrict__ pw, const ops
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
                                      int C, float eps, const ops_cuda_ctx *ctx) {
   if (BT <= 0 || C <= 0) return FSDP_OK;
-  rmsnorm_forward_kernel<<<(BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK, 32 * RMS_ROWS_PER_BLOCK, 0,
-                           ctx->stream>>>(out, rstd, inp, weight, BT, C, eps);
+  const unsigned blocks = (BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK;
+  if (C % 8 == 0 && ops_aligned16(out) && ops_aligned16(inp) && ops_aligned16(weight))
+    rmsnorm_forward_kernel<true><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, rstd, inp, weight, BT, C,
+                                                                                      eps);
+  else
+    rmsnorm_forward_kernel<false><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, rstd, inp, weight, BT, C,
+                                                                                       eps);
   LAUNCH_CHECK("rmsnorm_forward");
   return FSDP_OK;
 }
@@ -116,8 +145,13 @@ fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_
   const int nsplit = ops_colsum_splits(BT), per = (BT + nsplit - 1) / nsplit;
   void *ws = NULL;
   TRY(ops_workspace(ctx, (size_t)nsplit * C * sizeof(float), what, &ws));
-  rmsnorm_dinp_kernel<<<(BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(
-      dinp, dout, inp, weight, rstd, BT, C);
+  const unsigned blocks = (BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK;
+  if (C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight))
+    rmsnorm_dinp_kernel<true><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT,
+                                                                                   C);
+  else
+    rmsnorm_dinp_kernel<false><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT,
+                                                                                    C);
   LAUNCH_CHECK(what);
   rmsnorm_dweight_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, RMS_CS_ROWS), 0, ctx->stream>>>(
       (float *)ws, dout, inp, rstd, BT, C, per);
@@ -167,30 +201,59 @@ fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV
   return rope_launch(dqkv, B, T, NH, NKV, HS, rope, -1.0f, ctx, "rope_backward");
 }
 
-/* ---- SwiGLU: one thread per output element ---- */
+/* ---- SwiGLU: gu (BT, 2F) = [gate | up] per row; VEC: 8 outputs per thread (F a multiple of 8) ---- */
 
+template <bool VEC>
 __global__ void swiglu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ gu, int F, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const ops_bf16 *g = gu + i / F * 2 * F + i % F;
-    out[i] = tobf(swiglu(ldbf(g), ldbf(g + F)));
-  }
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        const ops_bf16 *g = gu + i / F * 2 * F + i % F;
+        float gv[8], uv[8];
+        ld8(gv, g);
+        ld8(uv, g + F);
+#pragma unroll
+        for (int k = 0; k < 8; k++) gv[k] = swiglu(gv[k], uv[k]);
+        st8(out + i, gv);
+      },
+      [&](int64_t i) {
+        const ops_bf16 *g = gu + i / F * 2 * F + i % F;
+        out[i] = tobf(swiglu(ldbf(g), ldbf(g + F)));
+      });
 }
 
+template <bool VEC>
 __global__ void swiglu_backward_kernel(ops_bf16 *__restrict__ dgu, const ops_bf16 *__restrict__ gu,
                                        const ops_bf16 *__restrict__ dout, int F, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t off = i / F * 2 * F + i % F;
-    const float g = ldbf(gu + off), u = ldbf(gu + off + F), d = ldbf(dout + i);
-    dgu[off] = tobf(swiglu_dgate(g, u, d));
-    dgu[off + F] = tobf(swiglu_dup(g, d));
-  }
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        const int64_t off = i / F * 2 * F + i % F;
+        float g[8], u[8], d[8], dg[8];
+        ld8(g, gu + off);
+        ld8(u, gu + off + F);
+        ld8(d, dout + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          dg[k] = swiglu_dgate(g[k], u[k], d[k]);
+          u[k] = swiglu_dup(g[k], d[k]);
+        }
+        st8(dgu + off, dg);
+        st8(dgu + off + F, u);
+      },
+      [&](int64_t i) {
+        const int64_t off = i / F * 2 * F + i % F;
+        const float g = ldbf(gu + off), u = ldbf(gu + off + F), d = ldbf(dout + i);
+        dgu[off] = tobf(swiglu_dgate(g, u, d));
+        dgu[off + F] = tobf(swiglu_dup(g, d));
+      });
 }
 
 fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx) {
   const int64_t n = (int64_t)BT * F;
   if (n <= 0) return FSDP_OK;
-  swiglu_forward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, gu, F, n);
-  LAUNCH_CHECK("swiglu_forward");
+  const bool vec = F % 8 == 0 && ops_aligned16(out) && ops_aligned16(gu);
+  OPS_EW_LAUNCH(swiglu_forward_kernel, vec, 8, n, "swiglu_forward", out, gu, F);
   return FSDP_OK;
 }
 
@@ -198,7 +261,7 @@ fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const op
                                      const ops_cuda_ctx *ctx) {
   const int64_t n = (int64_t)BT * F;
   if (n <= 0) return FSDP_OK;
-  swiglu_backward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dgu, gu, dout, F, n);
-  LAUNCH_CHECK("swiglu_backward");
+  const bool vec = F % 8 == 0 && ops_aligned16(dgu) && ops_aligned16(gu) && ops_aligned16(dout);
+  OPS_EW_LAUNCH(swiglu_backward_kernel, vec, 8, n, "swiglu_backward", dgu, gu, dout, F);
   return FSDP_OK;
 }

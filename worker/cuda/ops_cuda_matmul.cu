@@ -105,22 +105,34 @@ out:
 
 /* ---- column sums: partial[s·N + c] = Σ rows of slice s, column c ---- */
 
-#define CS_ROWS 8 /* thread rows per block; blocks are 32 columns × CS_ROWS */
+#define CS_ROWS 8 /* thread rows per block; blocks are 32 threads × CS_ROWS, each thread 8 columns (VEC) or 1 */
 
+template <bool VEC>
 __global__ void colsum_partial_kernel(float *__restrict__ partial, const ops_bf16 *__restrict__ m, int64_t R, int N,
                                       int64_t rows_per_split) {
-  __shared__ float s[CS_ROWS][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;
+  constexpr int W = VEC ? 8 : 1;
+  __shared__ float s[CS_ROWS][32 * W + 1];
+  const int c = (blockIdx.x * 32 + threadIdx.x) * W, split = blockIdx.y;
   const int64_t r0 = (int64_t)split * rows_per_split;
   const int64_t r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
-  float v = 0.0f;
-  if (c < N)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_ROWS) v += ldbf(m + r * N + c);
-  s[threadIdx.y][threadIdx.x] = v;
+  float v[W], x[W];
+#pragma unroll
+  for (int k = 0; k < W; k++) v[k] = 0.0f;
+  if (c < N) /* VEC: N is a multiple of 8, so all W columns exist */
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_ROWS) {
+      ops_ldv<VEC>(x, m + r * N + c);
+#pragma unroll
+      for (int k = 0; k < W; k++) v[k] += x[k];
+    }
+#pragma unroll
+  for (int k = 0; k < W; k++) s[threadIdx.y][threadIdx.x * W + k] = v[k];
   __syncthreads();
   if (threadIdx.y == 0 && c < N) {
-    for (int y = 1; y < CS_ROWS; y++) v += s[y][threadIdx.x];
-    partial[(int64_t)split * N + c] = v;
+    for (int y = 1; y < CS_ROWS; y++)
+#pragma unroll
+      for (int k = 0; k < W; k++) v[k] += s[y][threadIdx.x * W + k];
+#pragma unroll
+    for (int k = 0; k < W; k++) partial[(int64_t)split * N + c + k] = v[k];
   }
 }
 
@@ -147,34 +159,62 @@ static fsdp_status colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, i
   int64_t per = (R + nsplit - 1) / nsplit;
   void *ws = NULL;
   TRY(ops_workspace(ctx, (size_t)nsplit * N * sizeof(float), what, &ws));
-  colsum_partial_kernel<<<dim3((N + 31) / 32, nsplit), dim3(32, CS_ROWS), 0, ctx->stream>>>((float *)ws, m, R, N,
-                                                                                          per);
+  if (N % 8 == 0 && ops_aligned16(m))   /* the same order per column either way: the same bits */
+    colsum_partial_kernel<true><<<dim3((N + 255) / 256, nsplit), dim3(32, CS_ROWS), 0, ctx->stream>>>((float *)ws, m,
+                                                                                                    R, N, per);
+  else
+    colsum_partial_kernel<false><<<dim3((N + 31) / 32, nsplit), dim3(32, CS_ROWS), 0, ctx->stream>>>((float *)ws, m,
+                                                                                                   R, N, per);
   LAUNCH_CHECK(what);
   return ops_colsum_finish(dst, (const float *)ws, nsplit, N, ctx, what);
 }
 
 /* ---- the matmul ---- */
 
+/* out (BT, OC) += bias (OC), bf16: the BIAS epilogue's work where cuBLASLt has no algorithm for it.
+ * VEC: OC is a multiple of 8, so a pack of 8 never crosses a row. */
+template <bool VEC>
+__global__ void add_bias_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ bias, int OC, int64_t n) {
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float x[8], b[8];
+        ld8(x, out + i);
+        ld8(b, bias + i % OC);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] += b[k];
+        st8(out + i, x);
+      },
+      [&](int64_t i) { out[i] = tobf(tof(out[i]) + ldbf(bias + i % OC)); });
+}
+
+/* D (BT, OC) = inp·W (+ bias): the BIAS epilogue, or the plain GEMM and a bias kernel when cuBLASLt
+ * has no algorithm for the epilogue (a bias rounded into bf16 once more than the epilogue would). */
+static fsdp_status gemm_bias(const ops_cuda_ctx *ctx, const char *what, ops_bf16 *D, const ops_bf16 *inp,
+                             const ops_bf16 *weight, const ops_bf16 *bias, int BT, int C, int OC) {
+  fsdp_status rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, D, OC, 0, 0,
+                               bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
+  if (rc != FSDP_ERR_UNSUPPORTED || !bias) return rc;
+  TRY(ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, D, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+                  0));
+  const int64_t n = (int64_t)BT * OC;
+  OPS_EW_LAUNCH(add_bias_kernel, OC % 8 == 0 && ops_aligned16(D) && ops_aligned16(bias), 8, n, what, D, bias, OC);
+  return FSDP_OK;
+}
+
 fsdp_status ops_cuda_matmul_forward(ops_bf16 *out, ops_bf16 *pre_gelu, const ops_bf16 *inp, const ops_bf16 *weight,
                                     const ops_bf16 *bias, int BT, int C, int OC, const ops_cuda_ctx *ctx) {
   static const char *what = "matmul_forward";
   if (BT <= 0 || OC <= 0) return FSDP_OK;
   if (C <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: C = %d", what, C);
-  fsdp_status rc;
-  if (pre_gelu) {
-    /* outᵀ = gelu(Wᵀ·inpᵀ + b), the pre-activation into pre_gelu (aux, same shape as out). */
-    rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
-                     bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre_gelu, OC);
-    if (rc != FSDP_ERR_UNSUPPORTED) return rc;
-    /* No fused algorithm (e.g. OC not a multiple of 8): the same function in two steps. */
-    rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, pre_gelu, OC, 0, 0,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
-    TRY(rc);
-    return ops_cuda_gelu_forward(out, pre_gelu, (int64_t)BT * OC, ctx);
-  }
-  rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
-                   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
-  return rc;
+  if (!pre_gelu) return gemm_bias(ctx, what, out, inp, weight, bias, BT, C, OC);
+  /* outᵀ = gelu(Wᵀ·inpᵀ + b), the pre-activation into pre_gelu (aux, same shape as out). */
+  fsdp_status rc = ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, out, OC, 0, 0,
+                               bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre_gelu, OC);
+  if (rc != FSDP_ERR_UNSUPPORTED) return rc;
+  /* No fused algorithm (e.g. OC not a multiple of 8): the same function in steps. */
+  TRY(gemm_bias(ctx, what, pre_gelu, inp, weight, bias, BT, C, OC));
+  return ops_cuda_gelu_forward(out, pre_gelu, (int64_t)BT * OC, ctx);
 }
 
 fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,

@@ -1,8 +1,9 @@
 /* ops_cuda_norm — the embedding, LayerNorm, GELU and residual kernels (see ops_cuda.h): bf16
  * storage, fp32 math, scalar formulas from the headers in worker/ops/ as on the CPU.
  *
- * Layout of the work: elementwise ops are grid-stride loops; LayerNorm is one warp per row (8 rows
- * per 256-thread block: B·T = 16384 rows give 2048 blocks for 132 SMs); every parameter gradient
+ * Layout of the work: elementwise ops are grid-stride loops over 128-bit packs of 8 bf16 where the
+ * pointers allow (ops_ew_loop); LayerNorm is one warp per row (8 rows per 256-thread block: B·T =
+ * 16384 rows give 2048 blocks for 132 SMs), 8 columns per lane per load; every parameter gradient
  * is a column sum over the rows, done in two passes over fixed row slices (ops_colsum_splits) so
  * that the order, hence the bits, depends only on the shapes.
  */
@@ -13,15 +14,29 @@
 
 /* ---- encoder ---- */
 
+template <bool VEC>
 __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__restrict__ inp,
                                        const ops_bf16 *__restrict__ wte, const ops_bf16 *__restrict__ wpe, int T,
                                        int C, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    int c = (int)(i % C);
-    int64_t bt = i / C;
-    int t = (int)(bt % T);
-    out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + (wpe ? ldbf(wpe + (int64_t)t * C + c) : 0.0f));
-  }
+  /* VEC: C is a multiple of 8, so a pack never crosses a row */
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        const int c = (int)(i % C);
+        const int64_t bt = i / C;
+        float x[8], p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        ld8(x, wte + (int64_t)inp[bt] * C + c);
+        if (wpe) ld8(p, wpe + (int64_t)(bt % T) * C + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] += p[k];
+        st8(out + i, x);
+      },
+      [&](int64_t i) {
+        const int c = (int)(i % C);
+        const int64_t bt = i / C;
+        const int t = (int)(bt % T);
+        out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + (wpe ? ldbf(wpe + (int64_t)t * C + c) : 0.0f));
+      });
 }
 
 /* dwpe[t,c] += Σ_b dout[b,t,c], b in order. */
@@ -82,8 +97,8 @@ fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf
                                      int T, int C, const ops_cuda_ctx *ctx) {
   int64_t n = (int64_t)B * T * C;
   if (n <= 0) return FSDP_OK;
-  encoder_forward_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, inp, wte, wpe, T, C, n);
-  LAUNCH_CHECK("encoder_forward");
+  const bool vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(wte) && (!wpe || ops_aligned16(wpe));
+  OPS_EW_LAUNCH(encoder_forward_kernel, vec, 8, n, "encoder_forward", out, inp, wte, wpe, T, C);
   return FSDP_OK;
 }
 
@@ -109,56 +124,125 @@ fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *
   return FSDP_OK;
 }
 
-/* ---- LayerNorm: one warp per row ---- */
+/* ---- LayerNorm: one warp per row ----
+ * VEC: each lane takes 8 consecutive columns at a time (C a multiple of 8, rows 16-byte aligned):
+ * 256 columns per warp step, every load and store 128 bits; the row is re-read from L1 by each
+ * pass rather than held in registers, so any C works. */
 
 #define LN_ROWS_PER_BLOCK 8
+#define LN_STEP(VEC) ((VEC) ? 256 : 32)   /* columns per warp step */
+#define LN_W(VEC) ((VEC) ? 8 : 1)         /* columns per lane per step */
 
-__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
-    layernorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
-                             const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
-                             const ops_bf16 *__restrict__ bias, int R, int C) {
+/* The rest of a LayerNorm row once S = Σ x over the row X (bf16, C values) is known: the mean, the
+ * variance in a second pass over X (two passes, as on the CPU), then out = norm·w + b in a third;
+ * lane 0 saves the row's mean and rstd. One warp per row, LN_W(VEC) columns per lane per step. */
+template <bool VEC>
+__device__ __forceinline__ void ln_row(ops_bf16 *__restrict__ o, float *__restrict__ mean, float *__restrict__ rstd,
+                                       const ops_bf16 *x, const ops_bf16 *__restrict__ weight,
+                                       const ops_bf16 *__restrict__ bias, int64_t r, int C, float s) {
+  constexpr int W = LN_W(VEC);
   const int lane = threadIdx.x % 32;
-  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-  if (r >= R) return;
-  const ops_bf16 *x = inp + r * C;
-  float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += ldbf(x + c);
   const float m = warp_sum(s) / (float)C;
-  float v = 0.0f; /* two passes, as on the CPU */
-  for (int c = lane; c < C; c += 32) {
-    float d = ldbf(x + c) - m;
-    v += d * d;
+  float v = 0.0f, xv[W], wv[W], bv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) v += (xv[k] - m) * (xv[k] - m);
   }
   const float rs = layernorm_rstd(warp_sum(v) / (float)C);
-  ops_bf16 *o = out + r * C;
-  for (int c = lane; c < C; c += 32)
-    o[c] = tobf(layernorm_norm(ldbf(x + c), m, rs) * ldbf(weight + c) + ldbf(bias + c));
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+    ops_ldv<VEC>(bv, bias + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) xv[k] = layernorm_norm(xv[k], m, rs) * wv[k] + bv[k];
+    ops_stv<VEC>(o + c, xv);
+  }
   if (lane == 0) {
     mean[r] = m;
     rstd[r] = rs;
   }
 }
 
+template <bool VEC>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+    layernorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                             const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
+                             const ops_bf16 *__restrict__ bias, int R, int C) {
+  constexpr int W = LN_W(VEC);
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  const ops_bf16 *x = inp + r * C;
+  float s = 0.0f, xv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) s += xv[k];
+  }
+  ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);
+}
+
+template <bool VEC>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
     layernorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
                           const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
                           const float *__restrict__ mean, const float *__restrict__ rstd, int R, int C) {
+  constexpr int W = LN_W(VEC);
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
   const ops_bf16 *x = inp + r * C, *d = dout + r * C;
   const float m = mean[r], rs = rstd[r];
-  float g_sum = 0.0f, gn_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float g = ldbf(weight + c) * ldbf(d + c);
-    g_sum += g;
-    gn_sum += g * layernorm_norm(ldbf(x + c), m, rs);
+  float g_sum = 0.0f, gn_sum = 0.0f, xv[W], wv[W], dv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+    ops_ldv<VEC>(dv, d + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      const float g = wv[k] * dv[k];
+      g_sum += g;
+      gn_sum += g * layernorm_norm(xv[k], m, rs);
+    }
   }
   const float g_mean = warp_sum(g_sum) / (float)C, gn_mean = warp_sum(gn_sum) / (float)C;
   ops_bf16 *dx = dinp + r * C;
-  for (int c = lane; c < C; c += 32)
-    dx[c] = tobf(layernorm_dinp(ldbf(weight + c) * ldbf(d + c), layernorm_norm(ldbf(x + c), m, rs), g_mean, gn_mean,
-                                rs));
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, x + c);
+    ops_ldv<VEC>(wv, weight + c);
+    ops_ldv<VEC>(dv, d + c);
+#pragma unroll
+    for (int k = 0; k < W; k++)
+      xv[k] = layernorm_dinp(wv[k] * dv[k], layernorm_norm(xv[k], m, rs), g_mean, gn_mean, rs);
+    ops_stv<VEC>(dx + c, xv);
+  }
+}
+
+/* res = a + b, rounded to bf16 and stored, then the LayerNorm of those bf16 values (one warp per
+ * row; each lane reads back only what it wrote). No __restrict__ on res and a: res may be a. */
+template <bool VEC>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+    residual_layernorm_kernel(ops_bf16 *res, ops_bf16 *__restrict__ out, float *__restrict__ mean,
+                              float *__restrict__ rstd, const ops_bf16 *a, const ops_bf16 *__restrict__ b,
+                              const ops_bf16 *__restrict__ weight, const ops_bf16 *__restrict__ bias, int R, int C) {
+  constexpr int W = LN_W(VEC);
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (r >= R) return;
+  ops_bf16 *x = res + r * C;
+  float s = 0.0f, xv[W], yv[W];
+  for (int c = lane * W; c < C; c += LN_STEP(VEC)) {
+    ops_ldv<VEC>(xv, a + r * C + c);
+    ops_ldv<VEC>(yv, b + r * C + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      xv[k] = tof(tobf(xv[k] + yv[k]));   /* the stored value, as the LayerNorm will read it */
+      s += xv[k];
+    }
+    ops_stv<VEC>(x + c, xv);
+  }
+  ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);   /* reads back what this lane wrote */
 }
 
 /* Partial sums over row slice blockIdx.y of dweight (Σ dout·norm) and dbias (Σ dout), 32 columns
@@ -196,9 +280,32 @@ fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, 
                                        const ops_cuda_ctx *ctx) {
   const int R = B * T;
   if (R <= 0 || C <= 0) return FSDP_OK;
-  layernorm_forward_kernel<<<(R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK, 0,
-                             ctx->stream>>>(out, mean, rstd, inp, weight, bias, R, C);
+  const unsigned blocks = (R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
+  if (C % 8 == 0 && ops_aligned16(out) && ops_aligned16(inp) && ops_aligned16(weight) && ops_aligned16(bias))
+    layernorm_forward_kernel<true><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp, weight,
+                                                                                       bias, R, C);
+  else
+    layernorm_forward_kernel<false><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp, weight,
+                                                                                        bias, R, C);
   LAUNCH_CHECK("layernorm_forward");
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_residual_layernorm_forward(ops_bf16 *res, ops_bf16 *out, float *mean, float *rstd,
+                                                const ops_bf16 *a, const ops_bf16 *b, const ops_bf16 *weight,
+                                                const ops_bf16 *bias, int B, int T, int C, const ops_cuda_ctx *ctx) {
+  const int R = B * T;
+  if (R <= 0 || C <= 0) return FSDP_OK;
+  const unsigned blocks = (R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
+  const bool vec = C % 8 == 0 && ops_aligned16(res) && ops_aligned16(out) && ops_aligned16(a) && ops_aligned16(b) &&
+                   ops_aligned16(weight) && ops_aligned16(bias);
+  if (vec)
+    residual_layernorm_kernel<true><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(res, out, mean, rstd, a, b,
+                                                                                        weight, bias, R, C);
+  else
+    residual_layernorm_kernel<false><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(res, out, mean, rstd, a, b,
+                                                                                         weight, bias, R, C);
+  LAUNCH_CHECK("residual_layernorm_forward");
   return FSDP_OK;
 }
 
@@ -212,8 +319,13 @@ fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *d
   void *ws = NULL;
   TRY(ops_workspace(ctx, 2 * (size_t)nsplit * C * sizeof(float), what, &ws));
   float *pw = (float *)ws, *pb = pw + (size_t)nsplit * C;
-  layernorm_dinp_kernel<<<(R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(
-      dinp, dout, inp, weight, mean, rstd, R, C);
+  const unsigned blocks = (R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
+  if (C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight))
+    layernorm_dinp_kernel<true><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
+                                                                                    rstd, R, C);
+  else
+    layernorm_dinp_kernel<false><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
+                                                                                     rstd, R, C);
   LAUNCH_CHECK(what);
   layernorm_dparams_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, LN_CS_ROWS), 0, ctx->stream>>>(
       pw, pb, dout, inp, mean, rstd, R, C, per);
@@ -224,43 +336,72 @@ fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *d
 
 /* ---- GELU, residual ---- */
 
-__global__ void gelu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ inp, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = tobf(gelu_tanh(ldbf(inp + i)));
+template <bool VEC> __global__ void gelu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ inp,
+                                                        int64_t n) {
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float x[8];
+        ld8(x, inp + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = gelu_tanh(x[k]);
+        st8(out + i, x);
+      },
+      [&](int64_t i) { out[i] = tobf(gelu_tanh(ldbf(inp + i))); });
 }
 
 /* No __restrict__ on dinp and dout: they may be the same buffer (each element is read, then written
  * by the same thread). */
+template <bool VEC>
 __global__ void gelu_backward_kernel(ops_bf16 *dinp, const ops_bf16 *__restrict__ inp, const ops_bf16 *dout,
                                      int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dinp[i] = tobf(gelu_tanh_grad(ldbf(inp + i)) * ldbf(dout + i));
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float x[8], d[8];
+        ld8(x, inp + i);
+        ld8(d, dout + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = gelu_tanh_grad(x[k]) * d[k];
+        st8(dinp + i, x);
+      },
+      [&](int64_t i) { dinp[i] = tobf(gelu_tanh_grad(ldbf(inp + i)) * ldbf(dout + i)); });
 }
 
+/* out may be a (add_act). */
+template <bool VEC>
 __global__ void residual_forward_kernel(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = tobf(ldbf(a + i) + ldbf(b + i));
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float x[8], y[8];
+        ld8(x, a + i);
+        ld8(y, b + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] += y[k];
+        st8(out + i, x);
+      },
+      [&](int64_t i) { out[i] = tobf(ldbf(a + i) + ldbf(b + i)); });
 }
 
 fsdp_status ops_cuda_gelu_forward(ops_bf16 *out, const ops_bf16 *inp, int64_t N, const ops_cuda_ctx *ctx) {
   if (N <= 0) return FSDP_OK;
-  gelu_forward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, inp, N);
-  LAUNCH_CHECK("gelu_forward");
+  OPS_EW_LAUNCH(gelu_forward_kernel, ops_aligned16(out) && ops_aligned16(inp), 8, N, "gelu_forward", out, inp);
   return FSDP_OK;
 }
 
 fsdp_status ops_cuda_gelu_backward(ops_bf16 *dinp, const ops_bf16 *inp, const ops_bf16 *dout, int64_t N,
                                    const ops_cuda_ctx *ctx) {
   if (N <= 0) return FSDP_OK;
-  gelu_backward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dinp, inp, dout, N);
-  LAUNCH_CHECK("gelu_backward");
+  const bool vec = ops_aligned16(dinp) && ops_aligned16(inp) && ops_aligned16(dout);
+  OPS_EW_LAUNCH(gelu_backward_kernel, vec, 8, N, "gelu_backward", dinp, inp, dout);
   return FSDP_OK;
 }
 
 fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t N,
                                       const ops_cuda_ctx *ctx) {
   if (N <= 0) return FSDP_OK;
-  residual_forward_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(out, a, b, N);
-  LAUNCH_CHECK("residual_forward");
+  const bool vec = ops_aligned16(out) && ops_aligned16(a) && ops_aligned16(b);
+  OPS_EW_LAUNCH(residual_forward_kernel, vec, 8, N, "residual_forward", out, a, b);
   return FSDP_OK;
 }

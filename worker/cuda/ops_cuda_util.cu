@@ -39,25 +39,47 @@ __device__ __forceinline__ bool in_segments(const int64_t *__restrict__ segs, in
   return lo < nseg && segs[2 * lo] <= i;
 }
 
+/* One element of optim.c's update, line by line:
+ *   gi = g·grad_scale; mi = β1·m + (1−β1)·gi; vi = β2·v + (1−β2)·gi·gi;
+ *   denom = sqrtf(vi)/bc2_sqrt + eps; w = w·decay − step_size·(mi/denom) */
+__device__ __forceinline__ float adamw_one(float &w, float &m, float &v, float g, float decay,
+                                           const ops_cuda_adamw_consts_t &k) {
+  const float gi = __fmul_rn(g, k.grad_scale);
+  const float mi = __fadd_rn(__fmul_rn(k.beta1, m), __fmul_rn(__fsub_rn(1.0f, k.beta1), gi));
+  const float vi = __fadd_rn(__fmul_rn(k.beta2, v), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, k.beta2), gi), gi));
+  m = mi;
+  v = vi;
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+  w = __fsub_rn(__fmul_rn(w, decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
+  return w;
+}
+
+/* VEC: 4 elements per thread, each of w, m, v and g read and written 128 bits at a time. */
+template <bool VEC>
 __global__ void adamw_kernel(float *__restrict__ w, ops_bf16 *__restrict__ wbf, float *__restrict__ m,
-                             float *__restrict__ v, const float *__restrict__ g, int64_t n,
-                             const int64_t *__restrict__ segs, int nseg, ops_cuda_adamw_consts_t k) {
-  const float one_m_b1 = __fsub_rn(1.0f, k.beta1), one_m_b2 = __fsub_rn(1.0f, k.beta2);
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    /* optim.c, line by line:
-     *   gi = g·grad_scale; mi = β1·m + (1−β1)·gi; vi = β2·v + (1−β2)·gi·gi;
-     *   denom = sqrtf(vi)/bc2_sqrt + eps; w = w·decay − step_size·(mi/denom) */
-    float gi = __fmul_rn(g[i], k.grad_scale);
-    float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(one_m_b1, gi));
-    float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-    float decay = in_segments(segs, nseg, i) ? k.decay : 1.0f;
-    float wi = __fsub_rn(__fmul_rn(w[i], decay), __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));
-    w[i] = wi;
-    if (wbf) wbf[i] = bf_from_bits(f32_to_bf16(wi));
-  }
+                             float *__restrict__ v, const float *__restrict__ g, const int64_t *__restrict__ segs,
+                             int nseg, ops_cuda_adamw_consts_t k, int64_t n) {
+  ops_ew_loop<VEC, 4>(
+      n,
+      [&](int64_t i) {
+        float wv[4], mv[4], vv[4], gv[4];
+        ld4f(wv, w + i);
+        ld4f(mv, m + i);
+        ld4f(vv, v + i);
+        ld4f(gv, g + i);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          adamw_one(wv[e], mv[e], vv[e], gv[e], in_segments(segs, nseg, i + e) ? k.decay : 1.0f, k);
+          if (wbf) wbf[i + e] = bf_from_bits(f32_to_bf16(wv[e]));
+        }
+        st4f(w + i, wv);
+        st4f(m + i, mv);
+        st4f(v + i, vv);
+      },
+      [&](int64_t i) {
+        const float wi = adamw_one(w[i], m[i], v[i], g[i], in_segments(segs, nseg, i) ? k.decay : 1.0f, k);
+        if (wbf) wbf[i] = bf_from_bits(f32_to_bf16(wi));
+      });
 }
 
 fsdp_status ops_cuda_adamw(float *param, ops_bf16 *param_bf16, float *m, float *v, const float *grad, int64_t n,
@@ -66,9 +88,8 @@ fsdp_status ops_cuda_adamw(float *param, ops_bf16 *param_bf16, float *m, float *
   if (n <= 0) return FSDP_OK;
   if (nseg < 0 || (nseg > 0 && !decay_segs))
     return fsdp_set_error(FSDP_ERR_INVALID, "adamw: %d decay segments but no table", nseg);
-  adamw_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(param, param_bf16, m, v, grad, n,
-                                                                            decay_segs, nseg, *k);
-  LAUNCH_CHECK("adamw");
+  const bool vec = ops_aligned16(param) && ops_aligned16(m) && ops_aligned16(v) && ops_aligned16(grad);
+  OPS_EW_LAUNCH(adamw_kernel, vec, 4, n, "adamw", param, param_bf16, m, v, grad, decay_segs, nseg, *k);
   return FSDP_OK;
 }
 
@@ -79,25 +100,65 @@ __global__ void fill_kernel(float *__restrict__ dst, float value, int64_t n) {
     dst[i] = value;
 }
 
+/* Bit-exact with f32_to_bf16 (ops/bf16.h), NaN payloads included. */
+template <bool VEC>
 __global__ void cast_f32_bf16_kernel(ops_bf16 *__restrict__ dst, const float *__restrict__ src, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    dst[i] = bf_from_bits(f32_to_bf16(src[i]));
-  }
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float f[8];
+        ops_bf16 h[8];
+        ld4f(f, src + i);
+        ld4f(f + 4, src + i + 4);
+#pragma unroll
+        for (int k = 0; k < 8; k++) h[k] = bf_from_bits(f32_to_bf16(f[k]));
+        st8h(dst + i, h);
+      },
+      [&](int64_t i) { dst[i] = bf_from_bits(f32_to_bf16(src[i])); });
 }
 
+template <bool VEC>
 __global__ void cast_bf16_f32_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = ldbf(src + i);
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float f[8];
+        ld8(f, src + i);
+        st4f(dst + i, f);
+        st4f(dst + i + 4, f + 4);
+      },
+      [&](int64_t i) { dst[i] = ldbf(src + i); });
 }
 
-__global__ void acc_f32_kernel(float *__restrict__ dst, const float *__restrict__ src, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += src[i];
+template <bool VEC> __global__ void acc_f32_kernel(float *__restrict__ dst, const float *__restrict__ src, int64_t n) {
+  ops_ew_loop<VEC, 4>(
+      n,
+      [&](int64_t i) {
+        float d[4], x[4];
+        ld4f(d, dst + i);
+        ld4f(x, src + i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) d[k] += x[k];
+        st4f(dst + i, d);
+      },
+      [&](int64_t i) { dst[i] += src[i]; });
 }
 
+template <bool VEC>
 __global__ void acc_bf16_kernel(float *__restrict__ dst, const ops_bf16 *__restrict__ src, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += ldbf(src + i);
+  ops_ew_loop<VEC, 8>(
+      n,
+      [&](int64_t i) {
+        float d[8], x[8];
+        ld4f(d, dst + i);
+        ld4f(d + 4, dst + i + 4);
+        ld8(x, src + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) d[k] += x[k];
+        st4f(dst + i, d);
+        st4f(dst + i + 4, d + 4);
+      },
+      [&](int64_t i) { dst[i] += ldbf(src + i); });
 }
 
 #define ELEMENTWISE(kernel, what, n, ...)                                                   \
@@ -112,20 +173,27 @@ fsdp_status ops_cuda_fill_f32(float *dst, float value, int64_t n, const ops_cuda
   ELEMENTWISE(fill_kernel, "fill_f32", n, dst, value);
 }
 
+/* DST and SRC, 16-byte aligned: the kernels' 128-bit path. */
+#define VEC_PAIR(dst, src) (ops_aligned16(dst) && ops_aligned16(src))
+
 fsdp_status ops_cuda_cast_f32_to_bf16(ops_bf16 *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx) {
-  ELEMENTWISE(cast_f32_bf16_kernel, "cast_f32_to_bf16", n, dst, src);
+  if (n > 0) OPS_EW_LAUNCH(cast_f32_bf16_kernel, VEC_PAIR(dst, src), 8, n, "cast_f32_to_bf16", dst, src);
+  return FSDP_OK;
 }
 
 fsdp_status ops_cuda_cast_bf16_to_f32(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx) {
-  ELEMENTWISE(cast_bf16_f32_kernel, "cast_bf16_to_f32", n, dst, src);
+  if (n > 0) OPS_EW_LAUNCH(cast_bf16_f32_kernel, VEC_PAIR(dst, src), 8, n, "cast_bf16_to_f32", dst, src);
+  return FSDP_OK;
 }
 
 fsdp_status ops_cuda_accumulate_f32(float *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx) {
-  ELEMENTWISE(acc_f32_kernel, "accumulate_f32", n, dst, src);
+  if (n > 0) OPS_EW_LAUNCH(acc_f32_kernel, VEC_PAIR(dst, src), 4, n, "accumulate_f32", dst, src);
+  return FSDP_OK;
 }
 
 fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx) {
-  ELEMENTWISE(acc_bf16_kernel, "accumulate_bf16", n, dst, src);
+  if (n > 0) OPS_EW_LAUNCH(acc_bf16_kernel, VEC_PAIR(dst, src), 8, n, "accumulate_bf16", dst, src);
+  return FSDP_OK;
 }
 
 /* ---- sum of squares and loss sum ---- */
@@ -133,7 +201,10 @@ fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n,
 #define SUMSQ_SLICES 1024 /* fixed: the order of the sum does not depend on the GPU */
 #define RED_THREADS 256
 
-/* Block s sums slice s = [s·per, (s+1)·per) of x²: thread-strided partials, then a fixed tree. */
+/* Block s sums slice s = [s·per, (s+1)·per) of x²: thread-strided partials, then a fixed tree. VEC:
+ * per is a multiple of 4 and x 16-byte aligned, each thread takes 4 elements per load; the last
+ * slice's < 4 elements past its last whole pack go to its first threads, outside the loop. */
+template <bool VEC>
 __global__ void __launch_bounds__(RED_THREADS)
     sumsq_partial_kernel(double *__restrict__ part, int *__restrict__ bad, const float *__restrict__ x, int64_t n,
                          int64_t per) {
@@ -142,10 +213,28 @@ __global__ void __launch_bounds__(RED_THREADS)
   const int64_t lo = (int64_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
   double s = 0.0;
   int nf = 0;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += RED_THREADS) {
-    float xi = x[i];
-    nf |= !isfinite(xi);
-    s += (double)xi * (double)xi;
+  if (VEC) {
+    const int64_t end = hi > lo ? lo + (hi - lo) / 4 * 4 : lo;
+    for (int64_t i = lo + 4 * threadIdx.x; i < end; i += 4 * RED_THREADS) {
+      float v[4];
+      ld4f(v, x + i);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        nf |= !isfinite(v[k]);
+        s += (double)v[k] * (double)v[k];
+      }
+    }
+    if (end + threadIdx.x < hi) {
+      const float xi = x[end + threadIdx.x];
+      nf |= !isfinite(xi);
+      s += (double)xi * (double)xi;
+    }
+  } else {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += RED_THREADS) {
+      const float xi = x[i];
+      nf |= !isfinite(xi);
+      s += (double)xi * (double)xi;
+    }
   }
   s = block_sum(s, red);
   nf = block_sum(nf, redi);
@@ -181,8 +270,9 @@ fsdp_status ops_cuda_sumsq(float *sumsq, int *nonfinite, const float *x, int64_t
   double *part = (double *)ws;
   int *bad = (int *)(part + SUMSQ_SLICES);
   if (n < 0) n = 0;
-  const int64_t per = (n + SUMSQ_SLICES - 1) / SUMSQ_SLICES;
-  sumsq_partial_kernel<<<SUMSQ_SLICES, RED_THREADS, 0, ctx->stream>>>(part, bad, x, n, per);
+  const int64_t per = ((n + SUMSQ_SLICES - 1) / SUMSQ_SLICES + 3) / 4 * 4;   /* whole packs of 4 */
+  if (ops_aligned16(x)) sumsq_partial_kernel<true><<<SUMSQ_SLICES, RED_THREADS, 0, ctx->stream>>>(part, bad, x, n, per);
+  else sumsq_partial_kernel<false><<<SUMSQ_SLICES, RED_THREADS, 0, ctx->stream>>>(part, bad, x, n, per);
   LAUNCH_CHECK(what);
   sumsq_finish_kernel<<<1, RED_THREADS, 0, ctx->stream>>>(sumsq, nonfinite, part, bad);
   LAUNCH_CHECK(what);

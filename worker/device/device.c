@@ -140,3 +140,23 @@ void dev_destroy(device_t **pd) {
   *pd = NULL;
   d->op->destroy(d);
 }
+
+void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                            const void *w, const void *bias, int B, int T, int C) {
+  if (d->op->residual_layernorm_forward) {
+    d->op->residual_layernorm_forward(d, res, out, mean, rstd, a, b, w, bias, B, T, C);
+    return;
+  }
+  d->op->residual_forward(d, res, a, b, (int64_t)B * T * C);
+  d->op->layernorm_forward(d, out, mean, rstd, res, w, bias, B, T, C);
+}
+
+void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
+                     int OC) {
+  if (d->op->matmul_gelu_forward) {
+    d->op->matmul_gelu_forward(d, out, pre, inp, w, bias, BT, C, OC);
+    return;
+  }
+  d->op->matmul_forward(d, pre, inp, w, bias, BT, C, OC);
+  d->op->gelu_forward(d, out, pre, (int64_t)BT * OC);
+}

@@ -125,9 +125,17 @@ typedef struct dev_ops {
                             int NKV);
   void (*attention_backward)(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
                              const void *out, const void *state, int B, int T, int C, int NH, int NKV);
+  /* Optional (NULL: matmul_forward into PRE, then gelu_forward; call dev_matmul_gelu): pre = inp·w +
+   * bias and out = gelu(pre), both kept, GELU in the GEMM's epilogue (CUDA). */
+  void (*matmul_gelu_forward)(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias,
+                              int BT, int C, int OC);
   void (*gelu_forward)(device_t *d, void *out, const void *inp, int64_t N);
   void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
+  /* Optional (NULL: residual_forward, then layernorm_forward; call dev_residual_layernorm): res =
+   * a + b (B·T·C act elements), out = LayerNorm(res) with its mean and rstd, in one pass (CUDA). */
+  void (*residual_layernorm_forward)(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a,
+                                     const void *b, const void *w, const void *bias, int B, int T, int C);
   /* The tied head with its loss: logits = inp·wteᵀ, losses = cross-entropy, *loss_acc += Σ losses,
    * dinp = dscale·(softmax − onehot)·wte, dwte += its gradient. LOGITS is scratch of
    * dev_logits_bytes bytes (BT·V fp32 on the CPU; one chunk of rows on CUDA).
@@ -191,6 +199,12 @@ fsdp_status dev_cuda_count(int *n);
 int64_t dev_attention_floats(const device_t *d, int B, int T, int NH);
 /* Bytes of the classifier's logits scratch (plan_logits_bytes of d->kind). */
 int64_t dev_logits_bytes(const device_t *d, int BT, int V);
+/* pre = inp·w + bias, out = gelu(pre): the device's fused op where it has one (dev_ops). */
+void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
+                     int OC);
+/* res = a + b, out = LayerNorm(res): the device's fused op where it has one (dev_ops). */
+void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                            const void *w, const void *bias, int B, int T, int C);
 
 /* ---- events (device.c) ---- */
 dev_event *dev_event_new(device_t *d);   /* NULL + error on failure */

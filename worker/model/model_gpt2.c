@@ -154,12 +154,10 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
   d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
   d->op->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
-  d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
-
-  d->op->layernorm_forward(d, s->ln2, s->ln2_mean, s->ln2_rstd, s->res2, PARAM(u, BLK_LN2_W, unit),
-                           PARAM(u, BLK_LN2_B, unit), B, T, C);
-  d->op->matmul_forward(d, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C, 4 * C);
-  d->op->gelu_forward(d, s->fch_gelu, s->fch, (int64_t)BT * 4 * C);
+  dev_residual_layernorm(d, s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, x, a->fwd_tmp, PARAM(u, BLK_LN2_W, unit),
+                         PARAM(u, BLK_LN2_B, unit), B, T, C);
+  dev_matmul_gelu(d, s->fch_gelu, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C,
+                  4 * C);
   d->op->matmul_forward(d, a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT,
                         4 * C, C);
   d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);

@@ -2,8 +2,9 @@
  * one after another; __syncthreads waits for every live thread of the block, a shuffle for every
  * live lane of the warp. The CUDA runtime calls the kernels and gpu_check make are host memory
  * operations; cuBLASLt is a naive fp32 GEMM that honours the descriptors (transposes, leading
- * dimensions, D type, beta, BIAS and GELU_AUX epilogues), and refuses GELU_AUX when the aux leading
- * dimension is not a multiple of 8, as the library may. Checks the kernels' indexing, masks and
+ * dimensions, D type, beta, BIAS and GELU_AUX epilogues), refuses GELU_AUX when the aux leading
+ * dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a multiple of 8, as
+ * the library may (so the callers' fallbacks run). Checks the kernels' indexing, masks and
  * synchronization without a GPU; says nothing about speed, shared-memory limits or the real library. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -173,6 +174,10 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr, int) { *v = 2324
 cudaError_t cudaMalloc(void **p, size_t n) { return (*p = aligned_alloc(256, (n + 255) / 256 * 256)) ? cudaSuccess : cudaErrorMemoryAllocation; }
 cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t) {
+  memmove(d, s, n);
+  return cudaSuccess;
+}
 cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { memset(d, v, n); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
@@ -275,6 +280,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   *found = 0;
   if ((e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) && e->ldaux % 8 != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (e->epi == CUBLASLT_EPILOGUE_BIAS && m % 8 != 0) return CUBLAS_STATUS_SUCCESS;   /* found = 0: no algorithm */
   memset(r, 0, sizeof *r);
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
