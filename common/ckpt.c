@@ -9,7 +9,9 @@
  *    80  3 × {u64 offset, u64 length (bytes), u32 crc32c, u32 0}   (param, adamw_m, adamw_v)
  *   152  u64 padded[nunits]
  *  H-4   u32 crc32c of bytes [0, H-4)
- *  then the sections, the first at H rounded up to 64, each 4·shard_total bytes, back to back.
+ *  then the sections, the first at H rounded up to 4096 (a page: aligned writes; files written before
+ *  this rounded to 64, and readers take the offsets from the header), each 4·shard_total bytes, back
+ *  to back.
  */
 #define _GNU_SOURCE   /* O_PATH */
 #include "ckpt.h"
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fsutil.h"
@@ -110,26 +113,46 @@ static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b +
 static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v; memcpy(&v, b + off, 8); return v; }
 
 static size_t header_bytes(int nunits) { return HDR_FIXED + 8 * (size_t)nunits + 4; }
-static uint64_t data_start(size_t hb) { return (hb + 63) & ~(uint64_t)63; }
+static uint64_t data_start(size_t hb) { return (hb + 4095) & ~(uint64_t)4095; }
 
 /* ---- writing ---- */
 
-fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
-                            const float *param, const float *m, const float *v) {
-  char sdir[PATH_MAX], name[32];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  snprintf(name, sizeof name, "rank-%d.bin", rank);
-  int sfd;
-  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
+/* Tests only (FSDP_TEST_CKPT_PAUSE = POINT:STEP, POINT one of begin, mid, manifest): the writer of
+ * step STEP stops at POINT, creates FSDP_TEST_CKPT_PAUSE_DIR/paused-POINT-RANK and waits for
+ * DIR/release (120 s at most), so that a test can kill a process at that very moment of a save. */
+static void test_pause(const char *point, int step, int rank) {
+  const char *want = getenv("FSDP_TEST_CKPT_PAUSE"), *dir = getenv("FSDP_TEST_CKPT_PAUSE_DIR");
+  char mine[64], path[PATH_MAX];
+  snprintf(mine, sizeof mine, "%s:%d", point, step);
+  if (!want || !dir || strcmp(want, mine) != 0) return;
+  snprintf(path, sizeof path, "%s/paused-%s-%d", dir, point, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+  snprintf(path, sizeof path, "%s/release", dir);
+  struct timespec t0, now, tick = {0, 10 * 1000 * 1000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {   /* polled: the release is a file another process creates */
+    if (access(path, F_OK) == 0) return;
+    nanosleep(&tick, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec - t0.tv_sec < 120);
+}
 
-  size_t hb = header_bytes(p->nunits);
-  uint8_t *h = calloc(1, hb);
-  if (!h) {
-    close(sfd);
-    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+/* Write N bytes of BUF at OFF of FD (retrying short writes and EINTR). */
+static fsdp_status pwrite_full(int fd, const void *buf, size_t n, off_t off, const char *shown) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", shown, strerror(errno));
+    p += w, n -= (size_t)w, off += w;
   }
-  const float *secs[CKPT_NSEC] = {param, m, v};
-  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
+  return FSDP_OK;
+}
+
+/* The header of RANK's file for plan P, without the sections' CRC32Cs (filled in by the caller). */
+static void fill_header(uint8_t *h, size_t hb, const plan_t *p, int rank, int step, int64_t opt_step, uint64_t off) {
+  uint64_t len = (uint64_t)p->shard_total * sizeof(float);
   memcpy(h, CKPT_MAGIC, 8);
   put32(h, 8, CKPT_VERSION);
   put32(h, 12, (uint32_t)hb);
@@ -146,24 +169,60 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   for (int s = 0; s < CKPT_NSEC; s++) {
     put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * len);
     put64(h, 88 + 24 * (size_t)s, len);
-    put32(h, 96 + 24 * (size_t)s, ckpt_crc32c(0, secs[s], len));
   }
   for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
-  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
+}
+
+/* The sections go out in large writes, each chunk's CRC32C taken just before it is written (one
+ * pass over memory, the chunk still in cache), from a page boundary on; the header, which holds
+ * the CRCs, is written last at offset 0. One fsync, in the commit. */
+fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                            const float *param, const float *m, const float *v) {
+  enum { CHUNK = 32 << 20 };
+  char sdir[PATH_MAX], name[32];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  snprintf(name, sizeof name, "rank-%d.bin", rank);
+  test_pause("begin", step, rank);
+  int sfd;
+  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
+
+  size_t hb = header_bytes(p->nunits);
+  uint8_t *h = calloc(1, hb);
+  if (!h) {
+    close(sfd);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  }
+  const float *secs[CKPT_NSEC] = {param, m, v};
+  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
+  fill_header(h, hb, p, rank, step, opt_step, off);
 
   fsdp_status rc;
   fsutil_atomic a = FSUTIL_ATOMIC_INIT;
-  static const uint8_t zeros[64];
   TRY_GOTO(fsutil_atomic_begin(sfd, sdir, name, 0644, &a), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, h, hb, a.shown), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, zeros, (size_t)(off - hb), a.shown), rc, out);
-  for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(fsutil_write_full(a.fd, secs[s], len, a.shown), rc, out);
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    const uint8_t *src = (const uint8_t *)secs[s];
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < len;) {
+      size_t n = len - done > CHUNK ? CHUNK : (size_t)(len - done);
+      crc = ckpt_crc32c(crc, src + done, n);
+      TRY_GOTO(pwrite_full(a.fd, src + done, n, (off_t)(off + (uint64_t)s * len + done), a.shown), rc, out);
+      done += n;
+    }
+    put32(h, 96 + 24 * (size_t)s, crc);
+    if (s == 0) test_pause("mid", step, rank);
+  }
+  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
+  TRY_GOTO(pwrite_full(a.fd, h, hb, 0, a.shown), rc, out);
   rc = fsutil_atomic_commit(&a);
 out:
   fsutil_atomic_abort(&a);
   close(sfd);
   free(h);
   return rc;
+}
+
+uint64_t ckpt_rank_file_bytes(const plan_t *p) {
+  return data_start(header_bytes(p->nunits)) + CKPT_NSEC * (uint64_t)p->shard_total * sizeof(float);
 }
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
@@ -213,6 +272,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
   TRY_GOTO(open_step_dir(dir, step, 0, &dfd, &sfd), rc, out);
   /* The rank files' directory entries must be durable before the manifest says they exist. */
   TRY_GOTO(fsutil_fsync_dir(sfd, sdir), rc, out);
+  test_pause("manifest", step, 0);
   TRY_GOTO(fsutil_atomic_begin(sfd, sdir, CKPT_MANIFEST, 0644, &a), rc, out);
   TRY_GOTO(fsutil_write_full(a.fd, text, strlen(text), a.shown), rc, out);
   TRY_GOTO(fsutil_write_full(a.fd, "\n", 1, a.shown), rc, out);
@@ -333,6 +393,15 @@ static fsdp_status remove_step_dir(int dfd, const char *dir, int step) {
       return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s/%s: %s", shown, CKPT_MANIFEST, strerror(e));
   }
   return fsutil_remove_at(dfd, name, shown);
+}
+
+fsdp_status ckpt_discard(const char *dir, int step) {
+  int dfd;
+  TRY(fsutil_dir_open(AT_FDCWD, dir, 0, FSUTIL_TRUSTED_LINKS, &dfd));
+  fsdp_status rc = remove_step_dir(dfd, dir, step);
+  if (rc == FSDP_OK) rc = fsutil_fsync_dir(dfd, dir);
+  close(dfd);
+  return rc;
 }
 
 fsdp_status ckpt_withdraw(const char *dir, int step) {

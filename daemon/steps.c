@@ -25,6 +25,7 @@ static void send_step(coord_t *c, job_t *j, uint32_t step) {
   s.step = step;
   /* every K-th step and the last (docs/checkpoints.md), and the step a stop ends with */
   s.checkpoint = ckpt_due(&j->spec, (int)step) || (j->stop_at && step == j->stop_at);
+  s.last = step == j->steps || (j->stop_at && step == j->stop_at);
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STEP_CMD;
   m.step_cmd = &s;

@@ -205,7 +205,7 @@ static fsdp_status answer_trace(wlink *l, const Fsdp__TraceReq *q) {
   return rc;
 }
 
-fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
+fsdp_status wlink_next(wlink *l, int *step, int *checkpoint, int *last) {
   Fsdp__Msg *m = NULL;
   TRY(recv_msg(l, -1, &m));
   while (m->body_case == FSDP__MSG__BODY_TRACE_REQ) {
@@ -215,10 +215,11 @@ fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
     TRY(recv_msg(l, -1, &m));
   }
   fsdp_status rc = FSDP_OK;
-  *checkpoint = 0;
+  *checkpoint = *last = 0;
   if (m->body_case == FSDP__MSG__BODY_STEP_CMD) {
     *step = (int)m->step_cmd->step;
     *checkpoint = m->step_cmd->checkpoint;
+    *last = m->step_cmd->last;
   } else if (m->body_case == FSDP__MSG__BODY_STOP_CMD) *step = 0;
   else rc = expect(m, FSDP__MSG__BODY_STEP_CMD, "waiting for a step");
   wire_destroy(&m);

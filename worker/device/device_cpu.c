@@ -500,7 +500,7 @@ static void cpu_destroy(device_t *dd) {
 
 #define CPU_OPS(NAME)                                                                                          \
   {                                                                                                            \
-    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download,        \
+    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download, .snapshot = cpu_download, \
     .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
     .trace = cpu_trace,                                                                                        \
     .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \

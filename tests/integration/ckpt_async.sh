@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# ckpt_async — asynchronous checkpoint saves under failure (docs/checkpoints.md, "Asynchronous
+# saves"). A 6-step job saves every 2 steps with [checkpoint] async = true; the writer of step 4's
+# save is paused at a named point (FSDP_TEST_CKPT_PAUSE = POINT:4, common/ckpt.c: begin = before any
+# file, mid = after the first section of the rank file, manifest = rank 0 about to write the
+# manifest) and, once the pause is reached, a rank or the daemon is killed with SIGKILL. Each case
+# must leave step 2 as the newest complete checkpoint (step 4 without a manifest), and a new run
+# with resume = auto must continue from step 2 and finish with complete checkpoints of steps 4 and 6.
+# Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
+# disk's error, step 2 stays complete and no step-4 directory is left behind.
+# Usage: bash ckpt_async.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" ckasync
+CTL="$BUILD/fsdpctl"
+job() {   # job CKDIR > file: 6 steps, saves every 2 (keep 2), asynchronous
+  sed -e "s/^schedule = .*/schedule = constant/" -e "s/^steps = .*/steps = 6/" "$SRC/tests/integration/jobs/ctl_small.ini"
+  printf '[checkpoint]\ndir = %s\nevery = 2\nkeep = 2\nasync = true\nresume = auto\n' "$1"
+}
+# newest CKDIR: the newest complete step, and the steps whose directory has no manifest
+newest() {
+  python3 - "$1" <<'PY'
+import os, sys
+ck = sys.argv[1]
+d = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+done = [int(x[5:]) for x in d if os.path.isfile(f"{ck}/{x}/manifest.json")]
+part = [int(x[5:]) for x in d if not os.path.isfile(f"{ck}/{x}/manifest.json")]
+print(max(done) if done else 0, *part)
+PY
+}
+pids_gone() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+
+# case POINT VICTIM (rank0, rank1 or daemon)
+kill_case() {
+  local point=$1 victim=$2 ck="$S/ck-$1-$2" pd="$S/pause-$1-$2"
+  mkdir -p "$pd"
+  job "$ck" >"$S/j-$point-$victim.ini"
+  FSDP_TEST_CKPT_PAUSE="$point:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon
+  wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
+  local id; id=$("$CTL" submit "$S/j-$point-$victim.ini" | tail -1)
+  wait_for 60 test -e "$pd/paused-$point-0" || fail "$point/$victim: the writer never paused at $point (step 4)"
+  local w0 w1; w0=$(worker_pid "$id" 0); w1=$(worker_pid "$id" 1)
+  case $victim in
+    rank0) kill -KILL "$w0" ;;
+    rank1) kill -KILL "$w1" ;;
+    daemon) kill -KILL "$DPID"; wait "$DPID" 2>/dev/null || true; DPID="" ;;
+  esac
+  wait_for 30 pids_gone "$w0" "$w1" || fail "$point/$victim: workers still running 30 s after the kill"
+  [ -z "$DPID" ] || stop_daemon
+  local n; n=$(newest "$ck")
+  [ "$n" = "2" ] || [ "$n" = "2 4" ] || fail "$point/$victim: after the kill: newest complete, partial = '$n', expected 2 and at most a partial 4"
+  # resume = auto on a fresh daemon (no pause)
+  env -u FSDP_CTL timeout 90 "$CTL" run "$S/j-$point-$victim.ini" --state-dir "$S/r-$point-$victim" >"$S/run-$point-$victim.out" 2>&1 ||
+    fail "$point/$victim: resumed run failed: $(tail -3 "$S/run-$point-$victim.out")"
+  grep -q "resuming from the checkpoint of step 2" "$S/r-$point-$victim/jobs/1/job.log" ||
+    fail "$point/$victim: the resumed job did not resume from step 2: $(head -5 "$S/r-$point-$victim/jobs/1/job.log")"
+  [ "$(newest "$ck")" = "6" ] || fail "$point/$victim: after the resumed run: '$(newest "$ck")'"
+  [ -f "$ck/step-00000004/manifest.json" ] || fail "$point/$victim: step 4 not complete after the resumed run"
+  echo "kill -9 $victim at $point of step 4's save: step 2 stayed the newest complete checkpoint; resumed from it"
+}
+
+kill_case begin rank1
+kill_case mid rank0
+kill_case manifest rank0
+kill_case begin daemon
+kill_case mid daemon
+kill_case manifest daemon
+
+# ---- full disk during an asynchronous write
+M="$S/m"
+mkdir -p "$M"
+if ! mount -t tmpfs -o size=560k,mode=0700 tmpfs "$M" 2>/dev/null; then
+  echo "ckpt_async: full disk case skipped: this machine does not let the test mount a tmpfs (needs root)"
+  echo "ckpt_async: ok"
+  exit 0
+fi
+at_exit 'umount -l "$M"'
+job "$M/ck" >"$S/full.ini"
+set +e
+env -u FSDP_CTL timeout 90 "$CTL" run "$S/full.ini" --state-dir "$S/rf" >"$S/full.out" 2>"$S/full.err"; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "full disk: fsdpctl run exited $rc, expected 1: $(tail -3 "$S/full.err")"
+grep -q "No space left on device" "$S/full.err" || fail "full disk: the error does not say the disk is full: $(cat "$S/full.err")"
+[ "$(grep -c . "$S/full.err")" = 1 ] || fail "full disk: more than one line on stderr: $(cat "$S/full.err")"
+n=$(newest "$M/ck")
+[ "$n" = "2" ] || fail "full disk: newest complete, partial = '$n', expected 2 and no partial directory"
+echo "full disk ($(df -h "$M" | tail -1 | awk '{print $2}')): $(cat "$S/full.err"); step 2 complete, nothing newer left"
+echo "ckpt_async: ok"
