@@ -169,7 +169,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->timeout_s = 60;
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
-  s->ckpt_async = 0;
+  s->ckpt_async = 1;
   s->resume = RESUME_AUTO;
   s->shuffle = 1;
   s->eval_every = 0;
