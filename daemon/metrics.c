@@ -105,6 +105,33 @@ void metrics_free_ranks(Fsdp__StepSummary *sum) {
   sum->n_ranks = 0;
 }
 
+void metrics_ckpt(Fsdp__StepReport *const *reports, size_t n, size_t i, Fsdp__CkptSave *out) {
+  fsdp__ckpt_save__init(out);
+  for (size_t r = 0; r < n; r++) {
+    if (i >= reports[r]->n_ckpt) continue;
+    const Fsdp__CkptSave *c = reports[r]->ckpt[i];
+    out->step = c->step;
+    if (c->blocked_s > out->blocked_s) out->blocked_s = c->blocked_s;
+    if (c->wait_s > out->wait_s) out->wait_s = c->wait_s;
+    if (c->write_s > out->write_s) out->write_s = c->write_s;
+    out->bytes += c->bytes;
+  }
+}
+
+/* The "checkpoint" array of a metrics line, or NULL when no save became complete. */
+static json_t *ckpt_json(Fsdp__StepReport *const *reports, size_t n) {
+  if (!reports[0]->n_ckpt) return NULL;
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < reports[0]->n_ckpt; i++) {
+    Fsdp__CkptSave c;
+    metrics_ckpt(reports, n, i, &c);
+    json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f}", "step", (json_int_t)c.step, "blocked_s",
+                                       c.blocked_s, "wait_s", c.wait_s, "write_s", c.write_s, "bytes", (json_int_t)c.bytes,
+                                       "mb_per_s", c.write_s > 0 ? (double)c.bytes / c.write_s / 1e6 : 0.0));
+  }
+  return a;
+}
+
 fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line) {
   *line = NULL;
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
@@ -136,6 +163,8 @@ fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line
                                                             coll_name, 1.0)))
       goto nomem;
   }
+  json_t *ck = ckpt_json(reports, n);
+  if (ck && json_object_set_new(o, "checkpoint", ck) != 0) goto nomem;
   if (json_object_set(o, "ranks", ranks) != 0) goto nomem;
   *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
   if (!*line) goto nomem;

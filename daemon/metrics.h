@@ -4,7 +4,8 @@
  * update), loss (mean over all ranks' tokens), lr, grad_norm, tokens, step_ms (the slowest rank's
  * step time), tokens_per_s (tokens / step_ms), and ranks: one object per rank in rank order,
  * {rank, peak_bytes: {category: bytes}, cur_bytes: {category: bytes}, phase_ms: {allgather,
- * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}}.
+ * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}}; and
+ * checkpoint (below) on the steps after which saves became complete.
  * Pure functions; any thread.
  */
 #ifndef FSDP_DAEMON_METRICS_H
@@ -20,7 +21,13 @@
  * step_ms the maximum, tokens_per_s = tokens·1000/step_ms. Leaves sum->ranks alone. */
 void metrics_summarize(Fsdp__StepReport *const *reports, size_t n, Fsdp__StepSummary *sum);
 
-/* The metrics.jsonl line (no trailing newline) for REPORTS; *line is malloc'd. */
+/* Save I of the step's reports (every rank reports the same saves) as the job saw it: the longest
+ * blocked, wait and write times, the bytes of every rank's file. */
+void metrics_ckpt(Fsdp__StepReport *const *reports, size_t n, size_t i, Fsdp__CkptSave *out);
+
+/* The metrics.jsonl line (no trailing newline) for REPORTS; *line is malloc'd. It carries
+ * "checkpoint": [{step, blocked_s, wait_s, write_s, bytes, mb_per_s}] (metrics_ckpt) when saves
+ * became complete after the step. */
 fsdp_status metrics_line(Fsdp__StepReport *const *reports, size_t n, char **line);
 
 /* The inverse for one line: fill SUM->ranks (allocated; free with metrics_free_ranks) from the

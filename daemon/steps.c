@@ -102,6 +102,13 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
                      .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
   if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &st, line);
   if (rc == FSDP_OK && reps[0]->sample && reps[0]->sample[0]) job_log(j, "sample at step %u: %s", step, reps[0]->sample);
+  for (size_t i = 0; rc == FSDP_OK && i < reps[0]->n_ckpt; i++) {
+    metrics_ckpt(reps, (size_t)j->world, i, &j->ckpt);
+    const Fsdp__CkptSave *k = &j->ckpt;
+    job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s); training blocked %.3f s%s", k->step,
+            (double)k->bytes / 1e6, k->write_s, k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0, k->blocked_s,
+            k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+  }
   /* the Prometheus figures (only with --metrics: nothing else reads them) */
   if (rc == FSDP_OK && c->cfg.metrics &&
       promx_on_step(&j->px, j->id, j->spec.name, j->state, reps, (size_t)j->world, &sum,

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "trace.h"
 
 typedef enum { CA_IDLE = 0, CA_WRITING, CA_WRITTEN } ca_state;
 
@@ -47,6 +48,7 @@ static void *writer_main(void *arg) {
     if (a->state != CA_WRITING) break;
     pthread_mutex_unlock(&a->mu);
     double t0 = now_s();
+    uint64_t t0_us = trace_now_us();
     fsdp_status rc = FSDP_OK;
     if (a->writes)   /* the optimizer step count of a checkpoint is its step */
       rc = ckpt_write_rank(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->buf[CKPT_SEC_PARAM],
@@ -55,6 +57,7 @@ static void *writer_main(void *arg) {
     a->rc = rc;
     snprintf(a->err, sizeof a->err, "%s", rc == FSDP_OK ? "" : fsdp_last_error());
     a->stats.write_s = now_s() - t0;
+    a->stats.t0_us = t0_us, a->stats.t1_us = trace_now_us();
     a->stats.bytes = a->writes ? ckpt_rank_file_bytes(a->p) : 0;
     a->state = CA_WRITTEN;
     pthread_cond_broadcast(&a->cv);

@@ -28,6 +28,7 @@ typedef struct ckpt_save_stats {
   double wait_s;           /* the part of blocked_s spent waiting for the previous write */
   double write_s;          /* the writer's time for the file: CRC32Cs, writes, fsync, rename */
   uint64_t bytes;          /* this rank's file */
+  uint64_t t0_us, t1_us;   /* the write's start and end (trace_now_us's clock), for its trace span */
 } ckpt_save_stats;
 
 /* A writer thread, idle, and no snapshot yet. */

@@ -11,6 +11,7 @@
 #include "mem.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
+#include "trace.h"
 
 static uint64_t now_us(void) {
   struct timespec ts;
@@ -232,7 +233,7 @@ static fsdp_status shard_views(runtime_t *rt, size_t bytes, float *const buf[CKP
 
 /* The synchronous save with P as the writer's plan; the ranks beyond P's world write no file. */
 static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step, ckpt_save_stats *st) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = trace_now_us();
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   void *h[CKPT_NSEC] = {NULL, NULL, NULL};
   fsdp_status rc = FSDP_OK;
@@ -244,7 +245,10 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
   for (int s = 0; s < CKPT_NSEC; s++) rt_host_view_done(rt, h[s]);
   TRY(settle(rt, p, dir, step, rc));
   st->step = step;
-  st->blocked_s = st->write_s = (double)(now_us() - t0) / 1e6;
+  st->t0_us = t0, st->t1_us = trace_now_us();
+  st->blocked_s = st->write_s = (double)(st->t1_us - t0) / 1e6;
+  trace_add(rt->trace, TRACE_HOST, TRACE_CKPT_SNAPSHOT, TRACE_NO_UNIT, step, t0, st->t1_us);
+  trace_add(rt->trace, TRACE_CKPT, TRACE_CKPT_WRITE, TRACE_NO_UNIT, step, t0, st->t1_us);
   if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, st->write_s);
   return FSDP_OK;
 }
@@ -269,6 +273,7 @@ fsdp_status runtime_checkpoint_settle(runtime_t *rt, ckpt_async *a, int wait, ck
   ckpt_save_stats st;
   fsdp_status rc = ckpt_async_wait(a, &st);
   TRY(settle(rt, ckpt_async_plan(a), ckpt_async_dir(a), st.step, rc));
+  if (st.bytes) trace_add(rt->trace, TRACE_CKPT, TRACE_CKPT_WRITE, TRACE_NO_UNIT, st.step, st.t0_us, st.t1_us);
   if (rt->rank == 0)
     log_info("checkpoint of step %d written to %s in %.2f s (training blocked %.3f s)", st.step, ckpt_async_dir(a),
              st.write_s, st.blocked_s);
@@ -277,9 +282,9 @@ fsdp_status runtime_checkpoint_settle(runtime_t *rt, ckpt_async *a, int wait, ck
 }
 
 fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *dir, int step, ckpt_save_stats *done) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = trace_now_us();
   TRY(runtime_checkpoint_settle(rt, a, 1, done));   /* at most one save in flight */
-  double wait_s = (double)(now_us() - t0) / 1e6;
+  double wait_s = (double)(trace_now_us() - t0) / 1e6;
   if (wait_s > 0.001 && rt->rank == 0)
     log_info("checkpoint step %d waited %.2f s for the save of step %d to end", step, wait_s, done->step);
   plan_t *group = NULL;
@@ -301,7 +306,9 @@ fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *d
     plan_destroy(&group);
     return rc;
   }
-  ckpt_save_stats st = {.step = step, .wait_s = wait_s, .blocked_s = (double)(now_us() - t0) / 1e6};
+  uint64_t t1 = trace_now_us();
+  trace_add(rt->trace, TRACE_HOST, TRACE_CKPT_SNAPSHOT, TRACE_NO_UNIT, step, t0, t1);
+  ckpt_save_stats st = {.step = step, .wait_s = wait_s, .blocked_s = (double)(t1 - t0) / 1e6};
   ckpt_async_start(a, dir, p, &group, rt->rank, step, &st);
   return FSDP_OK;
 }

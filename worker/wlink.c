@@ -10,7 +10,7 @@
 #include "curve.h"
 #include "log.h"
 
-_Static_assert(TRACE_NKIND == 9 && TRACE_NLANE == 5, "proto/wire.c's check_trace_spans knows 9 kinds and 5 lanes");
+_Static_assert(TRACE_NKIND == 11 && TRACE_NLANE == 6, "proto/wire.c's check_trace_spans knows 11 kinds and 6 lanes");
 _Static_assert(TRACE_RING == 65536, "daemon/tracepull.h's TRACEPULL_RING_SPANS (its messages) says 65536");
 
 struct wlink {
@@ -254,6 +254,16 @@ fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
   rep.eval_ms = r->eval_ms;
   rep.sample = (char *)r->sample;
   rep.stats = &st;
+  Fsdp__CkptSave cs[2], *csp[2];
+  for (int i = 0; i < r->nckpt && i < 2; i++) {
+    const ckpt_save_stats *k = &r->ckpt[i];
+    fsdp__ckpt_save__init(&cs[i]);
+    cs[i].step = (uint32_t)k->step, cs[i].blocked_s = k->blocked_s, cs[i].wait_s = k->wait_s;
+    cs[i].write_s = k->write_s, cs[i].bytes = k->bytes;
+    csp[i] = &cs[i];
+  }
+  rep.n_ckpt = (size_t)(r->nckpt < 2 ? r->nckpt : 2);
+  rep.ckpt = csp;
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT;
   m.step_report = &rep;

@@ -7,7 +7,9 @@
 # must leave step 2 as the newest complete checkpoint (step 4 without a manifest), and a new run
 # with resume = auto must continue from step 2 and finish with complete checkpoints of steps 4 and 6.
 # Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
-# disk's error, step 2 stays complete and no step-4 directory is left behind.
+# disk's error, step 2 stays complete and no step-4 directory is left behind. First, the figures of
+# each save (blocked, write time, bytes, MB/s) in fsdpctl status, /metrics, fsdpctl trace (a lane of
+# their own), metrics.jsonl and job.log.
 # Usage: bash ckpt_async.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" ckasync
@@ -28,6 +30,54 @@ print(max(done) if done else 0, *part)
 PY
 }
 pids_gone() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+
+# ---- reports: a running job's status, /metrics and trace, then metrics.jsonl and job.log
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_daemon --metrics "127.0.0.1:$PORT"
+wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
+sed -e "s/^steps = .*/steps = 400/" "$SRC/tests/integration/jobs/ctl_small.ini" >"$S/rep.ini"
+printf '[checkpoint]\ndir = %s\nevery = 4\nkeep = 2\n' "$S/ck-rep" >>"$S/rep.ini"   # async: the default
+id=$("$CTL" submit "$S/rep.ini" | tail -1)
+has_ckpt() { [ "$("$CTL" status "$id" --json | jget 'd["state"] == "running" and d.get("checkpoint", {}).get("step", 0) >= 8')" = True ]; }
+wait_for 60 has_ckpt || fail "status never showed a complete checkpoint: $("$CTL" status "$id" --json)"
+"$CTL" status "$id" --json >"$S/status.json"
+"$CTL" status "$id" | grep -q "^  checkpoint  step [0-9]*: training blocked [0-9.]* s; [0-9.]* MB written in" ||
+  fail "fsdpctl status has no checkpoint line: $("$CTL" status "$id")"
+python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' \
+  "http://127.0.0.1:$PORT/metrics" "$S/metrics.txt" || fail "no answer on /metrics"
+for m in fsdp_checkpoint_blocked_seconds fsdp_checkpoint_write_seconds fsdp_checkpoint_bytes; do
+  grep -q "^$m{.*} [0-9]" "$S/metrics.txt" || fail "/metrics has no $m: $(grep checkpoint "$S/metrics.txt")"
+done
+"$CTL" trace "$id" --steps 4..8 -o "$S/trace.json" >/dev/null || fail "fsdpctl trace failed"
+python3 - "$S/trace.json" <<'PY' || fail "trace: no checkpoint spans on their own lane"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+writes = [e for e in ev if e.get("ph") == "X" and e["name"].startswith("checkpoint write")]
+snaps = [e for e in ev if e.get("ph") == "X" and e["name"].startswith("checkpoint snapshot")]
+assert writes and snaps, (len(writes), len(snaps))
+assert all(lanes[(e["pid"], e["tid"])] == "checkpoint writer" for e in writes), {lanes[(e["pid"], e["tid"])] for e in writes}
+print(f"trace: {len(writes)} checkpoint writes on the checkpoint writer lane, {len(snaps)} snapshots")
+PY
+"$CTL" cancel "$id" >/dev/null
+wait_for 30 finished "$id" || fail "job $id did not end after cancel"
+python3 - "$S/jobs/$id/metrics.jsonl" "$S/status.json" <<'PY' || fail "metrics.jsonl: checkpoint figures"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+saves = [(d["step"], c) for d in lines for c in d.get("checkpoint", [])]
+assert len(saves) >= 2, saves
+for step, c in saves:
+    assert c["step"] % 4 == 0 and c["step"] <= step, (step, c)
+    assert c["bytes"] > 100000 and c["write_s"] > 0 and 0 <= c["wait_s"] <= c["blocked_s"], c
+    assert abs(c["mb_per_s"] - c["bytes"] / c["write_s"] / 1e6) < 1e-6 * c["mb_per_s"], c
+st = json.load(open(sys.argv[2]))["checkpoint"]
+assert st["step"] in [c["step"] for _, c in saves], st
+print(f"metrics.jsonl: {len(saves)} saves, e.g. {saves[0]}")
+PY
+grep -q "checkpoint of step 4 complete: [0-9.]* MB written in [0-9.]* s ([0-9]* MB/s); training blocked" "$S/jobs/$id/job.log" ||
+  fail "job.log has no checkpoint line: $(grep -i checkpoint "$S/jobs/$id/job.log" | head -3)"
+stop_daemon
 
 # case POINT VICTIM (rank0, rank1 or daemon)
 kill_case() {
