@@ -9,9 +9,10 @@
  *    80  3 × {u64 offset, u64 length (bytes), u32 crc32c, u32 0}   (param, adamw_m, adamw_v)
  *   152  u64 padded[nunits]
  *  H-4   u32 crc32c of bytes [0, H-4)
- *  then the sections, the first at H rounded up to 4096 (a page: aligned writes; files written before
- *  this rounded to 64, and readers take the offsets from the header), each 4·shard_total bytes, back
- *  to back.
+ *  then the sections, each 4·shard_total bytes, each from a page (4096) boundary: the first at H
+ *  rounded up to 4096, the next ones after the previous rounded up to 4096 (aligned and O_DIRECT
+ *  writes; files written before this rounded the first to 64 and packed the others back to back,
+ *  and readers take the offsets from the header).
  */
 #define _GNU_SOURCE   /* O_PATH */
 #include "ckpt.h"
@@ -113,7 +114,11 @@ static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b +
 static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v; memcpy(&v, b + off, 8); return v; }
 
 static size_t header_bytes(int nunits) { return HDR_FIXED + 8 * (size_t)nunits + 4; }
-static uint64_t data_start(size_t hb) { return (hb + 4095) & ~(uint64_t)4095; }
+#define PAGE 4096
+static uint64_t page_up(uint64_t x) { return (x + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
+static uint64_t data_start(size_t hb) { return page_up(hb); }
+/* Each section starts on a page: O_DIRECT writes need aligned offsets. */
+static uint64_t sec_stride(const plan_t *p) { return page_up((uint64_t)p->shard_total * sizeof(float)); }
 
 /* ---- writing ---- */
 
@@ -167,18 +172,50 @@ static void fill_header(uint8_t *h, size_t hb, const plan_t *p, int rank, int st
   put64(h, 64, (uint64_t)p->shard_total);
   put64(h, 72, (uint64_t)opt_step);
   for (int s = 0; s < CKPT_NSEC; s++) {
-    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * len);
+    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * sec_stride(p));
     put64(h, 88 + 24 * (size_t)s, len);
   }
   for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
 }
 
-/* The sections go out in large writes, each chunk's CRC32C taken just before it is written (one
- * pass over memory, the chunk still in cache), from a page boundary on; the header, which holds
- * the CRCs, is written last at offset 0. One fsync, in the commit. */
+/* O_DIRECT on FD on or off; 0 on success. */
+static int set_direct(int fd, int on) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return -1;
+  return fcntl(fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT);
+}
+
+/* Write LEN bytes of SRC at AT of FD in large chunks, their CRC32C into *CRC, each chunk's CRC taken
+ * just before it is written (one pass over memory, the chunk still in cache). With *DIRECT, chunks
+ * whose address and size are page multiples bypass the page cache (O_DIRECT); the others, and all
+ * of them once the file system refuses one (EINVAL: *DIRECT becomes 0), go through it. */
+static fsdp_status write_section(int fd, const uint8_t *src, uint64_t len, uint64_t at, uint32_t *crc, int *direct,
+                                 const char *shown) {
+  enum { CHUNK = 32 << 20 };
+  int on = *direct;   /* the fd's O_DIRECT flag now */
+  for (uint64_t done = 0; done < len;) {
+    size_t n = len - done > CHUNK ? CHUNK : (size_t)(len - done);
+    *crc = ckpt_crc32c(*crc, src + done, n);
+    int want = *direct && (uintptr_t)(src + done) % PAGE == 0 && n % PAGE == 0;
+    if (want != on && set_direct(fd, want) == 0) on = want;
+    ssize_t w = on ? pwrite(fd, src + done, n, (off_t)(at + done)) : -2;
+    if (w == -1 && errno == EINVAL) {   /* the file system takes no direct I/O: the page cache from now on */
+      *direct = 0;
+      if (set_direct(fd, 0) == 0) on = 0;
+    }
+    if (w < 0) TRY(pwrite_full(fd, src + done, n, (off_t)(at + done), shown));
+    else if ((size_t)w < n) TRY(pwrite_full(fd, src + done + w, n - (size_t)w, (off_t)(at + done) + w, shown));
+    done += n;
+  }
+  if (on) set_direct(fd, 0);
+  return FSDP_OK;
+}
+
+/* The sections go out in large writes (write_section: direct where the file system allows), from
+ * page boundaries; the header, which holds the CRCs, is written last at offset 0. One fsync, in
+ * the commit. */
 fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                             const float *param, const float *m, const float *v) {
-  enum { CHUNK = 32 << 20 };
   char sdir[PATH_MAX], name[32];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
   snprintf(name, sizeof name, "rank-%d.bin", rank);
@@ -197,17 +234,13 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   fill_header(h, hb, p, rank, step, opt_step, off);
 
   fsdp_status rc;
+  int direct = 1;
   fsutil_atomic a = FSUTIL_ATOMIC_INIT;
   TRY_GOTO(fsutil_atomic_begin(sfd, sdir, name, 0644, &a), rc, out);
   for (int s = 0; s < CKPT_NSEC; s++) {
-    const uint8_t *src = (const uint8_t *)secs[s];
     uint32_t crc = 0;
-    for (uint64_t done = 0; done < len;) {
-      size_t n = len - done > CHUNK ? CHUNK : (size_t)(len - done);
-      crc = ckpt_crc32c(crc, src + done, n);
-      TRY_GOTO(pwrite_full(a.fd, src + done, n, (off_t)(off + (uint64_t)s * len + done), a.shown), rc, out);
-      done += n;
-    }
+    TRY_GOTO(write_section(a.fd, (const uint8_t *)secs[s], len, off + (uint64_t)s * sec_stride(p), &crc, &direct,
+                           a.shown), rc, out);
     put32(h, 96 + 24 * (size_t)s, crc);
     if (s == 0) test_pause("mid", step, rank);
   }
@@ -222,7 +255,7 @@ out:
 }
 
 uint64_t ckpt_rank_file_bytes(const plan_t *p) {
-  return data_start(header_bytes(p->nunits)) + CKPT_NSEC * (uint64_t)p->shard_total * sizeof(float);
+  return data_start(header_bytes(p->nunits)) + (CKPT_NSEC - 1) * sec_stride(p) + (uint64_t)p->shard_total * sizeof(float);
 }
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {

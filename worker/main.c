@@ -308,7 +308,10 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   runtime_set_trace(rt, tr);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
-  if (spec.ckpt_async && spec.ckpt_every > 0) TRY_GOTO(ckpt_async_new(&ca), rc, out);
+  if (spec.ckpt_async && spec.ckpt_every > 0) {
+    TRY_GOTO(ckpt_async_new(&ca), rc, out);
+    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
+  }
   if (start >= spec.steps && start > 0 && rank == 0)
     log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
   for (int s = start + 1; s <= spec.steps; s++) {
@@ -372,7 +375,10 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   wlink_set_trace(l, tr);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
-  if (spec.ckpt_async && spec.ckpt_every > 0) TRY_GOTO(ckpt_async_new(&ca), rc, out);
+  if (spec.ckpt_async && spec.ckpt_every > 0) {
+    TRY_GOTO(ckpt_async_new(&ca), rc, out);
+    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
+  }
   TRY_GOTO(wlink_ready(l, start), rc, out);
   for (;;) {
     int step, checkpoint, last;

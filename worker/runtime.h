@@ -93,6 +93,9 @@ fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step, ckpt_sa
  * hand it to A's writer thread; training may go on at once. The manifest is written by a later
  * runtime_checkpoint_settle. Collective; every rank passes its own A. */
 fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *dir, int step, ckpt_save_stats *done);
+/* Allocate A's snapshot for this runtime before the first step, so that the first save does not
+ * pay for it (allocation and first-touch page faults: seconds for a GPT-2 124M shard). */
+fsdp_status runtime_checkpoint_prepare(runtime_t *rt, ckpt_async *a);
 /* Collective, between steps: when A holds a save in flight and every rank's write has ended (WAIT:
  * after waiting for this rank's), write its manifest as runtime_checkpoint does; *DONE gets the
  * settled save's figures, step 0 when none was settled. Call it at every step boundary (WAIT = 0:

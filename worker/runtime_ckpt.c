@@ -281,6 +281,16 @@ fsdp_status runtime_checkpoint_settle(runtime_t *rt, ckpt_async *a, int wait, ck
   return FSDP_OK;
 }
 
+fsdp_status runtime_checkpoint_prepare(runtime_t *rt, ckpt_async *a) {
+  plan_t *group = NULL;
+  TRY(save_plan(rt, &group));
+  const plan_t *p = group ? group : rt->p;
+  float *buf[CKPT_NSEC];
+  fsdp_status rc = rt->rank < p->world ? ckpt_async_buffers(a, rt->dev, (size_t)p->shard_total * sizeof(float), buf) : FSDP_OK;
+  plan_destroy(&group);
+  return rc;
+}
+
 fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *dir, int step, ckpt_save_stats *done) {
   uint64_t t0 = trace_now_us();
   TRY(runtime_checkpoint_settle(rt, a, 1, done));   /* at most one save in flight */
