@@ -320,6 +320,26 @@ static void test_prune(void) {
   CHECK_EQ_INT(FSDP_ERR_INVALID, ckpt_read_manifest(dir, 9, &ci));
   CHECK(contains(fsdp_last_error(), "step-00000009 is not a directory of this checkpoint"));
   rm_rf(other);
+  /* keep = 1 while a newer save is being written (step 7: a rank file, no manifest yet): the last
+   * complete checkpoint (5) stays, and so does the one being written */
+  char sd7[700], f7[760];
+  ckpt_step_dir(dir, 7, sd7, sizeof sd7);
+  mkdir(sd7, 0755);
+  snprintf(f7, sizeof f7, "%s/rank-0.bin.tmp", sd7);
+  CHECK(write_all(f7, "x", 1) == 0);
+  CHECK_OK(ckpt_prune(dir, 1));
+  for (int s = 4; s <= 7; s++) {
+    char sd[700];
+    ckpt_step_dir(dir, s, sd, sizeof sd);
+    CHECK_EQ_INT(s == 5 || s == 7, access(sd, F_OK) == 0);
+  }
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
+  /* a failed save: its step directory removed, the complete one before it untouched */
+  CHECK_OK(ckpt_discard(dir, 7));
+  CHECK(access(sd7, F_OK) != 0);
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
   /* the due rule */
   jobspec_t spec;
   make_spec(&spec, 1, 2, SHARD_FULL);
