@@ -6,7 +6,7 @@
 # manifest) and, once the pause is reached, a rank or the daemon is killed with SIGKILL. Each case
 # must leave step 2 as the newest complete checkpoint (step 4 without a manifest), and a new run
 # with resume = auto must continue from step 2 and finish with complete checkpoints of steps 4 and 6.
-# Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
+# The plan's host line carries the snapshot. Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
 # disk's error, step 2 stays complete and no step-4 directory is left behind. First, the figures of
 # each save (blocked, write time, bytes, MB/s) in fsdpctl status, /metrics, fsdpctl trace (a lane of
 # their own), metrics.jsonl and job.log.
@@ -30,6 +30,16 @@ print(max(done) if done else 0, *part)
 PY
 }
 pids_gone() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+
+# ---- the plan: the snapshot (12 bytes per shard element) on the host line, none with async = false
+job "$S/ck-plan" >"$S/plan.ini"
+"$CTL" plan "$S/plan.ini" | grep -q "^  host .*checkpoint snapshot (\[checkpoint\] async): 12·S (host memory)" ||
+  fail "fsdpctl plan has no host line for the snapshot: $("$CTL" plan "$S/plan.ini" | grep -i host)"
+"$CTL" plan --json "$S/plan.ini" | python3 -c 'import json, sys; d = json.load(sys.stdin)
+assert d["snapshot_bytes"] == 12 * d["shard_total"] == d["host_bytes"], d' || fail "fsdpctl plan --json: snapshot_bytes"
+sed -i 's/^async = true$/async = false/' "$S/plan.ini"
+"$CTL" plan --json "$S/plan.ini" | python3 -c 'import json, sys; d = json.load(sys.stdin)
+assert d["snapshot_bytes"] == 0 == d["host_bytes"], d' || fail "fsdpctl plan --json: a snapshot with async = false"
 
 # ---- reports: a running job's status, /metrics and trace, then metrics.jsonl and job.log
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
