@@ -142,11 +142,10 @@ void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **
   pthread_mutex_unlock(&a->mu);
 }
 
-int ckpt_async_pending(const ckpt_async *a) {
-  ckpt_async *m = (ckpt_async *)a;   /* the mutex only */
-  pthread_mutex_lock(&m->mu);
-  int r = m->state != CA_IDLE;
-  pthread_mutex_unlock(&m->mu);
+int ckpt_async_pending(ckpt_async *a) {
+  pthread_mutex_lock(&a->mu);
+  int r = a->state != CA_IDLE;
+  pthread_mutex_unlock(&a->mu);
   return r;
 }
 

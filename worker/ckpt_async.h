@@ -7,8 +7,9 @@
  * Ownership and threads: the worker's main thread owns a ckpt_async and is the only one to call
  * these functions; the writer thread reads the snapshot and the plan handed to ckpt_async_start
  * and nothing else, until the main thread has collected the write (ckpt_async_wait). The snapshot
- * is allocated once, at the first save, as the device's host memory (pinned on CUDA), and reused:
- * a save that would start while a write is in flight waits for it first. */
+ * is allocated once, before the first step (runtime_checkpoint_prepare), as the device's host memory
+ * (pinned on CUDA; page-aligned, so that the writer can use O_DIRECT), and reused: a save that would
+ * start while a write is in flight waits for it first. */
 #ifndef FSDP_CKPT_ASYNC_H
 #define FSDP_CKPT_ASYNC_H
 
@@ -47,7 +48,7 @@ fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float
 void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
                       const ckpt_save_stats *stats);
 /* Whether a write was started and not yet collected. */
-int ckpt_async_pending(const ckpt_async *a);
+int ckpt_async_pending(ckpt_async *a);
 /* Whether the pending write has ended (no waiting). */
 int ckpt_async_finished(ckpt_async *a);
 /* Wait for the pending write to end and collect it: its status (its message recorded on this
