@@ -33,8 +33,9 @@ pids_gone() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; retu
 
 # ---- the plan: the snapshot (12 bytes per shard element) on the host line, none with async = false
 job "$S/ck-plan" >"$S/plan.ini"
-"$CTL" plan "$S/plan.ini" | grep -q "^  host .*checkpoint snapshot (\[checkpoint\] async): 12·S (host memory)" ||
-  fail "fsdpctl plan has no host line for the snapshot: $("$CTL" plan "$S/plan.ini" | grep -i host)"
+"$CTL" plan "$S/plan.ini" >"$S/plan.out" || fail "fsdpctl plan failed: $(cat "$S/plan.out")"
+grep -q "^  host .*checkpoint snapshot (\[checkpoint\] async): 12·S (host memory)" "$S/plan.out" ||
+  fail "fsdpctl plan has no host line for the snapshot: $(grep -i host "$S/plan.out")"
 "$CTL" plan --json "$S/plan.ini" | python3 -c 'import json, sys; d = json.load(sys.stdin)
 assert d["snapshot_bytes"] == 12 * d["shard_total"] == d["host_bytes"], d' || fail "fsdpctl plan --json: snapshot_bytes"
 sed -i 's/^async = true$/async = false/' "$S/plan.ini"
@@ -51,8 +52,9 @@ id=$("$CTL" submit "$S/rep.ini" | tail -1)
 has_ckpt() { [ "$("$CTL" status "$id" --json | jget 'd["state"] == "running" and d.get("checkpoint", {}).get("step", 0) >= 8')" = True ]; }
 wait_for 60 has_ckpt || fail "status never showed a complete checkpoint: $("$CTL" status "$id" --json)"
 "$CTL" status "$id" --json >"$S/status.json"
-"$CTL" status "$id" | grep -q "^  checkpoint  step [0-9]*: training blocked [0-9.]* s; [0-9.]* MB written in" ||
-  fail "fsdpctl status has no checkpoint line: $("$CTL" status "$id")"
+"$CTL" status "$id" >"$S/status.out"
+grep -q "^  checkpoint  step [0-9]*: training blocked [0-9.]* s; [0-9.]* MB written in" "$S/status.out" ||
+  fail "fsdpctl status has no checkpoint line: $(cat "$S/status.out")"
 python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' \
   "http://127.0.0.1:$PORT/metrics" "$S/metrics.txt" || fail "no answer on /metrics"
 for m in fsdp_checkpoint_blocked_seconds fsdp_checkpoint_write_seconds fsdp_checkpoint_bytes; do
