@@ -7,7 +7,8 @@
 #     the step must FAIL with the worker's one-line reason, the table must show it, and exit 1;
 #  3. the PASS paths, with stand-ins: a worker that trains "device = cuda" on the CPU (the real
 #     worker with device = cpu) and reports synthetic benchmark steps for GPT-2 124M, a gpu_check and
-#     a python3-with-torch that print what the real ones print: steps 2-4, 6, 7 PASS, the figures
+#     a python3-with-torch that print what the real ones print: steps 2-4, 6-8 PASS (8: the async
+#     checkpoint against the sync one, for real on the CPU), the figures
 #     (MFU, peak against the plan, the PyTorch ratios) land in the table; and report.py's loss
 #     comparisons fail when they should;
 #  4. with the CUDA backend: scripts/gpu-bundle.sh packs this build, and the bundle, unpacked, starts
@@ -20,17 +21,17 @@ trap 'rm -rf "$tmp"' EXIT
 
 # 1. dry run
 rc=0
-FSDP_GPU_BIN=$build OUT=$tmp/dry timeout 300 bash "$src/tests/gpu/run.sh" --dry-run --only 2,4,5,6,7 >"$tmp/dry.log" 2>&1 || rc=$?
+FSDP_GPU_BIN=$build OUT=$tmp/dry timeout 300 bash "$src/tests/gpu/run.sh" --dry-run --only 2,4,5,6,7,8 >"$tmp/dry.log" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/dry.log"; echo "dry run: exit $rc, expected 0"; exit 1; }
 python3 - "$tmp/dry/gpu_report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 st = {s["step"]: (s["status"], s["detail"]) for s in r["steps"]}
-assert sorted(st) == [str(i) for i in range(1, 9)], st
+assert sorted(st) == [str(i) for i in range(1, 10)], st
 assert st["1"][0] == "PASS", st["1"]
-for i in "24567":
+for i in "245678":
     assert st[i][0] == "SKIP" and st[i][1].startswith("dry run"), (i, st[i])
-assert st["3"] == ("SKIP", "not selected (--only 2,4,5,6,7)"), st["3"]
+assert st["3"] == ("SKIP", "not selected (--only 2,4,5,6,7,8)"), st["3"]
 assert "plan was read" in st["6"][1], st["6"]
 assert r["metrics"]["plan_bytes"] > 0 and not r["failed"], r
 print("dry run: ok")
