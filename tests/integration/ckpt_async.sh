@@ -6,7 +6,8 @@
 # manifest) and, once the pause is reached, a rank or the daemon is killed with SIGKILL. Each case
 # must leave step 2 as the newest complete checkpoint (step 4 without a manifest), and a new run
 # with resume = auto must continue from step 2 and finish with complete checkpoints of steps 4 and 6.
-# The plan's host line carries the snapshot. Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
+# The plan's host line carries the snapshot; fsdpctl stop during a write waits for it, then saves.
+# Then a full disk (a tmpfs with room for one checkpoint of ~360 kB and a half): the job fails with one line naming the
 # disk's error, step 2 stays complete and no step-4 directory is left behind. First, the figures of
 # each save (blocked, write time, bytes, MB/s) in fsdpctl status, /metrics, fsdpctl trace (a lane of
 # their own), metrics.jsonl and job.log.
@@ -90,6 +91,29 @@ PY
 grep -q "checkpoint of step 4 complete: [0-9.]* MB written in [0-9.]* s ([0-9]* MB/s); training blocked" "$S/jobs/$id/job.log" ||
   fail "job.log has no checkpoint line: $(grep -i checkpoint "$S/jobs/$id/job.log" | head -3)"
 stop_daemon
+
+# ---- fsdpctl stop while step 4's save is being written (held mid-file): the job cannot end before
+# that write does; once released, step 4's checkpoint is completed and the stop step is saved
+pd="$S/pause-stop"
+mkdir -p "$pd"
+sed -e "s/^steps = .*/steps = 100000/" "$SRC/tests/integration/jobs/ctl_small.ini" >"$S/stop.ini"
+printf '[checkpoint]\ndir = %s\nevery = 4\nkeep = 3\n' "$S/ck-stop" >>"$S/stop.ini"
+FSDP_TEST_CKPT_PAUSE="mid:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon
+wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
+id=$("$CTL" submit "$S/stop.ini" | tail -1)
+wait_for 60 test -e "$pd/paused-mid-0" || fail "stop: the writer never paused in step 4's save"
+"$CTL" stop "$id" >/dev/null || fail "fsdpctl stop $id failed"
+wait_for 10 grep -q "stop requested" "$S/jobs/$id/job.log" || fail "stop: job.log says no stop was requested"
+is_state "$id" running || fail "stop: the job ended while step 4's save was still being written: $(state_of "$id")"
+touch "$pd/release"
+wait_for 60 finished "$id" || fail "stop: the job did not end after the write was released"
+why=$(reason_of "$id")
+last=$(echo "$why" | sed -n 's/.*stopped by the user after step \([0-9]*\).*/\1/p')
+[ -n "$last" ] || fail "stop: reason '$why'"
+[ "$(newest "$S/ck-stop")" = "$last" ] || fail "stop: newest complete '$(newest "$S/ck-stop")', expected $last"
+[ -f "$S/ck-stop/step-00000004/manifest.json" ] || fail "stop: step 4's save, in flight at the stop, was not completed"
+stop_daemon
+echo "fsdpctl stop during step 4's write: waited for it (step 4 complete), then saved step $last"
 
 # case POINT VICTIM (rank0, rank1 or daemon)
 kill_case() {
