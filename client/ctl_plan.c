@@ -227,11 +227,14 @@ int ctl_plan(int argc, char **argv) {
     ctl_plan_print(plan, stdout, device_bytes);
     if (fit) plan_fit_print(&pf, stdout);
   }
-  if (!json && plan->host_bytes && host) {   /* offload: the node's memory holds every local rank's share */
+  if (!json && plan->host_bytes && host) {   /* offload, snapshot: the node's memory holds every local rank's share */
     int ranks = (int)(host / plan->host_bytes);
-    printf("\nHost memory (offload = optimizer): %.2f GiB per rank; this machine's %.1f GiB holds %d rank%s' "
-           "share%s\n", (double)plan->host_bytes / (1 << 30), (double)host / (1 << 30), ranks, ranks == 1 ? "" : "s",
-           ranks < 1 ? " (none: the offloaded state does not fit here)" : "");
+    printf("\nHost memory (%s): %.2f GiB per rank; this machine's %.1f GiB holds %d rank%s' share%s\n",
+           plan->host_bytes > plan->snapshot_bytes ? (plan->snapshot_bytes ? "offload = optimizer, checkpoint snapshot"
+                                                                            : "offload = optimizer")
+                                                   : "checkpoint snapshot",
+           (double)plan->host_bytes / (1 << 30), (double)host / (1 << 30), ranks, ranks == 1 ? "" : "s",
+           ranks < 1 ? " (none: it does not fit here)" : "");
   }
   if (fit) {   /* --fit answers the question; the exit status says whether the job's own batch fits */
     if (!pf.batch_size) rc = PLAN_EXIT_NOFIT;
@@ -243,6 +246,12 @@ int ctl_plan(int argc, char **argv) {
     else
       fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu at any world size up to 4096\n",
               (unsigned long long)plan->mem_total, (unsigned long long)device_bytes);
+    rc = PLAN_EXIT_NOFIT;
+  }
+  if (!rc && !fit && plan->snapshot_bytes && host && plan->host_bytes > host) {
+    fprintf(stderr, "fsdpctl: plan: a rank needs %.2f GiB of host memory (%.2f GiB of it the checkpoint snapshot of "
+                    "[checkpoint] async = true), more than this machine's %.1f GiB; set async = false or add ranks\n",
+            (double)plan->host_bytes / (1 << 30), (double)plan->snapshot_bytes / (1 << 30), (double)host / (1 << 30));
     rc = PLAN_EXIT_NOFIT;
   }
   plan_destroy(&plan);

@@ -211,9 +211,13 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
             mem_formula(p, k));
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
-  if (p->host_bytes)
-    fprintf(f, "  %-12s %12s  offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S (host memory)\n",
-            "host", human_bytes(p->host_bytes, a, sizeof a));
+  if (p->host_bytes) {
+    const char *off = "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S";
+    const char *snap = "checkpoint snapshot ([checkpoint] async): 12·S";
+    fprintf(f, "  %-12s %12s  %s%s%s (host memory)\n", "host", human_bytes(p->host_bytes, a, sizeof a),
+            p->host_bytes > p->snapshot_bytes ? off : "", p->host_bytes > p->snapshot_bytes && p->snapshot_bytes ? "; " : "",
+            p->snapshot_bytes ? snap : "");
+  }
   fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
           p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
           human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
@@ -287,6 +291,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_object_set_new(root, "activation_checkpointing", json_string(jobspec_ackpt_mode_name(p->ackpt)));
   json_object_set_new(root, "offload", json_string(jobspec_offload_mode_name(p->offload)));
   json_object_set_new(root, "host_bytes", json_integer((json_int_t)p->host_bytes));
+  json_object_set_new(root, "snapshot_bytes", json_integer((json_int_t)p->snapshot_bytes));
   json_object_set_new(root, "batch_size", jint(p->batch_size));
   json_object_set_new(root, "grad_accum", jint(p->grad_accum));
   json_object_set_new(root, "pad_align", jint(PLAN_PAD_ALIGN));

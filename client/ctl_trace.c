@@ -25,11 +25,11 @@
 
 /* worker/trace.h's kinds and lanes, in its order (the wire carries their numbers). */
 static const char *const kind_names[] = {"step", "allgather", "forward", "loss", "backward", "reducescatter",
-                                         "allreduce", "optimizer", "eval"};
+                                         "allreduce", "optimizer", "eval", "checkpoint snapshot", "checkpoint write"};
 static const char *const lane_names[] = {"host", "compute stream", "comm", "comm (shard group)",
-                                         "comm (replica group)"};
-_Static_assert(sizeof kind_names / sizeof kind_names[0] == 9 && sizeof lane_names / sizeof lane_names[0] == 5,
-               "worker/trace.h has 9 kinds and 5 lanes (proto/wire.c refuses others)");
+                                         "comm (replica group)", "checkpoint writer"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == 11 && sizeof lane_names / sizeof lane_names[0] == 6,
+               "worker/trace.h has 11 kinds and 6 lanes (proto/wire.c refuses others)");
 
 /* "A..B" or "A" (A..A), 1 <= A <= B; 0 on success. */
 static int parse_steps(const char *s, uint32_t *a, uint32_t *b) {

@@ -9,7 +9,10 @@
  *    80  3 × {u64 offset, u64 length (bytes), u32 crc32c, u32 0}   (param, adamw_m, adamw_v)
  *   152  u64 padded[nunits]
  *  H-4   u32 crc32c of bytes [0, H-4)
- *  then the sections, the first at H rounded up to 64, each 4·shard_total bytes, back to back.
+ *  then the sections, each 4·shard_total bytes, each from a page (4096) boundary: the first at H
+ *  rounded up to 4096, the next ones after the previous rounded up to 4096 (aligned and O_DIRECT
+ *  writes; files written before this rounded the first to 64 and packed the others back to back,
+ *  and readers take the offsets from the header).
  */
 #define _GNU_SOURCE   /* O_PATH */
 #include "ckpt.h"
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fsutil.h"
@@ -110,26 +114,50 @@ static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b +
 static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v; memcpy(&v, b + off, 8); return v; }
 
 static size_t header_bytes(int nunits) { return HDR_FIXED + 8 * (size_t)nunits + 4; }
-static uint64_t data_start(size_t hb) { return (hb + 63) & ~(uint64_t)63; }
+#define PAGE 4096
+static uint64_t page_up(uint64_t x) { return (x + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
+static uint64_t data_start(size_t hb) { return page_up(hb); }
+/* Each section starts on a page: O_DIRECT writes need aligned offsets. */
+static uint64_t sec_stride(const plan_t *p) { return page_up((uint64_t)p->shard_total * sizeof(float)); }
 
 /* ---- writing ---- */
 
-fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
-                            const float *param, const float *m, const float *v) {
-  char sdir[PATH_MAX], name[32];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  snprintf(name, sizeof name, "rank-%d.bin", rank);
-  int sfd;
-  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
+/* Tests only (FSDP_TEST_CKPT_PAUSE = POINT:STEP, POINT one of begin, mid, manifest): the writer of
+ * step STEP stops at POINT, creates FSDP_TEST_CKPT_PAUSE_DIR/paused-POINT-RANK and waits for
+ * DIR/release (120 s at most), so that a test can kill a process at that very moment of a save. */
+static void test_pause(const char *point, int step, int rank) {
+  const char *want = getenv("FSDP_TEST_CKPT_PAUSE"), *dir = getenv("FSDP_TEST_CKPT_PAUSE_DIR");
+  char mine[64], path[PATH_MAX];
+  snprintf(mine, sizeof mine, "%s:%d", point, step);
+  if (!want || !dir || strcmp(want, mine) != 0) return;
+  snprintf(path, sizeof path, "%s/paused-%s-%d", dir, point, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+  snprintf(path, sizeof path, "%s/release", dir);
+  struct timespec t0, now, tick = {0, 10 * 1000 * 1000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {   /* polled: the release is a file another process creates */
+    if (access(path, F_OK) == 0) return;
+    nanosleep(&tick, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec - t0.tv_sec < 120);
+}
 
-  size_t hb = header_bytes(p->nunits);
-  uint8_t *h = calloc(1, hb);
-  if (!h) {
-    close(sfd);
-    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+/* Write N bytes of BUF at OFF of FD (retrying short writes and EINTR). */
+static fsdp_status pwrite_full(int fd, const void *buf, size_t n, off_t off, const char *shown) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot write %s: %s", shown, strerror(errno));
+    p += w, n -= (size_t)w, off += w;
   }
-  const float *secs[CKPT_NSEC] = {param, m, v};
-  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
+  return FSDP_OK;
+}
+
+/* The header of RANK's file for plan P, without the sections' CRC32Cs (filled in by the caller). */
+static void fill_header(uint8_t *h, size_t hb, const plan_t *p, int rank, int step, int64_t opt_step, uint64_t off) {
+  uint64_t len = (uint64_t)p->shard_total * sizeof(float);
   memcpy(h, CKPT_MAGIC, 8);
   put32(h, 8, CKPT_VERSION);
   put32(h, 12, (uint32_t)hb);
@@ -144,26 +172,90 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   put64(h, 64, (uint64_t)p->shard_total);
   put64(h, 72, (uint64_t)opt_step);
   for (int s = 0; s < CKPT_NSEC; s++) {
-    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * len);
+    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * sec_stride(p));
     put64(h, 88 + 24 * (size_t)s, len);
-    put32(h, 96 + 24 * (size_t)s, ckpt_crc32c(0, secs[s], len));
   }
   for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
-  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
+}
+
+/* O_DIRECT on FD on or off; 0 on success. */
+static int set_direct(int fd, int on) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return -1;
+  return fcntl(fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT);
+}
+
+/* Write LEN bytes of SRC at AT of FD in large chunks, their CRC32C into *CRC, each chunk's CRC taken
+ * just before it is written (one pass over memory, the chunk still in cache). With *DIRECT, chunks
+ * whose address and size are page multiples bypass the page cache (O_DIRECT); the others, and all
+ * of them once the file system refuses one (EINVAL: *DIRECT becomes 0), go through it. */
+static fsdp_status write_section(int fd, const uint8_t *src, uint64_t len, uint64_t at, uint32_t *crc, int *direct,
+                                 const char *shown) {
+  enum { CHUNK = 32 << 20 };
+  int on = *direct;   /* the fd's O_DIRECT flag now */
+  for (uint64_t done = 0; done < len;) {
+    size_t n = len - done > CHUNK ? CHUNK : (size_t)(len - done);
+    *crc = ckpt_crc32c(*crc, src + done, n);
+    int want = *direct && (uintptr_t)(src + done) % PAGE == 0 && n % PAGE == 0;
+    if (want != on && set_direct(fd, want) == 0) on = want;
+    ssize_t w = on ? pwrite(fd, src + done, n, (off_t)(at + done)) : -2;
+    if (w == -1 && errno == EINVAL) {   /* the file system takes no direct I/O: the page cache from now on */
+      *direct = 0;
+      if (set_direct(fd, 0) == 0) on = 0;
+    }
+    if (w < 0) TRY(pwrite_full(fd, src + done, n, (off_t)(at + done), shown));
+    else if ((size_t)w < n) TRY(pwrite_full(fd, src + done + w, n - (size_t)w, (off_t)(at + done) + w, shown));
+    done += n;
+  }
+  if (on) set_direct(fd, 0);
+  return FSDP_OK;
+}
+
+/* The sections go out in large writes (write_section: direct where the file system allows), from
+ * page boundaries; the header, which holds the CRCs, is written last at offset 0. One fsync, in
+ * the commit. */
+fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                            const float *param, const float *m, const float *v) {
+  char sdir[PATH_MAX], name[32];
+  ckpt_step_dir(dir, step, sdir, sizeof sdir);
+  snprintf(name, sizeof name, "rank-%d.bin", rank);
+  test_pause("begin", step, rank);
+  int sfd;
+  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
+
+  size_t hb = header_bytes(p->nunits);
+  uint8_t *h = calloc(1, hb);
+  if (!h) {
+    close(sfd);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  }
+  const float *secs[CKPT_NSEC] = {param, m, v};
+  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
+  fill_header(h, hb, p, rank, step, opt_step, off);
 
   fsdp_status rc;
+  int direct = 1;
   fsutil_atomic a = FSUTIL_ATOMIC_INIT;
-  static const uint8_t zeros[64];
   TRY_GOTO(fsutil_atomic_begin(sfd, sdir, name, 0644, &a), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, h, hb, a.shown), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, zeros, (size_t)(off - hb), a.shown), rc, out);
-  for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(fsutil_write_full(a.fd, secs[s], len, a.shown), rc, out);
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    uint32_t crc = 0;
+    TRY_GOTO(write_section(a.fd, (const uint8_t *)secs[s], len, off + (uint64_t)s * sec_stride(p), &crc, &direct,
+                           a.shown), rc, out);
+    put32(h, 96 + 24 * (size_t)s, crc);
+    if (s == 0) test_pause("mid", step, rank);
+  }
+  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
+  TRY_GOTO(pwrite_full(a.fd, h, hb, 0, a.shown), rc, out);
   rc = fsutil_atomic_commit(&a);
 out:
   fsutil_atomic_abort(&a);
   close(sfd);
   free(h);
   return rc;
+}
+
+uint64_t ckpt_rank_file_bytes(const plan_t *p) {
+  return data_start(header_bytes(p->nunits)) + (CKPT_NSEC - 1) * sec_stride(p) + (uint64_t)p->shard_total * sizeof(float);
 }
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
@@ -238,6 +330,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
   TRY_GOTO(open_step_dir(dir, step, 0, &dfd, &sfd), rc, out);
   /* The rank files' directory entries must be durable before the manifest says they exist. */
   TRY_GOTO(fsutil_fsync_dir(sfd, sdir), rc, out);
+  test_pause("manifest", step, 0);
   TRY_GOTO(fsutil_atomic_begin(sfd, sdir, CKPT_MANIFEST, 0644, &a), rc, out);
   TRY_GOTO(fsutil_write_full(a.fd, text, strlen(text), a.shown), rc, out);
   TRY_GOTO(fsutil_write_full(a.fd, "\n", 1, a.shown), rc, out);
@@ -358,6 +451,15 @@ static fsdp_status remove_step_dir(int dfd, const char *dir, int step) {
       return fsdp_set_error(FSDP_ERR_IO, "cannot delete %s/%s: %s", shown, CKPT_MANIFEST, strerror(e));
   }
   return fsutil_remove_at(dfd, name, shown);
+}
+
+fsdp_status ckpt_discard(const char *dir, int step) {
+  int dfd;
+  TRY(fsutil_dir_open(AT_FDCWD, dir, 0, FSUTIL_TRUSTED_LINKS, &dfd));
+  fsdp_status rc = remove_step_dir(dfd, dir, step);
+  if (rc == FSDP_OK) rc = fsutil_fsync_dir(dfd, dir);
+  close(dfd);
+  return rc;
 }
 
 fsdp_status ckpt_withdraw(const char *dir, int step) {

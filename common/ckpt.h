@@ -67,6 +67,8 @@ typedef struct ckpt_info {
  * PARAM, M and V are the rank's shards (p->shard_total floats each). */
 fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                             const float *param, const float *m, const float *v);
+/* The size of a rank file of plan P. */
+uint64_t ckpt_rank_file_bytes(const plan_t *p);
 /* Rank 0, once every rank's ckpt_write_rank returned: write the manifest (temp + fsync + rename +
  * directory fsync), making the checkpoint exist. */
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens);
@@ -77,6 +79,9 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
  * older than the newest complete one (left by a crash). A step-* entry that is a link is removed as
  * a link: what it points to is never touched. */
 fsdp_status ckpt_prune(const char *dir, int keep);
+/* Remove step STEP's directory, which holds no complete checkpoint (a save that failed): every file
+ * in it, never through a link. */
+fsdp_status ckpt_discard(const char *dir, int step);
 /* Withdraw step STEP's checkpoint: delete its manifest (so that it no longer exists) and sync. */
 fsdp_status ckpt_withdraw(const char *dir, int step);
 /* The newest complete checkpoint in DIR: FSDP_ERR_NOTFOUND when there is none (or no DIR). */

@@ -97,6 +97,7 @@ typedef struct jobspec {
   char ckpt_dir[JOBSPEC_PATH_MAX]; /* absolute, or "" for none */
   int ckpt_every;                  /* steps; 0 = off */
   int ckpt_keep;
+  int ckpt_async;                  /* 1: snapshot to host memory, written by a thread (docs/checkpoints.md) */
   resume_mode resume;
   /* [eval] (parsed and validated here; the worker acts on them: docs/jobs.md) */
   int eval_every;                  /* validation loss at steps K, 2K, ...; 0 = off (needs val otherwise) */

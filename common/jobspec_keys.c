@@ -149,6 +149,8 @@ const keydef jobspec_keys[] = {
   SPECIAL("checkpoint", "dir", KT_DIR, ckpt_dir, "directory for checkpoints; no default (none)"),
   INT("checkpoint", "every", ckpt_every, 0, 1e9, "steps between checkpoints; 0 = off (needs dir otherwise)"),
   INT("checkpoint", "keep", ckpt_keep, 1, 1000, "newest checkpoints kept; older ones are deleted"),
+  ENUM("checkpoint", "async", ckpt_async, bool_names,
+       "true: a save copies the shards to host memory and a writer thread writes them while training goes on"),
   ENUM("checkpoint", "resume", resume, resume_names, "auto: continue from the newest checkpoint in dir if any"),
 
   INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)"),
@@ -195,6 +197,7 @@ void jobspec_defaults(jobspec_t *s) {
   s->timeout_s = 60;
   s->ckpt_every = 0;
   s->ckpt_keep = 2;
+  s->ckpt_async = 1;
   s->resume = RESUME_AUTO;
   s->shuffle = 1;
   s->eval_every = 0;

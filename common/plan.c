@@ -384,6 +384,9 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->n_decay = (int)decay_tensors(m);
   p->act = model_act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
+  /* [checkpoint] async: the shards' snapshot (parameters, AdamW m and v) waits in host memory */
+  if (spec->ckpt_async && spec->ckpt_every > 0) p->snapshot_bytes = 3 * sizeof(float) * (uint64_t)p->shard_total;
+  p->host_bytes += p->snapshot_bytes;
   model_comm(&in, in.sharding, p->sent_bytes, p->sent_inter);
   *out = p;
   return FSDP_OK;

@@ -187,8 +187,9 @@ typedef struct plan {
   plan_act act;
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
-  uint64_t host_bytes;          /* offload = optimizer: 16·S of host memory (fp32 master, AdamW m and
-                                   v, gradient staging); 0 otherwise */
+  uint64_t host_bytes;          /* host memory: offload = optimizer's 16·S (fp32 master, AdamW m and
+                                   v, gradient staging) plus snapshot_bytes; 0 when neither */
+  uint64_t snapshot_bytes;      /* [checkpoint] async: 12·S, the checkpoint snapshot (param, m, v) */
   uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
   uint64_t sent_inter[COLL_NKIND];  /* the part of them sent over communicators that span shard groups
                                        (hybrid: the cross-group all-reduce and the step's scalars);

@@ -112,6 +112,7 @@ typedef struct job {
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
   uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
   promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
+  Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
 } job_t;
 
 typedef struct tracepull tracepull;

@@ -147,6 +147,11 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   fill_info(c, &row, &ji, &last);
   const job_t *j = coord_find_job(c, id);
   if (j && j->state == ST_RUNNING && !j->done) ji.start_step = j->start_step;
+  Fsdp__CkptSave ck;
+  if (j && j->ckpt.step) {
+    ck = j->ckpt;
+    ji.ckpt = &ck;
+  }
   int vstep = 0;
   if (jobs_db_last_val(c->db, id, &vstep, &ji.val_loss) != FSDP_OK)
     log_warn("job %llu: %s", (unsigned long long)id, fsdp_last_error());

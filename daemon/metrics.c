@@ -196,6 +196,22 @@ nomem:
   return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
 }
 
+/* The "checkpoint" array of a metrics line: the saves that became complete after the step. */
+static json_t *ckpt_json(const Fsdp__StepSummary *sum) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < sum->n_ckpt; i++) {
+    const Fsdp__CkptSave *c = sum->ckpt[i];
+    if (json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f}", "step", (json_int_t)c->step, "blocked_s",
+                                           c->blocked_s, "wait_s", c->wait_s, "write_s", c->write_s, "bytes",
+                                           (json_int_t)c->bytes, "mb_per_s",
+                                           c->write_s > 0 ? (double)c->bytes / c->write_s / 1e6 : 0.0))) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
 fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line) {
   *line = NULL;
   json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:I}", "step", (json_int_t)sum->step, "loss", sum->loss,
@@ -208,6 +224,10 @@ fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line) {
   if (sum->agg) {
     json_t *a = agg_json(sum->agg);
     if (!a || json_object_set_new(o, "agg", a)) goto nomem;
+  }
+  if (sum->n_ckpt) {
+    json_t *k = ckpt_json(sum);
+    if (!k || json_object_set_new(o, "checkpoint", k)) goto nomem;
   }
   if (sum->n_ranks) {
     json_t *ranks = json_array();

@@ -11,7 +11,9 @@
  * {rank, peak_bytes: {category: bytes}, cur_bytes: {category: bytes}, phase_ms: {allgather,
  * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}, and the
  * rank's extra figures by name}. Beyond 64 ranks the ranks go to ranks.jsonl instead
- * (metrics_ranks_line), so that a line's size is the aggregate's whatever the ranks. Pure
+ * (metrics_ranks_line), so that a line's size is the aggregate's whatever the ranks; and
+ * "checkpoint": [{step, blocked_s, wait_s, write_s, bytes, mb_per_s}] after the steps that
+ * completed saves (the lowest rank's own save, as it reported it). Pure
  * functions; any thread.
  */
 #ifndef FSDP_DAEMON_METRICS_H

@@ -8,6 +8,7 @@
 
 #include "coord_core.h"
 #include "job.h"
+#include "metrics.h"
 
 /* Peak dense bf16 tensor FLOP/s from the vendors' data sheets (SXM parts; a PCIe part of the
  * same name is slower, so its MFU reads high). Matched as a substring of the CUDA product name. */
@@ -58,6 +59,11 @@ fsdp_status promx_on_step(promx_job **pxp, uint64_t id, const char *name, int st
   px->mfu = peak_flops > 0 ? flops_per_token * sum->tokens_per_s / peak_flops : -1;
   px->tokens_total += sum->tokens;
   px->steps_total++;
+  if (sum->n_ckpt) {   /* the latest save that completed (the lowest rank's figures) */
+    const Fsdp__CkptSave *k = sum->ckpt[sum->n_ckpt - 1];
+    px->has_ckpt = 1;
+    px->ckpt_blocked_s = k->blocked_s, px->ckpt_write_s = k->write_s, px->ckpt_bytes = k->bytes;
+  }
   for (size_t i = 0; i < n; i++) {
     const Fsdp__RankStats *s = sum->ranks[i];
     promx_rank *r = &px->ranks[i];
@@ -150,7 +156,7 @@ static const promx_job *next_job(jobs_iter *it) {
 
 #define FOR_JOBS(C, PX) for (jobs_iter it_ = {(C), (C)->jobs, (C)->px_done}; ((PX) = next_job(&it_));)
 
-typedef enum { JV_LOSS, JV_STEP, JV_TPS, JV_VAL, JV_MFU, JV_TOKENS, JV_STEPS } job_value;
+typedef enum { JV_LOSS, JV_STEP, JV_TPS, JV_VAL, JV_MFU, JV_TOKENS, JV_STEPS, JV_CK_BLOCKED, JV_CK_WRITE, JV_CK_BYTES } job_value;
 
 static void job_series(FILE *f, const struct coord *c, job_value which, const char *metric, const char *type,
                        const char *help) {
@@ -165,6 +171,9 @@ static void job_series(FILE *f, const struct coord *c, job_value which, const ch
     case JV_VAL: if (!px->has_val) continue; v = px->val_loss; break;
     case JV_MFU: if (px->mfu < 0) continue; v = px->mfu; break;
     case JV_TOKENS: v = (double)px->tokens_total; break;
+    case JV_CK_BLOCKED: if (!px->has_ckpt) continue; v = px->ckpt_blocked_s; break;
+    case JV_CK_WRITE: if (!px->has_ckpt) continue; v = px->ckpt_write_s; break;
+    case JV_CK_BYTES: if (!px->has_ckpt) continue; v = (double)px->ckpt_bytes; break;
     default: v = (double)px->steps_total; break;
     }
     job_labels(f, metric, px);
@@ -253,6 +262,11 @@ fsdp_status promx_render(const struct coord *c, char **text, size_t *len) {
   job_series(f, c, JV_VAL, "fsdp_job_val_loss", "gauge", "latest validation loss ([eval]); absent before the first");
   job_series(f, c, JV_STEP, "fsdp_job_step", "gauge", "latest completed step");
   job_series(f, c, JV_TPS, "fsdp_job_tokens_per_second", "gauge", "tokens per second of the latest step");
+  job_series(f, c, JV_CK_BLOCKED, "fsdp_checkpoint_blocked_seconds", "gauge",
+             "time training stopped for the latest complete checkpoint save (the slowest rank)");
+  job_series(f, c, JV_CK_WRITE, "fsdp_checkpoint_write_seconds", "gauge",
+             "time the latest complete checkpoint save took to write (the slowest rank's file)");
+  job_series(f, c, JV_CK_BYTES, "fsdp_checkpoint_bytes", "gauge", "bytes of the latest complete checkpoint (every rank's file)");
   job_series(f, c, JV_MFU, "fsdp_job_mfu", "gauge",
              "model FLOPs utilization of the latest step (0..1); only for devices with a known peak");
   job_series(f, c, JV_TOKENS, "fsdp_job_tokens_total", "counter", "tokens trained, over every attempt");

@@ -43,6 +43,9 @@ typedef struct promx_job {
   int has_val;
   double val_loss;
   double mfu;               /* < 0: no peak FLOP/s known for the job's devices */
+  int has_ckpt;             /* the latest complete checkpoint save (metrics_ckpt): */
+  double ckpt_blocked_s, ckpt_write_s;
+  uint64_t ckpt_bytes;
   uint64_t tokens_total, steps_total;
   double ended_at;          /* monotonic; set by promx_retire */
   int world;

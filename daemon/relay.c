@@ -31,6 +31,7 @@ typedef struct rjob {
   rrank *ranks;
   int nranks;
   uint32_t expect;           /* this node's ranks of the job (node_step_cmd); 0 before the first */
+  uint32_t last_step;        /* the job's last step (node_step_cmd): its StepCmd says last */
   uint32_t granted, sent, done;   /* the last step granted, sent to the ranks, reported up */
   uint32_t ckpt[RELAY_MAX_CKPT];
   int nckpt;
@@ -121,6 +122,7 @@ static void pump(relay *r, rjob *j) {
   while (j->sent < j->granted && j->sent < j->done + RELAY_INFLIGHT) {
     Fsdp__StepCmd s = FSDP__STEP_CMD__INIT;
     s.step = ++j->sent;
+    s.last = s.step == j->last_step;
     for (int k = 0; k < j->nckpt; k++)
       if (j->ckpt[k] == s.step) {
         s.checkpoint = 1;
@@ -152,6 +154,7 @@ static void on_grant(relay *r, const Fsdp__NodeStepCmd *g) {
   uint32_t last = g->first_step + g->count - 1;
   if (last > j->granted) j->granted = last;
   j->expect = g->expect;
+  j->last_step = g->last_step;
   j->detail_every = g->detail_every;
   j->detail_rank = g->detail_rank;
   for (size_t k = 0; k < g->n_checkpoint_steps && j->nckpt < RELAY_MAX_CKPT; k++) j->ckpt[j->nckpt++] = g->checkpoint_steps[k];

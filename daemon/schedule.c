@@ -315,21 +315,24 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
       int want = d < j->world ? d : j->world;
       if (node_capacity(nd, j) < want && d > short_d) short_n = nd, short_d = d;
     }
-    uint64_t hb = j->plan->host_bytes;
+    uint64_t hb = j->plan->host_bytes, snap = j->plan->snapshot_bytes;
     int ranks = short_d < j->world ? short_d : j->world;
     const double gib = (double)(1u << 30);
+    /* what the host memory is for: offload's state, async checkpoints' snapshot, or both */
+    const char *what = !snap ? "offload = optimizer" : hb > snap ? "offload = optimizer with [checkpoint] async = true"
+                                                                 : "[checkpoint] async = true (its snapshot)";
+    const char *off = !snap ? "offload = none" : hb > snap ? "offload = none or async = false" : "async = false";
     if (!short_n) {
-      snprintf(msg, n, "offload = optimizer needs %.2f GiB of host memory per rank; the nodes' host memory holds %d "
-               "of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none", (double)hb / gib,
-               room, j->world);
+      snprintf(msg, n, "%s needs %.2f GiB of host memory per rank; the nodes' host memory holds %d of the job's %d "
+               "ranks; allowed: fewer ranks per node, more nodes, or %s", what, (double)hb / gib, room, j->world, off);
       return FSDP_ERR_RANGE;
     }
-    snprintf(msg, n, "offload = optimizer needs %.1f GiB of host memory per node for %d ranks (%.2f GiB each); "
+    snprintf(msg, n, "%s needs %.1f GiB of host memory per node for %d ranks (%.2f GiB each); "
              "node %s reports %.1f GiB available (%.1f GiB after fsdpd's %d %% reserve, for %d rank%s); the cluster's "
-             "host memory holds %d of the job's %d ranks; allowed: fewer ranks per node, more nodes, or offload = none",
+             "host memory holds %d of the job's %d ranks; allowed: fewer ranks per node, more nodes, or %s", what,
              (double)hb * ranks / gib, ranks, (double)hb / gib, short_n->name, (double)short_n->host_mem / gib,
              (double)schedule_host_usable(short_n->host_mem) / gib, SCHEDULE_HOST_RESERVE_PCT, node_capacity(short_n, j),
-             node_capacity(short_n, j) == 1 ? "" : "s", room, j->world);
+             node_capacity(short_n, j) == 1 ? "" : "s", room, j->world, off);
     return FSDP_ERR_RANGE;
   }
   return FSDP_OK;

@@ -103,6 +103,7 @@ static void send_grant(coord_t *c, job_t *j, uint32_t last) {
   g.checkpoint_steps = ckpt;
   g.n_checkpoint_steps = nck;
   g.detail_every = w->detail_every;
+  g.last_step = j->stop_at ? j->stop_at : j->steps;   /* its worker waits for its save (StepCmd.last) */
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_NODE_STEP_CMD;
   m.node_step_cmd = &g;
@@ -233,6 +234,7 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   sum.tokens_per_s = st->step_ms > 0 ? (double)f->tokens * 1000.0 / st->step_ms : 0.0;
   /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
   sum.has_val = f->has_val, sum.val_loss = f->val_loss, sum.eval_ms = f->has_val ? st->eval_ms : 0;
+  sum.ckpt = f->ckpt, sum.n_ckpt = f->n_ckpt;   /* saves that completed: the lowest rank's own figures */
   char *line = NULL;
   fsdp_status rc = stepagg_to_msg(st->agg, 1, &agg);
   if (rc == FSDP_OK) {
@@ -255,6 +257,14 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
                         .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
     if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &row, line);
     if (rc == FSDP_OK && f->sample && f->sample[0]) job_log(j, "sample at step %u: %s", step, f->sample);
+    for (size_t i = 0; rc == FSDP_OK && i < f->n_ckpt; i++) {
+      const Fsdp__CkptSave *k = f->ckpt[i];
+      j->ckpt = *k;
+      job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s) by rank %u; training blocked "
+              "%.3f s%s", k->step, (double)k->bytes / 1e6, k->write_s, k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0,
+              st->msgs[st->first]->node_step_report->first_rank, k->blocked_s,
+              k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+    }
     /* the Prometheus figures (only with --metrics: nothing else reads them) */
     if (rc == FSDP_OK && c->cfg.metrics &&
         promx_on_step(&j->px, j->id, j->spec.name, j->state, &sum, (size_t)j->world,

@@ -116,6 +116,14 @@ static fsdp_status check_step_agg(const Fsdp__StepAgg *a) {
   return FSDP_OK;
 }
 
+static fsdp_status check_ckpt_save(const Fsdp__CkptSave *c) {
+  NEED(c, "checkpoint save");
+  if (!(c->blocked_s >= 0 && c->blocked_s < 1e9 && c->wait_s >= 0 && c->wait_s <= c->blocked_s && c->write_s >= 0 &&
+        c->write_s < 1e9))
+    BAD("checkpoint save of step %u: times blocked %g, wait %g, write %g s", c->step, c->blocked_s, c->wait_s, c->write_s);
+  return FSDP_OK;
+}
+
 static fsdp_status check_summary(const Fsdp__StepSummary *s) {
   if (s->n_ranks > MAX_RANKS) BAD("step summary has %zu ranks", s->n_ranks);
   if (s->agg) TRY(check_step_agg(s->agg));
@@ -135,6 +143,7 @@ static fsdp_status check_job_info(const Fsdp__JobInfo *j) {
   TRY(check_device(j->device));
   if (j->step > j->steps) BAD("job step %u is past its %u steps", j->step, j->steps);
   if (j->last) TRY(check_summary(j->last));
+  if (j->ckpt) TRY(check_ckpt_save(j->ckpt));
   return FSDP_OK;
 }
 
@@ -199,7 +208,7 @@ static fsdp_status check_trace_spans(const Fsdp__TraceSpans *t) {
     BAD("trace span arrays differ in length");
   if (t->first_kept > t->last_kept) BAD("trace keeps steps %u..%u", t->first_kept, t->last_kept);
   for (size_t i = 0; i < n; i++)
-    if (t->kind[i] >= 9 || t->lane[i] >= 5 || t->unit[i] < -1 || t->unit[i] >= MAX_RANKS)
+    if (t->kind[i] >= 11 || t->lane[i] >= 6 || t->unit[i] < -1 || t->unit[i] >= MAX_RANKS)
       BAD("trace span %zu: kind %u, lane %u or unit %d is out of range", i, t->kind[i], t->lane[i], t->unit[i]);
   return FSDP_OK;
 }
@@ -376,6 +385,8 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   case FSDP__MSG__BODY_STEP_REPORT:
     NEED(m->step_report, "step_report");
     NEED(m->step_report->stats, "step_report stats");
+    if (m->step_report->n_ckpt > 2) BAD("step report carries %zu checkpoint saves, at most 2", m->step_report->n_ckpt);
+    for (size_t i = 0; i < m->step_report->n_ckpt; i++) TRY(check_ckpt_save(m->step_report->ckpt[i]));
     return check_rank_stats(m->step_report->stats);
   case FSDP__MSG__BODY_WORKER_ERROR:
     NEED(m->worker_error, "worker_error");

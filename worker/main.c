@@ -277,6 +277,27 @@ static fsdp_status open_hybrid(const jobspec_t *spec, const plan_t *plan, int ra
   return runtime_set_groups(rt, *group, *replica);
 }
 
+/* The checkpoint after step STEP when SAVE (docs/checkpoints.md): synchronous, or handed to A's
+ * writer thread ([checkpoint] async). A save in flight is settled (its manifest written) at the first
+ * step boundary at which every rank's write has ended, when the next save starts, and before the
+ * report of the LAST step, so that a finished or stopped job's last checkpoint is complete. The
+ * figures of the saves that became complete go into R. */
+static fsdp_status ckpt_after_step(runtime_t *rt, const jobspec_t *spec, ckpt_async *a, int step, int save, int last,
+                                   rt_report *r) {
+  ckpt_save_stats done[2] = {{0}, {0}};
+  r->nckpt = 0;
+  if (!spec->ckpt_async) {
+    if (save) TRY(runtime_checkpoint(rt, spec->ckpt_dir, step, &done[0]));
+  } else {
+    if (save) TRY(runtime_checkpoint_async(rt, a, spec->ckpt_dir, step, &done[0]));
+    else TRY(runtime_checkpoint_settle(rt, a, 0, &done[0]));
+    if (last) TRY(runtime_checkpoint_settle(rt, a, 1, &done[1]));
+  }
+  for (int i = 0; i < 2; i++)
+    if (done[i].step) r->ckpt[r->nckpt++] = done[i];
+  return FSDP_OK;
+}
+
 static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
   jobspec_t spec;
   plan_t *plan = NULL;
@@ -285,6 +306,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   runtime_t *rt = NULL;
   int gpu = -1;
   trace_t *tr = NULL;
+  ckpt_async *ca = NULL;
   fsdp_status rc;
   TRY_GOTO(jobspec_load(job, &spec), rc, out);
   if (world != spec.world_size)
@@ -300,6 +322,10 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   runtime_set_trace(rt, tr);
   int start = 0;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
+  if (spec.ckpt_async && spec.ckpt_every > 0) {
+    TRY_GOTO(ckpt_async_new(&ca), rc, out);
+    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
+  }
   if (start >= spec.steps && start > 0 && rank == 0)
     log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
   rt_report r0 = {0};
@@ -315,12 +341,13 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
     r.has_start_val = 0;
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
-    if (ckpt_due(&spec, s)) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, s), rc, out);
+    TRY_GOTO(ckpt_after_step(rt, &spec, ca, s, ckpt_due(&spec, s), s == spec.steps, &r), rc, out);
     print_report(rank, &r);
   }
   if (save) TRY_GOTO(runtime_save(rt, save), rc, out);
 out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
+  ckpt_async_destroy(&ca);   /* before the device: the snapshot is its host memory */
   runtime_destroy(&rt);
   dev_destroy(&dev);
   comm_destroy(&rcomm);
@@ -340,6 +367,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   runtime_t *rt = NULL;
   int gpu = -1;
   trace_t *tr = NULL;
+  ckpt_async *ca = NULL;
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -370,13 +398,21 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   wlink_set_trace(l, tr);
   int start = (int)su->start_step;
   TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
+  if (spec.ckpt_async && spec.ckpt_every > 0) {
+    TRY_GOTO(ckpt_async_new(&ca), rc, out);
+    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
+  }
   TRY_GOTO(wlink_ready(l, start), rc, out);
   rt_report r0 = {0};
   TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
   for (int first = 1;; first = 0) {
-    int step, checkpoint;
-    TRY_GOTO(wlink_next(l, &step, &checkpoint), rc, out);
-    if (step == 0) break;
+    int step, checkpoint, last;
+    TRY_GOTO(wlink_next(l, &step, &checkpoint, &last), rc, out);
+    if (step == 0) {   /* a save still in flight is written before the acknowledgement */
+      ckpt_save_stats done;
+      TRY_GOTO(runtime_checkpoint_settle(rt, ca, 1, &done), rc, out);
+      break;
+    }
     rt_report r;
     TRY_GOTO(runtime_step(rt, step, &r), rc, out);
     /* the first step's report carries the loss before it: the daemon writes it as step 0 */
@@ -384,9 +420,10 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
     r.start_val_loss = r0.start_val_loss, r.start_eval_ms = r0.start_eval_ms;
     TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
     TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
-    /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last); one is
-     * written before the report, so a reported step at a checkpoint boundary is durable. */
-    if (checkpoint) TRY_GOTO(runtime_checkpoint(rt, spec.ckpt_dir, step), rc, out);
+    /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last). A synchronous
+     * one is written before the report, so a reported step at a checkpoint boundary is durable; an
+     * asynchronous one is complete only once settled, and the last step's before its report. */
+    TRY_GOTO(ckpt_after_step(rt, &spec, ca, step, checkpoint, last, &r), rc, out);
     TRY_GOTO(wlink_report(l, rank, &r), rc, out);
   }
   rc = wlink_ack(l);
@@ -395,6 +432,7 @@ out:
     log_error("%s", fsdp_last_error());
     wlink_error(l, rank, rc, fsdp_last_error());
   }
+  ckpt_async_destroy(&ca);   /* before the device: the snapshot is its host memory */
   runtime_destroy(&rt);
   dev_destroy(&dev);
   comm_destroy(&rcomm);

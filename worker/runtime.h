@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "ckpt_async.h"
 #include "comm.h"
 #include "device.h"
 #include "jobspec.h"
@@ -42,6 +43,8 @@ typedef struct rt_report {
   char sample[512];              /* [eval] sample_every: rank 0's sample (prompt + continuation), or "" */
   int has_start_val;             /* [eval] at_start: the first step's report carries the loss before it */
   double start_val_loss, start_eval_ms;
+  ckpt_save_stats ckpt[2];       /* the saves that became complete after this step (the worker's, not */
+  int nckpt;                     /* runtime_step's: an asynchronous one ends a step or more later) */
 } rt_report;
 
 typedef struct runtime runtime_t;
@@ -84,9 +87,22 @@ const float *runtime_param_shard(const runtime_t *rt);
 void runtime_destroy(runtime_t **rt);
 
 /* Checkpoints (docs/checkpoints.md). Collective: every rank writes its file of step STEP under DIR;
- * after a barrier, rank 0 writes the manifest and keeps spec->ckpt_keep checkpoints. Every rank
- * returns the same status. */
-fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step);
+ * after a barrier, rank 0 writes the manifest and keeps spec->ckpt_keep checkpoints; after a
+ * failure rank 0 removes the step directory. Every rank returns the same status. *ST: its figures. */
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step, ckpt_save_stats *st);
+/* The same, asynchronous ([checkpoint] async = true): settle the save in flight if any (waiting for
+ * it: *DONE gets its figures, step 0 when none), copy this rank's shards into A's host snapshot and
+ * hand it to A's writer thread; training may go on at once. The manifest is written by a later
+ * runtime_checkpoint_settle. Collective; every rank passes its own A. */
+fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *dir, int step, ckpt_save_stats *done);
+/* Allocate A's snapshot for this runtime before the first step, so that the first save does not
+ * pay for it (allocation and first-touch page faults: seconds for a GPT-2 124M shard). */
+fsdp_status runtime_checkpoint_prepare(runtime_t *rt, ckpt_async *a);
+/* Collective, between steps: when A holds a save in flight and every rank's write has ended (WAIT:
+ * after waiting for this rank's), write its manifest as runtime_checkpoint does; *DONE gets the
+ * settled save's figures, step 0 when none was settled. Call it at every step boundary (WAIT = 0:
+ * one scalar all-reduce while a save is in flight) and at the end of a run (WAIT = 1). */
+fsdp_status runtime_checkpoint_settle(runtime_t *rt, ckpt_async *a, int wait, ckpt_save_stats *done);
 /* Collective: restore parameters, AdamW m and v from the newest complete checkpoint in DIR,
  * resharding from whatever world size and sharding wrote it; *STEP gets its step (training
  * continues at *STEP + 1), or 0 when DIR holds no complete checkpoint (nothing is changed).

@@ -5,11 +5,13 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "ckpt_async.h"
 #include "log.h"
 #include "mem.h"
 #include "monotime.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
+#include "trace.h"
 
 /* ---- host views of device memory ---- */
 
@@ -179,29 +181,25 @@ static fsdp_status save_plan(const runtime_t *rt, plan_t **out) {
   return plan_build(&s, rt->p->shard_world, out);
 }
 
-/* The checkpoint protocol with P as the writer's plan; the ranks beyond P's world write no file. */
-static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step) {
-  uint64_t t0 = monotime_us();
-  size_t bytes = (size_t)p->shard_total * sizeof(float);
-  void *hp = NULL, *hm = NULL, *hv = NULL;
-  fsdp_status rc = FSDP_OK;
-  int writes = rt->rank < p->world;
-  if (writes) rc = runtime_host_view(rt, rt->param, bytes, &hp);
-  if (writes && rc == FSDP_OK) rc = runtime_host_view(rt, rt->m, bytes, &hm);
-  if (writes && rc == FSDP_OK) rc = runtime_host_view(rt, rt->v, bytes, &hv);
-  if (writes && rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, hp, hm, hv);
-  runtime_host_view_done(rt, hp);
-  runtime_host_view_done(rt, hm);
-  runtime_host_view_done(rt, hv);
+/* The end of a save, once every rank's write has ended (RC: this rank's): a barrier that tells every
+ * rank whether all files are complete and synced; then rank 0 writes the manifest and prunes, or,
+ * after a failure, removes the step directory (no partial newer step stays behind); a second
+ * barrier, so that every rank returns the same status. */
+static fsdp_status settle(runtime_t *rt, const plan_t *p, const char *dir, int step, fsdp_status rc) {
   if (rc != FSDP_OK) log_error("checkpoint step %d: %s", step, fsdp_last_error());
   char err[1024];
   snprintf(err, sizeof err, "%s", fsdp_last_error());
   int nbad = 0;
   char who[64];
   TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));   /* every rank's file is fsync'ed past this point */
+  if (nbad) {   /* removed before any rank returns: the job ends with the first rank's error */
+    if (rt->rank == 0 && ckpt_discard(dir, step) != FSDP_OK)
+      log_warn("checkpoint step %d: removing what it left: %s", step, fsdp_last_error());
+    int ignored;
+    TRY(count_failures(rt, 0, &ignored, who, sizeof who));
+  }
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
-  /* A peer's failure, not ours: reported as a collective's (secondary) outcome, so that the
-   * coordinator names the rank that failed, with its own reason. */
+  /* the echo of other ranks' failures: the coordinator waits for their own messages (steps_on_error) */
   if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: %s could not write its file (see its log)",
                                   step, who);
   if (rt->rank == 0) {
@@ -213,21 +211,125 @@ static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir
     if (rc != FSDP_OK) {
       log_error("checkpoint step %d: %s", step, fsdp_last_error());
       snprintf(err, sizeof err, "%s", fsdp_last_error());
+      if (ckpt_discard(dir, step) != FSDP_OK) log_warn("checkpoint step %d: removing it: %s", step, fsdp_last_error());
     }
   }
   TRY(count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who));
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
   if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: rank 0 could not write the manifest (see its log)", step);
-  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, (double)(monotime_us() - t0) / 1e6);
   return FSDP_OK;
 }
 
-fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step) {
+/* This rank's shards as host memory: views (runtime_host_view) for a synchronous save, or copies into
+ * the snapshot BUF (ckpt_async_buffers) for an asynchronous one. */
+static fsdp_status shard_views(runtime_t *rt, size_t bytes, float *const buf[CKPT_NSEC], void *view[CKPT_NSEC]) {
+  const float *src[CKPT_NSEC] = {rt->param, rt->m, rt->v};
+  device_t *d = rt->dev;
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    if (!buf) {
+      TRY(runtime_host_view(rt, src[s], bytes, &view[s]));
+    } else if (on_host(rt, src[s])) {
+      TRY(d->op->sync(d));
+      memcpy(buf[s], src[s], bytes);
+    } else {
+      TRY(d->op->snapshot(d, buf[s], src[s], bytes));
+    }
+  }
+  return FSDP_OK;
+}
+
+/* The synchronous save with P as the writer's plan; the ranks beyond P's world write no file. */
+static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step, ckpt_save_stats *st) {
+  uint64_t t0 = monotime_us();
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  void *h[CKPT_NSEC] = {NULL, NULL, NULL};
+  fsdp_status rc = FSDP_OK;
+  if (rt->rank < p->world) {
+    rc = shard_views(rt, bytes, NULL, h);
+    if (rc == FSDP_OK) rc = ckpt_write_rank(dir, p, rt->rank, step, step, h[0], h[1], h[2]);
+    st->bytes = ckpt_rank_file_bytes(p);
+  }
+  for (int s = 0; s < CKPT_NSEC; s++) runtime_host_view_done(rt, h[s]);
+  TRY(settle(rt, p, dir, step, rc));
+  st->step = step;
+  st->t0_us = t0, st->t1_us = monotime_us();
+  st->blocked_s = st->write_s = (double)(st->t1_us - t0) / 1e6;
+  trace_add(rt->trace, TRACE_HOST, TRACE_CKPT_SNAPSHOT, TRACE_NO_UNIT, step, t0, st->t1_us);
+  trace_add(rt->trace, TRACE_CKPT, TRACE_CKPT_WRITE, TRACE_NO_UNIT, step, t0, st->t1_us);
+  if (rt->rank == 0) log_info("checkpoint of step %d written to %s in %.2f s", step, dir, st->write_s);
+  return FSDP_OK;
+}
+
+fsdp_status runtime_checkpoint(runtime_t *rt, const char *dir, int step, ckpt_save_stats *st) {
   plan_t *group = NULL;
+  *st = (ckpt_save_stats){0};
   TRY(save_plan(rt, &group));
-  fsdp_status rc = checkpoint_as(rt, group ? group : rt->p, dir, step);
+  fsdp_status rc = checkpoint_as(rt, group ? group : rt->p, dir, step, st);
   plan_destroy(&group);
   return rc;
+}
+
+fsdp_status runtime_checkpoint_settle(runtime_t *rt, ckpt_async *a, int wait, ckpt_save_stats *done) {
+  *done = (ckpt_save_stats){0};
+  if (!a || !ckpt_async_pending(a)) return FSDP_OK;   /* the same on every rank */
+  if (!wait) {   /* every rank's write has ended, or the save stays in flight */
+    int nbusy = 0;
+    char who[64];
+    TRY(count_failures(rt, !ckpt_async_finished(a), &nbusy, who, sizeof who));
+    if (nbusy) return FSDP_OK;
+  }
+  ckpt_save_stats st;
+  fsdp_status rc = ckpt_async_wait(a, &st);
+  TRY(settle(rt, ckpt_async_plan(a), ckpt_async_dir(a), st.step, rc));
+  if (st.bytes) trace_add(rt->trace, TRACE_CKPT, TRACE_CKPT_WRITE, TRACE_NO_UNIT, st.step, st.t0_us, st.t1_us);
+  if (rt->rank == 0)
+    log_info("checkpoint of step %d written to %s in %.2f s (training blocked %.3f s)", st.step, ckpt_async_dir(a),
+             st.write_s, st.blocked_s);
+  *done = st;
+  return FSDP_OK;
+}
+
+fsdp_status runtime_checkpoint_prepare(runtime_t *rt, ckpt_async *a) {
+  plan_t *group = NULL;
+  TRY(save_plan(rt, &group));
+  const plan_t *p = group ? group : rt->p;
+  float *buf[CKPT_NSEC];
+  fsdp_status rc = rt->rank < p->world ? ckpt_async_buffers(a, rt->dev, (size_t)p->shard_total * sizeof(float), buf) : FSDP_OK;
+  plan_destroy(&group);
+  return rc;
+}
+
+fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *dir, int step, ckpt_save_stats *done) {
+  uint64_t t0 = monotime_us();
+  TRY(runtime_checkpoint_settle(rt, a, 1, done));   /* at most one save in flight */
+  double wait_s = (double)(monotime_us() - t0) / 1e6;
+  if (wait_s > 0.001 && rt->rank == 0)
+    log_info("checkpoint step %d waited %.2f s for the save of step %d to end", step, wait_s, done->step);
+  plan_t *group = NULL;
+  TRY(save_plan(rt, &group));
+  const plan_t *p = group ? group : rt->p;
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  float *buf[CKPT_NSEC];
+  fsdp_status rc = FSDP_OK;
+  if (rt->rank < p->world) {
+    rc = ckpt_async_buffers(a, rt->dev, bytes, buf);
+    if (rc == FSDP_OK) rc = shard_views(rt, bytes, buf, NULL);
+  }
+  int nbad = 0;
+  char who[64];
+  fsdp_status arc = count_failures(rt, rc != FSDP_OK, &nbad, who, sizeof who);
+  if (rc == FSDP_OK && arc == FSDP_OK && nbad)
+    rc = fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: %s could not take the snapshot (see its log)", step, who);
+  if (rc == FSDP_OK) rc = arc;
+  if (rc != FSDP_OK) {
+    plan_destroy(&group);
+    return rc;
+  }
+  uint64_t t1 = monotime_us();
+  trace_add(rt->trace, TRACE_HOST, TRACE_CKPT_SNAPSHOT, TRACE_NO_UNIT, step, t0, t1);
+  ckpt_save_stats st = {.step = step, .wait_s = wait_s, .blocked_s = (double)(t1 - t0) / 1e6};
+  ckpt_async_start(a, dir, p, &group, rt->rank, step, &st);
+  return FSDP_OK;
 }
 
 fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {

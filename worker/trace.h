@@ -40,17 +40,18 @@
 
 typedef enum {
   TRACE_STEP = 0, TRACE_ALLGATHER, TRACE_FORWARD, TRACE_LOSS, TRACE_BACKWARD, TRACE_REDUCESCATTER,
-  TRACE_ALLREDUCE, TRACE_OPTIMIZER, TRACE_EVAL, TRACE_NKIND
+  TRACE_ALLREDUCE, TRACE_OPTIMIZER, TRACE_EVAL, TRACE_CKPT_SNAPSHOT, TRACE_CKPT_WRITE, TRACE_NKIND
 } trace_kind;
 /* The wire carries them as numbers (proto/fsdp.proto TraceSpans); fsdpctl names them (client/ctl_trace.c:
- * "allgather h.3", "optimizer"; the lanes "host", "compute stream", "comm", "comm (shard group)",
- * "comm (replica group)"). */
+ * "allgather h.3", "optimizer", "checkpoint snapshot"; the lanes "host", "compute stream", "comm",
+ * "comm (shard group)", "comm (replica group)", "checkpoint writer"). A checkpoint's snapshot (the
+ * time training stops for it) is on the host lane, its file's write on the checkpoint writer's. */
 
 /* The comm lanes: the runtime's world comm (every collective outside hybrid sharding; the step's
  * scalars), and with sharding = hybrid the shard group's comm (all-gathers, reduce-scatters) and
  * the replica comm (the all-reduce across groups), each with its own comm thread. */
 typedef enum {
-  TRACE_HOST = 0, TRACE_STREAM, TRACE_COMM, TRACE_COMM_GROUP, TRACE_COMM_REPLICA, TRACE_NLANE
+  TRACE_HOST = 0, TRACE_STREAM, TRACE_COMM, TRACE_COMM_GROUP, TRACE_COMM_REPLICA, TRACE_CKPT, TRACE_NLANE
 } trace_lane;
 
 #define TRACE_NO_UNIT (-1)   /* a span of no unit: the step, the optimizer, the scalars' all-reduce */

@@ -10,7 +10,7 @@
 #include "curve.h"
 #include "log.h"
 
-_Static_assert(TRACE_NKIND == 9 && TRACE_NLANE == 5, "proto/wire.c's check_trace_spans knows 9 kinds and 5 lanes");
+_Static_assert(TRACE_NKIND == 11 && TRACE_NLANE == 6, "proto/wire.c's check_trace_spans knows 11 kinds and 6 lanes");
 _Static_assert(TRACE_RING == 65536, "daemon/tracepull.h's TRACEPULL_RING_SPANS (its messages) says 65536");
 
 struct wlink {
@@ -199,7 +199,7 @@ static fsdp_status answer_trace(wlink *l, const Fsdp__TraceReq *q) {
   return rc;
 }
 
-fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
+fsdp_status wlink_next(wlink *l, int *step, int *checkpoint, int *last) {
   Fsdp__Msg *m = NULL;
   TRY(recv_msg(l, -1, &m));
   while (m->body_case == FSDP__MSG__BODY_TRACE_REQ) {
@@ -209,10 +209,11 @@ fsdp_status wlink_next(wlink *l, int *step, int *checkpoint) {
     TRY(recv_msg(l, -1, &m));
   }
   fsdp_status rc = FSDP_OK;
-  *checkpoint = 0;
+  *checkpoint = *last = 0;
   if (m->body_case == FSDP__MSG__BODY_STEP_CMD) {
     *step = (int)m->step_cmd->step;
     *checkpoint = m->step_cmd->checkpoint;
+    *last = m->step_cmd->last;
   } else if (m->body_case == FSDP__MSG__BODY_STOP_CMD) *step = 0;
   else rc = expect(m, FSDP__MSG__BODY_STEP_CMD, "waiting for a step");
   wire_destroy(&m);
@@ -250,6 +251,16 @@ fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
   rep.start_val_loss = r->start_val_loss;
   rep.start_eval_ms = r->start_eval_ms;
   rep.stats = &st;
+  Fsdp__CkptSave cs[2], *csp[2];
+  for (int i = 0; i < r->nckpt && i < 2; i++) {
+    const ckpt_save_stats *k = &r->ckpt[i];
+    fsdp__ckpt_save__init(&cs[i]);
+    cs[i].step = (uint32_t)k->step, cs[i].blocked_s = k->blocked_s, cs[i].wait_s = k->wait_s;
+    cs[i].write_s = k->write_s, cs[i].bytes = k->bytes;
+    csp[i] = &cs[i];
+  }
+  rep.n_ckpt = (size_t)(r->nckpt < 2 ? r->nckpt : 2);
+  rep.ckpt = csp;
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT;
   m.step_report = &rep;

@@ -29,9 +29,9 @@ comm_kv wlink_kv(wlink *l);
 fsdp_status wlink_ready(wlink *l, int start_step);
 /* The span ring trace pulls are answered from (NULL: answered with no spans). */
 void wlink_set_trace(wlink *l, const trace_t *t);
-/* Wait for the next command: *step > 0 for a step (*checkpoint: save one after it), 0 for stop.
- * Trace pulls that arrive meanwhile are answered on the way. */
-fsdp_status wlink_next(wlink *l, int *step, int *checkpoint);
+/* Wait for the next command: *step > 0 for a step (*checkpoint: save one after it; *last: no step
+ * follows), 0 for stop. Trace pulls that arrive meanwhile are answered on the way. */
+fsdp_status wlink_next(wlink *l, int *step, int *checkpoint, int *last);
 fsdp_status wlink_report(wlink *l, int rank, const rt_report *r);
 fsdp_status wlink_ack(wlink *l);
 /* Tell the coordinator this worker failed (best effort; the exit status says it too). */

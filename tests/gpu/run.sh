@@ -20,13 +20,16 @@
 # (naming the kernel); one still running at its deadline has each rank's host stack printed (gdb)
 # before it is killed.
 #   7 PyTorch          bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
-#   8 table            printed last and written to $OUT/gpu_report.md and gpu_report.json
+#   8 async ckpt       a save taken asynchronously on the GPU (pinned snapshot copied on its own
+#                      stream while the next step runs) writes the same bytes as a synchronous one,
+#                      and resuming from each gives the same losses, bit for bit
+#   9 table            printed last and written to $OUT/gpu_report.md and gpu_report.json
 # A failing step does not stop the next ones. Exit status: 0 nothing FAILED; 1 a step FAILED (with
 # --strict-targets also a missed performance target); 2 no GPU (and nothing failed) outside --dry-run.
 #
 # --dry-run: no GPU is used even where one exists: the GPU steps say SKIP, and everything else runs
 #   for real (unpacking or finding the binaries, the CPU reference runs, the plan, the table).
-# --only LIST: run only these steps (1 and 8 always run), e.g. a rerun of 3,6 in the time left.
+# --only LIST: run only these steps (1 and 9 always run), e.g. a rerun of 3,6 in the time left.
 # --budget S: the whole run's deadline (default 450 s); a step that cannot get its minimum time
 #   before it says SKIP.
 # Binaries, first found: $FSDP_GPU_BIN (a build directory: fsdp-worker, fsdpctl, tests/gpu/gpu_check),
@@ -725,20 +728,59 @@ PY
   fi
 }
 
+# ---------------------------------------------------------------- step 8: asynchronous checkpoint
+# 3 steps saving after step 2 (written while step 3 runs) and 3, with async = false and true; the
+# rank file of step 2 must be the same bytes; then, from step 2 (step 3's save removed), 2 more
+# steps: the same losses, bit for bit.
+step8() {
+  local s0=$SECONDS t mode
+  log "step 8: an asynchronous checkpoint on the GPU against a synchronous one"
+  [ -n "$GPU" ] || { result 8 "async ckpt" SKIP "$NO_GPU_WHY" $((SECONDS - s0)); return; }
+  probe_cuda
+  [ "$CUDA_OK" = 1 ] || { result 8 "async ckpt" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
+  for mode in false true; do
+    t=$(allot 120 20) || { result 8 "async ckpt" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+    rm -rf "$WORK/ck-$mode"
+    job_ini "$WORK/ck-$mode.ini" cuda full auto 1 "$SM_B" "$SM_GA" 3 "$SM_LR" "${SM[@]}"
+    printf '[checkpoint]\ndir = %s\nevery = 2\nkeep = 3\nasync = %s\n' "$WORK/ck-$mode" "$mode" >>"$WORK/ck-$mode.ini"
+    run_job "ck-$mode" 1 "$WORK/ck-$mode.ini" "$t" ||
+      { result 8 "async ckpt" FAIL "async = $mode: $(last_error "$WORK/runs/ck-$mode")" $((SECONDS - s0)); return; }
+    rm -rf "$WORK/ck-$mode/step-00000003"
+    sed -i 's/^steps = 3$/steps = 5/' "$WORK/ck-$mode.ini"
+    t=$(allot 120 20) || { result 8 "async ckpt" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+    run_job "ck-$mode-resumed" 1 "$WORK/ck-$mode.ini" "$t" ||
+      { result 8 "async ckpt" FAIL "async = $mode, resumed: $(last_error "$WORK/runs/ck-$mode-resumed")" $((SECONDS - s0)); return; }
+  done
+  if ! cmp -s "$WORK/ck-false/step-00000002/rank-0.bin" "$WORK/ck-true/step-00000002/rank-0.bin"; then
+    result 8 "async ckpt" FAIL "the rank file of step 2 differs between async = false and true" $((SECONDS - s0))
+    return
+  fi
+  local out
+  if out=$(python3 - "$WORK/runs/ck-false-resumed/rank-0.jsonl" "$WORK/runs/ck-true-resumed/rank-0.jsonl" <<'PY'
+import json, sys
+a, b = ([(d["step"], d["loss"]) for d in map(json.loads, open(p)) if "loss" in d] for p in sys.argv[1:])
+assert [s for s, _ in a] == [3, 4, 5], f"the resumed run reported steps {[s for s, _ in a]}, expected 3, 4, 5"
+assert a == b, f"losses after resuming: sync {a}, async {b}"
+print("step 2's rank file identical; resumed losses " + " ".join(f"{l:.6f}" for _, l in b) + " equal bit for bit")
+PY
+  ); then result 8 "async ckpt" PASS "$out" $((SECONDS - s0))
+  else result 8 "async ckpt" FAIL "$out" $((SECONDS - s0)); fi
+}
+
 # ---------------------------------------------------------------- run
 BIN_OK=""
 metric when "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 metric mode "$([ "$DRY" = 1 ] && echo "dry run" || echo "GPU run")${ONLY:+, only steps $ONLY}"
 step1
-for s in 2 3 4 5 6 7; do
+for s in 2 3 4 5 6 7 8; do
   name=$(case $s in 2) echo gpu_check;; 3) echo "cuda vs cpu";; 4) echo "gloo-staged N=2 vs N=1";;
-         5) echo racecheck;; 6) echo benchmark;; 7) echo "PyTorch same step";; esac)
+         5) echo racecheck;; 6) echo benchmark;; 7) echo "PyTorch same step";; 8) echo "async ckpt";; esac)
   if ! selected "$s"; then result "$s" "$name" SKIP "not selected (--only $ONLY)"; continue; fi
   if [ -z "$BIN_OK" ] && [ "$s" != 7 ]; then result "$s" "$name" SKIP "step 1 failed: no binaries"; continue; fi
   "step$s"
 done
-log "step 8: the table ($OUTDIR/gpu_report.md, gpu_report.json)"
-result 8 table PASS "written to $OUTDIR/gpu_report.md and gpu_report.json" 0
+log "step 9: the table ($OUTDIR/gpu_report.md, gpu_report.json)"
+result 9 table PASS "written to $OUTDIR/gpu_report.md and gpu_report.json" 0
 python3 "$HELP" table "$RESULTS" "$METRICS" "$OUTDIR" || echo "run.sh: FAIL: the table could not be written" >&2
 if grep -q $'\tFAIL\t' "$RESULTS"; then exit 1; fi
 if [ "$STRICT" = 1 ] && ! python3 -c 'import json, sys; sys.exit(not all(json.load(open(sys.argv[1]))["targets"].values()))' \

@@ -7,7 +7,8 @@
 #     the step must FAIL with the worker's one-line reason, the table must show it, and exit 1;
 #  3. the PASS paths, with stand-ins: a worker that trains "device = cuda" on the CPU (the real
 #     worker with device = cpu) and reports synthetic benchmark steps for GPT-2 124M, a gpu_check and
-#     a python3-with-torch that print what the real ones print: steps 2-4, 6, 7 PASS, the figures
+#     a python3-with-torch that print what the real ones print: steps 2-4, 6-8 PASS (8: the async
+#     checkpoint against the sync one, for real on the CPU), the figures
 #     (MFU, peak against the plan, the PyTorch ratios) land in the table; and report.py's loss
 #     comparisons fail when they should;
 #  3b. a job whose ranks hang: at the step's deadline each rank's host stack (gdb) is shown in the
@@ -24,17 +25,17 @@ trap 'rm -rf "$tmp"' EXIT
 
 # 1. dry run
 rc=0
-FSDP_GPU_BIN=$build OUT=$tmp/dry timeout 300 bash "$src/tests/gpu/run.sh" --dry-run --only 2,4,5,6,7 >"$tmp/dry.log" 2>&1 || rc=$?
+FSDP_GPU_BIN=$build OUT=$tmp/dry timeout 300 bash "$src/tests/gpu/run.sh" --dry-run --only 2,4,5,6,7,8 >"$tmp/dry.log" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/dry.log"; echo "dry run: exit $rc, expected 0"; exit 1; }
 python3 - "$tmp/dry/gpu_report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 st = {s["step"]: (s["status"], s["detail"]) for s in r["steps"]}
-assert sorted(st) == [str(i) for i in range(1, 9)], st
+assert sorted(st) == [str(i) for i in range(1, 10)], st
 assert st["1"][0] == "PASS", st["1"]
-for i in "24567":
+for i in "245678":
     assert st[i][0] == "SKIP" and st[i][1].startswith("dry run"), (i, st[i])
-assert st["3"] == ("SKIP", "not selected (--only 2,4,5,6,7)"), st["3"]
+assert st["3"] == ("SKIP", "not selected (--only 2,4,5,6,7,8)"), st["3"]
 assert "plan was read" in st["6"][1], st["6"]
 assert r["metrics"]["plan_bytes"] > 0 and not r["failed"], r
 print("dry run: ok")
@@ -101,7 +102,7 @@ python3 - "$tmp/pass/gpu_report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 st = {s["step"]: s["status"] for s in r["steps"]}
-assert st == {"1": "PASS", "2": "PASS", "3": "PASS", "4": "PASS", "5": "SKIP", "6": "PASS", "7": "PASS", "8": "PASS"}, st
+assert st == {"1": "PASS", "2": "PASS", "3": "PASS", "4": "PASS", "5": "SKIP", "6": "PASS", "7": "PASS", "8": "PASS", "9": "PASS"}, st
 m = r["metrics"]
 assert m["gemm_tflops"] == 780.0, m
 tps = 16384 / 0.120

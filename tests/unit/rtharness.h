@@ -202,7 +202,8 @@ static int child(int rank, int world, const char *dir, void *arg) {
     memcpy(res.sent_inter, r.sent_inter, sizeof res.sent_inter);
     memcpy(res.peak, r.peak, sizeof res.peak);
     res.peak_total = r.peak_total;
-    if (s == c->ckpt_at && runtime_checkpoint(rt, c->ckdir, s) != FSDP_OK) {
+    ckpt_save_stats st;
+    if (s == c->ckpt_at && runtime_checkpoint(rt, c->ckdir, s, &st) != FSDP_OK) {
       fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
       _exit(6);
     }

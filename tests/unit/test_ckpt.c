@@ -330,6 +330,26 @@ static void test_prune(void) {
   CHECK_EQ_INT(FSDP_ERR_INVALID, ckpt_read_manifest(dir, 9, &ci));
   CHECK(contains(fsdp_last_error(), "step-00000009 is not a directory of this checkpoint"));
   rm_rf(other);
+  /* keep = 1 while a newer save is being written (step 7: a rank file, no manifest yet): the last
+   * complete checkpoint (5) stays, and so does the one being written */
+  char sd7[700], f7[760];
+  ckpt_step_dir(dir, 7, sd7, sizeof sd7);
+  mkdir(sd7, 0755);
+  snprintf(f7, sizeof f7, "%s/rank-0.bin.tmp", sd7);
+  CHECK(write_all(f7, "x", 1) == 0);
+  CHECK_OK(ckpt_prune(dir, 1));
+  for (int s = 4; s <= 7; s++) {
+    char sd[700];
+    ckpt_step_dir(dir, s, sd, sizeof sd);
+    CHECK_EQ_INT(s == 5 || s == 7, access(sd, F_OK) == 0);
+  }
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
+  /* a failed save: its step directory removed, the complete one before it untouched */
+  CHECK_OK(ckpt_discard(dir, 7));
+  CHECK(access(sd7, F_OK) != 0);
+  CHECK_OK(ckpt_latest(dir, &latest));
+  CHECK_EQ_INT(5, latest);
   /* the due rule */
   jobspec_t spec;
   make_spec(&spec, 1, 2, SHARD_FULL);
@@ -350,6 +370,7 @@ typedef struct config {
   int restore;          /* restore from ckpt (expect step `first - 1`) */
   int first, last;      /* steps run */
   int ckpt_at;          /* checkpoint after this step, 0: none */
+  int async;            /* ... saved asynchronously, settled at the step boundaries and at the end */
 } config;
 
 typedef struct result {
@@ -383,6 +404,8 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
     fprintf(stderr, "rank %d restore: %s\n", rank, fsdp_last_error());
     _exit(rrc == FSDP_ERR_COMM ? 6 : 4);
   }
+  ckpt_async *ca = NULL;
+  if (c->async && ckpt_async_new(&ca) != FSDP_OK) _exit(3);
   for (int s = c->first; s <= c->last; s++) {
     rt_report r;
     if (runtime_step(rt, s, &r) != FSDP_OK) {
@@ -390,11 +413,23 @@ static void child(const config *c, int rank, const char *run_dir, const char *ck
       _exit(5);
     }
     res.loss[s] = r.loss;
-    if (s == c->ckpt_at && runtime_checkpoint(rt, ckdir, s) != FSDP_OK) {
+    ckpt_save_stats st;
+    fsdp_status rc = FSDP_OK;
+    if (s == c->ckpt_at)
+      rc = c->async ? runtime_checkpoint_async(rt, ca, ckdir, s, &st) : runtime_checkpoint(rt, ckdir, s, &st);
+    else if (ca)
+      rc = runtime_checkpoint_settle(rt, ca, 0, &st);
+    if (rc != FSDP_OK) {
       fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
       _exit(6);
     }
   }
+  ckpt_save_stats st;
+  if (runtime_checkpoint_settle(rt, ca, 1, &st) != FSDP_OK) {
+    fprintf(stderr, "rank %d checkpoint: %s\n", rank, fsdp_last_error());
+    _exit(6);
+  }
+  ckpt_async_destroy(&ca);
   res.ok = 1;
   snprintf(path, sizeof path, "%s/result-%d", run_dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(7);
@@ -530,6 +565,45 @@ static void test_resume(void) {
   rm_rf(ck);
 }
 
+/* An asynchronous save (snapshot, writer thread, manifest at a later step boundary) writes the same
+ * bytes as a synchronous one, and resuming from it gives the same losses and weights, bit for bit. */
+static void test_async_resume(void) {
+  char cks[] = "/tmp/fsdp-ckpt-XXXXXX", cka[] = "/tmp/fsdp-ckpt-XXXXXX";
+  if (!mkdtemp(cks) || !mkdtemp(cka)) return;
+  result rs, ra;
+  float *ms = NULL, *ma = NULL;
+  int64_t ns = 0, na = 0;
+  /* saved after step 2, then step 3 runs while the file is written (settled at the end) */
+  config cs = {.world = 2, .batch = 2, .first = 1, .last = 3, .ckpt_at = 2};
+  config ca = cs;
+  ca.async = 1;
+  CHECK(run(&cs, cks, &rs, &ms, &ns) == 0);
+  CHECK(run(&ca, cka, &ra, &ma, &na) == 0);
+  free(ms), free(ma);
+  int latest = 0;
+  CHECK_OK(ckpt_latest(cka, &latest));
+  CHECK_EQ_INT(2, latest);
+  for (int r = 0; r < 2; r++) {
+    char fs[700], fa[700];
+    snprintf(fs, sizeof fs, "%s/step-00000002/rank-%d.bin", cks, r);
+    snprintf(fa, sizeof fa, "%s/step-00000002/rank-%d.bin", cka, r);
+    CHECK(files_equal(fs, fa));
+  }
+  config cr = {.world = 2, .batch = 2, .restore = 1, .first = 3, .last = STEPS};
+  ms = ma = NULL;
+  CHECK(run(&cr, cks, &rs, &ms, &ns) == 0);
+  CHECK(run(&cr, cka, &ra, &ma, &na) == 0);
+  CHECK_EQ_INT(2, rs.restored);
+  CHECK_EQ_INT(2, ra.restored);
+  for (int s = 3; s <= STEPS; s++) CHECK(memcmp(&rs.loss[s], &ra.loss[s], sizeof(double)) == 0);
+  CHECK(ms && ma && ns == na && memcmp(ms, ma, (size_t)ns * sizeof(float)) == 0);
+  printf("async save: rank files equal to the synchronous ones; resumed losses 3..%d and weights %s\n", STEPS,
+         ms && ma && !memcmp(ms, ma, (size_t)ns * sizeof(float)) ? "bit-identical" : "DIFFER");
+  free(ms), free(ma);
+  rm_rf(cks);
+  rm_rf(cka);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   single_threaded_ranks(argv);
@@ -543,6 +617,7 @@ int main(int argc, char **argv) {
   test_corruption();
   test_prune();
   test_resume();
+  test_async_resume();
   g_llama = 1;   /* the same with a Llama: format, resharding, resume at other world sizes */
   printf("Llama:\n");
   test_roundtrip_reshard();

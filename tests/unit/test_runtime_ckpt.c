@@ -108,7 +108,8 @@ int main(void) {
   CHECK_EQ_INT(S, g_up);
   rt_report rep;
   CHECK_OK(runtime_step(a.rt, 1, &rep));
-  CHECK_OK(runtime_checkpoint(a.rt, dir, 1));
+  ckpt_save_stats saved;
+  CHECK_OK(runtime_checkpoint(a.rt, dir, 1, &saved));
 
   /* eval: the token ids go up, the loss sum and token count come down once, together */
   double val = 0, ms = 0;

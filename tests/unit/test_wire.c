@@ -437,9 +437,11 @@ static void test_trace_rejects(void) {
   t->n_dur_us = 1;
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
   t->n_dur_us = 2;
-  t->kind[0] = 9;
+  t->kind[0] = 10, t->lane[0] = 5;   /* the last kind (checkpoint write) on the last lane (checkpoint writer) */
+  CHECK_OK(wire_validate(&m));
+  t->kind[0] = 11;
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
-  t->kind[0] = 1, t->lane[0] = 5;
+  t->kind[0] = 1, t->lane[0] = 6;
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));
   t->lane[0] = 2, t->unit[0] = -2;
   CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&m));

@@ -42,6 +42,20 @@ static inline double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Whether files A and B exist and hold the same bytes. */
+static inline int files_equal(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int eq = fa && fb;
+  while (eq) {
+    int x = fgetc(fa), y = fgetc(fb);
+    eq = x == y;
+    if (x == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return eq;
+}
+
 /* Copy RANK's shard (p->shard_total floats) into FULL, the units' unpadded buffers concatenated. */
 static inline void place_shard(const plan_t *p, int rank, const float *shard, float *full) {
   int64_t base = 0;

@@ -83,6 +83,8 @@ typedef struct cuda_dev {
   device_t base;
   int gpu;
   cudaStream_t stream;
+  cudaStream_t copy_stream;   /* snapshots (checkpoints), created at the first */
+  cudaEvent_t copy_after;     /* the compute stream's point a snapshot starts after */
   cublasLtHandle_t lt;
   ops_cuda_ctx ctx;
   void *ws;
@@ -250,6 +252,22 @@ static fsdp_status cu_upload(device_t *d, void *dst, const void *src, size_t byt
 }
 static fsdp_status cu_download(device_t *d, void *dst, const void *src, size_t bytes) {
   return copy_sync(cd(d), dst, src, bytes, cudaMemcpyDeviceToHost, "download (device to host)");
+}
+
+/* On copy_stream, after the compute stream's work so far (an event between the two streams). */
+static fsdp_status cu_snapshot(device_t *dd, void *dst, const void *src, size_t bytes) {
+  cuda_dev *d = cd(dd);
+  if (d->err != FSDP_OK) return report(d);
+  if (!d->copy_stream) {
+    CU(d, cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking), "creating the snapshot stream");
+    CU(d, cudaEventCreateWithFlags(&d->copy_after, cudaEventDisableTiming), "creating the snapshot event");
+    if (d->err != FSDP_OK) return report(d);
+  }
+  CU(d, cudaEventRecord(d->copy_after, d->stream), "snapshot (event on the compute stream)");
+  CU(d, cudaStreamWaitEvent(d->copy_stream, d->copy_after, 0), "snapshot (stream wait)");
+  if (bytes) CU(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->copy_stream), "snapshot (device to host)");
+  CU(d, cudaStreamSynchronize(d->copy_stream), "snapshot (device to host)");
+  return d->err == FSDP_OK ? FSDP_OK : report(d);
 }
 
 /* ---- timing ---- */
@@ -693,6 +711,8 @@ static void cu_destroy(device_t *dd) {
   while (d->nrec > 0) cu_free(dd, d->recs[d->nrec - 1].p);
   for (int i = 0; i < d->captev; i++) cudaEventDestroy(d->tev[i]);
   if (d->lt) cublasLtDestroy(d->lt);
+  if (d->copy_stream) cudaStreamDestroy(d->copy_stream);
+  if (d->copy_after) cudaEventDestroy(d->copy_after);
   if (d->stream) cudaStreamDestroy(d->stream);
   (void)cudaGetLastError();
   free(d->tev);
@@ -703,7 +723,7 @@ static void cu_destroy(device_t *dd) {
 }
 
 static const dev_ops cuda_ops = {
-    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host, .upload = cu_upload, .download = cu_download,
+    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host, .upload = cu_upload, .download = cu_download, .snapshot = cu_snapshot,
     .record = cu_record, .wait = cu_wait, .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers,
     .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cu_trace, .zero = cu_zero,
     .copy = cu_copy, .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,

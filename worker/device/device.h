@@ -65,6 +65,11 @@ typedef struct dev_ops {
    * reused, download when DST holds the data (both after all work submitted before them). */
   fsdp_status (*upload)(device_t *d, void *dst, const void *src, size_t bytes);
   fsdp_status (*download)(device_t *d, void *dst, const void *src, size_t bytes);
+  /* device → host memory from alloc_host (a checkpoint's snapshot), after all work submitted
+   * before it, returning when DST holds the data: on CUDA a copy on a stream of its own (pinned
+   * memory, full PCIe speed, without queueing behind or ahead of the compute stream's later work);
+   * on the CPU download. */
+  fsdp_status (*snapshot)(device_t *d, void *dst, const void *src, size_t bytes);
 
   /* ---- stream ordering ---- */
   void (*record)(device_t *d, dev_event *e);

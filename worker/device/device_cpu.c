@@ -113,10 +113,13 @@ static void cpu_free(device_t *d, void *p) {
   mem_free(p);
 }
 
+/* Page-aligned, as pinned memory is: a checkpoint snapshot is written from it with O_DIRECT. */
 static void *cpu_alloc_host(device_t *d, size_t bytes) {
   (void)d;
-  void *p = calloc(1, bytes ? bytes : 1);
+  size_t n = (bytes + 4095) & ~(size_t)4095;
+  void *p = aligned_alloc(4096, n ? n : 4096);
   if (!p) fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+  else memset(p, 0, n ? n : 4096);
   return p;
 }
 static void cpu_free_host(device_t *d, void *p) {
@@ -506,7 +509,7 @@ static void cpu_destroy(device_t *dd) {
 
 #define CPU_OPS(NAME)                                                                                          \
   {                                                                                                            \
-    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download,        \
+    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download, .snapshot = cpu_download, \
     .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
     .trace = cpu_trace,                                                                                        \
     .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \

@@ -1,0 +1,123 @@
+/* test_ckpt_async — the asynchronous checkpoint writer (worker/ckpt_async.h): a write on the writer
+ * thread produces the file a synchronous ckpt_write_rank does, byte for byte; the write is pending
+ * and not finished while the writer is held at a named point (FSDP_TEST_CKPT_PAUSE, common/ckpt.c),
+ * and finished once released; a failed write reports its message on the caller's thread; destroy
+ * with a write in flight waits for it. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ckpt.h"
+#include "ckpt_async.h"
+#include "device.h"
+#include "jobspec.h"
+#include "plan.h"
+#include "testfiles.h"
+
+static const char *JOB = "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab_size = 64\nseq_len = 16\n"
+                         "[data]\ntrain = synthetic:markov:1\nbatch_size = 2\n[fsdp]\nworld_size = 2\n";
+
+/* Wait up to 20 s for PATH to exist. */
+static int wait_file(const char *path) {
+  struct timespec tick = {0, 5 * 1000 * 1000};
+  for (double t0 = now_s(); now_s() - t0 < 20;) {
+    if (access(path, F_OK) == 0) return 1;
+    nanosleep(&tick, NULL);
+  }
+  return 0;
+}
+
+int main(void) {
+  char dir[] = "/tmp/fsdp-ckasync-XXXXXX";
+  if (!mkdtemp(dir)) return 2;
+  jobspec_t spec;
+  plan_t *p = NULL;
+  device_t *dev = NULL;
+  ckpt_async *a = NULL;
+  CHECK_OK(jobspec_parse(JOB, "t.ini", "/tmp", &spec));
+  CHECK_OK(plan_build(&spec, 2, &p));
+  CHECK_OK(dev_new_cpu(DEV_CPU_SYNC, &dev));
+  CHECK_OK(ckpt_async_new(&a));
+  if (!p || !dev || !a) return check_done();
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  float *buf[CKPT_NSEC];
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
+  for (int s = 0; s < CKPT_NSEC; s++)
+    for (int64_t i = 0; i < p->shard_total; i++) buf[s][i] = (float)(s * 1000003 + i) * 0.5f;
+
+  /* the reference: the same shards written synchronously */
+  char sync_dir[700], f_sync[800], f_async[800];
+  snprintf(sync_dir, sizeof sync_dir, "%s/sync", dir);
+  CHECK_OK(ckpt_write_rank(sync_dir, p, 1, 3, 3, buf[0], buf[1], buf[2]));
+
+  /* held mid-file (after the first section), then released */
+  char pause_dir[700], marker[800], release[800];
+  snprintf(pause_dir, sizeof pause_dir, "%s/pause", dir);
+  mkdir(pause_dir, 0700);
+  snprintf(marker, sizeof marker, "%s/paused-mid-1", pause_dir);
+  snprintf(release, sizeof release, "%s/release", pause_dir);
+  setenv("FSDP_TEST_CKPT_PAUSE", "mid:3", 1);
+  setenv("FSDP_TEST_CKPT_PAUSE_DIR", pause_dir, 1);
+  ckpt_save_stats st = {.blocked_s = 0.25};
+  CHECK(!ckpt_async_pending(a));
+  ckpt_async_start(a, dir, p, NULL, 1, 3, &st);
+  CHECK(ckpt_async_pending(a));
+  CHECK(wait_file(marker));
+  CHECK(!ckpt_async_finished(a));   /* held mid-file: not finished, and no rank file yet */
+  snprintf(f_async, sizeof f_async, "%s/step-00000003/rank-1.bin", dir);
+  CHECK(access(f_async, F_OK) != 0);
+  CHECK(ckpt_async_buffers(a, dev, bytes, buf) != FSDP_OK);   /* the snapshot is not reused meanwhile */
+  int fd = open(release, O_WRONLY | O_CREAT, 0600);
+  if (fd >= 0) close(fd);
+  memset(&st, 0, sizeof st);
+  CHECK_OK(ckpt_async_wait(a, &st));
+  CHECK(!ckpt_async_pending(a));
+  unsetenv("FSDP_TEST_CKPT_PAUSE");
+  snprintf(f_sync, sizeof f_sync, "%s/step-00000003/rank-1.bin", sync_dir);
+  CHECK(files_equal(f_sync, f_async));
+  struct stat sb;
+  CHECK(stat(f_async, &sb) == 0 && (uint64_t)sb.st_size == st.bytes);
+  CHECK_EQ_INT(3, st.step);
+  CHECK(st.blocked_s == 0.25 && st.write_s > 0);
+  CHECK(ckpt_async_plan(a) == p && strcmp(ckpt_async_dir(a), dir) == 0);
+  printf("async write: %llu bytes in %.3f s, equal to the synchronous file\n", (unsigned long long)st.bytes, st.write_s);
+
+  /* a write that fails (its directory is a file): the message reaches the caller's thread */
+  char notdir[700];
+  snprintf(notdir, sizeof notdir, "%s/plain-file", dir);
+  fd = open(notdir, O_WRONLY | O_CREAT, 0600);
+  if (fd >= 0) close(fd);
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
+  ckpt_async_start(a, notdir, p, NULL, 0, 4, &st);
+  fsdp_clear_error();
+  CHECK(ckpt_async_wait(a, NULL) != FSDP_OK);
+  CHECK(strstr(fsdp_last_error(), "plain-file") != NULL);
+  printf("failed write: %s\n", fsdp_last_error());
+
+  /* a rank beyond the writer's world writes nothing and is complete at once; an owned plan is freed */
+  plan_t *own = NULL;
+  CHECK_OK(plan_build(&spec, 2, &own));
+  ckpt_async_start(a, dir, own, &own, 2, 5, &st);
+  CHECK(own == NULL);
+  CHECK_OK(ckpt_async_wait(a, &st));
+  CHECK_EQ_INT(0, st.bytes);
+
+  /* destroy while a write is in flight: it waits for the write */
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
+  ckpt_async_start(a, dir, p, NULL, 0, 6, &st);
+  ckpt_async_destroy(&a);
+  CHECK(a == NULL);
+  char f6[800];
+  snprintf(f6, sizeof f6, "%s/step-00000006/rank-0.bin", dir);
+  CHECK(access(f6, F_OK) == 0);
+
+  dev_destroy(&dev);
+  plan_destroy(&p);
+  rm_rf(dir);
+  return check_done();
+}

@@ -1,0 +1,176 @@
+/* ckpt_async — see ckpt_async.h. One writer thread per ckpt_async, woken by a condition variable;
+ * the state (idle, writing, written) changes under the mutex. */
+#include "ckpt_async.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "monotime.h"
+#include "trace.h"
+
+typedef enum { CA_IDLE = 0, CA_WRITING, CA_WRITTEN } ca_state;
+
+struct ckpt_async {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;     /* state or quit changed */
+  ca_state state;
+  int quit;
+
+  device_t *dev;         /* the snapshot's allocator */
+  size_t bytes;
+  float *buf[CKPT_NSEC];
+
+  /* the pending write: set by start, read by the writer, collected by wait */
+  char dir[4096];
+  const plan_t *p;
+  plan_t *own;
+  int rank, writes;
+  ckpt_save_stats stats;
+  fsdp_status rc;
+  char err[1024];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *writer_main(void *arg) {
+  ckpt_async *a = arg;
+  pthread_mutex_lock(&a->mu);
+  for (;;) {
+    while (a->state != CA_WRITING && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
+    if (a->state != CA_WRITING) break;
+    pthread_mutex_unlock(&a->mu);
+    double t0 = now_s();
+    uint64_t t0_us = monotime_us();
+    fsdp_status rc = FSDP_OK;
+    if (a->writes)   /* the optimizer step count of a checkpoint is its step */
+      rc = ckpt_write_rank(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->buf[CKPT_SEC_PARAM],
+                           a->buf[CKPT_SEC_M], a->buf[CKPT_SEC_V]);
+    pthread_mutex_lock(&a->mu);
+    a->rc = rc;
+    snprintf(a->err, sizeof a->err, "%s", rc == FSDP_OK ? "" : fsdp_last_error());
+    a->stats.write_s = now_s() - t0;
+    a->stats.t0_us = t0_us, a->stats.t1_us = monotime_us();
+    a->stats.bytes = a->writes ? ckpt_rank_file_bytes(a->p) : 0;
+    a->state = CA_WRITTEN;
+    pthread_cond_broadcast(&a->cv);
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+fsdp_status ckpt_async_new(ckpt_async **out) {
+  *out = NULL;
+  ckpt_async *a = calloc(1, sizeof *a);
+  if (!a) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the checkpoint writer");
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, NULL);
+  if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "cannot start the checkpoint writer thread");
+  }
+  *out = a;
+  return FSDP_OK;
+}
+
+static void free_buffers(ckpt_async *a) {
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
+    a->buf[s] = NULL;
+  }
+  a->bytes = 0;
+}
+
+void ckpt_async_destroy(ckpt_async **pa) {
+  ckpt_async *a = *pa;
+  if (!a) return;
+  if (ckpt_async_pending(a) && ckpt_async_wait(a, NULL) != FSDP_OK)
+    log_warn("checkpoint step %d, dropped unfinished: %s", a->stats.step, fsdp_last_error());
+  pthread_mutex_lock(&a->mu);
+  a->quit = 1;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  pthread_join(a->thread, NULL);
+  free_buffers(a);
+  plan_destroy(&a->own);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+  *pa = NULL;
+}
+
+fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float *buf[CKPT_NSEC]) {
+  if (ckpt_async_pending(a)) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint snapshot reused while being written");
+  if (a->dev != dev || a->bytes != bytes) {
+    free_buffers(a);
+    a->dev = dev;
+    for (int s = 0; s < CKPT_NSEC; s++)
+      if (!(a->buf[s] = dev->op->alloc_host(dev, bytes ? bytes : 1))) {
+        free_buffers(a);
+        return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory for the checkpoint snapshot "
+                              "(3 × the shard; [checkpoint] async = false saves without it)", 3 * bytes);
+      }
+    a->bytes = bytes;
+  }
+  for (int s = 0; s < CKPT_NSEC; s++) buf[s] = a->buf[s];
+  return FSDP_OK;
+}
+
+void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                      const ckpt_save_stats *stats) {
+  pthread_mutex_lock(&a->mu);
+  snprintf(a->dir, sizeof a->dir, "%s", dir);
+  plan_destroy(&a->own);   /* the previous write's */
+  a->p = p;
+  a->own = own ? *own : NULL;
+  if (own) *own = NULL;
+  a->rank = rank;
+  a->writes = rank < p->world;
+  a->stats = *stats;
+  a->stats.step = step;
+  a->state = CA_WRITING;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int ckpt_async_pending(ckpt_async *a) {
+  pthread_mutex_lock(&a->mu);
+  int r = a->state != CA_IDLE;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+int ckpt_async_finished(ckpt_async *a) {
+  pthread_mutex_lock(&a->mu);
+  int r = a->state == CA_WRITTEN;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats) {
+  pthread_mutex_lock(&a->mu);
+  if (a->state == CA_IDLE) {
+    pthread_mutex_unlock(&a->mu);
+    return FSDP_OK;
+  }
+  while (a->state != CA_WRITTEN) pthread_cond_wait(&a->cv, &a->mu);
+  fsdp_status rc = a->rc;
+  if (stats) *stats = a->stats;
+  a->state = CA_IDLE;
+  pthread_mutex_unlock(&a->mu);
+  if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", a->err);
+  return FSDP_OK;
+}
+
+const plan_t *ckpt_async_plan(const ckpt_async *a) { return a->p; }
+const char *ckpt_async_dir(const ckpt_async *a) { return a->dir; }

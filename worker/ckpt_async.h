@@ -1,0 +1,61 @@
+/* ckpt_async — a rank's asynchronous checkpoint write (docs/checkpoints.md, "Asynchronous saves"):
+ * a host snapshot of the rank's shards (parameters, AdamW m and v) and a writer thread that writes
+ * it as the rank's checkpoint file (ckpt_write_rank: CRC32Cs, the file, its fsync) while training
+ * goes on. The collective part (when every rank's file is complete, rank 0 writes the manifest) is
+ * the runtime's: runtime_checkpoint_async and runtime_checkpoint_settle (runtime.h).
+ *
+ * Ownership and threads: the worker's main thread owns a ckpt_async and is the only one to call
+ * these functions; the writer thread reads the snapshot and the plan handed to ckpt_async_start
+ * and nothing else, until the main thread has collected the write (ckpt_async_wait). The snapshot
+ * is allocated once, before the first step (runtime_checkpoint_prepare), as the device's host memory
+ * (pinned on CUDA; page-aligned, so that the writer can use O_DIRECT), and reused: a save that would
+ * start while a write is in flight waits for it first. */
+#ifndef FSDP_CKPT_ASYNC_H
+#define FSDP_CKPT_ASYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "device.h"
+#include "plan.h"
+
+typedef struct ckpt_async ckpt_async;
+
+/* What one save cost, for reports. */
+typedef struct ckpt_save_stats {
+  int step;                /* the checkpoint's step; 0: none */
+  double blocked_s;        /* training stopped: waiting for the previous write, the snapshot */
+  double wait_s;           /* the part of blocked_s spent waiting for the previous write */
+  double write_s;          /* the writer's time for the file: CRC32Cs, writes, fsync, rename */
+  uint64_t bytes;          /* this rank's file */
+  uint64_t t0_us, t1_us;   /* the write's start and end (trace_now_us's clock), for its trace span */
+} ckpt_save_stats;
+
+/* A writer thread, idle, and no snapshot yet. */
+fsdp_status ckpt_async_new(ckpt_async **out);
+/* Wait for a write in flight (its result is dropped), stop the thread, free the snapshot. NULL-safe. */
+void ckpt_async_destroy(ckpt_async **a);
+
+/* The snapshot's three buffers (param, m, v: BYTES each, host memory of DEV), allocated at the
+ * first call; a later call with another size or device reallocates. Not while a write is in flight. */
+fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float *buf[CKPT_NSEC]);
+/* Hand the snapshot to the writer: write RANK's file of STEP under DIR for the writer's plan P
+ * (borrowed: it must outlive the write), or, when RANK is beyond P's world (hybrid's other groups),
+ * nothing: the write is then complete at once. *OWN (may be NULL) passes a plan A frees once the
+ * write is collected (hybrid's group plan, which P then is). STATS: the figures so far (step,
+ * blocked time), completed by the write's. */
+void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                      const ckpt_save_stats *stats);
+/* Whether a write was started and not yet collected. */
+int ckpt_async_pending(ckpt_async *a);
+/* Whether the pending write has ended (no waiting). */
+int ckpt_async_finished(ckpt_async *a);
+/* Wait for the pending write to end and collect it: its status (its message recorded on this
+ * thread), and its figures in *STATS (may be NULL). FSDP_OK when none is pending. */
+fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats);
+/* The plan and directory of the latest write (for its manifest), valid until the next start. */
+const plan_t *ckpt_async_plan(const ckpt_async *a);
+const char *ckpt_async_dir(const ckpt_async *a);
+
+#endif
