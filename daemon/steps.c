@@ -260,10 +260,10 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
     for (size_t i = 0; rc == FSDP_OK && i < f->n_ckpt; i++) {
       const Fsdp__CkptSave *k = f->ckpt[i];
       j->ckpt = *k;
-      job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s) by rank %u; training blocked "
-              "%.3f s%s", k->step, (double)k->bytes / 1e6, k->write_s, k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0,
-              st->msgs[st->first]->node_step_report->first_rank, k->blocked_s,
-              k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+      job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s); training blocked %.3f s%s "
+              "(rank %u's file)", k->step, (double)k->bytes / 1e6, k->write_s,
+              k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0, k->blocked_s,
+              k->wait_s >= 0.001 ? " (waiting for the previous save)" : "", st->msgs[st->first]->node_step_report->first_rank);
     }
     /* the Prometheus figures (only with --metrics: nothing else reads them) */
     if (rc == FSDP_OK && c->cfg.metrics &&
