@@ -108,6 +108,7 @@ typedef struct job {
   char kv_prefix[64];
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
   uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
+  int stop_for_shutdown;     /* the stop is the daemon's shutdown: the job is queued again after it */
   promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
 } job_t;
 

@@ -361,6 +361,9 @@ static void on_tick(uv_timer_t *t) {
   promx_expire(&c->px_done, now);
   coord_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
+    for (job_t *j = c->jobs; j; j = j->next)   /* a stop for the shutdown that did not finish in time */
+      if (!j->done) job_finish(c, j, ST_QUEUED, "the daemon shut down before the job's checkpoint was saved; it "
+                               "resumes from its newest checkpoint", SIGKILL);
     void (*done)(void *) = c->shutdown_done;
     c->shutdown_done = NULL;
     done(c->shutdown_arg);
@@ -452,7 +455,7 @@ void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg)
   c->shutdown_deadline = loop_now_mono() + grace_s;
   for (job_t *j = c->jobs, *next; j; j = next) {
     next = j->next;
-    if (!j->done) job_finish(c, j, ST_CANCELLED, "the daemon shut down", SIGTERM);
+    job_shutdown(c, j);
   }
   job_reap_drained(c);
   if (!c->jobs && c->shutdown_done) {

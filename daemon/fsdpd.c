@@ -1,7 +1,8 @@
 /* fsdpd — the fsdpd daemon: coordinator and local agent (the embedded default), or with --join an
  * agent only; with --slurm the allocation says which (slurm.h). Flags come from one declarative
  * table; an unknown flag is an error. SIGTERM or SIGINT (or a ctl shutdown request): stop
- * accepting work, cancel running jobs cleanly, flush the state, exit 0. docs/daemon.md describes
+ * accepting work, keep the queue (running jobs stop at a checkpoint and are queued again), flush
+ * the state, exit 0. docs/daemon.md describes
  * the internals. */
 #include <errno.h>
 #include <getopt.h>
@@ -199,8 +200,9 @@ static void on_coord_done(void *arg) {
 
 static void begin_shutdown(daemon_st *d) {
   if (d->stopping++) return;
-  log_info("shutting down: cancelling jobs, reaping workers");
-  if (d->coord) coord_shutdown(d->coord, 5.0, on_coord_done, d);
+  log_info("shutting down: keeping the queue, stopping running jobs at a checkpoint, reaping workers");
+  /* long enough for a running job's next step and its checkpoint; within `fsdpctl shutdown`'s 30 s */
+  if (d->coord) coord_shutdown(d->coord, 20.0, on_coord_done, d);
   else on_coord_done(d);
 }
 

@@ -50,9 +50,16 @@ static void fill_window(coord_t *c, job_t *j) {
   }
 }
 
+/* metrics.jsonl back to END bytes (the end before a line whose step could not be recorded). */
+static void metrics_cut(job_t *j, off_t end) {
+  if (j->metrics && end >= 0 && ftruncate(fileno(j->metrics), end) != 0)
+    log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
+}
+
 /* Append LINE and a newline to metrics.jsonl as one write; a short write (a full disk) is cut back,
- * so that the file only ever holds whole lines. */
-static fsdp_status metrics_append(job_t *j, const char *line) {
+ * so that the file only ever holds whole lines. *END: the file's end before (-1: not opened). */
+static fsdp_status metrics_append(job_t *j, const char *line, off_t *end_out) {
+  *end_out = -1;
   if (!j->metrics) return FSDP_OK;   /* could not be opened: said at the start */
   int fd = fileno(j->metrics);
   size_t len = strlen(line);
@@ -64,9 +71,10 @@ static fsdp_status metrics_append(job_t *j, const char *line) {
   ssize_t n = write(fd, buf, len + 1);
   int e = errno;
   free(buf);
+  *end_out = end;
   if (n == (ssize_t)(len + 1)) return FSDP_OK;
   if (n >= 0) e = ENOSPC;   /* a short write: the device is full */
-  if (end >= 0 && ftruncate(fd, end) != 0) log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
+  metrics_cut(j, end);
   return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/metrics.jsonl: %s", j->job_dir, strerror(e));
 }
 
@@ -96,10 +104,12 @@ static void step_complete(coord_t *c, job_t *j, uint32_t step) {
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
   metrics_summarize(reps, (size_t)j->world, &sum);
   fsdp_status rc = metrics_line(reps, (size_t)j->world, &line);
-  if (rc == FSDP_OK) rc = metrics_append(j, line);
+  off_t end = -1;
+  if (rc == FSDP_OK) rc = metrics_append(j, line, &end);
   jobs_db_step st = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
                      .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
-  if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &st, line);
+  /* A step is recorded in both or in neither: the line goes if the database refuses the step. */
+  if (rc == FSDP_OK && (rc = jobs_db_add_step(c->db, j->id, &st, line)) != FSDP_OK) metrics_cut(j, end);
   if (rc == FSDP_OK && reps[0]->sample && reps[0]->sample[0]) job_log(j, "sample at step %u: %s", step, reps[0]->sample);
   /* the Prometheus figures (only with --metrics: nothing else reads them) */
   if (rc == FSDP_OK && c->cfg.metrics &&
@@ -207,11 +217,10 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
   j->ranks[r].ready = 1;
   if (++j->nready < j->world) return;
   job_set_state(c, j, ST_RUNNING, NULL);
-  if (j->start_step > 0) {
+  if (j->start_step > 0)
     job_log(j, "resuming from the checkpoint of step %u%s", j->start_step,
             j->start_step >= j->steps ? ": at or past the last step, nothing to train" : "");
-    metrics_truncate(j, j->start_step);
-  }
+  metrics_truncate(j, j->start_step);   /* also a start over (queued at a shutdown without a checkpoint) */
   if (j->start_step > j->steps) j->start_step = j->steps;
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
