@@ -51,7 +51,9 @@ typedef struct node {
   char name[256];
   uint8_t ident[WIRE_MAX_ENV_FRAME];
   size_t ident_len;
-  int lost;
+  int lost;                  /* no heartbeat for LOST_BEATS intervals, or stopped */
+  int stopped;               /* its agent said goodbye (AgentBye): lost too, but on purpose */
+  double gone_since;         /* monotonic: when it was lost or stopped; dropped cfg.forget_s later */
   double last_seen;          /* monotonic */
   double last_seen_wall;
   slot_t *slots;
@@ -174,6 +176,7 @@ struct coord {
   char authorized_path[PATH_MAX + 32];
   void *zap;
   loop_zsock *zap_zs;
+  struct zap_watch *watches[2];   /* the tcp:// sockets' handshake monitors (zap_watch) */
   char last_rejected[CURVE_KEY_LEN + 1];
   double last_rejected_at;
   promx_job *px_done;        /* finished jobs' figures, still served for PROMX_KEEP_S (promx.h) */

@@ -28,6 +28,7 @@ typedef struct coord_config {
   const char *ctl;           /* fsdpctl endpoint */
   const char *listen;        /* agents' and workers' endpoint */
   double heartbeat_s;        /* agents beat this often; a node is lost after 3 missed beats */
+  double forget_s;           /* a lost or stopped node is dropped from the node list this long after */
   const char *worker_log_level;   /* passed to workers as --log-level */
   int wait_first_node;       /* bind ctl only once an agent has registered (embedded daemon) */
   void (*on_shutdown_req)(void *arg);   /* a ctl shutdown_req was acknowledged */
