@@ -319,17 +319,25 @@ void job_shutdown(coord_t *c, job_t *j) {
   if (j->done) return;
   if (j->restart_pending) {   /* queued in the record already; its workers are being killed */
     job_finish(c, j, ST_QUEUED, "the daemon shut down before the restart; the job resumes from its newest checkpoint", 0);
-  } else if (j->state == ST_QUEUED) {
-    drop_queued(c, j);
-  } else if (j->stop_at || (j->state == ST_RUNNING && j->next_step > j->steps)) {
-    return;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
-  } else if (j->spec.resume == RESUME_AUTO && steps_stop(c, j)) {
-    j->stop_for_shutdown = 1;   /* job_check_stopped queues it once its checkpoint is saved */
-  } else if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_every > 0 && j->spec.ckpt_dir[0]) {
-    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job resumes from its newest checkpoint", SIGTERM);
-  } else {
-    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job has no checkpoint to resume from and starts over", SIGTERM);
+    return;
   }
+  if (j->state == ST_QUEUED) {
+    drop_queued(c, j);
+    return;
+  }
+  if (j->stop_at || (j->state == ST_RUNNING && j->next_step > j->steps))
+    return;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
+  if (j->spec.resume == RESUME_AUTO) {
+    /* a shutdown's stop needs only [checkpoint] dir (steps_stop); job_check_stopped queues the job
+     * once the checkpoint of its last step is saved */
+    j->stop_for_shutdown = 1;
+    if (steps_stop(c, j)) return;
+    j->stop_for_shutdown = 0;
+  }
+  if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_dir[0])
+    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job resumes from its newest checkpoint", SIGTERM);
+  else
+    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job has no checkpoint to resume from and starts over", SIGTERM);
 }
 
 const char *job_state_name(int state) {

@@ -43,10 +43,10 @@ void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig);
  * left it is queued again once its workers are reaped. */
 void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* At the daemon's shutdown: keep J for the next start. A queued job stays queued (its record
- * already says so); a running job with checkpoints and resume = auto is stopped at the next step,
- * which saves a checkpoint, and then recorded queued (job_check_stopped); any other job's workers
- * get SIGTERM and it is recorded queued at once, to resume from its newest checkpoint or start
- * over. J may be freed: call it while walking c->jobs with the next pointer kept aside. */
+ * already says so); a running job with a [checkpoint] dir and resume = auto is stopped at the next
+ * step, which saves a checkpoint, and then recorded queued (job_check_stopped); any other job's
+ * workers get SIGTERM and it is recorded queued at once, to resume from its newest checkpoint or
+ * start over. J may be freed: call it while walking c->jobs with the next pointer kept aside. */
 void job_shutdown(coord_t *c, job_t *j);
 /* Succeed J once every rank acknowledged its stop. */
 void job_check_stopped(coord_t *c, job_t *j);

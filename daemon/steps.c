@@ -230,7 +230,10 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
 
 int steps_stop(coord_t *c, job_t *j) {
   (void)c;
-  if (j->state != ST_RUNNING || j->done || j->restart_pending || j->spec.ckpt_every <= 0 || !j->spec.ckpt_dir[0]) return 0;
+  /* a shutdown's stop needs only a dir: the worker saves where the step says so and resumes from dir */
+  if (j->state != ST_RUNNING || j->done || j->restart_pending || (j->spec.ckpt_every <= 0 && !j->stop_for_shutdown) ||
+      !j->spec.ckpt_dir[0])
+    return 0;
   if (j->stop_at) return 1;   /* already stopping */
   if (j->next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
   /* The steps in flight were sent without the checkpoint flag: the next one carries it and ends the job. */

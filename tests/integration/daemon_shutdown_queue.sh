@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # daemon_shutdown_queue — a shutdown keeps the queue (docs/operations.md §1). Round 1: one running
-# job with checkpoints and three queued behind it; `fsdpctl shutdown`; the database holds all four
+# job with a checkpoint directory and three queued behind it; `fsdpctl shutdown`; the database holds all four
 # queued, the running one stopped at a step that saved a checkpoint; after a restart all four
 # succeed, the first from that checkpoint, and its metrics.jsonl has every step once. Round 2:
 # SIGTERM with a running job that has no checkpoint: it is queued again, starts over after the
@@ -9,7 +9,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" shutq
 
-sed -e 's/^steps = .*/steps = 300/' -e "s|^; dir = .*|dir = $S/ckpt|" -e 's/^every = .*/every = 5/' \
+# [checkpoint] dir without every: the only checkpoint is the one the shutdown's stop saves
+sed -e 's/^steps = .*/steps = 300/' -e "s|^; dir = .*|dir = $S/ckpt|" \
   "$SRC/examples/tiny.ini" > "$S/ckpt.ini"
 sed -e 's/^steps = .*/steps = 200/' "$SRC/examples/tiny.ini" > "$S/plain.ini"
 sed -e 's/^steps = .*/steps = 3/' -e 's/^warmup_steps = .*/warmup_steps = 1/' "$SRC/examples/tiny.ini" > "$S/short.ini"
@@ -32,7 +33,7 @@ PY
 }
 all_succeeded() { for id in "$@"; do is_state "$id" succeeded || return 1; done; }
 
-# ---- round 1: fsdpctl shutdown with 1 running (checkpoints every 5 steps) and 3 queued
+# ---- round 1: fsdpctl shutdown with 1 running (a checkpoint dir) and 3 queued
 start_daemon
 wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
 a=$("$CTL" submit "$S/ckpt.ini" | tail -1)
