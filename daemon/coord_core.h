@@ -53,6 +53,7 @@ typedef struct node {
   size_t ident_len;
   int lost;                  /* no heartbeat for LOST_BEATS intervals, or stopped */
   int stopped;               /* its agent said goodbye (AgentBye): lost too, but on purpose */
+  uint32_t pid;              /* its agent's process (AgentRegister.pid) */
   double gone_since;         /* monotonic: when it was lost or stopped; dropped cfg.forget_s later */
   double last_seen;          /* monotonic */
   double last_seen_wall;

@@ -73,15 +73,21 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
   size_t idlen = env->len[0];
   node_t *n = coord_find_node(c, id, idlen);
   if (!n) {
-    /* A new agent process under the name of a known node: the same node (its agent was restarted,
-     * perhaps before the coordinator found it lost), so that `nodes` never lists a name twice. The
-     * previous process is gone, and what ran under it with it. Two live agents given the same
-     * --name would take the entry from each other at every registration: each logs this line. */
+    /* A new connection under the name of a known node: the same node, so that `nodes` never lists
+     * a name twice. From the same agent process (a new socket: reconnected, or replaced after a
+     * refused key) it keeps what runs on it; from a new process (the agent was restarted, perhaps
+     * before the coordinator found it lost), the previous one is gone, and what ran under it with
+     * it. Two live agents given the same --name would take the entry from each other at every
+     * registration: each time logged. */
     for (int i = 0; i < c->nnodes && !n; i++) {
       if (strcmp(c->nodes[i].name, reg->name) != 0) continue;
       n = &c->nodes[i];
-      if (!n->lost) node_lose(c, i, "was restarted (a new agent process registered under its name)");
-      log_info("node %u (%s) is back, from a new agent process (pid %u)", n->id, n->name, reg->pid);
+      if (n->pid == reg->pid) {
+        log_info("node %u (%s) registered again from a new connection", n->id, n->name);
+      } else {
+        if (!n->lost) node_lose(c, i, "was restarted (a new agent process registered under its name)");
+        log_info("node %u (%s) is back, from a new agent process (pid %u)", n->id, n->name, reg->pid);
+      }
       memcpy(n->ident, id, idlen);
       n->ident_len = idlen;
     }
@@ -138,6 +144,7 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
   coord_publish_metrics(c);
 welcome:
   n->host_mem = reg->host_mem_bytes;   /* the same agent measured it once; a new one again */
+  n->pid = reg->pid;
   n->lost = 0;
   n->stopped = 0;
   n->last_seen = loop_now_mono();

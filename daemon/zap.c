@@ -26,8 +26,10 @@ struct zap_watch {
   int next;                  /* the acc[] slot to fill next (a ring) */
   int failed;                /* the last failure's event, until its disconnection: 0 none */
   uint32_t code;
-  double logged_at;
-  unsigned unlogged;
+  /* [1]: failures whose address was read, [0]: those whose connection was closed before (the
+   * client retries, so a later line names it): each logged at most once per ZAP_LOG_EVERY_S */
+  double logged_at[2];
+  unsigned unlogged[2];
 };
 
 /* The uid at the end of an ipc:// peer address "...:UID:GID:PID"; -1 when it has none. */
@@ -170,7 +172,7 @@ fsdp_status zap_setup(coord_t *c, int curve) {
 static const char *watch_addr(struct zap_watch *w, int fd) {
   for (int i = 0; i < ZAP_WATCH_FDS; i++)
     if (w->acc[i].fd == fd && w->acc[i].addr[0]) return w->acc[i].addr;
-  return "an address that was gone before it could be read";
+  return NULL;
 }
 
 static void on_watch(void *arg, int ev, uint32_t value, const char *endpoint) {
@@ -202,26 +204,29 @@ static void on_watch(void *arg, int ev, uint32_t value, const char *endpoint) {
     return;
   }
   if (!w->failed) return;
+  int failed = w->failed;
+  w->failed = 0;
   double now = loop_now_mono();
-  if (w->logged_at != 0 && now - w->logged_at < ZAP_LOG_EVERY_S) {
-    w->unlogged++;
-    w->failed = 0;
+  const char *addr = watch_addr(w, (int)value);
+  int k = addr != NULL;
+  if (w->logged_at[k] != 0 && now - w->logged_at[k] < ZAP_LOG_EVERY_S) {
+    w->unlogged[k]++;
     return;
   }
+  if (!addr) addr = "an address that was closed before it could be read";
   char more[64] = "";
-  if (w->unlogged) snprintf(more, sizeof more, " (and %u more since the last line)", w->unlogged);
-  if (w->failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && w->code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+  if (w->unlogged[k]) snprintf(more, sizeof more, " (and %u more since the last line)", w->unlogged[k]);
+  if (failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && w->code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
     log_warn("a CURVE handshake from %s on %s was refused: its HELLO was not sealed for this daemon's key (the client's "
-             "server key is not STATE/keys/server.pub)%s", watch_addr(w, (int)value), w->ep, more);
-  else if (w->failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+             "server key is not STATE/keys/server.pub)%s", addr, w->ep, more);
+  else if (failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
     log_warn("a CURVE handshake from %s on %s was refused: it broke the ZMTP or CURVE protocol (error 0x%x): is it an "
-             "fsdpd client?%s", watch_addr(w, (int)value), w->ep, w->code, more);
+             "fsdpd client?%s", addr, w->ep, w->code, more);
   else
     log_warn("a CURVE handshake from %s on %s did not complete: %s (a client that went away, or not an fsdpd "
-             "client)%s", watch_addr(w, (int)value), w->ep, w->code ? strerror((int)w->code) : "the connection closed", more);
-  w->logged_at = now;
-  w->unlogged = 0;
-  w->failed = 0;
+             "client)%s", addr, w->ep, w->code ? strerror((int)w->code) : "the connection closed", more);
+  w->logged_at[k] = now;
+  w->unlogged[k] = 0;
 }
 
 fsdp_status zap_watch(coord_t *c, void *sock, const char *ep) {
