@@ -180,6 +180,18 @@ static void send_msg(agent_t *a, Fsdp__Msg *m) {
              rc == FSDP_ERR_TIMEOUT ? "queue full" : fsdp_last_error());
 }
 
+/* A message that carries only this node's id: a heartbeat or the goodbye. */
+static void send_node_msg(agent_t *a, Fsdp__Msg__BodyCase body) {
+  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
+  Fsdp__AgentBye bye = FSDP__AGENT_BYE__INIT;
+  hb.node_id = bye.node_id = a->node_id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = body;
+  if (body == FSDP__MSG__BODY_AGENT_BYE) m.agent_bye = &bye;
+  else m.heartbeat = &hb;
+  send_msg(a, &m);
+}
+
 static void send_register(agent_t *a) {
   Fsdp__AgentRegister reg = FSDP__AGENT_REGISTER__INIT;
   reg.name = a->name;
@@ -467,12 +479,7 @@ static void on_heartbeat_timer(uv_timer_t *t) {
     reopen_if_rejected(a);
     return;
   }
-  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
-  hb.node_id = a->node_id;
-  Fsdp__Msg m = WIRE_MSG_INIT;
-  m.body_case = FSDP__MSG__BODY_HEARTBEAT;
-  m.heartbeat = &hb;
-  send_msg(a, &m);
+  send_node_msg(a, FSDP__MSG__BODY_HEARTBEAT);
 }
 
 static void on_register_timer(uv_timer_t *t) {
@@ -684,14 +691,8 @@ static void agent_check_shutdown(agent_t *a) {
     a->shutdown_done = NULL;
     uv_timer_stop(&a->kill_timer);
     uv_timer_stop(&a->hb_timer);
-    if (a->node_id && a->sock) {   /* goodbye: the node shows as stopped, not lost (agent_destroy lingers for it) */
-      Fsdp__AgentBye bye = FSDP__AGENT_BYE__INIT;
-      bye.node_id = a->node_id;
-      Fsdp__Msg m = WIRE_MSG_INIT;
-      m.body_case = FSDP__MSG__BODY_AGENT_BYE;
-      m.agent_bye = &bye;
-      send_msg(a, &m);
-    }
+    /* goodbye: the node shows as stopped, not lost (agent_destroy lingers for it) */
+    if (a->node_id && a->sock) send_node_msg(a, FSDP__MSG__BODY_AGENT_BYE);
     done(a->shutdown_arg);
   }
 }
