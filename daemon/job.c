@@ -409,7 +409,7 @@ fail:
  * recorded finished its work, and only its final state was lost (the database refused it, most
  * often a full disk, until the daemon stopped): it succeeded. The others' job.log says why they
  * fail. */
-static void note_restart_failures(coord_t *c) {
+static void settle_started_jobs(coord_t *c) {
   jobs_db_row *rows = NULL;
   size_t n = 0;
   if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) return;
@@ -467,7 +467,7 @@ static void requeue(coord_t *c) {
 
 fsdp_status job_recover(coord_t *c) {
   int nfail = 0;
-  note_restart_failures(c);
+  settle_started_jobs(c);
   TRY(jobs_db_fail_started(c->db, "daemon restarted", loop_now_wall(), &nfail));
   if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
   requeue(c);
