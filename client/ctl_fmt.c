@@ -330,6 +330,7 @@ json_t *ctl_fmt_nodes_json(const Fsdp__NodesResp *r) {
     json_object_set_new(o, "id", json_integer(ni->id));
     json_object_set_new(o, "name", json_string(ni->name ? ni->name : ""));
     json_object_set_new(o, "lost", json_boolean(ni->lost));
+    json_object_set_new(o, "stopped", json_boolean(ni->stopped));
     json_object_set_new(o, "last_seen", jtime(ni->last_seen));
     json_object_set_new(o, "host_mem_bytes", ju64(ni->host_mem_bytes));
     json_t *devs = json_array();
@@ -563,8 +564,9 @@ void ctl_fmt_nodes_table(const Fsdp__NodesResp *r, double now, FILE *f) {
       snprintf(seen, sizeof seen, "%s ago", ctl_fmt_duration(now - ni->last_seen, d, sizeof d));
     else
       snprintf(seen, sizeof seen, "-");
+    const char *state = ni->stopped ? "stopped" : ni->lost ? "lost" : "ok";
     if (ni->n_slots == 0) {
-      const char *cells[] = {id, ni->name, ni->lost ? "lost" : "ok", seen, "-", "-", "-", "-"};
+      const char *cells[] = {id, ni->name, state, seen, "-", "-", "-", "-"};
       ctl_table_add(t, cells);
     }
     for (size_t s = 0; s < ni->n_slots; s++) {
@@ -579,7 +581,7 @@ void ctl_fmt_nodes_table(const Fsdp__NodesResp *r, double now, FILE *f) {
         snprintf(job, sizeof job, "job %llu rank %u", (unsigned long long)d->job_id, d->rank);
       else
         snprintf(job, sizeof job, "free");
-      const char *cells[] = {s == 0 ? id : "", s == 0 ? ni->name : "", s == 0 ? (ni->lost ? "lost" : "ok") : "",
+      const char *cells[] = {s == 0 ? id : "", s == 0 ? ni->name : "", s == 0 ? state : "",
                              s == 0 ? seen : "", dev, d->name && d->name[0] ? d->name : "-", mem, job};
       ctl_table_add(t, cells);
     }

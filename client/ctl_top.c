@@ -239,7 +239,7 @@ static void render_nodes(screen *s, int cols, int rows_left, const frame *f) {
       if (n->slots[d]->job_id)
         k += (size_t)snprintf(dev + k, sizeof dev - k, " %llu/%u", (unsigned long long)n->slots[d]->job_id,
                               n->slots[d]->rank);
-    add(s, cols, "%4u %-20.20s %-6s %s", n->id, n->name, n->lost ? "lost" : "up", dev);
+    add(s, cols, "%4u %-20.20s %-6s %s", n->id, n->name, n->stopped ? "stopped" : n->lost ? "lost" : "up", dev);
   }
 }
 

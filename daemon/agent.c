@@ -18,12 +18,14 @@
 #include "loop.h"
 #include "relay.h"
 #include "wire.h"
+#include "zmon.h"
 
 extern char **environ;
 
 #define REGISTER_RETRY_MS 1000
 #define EXIT_FLUSH_MS 2000      /* how long a dead worker's pipes may stay open before we report anyway */
 #define MAX_GPUS 64
+#define AUTH_LOG_EVERY_S 60.0   /* a failing CURVE handshake (retried every 100 ms by libzmq): one line a minute */
 
 typedef struct worker {
   struct worker *next;
@@ -55,13 +57,11 @@ struct agent {
   char join[512];
   char env_server_key[PATH_MAX + 32], env_client_key[PATH_MAX + 32];   /* "FSDP_..._KEY=PATH" or "" */
   /* tcp://: a monitor of the socket's CURVE handshakes, to say why registration cannot succeed. */
-  void *mon;
-  loop_zsock *mon_zs;
+  zmon *mon;
   char client_pub[CURVE_KEY_LEN + 1];
   char server_key_path[PATH_MAX], client_key_path[PATH_MAX];
   double auth_logged_at;
   int reopen;             /* the key was rejected: libzmq does not reconnect such a socket */
-  int mon_seq;            /* each socket's monitor gets its own inproc endpoint */
   void *zctx;
   char name[256];
   char worker_path[PATH_MAX];
@@ -185,6 +185,17 @@ static void send_up(void *arg, const wire_env *env, Fsdp__Msg *m) {
 }
 
 static void send_msg(agent_t *a, Fsdp__Msg *m) { send_up(a, NULL, m); }
+/* A message that carries only this node's id: a heartbeat or the goodbye. */
+static void send_node_msg(agent_t *a, Fsdp__Msg__BodyCase body) {
+  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
+  Fsdp__AgentBye bye = FSDP__AGENT_BYE__INIT;
+  hb.node_id = bye.node_id = a->node_id;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = body;
+  if (body == FSDP__MSG__BODY_AGENT_BYE) m.agent_bye = &bye;
+  else m.heartbeat = &hb;
+  send_msg(a, &m);
+}
 
 static void send_register(agent_t *a) {
   Fsdp__AgentRegister reg = FSDP__AGENT_REGISTER__INIT;
@@ -474,12 +485,7 @@ static void on_heartbeat_timer(uv_timer_t *t) {
     reopen_if_rejected(a);
     return;
   }
-  Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
-  hb.node_id = a->node_id;
-  Fsdp__Msg m = WIRE_MSG_INIT;
-  m.body_case = FSDP__MSG__BODY_HEARTBEAT;
-  m.heartbeat = &hb;
-  send_msg(a, &m);
+  send_node_msg(a, FSDP__MSG__BODY_HEARTBEAT);
 }
 
 static void on_register_timer(uv_timer_t *t) {
@@ -554,68 +560,37 @@ static void resolve_worker_path(agent_t *a, const char *given) {
   snprintf(a->worker_path, sizeof a->worker_path, "%s/fsdp-worker", self);
 }
 
-/* One socket-monitor event: [u16 event, u32 value][endpoint]. */
-static void on_monitor(void *sock, void *arg) {
+/* The CURVE handshake with the coordinator, seen by the socket's monitor. A failure is logged at
+ * once and then at most once per AUTH_LOG_EVERY_S while it goes on (the agent keeps retrying). */
+static void on_monitor(void *arg, int ev, uint32_t value, const char *endpoint) {
   agent_t *a = arg;
-  zmq_msg_t f;
-  zmq_msg_init(&f);
-  if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
-    zmq_msg_close(&f);
-    return;
-  }
-  uint16_t ev = 0;
-  if (zmq_msg_size(&f) >= 2) memcpy(&ev, zmq_msg_data(&f), 2);
-  while (zmq_msg_more(&f)) {   /* the endpoint frame */
-    zmq_msg_close(&f);
-    zmq_msg_init(&f);
-    if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) break;
-  }
-  zmq_msg_close(&f);
+  (void)value, (void)endpoint;
   double now = loop_now_mono();
   if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-    if (a->auth_logged_at > 0) log_info("agent: the coordinator at %s accepted this node's key now", a->join);
+    if (a->auth_logged_at > 0) log_info("agent: the CURVE handshake with the coordinator at %s succeeded now", a->join);
     a->auth_logged_at = 0;
-  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    a->reopen = 1;
-    if (a->auth_logged_at != 0 && now - a->auth_logged_at <= 60.0) return;
-    a->auth_logged_at = now;
-    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-      log_error("agent: the coordinator at %s rejected this node's CURVE key %s: add that line to the coordinator's "
-                "STATE/keys/authorized (retrying)", a->join, a->client_pub);
-    else
-      log_error("agent: the CURVE handshake with %s failed: is --server-key the coordinator's STATE/keys/server.pub, "
-                "and is that endpoint an fsdpd cluster endpoint? (retrying)", a->join);
+    return;
   }
-}
-
-static fsdp_status monitor_start(agent_t *a, void *zctx) {
-  char ep[64];
-  /* A new name per socket: the previous monitor's endpoint is released asynchronously, and
-   * binding the same name again at once fails with "Address already in use". */
-  snprintf(ep, sizeof ep, "inproc://fsdpd-agent-monitor-%p-%d", (void *)a, a->mon_seq++);
-  if (zmq_socket_monitor(a->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
-    return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
-  a->mon = zmq_socket(zctx, ZMQ_PAIR);
-  if (!a->mon || zmq_connect(a->mon, ep) != 0)
-    return fsdp_set_error(FSDP_ERR_COMM, "cannot watch the CURVE handshake: %s", zmq_strerror(zmq_errno()));
-  return loop_zsock_new(a->uv, a->mon, on_monitor, a, &a->mon_zs);
-}
-
-static void monitor_stop(agent_t *a) {
-  loop_zsock_destroy(&a->mon_zs);
-  if (a->sock && a->mon) zmq_socket_monitor(a->sock, NULL, 0);
-  if (a->mon) {
-    int linger = 0;
-    zmq_setsockopt(a->mon, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_close(a->mon);
-  }
-  a->mon = NULL;
+  /* libzmq stops reconnecting a socket after an authentication or protocol failure (reopen); after
+   * a connection closed during the handshake it reconnects by itself. */
+  if (ev != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) a->reopen = 1;
+  if (a->auth_logged_at != 0 && now - a->auth_logged_at <= AUTH_LOG_EVERY_S) return;
+  a->auth_logged_at = now;
+  if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+    log_error("agent: the coordinator at %s rejected this node's CURVE key %s: add that line to the coordinator's "
+              "STATE/keys/authorized (retrying)", a->join, a->client_pub);
+  else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+    /* The coordinator closes a connection whose HELLO it cannot open: the key it was sealed for is not its own. */
+    log_error("agent: the CURVE handshake with the coordinator at %s failed: the server key does not match (--server-key "
+              "%s is not that coordinator's STATE/keys/server.pub); retrying", a->join, a->server_key_path);
+  else
+    log_error("agent: the CURVE handshake with %s failed: is --server-key the coordinator's STATE/keys/server.pub, "
+              "and is that endpoint an fsdpd cluster endpoint? (retrying)", a->join);
 }
 
 static void close_socket(agent_t *a, int linger) {
   loop_zsock_destroy(&a->zs);
-  monitor_stop(a);
+  zmon_destroy(&a->mon);
   if (a->sock) zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger), zmq_close(a->sock);
   a->sock = NULL;
 }
@@ -632,7 +607,8 @@ static fsdp_status open_socket(agent_t *a) {
     char what[600];
     snprintf(what, sizeof what, "--join %s", a->join);
     TRY(curve_client_apply(a->sock, a->join, a->server_key_path, a->client_key_path, what));
-    TRY(monitor_start(a, a->zctx));
+    TRY(zmon_new(a->uv, a->zctx, a->sock, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, on_monitor, a, &a->mon));
   }
   if (zmq_connect(a->sock, a->join) != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "--join %s: %s (expected tcp://HOST:PORT or ipc://PATH)", a->join,
@@ -726,6 +702,9 @@ static void agent_check_shutdown(agent_t *a) {
     void (*done)(void *) = a->shutdown_done;
     a->shutdown_done = NULL;
     uv_timer_stop(&a->kill_timer);
+    uv_timer_stop(&a->hb_timer);
+    /* goodbye: the node shows as stopped, not lost (agent_destroy lingers for it) */
+    if (a->node_id && a->sock) send_node_msg(a, FSDP__MSG__BODY_AGENT_BYE);
     done(a->shutdown_arg);
   }
 }

@@ -14,6 +14,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "metricsrv.h"
+#include "zap.h"
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) {
@@ -172,6 +173,7 @@ fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) 
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot set the ZAP domain: %s", zmq_strerror(zmq_errno()));
   if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
+  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = zap_watch(c, s, ep);
   if (rc != FSDP_OK) {
     zmq_close(s);
     return rc;

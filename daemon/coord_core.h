@@ -51,7 +51,10 @@ typedef struct node {
   char name[256];
   uint8_t ident[WIRE_MAX_ENV_FRAME];
   size_t ident_len;
-  int lost;
+  int lost;                  /* no heartbeat for LOST_BEATS intervals, or stopped */
+  int stopped;               /* its agent said goodbye (AgentBye): lost too, but on purpose */
+  uint32_t pid;              /* its agent's process (AgentRegister.pid) */
+  double gone_since;         /* monotonic: when it was lost or stopped; dropped cfg.forget_s later */
   double last_seen;          /* monotonic */
   double last_seen_wall;
   slot_t *slots;
@@ -111,6 +114,7 @@ typedef struct job {
   char kv_prefix[64];
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
   uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
+  int stop_for_shutdown;     /* the stop is the daemon's shutdown: the job is queued again after it */
   promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
   Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
 } job_t;
@@ -177,6 +181,7 @@ struct coord {
   char authorized_path[PATH_MAX + 32];
   void *zap;
   loop_zsock *zap_zs;
+  struct zap_watch *watches[2];   /* the tcp:// sockets' handshake monitors (zap_watch) */
   char last_rejected[CURVE_KEY_LEN + 1];
   double last_rejected_at;
   promx_job *px_done;        /* finished jobs' figures, still served for PROMX_KEEP_S (promx.h) */

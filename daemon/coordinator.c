@@ -29,21 +29,65 @@ static const char *sig_name(int sig) {
   return s ? s : "?";
 }
 
+/* Node I is gone (WHY: "was lost (...)", "stopped (...)"): the jobs with a rank on it fail, its
+ * devices are free, and it is dropped from the list cfg.forget_s later (forget_gone_nodes). */
+static void node_lose(coord_t *c, int i, const char *why) {
+  node_t *n = &c->nodes[i];
+  n->lost = 1;
+  n->gone_since = loop_now_mono();
+  for (job_t *j = c->jobs; j; j = j->next) {
+    if (!j->ranks) continue;
+    for (int r = 0; r < j->world; r++) {
+      if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
+      if (!j->done) job_fail(c, j, "node %s %s with rank %d on it", n->name, why, r);
+      j->ranks[r].alive = 0;
+      j->nalive--;
+      job_free_slot(c, j, r);
+    }
+  }
+  coord_publish_metrics(c);
+}
+
+/* Drop the nodes lost or stopped more than cfg.forget_s ago; ranks name nodes by index, so the
+ * indices after a dropped one move down by one. */
+static void forget_gone_nodes(coord_t *c, double now) {
+  for (int i = c->nnodes - 1; i >= 0; i--) {
+    node_t *n = &c->nodes[i];
+    int busy = 0;
+    for (int s = 0; s < n->nslots; s++) busy |= n->slots[s].job_id != 0;
+    if (!n->lost || busy || now - n->gone_since <= c->cfg.forget_s) continue;
+    log_info("node %u (%s) dropped from the node list: %s %.0f s ago", n->id, n->name, n->stopped ? "stopped" : "lost",
+             now - n->gone_since);
+    free(n->slots);
+    memmove(n, n + 1, (size_t)(c->nnodes - i - 1) * sizeof *n);
+    c->nnodes--;
+    for (job_t *j = c->jobs; j; j = j->next)
+      for (int r = 0; j->ranks && r < j->world; r++)
+        if (j->ranks[r].node > i) j->ranks[r].node--;
+    coord_publish_metrics(c);
+  }
+}
+
 static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegister *reg) {
   const uint8_t *id = env->data[0];
   size_t idlen = env->len[0];
   node_t *n = coord_find_node(c, id, idlen);
   if (!n) {
-    /* A new agent process under the name of a lost node (it was restarted): the same node, so that
-     * `nodes` does not keep a lost ghost of it. Its jobs' slots were freed when it was lost. */
+    /* A new connection under the name of a known node: the same node, so that `nodes` never lists
+     * a name twice. From the same agent process (a new socket: reconnected, or replaced after a
+     * refused key) it keeps what runs on it; from a new process (the agent was restarted, perhaps
+     * before the coordinator found it lost), the previous one is gone, and what ran under it with
+     * it. Two live agents given the same --name would take the entry from each other at every
+     * registration: each time logged. */
     for (int i = 0; i < c->nnodes && !n; i++) {
-      node_t *o = &c->nodes[i];
-      int busy = 0;
-      for (int s = 0; s < o->nslots; s++) busy |= o->slots[s].job_id != 0;
-      if (o->lost && !busy && !strcmp(o->name, reg->name)) n = o;
-    }
-    if (n) {
-      log_info("node %u (%s) is back, from a new agent process", n->id, n->name);
+      if (strcmp(c->nodes[i].name, reg->name) != 0) continue;
+      n = &c->nodes[i];
+      if (n->pid == reg->pid) {
+        log_info("node %u (%s) registered again from a new connection", n->id, n->name);
+      } else {
+        if (!n->lost) node_lose(c, i, "was restarted (a new agent process registered under its name)");
+        log_info("node %u (%s) is back, from a new agent process (pid %u)", n->id, n->name, reg->pid);
+      }
       memcpy(n->ident, id, idlen);
       n->ident_len = idlen;
     }
@@ -100,7 +144,9 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
   coord_publish_metrics(c);
 welcome:
   n->host_mem = reg->host_mem_bytes;   /* the same agent measured it once; a new one again */
+  n->pid = reg->pid;
   n->lost = 0;
+  n->stopped = 0;
   n->last_seen = loop_now_mono();
   n->last_seen_wall = loop_now_wall();
   Fsdp__AgentWelcome w = FSDP__AGENT_WELCOME__INIT;
@@ -289,8 +335,16 @@ static void on_cluster(void *sock, void *arg) {
     }
     if (n->lost) log_info("node %u (%s) is back", n->id, n->name);
     n->lost = 0;
+    n->stopped = 0;
     n->last_seen = loop_now_mono();
     n->last_seen_wall = loop_now_wall();
+    break;
+  case FSDP__MSG__BODY_AGENT_BYE:
+    n = coord_find_node(c, id, idlen);
+    if (!n || n->id != m->agent_bye->node_id || n->stopped) break;
+    log_info("node %u (%s) stopped: its agent shut down", n->id, n->name);
+    node_lose(c, (int)(n - c->nodes), "stopped (its agent shut down)");
+    n->stopped = 1;
     break;
   case FSDP__MSG__BODY_WORKER_EXIT:
   case FSDP__MSG__BODY_LOG_CHUNK:
@@ -367,19 +421,12 @@ static void on_tick(uv_timer_t *t) {
   for (int i = 0; i < c->nnodes && !late; i++) {
     node_t *n = &c->nodes[i];
     if (n->lost || now - n->last_seen <= lost_after) continue;
-    n->lost = 1;
+    char why[96];
+    snprintf(why, sizeof why, "was lost (no heartbeat for %.1f s)", now - n->last_seen);
     log_warn("node %u (%s) is lost: no heartbeat for %.1f s", n->id, n->name, now - n->last_seen);
-    for (job_t *j = c->jobs; j; j = j->next) {
-      if (!j->ranks) continue;
-      for (int r = 0; r < j->world; r++) {
-        if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
-        if (!j->done) job_fail(c, j, "node %s was lost (no heartbeat for %.1f s) with rank %d on it", n->name, now - n->last_seen, r);
-        j->ranks[r].alive = 0;
-        j->nalive--;
-        job_free_slot(c, j, r);
-      }
-    }
+    node_lose(c, i, why);
   }
+  forget_gone_nodes(c, now);
   for (job_t *j = c->jobs, *next; j; j = next) {
     next = j->next;
     steps_check(c, j, now);
@@ -395,6 +442,9 @@ static void on_tick(uv_timer_t *t) {
   promx_expire(&c->px_done, now);
   coord_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
+    for (job_t *j = c->jobs; j; j = j->next)   /* a stop for the shutdown that did not finish in time */
+      if (!j->done) job_finish(c, j, ST_QUEUED, "the daemon shut down before the job's checkpoint was saved; it "
+                               "resumes from its newest checkpoint", SIGKILL);
     void (*done)(void *) = c->shutdown_done;
     c->shutdown_done = NULL;
     done(c->shutdown_arg);
@@ -470,6 +520,7 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   return FSDP_OK;
 fail:
   loop_zsock_destroy(&c->cluster_zs);
+  zap_unwatch_all(c);
   if (c->cluster) zmq_close(c->cluster);
   loop_zsock_destroy(&c->zap_zs);
   if (c->zap) zmq_close(c->zap);
@@ -486,7 +537,7 @@ void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg)
   c->shutdown_deadline = loop_now_mono() + grace_s;
   for (job_t *j = c->jobs, *next; j; j = next) {
     next = j->next;
-    if (!j->done) job_finish(c, j, ST_CANCELLED, "the daemon shut down", SIGTERM);
+    job_shutdown(c, j);
   }
   job_reap_drained(c);
   if (!c->jobs && c->shutdown_done) {
@@ -519,6 +570,7 @@ void coord_destroy(coord_t **p) {
   }
   loop_zsock_destroy(&c->ctl_zs);
   loop_zsock_destroy(&c->cluster_zs);
+  zap_unwatch_all(c);
   /* Let the last replies (the shutdown ack, kill requests to agents) leave: zmq_ctx_term waits
    * at most this long for them, and returns as soon as they are out (a ROUTER drops what is
    * addressed to a peer that is gone). 500 ms lost the shutdown ack on a loaded machine. */

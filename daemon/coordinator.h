@@ -28,6 +28,7 @@ typedef struct coord_config {
   const char *ctl;           /* fsdpctl endpoint */
   const char *listen;        /* agents' and workers' endpoint */
   double heartbeat_s;        /* agents beat this often; a node is lost after 3 missed beats */
+  double forget_s;           /* a lost or stopped node is dropped from the node list this long after */
   const char *worker_log_level;   /* passed to workers as --log-level */
   int wait_first_node;       /* bind ctl only once an agent has registered (embedded daemon) */
   void (*on_shutdown_req)(void *arg);   /* a ctl shutdown_req was acknowledged */
@@ -38,8 +39,10 @@ typedef struct coord_config {
 typedef struct coord coord_t;
 
 fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_t **out);
-/* Stop accepting work, cancel every job (workers get SIGTERM), and call DONE(ARG) once every
- * worker is reaped or GRACE_S seconds have passed. */
+/* Stop accepting work and keep every job for the next start (job_shutdown: queued ones stay
+ * queued, running ones are stopped at a checkpoint or killed, and queued again), and call DONE(ARG)
+ * once every worker is reaped or GRACE_S seconds have passed (what is still running then is
+ * killed and queued again, to resume from its newest checkpoint). */
 void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg);
 /* Closes sockets and the database. NULL-safe. */
 void coord_destroy(coord_t **c);

@@ -307,6 +307,7 @@ static void serve_nodes(coord_t *c, const wire_env *env) {
     ni->id = n->id;
     ni->name = n->name;
     ni->lost = n->lost != 0;
+    ni->stopped = n->stopped != 0;
     ni->host_mem_bytes = n->host_mem;
     ni->last_seen = now_w - (now_m - n->last_seen);
     ni->slots = &sptrs[k];

@@ -1,7 +1,8 @@
 /* fsdpd — the fsdpd daemon: coordinator and local agent (the embedded default), or with --join an
  * agent only; with --slurm the allocation says which (slurm.h). Flags come from one declarative
  * table; an unknown flag is an error. SIGTERM or SIGINT (or a ctl shutdown request): stop
- * accepting work, cancel running jobs cleanly, flush the state, exit 0. docs/daemon.md describes
+ * accepting work, keep the queue (running jobs stop at a checkpoint and are queued again), flush
+ * the state, exit 0. docs/daemon.md describes
  * the internals. */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +40,7 @@ typedef struct config {
   int foreground;
   char *log_level;
   double heartbeat;
+  double forget_lost;
   char *name;
   char *worker;
   char *server_key;
@@ -71,6 +73,8 @@ static const struct opt {
   {"log-level", OPT_STR, offsetof(config, log_level), "info", 0, 0, "debug, info, warn or error"},
   {"heartbeat", OPT_DOUBLE, offsetof(config, heartbeat), "1", 0.05, 3600,
    "seconds between agent heartbeats; a node is lost after 3 missed"},
+  {"forget-lost", OPT_DOUBLE, offsetof(config, forget_lost), "600", 1, 1e7,
+   "seconds after which a lost or stopped node is dropped from the node list"},
   {"name", OPT_STR, offsetof(config, name), "", 0, 0, "this node's name; default the host name"},
   {"worker", OPT_STR, offsetof(config, worker), "", 0, 0, "fsdp-worker binary; default the one next to fsdpd"},
   {"server-key", OPT_STR, offsetof(config, server_key), NULL, 0, 0,
@@ -199,8 +203,9 @@ static void on_coord_done(void *arg) {
 
 static void begin_shutdown(daemon_st *d) {
   if (d->stopping++) return;
-  log_info("shutting down: cancelling jobs, reaping workers");
-  if (d->coord) coord_shutdown(d->coord, 5.0, on_coord_done, d);
+  log_info("shutting down: keeping the queue, stopping running jobs at a checkpoint, reaping workers");
+  /* long enough for a running job's next step and its checkpoint; within `fsdpctl shutdown`'s 30 s */
+  if (d->coord) coord_shutdown(d->coord, 20.0, on_coord_done, d);
   else on_coord_done(d);
 }
 
@@ -371,6 +376,7 @@ int main(int argc, char **argv) {
   }
   if (!is_agent_only) {
     coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg.heartbeat,
+                       .forget_s = cfg.forget_lost,
                        .worker_log_level = cfg.log_level, .wait_first_node = 1,
                        .on_shutdown_req = on_shutdown_req, .arg = &d, .metrics = msrv};
     if (coord_new(d.uv, d.zctx, &cc, &d.coord) != FSDP_OK) {

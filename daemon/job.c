@@ -17,6 +17,7 @@
 #include "steps.h"
 #include "planmsg.h"
 #include "schedule.h"
+#include "steps.h"
 
 static void unrecorded_add(coord_t *c, uint64_t id, int state, const char *reason) {
   unrecorded_t *u = NULL;
@@ -59,8 +60,8 @@ void job_destroy_unrecorded(coord_t *c) {
   while (c->unrecorded) {
     unrecorded_t *u = c->unrecorded;
     c->unrecorded = u->next;
-    log_error("job %llu: its state %s was never recorded (the database would not take it)", (unsigned long long)u->id,
-              job_state_name(u->state));
+    log_error("job %llu: its state %s was never recorded (the database would not take it)%s", (unsigned long long)u->id,
+              job_state_name(u->state), u->state == ST_SUCCEEDED ? "; the next start records it from its steps" : "");
     free(u);
   }
 }
@@ -280,13 +281,53 @@ static void job_reset_attempt(coord_t *c, job_t *j) {
 
 void job_check_stopped(coord_t *c, job_t *j) {
   if (j->done || j->restart_pending || j->nstopped != j->world) return;
-  if (j->stop_at) {
+  if (j->stop_at && j->stop_for_shutdown) {
+    char why[256];
+    snprintf(why, sizeof why, "the daemon shut down after step %u, which saved a checkpoint; the job resumes from it",
+             j->stop_at);
+    job_finish(c, j, ST_QUEUED, why, 0);
+  } else if (j->stop_at) {
     char why[PATH_MAX + 128];
     snprintf(why, sizeof why, "stopped by the user after step %u; its checkpoint is in %s", j->stop_at, j->spec.ckpt_dir);
     job_finish(c, j, ST_CANCELLED, why, 0);
   } else {
     job_finish(c, j, ST_SUCCEEDED, NULL, 0);
   }
+}
+
+/* The queued job's record already says queued: only memory is let go. */
+static void drop_queued(coord_t *c, job_t *j) {
+  for (job_t **p = &c->jobs; *p; p = &(*p)->next)
+    if (*p == j) {
+      *p = j->next;
+      break;
+    }
+  job_destroy(&j);
+}
+
+void job_shutdown(coord_t *c, job_t *j) {
+  if (j->done) return;
+  if (j->restart_pending) {   /* queued in the record already; its workers are being killed */
+    job_finish(c, j, ST_QUEUED, "the daemon shut down before the restart; the job resumes from its newest checkpoint", 0);
+    return;
+  }
+  if (j->state == ST_QUEUED) {
+    drop_queued(c, j);
+    return;
+  }
+  if (j->stop_at || (j->state == ST_RUNNING && j->next_step > j->steps))
+    return;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
+  if (j->spec.resume == RESUME_AUTO) {
+    /* a shutdown's stop needs only [checkpoint] dir (steps_stop); job_check_stopped queues the job
+     * once the checkpoint of its last step is saved */
+    j->stop_for_shutdown = 1;
+    if (steps_stop(c, j)) return;
+    j->stop_for_shutdown = 0;
+  }
+  if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_dir[0])
+    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job resumes from its newest checkpoint", SIGTERM);
+  else
+    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job has no checkpoint to resume from and starts over", SIGTERM);
 }
 
 const char *job_state_name(int state) {
@@ -354,14 +395,30 @@ fail:
   return rc;
 }
 
-/* Before the jobs that were running when the daemon died are failed: say so in their job.log. */
-static void note_restart_failures(coord_t *c) {
+/* Before the jobs that were running when the daemon died are failed: a job whose every step is
+ * recorded finished its work, and only its final state was lost (the database refused it, most
+ * often a full disk, until the daemon stopped): it succeeded. The others' job.log says why they
+ * fail. */
+static void settle_started_jobs(coord_t *c) {
   jobs_db_row *rows = NULL;
   size_t n = 0;
   if (jobs_db_list(c->db, 0, &rows, &n) != FSDP_OK) return;
-  for (size_t i = 0; i < n; i++)
-    if ((rows[i].state == ST_STARTING || rows[i].state == ST_RUNNING) && *rows[i].job_dir)
-      coord_job_log(rows[i].job_dir, "failed: daemon restarted (it was %s at step %d)", job_state_name(rows[i].state), rows[i].step);
+  for (size_t i = 0; i < n; i++) {
+    jobs_db_row *r = &rows[i];
+    if (r->state != ST_STARTING && r->state != ST_RUNNING) continue;
+    if (r->steps > 0 && r->step >= r->steps) {
+      if (jobs_db_set_state(c->db, r->id, ST_SUCCEEDED, NULL, loop_now_wall()) != FSDP_OK) {
+        log_error("job %llu: cannot record state succeeded: %s", (unsigned long long)r->id, fsdp_last_error());
+        continue;
+      }
+      if (*r->job_dir)
+        coord_job_log(r->job_dir, "succeeded: all %d steps were recorded before the daemon stopped (its final state "
+                      "was not: the database refused it)", r->steps);
+      log_info("job %llu succeeded: all %d steps were recorded before the daemon stopped", (unsigned long long)r->id, r->steps);
+    } else if (*r->job_dir) {
+      coord_job_log(r->job_dir, "failed: daemon restarted (it was %s at step %d)", job_state_name(r->state), r->step);
+    }
+  }
   jobs_db_rows_destroy(&rows, n);
 }
 
@@ -400,7 +457,7 @@ static void requeue(coord_t *c) {
 
 fsdp_status job_recover(coord_t *c) {
   int nfail = 0;
-  note_restart_failures(c);
+  settle_started_jobs(c);
   TRY(jobs_db_fail_started(c->db, "daemon restarted", loop_now_wall(), &nfail));
   if (nfail) log_warn("%d jobs were running when the daemon stopped; marked failed ('daemon restarted')", nfail);
   requeue(c);

@@ -30,8 +30,9 @@ void job_destroy(job_t **j);   /* NULL-safe; clears *J */
  * and the reason is logged. */
 void job_open_metrics(job_t *j);
 
-/* At start: fail the jobs the database holds as starting or running ("daemon restarted") and queue
- * the queued ones again in their order. */
+/* At start: of the jobs the database holds as starting or running, those with every step recorded
+ * succeeded (only their final state was lost) and the others failed ("daemon restarted"); the
+ * queued ones are queued again in their order. */
 fsdp_status job_recover(coord_t *c);
 
 /* Record STATE (with REASON, may be NULL) in memory, jobs.db and job.log. */
@@ -41,6 +42,12 @@ void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig);
 /* Fail the current attempt with a reason naming the rank: the job ends failed, or with restarts
  * left it is queued again once its workers are reaped. */
 void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* At the daemon's shutdown: keep J for the next start. A queued job stays queued (its record
+ * already says so); a running job with a [checkpoint] dir and resume = auto is stopped at the next
+ * step, which saves a checkpoint, and then recorded queued (job_check_stopped); any other job's
+ * workers get SIGTERM and it is recorded queued at once, to resume from its newest checkpoint or
+ * start over. J may be freed: call it while walking c->jobs with the next pointer kept aside. */
+void job_shutdown(coord_t *c, job_t *j);
 /* Succeed J once every rank acknowledged its stop. */
 void job_check_stopped(coord_t *c, job_t *j);
 

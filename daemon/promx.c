@@ -228,7 +228,7 @@ static void rank_series(FILE *f, const struct coord *c, rank_value which, const 
 static const char *kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CPU ? "cpu" : "cuda"; }
 
 static void node_series(FILE *f, const struct coord *c) {
-  head(f, "fsdp_node_up", "gauge", "1 while the node's agent sends heartbeats, 0 once it is lost");
+  head(f, "fsdp_node_up", "gauge", "1 while the node's agent sends heartbeats, 0 once it is lost or stopped");
   for (int i = 0; i < c->nnodes; i++) {
     fputs("fsdp_node_up{node=\"", f);
     put_label(f, c->nodes[i].name);

@@ -137,6 +137,12 @@ static void fill_window(coord_t *c, job_t *j, int force) {
   }
 }
 
+/* metrics.jsonl back to END bytes (the end before a line whose step could not be recorded). */
+static void metrics_cut(job_t *j, off_t end) {
+  if (j->metrics && end >= 0 && ftruncate(fileno(j->metrics), end) != 0)
+    log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
+}
+
 /* Append LINE and a newline to FILE (fd FD, in J's directory) as one write; a short write (a full
  * disk) is cut back, so that the file only ever holds whole lines. */
 static fsdp_status append_line(const job_t *j, int fd, const char *file, const char *line) {
@@ -151,7 +157,8 @@ static fsdp_status append_line(const job_t *j, int fd, const char *file, const c
   free(buf);
   if (n == (ssize_t)(len + 1)) return FSDP_OK;
   if (n >= 0) e = ENOSPC;   /* a short write: the device is full */
-  if (end >= 0 && ftruncate(fd, end) != 0) log_warn("job %llu: cannot cut back metrics.jsonl: %s", (unsigned long long)j->id, strerror(errno));
+  if (end >= 0 && ftruncate(fd, end) != 0)
+    log_warn("job %llu: cannot cut back %s: %s", (unsigned long long)j->id, file, strerror(errno));
   return fsdp_set_error(FSDP_ERR_IO, "cannot write %s/%s: %s", j->job_dir, file, strerror(e));
 }
 
@@ -252,10 +259,12 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
       line = NULL;
     }
     if (rc == FSDP_OK) rc = metrics_line(&sum, &line);
+    off_t end = j->metrics ? lseek(fileno(j->metrics), 0, SEEK_END) : -1;
     if (rc == FSDP_OK) rc = metrics_append(j, line);
     jobs_db_step row = {.step = (int)step, .loss = sum.loss, .lr = sum.lr, .grad_norm = sum.grad_norm,
                         .tokens = sum.tokens, .step_ms = sum.step_ms, .tokens_per_s = sum.tokens_per_s};
-    if (rc == FSDP_OK) rc = jobs_db_add_step(c->db, j->id, &row, line);
+    /* A step is recorded in both or in neither: the line goes if the database refuses the step. */
+    if (rc == FSDP_OK && (rc = jobs_db_add_step(c->db, j->id, &row, line)) != FSDP_OK) metrics_cut(j, end);
     if (rc == FSDP_OK && f->sample && f->sample[0]) job_log(j, "sample at step %u: %s", step, f->sample);
     for (size_t i = 0; rc == FSDP_OK && i < f->n_ckpt; i++) {
       const Fsdp__CkptSave *k = f->ckpt[i];
@@ -408,11 +417,10 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
   j->ranks[r].ready = 1;
   if (++j->nready < j->world) return;
   job_set_state(c, j, ST_RUNNING, NULL);
-  if (j->start_step > 0) {
+  if (j->start_step > 0)
     job_log(j, "resuming from the checkpoint of step %u%s", j->start_step,
             j->start_step >= j->steps ? ": at or past the last step, nothing to train" : "");
-    metrics_truncate(j, j->start_step);
-  }
+  metrics_truncate(j, j->start_step);   /* also a start over (queued at a shutdown without a checkpoint) */
   if (j->start_step > j->steps) j->start_step = j->steps;
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
@@ -426,7 +434,10 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
 
 int steps_stop(coord_t *c, job_t *j) {
   (void)c;
-  if (j->state != ST_RUNNING || j->done || j->restart_pending || j->spec.ckpt_every <= 0 || !j->spec.ckpt_dir[0]) return 0;
+  /* a shutdown's stop needs only a dir: the worker saves where the step says so and resumes from dir */
+  if (j->state != ST_RUNNING || j->done || j->restart_pending || (j->spec.ckpt_every <= 0 && !j->stop_for_shutdown) ||
+      !j->spec.ckpt_dir[0])
+    return 0;
   if (j->stop_at) return 1;   /* already stopping */
   if (j->next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
   /* The steps in flight were sent without the checkpoint flag: the next one carries it and ends the job. */

@@ -41,9 +41,10 @@ void steps_on_error(coord_t *c, job_t *j, int r, const Fsdp__WorkerError *e);
 void steps_check(coord_t *c, job_t *j, double now);
 
 /* A user's stop of running job J that checkpoints: the next step not yet sent saves a checkpoint
- * and is its last; the job then ends cancelled ("stopped by the user after step N"). Returns 0
- * when there is nothing to checkpoint (not running, no [checkpoint], or every step already sent):
- * the caller cancels instead. */
+ * and is its last; the job then ends cancelled ("stopped by the user after step N"), or for the
+ * daemon's shutdown (j->stop_for_shutdown, which needs only [checkpoint] dir) is queued again.
+ * Returns 0 when there is nothing to checkpoint (not running, no [checkpoint], or every step
+ * already sent): the caller cancels instead. */
 int steps_stop(coord_t *c, job_t *j);
 
 #endif

@@ -1,13 +1,36 @@
 /* zap — see zap.h. */
 #include "zap.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include "log.h"
 #include "peer.h"
+#include "zmon.h"
+
+#define ZAP_LOG_EVERY_S 60.0
+#define ZAP_WATCH_FDS 32
+
+/* A tcp:// socket's handshakes. libzmq's monitor names the socket's own endpoint in every event,
+ * never the peer's, and a failure's value is its reason, not the connection: the peer's address is
+ * read when the connection is accepted (value: its descriptor) and found again by the descriptor
+ * of the disconnection that follows the failure. */
+struct zap_watch {
+  char ep[PATH_MAX + 16];
+  zmon *mon;
+  struct { int fd; char addr[64]; } acc[ZAP_WATCH_FDS];
+  int next;                  /* the acc[] slot to fill next (a ring) */
+  int failed;                /* the last failure's event, until its disconnection: 0 none */
+  uint32_t code;
+  /* [1]: failures whose address was read, [0]: those whose connection was closed before (the
+   * client retries, so a later line names it): each logged at most once per ZAP_LOG_EVERY_S */
+  double logged_at[2];
+  unsigned unlogged[2];
+};
 
 /* The uid at the end of an ipc:// peer address "...:UID:GID:PID"; -1 when it has none. */
 static long zap_peer_uid(const char *addr, int len) {
@@ -144,4 +167,90 @@ fsdp_status zap_setup(coord_t *c, int curve) {
   c->curve = curve;
   if (curve) log_info("tcp:// endpoints use CURVE (server key %s/server.pub); clients admitted from %s", dir, c->authorized_path);
   return FSDP_OK;
+}
+
+static const char *watch_addr(struct zap_watch *w, int fd) {
+  for (int i = 0; i < ZAP_WATCH_FDS; i++)
+    if (w->acc[i].fd == fd && w->acc[i].addr[0]) return w->acc[i].addr;
+  return NULL;
+}
+
+static void on_watch(void *arg, int ev, uint32_t value, const char *endpoint) {
+  struct zap_watch *w = arg;
+  (void)endpoint;
+  if (ev == ZMQ_EVENT_ACCEPTED) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    w->acc[w->next].fd = (int)value;
+    w->acc[w->next].addr[0] = '\0';
+    if (getpeername((int)value, (struct sockaddr *)&sa, &len) == 0) {
+      if (sa.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+      } else if (sa.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+      }
+      if (*host) snprintf(w->acc[w->next].addr, sizeof w->acc[w->next].addr, "%s:%d", host, port);
+    }
+    w->next = (w->next + 1) % ZAP_WATCH_FDS;
+    return;
+  }
+  if (ev != ZMQ_EVENT_DISCONNECTED) {   /* a handshake failed: its connection closes next */
+    w->failed = ev;
+    w->code = value;
+    return;
+  }
+  if (!w->failed) return;
+  int failed = w->failed;
+  w->failed = 0;
+  double now = loop_now_mono();
+  const char *addr = watch_addr(w, (int)value);
+  int k = addr != NULL;
+  if (w->logged_at[k] != 0 && now - w->logged_at[k] < ZAP_LOG_EVERY_S) {
+    w->unlogged[k]++;
+    return;
+  }
+  if (!addr) addr = "an address that was closed before it could be read";
+  char more[64] = "";
+  if (w->unlogged[k]) snprintf(more, sizeof more, " (and %u more since the last line)", w->unlogged[k]);
+  if (failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && w->code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+    log_warn("a CURVE handshake from %s on %s was refused: its HELLO was not sealed for this daemon's key (the client's "
+             "server key is not STATE/keys/server.pub)%s", addr, w->ep, more);
+  else if (failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+    log_warn("a CURVE handshake from %s on %s was refused: it broke the ZMTP or CURVE protocol (error 0x%x): is it an "
+             "fsdpd client?%s", addr, w->ep, w->code, more);
+  else
+    log_warn("a CURVE handshake from %s on %s did not complete: %s (a client that went away, or not an fsdpd "
+             "client)%s", addr, w->ep, w->code ? strerror((int)w->code) : "the connection closed", more);
+  w->logged_at[k] = now;
+  w->unlogged[k] = 0;
+}
+
+fsdp_status zap_watch(coord_t *c, void *sock, const char *ep) {
+  int k = c->watches[0] ? 1 : 0;
+  if (c->watches[k]) return fsdp_set_error(FSDP_ERR_INTERNAL, "%s: a third tcp:// socket to watch", ep);
+  struct zap_watch *w = calloc(1, sizeof *w);
+  if (!w) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a handshake monitor");
+  for (int i = 0; i < ZAP_WATCH_FDS; i++) w->acc[i].fd = -1;
+  snprintf(w->ep, sizeof w->ep, "%s", ep);
+  fsdp_status rc = zmon_new(c->uv, c->zctx, sock, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, on_watch, w, &w->mon);
+  if (rc != FSDP_OK) {
+    free(w);
+    return rc;
+  }
+  c->watches[k] = w;
+  return FSDP_OK;
+}
+
+void zap_unwatch_all(coord_t *c) {
+  for (int k = 0; k < 2; k++) {
+    if (!c->watches[k]) continue;
+    zmon_destroy(&c->watches[k]->mon);
+    free(c->watches[k]);
+    c->watches[k] = NULL;
+  }
 }

@@ -18,4 +18,12 @@
 /* CURVE: 1 when an endpoint is tcp:// (load the server keys too). */
 fsdp_status zap_setup(coord_t *c, int curve);
 
+/* Watch the CURVE handshakes of SOCK, bound at the tcp:// endpoint EP (zmon.h), and log those
+ * that fail before ZAP is asked (most often a client whose server key is not this daemon's: it
+ * cannot seal a HELLO this daemon can open), with the client's address: at once, then at most one
+ * line a minute with the count since (and one a minute for those whose address was gone before
+ * it could be read). Freed by zap_unwatch_all, before the sockets close. */
+fsdp_status zap_watch(coord_t *c, void *sock, const char *ep);
+void zap_unwatch_all(coord_t *c);
+
 #endif

@@ -26,7 +26,7 @@ static const struct { Fsdp__Msg__BodyCase c; const char *name; } body_names[] = 
   {FSDP__MSG__BODY_AGENT_REGISTER, "agent_register"}, {FSDP__MSG__BODY_AGENT_WELCOME, "agent_welcome"},
   {FSDP__MSG__BODY_HEARTBEAT, "heartbeat"},         {FSDP__MSG__BODY_SPAWN_REQ, "spawn_req"},
   {FSDP__MSG__BODY_KILL_REQ, "kill_req"},           {FSDP__MSG__BODY_WORKER_EXIT, "worker_exit"},
-  {FSDP__MSG__BODY_LOG_CHUNK, "log_chunk"},
+  {FSDP__MSG__BODY_LOG_CHUNK, "log_chunk"},         {FSDP__MSG__BODY_AGENT_BYE, "agent_bye"},
   {FSDP__MSG__BODY_WORKER_HELLO, "worker_hello"},   {FSDP__MSG__BODY_WORKER_SETUP, "worker_setup"},
   {FSDP__MSG__BODY_STEP_CMD, "step_cmd"},           {FSDP__MSG__BODY_STEP_REPORT, "step_report"},
   {FSDP__MSG__BODY_WORKER_ERROR, "worker_error"},   {FSDP__MSG__BODY_WORKER_READY, "worker_ready"},
@@ -312,6 +312,7 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     if (!(m->agent_welcome->heartbeat_s > 0 && m->agent_welcome->heartbeat_s <= 3600)) BAD("heartbeat interval out of range");
     return FSDP_OK;
   case FSDP__MSG__BODY_HEARTBEAT: NEED(m->heartbeat, "heartbeat"); return FSDP_OK;
+  case FSDP__MSG__BODY_AGENT_BYE: NEED(m->agent_bye, "agent_bye"); return FSDP_OK;
   case FSDP__MSG__BODY_SPAWN_REQ: {
     const Fsdp__SpawnReq *s = m->spawn_req;
     NEED(s, "spawn_req");

@@ -9,7 +9,7 @@
 #      with exit code 0.
 #   2. NCCL's variables given to sbatch reach the workers. The allocation ends while a job runs
 #      (the SIGTERM Slurm sends the batch script before the time limit, here by `scancel --batch
-#      --signal=TERM`): fsdpd cancels the job ("the daemon shut down"), reaps its workers and
+#      --signal=TERM`): fsdpd queues the job again ("the daemon shut down"), reaps its workers and
 #      exits 0; nothing is left running.
 #   3. Slurm variables that contradict the flags: one-line errors, exit 2; the recipe refuses --ctl
 #      in FSDPD_FLAGS.
@@ -239,7 +239,7 @@ done
 scancel --batch --signal=TERM "$jid2"
 wait_for 60 job_over "$jid2" || fail "Slurm job $jid2 did not end within 60 s of its SIGTERM"
 grep -q "SIGTERM: stopping the cluster" "$S/end.out" || fail "the recipe did not forward the SIGTERM"
-grep -q "job 1 cancelled: the daemon shut down" "$log2" || fail "the running job was not cancelled by the shutdown"
+grep -q "job 1 queued: the daemon shut down" "$log2" || fail "the running job was not queued again by the shutdown"
 grep -q "all workers reaped; exiting" "$log2" && grep -q "fsdpd stopped" "$log2" || fail "fsdpd did not stop cleanly"
 ! grep -q "second SIGTERM\|Killed" "$log2" || fail "fsdpd was killed rather than stopped"
 none_left "$log2"

@@ -32,7 +32,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
     Fsdp__SubmitReq submit_req; Fsdp__SubmitResp submit_resp; Fsdp__JobQuery q; Fsdp__ListReq list_req;
     Fsdp__ListResp list_resp; Fsdp__LogsReq logs_req; Fsdp__LogsResp logs_resp; Fsdp__NodesReq nodes_req;
     Fsdp__NodesResp nodes_resp; Fsdp__ShutdownReq shutdown_req; Fsdp__Ack ack; Fsdp__Error error;
-    Fsdp__AgentRegister reg; Fsdp__AgentWelcome welcome; Fsdp__Heartbeat hb; Fsdp__SpawnReq spawn;
+    Fsdp__AgentRegister reg; Fsdp__AgentWelcome welcome; Fsdp__Heartbeat hb; Fsdp__AgentBye bye; Fsdp__SpawnReq spawn;
     Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
     Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
     Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
@@ -120,6 +120,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_AGENT_REGISTER: fsdp__agent_register__init(&b.reg); b.reg.name = "n0"; b.reg.cpu_slots = 2; b.reg.host_mem_bytes = 123ull << 30; b.reg.n_gpus = 1; b.reg.gpus = slotp; m.agent_register = &b.reg; break;
   case FSDP__MSG__BODY_AGENT_WELCOME: fsdp__agent_welcome__init(&b.welcome); b.welcome.node_id = 1; b.welcome.heartbeat_s = 1; m.agent_welcome = &b.welcome; break;
   case FSDP__MSG__BODY_HEARTBEAT: fsdp__heartbeat__init(&b.hb); b.hb.node_id = 1; m.heartbeat = &b.hb; break;
+  case FSDP__MSG__BODY_AGENT_BYE: fsdp__agent_bye__init(&b.bye); b.bye.node_id = 1; m.agent_bye = &b.bye; break;
   case FSDP__MSG__BODY_SPAWN_REQ: fsdp__spawn_req__init(&b.spawn); b.spawn.n_argv = 3; b.spawn.argv = argv; b.spawn.n_env = 1; b.spawn.env = env; m.spawn_req = &b.spawn; break;
   case FSDP__MSG__BODY_KILL_REQ: fsdp__kill_req__init(&b.kill); b.kill.job_id = 1; b.kill.signal = 9; m.kill_req = &b.kill; break;
   case FSDP__MSG__BODY_WORKER_EXIT: fsdp__worker_exit__init(&b.wexit); b.wexit.rank = 1; b.wexit.term_signal = 9; m.worker_exit = &b.wexit; break;
@@ -149,7 +150,7 @@ static const Fsdp__Msg__BodyCase all_cases[] = {
   FSDP__MSG__BODY_LIST_REQ, FSDP__MSG__BODY_LIST_RESP, FSDP__MSG__BODY_CANCEL_REQ, FSDP__MSG__BODY_STOP_REQ, FSDP__MSG__BODY_LOGS_REQ,
   FSDP__MSG__BODY_LOGS_RESP, FSDP__MSG__BODY_NODES_REQ, FSDP__MSG__BODY_NODES_RESP, FSDP__MSG__BODY_SHUTDOWN_REQ,
   FSDP__MSG__BODY_ACK, FSDP__MSG__BODY_ERROR, FSDP__MSG__BODY_AGENT_REGISTER, FSDP__MSG__BODY_AGENT_WELCOME,
-  FSDP__MSG__BODY_HEARTBEAT, FSDP__MSG__BODY_SPAWN_REQ, FSDP__MSG__BODY_KILL_REQ, FSDP__MSG__BODY_WORKER_EXIT,
+  FSDP__MSG__BODY_HEARTBEAT, FSDP__MSG__BODY_AGENT_BYE, FSDP__MSG__BODY_SPAWN_REQ, FSDP__MSG__BODY_KILL_REQ, FSDP__MSG__BODY_WORKER_EXIT,
   FSDP__MSG__BODY_LOG_CHUNK, FSDP__MSG__BODY_WORKER_HELLO, FSDP__MSG__BODY_WORKER_SETUP, FSDP__MSG__BODY_STEP_CMD,
   FSDP__MSG__BODY_STEP_REPORT, FSDP__MSG__BODY_WORKER_ERROR, FSDP__MSG__BODY_WORKER_READY, FSDP__MSG__BODY_STOP_CMD,
   FSDP__MSG__BODY_KV_SET, FSDP__MSG__BODY_KV_GET, FSDP__MSG__BODY_KV_RESP,
