@@ -30,7 +30,8 @@ case $BUILD in /*) ;; *) BUILD=$SRC/$BUILD ;; esac
 ARCH=${FSDP_CUDA_ARCH:-90}
 DEST=${FSDP_GPU_BUNDLE:-$SRC/.gpubundle}
 JOBS=${JOBS:-2}
-# The device tool carries at most 64 MiB: the working tree (about 2 MiB) plus this archive.
+# A bundle is kept under 64 MiB (the working tree, about 2 MiB, plus this archive), so that it travels
+# to a GPU node cheaply.
 LIMIT_MIB=64
 build=1
 case "${1:-}" in
@@ -121,4 +122,4 @@ total=$((packed + $(stat -c %s "$DEST/MANIFEST.txt") + tree))
 echo "gpu-bundle: $DEST/fsdp-gpu-bundle.tar.xz: $(mib "$packed") MiB ($(mib "$raw") MiB unpacked);" \
      "with the working tree ($(mib "$tree") MiB) $(mib "$total") MiB of the tool's $LIMIT_MIB MiB"
 echo "gpu-bundle: glibc needed ${glibc_needed#GLIBC_} (loader carried for older ones); taken from the device machine: ${!external[*]}"
-[ "$total" -le $((LIMIT_MIB * 1048576)) ] || die "$(mib "$total") MiB would travel: over the device tool's $LIMIT_MIB MiB"
+[ "$total" -le $((LIMIT_MIB * 1048576)) ] || die "$(mib "$total") MiB would travel: over the $LIMIT_MIB MiB a bundle is kept under"
