@@ -286,7 +286,7 @@ static fsdp_status ckpt_after_step(runtime_t *rt, const jobspec_t *spec, ckpt_as
                                    rt_report *r) {
   ckpt_save_stats done[2] = {{0}, {0}};
   r->nckpt = 0;
-  if (!spec->ckpt_async) {
+  if (!spec->ckpt_async || !a) {   /* no writer without [checkpoint] every: a stop's save is synchronous */
     if (save) TRY(runtime_checkpoint(rt, spec->ckpt_dir, step, &done[0]));
   } else {
     if (save) TRY(runtime_checkpoint_async(rt, a, spec->ckpt_dir, step, &done[0]));

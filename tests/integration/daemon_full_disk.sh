@@ -12,7 +12,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" fulldisk
 M="$S/m"
 mkdir -p "$M"
-if ! mount -t tmpfs -o size=640k,mode=0700 tmpfs "$M" 2>/dev/null; then
+if ! mount -t tmpfs -o size=2m,mode=0700 tmpfs "$M" 2>/dev/null; then
   echo "daemon_full_disk: skipped: this machine does not let the test mount a tmpfs (needs root)"
   exit 0
 fi
