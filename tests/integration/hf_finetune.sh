@@ -12,8 +12,7 @@
 # plan and the index). A transformers 4 form of a config gives the same model and exports torch_dtype.
 # Refusals at fsdpctl plan: one line, exit 1, before any worker: an unknown rope type, a key that
 # disagrees with config.json, a weights shape, a missing shard, an untied job on a tied file.
-# Every part runs; the ones that fail are listed at the end (tied and llama3 need the model's tie and
-# rope scaling).
+# Every part runs; the ones that fail are listed at the end.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-hf.XXXXXX)
@@ -196,7 +195,7 @@ refused "a missing shard file" "model-00007-of-00012.safetensors"
 cp -r "$tmp/llama_tied" "$tmp/untied"
 python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["tie_word_embeddings"]=False; json.dump(c,open(p,"w"))' "$tmp/untied/config.json"
 job bad untied 32 full
-refused "an untied job on a tied file" "has no lm_head.weight"
+refused "an untied job on a tied file" "holds no lm_head.weight"
 job bad gpt2 80 full
 refused "seq_len beyond GPT-2's n_positions" "seq_len = 80 is beyond the model's 64 positions"
 
