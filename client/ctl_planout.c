@@ -126,10 +126,66 @@ static void print_hybrid_traffic(const plan_t *p, FILE *f) {
           human_bytes(p->sent_inter[2], c, sizeof c), human_bytes(x_total, e, sizeof e), p->ngroups);
 }
 
+/* The table's last parts: the predicted peak memory per rank (and whether it fits DEVICE_BYTES),
+ * then the bytes each rank sends per step in every sharding mode. */
+static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_bytes) {
+  char a[32], b[32], c[32], d[32], e[32];
+  fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
+          human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
+          human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), jobspec_dtype_bytes(p->param_dtype),
+          jobspec_dtype_bytes(p->reduce_dtype), p->prefetch);
+  for (int k = 0; k < MEM_NCAT; k++)
+    fprintf(f, "  %-12s %12s  %s\n", plan_mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
+            mem_formula(p, k));
+  fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
+          human_count((int64_t)p->mem_total, b, sizeof b));
+  if (p->host_bytes) {
+    const char *off = "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S";
+    const char *snap = "checkpoint snapshot ([checkpoint] async): 12·S";
+    fprintf(f, "  %-12s %12s  %s%s%s (host memory)\n", "host", human_bytes(p->host_bytes, a, sizeof a),
+            p->host_bytes > p->snapshot_bytes ? off : "", p->host_bytes > p->snapshot_bytes && p->snapshot_bytes ? "; " : "",
+            p->snapshot_bytes ? snap : "");
+  }
+  fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
+          p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
+          human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
+          human_count(p->act.bwd_ws, d, sizeof d));
+  if (device_bytes) {
+    double used = 100.0 * (double)p->mem_total / (double)device_bytes;
+    if (p->mem_total <= device_bytes) {
+      fprintf(f, "  device memory %s: fits (%.1f%% used)\n", human_bytes(device_bytes, a, sizeof a), used);
+    } else if (p->sharding == SHARD_HYBRID) {
+      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
+              "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
+              used, p->shard_world);
+    } else {
+      int w = plan_min_world_of(p, device_bytes);
+      if (w)
+        fprintf(f, "  device memory %s: does NOT fit (%.1f%%); the smallest world size that fits is %d\n",
+                human_bytes(device_bytes, a, sizeof a), used, w);
+      else
+        fprintf(f, "  device memory %s: does NOT fit (%.1f%%) at any world size up to %d\n",
+                human_bytes(device_bytes, a, sizeof a), used, PLAN_MAX_WORLD);
+    }
+  }
+
+  fprintf(f, "\nBytes sent per rank per optimizer step (ring: AG/RS send (N−1)/N of the unit, AR 2·(N−1)/N)\n");
+  fprintf(f, "  %-10s %12s %14s %12s %12s\n", "sharding", "allgather", "reducescatter", "allreduce", "total");
+  int last = p->sharding == SHARD_HYBRID ? SHARD_HYBRID : SHARD_NONE;   /* hybrid needs a G: its own plan's */
+  for (int mode = SHARD_FULL; mode <= last; mode++) {
+    uint64_t s[COLL_NKIND];
+    plan_sent_bytes_if(p, (shard_mode)mode, s);
+    fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", jobspec_shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
+            human_bytes(s[1], b, sizeof b), human_bytes(s[2], c, sizeof c),
+            human_bytes(s[0] + s[1] + s[2], e, sizeof e), mode == (int)p->sharding ? "  <- this plan" : "");
+  }
+  if (p->sharding == SHARD_HYBRID) print_hybrid_traffic(p, f);
+}
+
 void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   if (!p || !f) return;
   const model_config *m = &p->model;
-  char a[32], b[32], c[32], d[32], e[32];
+  char a[32], b[32], c[32], d[32];
   int llama = m->arch == ARCH_LLAMA;
   fprintf(f, "Model     %s  L=%d  H=%d  C=%d  V=%d  T=%d", jobspec_arch_name(m->arch), m->n_layer, m->n_head,
           m->n_embd, m->vocab_size, m->seq_len);
@@ -202,56 +258,7 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
     fprintf(f, "  (hybrid: rank r holds group rank r mod %d's shard; ranks r, r+%d, ... hold the same one)\n",
             p->shard_world, p->shard_world);
 
-  fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
-          human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
-          human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), jobspec_dtype_bytes(p->param_dtype),
-          jobspec_dtype_bytes(p->reduce_dtype), p->prefetch);
-  for (int k = 0; k < MEM_NCAT; k++)
-    fprintf(f, "  %-12s %12s  %s\n", plan_mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
-            mem_formula(p, k));
-  fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
-          human_count((int64_t)p->mem_total, b, sizeof b));
-  if (p->host_bytes) {
-    const char *off = "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S";
-    const char *snap = "checkpoint snapshot ([checkpoint] async): 12·S";
-    fprintf(f, "  %-12s %12s  %s%s%s (host memory)\n", "host", human_bytes(p->host_bytes, a, sizeof a),
-            p->host_bytes > p->snapshot_bytes ? off : "", p->host_bytes > p->snapshot_bytes && p->snapshot_bytes ? "; " : "",
-            p->snapshot_bytes ? snap : "");
-  }
-  fprintf(f, "  activations per micro-batch (%s): block_saved %s, root_saved %s, head_ws %s, bwd_ws %s\n",
-          p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
-          human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
-          human_count(p->act.bwd_ws, d, sizeof d));
-  if (device_bytes) {
-    double used = 100.0 * (double)p->mem_total / (double)device_bytes;
-    if (p->mem_total <= device_bytes) {
-      fprintf(f, "  device memory %s: fits (%.1f%% used)\n", human_bytes(device_bytes, a, sizeof a), used);
-    } else if (p->sharding == SHARD_HYBRID) {
-      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
-              "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
-              used, p->shard_world);
-    } else {
-      int w = plan_min_world_of(p, device_bytes);
-      if (w)
-        fprintf(f, "  device memory %s: does NOT fit (%.1f%%); the smallest world size that fits is %d\n",
-                human_bytes(device_bytes, a, sizeof a), used, w);
-      else
-        fprintf(f, "  device memory %s: does NOT fit (%.1f%%) at any world size up to %d\n",
-                human_bytes(device_bytes, a, sizeof a), used, PLAN_MAX_WORLD);
-    }
-  }
-
-  fprintf(f, "\nBytes sent per rank per optimizer step (ring: AG/RS send (N−1)/N of the unit, AR 2·(N−1)/N)\n");
-  fprintf(f, "  %-10s %12s %14s %12s %12s\n", "sharding", "allgather", "reducescatter", "allreduce", "total");
-  int last = p->sharding == SHARD_HYBRID ? SHARD_HYBRID : SHARD_NONE;   /* hybrid needs a G: its own plan's */
-  for (int mode = SHARD_FULL; mode <= last; mode++) {
-    uint64_t s[COLL_NKIND];
-    plan_sent_bytes_if(p, (shard_mode)mode, s);
-    fprintf(f, "  %-10s %12s %14s %12s %12s%s\n", jobspec_shard_mode_name((shard_mode)mode), human_bytes(s[0], a, sizeof a),
-            human_bytes(s[1], b, sizeof b), human_bytes(s[2], c, sizeof c),
-            human_bytes(s[0] + s[1] + s[2], e, sizeof e), mode == (int)p->sharding ? "  <- this plan" : "");
-  }
-  if (p->sharding == SHARD_HYBRID) print_hybrid_traffic(p, f);
+  print_memory_and_traffic(p, f, device_bytes);
 }
 
 /* ---- JSON ---- */

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_priv.h"
 #include "fsutil.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
@@ -79,7 +80,7 @@ static fsdp_status pread_full(int fd, void *buf, size_t n, off_t off, const char
 
 /* The checkpoint directory DIR (followed only through links no other user can have planted) and its
  * step directory (never through a link), created when CREATE. *DIRFD may be NULL. */
-static fsdp_status open_step_dir(const char *dir, int step, int create, int *dirfd, int *stepfd) {
+fsdp_status ckpt_open_step_dir(const char *dir, int step, int create, int *dirfd, int *stepfd) {
   char name[32], shown[PATH_MAX];
   int dfd;
   snprintf(name, sizeof name, "step-%08d", step);
@@ -94,12 +95,12 @@ static fsdp_status open_step_dir(const char *dir, int step, int create, int *dir
 }
 
 /* Open file NAME of step STEP's directory for reading, through no link. */
-static fsdp_status open_in_step(const char *dir, int step, const char *name, int *fd, char *shown, size_t cap) {
+fsdp_status ckpt_open_in_step(const char *dir, int step, const char *name, int *fd, char *shown, size_t cap) {
   int sfd;
   char sdir[PATH_MAX];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
   snprintf(shown, cap, "%s/%s", sdir, name);
-  TRY(open_step_dir(dir, step, 0, NULL, &sfd));
+  TRY(ckpt_open_step_dir(dir, step, 0, NULL, &sfd));
   *fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   int e = errno;
   close(sfd);
@@ -125,7 +126,7 @@ static uint64_t sec_stride(const plan_t *p) { return page_up((uint64_t)p->shard_
 /* Tests only (FSDP_TEST_CKPT_PAUSE = POINT:STEP, POINT one of begin, mid, manifest): the writer of
  * step STEP stops at POINT, creates FSDP_TEST_CKPT_PAUSE_DIR/paused-POINT-RANK and waits for
  * DIR/release (120 s at most), so that a test can kill a process at that very moment of a save. */
-static void test_pause(const char *point, int step, int rank) {
+void ckpt_test_pause(const char *point, int step, int rank) {
   const char *want = getenv("FSDP_TEST_CKPT_PAUSE"), *dir = getenv("FSDP_TEST_CKPT_PAUSE_DIR");
   char mine[64], path[PATH_MAX];
   snprintf(mine, sizeof mine, "%s:%d", point, step);
@@ -219,9 +220,9 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   char sdir[PATH_MAX], name[32];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
   snprintf(name, sizeof name, "rank-%d.bin", rank);
-  test_pause("begin", step, rank);
+  ckpt_test_pause("begin", step, rank);
   int sfd;
-  TRY(open_step_dir(dir, step, 1, NULL, &sfd));
+  TRY(ckpt_open_step_dir(dir, step, 1, NULL, &sfd));
 
   size_t hb = header_bytes(p->nunits);
   uint8_t *h = calloc(1, hb);
@@ -242,7 +243,7 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
     TRY_GOTO(write_section(a.fd, (const uint8_t *)secs[s], len, off + (uint64_t)s * sec_stride(p), &crc, &direct,
                            a.shown), rc, out);
     put32(h, 96 + 24 * (size_t)s, crc);
-    if (s == 0) test_pause("mid", step, rank);
+    if (s == 0) ckpt_test_pause("mid", step, rank);
   }
   put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
   TRY_GOTO(pwrite_full(a.fd, h, hb, 0, a.shown), rc, out);
@@ -256,92 +257,6 @@ out:
 
 uint64_t ckpt_rank_file_bytes(const plan_t *p) {
   return data_start(header_bytes(p->nunits)) + (CKPT_NSEC - 1) * sec_stride(p) + (uint64_t)p->shard_total * sizeof(float);
-}
-
-fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
-  return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum);
-}
-
-/* The model's keys beyond the shape, written only where they differ from a plain model (so that a
- * manifest of a model without them reads as before), and the folder it came from ([model] from), which
- * fsdpctl export carries the config and tokenizer of. */
-/* Beyond the shape (the Llama keys, tie and rope scaling, are written with it): the published
- * position count where it differs from seq_len (so that a manifest of a model without it reads as
- * before), and the folder it came from ([model] from), which fsdpctl export carries the config and
- * tokenizer of. */
-static void manifest_model_extras(json_t *model, json_t *o, const plan_t *p) {
-  const model_config *m = &p->model;
-  if (m->n_positions && m->n_positions != m->seq_len) json_object_set_new(model, "n_positions", json_integer(m->n_positions));
-  if (p->source[0]) json_object_set_new(o, "source", json_string(p->source));
-}
-
-static void read_model_extras(const json_t *o, ckpt_info *out) {
-  const json_t *model = json_object_get(o, "model");
-  model_config *m = &out->model;
-  json_int_t npos = json_integer_value(json_object_get(model, "n_positions"));
-  m->n_positions = npos > m->seq_len && npos <= (1 << 24) ? (int)npos : m->seq_len;
-  snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
-           json_string_value(json_object_get(o, "source")) : "");
-}
-
-fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step) {
-  json_t *o = json_object(), *model = json_object(), *files = json_array();
-  json_object_set_new(o, "format", json_string("fsdpd-checkpoint"));
-  json_object_set_new(o, "version", json_integer(CKPT_VERSION));
-  json_object_set_new(o, "step", json_integer(step));
-  json_object_set_new(o, "world", json_integer(p->world));
-  json_object_set_new(o, "sharding", json_string(jobspec_shard_mode_name(p->sharding)));
-  json_object_set_new(model, "arch", json_string(jobspec_arch_name(p->model.arch)));
-  json_object_set_new(model, "n_layer", json_integer(p->model.n_layer));
-  json_object_set_new(model, "n_head", json_integer(p->model.n_head));
-  json_object_set_new(model, "n_embd", json_integer(p->model.n_embd));
-  json_object_set_new(model, "vocab_size", json_integer(p->model.vocab_size));
-  json_object_set_new(model, "seq_len", json_integer(p->model.seq_len));
-  if (p->model.arch == ARCH_LLAMA) {
-    json_object_set_new(model, "n_kv_head", json_integer(p->model.n_kv_head));
-    json_object_set_new(model, "ffn_dim", json_integer(p->model.ffn_dim));
-    json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
-    json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
-    json_object_set_new(model, "tie_word_embeddings", json_boolean(p->model.tie_embeddings));
-    json_object_set_new(model, "rope_scaling", plan_rope_scaling_json(&p->model));
-  }
-  manifest_model_extras(model, o, p);
-  json_object_set_new(o, "model", model);
-  json_object_set_new(o, "n_params", json_integer(p->n_params));
-  json_object_set_new(o, "tokens", json_integer((json_int_t)tokens));
-  json_object_set_new(o, "batch_size", json_integer(p->batch_size));
-  json_object_set_new(o, "grad_accum", json_integer(p->grad_accum));
-  json_object_set_new(o, "rows_per_step", json_integer((json_int_t)rows_per_step));
-  for (int r = 0; r < p->world; r++) {
-    char f[32];
-    snprintf(f, sizeof f, "rank-%d.bin", r);
-    json_array_append_new(files, json_string(f));
-  }
-  json_object_set_new(o, "files", files);
-  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  json_decref(o);
-  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot format the checkpoint manifest");
-
-  char sdir[PATH_MAX];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  int dfd = -1, sfd = -1;
-  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
-  fsdp_status rc;
-  TRY_GOTO(open_step_dir(dir, step, 0, &dfd, &sfd), rc, out);
-  /* The rank files' directory entries must be durable before the manifest says they exist. */
-  TRY_GOTO(fsutil_fsync_dir(sfd, sdir), rc, out);
-  test_pause("manifest", step, 0);
-  TRY_GOTO(fsutil_atomic_begin(sfd, sdir, CKPT_MANIFEST, 0644, &a), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, text, strlen(text), a.shown), rc, out);
-  TRY_GOTO(fsutil_write_full(a.fd, "\n", 1, a.shown), rc, out);
-  TRY_GOTO(fsutil_atomic_commit(&a), rc, out);   /* rename, then the step directory's fsync */
-  rc = fsutil_fsync_dir(dfd, dir);
-out:
-  fsutil_atomic_abort(&a);
-  if (sfd >= 0) close(sfd);
-  if (dfd >= 0) close(dfd);
-  free(text);
-  return rc;
 }
 
 /* ---- finding and pruning ---- */
@@ -466,7 +381,7 @@ fsdp_status ckpt_withdraw(const char *dir, int step) {
   int dfd, sfd;
   char shown[PATH_MAX];
   ckpt_step_dir(dir, step, shown, sizeof shown);
-  TRY(open_step_dir(dir, step, 0, &dfd, &sfd));
+  TRY(ckpt_open_step_dir(dir, step, 0, &dfd, &sfd));
   fsdp_status rc = FSDP_OK;
   if (unlinkat(sfd, CKPT_MANIFEST, 0) != 0 && errno != ENOENT)
     rc = fsdp_set_error(FSDP_ERR_IO, "cannot delete %s/%s: %s", shown, CKPT_MANIFEST, strerror(errno));
@@ -492,110 +407,6 @@ fsdp_status ckpt_prune(const char *dir, int keep) {
   }
   free(steps);
   if (dfd >= 0) close(dfd);
-  return rc;
-}
-
-/* ---- manifest ---- */
-
-static int shard_mode_parse(const char *s, shard_mode *out) {
-  for (int m = SHARD_FULL; m <= SHARD_NONE; m++)
-    if (!strcmp(s, jobspec_shard_mode_name((shard_mode)m))) {
-      *out = (shard_mode)m;
-      return 0;
-    }
-  return -1;
-}
-
-static int arch_parse(const char *s, model_arch *out) {
-  for (int a = ARCH_GPT2; a <= ARCH_LLAMA; a++)
-    if (!strcmp(s, jobspec_arch_name((model_arch)a))) {
-      *out = (model_arch)a;
-      return 0;
-    }
-  return -1;
-}
-
-fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
-  char path[PATH_MAX + 64];
-  int fd;
-  fsdp_status orc = open_in_step(dir, step, CKPT_MANIFEST, &fd, path, sizeof path);
-  if (orc == FSDP_ERR_NOTFOUND)
-    return fsdp_set_error(orc, "%s does not exist: step %d is not a complete checkpoint", path, step);
-  TRY(orc);
-  json_error_t jerr;
-  json_t *o = json_loadfd(fd, 0, &jerr);
-  close(fd);
-  if (!o) return fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
-  fsdp_status rc = FSDP_OK;
-  memset(out, 0, sizeof *out);
-  const char *fmt = NULL, *sh = NULL, *arch = NULL;
-  json_int_t ver = 0, st = -1, world = 0, tokens = 0, B = 0, G = 0, rows = 0;
-  json_int_t L = 0, H = 0, C = 0, V = 0, T = 0, KV = 0, F = 0;
-  double eps = 1e-5, theta = 10000;
-  int tie = 0;
-  json_t *files = NULL, *rope = NULL;
-  /* Llama's keys are absent for GPT-2; tie_word_embeddings and rope_scaling in checkpoints of an
-   * fsdpd that had neither (untied, unscaled) */
-  if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I, s?I, s?I, s?F, s?F, "
-                     "s?b, s?o}, s:I, s:I, s:I, s:I, s:o}",
-                     "format", &fmt, "version", &ver, "step", &st, "world", &world, "sharding", &sh, "model", "arch",
-                     &arch, "n_layer", &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "seq_len", &T, "n_kv_head",
-                     &KV, "ffn_dim", &F, "norm_eps", &eps, "rope_theta", &theta, "tie_word_embeddings", &tie,
-                     "rope_scaling", &rope, "tokens",
-                     &tokens, "batch_size", &B, "grad_accum", &G, "rows_per_step", &rows, "files", &files) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s", path, jerr.text);
-    goto out;
-  }
-  if (strcmp(fmt, "fsdpd-checkpoint") != 0 || ver != CKPT_VERSION) {
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: format '%s' version %lld; this build reads fsdpd-checkpoint version %d",
-                        path, fmt, (long long)ver, CKPT_VERSION);
-    goto out;
-  }
-  if (st != step || world < 1 || world > 65536 || L < 1 || H < 1 || C < 1 || V < 1 || T < 1 || L > 100000 ||
-      C > 1 << 20 || V > 1 << 24 || T > 1 << 24 || tokens < 0 || !json_is_array(files) ||
-      json_array_size(files) != (size_t)world || arch_parse(arch, &out->model.arch) || shard_mode_parse(sh, &out->sharding) ||
-      KV < 0 || KV > H || F < 0 || F > 1 << 20 || (out->model.arch == ARCH_LLAMA && (KV < 1 || F < 1))) {
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: inconsistent manifest (step %lld in directory step %d, world %lld, "
-                        "%zu files, arch '%s', sharding '%s')", path, (long long)st, step, (long long)world,
-                        json_array_size(files), arch, sh);
-    goto out;
-  }
-  for (json_int_t r = 0; r < world; r++) {
-    char want[32];
-    snprintf(want, sizeof want, "rank-%lld.bin", (long long)r);
-    const char *f = json_string_value(json_array_get(files, (size_t)r));
-    if (!f || strcmp(f, want) != 0) {
-      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: files[%lld] is '%s', expected '%s'", path, (long long)r, f ? f : "?", want);
-      goto out;
-    }
-  }
-  out->step = step;
-  out->world = (int)world;
-  out->model = (model_config){.arch = out->model.arch, .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C,
-                              .vocab_size = (int)V, .seq_len = (int)T, .n_kv_head = KV ? (int)KV : (int)H,
-                              .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta,
-                              .tie_embeddings = out->model.arch == ARCH_GPT2 || tie};
-  if (rope && !json_is_null(rope)) {
-    const char *type = NULL;
-    json_int_t orig = 0;
-    model_config *m = &out->model;
-    if (json_unpack_ex(rope, &jerr, 0, "{s:s, s:F, s:F, s:F, s:I}", "rope_type", &type, "factor", &m->rope_factor,
-                       "low_freq_factor", &m->rope_low_freq_factor, "high_freq_factor", &m->rope_high_freq_factor,
-                       "original_max_position_embeddings", &orig) != 0 || strcmp(type, "llama3") ||
-        orig < 1 || orig > 16777216) {
-      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_scaling is not a llama3 scaling this build reads", path);
-      goto out;
-    }
-    m->rope_scaling = ROPE_SCALING_LLAMA3;
-    m->rope_original_max_pos = (int)orig;
-  }
-  read_model_extras(o, out);
-  out->tokens = (uint64_t)tokens;
-  out->batch_size = (int)B;
-  out->grad_accum = (int)G;
-  out->rows_per_step = rows;
-out:
-  json_decref(o);
   return rc;
 }
 
@@ -647,7 +458,7 @@ static void llama_desc(const model_config *m, char *buf, size_t n) {
 static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
   char name[32];
   snprintf(name, sizeof name, "rank-%d.bin", q);
-  fsdp_status orc = open_in_step(dir, ci->step, name, &f->fd, f->path, sizeof f->path);
+  fsdp_status orc = ckpt_open_in_step(dir, ci->step, name, &f->fd, f->path, sizeof f->path);
   if (orc == FSDP_ERR_NOTFOUND) return fsdp_set_error(orc, "%s does not exist (the manifest lists it)", f->path);
   TRY(orc);
   uint8_t fixed[HDR_FIXED];
