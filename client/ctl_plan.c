@@ -72,187 +72,213 @@ static int write_json(const plan_t *plan, uint64_t device_bytes, const plan_fit 
   return 0;
 }
 
-int ctl_plan(int argc, char **argv) {
-  const char *job = NULL, *world_arg = NULL, *mem_arg = NULL, *group_arg = NULL;
-  int json = 0, fit = 0;
+/* The command line of `fsdpctl plan`. */
+typedef struct {
+  const char *job, *world_arg, *mem_arg, *group_arg;
+  int json, fit, world, group;
+  uint64_t device_bytes;
+} plan_args;
+
+/* An integer option in 1..4096 into *OUT (0 when ARG is NULL); 0 ok, else the usage exit status. */
+static int parse_count(const char *opt, const char *arg, int *out) {
+  *out = 0;
+  if (!arg) return 0;
+  char *end;
+  errno = 0;
+  long v = strtol(arg, &end, 10);
+  if (errno || !*arg || *end || v < 1 || v > 4096) {
+    fprintf(stderr, "fsdpctl: plan: %s '%s' is not allowed; allowed: an integer in 1..4096\n", opt, arg);
+    return PLAN_EXIT_USAGE;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+/* The options into *A. Returns -1 to go on, else the exit status (--help and --defaults end here). */
+static int parse_args(int argc, char **argv, plan_args *a) {
+  memset(a, 0, sizeof *a);
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    const char *o = argv[i];
+    const char **valued = !strcmp(o, "--world")           ? &a->world_arg
+                          : !strcmp(o, "--device-memory") ? &a->mem_arg
+                          : !strcmp(o, "--shard-group")   ? &a->group_arg
+                                                          : NULL;
+    if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
       plan_usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--defaults")) {
+    } else if (!strcmp(o, "--defaults")) {
       jobspec_write_defaults(stdout);
       return 0;
-    } else if (!strcmp(a, "--json")) {
-      json = 1;
-    } else if (!strcmp(a, "--fit")) {
-      fit = 1;
-    } else if (!strcmp(a, "--world") || !strcmp(a, "--device-memory")) {
+    } else if (!strcmp(o, "--json")) {
+      a->json = 1;
+    } else if (!strcmp(o, "--fit")) {
+      a->fit = 1;
+    } else if (valued) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", a);
+        fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", o);
         return PLAN_EXIT_USAGE;
       }
-      *(a[2] == 'w' ? &world_arg : &mem_arg) = argv[++i];
-    } else if (!strcmp(a, "--shard-group")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "fsdpctl: plan: %s needs a value (see fsdpctl plan --help)\n", a);
-        return PLAN_EXIT_USAGE;
-      }
-      group_arg = argv[++i];
-    } else if (!strncmp(a, "--shard-group=", 14)) {
-      group_arg = a + 14;
-    } else if (!strncmp(a, "--world=", 8)) {
-      world_arg = a + 8;
-    } else if (!strncmp(a, "--device-memory=", 16)) {
-      mem_arg = a + 16;
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "fsdpctl: plan: unknown option '%s' (see fsdpctl plan --help)\n", a);
+      *valued = argv[++i];
+    } else if (!strncmp(o, "--shard-group=", 14)) {
+      a->group_arg = o + 14;
+    } else if (!strncmp(o, "--world=", 8)) {
+      a->world_arg = o + 8;
+    } else if (!strncmp(o, "--device-memory=", 16)) {
+      a->mem_arg = o + 16;
+    } else if (o[0] == '-' && o[1]) {
+      fprintf(stderr, "fsdpctl: plan: unknown option '%s' (see fsdpctl plan --help)\n", o);
       return PLAN_EXIT_USAGE;
-    } else if (job) {
-      fprintf(stderr, "fsdpctl: plan: one job file only, got '%s' and '%s'\n", job, a);
+    } else if (a->job) {
+      fprintf(stderr, "fsdpctl: plan: one job file only, got '%s' and '%s'\n", a->job, o);
       return PLAN_EXIT_USAGE;
     } else {
-      job = a;
+      a->job = o;
     }
   }
-  if (!job) {
+  if (!a->job) {
     fprintf(stderr, "fsdpctl: plan: no job file; usage: fsdpctl plan JOB.ini [--world N] "
                     "[--device-memory BYTES] [--json]\n");
     return PLAN_EXIT_USAGE;
   }
-  int world = 0;
-  if (world_arg) {
-    char *end;
-    errno = 0;
-    long w = strtol(world_arg, &end, 10);
-    if (errno || !*world_arg || *end || w < 1 || w > 4096) {
-      fprintf(stderr, "fsdpctl: plan: --world '%s' is not allowed; allowed: an integer in 1..4096\n", world_arg);
-      return PLAN_EXIT_USAGE;
-    }
-    world = (int)w;
-  }
-  int group = 0;
-  if (group_arg) {
-    char *end;
-    errno = 0;
-    long g = strtol(group_arg, &end, 10);
-    if (errno || !*group_arg || *end || g < 1 || g > 4096) {
-      fprintf(stderr, "fsdpctl: plan: --shard-group '%s' is not allowed; allowed: an integer in 1..4096\n", group_arg);
-      return PLAN_EXIT_USAGE;
-    }
-    group = (int)g;
-  }
-  uint64_t device_bytes = 0;
-  if (mem_arg && !(device_bytes = ctl_parse_bytes(mem_arg))) {
+  int rc = parse_count("--world", a->world_arg, &a->world);
+  if (!rc) rc = parse_count("--shard-group", a->group_arg, &a->group);
+  if (rc) return rc;
+  if (a->mem_arg && !(a->device_bytes = ctl_parse_bytes(a->mem_arg))) {
     fprintf(stderr, "fsdpctl: plan: --device-memory '%s' is not allowed; allowed: a positive integer with an "
-                    "optional suffix K M G T, KiB MiB GiB TiB, KB MB GB TB (e.g. 80GiB)\n", mem_arg);
+                    "optional suffix K M G T, KiB MiB GiB TiB, KB MB GB TB (e.g. 80GiB)\n", a->mem_arg);
     return PLAN_EXIT_USAGE;
   }
-
-  if (fit && !device_bytes) {
+  if (a->fit && !a->device_bytes) {
     fprintf(stderr, "fsdpctl: plan: --fit needs --device-memory BYTES (the memory of one GPU, e.g. 80GiB)\n");
     return PLAN_EXIT_USAGE;
   }
+  return -1;
+}
 
+/* The job file into *SPEC, checked against the options (HOST: this machine's memory, 0 unknown).
+ * Returns -1 to go on, else the exit status. */
+static int load_spec(const plan_args *a, uint64_t host, jobspec_t *spec) {
   struct stat st;
   errno = 0;
-  if (stat(job, &st) != 0 || !S_ISREG(st.st_mode) || access(job, R_OK) != 0) {
-    fprintf(stderr, "fsdpctl: %s: cannot read the job file: %s\n", job,
+  if (stat(a->job, &st) != 0 || !S_ISREG(st.st_mode) || access(a->job, R_OK) != 0) {
+    fprintf(stderr, "fsdpctl: %s: cannot read the job file: %s\n", a->job,
             errno ? strerror(errno) : "not a regular file");
     return 1;   /* a bad job file is a failure (1), as for submit and run, not a usage error */
   }
-  jobspec_t spec;
-  if (jobspec_load(job, &spec) != FSDP_OK) {   /* the message names the file as the user did */
-    fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
-    return 1;
-  }
-  if (jobspec_check_build(&spec) != FSDP_OK) {
+  /* the messages name the file as the user did */
+  if (jobspec_load(a->job, spec) != FSDP_OK || jobspec_check_build(spec) != FSDP_OK) {
     fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
   char warn[320];
-  if (jobspec_lr_warning(&spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", job, warn);
+  if (jobspec_lr_warning(spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", a->job, warn);
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  uint64_t host = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
-  if (device_bytes && spec.device == DEVICE_CPU && host && device_bytes > host) {
+  if (a->device_bytes && spec->device == DEVICE_CPU && host && a->device_bytes > host) {
     fprintf(stderr, "fsdpctl: plan: --device-memory %s is more than this machine's %.1f GiB; with device = cpu "
-                    "the workers' memory is the host's: give at most that\n", mem_arg, (double)host / (1 << 30));
+                    "the workers' memory is the host's: give at most that\n", a->mem_arg, (double)host / (1 << 30));
     return PLAN_EXIT_USAGE;
   }
-  if (group && spec.sharding != SHARD_HYBRID) {
-    fprintf(stderr, "fsdpctl: plan: --shard-group applies to sharding = hybrid; %s has sharding = %s\n", job,
-            jobspec_shard_mode_name(spec.sharding));
+  if (a->group && spec->sharding != SHARD_HYBRID) {
+    fprintf(stderr, "fsdpctl: plan: --shard-group applies to sharding = hybrid; %s has sharding = %s\n", a->job,
+            jobspec_shard_mode_name(spec->sharding));
     return PLAN_EXIT_USAGE;
   }
-  if (group) spec.shard_group = group;
-  if (spec.sharding == SHARD_HYBRID && !spec.shard_group) {
+  if (a->group) spec->shard_group = a->group;
+  if (spec->sharding == SHARD_HYBRID && !spec->shard_group) {
     fprintf(stderr, "fsdpctl: %s: sharding = hybrid leaves shard_group to the daemon's placement (the ranks per node); "
-                    "give it here with --shard-group G\n", job);
+                    "give it here with --shard-group G\n", a->job);
     return PLAN_EXIT_USAGE;
   }
-  plan_t *plan = NULL;
-  if (plan_build(&spec, world, &plan) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
-    return PLAN_EXIT_USAGE;
-  }
-  /* The model files (from or init) against the plan: every mismatch the workers' load would meet. */
-  int nfiles = 0;
-  if (strcmp(spec.init, "random")) {
-    st_model *sm = NULL;
-    fsdp_status st = st_model_open(spec.init, &sm);
-    if (st == FSDP_OK) st = st_model_check(sm, plan);
-    if (sm) nfiles = st_model_nfiles(sm);
-    st_model_destroy(&sm);
-    if (st != FSDP_OK) {
-      fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
-      plan_destroy(&plan);
-      return 1;
-    }
-  }
-  int rc = 0;
-  plan_fit pf;
-  if (fit && plan_fit_compute(&spec, world, device_bytes, &pf) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl: %s: %s\n", job, fsdp_last_error());
-    plan_destroy(&plan);
-    return PLAN_EXIT_USAGE;
-  }
-  if (json) {
-    rc = write_json(plan, device_bytes, fit ? &pf : NULL);
-  } else {
-    printf("Job       %s (%s)\n", spec.name, job);
-    if (nfiles)
-      printf("Weights   %s%s: %d file%s, every tensor present with its shape\n", spec.from[0] ? "from " : "",
-             spec.from[0] ? spec.from : spec.init, nfiles, nfiles == 1 ? "" : "s");
-    ctl_plan_print(plan, stdout, device_bytes);
-    if (fit) plan_fit_print(&pf, stdout);
-  }
-  if (!json && plan->host_bytes && host) {   /* offload, snapshot: the node's memory holds every local rank's share */
-    int ranks = (int)(host / plan->host_bytes);
-    printf("\nHost memory (%s): %.2f GiB per rank; this machine's %.1f GiB holds %d rank%s' share%s\n",
-           plan->host_bytes > plan->snapshot_bytes ? (plan->snapshot_bytes ? "offload = optimizer, checkpoint snapshot"
-                                                                            : "offload = optimizer")
-                                                   : "checkpoint snapshot",
-           (double)plan->host_bytes / (1 << 30), (double)host / (1 << 30), ranks, ranks == 1 ? "" : "s",
-           ranks < 1 ? " (none: it does not fit here)" : "");
-  }
-  if (fit) {   /* --fit answers the question; the exit status says whether the job's own batch fits */
-    if (!pf.batch_size) rc = PLAN_EXIT_NOFIT;
-  } else if (!rc && device_bytes && plan->mem_total > device_bytes) {
-    int w = plan_min_world(&spec, device_bytes, 4096);
+  return -1;
+}
+
+/* The model files (from or init) against the plan: every mismatch the workers' load would meet.
+ * *NFILES: how many files hold the weights (0: random init). */
+static fsdp_status check_model_files(const jobspec_t *spec, const plan_t *plan, int *nfiles) {
+  *nfiles = 0;
+  if (!strcmp(spec->init, "random")) return FSDP_OK;
+  st_model *sm = NULL;
+  fsdp_status st = st_model_open(spec->init, &sm);
+  if (st == FSDP_OK) st = st_model_check(sm, plan);
+  if (sm) *nfiles = st_model_nfiles(sm);
+  st_model_destroy(&sm);
+  return st;
+}
+
+/* What a node's host memory holds (offload, the checkpoint snapshot), when the plan needs any. */
+static void print_host(const plan_t *plan, uint64_t host) {
+  if (!plan->host_bytes || !host) return;
+  int ranks = (int)(host / plan->host_bytes);
+  printf("\nHost memory (%s): %.2f GiB per rank; this machine's %.1f GiB holds %d rank%s' share%s\n",
+         plan->host_bytes > plan->snapshot_bytes ? (plan->snapshot_bytes ? "offload = optimizer, checkpoint snapshot"
+                                                                          : "offload = optimizer")
+                                                 : "checkpoint snapshot",
+         (double)plan->host_bytes / (1 << 30), (double)host / (1 << 30), ranks, ranks == 1 ? "" : "s",
+         ranks < 1 ? " (none: it does not fit here)" : "");
+}
+
+/* Whether the plan fits the device and the host memory: 0 or PLAN_EXIT_NOFIT, with the reason on stderr. */
+static int fit_status(const plan_args *a, const jobspec_t *spec, const plan_t *plan, uint64_t host) {
+  if (a->device_bytes && plan->mem_total > a->device_bytes) {
+    int w = plan_min_world(spec, a->device_bytes, 4096);
     if (w)
       fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu; the smallest world size that fits is %d\n",
-              (unsigned long long)plan->mem_total, (unsigned long long)device_bytes, w);
+              (unsigned long long)plan->mem_total, (unsigned long long)a->device_bytes, w);
     else
       fprintf(stderr, "fsdpctl: plan: %llu bytes per rank do not fit in %llu at any world size up to 4096\n",
-              (unsigned long long)plan->mem_total, (unsigned long long)device_bytes);
-    rc = PLAN_EXIT_NOFIT;
+              (unsigned long long)plan->mem_total, (unsigned long long)a->device_bytes);
+    return PLAN_EXIT_NOFIT;
   }
-  if (!rc && !fit && plan->snapshot_bytes && host && plan->host_bytes > host) {
+  if (plan->snapshot_bytes && host && plan->host_bytes > host) {
     fprintf(stderr, "fsdpctl: plan: a rank needs %.2f GiB of host memory (%.2f GiB of it the checkpoint snapshot of "
                     "[checkpoint] async = true), more than this machine's %.1f GiB; set async = false or add ranks\n",
             (double)plan->host_bytes / (1 << 30), (double)plan->snapshot_bytes / (1 << 30), (double)host / (1 << 30));
-    rc = PLAN_EXIT_NOFIT;
+    return PLAN_EXIT_NOFIT;
+  }
+  return 0;
+}
+
+int ctl_plan(int argc, char **argv) {
+  plan_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  uint64_t host = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+  jobspec_t spec;
+  if ((rc = load_spec(&a, host, &spec)) >= 0) return rc;
+  plan_t *plan = NULL;
+  if (plan_build(&spec, a.world, &plan) != FSDP_OK) {
+    fprintf(stderr, "fsdpctl: %s: %s\n", a.job, fsdp_last_error());
+    return PLAN_EXIT_USAGE;
+  }
+  int nfiles = 0;
+  plan_fit pf;
+  if (check_model_files(&spec, plan, &nfiles) != FSDP_OK) {
+    rc = 1;
+  } else if (a.fit && plan_fit_compute(&spec, a.world, a.device_bytes, &pf) != FSDP_OK) {
+    rc = PLAN_EXIT_USAGE;
+  }
+  if (rc >= 0) {
+    fprintf(stderr, "fsdpctl: %s: %s\n", a.job, fsdp_last_error());
+    plan_destroy(&plan);
+    return rc;
+  }
+  rc = 0;
+  if (a.json) {
+    rc = write_json(plan, a.device_bytes, a.fit ? &pf : NULL);
+  } else {
+    printf("Job       %s (%s)\n", spec.name, a.job);
+    if (nfiles)
+      printf("Weights   %s%s: %d file%s, every tensor present with its shape\n", spec.from[0] ? "from " : "",
+             spec.from[0] ? spec.from : spec.init, nfiles, nfiles == 1 ? "" : "s");
+    ctl_plan_print(plan, stdout, a.device_bytes);
+    if (a.fit) plan_fit_print(&pf, stdout);
+    print_host(plan, host);
+  }
+  if (a.fit) {   /* --fit answers the question; the exit status says whether the job's own batch fits */
+    if (!pf.batch_size) rc = PLAN_EXIT_NOFIT;
+  } else if (!rc) {
+    rc = fit_status(&a, &spec, plan, host);
   }
   plan_destroy(&plan);
   return rc;
