@@ -204,44 +204,26 @@ static int rows_of(const tok_file *tf, int64_t b, int rank, int world, int B, in
   return bad;
 }
 
-static void test_shuffle_batches(void) {
-  const int64_t n = 1000;
-  const int vocab = 70000, T = 8, rows = 4;   /* N·B = 4; 1000 / 9 = 111 windows, 1 token left */
-  const int64_t nw = n / (T + 1);
-  uint32_t *tok = malloc(sizeof *tok * n);
-  for (int64_t i = 0; i < n; i++) tok[i] = (uint32_t)i;
-  const char *p = path_in("shuffle.bin");
-  CHECK_OK(tok_write(p, tok, n, vocab));
-  tok_file *tf = NULL, *seq = NULL;
-  CHECK_OK(tok_open(p, &tf));
-  CHECK_OK(tok_open(p, &seq));
-  if (!tf || !seq) {
-    tok_destroy(&tf);
-    tok_destroy(&seq);
-    free(tok);
-    return;
-  }
-  tok_set_shuffle(tf, 1, 1337);
+/* The shuffle tests' file: tokens 0..SH_N-1, vocab SH_VOCAB; windows of SH_T + 1 tokens, SH_ROWS
+ * rows per micro-batch over all ranks (N·B = 4; 1000 / 9 = 111 windows, 1 token left). */
+#define SH_N 1000
+#define SH_VOCAB 70000
+#define SH_T 8
+#define SH_ROWS 4
+#define SH_NW (SH_N / (SH_T + 1))
 
-  /* The single-rank reference: 3 epochs and a bit; 111 is not a multiple of 4, so some
-   * micro-batches straddle two epochs. */
-  const int64_t nmb = (3 * nw) / rows + 2, npos = nmb * rows;
-  int64_t *ref = malloc(sizeof *ref * (size_t)npos);
-  int bad = 0;
-  for (int64_t b = 0; b < nmb; b++) bad += rows_of(tf, b, 0, 1, rows, T, vocab, ref + b * rows);
-  CHECK_EQ_INT(0, bad);
-
-  /* Every window exactly once per epoch, and each epoch's order is tok_shuffle_index's. */
+/* Every window exactly once per epoch of REF (3 epochs), in tok_shuffle_index's order. */
+static void check_epochs(const int64_t *ref) {
   int not_once = 0, not_perm = 0, same_as_prev = 1, sorted = 1;
-  char seen[111];
+  char seen[SH_NW];
   for (int64_t e = 0; e < 3; e++) {
     memset(seen, 0, sizeof seen);
     int same = 1;
-    for (int64_t k = 0; k < nw; k++) {
-      int64_t w = ref[e * nw + k];
-      not_once += w < 0 || w >= nw || seen[w]++;
-      not_perm += w != tok_shuffle_index(1337, (uint64_t)e, nw, k);
-      if (e > 0) same &= w == ref[(e - 1) * nw + k];
+    for (int64_t k = 0; k < SH_NW; k++) {
+      int64_t w = ref[e * SH_NW + k];
+      not_once += w < 0 || w >= SH_NW || seen[w]++;
+      not_perm += w != tok_shuffle_index(1337, (uint64_t)e, SH_NW, k);
+      if (e > 0) same &= w == ref[(e - 1) * SH_NW + k];
       if (e == 0 && k > 0) sorted &= w > ref[k - 1];
     }
     if (e > 0) same_as_prev &= same;
@@ -250,116 +232,151 @@ static void test_shuffle_batches(void) {
   CHECK_EQ_INT(0, not_perm);
   CHECK(!same_as_prev);   /* each epoch draws its own permutation */
   CHECK(!sorted);         /* and it is not the file order */
+}
 
-  /* N·B fixed: N = 1, 2, 4 ranks see exactly the single-rank rows. */
+/* N·B fixed: N = 1, 2, 4 ranks see exactly the single-rank rows REF of NMB micro-batches. */
+static void check_split(tok_file *tf, const int64_t *ref, int64_t nmb) {
   int bad_split = 0;
   int64_t win[4];
   for (int world = 1; world <= 4; world *= 2) {
-    int B = rows / world;
+    int B = SH_ROWS / world;
     for (int64_t b = 0; b < nmb; b++)
       for (int r = 0; r < world; r++) {
-        bad_split += rows_of(tf, b, r, world, B, T, vocab, win);
-        for (int i = 0; i < B; i++) bad_split += win[i] != ref[b * rows + r * B + i];
+        bad_split += rows_of(tf, b, r, world, B, SH_T, SH_VOCAB, win);
+        for (int i = 0; i < B; i++) bad_split += win[i] != ref[b * SH_ROWS + r * B + i];
       }
   }
   CHECK_EQ_INT(0, bad_split);
+}
 
-  /* Resuming mid-epoch: a freshly opened file continues at micro-batch 40 (position 160, in the
-   * second epoch) exactly where the uninterrupted run is; and N·B·G fixed (2 ranks × B 2 × G 1
-   * before, 1 rank × B 2 × G 2 after) gives each step the same windows. */
+/* Resuming mid-epoch: a freshly opened file continues at micro-batch 40 (position 160, in the
+ * second epoch) exactly where the uninterrupted run is; and N·B·G fixed (2 ranks × B 2 × G 1
+ * before, 1 rank × B 2 × G 2 after) gives each step the same windows. */
+static void check_resume(const char *p, const int64_t *ref, int64_t nmb) {
   tok_file *again = NULL;
   CHECK_OK(tok_open(p, &again));
+  if (!again) return;
   int bad_resume = 0;
-  if (again) {
-    tok_set_shuffle(again, 1, 1337);
-    for (int64_t b = 40; b < nmb; b++) {
-      bad_resume += rows_of(again, b, 0, 1, rows, T, vocab, win);
-      for (int i = 0; i < rows; i++) bad_resume += win[i] != ref[b * rows + i];
-    }
-    for (int64_t step = 41; step <= nmb; step++)
-      for (int k = 0; k < 2; k++) {
-        bad_resume += rows_of(again, (step - 1) * 2 + k, 0, 1, 2, T, vocab, win);
-        for (int i = 0; i < 2; i++) bad_resume += win[i] != ref[(step - 1) * 4 + k * 2 + i];
-      }
-    tok_destroy(&again);
+  int64_t win[4];
+  tok_set_shuffle(again, 1, 1337);
+  for (int64_t b = 40; b < nmb; b++) {
+    bad_resume += rows_of(again, b, 0, 1, SH_ROWS, SH_T, SH_VOCAB, win);
+    for (int i = 0; i < SH_ROWS; i++) bad_resume += win[i] != ref[b * SH_ROWS + i];
   }
+  for (int64_t step = 41; step <= nmb; step++)
+    for (int k = 0; k < 2; k++) {
+      bad_resume += rows_of(again, (step - 1) * 2 + k, 0, 1, 2, SH_T, SH_VOCAB, win);
+      for (int i = 0; i < 2; i++) bad_resume += win[i] != ref[(step - 1) * 4 + k * 2 + i];
+    }
+  tok_destroy(&again);
   CHECK_EQ_INT(0, bad_resume);
+}
 
-  /* Another seed, another order. */
+/* Another seed, another order. */
+static void check_other_seed(tok_file *tf, const int64_t *ref) {
   tok_set_shuffle(tf, 1, 1338);
-  int differs = 0;
+  int differs = 0, bad = 0;
+  int64_t win[4];
   for (int64_t b = 0; b < 8; b++) {
-    bad += rows_of(tf, b, 0, 1, rows, T, vocab, win);
-    for (int i = 0; i < rows; i++) differs += win[i] != ref[b * rows + i];
+    bad += rows_of(tf, b, 0, 1, SH_ROWS, SH_T, SH_VOCAB, win);
+    for (int i = 0; i < SH_ROWS; i++) differs += win[i] != ref[b * SH_ROWS + i];
   }
   CHECK(differs > 0);
   CHECK_EQ_INT(0, bad);
+}
 
-  /* shuffle = false is the order of docs/design.md §6 exactly, whether it was never set or set and
-   * cleared: compare every micro-batch of 2 wrap-arounds against the untouched file. */
+/* shuffle = false is the order of docs/design.md §6 exactly, whether it was never set (SEQ) or set
+ * and cleared (TF): compare every micro-batch of 2 wrap-arounds against the untouched file. */
+static void check_unshuffled(tok_file *tf, tok_file *seq) {
   tok_set_shuffle(tf, 0, 1337);
-  int *a_inp = malloc(sizeof(int) * 32), *a_tgt = malloc(sizeof(int) * 32);
-  int *b_inp = malloc(sizeof(int) * 32), *b_tgt = malloc(sizeof(int) * 32);
+  int a_inp[2 * SH_T], a_tgt[2 * SH_T], b_inp[2 * SH_T], b_tgt[2 * SH_T];
   int bad_seq = 0;
-  const int64_t nb = (n - 1) / (rows * T);
+  const int64_t nb = (SH_N - 1) / (SH_ROWS * SH_T);
   for (int64_t b = 0; b < 2 * nb + 1; b++)
     for (int r = 0; r < 2; r++) {
-      CHECK_OK(tok_batch(tf, b, r, 2, 2, T, vocab, a_inp, a_tgt));
-      CHECK_OK(tok_batch(seq, b, r, 2, 2, T, vocab, b_inp, b_tgt));
-      int64_t start = ((b % nb) * 2 + r) * 2 * T;
-      for (int i = 0; i < 2 * T; i++)
+      CHECK_OK(tok_batch(tf, b, r, 2, 2, SH_T, SH_VOCAB, a_inp, a_tgt));
+      CHECK_OK(tok_batch(seq, b, r, 2, 2, SH_T, SH_VOCAB, b_inp, b_tgt));
+      int64_t start = ((b % nb) * 2 + r) * 2 * SH_T;
+      for (int i = 0; i < 2 * SH_T; i++)
         bad_seq += a_inp[i] != b_inp[i] || a_tgt[i] != b_tgt[i] || a_inp[i] != start + i ||
                    a_tgt[i] != start + i + 1;
     }
   CHECK_EQ_INT(0, bad_seq);
-  free(a_inp);
-  free(a_tgt);
-  free(b_inp);
-  free(b_tgt);
+}
 
-  /* Too short: 111 windows; world 4 × B 28 = 112 rows. The message says how many are needed. */
+/* Too short, a token past the vocabulary, a micro-batch past any file: each refused with its reason. */
+static void check_shuffled_errors(tok_file *tf) {
+  /* 111 windows; world 4 × B 28 = 112 rows. The message says how many are needed. */
   tok_set_shuffle(tf, 1, 1337);
   int *big = malloc(sizeof(int) * 37 * 8), *big2 = malloc(sizeof(int) * 37 * 8);
-  CHECK(tok_batch(tf, 0, 0, 4, 28, T, vocab, big, big2) == FSDP_ERR_RANGE);
+  CHECK(tok_batch(tf, 0, 0, 4, 28, SH_T, SH_VOCAB, big, big2) == FSDP_ERR_RANGE);
   CHECK(has("needs 112 windows, at least 1008 tokens"));
-  CHECK_OK(tok_batch(tf, 0, 0, 3, 37, T, vocab, big, big2));   /* exactly 111 rows */
-  /* A token >= vocab names its position in shuffled order too. */
-  int inp[32], tgt[32];
-  int64_t w0 = tok_shuffle_index(1337, 0, nw, 0);
-  CHECK(tok_batch(tf, 0, 0, 1, 1, T, (int)(w0 * (T + 1) + 3), inp, tgt) == FSDP_ERR_RANGE);
-  char want[64];
-  snprintf(want, sizeof want, "position %lld", (long long)(w0 * (T + 1) + 3));
-  CHECK(has(want));
-  CHECK(tok_batch(tf, INT64_MAX / 2, 0, 1, 4, T, vocab, inp, tgt) == FSDP_ERR_RANGE);
-
-  /* The Markov stream shuffles the same way. */
-  tok_file *mk = NULL;
-  CHECK_OK(tok_open_markov(9, 64, 5000, &mk));
-  if (mk) {
-    tok_set_shuffle(mk, 1, 3);
-    uint32_t *all = malloc(sizeof *all * 5000);
-    tok_markov *m = NULL;
-    CHECK_OK(tok_markov_new(9, 64, &m));
-    if (m) CHECK_OK(tok_markov_generate(m, 5000, all));
-    CHECK_OK(tok_batch(mk, 7, 1, 2, 3, 16, 64, big, big2));
-    int badm = 0;
-    for (int i = 0; i < 3; i++) {
-      int64_t pos = 7 * 6 + 3 + i, w = tok_shuffle_index(3, (uint64_t)(pos / (5000 / 17)), 5000 / 17, pos % (5000 / 17));
-      for (int t = 0; t < 16; t++)
-        badm += big[i * 16 + t] != (int)all[w * 17 + t] || big2[i * 16 + t] != (int)all[w * 17 + t + 1];
-    }
-    CHECK_EQ_INT(0, badm);
-    tok_markov_destroy(&m);
-    free(all);
-    tok_destroy(&mk);
-  }
-
+  CHECK_OK(tok_batch(tf, 0, 0, 3, 37, SH_T, SH_VOCAB, big, big2));   /* exactly 111 rows */
   free(big);
   free(big2);
-  free(ref);
+  /* A token >= vocab names its position in shuffled order too. */
+  int inp[32], tgt[32];
+  int64_t w0 = tok_shuffle_index(1337, 0, SH_NW, 0);
+  CHECK(tok_batch(tf, 0, 0, 1, 1, SH_T, (int)(w0 * (SH_T + 1) + 3), inp, tgt) == FSDP_ERR_RANGE);
+  char want[64];
+  snprintf(want, sizeof want, "position %lld", (long long)(w0 * (SH_T + 1) + 3));
+  CHECK(has(want));
+  CHECK(tok_batch(tf, INT64_MAX / 2, 0, 1, 4, SH_T, SH_VOCAB, inp, tgt) == FSDP_ERR_RANGE);
+}
+
+/* The Markov stream shuffles the same way. */
+static void check_markov_shuffle(void) {
+  tok_file *mk = NULL;
+  CHECK_OK(tok_open_markov(9, 64, 5000, &mk));
+  if (!mk) return;
+  tok_set_shuffle(mk, 1, 3);
+  uint32_t *all = malloc(sizeof *all * 5000);
+  int inp[3 * 16], tgt[3 * 16];
+  tok_markov *m = NULL;
+  CHECK_OK(tok_markov_new(9, 64, &m));
+  if (m) CHECK_OK(tok_markov_generate(m, 5000, all));
+  CHECK_OK(tok_batch(mk, 7, 1, 2, 3, 16, 64, inp, tgt));
+  int badm = 0;
+  for (int i = 0; i < 3; i++) {
+    int64_t pos = 7 * 6 + 3 + i, w = tok_shuffle_index(3, (uint64_t)(pos / (5000 / 17)), 5000 / 17, pos % (5000 / 17));
+    for (int t = 0; t < 16; t++)
+      badm += inp[i * 16 + t] != (int)all[w * 17 + t] || tgt[i * 16 + t] != (int)all[w * 17 + t + 1];
+  }
+  CHECK_EQ_INT(0, badm);
+  tok_markov_destroy(&m);
+  free(all);
+  tok_destroy(&mk);
+}
+
+static void test_shuffle_batches(void) {
+  uint32_t *tok = malloc(sizeof *tok * SH_N);
+  for (int64_t i = 0; i < SH_N; i++) tok[i] = (uint32_t)i;
+  const char *p = path_in("shuffle.bin");
+  CHECK_OK(tok_write(p, tok, SH_N, SH_VOCAB));
+  free(tok);
+  tok_file *tf = NULL, *seq = NULL;
+  CHECK_OK(tok_open(p, &tf));
+  CHECK_OK(tok_open(p, &seq));
+  if (tf && seq) {
+    tok_set_shuffle(tf, 1, 1337);
+    /* The single-rank reference: 3 epochs and a bit; 111 is not a multiple of 4, so some
+     * micro-batches straddle two epochs. */
+    const int64_t nmb = (3 * SH_NW) / SH_ROWS + 2;
+    int64_t *ref = malloc(sizeof *ref * (size_t)(nmb * SH_ROWS));
+    int bad = 0;
+    for (int64_t b = 0; b < nmb; b++) bad += rows_of(tf, b, 0, 1, SH_ROWS, SH_T, SH_VOCAB, ref + b * SH_ROWS);
+    CHECK_EQ_INT(0, bad);
+    check_epochs(ref);
+    check_split(tf, ref, nmb);
+    check_resume(p, ref, nmb);
+    check_other_seed(tf, ref);
+    check_unshuffled(tf, seq);
+    check_shuffled_errors(tf);
+    free(ref);
+  }
+  check_markov_shuffle();
   tok_destroy(&tf);
   tok_destroy(&seq);
-  free(tok);
 }
 
 static void test_bad_files(void) {
