@@ -83,43 +83,56 @@ static void test_bf16_rounding(void) {
   CHECK_EQ_INT(0, bad);
 }
 
-static void test_roundtrip(void) {
-  enum { NA = 6 * 5, NB = 1000, NS = 1 };
-  float a[NA], b[NB], s[NS] = {3.25f};
-  for (int i = 0; i < NA; i++) a[i] = val((uint64_t)i);
-  for (int i = 0; i < NB; i++) b[i] = val((uint64_t)i + 7777);
-  /* F32 specials must survive bit-exactly. */
-  a[0] = -0.0f;
-  a[1] = INFINITY;
-  a[2] = from_bits(0x7FC01234);  /* NaN with payload */
-  a[3] = from_bits(0x00000001);  /* smallest denormal */
-  int64_t sa[2] = {6, 5}, sb[1] = {NB}, sz[2] = {0, 4};
-  const char *p1 = path_in("rt1.safetensors"), *p2 = path_in("rt2.safetensors");
+/* The round trip's tensors: zeta.weight F32 [6, 5] with specials, alpha.bias BF16 [1000], a scalar,
+ * and an empty [0, 4]. */
+enum { RT_NA = 6 * 5, RT_NB = 1000 };
+typedef struct {
+  float a[RT_NA], b[RT_NB], s[1];
+} rt_data;
+static const int64_t rt_sa[2] = {6, 5}, rt_sb[1] = {RT_NB};
 
+static void rt_fill(rt_data *d) {
+  for (int i = 0; i < RT_NA; i++) d->a[i] = val((uint64_t)i);
+  for (int i = 0; i < RT_NB; i++) d->b[i] = val((uint64_t)i + 7777);
+  d->s[0] = 3.25f;
+  /* F32 specials must survive bit-exactly. */
+  d->a[0] = -0.0f;
+  d->a[1] = INFINITY;
+  d->a[2] = from_bits(0x7FC01234);  /* NaN with payload */
+  d->a[3] = from_bits(0x00000001);  /* smallest denormal */
+}
+
+/* Write D to P, with the writer's refusals along the way. */
+static void rt_write(const char *p, const rt_data *d) {
+  int64_t sz[2] = {0, 4};
   st_writer *w = NULL;
-  CHECK_OK(st_writer_new(p1, &w));
-  CHECK_OK(st_writer_add(w, "zeta.weight", "F32", sa, 2, a));
-  CHECK_OK(st_writer_add(w, "alpha.bias", "BF16", sb, 1, b));
-  CHECK_OK(st_writer_add(w, "scalar", "F32", NULL, 0, s));
+  CHECK_OK(st_writer_new(p, &w));
+  CHECK_OK(st_writer_add(w, "zeta.weight", "F32", rt_sa, 2, d->a));
+  CHECK_OK(st_writer_add(w, "alpha.bias", "BF16", rt_sb, 1, d->b));
+  CHECK_OK(st_writer_add(w, "scalar", "F32", NULL, 0, d->s));
   CHECK_OK(st_writer_add(w, "empty", "F32", sz, 2, NULL));
-  CHECK(st_writer_add(w, "transformer.alpha.bias", "F32", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK(st_writer_add(w, "transformer.alpha.bias", "F32", rt_sb, 1, d->b) == FSDP_ERR_INVALID);
   CHECK(has("added twice"));
-  CHECK(st_writer_add(w, "x", "F16", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK(st_writer_add(w, "x", "F16", rt_sb, 1, d->b) == FSDP_ERR_INVALID);
   CHECK(has("F32, BF16"));
-  CHECK(st_writer_add(w, "__metadata__", "F32", sb, 1, b) == FSDP_ERR_INVALID);
+  CHECK(st_writer_add(w, "__metadata__", "F32", rt_sb, 1, d->b) == FSDP_ERR_INVALID);
   CHECK_OK(st_writer_finish(&w));
   CHECK(w == NULL);
-  CHECK(access(path_in("rt1.safetensors.tmp"), F_OK) != 0);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", p);
+  CHECK(access(tmp, F_OK) != 0);
+}
 
-  /* The layout, checked byte by byte. */
+/* The layout of P, checked byte by byte. */
+static void rt_check_layout(const char *p, const rt_data *d) {
   long len = 0;
-  uint8_t *raw = slurp(p1, &len);
+  uint8_t *raw = slurp(p, &len);
   CHECK(raw != NULL && len > 8);
   if (!raw) return;
   uint64_t hlen;
   memcpy(&hlen, raw, 8);
   CHECK_EQ_INT(0, hlen % 8);
-  CHECK_EQ_INT(len, (long)(8 + hlen + NA * 4 + NB * 2 + 4));
+  CHECK_EQ_INT(len, (long)(8 + hlen + RT_NA * 4 + RT_NB * 2 + 4));
   CHECK(raw[8] == '{');
   raw[len] = 0;
   char *hdr = (char *)raw + 8;
@@ -131,32 +144,32 @@ static void test_roundtrip(void) {
   char *close = hdr + hlen - 1;   /* the padding after the JSON is spaces */
   while (*close == ' ') close--;
   CHECK(*close == '}');
-  CHECK(memcmp(raw + 8 + hlen, a, sizeof a) == 0);   /* F32 data stored as given */
+  CHECK(memcmp(raw + 8 + hlen, d->a, sizeof d->a) == 0);   /* F32 data stored as given */
   free(raw);
+}
 
-  st_file *f = NULL;
-  CHECK_OK(st_open(p1, &f));
-  if (!f) return;
+/* What the reader gives back from F: names, shapes, values (BF16 within half an ulp), ranges. */
+static void rt_check_reads(st_file *f, const rt_data *d) {
   CHECK_EQ_INT(4, st_count(f));
   CHECK(!strcmp(st_name(f, 0), "zeta.weight"));   /* data order = order added */
   CHECK(!strcmp(st_name(f, 1), "alpha.bias"));
   CHECK(st_tensor_dtype(f, 1) == ST_BF16);
   CHECK_EQ_INT(2, st_ndim(f, 0));
   CHECK_EQ_INT(5, st_shape(f, 0)[1]);
-  CHECK_EQ_INT(NB, st_numel(f, 1));
+  CHECK_EQ_INT(RT_NB, st_numel(f, 1));
   CHECK_EQ_INT(0, st_numel(f, 3));
-  float ra[NA], rb[NB], rs[1];
-  CHECK_OK(st_read(f, "zeta.weight", sa, 2, ra));
-  CHECK(memcmp(ra, a, sizeof a) == 0);
-  CHECK_OK(st_read(f, "transformer.alpha.bias", sb, 1, rb));   /* prefix accepted */
+  float ra[RT_NA], rb[RT_NB], rs[1];
+  CHECK_OK(st_read(f, "zeta.weight", rt_sa, 2, ra));
+  CHECK(memcmp(ra, d->a, sizeof d->a) == 0);
+  CHECK_OK(st_read(f, "transformer.alpha.bias", rt_sb, 1, rb));   /* prefix accepted */
   int bad = 0;
-  for (int i = 0; i < NB; i++) bad += bits(rb[i]) != bits(st_bf16_to_f32(st_f32_to_bf16(b[i])));
-  CHECK_EQ_INT(0, bad);
   double maxrel = 0;
-  for (int i = 0; i < NB; i++) {
-    double r = fabs((double)rb[i] - b[i]) / fabs((double)b[i]);
+  for (int i = 0; i < RT_NB; i++) {
+    bad += bits(rb[i]) != bits(st_bf16_to_f32(st_f32_to_bf16(d->b[i])));
+    double r = fabs((double)rb[i] - d->b[i]) / fabs((double)d->b[i]);
     if (r > maxrel) maxrel = r;
   }
+  CHECK_EQ_INT(0, bad);
   CHECK(maxrel <= 1.0 / 256 + 1e-9);   /* half an ulp of an 8-bit significand */
   CHECK_OK(st_read(f, "scalar", NULL, 0, rs));
   CHECK(rs[0] == 3.25f);
@@ -168,20 +181,26 @@ static void test_roundtrip(void) {
   CHECK(memcmp(part, rb + 993, sizeof part) == 0);
   CHECK(st_read_range(f, "alpha.bias", 995, 7, part) == FSDP_ERR_RANGE);
   CHECK(has("1000 elements"));
+}
 
-  /* Wrong shape, transposed, missing. */
+/* Wrong shape, transposed, missing: each refused with its reason. */
+static void rt_check_refusals(st_file *f) {
+  float ra[RT_NA];
   int64_t wrong[2] = {5, 6}, wrong3[2] = {6, 4};
   CHECK(st_read(f, "zeta.weight", wrong3, 2, ra) == FSDP_ERR_INVALID);
   CHECK(has("expected shape [6, 4], found [6, 5]"));
   CHECK(st_read(f, "zeta.weight", wrong, 2, ra) == FSDP_ERR_INVALID);
   CHECK(has("transposed"));
-  CHECK(st_read(f, "zeta.weight", sb, 1, ra) == FSDP_ERR_INVALID);
-  CHECK(st_read(f, "h.0.mlp.c_fc.weight", sa, 2, ra) == FSDP_ERR_NOTFOUND);
+  CHECK(st_read(f, "zeta.weight", rt_sb, 1, ra) == FSDP_ERR_INVALID);
+  CHECK(st_read(f, "h.0.mlp.c_fc.weight", rt_sa, 2, ra) == FSDP_ERR_NOTFOUND);
   CHECK(has("'h.0.mlp.c_fc.weight'"));
   CHECK_EQ_INT(-1, st_find(f, "beta.bias"));
+}
 
-  /* save → load → save gives identical bytes. */
+/* F saved again to P2 (load → save) is P1's bytes exactly. */
+static void rt_check_resave(st_file *f, const char *p1, const char *p2) {
   float *bufs[4];
+  st_writer *w = NULL;
   CHECK_OK(st_writer_new(p2, &w));
   for (int i = 0; i < st_count(f); i++) {
     bufs[i] = malloc(sizeof(float) * (size_t)(st_numel(f, i) + 1));
@@ -191,48 +210,60 @@ static void test_roundtrip(void) {
   }
   CHECK_OK(st_writer_finish(&w));
   for (int i = 0; i < st_count(f); i++) free(bufs[i]);
-  st_destroy(&f);
-  CHECK(f == NULL);
   long l1 = 0, l2 = 0;
   uint8_t *b1 = slurp(p1, &l1), *b2 = slurp(p2, &l2);
   CHECK(b1 && b2 && l1 == l2 && l1 > 0 && memcmp(b1, b2, (size_t)l1) == 0);
   free(b1);
   free(b2);
+}
 
-  /* An independent minimal reader (python3 struct + json), when python3 is there. */
-  if (system("command -v python3 >/dev/null 2>&1") == 0) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "python3 - '%s' <<'EOF'\n"
-             "import json, struct, sys\n"
-             "b = open(sys.argv[1], 'rb').read()\n"
-             "n = struct.unpack('<Q', b[:8])[0]\n"
-             "h = json.loads(b[8:8 + n])\n"
-             "d = b[8 + n:]\n"
-             "t = h['zeta.weight']; s, e = t['data_offsets']\n"
-             "v = struct.unpack('<30I', d[s:e])\n"
-             "t = h['scalar']; s, e = t['data_offsets']\n"
-             "assert struct.unpack('<f', d[s:e])[0] == 3.25\n"
-             "t = h['alpha.bias']; s, e = t['data_offsets']\n"
-             "x = struct.unpack('<H', d[s:s + 2])[0]\n"
-             "f = x << 16\n"
-             "assert h['__metadata__'] == {'format': 'pt'}\n"
-             "assert len(d) == max(t['data_offsets'][1] for k, t in h.items() if k != '__metadata__')\n"
-             "print(v[29], f)\n"
-             "EOF\n"
-             "",
-             p2);
-    FILE *pp = popen(cmd, "r");
-    unsigned v29 = 0, f0 = 0;   /* bit patterns */
-    int got = pp ? fscanf(pp, "%u %u", &v29, &f0) : 0;
-    int st = pp ? pclose(pp) : -1;
-    CHECK_EQ_INT(0, st);
-    CHECK_EQ_INT(2, got);
-    CHECK_EQ_INT(bits(a[29]), v29);
-    CHECK_EQ_INT(bits(st_bf16_to_f32(st_f32_to_bf16(b[0]))), f0);
-  } else {
-    printf("python3 not found: skipping the independent reader\n");
-  }
+/* An independent minimal reader of P (python3's struct and json) finds D's values. */
+static void rt_check_python_reader(const char *p, const rt_data *d) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "python3 - '%s' <<'EOF'\n"
+           "import json, struct, sys\n"
+           "b = open(sys.argv[1], 'rb').read()\n"
+           "n = struct.unpack('<Q', b[:8])[0]\n"
+           "h = json.loads(b[8:8 + n])\n"
+           "d = b[8 + n:]\n"
+           "t = h['zeta.weight']; s, e = t['data_offsets']\n"
+           "v = struct.unpack('<30I', d[s:e])\n"
+           "t = h['scalar']; s, e = t['data_offsets']\n"
+           "assert struct.unpack('<f', d[s:e])[0] == 3.25\n"
+           "t = h['alpha.bias']; s, e = t['data_offsets']\n"
+           "x = struct.unpack('<H', d[s:s + 2])[0]\n"
+           "f = x << 16\n"
+           "assert h['__metadata__'] == {'format': 'pt'}\n"
+           "assert len(d) == max(t['data_offsets'][1] for k, t in h.items() if k != '__metadata__')\n"
+           "print(v[29], f)\n"
+           "EOF\n",
+           p);
+  FILE *pp = popen(cmd, "r");
+  unsigned v29 = 0, f0 = 0;   /* bit patterns */
+  int got = pp ? fscanf(pp, "%u %u", &v29, &f0) : 0;
+  int st = pp ? pclose(pp) : -1;
+  CHECK_EQ_INT(0, st);   /* python3 is a test dependency (scripts/install-deps.sh --test) */
+  CHECK_EQ_INT(2, got);
+  CHECK_EQ_INT(bits(d->a[29]), v29);
+  CHECK_EQ_INT(bits(st_bf16_to_f32(st_f32_to_bf16(d->b[0]))), f0);
+}
+
+static void test_roundtrip(void) {
+  static rt_data d;
+  rt_fill(&d);
+  const char *p1 = path_in("rt1.safetensors"), *p2 = path_in("rt2.safetensors");
+  rt_write(p1, &d);
+  rt_check_layout(p1, &d);
+  st_file *f = NULL;
+  CHECK_OK(st_open(p1, &f));
+  if (!f) return;
+  rt_check_reads(f, &d);
+  rt_check_refusals(f);
+  rt_check_resave(f, p1, p2);
+  st_destroy(&f);
+  CHECK(f == NULL);
+  rt_check_python_reader(p2, &d);
 }
 
 /* A file with the given header text (padded as-is) followed by DATA_LEN zero bytes. */
