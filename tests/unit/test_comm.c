@@ -174,12 +174,10 @@ static float odd_val(int rank, int blk, size_t i) {
   return (float)(h % 100000) * 1.0e-3f + 0.1f / (float)(rank + 1);
 }
 
-static int rank_main_correctness(comm_t *c, int rank, int world, const char *dir, void *arg) {
-  (void)arg;
-  CHECK_EQ_INT(rank, comm_rank(c));
-  CHECK_EQ_INT(world, comm_world(c));
+/* All-gather (out of place and in place), reduce-scatter and all-reduce at sizes from 1 element to
+ * past a segment, each against its formula. */
+static void check_sizes(comm_t *c, int rank, int world, uint64_t *want) {
   const size_t counts[] = {1, 3, 1000, 300001, (size_t)1 << 20};   /* 300001: a partial last segment */
-  uint64_t want[COLL_NKIND] = {0, 0, 0};
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
     size_t n = counts[k];
     /* all-gather, blocking, out of place and in place */
@@ -207,121 +205,133 @@ static int rank_main_correctness(comm_t *c, int rank, int world, const char *dir
     free(rs_send);
     free(rs_recv);
   }
+}
 
-  /* The reduce-scatter summation order, bit for bit. */
-  {
-    size_t n = 4099;
-    float *send = malloc(n * (size_t)world * sizeof *send), *recv = malloc(n * sizeof *recv);
-    for (int b = 0; b < world; b++)
-      for (size_t i = 0; i < n; i++) send[(size_t)b * n + i] = odd_val(rank, b, i);
-    CHECK_OK(comm_reduce_scatter(c, send, recv, n, COMM_F32, NULL));
-    size_t bad = 0;
+/* The reduce-scatter summation order, bit for bit. */
+static void check_rs_order(comm_t *c, int rank, int world, uint64_t *want) {
+  size_t n = 4099;
+  float *send = malloc(n * (size_t)world * sizeof *send), *recv = malloc(n * sizeof *recv);
+  for (int b = 0; b < world; b++)
+    for (size_t i = 0; i < n; i++) send[(size_t)b * n + i] = odd_val(rank, b, i);
+  CHECK_OK(comm_reduce_scatter(c, send, recv, n, COMM_F32, NULL));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    float acc = odd_val((rank + 1) % world, rank, i);
+    for (int s = 2; s <= world; s++) acc = acc + odd_val((rank + s) % world, rank, i);
+    bad += memcmp(&acc, &recv[i], sizeof acc) != 0;
+  }
+  CHECK_EQ_INT(0, bad);
+  want[COLL_REDUCESCATTER] += n * 4 * (uint64_t)(world - 1);
+  free(send);
+  free(recv);
+}
+
+/* All-reduce of non-integer values: every rank ends with the same bits (a global grad-norm
+ * must not differ between ranks), and repeating it gives the same bits again. */
+static void check_ar_same_bits(comm_t *c, int rank, int world, uint64_t *want) {
+  size_t n = 1027;
+  float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *all = malloc(n * (size_t)world * sizeof *all);
+  for (size_t i = 0; i < n; i++) a[i] = b[i] = odd_val(rank, 0, i);
+  CHECK_OK(comm_allreduce(c, a, n, COMM_F32, NULL));
+  CHECK_OK(comm_allreduce(c, b, n, COMM_F32, NULL));
+  CHECK(memcmp(a, b, n * sizeof *a) == 0);
+  CHECK_OK(comm_allgather(c, a, all, n, COMM_F32, NULL));
+  size_t bad = 0;
+  for (int r = 0; r < world; r++) bad += memcmp(all + (size_t)r * n, a, n * sizeof *a) != 0;
+  CHECK_EQ_INT(0, bad);
+  double ref = 0, got = 0;   /* and it is the sum, to fp32 rounding */
+  for (size_t i = 0; i < n; i++) {
+    double s = 0;
+    for (int r = 0; r < world; r++) s += odd_val(r, 0, i);
+    ref += fabs(s);
+    got += fabs(s - a[i]);
+  }
+  CHECK(got <= 1e-6 * ref);
+  want[COLL_ALLREDUCE] += 2 * (2 * n * 4 * (uint64_t)(world - 1) / (uint64_t)world);
+  want[COLL_ALLGATHER] += n * 4 * (uint64_t)(world - 1);
+  free(a), free(b), free(all);
+}
+
+/* Asynchronous overlap: three collectives in flight, waited in order. */
+static void check_async_overlap(comm_t *c, int rank, int world, uint64_t *want) {
+  size_t n = 100000;
+  float *ag_s = malloc(n * sizeof(float)), *ag_r = malloc(n * (size_t)world * sizeof(float));
+  float *rs_s = malloc(n * (size_t)world * sizeof(float)), *rs_r = malloc(n * sizeof(float));
+  float *ar = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) ag_s[i] = ag_val(rank, i), ar[i] = ar_val(rank, i);
+  for (int b = 0; b < world; b++)
+    for (size_t i = 0; i < n; i++) rs_s[(size_t)b * n + i] = rs_val(rank, b, i);
+  comm_req *r1 = NULL, *r2 = NULL, *r3 = NULL;
+  CHECK_OK(comm_allgather(c, ag_s, ag_r, n, COMM_F32, &r1));
+  CHECK_OK(comm_reduce_scatter(c, rs_s, rs_r, n, COMM_F32, &r2));
+  CHECK_OK(comm_allreduce(c, ar, n, COMM_F32, &r3));
+  CHECK(r1 && r2 && r3);
+  /* Meanwhile the caller computes something (the point of the comm thread). */
+  double x = 0;
+  for (int i = 0; i < 2000000; i++) x += 1.0 / (i + 1);
+  CHECK(x > 1);
+  CHECK_OK(comm_wait(&r1));
+  CHECK(r1 == NULL);
+  CHECK_EQ_INT(0, verify_ag(ag_r, world, n));
+  CHECK_OK(comm_wait(&r2));
+  CHECK_EQ_INT(0, verify_rs(rs_r, rank, world, n));
+  CHECK_OK(comm_wait(&r3));
+  CHECK_EQ_INT(0, verify_ar(ar, world, n));
+  CHECK_OK(comm_wait(&r3));   /* NULL handle: no-op */
+  want[COLL_ALLGATHER] += n * 4 * (uint64_t)(world - 1);
+  want[COLL_REDUCESCATTER] += n * 4 * (uint64_t)(world - 1);
+  want[COLL_ALLREDUCE] += 2 * n * 4 * (uint64_t)(world - 1) / (uint64_t)world;
+  free(ag_s), free(ag_r), free(rs_s), free(rs_r), free(ar);
+}
+
+/* bf16: small integers are exact in bf16, so the sums are exact too. */
+static void check_bf16(comm_t *c, int rank, int world, uint64_t *want) {
+  size_t n = 513;
+  uint16_t *s = malloc(n * (size_t)world * 2), *r = malloc(n * (size_t)world * 2);
+  for (int b = 0; b < world; b++)
     for (size_t i = 0; i < n; i++) {
-      float acc = odd_val((rank + 1) % world, rank, i);
-      for (int s = 2; s <= world; s++) acc = acc + odd_val((rank + s) % world, rank, i);
-      bad += memcmp(&acc, &recv[i], sizeof acc) != 0;
+      float v = (float)((rank + 1) * (b + 1) + (int)(i % 5));
+      uint32_t u;
+      memcpy(&u, &v, 4);
+      s[(size_t)b * n + i] = (uint16_t)(u >> 16);
     }
-    CHECK_EQ_INT(0, bad);
-    want[COLL_REDUCESCATTER] += n * 4 * (uint64_t)(world - 1);
-    free(send);
-    free(recv);
+  CHECK_OK(comm_reduce_scatter(c, s, r, n, COMM_BF16, NULL));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)r[i] << 16;
+    float v;
+    memcpy(&v, &u, 4);
+    bad += v != (float)((rank + 1) * world * (world + 1) / 2 + world * (int)(i % 5));
   }
-
-  /* All-reduce of non-integer values: every rank ends with the same bits (a global grad-norm
-   * must not differ between ranks), and repeating it gives the same bits again. */
-  {
-    size_t n = 1027;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *all = malloc(n * (size_t)world * sizeof *all);
-    for (size_t i = 0; i < n; i++) a[i] = b[i] = odd_val(rank, 0, i);
-    CHECK_OK(comm_allreduce(c, a, n, COMM_F32, NULL));
-    CHECK_OK(comm_allreduce(c, b, n, COMM_F32, NULL));
-    CHECK(memcmp(a, b, n * sizeof *a) == 0);
-    CHECK_OK(comm_allgather(c, a, all, n, COMM_F32, NULL));
-    size_t bad = 0;
-    for (int r = 0; r < world; r++) bad += memcmp(all + (size_t)r * n, a, n * sizeof *a) != 0;
-    CHECK_EQ_INT(0, bad);
-    double ref = 0, got = 0;   /* and it is the sum, to fp32 rounding */
+  CHECK_EQ_INT(0, bad);
+  CHECK_OK(comm_allgather(c, s, r, n, COMM_BF16, NULL));
+  bad = 0;
+  for (int q = 0; q < world; q++)
     for (size_t i = 0; i < n; i++) {
-      double s = 0;
-      for (int r = 0; r < world; r++) s += odd_val(r, 0, i);
-      ref += fabs(s);
-      got += fabs(s - a[i]);
+      float v = (float)((q + 1) * 1 + (int)(i % 5));
+      uint32_t u;
+      memcpy(&u, &v, 4);
+      bad += r[(size_t)q * n + i] != (uint16_t)(u >> 16);
     }
-    CHECK(got <= 1e-6 * ref);
-    want[COLL_ALLREDUCE] += 2 * (2 * n * 4 * (uint64_t)(world - 1) / (uint64_t)world);
-    want[COLL_ALLGATHER] += n * 4 * (uint64_t)(world - 1);
-    free(a), free(b), free(all);
-  }
+  CHECK_EQ_INT(0, bad);
+  CHECK_OK(comm_allreduce(c, s, n, COMM_BF16, NULL));
+  want[COLL_REDUCESCATTER] += n * 2 * (uint64_t)(world - 1);
+  want[COLL_ALLGATHER] += n * 2 * (uint64_t)(world - 1);
+  want[COLL_ALLREDUCE] += 2 * n * 2 * (uint64_t)(world - 1) / (uint64_t)world;
+  free(s);
+  free(r);
+}
 
-  /* Asynchronous overlap: three collectives in flight, waited in order. */
-  {
-    size_t n = 100000;
-    float *ag_s = malloc(n * sizeof(float)), *ag_r = malloc(n * (size_t)world * sizeof(float));
-    float *rs_s = malloc(n * (size_t)world * sizeof(float)), *rs_r = malloc(n * sizeof(float));
-    float *ar = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) ag_s[i] = ag_val(rank, i), ar[i] = ar_val(rank, i);
-    for (int b = 0; b < world; b++)
-      for (size_t i = 0; i < n; i++) rs_s[(size_t)b * n + i] = rs_val(rank, b, i);
-    comm_req *r1 = NULL, *r2 = NULL, *r3 = NULL;
-    CHECK_OK(comm_allgather(c, ag_s, ag_r, n, COMM_F32, &r1));
-    CHECK_OK(comm_reduce_scatter(c, rs_s, rs_r, n, COMM_F32, &r2));
-    CHECK_OK(comm_allreduce(c, ar, n, COMM_F32, &r3));
-    CHECK(r1 && r2 && r3);
-    /* Meanwhile the caller computes something (the point of the comm thread). */
-    double x = 0;
-    for (int i = 0; i < 2000000; i++) x += 1.0 / (i + 1);
-    CHECK(x > 1);
-    CHECK_OK(comm_wait(&r1));
-    CHECK(r1 == NULL);
-    CHECK_EQ_INT(0, verify_ag(ag_r, world, n));
-    CHECK_OK(comm_wait(&r2));
-    CHECK_EQ_INT(0, verify_rs(rs_r, rank, world, n));
-    CHECK_OK(comm_wait(&r3));
-    CHECK_EQ_INT(0, verify_ar(ar, world, n));
-    CHECK_OK(comm_wait(&r3));   /* NULL handle: no-op */
-    want[COLL_ALLGATHER] += n * 4 * (uint64_t)(world - 1);
-    want[COLL_REDUCESCATTER] += n * 4 * (uint64_t)(world - 1);
-    want[COLL_ALLREDUCE] += 2 * n * 4 * (uint64_t)(world - 1) / (uint64_t)world;
-    free(ag_s), free(ag_r), free(rs_s), free(rs_r), free(ar);
-  }
-
-  /* bf16: small integers are exact in bf16, so the sums are exact too. */
-  {
-    size_t n = 513;
-    uint16_t *s = malloc(n * (size_t)world * 2), *r = malloc(n * (size_t)world * 2);
-    for (int b = 0; b < world; b++)
-      for (size_t i = 0; i < n; i++) {
-        float v = (float)((rank + 1) * (b + 1) + (int)(i % 5));
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        s[(size_t)b * n + i] = (uint16_t)(u >> 16);
-      }
-    CHECK_OK(comm_reduce_scatter(c, s, r, n, COMM_BF16, NULL));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-      uint32_t u = (uint32_t)r[i] << 16;
-      float v;
-      memcpy(&v, &u, 4);
-      bad += v != (float)((rank + 1) * world * (world + 1) / 2 + world * (int)(i % 5));
-    }
-    CHECK_EQ_INT(0, bad);
-    CHECK_OK(comm_allgather(c, s, r, n, COMM_BF16, NULL));
-    bad = 0;
-    for (int q = 0; q < world; q++)
-      for (size_t i = 0; i < n; i++) {
-        float v = (float)((q + 1) * 1 + (int)(i % 5));
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        bad += r[(size_t)q * n + i] != (uint16_t)(u >> 16);
-      }
-    CHECK_EQ_INT(0, bad);
-    CHECK_OK(comm_allreduce(c, s, n, COMM_BF16, NULL));
-    want[COLL_REDUCESCATTER] += n * 2 * (uint64_t)(world - 1);
-    want[COLL_ALLGATHER] += n * 2 * (uint64_t)(world - 1);
-    want[COLL_ALLREDUCE] += 2 * n * 2 * (uint64_t)(world - 1) / (uint64_t)world;
-    free(s);
-    free(r);
-  }
+static int rank_main_correctness(comm_t *c, int rank, int world, const char *dir, void *arg) {
+  (void)arg;
+  CHECK_EQ_INT(rank, comm_rank(c));
+  CHECK_EQ_INT(world, comm_world(c));
+  uint64_t want[COLL_NKIND] = {0, 0, 0};   /* bytes sent per collective kind, by the formulas */
+  check_sizes(c, rank, world, want);
+  check_rs_order(c, rank, world, want);
+  check_ar_same_bits(c, rank, world, want);
+  check_async_overlap(c, rank, world, want);
+  check_bf16(c, rank, world, want);
 
   /* Byte counters equal the formula exactly. */
   uint64_t got[COLL_NKIND];
