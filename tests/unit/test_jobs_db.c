@@ -72,23 +72,15 @@ static void test_owner_migration(const char *dir) {
   jobs_db_destroy(&db);
 }
 
-int main(void) {
-  char dir[] = "/tmp/test-jobs-db-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  char path[256];
-  snprintf(path, sizeof path, "%s/jobs.db", dir);
-
-  jobs_db *db = NULL;
-  CHECK_OK(jobs_db_open(path, &db));
-  uint64_t id1 = 0, id2 = 0;
-  jobs_db_row r1 = job_row("first", 2), r2 = job_row("second", 4);
-  CHECK_OK(jobs_db_insert(db, &r1, 1000.0, &id1));
-  CHECK_OK(jobs_db_insert(db, &r2, 1001.0, &id2));
-  CHECK_EQ_INT(1, id1);
-  CHECK_EQ_INT(2, id2);
-
+/* Two jobs inserted; the first fetched back field by field. Returns their ids in ID1, ID2. */
+static void insert_and_get(jobs_db *db, const jobs_db_row *r1, uint64_t *id1, uint64_t *id2) {
+  jobs_db_row r2 = job_row("second", 4);
+  CHECK_OK(jobs_db_insert(db, r1, 1000.0, id1));
+  CHECK_OK(jobs_db_insert(db, &r2, 1001.0, id2));
+  CHECK_EQ_INT(1, *id1);
+  CHECK_EQ_INT(2, *id2);
   jobs_db_row g;
-  CHECK_OK(jobs_db_get(db, id1, &g));
+  CHECK_OK(jobs_db_get(db, *id1, &g));
   CHECK(strcmp(g.name, "first") == 0);
   CHECK_EQ_INT(1, g.state);
   CHECK_EQ_INT(2, g.world);
@@ -98,22 +90,25 @@ int main(void) {
   CHECK_NEAR(1000.0, g.submitted_at, 0, 0);
   CHECK_NEAR(0.0, g.started_at, 0, 0);
   jobs_db_row_clear(&g);
+}
 
-  /* transitions, with their timestamps */
-  CHECK_OK(jobs_db_set_state(db, id1, 2, NULL, 1002.0));
-  CHECK_OK(jobs_db_set_state(db, id1, 3, NULL, 1003.0));
+/* Job ID runs three steps and succeeds: its transitions with their timestamps, its step rows,
+ * and the row's last-step figures. */
+static void transitions_and_steps(jobs_db *db, uint64_t id) {
+  CHECK_OK(jobs_db_set_state(db, id, 2, NULL, 1002.0));
+  CHECK_OK(jobs_db_set_state(db, id, 3, NULL, 1003.0));
   for (int s = 1; s <= 3; s++) {
     jobs_db_step st = {.step = s, .loss = 5.0 - s, .lr = 1e-3 * s, .grad_norm = 0.5, .tokens = 1024,
                        .step_ms = 100.0 + s, .tokens_per_s = 1024 / ((100.0 + s) / 1000)};
     char json[64];
     snprintf(json, sizeof json, "{\"step\":%d}", s);
-    CHECK_OK(jobs_db_add_step(db, id1, &st, json));
+    CHECK_OK(jobs_db_add_step(db, id, &st, json));
   }
-  CHECK_OK(jobs_db_set_state(db, id1, 4, NULL, 1010.0));
+  CHECK_OK(jobs_db_set_state(db, id, 4, NULL, 1010.0));
   int states[8];
   double at[8];
   size_t n = 0;
-  CHECK_OK(jobs_db_transitions(db, id1, states, at, 8, &n));
+  CHECK_OK(jobs_db_transitions(db, id, states, at, 8, &n));
   CHECK_EQ_INT(4, n);
   int want[] = {1, 2, 3, 4};
   double want_at[] = {1000.0, 1002.0, 1003.0, 1010.0};
@@ -122,15 +117,16 @@ int main(void) {
     CHECK_NEAR(want_at[i], at[i], 0, 0);
   }
   int count = 0;
-  CHECK_OK(jobs_db_step_count(db, id1, &count));
+  CHECK_OK(jobs_db_step_count(db, id, &count));
   CHECK_EQ_INT(3, count);
   char *json = NULL;
-  CHECK_OK(jobs_db_step_json(db, id1, 2, &json));
+  CHECK_OK(jobs_db_step_json(db, id, 2, &json));
   CHECK(json && strcmp(json, "{\"step\":2}") == 0);
   free(json);
-  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_step_json(db, id1, 7, &json));
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_step_json(db, id, 7, &json));
 
-  CHECK_OK(jobs_db_get(db, id1, &g));
+  jobs_db_row g;
+  CHECK_OK(jobs_db_get(db, id, &g));
   CHECK_EQ_INT(4, g.state);
   CHECK_EQ_INT(3, g.step);
   CHECK_NEAR(2.0, g.loss, 0, 0);
@@ -140,14 +136,16 @@ int main(void) {
   CHECK_NEAR(1003.0, g.started_at, 0, 0);
   CHECK_NEAR(1010.0, g.finished_at, 0, 0);
   jobs_db_row_clear(&g);
+}
 
-  /* unknown ids */
+/* Unknown ids are refused by name; the listing is newest first, limited. */
+static void unknown_and_list(jobs_db *db, uint64_t id1, uint64_t id2) {
+  jobs_db_row g;
   CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_get(db, 99, &g));
   CHECK(strstr(fsdp_last_error(), "no job 99") != NULL);
   CHECK_EQ_INT(FSDP_ERR_NOTFOUND, jobs_db_set_state(db, 99, 5, "x", 1.0));
-
-  /* listing: newest first, limited */
   jobs_db_row *rows = NULL;
+  size_t n = 0;
   CHECK_OK(jobs_db_list(db, 1, &rows, &n));
   CHECK_EQ_INT(1, n);
   if (n == 1) CHECK_EQ_INT(id2, rows[0].id);
@@ -159,24 +157,15 @@ int main(void) {
     CHECK_EQ_INT(id1, rows[1].id);
   }
   jobs_db_rows_destroy(&rows, n);
+}
 
-  /* job 2 is running when the daemon dies; job 3 is still queued */
-  CHECK_OK(jobs_db_set_state(db, id2, 2, NULL, 1500.0));
-  CHECK_OK(jobs_db_set_state(db, id2, 3, NULL, 1501.0));
-  uint64_t id3 = 0;
-  CHECK_OK(jobs_db_insert(db, &r1, 1502.0, &id3));
-  CHECK_EQ_INT(3, id3);
-
-  /* WAL mode: the write-ahead log exists while the database is open */
-  char wal[300];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  CHECK(access(wal, F_OK) == 0);
-  jobs_db_destroy(&db);
-  CHECK(db == NULL);
-
-  /* restart: everything is still there; the running job is failed, the finished one untouched,
-   * the queued one still queued */
+/* After a restart (the database at PATH reopened): everything is still there; the running job ID2
+ * is failed, the finished one ID1 untouched, the queued one ID3 still queued; ids are never reused. */
+static void after_restart(const char *path, const jobs_db_row *r1, uint64_t id1, uint64_t id2, uint64_t id3) {
+  jobs_db *db = NULL;
+  jobs_db_row g;
   CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
   int nfail = 0;
   CHECK_OK(jobs_db_fail_started(db, "daemon restarted", 2000.0, &nfail));
   CHECK_EQ_INT(1, nfail);
@@ -194,14 +183,47 @@ int main(void) {
   jobs_db_row_clear(&g);
   CHECK_OK(jobs_db_fail_started(db, "daemon restarted", 2001.0, &nfail));
   CHECK_EQ_INT(0, nfail);
+  int states[8];
+  double at[8];
+  size_t n = 0;
   CHECK_OK(jobs_db_transitions(db, id2, states, at, 8, &n));
   CHECK_EQ_INT(4, n);   /* queued, starting, running, failed */
   if (n == 4) CHECK_EQ_INT(5, states[3]);
   uint64_t id4 = 0;
-  CHECK_OK(jobs_db_insert(db, &r1, 3000.0, &id4));
+  CHECK_OK(jobs_db_insert(db, r1, 3000.0, &id4));
   CHECK_EQ_INT(4, id4);   /* ids are never reused */
   jobs_db_destroy(&db);
   jobs_db_destroy(&db);     /* NULL-safe */
+}
+
+int main(void) {
+  char dir[] = "/tmp/test-jobs-db-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/jobs.db", dir);
+
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return check_done();
+  uint64_t id1 = 0, id2 = 0;
+  jobs_db_row r1 = job_row("first", 2);
+  insert_and_get(db, &r1, &id1, &id2);
+  transitions_and_steps(db, id1);
+  unknown_and_list(db, id1, id2);
+
+  /* job 2 is running when the daemon dies; job 3 is still queued */
+  CHECK_OK(jobs_db_set_state(db, id2, 2, NULL, 1500.0));
+  CHECK_OK(jobs_db_set_state(db, id2, 3, NULL, 1501.0));
+  uint64_t id3 = 0;
+  CHECK_OK(jobs_db_insert(db, &r1, 1502.0, &id3));
+  CHECK_EQ_INT(3, id3);
+  /* WAL mode: the write-ahead log exists while the database is open */
+  char wal[300];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  CHECK(access(wal, F_OK) == 0);
+  jobs_db_destroy(&db);
+  CHECK(db == NULL);
+  after_restart(path, &r1, id1, id2, id3);
 
   test_owner_migration(dir);
 
