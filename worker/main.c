@@ -298,148 +298,158 @@ static fsdp_status ckpt_after_step(runtime_t *rt, const jobspec_t *spec, ckpt_as
   return FSDP_OK;
 }
 
-static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
+/* What a rank holds while it trains: its job, plan, communicators, device, runtime, trace and
+ * asynchronous checkpointer; opened by worker_open and worker_ckpt_start, closed by worker_close. */
+typedef struct {
   jobspec_t spec;
-  plan_t *plan = NULL;
-  comm_t *comm = NULL, *gcomm = NULL, *rcomm = NULL;
-  device_t *dev = NULL;
-  runtime_t *rt = NULL;
-  int gpu = -1;
-  trace_t *tr = NULL;
-  ckpt_async *ca = NULL;
-  fsdp_status rc;
-  TRY_GOTO(jobspec_load(job, &spec), rc, out);
-  if (world != spec.world_size)
-    log_info("--world %d overrides the job's world_size %d", world, spec.world_size);
-  spec.world_size = world;
-  if (steps_override > 0) spec.steps = steps_override;
-  TRY_GOTO(plan_build(&spec, world, &plan), rc, out);
-  rendezvous rv = {.dir = rdv, .prefix = NULL};
-  TRY_GOTO(open_device_and_comm(&spec, plan, rank, world, -1, NULL, &rv, &comm, &dev, &gpu), rc, out);
-  TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
-  TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
-  TRY_GOTO(trace_from_env(&tr), rc, out);   /* recorded as when connected, so that its cost is measurable */
-  runtime_set_trace(rt, tr);
-  int start = 0;
-  TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
-  if (spec.ckpt_async && spec.ckpt_every > 0) {
-    TRY_GOTO(ckpt_async_new(&ca), rc, out);
-    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
+  plan_t *plan;
+  comm_t *comm, *gcomm, *rcomm;
+  device_t *dev;
+  runtime_t *rt;
+  int gpu;
+  trace_t *tr;
+  ckpt_async *ca;
+} worker_rt;
+
+/* The device, communicators, runtime and trace of rank RANK of WORLD (W's spec and plan are set). */
+static fsdp_status worker_open(worker_rt *w, int rank, int world, int device_index, const char *comm_name,
+                               const rendezvous *rv) {
+  TRY(open_device_and_comm(&w->spec, w->plan, rank, world, device_index, comm_name, rv, &w->comm, &w->dev, &w->gpu));
+  TRY(runtime_new(&w->spec, w->plan, rank, w->comm, w->dev, &w->rt));
+  TRY(open_hybrid(&w->spec, w->plan, rank, rv, w->gpu, w->comm, w->rt, &w->gcomm, &w->rcomm));
+  TRY(trace_from_env(&w->tr));   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none); standalone too, to measure it */
+  runtime_set_trace(w->rt, w->tr);
+  return FSDP_OK;
+}
+
+/* The step to start after (*START: the coordinator's, or 0) from the checkpoint, and the
+ * asynchronous checkpointer when the job saves asynchronously. */
+static fsdp_status worker_ckpt_start(worker_rt *w, int *start) {
+  TRY(ckpt_begin(w->rt, &w->spec, start));
+  if (w->spec.ckpt_async && w->spec.ckpt_every > 0) {
+    TRY(ckpt_async_new(&w->ca));
+    TRY(runtime_checkpoint_prepare(w->rt, w->ca));
   }
-  if (start >= spec.steps && start > 0 && rank == 0)
-    log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec.steps);
+  return FSDP_OK;
+}
+
+static void worker_close(worker_rt *w) {
+  ckpt_async_destroy(&w->ca);   /* before the device: the snapshot is its host memory */
+  runtime_destroy(&w->rt);
+  dev_destroy(&w->dev);
+  comm_destroy(&w->rcomm);
+  comm_destroy(&w->gcomm);
+  comm_destroy(&w->comm);
+  trace_destroy(&w->tr);
+  plan_destroy(&w->plan);
+}
+
+static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
+  worker_rt w = {.gpu = -1};
+  jobspec_t *spec = &w.spec;
+  fsdp_status rc;
+  TRY_GOTO(jobspec_load(job, spec), rc, out);
+  if (world != spec->world_size)
+    log_info("--world %d overrides the job's world_size %d", world, spec->world_size);
+  spec->world_size = world;
+  if (steps_override > 0) spec->steps = steps_override;
+  TRY_GOTO(plan_build(spec, world, &w.plan), rc, out);
+  rendezvous rv = {.dir = rdv, .prefix = NULL};
+  TRY_GOTO(worker_open(&w, rank, world, -1, NULL, &rv), rc, out);
+  int start = 0;
+  TRY_GOTO(worker_ckpt_start(&w, &start), rc, out);
+  if (start >= spec->steps && start > 0 && rank == 0)
+    log_info("the checkpoint of step %d is at or past steps = %d: nothing to train", start, spec->steps);
   rt_report r0 = {0};
-  TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
+  TRY_GOTO(eval_at_start(w.rt, spec, start, &r0), rc, out);
   if (r0.has_start_val) {   /* standalone: step 0's line, the validation loss only */
     printf("{\"step\": 0, \"rank\": %d, \"val_loss\": %.9g, \"eval_ms\": %.9g}\n", rank, r0.start_val_loss,
            r0.start_eval_ms);
     fflush(stdout);
   }
-  for (int s = start + 1; s <= spec.steps; s++) {
+  for (int s = start + 1; s <= spec->steps; s++) {
     rt_report r;
-    TRY_GOTO(runtime_step(rt, s, &r), rc, out);
+    TRY_GOTO(runtime_step(w.rt, s, &r), rc, out);
     r.has_start_val = 0;
-    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
-    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
-    TRY_GOTO(ckpt_after_step(rt, &spec, ca, s, ckpt_due(&spec, s), s == spec.steps, &r), rc, out);
+    TRY_GOTO(eval_if_due(w.rt, spec, &r), rc, out);
+    TRY_GOTO(sample_if_due(w.rt, spec, rank, &r), rc, out);
+    TRY_GOTO(ckpt_after_step(w.rt, spec, w.ca, s, ckpt_due(spec, s), s == spec->steps, &r), rc, out);
     print_report(rank, &r);
   }
-  if (save) TRY_GOTO(runtime_save(rt, save), rc, out);
+  if (save) TRY_GOTO(runtime_save(w.rt, save), rc, out);
 out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
-  ckpt_async_destroy(&ca);   /* before the device: the snapshot is its host memory */
-  runtime_destroy(&rt);
-  dev_destroy(&dev);
-  comm_destroy(&rcomm);
-  comm_destroy(&gcomm);
-  comm_destroy(&comm);
-  trace_destroy(&tr);
-  plan_destroy(&plan);
+  worker_close(&w);
   return rc == FSDP_OK ? 0 : 1;
+}
+
+/* The job as the coordinator set it up (SU) into W's spec and plan, checked against what this
+ * worker can run. */
+static fsdp_status connected_spec(const Fsdp__WorkerSetup *su, int rank, worker_rt *w) {
+  jobspec_t *spec = &w->spec;
+  TRY(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, spec));
+  /* hybrid with shard_group = 0: the coordinator chose G from its placement; its plan carries it */
+  if (spec->sharding == SHARD_HYBRID && spec->shard_group == 0 && su->plan) spec->shard_group = (int)su->plan->shard_world;
+  TRY(plan_build(spec, (int)su->world, &w->plan));
+  TRY(planmsg_check(su->plan, w->plan));
+  if (spec->device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to device = cpu workers (gloo is)",
+                          su->comm);
+  if (spec->device == DEVICE_CUDA && su->device_index < 0)
+    return fsdp_set_error(FSDP_ERR_STATE, "device = cuda: the coordinator assigned no GPU to rank %d", rank);
+  return FSDP_OK;
+}
+
+/* The steps the coordinator grants, each reported, until it says stop (step 0). */
+static fsdp_status connected_steps(wlink *l, worker_rt *w, int rank, const rt_report *r0) {
+  for (int first = 1;; first = 0) {
+    int step, checkpoint, last;
+    TRY(wlink_next(l, &step, &checkpoint, &last));
+    if (step == 0) {   /* a save still in flight is written before the acknowledgement */
+      ckpt_save_stats done;
+      return runtime_checkpoint_settle(w->rt, w->ca, 1, &done);
+    }
+    rt_report r;
+    TRY(runtime_step(w->rt, step, &r));
+    /* the first step's report carries the loss before it: the daemon writes it as step 0 */
+    r.has_start_val = first && r0->has_start_val;
+    r.start_val_loss = r0->start_val_loss, r.start_eval_ms = r0->start_eval_ms;
+    TRY(eval_if_due(w->rt, &w->spec, &r));
+    TRY(sample_if_due(w->rt, &w->spec, rank, &r));
+    /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last). A synchronous
+     * one is written before the report, so a reported step at a checkpoint boundary is durable; an
+     * asynchronous one is complete only once settled, and the last step's before its report. */
+    TRY(ckpt_after_step(w->rt, &w->spec, w->ca, step, checkpoint, last, &r));
+    TRY(wlink_report(l, rank, &r));
+  }
 }
 
 static int run_connected(const char *endpoint, uint64_t job_id, int rank, const char *token) {
   wlink *l = NULL;
-  jobspec_t spec;
-  plan_t *plan = NULL;
-  comm_t *comm = NULL, *gcomm = NULL, *rcomm = NULL;
-  device_t *dev = NULL;
-  runtime_t *rt = NULL;
-  int gpu = -1;
-  trace_t *tr = NULL;
-  ckpt_async *ca = NULL;
+  worker_rt w = {.gpu = -1};
   fsdp_status rc;
   /* Die with the agent that spawned us: an orphaned rank would hold its peers in a collective. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   TRY_GOTO(wlink_open(endpoint, job_id, rank, token, 60, &l), rc, out);
   const Fsdp__WorkerSetup *su = wlink_setup(l);
-  TRY_GOTO(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, &spec), rc, out);
-  /* hybrid with shard_group = 0: the coordinator chose G from its placement; its plan carries it */
-  if (spec.sharding == SHARD_HYBRID && spec.shard_group == 0 && su->plan) spec.shard_group = (int)su->plan->shard_world;
-  TRY_GOTO(plan_build(&spec, (int)su->world, &plan), rc, out);
-  TRY_GOTO(planmsg_check(su->plan, plan), rc, out);
-  if (spec.device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0) {
-    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to device = cpu workers (gloo is)",
-                        su->comm);
-    goto out;
-  }
-  if (spec.device == DEVICE_CUDA && su->device_index < 0) {
-    rc = fsdp_set_error(FSDP_ERR_STATE, "device = cuda: the coordinator assigned no GPU to rank %d", rank);
-    goto out;
-  }
+  TRY_GOTO(connected_spec(su, rank, &w), rc, out);
   comm_kv kv = wlink_kv(l);
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
-  TRY_GOTO(open_device_and_comm(&spec, plan, rank, (int)su->world, su->device_index, su->comm, &rv, &comm, &dev, &gpu),
-           rc, out);
-  TRY_GOTO(runtime_new(&spec, plan, rank, comm, dev, &rt), rc, out);
-  TRY_GOTO(open_hybrid(&spec, plan, rank, &rv, gpu, comm, rt, &gcomm, &rcomm), rc, out);
-  TRY_GOTO(trace_from_env(&tr), rc, out);   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none) */
-  runtime_set_trace(rt, tr);
-  wlink_set_trace(l, tr);
+  TRY_GOTO(worker_open(&w, rank, (int)su->world, su->device_index, su->comm, &rv), rc, out);
+  wlink_set_trace(l, w.tr);
   int start = (int)su->start_step;
-  TRY_GOTO(ckpt_begin(rt, &spec, &start), rc, out);
-  if (spec.ckpt_async && spec.ckpt_every > 0) {
-    TRY_GOTO(ckpt_async_new(&ca), rc, out);
-    TRY_GOTO(runtime_checkpoint_prepare(rt, ca), rc, out);
-  }
+  TRY_GOTO(worker_ckpt_start(&w, &start), rc, out);
   TRY_GOTO(wlink_ready(l, start), rc, out);
   rt_report r0 = {0};
-  TRY_GOTO(eval_at_start(rt, &spec, start, &r0), rc, out);
-  for (int first = 1;; first = 0) {
-    int step, checkpoint, last;
-    TRY_GOTO(wlink_next(l, &step, &checkpoint, &last), rc, out);
-    if (step == 0) {   /* a save still in flight is written before the acknowledgement */
-      ckpt_save_stats done;
-      TRY_GOTO(runtime_checkpoint_settle(rt, ca, 1, &done), rc, out);
-      break;
-    }
-    rt_report r;
-    TRY_GOTO(runtime_step(rt, step, &r), rc, out);
-    /* the first step's report carries the loss before it: the daemon writes it as step 0 */
-    r.has_start_val = first && r0.has_start_val;
-    r.start_val_loss = r0.start_val_loss, r.start_eval_ms = r0.start_eval_ms;
-    TRY_GOTO(eval_if_due(rt, &spec, &r), rc, out);
-    TRY_GOTO(sample_if_due(rt, &spec, rank, &r), rc, out);
-    /* The coordinator asks for checkpoints (ckpt_due: every K-th step and the last). A synchronous
-     * one is written before the report, so a reported step at a checkpoint boundary is durable; an
-     * asynchronous one is complete only once settled, and the last step's before its report. */
-    TRY_GOTO(ckpt_after_step(rt, &spec, ca, step, checkpoint, last, &r), rc, out);
-    TRY_GOTO(wlink_report(l, rank, &r), rc, out);
-  }
+  TRY_GOTO(eval_at_start(w.rt, &w.spec, start, &r0), rc, out);
+  TRY_GOTO(connected_steps(l, &w, rank, &r0), rc, out);
   rc = wlink_ack(l);
 out:
   if (rc != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     wlink_error(l, rank, rc, fsdp_last_error());
   }
-  ckpt_async_destroy(&ca);   /* before the device: the snapshot is its host memory */
-  runtime_destroy(&rt);
-  dev_destroy(&dev);
-  comm_destroy(&rcomm);
-  comm_destroy(&gcomm);
-  comm_destroy(&comm);
-  trace_destroy(&tr);
-  plan_destroy(&plan);
+  worker_close(&w);
   wlink_close(&l);
   return rc == FSDP_OK ? 0 : 1;
 }
