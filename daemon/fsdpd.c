@@ -242,6 +242,139 @@ static int daemonize(int logfd) {
   return 0;
 }
 
+/* The paths the daemon serves and keeps (PATH_MAX - 64, PATH_MAX, PATH_MAX): its state directory,
+ * its ctl endpoint and its cluster endpoint, from the flags or their defaults. 0, or 2 (printed). */
+static int resolve_paths(const config *cfg, char *state, char *ctl, char *listen) {
+  if (cfg->state_dir && *cfg->state_dir) snprintf(state, PATH_MAX - 64, "%s", cfg->state_dir);
+  else if (getenv("XDG_STATE_HOME") && *getenv("XDG_STATE_HOME")) snprintf(state, PATH_MAX - 64, "%s/fsdpd", getenv("XDG_STATE_HOME"));
+  else snprintf(state, PATH_MAX - 64, "/var/lib/fsdpd");
+  snprintf(ctl, PATH_MAX, "%s", cfg->ctl && *cfg->ctl ? cfg->ctl : "");
+  if (!*ctl) snprintf(ctl, PATH_MAX, "ipc://%s/ctl.sock", state);
+  snprintf(listen, PATH_MAX, "%s", cfg->listen && *cfg->listen ? cfg->listen : "");
+  if (!*listen) snprintf(listen, PATH_MAX, "ipc://%s/cluster.sock", state);
+  if (!strncmp(ctl, "ipc://", 6) && strlen(ctl) - 6 >= 107) {
+    fprintf(stderr, "fsdpd: ipc socket path %s is longer than the 107 bytes Unix sockets allow; use a shorter --state-dir\n", ctl + 6);
+    return 2;
+  }
+  return 0;
+}
+
+/* --slurm: the allocation's facts, cross-checked with the flags, into CFG's gpus and name; then the
+ * GPUs named. Before anything starts or detaches, so that the user sees it. 0, or 2 (printed). */
+static int resolve_node(config *cfg, slurm_env *senv, slurm_role *srole) {
+  if (cfg->slurm) {
+    slurm_flags sf = {.join = cfg->join, .listen = cfg->listen, .gpus = cfg->gpus, .name = cfg->name};
+    if (slurm_env_read(environ, senv) != FSDP_OK || slurm_resolve(senv, &sf, slurm_same_host, srole) != FSDP_OK) {
+      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+      return 2;
+    }
+    cfg->gpus = srole->gpus;
+    cfg->name = srole->name;
+  }
+  if (cfg->gpus && agent_check_gpus(cfg->gpus) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 2;
+  }
+  return 0;
+}
+
+/* --metrics: parsed and bound before detaching, so that a bad value or a port in use is said on the
+ * terminal; libmicrohttpd's thread starts after the fork (threads do not survive one).
+ * 0 (*MSRV NULL when not asked for), or the exit status (printed). */
+static int bind_metrics(const config *cfg, int is_agent_only, metricsrv_t **msrv) {
+  *msrv = NULL;
+  if (!cfg->metrics) return 0;   /* given, even empty (an error below) */
+  char mhost[256];
+  int mport;
+  if (is_agent_only) {
+    fprintf(stderr, "fsdpd: --metrics is served by the coordinator; an agent (--join) has no metrics of its own\n");
+    return 2;
+  }
+  if (metricsrv_parse(cfg->metrics, mhost, sizeof mhost, &mport) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 2;
+  }
+  fsdp_status mrc = metricsrv_bind(mhost, mport, msrv);
+  if (mrc != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
+  }
+  return 0;
+}
+
+/* The CURVE keys of a tcp:// join (the flags, else the environment), applied to a probe socket
+ * before detaching, so that a missing or bad key is said on the terminal. 0, or 2 (printed). */
+static int check_join_keys(const config *cfg, const char *server_key, const char *client_key) {
+  void *probe_ctx = zmq_ctx_new();
+  void *probe = probe_ctx ? zmq_socket(probe_ctx, ZMQ_DEALER) : NULL;
+  char what[PATH_MAX];
+  snprintf(what, sizeof what, "--join %s", cfg->join);
+  fsdp_status krc = probe ? curve_client_apply(probe, cfg->join, server_key, client_key, what)
+                          : fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+  if (probe) zmq_close(probe);
+  if (probe_ctx) zmq_ctx_term(probe_ctx);
+  if (krc != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 2;
+  }
+  return 0;
+}
+
+/* The coordinator (unless IS_AGENT_ONLY) and the node's agent on D's loop. 0, or 1 (logged). */
+static int start_roles(daemon_st *d, const config *cfg, int is_agent_only, const char *state, const char *ctl,
+                       const char *listen, metricsrv_t *msrv, const char *server_key, const char *client_key,
+                       mode_t start_umask) {
+  if (!is_agent_only) {
+    coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg->heartbeat,
+                       .forget_s = cfg->forget_lost,
+                       .worker_log_level = cfg->log_level, .wait_first_node = 1,
+                       .on_shutdown_req = on_shutdown_req, .arg = d, .metrics = msrv};
+    if (coord_new(d->uv, d->zctx, &cc, &d->coord) != FSDP_OK) {
+      log_error("%s", fsdp_last_error());
+      return 1;
+    }
+  }
+  /* The embedded agent joins its own cluster endpoint; a wildcard bind address is reached on loopback. */
+  char self_join[PATH_MAX + 16];
+  if (!strncmp(listen, "tcp://*:", 8)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 8);
+  else if (!strncmp(listen, "tcp://0.0.0.0:", 14)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 14);
+  else snprintf(self_join, sizeof self_join, "%s", listen);
+  /* The embedded agent (and its workers) use the coordinator's own keypair, which its ZAP handler
+   * always admits. */
+  char own_pub[PATH_MAX], own_key[PATH_MAX];
+  if (!is_agent_only) {
+    snprintf(own_pub, sizeof own_pub, "%s/keys/server.pub", state);
+    snprintf(own_key, sizeof own_key, "%s/keys/server.key", state);
+    server_key = own_pub;
+    client_key = own_key;
+  }
+  agent_config ac = {.join = is_agent_only ? cfg->join : self_join, .name = cfg->name, .cpu_workers = (int)cfg->cpu_workers,
+                     .gpus = cfg->gpus ? cfg->gpus : "all", .worker_path = cfg->worker, .server_key = server_key, .client_key = client_key,
+                     .worker_umask = start_umask};
+  if (agent_new(d->uv, d->zctx, &ac, &d->agent) != FSDP_OK) {
+    log_error("%s", fsdp_last_error());
+    coord_destroy(&d->coord);
+    uv_run(d->uv, UV_RUN_NOWAIT);
+    return 1;
+  }
+  return 0;
+}
+
+/* Detach (unless --foreground), with the log in the state directory as stderr. 0, or 1 (printed). */
+static int detach(const config *cfg, statedir *sd) {
+  if (cfg->foreground) return 0;
+  int logfd;
+  if (statedir_open_log(sd, &logfd) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 1;
+  }
+  if (daemonize(logfd) != 0) {
+    fprintf(stderr, "fsdpd: cannot detach: %s\n", strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* The agent starts another user's workers through this binary (asuser.h). */
   if (argc > 1 && !strcmp(argv[1], ASUSER_EXEC_FLAG)) return asuser_exec_main(argc, argv);
@@ -261,36 +394,11 @@ int main(int argc, char **argv) {
   }
   log_set_level(lvl);
   log_set_prefix("fsdpd", -1);
-  /* --slurm: the allocation's facts, cross-checked with the flags, before anything starts. */
   slurm_env senv;
   slurm_role srole;
-  if (cfg.slurm) {
-    slurm_flags sf = {.join = cfg.join, .listen = cfg.listen, .gpus = cfg.gpus, .name = cfg.name};
-    if (slurm_env_read(environ, &senv) != FSDP_OK || slurm_resolve(&senv, &sf, slurm_same_host, &srole) != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-      return 2;
-    }
-    cfg.gpus = srole.gpus;
-    cfg.name = srole.name;
-  }
-  if (cfg.gpus && agent_check_gpus(cfg.gpus) != FSDP_OK) {   /* before detaching: the user sees it */
-    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-    return 2;
-  }
-
   char state[PATH_MAX - 64], ctl[PATH_MAX], listen[PATH_MAX];
-  if (cfg.state_dir && *cfg.state_dir) snprintf(state, sizeof state, "%s", cfg.state_dir);
-  else if (getenv("XDG_STATE_HOME") && *getenv("XDG_STATE_HOME")) snprintf(state, sizeof state, "%s/fsdpd", getenv("XDG_STATE_HOME"));
-  else snprintf(state, sizeof state, "/var/lib/fsdpd");
-  int is_agent_only = cfg.join && *cfg.join;
-  snprintf(ctl, sizeof ctl, "%s", cfg.ctl && *cfg.ctl ? cfg.ctl : "");
-  if (!*ctl) snprintf(ctl, sizeof ctl, "ipc://%s/ctl.sock", state);
-  snprintf(listen, sizeof listen, "%s", cfg.listen && *cfg.listen ? cfg.listen : "");
-  if (!*listen) snprintf(listen, sizeof listen, "ipc://%s/cluster.sock", state);
-  if (!strncmp(ctl, "ipc://", 6) && strlen(ctl) - 6 >= 107) {
-    fprintf(stderr, "fsdpd: ipc socket path %s is longer than the 107 bytes Unix sockets allow; use a shorter --state-dir\n", ctl + 6);
-    return 2;
-  }
+  int rc, is_agent_only = cfg.join && *cfg.join;
+  if ((rc = resolve_node(&cfg, &senv, &srole)) || (rc = resolve_paths(&cfg, state, ctl, listen))) return rc;
   /* The state directory, parents included ($XDG_STATE_HOME may not exist yet): the log and the
    * lock live there, and both are needed before the daemon detaches. Refused when another user
    * owns or can write it (statedir.h). */
@@ -299,62 +407,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: refusing the state directory: %s\n", fsdp_last_error());
     return 1;
   }
-  /* --metrics: parsed and bound before detaching, so that a bad value or a port in use is said on
-   * the terminal; libmicrohttpd's thread starts after the fork (threads do not survive one). */
   metricsrv_t *msrv = NULL;
-  if (cfg.metrics) {   /* given, even empty (an error below) */
-    char mhost[256];
-    int mport;
-    if (is_agent_only) {
-      fprintf(stderr, "fsdpd: --metrics is served by the coordinator; an agent (--join) has no metrics of its own\n");
-      return 2;
-    }
-    if (metricsrv_parse(cfg.metrics, mhost, sizeof mhost, &mport) != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-      return 2;
-    }
-    fsdp_status mrc = metricsrv_bind(mhost, mport, &msrv);
-    if (mrc != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-      return mrc == FSDP_ERR_INVALID ? 2 : 1;   /* a name that does not resolve is a bad value */
-    }
-  }
+  if ((rc = bind_metrics(&cfg, is_agent_only, &msrv))) return rc;
   int lock_on_file = 0;
   if (!is_agent_only && statedir_lock(&sd, &lock_on_file) != FSDP_OK) {
     fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
     return 1;
   }
-
-  /* CURVE keys for a tcp:// join: the flags, else the environment. Checked before detaching, so
-   * that a missing or bad key is said on the terminal. */
   const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : getenv(CURVE_ENV_SERVER_KEY);
   const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : getenv(CURVE_ENV_CLIENT_KEY);
-  if (is_agent_only && curve_is_tcp(cfg.join)) {
-    void *probe_ctx = zmq_ctx_new();
-    void *probe = probe_ctx ? zmq_socket(probe_ctx, ZMQ_DEALER) : NULL;
-    char what[PATH_MAX];
-    snprintf(what, sizeof what, "--join %s", cfg.join);
-    fsdp_status krc = probe ? curve_client_apply(probe, cfg.join, server_key, client_key, what)
-                            : fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-    if (probe) zmq_close(probe);
-    if (probe_ctx) zmq_ctx_term(probe_ctx);
-    if (krc != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-      return 2;
-    }
-  }
-
-  if (!cfg.foreground) {
-    int logfd;
-    if (statedir_open_log(&sd, &logfd) != FSDP_OK) {
-      fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
-      return 1;
-    }
-    if (daemonize(logfd) != 0) {
-      fprintf(stderr, "fsdpd: cannot detach: %s\n", strerror(errno));
-      return 1;
-    }
-  }
+  if (is_agent_only && curve_is_tcp(cfg.join) && (rc = check_join_keys(&cfg, server_key, client_key))) return rc;
+  if ((rc = detach(&cfg, &sd))) return rc;
   /* the pid that holds the lock: after detaching */
   if (!is_agent_only && statedir_write_pid(&sd) != FSDP_OK) log_warn("%s", fsdp_last_error());
   if (lock_on_file)
@@ -374,38 +437,7 @@ int main(int argc, char **argv) {
     log_error("zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     return 1;
   }
-  if (!is_agent_only) {
-    coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg.heartbeat,
-                       .forget_s = cfg.forget_lost,
-                       .worker_log_level = cfg.log_level, .wait_first_node = 1,
-                       .on_shutdown_req = on_shutdown_req, .arg = &d, .metrics = msrv};
-    if (coord_new(d.uv, d.zctx, &cc, &d.coord) != FSDP_OK) {
-      log_error("%s", fsdp_last_error());
-      zmq_ctx_term(d.zctx);
-      return 1;
-    }
-  }
-  /* The embedded agent joins its own cluster endpoint; a wildcard bind address is reached on loopback. */
-  char self_join[PATH_MAX + 16];
-  if (!strncmp(listen, "tcp://*:", 8)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 8);
-  else if (!strncmp(listen, "tcp://0.0.0.0:", 14)) snprintf(self_join, sizeof self_join, "tcp://127.0.0.1:%s", listen + 14);
-  else snprintf(self_join, sizeof self_join, "%s", listen);
-  /* The embedded agent (and its workers) use the coordinator's own keypair, which its ZAP handler
-   * always admits. */
-  char own_pub[PATH_MAX], own_key[PATH_MAX];
-  if (!is_agent_only) {
-    snprintf(own_pub, sizeof own_pub, "%s/keys/server.pub", state);
-    snprintf(own_key, sizeof own_key, "%s/keys/server.key", state);
-    server_key = own_pub;
-    client_key = own_key;
-  }
-  agent_config ac = {.join = is_agent_only ? cfg.join : self_join, .name = cfg.name, .cpu_workers = (int)cfg.cpu_workers,
-                     .gpus = cfg.gpus ? cfg.gpus : "all", .worker_path = cfg.worker, .server_key = server_key, .client_key = client_key,
-                     .worker_umask = start_umask};
-  if (agent_new(d.uv, d.zctx, &ac, &d.agent) != FSDP_OK) {
-    log_error("%s", fsdp_last_error());
-    coord_destroy(&d.coord);
-    uv_run(d.uv, UV_RUN_NOWAIT);
+  if (start_roles(&d, &cfg, is_agent_only, state, ctl, listen, msrv, server_key, client_key, start_umask)) {
     zmq_ctx_term(d.zctx);
     return 1;
   }
