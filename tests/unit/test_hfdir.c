@@ -13,8 +13,7 @@
 #include "hfdir.h"
 #include "st_model.h"
 #include "testfiles.h"
-
-static char dir[64];
+#include "tmpdir.h"
 
 static plan_t *planned(int world) {
   jobspec_t spec;
@@ -46,7 +45,7 @@ static void test_folder(void) {
       else used += size;
     }
   char out[128], path[192];
-  snprintf(out, sizeof out, "%s/export", dir);
+  snprintf(out, sizeof out, "%s/export", tmp_dir);
   int nfiles = 0;
   hfdir_opts o = {.dtype = DTYPE_BF16, .max_shard = max};
   CHECK_OK(hfdir_write(out, p, units, &o, &nfiles));
@@ -75,14 +74,14 @@ static void test_folder(void) {
   CHECK_OK(hf_config_load(path, &hc));
   CHECK(hc.model.n_layer == 2 && hc.model.n_kv_head == 1 && hc.model.ffn_dim == 16 && !strcmp(hc.dtype, "bfloat16"));
   /* one file when it fits, named as transformers names it */
-  snprintf(out, sizeof out, "%s/one", dir);
+  snprintf(out, sizeof out, "%s/one", tmp_dir);
   o = (hfdir_opts){.dtype = DTYPE_FP32, .max_shard = HFDIR_MAX_SHARD_DEFAULT};
   CHECK_OK(hfdir_write(out, p, units, &o, &nfiles));
   snprintf(path, sizeof path, "%s/model.safetensors", out);
   CHECK(nfiles == 1 && access(path, R_OK) == 0);
   /* a folder with files in it, and a link where the folder should be */
   CHECK(hfdir_write(out, p, units, &o, &nfiles) == FSDP_ERR_INVALID && strstr(fsdp_last_error(), "is not empty"));
-  snprintf(path, sizeof path, "%s/link", dir);
+  snprintf(path, sizeof path, "%s/link", tmp_dir);
   CHECK(symlink(out, path) == 0);
   CHECK(hfdir_write(path, p, units, &o, &nfiles) == FSDP_ERR_INVALID && strstr(fsdp_last_error(), "a link"));
   free(w);
@@ -94,12 +93,8 @@ static void test_folder(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/test_hfdir.XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  tmpdir_make("test_hfdir");
   test_folder();
-  rm_rf(dir);
+  tmpdir_remove();
   return check_done();
 }

@@ -9,16 +9,7 @@
 
 #include "check.h"
 #include "safetensors.h"
-
-static char dir[64];
-
-static const char *path_in(const char *name) {
-  static char buf[4][256];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
+#include "tmpdir.h"
 
 static int has(const char *needle) {
   const char *msg = fsdp_last_error();
@@ -684,18 +675,12 @@ static void test_llama(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/test_safetensors.XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  tmpdir_make("test_safetensors");
   test_bf16_rounding();
   test_roundtrip();
   test_bad_files();
   test_shards();
   test_llama();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  tmpdir_remove();
   return check_done();
 }

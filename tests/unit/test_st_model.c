@@ -10,18 +10,9 @@
 #include "check.h"
 #include "st_model.h"
 #include "testfiles.h"
+#include "tmpdir.h"
 
 #define NFILES 4
-
-static char dir[64];
-
-static const char *path_in(const char *name) {
-  static char buf[4][256];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
 
 static plan_t *planned(int world) {
   jobspec_t spec;
@@ -152,12 +143,8 @@ static void test_sharded(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/test_st_model.XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  tmpdir_make("test_st_model");
   test_sharded();
-  rm_rf(dir);
+  tmpdir_remove();
   return check_done();
 }

@@ -10,16 +10,7 @@
 
 #include "check.h"
 #include "tokens.h"
-
-static char dir[64];
-
-static const char *path_in(const char *name) {
-  static char buf[4][256];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
+#include "tmpdir.h"
 
 /* Write a raw file: a header of 256 int32 with the three given words, then `nbytes` of payload. */
 static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count,
@@ -569,7 +560,7 @@ static void test_several_files(void) {
   }
   tok_file *f = NULL, *g = NULL;
   char pattern[300];
-  snprintf(pattern, sizeof pattern, "%s/shard_*.bin", dir);
+  snprintf(pattern, sizeof pattern, "%s/shard_*.bin", tmp_dir);
   CHECK_OK(tok_open(pattern, &f));
   if (!f) return;
   CHECK_EQ_INT(n, tok_count(f));
@@ -604,17 +595,13 @@ static void test_several_files(void) {
   /* a bad shard fails the open, naming it; a pattern with no match is named too */
   write_raw(path_in("shard_3.bin"), 12345, 1, 0, NULL, 0, 1024);
   CHECK(tok_open(pattern, &f) != FSDP_OK && has("shard_3.bin is not an llm.c token file"));
-  snprintf(pattern, sizeof pattern, "%s/none_*.bin", dir);
+  snprintf(pattern, sizeof pattern, "%s/none_*.bin", tmp_dir);
   CHECK(tok_open(pattern, &f) != FSDP_OK && has("none_*.bin: the pattern matches no file"));
   CHECK(f == NULL);
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/test_tokens.XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  tmpdir_make("test_tokens");
   test_roundtrip(1000, 2);
   test_roundtrip(65536, 2);
   test_roundtrip(70000, 4);
@@ -624,8 +611,6 @@ int main(void) {
   test_bad_files();
   test_markov();
   test_several_files();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  tmpdir_remove();
   return check_done();
 }
