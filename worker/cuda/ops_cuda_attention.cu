@@ -41,7 +41,9 @@
 #include <atomic>
 #include <mutex>
 
-#include "log.h"
+extern "C" {
+#include "log.h" /* a C header without extern "C" guards of its own */
+}
 #include "ops_cuda_cudnn.h"
 
 #include "ops/exp.h"

@@ -75,6 +75,7 @@ static fsdp_status ready(int dev, cudnnHandle_t *h, char *why, size_t nwhy) {
  * bytes of workspace. Returns 1 with e->plan set; 0 with a line in `note` about what was seen. */
 static int pick_engine(plan_entry *e, cudnnHandle_t h, cudnnBackendHeurMode_t mode, int64_t room, char *note,
                        size_t nnote) {
+  const char *name = mode == CUDNN_HEUR_MODE_A ? "heuristics A" : "fallback heuristics";
   const ops_cudnn_api *a = &S.api;
   cudnnBackendDescriptor_t heur = NULL, cfg[MAX_CFGS] = {0};
   int64_t n = 0, got = 0, tried = 0, need = -1, found = 0;
@@ -111,10 +112,11 @@ out:
   if (!found) {
     size_t k = strlen(note);
     if (need >= 0)
-      snprintf(note + k, nnote - k, "%s%lld engine(s), the smallest needing %lld bytes of workspace (%lld free)",
-               k ? "; " : "", (long long)tried, (long long)need, (long long)room);
+      snprintf(note + k, nnote - k, "%s%s: %lld engine(s), the smallest needing %lld bytes of workspace (%lld free)",
+               k ? "; " : "", name, (long long)tried, (long long)need, (long long)room);
     else
-      snprintf(note + k, nnote - k, "%s%lld engine(s) offered, none finalized", k ? "; " : "", (long long)tried);
+      snprintf(note + k, nnote - k, "%s%s: %lld engine(s) offered, none finalized", k ? "; " : "", name,
+               (long long)tried);
   }
   return (int)found;
 }
@@ -144,7 +146,8 @@ static void build(plan_entry *e, cudnnHandle_t h, size_t room) {
     e->st = FSDP_OK;
     return;
   } else {
-    snprintf(e->why, sizeof e->why, "cuDNN %zu has no engine for the %s (%s)", a->version, dir, note);
+    snprintf(e->why, sizeof e->why, "cuDNN %zu.%zu.%zu has no engine for the %s (%s)", a->version / 10000,
+             a->version / 100 % 100, a->version % 100, dir, note);
   }
   e->st = FSDP_ERR_UNSUPPORTED;
 }
