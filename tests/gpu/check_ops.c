@@ -246,6 +246,7 @@ void check_attention(const shape *s, int NKV) {
   /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
+  float *d_scratch = d_nan_f32(nlse * (size_t)(hs + 1)); /* plan_attention_scratch_floats */
   attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
 
   /* every implementation, then back to the process default. cuDNN first, so that its outputs are
@@ -273,7 +274,7 @@ void check_attention(const shape *s, int NKV) {
     const double f_ms = g_last_ms;
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
+                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
     const double b_ms = g_last_ms;
     if (impls[i] == OPS_ATTN_CUDNN && !attention_ran_cudnn(s->name, NKV)) {
       tc_done = ops_cuda_attention_ran(0) == OPS_ATTN_TC && ops_cuda_attention_ran(1) == OPS_ATTN_TC;

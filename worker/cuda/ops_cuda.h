@@ -63,7 +63,7 @@ typedef struct ops_cuda_ctx {
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
  * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; rmsnorm_backward: 64·C floats;
  * encoder_backward: 2·B·T ints;
- * attention_backward: B·NH·T floats, 3 MiB at B=64, NH=12, T=1024; sumsq: 12 KiB). A call whose need
+ * sumsq: 12 KiB; the cuDNN attention's plans, whatever they ask). A call whose need
  * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
  * the caller passes that scratch buffer. */
 #define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
@@ -125,11 +125,10 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * for the shape, a workspace too small: one log line says why); OPS_ATTN_FMA, plain fp32 FMAs on
  * shared-memory tiles (ops_cuda_attention.cu), the reference. ops_cuda_attention_select picks one for
  * the whole process; before any call, the environment variable FSDP_CUDA_ATTN=cudnn|tc|fma does.
- * cuDNN saves the same state: its softmax statistics are the natural-log LSE, fp32 (B,NH,T). Its
- * backward needs B·NH·T·(hs + 1) floats of workspace (the dO·O row sums and an fp32 dQ accumulator)
- * plus its plan's own; where ctx->workspace_bytes is smaller the backward runs on tensor cores
- * (GPT-2 124M: up to B·T = 8192 at hs = 64 in the 32 MiB workspace). cuDNN's dQ accumulation is not
- * promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc is. */
+ * cuDNN saves the same state: its softmax statistics are the natural-log LSE, fp32 (B,NH,T); its
+ * plans' own workspace comes from ctx->workspace (where a plan needs more, the tensor cores run).
+ * cuDNN's dQ accumulation is not promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc
+ * is. */
 typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1, OPS_ATTN_CUDNN = 2 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
@@ -140,9 +139,11 @@ void ops_cuda_attention_note(char *buf, size_t n);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        int NKV, const ops_cuda_ctx *ctx);
 /* dqkv (B,T,C + 2·NKV·hs) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the
- * scores; deterministic (dk/dv and dq by two kernels, no atomics; a shared kv head's dk/dv summed
- * over its query heads in head order by one block). Needs B·NH·T floats of workspace. */
-fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+ * scores. scratch: B·NH·T·(hs + 1) floats (plan_attention_scratch_floats), 256-byte aligned: the
+ * dO·O row sums, and cuDNN's fp32 dQ accumulator. Tensor cores and FMA: deterministic (dk/dv and dq
+ * by two kernels, no atomics; a shared kv head's dk/dv summed over its query heads in head order by
+ * one block). */
+fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx);
 

@@ -522,7 +522,7 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
   return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, ctx);
 }
 
-fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
@@ -531,7 +531,8 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, co
   ops_attn_impl impl = ops_cuda_attention_selected();
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
-    fsdp_status rc = ops_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, ctx, why, sizeof why);
+    fsdp_status rc =
+        ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, ctx, why, sizeof why);
     if (!cudnn_fell_back(rc, why)) {
       g_attn_ran[1].store((int)OPS_ATTN_CUDNN);
       return rc;
@@ -540,9 +541,7 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, co
   }
   g_attn_ran[1].store((int)impl);
   const int64_t rows = (int64_t)B * T * NH;
-  void *ws = NULL;
-  TRY(ops_workspace(ctx, (size_t)rows * sizeof(float), what, &ws));
-  float *dvec = (float *)ws;
+  float *dvec = scratch;
   attention_dvec_kernel<<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(
       dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");

@@ -13,13 +13,13 @@
  * (what cudnn-frontend's sdpa node lowers to): Q·Kᵀ, scale, causal mask (row ≥ column, by index
  * generation, a comparison and a select), softmax with its statistics (max, exp, sum, log: the
  * natural-log LSE, fp32 (B,NH,T), which is exactly the lse the other kernels save), P·V. The
- * backward recomputes P from the statistics; dQ is accumulated in fp32 in the workspace (zeroed
- * first), then converted. Each (direction, shape, device) is built once and cached: the execution
+ * backward recomputes P from the statistics; dQ is accumulated in fp32 in the caller's scratch
+ * (zeroed first), then converted. Each (direction, shape, device) is built once and cached: the execution
  * plan of the first engine configuration that heuristics mode A (then the fallback mode) offers,
  * that finalizes and whose workspace fits ctx->workspace_bytes.
  *
  * A call returns FSDP_ERR_UNSUPPORTED when cuDNN cannot run it (no library, no handle, no engine,
- * not enough workspace): the caller runs the tensor-core kernel instead; the reason is logged once
+ * a plan's workspace larger than ctx's): the caller runs the tensor-core kernel instead; the reason is logged once
  * per shape and kept for ops_cuda_attention_note(). Any other error is a failure of a call that
  * should have worked. Thread-safe: one lock guards the library, the handles and the cache.
  *
@@ -83,7 +83,7 @@ typedef struct ops_cudnn_sdpa {
   int nops;
   cudnnBackendDescriptor_t desc[OPS_CUDNN_MAX_DESC]; /* tensors, op configs and ops, to destroy */
   int ndesc;
-  int64_t ssum_bytes, dqacc_bytes; /* the backward's workspace tensors (0 in the forward) */
+  int64_t ssum_bytes, dqacc_bytes; /* the backward's scratch tensors (0 in the forward) */
 } ops_cudnn_sdpa;
 
 /* Builds and finalizes the tensor and operation descriptors of the causal SDPA forward (backward =
@@ -93,12 +93,13 @@ fsdp_status ops_cudnn_sdpa_build(ops_cudnn_sdpa *g, const ops_cudnn_api *api, in
                                  int NH, int NKV);
 void ops_cudnn_sdpa_free(ops_cudnn_sdpa *g);
 
-/* The attention through cuDNN (shapes and buffers as ops_cuda_attention_forward/_backward; the
- * backward's dO·O row sums and dQ accumulator live in ctx->workspace). FSDP_ERR_UNSUPPORTED: cuDNN
+/* The attention through cuDNN (shapes and buffers as ops_cuda_attention_forward/_backward: the
+ * backward's dQ accumulator and dO·O row sums live in scratch, the plans' workspace in
+ * ctx->workspace). FSDP_ERR_UNSUPPORTED: cuDNN
  * cannot run this shape here, run another kernel (the reason is logged once and kept in *why*). */
 fsdp_status ops_cudnn_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx, char *why, size_t nwhy);
-fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                          const ops_bf16 *out, const float *lse, int B, int T, int C, int NH, int NKV,
                                          const ops_cuda_ctx *ctx, char *why, size_t nwhy);
 

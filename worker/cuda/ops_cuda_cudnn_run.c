@@ -36,8 +36,6 @@ static struct {
   int n;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
-
 static fsdp_status unsupported(char *why, size_t nwhy, const char *text) {
   snprintf(why, nwhy, "%s", text);
   return FSDP_ERR_UNSUPPORTED;
@@ -130,7 +128,6 @@ static void build(plan_entry *e, cudnnHandle_t h, size_t room) {
     e->st = FSDP_ERR_UNSUPPORTED;
     return;
   }
-  const size_t extra = up256((size_t)e->g.ssum_bytes) + up256((size_t)e->g.dqacc_bytes);
   cudnnStatus_t s = a->CreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &e->graph);
   if (!s) s = a->SetAttribute(e->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, e->g.nops, e->g.ops);
   if (!s) s = a->SetAttribute(e->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
@@ -138,11 +135,8 @@ static void build(plan_entry *e, cudnnHandle_t h, size_t room) {
   char note[256] = "";
   if (s) {
     snprintf(e->why, sizeof e->why, "cuDNN refused the %s graph: %s (status %d)", dir, a->GetErrorString(s), (int)s);
-  } else if (extra > room) {
-    snprintf(e->why, sizeof e->why, "the %s needs %zu bytes of workspace for its dQ accumulator, %zu available", dir,
-             extra, room);
-  } else if (pick_engine(e, h, CUDNN_HEUR_MODE_A, (int64_t)(room - extra), note, sizeof note) ||
-             pick_engine(e, h, CUDNN_HEUR_MODE_FALLBACK, (int64_t)(room - extra), note, sizeof note)) {
+  } else if (pick_engine(e, h, CUDNN_HEUR_MODE_A, (int64_t)room, note, sizeof note) ||
+             pick_engine(e, h, CUDNN_HEUR_MODE_FALLBACK, (int64_t)room, note, sizeof note)) {
     e->st = FSDP_OK;
     return;
   } else {
@@ -169,9 +163,10 @@ static plan_entry *entry(int backward, int B, int T, int C, int NH, int NKV, int
   return e;
 }
 
-/* Looks up (or builds) the plan and runs it with the tensors bound; n pairs of (uid, pointer). */
+/* Looks up (or builds) the plan and runs it with the tensors bound: n pairs of (uid, pointer), and
+ * in the backward the scratch (dQ accumulator, then the dO·O row sums). */
 static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const ops_cuda_ctx *ctx, int n,
-                       const int64_t *uid, void *const *ptr, char *why, size_t nwhy) {
+                       const int64_t *uid, void *const *ptr, float *scratch, char *why, size_t nwhy) {
   int dev = 0;
   cudaError_t ce = cudaGetDevice(&dev);
   if (ce != cudaSuccess) {
@@ -184,10 +179,9 @@ static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const
   plan_entry *e = entry(backward, B, T, C, NH, NKV, dev, h, ctx->workspace ? ctx->workspace_bytes : 0);
   if (!e) return unsupported(why, nwhy, "cuDNN attention: more shapes than the plan cache holds");
   if (e->st != FSDP_OK) return unsupported(why, nwhy, e->why);
-  const size_t extra = up256((size_t)e->g.ssum_bytes) + up256((size_t)e->g.dqacc_bytes);
-  if (!ctx->workspace || extra + (size_t)e->ws > ctx->workspace_bytes)
+  if ((size_t)e->ws > (ctx->workspace ? ctx->workspace_bytes : 0))
     return unsupported(why, nwhy, "cuDNN attention: this context's workspace is smaller than the plan's");
-  char *ws = (char *)ctx->workspace;
+  void *plan_ws = ctx->workspace;
   const float scale = 1.0f / sqrtf((float)(C / NH)), one = 1.0f;
   /* cuDNN before 9.10 wants the most negative float where later ones take −∞ (as cudnn-frontend does) */
   const float neginf = S.api.version < 91000 ? -FLT_MAX : -INFINITY;
@@ -199,15 +193,15 @@ static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const
   ids[k] = OPS_CUDNN_NEGINF, p[k++] = (void *)&neginf;
   if (backward) {
     ids[k] = OPS_CUDNN_ONE, p[k++] = (void *)&one;
-    ids[k] = OPS_CUDNN_SSUM, p[k++] = ws;
-    ids[k] = OPS_CUDNN_DQACC, p[k++] = ws + up256((size_t)e->g.ssum_bytes);
-    ce = cudaMemsetAsync(p[k - 1], 0, (size_t)e->g.dqacc_bytes, ctx->stream);
+    /* B·NH·T·hs floats, a multiple of 256 bytes at hs = 64 or 128: the row sums stay aligned */
+    ids[k] = OPS_CUDNN_DQACC, p[k++] = scratch;
+    ids[k] = OPS_CUDNN_SSUM, p[k++] = (char *)scratch + e->g.dqacc_bytes;
+    ce = cudaMemsetAsync(scratch, 0, (size_t)e->g.dqacc_bytes, ctx->stream);
     if (ce != cudaSuccess) {
       (void)cudaGetLastError();
       return fsdp_set_error(FSDP_ERR_CUDA, "attention_backward: zeroing the dQ accumulator: %s", cudaGetErrorString(ce));
     }
   }
-  void *plan_ws = ws + extra;
   const ops_cudnn_api *a = &S.api;
   cudnnBackendDescriptor_t vp = NULL;
   cudnnStatus_t s = a->CreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
@@ -230,12 +224,12 @@ fsdp_status ops_cudnn_attention_forward(ops_bf16 *out, float *lse, const ops_bf1
   const int64_t uid[] = {OPS_CUDNN_Q, OPS_CUDNN_K, OPS_CUDNN_V, OPS_CUDNN_O, OPS_CUDNN_STATS};
   void *const ptr[] = {(void *)qkv, (void *)(qkv + C), (void *)(qkv + C + (size_t)NKV * hs), out, lse};
   pthread_mutex_lock(&S.mu);
-  fsdp_status rc = run(0, B, T, C, NH, NKV, ctx, 5, uid, ptr, why, nwhy);
+  fsdp_status rc = run(0, B, T, C, NH, NKV, ctx, 5, uid, ptr, NULL, why, nwhy);
   pthread_mutex_unlock(&S.mu);
   return rc;
 }
 
-fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                          const ops_bf16 *out, const float *lse, int B, int T, int C, int NH, int NKV,
                                          const ops_cuda_ctx *ctx, char *why, size_t nwhy) {
   const int hs = C / NH;
@@ -245,7 +239,7 @@ fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, c
   void *const ptr[] = {(void *)qkv, (void *)(qkv + C), (void *)(qkv + C + kv), (void *)out, (void *)lse,
                        (void *)dout, dqkv, dqkv + C, dqkv + C + kv};
   pthread_mutex_lock(&S.mu);
-  fsdp_status rc = run(1, B, T, C, NH, NKV, ctx, 9, uid, ptr, why, nwhy);
+  fsdp_status rc = run(1, B, T, C, NH, NKV, ctx, 9, uid, ptr, scratch, why, nwhy);
   pthread_mutex_unlock(&S.mu);
   return rc;
 }
