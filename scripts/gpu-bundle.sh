@@ -102,6 +102,8 @@ nccl_ver=$(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END 
   echo "nvcc: $(grep -h -m1 -o 'CMAKE_CUDA_COMPILER_VERSION "[^"]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1 | cut -d'"' -f2)"
   echo "glibc_needed: ${glibc_needed#GLIBC_}"
   echo "external: ${!external[*]}"
+  # opened at run time (dlopen), so ldd does not list it: the attention's cuDNN (ops_cuda_cudnn.h)
+  echo "expected_from_node: libcudnn.so.9 (dlopen: FSDP_CUDNN_LIB, the loader's path, PyTorch's nvidia/cudnn/lib; none: attention on tensor cores)"
   echo "nccl_headers: ${nccl_ver:-unknown}"
   echo "bin: $(cd "$stage/bin" && echo *)"
   echo "lib: $(cd "$stage/lib" && echo *)"
