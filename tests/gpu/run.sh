@@ -761,9 +761,12 @@ PY
 # ---------------------------------------------------------------- step 8: asynchronous checkpoint
 # 3 steps saving after step 2 (written while step 3 runs) and 3, with async = false and true; the
 # rank file of step 2 must be the same bytes; then, from step 2 (step 3's save removed), 2 more
-# steps: the same losses, bit for bit.
+# steps: the same losses, bit for bit. Two runs give the same bits only with a deterministic
+# attention: cuDNN's backward accumulates dQ with atomics, so these jobs run the tensor cores'.
 step8() {
   local s0=$SECONDS t mode
+  local FSDP_CUDA_ATTN=tc
+  export FSDP_CUDA_ATTN
   log "step 8: an asynchronous checkpoint on the GPU against a synchronous one"
   [ -n "$GPU" ] || { result 8 "async ckpt" SKIP "$NO_GPU_WHY" $((SECONDS - s0)); return; }
   probe_cuda
