@@ -288,7 +288,7 @@ find_dir() {
 CUDNN=""
 find_cudnn() {
   local f=${FSDP_CUDNN_LIB:-}
-  [ -n "$f" ] || f=$(timeout 30 "$PY" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
+  [ -n "$f" ] || f=$(timeout 15 "$PY" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
   [ -n "$f" ] && [ -e "$f" ] || f=$(ldconfig -p 2>/dev/null | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
   if [ -n "$f" ] && [ -e "$f" ]; then
     CUDNN=$f
@@ -481,7 +481,9 @@ step2() {
   GEMM=$(sed -n 's/^bf16 GEMM rate 8192^3 .* \([0-9.]*\) TFLOP\/s$/\1/p' "$OUTDIR/gpu_check.log" | head -n 1)
   [ -n "$GEMM" ] && { metric gemm_tflops "$GEMM"; metric gemm_source "gpu_check: ops_cuda_matmul_forward, 8192^3, random bf16"; }
   local summary
-  metric attention_check "$(grep -m1 'attention with cuDNN selected' "$OUTDIR/gpu_check.log" | sed 's/^attention with cuDNN selected *//')"
+  local att
+  att=$(grep -m1 'attention with cuDNN selected' "$OUTDIR/gpu_check.log" | sed 's/^attention with cuDNN selected *//')
+  [ -z "$att" ] || metric attention_check "$att"
   summary=$(grep -m1 '^gpu_check: [0-9]* checks passed' "$OUTDIR/gpu_check.log")
   case "$rc" in
     0) result 2 gpu_check PASS "${summary#gpu_check: }; GEMM ${GEMM:-?} TFLOP/s" $((SECONDS - s0)) ;;

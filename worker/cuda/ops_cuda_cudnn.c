@@ -166,7 +166,13 @@ static cudnnBackendDescriptor_t tensor(gb *b, int64_t uid, cudnnDataType_t dt, c
   return t;
 }
 
-static void add_op(gb *b, cudnnBackendDescriptor_t op, const char *what) {
+/* One operation of the graph: a descriptor of `type` whose attributes name[i] are the descriptors
+ * d[i] (NULL: not set), finalized and appended. `what` names it in a refusal. */
+static void operation(gb *b, cudnnBackendDescriptorType_t type, int n, const cudnnBackendAttributeName_t *name,
+                      const cudnnBackendDescriptor_t *d, const char *what) {
+  cudnnBackendDescriptor_t op = gb_new(b, type, what);
+  for (int i = 0; i < n; i++)
+    if (d[i]) gb_set(b, op, name[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[i], what);
   gb_fin(b, op, what);
   if (b->rc != FSDP_OK) return;
   if (b->g->nops == OPS_CUDNN_MAX_OPS) {
@@ -176,61 +182,71 @@ static void add_op(gb *b, cudnnBackendDescriptor_t op, const char *what) {
   b->g->ops[b->g->nops++] = op;
 }
 
+/* The configuration of an operation: a descriptor of `type` with n one-element attributes, finalized. */
+typedef struct attr {
+  cudnnBackendAttributeName_t name;
+  cudnnBackendAttributeType_t type;
+  const void *v;
+} attr;
+
+static cudnnBackendDescriptor_t config(gb *b, cudnnBackendDescriptorType_t type, int n, const attr *at,
+                                       const char *what) {
+  cudnnBackendDescriptor_t d = gb_new(b, type, what);
+  for (int i = 0; i < n; i++) gb_set(b, d, at[i].name, at[i].type, 1, at[i].v, what);
+  gb_fin(b, d, what);
+  return d;
+}
+
 /* y = mode(x[, b][, t]); prec is the math precision; axis ≥ 0 for GEN_INDEX. Returns y. */
 static cudnnBackendDescriptor_t pw(gb *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
                                    cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
                                    int64_t axis) {
-  cudnnBackendDescriptor_t d = gb_new(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise descriptor");
-  gb_set(b, d, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "a pointwise mode");
-  gb_set(b, d, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "a pointwise precision");
-  if (axis >= 0) gb_set(b, d, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "the index axis");
-  gb_fin(b, d, "a pointwise descriptor (finalize)");
-  cudnnBackendDescriptor_t op = gb_new(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d, "its mode");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "its input");
-  if (bb) gb_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, "its 2nd input");
-  if (t) gb_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, "its condition");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "its output");
-  add_op(b, op, "a pointwise operation (finalize)");
+  const attr at[] = {{CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode},
+                     {CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &prec},
+                     {CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, &axis}};
+  cudnnBackendDescriptor_t d = config(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, axis >= 0 ? 3 : 2, at, "a pointwise mode");
+  static const cudnnBackendAttributeName_t names[] = {
+      CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+      CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
+  const cudnnBackendDescriptor_t descs[] = {d, x, bb, t, y};
+  operation(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, names, descs, "a pointwise operation");
   return y;
 }
 
+/* c = a·b over the last two dimensions (batched over the first two, broadcast where 1 divides) */
 static cudnnBackendDescriptor_t matmul(gb *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
                                        cudnnBackendDescriptor_t c) {
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t d = gb_new(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "a matmul descriptor");
-  gb_set(b, d, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "the matmul's precision");
-  gb_fin(b, d, "a matmul descriptor (finalize)");
-  cudnnBackendDescriptor_t op = gb_new(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a matmul operation");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "the matmul's A");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bm, "the matmul's B");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "the matmul's C");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d, "the matmul's descriptor");
-  add_op(b, op, "a matmul operation (finalize)");
+  const attr at[] = {{CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &f32}};
+  cudnnBackendDescriptor_t d = config(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR, 1, at, "a matmul descriptor");
+  static const cudnnBackendAttributeName_t names[] = {
+      CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
+      CUDNN_ATTR_OPERATION_MATMUL_DESC};
+  const cudnnBackendDescriptor_t descs[] = {a, bm, c, d};
+  operation(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, names, descs, "a matmul operation");
   return c;
 }
 
+/* y = x reduced (max or sum) over the dimensions where y is 1 (or grouped where y divides x) */
 static cudnnBackendDescriptor_t reduce(gb *b, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
                                        cudnnBackendDescriptor_t y) {
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t d = gb_new(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "a reduction descriptor");
-  gb_set(b, d, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, "the reduction");
-  gb_set(b, d, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "the reduction's precision");
-  gb_fin(b, d, "a reduction descriptor (finalize)");
-  cudnnBackendDescriptor_t op = gb_new(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "the reduction's input");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "the reduction's output");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d, "the reduction's descriptor");
-  add_op(b, op, "a reduction operation (finalize)");
+  const attr at[] = {{CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &how},
+                     {CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &f32}};
+  cudnnBackendDescriptor_t d = config(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, 2, at, "a reduction descriptor");
+  static const cudnnBackendAttributeName_t names[] = {
+      CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+  const cudnnBackendDescriptor_t descs[] = {x, y, d};
+  operation(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, names, descs, "a reduction operation");
   return y;
 }
 
 /* y: the same elements as x seen through other dimensions and strides (a transpose) */
 static cudnnBackendDescriptor_t reshape(gb *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-  cudnnBackendDescriptor_t op = gb_new(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a reshape operation");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "the reshape's input");
-  gb_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "the reshape's output");
-  add_op(b, op, "a reshape operation (finalize)");
+  static const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                                      CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+  const cudnnBackendDescriptor_t descs[] = {x, y};
+  operation(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, names, descs, "a reshape operation");
   return y;
 }
 
