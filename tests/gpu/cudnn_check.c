@@ -16,9 +16,16 @@
  *                          need a GPU; cudnnCreate's refusal is reported as the point where one is.
  *   cudnn_check stub LIB   LIB is tests/gpu/shim's cudnn_stub: a refusal of any one attribute call
  *                          makes the build fail with cuDNN's status named, and releases everything.
+ *                          Then the calls themselves (ops_cuda_cudnn_run.c), with the stub offering
+ *                          engine configurations of given workspace sizes: the first that fits the
+ *                          context's workspace is chosen, the plan is cached per shape, the tensors,
+ *                          scalars, scratch (dQ accumulator zeroed, then the row sums) and workspace
+ *                          are bound as the graph names them; a shape no configuration fits falls back
+ *                          with the sizes said. The CUDA runtime calls are host stand-ins below.
  *
  * What needs a GPU (the operation graph's finalize, heuristics, plans, execution) is gpu_check's. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +33,23 @@
 #include "ops_cuda_cudnn.h"
 
 static int fails;
+
+/* The CUDA runtime calls of ops_cuda_cudnn_run.c, on the host: device 0, a memset done at once.
+ * Every "device" buffer here is host memory. */
+cudaError_t cudaGetDevice(int *d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  (void)s;
+  memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) {
+  (void)e;
+  return "host stand-in";
+}
 
 #define EXPECT(cond, ...)                \
   do {                                   \
@@ -165,6 +189,94 @@ static void check_stub(const ops_cudnn_api *a) {
   EXPECT(seen > 100, "only %d attribute calls", seen);
 }
 
+
+/* What uid was bound to in the stub's last pack (the pointer and the float it held), or NULL. */
+typedef struct bound {
+  void *p;
+  float v;
+} bound;
+
+static int (*stub_pack)(int64_t *, void **, float *, void **, int64_t *);
+
+static bound bound_to(int64_t uid) {
+  int64_t ids[16], plan = -1;
+  void *ptrs[16], *ws = NULL;
+  float vals[16];
+  const int n = stub_pack(ids, ptrs, vals, &ws, &plan);
+  for (int i = 0; i < n; i++)
+    if (ids[i] == uid) return (bound){ptrs[i], vals[i]};
+  return (bound){NULL, 0};
+}
+
+static void check_run(const ops_cudnn_api *a) {
+  void (*calls)(long[5]) = NULL;
+  int (*pack)(int64_t *, void **, float *, void **, int64_t *) = NULL;
+  *(void **)&calls = dlsym(a->dl, "cudnn_stub_calls");
+  *(void **)&pack = dlsym(a->dl, "cudnn_stub_pack");
+  EXPECT(calls && pack, "%s is not the stub", a->path);
+  if (!calls || !pack) return;
+  stub_pack = pack;
+  enum { B = 2, T = 16, C = 128, NH = 2, NKV = 1, HS = C / NH, C3 = C + 2 * NKV * HS };
+  const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
+  ops_bf16 *qkv = calloc(nqkv, 2), *dqkv = calloc(nqkv, 2), *out = calloc(nout, 2), *dout = calloc(nout, 2);
+  float *lse = calloc(rows, 4), *scratch = malloc(rows * (HS + 1) * 4);
+  static char ws[4096];
+  ops_cuda_ctx ctx = {.workspace = ws, .workspace_bytes = 2048};
+  char why[320] = "";
+  long c0[5], c1[5];
+  int64_t ids[16], plan = -1;
+  void *ptrs[16], *got_ws = NULL;
+  float vals[16];
+
+  /* three configurations: 4096 bytes (too many for 2048), 1024 (fits: chosen), 0 */
+  setenv("CUDNN_STUB_WS", "4096,1024,0", 1);
+  fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_OK, "forward: %s", why);
+  int n = pack(ids, ptrs, vals, &got_ws, &plan);
+  EXPECT(n == 7 && plan == 1 && got_ws == ws, "forward pack: %d entries, configuration %lld", n, (long long)plan);
+  EXPECT(bound_to(OPS_CUDNN_Q).p == qkv && bound_to(OPS_CUDNN_K).p == qkv + C &&
+             bound_to(OPS_CUDNN_V).p == qkv + C + NKV * HS && bound_to(OPS_CUDNN_O).p == out &&
+             bound_to(OPS_CUDNN_STATS).p == lse,
+         "forward: a tensor bound to the wrong buffer");
+  EXPECT(bound_to(OPS_CUDNN_SCALE).v == 0.125f && isinf(bound_to(OPS_CUDNN_NEGINF).v) &&
+             bound_to(OPS_CUDNN_NEGINF).v < 0,
+         "forward: scale %g, −∞ %g", bound_to(OPS_CUDNN_SCALE).v, bound_to(OPS_CUDNN_NEGINF).v);
+  /* the same shape again: the cached plan, no heuristics asked */
+  calls(c0);
+  EXPECT(ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, &ctx, why, sizeof why) == FSDP_OK, "%s", why);
+  calls(c1);
+  EXPECT(c1[3] == c0[3] && c1[4] == c0[4] + 1, "second forward: %ld heuristic queries, %ld executions",
+         c1[3] - c0[3], c1[4] - c0[4]);
+
+  memset(scratch, 0xFF, rows * (HS + 1) * 4);
+  rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_OK, "backward: %s", why);
+  n = pack(ids, ptrs, vals, &got_ws, &plan);
+  EXPECT(n == 14 && plan == 1 && got_ws == ws, "backward pack: %d entries, configuration %lld", n, (long long)plan);
+  EXPECT(bound_to(OPS_CUDNN_DQ).p == dqkv && bound_to(OPS_CUDNN_DK).p == dqkv + C &&
+             bound_to(OPS_CUDNN_DV).p == dqkv + C + NKV * HS && bound_to(OPS_CUDNN_DO).p == dout &&
+             bound_to(OPS_CUDNN_ONE).v == 1.0f,
+         "backward: a tensor bound to the wrong buffer");
+  EXPECT(bound_to(OPS_CUDNN_DQACC).p == scratch && bound_to(OPS_CUDNN_SSUM).p == scratch + rows * HS,
+         "backward: the scratch's layout");
+  size_t nonzero = 0;
+  for (size_t i = 0; i < rows * HS; i++) nonzero += scratch[i] != 0.0f;
+  EXPECT(nonzero == 0, "the dQ accumulator was not zeroed: %zu nonzero", nonzero);
+
+  /* a shape no configuration fits: the fallback, with the sizes said, then cached as such */
+  setenv("CUDNN_STUB_WS", "4096,3000", 1);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_ERR_UNSUPPORTED && strstr(why, "smallest needing 3000 bytes"), "no fit: %d '%s'", (int)rc, why);
+  calls(c0);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, &ctx, why, sizeof why);
+  calls(c1);
+  EXPECT(rc == FSDP_ERR_UNSUPPORTED && c1[3] == c0[3] && c1[4] == c0[4], "no fit, again: %d, %ld queries", (int)rc,
+         c1[3] - c0[3]);
+  unsetenv("CUDNN_STUB_WS");
+  printf("stub: the run path chose the configuration that fits, bound %d tensors and scalars, cached its plan\n", n);
+  free(qkv), free(dqkv), free(out), free(dout), free(lse), free(scratch);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3 || (strcmp(argv[1], "real") && strcmp(argv[1], "stub"))) {
     fprintf(stderr, "usage: cudnn_check real|stub LIBCUDNN\n");
@@ -178,7 +290,10 @@ int main(int argc, char **argv) {
   }
   EXPECT(strcmp(a.path, argv[2]) == 0, "opened %s", a.path);
   if (!strcmp(argv[1], "real")) check_real(&a);
-  else check_stub(&a);
+  else {
+    check_stub(&a);
+    check_run(&a);
+  }
   ops_cudnn_close(&a);
   printf("%s\n", fails ? "FAIL" : "PASS");
   return fails ? 1 : 0;

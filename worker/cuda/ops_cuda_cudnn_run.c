@@ -88,13 +88,13 @@ static int pick_engine(plan_entry *e, cudnnHandle_t h, cudnnBackendHeurMode_t mo
   if (n && a->GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg)) goto out;
   for (int64_t i = 0; i < got && !found; i++) {
     cudnnBackendDescriptor_t p = NULL;
-    int64_t ws = 0;
+    int64_t ws = 0, nws = 0;
     tried++;
     if (a->CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p) != CUDNN_STATUS_SUCCESS) break;
     if (!a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) &&
         !a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]) &&
         !a->Finalize(p) &&
-        !a->GetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &ws, &ws)) {
+        !a->GetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &nws, &ws)) {
       if (ws <= room) {
         e->plan = p, e->ws = ws, found = 1;
         continue;
