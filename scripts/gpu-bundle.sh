@@ -15,7 +15,9 @@
 #           binary through glibc/ld-linux-x86-64.so.2 --library-path
 #   MANIFEST.txt  commit, date, arch, glibc_needed, the libraries taken from the device machine
 # Not carried (too large, and present there: the CUDA toolkit and PyTorch's wheels): libcuda.so.1
-# (driver), libcublasLt.so.13 (541 MB), libnccl.so.2 (218 MB); run.sh finds them there.
+# (driver), libcublasLt.so.13 (541 MB), libnccl.so.2 (218 MB); run.sh finds them there. Nor
+# libcudnn.so.9 (its engines ~245 MB): fsdp-worker opens it at run time (ops_cuda_cudnn.h), so ldd
+# does not see it; MANIFEST.txt names it on its expected_from_node line.
 # The CUDA runtime is linked statically. A copy of MANIFEST.txt is left beside the archive.
 #
 # Environment: FSDP_GPU_BUILD (build directory, default build-gpu; `build` reuses make test's tree
