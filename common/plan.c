@@ -47,6 +47,10 @@ int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) 
   return dev == DEVICE_CPU ? B * H * T * T : B * H * T;
 }
 
+int64_t plan_attention_scratch_floats(device_kind dev, int64_t B, int64_t T, int64_t H, int64_t HS) {
+  return dev == DEVICE_CPU ? B * H * T * T : B * H * T * (HS + 1);
+}
+
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
   if (dev == DEVICE_CPU) return 4 * BT * V;
   int64_t chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
@@ -66,6 +70,7 @@ static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_m
   if (m->arch == ARCH_LLAMA) return plan_llama_act(m, B, dev, ackpt);
   int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
+  int64_t DATT = plan_attention_scratch_floats(dev, B, T, H, C / H);
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
   if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses (model_gpt2.c): C > V, or a large B·T on CUDA */
   int64_t block = 16 * BTC + 4 * BT + ATT, block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT);
@@ -80,10 +85,10 @@ static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_m
     .block_ws_bytes = ck ? block_bytes : 0,
     .root_saved = 2 * BTC + 2 * BT,
     .head_ws = logits / 4 + BT + BTC,
-    .bwd_ws = 7 * BTC + ATT,
+    .bwd_ws = 7 * BTC + DATT,
     .root_bytes = e * 2 * BTC + 4 * 2 * BT,
     .head_ws_bytes = logits + 4 * BT + e * BTC,
-    .bwd_ws_bytes = e * 7 * BTC + 4 * ATT,
+    .bwd_ws_bytes = e * 7 * BTC + 4 * DATT,
   };
 }
 

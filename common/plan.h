@@ -129,7 +129,8 @@ typedef struct plan_unit {
  *                 ln2 BTC, rstd BT, gate|up 2BTF, swiglu BTF, out BTC (checkpointing: out only)
  *   root_saved  = 2·BTC + BT: x0 = embed_tokens[inp], the final norm's output and rstd
  *   head_ws     = GPT-2's;  block_ws = block_saved(none) with checkpointing (as GPT-2's)
- *   bwd_ws      = 3·BTC + BTF + BT·max(2F, Q) + ATT: dres, dx, datty, d swiglu, d gate|up or d qkv, datt ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA. Act elements are 4
+ *   bwd_ws      = 3·BTC + BTF + BT·max(2F, Q) + ATT: dres, dx, datty, d swiglu, d gate|up or d qkv, datt DATT; ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA; DATT =
+ *                 plan_attention_scratch_floats. Act elements are 4
  * bytes on the CPU and 2 (bf16) on CUDA; statistics, the attention state and losses are fp32. */
 typedef struct plan_act {
   int64_t block_saved;   /* per block, kept forward→backward: 16·BTC + 4·BT + ATT (with activation
@@ -143,14 +144,18 @@ typedef struct plan_act {
   int64_t block_ws;      /* activation checkpointing: the one block working set that the forward
                             and the backward's recompute share: block_saved(none) − BTC, plus the
                             forward's BTC scratch (the workspace is the backward's then); else 0 */
-  int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + ATT
-                            (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt ATT) */
+  int64_t bwd_ws;        /* backward scratch reused by every block: 7·BTC + DATT
+                            (dres BTC, dx BTC, dbuf 4BTC, datty BTC, datt DATT) */
   int64_t block_bytes, block_ws_bytes, root_bytes, head_ws_bytes, bwd_ws_bytes;   /* the same in bytes */
 } plan_act;
 
-/* Floats of one block's attention state (and of the backward's scratch): B·H·T·T on the CPU (the
- * probabilities), B·H·T on CUDA (the logsumexp of the fused kernels). */
+/* Floats of one block's attention state: B·H·T·T on the CPU (the probabilities), B·H·T on CUDA
+ * (the logsumexp of the fused kernels and of cuDNN, the same). */
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H);
+/* Floats of the attention backward's scratch (head size HS): B·H·T·T on the CPU (the probabilities'
+ * gradient); B·H·T·(HS + 1) on CUDA: dO·O's row sums and, for cuDNN, its fp32 dQ accumulator
+ * (ops_cuda_attention_backward). */
+int64_t plan_attention_scratch_floats(device_kind dev, int64_t B, int64_t T, int64_t H, int64_t HS);
 /* Bytes of the classifier's logits scratch for BT rows: BT·V fp32 on the CPU; on CUDA one chunk of
  * min(BT, PLAN_CUDA_CLASSIFIER_CHUNK) rows of V rounded up to 128, fp32
  * (ops_cuda_classifier_scratch_bytes). */

@@ -28,6 +28,7 @@ int64_t plan_llama_block_numel(const model_config *m) {
 plan_act plan_llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
   int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, Q = C + 2 * kv_dim(m), V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, m->n_head);
+  int64_t DATT = plan_attention_scratch_floats(dev, B, T, m->n_head, C / m->n_head);
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
   if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses, as GPT-2's */
   int64_t acts = BT * (5 * C + Q + 3 * F), stats = 2 * BT + ATT;
@@ -41,10 +42,10 @@ plan_act plan_llama_act(const model_config *m, int B, device_kind dev, ackpt_mod
     .block_ws_bytes = ck ? block_bytes : 0,
     .root_saved = 2 * BTC + BT,
     .head_ws = logits / 4 + BT + BTC,
-    .bwd_ws = bwd + ATT,
+    .bwd_ws = bwd + DATT,
     .root_bytes = e * 2 * BTC + 4 * BT,
     .head_ws_bytes = logits + 4 * BT + e * BTC,
-    .bwd_ws_bytes = e * bwd + 4 * ATT,
+    .bwd_ws_bytes = e * bwd + 4 * DATT,
   };
 }
 

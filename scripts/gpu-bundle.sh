@@ -15,7 +15,9 @@
 #           binary through glibc/ld-linux-x86-64.so.2 --library-path
 #   MANIFEST.txt  commit, date, arch, glibc_needed, the libraries taken from the device machine
 # Not carried (too large, and present there: the CUDA toolkit and PyTorch's wheels): libcuda.so.1
-# (driver), libcublasLt.so.13 (541 MB), libnccl.so.2 (218 MB); run.sh finds them there.
+# (driver), libcublasLt.so.13 (541 MB), libnccl.so.2 (218 MB); run.sh finds them there. Nor
+# libcudnn.so.9 (its engines ~245 MB): fsdp-worker opens it at run time (ops_cuda_cudnn.h), so ldd
+# does not see it; MANIFEST.txt names it on its expected_from_node line.
 # The CUDA runtime is linked statically. A copy of MANIFEST.txt is left beside the archive.
 #
 # Environment: FSDP_GPU_BUILD (build directory, default build-gpu; `build` reuses make test's tree
@@ -102,6 +104,8 @@ nccl_ver=$(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END 
   echo "nvcc: $(grep -h -m1 -o 'CMAKE_CUDA_COMPILER_VERSION "[^"]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n 1 | cut -d'"' -f2)"
   echo "glibc_needed: ${glibc_needed#GLIBC_}"
   echo "external: ${!external[*]}"
+  # opened at run time (dlopen), so ldd does not list it: the attention's cuDNN (ops_cuda_cudnn.h)
+  echo "expected_from_node: libcudnn.so.9 (dlopen: FSDP_CUDNN_LIB, the loader's path, PyTorch's nvidia/cudnn/lib; none: attention on tensor cores)"
   echo "nccl_headers: ${nccl_ver:-unknown}"
   echo "bin: $(cd "$stage/bin" && echo *)"
   echo "lib: $(cd "$stage/lib" && echo *)"

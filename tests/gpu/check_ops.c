@@ -195,6 +195,27 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
 
 /* ---- attention ---- */
 
+/* After a call with cuDNN selected: whether cuDNN ran both directions; if not, says why (the
+ * tensor cores ran instead). GPU_CHECK_ATTN_FALLBACK=1 (the stub-libcudnn test) requires that
+ * fallback; GPU_CHECK_ATTN_FALLBACK=0 (a GPU node that has libcudnn) forbids it. */
+static int attention_ran_cudnn(const char *shape, int NKV) {
+  const int f = ops_cuda_attention_ran(0), b = ops_cuda_attention_ran(1);
+  const int ran = f == OPS_ATTN_CUDNN && b == OPS_ATTN_CUDNN;
+  char why[320], detail[400];
+  ops_cuda_attention_note(why, sizeof why);
+  snprintf(detail, sizeof detail, "[%s] NKV=%d: forward on %s, backward on %s%s%s", shape, NKV,
+           f == OPS_ATTN_CUDNN ? "cuDNN" : "tensor cores", b == OPS_ATTN_CUDNN ? "cuDNN" : "tensor cores",
+           ran ? "" : ": ", ran ? "" : why);
+  const char *want = getenv("GPU_CHECK_ATTN_FALLBACK");
+  if (want && *want) {
+    const int fell = f == OPS_ATTN_TC && b == OPS_ATTN_TC && why[0];
+    verdict("attention with cuDNN selected", atoi(want) ? fell : ran, detail);
+  } else {
+    printf("  attention with cuDNN selected %s\n", detail);
+  }
+  return ran;
+}
+
 /* NKV kv heads (NKV = NH: multi-head attention as GPT-2's; fewer: grouped-query, Llama's). */
 void check_attention(const shape *s, int NKV) {
   const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH, C3 = C + 2 * NKV * hs;
@@ -225,16 +246,23 @@ void check_attention(const shape *s, int NKV) {
   /* Backward from the GPU forward's own out and lse (what it saves), against the CPU's from its att. */
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
+  float *d_scratch = d_nan_f32(nlse * (size_t)(hs + 1)); /* plan_attention_scratch_floats */
   attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
 
-  /* both implementations, then back to the process default */
+  /* every implementation, then back to the process default. cuDNN first, so that its outputs are
+   * kept and compared with the tensor cores' (the second opinion): each is within TOL_BF16 of the
+   * fp32 reference, so by the triangle inequality the two are within 2·TOL_BF16 of each other. */
   const ops_attn_impl was = ops_cuda_attention_selected();
-  static const ops_attn_impl impls[] = {OPS_ATTN_TC, OPS_ATTN_FMA};
-  static const char *const impl_names[] = {"tensor cores", "fp32 FMA"};
-  for (int i = 0; i < 2; i++) {
+  static const ops_attn_impl impls[] = {OPS_ATTN_CUDNN, OPS_ATTN_TC, OPS_ATTN_FMA};
+  static const char *const impl_names[] = {[OPS_ATTN_TC] = "tensor cores", [OPS_ATTN_FMA] = "fp32 FMA",
+                                           [OPS_ATTN_CUDNN] = "cuDNN"};
+  float *keep[3] = {NULL, NULL, NULL}; /* cuDNN's out, lse, dqkv, when cuDNN ran both */
+  int tc_done = 0;                      /* cuDNN fell back: the tensor cores were checked then */
+  for (int i = 0; i < 3; i++) {
+    if (impls[i] == OPS_ATTN_TC && tc_done) continue;
     char fname[96], bname[96];
-    snprintf(fname, sizeof fname, "attention_forward(%s, NKV=%d)", impl_names[i], NKV);
-    snprintf(bname, sizeof bname, "attention_backward(%s, NKV=%d)", impl_names[i], NKV);
+    snprintf(fname, sizeof fname, "attention_forward(%s, NKV=%d)", impl_names[impls[i]], NKV);
+    snprintf(bname, sizeof bname, "attention_backward(%s, NKV=%d)", impl_names[impls[i]], NKV);
     ops_cuda_attention_select(impls[i]);
     CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
     CU(cudaMemset(d_lse, 0xFF, nlse * sizeof(float)));
@@ -243,14 +271,31 @@ void check_attention(const shape *s, int NKV) {
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
                     ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, &g_ctx));
-    /* causal: half of the T×T scores, 2 GEMMs of hs each (4·hs FLOPs per score) */
-    const double scores = (double)B * NH * T * (T + 1) / 2;
-    roofline_add(fname, s->name, 2.0 * (nqkv + nout) + 4.0 * nlse, 4.0 * hs * scores);
+    const double f_ms = g_last_ms;
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
-    /* S and dP recomputed, dV, dK and dQ: 5 GEMMs of hs per score (S twice: 7 as this code does) */
+                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
+    const double b_ms = g_last_ms;
+    if (impls[i] == OPS_ATTN_CUDNN && !attention_ran_cudnn(s->name, NKV)) {
+      tc_done = ops_cuda_attention_ran(0) == OPS_ATTN_TC && ops_cuda_attention_ran(1) == OPS_ATTN_TC;
+      continue;
+    }
+    /* causal: half of the T×T scores, 2 GEMMs of hs each (4·hs FLOPs per score); backward: S and dP
+     * recomputed, dV, dK and dQ: 5 GEMMs of hs per score (S twice: 7 as the tensor-core code does) */
+    const double scores = (double)B * NH * T * (T + 1) / 2;
+    g_last_ms = f_ms;
+    roofline_add(fname, s->name, 2.0 * (nqkv + nout) + 4.0 * nlse, 4.0 * hs * scores);
+    g_last_ms = b_ms;
     roofline_add(bname, s->name, 2.0 * (2.0 * nqkv + 2.0 * nout) + 4.0 * nlse, 10.0 * hs * scores);
+    if (!fo[0].got || !fo[1].got || !bo[0].got) continue; /* a call failed (reported) */
+    if (impls[i] == OPS_ATTN_CUDNN) {
+      keep[0] = h_copy(fo[0].got, nout), keep[1] = h_copy(fo[1].got, nlse), keep[2] = h_copy(bo[0].got, nqkv);
+    } else if (impls[i] == OPS_ATTN_TC && keep[0]) {
+      out_t vs[] = {{.name = "out", .ref = keep[0], .n = nout, .tol = 2 * TOL_BF16, .got = fo[0].got},
+                    {.name = "lse", .ref = keep[1], .n = nlse, .tol = 2 * TOL_F32, .got = fo[1].got},
+                    {.name = "dqkv", .ref = keep[2], .n = nqkv, .tol = 2 * TOL_BF16, .got = bo[0].got}};
+      for (int k = 0; k < 3; k++) compare("attention(cuDNN vs tensor cores)", s->name, &vs[k], -1.0);
+    }
   }
   ops_cuda_attention_select(was);
   free_all();

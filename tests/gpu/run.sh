@@ -281,6 +281,31 @@ find_dir() {
   [ -n "$f" ] && { dirname "$f"; return 0; }
   return 1
 }
+# find_cudnn: the node's libcudnn.so.9 (never carried: the bundle's MANIFEST.txt names it expected_from_node),
+# exported as FSDP_CUDNN_LIB for the workers and gpu_check: $FSDP_CUDNN_LIB, else PyTorch's wheel
+# (nvidia/cudnn/lib beside $PY's torch), else the loader's cache. None: the attention runs on the
+# tensor-core kernel (ops_cuda_cudnn.h) and the table says so.
+CUDNN=""
+find_cudnn() {
+  local f=${FSDP_CUDNN_LIB:-}
+  [ -n "$f" ] || f=$(timeout 15 "$PY" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
+  [ -n "$f" ] && [ -e "$f" ] || f=$(ldconfig -p 2>/dev/null | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
+  if [ -n "$f" ] && [ -e "$f" ]; then
+    CUDNN=$f
+    export FSDP_CUDNN_LIB=$f
+    metric cudnn_lib "$f"
+  else
+    metric cudnn_lib "none found on this node (FSDP_CUDNN_LIB, PyTorch's nvidia/cudnn, ldconfig): attention on tensor cores"
+  fi
+}
+# attention_ran DIR: which attention a job's rank 0 ran, from the lines its log has (ops_cuda_cudnn_run.c)
+attention_ran() {
+  local log=$1/rank-0.log fb
+  fb=$(grep -m1 -o 'attention: .*; the tensor-core kernel runs instead' "$log" 2>/dev/null)
+  if [ -n "$fb" ]; then echo "tc: cuDNN did not run (${fb#attention: })"
+  elif grep -q 'attention: cuDNN [0-9]' "$log" 2>/dev/null; then echo "cudnn: $(grep -m1 -o 'cuDNN [0-9.]* from [^ ]*' "$log")"
+  else echo "${FSDP_CUDA_ATTN:-cudnn} (FSDP_CUDA_ATTN; the log names no cuDNN)"; fi
+}
 # write_wrappers MODE LIBPATH DIR [LDSO]: $WRAP/{fsdp-worker,fsdpctl,gpu_check} start DIR's binaries
 # (gpu_check also as DIR/tests/gpu/gpu_check, a build tree's place) with their libraries: the native
 # loader with LD_LIBRARY_PATH, or the carried loader. FSDP_WRAP_LIST=1 lists the libraries instead.
@@ -432,6 +457,7 @@ step1() {
     fi
   fi
   metric gpu "${GPU:-none ($NO_GPU_WHY)}"
+  find_cudnn
   result 1 "binaries + GPU" PASS "$mode; GPU: ${GPU:-none ($NO_GPU_WHY)}" $((SECONDS - s0))
 }
 
@@ -446,12 +472,18 @@ step2() {
     return
   fi
   t=$(allot 200 60) || { result 2 gpu_check SKIP "no time left in the ${BUDGET} s budget"; return; }
-  timeout -k 10 "$t" "$WRAP/gpu_check" >"$OUTDIR/gpu_check.log" 2>&1
+  # with a libcudnn found and cuDNN selected, gpu_check fails if the attention falls back to tensor cores
+  local fallback=""
+  [ -n "$CUDNN" ] && [ "${FSDP_CUDA_ATTN:-cudnn}" = cudnn ] && fallback=0
+  GPU_CHECK_ATTN_FALLBACK=$fallback timeout -k 10 "$t" "$WRAP/gpu_check" >"$OUTDIR/gpu_check.log" 2>&1
   rc=$?
-  grep -E '^device 0:|^random inputs|GEMM rate .*TFLOP|FAIL|SKIPPED|^gpu_check:' "$OUTDIR/gpu_check.log" | head -n 40 | sed 's/^/  /'
+  grep -E '^device 0:|^random inputs|GEMM rate .*TFLOP|FAIL|SKIPPED|^gpu_check:|attention with cuDNN' "$OUTDIR/gpu_check.log" | head -n 40 | sed 's/^/  /'
   GEMM=$(sed -n 's/^bf16 GEMM rate 8192^3 .* \([0-9.]*\) TFLOP\/s$/\1/p' "$OUTDIR/gpu_check.log" | head -n 1)
   [ -n "$GEMM" ] && { metric gemm_tflops "$GEMM"; metric gemm_source "gpu_check: ops_cuda_matmul_forward, 8192^3, random bf16"; }
   local summary
+  local att
+  att=$(grep -m1 'attention with cuDNN selected' "$OUTDIR/gpu_check.log" | sed 's/^attention with cuDNN selected *//')
+  [ -z "$att" ] || metric attention_check "$att"
   summary=$(grep -m1 '^gpu_check: [0-9]* checks passed' "$OUTDIR/gpu_check.log")
   case "$rc" in
     0) result 2 gpu_check PASS "${summary#gpu_check: }; GEMM ${GEMM:-?} TFLOP/s" $((SECONDS - s0)) ;;
@@ -642,9 +674,9 @@ step6() {
     [ -n "$GEMM" ] && { metric gemm_tflops "$GEMM"; metric gemm_source "PyTorch bf16 matmul 8192^3 (gpu_check gave no rate)"; }
   fi
   t=$(allot 180 60) || { result 6 benchmark SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
-  metric attention "${FSDP_CUDA_ATTN:-tc} (FSDP_CUDA_ATTN; tc: tensor cores through WMMA, fma: the fp32 reference)"
   run_or_diagnose bench 1 "$WORK/bench.ini" "$t" ||
-    { result 6 benchmark FAIL "$(last_error "$WORK/runs/bench")" $((SECONDS - s0)); return; }
+    { metric attention "$(attention_ran "$WORK/runs/bench")"; result 6 benchmark FAIL "$(last_error "$WORK/runs/bench")" $((SECONDS - s0)); return; }
+  metric attention "$(attention_ran "$WORK/runs/bench")"
   out=$(python3 "$HELP" bench "$WORK/runs/bench" "$plan" --skip "$skip" ${GEMM:+--gemm-tflops "$GEMM"} --gpu "$GPU") ||
     { result 6 benchmark FAIL "$out" $((SECONDS - s0)); return; }
   metric_json "$(python3 -c 'import json, sys; b = json.loads(sys.argv[1]); print(json.dumps({"ours_" + k if k not in ("plan_bytes", "peak_vs_plan") else k: v for k, v in b.items()}))' "$out")"
@@ -731,9 +763,12 @@ PY
 # ---------------------------------------------------------------- step 8: asynchronous checkpoint
 # 3 steps saving after step 2 (written while step 3 runs) and 3, with async = false and true; the
 # rank file of step 2 must be the same bytes; then, from step 2 (step 3's save removed), 2 more
-# steps: the same losses, bit for bit.
+# steps: the same losses, bit for bit. Two runs give the same bits only with a deterministic
+# attention: cuDNN's backward accumulates dQ with atomics, so these jobs run the tensor cores'.
 step8() {
   local s0=$SECONDS t mode
+  local FSDP_CUDA_ATTN=tc
+  export FSDP_CUDA_ATTN
   log "step 8: an asynchronous checkpoint on the GPU against a synchronous one"
   [ -n "$GPU" ] || { result 8 "async ckpt" SKIP "$NO_GPU_WHY" $((SECONDS - s0)); return; }
   probe_cuda

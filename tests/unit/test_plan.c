@@ -267,11 +267,12 @@ static void test_memory_model(void) {
 }
 
 /* device = cuda, the tiny spec above (full, fp32, 4 ranks): act elements are bf16, statistics and
- * the attention state fp32; the attention state is the logsumexp, ATT = B·H·T = 3·2·4 = 24.
+ * the attention state fp32; the attention state is the logsumexp, ATT = B·H·T = 3·2·4 = 24, and the
+ * backward's attention scratch DATT = B·H·T·(hs + 1) = 24·5 = 120 (row sums, cuDNN's dQ accumulator).
  *   block_saved = 16·96 + 4·12 + 24 = 1608; block_bytes = 2·16·96 + 4·(4·12 + 24) = 3360
  *   root_bytes = 2·2·96 + 4·2·12 = 480; activations = 3·3360 + 480 + 8·12·2 = 10752
  *   logits scratch: one chunk of min(12, 1024) rows of V = 16 padded to 128, fp32: 4·12·128 = 6144
- *   head_ws_bytes = 6144 + 4·12 + 2·96 = 6384; bwd_ws_bytes = 2·7·96 + 4·24 = 1440
+ *   head_ws_bytes = 6144 + 4·12 + 2·96 = 6384; bwd_ws_bytes = 2·7·96 + 4·120 = 1824
  *   workspace = 6384 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
 static void test_cuda_memory(void) {
   plan_t *p = NULL;
@@ -280,15 +281,17 @@ static void test_cuda_memory(void) {
   CHECK_OK(plan_build(&s, 4, &p));
   CHECK_EQ_INT(24, plan_attention_floats(DEVICE_CUDA, 3, 4, 2));
   CHECK_EQ_INT(96, plan_attention_floats(DEVICE_CPU, 3, 4, 2));
+  CHECK_EQ_INT(120, plan_attention_scratch_floats(DEVICE_CUDA, 3, 4, 2, 4));
+  CHECK_EQ_INT(96, plan_attention_scratch_floats(DEVICE_CPU, 3, 4, 2, 4));
   CHECK_EQ_INT(6144, plan_logits_bytes(DEVICE_CUDA, 12, 16));
   CHECK_EQ_INT(4 * 12 * 16, plan_logits_bytes(DEVICE_CPU, 12, 16));
   CHECK_EQ_INT(1608, p->act.block_saved);
   CHECK_EQ_INT(3360, p->act.block_bytes);
   CHECK_EQ_INT(480, p->act.root_bytes);
   CHECK_EQ_INT(1536 + 12 + 96, p->act.head_ws);
-  CHECK_EQ_INT(7 * 96 + 24, p->act.bwd_ws);
+  CHECK_EQ_INT(7 * 96 + 120, p->act.bwd_ws);
   CHECK_EQ_INT(6384, p->act.head_ws_bytes);
-  CHECK_EQ_INT(1440, p->act.bwd_ws_bytes);
+  CHECK_EQ_INT(1824, p->act.bwd_ws_bytes);
   CHECK_EQ_INT(10752, p->mem[MEM_ACTIVATIONS]);
   CHECK_EQ_INT(6384 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
   /* the shards, gathers and reductions do not depend on the device (fp32 params: converted to bf16) */

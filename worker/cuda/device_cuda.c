@@ -612,8 +612,8 @@ static void cu_attention_forward(device_t *dd, void *out, void *state, const voi
 static void cu_attention_backward(device_t *dd, void *dqkv, void *scratch, const void *dout, const void *qkv,
                                   const void *out, const void *state, int B, int T, int C, int NH, int NKV) {
   cuda_dev *d = cd(dd);
-  (void)scratch;   /* the fused backward's B·NH·T floats come from the ops workspace */
-  OP(d, ops_cuda_attention_backward(dqkv, dout, qkv, out, state, B, T, C, NH, NKV, &d->ctx), "attention_backward");
+  OP(d, ops_cuda_attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV, &d->ctx),
+     "attention_backward");
 }
 
 static void cu_gelu_forward(device_t *dd, void *out, const void *inp, int64_t N) {

@@ -13,7 +13,8 @@
  *    LayerNorm mean/rstd, attention's logsumexp and losses are fp32. All math is fp32 (every sum
  *    accumulates in fp32 or wider). Buffers never alias unless a comment says so.
  *  - Deterministic: same inputs, same shapes → same bits, on any GPU model (reduction splits depend
- *    only on the shapes, never on the SM count; no floating-point atomics anywhere).
+ *    only on the shapes, never on the SM count; no floating-point atomics anywhere), except the
+ *    attention backward when it runs through cuDNN (below).
  *  - The workspace: ctx->workspace (ctx->workspace_bytes, at least OPS_CUDA_WORKSPACE_MIN, 256-byte
  *    aligned) is scratch for cuBLASLt and for the multi-pass reductions below. Calls on one ctx
  *    must stay in stream order (they reuse it); two streams need two workspaces.
@@ -62,7 +63,7 @@ typedef struct ops_cuda_ctx {
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
  * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; rmsnorm_backward: 64·C floats;
  * encoder_backward: 2·B·T ints;
- * attention_backward: B·NH·T floats, 3 MiB at B=64, NH=12, T=1024; sumsq: 12 KiB). A call whose need
+ * sumsq: 12 KiB; the cuDNN attention's plans, whatever they ask). A call whose need
  * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
  * the caller passes that scratch buffer. */
 #define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
@@ -117,20 +118,32 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * Grouped-query attention: query head h reads kv head h / (NH/NKV); NKV must divide NH (else
  * FSDP_ERR_INVALID). out (B,T,C); lse (B,NH,T) fp32: each query row's log-sum-exp of its scaled scores,
  * saved for backward. Scale 1/sqrt(hs). hs must be 64 or 128 (else FSDP_ERR_UNSUPPORTED).
- * Two implementations with the same outputs (interchangeable even between forward and backward):
- * OPS_ATTN_TC, tensor cores through WMMA (bf16 operands, fp32 accumulation; ops_cuda_attention_tc.cu),
- * the default; OPS_ATTN_FMA, plain fp32 FMAs on shared-memory tiles (ops_cuda_attention.cu), the
- * reference. ops_cuda_attention_select picks one for the whole process; before any call, the
- * environment variable FSDP_CUDA_ATTN=fma|tc does. */
-typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1 } ops_attn_impl;
+ * Three implementations with the same outputs (interchangeable even between forward and backward):
+ * OPS_ATTN_CUDNN, cuDNN's fused flash attention (ops_cuda_cudnn.h: libcudnn opened at run time, the
+ * GPU node's own), the default; OPS_ATTN_TC, tensor cores through WMMA (bf16 operands, fp32
+ * accumulation; ops_cuda_attention_tc.cu), which runs whenever cuDNN cannot (no library, no engine
+ * for the shape, a workspace too small: one log line says why); OPS_ATTN_FMA, plain fp32 FMAs on
+ * shared-memory tiles (ops_cuda_attention.cu), the reference. ops_cuda_attention_select picks one for
+ * the whole process; before any call, the environment variable FSDP_CUDA_ATTN=cudnn|tc|fma does.
+ * cuDNN saves the same state: its softmax statistics are the natural-log LSE, fp32 (B,NH,T); its
+ * plans' own workspace comes from ctx->workspace (where a plan needs more, the tensor cores run).
+ * cuDNN's dQ accumulation is not promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc
+ * is. */
+typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1, OPS_ATTN_CUDNN = 2 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
+/* What the last forward (backward = 0) or backward call ran (OPS_ATTN_TC after a fallback from
+ * cuDNN; −1 before any call), and into buf the reason of the last fallback ("" if none): for reports. */
+ops_attn_impl ops_cuda_attention_ran(int backward);
+void ops_cuda_attention_note(char *buf, size_t n);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        int NKV, const ops_cuda_ctx *ctx);
 /* dqkv (B,T,C + 2·NKV·hs) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the
- * scores; deterministic (dk/dv and dq by two kernels, no atomics; a shared kv head's dk/dv summed
- * over its query heads in head order by one block). Needs B·NH·T floats of workspace. */
-fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+ * scores. scratch: B·NH·T·(hs + 1) floats (plan_attention_scratch_floats), 256-byte aligned: the
+ * dO·O row sums, and cuDNN's fp32 dQ accumulator. Tensor cores and FMA: deterministic (dk/dv and dq
+ * by two kernels, no atomics; a shared kv head's dk/dv summed over its query heads in head order by
+ * one block). */
+fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx);
 

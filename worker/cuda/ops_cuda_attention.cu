@@ -1,6 +1,7 @@
 /* ops_cuda_attention — fused causal self-attention, forward and backward, in the flash-attention
- * manner, on plain fp32 FMAs: OPS_ATTN_FMA, the reference (the tensor-core kernels of
- * ops_cuda_attention_tc.cu are the default; the entry points here dispatch to them). Tiles of
+ * manner, on plain fp32 FMAs: OPS_ATTN_FMA, the reference. The entry points here dispatch: to cuDNN
+ * (ops_cuda_cudnn.h, the default), to the tensor-core kernels of ops_cuda_attention_tc.cu where cuDNN
+ * cannot run or when chosen, or to the kernels below. Tiles of
  * queries and keys in shared memory, an online softmax, no T×T matrix in device memory. Only the per-row log-sum-exp (B,NH,T, fp32) is saved for the backward, which recomputes
  * the probabilities from it (see ops_cuda.h for shapes).
  *
@@ -33,10 +34,17 @@
  */
 #include "ops_cuda_common.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
+#include <mutex>
+
+extern "C" {
+#include "log.h" /* a C header without extern "C" guards of its own */
+}
+#include "ops_cuda_cudnn.h"
 
 #include "ops/exp.h"
 #include "ops/softmax.h"
@@ -456,6 +464,10 @@ static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dou
 
 /* The implementation in use: −1 until the first call reads FSDP_CUDA_ATTN. */
 static std::atomic<int> g_attn_impl(-1);
+/* What the last forward and backward ran, and why cuDNN last fell back (for reports). */
+static std::atomic<int> g_attn_ran[2] = {{-1}, {-1}};
+static std::mutex g_attn_note_mu;
+static char g_attn_note[320];
 
 void ops_cuda_attention_select(ops_attn_impl impl) { g_attn_impl.store((int)impl); }
 
@@ -463,38 +475,77 @@ ops_attn_impl ops_cuda_attention_selected(void) {
   int v = g_attn_impl.load();
   if (v < 0) {
     const char *e = getenv("FSDP_CUDA_ATTN");
-    int want = e && strcmp(e, "fma") == 0 ? (int)OPS_ATTN_FMA : (int)OPS_ATTN_TC;
+    int want = (int)OPS_ATTN_CUDNN;
+    if (e && strcmp(e, "fma") == 0) want = (int)OPS_ATTN_FMA;
+    else if (e && strcmp(e, "tc") == 0) want = (int)OPS_ATTN_TC;
+    else if (e && *e && strcmp(e, "cudnn") != 0)
+      log_warn("FSDP_CUDA_ATTN=%s is not one of cudnn, tc, fma: using cudnn (the tensor-core kernel where cuDNN "
+               "cannot run)", e);
     g_attn_impl.compare_exchange_strong(v, want); /* a concurrent select() wins */
     v = g_attn_impl.load();
   }
   return (ops_attn_impl)v;
 }
 
+ops_attn_impl ops_cuda_attention_ran(int backward) { return (ops_attn_impl)g_attn_ran[backward ? 1 : 0].load(); }
+
+void ops_cuda_attention_note(char *buf, size_t n) {
+  std::lock_guard<std::mutex> hold(g_attn_note_mu);
+  snprintf(buf, n, "%s", g_attn_note);
+}
+
+/* cuDNN's answer: FSDP_ERR_UNSUPPORTED means "run the tensor-core kernel" (its reason kept). */
+static bool cudnn_fell_back(fsdp_status rc, const char *why) {
+  if (rc != FSDP_ERR_UNSUPPORTED) return false;
+  std::lock_guard<std::mutex> hold(g_attn_note_mu);
+  snprintf(g_attn_note, sizeof g_attn_note, "%s", why);
+  return true;
+}
+
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
                                        int NKV, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
-    return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
+  ops_attn_impl impl = ops_cuda_attention_selected();
+  if (impl == OPS_ATTN_CUDNN) {
+    char why[320];
+    fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx, why, sizeof why);
+    if (!cudnn_fell_back(rc, why)) {
+      g_attn_ran[0].store((int)OPS_ATTN_CUDNN);
+      return rc;
+    }
+    impl = OPS_ATTN_TC;
+  }
+  g_attn_ran[0].store((int)impl);
+  if (impl == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, ctx);
   return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, ctx);
 }
 
-fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
+fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
                                         int NKV, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
+  ops_attn_impl impl = ops_cuda_attention_selected();
+  if (impl == OPS_ATTN_CUDNN) {
+    char why[320];
+    fsdp_status rc =
+        ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, ctx, why, sizeof why);
+    if (!cudnn_fell_back(rc, why)) {
+      g_attn_ran[1].store((int)OPS_ATTN_CUDNN);
+      return rc;
+    }
+    impl = OPS_ATTN_TC;
+  }
+  g_attn_ran[1].store((int)impl);
   const int64_t rows = (int64_t)B * T * NH;
-  void *ws = NULL;
-  TRY(ops_workspace(ctx, (size_t)rows * sizeof(float), what, &ws));
-  float *dvec = (float *)ws;
+  float *dvec = scratch;
   attention_dvec_kernel<<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(
       dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
-  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
-    return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+  if (impl == OPS_ATTN_TC) return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
   return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
 }

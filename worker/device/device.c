@@ -121,6 +121,10 @@ int64_t dev_attention_floats(const device_t *d, int B, int T, int NH) {
   return plan_attention_floats(d->kind, B, T, NH);
 }
 
+int64_t dev_attention_scratch_floats(const device_t *d, int B, int T, int NH, int HS) {
+  return plan_attention_scratch_floats(d->kind, B, T, NH, HS);
+}
+
 int64_t dev_logits_bytes(const device_t *d, int BT, int V) { return plan_logits_bytes(d->kind, BT, V); }
 
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {

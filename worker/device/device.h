@@ -122,8 +122,9 @@ typedef struct dev_ops {
   void (*matmul_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C, int OC);
   void (*matmul_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, int BT, int C, int OC);
-  /* STATE is what the backward needs and SCRATCH the backward's scratch (dev_attention_floats
-   * floats each); OUT is the forward's output, which the CUDA backward reads (the CPU's does not).
+  /* STATE is what the backward needs (dev_attention_floats floats) and SCRATCH the backward's
+   * scratch (dev_attention_scratch_floats); OUT is the forward's output, which the CUDA backward
+   * reads (the CPU's does not).
    * Grouped-query attention: qkv rows are C + 2·NKV·(C/NH) wide (q: NH heads, then k and v: NKV
    * heads each); query head h reads kv head h / (NH/NKV). NKV divides NH; NKV = NH is GPT-2's. */
   void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
@@ -198,10 +199,13 @@ fsdp_status dev_new_cuda(int gpu, device_t **out);
 fsdp_status dev_cuda_count(int *n);
 #endif
 
-/* Floats of the attention state the forward keeps for the backward (per block), and of the
- * backward's scratch: B·NH·T·T each on the CPU (the probabilities, and their gradient), B·NH·T on
- * CUDA (the logsumexp; the fused backward recomputes the rest). plan_attention_floats of d->kind. */
+/* Floats of the attention state the forward keeps for the backward (per block): B·NH·T·T on the
+ * CPU (the probabilities), B·NH·T on CUDA (the logsumexp; the fused backward recomputes the rest).
+ * plan_attention_floats of d->kind. */
 int64_t dev_attention_floats(const device_t *d, int B, int T, int NH);
+/* Floats of the attention backward's scratch: B·NH·T·T on the CPU (the probabilities' gradient),
+ * B·NH·T·(HS + 1) on CUDA. plan_attention_scratch_floats of d->kind. */
+int64_t dev_attention_scratch_floats(const device_t *d, int B, int T, int NH, int HS);
 /* Bytes of the classifier's logits scratch (plan_logits_bytes of d->kind). */
 int64_t dev_logits_bytes(const device_t *d, int BT, int V);
 /* pre = inp·w + bias, out = gelu(pre): the device's fused op where it has one (dev_ops). */

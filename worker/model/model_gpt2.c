@@ -13,6 +13,7 @@
 static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
+  const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
   const int e = a->dev->act_bytes;
   char *c = saved;
   int64_t o = 0;
@@ -69,7 +70,7 @@ static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, in
   a->dx = model_take(c, &o, BTC, e);
   a->dbuf = model_take(c, &o, 4 * BTC, e);
   a->datty = model_take(c, &o, BTC, e);
-  a->datt = model_take(c, &o, ATT, 4);
+  a->datt = model_take(c, &o, DATT, 4);
   int64_t bwd = o;
   /* The head: logits, losses, then dlnf after both (live together during the classifier). */
   o = 0;

@@ -30,6 +30,7 @@ static void take_block(llama_acts *a, llama_block_acts *b, char *c, int64_t *o, 
 static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
+  const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
   const int e = a->dev->act_bytes;
   char *c = saved;
   int64_t o = 0;
@@ -60,7 +61,7 @@ static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, i
   a->datty = model_take(c, &o, BTC, e);
   a->dh = model_take(c, &o, BT * a->F, e);
   a->dbuf = model_take(c, &o, BT * (2 * a->F > a->Q ? 2 * a->F : a->Q), e);
-  a->datt = model_take(c, &o, ATT, 4);
+  a->datt = model_take(c, &o, DATT, 4);
   int64_t bwd = o;
   o = 0;   /* the head: logits (at least BTC act elements: dres), losses, dlnf */
   int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);
