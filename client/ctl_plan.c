@@ -165,11 +165,13 @@ static int load_spec(const plan_args *a, uint64_t host, jobspec_t *spec) {
             errno ? strerror(errno) : "not a regular file");
     return 1;   /* a bad job file is a failure (1), as for submit and run, not a usage error */
   }
-  /* the messages name the file as the user did */
-  if (jobspec_load(a->job, spec) != FSDP_OK || jobspec_check_build(spec) != FSDP_OK) {
+  if (jobspec_load(a->job, spec) != FSDP_OK) {   /* the message names the file as the user did */
     fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }
+  /* A plan is a prediction: a CUDA job is planned on a machine (a login node) whose build cannot
+   * run it; said, not refused. */
+  if (jobspec_check_build(spec) != FSDP_OK) fprintf(stderr, "fsdpctl: note: %s\n", fsdp_last_error());
   char warn[320];
   if (jobspec_lr_warning(spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", a->job, warn);
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
