@@ -70,10 +70,11 @@
 #define PLAN_MAX_TENSORS 12    /* tensors per unit */
 #define PLAN_STEP_SCALARS 4
 /* The CUDA device's fixed allocations (worker/cuda/device_cuda.c allocates exactly these): the ops_cuda
- * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the rows per classifier chunk. */
+ * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the most bytes of bf16 logits the
+ * classifier holds at once (plan_classifier_chunk). */
 #define PLAN_CUDA_WORKSPACE_BYTES ((int64_t)32 << 20)
 #define PLAN_CUDA_SCALAR_BYTES 256
-#define PLAN_CUDA_CLASSIFIER_CHUNK 1024
+#define PLAN_CUDA_LOGITS_MAX_BYTES ((int64_t)2 << 30)
 
 typedef enum {
   MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
@@ -151,9 +152,13 @@ typedef struct plan_act {
 /* Floats of one block's attention state (and of the backward's scratch): B·H·T·T on the CPU (the
  * probabilities), B·H·T on CUDA (the logsumexp of the fused kernels). */
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H);
+/* Rows per classifier chunk on CUDA: all BT rows when their bf16 logits (V rounded up to 128 per
+ * row) fit in PLAN_CUDA_LOGITS_MAX_BYTES, else the fewest equal chunks that do (the last one
+ * shorter). Each chunk reads and writes the fp32 dwte once (its GEMM's beta = 1), so fewer is
+ * faster: GPT-2 124M at B·T = 16384 is one chunk (1.65 GB). */
+int64_t plan_classifier_chunk(int64_t BT, int64_t V);
 /* Bytes of the classifier's logits scratch for BT rows: BT·V fp32 on the CPU; on CUDA one chunk of
- * min(BT, PLAN_CUDA_CLASSIFIER_CHUNK) rows of V rounded up to 128, fp32
- * (ops_cuda_classifier_scratch_bytes). */
+ * plan_classifier_chunk rows of V rounded up to 128, bf16 (ops_cuda_classifier_scratch_bytes). */
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
 typedef struct plan {
