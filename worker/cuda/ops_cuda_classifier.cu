@@ -34,6 +34,17 @@ size_t ops_cuda_classifier_scratch_bytes(int chunk, int V) {
   return (size_t)chunk * (size_t)padded_vocab(V) * sizeof(ops_bf16);
 }
 
+/* 8 fp32 → bf16 stored with the streaming hint (st.global.cs): this kernel never reads the gradient
+ * back, so it should not push the rows still to be read out of L2. */
+__device__ __forceinline__ void st8cs(ops_bf16 *p, const float *f) {
+  ops_bf16 h[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) h[k] = tobf(f[k]);
+  int4 r;
+  memcpy(&r, h, 16);
+  __stcs(reinterpret_cast<int4 *>(p), r);
+}
+
 /* The columns of one row: VEC, BODYP(j) for every whole pack of 8 [j, j + 8) (thread t takes packs
  * t, t + blockDim, ...), then the V mod 8 columns left over one to a thread, outside any loop;
  * else BODY1(j) for every column. Both passes of the kernel give a thread the same columns. */
@@ -50,14 +61,16 @@ template <bool VEC, class FP, class F1> __device__ __forceinline__ void xent_row
 /* One block per row: the row's max and Σ e^(z − max) in one online pass (each thread keeps its own
  * max and rescales its sum when the max grows; the block then combines them in a fixed order, so
  * the bits never vary), the loss, then a second pass that overwrites each logit with its gradient
- * dscale·(softmax − onehot), in bf16, in place: a thread writes only the columns it read. */
+ * dscale·(softmax − onehot), in bf16, in place: a thread writes only the columns it read. Rows go
+ * last first, as llm.c's do: the GEMM wrote the last rows last, so they are the likeliest in L2. */
 template <bool VEC>
 __global__ void __launch_bounds__(XENT_THREADS)
     xent_fused_kernel(ops_bf16 *__restrict__ logits, float *__restrict__ losses, const int *__restrict__ targets,
                       int V, int64_t Vp, float dscale) {
   __shared__ float red[32];
-  ops_bf16 *z = logits + (int64_t)blockIdx.x * Vp;
-  const int tgt = targets[blockIdx.x];
+  const int64_t row = (int64_t)gridDim.x - 1 - blockIdx.x;
+  ops_bf16 *z = logits + row * Vp;
+  const int tgt = targets[row];
   const bool valid = tgt >= 0 && tgt < V;
   const float zt = valid && threadIdx.x == 0 ? ldbf(z + tgt) : 0.0f; /* read before any write */
   float mx = -INFINITY, s = 0.0f;
@@ -80,7 +93,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
       });
   const float rmax = block_max(mx, red);
   const float sum = block_sum(mx == -INFINITY ? 0.0f : s * exp2f((mx - rmax) * OPS_LOG2E), red);
-  if (threadIdx.x == 0) losses[blockIdx.x] = valid ? (float)xent_loss(zt, rmax, (double)sum) : NAN;
+  if (threadIdx.x == 0) losses[row] = valid ? (float)xent_loss(zt, rmax, (double)sum) : NAN;
   const float inv = 1.0f / sum;
   auto grad = [&](float x, int j) { return xent_dlogit(exp2f((x - rmax) * OPS_LOG2E) * inv, j == tgt, dscale); };
   xent_row_loop<VEC>(
@@ -90,9 +103,9 @@ __global__ void __launch_bounds__(XENT_THREADS)
         ld8(x, z + j);
 #pragma unroll
         for (int k = 0; k < 8; k++) x[k] = grad(x[k], j + k);
-        st8(z + j, x);
+        st8cs(z + j, x);
       },
-      [&](int j) { z[j] = tobf(grad(ldbf(z + j), j)); });
+      [&](int j) { __stcs(z + j, tobf(grad(ldbf(z + j), j))); });
 }
 
 fsdp_status ops_cuda_xent_inplace(ops_bf16 *logits, float *losses, const int *targets, int n, int V, int64_t ld,
