@@ -347,6 +347,21 @@ static void check_xent(const shape *s, int n, int ld) {
   /* in place, so a second (timed) run would read gradients: time a copy of the logits instead */
   RUN_AND_COMPARE("classifier_xent", shape_name, 0, o,
                   ops_cuda_xent_inplace(d_z, d_losses, d_tgt, n, V, ld, dscale, &g_ctx));
+  { /* the same bits again from the same logits: the row reductions go in a fixed order */
+    void *d_z2 = d_bf16(z, N);
+    float *d_losses2 = d_nan_f32((size_t)n);
+    uint16_t *g1 = hbuf(N * 2), *g2 = hbuf(N * 2);
+    float *l1 = hbuf((size_t)n * 4), *l2 = hbuf((size_t)n * 4);
+    const fsdp_status st = ops_cuda_xent_inplace(d_z2, d_losses2, d_tgt, n, V, ld, dscale, &g_ctx);
+    CU(cudaStreamSynchronize(g_ctx.stream));
+    CU(cudaMemcpy(g1, d_z, N * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(g2, d_z2, N * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(l1, d_losses, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(l2, d_losses2, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    char name[160];
+    snprintf(name, sizeof name, "classifier_xent[%s] bitwise reproducible", shape_name);
+    verdict(name, st == FSDP_OK && memcmp(g1, g2, N * 2) == 0 && memcmp(l1, l2, (size_t)n * 4) == 0, "");
+  }
   if (s->timed) {
     void *d_t = d_bf16(z, N);
     float ms = 0;
