@@ -5,8 +5,9 @@
  * dimensions, D type, beta, BIAS, GELU_AUX and DGELU epilogues), refuses GELU_AUX and DGELU when the
  * aux leading dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a
  * multiple of 8, as the library may (so the callers' fallbacks run); emu_lt_epilogue_runs counts the
- * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. Checks the kernels' indexing, masks and
- * synchronization without a GPU; says nothing about speed, shared-memory limits or the real library. */
+ * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. Checks the
+ * kernels' indexing, masks and synchronization without a GPU; says nothing about speed,
+ * shared-memory limits or the real library. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
