@@ -51,10 +51,17 @@ int64_t plan_attention_scratch_floats(device_kind dev, int64_t B, int64_t T, int
   return dev == DEVICE_CPU ? B * H * T * T : B * H * T * (HS + 1);
 }
 
+int64_t plan_classifier_chunk(int64_t BT, int64_t V) {
+  if (BT <= 0 || V <= 0) return 0;
+  int64_t row = 2 * round_up(V, 128), most = PLAN_CUDA_LOGITS_MAX_BYTES / row;
+  if (most < 1) most = 1;
+  int64_t n = (BT + most - 1) / most;   /* chunks */
+  return (BT + n - 1) / n;
+}
+
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
   if (dev == DEVICE_CPU) return 4 * BT * V;
-  int64_t chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
-  return 4 * chunk * round_up(V, 128);
+  return 2 * plan_classifier_chunk(BT, V) * round_up(V, 128);
 }
 
 int64_t plan_stage_bytes(const plan_t *p) {

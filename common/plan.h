@@ -70,10 +70,11 @@
 #define PLAN_MAX_TENSORS 12    /* tensors per unit */
 #define PLAN_STEP_SCALARS 4
 /* The CUDA device's fixed allocations (worker/cuda/device_cuda.c allocates exactly these): the ops_cuda
- * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the rows per classifier chunk. */
+ * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the most bytes of bf16 logits the
+ * classifier holds at once (plan_classifier_chunk). */
 #define PLAN_CUDA_WORKSPACE_BYTES ((int64_t)32 << 20)
 #define PLAN_CUDA_SCALAR_BYTES 256
-#define PLAN_CUDA_CLASSIFIER_CHUNK 1024
+#define PLAN_CUDA_LOGITS_MAX_BYTES ((int64_t)2 << 30)
 
 typedef enum {
   MEM_PARAM_SHARD = 0, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_GATHERED,
@@ -156,9 +157,13 @@ int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H);
  * gradient); B·H·T·(HS + 1) on CUDA: dO·O's row sums and, for cuDNN, its fp32 dQ accumulator
  * (ops_cuda_attention_backward). */
 int64_t plan_attention_scratch_floats(device_kind dev, int64_t B, int64_t T, int64_t H, int64_t HS);
+/* Rows per classifier chunk on CUDA: all BT rows when their bf16 logits (V rounded up to 128 per
+ * row) fit in PLAN_CUDA_LOGITS_MAX_BYTES, else the fewest equal chunks that do (the last one
+ * shorter). Each chunk reads and writes the fp32 dwte once (its GEMM's beta = 1), so fewer is
+ * faster: GPT-2 124M at B·T = 16384 is one chunk (1.65 GB). */
+int64_t plan_classifier_chunk(int64_t BT, int64_t V);
 /* Bytes of the classifier's logits scratch for BT rows: BT·V fp32 on the CPU; on CUDA one chunk of
- * min(BT, PLAN_CUDA_CLASSIFIER_CHUNK) rows of V rounded up to 128, fp32
- * (ops_cuda_classifier_scratch_bytes). */
+ * plan_classifier_chunk rows of V rounded up to 128, bf16 (ops_cuda_classifier_scratch_bytes). */
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
 typedef struct plan {

@@ -11,6 +11,7 @@
 #include "ops/bf16.h"
 #include "ops/softmax.h"
 #include "ops_cpu.h"
+#include "plan.h"
 
 /* tiny: ragged tiles everywhere (T = 70 is not a multiple of 64), head size 64; hs128: head size
  * 128 (32×32 tiles); long: attention over 9 key tiles, the last one ragged, with one head;
@@ -128,7 +129,11 @@ enum {
   MM_GELU = 2,       /* forward with the GELU epilogue (pre_gelu saved) */
   MM_DINP = 4,       /* backward wants dinp */
   MM_DGELU = 8,      /* backward applies gelu'(pre_gelu) to dinp (the previous layer's fused GELU) */
+  MM_ALIAS = 16,     /* backward writes dinp over inp (the model's c_proj: its input is dead then) */
 };
+
+/* GEMMs run with an epilogue so far: defined by the emulator (tests/gpu/emu), absent on a GPU. */
+long emu_lt_epilogue_runs(int epilogue) __attribute__((weak));
 
 static void check_matmul(const shape *s, const char *label, int C, int OC, int flags) {
   const int BT = s->B * s->T;
@@ -176,7 +181,12 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
   out_t bo[] = {{.name = "dweight", .ref = dw, .dev = d_dw, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_dw},
                 {.name = "dbias", .ref = db, .dev = d_db, .n = (size_t)OC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_db},
                 {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
-  if ((flags & MM_BIAS) && (flags & MM_DINP)) {
+  const long dgelu_runs = emu_lt_epilogue_runs ? emu_lt_epilogue_runs(CUBLASLT_EPILOGUE_DGELU) : 0;
+  if (flags & MM_ALIAS) { /* dinp over a copy of inp */
+    CU(cudaMemcpy(d_dinp, d_inp, nin * sizeof(uint16_t), cudaMemcpyDeviceToDevice));
+    RUN_AND_COMPARE(bname, s->name, 0, bo,
+                    ops_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_dinp, d_w, d_pg, BT, C, OC, &g_ctx));
+  } else if ((flags & MM_BIAS) && (flags & MM_DINP)) {
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
                     ops_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pg, BT, C, OC, &g_ctx));
   } else if (flags & MM_DINP) {
@@ -188,8 +198,17 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
     RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
                     ops_cuda_matmul_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, NULL, BT, C, OC, &g_ctx));
   }
-  /* dinp = dout·Wᵀ and dW += inpᵀ·dout (fp32 read and written), dbias re-reads dout */
-  roofline_add(bname, s->name, 2.0 * (2.0 * nout + 2.0 * nin + nw) + 8.0 * nw, 4.0 * BT * (double)C * OC);
+  if (emu_lt_epilogue_runs && (flags & MM_DGELU)) { /* the fused path where cuBLASLt has it, else the fallback */
+    const long want = C % 8 == 0 ? 1 : 0, got = emu_lt_epilogue_runs(CUBLASLT_EPILOGUE_DGELU) - dgelu_runs;
+    char name[160], detail[96];
+    snprintf(name, sizeof name, "%s[%s] DGELU epilogue %s", bname, s->name, want ? "used" : "refused: fallback");
+    snprintf(detail, sizeof detail, "DGELU GEMMs: expected %ld, got %ld", want, got);
+    verdict(name, got == want, detail);
+  }
+  /* dinp = dout·Wᵀ (reading pre_gelu in the DGELU epilogue) and dW += inpᵀ·dout (fp32 read and
+   * written); dbias re-reads dout */
+  roofline_add(bname, s->name, 2.0 * (2.0 * nout + ((flags & MM_DGELU) ? 3.0 : 2.0) * nin + nw) + 8.0 * nw,
+               4.0 * BT * (double)C * OC);
   free_all();
 }
 
@@ -343,26 +362,103 @@ static void check_elementwise(const shape *s) {
 
 /* ---- fused classifier ---- */
 
-static void check_classifier(const shape *s, int BT, int chunk) {
-  const int C = s->C, V = s->V, Vp = (V + 127) / 128 * 128;
-  const size_t nin = (size_t)BT * C, nw = (size_t)V * C, nwp = (size_t)Vp * C;
-  const float dscale = 1.0f / (float)BT;
+/* The row kernel alone: n rows of bf16 logits at row stride ld (ld = Vp: 128-bit path, its padding
+ * must stay as it was; ld = V odd: the element-by-element path). Rows 1 and 2 are shifted by +1000
+ * and −1000 (only the max-subtracted values matter), row 3 has one large logit. */
+static void check_xent(const shape *s, int n, int ld) {
+  const int V = s->V;
+  const size_t N = (size_t)n * ld;
+  const float dscale = 0.37f / (float)n;
+  float *z = h_bf16_uniform(N, -8, 8), *ref = hbuf((size_t)n * V * sizeof(float)), *losses = h_nan((size_t)n);
+  for (int r = 0; r < n; r++)
+    for (int j = V; j < ld; j++) z[(size_t)r * ld + j] = 0.0f; /* padding: must stay 0 */
+  for (int j = 0; n > 2 && j < V; j++) z[(size_t)ld + j] = bf16_round(1000.0f + z[(size_t)ld + j]);
+  for (int j = 0; n > 2 && j < V; j++) z[(size_t)2 * ld + j] = bf16_round(z[(size_t)2 * ld + j] - 1000.0f);
+  if (n > 3) z[(size_t)3 * ld + V / 2] = 60.0f;
+  int *tgt = h_tokens((size_t)n, V);
+  if (n > 3) tgt[3] = V / 2;
+  for (int r = 0; r < n; r++) memcpy(ref + (size_t)r * V, z + (size_t)r * ld, (size_t)V * sizeof(float));
+  softmax_xent_forward_backward(ref, losses, tgt, n, V, dscale);
+  float *want = hbuf(N * sizeof(float)); /* the gradient rows at stride ld, padding 0 */
+  memcpy(want, z, N * sizeof(float));
+  for (int r = 0; r < n; r++) memcpy(want + (size_t)r * ld, ref + (size_t)r * V, (size_t)V * sizeof(float));
+  void *d_z = d_bf16(z, N);
+  int *d_tgt = d_upload(tgt, (size_t)n * sizeof(int));
+  float *d_losses = d_nan_f32((size_t)n);
   char shape_name[64];
-  snprintf(shape_name, sizeof shape_name, "%s,BT=%d,chunk=%d", s->name, BT, chunk);
+  snprintf(shape_name, sizeof shape_name, "%s,n=%d,ld=%d", s->name, n, ld);
+  out_t o[] = {{.name = "losses", .ref = losses, .dev = d_losses, .n = (size_t)n, .kind = OUT_F32, .tol = TOL_BF16},
+               {.name = "dlogits", .ref = want, .dev = d_z, .n = N, .kind = OUT_BF16, .tol = TOL_BF16}};
+  /* in place, so a second (timed) run would read gradients: time a copy of the logits instead */
+  RUN_AND_COMPARE("classifier_xent", shape_name, 0, o,
+                  ops_cuda_xent_inplace(d_z, d_losses, d_tgt, n, V, ld, dscale, &g_ctx));
+  { /* the same bits again from the same logits: the row reductions go in a fixed order */
+    void *d_z2 = d_bf16(z, N);
+    float *d_losses2 = d_nan_f32((size_t)n);
+    uint16_t *g1 = hbuf(N * 2), *g2 = hbuf(N * 2);
+    float *l1 = hbuf((size_t)n * 4), *l2 = hbuf((size_t)n * 4);
+    const fsdp_status st = ops_cuda_xent_inplace(d_z2, d_losses2, d_tgt, n, V, ld, dscale, &g_ctx);
+    CU(cudaStreamSynchronize(g_ctx.stream));
+    CU(cudaMemcpy(g1, d_z, N * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(g2, d_z2, N * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(l1, d_losses, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(l2, d_losses2, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    char name[160];
+    snprintf(name, sizeof name, "classifier_xent[%s] bitwise reproducible", shape_name);
+    verdict(name, st == FSDP_OK && memcmp(g1, g2, N * 2) == 0 && memcmp(l1, l2, (size_t)n * 4) == 0, "");
+  }
+  if (s->timed) {
+    void *d_t = d_bf16(z, N);
+    float ms = 0;
+    CU(cudaEventRecord(g_ev0, g_ctx.stream));
+    fsdp_status st = ops_cuda_xent_inplace(d_t, d_losses, d_tgt, n, V, ld, dscale, &g_ctx);
+    CU(cudaEventRecord(g_ev1, g_ctx.stream));
+    CU(cudaEventSynchronize(g_ev1));
+    CU(cudaEventElapsedTime(&ms, g_ev0, g_ev1));
+    g_last_ms = st == FSDP_OK ? ms : -1;
+    /* the row read once from memory (the second read hits L2) and written once, in bf16 */
+    roofline_add("classifier_xent", shape_name, 4.0 * n * V + 8.0 * n, 10.0 * n * V);
+  }
+  free_all();
+}
+
+/* dwte and the targets' losses over STEPS micro-steps (dscale = 1/(steps·BT)): each micro-step's
+ * chunks accumulate into the same dwte, as the runtime's do. */
+static fsdp_status classifier_steps(float *losses, ops_bf16 *dinp, float *dwte, void *scratch, const ops_bf16 *inp,
+                                    const ops_bf16 *wte, const int *tgt, int steps, int BT, int C, int V, int chunk,
+                                    float dscale) {
+  for (int k = 0; k < steps; k++)
+    TRY(ops_cuda_classifier_forward_backward(losses + (size_t)k * BT, dinp ? dinp + (size_t)k * BT * C : NULL, dwte,
+                                             scratch, inp + (size_t)k * BT * C, wte, tgt + (size_t)k * BT, BT, C, V,
+                                             chunk, dscale, &g_ctx));
+  return FSDP_OK;
+}
+
+static void check_classifier(const shape *s, int BT, int chunk, int steps) {
+  const int C = s->C, V = s->V, Vp = (V + 127) / 128 * 128;
+  const size_t nin = (size_t)steps * BT * C, nw = (size_t)V * C, nwp = (size_t)Vp * C, nl = (size_t)steps * BT;
+  const float dscale = 1.0f / (float)(steps * BT);
+  char shape_name[64];
+  snprintf(shape_name, sizeof shape_name, "%s,BT=%d,chunk=%d%s", s->name, BT, chunk, steps > 1 ? ",2 steps" : "");
   float *inp = h_bf16_uniform(nin, -1, 1), *wte = h_bf16_uniform(nw, -0.1f, 0.1f);
-  int *tgt = h_tokens((size_t)BT, V);
-  void *d_inp = d_bf16(inp, nin);
+  int *tgt = h_tokens(nl, V);
+  const void *d_inp = d_bf16(inp, nin);
   /* wte padded to Vp rows of NaN: the padding must never be read */
   void *d_wte = d_nan_bf16(nwp), *d_wte_v = d_bf16(wte, nw);
   CU(cudaMemcpy(d_wte, d_wte_v, nw * sizeof(uint16_t), cudaMemcpyDeviceToDevice));
-  int *d_tgt = d_upload(tgt, (size_t)BT * sizeof(int));
+  int *d_tgt = d_upload(tgt, nl * sizeof(int));
   void *scratch = dbuf(ops_cuda_classifier_scratch_bytes(chunk, V));
 
-  float *logits = h_nan((size_t)BT * V), *losses = h_nan((size_t)BT), *dinp = h_nan(nin);
+  /* the CPU twin on logits rounded to bf16, as the GEMM writes them */
+  float *logits = h_nan((size_t)BT * V), *losses = h_nan(nl), *dinp = h_nan(nin);
   float *pre_dwte = h_uniform(nw, -1, 1), *dwte = h_copy(pre_dwte, nw);
-  linear_forward(logits, inp, wte, BT, C, V);   /* the head: wte [V, C] as the weight */
-  softmax_xent_forward_backward(logits, losses, tgt, BT, V, dscale);
-  linear_backward(dinp, dwte, logits, inp, wte, BT, C, V);
+  for (int k = 0; k < steps; k++) {
+    const float *x = inp + (size_t)k * BT * C;
+    linear_forward(logits, x, wte, BT, C, V);   /* the head: wte [V, C] as the weight */
+    for (size_t i = 0; i < (size_t)BT * V; i++) logits[i] = bf16_round(logits[i]);
+    softmax_xent_forward_backward(logits, losses + (size_t)k * BT, tgt + (size_t)k * BT, BT, V, dscale);
+    linear_backward(dinp + (size_t)k * BT * C, dwte, logits, x, wte, BT, C, V);
+  }
 
   /* dwte padded to Vp rows of 7.0: they must stay 7.0 */
   float *pad = hbuf((nwp - nw) * sizeof(float));
@@ -370,25 +466,52 @@ static void check_classifier(const shape *s, int BT, int chunk) {
   float *d_dwte = dbuf(nwp * sizeof(float));
   CU(cudaMemcpy(d_dwte, pre_dwte, nw * sizeof(float), cudaMemcpyHostToDevice));
   CU(cudaMemcpy(d_dwte + nw, pad, (nwp - nw) * sizeof(float), cudaMemcpyHostToDevice));
-  float *d_losses = d_nan_f32((size_t)BT), *d_losses_fwd = d_nan_f32((size_t)BT);
+  float *d_losses = d_nan_f32(nl), *d_losses_fwd = d_nan_f32(nl);
   void *d_dinp = d_nan_bf16(nin);
-  out_t o[] = {{.name = "losses", .ref = losses, .dev = d_losses, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_BF16},
+  out_t o[] = {{.name = "losses", .ref = losses, .dev = d_losses, .n = nl, .kind = OUT_F32, .tol = TOL_BF16},
                {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16},
                {.name = "dwte", .ref = dwte, .dev = d_dwte, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_dwte}};
   RUN_AND_COMPARE("classifier_forward_backward", shape_name, s->timed, o,
-                  ops_cuda_classifier_forward_backward(d_losses, d_dinp, d_dwte, scratch, d_inp, d_wte, d_tgt, BT, C,
-                                                       V, chunk, dscale, &g_ctx));
+                  classifier_steps(d_losses, d_dinp, d_dwte, scratch, d_inp, d_wte, d_tgt, steps, BT, C, V, chunk,
+                                   dscale));
+  /* three GEMMs of 2·BT·V·C; the bf16 logits written, read and rewritten by the row kernel, read
+   * by both backward GEMMs; per chunk, wte read by two GEMMs and dwte (fp32) read and written
+   * once; inp read by two GEMMs, dinp written */
+  const double chunks = (double)((BT + chunk - 1) / chunk);
+  roofline_add("classifier_forward_backward", shape_name,
+               steps * (2.0 * BT * V * 5 + (4.0 + 8.0) * nw * chunks + 2.0 * 3 * BT * C),
+               steps * 6.0 * BT * (double)V * C);
   float *got_pad = hbuf((nwp - nw) * sizeof(float));
   CU(cudaMemcpy(got_pad, d_dwte + nw, (nwp - nw) * sizeof(float), cudaMemcpyDeviceToHost));
   char name[160];
   snprintf(name, sizeof name, "classifier_forward_backward[%s] dwte padding rows untouched", shape_name);
   verdict(name, memcmp(got_pad, pad, (nwp - nw) * sizeof(float)) == 0, "");
 
-  out_t fo[] = {{.name = "losses (loss only)", .ref = losses, .dev = d_losses_fwd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_BF16}};
-  RUN_AND_COMPARE("classifier_forward_backward", shape_name, s->timed, fo,
-                  ops_cuda_classifier_forward_backward(d_losses_fwd, NULL, NULL, scratch, d_inp, d_wte, d_tgt, BT, C,
-                                                       V, chunk, dscale, &g_ctx));
+  out_t fo[] = {{.name = "losses (loss only)", .ref = losses, .dev = d_losses_fwd, .n = nl, .kind = OUT_F32, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("classifier_forward_backward", shape_name, 0, fo,
+                  classifier_steps(d_losses_fwd, NULL, NULL, scratch, d_inp, d_wte, d_tgt, steps, BT, C, V, chunk,
+                                   dscale));
   free_all();
+}
+
+/* The device's classifier scratch (ops_cuda_classifier_scratch_bytes of plan_classifier_chunk
+ * rows) is exactly the planner's logits slot (plan_logits_bytes), for GPT-2's, Llama 3's and odd
+ * vocabularies at several B·T. */
+static void check_classifier_plan(void) {
+  static const int64_t bt[] = {1, 12, 1024, 16384, 50000, 131072}, v[] = {16, 37, 50257, 128256};
+  int ok = 1;
+  char detail[160] = "";
+  for (size_t i = 0; i < sizeof bt / sizeof *bt; i++)
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++) {
+      const int64_t chunk = plan_classifier_chunk(bt[i], v[j]), plan = plan_logits_bytes(DEVICE_CUDA, bt[i], v[j]);
+      const size_t dev = ops_cuda_classifier_scratch_bytes((int)chunk, (int)v[j]);
+      if ((int64_t)dev != plan && ok) {
+        ok = 0;
+        snprintf(detail, sizeof detail, "BT=%lld V=%lld: device %zu bytes, plan %lld", (long long)bt[i],
+                 (long long)v[j], dev, (long long)plan);
+      }
+    }
+  verdict("classifier scratch = the planner's logits bytes", ok, detail);
 }
 
 static void check_shape(const shape *s) {
@@ -407,11 +530,22 @@ static void check_shape(const shape *s) {
     check_matmul(s, "no bias, gelu", s->C, 2 * s->C, MM_GELU | MM_DINP);
     check_matmul(s, "odd OC=37 gelu", s->C, 37, MM_BIAS | MM_GELU | MM_DINP);
     check_matmul(s, "odd OC=37", s->C, 37, MM_BIAS | MM_DINP);   /* no BIAS-epilogue algorithm: the bias kernel */
+    check_matmul(s, "dinp over inp, dgelu", s->C, 2 * s->C, MM_BIAS | MM_DINP | MM_DGELU | MM_ALIAS);
+    check_matmul(s, "odd C=37 dgelu", 37, 64, MM_BIAS | MM_DINP | MM_DGELU);   /* no DGELU algorithm: the kernel */
   }
   check_attention(s, s->NH);
   check_elementwise(s);
-  if (s->timed) check_classifier(s, 1024, 384);
-  else check_classifier(s, s->B * s->T, 64);
+  if (s->timed) { /* the GPU: the planner's one chunk; then three chunks over two micro-steps */
+    check_xent(s, s->B * s->T, (s->V + 127) / 128 * 128);
+    check_classifier(s, 1024, (int)plan_classifier_chunk(1024, s->V), 1);
+    check_classifier(s, 1024, 384, 2);
+  } else {
+    check_xent(s, 9, (s->V + 127) / 128 * 128);
+    check_xent(s, 9, s->V);   /* an odd row stride: the element-by-element path */
+    check_classifier(s, s->B * s->T, 64, 1);
+    check_classifier(s, s->T, 32, 2);   /* three chunks (32, 32, 6) in each of two micro-steps */
+    check_classifier_plan();
+  }
   fflush(stdout);
 }
 

@@ -33,6 +33,7 @@ KERNELS = {
     "residual_layernorm_kernel": "normalization",
     "rmsnorm_forward_kernel": "normalization", "rmsnorm_dinp_kernel": "normalization",
     "sumsq_partial_kernel": "reduction", "colsum_partial_kernel": "reduction",
+    "xent_fused_kernel": "softmax",
 }
 
 ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")

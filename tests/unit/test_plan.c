@@ -271,9 +271,9 @@ static void test_memory_model(void) {
  * backward's attention scratch DATT = B·H·T·(hs + 1) = 24·5 = 120 (row sums, cuDNN's dQ accumulator).
  *   block_saved = 16·96 + 4·12 + 24 = 1608; block_bytes = 2·16·96 + 4·(4·12 + 24) = 3360
  *   root_bytes = 2·2·96 + 4·2·12 = 480; activations = 3·3360 + 480 + 8·12·2 = 10752
- *   logits scratch: one chunk of min(12, 1024) rows of V = 16 padded to 128, fp32: 4·12·128 = 6144
- *   head_ws_bytes = 6144 + 4·12 + 2·96 = 6384; bwd_ws_bytes = 2·7·96 + 4·120 = 1824
- *   workspace = 6384 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
+ *   logits scratch: one chunk of all 12 rows of V = 16 padded to 128, bf16: 2·12·128 = 3072
+ *   head_ws_bytes = 3072 + 4·12 + 2·96 = 3312; bwd_ws_bytes = 2·7·96 + 4·120 = 1824
+ *   workspace = 3312 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
 static void test_cuda_memory(void) {
   plan_t *p = NULL;
   jobspec_t s = tiny_mem_spec();
@@ -283,17 +283,17 @@ static void test_cuda_memory(void) {
   CHECK_EQ_INT(96, plan_attention_floats(DEVICE_CPU, 3, 4, 2));
   CHECK_EQ_INT(120, plan_attention_scratch_floats(DEVICE_CUDA, 3, 4, 2, 4));
   CHECK_EQ_INT(96, plan_attention_scratch_floats(DEVICE_CPU, 3, 4, 2, 4));
-  CHECK_EQ_INT(6144, plan_logits_bytes(DEVICE_CUDA, 12, 16));
+  CHECK_EQ_INT(3072, plan_logits_bytes(DEVICE_CUDA, 12, 16));
   CHECK_EQ_INT(4 * 12 * 16, plan_logits_bytes(DEVICE_CPU, 12, 16));
   CHECK_EQ_INT(1608, p->act.block_saved);
   CHECK_EQ_INT(3360, p->act.block_bytes);
   CHECK_EQ_INT(480, p->act.root_bytes);
-  CHECK_EQ_INT(1536 + 12 + 96, p->act.head_ws);
+  CHECK_EQ_INT(768 + 12 + 96, p->act.head_ws);
   CHECK_EQ_INT(7 * 96 + 120, p->act.bwd_ws);
-  CHECK_EQ_INT(6384, p->act.head_ws_bytes);
+  CHECK_EQ_INT(3312, p->act.head_ws_bytes);
   CHECK_EQ_INT(1824, p->act.bwd_ws_bytes);
   CHECK_EQ_INT(10752, p->mem[MEM_ACTIVATIONS]);
-  CHECK_EQ_INT(6384 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
+  CHECK_EQ_INT(3312 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
   /* the shards, gathers and reductions do not depend on the device (fp32 params: converted to bf16) */
   CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);
   CHECK_EQ_INT(4 * (256 + 2 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
@@ -332,16 +332,32 @@ static void test_cuda_memory(void) {
 }
 
 /* The logits slot is also the backward's dres: at least BTC act elements. CUDA, V = 16 (Vp 128),
- * C = 128, B·T = 4096: the chunk 4·1024·128 = 524,288 bytes < 2·BTC = 1,048,576, so the slot is
- * 2·BTC: head_ws_bytes = 1,048,576 + 4·4096 + 2·524,288 = 2,113,536. */
+ * C = 256, B·T = 4096: the logits 2·4096·128 = 1,048,576 bytes < 2·BTC = 2,097,152, so the slot is
+ * 2·BTC: head_ws_bytes = 2,097,152 + 4·4096 + 2·1,048,576 = 4,210,688. */
 static void test_logits_slot(void) {
-  jobspec_t s = spec_of(1, 2, 128, 16, 1024);
+  jobspec_t s = spec_of(1, 2, 256, 16, 1024);
   s.batch_size = 4;
   s.device = DEVICE_CUDA;
   plan_t *p = NULL;
   CHECK_OK(plan_build(&s, 1, &p));
-  CHECK_EQ_INT(2113536, p ? p->act.head_ws_bytes : 0);
+  CHECK_EQ_INT(4210688, p ? p->act.head_ws_bytes : 0);
   plan_destroy(&p);
+}
+
+/* The classifier's chunk on CUDA: every row while the bf16 logits fit in 2 GiB, else the fewest
+ * equal chunks. GPT-2 (Vp = 50,304: 100,608 bytes a row, 21,345 rows fit): B·T = 16,384 is one
+ * chunk of 1.65 GB; 32,768 two of 16,384; 50,000 three of 16,667. Llama 3 (V = 128,256, 8,371 rows
+ * fit): 16,384 rows are two chunks of 8,192. */
+static void test_classifier_chunk(void) {
+  CHECK_EQ_INT(16384, plan_classifier_chunk(16384, 50257));
+  CHECK_EQ_INT(2 * 16384 * 50304, plan_logits_bytes(DEVICE_CUDA, 16384, 50257));
+  CHECK_EQ_INT(16384, plan_classifier_chunk(32768, 50257));
+  CHECK_EQ_INT(16667, plan_classifier_chunk(50000, 50257));
+  CHECK_EQ_INT(8192, plan_classifier_chunk(16384, 128256));
+  CHECK_EQ_INT(12, plan_classifier_chunk(12, 16));
+  CHECK(2 * plan_classifier_chunk(1 << 20, 50257) * 50304 <= PLAN_CUDA_LOGITS_MAX_BYTES);
+  CHECK_EQ_INT(1, plan_classifier_chunk(3, (int64_t)1 << 31));   /* one row larger than the budget */
+  CHECK_EQ_INT(0, plan_classifier_chunk(0, 50257));
 }
 
 /* At a fixed B·T the CUDA activations (and workspace) do not grow with T: the fused attention
@@ -713,6 +729,7 @@ int main(void) {
   test_cuda_memory();
   test_cuda_act_flat_in_t();
   test_logits_slot();
+  test_classifier_chunk();
   test_min_world();
   test_bad_input();
   test_json_and_table();

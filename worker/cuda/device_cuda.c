@@ -10,7 +10,7 @@
  * The device's own buffers, allocated once: the ops workspace (PLAN_CUDA_WORKSPACE_BYTES) and a few
  * device scalars (PLAN_CUDA_SCALAR_BYTES) at creation, AdamW's decay-segment table at bind() — all
  * under MEM_WORKSPACE, as plan.c predicts. The classifier's logits scratch is the model's (its
- * head workspace, dev_logits_bytes: one chunk of PLAN_CUDA_CLASSIFIER_CHUNK rows).
+ * head workspace, dev_logits_bytes: one chunk of plan_classifier_chunk rows, bf16).
  *
  * Errors: the dev ops return void, so the first failure (a refused launch or cuBLASLt call, with
  * its text) is kept in the device (sticky); later stream ops are skipped, and sync(), upload() and
@@ -597,10 +597,15 @@ static void cu_matmul_gelu_forward(device_t *dd, void *out, void *pre, const voi
   OP(d, ops_cuda_matmul_forward(out, pre, inp, w, bias, BT, C, OC, &d->ctx), "matmul_gelu_forward");
 }
 
+static void cu_matmul_backward_gelu(device_t *dd, void *dinp, float *dw, float *db, const void *dout,
+                                    const void *inp, const void *w, const void *pre, int BT, int C, int OC) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_matmul_backward(dinp, dw, db, dout, inp, w, pre, BT, C, OC, &d->ctx), "matmul_backward");
+}
+
 static void cu_matmul_backward(device_t *dd, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                                const void *w, int BT, int C, int OC) {
-  cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_matmul_backward(dinp, dw, db, dout, inp, w, NULL, BT, C, OC, &d->ctx), "matmul_backward");
+  cu_matmul_backward_gelu(dd, dinp, dw, db, dout, inp, w, NULL, BT, C, OC);
 }
 
 static void cu_attention_forward(device_t *dd, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
@@ -641,14 +646,7 @@ static void cu_residual_layernorm_forward(device_t *dd, void *res, void *out, fl
 static void cu_classifier(device_t *dd, void *dinp, float *dwte, float *losses, float *loss_acc, void *logits,
                           const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale) {
   cuda_dev *d = cd(dd);
-  if (d->err != FSDP_OK) return;
-  int chunk = BT < PLAN_CUDA_CLASSIFIER_CHUNK ? BT : PLAN_CUDA_CLASSIFIER_CHUNK;
-  if ((int64_t)ops_cuda_classifier_scratch_bytes(chunk, V) > dev_logits_bytes(dd, BT, V)) {
-    d->err = FSDP_ERR_INTERNAL;
-    snprintf(d->msg, sizeof d->msg, "classifier: the logits scratch (%lld bytes) is smaller than the kernels need (%zu)",
-             (long long)dev_logits_bytes(dd, BT, V), ops_cuda_classifier_scratch_bytes(chunk, V));
-    return;
-  }
+  const int chunk = (int)plan_classifier_chunk(BT, V); /* the rows of dev_logits_bytes (gpu_check checks) */
   OP(d, ops_cuda_classifier_forward_backward(losses, dinp, dwte, logits, inp, wte, targets, BT, C, V, chunk, dscale,
                                              &d->ctx), "classifier");
   OP(d, ops_cuda_loss_sum(loss_acc, losses, BT, &d->ctx), "classifier loss sum");
@@ -731,6 +729,7 @@ static const dev_ops cuda_ops = {
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
     .matmul_backward = cu_matmul_backward, .matmul_gelu_forward = cu_matmul_gelu_forward,
+    .matmul_backward_gelu = cu_matmul_backward_gelu,
     .attention_forward = cu_attention_forward, .attention_backward = cu_attention_backward, .gelu_forward = cu_gelu_forward, .gelu_backward = cu_gelu_backward,
     .residual_forward = cu_residual_forward, .residual_layernorm_forward = cu_residual_layernorm_forward,
     .classifier = cu_classifier, .linear_forward = cu_linear_forward,

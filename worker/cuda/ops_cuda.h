@@ -103,11 +103,13 @@ fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *d
  * that epilogue, a BIAS GEMM into pre_gelu plus ops_cuda_gelu_forward gives the same function). */
 fsdp_status ops_cuda_matmul_forward(ops_bf16 *out, ops_bf16 *pre_gelu, const ops_bf16 *inp, const ops_bf16 *weight,
                                     const ops_bf16 *bias, int BT, int C, int OC, const ops_cuda_ctx *ctx);
-/* dinp (bf16, assigned) = dout @ weightᵀ, then, when pre_gelu is non-NULL, dinp ·= gelu'(pre_gelu)
- * (an in-place elementwise kernel from the pre-activation saved by the forward: the backward of
- * a GELU that was fused into the PREVIOUS matmul's forward; dinp is then (BT, C) = pre_gelu's shape).
- * dweight (fp32, C×OC) += inpᵀ @ dout (cuBLASLt, beta 1). dbias (fp32) += column sums of dout by a
- * deterministic two-pass reduction (64·OC floats of workspace). dinp and dbias may be NULL. */
+/* dweight (fp32, C×OC) += inpᵀ @ dout (cuBLASLt, beta 1), dbias (fp32) += column sums of dout by a
+ * deterministic two-pass reduction (64·OC floats of workspace), then dinp (bf16, assigned) = dout @
+ * weightᵀ; when pre_gelu is non-NULL, dinp = (dout @ weightᵀ)·gelu'(pre_gelu), the backward of a GELU
+ * fused into the PREVIOUS matmul's forward (pre_gelu its saved pre-activation, (BT, C) like dinp),
+ * in the GEMM's DGELU epilogue (gelu' on the fp32 product, one rounding), or, where cuBLASLt has no
+ * algorithm for it, a plain GEMM and an elementwise kernel. dinp may be inp (the weight gradient is
+ * taken first). dinp and dbias may be NULL. */
 fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
                                      const ops_bf16 *inp, const ops_bf16 *weight, const ops_bf16 *pre_gelu, int BT,
                                      int C, int OC, const ops_cuda_ctx *ctx);
@@ -188,20 +190,27 @@ fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const op
 /* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
  * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded
  * to more rows (llm.c's Vp) works and its padding never matters; targets (BT) ints.
- * Rows go in chunks of `chunk` rows. Per chunk: logits (fp32, row stride Vp = V rounded up to a
- * multiple of 128) = inp_chunk @ wteᵀ (cuBLASLt); one block per row computes its loss and
- * overwrites the row IN PLACE with dlogits = dscale·(softmax − onehot) in bf16 (row stride 2·Vp
- * bf16, inside the same bytes); then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
- * rows [0,V) only) += dlogitsᵀ @ inp_chunk. losses (BT) fp32 assigned: −log softmax[target]; a
- * target outside [0, V) gives a NaN loss and a gradient of dscale·softmax (as on the CPU).
+ * Rows go in chunks of `chunk` rows (plan_classifier_chunk: all of them where they fit). Per chunk:
+ * logits (bf16, row stride Vp = V rounded up to a multiple of 128) = inp_chunk @ wteᵀ (cuBLASLt);
+ * ops_cuda_xent_inplace computes each row's loss and overwrites the row IN PLACE with dlogits =
+ * dscale·(softmax − onehot) in bf16; then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
+ * rows [0,V) only) += dlogitsᵀ @ inp_chunk, accumulated by the GEMM itself (beta = 1). losses (BT)
+ * fp32 assigned: −log softmax[target]; a target outside [0, V) gives a NaN loss and a gradient of
+ * dscale·softmax (as on the CPU). dscale is the runtime's 1/(tokens of the step): the mean over B·T
+ * and the micro-steps.
  * dinp and dwte both NULL: forward only (losses; evaluation).
- * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·4 (GPT-2, chunk
- * 1024: 196.5 MiB; chunk 256: 49.1 MiB). Full logits are never held: only one chunk. */
+ * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·2 (GPT-2, chunk
+ * 16384: 1.65 GB; chunk 1024: 103 MB). */
 size_t ops_cuda_classifier_scratch_bytes(int chunk, int V);
 fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, float *dwte, void *logits_scratch,
                                                  const ops_bf16 *inp, const ops_bf16 *wte, const int *targets,
                                                  int BT, int C, int V, int chunk, float dscale,
                                                  const ops_cuda_ctx *ctx);
+/* The classifier's row kernel alone: n rows of bf16 logits (V columns, row stride ld): losses (n)
+ * assigned, each row overwritten by its dlogits as above. One block per row, two reads of the row
+ * (the second mostly from L2) and one write, 128-bit where the rows are 16-byte aligned. */
+fsdp_status ops_cuda_xent_inplace(ops_bf16 *logits, float *losses, const int *targets, int n, int V, int64_t ld,
+                                  float dscale, const ops_cuda_ctx *ctx);
 
 /* ---- AdamW over a flat fp32 shard, in one kernel ----
  * Exactly optim_adamw_shard's update (worker/model/optim.h, torch.optim.AdamW) with the per-step

@@ -1,22 +1,28 @@
 /* ops_cuda_classifier — the fused tied head: logits, softmax + cross-entropy + dlogits in place,
  * and the head's backward, chunk by chunk of rows (see ops_cuda.h for the contract).
  *
- * Memory: one chunk of logits at a time, fp32 with row stride Vp (V rounded up to 128, so every
- * row starts 512-byte aligned for the GEMMs). The softmax kernel turns each fp32 row into its bf16
- * dlogits in place, in the first half of the row's own bytes (bf16 row stride 2·Vp): one buffer of
- * chunk·Vp·4 bytes serves both. The logits are kept in fp32 (not bf16) because a logit of
- * magnitude ~10 rounded to bf16 is off by ~0.04, which would move the probabilities by ~4%; only
- * the gradient, which feeds bf16 GEMMs anyway, is rounded.
+ * Memory and traffic: one chunk of bf16 logits at a time, row stride Vp (V rounded up to 128, so
+ * every row starts 256-byte aligned for the GEMMs and the kernel's 128-bit accesses). The chunk is
+ * as large as the caller's budget allows (plan_classifier_chunk: GPT-2 at B·T = 16384 is one
+ * chunk), because each chunk's dwte GEMM reads and writes the whole fp32 dwte (beta = 1): 16 chunks
+ * of 1024 rows moved ~4.9 GB of dwte for GPT-2, one chunk 0.3 GB. Per chunk the logits are written
+ * once by their GEMM, read twice by xent_fused_kernel (the second read of a ~100 KB row mostly from
+ * L2) and overwritten in place by their gradient, which the two backward GEMMs read.
+ *
+ * Precision: the logits are rounded to bf16 by their GEMM, as llm.c and PyTorch's bf16 autocast
+ * do: a logit of magnitude m is off by up to m·2⁻⁹ (0.02 at 10, 0.25 at 100), which moves a
+ * token's loss by as much and the mean loss over many tokens by far less. The softmax takes
+ * 2^((z − max)·log2 e) from exp2f (one MUFU.EX2 per element, ≤ 2 ulp), not ops_expf's polynomial:
+ * the gradient is rounded to bf16 anyway.
  *
  * The GEMMs (column-major view, see ops_cuda_matmul.cu) read only rows [0, V) of wte and write only
  * rows [0, V) of dwte, so the vocabulary padding of a caller's buffer is never touched:
- *   logits(V×n, ld Vp)   = wte(C×V stored, transposed)·inp_chunk(C×n)
- *   dinp_chunk(C×n)      = wte(C×V)·dlogits(V×n, ld 2·Vp)
- *   dwte(C×V)           += inp_chunk(C×n)·dlogits(V×n)ᵀ
+ *   logits(V×n, ld Vp, bf16) = wte(C×V stored, transposed)·inp_chunk(C×n)
+ *   dinp_chunk(C×n)          = wte(C×V)·dlogits(V×n, ld Vp)
+ *   dwte(C×V, fp32)         += inp_chunk(C×n)·dlogits(V×n)ᵀ
  */
 #include "ops_cuda_common.cuh"
 
-#include "ops/exp.h"
 #include "ops/softmax.h"
 
 #define XENT_THREADS 1024
@@ -25,39 +31,95 @@ static int64_t padded_vocab(int V) { return ((int64_t)V + 127) / 128 * 128; }
 
 size_t ops_cuda_classifier_scratch_bytes(int chunk, int V) {
   if (chunk <= 0 || V <= 0) return 0;
-  return (size_t)chunk * (size_t)padded_vocab(V) * sizeof(float);
+  return (size_t)chunk * (size_t)padded_vocab(V) * sizeof(ops_bf16);
 }
 
-/* One block per row: the row's loss, then its dlogits written over it in bf16.
- * In place without a race: the bf16 write of element j lands in the bytes of fp32 element j/2.
- * The write pass goes in tiles of blockDim.x elements, reading tile k into registers, then a
- * barrier, then writing it: tile k's writes cover fp32 elements [k·bd/2, (k+1)·bd/2), all inside
- * tiles 0..k, whose reads are finished by then; later tiles' elements are never written early. */
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_inplace_kernel(float *__restrict__ logits, float *__restrict__ losses, const int *__restrict__ targets,
-                        int V, int64_t Vp, float dscale) {
-  __shared__ float redf[32];
-  __shared__ double redd[32];
-  const int64_t r = blockIdx.x;
-  float *z = logits + r * Vp;
-  ops_bf16 *dl = reinterpret_cast<ops_bf16 *>(z);
-  const int tgt = targets[r];
-  const bool valid = tgt >= 0 && tgt < V;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, z[j]);
-  mx = block_max(mx, redf);
-  const float zt = valid ? z[tgt] : 0.0f;
-  double sum = 0.0; /* Σ exp in double, as on the CPU */
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)ops_expf(z[j] - mx);
-  sum = block_sum(sum, redd); /* its barriers order every read above before the writes below */
-  if (threadIdx.x == 0) losses[r] = valid ? (float)xent_loss(zt, mx, sum) : NAN;
-  const float inv = (float)(1.0 / sum);
-  for (int j0 = 0; j0 < V; j0 += blockDim.x) {
-    const int j = j0 + threadIdx.x;
-    const float zj = j < V ? z[j] : 0.0f;
-    __syncthreads();
-    if (j < V) dl[j] = tobf(xent_dlogit(ops_expf(zj - mx) * inv, j == tgt, dscale));
+/* 8 fp32 → bf16 stored with the streaming hint (st.global.cs): this kernel never reads the gradient
+ * back, so it should not push the rows still to be read out of L2. */
+__device__ __forceinline__ void st8cs(ops_bf16 *p, const float *f) {
+  ops_bf16 h[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) h[k] = tobf(f[k]);
+  int4 r;
+  memcpy(&r, h, 16);
+  __stcs(reinterpret_cast<int4 *>(p), r);
+}
+
+/* The columns of one row: VEC, BODYP(j) for every whole pack of 8 [j, j + 8) (thread t takes packs
+ * t, t + blockDim, ...), then the V mod 8 columns left over one to a thread, outside any loop;
+ * else BODY1(j) for every column. Both passes of the kernel give a thread the same columns. */
+template <bool VEC, class FP, class F1> __device__ __forceinline__ void xent_row_loop(int V, FP bodyp, F1 body1) {
+  if (VEC) {
+    const int nv = V / 8 * 8;
+    for (int j = threadIdx.x * 8; j < nv; j += blockDim.x * 8) bodyp(j);
+    if (nv + (int)threadIdx.x < V) body1(nv + threadIdx.x);
+  } else {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) body1(j);
   }
+}
+
+/* One block per row: the row's max and Σ e^(z − max) in one online pass (each thread keeps its own
+ * max and rescales its sum when the max grows; the block then combines them in a fixed order, so
+ * the bits never vary), the loss, then a second pass that overwrites each logit with its gradient
+ * dscale·(softmax − onehot), in bf16, in place: a thread writes only the columns it read. Rows go
+ * last first, as llm.c's do: the GEMM wrote the last rows last, so they are the likeliest in L2. */
+template <bool VEC>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_fused_kernel(ops_bf16 *__restrict__ logits, float *__restrict__ losses, const int *__restrict__ targets,
+                      int V, int64_t Vp, float dscale) {
+  __shared__ float red[32];
+  const int64_t row = (int64_t)gridDim.x - 1 - blockIdx.x;
+  ops_bf16 *z = logits + row * Vp;
+  const int tgt = targets[row];
+  const bool valid = tgt >= 0 && tgt < V;
+  const float zt = valid && threadIdx.x == 0 ? ldbf(z + tgt) : 0.0f; /* read before any write */
+  float mx = -INFINITY, s = 0.0f;
+  auto online = [&](const float *x, int n) {
+    float m = mx;
+    for (int k = 0; k < n; k++) m = fmaxf(m, x[k]);
+    if (m > mx) s *= exp2f((mx - m) * OPS_LOG2E), mx = m; /* mx = −inf: s is 0 and stays 0 */
+    for (int k = 0; k < n; k++) s += exp2f((x[k] - mx) * OPS_LOG2E);
+  };
+  xent_row_loop<VEC>(
+      V,
+      [&](int j) {
+        float x[8];
+        ld8(x, z + j);
+        online(x, 8);
+      },
+      [&](int j) {
+        const float x = ldbf(z + j);
+        online(&x, 1);
+      });
+  const float rmax = block_max(mx, red);
+  const float sum = block_sum(mx == -INFINITY ? 0.0f : s * exp2f((mx - rmax) * OPS_LOG2E), red);
+  if (threadIdx.x == 0) losses[row] = valid ? (float)xent_loss(zt, rmax, (double)sum) : NAN;
+  const float inv = 1.0f / sum;
+  auto grad = [&](float x, int j) { return xent_dlogit(exp2f((x - rmax) * OPS_LOG2E) * inv, j == tgt, dscale); };
+  xent_row_loop<VEC>(
+      V,
+      [&](int j) {
+        float x[8];
+        ld8(x, z + j);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = grad(x[k], j + k);
+        st8cs(z + j, x);
+      },
+      [&](int j) { __stcs(z + j, tobf(grad(ldbf(z + j), j))); });
+}
+
+fsdp_status ops_cuda_xent_inplace(ops_bf16 *logits, float *losses, const int *targets, int n, int V, int64_t ld,
+                                  float dscale, const ops_cuda_ctx *ctx) {
+  static const char *what = "classifier (softmax, cross-entropy)";
+  if (n <= 0) return FSDP_OK;
+  if (V <= 0 || ld < V)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: V=%d ld=%lld: need 0 < V <= ld", what, V, (long long)ld);
+  if (ld % 8 == 0 && ops_aligned16(logits))
+    xent_fused_kernel<true><<<n, XENT_THREADS, 0, ctx->stream>>>(logits, losses, targets, V, ld, dscale);
+  else
+    xent_fused_kernel<false><<<n, XENT_THREADS, 0, ctx->stream>>>(logits, losses, targets, V, ld, dscale);
+  LAUNCH_CHECK(what);
+  return FSDP_OK;
 }
 
 fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, float *dwte, void *logits_scratch,
@@ -73,19 +135,17 @@ fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, 
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: dinp and dwte must be both set (training) or both NULL (loss only)",
                           what);
   const int64_t Vp = padded_vocab(V);
-  float *logits = (float *)logits_scratch;
-  const ops_bf16 *dlogits = (const ops_bf16 *)logits_scratch;
+  ops_bf16 *logits = (ops_bf16 *)logits_scratch;
   for (int r0 = 0; r0 < BT; r0 += chunk) {
     const int n = BT - r0 < chunk ? BT - r0 : chunk;
     const ops_bf16 *x = inp + (int64_t)r0 * C;
-    TRY(ops_lt_gemm(ctx, "classifier (logits)", 1, 0, V, n, C, wte, C, x, C, logits, Vp, 1, 0,
+    TRY(ops_lt_gemm(ctx, "classifier (logits)", 1, 0, V, n, C, wte, C, x, C, logits, Vp, 0, 0,
                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
-    xent_inplace_kernel<<<n, XENT_THREADS, 0, ctx->stream>>>(logits, losses + r0, targets + r0, V, Vp, dscale);
-    LAUNCH_CHECK("classifier (softmax, cross-entropy)");
+    TRY(ops_cuda_xent_inplace(logits, losses + r0, targets + r0, n, V, Vp, dscale, ctx));
     if (!dinp) continue;
-    TRY(ops_lt_gemm(ctx, "classifier (dinp)", 0, 0, C, n, V, wte, C, dlogits, 2 * Vp, dinp + (int64_t)r0 * C, C, 0,
-                    0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
-    TRY(ops_lt_gemm(ctx, "classifier (dwte)", 0, 1, C, V, n, x, C, dlogits, 2 * Vp, dwte, C, 1, 1,
+    TRY(ops_lt_gemm(ctx, "classifier (dinp)", 0, 0, C, n, V, wte, C, logits, Vp, dinp + (int64_t)r0 * C, C, 0, 0,
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+    TRY(ops_lt_gemm(ctx, "classifier (dwte)", 0, 1, C, V, n, x, C, logits, Vp, dwte, C, 1, 1,
                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
   }
   return FSDP_OK;

@@ -193,7 +193,8 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 
 /* Column-major cuBLASLt GEMM: D[m,n] = op(A)[m,k]·op(B)[k,n] (+ D when beta_one), A and B bf16, fp32
  * compute; D is bf16 (d_f32 = 0) or fp32 (d_f32 = 1). epilogue: CUBLASLT_EPILOGUE_DEFAULT, _BIAS
- * (bias: m bf16), _GELU_AUX(_BIAS) (aux: m×n bf16, leading dimension ldaux). Returns
+ * (bias: m bf16), _GELU_AUX(_BIAS) (aux: m×n bf16 written, leading dimension ldaux), _DGELU (the
+ * same aux read: D = gelu'(aux)·product; beta 0). Returns
  * FSDP_ERR_UNSUPPORTED (with a message) when cuBLASLt has no algorithm for the combination, so the
  * caller can fall back to a plainer epilogue. ops_cuda_matmul.cu. */
 fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,

@@ -1,14 +1,17 @@
 /* ops_cuda_matmul — the Conv1D matmuls through cuBLASLt (bf16 operands, fp32 compute), their
- * epilogues, and the deterministic column sums behind dbias (see ops_cuda.h).
+ * epilogues (BIAS, GELU_AUX_BIAS forward, DGELU backward), and the deterministic column sums behind
+ * dbias (see ops_cuda.h).
  *
  * Row-major to column-major: cuBLASLt is column-major, and a row-major (r, c) matrix is the
  * column-major (c, r) one with the same bytes. So out[BT,OC] = inp[BT,C]·W[C,OC] is computed as
  * outᵀ(OC×BT) = Wᵀ(OC×C)·inpᵀ(C×BT), with W and inp used as stored (no transposes), and the bias
  * (length OC = the column-major m) fits cuBLASLt's BIAS epilogue, which broadcasts along n.
  *
- * dbias is not taken from cuBLASLt's BGRAD epilogues (their support depends on layouts and
- * versions that cannot be checked here without a GPU): a two-pass column sum over fixed row slices
- * (ops_colsum_splits) is deterministic and cheap next to the GEMMs.
+ * dbias is not taken from cuBLASLt's BGRAD epilogues (DGELU_BGRAD, BGRADB): their documentation
+ * promises no reduction order, so their bits could vary with the algorithm the heuristic picks, and
+ * their support depends on layouts and versions that cannot be checked here without a GPU. A
+ * two-pass column sum over fixed row slices (ops_colsum_splits, 128-bit loads) is deterministic and
+ * reads dout once (BT·OC·2 bytes), cheap next to the GEMMs.
  */
 #include "ops_cuda_common.cuh"
 
@@ -220,19 +223,21 @@ fsdp_status ops_cuda_matmul_forward(ops_bf16 *out, ops_bf16 *pre_gelu, const ops
 fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
                                      const ops_bf16 *inp, const ops_bf16 *weight, const ops_bf16 *pre_gelu, int BT,
                                      int C, int OC, const ops_cuda_ctx *ctx) {
+  static const char *what = "matmul_backward (dinp)";
   if (BT <= 0 || C <= 0 || OC <= 0) return FSDP_OK;
-  fsdp_status rc;
-  if (dinp) {
-    /* dinpᵀ(C×BT) = W(C×OC: stored OC×C, transposed)·doutᵀ(OC×BT) */
-    rc = ops_lt_gemm(ctx, "matmul_backward (dinp)", 1, 0, C, BT, OC, weight, OC, dout, OC, dinp, C, 0, 0,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
-    TRY(rc);
-    if (pre_gelu) TRY(ops_cuda_gelu_backward(dinp, pre_gelu, dinp, (int64_t)BT * C, ctx));
-  }
-  /* dWᵀ(OC×C) += doutᵀ(OC×BT)·inp(BT×C: stored C×BT, transposed), fp32, beta 1 */
-  rc = ops_lt_gemm(ctx, "matmul_backward (dweight)", 0, 1, OC, C, BT, dout, OC, inp, C, dweight, OC, 1, 1,
-                   CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
-  TRY(rc);
+  /* dWᵀ(OC×C) += doutᵀ(OC×BT)·inp(BT×C: stored C×BT, transposed), fp32, beta 1; first, so that
+   * dinp may overwrite inp */
+  TRY(ops_lt_gemm(ctx, "matmul_backward (dweight)", 0, 1, OC, C, BT, dout, OC, inp, C, dweight, OC, 1, 1,
+                  CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
   if (dbias) TRY(colsum_accumulate(dbias, dout, BT, OC, ctx, "matmul_backward (dbias)"));
-  return FSDP_OK;
+  if (!dinp) return FSDP_OK;
+  /* dinpᵀ(C×BT) = W(C×OC: stored OC×C, transposed)·doutᵀ(OC×BT), times gelu'(pre_geluᵀ) (aux, C×BT) */
+  fsdp_status rc = ops_lt_gemm(ctx, what, 1, 0, C, BT, OC, weight, OC, dout, OC, dinp, C, 0, 0,
+                               pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, NULL,
+                               (void *)pre_gelu, C);
+  if (rc != FSDP_ERR_UNSUPPORTED || !pre_gelu) return rc;
+  /* No DGELU algorithm (e.g. C not a multiple of 8): the same function in steps, rounded twice. */
+  TRY(ops_lt_gemm(ctx, what, 1, 0, C, BT, OC, weight, OC, dout, OC, dinp, C, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL,
+                  NULL, 0));
+  return ops_cuda_gelu_backward(dinp, pre_gelu, dinp, (int64_t)BT * C, ctx);
 }

@@ -164,3 +164,13 @@ void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const v
   d->op->matmul_forward(d, pre, inp, w, bias, BT, C, OC);
   d->op->gelu_forward(d, out, pre, (int64_t)BT * OC);
 }
+
+void dev_matmul_backward_gelu(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                              const void *w, const void *pre, void *scratch, int BT, int C, int OC) {
+  if (d->op->matmul_backward_gelu) {
+    d->op->matmul_backward_gelu(d, dinp, dw, db, dout, inp, w, pre, BT, C, OC);
+    return;
+  }
+  d->op->matmul_backward(d, scratch, dw, db, dout, inp, w, BT, C, OC);
+  d->op->gelu_backward(d, dinp, pre, scratch, (int64_t)BT * C);
+}

@@ -135,6 +135,11 @@ typedef struct dev_ops {
    * bias and out = gelu(pre), both kept, GELU in the GEMM's epilogue (CUDA). */
   void (*matmul_gelu_forward)(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias,
                               int BT, int C, int OC);
+  /* Optional (NULL: matmul_backward into a scratch, then gelu_backward; call dev_matmul_backward_gelu):
+   * matmul_backward, with dinp = (dout·wᵀ)·gelu'(pre), the GELU's backward in the GEMM's epilogue
+   * (CUDA). dinp may be inp: the weight gradient is taken first. */
+  void (*matmul_backward_gelu)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const void *w, const void *pre, int BT, int C, int OC);
   void (*gelu_forward)(device_t *d, void *out, const void *inp, int64_t N);
   void (*gelu_backward)(device_t *d, void *dinp, const void *inp, const void *dout, int64_t N);
   void (*residual_forward)(device_t *d, void *out, const void *a, const void *b, int64_t N);
@@ -211,6 +216,11 @@ int64_t dev_logits_bytes(const device_t *d, int BT, int V);
 /* pre = inp·w + bias, out = gelu(pre): the device's fused op where it has one (dev_ops). */
 void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
                      int OC);
+/* dinp = (dout·wᵀ)·gelu'(pre) with matmul_backward's weight and bias gradients: the device's fused op
+ * where it has one (dev_ops), else matmul_backward into SCRATCH (BT·C act elements) and gelu_backward
+ * from it. dinp may be inp. */
+void dev_matmul_backward_gelu(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                              const void *w, const void *pre, void *scratch, int BT, int C, int OC);
 /* res = a + b, out = LayerNorm(res): the device's fused op where it has one (dev_ops). */
 void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
                             const void *w, const void *bias, int B, int T, int C);

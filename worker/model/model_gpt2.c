@@ -205,9 +205,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   if (a->recompute) gpt2_block_forward(a, p, layer, unit);
 
   /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-  d->op->matmul_backward(d, a->dbuf, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
-                         PARAM(u, BLK_FCPROJ_W, unit), BT, 4 * C, C);
-  d->op->gelu_backward(d, dfch, s->fch, a->dbuf, (int64_t)BT * 4 * C);
+  dev_matmul_backward_gelu(d, dfch, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
+                           PARAM(u, BLK_FCPROJ_W, unit), s->fch, a->dbuf, BT, 4 * C, C);
   d->op->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
                          4 * C);
   d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,

@@ -2,10 +2,12 @@
  * one after another; __syncthreads waits for every live thread of the block, a shuffle for every
  * live lane of the warp. The CUDA runtime calls the kernels and gpu_check make are host memory
  * operations; cuBLASLt is a naive fp32 GEMM that honours the descriptors (transposes, leading
- * dimensions, D type, beta, BIAS and GELU_AUX epilogues), refuses GELU_AUX when the aux leading
- * dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a multiple of 8, as
- * the library may (so the callers' fallbacks run). Checks the kernels' indexing, masks and
- * synchronization without a GPU; says nothing about speed, shared-memory limits or the real library. */
+ * dimensions, D type, beta, BIAS, GELU_AUX and DGELU epilogues), refuses GELU_AUX and DGELU when the
+ * aux leading dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a
+ * multiple of 8, as the library may (so the callers' fallbacks run); emu_lt_epilogue_runs counts the
+ * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. Checks the
+ * kernels' indexing, masks and synchronization without a GPU; says nothing about speed,
+ * shared-memory limits or the real library. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -193,6 +195,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0;
 
 /* ---- cuBLASLt: a naive GEMM that honours the descriptors ---- */
 
+static long g_epilogue_runs[1024];
+extern "C" long emu_lt_epilogue_runs(int epilogue) { return g_epilogue_runs[epilogue & 1023]; }
+
 struct EDesc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
@@ -278,7 +283,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   *found = 0;
-  if ((e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) && e->ldaux % 8 != 0)
+  if ((e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+       e->epi == CUBLASLT_EPILOGUE_DGELU) && e->ldaux % 8 != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (e->epi == CUBLASLT_EPILOGUE_BIAS && m % 8 != 0) return CUBLAS_STATUS_SUCCESS;   /* found = 0: no algorithm */
   memset(r, 0, sizeof *r);
@@ -295,8 +301,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   const uint64_t m = D->rows, n = D->cols, k = e->ta == CUBLAS_OP_T ? A->rows : A->cols;
   const bool gelu = e->epi == CUBLASLT_EPILOGUE_GELU_AUX || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const bool bias = e->epi == CUBLASLT_EPILOGUE_BIAS || e->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = e->epi == CUBLASLT_EPILOGUE_DGELU;
+  if (!gelu && !bias && !dgelu && e->epi != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (bias && !e->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  if (gelu && !e->aux) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((gelu || dgelu) && !e->aux) return CUBLAS_STATUS_INVALID_VALUE;
+  if (dgelu && be != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  g_epilogue_runs[e->epi & 1023]++;
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
       float s = 0;
@@ -311,6 +321,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       if (gelu) {
         st_elem(e->aux, CUDA_R_16BF, i + j * e->ldaux, v);
         v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+      }
+      if (dgelu) { /* d/dx of the tanh GELU at the saved pre-activation x */
+        const float x = ld_elem(e->aux, CUDA_R_16BF, i + j * e->ldaux);
+        const float th = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+        v *= 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);
       }
       st_elem(Dp, D->t, i + j * D->ld, v);
     }

@@ -20,6 +20,9 @@
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern unsigned char *emu_dyn_smem;
 
+/* cache hints are nothing on the host */
+template <typename T> inline void __stcs(T *p, T v) { *p = v; }
+
 void __syncthreads(void);
 void emu_warp_barrier(void);
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_barrier(); }
