@@ -474,7 +474,8 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
                                        int NKV, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
+  /* the tensor-core kernels copy 16-byte vectors: pointers off 16 bytes take the FMA kernels */
+  if (ops_cuda_attention_selected() == OPS_ATTN_TC && ops_aligned16(qkv) && ops_aligned16(out))
     return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, ctx);
   return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, ctx);
@@ -493,7 +494,8 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, const ops_bf16 *dout, co
   attention_dvec_kernel<<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(
       dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
-  if (ops_cuda_attention_selected() == OPS_ATTN_TC)
+  if (ops_cuda_attention_selected() == OPS_ATTN_TC && ops_aligned16(dqkv) && ops_aligned16(dout) &&
+      ops_aligned16(qkv))
     return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
   return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);

@@ -20,12 +20,19 @@ dim3 threadIdx, blockIdx, blockDim, gridDim;
 unsigned char *emu_dyn_smem;
 
 enum { RUN, AT_BAR, AT_WARP, DONE };
+struct ECopy {
+  void *dst;
+  unsigned char data[16];
+  int bytes;
+};
 struct EThread {
   ucontext_t ctx;
   int state;
   int pred;
   char slot[16];
   dim3 tid;
+  std::vector<ECopy> open;                 /* cp.async copies issued since the last commit */
+  std::vector<std::vector<ECopy>> groups; /* committed, oldest first, not yet waited for */
 };
 static std::vector<EThread> g_th;
 static std::vector<char *> g_stacks;
@@ -38,6 +45,13 @@ static uint64_t g_rand = 0x853c49e6748fea9bULL;
 
 static void thread_entry() {
   (*g_body)();
+  size_t pending = g_th[g_cur].open.size();
+  for (const auto &gr : g_th[g_cur].groups) pending += gr.size();
+  if (pending) {
+    fprintf(stderr, "emu: thread %d of block (%u,%u,%u) exits with %zu cp.async copies never waited for\n", g_cur,
+            blockIdx.x, blockIdx.y, blockIdx.z, pending);
+    abort();
+  }
   g_th[g_cur].state = DONE;
   swapcontext(&g_th[g_cur].ctx, &g_sched);
 }
@@ -69,6 +83,29 @@ void emu_warp_exchange(const void *mine, void *theirs, int size, int src_lane) {
   wait_state(AT_WARP); /* nobody overwrites a slot before every lane has read */
 }
 
+void emu_cp_async(void *dst, const void *src, int bytes) {
+  ECopy c;
+  c.dst = dst;
+  c.bytes = bytes;
+  memcpy(c.data, src, (size_t)bytes); /* the source is read-only while the kernel runs */
+  memset(dst, 0xFF, (size_t)bytes);
+  g_th[g_cur].open.push_back(c);
+}
+
+void emu_cp_async_commit(void) {
+  EThread &e = g_th[g_cur];
+  e.groups.push_back(e.open);
+  e.open.clear();
+}
+
+void emu_cp_async_wait(int newest_left) {
+  EThread &e = g_th[g_cur];
+  while ((int)e.groups.size() > newest_left) {
+    for (const ECopy &c : e.groups.front()) memcpy(c.dst, c.data, (size_t)c.bytes);
+    e.groups.erase(e.groups.begin());
+  }
+}
+
 static void set_indices(int t) {
   g_cur = t;
   threadIdx = g_th[t].tid;
@@ -79,6 +116,8 @@ static void run_block(const dim3 &block) {
   for (int t = 0; t < n; t++) {
     EThread &e = g_th[t];
     e.state = RUN;
+    e.open.clear();
+    e.groups.clear();
     e.tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
     getcontext(&e.ctx);
     e.ctx.uc_stack.ss_sp = g_stacks[t];
