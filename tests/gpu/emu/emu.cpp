@@ -152,19 +152,24 @@ static void run_block(const dim3 &block) {
         at_bar += g_th[t].state == AT_BAR;
       }
     if (live == 0) return;
-    for (int w = 0; w < n; w += 32) { /* warps whose live lanes all wait in a shuffle */
-      int lw = 0, aw = 0;
-      for (int t = w; t < w + 32 && t < n; t++)
-        if (g_th[t].state != DONE) {
-          lw++;
-          aw += g_th[t].state == AT_WARP;
-        }
-      if (lw && aw == lw) {
+    /* Warps whose live lanes all wait in a shuffle (or at a warp barrier) go on; each is held back
+     * a round at random while another can go, so warps drift apart as on a GPU and a read of
+     * another warp's data missing its __syncthreads is not hidden by warps marching in step. */
+    for (int pass = 0; pass < 2 && !released; pass++)
+      for (int w = 0; w < n; w += 32) {
+        int lw = 0, aw = 0;
         for (int t = w; t < w + 32 && t < n; t++)
-          if (g_th[t].state == AT_WARP) g_th[t].state = RUN;
-        released = 1;
+          if (g_th[t].state != DONE) {
+            lw++;
+            aw += g_th[t].state == AT_WARP;
+          }
+        g_rand = g_rand * 6364136223846793005ULL + 1442695040888963407ULL;
+        if (lw && aw == lw && (pass == 1 || (g_rand >> 63))) {
+          for (int t = w; t < w + 32 && t < n; t++)
+            if (g_th[t].state == AT_WARP) g_th[t].state = RUN;
+          released = 1;
+        }
       }
-    }
     if (!released && at_bar == live) {
       g_bar_and = 1;
       for (int t = 0; t < n; t++)
