@@ -4,7 +4,7 @@
  * operations; cuBLASLt is a naive fp32 GEMM that honours the descriptors (transposes, leading
  * dimensions, D type, beta, BIAS and GELU_AUX epilogues), refuses GELU_AUX when the aux leading
  * dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a multiple of 8, as
- * the library may (so the callers' fallbacks run). Checks the kernels' indexing, masks and
+ * the library may (so the callers' fallbacks run). cp.async copies land at their wait (emu.h). Checks the kernels' indexing, masks and
  * synchronization without a GPU; says nothing about speed, shared-memory limits or the real library. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
