@@ -35,8 +35,8 @@
  *             (and blocks per SM) stay those of a synchronous kernel.
  *   dK/dV     Q, dO, lse, D of the next query tile double-buffered (two stages).
  *   dQ        K, V of the next key tile double-buffered.
- * Older architectures (and the host emulator of tests/gpu/emu, which models cp.async itself) take
- * the same code with the copy done by the issuing thread.
+ * The host emulator of tests/gpu/emu models cp.async (a copy lands at its wait) and so checks
+ * the waits and barriers of these pipelines.
  *
  * Why one dQ kernel of its own, S and dP computed again there (7 products of 64×64×hs per tile
  * pair where one kernel would do 5), rather than a single backward kernel: dQ needs, per query
@@ -108,48 +108,49 @@ template <int D> struct tc_cfg {
 
 /* ---- asynchronous global → shared copies ---- */
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define TC_CP_ASYNC 1
+/* On the GPU, cp.async (sm_80 and later, as bf16 WMMA itself); under the host emulator of
+ * tests/gpu/emu, its model of it (emu.h). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the tensor-core attention needs sm_80 or later (bf16 WMMA, cp.async)"
+#endif
+#if defined(FSDP_EMU_H) && !defined(__CUDA_ARCH__)
+#define TC_CP_EMU 1
 #endif
 
 /* 16 bytes (cp.async.cg: around L1, into shared memory) and 4 bytes (cp.async.ca). */
 __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
-#ifdef TC_CP_ASYNC
+#ifdef TC_CP_EMU
+  emu_cp_async(dst, src, 16);
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                "l"(__cvta_generic_to_global(src))
                : "memory");
-#elif defined(FSDP_EMU_H)
-  emu_cp_async(dst, src, 16);
-#else
-  *reinterpret_cast<int4 *>(dst) = *reinterpret_cast<const int4 *>(src);
 #endif
 }
 __device__ __forceinline__ void tc_cp4(float *dst, const float *src) {
-#ifdef TC_CP_ASYNC
+#ifdef TC_CP_EMU
+  emu_cp_async(dst, src, 4);
+#else
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                "l"(__cvta_generic_to_global(src))
                : "memory");
-#elif defined(FSDP_EMU_H)
-  emu_cp_async(dst, src, 4);
-#else
-  *dst = *src;
 #endif
 }
 /* Close this thread's group of copies issued since the last commit (possibly none). */
 __device__ __forceinline__ void tc_cp_commit() {
-#ifdef TC_CP_ASYNC
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#elif defined(FSDP_EMU_H)
+#ifdef TC_CP_EMU
   emu_cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 /* Wait until at most N of this thread's newest groups are in flight; a __syncthreads after it
  * makes every thread's landed copies visible to the block. */
 template <int N> __device__ __forceinline__ void tc_cp_wait() {
-#ifdef TC_CP_ASYNC
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#elif defined(FSDP_EMU_H)
+#ifdef TC_CP_EMU
   emu_cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
