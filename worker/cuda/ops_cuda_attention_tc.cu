@@ -52,36 +52,42 @@
  */
 #include "ops_cuda_common.cuh"
 
-#include <mma.h>
+#include <type_traits>
 
 #include "ops/softmax.h"
 
-namespace wmma = nvcuda::wmma;
+/* On the GPU: WMMA and cp.async as PTX on shared-memory addresses (sm_80 and later). Under the host
+ * emulator of tests/gpu/emu: its WMMA (the C++ API) and its model of cp.async (emu.h). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the tensor-core attention needs sm_80 or later (bf16 WMMA, cp.async)"
+#endif
+#if defined(FSDP_EMU_H) && !defined(__CUDA_ARCH__)
+#define TC_EMU 1
+#include <mma.h>
+#endif
 
 #define TC_THREADS 128 /* 4 warps */
 #define TC_TILE 64     /* rows per block tile and per streamed tile */
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> frag_b_col;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-
-/* Shared-memory bank conflicts (32 banks of 4 bytes; an access of 8 bytes is served per 16
- * lanes, of 16 bytes per 8 lanes). Lane l works on row r = l/2 of its warp's 16 and on the half
- * `half` = l%2 of the columns, in column pairs (8-byte fp32 reads, 4-byte bf16 pair writes); its
- * k-th pair is column c = 32·half + 2·((k + half) mod 16): the two lanes of a row walk their
- * halves out of step by one pair. Score tiles have a row stride of LDS = 68 floats (the padding
- * WMMA's fp32 stores need): 68 ≡ 4 mod 32, so the pair index of (r, c) is 2r + c/2 mod 16, and the
- * 16 lanes of a half-warp (r = 0..7 or 8..15, both halves) hit the 16 distinct pairs 2r + half +
- * k: no conflict. Without the step (c = 32·half + 2k, as the kernels had it with one float per
- * access at stride 68) rows r and r + 8 and both halves share banks: 4-way. P and dS pairs (bf16,
- * row stride LDB = 72: 36 words ≡ 4) land on bank 4r + 16·half + ((k + half) mod 16) mod 32,
- * 2-way (rows r and r + 8) — the floor for 32 lanes writing 16 rows of one warp's tile with a
- * stride WMMA accepts (a multiple of 8 elements). Accumulator rows (fp32, LDA = hs + 4 ≡ 4 mod 32)
- * are read and written 16 bytes at a time, quad q of a lane's half at 4·((q + 2·half) mod (hs/8))
- * columns in: the 8 lanes of a quarter-warp (r, r+1, r+2, r+3, both halves) hit 8 distinct
- * 4-bank groups (r + q + 2·half·… mod 8). tests/gpu/sass_check.py's neighbour, the emulator, checks
- * the indexing; the bank arithmetic is this comment's. */
+/* Shared-memory banks (32 banks of 4 bytes; a warp's 8-byte accesses are served per 16 lanes,
+ * 16-byte ones per 8 lanes). Lane l works on row r = l/2 of its warp's 16 rows and on half
+ * h = l%2 of the columns, in column pairs (8-byte fp32 reads of S and dP, 4-byte writes of a bf16
+ * pair of P or dS); its k-th pair is column c = 32h + 2·((k + h + 2·⌊r/8⌋) mod 16): the lanes'
+ * walks are staggered by h + 2·⌊r/8⌋ pairs. Why (n-way: the most distinct words one bank
+ * serves in one access):
+ *  - S, dP reads: row stride LDS = 68 floats (the padding WMMA's fp32 stores want) is 4 mod 32,
+ *    so (r, c) sits in bank pair 2r + c/2 mod 16; a half-warp (r = 0..7 or 8..15, both h) reads
+ *    pairs 2r + h + k + const: 16 distinct, conflict-free. Unstaggered (c = 32h + 2k): 2-way; as the
+ *    kernels had it, one float per access at c = 32h + i: 4-way (rows r, r + 8 and both halves).
+ *  - P, dS pair writes: row stride LDB = 72 bf16 = 36 words, bank 4r + 16h + ((k + h + 2⌊r/8⌋)
+ *    mod 16) mod 32: 32 distinct, conflict-free (the stagger by ⌊r/8⌋ is what separates rows r and
+ *    r + 8; without it, 2-way; the former 2-byte stores: 4-way).
+ *  - lse, D of the columns (dK/dV): 4 distinct words per access (h, ⌊r/8⌋), 4 distinct banks.
+ *  - accumulators (O, dK, dV, dQ; row stride LDA = hs + 4 ≡ 4 mod 32) are scaled and zeroed 16
+ *    bytes at a time, quad q of a lane's half at 4·((q + 4h) mod hs/8): a quarter-warp (rows r..r+3,
+ *    both h) hits 8 distinct 4-bank groups r + q + 4h mod 8, conflict-free (unrotated: 2-way; one
+ *    float at a time as before: 4-way). The final 16-byte stores read them 2-way, once per block.
+ * The WMMA loads and stores (bf16 rows padded by 8 elements, fp32 by 4) are the library's. */
 template <int D> struct tc_cfg {
   static constexpr int LDH = D + 8;             /* bf16 tiles (Q, K, V, dO): 64 × D */
   static constexpr int LDS = TC_TILE + 4;       /* fp32 score tiles per warp: 16 × 64 */
@@ -108,18 +114,9 @@ template <int D> struct tc_cfg {
 
 /* ---- asynchronous global → shared copies ---- */
 
-/* On the GPU, cp.async (sm_80 and later, as bf16 WMMA itself); under the host emulator of
- * tests/gpu/emu, its model of it (emu.h). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#error "the tensor-core attention needs sm_80 or later (bf16 WMMA, cp.async)"
-#endif
-#if defined(FSDP_EMU_H) && !defined(__CUDA_ARCH__)
-#define TC_CP_EMU 1
-#endif
-
 /* 16 bytes (cp.async.cg: around L1, into shared memory) and 4 bytes (cp.async.ca). */
 __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
-#ifdef TC_CP_EMU
+#ifdef TC_EMU
   emu_cp_async(dst, src, 16);
 #else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
@@ -128,7 +125,7 @@ __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
 #endif
 }
 __device__ __forceinline__ void tc_cp4(float *dst, const float *src) {
-#ifdef TC_CP_EMU
+#ifdef TC_EMU
   emu_cp_async(dst, src, 4);
 #else
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
@@ -138,7 +135,7 @@ __device__ __forceinline__ void tc_cp4(float *dst, const float *src) {
 }
 /* Close this thread's group of copies issued since the last commit (possibly none). */
 __device__ __forceinline__ void tc_cp_commit() {
-#ifdef TC_CP_EMU
+#ifdef TC_EMU
   emu_cp_async_commit();
 #else
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -147,7 +144,7 @@ __device__ __forceinline__ void tc_cp_commit() {
 /* Wait until at most N of this thread's newest groups are in flight; a __syncthreads after it
  * makes every thread's landed copies visible to the block. */
 template <int N> __device__ __forceinline__ void tc_cp_wait() {
-#ifdef TC_CP_EMU
+#ifdef TC_EMU
   emu_cp_async_wait(N);
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -178,29 +175,111 @@ __device__ __forceinline__ void tc_load_rows(float *sL, float *sD, const float *
   else *d = 0.0f;
 }
 
+/* ---- WMMA 16×16×16 (bf16 × bf16 → fp32) on shared memory ----
+ * The fragments' register layout stays the instruction's own (none is assumed). The C++ API
+ * (mma.h) addresses memory generically, so its loads compile to four generic 32-bit loads a
+ * fragment; PTX's wmma.load with the .shared state space compiles to one ldmatrix (LDSM) for a
+ * bf16 fragment, and to shared loads and stores (LDS, STS) for fp32 ones. */
+#ifdef TC_EMU
+namespace wmma = nvcuda::wmma;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> tc_frag_a;
+template <bool TRANS>
+using tc_frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+                                 typename std::conditional<TRANS, wmma::col_major, wmma::row_major>::type>;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
+__device__ __forceinline__ void tc_load_a(tc_frag_a &f, const ops_bf16 *p, int ld) { wmma::load_matrix_sync(f, p, ld); }
+template <bool TRANS> __device__ __forceinline__ void tc_load_b(tc_frag_b<TRANS> &f, const ops_bf16 *p, int ld) {
+  wmma::load_matrix_sync(f, p, ld);
+}
+__device__ __forceinline__ void tc_load_c(tc_frag_c &f, const float *p, int ld) {
+  wmma::load_matrix_sync(f, p, ld, wmma::mem_row_major);
+}
+__device__ __forceinline__ void tc_zero_c(tc_frag_c &f) { wmma::fill_fragment(f, 0.0f); }
+__device__ __forceinline__ void tc_store_c(float *p, const tc_frag_c &f, int ld) {
+  wmma::store_matrix_sync(p, f, ld, wmma::mem_row_major);
+}
+template <bool TRANS> __device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
+  wmma::mma_sync(c, a, b, c);
+}
+#else
+struct tc_frag_a {
+  uint32_t x[4]; /* 8 bf16 */
+};
+template <bool TRANS> struct tc_frag_b {
+  uint32_t x[4];
+};
+struct tc_frag_c {
+  float x[8];
+};
+__device__ __forceinline__ unsigned tc_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void tc_load_a(tc_frag_a &f, const ops_bf16 *p, int ld) {
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0,%1,%2,%3}, [%4], %5;\n"
+               : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+               : "r"(tc_saddr(p)), "r"(ld)
+               : "memory");
+}
+/* B given as Bᵀ row-major (TRANS: B column-major) or B row-major */
+template <bool TRANS> __device__ __forceinline__ void tc_load_b(tc_frag_b<TRANS> &f, const ops_bf16 *p, int ld) {
+  if (TRANS)
+    asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0,%1,%2,%3}, [%4], %5;\n"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                 : "r"(tc_saddr(p)), "r"(ld)
+                 : "memory");
+  else
+    asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.shared.bf16 {%0,%1,%2,%3}, [%4], %5;\n"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                 : "r"(tc_saddr(p)), "r"(ld)
+                 : "memory");
+}
+__device__ __forceinline__ void tc_load_c(tc_frag_c &f, const float *p, int ld) {
+  asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.shared.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, [%8], %9;\n"
+               : "=f"(f.x[0]), "=f"(f.x[1]), "=f"(f.x[2]), "=f"(f.x[3]), "=f"(f.x[4]), "=f"(f.x[5]), "=f"(f.x[6]),
+                 "=f"(f.x[7])
+               : "r"(tc_saddr(p)), "r"(ld)
+               : "memory");
+}
+__device__ __forceinline__ void tc_zero_c(tc_frag_c &f) {
+#pragma unroll
+  for (int i = 0; i < 8; i++) f.x[i] = 0.0f;
+}
+__device__ __forceinline__ void tc_store_c(float *p, const tc_frag_c &f, int ld) {
+  asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.shared.f32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8}, %9;\n" ::"r"(
+                   tc_saddr(p)),
+               "f"(f.x[0]), "f"(f.x[1]), "f"(f.x[2]), "f"(f.x[3]), "f"(f.x[4]), "f"(f.x[5]), "f"(f.x[6]), "f"(f.x[7]),
+               "r"(ld)
+               : "memory");
+}
+#define TC_MMA(lay)                                                                                                  \
+  asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.bf16.bf16.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, "          \
+               "{%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3,%4,%5,%6,%7};\n"                                   \
+               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]),   \
+                 "+f"(c.x[7])                                                                                        \
+               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]),         \
+                 "r"(b.x[3]))
+template <bool TRANS> __device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
+  if (TRANS) TC_MMA("col");
+  else TC_MMA("row");
+}
+#undef TC_MMA
+#endif
+
 /* C (16 × 16·NB, fp32, ldc) = A (16 × 16·KB, bf16 row-major, lda) · B, where B is 16·KB × 16·NB and
  * given either as Bᵀ stored row-major (TRANS: B's column j is row j of the buffer) or as B
- * row-major. ACC: add to what C holds. One warp. */
+ * row-major. ACC: add to what C holds. One warp; every pointer into shared memory. */
 template <int KB, int NB, bool TRANS, bool ACC>
 __device__ __forceinline__ void warp_gemm(float *c, int ldc, const ops_bf16 *a, int lda, const ops_bf16 *b, int ldb) {
   for (int n = 0; n < NB; n++) {
-    frag_c acc;
-    if (ACC) wmma::load_matrix_sync(acc, c + n * 16, ldc, wmma::mem_row_major);
-    else wmma::fill_fragment(acc, 0.0f);
+    tc_frag_c acc;
+    if (ACC) tc_load_c(acc, c + n * 16, ldc);
+    else tc_zero_c(acc);
     for (int k = 0; k < KB; k++) {
-      frag_a fa;
-      wmma::load_matrix_sync(fa, a + k * 16, lda);
-      if (TRANS) {
-        frag_b_col fb;
-        wmma::load_matrix_sync(fb, b + (size_t)n * 16 * ldb + k * 16, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-      } else {
-        frag_b_row fb;
-        wmma::load_matrix_sync(fb, b + (size_t)k * 16 * ldb + n * 16, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
+      tc_frag_a fa;
+      tc_frag_b<TRANS> fb;
+      tc_load_a(fa, a + k * 16, lda);
+      tc_load_b<TRANS>(fb, TRANS ? b + (size_t)n * 16 * ldb + k * 16 : b + (size_t)k * 16 * ldb + n * 16, ldb);
+      tc_mma<TRANS>(acc, fa, fb);
     }
-    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
+    tc_store_c(c + n * 16, acc, ldc);
   }
 }
 
@@ -208,8 +287,10 @@ __device__ __forceinline__ void warp_gemm(float *c, int ldc, const ops_bf16 *a, 
 
 #define TC_PAIRS 16 /* column pairs of a lane's half of a 64-column score row */
 
-/* The column of the k-th pair of lane (row, half) in a score tile. */
-__device__ __forceinline__ int tc_col(int half, int k) { return 32 * half + 2 * ((k + half) & (TC_PAIRS - 1)); }
+/* The column of the k-th pair of lane (row r, half) in a score tile (the stagger: above tc_cfg). */
+__device__ __forceinline__ int tc_col(int r, int half, int k) {
+  return 32 * half + 2 * ((k + half + 2 * (r >> 3)) & (TC_PAIRS - 1));
+}
 
 /* Two fp32 → two bf16 (nearest even) in one 32-bit word, low column first. */
 __device__ __forceinline__ uint32_t tc_pack(float a, float b) {
@@ -261,7 +342,7 @@ __device__ __forceinline__ float tc_softmax_tile(float *sS, int r, int half, int
   float mx = -INFINITY;
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
-    const int c = tc_col(half, k), kj = k0 + c;
+    const int c = tc_col(r, half, k), kj = k0 + c;
     s[k] = *reinterpret_cast<const float2 *>(sS + r * K::LDS + c);
     s[k].x = (kj <= qi && kj < T) ? s[k].x * scale2 : -INFINITY;
     s[k].y = (kj + 1 <= qi && kj + 1 < T) ? s[k].y * scale2 : -INFINITY;
@@ -286,7 +367,7 @@ __device__ __forceinline__ float tc_softmax_tile(float *sS, int r, int half, int
   __syncwarp(); /* every lane holds its scores: P may overwrite the tile */
   ops_bf16 *sP = (ops_bf16 *)sS;
 #pragma unroll
-  for (int k = 0; k < TC_PAIRS; k++) *reinterpret_cast<uint32_t *>(sP + r * K::LDB + tc_col(half, k)) = p2[k];
+  for (int k = 0; k < TC_PAIRS; k++) *reinterpret_cast<uint32_t *>(sP + r * K::LDB + tc_col(r, half, k)) = p2[k];
   return corr;
 }
 
@@ -355,7 +436,7 @@ __device__ __forceinline__ void tc_p_ds(float *sS, float *sdP, int r, int half, 
   uint32_t p2[TC_PAIRS], ds2[TC_PAIRS];
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
-    const int c = tc_col(half, k);
+    const int c = tc_col(r, half, k);
     const float2 s = *reinterpret_cast<const float2 *>(sS + r * LDS + c);
     const float2 dp = *reinterpret_cast<const float2 *>(sdP + r * LDS + c);
     const float p0 = ok(c) ? exp2f(s.x * scale2 - lse2(c)) : 0.0f;
@@ -367,7 +448,7 @@ __device__ __forceinline__ void tc_p_ds(float *sS, float *sdP, int r, int half, 
   ops_bf16 *sP = (ops_bf16 *)sS, *sdS = (ops_bf16 *)sdP;
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
-    const int c = tc_col(half, k);
+    const int c = tc_col(r, half, k);
     if (WANT_P) *reinterpret_cast<uint32_t *>(sP + r * LDB + c) = p2[k];
     *reinterpret_cast<uint32_t *>(sdS + r * LDB + c) = ds2[k];
   }
