@@ -68,6 +68,8 @@
 
 #define TC_THREADS 128 /* 4 warps */
 #define TC_TILE 64     /* rows per block tile and per streamed tile */
+#define TC_LDS (TC_TILE + 4) /* row stride of the fp32 score tiles (S, dP) per warp: 16 × 64 */
+#define TC_LDB (TC_TILE + 8) /* of the bf16 P, dS tiles, written over the score tile they come from */
 
 /* Shared-memory banks (32 banks of 4 bytes; a warp's 8-byte accesses are served per 16 lanes,
  * 16-byte ones per 8 lanes). Lane l works on row r = l/2 of its warp's 16 rows and on half
@@ -90,8 +92,8 @@
  * The WMMA loads and stores (bf16 rows padded by 8 elements, fp32 by 4) are the library's. */
 template <int D> struct tc_cfg {
   static constexpr int LDH = D + 8;             /* bf16 tiles (Q, K, V, dO): 64 × D */
-  static constexpr int LDS = TC_TILE + 4;       /* fp32 score tiles per warp: 16 × 64 */
-  static constexpr int LDB = TC_TILE + 8;       /* bf16 P / dS, over the score tile they come from */
+  static constexpr int LDS = TC_LDS;
+  static constexpr int LDB = TC_LDB;
   static constexpr int LDA = D + 4;             /* fp32 accumulators per warp: 16 × D */
   static constexpr size_t tile_h = (size_t)TC_TILE * LDH * 2;
   static constexpr size_t warp_s = (size_t)16 * LDS * 4;
@@ -114,23 +116,16 @@ template <int D> struct tc_cfg {
 
 /* ---- asynchronous global → shared copies ---- */
 
-/* 16 bytes (cp.async.cg: around L1, into shared memory) and 4 bytes (cp.async.ca). */
-__device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
+/* BYTES from global to shared memory: 16 around L1 (cp.async.cg, which takes 16 only), 4 through
+ * it (cp.async.ca). */
+template <int BYTES> __device__ __forceinline__ void tc_cp(void *dst, const void *src) {
 #ifdef TC_EMU
-  emu_cp_async(dst, src, 16);
+  emu_cp_async(dst, src, BYTES);
 #else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void tc_cp4(float *dst, const float *src) {
-#ifdef TC_EMU
-  emu_cp_async(dst, src, 4);
-#else
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  const size_t g = __cvta_generic_to_global(src);
+  if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(g) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(g), "n"(BYTES) : "memory");
 #endif
 }
 /* Close this thread's group of copies issued since the last commit (possibly none). */
@@ -161,7 +156,7 @@ __device__ __forceinline__ void tc_load(ops_bf16 *__restrict__ dst, const ops_bf
   for (int k = 0; k < TC_TILE * CH / TC_THREADS; k++) {
     const int i = threadIdx.x + k * TC_THREADS, r = i / CH, c = (i % CH) * 8, t = row0 + r;
     ops_bf16 *d = dst + r * tc_cfg<D>::LDH + c;
-    if (t < T) tc_cp16(d, src + (int64_t)t * ld + c);
+    if (t < T) tc_cp<16>(d, src + (int64_t)t * ld + c);
     else *reinterpret_cast<int4 *>(d) = make_int4(0, 0, 0, 0);
   }
 }
@@ -171,7 +166,7 @@ __device__ __forceinline__ void tc_load(ops_bf16 *__restrict__ dst, const ops_bf
 __device__ __forceinline__ void tc_load_rows(float *sL, float *sD, const float *L, const float *Dv, int row0, int T) {
   const int i = threadIdx.x & (TC_TILE - 1);
   float *d = threadIdx.x < TC_TILE ? sL + i : sD + i;
-  if (row0 + i < T) tc_cp4(d, (threadIdx.x < TC_TILE ? L : Dv) + row0 + i);
+  if (row0 + i < T) tc_cp<4>(d, (threadIdx.x < TC_TILE ? L : Dv) + row0 + i);
   else *d = 0.0f;
 }
 
@@ -432,13 +427,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 template <bool WANT_P, class LF, class DF, class OK>
 __device__ __forceinline__ void tc_p_ds(float *sS, float *sdP, int r, int half, float scale2, LF lse2, DF dvec,
                                         OK ok) {
-  constexpr int LDS = TC_TILE + 4, LDB = TC_TILE + 8;
   uint32_t p2[TC_PAIRS], ds2[TC_PAIRS];
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
     const int c = tc_col(r, half, k);
-    const float2 s = *reinterpret_cast<const float2 *>(sS + r * LDS + c);
-    const float2 dp = *reinterpret_cast<const float2 *>(sdP + r * LDS + c);
+    const float2 s = *reinterpret_cast<const float2 *>(sS + r * TC_LDS + c);
+    const float2 dp = *reinterpret_cast<const float2 *>(sdP + r * TC_LDS + c);
     const float p0 = ok(c) ? exp2f(s.x * scale2 - lse2(c)) : 0.0f;
     const float p1 = ok(c + 1) ? exp2f(s.y * scale2 - lse2(c + 1)) : 0.0f;
     p2[k] = tc_pack(p0, p1);
@@ -449,8 +443,8 @@ __device__ __forceinline__ void tc_p_ds(float *sS, float *sdP, int r, int half, 
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
     const int c = tc_col(r, half, k);
-    if (WANT_P) *reinterpret_cast<uint32_t *>(sP + r * LDB + c) = p2[k];
-    *reinterpret_cast<uint32_t *>(sdS + r * LDB + c) = ds2[k];
+    if (WANT_P) *reinterpret_cast<uint32_t *>(sP + r * TC_LDB + c) = p2[k];
+    *reinterpret_cast<uint32_t *>(sdS + r * TC_LDB + c) = ds2[k];
   }
   __syncwarp();
 }
