@@ -8,8 +8,8 @@
  * dK/dV); warp w owns rows 16w..16w+15. The other operand streams through in tiles of 64 rows. Every
  * product is WMMA 16×16×16 from shared memory (bf16 tiles, rows padded by 8 elements); score tiles,
  * the softmax and the accumulators (O, dK, dV, dQ) stay in shared memory in fp32, each warp on its
- * own rows, so no fragment's register layout is ever assumed: accumulators go through
- * load/store_matrix_sync, and the elementwise work is done by the warp's lanes on shared memory
+ * own rows, so no fragment's register layout is ever assumed: accumulators go through WMMA's
+ * own loads and stores, and the elementwise work is done by the warp's lanes on shared memory
  * (two lanes per row, half the columns each, their row max and sum joined by one shuffle).
  * P and dS are rounded to bf16 for the products, as in FlashAttention, and written over the fp32
  * score tile they come from (each lane reads its scores into registers, the warp syncs, then
@@ -45,10 +45,10 @@
  * pass (FlashAttention-2's deterministic alternative) moves the same work into memory: a bf16 dS
  * tile per causal tile pair is B·NH·nt(nt+1)/2·8 KiB = 214 MB per layer for GPT-2 124M at B = 16,
  * T = 1024, written once and read once. Per tile pair at head size 64 the recomputation is
- * 2·2·64³ = 1.05 MFLOP (≈ 0.3 µs of one SM's WMMA rate at 40 % of peak) against 16 KiB of dS
- * traffic (≈ 0.45 µs of one SM's share of the H200's 4.8 TB/s): about even, and the scratch would
- * need a workspace a hundred times the present one. Recomputing keeps the backward at 2 kernels,
- * no scratch, no atomics.
+ * 2·2·64³ = 1.05 MFLOP (≈ 0.35 µs of one SM's share of the bf16 peak at 40 %) against 16 KiB of
+ * dS traffic (≈ 0.45 µs of one SM's share of the H200's 4.8 TB/s): about even, and the scratch
+ * would be 6.4 times the 32 MiB workspace (OPS_CUDA_WORKSPACE_MIN). Recomputing keeps the
+ * backward at 2 kernels, no scratch, no atomics.
  */
 #include "ops_cuda_common.cuh"
 
@@ -174,7 +174,9 @@ __device__ __forceinline__ void tc_load_rows(float *sL, float *sD, const float *
  * The fragments' register layout stays the instruction's own (none is assumed). The C++ API
  * (mma.h) addresses memory generically, so its loads compile to four generic 32-bit loads a
  * fragment; PTX's wmma.load with the .shared state space compiles to one ldmatrix (LDSM) for a
- * bf16 fragment, and to shared loads and stores (LDS, STS) for fp32 ones. */
+ * bf16 fragment, and to shared loads and stores (LDS, STS) for fp32 ones. The PTX is the API's
+ * own (nvcc -ptx of the API version gives the same wmma instructions, operands and order) with
+ * .shared added; the emulator runs the API form. */
 #ifdef TC_EMU
 namespace wmma = nvcuda::wmma;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> tc_frag_a;
@@ -182,7 +184,9 @@ template <bool TRANS>
 using tc_frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
                                  typename std::conditional<TRANS, wmma::col_major, wmma::row_major>::type>;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
-__device__ __forceinline__ void tc_load_a(tc_frag_a &f, const ops_bf16 *p, int ld) { wmma::load_matrix_sync(f, p, ld); }
+__device__ __forceinline__ void tc_load_a(tc_frag_a &f, const ops_bf16 *p, int ld) {
+  wmma::load_matrix_sync(f, p, ld);
+}
 template <bool TRANS> __device__ __forceinline__ void tc_load_b(tc_frag_b<TRANS> &f, const ops_bf16 *p, int ld) {
   wmma::load_matrix_sync(f, p, ld);
 }
@@ -193,7 +197,8 @@ __device__ __forceinline__ void tc_zero_c(tc_frag_c &f) { wmma::fill_fragment(f,
 __device__ __forceinline__ void tc_store_c(float *p, const tc_frag_c &f, int ld) {
   wmma::store_matrix_sync(p, f, ld, wmma::mem_row_major);
 }
-template <bool TRANS> __device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
+template <bool TRANS>
+__device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
   wmma::mma_sync(c, a, b, c);
 }
 #else
@@ -251,7 +256,8 @@ __device__ __forceinline__ void tc_store_c(float *p, const tc_frag_c &f, int ld)
                  "+f"(c.x[7])                                                                                        \
                : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]),         \
                  "r"(b.x[3]))
-template <bool TRANS> __device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
+template <bool TRANS>
+__device__ __forceinline__ void tc_mma(tc_frag_c &c, const tc_frag_a &a, const tc_frag_b<TRANS> &b) {
   if (TRANS) TC_MMA("col");
   else TC_MMA("row");
 }
