@@ -4,8 +4,10 @@
 scripts/cuda-tools.sh --check for it. OBJECTs are libfsdpcuda's compiled .cu objects.
 
 Every kernel of KERNELS (the elementwise, normalization and reduction kernels: memory-bound, so
-their speed is the bytes they move per instruction) must, in its SASS:
-  - load global memory 128 bits at a time somewhere (an LDG.E.128 of any flavour);
+their speed is the bytes they move per instruction, and the tensor-core attention kernels, whose
+tiles stream from global memory inside their main loop) must, in its SASS:
+  - load global memory 128 bits at a time somewhere (an LDG.E.128 of any flavour); an attention
+    kernel, inside a loop, and to shared memory as well counts (LDGSTS...128: cp.async of 16 bytes);
   - have no 16-bit global load (LDG.E.U16 / .S16) inside a loop (a backward branch's range): a
     scalar tail after the loop is allowed, a 2-byte main loop is not;
   - use no local memory (LDL/STL: register spills or a local array).
@@ -13,8 +15,10 @@ A kernel's VEC = false instantiation (template argument false: "ILb0E" in its ma
 element-by-element path for pointers that are not 16-byte aligned (ops_cuda_common.cuh) and is
 left aside; its other instantiations are held to the rules. A kernel of KERNELS missing from the
 objects, or present only as its fallback, fails too (renamed: update the table). Spills of every
-kernel also fail the build itself (ptxas -warn-spills, an error with FSDP_WERROR). Prints one line
-per kernel; exit 0 all hold, 1 one does not, 2 usage or tools missing.
+kernel also fail the build itself (ptxas -warn-spills, an error with FSDP_WERROR). The attention
+kernels' line adds their registers (cuobjdump -res-usage); their dynamic shared memory is not in the
+object: a static_assert in ops_cuda_attention_tc.cu holds it within the 227 KB opt-in. Prints one
+line per kernel; exit 0 all hold, 1 one does not, 2 usage or tools missing.
 """
 import os
 import re
@@ -34,7 +38,12 @@ KERNELS = {
     "rmsnorm_forward_kernel": "normalization", "rmsnorm_dinp_kernel": "normalization",
     "sumsq_partial_kernel": "reduction", "colsum_partial_kernel": "reduction",
     "xent_fused_kernel": "softmax",
+    "attention_dvec_kernel": "reduction",
+    "attention_tc_forward_kernel": "attention", "attention_tc_dkv_kernel": "attention",
+    "attention_tc_dq_kernel": "attention",
 }
+# 128-bit global loads: into registers, or (cp.async, the attention's tiles) straight into shared memory
+LOAD128 = re.compile(r"\b(LDG\.E\.128|LDGSTS\.E(\.\w+)*\.128)\b")
 
 ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
@@ -68,11 +77,14 @@ def loops(code):
     return r
 
 
-def check(name, code):
+def check(name, kind, code):
     why = []
-    if not any(re.search(r"\bLDG\.E\.128\b", i) for _, i in code):
-        why.append("no 128-bit global load (LDG.E.128)")
     rs = loops(code)
+    if kind == "attention":
+        if not any(LOAD128.search(i) and any(a <= addr <= b for a, b in rs) for addr, i in code):
+            why.append("no 128-bit global load (LDG.E.128 or LDGSTS.128) in a loop")
+    elif not any(re.search(r"\bLDG\.E\.128\b", i) for _, i in code):
+        why.append("no 128-bit global load (LDG.E.128)")
     for addr, ins in code:
         if re.search(r"\bLDG\.E\.[US]16\b", ins) and any(a <= addr <= b for a, b in rs):
             why.append(f"16-bit global load in a loop at /*{addr:04x}*/ {ins}")
@@ -101,8 +113,11 @@ def main():
         print(f"sass_check: no cuobjdump and nvdisasm in {tools}: run scripts/cuda-tools.sh (make test does)")
         return 2
     env = dict(os.environ, PATH=tools + os.pathsep + os.environ.get("PATH", ""))
-    found = {}
+    found, regs = {}, {}
     for o in objs:
+        p = subprocess.run([cuobjdump, "-res-usage", o], capture_output=True, text=True, env=env)
+        for m in re.finditer(r"Function (\S+):\s*REG:(\d+)", p.stdout):
+            regs[m.group(1)] = int(m.group(2))
         p = subprocess.run([cuobjdump, "-sass", o], capture_output=True, text=True, env=env)
         if p.returncode != 0:
             print(f"sass_check: cuobjdump -sass {o}: {(p.stderr or p.stdout).strip()[:200]}")
@@ -120,10 +135,13 @@ def main():
             print(f"FAIL {name} ({kind}): only its element-by-element fallback was built")
             bad += 1
         for mangled, code in held:
-            why = check(name, code)
-            n128 = sum(1 for _, i in code if re.search(r"\bLDG\.E\.128\b", i))
-            print(f"{'FAIL' if why else 'ok  '} {name} ({kind}, {len(code)} instructions, {n128} LDG.E.128)"
-                  + (": " + "; ".join(why) if why else ""))
+            why = check(name, kind, code)
+            n128 = sum(1 for _, i in code if LOAD128.search(i))
+            what = f"{len(code)} instructions, {n128} LDG.E.128/LDGSTS.128"
+            if kind == "attention":
+                hs = re.search(r"ILi(\d+)E", mangled)
+                what = f"head size {hs.group(1) if hs else '?'}, {what}, {regs.get(mangled, '?')} registers"
+            print(f"{'FAIL' if why else 'ok  '} {name} ({kind}, {what})" + (": " + "; ".join(why) if why else ""))
             bad += bool(why)
     print(f"sass_check: {len(KERNELS)} kernels, {bad} failing")
     return 1 if bad else 0

@@ -177,20 +177,30 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ---- backward ---- */
 
-/* dvec[(b·NH + h)·T + t] = Σ_c dout·out over head h's columns; one warp per (b, t, h). */
+/* dvec[(b·NH + h)·T + t] = Σ_c dout·out over head h's columns. VEC (16-byte aligned rows): hs/8
+ * lanes per (b, t, h), 8 columns each (16-byte loads), so a warp sums 32·8/hs rows; else one warp
+ * per row, a column per lane. Every lane reaches the shuffles (rows past the end add zeros). */
+template <bool VEC>
 __global__ void attention_dvec_kernel(float *__restrict__ dvec, const ops_bf16 *__restrict__ dout,
                                       const ops_bf16 *__restrict__ out, int B, int T, int C, int NH) {
-  const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32, hs = C / NH;
-  if (w >= (int64_t)B * T * NH) return;
+  constexpr int P = VEC ? 8 : 1;
+  const int hs = C / NH, tpr = VEC ? hs / 8 : 32; /* threads per row: 8 or 16, or 32 */
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = tid / tpr;
+  const int lane = (int)(tid % tpr);
+  const bool live = w < (int64_t)B * T * NH;
   const int h = (int)(w % NH);
-  const int64_t bt = w / NH;
-  const int64_t off = bt * C + (int64_t)h * hs;
+  const int64_t bt = w / NH, off = bt * C + (int64_t)h * hs;
   float s = 0.0f;
-  for (int c = lane; c < hs; c += 32) s += ldbf(dout + off + c) * ldbf(out + off + c);
-  s = warp_sum(s);
+  for (int c = lane * P; live && c < hs; c += tpr * P) {
+    float a[P], o[P];
+    ops_ldv<VEC>(a, dout + off + c);
+    ops_ldv<VEC>(o, out + off + c);
+#pragma unroll
+    for (int k = 0; k < P; k++) s += a[k] * o[k];
+  }
+  for (int o = tpr / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   const int64_t b = bt / T, t = bt % T;
-  if (lane == 0) dvec[(b * NH + h) * T + t] = s;
+  if (live && lane == 0) dvec[(b * NH + h) * T + t] = s;
 }
 
 /* P and dS of one (query i, key j) pair, from the score s = q·k (unscaled). */
@@ -516,6 +526,8 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
     }
     impl = OPS_ATTN_TC;
   }
+  /* the tensor-core kernels copy 16-byte vectors: pointers off 16 bytes take the FMA kernels */
+  if (impl == OPS_ATTN_TC && !(ops_aligned16(qkv) && ops_aligned16(out))) impl = OPS_ATTN_FMA;
   g_attn_ran[0].store((int)impl);
   if (impl == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, ctx);
@@ -539,11 +551,16 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
     }
     impl = OPS_ATTN_TC;
   }
+  if (impl == OPS_ATTN_TC && !(ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv))) impl = OPS_ATTN_FMA;
   g_attn_ran[1].store((int)impl);
   const int64_t rows = (int64_t)B * T * NH;
   float *dvec = scratch;
-  attention_dvec_kernel<<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(
-      dvec, dout, out, B, T, C, NH);
+  if (ops_aligned16(dout) && ops_aligned16(out)) /* rows of hs = 64 or 128 bf16: whole 16-byte packs */
+    attention_dvec_kernel<true><<<(unsigned)((rows * (C / NH / 8) + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0,
+                                  ctx->stream>>>(dvec, dout, out, B, T, C, NH);
+  else
+    attention_dvec_kernel<false><<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0,
+                                   ctx->stream>>>(dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
   if (impl == OPS_ATTN_TC) return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
   if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);

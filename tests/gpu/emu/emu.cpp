@@ -5,9 +5,9 @@
  * dimensions, D type, beta, BIAS, GELU_AUX and DGELU epilogues), refuses GELU_AUX and DGELU when the
  * aux leading dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a
  * multiple of 8, as the library may (so the callers' fallbacks run); emu_lt_epilogue_runs counts the
- * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. Checks the
- * kernels' indexing, masks and synchronization without a GPU; says nothing about speed,
- * shared-memory limits or the real library. */
+ * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. cp.async copies
+ * land at their wait (emu.h). Checks the kernels' indexing, masks and synchronization without a GPU;
+ * says nothing about speed, shared-memory limits or the real library. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -22,12 +22,19 @@ dim3 threadIdx, blockIdx, blockDim, gridDim;
 unsigned char *emu_dyn_smem;
 
 enum { RUN, AT_BAR, AT_WARP, DONE };
+struct ECopy {
+  void *dst;
+  unsigned char data[16];
+  int bytes;
+};
 struct EThread {
   ucontext_t ctx;
   int state;
   int pred;
   char slot[16];
   dim3 tid;
+  std::vector<ECopy> open;                 /* cp.async copies issued since the last commit */
+  std::vector<std::vector<ECopy>> groups; /* committed, oldest first, not yet waited for */
 };
 static std::vector<EThread> g_th;
 static std::vector<char *> g_stacks;
@@ -40,6 +47,13 @@ static uint64_t g_rand = 0x853c49e6748fea9bULL;
 
 static void thread_entry() {
   (*g_body)();
+  size_t pending = g_th[g_cur].open.size();
+  for (const auto &gr : g_th[g_cur].groups) pending += gr.size();
+  if (pending) {
+    fprintf(stderr, "emu: thread %d of block (%u,%u,%u) exits with %zu cp.async copies never waited for\n", g_cur,
+            blockIdx.x, blockIdx.y, blockIdx.z, pending);
+    abort();
+  }
   g_th[g_cur].state = DONE;
   swapcontext(&g_th[g_cur].ctx, &g_sched);
 }
@@ -71,6 +85,29 @@ void emu_warp_exchange(const void *mine, void *theirs, int size, int src_lane) {
   wait_state(AT_WARP); /* nobody overwrites a slot before every lane has read */
 }
 
+void emu_cp_async(void *dst, const void *src, int bytes) {
+  ECopy c;
+  c.dst = dst;
+  c.bytes = bytes;
+  memcpy(c.data, src, (size_t)bytes); /* the source is read-only while the kernel runs */
+  memset(dst, 0xFF, (size_t)bytes);
+  g_th[g_cur].open.push_back(c);
+}
+
+void emu_cp_async_commit(void) {
+  EThread &e = g_th[g_cur];
+  e.groups.push_back(e.open);
+  e.open.clear();
+}
+
+void emu_cp_async_wait(int newest_left) {
+  EThread &e = g_th[g_cur];
+  while ((int)e.groups.size() > newest_left) {
+    for (const ECopy &c : e.groups.front()) memcpy(c.dst, c.data, (size_t)c.bytes);
+    e.groups.erase(e.groups.begin());
+  }
+}
+
 static void set_indices(int t) {
   g_cur = t;
   threadIdx = g_th[t].tid;
@@ -81,6 +118,8 @@ static void run_block(const dim3 &block) {
   for (int t = 0; t < n; t++) {
     EThread &e = g_th[t];
     e.state = RUN;
+    e.open.clear();
+    e.groups.clear();
     e.tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
     getcontext(&e.ctx);
     e.ctx.uc_stack.ss_sp = g_stacks[t];
@@ -115,19 +154,24 @@ static void run_block(const dim3 &block) {
         at_bar += g_th[t].state == AT_BAR;
       }
     if (live == 0) return;
-    for (int w = 0; w < n; w += 32) { /* warps whose live lanes all wait in a shuffle */
-      int lw = 0, aw = 0;
-      for (int t = w; t < w + 32 && t < n; t++)
-        if (g_th[t].state != DONE) {
-          lw++;
-          aw += g_th[t].state == AT_WARP;
-        }
-      if (lw && aw == lw) {
+    /* Warps whose live lanes all wait in a shuffle (or at a warp barrier) go on; each is held back
+     * a round at random while another can go, so warps drift apart as on a GPU and a read of
+     * another warp's data missing its __syncthreads is not hidden by warps marching in step. */
+    for (int pass = 0; pass < 2 && !released; pass++)
+      for (int w = 0; w < n; w += 32) {
+        int lw = 0, aw = 0;
         for (int t = w; t < w + 32 && t < n; t++)
-          if (g_th[t].state == AT_WARP) g_th[t].state = RUN;
-        released = 1;
+          if (g_th[t].state != DONE) {
+            lw++;
+            aw += g_th[t].state == AT_WARP;
+          }
+        g_rand = g_rand * 6364136223846793005ULL + 1442695040888963407ULL;
+        if (lw && aw == lw && (pass == 1 || (g_rand >> 63))) {
+          for (int t = w; t < w + 32 && t < n; t++)
+            if (g_th[t].state == AT_WARP) g_th[t].state = RUN;
+          released = 1;
+        }
       }
-    }
     if (!released && at_bar == live) {
       g_bar_and = 1;
       for (int t = 0; t < n; t++)

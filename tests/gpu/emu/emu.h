@@ -29,6 +29,16 @@ inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_barrier(); }
 int __syncthreads_and(int pred);
 void emu_warp_exchange(const void *mine, void *theirs, int size, int src_lane);
 
+/* cp.async (sm_80+), as ops_cuda_attention_tc.cu issues it: a copy joins the issuing thread's open
+ * group and its destination reads as 0xFF bytes (NaN in bf16 and fp32) until a wait lands it, so
+ * a read of a tile before its wait (or before the barrier after the waits of the other threads)
+ * and a copy issued over a tile other threads still read both show up as NaN. commit closes the
+ * open group; wait(n) lands all but the newest n closed groups. A thread that exits with copies
+ * never waited for aborts. */
+void emu_cp_async(void *dst, const void *src, int bytes);
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(int newest_left);
+
 template <typename T> T __shfl_xor_sync(unsigned, T v, int o) {
   T r;
   emu_warp_exchange(&v, &r, (int)sizeof(T), (int)((threadIdx.x + threadIdx.y * blockDim.x) % 32) ^ o);
