@@ -18,8 +18,10 @@
  * Figures: every per-rank figure is a known function of (rank, world, step, figure) (sim_value),
  * so that --check can recompute from scratch what the coordinator must have written for every step
  * (min, max and the ranks holding them, sums, counts, the median within its tolerance, the step time
- * and its rank, loss and tokens) and exits 1 naming the first difference. Checkpoint steps carry two
- * extra figures per rank (ckpt_snapshot_us, ckpt_bytes), aggregated like the others.
+ * and its rank, loss and tokens) and exits 1 naming the first difference. On a checkpoint step every
+ * rank reports its save complete (StepReport.ckpt) with known times and size: --check verifies their
+ * aggregate (the relays' ckpt_* figures: min, median, max, their ranks, sums) and the job's figures
+ * of the save (the longest times, the bytes of every rank).
  * Faults: --kill R@S: rank R dies at step S (its socket closes, its node reports it killed by
  * SIGKILL, as an agent reports a reaped worker). --hang R@S: rank R stops answering at step S and
  * every other rank of this process reports a collective timeout T seconds later, as real ranks
@@ -107,12 +109,19 @@ static uint64_t sim_value(uint32_t rank, uint32_t world, uint32_t step, int i) {
   return (1ull << 24) * (uint64_t)(i + 1) + spread * 64;
 }
 
-static uint64_t sim_extra(uint32_t rank, uint32_t world, uint32_t step, int k) {
-  uint64_t spread = mix(rank ^ 0x5bd1e995u, step + (uint32_t)k) % world;
-  return k == 0 ? 2000 + spread * 3 : (100ull << 20) + spread;
+/* Figure K of the save RANK reports at checkpoint step STEP: blocked, wait (a quarter of blocked:
+ * never more), write in µs, and the file's bytes; named as the relay names them. */
+static uint64_t sim_ckpt(uint32_t rank, uint32_t world, uint32_t step, int k) {
+  uint64_t spread = mix(rank ^ 0x5bd1e995u, step + (uint32_t)(k == 1 ? 0 : k)) % world;
+  switch (k) {
+  case 0: return 2000 + spread * 4;
+  case 1: return (2000 + spread * 4) / 4;
+  case 2: return 50000 + spread * 7;
+  default: return (100ull << 20) + spread;
+  }
 }
 
-static const char *const extra_names[2] = {"ckpt_snapshot_us", "ckpt_bytes"};
+static const char *const ckpt_names[4] = {"ckpt_blocked_us", "ckpt_wait_us", "ckpt_write_us", "ckpt_bytes"};
 
 static uint64_t sim_step_us(uint32_t rank, uint32_t step) {
   double u = (double)mix(rank + 7919u, step) / 4294967296.0;
@@ -175,19 +184,20 @@ static void rank_report(simrank *k) {
   uint32_t step = k->cur, nfig = 2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND;
   uint64_t v[2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND];
   for (uint32_t i = 0; i < nfig; i++) v[i] = sim_value(k->rank, k->world, step, (int)i);
-  Fsdp__Figure ex[2] = {FSDP__FIGURE__INIT, FSDP__FIGURE__INIT};
-  Fsdp__Figure *exp[2] = {&ex[0], &ex[1]};
-  for (int e = 0; e < 2; e++) ex[e].name = (char *)extra_names[e], ex[e].value = sim_extra(k->rank, k->world, step, e);
+  Fsdp__CkptSave save = FSDP__CKPT_SAVE__INIT, *savep = &save;
+  save.step = step, save.blocked_s = (double)sim_ckpt(k->rank, k->world, step, 0) / 1e6;
+  save.wait_s = (double)sim_ckpt(k->rank, k->world, step, 1) / 1e6, save.write_s = (double)sim_ckpt(k->rank, k->world, step, 2) / 1e6;
+  save.bytes = sim_ckpt(k->rank, k->world, step, 3);
   Fsdp__RankStats st = FSDP__RANK_STATS__INIT;
   st.rank = k->rank;
   st.n_peak_bytes = st.n_cur_bytes = MEM_NCAT, st.peak_bytes = v, st.cur_bytes = v + MEM_NCAT;
   st.n_phase_us = STEPSTATS_NPHASE, st.phase_us = v + 2 * MEM_NCAT;
   st.n_sent_bytes = COLL_NKIND, st.sent_bytes = v + 2 * MEM_NCAT + STEPSTATS_NPHASE;
-  if (k->cur_ckpt) st.n_extra = 2, st.extra = exp;
   Fsdp__StepReport r = FSDP__STEP_REPORT__INIT;
   r.step = step, r.loss = sim_loss(step), r.lr = 1e-3, r.grad_norm = 0.5, r.tokens = 1024ull * k->world;
   r.step_ms = (double)sim_step_us(k->rank, step) / 1e3;
   r.stats = &st;
+  if (k->cur_ckpt) r.n_ckpt = 1, r.ckpt = &savep;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT, m.step_report = &r;
   send_body(k->sock, &m);
@@ -457,6 +467,29 @@ static int check_fig(int ln, json_t *fig, const char *name, const uint64_t *v, u
   return 0;
 }
 
+/* A checkpoint step's figures: every rank's (EXTRA: ckpt_*) and the job's (SAVE: the longest
+ * times over the ranks, the bytes of every rank's file). */
+static int check_ckpt(int ln, uint32_t step, uint32_t world, json_t *extra, json_t *save, uint64_t *v, uint64_t *tmp) {
+  static const char *const job_key[4] = {"blocked_s", "wait_s", "write_s", "bytes"};
+  for (int e = 0; e < 4; e++) {
+    uint64_t mx = 0, sum = 0;
+    for (uint32_t r = 0; r < world; r++) {
+      v[r] = sim_ckpt(r, world, step, e), sum += v[r];
+      if (v[r] > mx) mx = v[r];
+    }
+    char nm[64];
+    snprintf(nm, sizeof nm, "extra.%s", ckpt_names[e]);
+    if (check_fig(ln, json_object_get(extra, ckpt_names[e]), nm, v, world, tmp)) return 1;
+    double got = json_number_value(json_object_get(save, job_key[e]));
+    double want = e == 3 ? (double)sum : (double)mx / 1e6;
+    snprintf(nm, sizeof nm, "checkpoint[0].%s (x1e6)", job_key[e]);
+    if (fabs(got - want) > 1e-9 * want) return fail_line(ln, nm, (long long)(want * 1e6), (long long)(got * 1e6));
+  }
+  if (json_integer_value(json_object_get(save, "step")) != step)
+    return fail_line(ln, "checkpoint[0].step", step, json_integer_value(json_object_get(save, "step")));
+  return 0;
+}
+
 /* Every step's line of METRICS against the figures every rank of WORLD sent. */
 static int check(const char *path, uint32_t world) {
   FILE *f = fopen(path, "r");
@@ -508,14 +541,13 @@ static int check(const char *path, uint32_t world) {
       bad = fail_line(ln, "loss (x1e9)", (long long)(sim_loss(step) * 1e9), (long long)(json_number_value(json_object_get(o, "loss")) * 1e9));
     double tps = json_number_value(json_object_get(o, "tokens_per_s")), want_tps = 1024.0 * world * 1000.0 / ((double)mx / 1e3);
     if (!bad && fabs(tps - want_tps) > 1e-9 * want_tps) bad = fail_line(ln, "tokens_per_s", (long long)want_tps, (long long)tps);
-    json_t *extra = json_object_get(agg, "extra");
-    for (int e = 0; !bad && extra && e < 2; e++) {
-      for (uint32_t r = 0; r < world; r++) v[r] = sim_extra(r, world, step, e);
-      char nm[64];
-      snprintf(nm, sizeof nm, "extra.%s", extra_names[e]);
-      bad = check_fig(ln, json_object_get(extra, extra_names[e]), nm, v, world, tmp);
-      ckpt_lines += e == 0;
+    json_t *extra = json_object_get(agg, "extra"), *saves = json_object_get(o, "checkpoint");
+    if (!bad && (extra != NULL) != (json_array_size(saves) == 1)) {
+      fprintf(stderr, "fsdp-sim --check: line %d: checkpoint figures without a save, or a save without them\n", ln);
+      bad = 1;
     }
+    if (!bad && extra) bad = check_ckpt(ln, step, world, extra, json_array_get(saves, 0), v, tmp);
+    ckpt_lines += extra != NULL;
     json_t *ranks = json_object_get(o, "ranks");   /* a detail step: every rank, its own figures */
     for (size_t r = 0; !bad && ranks && r < json_array_size(ranks); r++) {
       json_t *jr = json_array_get(ranks, r);

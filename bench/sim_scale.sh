@@ -55,6 +55,9 @@ batch_size = 2
 world_size = $n
 device = cpu
 timeout_s = 60
+[checkpoint]
+every = 50
+dir = ckpt
 EOF
   # every simulated node registered (the nodes table lists them: one line each, plus a header and this node)
   local t_end=$((SECONDS + 120))

@@ -23,6 +23,10 @@
  * node_step_cmd per node per 8 steps, and a stop within 16 steps. */
 #define STEP_WINDOW 16       /* the most: the size of the window's ring */
 #define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
+/* A wide job's nodes report their steps 8 at a time (NodeStepCmd.report_every): the coordinator
+ * reads one message per node per 8 steps; a batch ends where the next grant is due, so that the
+ * ranks never wait for it. A small job's nodes report every step. */
+#define STEP_WIDE_REPORT_EVERY (STEP_WINDOW / 2)
 
 /* One step in flight: the node reports received so far, their figures merged. */
 typedef struct jstep {
@@ -43,6 +47,7 @@ struct steps_win {
   int nmap;
   uint32_t detail_every;
   uint32_t window, regrant;  /* see STEP_WINDOW */
+  uint32_t report_every;     /* see STEP_WIDE_REPORT_EVERY */
   jstep s[STEP_WINDOW];
 };
 
@@ -80,6 +85,7 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
   w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
   w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 4;
   w->regrant = w->njnodes >= STEP_WIDE_NODES ? w->window / 2 : w->window - 1;
+  w->report_every = w->njnodes >= STEP_WIDE_NODES ? STEP_WIDE_REPORT_EVERY : 1;
   for (int i = 0; i < STEP_WINDOW; i++) {
     w->s[i].first = -1;
     w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
@@ -103,6 +109,7 @@ static void send_grant(coord_t *c, job_t *j, uint32_t last) {
   g.checkpoint_steps = ckpt;
   g.n_checkpoint_steps = nck;
   g.detail_every = w->detail_every;
+  g.report_every = w->report_every;
   g.last_step = j->stop_at ? j->stop_at : j->steps;   /* its worker waits for its save (StepCmd.last) */
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_NODE_STEP_CMD;
@@ -229,6 +236,52 @@ static void keep_rank_detail(job_t *j, jstep *st) {
   }
 }
 
+/* Figure NAME of aggregate A: its index, or -1 when no rank reported it. */
+static int agg_extra(const Fsdp__StepAgg *a, const char *name) {
+  for (size_t i = 0; i < a->n_extra_names; i++)
+    if (!strcmp(a->extra_names[i], name) && a->count[a->n_std + i]) return (int)(a->n_std + i);
+  return -1;
+}
+
+/* The job's figures of save I of the step's report F, from every rank's (AGG's ckpt_* figures, see
+ * relay.h): the longest blocked, wait and write times over the ranks and the bytes of every rank's
+ * file, into *OUT; *BLOCKED_RANK and *WRITE_RANK hold the longest. Without them (no rank's figures
+ * reached the aggregate), F's own. */
+static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t i, Fsdp__CkptSave *out,
+                     uint32_t *blocked_rank, uint32_t *write_rank) {
+  *out = *f->ckpt[i];
+  *blocked_rank = *write_rank = 0;
+  char name[32];
+  const char *pre = i ? "ckpt2_" : "ckpt_";
+  int b, w, t, n;
+  snprintf(name, sizeof name, "%sblocked_us", pre), b = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%swait_us", pre), w = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%swrite_us", pre), t = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%sbytes", pre), n = agg_extra(agg, name);
+  if (b < 0 || w < 0 || t < 0 || n < 0) return;
+  out->blocked_s = (double)agg->max[b] / 1e6, *blocked_rank = agg->max_rank[b];
+  out->wait_s = (double)agg->max[w] / 1e6;
+  out->write_s = (double)agg->max[t] / 1e6, *write_rank = agg->max_rank[t];
+  out->bytes = agg->sum[n];
+}
+
+/* The saves that became complete after the step: the job's figures into SAVES (SUM->ckpt points at
+ * them), J's latest, and a line of the job log each. */
+static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg *agg, Fsdp__CkptSave saves[2],
+                        Fsdp__CkptSave *ptrs[2], Fsdp__StepSummary *sum) {
+  for (size_t i = 0; i < f->n_ckpt && i < 2; i++) {
+    uint32_t br, wr;
+    ckpt_job(agg, f, i, &saves[i], &br, &wr);
+    const Fsdp__CkptSave *k = &saves[i];
+    ptrs[i] = &saves[i];
+    j->ckpt = *k;
+    job_log(j, "checkpoint of step %u complete: %.1f MB written by %d rank(s), the slowest in %.2f s (rank %u); training "
+            "blocked up to %.3f s (rank %u)%s", k->step, (double)k->bytes / 1e6, j->world, k->write_s, wr, k->blocked_s, br,
+            k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+  }
+  sum->ckpt = ptrs, sum->n_ckpt = f->n_ckpt < 2 ? f->n_ckpt : 2;
+}
+
 /* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */
 static void step_complete(coord_t *c, job_t *j, jstep *st) {
   uint32_t step = st->step;
@@ -241,11 +294,12 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   sum.tokens_per_s = st->step_ms > 0 ? (double)f->tokens * 1000.0 / st->step_ms : 0.0;
   /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
   sum.has_val = f->has_val, sum.val_loss = f->val_loss, sum.eval_ms = f->has_val ? st->eval_ms : 0;
-  sum.ckpt = f->ckpt, sum.n_ckpt = f->n_ckpt;   /* saves that completed: the lowest rank's own figures */
+  Fsdp__CkptSave saves[2], *save_ptrs[2];
   char *line = NULL;
   fsdp_status rc = stepagg_to_msg(st->agg, 1, &agg);
   if (rc == FSDP_OK) {
     sum.agg = &agg;
+    ckpt_record(j, f, &agg, saves, save_ptrs, &sum);
     rc = gather_detail(j, st, &sum);
     Fsdp__RankStats **ranks = sum.ranks;
     if (rc == FSDP_OK && sum.n_ranks && j->world > STEPS_DETAIL_ALL_MAX) {   /* kept apart: see ranks_append */
@@ -266,14 +320,6 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
     /* A step is recorded in both or in neither: the line goes if the database refuses the step. */
     if (rc == FSDP_OK && (rc = jobs_db_add_step(c->db, j->id, &row, line)) != FSDP_OK) metrics_cut(j, end);
     if (rc == FSDP_OK && f->sample && f->sample[0]) job_log(j, "sample at step %u: %s", step, f->sample);
-    for (size_t i = 0; rc == FSDP_OK && i < f->n_ckpt; i++) {
-      const Fsdp__CkptSave *k = f->ckpt[i];
-      j->ckpt = *k;
-      job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s); training blocked %.3f s%s "
-              "(rank %u's file)", k->step, (double)k->bytes / 1e6, k->write_s,
-              k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0, k->blocked_s,
-              k->wait_s >= 0.001 ? " (waiting for the previous save)" : "", st->msgs[st->first]->node_step_report->first_rank);
-    }
     /* the Prometheus figures (only with --metrics: nothing else reads them) */
     if (rc == FSDP_OK && c->cfg.metrics &&
         promx_on_step(&j->px, j->id, j->spec.name, j->state, &sum, (size_t)j->world,
@@ -321,7 +367,34 @@ static fsdp_status take_report(job_t *j, int k, Fsdp__Msg **mp) {
   return FSDP_OK;
 }
 
+static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp);
+
+/* A node's batch (NodeStepCmd.report_every): each of its steps on its own, in order, as if it had
+ * come alone; a later step becomes a message of its own (the step keeps it until it is recorded). */
 void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
+  Fsdp__NodeStepReport *head = (*mp)->node_step_report;
+  size_t nmore = head->n_more;
+  Fsdp__NodeStepReport **more = head->more;
+  head->more = NULL, head->n_more = 0;
+  on_node_step(c, n, mp);
+  for (size_t i = 0; i < nmore; i++) {
+    Fsdp__Msg *m = malloc(sizeof *m);   /* freed by wire_destroy, as the unpacked message it joins */
+    if (!m) {
+      log_error("out of memory: node %s's report of step %u is lost", n->name, more[i]->first->step);
+      fsdp__node_step_report__free_unpacked(more[i], NULL);
+      continue;
+    }
+    *m = (Fsdp__Msg)WIRE_MSG_INIT;
+    m->version = FSDP__VERSION__PROTO_VERSION;
+    m->body_case = FSDP__MSG__BODY_NODE_STEP_REPORT;
+    m->node_step_report = more[i];
+    on_node_step(c, n, &m);
+    wire_destroy(&m);
+  }
+  free(more);
+}
+
+static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
   job_t *j = coord_find_job(c, nr->job_id);
   if (!j || j->state != ST_RUNNING || j->done || j->restart_pending || !j->win) return;

@@ -124,6 +124,24 @@ static fsdp_status check_ckpt_save(const Fsdp__CkptSave *c) {
   return FSDP_OK;
 }
 
+/* One step of a node (MORE: one of a batch's later steps, which carry no batch of their own). */
+static fsdp_status check_node_step_report(const Fsdp__NodeStepReport *n, int more) {
+  NEED(n, "node_step_report");
+  NEED(n->first, "node_step_report first");
+  NEED(n->agg, "node_step_report agg");
+  STR(n->first->sample, WIRE_MAX_STRING, "sample text");
+  if (n->first->n_ckpt > 2) BAD("node_step_report carries %zu checkpoint saves, at most 2", n->first->n_ckpt);
+  for (size_t i = 0; i < n->first->n_ckpt; i++) TRY(check_ckpt_save(n->first->ckpt[i]));
+  TRY(check_step_agg(n->agg));
+  if (n->agg->ranks == 0 || n->n_detail > n->agg->ranks) BAD("node_step_report of %u ranks with %zu details", n->agg->ranks, n->n_detail);
+  if (n->n_more > (more ? 0 : 1024)) BAD("node_step_report batches %zu more steps", n->n_more);
+  for (size_t i = 0; i < n->n_detail; i++) {
+    NEED(n->detail[i], "detail entry");
+    TRY(check_rank_stats(n->detail[i]));
+  }
+  return FSDP_OK;
+}
+
 static fsdp_status check_summary(const Fsdp__StepSummary *s) {
   if (s->n_ranks > MAX_RANKS) BAD("step summary has %zu ranks", s->n_ranks);
   if (s->agg) TRY(check_step_agg(s->agg));
@@ -369,20 +387,10 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     if (m->node_step_cmd->expect == 0 || m->node_step_cmd->expect > MAX_RANKS) BAD("node_step_cmd expects %u ranks", m->node_step_cmd->expect);
     if (m->node_step_cmd->n_checkpoint_steps > 1024) BAD("node_step_cmd lists %zu checkpoints", m->node_step_cmd->n_checkpoint_steps);
     return FSDP_OK;
-  case FSDP__MSG__BODY_NODE_STEP_REPORT: {
-    const Fsdp__NodeStepReport *n = m->node_step_report;
-    NEED(n, "node_step_report");
-    NEED(n->first, "node_step_report first");
-    NEED(n->agg, "node_step_report agg");
-    STR(n->first->sample, WIRE_MAX_STRING, "sample text");
-    TRY(check_step_agg(n->agg));
-    if (n->agg->ranks == 0 || n->n_detail > n->agg->ranks) BAD("node_step_report of %u ranks with %zu details", n->agg->ranks, n->n_detail);
-    for (size_t i = 0; i < n->n_detail; i++) {
-      NEED(n->detail[i], "detail entry");
-      TRY(check_rank_stats(n->detail[i]));
-    }
+  case FSDP__MSG__BODY_NODE_STEP_REPORT:
+    TRY(check_node_step_report(m->node_step_report, 0));
+    for (size_t i = 0; i < m->node_step_report->n_more; i++) TRY(check_node_step_report(m->node_step_report->more[i], 1));
     return FSDP_OK;
-  }
   case FSDP__MSG__BODY_STEP_REPORT:
     NEED(m->step_report, "step_report");
     NEED(m->step_report->stats, "step_report stats");
