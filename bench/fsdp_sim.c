@@ -1,7 +1,7 @@
 /* fsdp-sim — many simulated nodes and ranks in one process, against a real coordinator.
  *
  *   fsdp-sim --join ENDPOINT --nodes N [--ranks-per-node 8] [--name sim] [--step-ms 5] [--jitter-ms 1]
- *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
+ *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP] [--lose NODE@STEP] [--timeout-s T]
  *   fsdp-sim --check METRICS.jsonl --world N [--step-ms 5] [--jitter-ms 1]
  *
  * Each simulated node is what `fsdpd --join` is, minus the processes: it registers with N CPU slots
@@ -25,7 +25,9 @@
  * Faults: --kill R@S: rank R dies at step S (its socket closes, its node reports it killed by
  * SIGKILL, as an agent reports a reaped worker). --hang R@S: rank R stops answering at step S and
  * every other rank of this process reports a collective timeout T seconds later, as real ranks
- * waiting for it in a collective would.
+ * waiting for it in a collective would. --lose N@S: node N (its index: the node named PREFIX-N)
+ * goes silent when its ranks reach step S, as a machine that died: no heartbeat, no report, its
+ * ranks' sockets left open; the other ranks time out as with --hang.
  *
  * One thread per process: the uv loop (--procs P: P processes share the nodes). Ends on SIGTERM or SIGINT.
  */
@@ -88,7 +90,7 @@ static struct {
   double step_ms, jitter_ms, timeout_s;
   int procs;
   int independent;   /* --independent: each rank ends its step on its own time, not the slowest rank's */
-  uint32_t kill_rank, kill_step, hang_rank, hang_step;   /* step 0: no such fault */
+  uint32_t kill_rank, kill_step, hang_rank, hang_step, lose_node, lose_step;   /* step 0: no such fault */
   simnode *node;
   uv_signal_t sig[2];
 } S;
@@ -206,9 +208,12 @@ static void rank_report(simrank *k) {
 
 static void rank_next(simrank *k);
 
+/* The step at which some rank stops answering (--hang, --lose), 0 none. */
+static uint32_t silent_step(void) { return S.hang_step ? S.hang_step : S.lose_step; }
+
 static void on_step_done(uv_timer_t *t) {
   simrank *k = t->data;
-  if (S.hang_step && k->cur == S.hang_step) {   /* the others' collective timed out waiting for the hung rank */
+  if (silent_step() && k->cur == silent_step()) {   /* the others' collective timed out waiting for the hung rank */
     Fsdp__WorkerError e = FSDP__WORKER_ERROR__INIT;
     e.rank = k->rank, e.code = FSDP_ERR_TIMEOUT;
     e.message = "a collective timed out (simulated: a peer stopped answering)";
@@ -234,8 +239,15 @@ static void rank_next(simrank *k) {
     rank_exit(k, -1, SIGKILL);
     return;
   }
-  if (S.hang_step && k->cur == S.hang_step) {
-    if (k->rank == S.hang_rank) {
+  if (S.lose_step && k->cur == S.lose_step && (uint32_t)k->node->idx == S.lose_node) {
+    if (uv_is_active((uv_handle_t *)&k->node->beat)) {
+      log_warn("sim: node %s is lost at step %u", k->node->name, k->cur);   /* the moment, for the tests */
+      uv_timer_stop(&k->node->beat);
+    }
+    return;   /* never reports again */
+  }
+  if (silent_step() && k->cur == silent_step()) {
+    if (S.hang_step && k->rank == S.hang_rank) {
       log_warn("sim: rank %u hangs at step %u", k->rank, k->cur);
       return;   /* never reports again */
     }
@@ -569,7 +581,7 @@ static int check(const char *path, uint32_t world) {
 static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
   unsigned r, st;
   if (sscanf(s, "%u@%u", &r, &st) != 2 || st == 0) {
-    fprintf(stderr, "fsdp-sim: fault '%s': expected RANK@STEP with STEP >= 1\n", s);
+    fprintf(stderr, "fsdp-sim: fault '%s': expected N@STEP (a rank, or a node for --lose; STEP >= 1)\n", s);
     return -1;
   }
   *rank = r, *step = st;
@@ -598,6 +610,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--timeout-s")) S.timeout_s = atof(v);
     else if (!strcmp(a, "--kill")) { if (parse_fault(v, &S.kill_rank, &S.kill_step)) return 2; }
     else if (!strcmp(a, "--hang")) { if (parse_fault(v, &S.hang_rank, &S.hang_step)) return 2; }
+    else if (!strcmp(a, "--lose")) { if (parse_fault(v, &S.lose_node, &S.lose_step)) return 2; }
     else if (!strcmp(a, "--check")) check_path = v;
     else if (!strcmp(a, "--world")) world = (uint32_t)atoi(v);
     else used = 0;
@@ -606,6 +619,10 @@ int main(int argc, char **argv) {
       return 2;
     }
     i++;
+  }
+  if (S.hang_step && S.lose_step) {
+    fprintf(stderr, "fsdp-sim: --hang and --lose: one silent fault at a time\n");
+    return 2;
   }
   if (S.jitter_ms < 0 || S.jitter_ms > S.step_ms) {
     fprintf(stderr, "fsdp-sim: --jitter-ms %g: allowed 0..--step-ms\n", S.jitter_ms);

@@ -37,9 +37,19 @@ static void node_lose(coord_t *c, int i, const char *why) {
   n->gone_since = loop_now_mono();
   for (job_t *j = c->jobs; j; j = j->next) {
     if (!j->ranks) continue;
+    char list[128];   /* the job's live ranks on the node: "3", "8, 9, ..., 15 (8 ranks)" */
+    int k = 0, last = -1;
+    size_t len = 0;
     for (int r = 0; r < j->world; r++) {
       if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
-      if (!j->done) job_fail(c, j, "node %s %s with rank %d on it", n->name, why, r);
+      if (k < 4) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? ", " : "", r);
+      k++, last = r;
+    }
+    if (k > 5) snprintf(list + len, sizeof list - len, ", ..., %d (%d ranks)", last, k);
+    else if (k == 5) snprintf(list + len, sizeof list - len, ", %d", last);
+    if (k && !j->done) job_fail(c, j, "node %s %s with rank%s %s on it", n->name, why, k > 1 ? "s" : "", list);
+    for (int r = 0; r < j->world; r++) {
+      if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
       j->ranks[r].alive = 0;
       j->nalive--;
       job_free_slot(c, j, r);
