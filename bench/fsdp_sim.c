@@ -483,12 +483,18 @@ static int check_fig(int ln, json_t *fig, const char *name, const uint64_t *v, u
  * times over the ranks, the bytes of every rank's file). */
 static int check_ckpt(int ln, uint32_t step, uint32_t world, json_t *extra, json_t *save, uint64_t *v, uint64_t *tmp) {
   static const char *const job_key[4] = {"blocked_s", "wait_s", "write_s", "bytes"};
+  static const char *const rank_key[4] = {"blocked_rank", NULL, "write_rank", NULL};
   for (int e = 0; e < 4; e++) {
     uint64_t mx = 0, sum = 0;
+    uint32_t mxr = 0;
     for (uint32_t r = 0; r < world; r++) {
       v[r] = sim_ckpt(r, world, step, e), sum += v[r];
-      if (v[r] > mx) mx = v[r];
+      if (v[r] > mx) mx = v[r], mxr = r;
     }
+    char rk[48];
+    snprintf(rk, sizeof rk, "checkpoint[0].%s", rank_key[e] ? rank_key[e] : "ranks");
+    long long got_rank = json_integer_value(json_object_get(save, rank_key[e] ? rank_key[e] : "ranks"));
+    if (got_rank != (rank_key[e] ? (long long)mxr : (long long)world)) return fail_line(ln, rk, rank_key[e] ? mxr : world, got_rank);
     char nm[64];
     snprintf(nm, sizeof nm, "extra.%s", ckpt_names[e]);
     if (check_fig(ln, json_object_get(extra, ckpt_names[e]), nm, v, world, tmp)) return 1;

@@ -28,12 +28,16 @@
  * ranks never wait for it. A small job's nodes report every step. */
 #define STEP_WIDE_REPORT_EVERY (STEP_WINDOW / 2)
 
-/* One step in flight: the node reports received so far, their figures merged. */
+/* One step in flight: the node reports received so far, their figures merged. A report is freed
+ * once merged unless the step needs it later: the one with the lowest rank (its global figures),
+ * those carrying ranks' full figures. Freed at once, the coordinator's allocations of one report
+ * are reused by the next (one of the larger costs per node at thousands of ranks). */
 typedef struct jstep {
   uint32_t step;             /* 0: unused */
   int nnodes;                /* node reports in */
   stepagg *agg;
-  Fsdp__Msg **msgs;          /* by job node: its node_step_report, kept until the step is recorded */
+  uint8_t *got;              /* by job node: its report is in */
+  Fsdp__Msg **msgs;          /* by job node: its node_step_report where kept (above), until the step is recorded */
   int first;                 /* the job node whose report holds the lowest rank (-1: none yet) */
   double step_ms, eval_ms;
   uint32_t step_ms_rank;
@@ -57,7 +61,7 @@ void steps_free(job_t *j) {
   if (!w) return;
   for (int i = 0; i < STEP_WINDOW; i++) {
     for (int k = 0; w->s[i].msgs && k < w->njnodes; k++) wire_destroy(&w->s[i].msgs[k]);
-    free(w->s[i].msgs);
+    free(w->s[i].msgs), free(w->s[i].got);
     stepagg_destroy(&w->s[i].agg);
   }
   free(w->jnode), free(w->nranks), free(w->node_k);
@@ -89,7 +93,8 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
   for (int i = 0; i < STEP_WINDOW; i++) {
     w->s[i].first = -1;
     w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
-    if (!w->s[i].msgs) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+    w->s[i].got = calloc((size_t)w->njnodes, 1);
+    if (!w->s[i].msgs || !w->s[i].got) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
     TRY(stepagg_new(&w->s[i].agg));
   }
   return FSDP_OK;
@@ -214,8 +219,8 @@ static fsdp_status gather_detail(const job_t *j, const jstep *st, Fsdp__StepSumm
   sum->ranks = malloc((size_t)j->world * sizeof *sum->ranks);
   if (!sum->ranks) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
   for (int k = 0; k < w->njnodes; k++) {
-    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
-    for (size_t i = 0; i < nr->n_detail && sum->n_ranks < (size_t)j->world; i++) sum->ranks[sum->n_ranks++] = nr->detail[i];
+    const Fsdp__NodeStepReport *nr = st->msgs[k] ? st->msgs[k]->node_step_report : NULL;
+    for (size_t i = 0; nr && i < nr->n_detail && sum->n_ranks < (size_t)j->world; i++) sum->ranks[sum->n_ranks++] = nr->detail[i];
   }
   qsort(sum->ranks, sum->n_ranks, sizeof *sum->ranks, by_rank);
   return FSDP_OK;
@@ -224,8 +229,8 @@ static fsdp_status gather_detail(const job_t *j, const jstep *st, Fsdp__StepSumm
 /* `fsdpctl status --rank R`: keep the node report that carries rank R's figures of this step. */
 static void keep_rank_detail(job_t *j, jstep *st) {
   for (int k = 0; j->detail_rank && k < j->win->njnodes; k++) {
-    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
-    for (size_t i = 0; i < nr->n_detail; i++)
+    const Fsdp__NodeStepReport *nr = st->msgs[k] ? st->msgs[k]->node_step_report : NULL;
+    for (size_t i = 0; nr && i < nr->n_detail; i++)
       if (nr->detail[i]->rank == j->detail_rank - 1) {
         wire_destroy(&j->rank_detail);
         j->rank_detail = st->msgs[k];
@@ -244,13 +249,11 @@ static int agg_extra(const Fsdp__StepAgg *a, const char *name) {
 }
 
 /* The job's figures of save I of the step's report F, from every rank's (AGG's ckpt_* figures, see
- * relay.h): the longest blocked, wait and write times over the ranks and the bytes of every rank's
- * file, into *OUT; *BLOCKED_RANK and *WRITE_RANK hold the longest. Without them (no rank's figures
- * reached the aggregate), F's own. */
-static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t i, Fsdp__CkptSave *out,
-                     uint32_t *blocked_rank, uint32_t *write_rank) {
+ * relay.h): the longest blocked, wait and write times over the ranks, the ranks holding them and the
+ * bytes of every rank's file, into *OUT. Without them (no rank's figures reached the aggregate), F's
+ * own (ranks 0). */
+static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t i, Fsdp__CkptSave *out) {
   *out = *f->ckpt[i];
-  *blocked_rank = *write_rank = 0;
   char name[32];
   const char *pre = i ? "ckpt2_" : "ckpt_";
   int b, w, t, n;
@@ -259,10 +262,10 @@ static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t
   snprintf(name, sizeof name, "%swrite_us", pre), t = agg_extra(agg, name);
   snprintf(name, sizeof name, "%sbytes", pre), n = agg_extra(agg, name);
   if (b < 0 || w < 0 || t < 0 || n < 0) return;
-  out->blocked_s = (double)agg->max[b] / 1e6, *blocked_rank = agg->max_rank[b];
+  out->blocked_s = (double)agg->max[b] / 1e6, out->blocked_rank = agg->max_rank[b];
   out->wait_s = (double)agg->max[w] / 1e6;
-  out->write_s = (double)agg->max[t] / 1e6, *write_rank = agg->max_rank[t];
-  out->bytes = agg->sum[n];
+  out->write_s = (double)agg->max[t] / 1e6, out->write_rank = agg->max_rank[t];
+  out->bytes = agg->sum[n], out->ranks = agg->count[n];
 }
 
 /* The saves that became complete after the step: the job's figures into SAVES (SUM->ckpt points at
@@ -270,14 +273,13 @@ static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t
 static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg *agg, Fsdp__CkptSave saves[2],
                         Fsdp__CkptSave *ptrs[2], Fsdp__StepSummary *sum) {
   for (size_t i = 0; i < f->n_ckpt && i < 2; i++) {
-    uint32_t br, wr;
-    ckpt_job(agg, f, i, &saves[i], &br, &wr);
+    ckpt_job(agg, f, i, &saves[i]);
     const Fsdp__CkptSave *k = &saves[i];
     ptrs[i] = &saves[i];
     j->ckpt = *k;
-    job_log(j, "checkpoint of step %u complete: %.1f MB written by %d rank(s), the slowest in %.2f s (rank %u); training "
-            "blocked up to %.3f s (rank %u)%s", k->step, (double)k->bytes / 1e6, j->world, k->write_s, wr, k->blocked_s, br,
-            k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+    job_log(j, "checkpoint of step %u complete: %.1f MB written by %u rank(s), the slowest in %.2f s (rank %u); training "
+            "blocked up to %.3f s (rank %u)%s", k->step, (double)k->bytes / 1e6, k->ranks, k->write_s, k->write_rank,
+            k->blocked_s, k->blocked_rank, k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
   }
   sum->ckpt = ptrs, sum->n_ckpt = f->n_ckpt < 2 ? f->n_ckpt : 2;
 }
@@ -331,6 +333,7 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   free(line);
   keep_rank_detail(j, st);
   for (int k = 0; k < j->win->njnodes; k++) wire_destroy(&st->msgs[k]);
+  memset(st->got, 0, (size_t)j->win->njnodes);
   stepagg_reset(st->agg);
   st->step = 0, st->nnodes = 0, st->first = -1, st->step_ms = st->eval_ms = 0, st->step_ms_rank = 0;
   if (rc != FSDP_OK) {
@@ -353,16 +356,23 @@ static fsdp_status take_report(job_t *j, int k, Fsdp__Msg **mp) {
   uint32_t step = nr->first->step;
   jstep *st = &w->s[step % STEP_WINDOW];
   if (st->step != step) st->step = step;
-  if (st->msgs[k]) return fsdp_set_error(FSDP_ERR_INVALID, "a second report for step %u", step);
+  if (st->got[k]) return fsdp_set_error(FSDP_ERR_INVALID, "a second report for step %u", step);
   if (nr->agg->ranks != w->nranks[k])
     return fsdp_set_error(FSDP_ERR_INVALID, "a report of %u ranks for step %u (the node runs %u)", nr->agg->ranks, step, w->nranks[k]);
   TRY(stepagg_merge(st->agg, nr->agg));
-  if (st->first < 0 || nr->first_rank < st->msgs[st->first]->node_step_report->first_rank) st->first = k;
+  int first = st->first < 0 || nr->first_rank < st->msgs[st->first]->node_step_report->first_rank;
   if (nr->step_ms > st->step_ms || (nr->step_ms == st->step_ms && nr->step_ms_rank < st->step_ms_rank))
     st->step_ms = nr->step_ms, st->step_ms_rank = nr->step_ms_rank;
   if (nr->eval_ms > st->eval_ms) st->eval_ms = nr->eval_ms;
-  st->msgs[k] = *mp;
-  *mp = NULL;
+  if (first) {   /* the previous lowest is kept no longer, unless for its ranks' figures */
+    if (st->first >= 0 && !st->msgs[st->first]->node_step_report->n_detail) wire_destroy(&st->msgs[st->first]);
+    st->first = k;
+  }
+  if (first || nr->n_detail) {
+    st->msgs[k] = *mp;
+    *mp = NULL;
+  }
+  st->got[k] = 1;
   st->nnodes++;
   return FSDP_OK;
 }
@@ -558,7 +568,7 @@ static int silent(const job_t *j, int r) {
   if (j->state == ST_STARTING || !j->win) return !rk->ready;
   const jstep *st = &j->win->s[(j->done_step + 1) % STEP_WINDOW];
   int k = rk->node < j->win->nmap ? j->win->node_k[rk->node] : -1;
-  return st->step != j->done_step + 1 || k < 0 || !st->msgs[k];
+  return st->step != j->done_step + 1 || k < 0 || !st->got[k];
 }
 
 static int not_ready(const job_t *j, int r) { return !j->ranks[r].ready; }
