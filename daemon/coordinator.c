@@ -63,9 +63,10 @@ static void node_lose(coord_t *c, int i, const char *why) {
 static void forget_gone_nodes(coord_t *c, double now) {
   for (int i = c->nnodes - 1; i >= 0; i--) {
     node_t *n = &c->nodes[i];
+    if (!n->lost || now - n->gone_since <= c->cfg.forget_s) continue;   /* most nodes, at every tick: nothing to read */
     int busy = 0;
     for (int s = 0; s < n->nslots; s++) busy |= n->slots[s].job_id != 0;
-    if (!n->lost || busy || now - n->gone_since <= c->cfg.forget_s) continue;
+    if (busy) continue;
     log_info("node %u (%s) dropped from the node list: %s %.0f s ago", n->id, n->name, n->stopped ? "stopped" : "lost",
              now - n->gone_since);
     free(n->slots);

@@ -19,12 +19,12 @@
 /* Steps granted beyond the last one recorded, and how few may be left before the next grant. A small
  * job (few nodes) is granted 4 ahead, 2 at a time: the relays keep their ranks two steps ahead of what
  * the node reported while the coordinator records a step (a database commit) off their path; a stop
- * takes effect within 4 steps. A large one is granted up to 16 ahead, 8 at a time: one
- * node_step_cmd per node per 8 steps, and a stop within 16 steps. */
-#define STEP_WINDOW 16       /* the most: the size of the window's ring */
+ * takes effect within 4 steps. A large one is granted up to 32 ahead, 16 at a time: one
+ * node_step_cmd per node per 16 steps, and a stop within 32 steps. */
+#define STEP_WINDOW 32       /* the most: the size of the window's ring */
 #define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
-/* A wide job's nodes report their steps 8 at a time (NodeStepCmd.report_every): the coordinator
- * reads one message per node per 8 steps; a batch ends where the next grant is due, so that the
+/* A wide job's nodes report their steps 16 at a time (NodeStepCmd.report_every): the coordinator
+ * reads one message per node per 16 steps; a batch ends where the next grant is due, so that the
  * ranks never wait for it. A small job's nodes report every step. */
 #define STEP_WIDE_REPORT_EVERY (STEP_WINDOW / 2)
 
