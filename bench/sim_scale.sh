@@ -40,7 +40,7 @@ run_one() {
   local S
   S=$(mktemp -d /tmp/sim-scale-XXXXXX)
   export FSDP_CTL="ipc://$S/ctl.sock"
-  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level warn --heartbeat "$HEARTBEAT" 2>"$S/fsdpd.log" &
+  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level "$( [ ${#FAULT[@]} -gt 0 ] && echo info || echo warn )" --heartbeat "$HEARTBEAT" 2>"$S/fsdpd.log" &
   local D=$!
   "$BUILD/bench/fsdp-sim" --join "ipc://$S/cluster.sock" --nodes "$nodes" --ranks-per-node "$RPN" --step-ms "$STEP_MS" \
     --procs "$(( nodes >= 64 ? 4 : 1 ))" \
@@ -123,7 +123,8 @@ PY
   id=$(cat "$S/id")
   state=$("$BUILD/fsdpctl" status "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   "$BUILD/bench/fsdp-sim" --check "$S/jobs/$id/metrics.jsonl" --world "$n" --step-ms "$STEP_MS" --jitter-ms "$(( STEP_MS / 4 ))" || echo "CHECK FAILED: state kept in $S"
-  [ ${#FAULT[@]} -eq 0 ] || python3 - "$S/sim.log" "$S/fsdpd.log" "$id" "$TIMEOUT_S" <<'PY'
+  local keep=0
+  [ ${#FAULT[@]} -eq 0 ] || python3 - "$S/sim.log" "$S/fsdpd.log" "$id" "$TIMEOUT_S" <<'PY' || keep=1
 import re, sys
 from datetime import datetime
 def at(path, pat):
@@ -132,13 +133,13 @@ def at(path, pat):
     return None, None
 fault, fl = at(sys.argv[1], r"sim: (rank \d+ dies|node \S+ is lost) at step")
 failed, jl = at(sys.argv[2], rf"job {sys.argv[3]} failed: ")
-if not fault or not failed: print(f"fault: no {'fault' if not fault else 'failure'} in the logs"); sys.exit()
+if not fault or not failed: sys.exit(f"fault: no {'fault' if not fault else 'failure'} in the logs")
 print(f"fault: {fl.split('sim: ')[1].strip()}; job failed {(failed - fault).total_seconds():.2f} s later "
       f"(timeout_s {sys.argv[4]}): {jl.split('failed: ', 1)[1].strip()}")
 PY
   kill "$P" "$D" 2>/dev/null
   wait "$P" "$D" 2>/dev/null
-  [ "$state" = succeeded ] || [ ${#FAULT[@]} -gt 0 ] && rm -rf "$S"
+  if [ $keep = 1 ]; then echo "state kept in $S"; elif [ "$state" = succeeded ] || [ ${#FAULT[@]} -gt 0 ]; then rm -rf "$S"; fi
   unset FSDP_CTL
 }
 
