@@ -258,11 +258,10 @@ static int has_unknown_fields(const ProtobufCMessage *m, int depth) {
   return 0;
 }
 
-fsdp_status wire_validate(const Fsdp__Msg *m) {
-  if (has_unknown_fields(&m->base, 0))
-    return fsdp_set_error(FSDP_ERR_FORMAT, "message has fields protocol version %d does not define", FSDP__VERSION__PROTO_VERSION);
-  if (m->version != FSDP__VERSION__PROTO_VERSION)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "protocol version %u, expected %d", m->version, FSDP__VERSION__PROTO_VERSION);
+/* The control protocol's bodies (fsdpctl <-> fsdpd, and the ack and error every peer sends);
+ * *KNOWN is 0 for any other body, which check_peer_body validates. */
+static fsdp_status check_ctl_body(const Fsdp__Msg *m, int *known) {
+  *known = 1;
   switch (m->body_case) {
   case FSDP__MSG__BODY_SUBMIT_REQ:
     NEED(m->submit_req, "submit_req");
@@ -315,6 +314,13 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     STR(m->error->message, WIRE_MAX_STRING, "error message");
     if (m->error->code >= FSDP_STATUS_COUNT) BAD("error code %u is not a known status", m->error->code);
     return FSDP_OK;
+  default: *known = 0; return FSDP_OK;
+  }
+}
+
+/* The cluster's and the workers' bodies (agents, workers, relays <-> the coordinator). */
+static fsdp_status check_peer_body(const Fsdp__Msg *m) {
+  switch (m->body_case) {
   case FSDP__MSG__BODY_AGENT_REGISTER:
     NEED(m->agent_register, "agent_register");
     STR(m->agent_register->name, NAME_MAX_LEN, "node name");
@@ -431,6 +437,16 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   default:
     BAD("message has no known body (case %d)", (int)m->body_case);
   }
+}
+
+fsdp_status wire_validate(const Fsdp__Msg *m) {
+  if (has_unknown_fields(&m->base, 0))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "message has fields protocol version %d does not define", FSDP__VERSION__PROTO_VERSION);
+  if (m->version != FSDP__VERSION__PROTO_VERSION)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "protocol version %u, expected %d", m->version, FSDP__VERSION__PROTO_VERSION);
+  int known;
+  fsdp_status rc = check_ctl_body(m, &known);
+  return known ? rc : check_peer_body(m);
 }
 
 /* ---- packing ---- */
