@@ -3,6 +3,7 @@
  *   fsdp-sim --join ENDPOINT --nodes N [--ranks-per-node 8] [--name sim] [--step-ms 5] [--jitter-ms 1]
  *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP] [--lose NODE@STEP] [--timeout-s T]
  *   fsdp-sim --check METRICS.jsonl --world N [--step-ms 5] [--jitter-ms 1]
+ *   fsdp-sim --cost [--world N] [--ranks-per-node 8]
  *
  * Each simulated node is what `fsdpd --join` is, minus the processes: it registers with N CPU slots
  * (64 GiB each), beats, and runs the real relay (daemon/relay.h) that a node agent runs. A spawn_req
@@ -29,6 +30,11 @@
  * goes silent when its ranks reach step S, as a machine that died: no heartbeat, no report, its
  * ranks' sockets left open; the other ranks time out as with --hang.
  *
+ * --cost: what one node's report costs the coordinator apart from its transport: a batch of 16 steps
+ * of one node's ranks (of a world of N, default 4096) as its relay builds it, packed once, then
+ * unpacked and validated (wire_unpack), merged (stepagg_merge) and freed 2,000 times; prints µs per
+ * node step (docs/performance.md "Scale").
+ *
  * One thread per process: the uv loop (--procs P: P processes share the nodes). Ends on SIGTERM or SIGINT.
  */
 #define _GNU_SOURCE
@@ -40,6 +46,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -582,6 +589,72 @@ static int check(const char *path, uint32_t world) {
   return bad;
 }
 
+/* ---------------------------------------------------------------- --cost */
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cost(uint32_t world) {
+  enum { K = 16, ITERS = 2000 };
+  stepagg *node = NULL, *coord = NULL;
+  if (stepagg_new(&node) != FSDP_OK || stepagg_new(&coord) != FSDP_OK) return 1;
+  Fsdp__StepAgg aggs[K];
+  Fsdp__StepReport first[K];
+  Fsdp__NodeStepReport reps[K], *more[K];
+  for (uint32_t s = 0; s < K; s++) {   /* node 100's ranks, as complete() folds them */
+    stepagg_reset(node);
+    for (uint32_t r = 100u * (uint32_t)S.per_node; r < 101u * (uint32_t)S.per_node; r++) {
+      uint64_t v[2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND];
+      for (int i = 0; i < (int)(sizeof v / sizeof *v); i++) v[i] = sim_value(r, world, s + 1, i);
+      Fsdp__RankStats st = FSDP__RANK_STATS__INIT;
+      st.rank = r, st.n_peak_bytes = st.n_cur_bytes = MEM_NCAT, st.peak_bytes = v, st.cur_bytes = v + MEM_NCAT;
+      st.n_phase_us = STEPSTATS_NPHASE, st.phase_us = v + 2 * MEM_NCAT;
+      st.n_sent_bytes = COLL_NKIND, st.sent_bytes = v + 2 * MEM_NCAT + STEPSTATS_NPHASE;
+      if (stepagg_add_rank(node, &st, (double)sim_step_us(r, s + 1) / 1e3, 0) != FSDP_OK) return 1;
+    }
+    if (stepagg_to_msg(node, 0, &aggs[s]) != FSDP_OK) return 1;
+    fsdp__step_report__init(&first[s]);
+    first[s].step = s + 1, first[s].loss = sim_loss(s + 1), first[s].tokens = 1024ull * world;
+    fsdp__node_step_report__init(&reps[s]);
+    reps[s].job_id = 1, reps[s].first = &first[s], reps[s].agg = &aggs[s], reps[s].step_ms = S.step_ms;
+    more[s] = &reps[s];
+  }
+  reps[0].more = more + 1, reps[0].n_more = K - 1;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT, m.node_step_report = &reps[0];
+  uint8_t *buf;
+  size_t len;
+  if (wire_pack(&m, &buf, &len) != FSDP_OK) return 1;
+  double unpack = 0, merge = 0;
+  for (int it = 0; it < ITERS; it++) {
+    double t0 = mono_s();
+    Fsdp__Msg *u = NULL;
+    if (wire_unpack(buf, len, &u) != FSDP_OK) {
+      fprintf(stderr, "fsdp-sim --cost: %s\n", fsdp_last_error());
+      return 1;
+    }
+    double t1 = mono_s();
+    const Fsdp__NodeStepReport *h = u->node_step_report;
+    fsdp_status rc = stepagg_merge(coord, h->agg);
+    for (size_t i = 0; rc == FSDP_OK && i < h->n_more; i++) rc = stepagg_merge(coord, h->more[i]->agg);
+    double t2 = mono_s();
+    wire_destroy(&u);
+    unpack += t1 - t0 + mono_s() - t2, merge += t2 - t1;
+    if (rc != FSDP_OK) return 1;
+    if (it % 64 == 63) stepagg_reset(coord);   /* as many nodes as a step of 512 nodes merges, about */
+  }
+  printf("fsdp-sim --cost: a batch of %d steps of %d ranks: %zu bytes; per node step %.2f us to unpack, validate and "
+         "free, %.2f us to merge (%zu histogram pairs)\n", K, S.per_node, len, unpack / ITERS / K * 1e6, merge / ITERS / K * 1e6,
+         aggs[0].n_hist_bucket);
+  for (int s = 0; s < K; s++) stepagg_msg_free(&aggs[s]);
+  free(buf);
+  stepagg_destroy(&node), stepagg_destroy(&coord);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
@@ -597,12 +670,13 @@ static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
 int main(int argc, char **argv) {
   const char *name = "sim", *check_path = NULL;
   uint32_t world = 0;
+  int run_cost = 0;
   S.per_node = 8, S.step_ms = 5, S.jitter_ms = 1, S.timeout_s = 10, S.procs = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int used = 1;
-    if (!strcmp(a, "--independent")) {
-      S.independent = 1;
+    if (!strcmp(a, "--independent") || !strcmp(a, "--cost")) {   /* the flags without a value */
+      *(!strcmp(a, "--cost") ? &run_cost : &S.independent) = 1;
       continue;
     }
     if (!v) used = 0;
@@ -634,6 +708,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdp-sim: --jitter-ms %g: allowed 0..--step-ms\n", S.jitter_ms);
     return 2;
   }
+  if (run_cost) return S.per_node < 1 || S.per_node > 64 ? 2 : cost(world ? world : 4096);
   if (check_path) {
     if (world < 1) {
       fprintf(stderr, "fsdp-sim: --check needs --world N (N >= 1)\n");
