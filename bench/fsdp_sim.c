@@ -1,8 +1,9 @@
 /* fsdp-sim — many simulated nodes and ranks in one process, against a real coordinator.
  *
  *   fsdp-sim --join ENDPOINT --nodes N [--ranks-per-node 8] [--name sim] [--step-ms 5] [--jitter-ms 1]
- *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP --timeout-s T]
+ *            [--procs P] [--independent] [--kill RANK@STEP] [--hang RANK@STEP] [--lose NODE@STEP] [--timeout-s T]
  *   fsdp-sim --check METRICS.jsonl --world N [--step-ms 5] [--jitter-ms 1]
+ *   fsdp-sim --cost [--world N] [--ranks-per-node 8]
  *
  * Each simulated node is what `fsdpd --join` is, minus the processes: it registers with N CPU slots
  * (64 GiB each), beats, and runs the real relay (daemon/relay.h) that a node agent runs. A spawn_req
@@ -18,12 +19,21 @@
  * Figures: every per-rank figure is a known function of (rank, world, step, figure) (sim_value),
  * so that --check can recompute from scratch what the coordinator must have written for every step
  * (min, max and the ranks holding them, sums, counts, the median within its tolerance, the step time
- * and its rank, loss and tokens) and exits 1 naming the first difference. Checkpoint steps carry two
- * extra figures per rank (ckpt_snapshot_us, ckpt_bytes), aggregated like the others.
+ * and its rank, loss and tokens) and exits 1 naming the first difference. On a checkpoint step every
+ * rank reports its save complete (StepReport.ckpt) with known times and size: --check verifies their
+ * aggregate (the relays' ckpt_* figures: min, median, max, their ranks, sums) and the job's figures
+ * of the save (the longest times, the bytes of every rank).
  * Faults: --kill R@S: rank R dies at step S (its socket closes, its node reports it killed by
  * SIGKILL, as an agent reports a reaped worker). --hang R@S: rank R stops answering at step S and
  * every other rank of this process reports a collective timeout T seconds later, as real ranks
- * waiting for it in a collective would.
+ * waiting for it in a collective would. --lose N@S: node N (its index: the node named PREFIX-N)
+ * goes silent when its ranks reach step S, as a machine that died: no heartbeat, no report, its
+ * ranks' sockets left open; the other ranks time out as with --hang.
+ *
+ * --cost: what one node's report costs the coordinator apart from its transport: a batch of 16 steps
+ * of one node's ranks (of a world of N, default 4096) as its relay builds it, packed once, then
+ * unpacked and validated (wire_unpack), merged (stepagg_merge) and freed 2,000 times; prints µs per
+ * node step (docs/performance.md "Scale").
  *
  * One thread per process: the uv loop (--procs P: P processes share the nodes). Ends on SIGTERM or SIGINT.
  */
@@ -36,6 +46,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -86,7 +97,7 @@ static struct {
   double step_ms, jitter_ms, timeout_s;
   int procs;
   int independent;   /* --independent: each rank ends its step on its own time, not the slowest rank's */
-  uint32_t kill_rank, kill_step, hang_rank, hang_step;   /* step 0: no such fault */
+  uint32_t kill_rank, kill_step, hang_rank, hang_step, lose_node, lose_step;   /* step 0: no such fault */
   simnode *node;
   uv_signal_t sig[2];
 } S;
@@ -107,12 +118,19 @@ static uint64_t sim_value(uint32_t rank, uint32_t world, uint32_t step, int i) {
   return (1ull << 24) * (uint64_t)(i + 1) + spread * 64;
 }
 
-static uint64_t sim_extra(uint32_t rank, uint32_t world, uint32_t step, int k) {
-  uint64_t spread = mix(rank ^ 0x5bd1e995u, step + (uint32_t)k) % world;
-  return k == 0 ? 2000 + spread * 3 : (100ull << 20) + spread;
+/* Figure K of the save RANK reports at checkpoint step STEP: blocked, wait (a quarter of blocked:
+ * never more), write in µs, and the file's bytes; named as the relay names them. */
+static uint64_t sim_ckpt(uint32_t rank, uint32_t world, uint32_t step, int k) {
+  uint64_t spread = mix(rank ^ 0x5bd1e995u, step + (uint32_t)(k == 1 ? 0 : k)) % world;
+  switch (k) {
+  case 0: return 2000 + spread * 4;
+  case 1: return (2000 + spread * 4) / 4;
+  case 2: return 50000 + spread * 7;
+  default: return (100ull << 20) + spread;
+  }
 }
 
-static const char *const extra_names[2] = {"ckpt_snapshot_us", "ckpt_bytes"};
+static const char *const ckpt_names[4] = {"ckpt_blocked_us", "ckpt_wait_us", "ckpt_write_us", "ckpt_bytes"};
 
 static uint64_t sim_step_us(uint32_t rank, uint32_t step) {
   double u = (double)mix(rank + 7919u, step) / 4294967296.0;
@@ -175,19 +193,20 @@ static void rank_report(simrank *k) {
   uint32_t step = k->cur, nfig = 2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND;
   uint64_t v[2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND];
   for (uint32_t i = 0; i < nfig; i++) v[i] = sim_value(k->rank, k->world, step, (int)i);
-  Fsdp__Figure ex[2] = {FSDP__FIGURE__INIT, FSDP__FIGURE__INIT};
-  Fsdp__Figure *exp[2] = {&ex[0], &ex[1]};
-  for (int e = 0; e < 2; e++) ex[e].name = (char *)extra_names[e], ex[e].value = sim_extra(k->rank, k->world, step, e);
+  Fsdp__CkptSave save = FSDP__CKPT_SAVE__INIT, *savep = &save;
+  save.step = step, save.blocked_s = (double)sim_ckpt(k->rank, k->world, step, 0) / 1e6;
+  save.wait_s = (double)sim_ckpt(k->rank, k->world, step, 1) / 1e6, save.write_s = (double)sim_ckpt(k->rank, k->world, step, 2) / 1e6;
+  save.bytes = sim_ckpt(k->rank, k->world, step, 3);
   Fsdp__RankStats st = FSDP__RANK_STATS__INIT;
   st.rank = k->rank;
   st.n_peak_bytes = st.n_cur_bytes = MEM_NCAT, st.peak_bytes = v, st.cur_bytes = v + MEM_NCAT;
   st.n_phase_us = STEPSTATS_NPHASE, st.phase_us = v + 2 * MEM_NCAT;
   st.n_sent_bytes = COLL_NKIND, st.sent_bytes = v + 2 * MEM_NCAT + STEPSTATS_NPHASE;
-  if (k->cur_ckpt) st.n_extra = 2, st.extra = exp;
   Fsdp__StepReport r = FSDP__STEP_REPORT__INIT;
   r.step = step, r.loss = sim_loss(step), r.lr = 1e-3, r.grad_norm = 0.5, r.tokens = 1024ull * k->world;
   r.step_ms = (double)sim_step_us(k->rank, step) / 1e3;
   r.stats = &st;
+  if (k->cur_ckpt) r.n_ckpt = 1, r.ckpt = &savep;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STEP_REPORT, m.step_report = &r;
   send_body(k->sock, &m);
@@ -196,9 +215,12 @@ static void rank_report(simrank *k) {
 
 static void rank_next(simrank *k);
 
+/* The step at which some rank stops answering (--hang, --lose), 0 none. */
+static uint32_t silent_step(void) { return S.hang_step ? S.hang_step : S.lose_step; }
+
 static void on_step_done(uv_timer_t *t) {
   simrank *k = t->data;
-  if (S.hang_step && k->cur == S.hang_step) {   /* the others' collective timed out waiting for the hung rank */
+  if (silent_step() && k->cur == silent_step()) {   /* the others' collective timed out waiting for the hung rank */
     Fsdp__WorkerError e = FSDP__WORKER_ERROR__INIT;
     e.rank = k->rank, e.code = FSDP_ERR_TIMEOUT;
     e.message = "a collective timed out (simulated: a peer stopped answering)";
@@ -224,8 +246,15 @@ static void rank_next(simrank *k) {
     rank_exit(k, -1, SIGKILL);
     return;
   }
-  if (S.hang_step && k->cur == S.hang_step) {
-    if (k->rank == S.hang_rank) {
+  if (S.lose_step && k->cur == S.lose_step && (uint32_t)k->node->idx == S.lose_node) {
+    if (uv_is_active((uv_handle_t *)&k->node->beat)) {
+      log_warn("sim: node %s is lost at step %u", k->node->name, k->cur);   /* the moment, for the tests */
+      uv_timer_stop(&k->node->beat);
+    }
+    return;   /* never reports again */
+  }
+  if (silent_step() && k->cur == silent_step()) {
+    if (S.hang_step && k->rank == S.hang_rank) {
       log_warn("sim: rank %u hangs at step %u", k->rank, k->cur);
       return;   /* never reports again */
     }
@@ -457,6 +486,35 @@ static int check_fig(int ln, json_t *fig, const char *name, const uint64_t *v, u
   return 0;
 }
 
+/* A checkpoint step's figures: every rank's (EXTRA: ckpt_*) and the job's (SAVE: the longest
+ * times over the ranks, the bytes of every rank's file). */
+static int check_ckpt(int ln, uint32_t step, uint32_t world, json_t *extra, json_t *save, uint64_t *v, uint64_t *tmp) {
+  static const char *const job_key[4] = {"blocked_s", "wait_s", "write_s", "bytes"};
+  static const char *const rank_key[4] = {"blocked_rank", NULL, "write_rank", NULL};
+  for (int e = 0; e < 4; e++) {
+    uint64_t mx = 0, sum = 0;
+    uint32_t mxr = 0;
+    for (uint32_t r = 0; r < world; r++) {
+      v[r] = sim_ckpt(r, world, step, e), sum += v[r];
+      if (v[r] > mx) mx = v[r], mxr = r;
+    }
+    char rk[48];
+    snprintf(rk, sizeof rk, "checkpoint[0].%s", rank_key[e] ? rank_key[e] : "ranks");
+    long long got_rank = json_integer_value(json_object_get(save, rank_key[e] ? rank_key[e] : "ranks"));
+    if (got_rank != (rank_key[e] ? (long long)mxr : (long long)world)) return fail_line(ln, rk, rank_key[e] ? mxr : world, got_rank);
+    char nm[64];
+    snprintf(nm, sizeof nm, "extra.%s", ckpt_names[e]);
+    if (check_fig(ln, json_object_get(extra, ckpt_names[e]), nm, v, world, tmp)) return 1;
+    double got = json_number_value(json_object_get(save, job_key[e]));
+    double want = e == 3 ? (double)sum : (double)mx / 1e6;
+    snprintf(nm, sizeof nm, "checkpoint[0].%s (x1e6)", job_key[e]);
+    if (fabs(got - want) > 1e-9 * want) return fail_line(ln, nm, (long long)(want * 1e6), (long long)(got * 1e6));
+  }
+  if (json_integer_value(json_object_get(save, "step")) != step)
+    return fail_line(ln, "checkpoint[0].step", step, json_integer_value(json_object_get(save, "step")));
+  return 0;
+}
+
 /* Every step's line of METRICS against the figures every rank of WORLD sent. */
 static int check(const char *path, uint32_t world) {
   FILE *f = fopen(path, "r");
@@ -508,14 +566,13 @@ static int check(const char *path, uint32_t world) {
       bad = fail_line(ln, "loss (x1e9)", (long long)(sim_loss(step) * 1e9), (long long)(json_number_value(json_object_get(o, "loss")) * 1e9));
     double tps = json_number_value(json_object_get(o, "tokens_per_s")), want_tps = 1024.0 * world * 1000.0 / ((double)mx / 1e3);
     if (!bad && fabs(tps - want_tps) > 1e-9 * want_tps) bad = fail_line(ln, "tokens_per_s", (long long)want_tps, (long long)tps);
-    json_t *extra = json_object_get(agg, "extra");
-    for (int e = 0; !bad && extra && e < 2; e++) {
-      for (uint32_t r = 0; r < world; r++) v[r] = sim_extra(r, world, step, e);
-      char nm[64];
-      snprintf(nm, sizeof nm, "extra.%s", extra_names[e]);
-      bad = check_fig(ln, json_object_get(extra, extra_names[e]), nm, v, world, tmp);
-      ckpt_lines += e == 0;
+    json_t *extra = json_object_get(agg, "extra"), *saves = json_object_get(o, "checkpoint");
+    if (!bad && (extra != NULL) != (json_array_size(saves) == 1)) {
+      fprintf(stderr, "fsdp-sim --check: line %d: checkpoint figures without a save, or a save without them\n", ln);
+      bad = 1;
     }
+    if (!bad && extra) bad = check_ckpt(ln, step, world, extra, json_array_get(saves, 0), v, tmp);
+    ckpt_lines += extra != NULL;
     json_t *ranks = json_object_get(o, "ranks");   /* a detail step: every rank, its own figures */
     for (size_t r = 0; !bad && ranks && r < json_array_size(ranks); r++) {
       json_t *jr = json_array_get(ranks, r);
@@ -532,12 +589,78 @@ static int check(const char *path, uint32_t world) {
   return bad;
 }
 
+/* ---------------------------------------------------------------- --cost */
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cost(uint32_t world) {
+  enum { K = 16, ITERS = 2000 };
+  stepagg *node = NULL, *coord = NULL;
+  if (stepagg_new(&node) != FSDP_OK || stepagg_new(&coord) != FSDP_OK) return 1;
+  Fsdp__StepAgg aggs[K];
+  Fsdp__StepReport first[K];
+  Fsdp__NodeStepReport reps[K], *more[K];
+  for (uint32_t s = 0; s < K; s++) {   /* node 100's ranks, as complete() folds them */
+    stepagg_reset(node);
+    for (uint32_t r = 100u * (uint32_t)S.per_node; r < 101u * (uint32_t)S.per_node; r++) {
+      uint64_t v[2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND];
+      for (int i = 0; i < (int)(sizeof v / sizeof *v); i++) v[i] = sim_value(r, world, s + 1, i);
+      Fsdp__RankStats st = FSDP__RANK_STATS__INIT;
+      st.rank = r, st.n_peak_bytes = st.n_cur_bytes = MEM_NCAT, st.peak_bytes = v, st.cur_bytes = v + MEM_NCAT;
+      st.n_phase_us = STEPSTATS_NPHASE, st.phase_us = v + 2 * MEM_NCAT;
+      st.n_sent_bytes = COLL_NKIND, st.sent_bytes = v + 2 * MEM_NCAT + STEPSTATS_NPHASE;
+      if (stepagg_add_rank(node, &st, (double)sim_step_us(r, s + 1) / 1e3, 0) != FSDP_OK) return 1;
+    }
+    if (stepagg_to_msg(node, 0, &aggs[s]) != FSDP_OK) return 1;
+    fsdp__step_report__init(&first[s]);
+    first[s].step = s + 1, first[s].loss = sim_loss(s + 1), first[s].tokens = 1024ull * world;
+    fsdp__node_step_report__init(&reps[s]);
+    reps[s].job_id = 1, reps[s].first = &first[s], reps[s].agg = &aggs[s], reps[s].step_ms = S.step_ms;
+    more[s] = &reps[s];
+  }
+  reps[0].more = more + 1, reps[0].n_more = K - 1;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT, m.node_step_report = &reps[0];
+  uint8_t *buf;
+  size_t len;
+  if (wire_pack(&m, &buf, &len) != FSDP_OK) return 1;
+  double unpack = 0, merge = 0;
+  for (int it = 0; it < ITERS; it++) {
+    double t0 = mono_s();
+    Fsdp__Msg *u = NULL;
+    if (wire_unpack(buf, len, &u) != FSDP_OK) {
+      fprintf(stderr, "fsdp-sim --cost: %s\n", fsdp_last_error());
+      return 1;
+    }
+    double t1 = mono_s();
+    const Fsdp__NodeStepReport *h = u->node_step_report;
+    fsdp_status rc = stepagg_merge(coord, h->agg);
+    for (size_t i = 0; rc == FSDP_OK && i < h->n_more; i++) rc = stepagg_merge(coord, h->more[i]->agg);
+    double t2 = mono_s();
+    wire_destroy(&u);
+    unpack += t1 - t0 + mono_s() - t2, merge += t2 - t1;
+    if (rc != FSDP_OK) return 1;
+    if (it % 64 == 63) stepagg_reset(coord);   /* as many nodes as a step of 512 nodes merges, about */
+  }
+  printf("fsdp-sim --cost: a batch of %d steps of %d ranks: %zu bytes; per node step %.2f us to unpack, validate and "
+         "free, %.2f us to merge (%zu histogram pairs)\n", K, S.per_node, len, unpack / ITERS / K * 1e6, merge / ITERS / K * 1e6,
+         aggs[0].n_hist_bucket);
+  for (int s = 0; s < K; s++) stepagg_msg_free(&aggs[s]);
+  free(buf);
+  stepagg_destroy(&node), stepagg_destroy(&coord);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
   unsigned r, st;
   if (sscanf(s, "%u@%u", &r, &st) != 2 || st == 0) {
-    fprintf(stderr, "fsdp-sim: fault '%s': expected RANK@STEP with STEP >= 1\n", s);
+    fprintf(stderr, "fsdp-sim: fault '%s': expected N@STEP (a rank, or a node for --lose; STEP >= 1)\n", s);
     return -1;
   }
   *rank = r, *step = st;
@@ -547,12 +670,13 @@ static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
 int main(int argc, char **argv) {
   const char *name = "sim", *check_path = NULL;
   uint32_t world = 0;
+  int run_cost = 0;
   S.per_node = 8, S.step_ms = 5, S.jitter_ms = 1, S.timeout_s = 10, S.procs = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int used = 1;
-    if (!strcmp(a, "--independent")) {
-      S.independent = 1;
+    if (!strcmp(a, "--independent") || !strcmp(a, "--cost")) {   /* the flags without a value */
+      *(!strcmp(a, "--cost") ? &run_cost : &S.independent) = 1;
       continue;
     }
     if (!v) used = 0;
@@ -566,6 +690,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--timeout-s")) S.timeout_s = atof(v);
     else if (!strcmp(a, "--kill")) { if (parse_fault(v, &S.kill_rank, &S.kill_step)) return 2; }
     else if (!strcmp(a, "--hang")) { if (parse_fault(v, &S.hang_rank, &S.hang_step)) return 2; }
+    else if (!strcmp(a, "--lose")) { if (parse_fault(v, &S.lose_node, &S.lose_step)) return 2; }
     else if (!strcmp(a, "--check")) check_path = v;
     else if (!strcmp(a, "--world")) world = (uint32_t)atoi(v);
     else used = 0;
@@ -575,10 +700,15 @@ int main(int argc, char **argv) {
     }
     i++;
   }
+  if (S.hang_step && S.lose_step) {
+    fprintf(stderr, "fsdp-sim: --hang and --lose: one silent fault at a time\n");
+    return 2;
+  }
   if (S.jitter_ms < 0 || S.jitter_ms > S.step_ms) {
     fprintf(stderr, "fsdp-sim: --jitter-ms %g: allowed 0..--step-ms\n", S.jitter_ms);
     return 2;
   }
+  if (run_cost) return S.per_node < 1 || S.per_node > 64 ? 2 : cost(world ? world : 4096);
   if (check_path) {
     if (world < 1) {
       fprintf(stderr, "fsdp-sim: --check needs --world N (N >= 1)\n");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sim_scale.sh — the coordinator at scale, measured against fsdp-sim (docs/performance.md "Scale").
 #
-#   bench/sim_scale.sh [--build DIR] [--steps S] [--step-ms MS] [--ranks-per-node R] N...
+#   bench/sim_scale.sh [--build DIR] [--steps S] [--step-ms MS] [--ranks-per-node R]
+#                      [--kill RANK@STEP | --lose NODE@STEP] [--timeout-s T] N...
 #
 # For each N: a coordinator (fsdpd --cpu-workers 0: it runs no rank itself), N/R simulated nodes of
 # R ranks in one fsdp-sim process, one job of N ranks and S steps (default 200). Prints one line per
@@ -9,14 +10,21 @@
 # /proc/PID/task/*/schedstat, between the 10th step and the last), its peak and final resident
 # memory, and the bytes written per step to metrics.jsonl and to jobs.db; then checks every line
 # of metrics.jsonl against the figures the simulated ranks sent (fsdp-sim --check).
+# --kill R@S: rank R dies at step S; --lose N@S: simulated node N goes silent at step S (fsdp-sim):
+# the job must fail; the line then says how long after the fault the coordinator failed it, and why.
+# --timeout-s: the job's [fsdp] timeout_s (default 60).
 set -u
 BUILD=build
 STEPS=200
 STEP_MS=20
 RPN=8
 HEARTBEAT=2   # seconds; a node is lost after 3 missed beats
+FAULT=()
+TIMEOUT_S=60
 while [ $# -gt 0 ]; do
   case "$1" in
+    --kill|--lose) FAULT=("$1" "$2"); shift 2 ;;
+    --timeout-s) TIMEOUT_S=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --step-ms) STEP_MS=$2; shift 2 ;;
@@ -24,7 +32,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || { echo "usage: $0 [--build DIR] [--steps S] [--step-ms MS] [--ranks-per-node R] N..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [--build DIR] [--steps S] [--step-ms MS] [--ranks-per-node R] [--kill R@S | --lose N@S] [--timeout-s T] N..." >&2; exit 2; }
 BUILD=$(cd "$BUILD" && pwd)
 
 run_one() {
@@ -32,11 +40,11 @@ run_one() {
   local S
   S=$(mktemp -d /tmp/sim-scale-XXXXXX)
   export FSDP_CTL="ipc://$S/ctl.sock"
-  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level warn --heartbeat "$HEARTBEAT" 2>"$S/fsdpd.log" &
+  "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --log-level "$( [ ${#FAULT[@]} -gt 0 ] && echo info || echo warn )" --heartbeat "$HEARTBEAT" 2>"$S/fsdpd.log" &
   local D=$!
   "$BUILD/bench/fsdp-sim" --join "ipc://$S/cluster.sock" --nodes "$nodes" --ranks-per-node "$RPN" --step-ms "$STEP_MS" \
     --procs "$(( nodes >= 64 ? 4 : 1 ))" \
-    --jitter-ms "$(( STEP_MS / 4 ))" 2>"$S/sim.log" &
+    --jitter-ms "$(( STEP_MS / 4 ))" --timeout-s "$TIMEOUT_S" ${FAULT[@]+"${FAULT[@]}"} 2>"$S/sim.log" &
   local P=$!
   cat >"$S/job.ini" <<EOF
 [job]
@@ -54,7 +62,10 @@ batch_size = 2
 [fsdp]
 world_size = $n
 device = cpu
-timeout_s = 60
+timeout_s = $TIMEOUT_S
+[checkpoint]
+every = 50
+dir = ckpt
 EOF
   # every simulated node registered (the nodes table lists them: one line each, plus a header and this node)
   local t_end=$((SECONDS + 120))
@@ -112,9 +123,23 @@ PY
   id=$(cat "$S/id")
   state=$("$BUILD/fsdpctl" status "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   "$BUILD/bench/fsdp-sim" --check "$S/jobs/$id/metrics.jsonl" --world "$n" --step-ms "$STEP_MS" --jitter-ms "$(( STEP_MS / 4 ))" || echo "CHECK FAILED: state kept in $S"
+  local keep=0
+  [ ${#FAULT[@]} -eq 0 ] || python3 - "$S/sim.log" "$S/fsdpd.log" "$id" "$TIMEOUT_S" <<'PY' || keep=1
+import re, sys
+from datetime import datetime
+def at(path, pat):
+    for l in open(path):
+        if re.search(pat, l): return datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ"), l
+    return None, None
+fault, fl = at(sys.argv[1], r"sim: (rank \d+ dies|node \S+ is lost) at step")
+failed, jl = at(sys.argv[2], rf"job {sys.argv[3]} failed: ")
+if not fault or not failed: sys.exit(f"fault: no {'fault' if not fault else 'failure'} in the logs")
+print(f"fault: {fl.split('sim: ')[1].strip()}; job failed {(failed - fault).total_seconds():.2f} s later "
+      f"(timeout_s {sys.argv[4]}): {jl.split('failed: ', 1)[1].strip()}")
+PY
   kill "$P" "$D" 2>/dev/null
   wait "$P" "$D" 2>/dev/null
-  [ "$state" = succeeded ] && rm -rf "$S"
+  if [ $keep = 1 ]; then echo "state kept in $S"; elif [ "$state" = succeeded ] || [ ${#FAULT[@]} -gt 0 ]; then rm -rf "$S"; fi
   unset FSDP_CTL
 }
 

@@ -307,10 +307,12 @@ json_t *ctl_fmt_job_json(const Fsdp__JobInfo *j) {
   json_object_set_new(o, "val_loss", j->val_step ? jreal(j->val_loss) : json_null());   /* the latest */
   json_object_set_new(o, "val_step", json_integer(j->val_step));
   if (j->ckpt)   /* the latest complete save, while the daemon holds the job */
-    json_object_set_new(o, "checkpoint", json_pack("{s:i, s:f, s:f, s:f, s:I, s:f}", "step", (int)j->ckpt->step, "blocked_s",
-                                                   j->ckpt->blocked_s, "wait_s", j->ckpt->wait_s, "write_s",
+    json_object_set_new(o, "checkpoint", json_pack("{s:i, s:f, s:f, s:f, s:I, s:f, s:i, s:i, s:i}", "step", (int)j->ckpt->step,
+                                                   "blocked_s", j->ckpt->blocked_s, "wait_s", j->ckpt->wait_s, "write_s",
                                                    j->ckpt->write_s, "bytes", (json_int_t)j->ckpt->bytes, "mb_per_s",
-                                                   j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0));
+                                                   j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0,
+                                                   "ranks", (int)j->ckpt->ranks, "blocked_rank", (int)j->ckpt->blocked_rank,
+                                                   "write_rank", (int)j->ckpt->write_rank));
   json_object_set_new(o, "world", json_integer(j->world));
   json_object_set_new(o, "device", json_string(ctl_fmt_device(j->device)));
   json_object_set_new(o, "submitted_at", jtime(j->submitted_at));
@@ -499,10 +501,10 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
   fprintf(f, "  step        %u/%u\n", j->step, j->steps);
   if (j->step > 0 && isfinite(j->loss)) fprintf(f, "  loss        %.4f\n", j->loss);
   if (j->val_step > 0) fprintf(f, "  val loss    %.4f (step %u)\n", j->val_loss, j->val_step);
-  if (j->ckpt)
-    fprintf(f, "  checkpoint  step %u: training blocked %.3f s; %.1f MB written in %.2f s (%.0f MB/s)\n", j->ckpt->step,
-            j->ckpt->blocked_s, (double)j->ckpt->bytes / 1e6, j->ckpt->write_s,
-            j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0);
+  if (j->ckpt)   /* over the job's ranks: the longest times (and their ranks), every rank's bytes */
+    fprintf(f, "  checkpoint  step %u: training blocked %.3f s (rank %u); %.1f MB written by %u ranks in %.2f s (rank %u; "
+            "%.0f MB/s)\n", j->ckpt->step, j->ckpt->blocked_s, j->ckpt->blocked_rank, (double)j->ckpt->bytes / 1e6, j->ckpt->ranks,
+            j->ckpt->write_s, j->ckpt->write_rank, j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0);
   if (j->tokens_per_s > 0) fprintf(f, "  tokens/s    %s\n", ctl_fmt_si(j->tokens_per_s, a, sizeof a));
   fprintf(f, "  world       %u x %s\n", j->world, ctl_fmt_device(j->device));
   fprintf(f, "  submitted   %s\n", fmt_time(j->submitted_at, now, a, sizeof a));

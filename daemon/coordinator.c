@@ -37,9 +37,19 @@ static void node_lose(coord_t *c, int i, const char *why) {
   n->gone_since = loop_now_mono();
   for (job_t *j = c->jobs; j; j = j->next) {
     if (!j->ranks) continue;
+    char list[128];   /* the job's live ranks on the node: "3", "8, 9, ..., 15 (8 ranks)" */
+    int k = 0, last = -1;
+    size_t len = 0;
     for (int r = 0; r < j->world; r++) {
       if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
-      if (!j->done) job_fail(c, j, "node %s %s with rank %d on it", n->name, why, r);
+      if (k < 4) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? ", " : "", r);
+      k++, last = r;
+    }
+    if (k > 5) snprintf(list + len, sizeof list - len, ", ..., %d (%d ranks)", last, k);
+    else if (k == 5) snprintf(list + len, sizeof list - len, ", %d", last);
+    if (k && !j->done) job_fail(c, j, "node %s %s with rank%s %s on it", n->name, why, k > 1 ? "s" : "", list);
+    for (int r = 0; r < j->world; r++) {
+      if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
       j->ranks[r].alive = 0;
       j->nalive--;
       job_free_slot(c, j, r);
@@ -53,9 +63,10 @@ static void node_lose(coord_t *c, int i, const char *why) {
 static void forget_gone_nodes(coord_t *c, double now) {
   for (int i = c->nnodes - 1; i >= 0; i--) {
     node_t *n = &c->nodes[i];
+    if (!n->lost || now - n->gone_since <= c->cfg.forget_s) continue;   /* most nodes, at every tick: nothing to read */
     int busy = 0;
     for (int s = 0; s < n->nslots; s++) busy |= n->slots[s].job_id != 0;
-    if (!n->lost || busy || now - n->gone_since <= c->cfg.forget_s) continue;
+    if (busy) continue;
     log_info("node %u (%s) dropped from the node list: %s %.0f s ago", n->id, n->name, n->stopped ? "stopped" : "lost",
              now - n->gone_since);
     free(n->slots);

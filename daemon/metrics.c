@@ -196,15 +196,18 @@ nomem:
   return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
 }
 
-/* The "checkpoint" array of a metrics line: the saves that became complete after the step. */
+/* The "checkpoint" array of a metrics line: the saves that became complete after the step, the
+ * job's figures (steps.c: the longest times over the ranks and who holds them, every rank's bytes). */
 static json_t *ckpt_json(const Fsdp__StepSummary *sum) {
   json_t *a = json_array();
   for (size_t i = 0; a && i < sum->n_ckpt; i++) {
     const Fsdp__CkptSave *c = sum->ckpt[i];
-    if (json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f}", "step", (json_int_t)c->step, "blocked_s",
-                                           c->blocked_s, "wait_s", c->wait_s, "write_s", c->write_s, "bytes",
+    if (json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:I, s:I}", "step", (json_int_t)c->step,
+                                           "blocked_s", c->blocked_s, "wait_s", c->wait_s, "write_s", c->write_s, "bytes",
                                            (json_int_t)c->bytes, "mb_per_s",
-                                           c->write_s > 0 ? (double)c->bytes / c->write_s / 1e6 : 0.0))) {
+                                           c->write_s > 0 ? (double)c->bytes / c->write_s / 1e6 : 0.0, "ranks",
+                                           (json_int_t)c->ranks, "blocked_rank", (json_int_t)c->blocked_rank, "write_rank",
+                                           (json_int_t)c->write_rank))) {
       json_decref(a);
       return NULL;
     }

@@ -1,6 +1,7 @@
 /* relay — see relay.h. */
 #include "relay.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "stepagg.h"
 
 #define RELAY_MAX_CKPT 64    /* granted checkpoint steps not yet sent */
+#define RELAY_MAX_BATCH 64   /* node steps held for one node_step_report (NodeStepCmd.report_every) */
 
 typedef struct rrank {
   uint32_t rank;
@@ -36,6 +38,9 @@ typedef struct rjob {
   uint32_t ckpt[RELAY_MAX_CKPT];
   int nckpt;
   uint32_t detail_every, detail_rank;
+  uint32_t report_every;     /* NodeStepCmd.report_every */
+  Fsdp__NodeStepReport *batch[RELAY_MAX_BATCH];   /* completed steps not yet sent up (copies) */
+  int nbatch;
   rstep slot[RELAY_INFLIGHT];
 } rjob;
 
@@ -57,7 +62,13 @@ static rjob *find_job(relay *r, uint64_t id) {
   return NULL;
 }
 
+static void batch_drop(rjob *j) {
+  for (int i = 0; i < j->nbatch; i++) fsdp__node_step_report__free_unpacked(j->batch[i], NULL);
+  j->nbatch = 0;
+}
+
 static void job_free(rjob *j) {
+  batch_drop(j);
   for (int s = 0; s < RELAY_INFLIGHT; s++) {
     for (int i = 0; j->slot[s].reps && i < j->nranks; i++) wire_destroy(&j->slot[s].reps[i]);
     free(j->slot[s].reps);
@@ -150,6 +161,7 @@ static void on_grant(relay *r, const Fsdp__NodeStepCmd *g) {
     j->done = j->sent = g->first_step - 1;
     j->granted = 0;
     j->nckpt = 0;
+    batch_drop(j);
   }
   uint32_t last = g->first_step + g->count - 1;
   if (last > j->granted) j->granted = last;
@@ -157,12 +169,67 @@ static void on_grant(relay *r, const Fsdp__NodeStepCmd *g) {
   j->last_step = g->last_step;
   j->detail_every = g->detail_every;
   j->detail_rank = g->detail_rank;
+  j->report_every = g->report_every;
   for (size_t k = 0; k < g->n_checkpoint_steps && j->nckpt < RELAY_MAX_CKPT; k++) j->ckpt[j->nckpt++] = g->checkpoint_steps[k];
   pump(r, j);
 }
 
 static int wants_detail(const rjob *j, uint32_t step, uint32_t rank) {
   return (j->detail_every && step % j->detail_every == 0) || (j->detail_rank && j->detail_rank - 1 == rank);
+}
+
+/* The saves that became complete after the step, as rank RANK saw them: extra figures of A
+ * (fsdp.proto's NodeStepReport: ckpt_* for the first, ckpt2_* for a second). */
+static fsdp_status add_ckpt(stepagg *a, const Fsdp__StepReport *rep, uint32_t rank) {
+  static const char *const fig[4] = {"blocked_us", "wait_us", "write_us", "bytes"};
+  for (size_t i = 0; i < rep->n_ckpt && i < 2; i++) {
+    const Fsdp__CkptSave *k = rep->ckpt[i];
+    uint64_t v[4] = {(uint64_t)llround(k->blocked_s * 1e6), (uint64_t)llround(k->wait_s * 1e6), (uint64_t)llround(k->write_s * 1e6),
+                     k->bytes};
+    for (int f = 0; f < 4; f++) {
+      char name[32];
+      snprintf(name, sizeof name, "ckpt%s_%s", i ? "2" : "", fig[f]);
+      TRY(stepagg_add_value(a, name, v[f], rank));
+    }
+  }
+  return FSDP_OK;
+}
+
+/* Send the batched steps up as one node_step_report: the first, the others in its `more`. */
+static void batch_flush(relay *r, rjob *j) {
+  if (!j->nbatch) return;
+  Fsdp__NodeStepReport *head = j->batch[0];
+  head->more = j->batch + 1;
+  head->n_more = (size_t)j->nbatch - 1;
+  Fsdp__Msg m = WIRE_MSG_INIT;
+  m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT;
+  m.node_step_report = head;
+  r->up(r->arg, NULL, &m);
+  head->more = NULL, head->n_more = 0;
+  batch_drop(j);
+}
+
+/* NR (step STEP) up: now, or into the batch (a copy: NR borrows the ranks' reports) that goes up
+ * at a multiple of report_every, the last granted step or the job's last. */
+static void send_step(relay *r, rjob *j, uint32_t step, const Fsdp__NodeStepReport *nr) {
+  if (j->report_every <= 1) {
+    Fsdp__Msg m = WIRE_MSG_INIT;
+    m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT;
+    m.node_step_report = (Fsdp__NodeStepReport *)nr;
+    r->up(r->arg, NULL, &m);
+    return;
+  }
+  size_t len = fsdp__node_step_report__get_packed_size(nr);
+  uint8_t *buf = malloc(len ? len : 1);
+  Fsdp__NodeStepReport *copy = NULL;
+  if (buf && fsdp__node_step_report__pack(nr, buf) == len) copy = fsdp__node_step_report__unpack(NULL, len, buf);
+  free(buf);
+  if (!copy) {
+    log_error("relay: job %llu step %u: out of memory; the report is lost", (unsigned long long)j->id, step);
+    return;
+  }
+  j->batch[j->nbatch++] = copy;
+  if (step % j->report_every == 0 || step >= j->granted || step == j->last_step || j->nbatch == RELAY_MAX_BATCH) batch_flush(r, j);
 }
 
 /* Every rank of the node reported step S (slot SL): one node_step_report up. */
@@ -179,6 +246,7 @@ static void complete(relay *r, rjob *j, rstep *sl) {
     if (!rep) continue;
     uint32_t rank = j->ranks[i].rank;
     rc = stepagg_add_rank(r->agg, rep->stats, rep->step_ms, rep->has_val ? rep->eval_ms : 0);
+    if (rc == FSDP_OK) rc = add_ckpt(r->agg, rep, rank);
     if (!first || rank < nr.first_rank) first = rep, nr.first_rank = rank;
     if (rep->step_ms > nr.step_ms || (rep->step_ms == nr.step_ms && rank < nr.step_ms_rank))
       nr.step_ms = rep->step_ms, nr.step_ms_rank = rank;
@@ -195,10 +263,7 @@ static void complete(relay *r, rjob *j, rstep *sl) {
     nr.first = &f;
     nr.agg = &agg;
     nr.detail = detail;
-    Fsdp__Msg m = WIRE_MSG_INIT;
-    m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT;
-    m.node_step_report = &nr;
-    r->up(r->arg, NULL, &m);
+    send_step(r, j, sl->step, &nr);
     stepagg_msg_free(&agg);
   } else {
     log_error("relay: job %llu step %u: cannot aggregate: %s", (unsigned long long)j->id, sl->step, fsdp_last_error());

@@ -9,7 +9,10 @@
  *  - node_step_cmd (coordinator → relay): steps granted to this node's ranks of a job; the relay
  *    sends each rank step_cmd itself, keeping two steps in flight per rank as the coordinator once did;
  *  - step_report (worker → relay): kept until every one of the node's ranks of that job has reported
- *    the step, then folded (stepagg.h) into one node_step_report.
+ *    the step, then folded (stepagg.h) into one node_step_report, with every rank's figures of the
+ *    checkpoint saves the reports carry as extra figures. A large job's node batches its steps
+ *    (NodeStepCmd.report_every): one message up per that many steps, so that the coordinator reads
+ *    one message per node per batch (docs/performance.md "Scale").
  * A worker is known as rank R of job J from the worker_setup the coordinator sends it through here.
  * Only the worker protocol's messages are passed up (hello, ready, error, ack, kv, trace spans): the
  * endpoint is an abstract unix socket any local user can reach, and a worker's hello still needs its

@@ -106,13 +106,15 @@ fsdp_status stepagg_add_rank(stepagg *a, const Fsdp__RankStats *s, double step_m
   TRY(add_array(a, 2 * MEM_NCAT + STEPSTATS_NPHASE + COLL_NKIND, s->sent_inter_bytes, s->n_sent_inter_bytes, COLL_NKIND, r));
   TRY(add_value(&a->f[STEPAGG_NSTD - 2], (uint64_t)llround(step_ms * 1e3), r));
   if (eval_ms > 0) TRY(add_value(&a->f[STEPAGG_NSTD - 1], (uint64_t)llround(eval_ms * 1e3), r));
-  for (size_t i = 0; i < s->n_extra; i++) {
-    int k = extra_index(a, s->extra[i]->name);
-    if (k < 0) return fsdp_set_error(FSDP_ERR_RANGE, "more than %d extra figures", STEPAGG_MAX_FIGS - STEPAGG_NSTD);
-    TRY(add_value(&a->f[k], s->extra[i]->value, r));
-  }
+  for (size_t i = 0; i < s->n_extra; i++) TRY(stepagg_add_value(a, s->extra[i]->name, s->extra[i]->value, r));
   a->ranks++;
   return FSDP_OK;
+}
+
+fsdp_status stepagg_add_value(stepagg *a, const char *name, uint64_t v, uint32_t rank) {
+  int k = extra_index(a, name);
+  if (k < 0) return fsdp_set_error(FSDP_ERR_RANGE, "more than %d extra figures", STEPAGG_MAX_FIGS - STEPAGG_NSTD);
+  return add_value(&a->f[k], v, rank);
 }
 
 fsdp_status stepagg_merge(stepagg *a, const Fsdp__StepAgg *m) {

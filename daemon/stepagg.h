@@ -38,6 +38,9 @@ void stepagg_reset(stepagg *a);      /* back to no ranks; extra names are forgot
 
 /* Fold in one rank's figures: S (its rank, arrays, extras) and its step and eval time. */
 fsdp_status stepagg_add_rank(stepagg *a, const Fsdp__RankStats *s, double step_ms, double eval_ms);
+/* Fold in one extra figure NAME of RANK (a figure the rank's RankStats does not carry: its
+ * checkpoint save's, which a node agent reads from the rank's report). */
+fsdp_status stepagg_add_value(stepagg *a, const char *name, uint64_t v, uint32_t rank);
 /* Merge an aggregate received on the wire (validated by wire.c). */
 fsdp_status stepagg_merge(stepagg *a, const Fsdp__StepAgg *m);
 uint32_t stepagg_ranks(const stepagg *a);

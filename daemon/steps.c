@@ -19,17 +19,25 @@
 /* Steps granted beyond the last one recorded, and how few may be left before the next grant. A small
  * job (few nodes) is granted 4 ahead, 2 at a time: the relays keep their ranks two steps ahead of what
  * the node reported while the coordinator records a step (a database commit) off their path; a stop
- * takes effect within 4 steps. A large one is granted up to 16 ahead, 8 at a time: one
- * node_step_cmd per node per 8 steps, and a stop within 16 steps. */
-#define STEP_WINDOW 16       /* the most: the size of the window's ring */
+ * takes effect within 4 steps. A large one is granted up to 32 ahead, 16 at a time: one
+ * node_step_cmd per node per 16 steps, and a stop within 32 steps. */
+#define STEP_WINDOW 32       /* the most: the size of the window's ring */
 #define STEP_WIDE_NODES 16   /* jobs on this many nodes or more get the wide window */
+/* A wide job's nodes report their steps 16 at a time (NodeStepCmd.report_every): the coordinator
+ * reads one message per node per 16 steps; a batch ends where the next grant is due, so that the
+ * ranks never wait for it. A small job's nodes report every step. */
+#define STEP_WIDE_REPORT_EVERY (STEP_WINDOW / 2)
 
-/* One step in flight: the node reports received so far, their figures merged. */
+/* One step in flight: the node reports received so far, their figures merged. A report is freed
+ * once merged unless the step needs it later: the one with the lowest rank (its global figures),
+ * those carrying ranks' full figures. Freed at once, the coordinator's allocations of one report
+ * are reused by the next (one of the larger costs per node at thousands of ranks). */
 typedef struct jstep {
   uint32_t step;             /* 0: unused */
   int nnodes;                /* node reports in */
   stepagg *agg;
-  Fsdp__Msg **msgs;          /* by job node: its node_step_report, kept until the step is recorded */
+  uint8_t *got;              /* by job node: its report is in */
+  Fsdp__Msg **msgs;          /* by job node: its node_step_report where kept (above), until the step is recorded */
   int first;                 /* the job node whose report holds the lowest rank (-1: none yet) */
   double step_ms, eval_ms;
   uint32_t step_ms_rank;
@@ -43,6 +51,7 @@ struct steps_win {
   int nmap;
   uint32_t detail_every;
   uint32_t window, regrant;  /* see STEP_WINDOW */
+  uint32_t report_every;     /* see STEP_WIDE_REPORT_EVERY */
   jstep s[STEP_WINDOW];
 };
 
@@ -52,7 +61,7 @@ void steps_free(job_t *j) {
   if (!w) return;
   for (int i = 0; i < STEP_WINDOW; i++) {
     for (int k = 0; w->s[i].msgs && k < w->njnodes; k++) wire_destroy(&w->s[i].msgs[k]);
-    free(w->s[i].msgs);
+    free(w->s[i].msgs), free(w->s[i].got);
     stepagg_destroy(&w->s[i].agg);
   }
   free(w->jnode), free(w->nranks), free(w->node_k);
@@ -80,10 +89,12 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
   w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
   w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 4;
   w->regrant = w->njnodes >= STEP_WIDE_NODES ? w->window / 2 : w->window - 1;
+  w->report_every = w->njnodes >= STEP_WIDE_NODES ? STEP_WIDE_REPORT_EVERY : 1;
   for (int i = 0; i < STEP_WINDOW; i++) {
     w->s[i].first = -1;
     w->s[i].msgs = calloc((size_t)w->njnodes, sizeof *w->s[i].msgs);
-    if (!w->s[i].msgs) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+    w->s[i].got = calloc((size_t)w->njnodes, 1);
+    if (!w->s[i].msgs || !w->s[i].got) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
     TRY(stepagg_new(&w->s[i].agg));
   }
   return FSDP_OK;
@@ -103,6 +114,7 @@ static void send_grant(coord_t *c, job_t *j, uint32_t last) {
   g.checkpoint_steps = ckpt;
   g.n_checkpoint_steps = nck;
   g.detail_every = w->detail_every;
+  g.report_every = w->report_every;
   g.last_step = j->stop_at ? j->stop_at : j->steps;   /* its worker waits for its save (StepCmd.last) */
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_NODE_STEP_CMD;
@@ -207,8 +219,8 @@ static fsdp_status gather_detail(const job_t *j, const jstep *st, Fsdp__StepSumm
   sum->ranks = malloc((size_t)j->world * sizeof *sum->ranks);
   if (!sum->ranks) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
   for (int k = 0; k < w->njnodes; k++) {
-    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
-    for (size_t i = 0; i < nr->n_detail && sum->n_ranks < (size_t)j->world; i++) sum->ranks[sum->n_ranks++] = nr->detail[i];
+    const Fsdp__NodeStepReport *nr = st->msgs[k] ? st->msgs[k]->node_step_report : NULL;
+    for (size_t i = 0; nr && i < nr->n_detail && sum->n_ranks < (size_t)j->world; i++) sum->ranks[sum->n_ranks++] = nr->detail[i];
   }
   qsort(sum->ranks, sum->n_ranks, sizeof *sum->ranks, by_rank);
   return FSDP_OK;
@@ -217,8 +229,8 @@ static fsdp_status gather_detail(const job_t *j, const jstep *st, Fsdp__StepSumm
 /* `fsdpctl status --rank R`: keep the node report that carries rank R's figures of this step. */
 static void keep_rank_detail(job_t *j, jstep *st) {
   for (int k = 0; j->detail_rank && k < j->win->njnodes; k++) {
-    const Fsdp__NodeStepReport *nr = st->msgs[k]->node_step_report;
-    for (size_t i = 0; i < nr->n_detail; i++)
+    const Fsdp__NodeStepReport *nr = st->msgs[k] ? st->msgs[k]->node_step_report : NULL;
+    for (size_t i = 0; nr && i < nr->n_detail; i++)
       if (nr->detail[i]->rank == j->detail_rank - 1) {
         wire_destroy(&j->rank_detail);
         j->rank_detail = st->msgs[k];
@@ -227,6 +239,49 @@ static void keep_rank_detail(job_t *j, jstep *st) {
         return;
       }
   }
+}
+
+/* Figure NAME of aggregate A: its index, or -1 when no rank reported it. */
+static int agg_extra(const Fsdp__StepAgg *a, const char *name) {
+  for (size_t i = 0; i < a->n_extra_names; i++)
+    if (!strcmp(a->extra_names[i], name) && a->count[a->n_std + i]) return (int)(a->n_std + i);
+  return -1;
+}
+
+/* The job's figures of save I of the step's report F, from every rank's (AGG's ckpt_* figures, see
+ * relay.h): the longest blocked, wait and write times over the ranks, the ranks holding them and the
+ * bytes of every rank's file, into *OUT. Without them (no rank's figures reached the aggregate), F's
+ * own (ranks 0). */
+static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t i, Fsdp__CkptSave *out) {
+  *out = *f->ckpt[i];
+  char name[32];
+  const char *pre = i ? "ckpt2_" : "ckpt_";
+  int b, w, t, n;
+  snprintf(name, sizeof name, "%sblocked_us", pre), b = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%swait_us", pre), w = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%swrite_us", pre), t = agg_extra(agg, name);
+  snprintf(name, sizeof name, "%sbytes", pre), n = agg_extra(agg, name);
+  if (b < 0 || w < 0 || t < 0 || n < 0) return;
+  out->blocked_s = (double)agg->max[b] / 1e6, out->blocked_rank = agg->max_rank[b];
+  out->wait_s = (double)agg->max[w] / 1e6;
+  out->write_s = (double)agg->max[t] / 1e6, out->write_rank = agg->max_rank[t];
+  out->bytes = agg->sum[n], out->ranks = agg->count[n];
+}
+
+/* The saves that became complete after the step: the job's figures into SAVES (SUM->ckpt points at
+ * them), J's latest, and a line of the job log each. */
+static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg *agg, Fsdp__CkptSave saves[2],
+                        Fsdp__CkptSave *ptrs[2], Fsdp__StepSummary *sum) {
+  for (size_t i = 0; i < f->n_ckpt && i < 2; i++) {
+    ckpt_job(agg, f, i, &saves[i]);
+    const Fsdp__CkptSave *k = &saves[i];
+    ptrs[i] = &saves[i];
+    j->ckpt = *k;
+    job_log(j, "checkpoint of step %u complete: %.1f MB written by %u rank(s), the slowest in %.2f s (rank %u); training "
+            "blocked up to %.3f s (rank %u)%s", k->step, (double)k->bytes / 1e6, k->ranks, k->write_s, k->write_rank,
+            k->blocked_s, k->blocked_rank, k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
+  }
+  sum->ckpt = ptrs, sum->n_ckpt = f->n_ckpt < 2 ? f->n_ckpt : 2;
 }
 
 /* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */
@@ -241,11 +296,12 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   sum.tokens_per_s = st->step_ms > 0 ? (double)f->tokens * 1000.0 / st->step_ms : 0.0;
   /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
   sum.has_val = f->has_val, sum.val_loss = f->val_loss, sum.eval_ms = f->has_val ? st->eval_ms : 0;
-  sum.ckpt = f->ckpt, sum.n_ckpt = f->n_ckpt;   /* saves that completed: the lowest rank's own figures */
+  Fsdp__CkptSave saves[2], *save_ptrs[2];
   char *line = NULL;
   fsdp_status rc = stepagg_to_msg(st->agg, 1, &agg);
   if (rc == FSDP_OK) {
     sum.agg = &agg;
+    ckpt_record(j, f, &agg, saves, save_ptrs, &sum);
     rc = gather_detail(j, st, &sum);
     Fsdp__RankStats **ranks = sum.ranks;
     if (rc == FSDP_OK && sum.n_ranks && j->world > STEPS_DETAIL_ALL_MAX) {   /* kept apart: see ranks_append */
@@ -266,14 +322,6 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
     /* A step is recorded in both or in neither: the line goes if the database refuses the step. */
     if (rc == FSDP_OK && (rc = jobs_db_add_step(c->db, j->id, &row, line)) != FSDP_OK) metrics_cut(j, end);
     if (rc == FSDP_OK && f->sample && f->sample[0]) job_log(j, "sample at step %u: %s", step, f->sample);
-    for (size_t i = 0; rc == FSDP_OK && i < f->n_ckpt; i++) {
-      const Fsdp__CkptSave *k = f->ckpt[i];
-      j->ckpt = *k;
-      job_log(j, "checkpoint of step %u complete: %.1f MB written in %.2f s (%.0f MB/s); training blocked %.3f s%s "
-              "(rank %u's file)", k->step, (double)k->bytes / 1e6, k->write_s,
-              k->write_s > 0 ? (double)k->bytes / k->write_s / 1e6 : 0.0, k->blocked_s,
-              k->wait_s >= 0.001 ? " (waiting for the previous save)" : "", st->msgs[st->first]->node_step_report->first_rank);
-    }
     /* the Prometheus figures (only with --metrics: nothing else reads them) */
     if (rc == FSDP_OK && c->cfg.metrics &&
         promx_on_step(&j->px, j->id, j->spec.name, j->state, &sum, (size_t)j->world,
@@ -285,6 +333,7 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   free(line);
   keep_rank_detail(j, st);
   for (int k = 0; k < j->win->njnodes; k++) wire_destroy(&st->msgs[k]);
+  memset(st->got, 0, (size_t)j->win->njnodes);
   stepagg_reset(st->agg);
   st->step = 0, st->nnodes = 0, st->first = -1, st->step_ms = st->eval_ms = 0, st->step_ms_rank = 0;
   if (rc != FSDP_OK) {
@@ -307,21 +356,55 @@ static fsdp_status take_report(job_t *j, int k, Fsdp__Msg **mp) {
   uint32_t step = nr->first->step;
   jstep *st = &w->s[step % STEP_WINDOW];
   if (st->step != step) st->step = step;
-  if (st->msgs[k]) return fsdp_set_error(FSDP_ERR_INVALID, "a second report for step %u", step);
+  if (st->got[k]) return fsdp_set_error(FSDP_ERR_INVALID, "a second report for step %u", step);
   if (nr->agg->ranks != w->nranks[k])
     return fsdp_set_error(FSDP_ERR_INVALID, "a report of %u ranks for step %u (the node runs %u)", nr->agg->ranks, step, w->nranks[k]);
   TRY(stepagg_merge(st->agg, nr->agg));
-  if (st->first < 0 || nr->first_rank < st->msgs[st->first]->node_step_report->first_rank) st->first = k;
+  int first = st->first < 0 || nr->first_rank < st->msgs[st->first]->node_step_report->first_rank;
   if (nr->step_ms > st->step_ms || (nr->step_ms == st->step_ms && nr->step_ms_rank < st->step_ms_rank))
     st->step_ms = nr->step_ms, st->step_ms_rank = nr->step_ms_rank;
   if (nr->eval_ms > st->eval_ms) st->eval_ms = nr->eval_ms;
-  st->msgs[k] = *mp;
-  *mp = NULL;
+  if (first) {   /* the previous lowest is kept no longer, unless for its ranks' figures */
+    if (st->first >= 0 && !st->msgs[st->first]->node_step_report->n_detail) wire_destroy(&st->msgs[st->first]);
+    st->first = k;
+  }
+  if (first || nr->n_detail) {
+    st->msgs[k] = *mp;
+    *mp = NULL;
+  }
+  st->got[k] = 1;
   st->nnodes++;
   return FSDP_OK;
 }
 
+static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp);
+
+/* A node's batch (NodeStepCmd.report_every): each of its steps on its own, in order, as if it had
+ * come alone; a later step becomes a message of its own (the step keeps it until it is recorded). */
 void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
+  Fsdp__NodeStepReport *head = (*mp)->node_step_report;
+  size_t nmore = head->n_more;
+  Fsdp__NodeStepReport **more = head->more;
+  head->more = NULL, head->n_more = 0;
+  on_node_step(c, n, mp);
+  for (size_t i = 0; i < nmore; i++) {
+    Fsdp__Msg *m = malloc(sizeof *m);   /* freed by wire_destroy, as the unpacked message it joins */
+    if (!m) {
+      log_error("out of memory: node %s's report of step %u is lost", n->name, more[i]->first->step);
+      fsdp__node_step_report__free_unpacked(more[i], NULL);
+      continue;
+    }
+    *m = (Fsdp__Msg)WIRE_MSG_INIT;
+    m->version = FSDP__VERSION__PROTO_VERSION;
+    m->body_case = FSDP__MSG__BODY_NODE_STEP_REPORT;
+    m->node_step_report = more[i];
+    on_node_step(c, n, &m);
+    wire_destroy(&m);
+  }
+  free(more);
+}
+
+static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
   job_t *j = coord_find_job(c, nr->job_id);
   if (!j || j->state != ST_RUNNING || j->done || j->restart_pending || !j->win) return;
@@ -485,7 +568,7 @@ static int silent(const job_t *j, int r) {
   if (j->state == ST_STARTING || !j->win) return !rk->ready;
   const jstep *st = &j->win->s[(j->done_step + 1) % STEP_WINDOW];
   int k = rk->node < j->win->nmap ? j->win->node_k[rk->node] : -1;
-  return st->step != j->done_step + 1 || k < 0 || !st->msgs[k];
+  return st->step != j->done_step + 1 || k < 0 || !st->got[k];
 }
 
 static int not_ready(const job_t *j, int r) { return !j->ranks[r].ready; }

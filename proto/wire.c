@@ -124,6 +124,24 @@ static fsdp_status check_ckpt_save(const Fsdp__CkptSave *c) {
   return FSDP_OK;
 }
 
+/* One step of a node (MORE: one of a batch's later steps, which carry no batch of their own). */
+static fsdp_status check_node_step_report(const Fsdp__NodeStepReport *n, int more) {
+  NEED(n, "node_step_report");
+  NEED(n->first, "node_step_report first");
+  NEED(n->agg, "node_step_report agg");
+  STR(n->first->sample, WIRE_MAX_STRING, "sample text");
+  if (n->first->n_ckpt > 2) BAD("node_step_report carries %zu checkpoint saves, at most 2", n->first->n_ckpt);
+  for (size_t i = 0; i < n->first->n_ckpt; i++) TRY(check_ckpt_save(n->first->ckpt[i]));
+  TRY(check_step_agg(n->agg));
+  if (n->agg->ranks == 0 || n->n_detail > n->agg->ranks) BAD("node_step_report of %u ranks with %zu details", n->agg->ranks, n->n_detail);
+  if (n->n_more > (more ? 0 : 1024)) BAD("node_step_report batches %zu more steps", n->n_more);
+  for (size_t i = 0; i < n->n_detail; i++) {
+    NEED(n->detail[i], "detail entry");
+    TRY(check_rank_stats(n->detail[i]));
+  }
+  return FSDP_OK;
+}
+
 static fsdp_status check_summary(const Fsdp__StepSummary *s) {
   if (s->n_ranks > MAX_RANKS) BAD("step summary has %zu ranks", s->n_ranks);
   if (s->agg) TRY(check_step_agg(s->agg));
@@ -240,11 +258,10 @@ static int has_unknown_fields(const ProtobufCMessage *m, int depth) {
   return 0;
 }
 
-fsdp_status wire_validate(const Fsdp__Msg *m) {
-  if (has_unknown_fields(&m->base, 0))
-    return fsdp_set_error(FSDP_ERR_FORMAT, "message has fields protocol version %d does not define", FSDP__VERSION__PROTO_VERSION);
-  if (m->version != FSDP__VERSION__PROTO_VERSION)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "protocol version %u, expected %d", m->version, FSDP__VERSION__PROTO_VERSION);
+/* The control protocol's bodies (fsdpctl <-> fsdpd, and the ack and error every peer sends);
+ * *KNOWN is 0 for any other body, which check_peer_body validates. */
+static fsdp_status check_ctl_body(const Fsdp__Msg *m, int *known) {
+  *known = 1;
   switch (m->body_case) {
   case FSDP__MSG__BODY_SUBMIT_REQ:
     NEED(m->submit_req, "submit_req");
@@ -297,6 +314,13 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     STR(m->error->message, WIRE_MAX_STRING, "error message");
     if (m->error->code >= FSDP_STATUS_COUNT) BAD("error code %u is not a known status", m->error->code);
     return FSDP_OK;
+  default: *known = 0; return FSDP_OK;
+  }
+}
+
+/* The cluster's and the workers' bodies (agents, workers, relays <-> the coordinator). */
+static fsdp_status check_peer_body(const Fsdp__Msg *m) {
+  switch (m->body_case) {
   case FSDP__MSG__BODY_AGENT_REGISTER:
     NEED(m->agent_register, "agent_register");
     STR(m->agent_register->name, NAME_MAX_LEN, "node name");
@@ -369,20 +393,10 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
     if (m->node_step_cmd->expect == 0 || m->node_step_cmd->expect > MAX_RANKS) BAD("node_step_cmd expects %u ranks", m->node_step_cmd->expect);
     if (m->node_step_cmd->n_checkpoint_steps > 1024) BAD("node_step_cmd lists %zu checkpoints", m->node_step_cmd->n_checkpoint_steps);
     return FSDP_OK;
-  case FSDP__MSG__BODY_NODE_STEP_REPORT: {
-    const Fsdp__NodeStepReport *n = m->node_step_report;
-    NEED(n, "node_step_report");
-    NEED(n->first, "node_step_report first");
-    NEED(n->agg, "node_step_report agg");
-    STR(n->first->sample, WIRE_MAX_STRING, "sample text");
-    TRY(check_step_agg(n->agg));
-    if (n->agg->ranks == 0 || n->n_detail > n->agg->ranks) BAD("node_step_report of %u ranks with %zu details", n->agg->ranks, n->n_detail);
-    for (size_t i = 0; i < n->n_detail; i++) {
-      NEED(n->detail[i], "detail entry");
-      TRY(check_rank_stats(n->detail[i]));
-    }
+  case FSDP__MSG__BODY_NODE_STEP_REPORT:
+    TRY(check_node_step_report(m->node_step_report, 0));
+    for (size_t i = 0; i < m->node_step_report->n_more; i++) TRY(check_node_step_report(m->node_step_report->more[i], 1));
     return FSDP_OK;
-  }
   case FSDP__MSG__BODY_STEP_REPORT:
     NEED(m->step_report, "step_report");
     NEED(m->step_report->stats, "step_report stats");
@@ -423,6 +437,16 @@ fsdp_status wire_validate(const Fsdp__Msg *m) {
   default:
     BAD("message has no known body (case %d)", (int)m->body_case);
   }
+}
+
+fsdp_status wire_validate(const Fsdp__Msg *m) {
+  if (has_unknown_fields(&m->base, 0))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "message has fields protocol version %d does not define", FSDP__VERSION__PROTO_VERSION);
+  if (m->version != FSDP__VERSION__PROTO_VERSION)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "protocol version %u, expected %d", m->version, FSDP__VERSION__PROTO_VERSION);
+  int known;
+  fsdp_status rc = check_ctl_body(m, &known);
+  return known ? rc : check_peer_body(m);
 }
 
 /* ---- packing ---- */

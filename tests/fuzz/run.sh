@@ -30,8 +30,8 @@ printf 'Hello, world! caf\xc3\xa9 \xf0\x9f\x98\x80  12345\n\n\tx <|x|>' > "$out/
 printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "pre_tokenizer": {"type": "Metaspace", "replacement": "_"}, "decoder": {"type": "Metaspace", "replacement": "_"}}' \
   > "$out/corpus_bpe/tok.json"
 cp "$here"/examples/*.ini "$here"/tests/integration/jobs/*.ini "$out/corpus_jobspec/" 2>/dev/null || true
-printf '\x08\x01\xa2\x01\x00' > "$out/corpus_wire/ack"          # version 1, ack {}
-printf '\x08\x01\xd2\x02\x02\x08\x05' > "$out/corpus_wire/step"  # version 1, step_cmd {step: 5}
+printf '\x08\x02\xa2\x01\x00' > "$out/corpus_wire/ack"          # version 2, ack {}
+printf '\x08\x02\xd2\x02\x02\x08\x05' > "$out/corpus_wire/step"  # version 2, step_cmd {step: 5}
 
 for t in wire jobspec bpe; do
   echo "== fuzz_$t for ${secs}s"

@@ -54,7 +54,7 @@ has_ckpt() { [ "$("$CTL" status "$id" --json | jget 'd["state"] == "running" and
 wait_for 60 has_ckpt || fail "status never showed a complete checkpoint: $("$CTL" status "$id" --json)"
 "$CTL" status "$id" --json >"$S/status.json"
 "$CTL" status "$id" >"$S/status.out"
-grep -q "^  checkpoint  step [0-9]*: training blocked [0-9.]* s; [0-9.]* MB written in" "$S/status.out" ||
+grep -q "^  checkpoint  step [0-9]*: training blocked [0-9.]* s (rank [0-9]*); [0-9.]* MB written by [0-9]* ranks in [0-9.]* s (rank" "$S/status.out" ||
   fail "fsdpctl status has no checkpoint line: $(cat "$S/status.out")"
 python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' \
   "http://127.0.0.1:$PORT/metrics" "$S/metrics.txt" || fail "no answer on /metrics"
@@ -88,7 +88,7 @@ st = json.load(open(sys.argv[2]))["checkpoint"]
 assert st["step"] in [c["step"] for _, c in saves], st
 print(f"metrics.jsonl: {len(saves)} saves, e.g. {saves[0]}")
 PY
-grep -q "checkpoint of step 4 complete: [0-9.]* MB written in [0-9.]* s ([0-9]* MB/s); training blocked" "$S/jobs/$id/job.log" ||
+grep -q "checkpoint of step 4 complete: [0-9.]* MB written by [0-9]* rank(s), the slowest in [0-9.]* s (rank [0-9]*); training blocked up to" "$S/jobs/$id/job.log" ||
   fail "job.log has no checkpoint line: $(grep -i checkpoint "$S/jobs/$id/job.log" | head -3)"
 stop_daemon
 

@@ -3,17 +3,20 @@
 # per rank) against a real coordinator:
 #  - a 120-step job (checkpoints every 50) succeeds, and every line of its metrics.jsonl holds
 #    exactly the figures its ranks sent: min, max and the ranks holding them, sums, the median within
-#    its tolerance, the slowest rank, loss and tokens/s, the checkpoint steps' extra figures
-#    (fsdp-sim --check recomputes them from scratch); the lines stay small: the aggregate, not 512
-#    ranks, whose own figures go to ranks.jsonl every 100 steps;
+#    its tolerance, the slowest rank, loss and tokens/s, on the checkpoint steps every rank's save
+#    figures and the job's (fsdp-sim --check recomputes them from scratch); the nodes report 16
+#    steps per message (64 nodes: a wide job); the lines stay small: the aggregate, not 512 ranks,
+#    whose own figures go to ranks.jsonl every 100 steps;
 #  - `fsdpctl status` shows min / median / max with the extremes' ranks, `--rank R` rank R's own;
 #  - rank 300 killed at step 100 of another job fails it within timeout_s + 5 s, naming the rank
-#    and its node.
+#    and its node;
+#  - a node that goes silent at step 30 of a third job (no heartbeat, no report) fails it within
+#    timeout_s + 5 s, naming the node and its 8 ranks.
 source "$(dirname "$0")/lib/common.sh" "$1" "$2" sim_scale
 SIM="$BUILD/bench/fsdp-sim"
 [ -x "$SIM" ] || fail "fsdp-sim not built in $BUILD/bench"
 export FSDP_CTL="ipc://$S/ctl.sock"
-FAIL_LOGS=("$S/fsdpd.log" "$S/sim1.log" "$S/sim2.log")
+FAIL_LOGS=("$S/fsdpd.log" "$S/sim1.log" "$S/sim2.log" "$S/sim3.log")
 "$BUILD/fsdpd" --foreground --state-dir "$S" --cpu-workers 0 --gpus none --heartbeat 1 >>"$S/fsdpd.log" 2>&1 & DPID=$!
 at_exit 'stop_pid "$DPID"'
 
@@ -42,6 +45,22 @@ EOF
   echo "$S/$1.ini"
 }
 sim_nodes() { [ "$("$CTL" nodes --json | jget "sum(1 for n in d['nodes'] if n['name'].startswith('$1-') and not n['lost'])")" -ge "$2" ]; }
+no_sim_nodes() { [ "$("$CTL" nodes --json | jget "sum(1 for n in d['nodes'] if n['name'].startswith('$1-') and not n['lost'])")" = 0 ]; }
+# fault_delay SIMLOG FAULT_RE JOB FAILED_RE MAX_S COORDLOG: at most MAX_S from the fault (SIMLOG) to the job's failure (COORDLOG)
+fault_delay() {
+  python3 - "$@" <<'PY'
+import re, sys
+from datetime import datetime
+sim, fault, job, failed, most = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+def at(path, pat):
+    for l in open(path):
+        if re.search(pat, l): return datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+    raise SystemExit(f"no line matching {pat!r} in {path}")
+dt = (at(sys.argv[6], rf"job {job} failed: {failed}") - at(sim, fault)).total_seconds()
+print(f"{fault}: job failed {dt:.2f} s later")
+assert 0 <= dt <= most, dt
+PY
+}
 lines() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 
 "$SIM" --join "ipc://$S/cluster.sock" --name sima --nodes 64 --procs 2 --step-ms 10 --jitter-ms 3 >"$S/sim1.log" 2>&1 & SIM1=$!
@@ -84,30 +103,32 @@ stop_pid "$SIM1"
   >"$S/sim2.log" 2>&1 & SIM2=$!
 at_exit 'stop_pid "$SIM2"'
 wait_for 30 sim_nodes simb 64 || fail "the second 64 simulated nodes did not register within 30 s"
-until [ "$("$CTL" nodes --json | jget "sum(1 for n in d['nodes'] if n['name'].startswith('sima-') and not n['lost'])")" = 0 ]; do
-  [ $SECONDS -lt $((t0 + 200)) ] || fail "the first simulated nodes were not declared lost"
-  sleep 0.2
-done
+wait_for 30 no_sim_nodes sima || fail "the first simulated nodes were not declared lost"
 id=$("$CTL" submit "$(job killed 1000 5)" | tail -1)
 M="$S/jobs/$id/metrics.jsonl"
 wait_for 60 finished "$id" || fail "job $id did not end within 60 s: $("$CTL" status "$id")"
-# nodes run up to 16 granted steps apart, so fewer than 100 may be recorded when rank 300 dies
+# step 100 is granted once 80 are recorded (32 ahead, 16 at a time), and nodes report 16 steps at a
+# time: 80 to 96 are recorded when rank 300 dies
 lines "$M" 80 || fail "job $id recorded $(wc -l <"$M") steps, not the ~100 before rank 300 died"
 r=$(reason_of "$id")
 [ "$(state_of "$id")" = failed ] || fail "job $id: $(state_of "$id")"
 case "$r" in "rank 300 was killed by signal 9 (SIGKILL) on node simb-"*) ;; *) fail "reason does not name rank 300 and its node: $r" ;; esac
-# from the rank's death (the simulator's log) to the job's failure (the coordinator's log): timeout_s 5 + 5 at most
-python3 - "$S/sim2.log" "$S/fsdpd.log" "$id" <<'PY' || fail "the failure came too late (above)"
-import re, sys
-from datetime import datetime
-def at(path, pat):
-    for l in open(path):
-        if re.search(pat, l): return datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
-    raise SystemExit(f"no line matching {pat!r} in {path}")
-died = at(sys.argv[1], r"sim: rank 300 dies at step 100")
-failed = at(sys.argv[2], rf"job {sys.argv[3]} failed: rank 300")
-dt = (failed - died).total_seconds()
-print(f"rank 300 killed at step 100: job failed {dt:.2f} s later")
-assert 0 <= dt <= 10, dt
-PY
+# from the rank's death to the job's failure: timeout_s 5 + 5 at most
+fault_delay "$S/sim2.log" "sim: rank 300 dies at step 100" "$id" "rank 300" 10 "$S/fsdpd.log" || fail "the failure came too late (above)"
+stop_pid "$SIM2"
+
+# node simc-5 goes silent at step 30: the others' collectives time out (timeout_s 5), the node is
+# lost after 3 missed heartbeats (1 s), and the reason names it with its ranks
+"$SIM" --join "ipc://$S/cluster.sock" --name simc --nodes 64 --procs 2 --step-ms 10 --jitter-ms 3 --lose 5@30 --timeout-s 5 \
+  >"$S/sim3.log" 2>&1 & SIM3=$!
+at_exit 'stop_pid "$SIM3"'
+wait_for 30 sim_nodes simc 64 || fail "the third 64 simulated nodes did not register within 30 s"
+wait_for 30 no_sim_nodes simb || fail "the second simulated nodes were not declared lost"
+id=$("$CTL" submit "$(job lost 1000 5)" | tail -1)
+wait_for 60 finished "$id" || fail "job $id did not end within 60 s: $("$CTL" status "$id")"
+r=$(reason_of "$id")
+[ "$(state_of "$id")" = failed ] || fail "job $id: $(state_of "$id")"
+case "$r" in "node simc-5 was lost (no heartbeat for "*" s) with ranks "*", ..., "*" (8 ranks) on it") echo "$r" ;;
+  *) fail "reason does not name node simc-5 and its 8 ranks: $r" ;; esac
+fault_delay "$S/sim3.log" "sim: node simc-5 is lost at step 30" "$id" "node simc-5" 10 "$S/fsdpd.log" || fail "the failure came too late (above)"
 echo "sim_scale ok"

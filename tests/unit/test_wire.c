@@ -225,6 +225,30 @@ static void test_rejects_aggregate(void) {
   CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
 }
 
+/* A node's batch of steps (NodeStepReport.more) round-trips; a batch inside a batch is refused. */
+static void test_node_report_batch(void) {
+  Fsdp__Msg m = make_msg(FSDP__MSG__BODY_NODE_STEP_REPORT);
+  Fsdp__NodeStepReport later = *m.node_step_report, *lp = &later;
+  later.step_ms = 13.5;
+  m.node_step_report->more = &lp, m.node_step_report->n_more = 1;
+  uint8_t *buf;
+  size_t len;
+  CHECK_OK(wire_pack(&m, &buf, &len));
+  Fsdp__Msg *out = NULL;
+  CHECK_OK(wire_unpack(buf, len, &out));
+  CHECK_EQ_INT(1, out->node_step_report->n_more);
+  CHECK_NEAR(13.5, out->node_step_report->more[0]->step_ms, 0, 0);
+  CHECK_EQ_INT(0, out->node_step_report->more[0]->n_more);
+  wire_destroy(&out);
+  free(buf);
+  later.more = &lp, later.n_more = 1;   /* the later step carries a batch of its own */
+  m.version = FSDP__VERSION__PROTO_VERSION;
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
+  later.n_more = 0;
+  later.agg = NULL;   /* a later step is validated as the first is */
+  CHECK(wire_validate(&m) == FSDP_ERR_INVALID);
+}
+
 static void test_rejects(void) {
   Fsdp__Msg m = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
   uint8_t *buf;
@@ -462,6 +486,7 @@ int main(void) {
   test_roundtrip_all();
   test_rejects();
   test_rejects_aggregate();
+  test_node_report_batch();
   test_random_bytes();
   test_sockets();
   return check_done();
