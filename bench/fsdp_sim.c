@@ -85,6 +85,7 @@ struct simnode {
   relay *relay;
   uint32_t node_id;
   uv_timer_t beat;
+  uint64_t beat_ms;   /* the coordinator's heartbeat period */
   simrank **ranks;
   int nranks;
 };
@@ -371,8 +372,9 @@ static void send_register(simnode *n) {
 
 static void on_beat(uv_timer_t *t) {
   simnode *n = t->data;
-  if (!n->node_id) {
+  if (!n->node_id) {   /* register every second until welcomed */
     send_register(n);
+    uv_timer_start(&n->beat, on_beat, 1000, 0);
     return;
   }
   Fsdp__Heartbeat hb = FSDP__HEARTBEAT__INIT;
@@ -380,6 +382,7 @@ static void on_beat(uv_timer_t *t) {
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_HEARTBEAT, m.heartbeat = &hb;
   node_send(n, NULL, &m);
+  uv_timer_start(&n->beat, on_beat, loop_ms_to_boundary(n->beat_ms), 0);
 }
 
 static void on_node_msg(void *sock, void *arg) {
@@ -392,10 +395,11 @@ static void on_node_msg(void *sock, void *arg) {
     return;
   }
   switch (m->body_case) {
-  case FSDP__MSG__BODY_AGENT_WELCOME: {   /* beat as often as the coordinator says, as an agent does */
+  case FSDP__MSG__BODY_AGENT_WELCOME: {   /* beat as often and when the coordinator says, as an agent does */
     n->node_id = m->agent_welcome->node_id;
     uint64_t ms = (uint64_t)(m->agent_welcome->heartbeat_s * 1000);
-    uv_timer_start(&n->beat, on_beat, ms ? ms : 1, ms ? ms : 1);
+    n->beat_ms = ms < 10 ? 10 : ms;
+    uv_timer_start(&n->beat, on_beat, loop_ms_to_boundary(n->beat_ms), 0);
     break;
   }
   case FSDP__MSG__BODY_SPAWN_REQ: spawn(n, m->spawn_req); break;
@@ -428,7 +432,7 @@ static int node_start(simnode *n, int idx, const char *prefix) {
   }
   uv_timer_init(S.uv, &n->beat);
   n->beat.data = n;
-  uv_timer_start(&n->beat, on_beat, 0, 1000);   /* register every second until welcomed */
+  uv_timer_start(&n->beat, on_beat, 0, 0);   /* registers now, then every second until welcomed */
   return 0;
 }
 

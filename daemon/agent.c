@@ -477,6 +477,13 @@ static void kill_job(agent_t *a, uint64_t job, int sig) {
 static void reopen_if_rejected(agent_t *a);
 static void on_register_timer(uv_timer_t *t);
 
+/* The coordinator's heartbeat period, at least 10 ms. Beats fall on its wall-clock multiples
+ * (loop_ms_to_boundary), the same instants on every node. */
+static uint64_t heartbeat_ms(const agent_t *a) {
+  uint64_t ms = (uint64_t)(a->heartbeat_s * 1000);
+  return ms < 10 ? 10 : ms;
+}
+
 static void on_heartbeat_timer(uv_timer_t *t) {
   agent_t *a = t->data;
   if (a->reopen) {   /* rejected after having joined (a coordinator restarted with other keys) */
@@ -486,6 +493,7 @@ static void on_heartbeat_timer(uv_timer_t *t) {
     return;
   }
   send_node_msg(a, FSDP__MSG__BODY_HEARTBEAT);
+  uv_timer_start(&a->hb_timer, on_heartbeat_timer, loop_ms_to_boundary(heartbeat_ms(a)), 0);
 }
 
 static void on_register_timer(uv_timer_t *t) {
@@ -514,9 +522,7 @@ static void on_message(void *sock, void *arg) {
     a->node_id = m->agent_welcome->node_id;
     a->heartbeat_s = m->agent_welcome->heartbeat_s;
     uv_timer_stop(&a->reg_timer);
-    uint64_t ms = (uint64_t)(a->heartbeat_s * 1000);
-    if (ms < 10) ms = 10;
-    uv_timer_start(&a->hb_timer, on_heartbeat_timer, ms, ms);
+    uv_timer_start(&a->hb_timer, on_heartbeat_timer, loop_ms_to_boundary(heartbeat_ms(a)), 0);
     log_info("agent: joined %s as node %u (%d CPU slots, %d GPUs)%s", a->join, a->node_id, a->cpu_slots,
              a->ngpus, first ? "" : " again");
     break;

@@ -104,6 +104,13 @@ double loop_now_wall(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+uint64_t loop_ms_to_boundary(uint64_t period_ms) {
+  if (period_ms == 0) return 1;
+  uint64_t now = (uint64_t)(loop_now_wall() * 1000.0);
+  uint64_t left = period_ms - now % period_ms;
+  return left ? left : 1;
+}
+
 double loop_now_mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

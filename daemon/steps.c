@@ -86,7 +86,7 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
     if (w->node_k[n] < 0) w->node_k[n] = w->njnodes, w->jnode[w->njnodes++] = n;
     w->nranks[w->node_k[n]]++;
   }
-  w->detail_every = j->world <= STEPS_DETAIL_ALL_MAX ? 1 : STEPS_DETAIL_EVERY;
+  w->detail_every = steps_detail_every(j->world);
   w->window = w->njnodes >= STEP_WIDE_NODES ? STEP_WINDOW : 4;
   w->regrant = w->njnodes >= STEP_WIDE_NODES ? w->window / 2 : w->window - 1;
   w->report_every = w->njnodes >= STEP_WIDE_NODES ? STEP_WIDE_REPORT_EVERY : 1;
@@ -484,6 +484,11 @@ static void metrics_truncate(job_t *j, uint32_t last_step) {
   job_open_metrics(j);
   if (dropped || j->attempt > 0)   /* a restart always says, so that its log shows what it replaced */
     job_log(j, "metrics.jsonl: dropped %d line(s) after step %u, which the restart trains again", dropped, last_step);
+}
+
+uint32_t steps_detail_every(int world) {
+  if (world <= STEPS_DETAIL_ALL_MAX) return 1;
+  return STEPS_DETAIL_EVERY * (uint32_t)((world + STEPS_DETAIL_RANKS - 1) / STEPS_DETAIL_RANKS);
 }
 
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {

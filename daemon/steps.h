@@ -7,7 +7,7 @@
  * node answers each step with one node_step_report, the figures of its ranks folded (stepagg.h); the
  * coordinator's work per step is O(nodes), whatever the ranks per node. A report outside the steps in
  * flight, from a node without ranks of the job, or a duplicate is logged and ignored.
- * Every rank's full figures ride along every STEPS_DETAIL_EVERY steps (every step up to
+ * Every rank's full figures ride along every steps_detail_every(world) steps (every step up to
  * STEPS_DETAIL_ALL_MAX ranks) and go into that step's metrics line; `fsdpctl status --rank R` asks
  * for R's on every step (job_t.detail_rank). After the last step every rank gets stop_cmd.
  * Loop thread only.
@@ -20,7 +20,12 @@
 /* Rank R of J is ready to train from RD->start_step; the last one starts the steps. */
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd);
 #define STEPS_DETAIL_ALL_MAX 64   /* up to this many ranks, every rank's figures on every step */
-#define STEPS_DETAIL_EVERY 100    /* above, on every this many steps (docs/performance.md) */
+#define STEPS_DETAIL_EVERY 100    /* above, on every this many steps up to STEPS_DETAIL_RANKS ranks, */
+#define STEPS_DETAIL_RANKS 512    /* and beyond, on every 100·⌈world / 512⌉ (docs/performance.md) */
+/* K, the steps between two steps that carry every rank's figures, for WORLD ranks: the detail
+ * costs the coordinator O(world) once every K steps, so K grows with the world to keep its share
+ * of a step's cost the same at any size (800 steps at 4,096 ranks). */
+uint32_t steps_detail_every(int world);
 
 /* A node_step_report from node N; takes *MP when it keeps it. */
 void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp);

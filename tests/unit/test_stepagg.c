@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "steps.h"
 #include "wire.h"
 
 #define WORLD 37
@@ -63,7 +64,21 @@ static void expect_fig(const Fsdp__StepAgg *m, size_t i, const uint64_t *v, cons
   CHECK_NEAR(med, (double)m->median[i], 0, STEPAGG_MEDIAN_RTOL);
 }
 
+/* K, the steps between every-rank details: every step up to 64 ranks, 100 up to 512, then growing
+ * with the world so that the detail's share of the coordinator's work per step stays the same. */
+static void test_detail_every(void) {
+  CHECK_EQ_INT(1, steps_detail_every(1));
+  CHECK_EQ_INT(1, steps_detail_every(64));
+  CHECK_EQ_INT(100, steps_detail_every(65));
+  CHECK_EQ_INT(100, steps_detail_every(512));
+  CHECK_EQ_INT(200, steps_detail_every(513));
+  CHECK_EQ_INT(800, steps_detail_every(4096));
+  for (int w = 513; w <= 16384; w += 97)   /* ranks per step of detail, amortized: at most 512 / 100 */
+    CHECK((double)w / steps_detail_every(w) <= 512.0 / 100);
+}
+
 int main(void) {
+  test_detail_every();
   /* three nodes of 13, 12 and 12 ranks (rank r on node r * 7 % 3: interleaved), each folded by its
    * own aggregate as a relay does */
   stepagg *node[3], *all;
