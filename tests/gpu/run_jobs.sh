@@ -1,0 +1,127 @@
+# run_jobs.sh — sourced by tests/gpu/run.sh: the job files and launches of its steps 3-8, and what
+# it does when a run fails (a kernel fault re-run under compute-sanitizer memcheck, a hang's host
+# stacks). It uses run.sh's variables ($WORK, $BIN, $WRAP, ...) and helpers (log, allot, last_error).
+# shellcheck shell=bash
+
+# job_ini FILE DEVICE SHARDING COMM WORLD B GA STEPS LR L H C V T [PARAM_DTYPE [OFFLOAD]]
+# ($JOB_MODEL_EXTRA: more [model] lines, e.g. Llama's arch and keys)
+job_ini() {
+  cat >"$1" <<JOB
+[job]
+name = gpucheck
+steps = $8
+seed = 1337
+[model]
+n_layer = ${10}
+n_head = ${11}
+n_embd = ${12}
+vocab_size = ${13}
+seq_len = ${14}
+${JOB_MODEL_EXTRA:-}
+[data]
+train = synthetic:markov:7
+batch_size = $6
+grad_accum = $7
+[optim]
+lr = $9
+min_lr = 0
+schedule = constant
+warmup_steps = 0
+weight_decay = 0.1
+grad_clip = 1.0
+[fsdp]
+world_size = $5
+device = $2
+sharding = $3
+prefetch = 1
+param_dtype = ${15:-bf16}
+reduce_dtype = fp32
+offload = ${16:-none}
+comm = $4
+timeout_s = 120
+JOB
+}
+# run_job NAME WORLD INI SECONDS: scripts/launch-standalone.sh with our worker ($RUN_WORKER, default
+# the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
+# still going after SECONDS (less 30 s, above 60) has each rank's host stack written to NAME.stacks
+# (host_stacks), one line per rank in NAME.launch, before it is killed, and returns 124.
+run_job() {
+  # the job's own deadline keeps 30 s of SECONDS for a hang's host stacks (20 s) and its kill (10 s),
+  # so that a job never outlasts what allot gave it
+  local dir=$WORK/runs/$1 pid wait_s=$(($4 > 60 ? $4 - 30 : $4))
+  mkdir -p "$WORK/runs"
+  : >"$dir.launch"   # appended to by the launcher and by this function alike
+  FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" \
+    >/dev/null 2>>"$dir.launch" &
+  pid=$!
+  if ! timeout "$wait_s" tail --pid="$pid" -f /dev/null; then   # the deadline passed with the job running
+    local ranks
+    ranks=$(rank_pids "$pid")
+    echo "timed out after $wait_s s" >>"$dir.launch"
+    # shellcheck disable=SC2086
+    host_stacks "$dir.stacks" $ranks
+    sed -n 's/^stack: /  /p' "$dir.stacks" | tee -a "$dir.launch"
+    kill -TERM "$pid" 2>/dev/null   # the launcher's trap stops its ranks
+    # shellcheck disable=SC2086
+    timeout 10 tail --pid="$pid" -f /dev/null || kill -KILL "$pid" $ranks 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 124
+  fi
+  wait "$pid"
+}
+# rank_pids PID: the processes below PID that run a rank (their command line has --rank).
+rank_pids() {
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -q -- ' --rank ' && echo "$c"
+    rank_pids "$c"
+  done
+}
+# host_stacks OUT PID...: every thread's host stack of each PID (gdb in batch mode, 20 s at most,
+# all at once) into OUT, and per process one "stack: pid P: f1 < f2 < ..." line of its main
+# thread's innermost frames. Without gdb, one line says so.
+host_stacks() {
+  local out=$1 p
+  shift
+  : >"$out"
+  command -v gdb >/dev/null || { echo "stack: no gdb on this machine: no host stacks" >>"$out"; return; }
+  local gdbs=()
+  for p in "$@"; do
+    timeout 20 gdb -p "$p" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt 16' >"$out.$p" 2>&1 &
+    gdbs+=($!)
+  done
+  [ ${#gdbs[@]} -eq 0 ] || wait "${gdbs[@]}"
+  for p in "$@"; do
+    { echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; cat "$out.$p"; } >>"$out"
+    echo "stack: pid $p: $(python3 "$HELP" stack "$out.$p")" >>"$out"
+    rm -f "$out.$p"
+  done
+}
+# A failed run whose message is a fault of the device (a kernel or copy failed, an illegal address)
+# does not name the kernel: memcheck_rerun NAME WORLD INI reruns one step of it under
+# compute-sanitizer --tool memcheck, within the budget, and prints the first error's kernel and
+# access (nothing when there is no fault, no sanitizer or no time).
+CUDA_FAULT='a kernel or copy failed|illegal (memory access|address|instruction)|misaligned address'
+CUDA_FAULT+='|unspecified launch failure|cudaErrorLaunchFailure|cudaErrorIllegal|cudaErrorMisaligned|hardware stack error'
+memcheck_rerun() {
+  local cs t ini=$WORK/$1-memcheck.ini log=$WORK/runs/$1-memcheck.log
+  grep -qE "$CUDA_FAULT" "$WORK/runs/$1.launch" "$WORK/runs/$1"/rank-*.log 2>/dev/null || return 0
+  cs=$(find_sanitizer) || { echo "no compute-sanitizer here to name the kernel"; return 0; }
+  t=$(allot 120 30) || { echo "no time left for compute-sanitizer memcheck"; return 0; }
+  sed 's/^steps = .*/steps = 1/' "$3" >"$ini"
+  printf '#!/bin/sh\nexec "%s" --tool memcheck --print-limit 5 --error-exitcode 3 "%s" "$@"\n' "$cs" "$WRAP/fsdp-worker" \
+    >"$WRAP/fsdp-worker-memcheck"
+  chmod +x "$WRAP/fsdp-worker-memcheck"
+  RUN_WORKER=$WRAP/fsdp-worker-memcheck run_job "$1-memcheck" "$2" "$ini" "$t" >/dev/null
+  cat "$WORK/runs/$1-memcheck"/rank-*.log >"$log" 2>/dev/null
+  python3 "$HELP" memcheck "$log"
+}
+# run_or_diagnose NAME WORLD INI SECONDS: run_job; on a device fault, memcheck's account of it is
+# added to NAME.launch (last_error shows it).
+run_or_diagnose() {
+  run_job "$@" && return 0
+  local rc=$? why
+  why=$(memcheck_rerun "$1" "$2" "$3")
+  [ -z "$why" ] || echo "memcheck: $why" >>"$WORK/runs/$1.launch"
+  return "$rc"
+}
