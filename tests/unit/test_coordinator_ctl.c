@@ -574,19 +574,8 @@ static void test_offload_host_memory(void *s, fake_agent *a, fake_agent *b) {
   CHECK_EQ_INT(FSDP__JOB_STATE__CANCELLED, wait_state(s, j1, FSDP__JOB_STATE__CANCELLED, 5, NULL, 0));
 }
 
-int main(void) {
-  char self[PATH_MAX - 32];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  CHECK(n > 0);
-  self[n > 0 ? n : 0] = '\0';
-  *strrchr(self, '/') = '\0';
-  snprintf(fsdpd_path, sizeof fsdpd_path, "%s/../fsdpd", self);
-  if (access(fsdpd_path, X_OK) != 0) {
-    fprintf(stderr, "fsdpd not built at %s\n", fsdpd_path);
-    return 1;
-  }
-  snprintf(state, sizeof state, "/tmp/fsdpd-test-XXXXXX");
-  CHECK(mkdtemp(state) != NULL);
+/* The fake worker the daemons start (FAKE_MODE: exit3, kill9, or sleep). */
+static void write_fake_worker(void) {
   char script[PATH_MAX];
   snprintf(script, sizeof script, "%s/fake-worker.sh", state);
   FILE *f = fopen(script, "w");
@@ -601,11 +590,11 @@ int main(void) {
              "case \"$FAKE_MODE\" in\n  exit3) exit 3;;\n  kill9) kill -9 $$;;\n  *) exec sleep 60;;\nesac\n");
   fclose(f);
   chmod(script, 0755);
-  zctx = zmq_ctx_new();
-  char reason[1024];
-  Fsdp__Msg *r = NULL;
+}
 
-  /* daemon 1: workers exit with status 3 */
+/* daemon 1: workers exit with status 3 */
+static uint64_t daemon1_exit3(void) {
+  char reason[1024];
   pid_t d = start_daemon("exit3", 1);
   void *s = ctl_connect();
   test_basic_and_garbage(s);
@@ -634,10 +623,14 @@ int main(void) {
   shutdown_daemon(s, d);
   zmq_close(s);
   kill_fake_workers();
+  return j1;
+}
 
-  /* daemon 2: the failed job survives a restart; a second job queues behind the first */
-  d = start_daemon("sleep", 2);
-  s = ctl_connect();
+/* daemon 2: the failed job survives a restart; a second job queues behind the first */
+static void daemon2_restart(uint64_t j1, uint64_t *j2_out, uint64_t *j3_out) {
+  char reason[1024];
+  pid_t d = start_daemon("sleep", 2);
+  void *s = ctl_connect();
   CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j1, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
   CHECK(strstr(reason, "status 3") != NULL);
   uint64_t j2 = submit_ok(s, tiny_spec(2, NULL));
@@ -649,11 +642,16 @@ int main(void) {
   CHECK(wait_exit(d, 5) != -1);
   zmq_close(s);
   kill_fake_workers();
+  *j2_out = j2, *j3_out = j3;
+}
 
-  /* daemon 3: the started job failed ('daemon restarted'), the queued one is queued again and
-   * starts; cancel frees the devices for the queue */
-  d = start_daemon("sleep", 3);
-  s = ctl_connect();
+/* daemon 3: the started job failed ('daemon restarted'), the queued one is queued again and
+ * starts; cancel frees the devices for the queue */
+static uint64_t daemon3_requeue(uint64_t j2, uint64_t j3) {
+  char reason[1024];
+  Fsdp__Msg *r = NULL;
+  pid_t d = start_daemon("sleep", 3);
+  void *s = ctl_connect();
   CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j2, FSDP__JOB_STATE__FAILED, 5, reason, sizeof reason));
   CHECK(strstr(reason, "daemon restarted") != NULL);
   CHECK_EQ_INT(FSDP__JOB_STATE__STARTING, wait_state(s, j3, FSDP__JOB_STATE__STARTING, 5, NULL, 0));
@@ -679,10 +677,14 @@ int main(void) {
   CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   zmq_close(s);
   kill_fake_workers();
+  return j5;
+}
 
-  /* daemon 4: a worker killed by SIGKILL fails its job, naming the rank and the signal */
-  d = start_daemon("kill9", 4);
-  s = ctl_connect();
+/* daemon 4: a worker killed by SIGKILL fails its job, naming the rank and the signal */
+static void daemon4_kill9(uint64_t j5) {
+  char reason[1024];
+  pid_t d = start_daemon("kill9", 4);
+  void *s = ctl_connect();
   /* j5, queued again by the SIGTERM, starts here, where workers die of SIGKILL */
   CHECK_EQ_INT(FSDP__JOB_STATE__FAILED, wait_state(s, j5, FSDP__JOB_STATE__FAILED, 10, reason, sizeof reason));
   CHECK(strstr(reason, "signal 9 (SIGKILL)") != NULL);
@@ -692,12 +694,15 @@ int main(void) {
   shutdown_daemon(s, d);
   zmq_close(s);
   kill_fake_workers();
+}
 
-  /* daemon 5: fake GPU agents and offload's host memory; beats every second (lost after 3 s), so
-   * that a ctl call between two pumps never loses a fake node */
+/* daemon 5: fake GPU agents and offload's host memory; beats every second (lost after 3 s), so
+ * that a ctl call between two pumps never loses a fake node */
+static void daemon5_fake_gpus(void) {
+  Fsdp__Msg *r = NULL;
   heartbeat = "1";
-  d = start_daemon("sleep", 5);
-  s = ctl_connect();
+  pid_t d = start_daemon("sleep", 5);
+  void *s = ctl_connect();
   fake_agent fa = {.name = "gpu-a", .ngpu = 4}, fb = {.name = "gpu-b", .ngpu = 2};
   test_offload_host_memory(s, &fa, &fb);
   /* shutdown cancels j2; the fakes answer its kills while the daemon waits for them */
@@ -724,6 +729,28 @@ int main(void) {
   if (fb.sock) zmq_close(fb.sock);
   zmq_close(s);
   kill_fake_workers();
+}
+
+int main(void) {
+  char self[PATH_MAX - 32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0);
+  self[n > 0 ? n : 0] = '\0';
+  *strrchr(self, '/') = '\0';
+  snprintf(fsdpd_path, sizeof fsdpd_path, "%s/../fsdpd", self);
+  if (access(fsdpd_path, X_OK) != 0) {
+    fprintf(stderr, "fsdpd not built at %s\n", fsdpd_path);
+    return 1;
+  }
+  snprintf(state, sizeof state, "/tmp/fsdpd-test-XXXXXX");
+  CHECK(mkdtemp(state) != NULL);
+  write_fake_worker();
+  zctx = zmq_ctx_new();
+  uint64_t j1 = daemon1_exit3(), j2 = 0, j3 = 0;
+  daemon2_restart(j1, &j2, &j3);
+  uint64_t j5 = daemon3_requeue(j2, j3);
+  daemon4_kill9(j5);
+  daemon5_fake_gpus();
 
   zmq_ctx_term(zctx);
   if (check_fail_ == 0 && !getenv("FSDPD_TEST_KEEP")) {
