@@ -222,8 +222,9 @@ static int count_lines(const char *path, const char *needle) {
   return n;
 }
 
-static void test_basic_and_garbage(void *s) {
-  /* nodes: the embedded agent with its two CPU slots, each with MemAvailable/2 bytes */
+/* The nodes (the embedded agent with its two CPU slots, each with MemAvailable/2 bytes), and
+ * unknown job ids. */
+static void test_nodes_and_unknown(void *s) {
   Fsdp__NodesReq nq = FSDP__NODES_REQ__INIT;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_NODES_REQ;
@@ -254,9 +255,15 @@ static void test_basic_and_garbage(void *s) {
   r = job_query(s, FSDP__MSG__BODY_CANCEL_REQ, 42);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_NOTFOUND);
   wire_destroy(&r);
+}
 
+static const char junk[] = "\xff\xfe this is not a protobuf message \x01\x02";
+
+/* Garbage on the control endpoint, with and without a delimiter, raw bytes on its Unix socket, and a
+ * cluster message there: each answered or dropped, nothing crashes. */
+static void test_ctl_garbage(void *s) {
+  Fsdp__Msg m = WIRE_MSG_INIT, *r = NULL;
   /* garbage after the delimiter: an error reply naming the problem */
-  static const char junk[] = "\xff\xfe this is not a protobuf message \x01\x02";
   zmq_send(s, "", 0, ZMQ_SNDMORE);
   zmq_send(s, junk, sizeof junk, 0);
   Fsdp__Msg *g = NULL;
@@ -292,8 +299,12 @@ static void test_basic_and_garbage(void *s) {
   r = call(s, &m);
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_INVALID);
   wire_destroy(&r);
+}
 
-  /* the cluster endpoint: garbage, a hello with a wrong token, a kv_get from a stranger */
+/* The cluster endpoint: garbage, a hello with a wrong token, a kv_get from a stranger. */
+static void test_cluster_garbage(void) {
+  Fsdp__Msg m = WIRE_MSG_INIT, *r = NULL;
+  wire_env env;
   void *cl = zmq_socket(zctx, ZMQ_DEALER);
   wire_socket_setup(cl);
   int to = 10000;
@@ -320,8 +331,13 @@ static void test_basic_and_garbage(void *s) {
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code == FSDP_ERR_NOTFOUND);
   wire_destroy(&r);
   zmq_close(cl);
+}
 
-  /* a flood of garbage is answered, but logged at most once per 10 s with a count, not per message */
+/* A flood of garbage is answered, but logged at most once per 10 s with a count, not per message;
+ * the daemon still serves. */
+static void test_flood(void *s) {
+  Fsdp__Msg m = WIRE_MSG_INIT, *r = NULL;
+  wire_env env;
   void *s3 = ctl_connect();
   for (int i = 0; i < 2000; i++) {
     zmq_send(s3, "", 0, ZMQ_SNDMORE);
@@ -356,8 +372,11 @@ static void test_basic_and_garbage(void *s) {
   r = call(s, &m);
   CHECK(r && r->body_case == FSDP__MSG__BODY_LIST_RESP);
   wire_destroy(&r);
+}
 
-  /* bad specs */
+/* Bad job files: a syntax error naming its line, more ranks than the cluster, a model that does not fit. */
+static void test_bad_specs(void *s) {
+  Fsdp__Msg *r = NULL;
   r = submit(s, "[job\nsteps = x\n");
   CHECK(r && r->body_case == FSDP__MSG__BODY_ERROR && r->error->code != FSDP_OK);
   if (r && r->body_case == FSDP__MSG__BODY_ERROR) CHECK(strstr(r->error->message, "test.ini:1") != NULL);   /* names the line */
@@ -373,6 +392,14 @@ static void test_basic_and_garbage(void *s) {
     CHECK(strstr(r->error->message, "fits") != NULL);
   }
   wire_destroy(&r);
+}
+
+static void test_basic_and_garbage(void *s) {
+  test_nodes_and_unknown(s);
+  test_ctl_garbage(s);
+  test_cluster_garbage();
+  test_flood(s);
+  test_bad_specs(s);
 }
 
 /* ---------------------------------------------------------------- fake GPU agents (daemon 5) */
