@@ -216,7 +216,7 @@ assert all(d["tokens"] == 2 * 8 * 64 for d in lines)
 assert all(math.isfinite(d["loss"]) and 0 < d["loss"] < 10 for d in lines)
 assert lines[-1]["loss"] < lines[0]["loss"], (lines[0]["loss"], lines[-1]["loss"])
 PY
-grep -q "received SIGTERM" "$log" && grep -q "fsdpd stopped" "$log" || fail "fsdpd did not stop on SIGTERM after the job"
+grep -q "shutdown requested over ctl" "$log" && grep -q "fsdpd stopped" "$log" || fail "fsdpd was not shut down after the job"
 none_left "$log"
 
 # ---- 2. the allocation ends while a job runs
