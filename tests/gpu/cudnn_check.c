@@ -22,6 +22,11 @@
  *                          scalars, scratch (dQ accumulator zeroed, then the row sums) and workspace
  *                          are bound as the graph names them; a shape no configuration fits falls back
  *                          with the sizes said. The CUDA runtime calls are host stand-ins below.
+ *   cudnn_check trust LIB  the search of PyTorch's wheel (ops_cudnn_find_wheel) under a $VIRTUAL_ENV
+ *                          made here, LIB copied in as its libcudnn.so.9: found while the file and
+ *                          its directories are this user's and no one else can write them; passed
+ *                          over, named "not trusted", when the lib directory or the file is
+ *                          world-writable.
  *
  * What needs a GPU (the operation graph's finalize, heuristics, plans, execution) is gpu_check's. */
 #include <dlfcn.h>
@@ -29,7 +34,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "fsutil.h"
 #include "ops_cuda_cudnn.h"
 
 static int fails;
@@ -277,10 +285,62 @@ static void check_run(const ops_cudnn_api *a) {
   free(qkv), free(dqkv), free(out), free(dout), free(lse), free(scratch);
 }
 
+/* Copy file FROM to TO (mode 0755); 0 on success. */
+static int copy_file(const char *from, const char *to) {
+  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+  char buf[65536];
+  size_t n;
+  int rc = in && out ? 0 : -1;
+  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0) rc = fwrite(buf, 1, n, out) == n ? 0 : -1;
+  if (in) fclose(in);
+  if (out && fclose(out) != 0) rc = -1;
+  return rc ? rc : chmod(to, 0755);
+}
+
+/* The wheel search against a venv made here: trusted, then a world-writable lib directory, then a
+ * world-writable file, then trusted again. */
+static void check_trust(const char *lib) {
+  char root[] = "/tmp/cudnn-trust-XXXXXX", dir[512], want[600], found[4096], tried[2048];
+  if (!mkdtemp(root)) {
+    EXPECT(0, "mkdtemp");
+    return;
+  }
+  chmod(root, 0755);
+  snprintf(dir, sizeof dir, "%s/venv/lib/python3.11/site-packages/nvidia/cudnn/lib", root);
+  snprintf(want, sizeof want, "%s/libcudnn.so.9", dir);
+  EXPECT(fsutil_mkdir_p(dir, 0755) == FSDP_OK && copy_file(lib, want) == 0, "the venv: %s", fsdp_last_error());
+  char venv[300];
+  snprintf(venv, sizeof venv, "%s/venv", root);
+  setenv("VIRTUAL_ENV", venv, 1);
+  unsetenv("CONDA_PREFIX");
+  setenv("HOME", root, 1);
+  static const struct { const char *what; mode_t dir_mode, file_mode; int ok; } cases[] = {
+      {"trusted", 0755, 0755, 1},
+      {"world-writable directory", 0777, 0755, 0},
+      {"world-writable file", 0755, 0777, 0},
+      {"trusted again", 0755, 0755, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    chmod(dir, cases[i].dir_mode);
+    chmod(want, cases[i].file_mode);
+    found[0] = tried[0] = '\0';
+    int got = ops_cudnn_find_wheel(found, sizeof found, tried, sizeof tried) && !strcmp(found, want);
+    EXPECT(got == cases[i].ok, "%s: found '%s', tried %s", cases[i].what, found, tried);
+    if (!cases[i].ok) EXPECT(strstr(tried, want) && strstr(tried, "not trusted"), "%s: tried %s", cases[i].what, tried);
+    printf("trust: %s: %s\n", cases[i].what, got ? "found" : tried);
+  }
+  fsutil_remove_tree(root);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3 || (strcmp(argv[1], "real") && strcmp(argv[1], "stub"))) {
-    fprintf(stderr, "usage: cudnn_check real|stub LIBCUDNN\n");
+  if (argc != 3 || (strcmp(argv[1], "real") && strcmp(argv[1], "stub") && strcmp(argv[1], "trust"))) {
+    fprintf(stderr, "usage: cudnn_check real|stub|trust LIBCUDNN\n");
     return 2;
+  }
+  if (!strcmp(argv[1], "trust")) {
+    check_trust(argv[2]);
+    printf("%s\n", fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
   }
   setenv("FSDP_CUDNN_LIB", argv[2], 1);
   ops_cudnn_api a;

@@ -4,11 +4,16 @@
 #include "ops_cuda_cudnn.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "fsutil.h"
 
 /* ---- the library ---- */
 
@@ -51,8 +56,32 @@ static int try_open(ops_cudnn_api *a, const char *name, char *tried, size_t ntri
   return 1;
 }
 
+/* Whether PATH, found by searching, is where only root or this user could have put it: its directory
+ * and every one above it, and the file itself, belong to root or this user and no one else can write
+ * them. Else the reason is appended to TRIED. */
+static int trusted(const char *path, char *tried, size_t ntried) {
+  int dirfd = -1, fd = -1;
+  const char *name = NULL;
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash > dir) *slash = '\0';
+  fsdp_status rc = fsutil_parent_open(path, FSUTIL_TRUSTED_LINKS, &dirfd, &name);
+  if (rc == FSDP_OK) rc = fsutil_check_private(dirfd, dir);
+  if (rc == FSDP_OK) rc = fsutil_check_parents(dirfd, dir);
+  if (rc == FSDP_OK) {
+    fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    rc = fd < 0 ? fsdp_set_error(FSDP_ERR_IO, "%s: cannot open", path) : fsutil_check_private(fd, path);
+  }
+  if (fd >= 0) close(fd);
+  if (dirfd >= 0) close(dirfd);
+  size_t k = strlen(tried);
+  if (rc != FSDP_OK && k < ntried) snprintf(tried + k, ntried - k, "%s%s (not trusted: %s)", k ? ", " : "", path, fsdp_last_error());
+  return rc == FSDP_OK;
+}
+
 /* PyTorch's wheel (nvidia-cudnn-cu*): site-packages/nvidia/cudnn/lib under the usual prefixes. */
-static int try_wheels(ops_cudnn_api *a, char *tried, size_t ntried) {
+int ops_cudnn_find_wheel(char *found, size_t n, char *tried, size_t ntried) {
   static const char *const roots[] = {"VIRTUAL_ENV", "CONDA_PREFIX"};
   static const char *const fixed[] = {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
                                       "/usr/lib/python3*/dist-packages", "/usr/lib/python3*/site-packages"};
@@ -74,18 +103,19 @@ static int try_wheels(ops_cudnn_api *a, char *tried, size_t ntried) {
     glob_t gl;
     if (glob(pat, 0, NULL, &gl) != 0) continue;
     int ok = 0;
-    for (size_t j = 0; j < gl.gl_pathc && !ok; j++) ok = try_open(a, gl.gl_pathv[j], tried, ntried);
+    for (size_t j = 0; j < gl.gl_pathc && !ok; j++)
+      if ((ok = trusted(gl.gl_pathv[j], tried, ntried))) snprintf(found, n, "%s", gl.gl_pathv[j]);
     globfree(&gl);
     if (ok) return 1;
   }
   size_t k = strlen(tried);
-  if (k < ntried) snprintf(tried + k, ntried - k, ", PyTorch's nvidia/cudnn/lib in no site-packages");
+  if (k < ntried) snprintf(tried + k, ntried - k, "%sno trusted PyTorch nvidia/cudnn/lib in any site-packages", k ? ", " : "");
   return 0;
 }
 
 fsdp_status ops_cudnn_open(ops_cudnn_api *a) {
   memset(a, 0, sizeof *a);
-  char tried[1024] = "";
+  char tried[1024] = "", wheel[PATH_MAX];
   const char *env = getenv("FSDP_CUDNN_LIB");
   int ok = 0;
   if (env && *env) {
@@ -94,7 +124,7 @@ fsdp_status ops_cudnn_open(ops_cudnn_api *a) {
       return fsdp_set_error(FSDP_ERR_NOTFOUND, "FSDP_CUDNN_LIB=%s does not open, or has no cuDNN backend API", env);
   }
   if (!ok) ok = try_open(a, "libcudnn.so.9", tried, sizeof tried) || try_open(a, "libcudnn_graph.so.9", tried, sizeof tried) ||
-                try_wheels(a, tried, sizeof tried);
+                (ops_cudnn_find_wheel(wheel, sizeof wheel, tried, sizeof tried) && try_open(a, wheel, tried, sizeof tried));
   if (!ok) return fsdp_set_error(FSDP_ERR_NOTFOUND, "no libcudnn found (tried %s; set FSDP_CUDNN_LIB)", tried);
   a->version = a->GetVersion();
   if (a->version < 90000) {

@@ -7,7 +7,9 @@
  *   1. $FSDP_CUDNN_LIB (a path to libcudnn.so.9 or a library with the same symbols);
  *   2. libcudnn.so.9, then libcudnn_graph.so.9, through the loader's own path (LD_LIBRARY_PATH, ldconfig);
  *   3. PyTorch's wheel: nvidia/cudnn/lib/libcudnn.so.9 under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local
- *      and /usr{,/local}/lib/python3.*\/{site,dist}-packages.
+ *      and /usr{,/local}/lib/python3.*\/{site,dist}-packages, each found there only where no other
+ *      user could have put it: the file and every directory above it belong to root or this user and
+ *      no one else can write them (fsutil's trust checks; a candidate that fails is named, skipped).
  *
  * The graph is cuDNN's backend (C) API, the composite pattern its fused SDPA engines recognize
  * (what cudnn-frontend's sdpa node lowers to): Q·Kᵀ, scale, causal mask (row ≥ column, by index
@@ -61,6 +63,10 @@ typedef struct ops_cudnn_api {
 /* Opens the first library of the search order above into *api. FSDP_ERR_NOTFOUND with every place
  * tried when none opens or exports the backend API; FSDP_ERR_UNSUPPORTED for a cuDNN older than 9. */
 fsdp_status ops_cudnn_open(ops_cudnn_api *api);
+/* Step 3 of the search without opening anything: the first trusted PyTorch wheel's libcudnn.so.9
+ * into FOUND (N bytes); returns 0 when there is none, with the candidates refused and why appended
+ * to TRIED (NTRIED bytes). Exposed for the tests. */
+int ops_cudnn_find_wheel(char *found, size_t n, char *tried, size_t ntried);
 void ops_cudnn_close(ops_cudnn_api *api);
 
 /* Unique ids of the tensors the caller binds (the rest are virtual or by-value scalars). */
