@@ -7,43 +7,40 @@
 #include "check.h"
 #include "wire.h"
 
-/* Build a valid Msg of every body case. The structs live in static storage for simplicity. */
-static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
-  static char text[] = "[job]\nname = t\n";
-  static uint64_t stats7[7] = {1, 2, 3, 4, 5, 6, 7}, stats4[4] = {10, 20, 30, 40}, stats3[3] = {5, 6, 7};
-  static Fsdp__RankStats rs = FSDP__RANK_STATS__INIT;
-  static Fsdp__RankStats *rsp[1];
-  static Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
-  static Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
-  static Fsdp__JobInfo *jip[1];
-  static Fsdp__DeviceSlot slot = FSDP__DEVICE_SLOT__INIT;
-  static Fsdp__DeviceSlot *slotp[1];
-  static Fsdp__NodeInfo node = FSDP__NODE_INFO__INIT;
-  static Fsdp__NodeInfo *nodep[1];
-  static Fsdp__PlanTensor pt[2] = {FSDP__PLAN_TENSOR__INIT, FSDP__PLAN_TENSOR__INIT};
-  static Fsdp__PlanTensor *ptp[2];
-  static int64_t shape0[2] = {4, 8}, shape1[1] = {8};
-  static Fsdp__PlanUnit pu = FSDP__PLAN_UNIT__INIT;
-  static Fsdp__PlanUnit *pup[1];
-  static Fsdp__Plan plan = FSDP__PLAN__INIT;
-  static Fsdp__PlanModel pmodel = FSDP__PLAN_MODEL__INIT;
-  static char *argv[] = {"fsdp-worker", "--rank", "0"}, *env[] = {"OMP_NUM_THREADS=1"};
-  static union {
-    Fsdp__SubmitReq submit_req; Fsdp__SubmitResp submit_resp; Fsdp__JobQuery q; Fsdp__ListReq list_req;
-    Fsdp__ListResp list_resp; Fsdp__LogsReq logs_req; Fsdp__LogsResp logs_resp; Fsdp__NodesReq nodes_req;
-    Fsdp__NodesResp nodes_resp; Fsdp__ShutdownReq shutdown_req; Fsdp__Ack ack; Fsdp__Error error;
-    Fsdp__AgentRegister reg; Fsdp__AgentWelcome welcome; Fsdp__Heartbeat hb; Fsdp__AgentBye bye; Fsdp__SpawnReq spawn;
-    Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
-    Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
-    Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
-    Fsdp__TraceReq treq; Fsdp__TraceResp tresp; Fsdp__NodeStepCmd grant; Fsdp__NodeStepReport nrep;
-  } b;
+/* The messages' parts, in static storage for simplicity; fixtures_init gives them their values. */
+static char text[] = "[job]\nname = t\n";
+static uint64_t stats7[7] = {1, 2, 3, 4, 5, 6, 7}, stats4[4] = {10, 20, 30, 40}, stats3[3] = {5, 6, 7};
+static Fsdp__RankStats rs = FSDP__RANK_STATS__INIT;
+static Fsdp__RankStats *rsp[1];
+static Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
+static Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
+static Fsdp__JobInfo *jip[1];
+static Fsdp__DeviceSlot slot = FSDP__DEVICE_SLOT__INIT;
+static Fsdp__DeviceSlot *slotp[1];
+static Fsdp__NodeInfo node = FSDP__NODE_INFO__INIT;
+static Fsdp__NodeInfo *nodep[1];
+static Fsdp__PlanTensor pt[2] = {FSDP__PLAN_TENSOR__INIT, FSDP__PLAN_TENSOR__INIT};
+static Fsdp__PlanTensor *ptp[2];
+static int64_t shape0[2] = {4, 8}, shape1[1] = {8};
+static Fsdp__PlanUnit pu = FSDP__PLAN_UNIT__INIT;
+static Fsdp__PlanUnit *pup[1];
+static Fsdp__Plan plan = FSDP__PLAN__INIT;
+static Fsdp__PlanModel pmodel = FSDP__PLAN_MODEL__INIT;
+static char *argv[] = {"fsdp-worker", "--rank", "0"}, *env[] = {"OMP_NUM_THREADS=1"};
+static uint64_t amin[1] = {3}, amax[1] = {9}, asum[1] = {12};
+static uint32_t amin_rank[1] = {1}, amax_rank[1] = {0}, ahlen[1] = {2}, ahb[2] = {56, 112}, ahc[2] = {1, 1}, acount[1] = {2};
+static uint32_t ckpt_steps[1] = {6};
+static Fsdp__StepAgg agg = FSDP__STEP_AGG__INIT;
+static Fsdp__StepReport first = FSDP__STEP_REPORT__INIT;
+static uint32_t tkind[2] = {1, 0}, tlane[2] = {2, 0}, tstep[2] = {3, 3};
+static int32_t tunit[2] = {1, -1};
+static uint64_t tstart[2] = {100, 90}, tdur[2] = {5, 50};
+static Fsdp__TraceSpans ts = FSDP__TRACE_SPANS__INIT;
+static Fsdp__TraceSpans *tsp[1];
+static char *unit_names[2] = {"root", "h.0"};
+
+static void fixtures_init(void) {
   /* one standard figure over 2 ranks, its histogram in two buckets */
-  static uint64_t amin[1] = {3}, amax[1] = {9}, asum[1] = {12};
-  static uint32_t amin_rank[1] = {1}, amax_rank[1] = {0}, ahlen[1] = {2}, ahb[2] = {56, 112}, ahc[2] = {1, 1}, acount[1] = {2};
-  static uint32_t ckpt_steps[1] = {6};
-  static Fsdp__StepAgg agg = FSDP__STEP_AGG__INIT;
-  static Fsdp__StepReport first = FSDP__STEP_REPORT__INIT;
   fsdp__step_agg__init(&agg);
   agg.ranks = 2, agg.n_std = 1;
   agg.n_min = agg.n_max = agg.n_sum = agg.n_min_rank = agg.n_max_rank = agg.n_hist_len = agg.n_count = 1;
@@ -53,18 +50,11 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   fsdp__step_report__init(&first);
   first.step = 5, first.loss = 2.5;
   /* two spans of one rank: allgather of unit 1 on the comm lane, the step on the host */
-  static uint32_t tkind[2] = {1, 0}, tlane[2] = {2, 0}, tstep[2] = {3, 3};
-  static int32_t tunit[2] = {1, -1};
-  static uint64_t tstart[2] = {100, 90}, tdur[2] = {5, 50};
-  static Fsdp__TraceSpans ts = FSDP__TRACE_SPANS__INIT;
-  static Fsdp__TraceSpans *tsp[1];
-  static char *unit_names[2] = {"root", "h.0"};
   fsdp__trace_spans__init(&ts);
   ts.rank = 1, ts.pull_id = 7, ts.first_kept = 1, ts.last_kept = 3;
   ts.n_kind = ts.n_lane = ts.n_unit = ts.n_step = ts.n_start_us = ts.n_dur_us = 2;
   ts.kind = tkind, ts.lane = tlane, ts.unit = tunit, ts.step = tstep, ts.start_us = tstart, ts.dur_us = tdur;
   tsp[0] = &ts;
-
   fsdp__rank_stats__init(&rs);
   rs.rank = 1;
   rs.n_peak_bytes = rs.n_cur_bytes = 7;
@@ -97,7 +87,21 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   pmodel.rope_scaling = 1, pmodel.rope_factor = 32, pmodel.rope_low_freq_factor = 1, pmodel.rope_high_freq_factor = 4;
   pmodel.rope_original_max_pos = 8192;
   plan.model = &pmodel;
+}
 
+/* Build a valid Msg of every body case (over the fixtures above). */
+static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
+  static union {
+    Fsdp__SubmitReq submit_req; Fsdp__SubmitResp submit_resp; Fsdp__JobQuery q; Fsdp__ListReq list_req;
+    Fsdp__ListResp list_resp; Fsdp__LogsReq logs_req; Fsdp__LogsResp logs_resp; Fsdp__NodesReq nodes_req;
+    Fsdp__NodesResp nodes_resp; Fsdp__ShutdownReq shutdown_req; Fsdp__Ack ack; Fsdp__Error error;
+    Fsdp__AgentRegister reg; Fsdp__AgentWelcome welcome; Fsdp__Heartbeat hb; Fsdp__AgentBye bye; Fsdp__SpawnReq spawn;
+    Fsdp__KillReq kill; Fsdp__WorkerExit wexit; Fsdp__LogChunk chunk; Fsdp__WorkerHello hello;
+    Fsdp__WorkerSetup setup; Fsdp__StepCmd step; Fsdp__StepReport report; Fsdp__WorkerError werr;
+    Fsdp__WorkerReady ready; Fsdp__StopCmd stop; Fsdp__KvSet kvs; Fsdp__KvGet kvg; Fsdp__KvResp kvr;
+    Fsdp__TraceReq treq; Fsdp__TraceResp tresp; Fsdp__NodeStepCmd grant; Fsdp__NodeStepReport nrep;
+  } b;
+  fixtures_init();
   Fsdp__Msg m = FSDP__MSG__INIT;
   m.body_case = c;
   memset(&b, 0, sizeof b);
