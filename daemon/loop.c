@@ -108,7 +108,10 @@ uint64_t loop_ms_to_boundary(uint64_t period_ms) {
   if (period_ms == 0) return 1;
   uint64_t now = (uint64_t)(loop_now_wall() * 1000.0);
   uint64_t left = period_ms - now % period_ms;
-  return left ? left : 1;
+  /* A timer set from the loop's cached time fires up to a few ms early by the wall clock: a
+   * boundary that close is the one just served, so the next one is meant. */
+  if (left < period_ms / 4) left += period_ms;
+  return left;
 }
 
 double loop_now_mono(void) {

@@ -38,9 +38,10 @@ void loop_zsock_drain(loop_zsock *z);
 double loop_now_wall(void);
 /* Monotonic seconds (for deadlines). */
 double loop_now_mono(void);
-/* Milliseconds (at least 1) from now to the next multiple of PERIOD_MS of the wall clock. Every node's
- * agent beats on these boundaries, so that the coordinator receives a cluster's heartbeats as one
- * burst, read in one wake-up, rather than spread over the period (one wake-up each). */
+/* Milliseconds from now to the next multiple of PERIOD_MS of the wall clock at least a quarter
+ * period away. Every node's agent beats on these boundaries, so that the coordinator receives a
+ * cluster's heartbeats as one burst, read in one wake-up, rather than spread over the period (one
+ * wake-up each). */
 uint64_t loop_ms_to_boundary(uint64_t period_ms);
 
 #endif
