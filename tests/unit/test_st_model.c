@@ -15,15 +15,9 @@
 #define NFILES 4
 
 static plan_t *planned(int world) {
-  jobspec_t spec;
-  jobspec_defaults(&spec);
-  spec.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
-                              .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
-  spec.batch_size = spec.grad_accum = 1;
-  spec.world_size = world;
-  spec.sharding = world == 1 ? SHARD_NONE : SHARD_FULL;
   plan_t *p = NULL;
-  CHECK_OK(plan_build(&spec, world, &p));
+  CHECK_OK(plan_of_model((model_config){.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                              .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000}, world, &p));
   return p;
 }
 

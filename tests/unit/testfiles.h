@@ -56,6 +56,18 @@ static inline int files_equal(const char *a, const char *b) {
   return eq;
 }
 
+/* Plan *P of model M for WORLD ranks with one sequence per rank and step: full sharding, or none
+ * on one rank. */
+static inline fsdp_status plan_of_model(model_config m, int world, plan_t **p) {
+  jobspec_t spec;
+  jobspec_defaults(&spec);
+  spec.model = m;
+  spec.batch_size = spec.grad_accum = 1;
+  spec.world_size = world;
+  spec.sharding = world == 1 ? SHARD_NONE : SHARD_FULL;
+  return plan_build(&spec, world, p);
+}
+
 /* Copy RANK's shard (p->shard_total floats) into FULL, the units' unpadded buffers concatenated. */
 static inline void place_shard(const plan_t *p, int rank, const float *shard, float *full) {
   int64_t base = 0;
