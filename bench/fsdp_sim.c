@@ -38,6 +38,8 @@
  * One thread per process: the uv loop (--procs P: P processes share the nodes). Ends on SIGTERM or SIGINT.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -101,6 +103,7 @@ static struct {
   uint32_t kill_rank, kill_step, hang_rank, hang_step, lose_node, lose_step;   /* step 0: no such fault */
   simnode *node;
   uv_signal_t sig[2];
+  char run_dir[64];   /* the relays' sockets (relay.h): a fresh private directory, removed at the end */
 } S;
 
 /* ---------------------------------------------------------------- the known figures */
@@ -182,7 +185,7 @@ static void rank_exit(simrank *k, int status, int sig) {
   uv_close((uv_handle_t *)&k->poll, NULL);   /* the rank's memory stays until the process ends */
   zmq_close(k->sock);
   k->sock = NULL;
-  relay_rank_gone(k->node->relay, k->job, k->rank);
+  relay_rank_gone(k->node->relay, k->job, k->rank, (long)getpid());
   Fsdp__WorkerExit ex = FSDP__WORKER_EXIT__INIT;
   ex.job_id = k->job, ex.rank = k->rank, ex.exit_status = status, ex.term_signal = sig, ex.node_id = k->node->node_id;
   Fsdp__Msg m = WIRE_MSG_INIT;
@@ -313,14 +316,16 @@ static void on_rank_poll(uv_poll_t *h, int status, int events) {
   rank_drain(h->data);
 }
 
-static const char *arg_after(const Fsdp__SpawnReq *r, const char *flag) {
-  for (size_t i = 0; i + 1 < r->n_argv; i++)
-    if (!strcmp(r->argv[i], flag)) return r->argv[i + 1];
+/* The value of the request's environment variable NAME. */
+static const char *env_of(const Fsdp__SpawnReq *r, const char *name) {
+  size_t len = strlen(name);
+  for (size_t i = 0; i < r->n_env; i++)
+    if (!strncmp(r->env[i], name, len) && r->env[i][len] == '=') return r->env[i] + len + 1;
   return NULL;
 }
 
 static void spawn(simnode *n, const Fsdp__SpawnReq *r) {
-  const char *token = arg_after(r, "--token");
+  const char *token = env_of(r, WIRE_WORKER_TOKEN_ENV);
   simrank *k = calloc(1, sizeof *k);
   simrank **rs = realloc(n->ranks, (size_t)(n->nranks + 1) * sizeof *rs);
   if (!k || !rs || !token) {
@@ -335,6 +340,7 @@ static void spawn(simnode *n, const Fsdp__SpawnReq *r) {
   k->sock = zmq_socket(S.zctx, ZMQ_DEALER);
   wire_socket_setup(k->sock);
   zmq_connect(k->sock, relay_endpoint(n->relay));
+  relay_expect(n->relay, k->job, k->rank, (long)getuid(), (long)getpid());   /* every simulated rank is this process */
   uv_timer_init(S.uv, &k->timer);
   k->timer.data = k;
   int fd;
@@ -425,7 +431,7 @@ static int node_start(simnode *n, int idx, const char *prefix) {
     fprintf(stderr, "fsdp-sim: --join %s: %s\n", S.join, zmq_strerror(zmq_errno()));
     return -1;
   }
-  if (relay_new(S.uv, S.zctx, NULL, relay_up, n, &n->relay) != FSDP_OK ||
+  if (relay_new(S.uv, S.zctx, S.run_dir, relay_up, n, &n->relay) != FSDP_OK ||
       loop_zsock_new(S.uv, n->sock, on_node_msg, n, &n->zs) != FSDP_OK) {
     fprintf(stderr, "fsdp-sim: %s\n", fsdp_last_error());
     return -1;
@@ -671,6 +677,17 @@ static int parse_fault(const char *s, uint32_t *rank, uint32_t *step) {
   return 0;
 }
 
+/* The relays' socket files (every process's), then their directory. */
+static void remove_run_dir(void) {
+  DIR *d = opendir(S.run_dir);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));)
+      if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  }
+  rmdir(S.run_dir);
+}
+
 int main(int argc, char **argv) {
   const char *name = "sim", *check_path = NULL;
   uint32_t world = 0;
@@ -726,6 +743,12 @@ int main(int argc, char **argv) {
   }
   /* --procs P: P processes, each with its share of the nodes (one loop per process: a machine's
    * cores serve several); the first waits for the others and passes SIGTERM on. */
+  snprintf(S.run_dir, sizeof S.run_dir, "/tmp/fsdp-sim-XXXXXX");
+  if (!mkdtemp(S.run_dir)) {
+    fprintf(stderr, "fsdp-sim: cannot create a directory for the relays' sockets: %s\n", strerror(errno));
+    return 1;
+  }
+  pid_t self = getpid();
   int first = 0, count = S.nodes;
   pid_t kids[256];
   int nkids = 0;
@@ -760,6 +783,7 @@ int main(int argc, char **argv) {
   uv_run(S.uv, UV_RUN_DEFAULT);
   for (int k = 0; k < nkids; k++) kill(kids[k], SIGTERM);
   for (int k = 0; k < nkids; k++) waitpid(kids[k], NULL, 0);
-  /* a tool's end: the process exit closes every socket; nothing is left to flush */
+  /* a tool's end: the process exit closes every socket; nothing is left to flush but the sockets' names */
+  if (getpid() == self) remove_run_dir();
   return 0;
 }

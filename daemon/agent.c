@@ -25,6 +25,7 @@ extern char **environ;
 #define REGISTER_RETRY_MS 1000
 #define EXIT_FLUSH_MS 2000      /* how long a dead worker's pipes may stay open before we report anyway */
 #define MAX_GPUS 64
+#define WORKER_RELAY_FD 3          /* the worker's descriptor of its relay's socket (relay_socket_fd) */
 #define AUTH_LOG_EVERY_S 60.0   /* a failing CURVE handshake (retried every 100 ms by libzmq): one line a minute */
 
 typedef struct worker {
@@ -55,7 +56,6 @@ struct agent {
   void *sock;
   loop_zsock *zs;
   char join[512];
-  char env_server_key[PATH_MAX + 32], env_client_key[PATH_MAX + 32];   /* "FSDP_..._KEY=PATH" or "" */
   /* tcp://: a monitor of the socket's CURVE handshakes, to say why registration cannot succeed. */
   zmon *mon;
   char client_pub[CURVE_KEY_LEN + 1];
@@ -271,7 +271,7 @@ static void worker_report(worker_t *w) {
   m.body_case = FSDP__MSG__BODY_WORKER_EXIT;
   m.worker_exit = &ex;
   send_msg(a, &m);
-  relay_rank_gone(a->relay, w->job_id, w->rank);
+  relay_rank_gone(a->relay, w->job_id, w->rank, w->proc.pid);
   log_info("job %llu rank %u exited (status %lld, signal %d)", (unsigned long long)w->job_id, w->rank,
            (long long)w->exit_status, w->term_signal);
   worker_unlink(w);
@@ -337,6 +337,25 @@ static int env_has(char **env, size_t n, const char *entry) {
   return 0;
 }
 
+/* Whether the daemon's own variable ENTRY ("NAME=VALUE") passes to its workers: what finding the
+ * libraries and the devices needs, the locale and time zone, and the runtime's own knobs (FSDP_*,
+ * CUDA_*, NCCL_*, GLOO_*, the sanitizers'); never the rest of a root daemon's environment. HOME, USER
+ * and LOGNAME are the owner's where the worker starts as another user (asuser_exec_main sets them). */
+static int worker_env_passes(const char *entry) {
+  static const char *const names[] = {"PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "TZ", "LANG", "TMPDIR",
+                                      "VIRTUAL_ENV", "CONDA_PREFIX", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"};
+  static const char *const prefixes[] = {"LC_", "FSDP_", "CUDA_", "NCCL_", "GLOO_", "ASAN_", "UBSAN_", "LSAN_"};
+  const char *eq = strchr(entry, '=');
+  if (!eq) return 0;
+  size_t len = (size_t)(eq - entry);
+  if (!strncmp(entry, "FSDPD_", 6)) return 0;   /* the job's own come from the request */
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strlen(names[i]) == len && !strncmp(entry, names[i], len)) return 1;
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    if (!strncmp(entry, prefixes[i], strlen(prefixes[i]))) return 1;
+  return 0;
+}
+
 static void spawn_failed(agent_t *a, const Fsdp__SpawnReq *r, const char *why) {
   char msg[1024];
   int len = snprintf(msg, sizeof msg, "fsdpd agent: cannot start rank %u: %s\n", r->rank, why);
@@ -369,35 +388,31 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
     spawn_failed(a, r, why);
     return;
   }
-  /* argv: resolve the worker binary and point --connect at this node's relay. */
+  /* argv: resolve the worker binary and point --connect at this node's relay, which the worker
+   * reaches through descriptor WORKER_RELAY_FD (relay.h). */
   char **argv = calloc(r->n_argv + 1, sizeof *argv), **run = calloc(r->n_argv + 8, sizeof *run);
   size_t nenv_in = 0;
   while (environ[nenv_in]) nenv_in++;
-  char **env = calloc(nenv_in + r->n_env + 5, sizeof *env);
-  char omp[64], blas[64];
+  char **env = calloc(nenv_in + r->n_env + 3, sizeof *env);
+  char omp[64], blas[64], relay_ep[64];
   worker_t *w = calloc(1, sizeof *w);
   if (!argv || !run || !env || !w) {
     free(argv), free(run), free(env), free(w);
     spawn_failed(a, r, "out of memory");
     return;
   }
+  snprintf(relay_ep, sizeof relay_ep, "ipc:///proc/self/fd/%d", WORKER_RELAY_FD);
   for (size_t i = 0; i < r->n_argv; i++) argv[i] = r->argv[i];
   if (!strcmp(argv[0], "fsdp-worker")) argv[0] = a->worker_path;
   for (size_t i = 0; i + 1 < r->n_argv; i++)
-    if (!strcmp(argv[i], "--connect")) argv[i + 1] = (char *)relay_endpoint(a->relay);
+    if (!strcmp(argv[i], "--connect")) argv[i + 1] = relay_ep;
+  /* The request's variables (the job's: FSDPD_JOB_ID, FSDPD_LOCAL_RANKS, FSDPD_WORKER_TOKEN), then
+   * only what docs/operations.md "The workers' environment" lists of this daemon's own. */
   size_t ne = 0;
-  /* The CURVE key files of this agent come first: they win over anything inherited or requested. */
-  if (*a->env_server_key) env[ne++] = a->env_server_key;
-  if (*a->env_client_key) env[ne++] = a->env_client_key;
   for (size_t i = 0; i < r->n_env; i++)
     if (!env_has(env, ne, r->env[i])) env[ne++] = r->env[i];
-  /* The agent's own CUDA_VISIBLE_DEVICES, if any, passes to its workers unchanged: the GPU indices it
-   * reported (and the coordinator sends as device_index) count within that same visible set. */
-  for (size_t i = 0; i < nenv_in; i++) {
-    if (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) || !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)) continue;
-    if (env_has(env, ne, environ[i])) continue;
-    env[ne++] = environ[i];
-  }
+  for (size_t i = 0; i < nenv_in; i++)
+    if (worker_env_passes(environ[i]) && !env_has(env, ne, environ[i])) env[ne++] = environ[i];
   const char *lr = env_value(r->env, r->n_env, "FSDPD_LOCAL_RANKS");
   int local = lr ? atoi(lr) : 1;
   int threads = a->ncpu / (local > 0 ? local : 1);
@@ -417,12 +432,14 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   w->pipe[0].data = w->pipe[1].data = w->flush.data = w->proc.data = w;
   w->handles = 3;
 
-  uv_stdio_container_t stdio[3];
+  uv_stdio_container_t stdio[WORKER_RELAY_FD + 1];
   stdio[0].flags = UV_IGNORE;
   stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[1].data.stream = (uv_stream_t *)&w->pipe[0];
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&w->pipe[1];
+  stdio[WORKER_RELAY_FD].flags = UV_INHERIT_FD;
+  stdio[WORKER_RELAY_FD].data.fd = relay_socket_fd(a->relay);
   char nums[3][24];
   if (switch_user) asuser_exec_argv(a->self_path, r->user, r->uid, r->gid, r->umask, argv, r->n_argv, nums, run);
   else memcpy(run, argv, (r->n_argv + 1) * sizeof *argv);
@@ -432,7 +449,7 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
   opt.args = run;
   opt.env = env;
   opt.cwd = r->cwd && *r->cwd ? r->cwd : NULL;
-  opt.stdio_count = 3;
+  opt.stdio_count = WORKER_RELAY_FD + 1;
   opt.stdio = stdio;
   /* The child inherits the umask at fork, inside uv_spawn (the loop thread only): the submitter's for
    * another user's job, else the one fsdpd was started with. */
@@ -455,6 +472,9 @@ static void handle_spawn(agent_t *a, const Fsdp__SpawnReq *r) {
     w->next = a->workers;
     a->workers = w;
     a->nworkers++;
+    /* Only this process may speak as the rank: it runs as the owner (or, as anyone but root, as
+     * this daemon's user, the only one it can start workers as) and keeps its pid through exec-as. */
+    relay_expect(a->relay, r->job_id, r->rank, switch_user ? (long)r->uid : (long)geteuid(), w->proc.pid);
     log_info("job %llu rank %u: started %s (pid %d, %d threads)", (unsigned long long)r->job_id, r->rank,
              argv[0], w->proc.pid, threads);
   }
@@ -669,20 +689,18 @@ fsdp_status agent_new(uv_loop_t *uv, void *zctx, const agent_config *cfg, agent_
       rc = curve_client_apply(NULL, a->join, NULL, NULL, what);   /* the "needs CURVE keys" error */
       goto fail;
     }
-    /* Workers start in the job's directory: give them absolute paths. */
+    /* A reconnect after a rejected key reopens them by path: absolute, whatever the cwd. */
     if (!realpath(cfg->server_key, a->server_key_path) || !realpath(cfg->client_key, a->client_key_path)) {
       rc = fsdp_set_error(FSDP_ERR_IO, "cannot resolve the key file paths %s, %s: %s", cfg->server_key, cfg->client_key,
                           strerror(errno));
       goto fail;
     }
-    snprintf(a->env_server_key, sizeof a->env_server_key, "%s=%s", CURVE_ENV_SERVER_KEY, a->server_key_path);
-    snprintf(a->env_client_key, sizeof a->env_client_key, "%s=%s", CURVE_ENV_CLIENT_KEY, a->client_key_path);
     char sec[CURVE_KEY_LEN + 1];
     TRY_GOTO(curve_keypair_load(a->client_key_path, a->client_pub, sec), rc, fail);
     memset(sec, 0, sizeof sec);
   }
   TRY_GOTO(open_socket(a), rc, fail);
-  TRY_GOTO(relay_new(uv, zctx, NULL, send_up, a, &a->relay), rc, fail);
+  TRY_GOTO(relay_new(uv, zctx, cfg->run_dir, send_up, a, &a->relay), rc, fail);
   uv_timer_init(uv, &a->reg_timer);
   uv_timer_init(uv, &a->hb_timer);
   uv_timer_init(uv, &a->kill_timer);

@@ -6,9 +6,12 @@
  * that restarted and no longer knows this node) makes it register again.
  * spawn_req: argv[0] "fsdp-worker" is resolved next to this executable (/proc/self/exe), the
  * "--connect" argument is replaced by this node's relay (relay.h: the workers talk to the
- * coordinator through it, and it folds their step reports into one per node per step), CUDA_VISIBLE_DEVICES is removed, OMP_NUM_THREADS and
- * OPENBLAS_NUM_THREADS are set to max(1, ncpu / FSDPD_LOCAL_RANKS) unless the request sets them;
- * for a tcp:// endpoint FSDP_SERVER_KEY and FSDP_CLIENT_KEY name the CURVE key files (absolute paths);
+ * coordinator through it, and it folds their step reports into one per node per step; the worker
+ * gets the relay's socket as descriptor 3 and is the only process the relay admits as its rank);
+ * the environment is the request's (the job id, local ranks and the worker's token) and a short list
+ * of the daemon's own (worker_env_passes: paths, locale, the runtime's FSDP_/CUDA_/NCCL_/GLOO_ knobs);
+ * OMP_NUM_THREADS and OPENBLAS_NUM_THREADS are set to max(1, ncpu / FSDPD_LOCAL_RANKS) unless the
+ * request sets them;
  * the worker's stdout and stderr are piped back as log_chunk, and its end as worker_exit (sent
  * after its output has been forwarded). kill_req signals every worker of a job.
  *
@@ -31,10 +34,11 @@ typedef struct agent_config {
   const char *gpus;         /* "all", "none" or a comma-separated list of CUDA device indices */
   const char *worker_path;  /* NULL: fsdp-worker next to /proc/self/exe */
   /* CURVE, required when join is tcp:// (common/curve.h): the coordinator's public key file and
-   * this node's keypair file. Both are passed on to the workers (FSDP_SERVER_KEY, FSDP_CLIENT_KEY). */
+   * this node's keypair file. The workers never see them: they speak to this node's relay only. */
   const char *server_key;
   const char *client_key;
   mode_t worker_umask;      /* the umask workers start with (fsdpd's own is 077) */
+  const char *run_dir;      /* the relay's socket directory: this daemon's user's alone (mode 0700) */
 } agent_config;
 
 typedef struct agent agent_t;

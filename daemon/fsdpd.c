@@ -323,7 +323,7 @@ static int check_join_keys(const config *cfg, const char *server_key, const char
 /* The coordinator (unless IS_AGENT_ONLY) and the node's agent on D's loop. 0, or 1 (logged). */
 static int start_roles(daemon_st *d, const config *cfg, int is_agent_only, const char *state, const char *ctl,
                        const char *listen, metricsrv_t *msrv, const char *server_key, const char *client_key,
-                       mode_t start_umask) {
+                       mode_t start_umask, const char *run_dir) {
   if (!is_agent_only) {
     coord_config cc = {.state_dir = state, .ctl = ctl, .listen = listen, .heartbeat_s = cfg->heartbeat,
                        .forget_s = cfg->forget_lost,
@@ -350,7 +350,7 @@ static int start_roles(daemon_st *d, const config *cfg, int is_agent_only, const
   }
   agent_config ac = {.join = is_agent_only ? cfg->join : self_join, .name = cfg->name, .cpu_workers = (int)cfg->cpu_workers,
                      .gpus = cfg->gpus ? cfg->gpus : "all", .worker_path = cfg->worker, .server_key = server_key, .client_key = client_key,
-                     .worker_umask = start_umask};
+                     .worker_umask = start_umask, .run_dir = run_dir};
   if (agent_new(d->uv, d->zctx, &ac, &d->agent) != FSDP_OK) {
     log_error("%s", fsdp_last_error());
     coord_destroy(&d->coord);
@@ -407,6 +407,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: refusing the state directory: %s\n", fsdp_last_error());
     return 1;
   }
+  char run_dir[PATH_MAX];
+  if (statedir_run_dir(&sd, run_dir, sizeof run_dir) != FSDP_OK) {
+    fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
+    return 1;
+  }
   metricsrv_t *msrv = NULL;
   if ((rc = bind_metrics(&cfg, is_agent_only, &msrv))) return rc;
   int lock_on_file = 0;
@@ -437,7 +442,7 @@ int main(int argc, char **argv) {
     log_error("zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     return 1;
   }
-  if (start_roles(&d, &cfg, is_agent_only, state, ctl, listen, msrv, server_key, client_key, start_umask)) {
+  if (start_roles(&d, &cfg, is_agent_only, state, ctl, listen, msrv, server_key, client_key, start_umask, run_dir)) {
     zmq_ctx_term(d.zctx);
     return 1;
   }

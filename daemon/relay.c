@@ -1,10 +1,17 @@
 /* relay — see relay.h. */
+#define _GNU_SOURCE   /* O_PATH */
 #include "relay.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -14,6 +21,17 @@
 
 #define RELAY_MAX_CKPT 64    /* granted checkpoint steps not yet sent */
 #define RELAY_MAX_BATCH 64   /* node steps held for one node_step_report (NodeStepCmd.report_every) */
+#define RELAY_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))   /* a unix socket's path, with its NUL */
+#define RELAY_LOG_EVERY_S 10.0   /* refused or malformed messages: one log line per this long */
+
+/* A worker this node started (relay_expect): only its process may speak as its job's rank. */
+typedef struct rworker {
+  uint64_t job;
+  uint32_t rank;
+  long uid, pid;
+  uint8_t ident[WIRE_MAX_ENV_FRAME];   /* its connection, from its hello on; len 0 before */
+  size_t len;
+} rworker;
 
 typedef struct rrank {
   uint32_t rank;
@@ -47,7 +65,12 @@ typedef struct rjob {
 struct relay {
   void *sock;
   loop_zsock *zs;
-  char ep[128];
+  char ep[RELAY_PATH_MAX + 8];   /* ipc://DIR/r-PID-N */
+  int path_fd;               /* O_PATH descriptor of the socket file, for the workers */
+  rworker *workers;
+  int nworkers, capworkers;
+  double bad_logged_at;
+  unsigned bad_unlogged;
   relay_up_fn up;
   void *arg;
   rjob *jobs;
@@ -55,6 +78,55 @@ struct relay {
 };
 
 static int seq;
+
+/* One line per RELAY_LOG_EVERY_S for refused or malformed messages, with the count since the last. */
+static void note_bad(relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_bad(relay *r, const char *fmt, ...) {
+  double now = loop_now_mono();
+  if (r->bad_logged_at != 0 && now - r->bad_logged_at < RELAY_LOG_EVERY_S) {
+    r->bad_unlogged++;
+    return;
+  }
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (r->bad_unlogged) log_warn("relay: %s (and %u more refused since the last line)", line, r->bad_unlogged);
+  else log_warn("relay: %s", line);
+  r->bad_logged_at = now;
+  r->bad_unlogged = 0;
+}
+
+static rworker *expected(relay *r, uint64_t job, uint32_t rank) {
+  for (int i = 0; i < r->nworkers; i++)
+    if (r->workers[i].job == job && r->workers[i].rank == rank) return &r->workers[i];
+  return NULL;
+}
+
+static rworker *worker_by_ident(relay *r, const uint8_t *id, size_t len) {
+  for (int i = 0; i < r->nworkers; i++)
+    if (r->workers[i].len == len && len && !memcmp(r->workers[i].ident, id, len)) return &r->workers[i];
+  return NULL;
+}
+
+void relay_expect(relay *r, uint64_t job, uint32_t rank, long uid, long pid) {
+  rworker *w = expected(r, job, rank);
+  if (!w) {
+    if (r->nworkers == r->capworkers) {
+      int cap = r->capworkers ? 2 * r->capworkers : 16;
+      rworker *nw = realloc(r->workers, (size_t)cap * sizeof *nw);
+      if (!nw) {   /* the worker cannot say hello: its job fails at its start timeout, as for any lost worker */
+        log_error("relay: out of memory; job %llu rank %u cannot be admitted", (unsigned long long)job, rank);
+        return;
+      }
+      r->workers = nw;
+      r->capworkers = cap;
+    }
+    w = &r->workers[r->nworkers++];
+  }
+  *w = (rworker){.job = job, .rank = rank, .uid = uid, .pid = pid};
+}
 
 static rjob *find_job(relay *r, uint64_t id) {
   for (rjob *j = r->jobs; j; j = j->next)
@@ -277,14 +349,14 @@ static void complete(relay *r, rjob *j, rstep *sl) {
 static void on_report(relay *r, rjob *j, int idx, Fsdp__Msg **mp) {
   uint32_t s = (*mp)->step_report->step;
   if (s <= j->done || s > j->sent || (*mp)->step_report->stats->rank != j->ranks[idx].rank) {
-    log_warn("relay: job %llu rank %u: report for step %u outside %u..%u or from another rank; ignored",
+    note_bad(r, "job %llu rank %u: report for step %u outside %u..%u or from another rank; ignored",
              (unsigned long long)j->id, j->ranks[idx].rank, s, j->done + 1, j->sent);
     return;
   }
   rstep *sl = &j->slot[s % RELAY_INFLIGHT];
   if (sl->step != s) sl->step = s, sl->n = 0;
   if (sl->reps[idx]) {
-    log_warn("relay: job %llu rank %u: second report for step %u; ignored", (unsigned long long)j->id, j->ranks[idx].rank, s);
+    note_bad(r, "job %llu rank %u: second report for step %u; ignored", (unsigned long long)j->id, j->ranks[idx].rank, s);
     return;
   }
   sl->reps[idx] = *mp;
@@ -300,6 +372,37 @@ static void on_report(relay *r, rjob *j, int idx, Fsdp__Msg **mp) {
   pump(r, j);
 }
 
+/* A worker's hello: admitted only from the process this node started for that job's rank (its uid and
+ * pid as the kernel gave them for the connection), which from then on is that rank's connection. */
+static int admit_hello(relay *r, const wire_env *env, const Fsdp__WorkerHello *h) {
+  rworker *e = expected(r, h->job_id, h->rank), *w = worker_by_ident(r, env->data[0], env->len[0]);
+  const char *why = NULL;
+  if (!e) why = "no such rank was started on this node";
+  else if (env->peer_pid < 0) why = "its connection has no peer credentials";
+  else if (env->peer_uid != e->uid || env->peer_pid != e->pid) why = "it is not the process started for that rank";
+  else if (w && w != e) why = "its connection already speaks for another rank";
+  else if (e->len && (e->len != env->len[0] || memcmp(e->ident, env->data[0], e->len))) why = "that rank said hello already";
+  if (why) {
+    note_bad(r, "refused a worker_hello for job %llu rank %u from uid %ld pid %ld: %s", (unsigned long long)h->job_id,
+             h->rank, env->peer_uid, env->peer_pid, why);
+    return 0;
+  }
+  memcpy(e->ident, env->data[0], env->len[0]);
+  e->len = env->len[0];
+  return 1;
+}
+
+/* The rank a worker's message names, where it names one; -1 otherwise. */
+static long named_rank(const Fsdp__Msg *m) {
+  switch (m->body_case) {
+  case FSDP__MSG__BODY_WORKER_READY: return m->worker_ready->rank;
+  case FSDP__MSG__BODY_WORKER_ERROR: return m->worker_error->rank;
+  case FSDP__MSG__BODY_TRACE_SPANS: return m->trace_spans->rank;
+  case FSDP__MSG__BODY_STEP_REPORT: return m->step_report->stats->rank;
+  default: return -1;
+  }
+}
+
 static void on_worker(void *sock, void *arg) {
   relay *r = arg;
   Fsdp__Msg *m = NULL;
@@ -307,28 +410,42 @@ static void on_worker(void *sock, void *arg) {
   fsdp_status rc = wire_recv(sock, &env, &m, ZMQ_DONTWAIT);
   if (rc == FSDP_ERR_TIMEOUT) return;
   if (rc != FSDP_OK || env.n != 2 || env.len[1] != 0) {   /* [worker][""][body] */
-    log_warn("relay: dropped a malformed message from a worker: %s", rc != FSDP_OK ? fsdp_last_error() : "bad envelope");
+    note_bad(r, "dropped a malformed message from uid %ld pid %ld: %s", env.peer_uid, env.peer_pid,
+             rc != FSDP_OK ? fsdp_last_error() : "bad envelope");
     wire_destroy(&m);
     return;
   }
+  rworker *w = NULL;
   int idx;
   switch (m->body_case) {
-  case FSDP__MSG__BODY_STEP_REPORT: {
-    rjob *j = find_worker(r, env.data[0], env.len[0], &idx);
-    if (j) on_report(r, j, idx, &m);
-    else log_warn("relay: step_report from an unknown worker; ignored");
-    break;
-  }
-  /* what a worker says; anything else on this socket (anyone on the host can connect to it, e.g. an
-   * agent's agent_register) is not passed on in a worker's name */
   case FSDP__MSG__BODY_WORKER_HELLO:
+    if (admit_hello(r, &env, m->worker_hello)) r->up(r->arg, &env, m);
+    break;
+  /* what a worker says, once its hello made its connection its rank's; anything else on this socket
+   * (e.g. an agent's agent_register) is not passed on in a worker's name */
+  case FSDP__MSG__BODY_STEP_REPORT:
   case FSDP__MSG__BODY_WORKER_READY:
   case FSDP__MSG__BODY_WORKER_ERROR:
   case FSDP__MSG__BODY_ACK:
   case FSDP__MSG__BODY_KV_SET:
   case FSDP__MSG__BODY_KV_GET:
-  case FSDP__MSG__BODY_TRACE_SPANS: r->up(r->arg, &env, m); break;
-  default: log_warn("relay: %s from a worker's socket; ignored", wire_body_name(m->body_case));
+  case FSDP__MSG__BODY_TRACE_SPANS:
+    w = worker_by_ident(r, env.data[0], env.len[0]);
+    if (!w) {
+      note_bad(r, "%s from uid %ld pid %ld, a connection that is no worker's of this node; ignored",
+               wire_body_name(m->body_case), env.peer_uid, env.peer_pid);
+    } else if (named_rank(m) >= 0 && named_rank(m) != (long)w->rank) {
+      note_bad(r, "%s naming rank %ld from job %llu rank %u's connection; ignored", wire_body_name(m->body_case),
+               named_rank(m), (unsigned long long)w->job, w->rank);
+    } else if (m->body_case == FSDP__MSG__BODY_STEP_REPORT) {
+      rjob *j = find_worker(r, env.data[0], env.len[0], &idx);
+      if (j && j->id == w->job) on_report(r, j, idx, &m);
+      else note_bad(r, "step_report from job %llu rank %u before its setup; ignored", (unsigned long long)w->job, w->rank);
+    } else {
+      r->up(r->arg, &env, m);
+    }
+    break;
+  default: note_bad(r, "%s from a worker's socket; ignored", wire_body_name(m->body_case));
   }
   wire_destroy(&m);
 }
@@ -352,7 +469,9 @@ int relay_from_coord(relay *r, const wire_env *env, Fsdp__Msg **mp) {
   return 1;
 }
 
-void relay_rank_gone(relay *r, uint64_t job, uint32_t rank) {
+void relay_rank_gone(relay *r, uint64_t job, uint32_t rank, long pid) {
+  rworker *w = expected(r, job, rank);
+  if (w && w->pid == pid) *w = r->workers[--r->nworkers];   /* a restarted rank's new process keeps its entry */
   for (rjob **p = &r->jobs; *p; p = &(*p)->next) {
     rjob *j = *p;
     if (j->id != job) continue;
@@ -369,17 +488,40 @@ void relay_rank_gone(relay *r, uint64_t job, uint32_t rank) {
 }
 
 const char *relay_endpoint(const relay *r) { return r->ep; }
+int relay_socket_fd(const relay *r) { return r->path_fd; }
 
-fsdp_status relay_new(uv_loop_t *uv, void *zctx, const char *endpoint, relay_up_fn up, void *arg, relay **out) {
+/* Bind R's ROUTER on a fresh name in DIR. The directory is this daemon's alone (mode 0700, checked
+ * by the caller): nobody else can create, replace or reach a name in it, so the name cannot be
+ * squatted and a stale one (an earlier fsdpd with this pid) can be removed. The socket file is
+ * made connectable by everyone: only a process handed its O_PATH descriptor can reach it. */
+static fsdp_status bind_in(relay *r, const char *dir) {
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/r-%d-%d", dir, (int)getpid(), seq++);
+  if (n < 0 || n >= RELAY_PATH_MAX)
+    return fsdp_set_error(FSDP_ERR_INVALID, "the workers' socket %s/r-PID-N would be longer than a unix socket's %d "
+                          "bytes: use a shorter --state-dir", dir, RELAY_PATH_MAX - 1);
+  if (unlink(path) != 0 && errno != ENOENT)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot remove the stale socket %s: %s", path, strerror(errno));
+  memcpy(r->ep, "ipc://", 6);
+  memcpy(r->ep + 6, path, (size_t)n + 1);
+  if (zmq_bind(r->sock, r->ep) != 0)
+    return fsdp_set_error(FSDP_ERR_COMM, "cannot bind the workers' endpoint %s: %s", r->ep, zmq_strerror(zmq_errno()));
+  r->path_fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (r->path_fd < 0 || fstat(r->path_fd, &st) != 0 || !S_ISSOCK(st.st_mode) || chmod(path, 0666) != 0)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot open the workers' socket %s: %s", path, strerror(errno ? errno : EINVAL));
+  return FSDP_OK;
+}
+
+fsdp_status relay_new(uv_loop_t *uv, void *zctx, const char *dir, relay_up_fn up, void *arg, relay **out) {
   *out = NULL;
   relay *r = calloc(1, sizeof *r);
   if (!r) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the relay");
   r->up = up;
   r->arg = arg;
+  r->path_fd = -1;
   fsdp_status rc;
   TRY_GOTO(stepagg_new(&r->agg), rc, fail);
-  if (endpoint) snprintf(r->ep, sizeof r->ep, "%s", endpoint);
-  else snprintf(r->ep, sizeof r->ep, "ipc://@fsdpd-relay-%d-%d", (int)getpid(), seq++);
   r->sock = zmq_socket(zctx, ZMQ_ROUTER);
   if (!r->sock) {
     rc = fsdp_set_error(FSDP_ERR_COMM, "zmq_socket(ROUTER): %s", zmq_strerror(zmq_errno()));
@@ -389,10 +531,7 @@ fsdp_status relay_new(uv_loop_t *uv, void *zctx, const char *endpoint, relay_up_
   int hwm = 0;
   zmq_setsockopt(r->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(r->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-  if (zmq_bind(r->sock, r->ep) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind the workers' endpoint %s: %s", r->ep, zmq_strerror(zmq_errno()));
-    goto fail;
-  }
+  TRY_GOTO(bind_in(r, dir), rc, fail);
   TRY_GOTO(loop_zsock_new(uv, r->sock, on_worker, r, &r->zs), rc, fail);
   *out = r;
   return FSDP_OK;
@@ -407,6 +546,11 @@ void relay_destroy(relay **p) {
   *p = NULL;
   loop_zsock_destroy(&r->zs);
   if (r->sock) zmq_close(r->sock);
+  if (r->path_fd >= 0) {
+    close(r->path_fd);
+    unlink(r->ep + strlen("ipc://"));
+  }
+  free(r->workers);
   while (r->jobs) {
     rjob *j = r->jobs;
     r->jobs = j->next;

@@ -13,10 +13,17 @@
  *    checkpoint saves the reports carry as extra figures. A large job's node batches its steps
  *    (NodeStepCmd.report_every): one message up per that many steps, so that the coordinator reads
  *    one message per node per batch (docs/performance.md "Scale").
- * A worker is known as rank R of job J from the worker_setup the coordinator sends it through here.
- * Only the worker protocol's messages are passed up (hello, ready, error, ack, kv, trace spans): the
- * endpoint is an abstract unix socket any local user can reach, and a worker's hello still needs its
- * job's token; the coordinator likewise ignores an agent's messages that come from behind a relay.
+ * Who may speak as a worker: the agent tells the relay which process it started for each rank
+ * (relay_expect: the job, the rank, the uid it runs as and its pid). The relay's socket is a unix
+ * socket in a directory only this daemon's user can enter (--state-dir's run/, mode 0700); a worker
+ * reaches it through the O_PATH descriptor the agent hands it (relay_socket_fd, as
+ * ipc:///proc/self/fd/N), so no other process can connect at all, and nobody can squat its name.
+ * Behind that, every hello is checked against the connection's credentials, which the kernel gave
+ * libzmq when it accepted the connection (SO_PEERCRED, wire_env.peer_uid/peer_pid): only the
+ * process started for job J's rank R may say hello as it, and from then on only that connection
+ * speaks for R (a message naming another rank is dropped). The worker protocol's other messages
+ * (ready, error, ack, kv, trace spans, step reports) pass only on such a connection; anything else
+ * is dropped. Refused and malformed messages are logged at most one line per 10 s, with a count.
  *
  * Ownership: the agent (or the simulator) owns the relay and its socket; the relay sends upward
  * through UP(ARG, ...). Loop thread only.
@@ -35,16 +42,24 @@ typedef struct relay relay;
 /* Send M with envelope ENV (NULL: the agent's own empty frame) to the coordinator. */
 typedef void (*relay_up_fn)(void *arg, const wire_env *env, Fsdp__Msg *m);
 
-/* Bind a ROUTER on ENDPOINT (NULL: a fresh abstract ipc://@fsdpd-relay-PID-N). */
-fsdp_status relay_new(uv_loop_t *uv, void *zctx, const char *endpoint, relay_up_fn up, void *arg, relay **out);
-void relay_destroy(relay **r);   /* NULL-safe; clears *R */
+/* Bind a ROUTER on a fresh unix socket DIR/r-PID-N; DIR must be a directory only this daemon's user
+ * can enter (the caller checks it). */
+fsdp_status relay_new(uv_loop_t *uv, void *zctx, const char *dir, relay_up_fn up, void *arg, relay **out);
+void relay_destroy(relay **r);   /* NULL-safe; clears *R; removes the socket file */
+/* ipc://DIR/r-PID-N: what this daemon's own user connects to (the simulator, tests). */
 const char *relay_endpoint(const relay *r);
+/* An O_PATH descriptor of the socket file (close-on-exec): a worker given it as descriptor N connects
+ * to ipc:///proc/self/fd/N. Owned by the relay. */
+int relay_socket_fd(const relay *r);
+/* The process PID, running as UID, is job JOB's rank RANK: only it may say hello as that rank (a
+ * restart's new process replaces the old one's entry). */
+void relay_expect(relay *r, uint64_t job, uint32_t rank, long uid, long pid);
 
 /* A message from the coordinator (ENV as the agent's DEALER received it). Returns 1 when the relay
  * took it (a worker's message or node_step_cmd; *M may be taken), 0 when it is the agent's own. */
 int relay_from_coord(relay *r, const wire_env *env, Fsdp__Msg **m);
-/* Rank RANK of JOB on this node is gone (its process was reaped): the relay forgets it, and the job
- * once it has no rank left. */
-void relay_rank_gone(relay *r, uint64_t job, uint32_t rank);
+/* Rank RANK of JOB on this node is gone (its process PID was reaped): the relay forgets it, and the
+ * job once it has no rank left. */
+void relay_rank_gone(relay *r, uint64_t job, uint32_t rank, long pid);
 
 #endif

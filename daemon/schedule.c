@@ -84,20 +84,23 @@ static int live_capacity(const coord_t *c, const job_t *j) {
 static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
   rank_st *rk = &j->ranks[r];
   node_t *n = &c->nodes[rk->node];
-  char job[32], rank[32], local[64], jobenv[64];
+  char job[32], rank[32], local[64], jobenv[64], token[64];
   snprintf(job, sizeof job, "%llu", (unsigned long long)j->id);
   snprintf(rank, sizeof rank, "%d", r);
   snprintf(local, sizeof local, "FSDPD_LOCAL_RANKS=%d", local_ranks);
   snprintf(jobenv, sizeof jobenv, "FSDPD_JOB_ID=%llu", (unsigned long long)j->id);
-  char *argv[] = {"fsdp-worker", "--connect", c->listen_ep, "--job", job, "--rank", rank, "--token", j->token,
+  /* The token in the environment, which only the worker's owner (and root) can read; a command
+   * line is every user's to read. */
+  snprintf(token, sizeof token, "%s=%s", WIRE_WORKER_TOKEN_ENV, j->token);
+  char *argv[] = {"fsdp-worker", "--connect", c->listen_ep, "--job", job, "--rank", rank,
                   "--log-level", (char *)(c->cfg.worker_log_level ? c->cfg.worker_log_level : "info")};
-  char *env[] = {local, jobenv};
+  char *env[] = {local, jobenv, token};
   Fsdp__SpawnReq s = FSDP__SPAWN_REQ__INIT;
   s.job_id = j->id;
   s.rank = (uint32_t)r;
   s.n_argv = sizeof argv / sizeof argv[0];
   s.argv = argv;
-  s.n_env = 2;
+  s.n_env = sizeof env / sizeof env[0];
   s.env = env;
   s.cwd = j->job_dir;
   s.user = j->owner.name;

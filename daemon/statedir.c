@@ -14,7 +14,7 @@
 
 /* The names fsdpd creates in its state directory: none may be a link. */
 static const char *const own_names[] = {"fsdpd.log", "fsdpd.lock", "fsdpd.lock.tmp", "jobs", "jobs.db", "jobs.db-wal",
-                                        "jobs.db-shm", "jobs.db-journal", "keys", "ctl.sock", "cluster.sock"};
+                                        "jobs.db-shm", "jobs.db-journal", "keys", "ctl.sock", "cluster.sock", "run"};
 /* The files under keys/ that decide who may connect: private to the daemon's user, as STATE is. */
 static const char *const key_names[] = {"server.key", "server.pub", "authorized"};
 
@@ -123,4 +123,20 @@ void statedir_close(statedir *sd) {
   if (sd->fd >= 0) close(sd->fd);
   if (sd->lock_fd >= 0) close(sd->lock_fd);
   sd->fd = sd->lock_fd = -1;
+}
+
+fsdp_status statedir_run_dir(const statedir *sd, char *out, size_t n) {
+  if (mkdirat(sd->fd, "run", 0700) != 0 && errno != EEXIST)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot create %s/run: %s", sd->path, strerror(errno));
+  TRY(check_entry(sd->fd, sd->path, "run", 1));
+  int fd = openat(sd->fd, "run", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0)
+    return fsdp_set_error(FSDP_ERR_IO, "cannot open %s/run: %s", sd->path, strerror(errno));
+  /* ours (check_entry): nobody else may even enter it */
+  int rc = (st.st_mode & 077) ? fchmod(fd, 0700) : 0;
+  close(fd);
+  if (rc != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot make %s/run private: %s", sd->path, strerror(errno));
+  snprintf(out, n, "%s/run", sd->path);
+  return FSDP_OK;
 }

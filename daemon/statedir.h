@@ -5,7 +5,7 @@
  * mode, as sshd's StrictModes does: when STATE or one of its key files (keys/, keys/server.key,
  * keys/server.pub, keys/authorized) belongs to another user or is group- or world-writable, when a
  * directory above STATE is writable by others without the sticky bit, or when one of the daemon's
- * own names in it (fsdpd.log, jobs, jobs.db, keys, the sockets...) is a symbolic link.
+ * own names in it (fsdpd.log, jobs, jobs.db, keys, run, the sockets...) is a symbolic link.
  *
  * statedir_lock() is the coordinator's single-instance lock: an exclusive flock on the state
  * directory's own descriptor (no file whose deletion would release it). A file system that cannot
@@ -38,6 +38,9 @@ fsdp_status statedir_lock(statedir *sd, int *note);
 fsdp_status statedir_write_pid(const statedir *sd);
 /* Open STATE/fsdpd.log for appending (never through a link). */
 fsdp_status statedir_open_log(const statedir *sd, int *fd);
+/* STATE/run, created when missing, private to this daemon's user (mode 0700, never a link): the
+ * workers' sockets (relay.h). Its path in OUT. */
+fsdp_status statedir_run_dir(const statedir *sd, char *out, size_t n);
 /* Close the descriptors, releasing the lock. */
 void statedir_close(statedir *sd);
 

@@ -32,23 +32,6 @@ struct zap_watch {
   unsigned unlogged[2];
 };
 
-/* The uid at the end of an ipc:// peer address "...:UID:GID:PID"; -1 when it has none. */
-static long zap_peer_uid(const char *addr, int len) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%.*s", len < 255 ? len : 255, addr);
-  char *f[3] = {0};
-  for (int i = 0; i < 3; i++) {
-    char *colon = strrchr(buf, ':');
-    if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) return -1;
-    f[i] = colon + 1;
-    *colon = '\0';
-  }
-  char *end;
-  errno = 0;
-  unsigned long uid = strtoul(f[2], &end, 10);
-  return errno || uid > (unsigned long)(uid_t)-2 ? -1 : (long)uid;
-}
-
 /* Receive one frame into BUF (NUL-terminated when it fits); -1 when none, else its length. */
 static int zap_frame(void *sock, char *buf, size_t cap, int *more) {
   zmq_msg_t f;
@@ -102,8 +85,8 @@ static void on_zap(void *sock, void *arg) {
   if (len[5] == 4 && !memcmp(fr[5], "NULL", 4)) {
     /* Only ipc:// sockets use NULL (tcp:// is always CURVE); libzmq appends the peer's SO_PEERCRED
      * to its address as ":UID:GID:PID", read once when the connection was accepted. */
-    long uid = zap_peer_uid(fr[3], len[3]);
-    if (uid >= 0) {
+    long uid, pid;
+    if (wire_peer_cred(fr[3], (size_t)len[3], &uid, &pid) == 0) {
       snprintf(user_id, sizeof user_id, "%s%ld", PEER_ZAP_UID, uid);
       status = "200", text = "OK";
     } else {

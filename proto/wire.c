@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <zmq.h>
 
 #define NAME_MAX_LEN 256
@@ -522,12 +523,31 @@ out:
   return rc;
 }
 
+/* The last three ':'-separated fields, each all digits. */
+int wire_peer_cred(const char *addr, size_t len, long *uid, long *pid) {
+  unsigned long v[3];
+  size_t end = len;
+  for (int i = 2; i >= 0; i--) {
+    size_t k = end;
+    while (k > 0 && addr[k - 1] >= '0' && addr[k - 1] <= '9') k--;
+    if (k == end || k == 0 || addr[k - 1] != ':' || end - k > 10) return -1;
+    v[i] = 0;
+    for (size_t d = k; d < end; d++) v[i] = v[i] * 10 + (unsigned long)(addr[d] - '0');
+    end = k - 1;
+  }
+  if (v[0] > (unsigned long)(uid_t)-2 || v[2] == 0 || v[2] > 0x7fffffffUL) return -1;
+  *uid = (long)v[0];
+  *pid = (long)v[2];
+  return 0;
+}
+
 fsdp_status wire_recv(void *sock, wire_env *env, Fsdp__Msg **out, int flags) {
   *out = NULL;
   wire_env local;
   if (!env) env = &local;
   env->n = 0;
   env->user_id[0] = '\0';
+  env->peer_uid = env->peer_pid = -1;
   zmq_msg_t part;
   zmq_msg_init(&part);
   fsdp_status rc = FSDP_OK;
@@ -558,6 +578,8 @@ fsdp_status wire_recv(void *sock, wire_env *env, Fsdp__Msg **out, int flags) {
   if (frames > 0) {
     const char *uid = zmq_msg_gets(&part, "User-Id");
     if (uid && strlen(uid) < sizeof env->user_id) snprintf(env->user_id, sizeof env->user_id, "%s", uid);
+    const char *addr = zmq_msg_gets(&part, "Peer-Address");
+    if (addr) wire_peer_cred(addr, strlen(addr), &env->peer_uid, &env->peer_pid);
   }
   if (rc == FSDP_OK) rc = wire_unpack(zmq_msg_data(&part), zmq_msg_size(&part), out);
   zmq_msg_close(&part);

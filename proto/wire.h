@@ -21,6 +21,10 @@
 #define WIRE_MAX_ENV_FRAME 256      /* bytes per envelope frame */
 #define WIRE_MAX_STRING (1u << 20)  /* spec text, log chunks; names are far shorter */
 
+/* The environment variable that carries a worker's token from the coordinator's spawn request to
+ * the worker (readable by its owner and root only, unlike a command line). */
+#define WIRE_WORKER_TOKEN_ENV "FSDPD_WORKER_TOKEN"
+
 #define WIRE_MAX_USER_ID 128        /* bytes of a ZAP user id, with its NUL */
 
 typedef struct wire_env {
@@ -30,10 +34,18 @@ typedef struct wire_env {
   /* wire_recv: the "User-Id" the ZAP handler gave the sending connection (daemon/zap.h), "" when
    * the socket has no ZAP handler or the id does not fit. Not sent by wire_send. */
   char user_id[WIRE_MAX_USER_ID];
+  /* wire_recv: the sending process's uid and pid on a unix-socket (ipc://) connection, which libzmq
+   * read with SO_PEERCRED when it accepted the connection (its "Peer-Address" ends ":UID:GID:PID");
+   * -1 on any other transport. Not sent by wire_send. */
+  long peer_uid, peer_pid;
 } wire_env;
 
 /* Envelope helpers: append one frame; the empty frame is the ROUTER/DEALER delimiter. */
 fsdp_status wire_env_push(wire_env *env, const void *data, size_t len);
+
+/* The credentials at the end of a libzmq ipc:// peer address "...:UID:GID:PID" (SO_PEERCRED);
+ * 0 and *UID, *PID set when ADDR (LEN bytes) ends so, -1 otherwise. */
+int wire_peer_cred(const char *addr, size_t len, long *uid, long *pid);
 
 /* Pack M (its version is set to PROTO_VERSION) into a malloc'd buffer. */
 fsdp_status wire_pack(Fsdp__Msg *m, uint8_t **buf, size_t *len);

@@ -1,7 +1,8 @@
 /* fsdp-worker — one rank of one job.
  *
- *   fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]
- *       the daemon's way: everything else (spec, plan, rendezvous, steps) comes from the coordinator
+ *   fsdp-worker --connect ENDPOINT --job ID --rank R [--log-level L]
+ *       the daemon's way: everything else (spec, plan, rendezvous, steps) comes from the coordinator;
+ *       the job's token comes in the environment (FSDPD_WORKER_TOKEN), never on the command line
  *   fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE] JOB.ini
  *       without a daemon, like torchrun: N of these with the same fresh DIR form a job; each prints
  *       one JSON line per step on stdout. device = cuda: rank R uses visible GPU R mod (visible GPUs)
@@ -53,7 +54,7 @@ static void tune_process_env(char **argv) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: fsdp-worker --connect ENDPOINT --job ID --rank R --token TOKEN [--log-level L]\n"
+          "usage: fsdp-worker --connect ENDPOINT --job ID --rank R [--log-level L]   (the token: $FSDPD_WORKER_TOKEN)\n"
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
           "                   [--log-level L] JOB.ini\n"
           "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
@@ -456,13 +457,13 @@ out:
 
 /* What the command line asks for. */
 typedef struct worker_args {
-  const char *connect, *token, *rdv, *save, *job;
+  const char *connect, *rdv, *save, *job;
   long rank, world, steps, job_id;
   int standalone;
   sample_args sa;
 } worker_args;
 
-enum { O_STANDALONE = 256, O_SAMPLE, O_PROMPT, O_TOKENIZER, O_TOKENS, O_TOPK, O_SEED, O_TEMP, O_CONNECT, O_TOKEN,
+enum { O_STANDALONE = 256, O_SAMPLE, O_PROMPT, O_TOKENIZER, O_TOKENS, O_TOPK, O_SEED, O_TEMP, O_CONNECT,
        O_RDV, O_SAVE, O_JOB, O_RANK, O_WORLD, O_STEPS, O_LOGLEVEL, O_LOGITS };
 
 /* One flag's value into A. Returns 0, or 2 (printed) when it is not allowed. */
@@ -475,7 +476,6 @@ static int set_flag(worker_args *a, int o, const char *flag, const char *v) {
   case O_PROMPT: a->sa.prompt = v; return 0;
   case O_TOKENIZER: a->sa.tokenizer = v; return 0;
   case O_CONNECT: a->connect = v; return 0;
-  case O_TOKEN: a->token = v; return 0;
   case O_RDV: a->rdv = v; return 0;
   case O_SAVE: a->save = v; return 0;
   case O_TOKENS: if (parse_int(flag, v, 1, 1L << 20, &n)) return 2; a->sa.tokens = (int)n; return 0;
@@ -515,7 +515,7 @@ static int parse_args(int argc, char **argv, worker_args *a) {
       {"prompt", required_argument, NULL, O_PROMPT},   {"tokenizer", required_argument, NULL, O_TOKENIZER},
       {"tokens", required_argument, NULL, O_TOKENS},   {"top-k", required_argument, NULL, O_TOPK},
       {"seed", required_argument, NULL, O_SEED},       {"temperature", required_argument, NULL, O_TEMP},
-      {"connect", required_argument, NULL, O_CONNECT}, {"token", required_argument, NULL, O_TOKEN},
+      {"connect", required_argument, NULL, O_CONNECT},
       {"rendezvous", required_argument, NULL, O_RDV},  {"save", required_argument, NULL, O_SAVE},
       {"job", required_argument, NULL, O_JOB},         {"rank", required_argument, NULL, O_RANK},
       {"world", required_argument, NULL, O_WORLD},     {"steps", required_argument, NULL, O_STEPS},
@@ -548,7 +548,7 @@ static int parse_args(int argc, char **argv, worker_args *a) {
 
 int main(int argc, char **argv) {
   tune_process_env(argv);
-  worker_args a = {.token = "", .rank = -1, .world = -1, .job_id = -1, .sa = {.tokens = 64, .temperature = 1.0}};
+  worker_args a = {.rank = -1, .world = -1, .job_id = -1, .sa = {.tokens = 64, .temperature = 1.0}};
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   log_set_prefix("worker", (int)a.rank);
@@ -572,5 +572,6 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  return run_connected(a.connect, (uint64_t)a.job_id, (int)a.rank, a.token);
+  const char *token = getenv(WIRE_WORKER_TOKEN_ENV);
+  return run_connected(a.connect, (uint64_t)a.job_id, (int)a.rank, token ? token : "");
 }
