@@ -57,7 +57,12 @@ void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m) {
 
 void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m) {
   fsdp_status rc = wire_send(sock, env, m, ZMQ_DONTWAIT);
-  if (rc != FSDP_OK && rc != FSDP_ERR_TIMEOUT) log_warn("cannot send %s: %s", wire_body_name(m->body_case), fsdp_last_error());
+  /* A requester gone before its answer (a client killed mid-request, or one that sends and closes,
+   * as a flood of garbage does) is no fault of the daemon's: debug only, so it cannot fill the log. */
+  if (rc != FSDP_OK && rc != FSDP_ERR_TIMEOUT) {
+    if (zmq_errno() == EHOSTUNREACH) log_debug("cannot send %s: %s", wire_body_name(m->body_case), fsdp_last_error());
+    else log_warn("cannot send %s: %s", wire_body_name(m->body_case), fsdp_last_error());
+  }
 }
 
 void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg) {
