@@ -60,8 +60,13 @@ static pid_t start_daemon(const char *mode, int tag) {
   if (pid == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, 2);
-    setenv("FAKE_MODE", mode, 1);
-    setenv("FAKE_PIDS", pids, 1);
+    /* the fake worker reads its mode from a file: workers get only a short list of the daemon's
+     * environment (daemon/agent.c worker_env_passes) */
+    char mode_file[PATH_MAX + 16];
+    snprintf(mode_file, sizeof mode_file, "%s/fake.mode", state);
+    FILE *mf = fopen(mode_file, "w");
+    if (!mf || fprintf(mf, "%s\n", mode) < 0 || fclose(mf) != 0) _exit(126);
+    setenv("FAKE_MODE", mode, 1);   /* not passed on: the workers must not see it */
     setenv("CUDA_VISIBLE_DEVICES", "3", 1);   /* the agent passes it on: GPU indices count within it */
     unsetenv("OMP_NUM_THREADS");
     execl(fsdpd_path, "fsdpd", "--foreground", "--state-dir", state, "--cpu-workers", "2", "--gpus", "none",
@@ -609,12 +614,15 @@ static void write_fake_worker(void) {
   /* In exit3 mode rank 0 starts talking late, so that rank 1's exit usually fails the job (and
    * rank 0 is killed) before rank 0 wrote anything: the test must read the log of the rank that
    * the reason names, whichever it is. */
-  fprintf(f, "#!/bin/sh\necho $$ >> \"$FAKE_PIDS\"\n"
+  fprintf(f, "#!/bin/sh\nFAKE_PIDS=%s/fake.pids\n[ -z \"$FAKE_MODE\" ] || { echo \"FAKE_MODE leaked\"; exit 5; }\n"
+             "FAKE_MODE=$(cat %s/fake.mode)\necho $$ >> \"$FAKE_PIDS\"\n"
              "rank=; prev=; for a in \"$@\"; do [ \"$prev\" = --rank ] && rank=$a; prev=$a; done\n"
              "[ \"$FAKE_MODE\" = exit3 ] && [ \"$rank\" = 0 ] && sleep 1\n"
              "echo \"fake worker $*\"\n"
+             "echo \"token=${FSDPD_WORKER_TOKEN:+set}\"\n"
              "echo \"threads=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS cvd=${CUDA_VISIBLE_DEVICES-unset}\"\n"
-             "case \"$FAKE_MODE\" in\n  exit3) exit 3;;\n  kill9) kill -9 $$;;\n  *) exec sleep 60;;\nesac\n");
+             "case \"$FAKE_MODE\" in\n  exit3) exit 3;;\n  kill9) kill -9 $$;;\n  *) exec sleep 60;;\nesac\n",
+             state, state);
   fclose(f);
   chmod(script, 0755);
 }
@@ -640,7 +648,8 @@ static uint64_t daemon1_exit3(void) {
     nanosleep(&ts, NULL);
   }
   CHECK(file_contains(path, "fake worker"));
-  CHECK(file_contains(path, "--token"));
+  CHECK(!file_contains(path, "--token"));   /* the token is in the environment, never on the command line */
+  CHECK(file_contains(path, "token=set"));
   /* two ranks on this node: max(1, ncpu / 2) threads each; the agent's CUDA_VISIBLE_DEVICES kept, so
    * the device_index it sends counts among the GPUs the worker sees too */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
