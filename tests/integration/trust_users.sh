@@ -11,6 +11,8 @@
 #     root (an admin) can; `jobs --json` and `status --json` show the owner;
 #   - an ordinary user cannot register an agent on the (world-connectable) cluster socket;
 #   - over tcp:// the key names the user (KEY user=NAME in keys/authorized), whoever runs fsdpctl;
+#     keys fail closed: a bare key, User=, "user = x", a note before user=, #user= and a key in the
+#     tail of a comment line longer than 512 bytes are refused (not admins), each bad line logged;
 #   - a daemon run by an ordinary user runs that user's jobs as before and refuses root's with one line.
 # Without root (or without useradd and setpriv) it exits 77: skipped.
 # Usage: bash trust_users.sh BUILD_DIR SOURCE_DIR
@@ -121,9 +123,15 @@ stop_daemon
 # ---- over tcp:// (CURVE) the key names the user, whoever runs fsdpctl: KEY user=NAME in authorized
 read -r CPORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -m 0700 "$S/keys"
-for k in ka kb kn; do "$CTL" keygen "$S/$k.key" > "$S/$k.pub"; done
+for k in ka kb kn k1 k2 k3 k4 k5 k6; do "$CTL" keygen "$S/$k.key" > "$S/$k.pub"; done
+# Keys fail closed: bob's keys on lines that are not exactly KEY user=NAME or KEY admin (a bare key,
+# User=, user = x, a note before user=, #user=) and in the tail of a comment longer than 512 bytes
+# are each refused, never admitted as an admin; each malformed line is logged with its file:line.
+long="#$(printf 'x%.0s' $(seq 510))$(cat "$S/k6.pub") admin"
 { echo "$(cat "$S/ka.pub") user=$A  alice's laptop"; echo "$(cat "$S/kb.pub") user=$B"
-  echo "$(cat "$S/kn.pub") user=nosuch$tag"; } > "$S/keys/authorized"
+  echo "$(cat "$S/kn.pub") user=nosuch$tag"; echo "$(cat "$S/k1.pub")"; echo "$(cat "$S/k2.pub") User=$B"
+  echo "$(cat "$S/k3.pub") user = $B"; echo "$(cat "$S/k4.pub") bob's user=$B"; echo "$(cat "$S/k5.pub") #user=$B"
+  echo "$long"; } > "$S/keys/authorized"
 start_daemon --ctl "tcp://127.0.0.1:$CPORT"
 tcp() { local key=$1; shift; env FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/keys/server.pub" FSDP_CLIENT_KEY="$S/$key.key" "$CTL" "$@"; }
 wait_for 10 tcp ka nodes || fail "fsdpd did not answer over tcp:// within 10 s"
@@ -137,6 +145,15 @@ set +e; out=$(tcp kb cancel "$id5" 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && [ "$out" = "fsdpctl: job $id5 belongs to $A; only its owner or an admin may cancel it" ] || fail "bob's key cancelling: exit $rc: $out"
 set +e; out=$(tcp kn jobs 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && grep -q "acts as user 'nosuch$tag', who does not exist" <<<"$out" || fail "a key of an unknown user: exit $rc: $out"
+for k in k1 k2 k3 k4 k5 k6; do
+  set +e; out=$(tcp $k shutdown 2>&1); rc=$?; set -e
+  [ $rc -eq 1 ] && grep -q "rejected this client's CURVE key" <<<"$out" || fail "key $k of a malformed line: exit $rc: $out"
+done
+tcp ka nodes >/dev/null || fail "a refused key shut the daemon down"
+for l in 4 5 6 7 8; do
+  grep -q "$S/keys/authorized:$l " "$S/fsdpd.log" || fail "malformed line $l of authorized is not logged: $(grep authorized "$S/fsdpd.log" | tail -3)"
+done
+grep -q "authorized:4 names no user: add user=NAME" "$S/fsdpd.log" || fail "a bare key's line does not say to add user=NAME or admin"
 stop_daemon
 
 # ---- a daemon of an ordinary user: its own jobs run as before; root's are refused with one line
