@@ -1,10 +1,12 @@
 /* ctlsrv — see ctlsrv.h. */
 #include "ctlsrv.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -113,10 +115,17 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
   }
   snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
   char id[32];
-  int jfd;
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
-  if (fsutil_dir_open(c->jobs_fd, id, 0755, FSUTIL_NO_LINKS, &jfd) == FSDP_OK) close(jfd);
-  else log_error("job %llu: %s/jobs/%s: %s", (unsigned long long)j->id, c->state_dir, id, fsdp_last_error());
+  /* A new folder or none: an existing one (another job's, its id given again) is never appended to. */
+  if (mkdirat(c->jobs_fd, id, 0755) != 0) {
+    int e = errno;
+    rc = fsdp_set_error(e == EEXIST ? FSDP_ERR_STATE : FSDP_ERR_IO, "cannot create the job's folder %s/jobs/%s: %s%s",
+                        c->state_dir, id, strerror(e), e == EEXIST ? " (a job folder is never reused)" : "");
+    log_error("job %s: %s", id, fsdp_last_error());
+    jobs_db_set_state(c->db, j->id, ST_FAILED, fsdp_last_error(), loop_now_wall());
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
+    goto fail;
+  }
   j->next = c->jobs;
   c->jobs = j;
   const char *kname = schedule_kind_name(j->kind);

@@ -55,7 +55,12 @@ typedef struct jobs_db_step {
   double step_ms, tokens_per_s;
 } jobs_db_step;
 
+/* Open (or create) the database at PATH. A database whose pages are damaged (SQLite's quick_check,
+ * or a file that is no database) is FSDP_ERR_STATE: one line naming PATH and the remedy. */
 fsdp_status jobs_db_open(const char *path, jobs_db **out);
+/* Ids are never given twice: the next job's id is above LAST (the newest job folder), above every
+ * id ever given (AUTOINCREMENT), whatever rows a lost transaction took with it. */
+fsdp_status jobs_db_ids_above(jobs_db *db, uint64_t last);
 void jobs_db_destroy(jobs_db **db);
 
 /* Insert a queued job (row->id is ignored; the new id is returned). Records the 'queued' transition.
