@@ -4,6 +4,8 @@
 #   - a job naming a file its submitter cannot read is refused at submit with one line, by the
 #     daemon itself (the client holds an extra group the submitter's account lacks, so the client's
 #     own check passes), without the file's size or first bytes in the message; the file is unchanged;
+#     the same from a job file whose name holds newlines and an escape sequence: one line back, one
+#     escaped line in the daemon's log, no forged entry;
 #   - a job whose token file the submitter reads through a supplementary group runs, and writes its
 #     checkpoint files owned by the submitter, with the submitter's umask;
 #   - `dir = ../../../../root/x` cannot make the job write where its submitter cannot;
@@ -69,6 +71,19 @@ magic=$(od -An -N4 -td4 "$S/secret.bin" | tr -d ' ')
 ! grep -Eq "magic|$magic|$(stat -c %s "$S/secret.bin")" <<<"$out" || fail "the refusal leaks the file's header or size: $out"
 [ "$(sha256sum < "$S/secret.bin")" = "$sum0" ] || fail "secret.bin changed"
 grep -q "submit refused" "$S/fsdpd.log" || fail "the daemon did not log the refusal (was it refused by the client only?)"
+
+# ---- a job file whose name holds newlines and escapes, refused by the daemon: one line in its log,
+# one line back, no forged entry (before: the name's lines appeared as lines of root's log)
+forged="2026-01-01T00:00:00.000Z INFO  fsdpd job 1 (root) succeeded"
+nl=$'x\n'"$forged"$'\n\e[2Jy.ini'
+cp "$S/a/secret.ini" "$S/a/$nl" && chown "$A" "$S/a/$nl"
+lines0=$(wc -l < "$S/fsdpd.log")
+set +e; out=$(cd "$S/a" && as "$A" --groups="$H" "$CTL" submit "$nl" 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "a newline path's refusal: exit $rc, not one line: $out"
+grep -qF 'x\n2026-01-01T00:00:00.000Z INFO  fsdpd job 1 (root) succeeded\n\x1b[2Jy.ini' <<<"$out" || fail "the path is not escaped: $out"
+wait_for 10 grep -q "submit refused: .*x\\\\n2026-01-01" "$S/fsdpd.log" || fail "the daemon did not log the refusal, escaped"
+! grep -q "^$forged" "$S/fsdpd.log" || fail "a forged line in the daemon's log: $(tail -n +"$lines0" "$S/fsdpd.log")"
+! tail -n +"$lines0" "$S/fsdpd.log" | grep -q $'\e' || fail "an escape character reached the daemon's log"
 
 # ---- a file readable through a supplementary group: the job runs, checkpoints owned by alice, umask 027
 job grp "$S/group.bin" 10 ck
