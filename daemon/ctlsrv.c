@@ -196,12 +196,16 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   jobs_db_row_clear(&row);
 }
 
-static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
+static void serve_list(coord_t *c, const wire_env *env, const Fsdp__ListReq *q) {
   jobs_db_row *rows = NULL;
   size_t n = 0;
-  fsdp_status rc = jobs_db_list(c->db, limit, &rows, &n);
+  uint32_t counts[JOBS_DB_NSTATES];
+  fsdp_status rc = q->running_first ? jobs_db_list_running_first(c->db, q->limit, &rows, &n)
+                                    : jobs_db_list(c->db, q->limit, &rows, &n);
+  if (rc == FSDP_OK) rc = jobs_db_state_counts(c->db, counts);
   if (rc != FSDP_OK) {
     coord_reply_error(c->ctl, env, rc, fsdp_last_error());
+    jobs_db_rows_destroy(&rows, n);
     return;
   }
   Fsdp__JobInfo *infos = calloc(n ? n : 1, sizeof *infos), **ptrs = calloc(n ? n : 1, sizeof *ptrs);
@@ -218,6 +222,8 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
     Fsdp__ListResp lr = FSDP__LIST_RESP__INIT;
     lr.n_jobs = n;
     lr.jobs = ptrs;
+    lr.n_state_jobs = JOBS_DB_NSTATES;
+    lr.state_jobs = counts;
     Fsdp__Msg m = WIRE_MSG_INIT;
     m.body_case = FSDP__MSG__BODY_LIST_RESP;
     m.list_resp = &lr;
@@ -374,7 +380,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   switch (m->body_case) {
   case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, &who, m->submit_req); break;
   case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id, m->status_req->rank); break;
-  case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
+  case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req); break;
   case FSDP__MSG__BODY_CANCEL_REQ:
     if (allowed(c, &env, &who, m->cancel_req->job_id, "cancel")) serve_cancel(c, &env, m->cancel_req->job_id, 0);
     break;

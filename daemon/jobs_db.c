@@ -39,7 +39,7 @@ static const char *const schema =
 enum {
   ST_INSERT, ST_TRANSITION, ST_SET_STATE, ST_SET_STARTED, ST_SET_FINISHED, ST_ADD_STEP, ST_PROGRESS,
   ST_GET, ST_LIST, ST_LIST_ALL, ST_STARTED, ST_TRANSITIONS, ST_STEP_COUNT, ST_BEGIN, ST_COMMIT,
-  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_LAST_VAL, ST_COUNT
+  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_LAST_VAL, ST_LIST_RUN_FIRST, ST_STATE_COUNTS, ST_COUNT
 };
 
 #define ROW_COLS                                                                                  \
@@ -62,6 +62,8 @@ static const char *const sql[ST_COUNT] = {
   [ST_GET] = "SELECT " ROW_COLS "WHERE j.id = ?1",
   [ST_LIST] = "SELECT " ROW_COLS "ORDER BY j.id DESC LIMIT ?1",
   [ST_LIST_ALL] = "SELECT " ROW_COLS "ORDER BY j.id DESC",
+  [ST_LIST_RUN_FIRST] = "SELECT " ROW_COLS "ORDER BY j.state IN (2, 3) DESC, j.id DESC LIMIT ?1",
+  [ST_STATE_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
   [ST_STARTED] = "SELECT id FROM jobs WHERE state IN (2, 3)",
   [ST_TRANSITIONS] = "SELECT state, at FROM job_transitions WHERE job_id = ?1 ORDER BY rowid",
   [ST_STEP_COUNT] = "SELECT count(*) FROM job_steps WHERE job_id = ?1",
@@ -385,10 +387,10 @@ fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out) {
   return st;
 }
 
-fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+/* The rows statement WHICH yields, LIMIT bound as ?1 when not 0. */
+static fsdp_status list_rows(jobs_db *db, int which, uint32_t limit, jobs_db_row **rows, size_t *n) {
   *rows = NULL;
   *n = 0;
-  int which = limit ? ST_LIST : ST_LIST_ALL;
   sqlite3_stmt *s = stmt(db, which);
   if (limit) sqlite3_bind_int64(s, 1, limit);
   size_t cap = 0;
@@ -410,6 +412,27 @@ fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t
   if (st == FSDP_OK && rc != SQLITE_DONE) st = db_fail(db, "listing jobs");
   sqlite3_reset(s);
   if (st != FSDP_OK) jobs_db_rows_destroy(rows, *n), *n = 0;
+  return st;
+}
+
+fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+  return list_rows(db, limit ? ST_LIST : ST_LIST_ALL, limit, rows, n);
+}
+
+fsdp_status jobs_db_list_running_first(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+  return list_rows(db, ST_LIST_RUN_FIRST, limit ? limit : UINT32_MAX, rows, n);
+}
+
+fsdp_status jobs_db_state_counts(jobs_db *db, uint32_t counts[JOBS_DB_NSTATES]) {
+  memset(counts, 0, JOBS_DB_NSTATES * sizeof *counts);
+  sqlite3_stmt *s = stmt(db, ST_STATE_COUNTS);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 0);
+    if (state >= 0 && state < JOBS_DB_NSTATES) counts[state] = (uint32_t)sqlite3_column_int64(s, 1);
+  }
+  fsdp_status st = rc == SQLITE_DONE ? FSDP_OK : db_fail(db, "counting jobs");
+  sqlite3_reset(s);
   return st;
 }
 

@@ -75,6 +75,12 @@ fsdp_status jobs_db_add_step(jobs_db *db, uint64_t id, const jobs_db_step *s, co
 fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out);
 /* The newest LIMIT jobs (0: all), newest first; free with jobs_db_rows_destroy. */
 fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
+/* The same with starting and running jobs first (each part newest first): a long queue of newer
+ * jobs does not push the running ones out of LIMIT. */
+fsdp_status jobs_db_list_running_first(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
+/* How many jobs are in each state: COUNTS[state] for fsdp.JobState 0..6. */
+#define JOBS_DB_NSTATES 7
+fsdp_status jobs_db_state_counts(jobs_db *db, uint32_t counts[JOBS_DB_NSTATES]);
 void jobs_db_rows_destroy(jobs_db_row **rows, size_t n);
 void jobs_db_row_clear(jobs_db_row *row);
 /* Mark every job that had started (starting or running) as failed with REASON; *count is how

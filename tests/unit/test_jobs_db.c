@@ -200,6 +200,39 @@ static void after_restart(const char *path, const jobs_db_row *r1, uint64_t id1,
   jobs_db_destroy(&db);     /* NULL-safe */
 }
 
+/* Running (and starting) jobs first, then the newest; the counts are every job's, whatever the limit. */
+static void test_running_first(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/order.db", dir);
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  jobs_db_row r = job_row("q", 1);
+  uint64_t id[10];
+  for (int i = 0; i < 10; i++) CHECK_OK(jobs_db_insert(db, &r, 1.0 + i, &id[i]));
+  CHECK_OK(jobs_db_set_state(db, id[1], 2, NULL, 20.0));   /* starting */
+  CHECK_OK(jobs_db_set_state(db, id[2], 2, NULL, 21.0));
+  CHECK_OK(jobs_db_set_state(db, id[2], 3, NULL, 22.0));   /* running */
+  CHECK_OK(jobs_db_set_state(db, id[0], 5, "x", 23.0));    /* failed */
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  CHECK_OK(jobs_db_list_running_first(db, 3, &rows, &n));
+  CHECK_EQ_INT(3, n);
+  if (n == 3) {
+    CHECK_EQ_INT(id[2], rows[0].id);
+    CHECK_EQ_INT(id[1], rows[1].id);
+    CHECK_EQ_INT(id[9], rows[2].id);
+  }
+  jobs_db_rows_destroy(&rows, n);
+  CHECK_OK(jobs_db_list_running_first(db, 0, &rows, &n));   /* 0: all */
+  CHECK_EQ_INT(10, n);
+  jobs_db_rows_destroy(&rows, n);
+  uint32_t k[JOBS_DB_NSTATES];
+  CHECK_OK(jobs_db_state_counts(db, k));
+  CHECK(k[1] == 7 && k[2] == 1 && k[3] == 1 && k[4] == 0 && k[5] == 1 && k[6] == 0);
+  jobs_db_destroy(&db);
+}
+
 /* Ids are above every job folder and every id given before, whatever LAST says. */
 static void test_ids_above(const char *dir) {
   char path[300];
@@ -329,6 +362,7 @@ int main(void) {
 
   test_owner_migration(dir);
   test_ids_above(dir);
+  test_running_first(dir);
   test_corrupt(dir);
   test_lost(dir);
 
