@@ -10,7 +10,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "fsutil.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
