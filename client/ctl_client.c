@@ -14,6 +14,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "oneline.h"
 #include "wire.h"
 
 volatile sig_atomic_t ctl_interrupts;
@@ -39,12 +40,24 @@ int ctl_fail(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  /* One line: a multi-line message from elsewhere is folded. */
-  for (char *p = msg; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
+  /* One line: control characters in a path or a message from elsewhere are escaped. */
+  char line[4 * sizeof msg];
+  oneline_escape_str(line, sizeof line, msg);
   fflush(stdout);
-  fprintf(stderr, "fsdpctl: %s\n", msg);
+  fprintf(stderr, "fsdpctl: %s\n", line);
   return 1;
+}
+
+void ctl_warn(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char line[4 * sizeof msg];
+  oneline_escape_str(line, sizeof line, msg);
+  fflush(stdout);
+  fprintf(stderr, "fsdpctl: %s\n", line);
 }
 
 int ctl_usage_error(const char *cmd, const char *usage, const char *what) {
@@ -165,7 +178,7 @@ int ctl_load_job_file(const char *path, jobspec_t *spec, char **text, char *abs,
   fsdp_status rc = jobspec_load(path, spec);
   if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
   char warn[320];
-  if (jobspec_lr_warning(spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", path, warn);
+  if (jobspec_lr_warning(spec, warn, sizeof warn)) ctl_warn("%s: %s", path, warn);
   char rp[PATH_MAX];
   if (!realpath(path, rp)) return ctl_fail("%s: %s", path, strerror(errno));
   FILE *f = fopen(rp, "rb");

@@ -43,8 +43,10 @@ typedef struct ctl_client {
 extern volatile sig_atomic_t ctl_interrupts;
 /* Count SIGINT and SIGTERM in ctl_interrupts instead of dying (no SA_RESTART). */
 void ctl_catch_interrupts(void);
-/* Print "fsdpctl: MESSAGE" (folded to one line) on stderr; returns 1. */
+/* Print "fsdpctl: MESSAGE" on stderr, one line (control characters escaped: oneline.h); returns 1. */
 int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "fsdpctl: MESSAGE" on stderr, one line (control characters escaped), for a warning. */
+void ctl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "fsdpctl CMD: WHAT" and the usage line; returns EXIT_USAGE. */
 int ctl_usage_error(const char *cmd, const char *usage, const char *what);
 int ctl_parse_job_id(const char *cmd, const char *usage, const char *s, uint64_t *id);

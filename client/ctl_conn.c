@@ -204,8 +204,8 @@ static fsdp_status handshake_dropped(ctl_conn *c) {
 
 static fsdp_status key_rejected(ctl_conn *c) {
   return fsdp_set_error(FSDP_ERR_INVALID,
-                        "fsdpd at %s rejected this client's CURVE key (%s): add its public key line to the daemon's "
-                        "STATE/keys/authorized, and check that %s is that daemon's STATE/keys/server.pub",
+                        "fsdpd at %s rejected this client's CURVE key (%s): add its public key, then user=NAME or admin, "
+                        "as a line of the daemon's STATE/keys/authorized, and check that %s is that daemon's STATE/keys/server.pub",
                         c->endpoint, getenv(CURVE_ENV_CLIENT_KEY), getenv(CURVE_ENV_SERVER_KEY));
 }
 

@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "oneline.h"
 #include "plan.h"
 #include "stepstats.h"
 
@@ -514,7 +515,11 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
     double end = j->finished_at > 0 ? j->finished_at : now;
     fprintf(f, "  elapsed     %s\n", ctl_fmt_duration(end - j->started_at, a, sizeof a));
   }
-  if (j->reason && j->reason[0]) fprintf(f, "  reason      %s\n", j->reason);
+  if (j->reason && j->reason[0]) {   /* a worker's text: one line */
+    char r[4096];
+    oneline_escape_str(r, sizeof r, j->reason);
+    fprintf(f, "  reason      %s\n", r);
+  }
   if (j->job_dir && j->job_dir[0]) fprintf(f, "  job dir     %s\n", j->job_dir);
   const Fsdp__StepSummary *s = j->last;
   if (s && s->step > 0) {

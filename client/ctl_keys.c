@@ -10,8 +10,9 @@ static void keygen_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl keygen FILE\n\n"
           "Write a new CURVE keypair to FILE (mode 0600; an existing FILE is never overwritten) and print\n"
-          "its public key. Add that line to the daemon's STATE/keys/authorized to admit this client, then\n"
-          "use FILE as --client-key (fsdpd --join, fsdpctl) or $FSDP_CLIENT_KEY.\n");
+          "its public key. Add it, then \" user=NAME\" (the user it acts as) or \" admin\" (a node's key), as a\n"
+          "line of the daemon's STATE/keys/authorized to admit this client, then use FILE as --client-key\n"
+          "(fsdpd --join, fsdpctl) or $FSDP_CLIENT_KEY.\n");
 }
 
 int ctl_keygen(int argc, char **argv) {

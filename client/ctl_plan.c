@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_client.h"
 #include "ctl_fmt.h"
 #include "ctl_planout.h"
 #include "jobspec.h"
@@ -173,7 +174,7 @@ static int load_spec(const plan_args *a, uint64_t host, jobspec_t *spec) {
    * run it; said, not refused. */
   if (jobspec_check_build(spec) != FSDP_OK) fprintf(stderr, "fsdpctl: note: %s\n", fsdp_last_error());
   char warn[320];
-  if (jobspec_lr_warning(spec, warn, sizeof warn)) fprintf(stderr, "fsdpctl: %s: %s\n", a->job, warn);
+  if (jobspec_lr_warning(spec, warn, sizeof warn)) ctl_warn("%s: %s", a->job, warn);
   /* on the CPU the device is the host: a device memory beyond the host's is a typo, not a plan */
   if (a->device_bytes && spec->device == DEVICE_CPU && host && a->device_bytes > host) {
     fprintf(stderr, "fsdpctl: plan: --device-memory %s is more than this machine's %.1f GiB; with device = cpu "

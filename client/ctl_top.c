@@ -31,7 +31,7 @@
 #include "wire.h"
 
 #define TOP_USAGE "top [--interval SECONDS] [--once | -n N] [--ctl ENDPOINT]"
-#define TOP_LIST 50      /* jobs asked for: the newest */
+#define TOP_LIST 50      /* jobs asked for: the running ones, then the newest */
 #define TOP_MAXLINES 200
 #define TOP_MAXCOLS 512
 /* A call's deadline. list, status and nodes are answered at once by a live daemon; fsdpctl's usual
@@ -88,6 +88,7 @@ static void poll_daemon(ctl_conn *c, const char *ep, frame *f) {
   frame_clear(f);
   Fsdp__ListReq lq = FSDP__LIST_REQ__INIT;
   lq.limit = TOP_LIST;
+  lq.running_first = 1;   /* a queue of newer jobs never hides the running ones */
   Fsdp__Msg req = WIRE_MSG_INIT;
   req.body_case = FSDP__MSG__BODY_LIST_REQ;
   req.list_req = &lq;
@@ -251,9 +252,16 @@ static void render(const frame *f, const char *ep, int cols, int rows, size_t se
   time_t now = time(NULL);
   char clock[16];
   strftime(clock, sizeof clock, "%H:%M:%S", localtime(&now));
-  int nrun = 0;
-  for (size_t i = 0; i < f->njobs; i++) nrun += f->status[i] != NULL;
-  add(s, cols, "fsdpctl top  %s  %d running  %s", clock, nrun, ep);
+  const Fsdp__ListResp *lr = f->list ? f->list->list_resp : NULL;
+  if (lr && lr->n_state_jobs > FSDP__JOB_STATE__RUNNING) {   /* the daemon's counts: every job, not the listed ones */
+    uint32_t *k = lr->state_jobs;
+    add(s, cols, "fsdpctl top  %s  %u running  %u starting  %u queued  %s", clock, k[FSDP__JOB_STATE__RUNNING],
+        k[FSDP__JOB_STATE__STARTING], k[FSDP__JOB_STATE__QUEUED], ep);
+  } else {   /* an older daemon: what the list shows */
+    int nrun = 0;
+    for (size_t i = 0; i < f->njobs; i++) nrun += f->status[i] != NULL;
+    add(s, cols, "fsdpctl top  %s  %d running  %s", clock, nrun, ep);
+  }
   if (f->err[0]) add(s, cols, "! %s", f->err);
   add(s, cols, "%5s %-14s %-9s %11s %8s %8s %8s", "JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "ETA");
   size_t idx[TOP_LIST];

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,10 +71,11 @@ static fsdp_status read_keys(const char *path, char keys[][CURVE_KEY_LEN + 1], i
       return fsdp_set_error(FSDP_ERR_INVALID, "key file %s holds a secret key and must be readable by its owner only (chmod 600 %s)", path, path);
     }
   }
-  char line[512];
+  char *line = NULL;
+  size_t cap = 0;
   int lineno = 0;
   fsdp_status rc = FSDP_OK;
-  while (*n < max && fgets(line, sizeof line, f)) {
+  while (*n < max && getline(&line, &cap, f) >= 0) {   /* whole lines, of any length */
     lineno++;
     char *p = line;
     while (*p == ' ' || *p == '\t') p++;
@@ -88,6 +90,7 @@ static fsdp_status read_keys(const char *path, char keys[][CURVE_KEY_LEN + 1], i
     memcpy(keys[*n], p, CURVE_KEY_LEN + 1);
     (*n)++;
   }
+  free(line);
   fclose(f);
   return rc;
 }
@@ -158,43 +161,149 @@ int curve_user_name_ok(const char *name) {
   return 1;
 }
 
-/* The user a key line names: "KEY user=NAME [note]" (*USER = NAME), or "KEY [note]" (""). */
-static fsdp_status line_user(const char *path, int lineno, const char *rest, char user[CURVE_USER_MAX + 1]) {
-  user[0] = '\0';
-  rest += strspn(rest, " \t");
-  if (strncmp(rest, "user=", 5)) return FSDP_OK;   /* no user: a note, or nothing */
-  rest += 5;
-  size_t len = strcspn(rest, " \t\r\n");
-  char name[CURVE_USER_MAX + 2];
-  snprintf(name, sizeof name, "%.*s", (int)(len < CURVE_USER_MAX + 1 ? len : CURVE_USER_MAX + 1), rest);
-  if (len > CURVE_USER_MAX || !curve_user_name_ok(name))
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s line %d: user=%.*s is not a user name (allowed: 1 to %d letters, digits, "
-                          "'.', '_' or '-', not starting with '-')", path, lineno, (int)(len < 64 ? len : 64), rest,
-                          CURVE_USER_MAX);
-  memcpy(user, name, len + 1);
-  return FSDP_OK;
+/* One line of an authorized file (LEN bytes, without its newline), parsed by the grammar of curve.h:
+ * 0 for a blank or comment line, 1 for a grant (KEY, *GRANT, USER), -1 for anything else (WHY says
+ * what is wrong and what is allowed). KEY holds the line's first word when it is a key, else "". */
+static int parse_line(const char *line, size_t len, char key[CURVE_KEY_LEN + 1], curve_grant *grant,
+                      char user[CURVE_USER_MAX + 1], char *why, size_t whylen) {
+  key[0] = user[0] = '\0';
+  *grant = CURVE_NOT_LISTED;
+  if (strlen(line) != len) {   /* a NUL byte: no text line */
+    snprintf(why, whylen, "holds a NUL byte; allowed: KEY user=NAME or KEY admin, then an optional note");
+    return -1;
+  }
+  const char *p = line + strspn(line, " \t");
+  size_t n = strlen(p);
+  while (n && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r')) n--;
+  if (n == 0 || *p == '#') return 0;   /* no key starts with '#' (curve.h) */
+  size_t w = strcspn(p, " \t\r");
+  char word[CURVE_KEY_LEN + 1];
+  snprintf(word, sizeof word, "%.*s", (int)(w < CURVE_KEY_LEN ? w : CURVE_KEY_LEN), p);
+  if (w != CURVE_KEY_LEN || !key_valid(word)) {
+    snprintf(why, whylen, "does not start with a CURVE key (40 Z85 characters); allowed: KEY user=NAME or KEY admin, "
+             "then an optional note, or a comment line starting with #");
+    return -1;
+  }
+  memcpy(key, word, CURVE_KEY_LEN + 1);
+  const char *g = p + w, *end = p + n;
+  while (g < end && (*g == ' ' || *g == '\t')) g++;
+  size_t gl = 0;   /* the grant: the second word */
+  while (g + gl < end && g[gl] != ' ' && g[gl] != '\t') gl++;
+  if (gl == 0) {
+    snprintf(why, whylen, "names no user: add user=NAME (the local user the key acts as) or admin (the daemon's own "
+             "rights) after the key");
+    return -1;
+  }
+  if (gl == 5 && !strncmp(g, "admin", 5)) {
+    *grant = CURVE_AS_ADMIN;
+    return 1;
+  }
+  if (gl > 5 && !strncmp(g, "user=", 5) && gl - 5 <= CURVE_USER_MAX) {
+    snprintf(user, CURVE_USER_MAX + 1, "%.*s", (int)(gl - 5), g + 5);
+    if (curve_user_name_ok(user)) {
+      *grant = CURVE_AS_USER;
+      return 1;
+    }
+    user[0] = '\0';
+  }
+  snprintf(why, whylen, "'%.*s' after the key is neither user=NAME nor admin (NAME: 1 to %d letters, digits, '.', "
+           "'_' or '-', not starting with '-'; lower case user=, no blanks around '=')", (int)(gl < 64 ? gl : 64), g,
+           CURVE_USER_MAX);
+  return -1;
 }
 
-fsdp_status curve_authorized(const char *path, const char *pub, int *listed, char user[CURVE_USER_MAX + 1]) {
-  *listed = 0;
-  user[0] = '\0';
+/* Every line of PATH in order: VISIT(ARG, lineno, parse_line's result, its outputs); a non-zero
+ * return stops the walk. A missing file has no lines. */
+typedef int (*line_visit)(void *arg, int lineno, int kind, const char *line, const char *key, curve_grant grant,
+                          const char *user, const char *why);
+
+static fsdp_status walk_authorized(const char *path, line_visit visit, void *arg) {
   FILE *f = fopen(path, "re");
   if (!f) {
     if (errno == ENOENT) return FSDP_OK;
     return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
   }
-  char line[512];
-  fsdp_status rc = FSDP_OK;
-  for (int lineno = 1; !*listed && fgets(line, sizeof line, f); lineno++) {
-    char *p = line;
-    while (*p == ' ' || *p == '\t') p++;
-    size_t len = strcspn(p, " \t\r\n");   /* a key line: the key, then optionally user=NAME, then a note */
-    if (len != CURVE_KEY_LEN || strncmp(p, pub, CURVE_KEY_LEN)) continue;
-    rc = line_user(path, lineno, p + len, user);
-    *listed = rc == FSDP_OK;
-    if (rc != FSDP_OK) break;
+  char *line = NULL, key[CURVE_KEY_LEN + 1], user[CURVE_USER_MAX + 1], why[256];
+  size_t cap = 0;
+  ssize_t len;
+  for (int lineno = 1; (len = getline(&line, &cap, f)) >= 0; lineno++) {   /* whole lines, of any length */
+    if (len && line[len - 1] == '\n') line[--len] = '\0';
+    curve_grant g;
+    int kind = parse_line(line, (size_t)len, key, &g, user, why, sizeof why);
+    if (visit(arg, lineno, kind, line, key, g, user, why)) break;
   }
+  int err = ferror(f) ? errno : 0;
+  free(line);
   fclose(f);
+  if (err) return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", path, strerror(err));
+  return FSDP_OK;
+}
+
+typedef struct lookup {
+  const char *path, *pub;
+  curve_grant grant;
+  char user[CURVE_USER_MAX + 1];
+  int line;                /* the line that granted PUB; 0: none yet */
+  fsdp_status rc;
+} lookup;
+
+static int lookup_visit(void *arg, int lineno, int kind, const char *line, const char *key, curve_grant grant,
+                        const char *user, const char *why) {
+  lookup *l = arg;
+  if (kind < 0) {
+    /* a malformed line that holds the key, wherever it stands, refuses it: never a guess at its rights */
+    if (strstr(line, l->pub)) {
+      l->rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d %s; key %s is not admitted", l->path, lineno, why, l->pub);
+      return 1;
+    }
+    return 0;
+  }
+  if (kind == 0 || strcmp(key, l->pub)) return 0;
+  if (l->line && (grant != l->grant || strcmp(user, l->user))) {
+    l->rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s:%d lists key %s again with other rights than line %d; list each key "
+                           "once; the key is not admitted", l->path, lineno, l->pub, l->line);
+    return 1;
+  }
+  l->grant = grant;
+  snprintf(l->user, sizeof l->user, "%s", user);
+  if (!l->line) l->line = lineno;
+  return 0;
+}
+
+fsdp_status curve_authorized(const char *path, const char *pub, curve_grant *grant, char user[CURVE_USER_MAX + 1]) {
+  *grant = CURVE_NOT_LISTED;
+  user[0] = '\0';
+  lookup l = {.path = path, .pub = pub, .rc = FSDP_OK};
+  TRY(walk_authorized(path, lookup_visit, &l));
+  if (l.rc != FSDP_OK) return l.rc;
+  *grant = l.grant;
+  memcpy(user, l.user, sizeof l.user);
+  return FSDP_OK;
+}
+
+typedef struct check {
+  const char *path;
+  curve_report report;
+  void *arg;
+  int bad;
+} check;
+
+static int check_visit(void *arg, int lineno, int kind, const char *line, const char *key, curve_grant grant,
+                       const char *user, const char *why) {
+  (void)line, (void)key, (void)grant, (void)user;
+  check *k = arg;
+  if (kind >= 0) return 0;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s:%d %s; the line admits no key", k->path, lineno, why);
+  k->bad++;
+  if (k->report) k->report(k->arg, msg);
+  return 0;
+}
+
+fsdp_status curve_authorized_check(const char *path, int *bad, curve_report report, void *arg) {
+  check k = {.path = path, .report = report, .arg = arg};
+  fsdp_status rc = walk_authorized(path, check_visit, &k);
+  if (bad) *bad = k.bad;
   return rc;
 }
 

@@ -7,10 +7,13 @@
  * secret key (blank lines and other lines starting with # are ignored), and must not be readable by
  * group or others (mode 0600). A public key file holds one key line. The daemon's STATE/keys/ holds
  * server.key (the server's keypair, keypair-file format, 0600), server.pub (its public key) and
- * authorized: one client public key per line, first on the line, optionally followed by
- * "user=NAME", the local user that key acts as on the control endpoint (docs/operations.md, "Trust
- * model"); anything after that is a note. A line whose first word is not a 40-character key, such
- * as "# ...", lists nothing.
+ * authorized, read line by line (any length), whose every line is one of (docs/operations.md,
+ * "Trust model"):
+ *   - blank, or a comment: its first non-blank character is '#' (which no key starts with);
+ *   - a grant: KEY, blanks, then exactly "user=NAME" (the local user the key acts as) or "admin"
+ *     (the daemon's own rights), then optionally blanks and a note (any text).
+ * Any other line is malformed: it admits no key, and a key that appears on one is refused (never
+ * a guessed right: no grant is the default). A key listed twice must have the same grant.
  *
  * Plain functions with no state; any thread.
  */
@@ -41,10 +44,17 @@ fsdp_status curve_pubkey_load(const char *path, char pub[CURVE_KEY_LEN + 1]);
  * server.pub on first use. *CREATED (may be NULL) says which. */
 fsdp_status curve_server_keys(const char *keys_dir, char pub[CURVE_KEY_LEN + 1], char sec[CURVE_KEY_LEN + 1],
                               int *created);
-/* Whether PUB (Z85) is listed in the authorized file PATH (a missing file lists nothing), and the
- * user its line names in USER ("" when it names none). A malformed user= on PUB's line is an error
- * naming the file and line, and PUB is not listed. */
-fsdp_status curve_authorized(const char *path, const char *pub, int *listed, char user[CURVE_USER_MAX + 1]);
+/* What a key listed in authorized may act as. */
+typedef enum { CURVE_NOT_LISTED = 0, CURVE_AS_USER, CURVE_AS_ADMIN } curve_grant;
+/* Whether PUB (Z85) is granted by the authorized file PATH (a missing file grants nothing): *GRANT,
+ * and for CURVE_AS_USER the user in USER (else ""). A malformed line holding PUB, or PUB listed again
+ * with another grant, is FSDP_ERR_FORMAT naming PATH:LINE, what is wrong and what is allowed, with
+ * *GRANT = CURVE_NOT_LISTED. */
+fsdp_status curve_authorized(const char *path, const char *pub, curve_grant *grant, char user[CURVE_USER_MAX + 1]);
+/* Each malformed line of PATH: REPORT(ARG, "PATH:LINE what is wrong; ...") when REPORT is not NULL;
+ * *BAD (may be NULL) is how many. The daemon runs it when it loads the file (zap_setup). */
+typedef void (*curve_report)(void *arg, const char *msg);
+fsdp_status curve_authorized_check(const char *path, int *bad, curve_report report, void *arg);
 /* 1 when NAME is a portable user name: 1..CURVE_USER_MAX of [A-Za-z0-9._-], not starting with '-'. */
 int curve_user_name_ok(const char *name);
 /* Make SOCK a CURVE server with secret key SEC (before bind). */

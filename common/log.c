@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "oneline.h"
 
 static log_level cur_level = LOG_INFO;
 static char prefix[64] = "fsdp";
@@ -45,7 +46,7 @@ fsdp_status log_open_file(const char *path) {
 void log_emit(log_level lvl, const char *file, int line, const char *fmt, ...) {
   static const char *tags[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
   if (lvl < cur_level) return;
-  char buf[2048];
+  char msg[2048], buf[4096];   /* the message, then its line: room for its escapes */
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
@@ -59,10 +60,12 @@ void log_emit(log_level lvl, const char *file, int line, const char *fmt, ...) {
   }
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  int m = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) len = sizeof buf - 2;
+  size_t ml = m < 0 ? 0 : (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
+  /* One line whatever the message holds: a path or a peer's text with a newline cannot forge an
+   * entry, nor an escape sequence drive whoever reads the log on a terminal. */
+  size_t len = (size_t)n + oneline_escape(buf + n, sizeof buf - (size_t)n - 1, msg, ml);
   buf[len++] = '\n';
   ssize_t w = write(log_fd, buf, len); /* one write per line keeps lines whole across threads */
   (void)w;

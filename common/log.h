@@ -2,7 +2,8 @@
  *
  *   2026-11-29T08:31:02.123Z INFO  worker[1] gathered unit 3 (1.2 MiB)
  *
- * Output goes to stderr unless log_open_file() redirects it. The settings are process-global and
+ * A message is always one line: its control characters are escaped (oneline.h), so text from
+ * elsewhere in it cannot forge a line. Output goes to stderr unless log_open_file() redirects it. The settings are process-global and
  * meant to be set once at start-up from main(); emitting a line is thread-safe (one write per line).
  */
 #ifndef FSDP_LOG_H

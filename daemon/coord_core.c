@@ -13,6 +13,7 @@
 
 #include "fsutil.h"
 #include "log.h"
+#include "oneline.h"
 #include "metricsrv.h"
 #include "zap.h"
 
@@ -68,7 +69,10 @@ void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m) {
 void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg) {
   Fsdp__Error e = FSDP__ERROR__INIT;
   e.code = (uint32_t)code;
-  e.message = (char *)msg;
+  /* one line: a path or a peer's text in it, newlines and escape sequences included, is escaped */
+  char line[4096];
+  oneline_escape_str(line, sizeof line, msg ? msg : "");
+  e.message = line;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_ERROR;
   m.error = &e;

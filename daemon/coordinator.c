@@ -22,6 +22,7 @@
 #include "schedule.h"
 #include "steps.h"
 #include "tracepull.h"
+#include "statedir.h"
 #include "zap.h"
 
 static const char *sig_name(int sig) {
@@ -500,14 +501,12 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   close(sfd);
   if (rc != FSDP_OK) goto fail;
   snprintf(path, sizeof path, "%s/jobs.db", c->state_dir);
-  /* Private whatever the umask: the state directory may be passable (0711), and the database holds
-   * every user's job files. SQLite gives its -wal and -shm files the database's mode. */
-  int dbfd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (dbfd >= 0) {
-    if (fchmod(dbfd, 0600) != 0) log_warn("cannot make %s private: %s", path, strerror(errno));
-    close(dbfd);
-  }
+  char jobs_shown[PATH_MAX + 16];
+  snprintf(jobs_shown, sizeof jobs_shown, "%s/jobs", c->state_dir);
+  uint64_t last_folder = 0;   /* a lost database, or ids that would take existing folders, refuse to start */
+  TRY_GOTO(statedir_jobs_db_prepare(path, c->jobs_fd, jobs_shown, &last_folder), rc, fail);
   TRY_GOTO(jobs_db_open(path, &c->db), rc, fail);
+  TRY_GOTO(jobs_db_ids_above(c->db, last_folder), rc, fail);
   TRY_GOTO(job_recover(c), rc, fail);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   TRY_GOTO(zap_setup(c, curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)), rc, fail);

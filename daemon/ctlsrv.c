@@ -1,14 +1,15 @@
 /* ctlsrv — see ctlsrv.h. */
 #include "ctlsrv.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
-#include "fsutil.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
@@ -113,10 +114,17 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
   }
   snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
   char id[32];
-  int jfd;
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
-  if (fsutil_dir_open(c->jobs_fd, id, 0755, FSUTIL_NO_LINKS, &jfd) == FSDP_OK) close(jfd);
-  else log_error("job %llu: %s/jobs/%s: %s", (unsigned long long)j->id, c->state_dir, id, fsdp_last_error());
+  /* A new folder or none: an existing one (another job's, its id given again) is never appended to. */
+  if (mkdirat(c->jobs_fd, id, 0755) != 0) {
+    int e = errno;
+    rc = fsdp_set_error(e == EEXIST ? FSDP_ERR_STATE : FSDP_ERR_IO, "cannot create the job's folder %s/jobs/%s: %s%s",
+                        c->state_dir, id, strerror(e), e == EEXIST ? " (a job folder is never reused)" : "");
+    log_error("job %s: %s", id, fsdp_last_error());
+    jobs_db_set_state(c->db, j->id, ST_FAILED, fsdp_last_error(), loop_now_wall());
+    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
+    goto fail;
+  }
   j->next = c->jobs;
   c->jobs = j;
   const char *kname = schedule_kind_name(j->kind);
@@ -187,12 +195,16 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   jobs_db_row_clear(&row);
 }
 
-static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
+static void serve_list(coord_t *c, const wire_env *env, const Fsdp__ListReq *q) {
   jobs_db_row *rows = NULL;
   size_t n = 0;
-  fsdp_status rc = jobs_db_list(c->db, limit, &rows, &n);
+  uint32_t counts[JOBS_DB_NSTATES];
+  fsdp_status rc = q->running_first ? jobs_db_list_running_first(c->db, q->limit, &rows, &n)
+                                    : jobs_db_list(c->db, q->limit, &rows, &n);
+  if (rc == FSDP_OK) rc = jobs_db_state_counts(c->db, counts);
   if (rc != FSDP_OK) {
     coord_reply_error(c->ctl, env, rc, fsdp_last_error());
+    jobs_db_rows_destroy(&rows, n);
     return;
   }
   Fsdp__JobInfo *infos = calloc(n ? n : 1, sizeof *infos), **ptrs = calloc(n ? n : 1, sizeof *ptrs);
@@ -209,6 +221,8 @@ static void serve_list(coord_t *c, const wire_env *env, uint32_t limit) {
     Fsdp__ListResp lr = FSDP__LIST_RESP__INIT;
     lr.n_jobs = n;
     lr.jobs = ptrs;
+    lr.n_state_jobs = JOBS_DB_NSTATES;
+    lr.state_jobs = counts;
     Fsdp__Msg m = WIRE_MSG_INIT;
     m.body_case = FSDP__MSG__BODY_LIST_RESP;
     m.list_resp = &lr;
@@ -365,7 +379,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   switch (m->body_case) {
   case FSDP__MSG__BODY_SUBMIT_REQ: serve_submit(c, &env, &who, m->submit_req); break;
   case FSDP__MSG__BODY_STATUS_REQ: serve_status(c, &env, m->status_req->job_id, m->status_req->rank); break;
-  case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req->limit); break;
+  case FSDP__MSG__BODY_LIST_REQ: serve_list(c, &env, m->list_req); break;
   case FSDP__MSG__BODY_CANCEL_REQ:
     if (allowed(c, &env, &who, m->cancel_req->job_id, "cancel")) serve_cancel(c, &env, m->cancel_req->job_id, 0);
     break;

@@ -2,6 +2,7 @@
 #include "jobs_db.h"
 
 #include <sqlite3.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,7 @@ static const char *const schema =
 enum {
   ST_INSERT, ST_TRANSITION, ST_SET_STATE, ST_SET_STARTED, ST_SET_FINISHED, ST_ADD_STEP, ST_PROGRESS,
   ST_GET, ST_LIST, ST_LIST_ALL, ST_STARTED, ST_TRANSITIONS, ST_STEP_COUNT, ST_BEGIN, ST_COMMIT,
-  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_LAST_VAL, ST_COUNT
+  ST_ROLLBACK, ST_SET_DIR, ST_STEP_JSON, ST_LAST_VAL, ST_LIST_RUN_FIRST, ST_STATE_COUNTS, ST_COUNT
 };
 
 #define ROW_COLS                                                                                  \
@@ -61,6 +62,8 @@ static const char *const sql[ST_COUNT] = {
   [ST_GET] = "SELECT " ROW_COLS "WHERE j.id = ?1",
   [ST_LIST] = "SELECT " ROW_COLS "ORDER BY j.id DESC LIMIT ?1",
   [ST_LIST_ALL] = "SELECT " ROW_COLS "ORDER BY j.id DESC",
+  [ST_LIST_RUN_FIRST] = "SELECT " ROW_COLS "ORDER BY j.state IN (2, 3) DESC, j.id DESC LIMIT ?1",
+  [ST_STATE_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
   [ST_STARTED] = "SELECT id FROM jobs WHERE state IN (2, 3)",
   [ST_TRANSITIONS] = "SELECT state, at FROM job_transitions WHERE job_id = ?1 ORDER BY rowid",
   [ST_STEP_COUNT] = "SELECT count(*) FROM job_steps WHERE job_id = ?1",
@@ -121,6 +124,42 @@ static fsdp_status migrate_owner(jobs_db *db) {
   return FSDP_OK;
 }
 
+/* The remedy, the same in every refusal to use a damaged or lost database (one line). */
+#define DB_REMEDY "restore it from a backup, or move it and the jobs folder beside it aside to start with an empty history"
+
+static fsdp_status db_corrupt(jobs_db *db, const char *what) {
+  return fsdp_set_error(FSDP_ERR_STATE, "job database %s is damaged (%s); fsdpd does not start on it, since the jobs "
+                        "it lost would never run and their ids would be given again: " DB_REMEDY, db->path, what);
+}
+
+static int is_corrupt(int code) { return (code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB; }
+
+/* SQLite's quick_check (every page's structure, without the index cross-checks of integrity_check):
+ * a database whose pages are damaged is refused before it is used, rather than serving with rows
+ * that no query can read. */
+static fsdp_status check_pages(jobs_db *db) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(db->db, "PRAGMA quick_check(1)", -1, &q, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  fsdp_status st = FSDP_OK;
+  if (rc == SQLITE_ROW) {
+    const char *r = (const char *)sqlite3_column_text(q, 0);
+    if (!r || strcmp(r, "ok")) {
+      char first[160];   /* the first problem, on one line */
+      snprintf(first, sizeof first, "quick_check: %s", r ? r : "no result");
+      for (char *c = first; *c; c++)
+        if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+      st = db_corrupt(db, first);
+    }
+  } else if (is_corrupt(rc)) {
+    st = db_corrupt(db, sqlite3_errmsg(db->db));
+  } else {
+    st = db_fail(db, "quick_check");
+  }
+  sqlite3_finalize(q);
+  return st;
+}
+
 fsdp_status jobs_db_open(const char *path, jobs_db **out) {
   *out = NULL;
   jobs_db *db = calloc(1, sizeof *db);
@@ -132,9 +171,12 @@ fsdp_status jobs_db_open(const char *path, jobs_db **out) {
     goto fail;
   }
   sqlite3_busy_timeout(db->db, 5000);
+  TRY_GOTO(check_pages(db), rc, fail);
   char *err = NULL;
-  if (sqlite3_exec(db->db, schema, NULL, NULL, &err) != SQLITE_OK) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "job database %s: cannot create the schema: %s", path, err ? err : "?");
+  int erc = sqlite3_exec(db->db, schema, NULL, NULL, &err);
+  if (erc != SQLITE_OK) {
+    if (is_corrupt(erc)) rc = db_corrupt(db, err ? err : "?");
+    else rc = fsdp_set_error(FSDP_ERR_IO, "job database %s: cannot create the schema: %s", path, err ? err : "?");
     sqlite3_free(err);
     goto fail;
   }
@@ -148,6 +190,27 @@ fsdp_status jobs_db_open(const char *path, jobs_db **out) {
   return FSDP_OK;
 fail:
   jobs_db_destroy(&db);
+  return rc;
+}
+
+fsdp_status jobs_db_ids_above(jobs_db *db, uint64_t last) {
+  if (last > (uint64_t)INT64_MAX) return fsdp_set_error(FSDP_ERR_RANGE, "job id %llu is out of range", (unsigned long long)last);
+  /* AUTOINCREMENT draws the next id from sqlite_sequence (made with the table's first row) */
+  static const char *const q =
+      "INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs', 0 WHERE NOT EXISTS"
+      " (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs');"
+      "UPDATE sqlite_sequence SET seq = max(seq, ?1, (SELECT coalesce(max(id), 0) FROM jobs)) WHERE name = 'jobs';";
+  sqlite3_stmt *st = NULL;
+  const char *tail = q;
+  fsdp_status rc = FSDP_OK;
+  while (rc == FSDP_OK && tail && *tail) {
+    if (sqlite3_prepare_v2(db->db, tail, -1, &st, &tail) != SQLITE_OK) return db_fail(db, "reserving job ids");
+    if (!st) break;
+    if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_int64(st, 1, (sqlite3_int64)last);
+    if (sqlite3_step(st) != SQLITE_DONE) rc = db_fail(db, "reserving job ids");
+    sqlite3_finalize(st);
+    st = NULL;
+  }
   return rc;
 }
 
@@ -324,10 +387,10 @@ fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out) {
   return st;
 }
 
-fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+/* The rows statement WHICH yields, LIMIT bound as ?1 when not 0. */
+static fsdp_status list_rows(jobs_db *db, int which, uint32_t limit, jobs_db_row **rows, size_t *n) {
   *rows = NULL;
   *n = 0;
-  int which = limit ? ST_LIST : ST_LIST_ALL;
   sqlite3_stmt *s = stmt(db, which);
   if (limit) sqlite3_bind_int64(s, 1, limit);
   size_t cap = 0;
@@ -349,6 +412,27 @@ fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t
   if (st == FSDP_OK && rc != SQLITE_DONE) st = db_fail(db, "listing jobs");
   sqlite3_reset(s);
   if (st != FSDP_OK) jobs_db_rows_destroy(rows, *n), *n = 0;
+  return st;
+}
+
+fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+  return list_rows(db, limit ? ST_LIST : ST_LIST_ALL, limit, rows, n);
+}
+
+fsdp_status jobs_db_list_running_first(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n) {
+  return list_rows(db, ST_LIST_RUN_FIRST, limit ? limit : UINT32_MAX, rows, n);
+}
+
+fsdp_status jobs_db_state_counts(jobs_db *db, uint32_t counts[JOBS_DB_NSTATES]) {
+  memset(counts, 0, JOBS_DB_NSTATES * sizeof *counts);
+  sqlite3_stmt *s = stmt(db, ST_STATE_COUNTS);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 0);
+    if (state >= 0 && state < JOBS_DB_NSTATES) counts[state] = (uint32_t)sqlite3_column_int64(s, 1);
+  }
+  fsdp_status st = rc == SQLITE_DONE ? FSDP_OK : db_fail(db, "counting jobs");
+  sqlite3_reset(s);
   return st;
 }
 

@@ -55,7 +55,12 @@ typedef struct jobs_db_step {
   double step_ms, tokens_per_s;
 } jobs_db_step;
 
+/* Open (or create) the database at PATH. A database whose pages are damaged (SQLite's quick_check,
+ * or a file that is no database) is FSDP_ERR_STATE: one line naming PATH and the remedy. */
 fsdp_status jobs_db_open(const char *path, jobs_db **out);
+/* Ids are never given twice: the next job's id is above LAST (the newest job folder), above every
+ * id ever given (AUTOINCREMENT), whatever rows a lost transaction took with it. */
+fsdp_status jobs_db_ids_above(jobs_db *db, uint64_t last);
 void jobs_db_destroy(jobs_db **db);
 
 /* Insert a queued job (row->id is ignored; the new id is returned). Records the 'queued' transition.
@@ -70,6 +75,12 @@ fsdp_status jobs_db_add_step(jobs_db *db, uint64_t id, const jobs_db_step *s, co
 fsdp_status jobs_db_get(jobs_db *db, uint64_t id, jobs_db_row *out);
 /* The newest LIMIT jobs (0: all), newest first; free with jobs_db_rows_destroy. */
 fsdp_status jobs_db_list(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
+/* The same with starting and running jobs first (each part newest first): a long queue of newer
+ * jobs does not push the running ones out of LIMIT. */
+fsdp_status jobs_db_list_running_first(jobs_db *db, uint32_t limit, jobs_db_row **rows, size_t *n);
+/* How many jobs are in each state: COUNTS[state] for fsdp.JobState 0..6. */
+#define JOBS_DB_NSTATES 7
+fsdp_status jobs_db_state_counts(jobs_db *db, uint32_t counts[JOBS_DB_NSTATES]);
 void jobs_db_rows_destroy(jobs_db_row **rows, size_t n);
 void jobs_db_row_clear(jobs_db_row *row);
 /* Mark every job that had started (starting or running) as failed with REASON; *count is how

@@ -2,9 +2,12 @@
 #define _GNU_SOURCE   /* O_PATH */
 #include "statedir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -139,4 +142,55 @@ fsdp_status statedir_run_dir(const statedir *sd, char *out, size_t n) {
   if (rc != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot make %s/run private: %s", sd->path, strerror(errno));
   snprintf(out, n, "%s/run", sd->path);
   return FSDP_OK;
+}
+
+
+/* NAME as a job id: decimal digits, no leading zero, > 0; else 0. */
+static uint64_t job_id_of(const char *name) {
+  if (name[0] < '1' || name[0] > '9' || strspn(name, "0123456789") != strlen(name) || strlen(name) > 19) return 0;
+  return strtoull(name, NULL, 10);
+}
+
+fsdp_status statedir_job_folders(int jobs_fd, const char *shown, uint64_t *last, size_t *count) {
+  *last = 0;
+  *count = 0;
+  int fd = openat(jobs_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return fsdp_set_error(FSDP_ERR_IO, "cannot list %s: %s", shown, strerror(errno));
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    uint64_t id = job_id_of(e->d_name);
+    if (!id) continue;
+    (*count)++;
+    if (id > *last) *last = id;
+  }
+  closedir(d);
+  return FSDP_OK;
+}
+
+fsdp_status statedir_jobs_db_prepare(const char *db_path, int jobs_fd, const char *jobs_shown, uint64_t *last) {
+  size_t folders;
+  TRY(statedir_job_folders(jobs_fd, jobs_shown, last, &folders));
+  int fd = open(db_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  int lost = fd < 0 ? errno == ENOENT : fstat(fd, &st) == 0 && st.st_size == 0;   /* SQLite takes an empty file for a new database */
+  if (fd < 0 && errno != ENOENT) return fsdp_set_error(FSDP_ERR_IO, "cannot open %s: %s", db_path, strerror(errno));
+  if (lost && folders) {
+    if (fd >= 0) close(fd);
+    return fsdp_set_error(FSDP_ERR_STATE, "the job database %s is %s, but %s holds %zu job folders (the newest %" PRIu64
+                          "): fsdpd does not start without the history they belong to, or it would give their ids "
+                          "and folders again; restore the database from a backup, or move %s aside to start with an "
+                          "empty history", db_path, fd < 0 ? "missing" : "empty", jobs_shown, folders, *last, jobs_shown);
+  }
+  if (fd < 0) fd = open(db_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot create %s: %s", db_path, strerror(errno));
+  /* Private whatever the umask: the state directory may be passable (0711), and the database holds
+   * every user's job files. SQLite gives its -wal and -shm files the database's mode. */
+  fsdp_status rc = FSDP_OK;
+  if (fchmod(fd, 0600) != 0) rc = fsdp_set_error(FSDP_ERR_IO, "cannot make %s private: %s", db_path, strerror(errno));
+  close(fd);
+  return rc;
 }

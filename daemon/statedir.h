@@ -14,12 +14,15 @@
  * The descriptors are O_CLOEXEC: kept across fork (daemonizing), never inherited by workers.
  * fsdpd.lock holds the pid of the daemon that holds the lock, for the refusal message.
  *
- * main() only, before the event loop starts.
+ * statedir_jobs_db_prepare() checks the job database against the job folders before it is opened.
+ *
+ * main() and the coordinator's start, before the event loop runs.
  */
 #ifndef FSDP_STATEDIR_H
 #define FSDP_STATEDIR_H
 
 #include <limits.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -43,5 +46,14 @@ fsdp_status statedir_open_log(const statedir *sd, int *fd);
 fsdp_status statedir_run_dir(const statedir *sd, char *out, size_t n);
 /* Close the descriptors, releasing the lock. */
 void statedir_close(statedir *sd);
+
+/* The job folders in JOBS_FD (STATE/jobs, shown as SHOWN): *COUNT names that are job ids (decimal,
+ * from 1), and *LAST the largest (0: none). */
+fsdp_status statedir_job_folders(int jobs_fd, const char *shown, uint64_t *last, size_t *count);
+/* Before the coordinator opens its job database DB_PATH: a missing or empty database while JOBS_FD
+ * holds job folders is FSDP_ERR_STATE (one line: the history was lost; restore it or move jobs/
+ * aside), since ids and folders would be given again; a missing one is created (0600, O_EXCL, no
+ * link), an existing one made private. *LAST: the newest folder's id, which no new job may take. */
+fsdp_status statedir_jobs_db_prepare(const char *db_path, int jobs_fd, const char *jobs_shown, uint64_t *last);
 
 #endif

@@ -94,15 +94,13 @@ static void on_zap(void *sock, void *arg) {
     }
   } else if (len[5] == 5 && !memcmp(fr[5], "CURVE", 5) && nf >= 7 && len[6] == 32) {
     zmq_z85_encode(z85, (const uint8_t *)fr[6], 32);
-    int listed = !strcmp(z85, c->server_pub);
+    curve_grant grant = !strcmp(z85, c->server_pub) ? CURVE_AS_ADMIN : CURVE_NOT_LISTED;
     char user[CURVE_USER_MAX + 1] = "";
-    if (!listed && curve_authorized(c->authorized_path, z85, &listed, user) != FSDP_OK)
+    if (grant == CURVE_NOT_LISTED && curve_authorized(c->authorized_path, z85, &grant, user) != FSDP_OK)
       log_error("ZAP: %s", fsdp_last_error());
-    if (listed) {
-      status = "200", text = "OK";
-      if (*user) snprintf(user_id, sizeof user_id, "%s%s", PEER_ZAP_USER, user);
-      else snprintf(user_id, sizeof user_id, "%s", PEER_ZAP_SELF);
-    }
+    if (grant == CURVE_AS_USER) snprintf(user_id, sizeof user_id, "%s%s", PEER_ZAP_USER, user);
+    else if (grant == CURVE_AS_ADMIN) snprintf(user_id, sizeof user_id, "%s", PEER_ZAP_SELF);
+    if (grant != CURVE_NOT_LISTED) status = "200", text = "OK";
   } else {
     text = "only CURVE is accepted";
   }
@@ -131,6 +129,11 @@ static void on_zap(void *sock, void *arg) {
   zap_send(sock, "", 0, 0);
 }
 
+static void report_bad_line(void *arg, const char *msg) {
+  (void)arg;
+  log_error("%s", msg);
+}
+
 /* Start the ZAP handler, and with CURVE load (or create) the server keys: before any socket binds,
  * so that no connection is ever admitted without the check. */
 fsdp_status zap_setup(coord_t *c, int curve) {
@@ -140,6 +143,12 @@ fsdp_status zap_setup(coord_t *c, int curve) {
     int created = 0;
     TRY(curve_server_keys(dir, c->server_pub, c->server_sec, &created));
     snprintf(c->authorized_path, sizeof c->authorized_path, "%s/authorized", dir);
+    int bad = 0;
+    if (curve_authorized_check(c->authorized_path, &bad, report_bad_line, NULL) != FSDP_OK)
+      log_error("%s", fsdp_last_error());
+    else if (bad)
+      log_warn("%s: %d malformed line(s) admit no key (allowed: KEY user=NAME or KEY admin, then a note)",
+               c->authorized_path, bad);
     if (created) log_info("created the CURVE server keypair in %s (public key %s)", dir, c->server_pub);
   }
   c->zap = zmq_socket(c->zctx, ZMQ_REP);

@@ -280,6 +280,7 @@ static fsdp_status check_ctl_body(const Fsdp__Msg *m, int *known) {
   case FSDP__MSG__BODY_LIST_RESP:
     NEED(m->list_resp, "list_resp");
     if (m->list_resp->n_jobs > MAX_LIST) BAD("job list has %zu entries", m->list_resp->n_jobs);
+    if (m->list_resp->n_state_jobs > 7) BAD("job counts for %zu states", m->list_resp->n_state_jobs);
     for (size_t i = 0; i < m->list_resp->n_jobs; i++) {
       NEED(m->list_resp->jobs[i], "job entry");
       TRY(check_job_info(m->list_resp->jobs[i]));

@@ -473,10 +473,13 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
       TRY(d->op->upload(d, rt->tgt, th, (size_t)B * T * sizeof(int)));
     }
     rc = eval_forward(rt);
+    /* reqs holds one training step's collectives; every batch gathers every unit again, so each
+     * batch's are waited for here (the next batch syncs the stream anyway), or [eval] batches
+     * would be bounded by the table's size */
+    fsdp_status wrc = reqs_wait(&rt->reqs);
+    if (rc == FSDP_OK) rc = wrc;
   }
   span(rt, 1, TRACE_EVAL, TRACE_NO_UNIT);
-  fsdp_status wrc = reqs_wait(&rt->reqs);
-  if (rc == FSDP_OK) rc = wrc;
   TRY(rc);
   /* Σ loss is on the device already: Σ tokens beside it, both summed over the ranks there (NCCL
    * reads no host memory), then the one read-back. The sync also turns the evaluation's span

@@ -22,7 +22,7 @@ for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 for n in a b c bogus; do "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client.pub" || fail "fsdpctl keygen $n"; done
 mkdir -m 700 "$S/coord/keys"
-cat "$S/a/client.pub" "$S/b/client.pub" "$S/c/client.pub" > "$S/coord/keys/authorized"   # every agent's key is listed
+sed "s/$/ admin/" "$S/a/client.pub" "$S/b/client.pub" "$S/c/client.pub" > "$S/coord/keys/authorized"   # every agent's key is listed, as an admin
 export FSDP_CTL="ipc://$S/coord/ctl.sock"
 # heartbeats every 2 s: a node is lost 6 s after its last one, well after a restarted agent registers
 "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --cpu-workers 0 --gpus none \

@@ -31,7 +31,7 @@ for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 for n in a b user; do "$BUILD/fsdpctl" keygen "$S/$n/client.key" > "$S/$n/client.pub"; done
 mkdir -m 700 "$S/coord/keys"
-cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub" > "$S/coord/keys/authorized"
+sed "s/$/ admin/" "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub" > "$S/coord/keys/authorized"
 export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
 start_coord() {
   "$BUILD/fsdpd" --foreground --state-dir "$S/coord" --listen "tcp://127.0.0.1:$PORT" --ctl "tcp://127.0.0.1:$CPORT" \

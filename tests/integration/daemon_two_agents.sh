@@ -36,7 +36,7 @@ done
 ! "$BUILD/fsdpctl" keygen "$S/a/client.key" >/dev/null 2>"$S/keygen.err" || fail "keygen overwrote an existing key file"
 grep -q "already exists" "$S/keygen.err" || fail "keygen over an existing file: $(cat "$S/keygen.err")"
 mkdir -m 700 "$S/coord/keys"
-{ echo "# fsdpd clients"; cat "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub"; } > "$S/coord/keys/authorized"
+{ echo "# fsdpd clients"; sed "s/$/ admin/" "$S/a/client.pub" "$S/b/client.pub" "$S/user/client.pub"; } > "$S/coord/keys/authorized"
 export FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/coord/keys/server.pub" FSDP_CLIENT_KEY="$S/user/client.key"
 
 start_coord() {
@@ -78,7 +78,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
   sleep 0.2
 done
 # The authorized file is read at every handshake: listing node-c's key lets the waiting agent in.
-cat "$S/c/client.pub" >> "$S/coord/keys/authorized"
+echo "$(cat "$S/c/client.pub") admin" >> "$S/coord/keys/authorized"
 wait_for 15 has_node_c || fail "node-c did not register after its key was authorized"
 ! grep -E "ERROR" "$S/c/fsdpd.log" | grep -v "rejected this node's CURVE key" | grep -q . || \
   fail "agent c logged an error besides its key's rejection: $(grep ERROR "$S/c/fsdpd.log" | grep -v "rejected this node" | head -3)"

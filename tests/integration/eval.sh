@@ -4,7 +4,7 @@
 # of its own, before step 1: the base model's loss), 3 and 6 and nowhere else;
 # fsdpctl status shows the latest one (from SQLite) in --json and in the human form; sample_every = 4
 # logs a sample continuing sample_prompt to the job log at steps 4 and 8. (That the value is the
-# forward-only loss of those windows: test_runtime.)
+# forward-only loss of those windows: test_runtime.) every = 1 with the default 20 batches succeeds.
 source "$(dirname "$0")/lib/daemon.sh" "$@" eval
 start_daemon
 wait_for 20 "$CTL" nodes || fail "the daemon did not answer within 20 s"
@@ -74,5 +74,14 @@ case "$(reason_of "$bid")" in
   *"[data] val $S/val200.bin"*"is >= vocab_size 128"*) ;;
   *) fail "job $bid's reason does not name the validation file's vocabulary: $(reason_of "$bid")";;
 esac
+
+# every = 1 with the default batches = 20: more collectives in one evaluation than in a training
+# step, which once failed every small job at its first evaluation ("more than 24 collectives")
+sed -e 's/^steps = 8/steps = 2/' -e 's/^every = 3/every = 1/' -e '/^batches = 2/d' -e '/^at_start/d' \
+    -e '/^sample_/d' "$S/job.ini" >"$S/every1.ini"
+eid=$("$CTL" submit "$S/every1.ini" | tail -1)
+wait_for 60 finished "$eid" || fail "job $eid did not finish within 60 s"
+is_state "$eid" succeeded || fail "job $eid with [eval] every = 1, batches = 20: $(reason_of "$eid")"
+[ "$(grep -c val_loss "$S/jobs/$eid/metrics.jsonl")" -eq 2 ] || fail "job $eid: val_loss not at both steps: $(cat "$S/jobs/$eid/metrics.jsonl")"
 stop_daemon
 echo "eval: ok"

@@ -62,7 +62,7 @@ umask 077
 mkdir -p "$FAKE/keys"
 chmod 700 "$FAKE" "$FAKE/keys"
 "$CTL" keygen "$FAKE/keys/server.key" >"$FAKE/keys/server.pub"
-echo "$("$CTL" keygen "$FAKE/keys/nodes.key") slurm nodes" >>"$FAKE/keys/authorized"
+echo "$("$CTL" keygen "$FAKE/keys/nodes.key") admin slurm nodes" >>"$FAKE/keys/authorized"
 )
 read -r FAKE_PORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 fake_node() {   # NODEID NAME FLAGS...: run in the background, it becomes that fsdpd (exec)

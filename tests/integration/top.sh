@@ -2,7 +2,8 @@
 # top — fsdpctl top against a running 2-rank CPU job: in an 80x24 tmux pane (new-session -x 80
 # -y 24, capture-pane polled until the job's row appears) the header has the job columns, the job's
 # row says running with its step, loss, tokens/s and ETA, both ranks have a memory bar and a time
-# split, the node is listed, no line passes 80 columns; q quits with status 0. Off a terminal the
+# split, the node is listed, no line passes 80 columns; q quits with status 0. Under a queue of 60
+# newer jobs the running one is still the first row and the header counts every job. Off a terminal the
 # same frame comes as plain lines (--once, -n N), and on a terminal whose TERM has no terminfo entry
 # (after one line that says so; Ctrl-C ends it with 130). With the daemon stopped (SIGSTOP) the frame says it
 # does not answer within 15 s and q still quits, and `top -n 2` then exits 1 with one line on stderr.
@@ -70,6 +71,17 @@ wait_for 30 shows_plain || fail "top with an unknown TERM did not show job $id i
 tm send-keys -t oddterm C-c
 wait_for 15 test -s "$S/top.rc" || fail "top (plain, unknown TERM) did not exit within 15 s of Ctrl-C"
 [ "$(cat "$S/top.rc")" = 130 ] || fail "top (plain, unknown TERM) exited with $(cat "$S/top.rc") after Ctrl-C, expected 130"
+
+# A queue longer than top's list (50) of newer jobs behind the running one: the running job is still
+# listed, first, and the header counts every job (before: "0 running" and only the newest rows).
+sed -e 's/^name = .*/name = waiting/' "$S/job.ini" >"$S/queued.ini"
+queued=()
+for i in $(seq 60); do queued+=("$("$CTL" submit "$S/queued.ini" | tail -1)"); done
+"$CTL" top --once >"$S/queue.txt" || fail "top --once under a queue failed"
+grep -Eq "^fsdpctl top +[0-9:]+ +1 running +0 starting +60 queued " "$S/queue.txt" || fail "top's header under a queue of 60: $(head -1 "$S/queue.txt")"
+first=$(grep -A1 -E "JOB +NAME" "$S/queue.txt" | tail -1)
+grep -Eq "^>? *$id +watched +running" <<<"$first" || fail "the running job is not the first row under a queue of 60: $(cat "$S/queue.txt")"
+for q in "${queued[@]}"; do "$CTL" cancel "$q" >/dev/null; done
 
 rc=0; "$CTL" top --interval 0 >/dev/null 2>"$S/err.txt" || rc=$?
 [ "$rc" = 2 ] && head -1 "$S/err.txt" | grep -q -- "--interval takes seconds" || fail "bad --interval: $rc $(cat "$S/err.txt")"

@@ -4,6 +4,8 @@
 #   - a job naming a file its submitter cannot read is refused at submit with one line, by the
 #     daemon itself (the client holds an extra group the submitter's account lacks, so the client's
 #     own check passes), without the file's size or first bytes in the message; the file is unchanged;
+#     the same from a job file whose name holds newlines and an escape sequence: one line back, one
+#     escaped line in the daemon's log, no forged entry;
 #   - a job whose token file the submitter reads through a supplementary group runs, and writes its
 #     checkpoint files owned by the submitter, with the submitter's umask;
 #   - `dir = ../../../../root/x` cannot make the job write where its submitter cannot;
@@ -11,6 +13,8 @@
 #     root (an admin) can; `jobs --json` and `status --json` show the owner;
 #   - an ordinary user cannot register an agent on the (world-connectable) cluster socket;
 #   - over tcp:// the key names the user (KEY user=NAME in keys/authorized), whoever runs fsdpctl;
+#     keys fail closed: a bare key, User=, "user = x", a note before user=, #user= and a key in the
+#     tail of a comment line longer than 512 bytes are refused (not admins), each bad line logged;
 #   - a daemon run by an ordinary user runs that user's jobs as before and refuses root's with one line.
 # Without root (or without useradd and setpriv) it exits 77: skipped.
 # Usage: bash trust_users.sh BUILD_DIR SOURCE_DIR
@@ -68,6 +72,19 @@ magic=$(od -An -N4 -td4 "$S/secret.bin" | tr -d ' ')
 [ "$(sha256sum < "$S/secret.bin")" = "$sum0" ] || fail "secret.bin changed"
 grep -q "submit refused" "$S/fsdpd.log" || fail "the daemon did not log the refusal (was it refused by the client only?)"
 
+# ---- a job file whose name holds newlines and escapes, refused by the daemon: one line in its log,
+# one line back, no forged entry (before: the name's lines appeared as lines of root's log)
+forged="2026-01-01T00:00:00.000Z INFO  fsdpd job 1 (root) succeeded"
+nl=$'x\n'"$forged"$'\n\e[2Jy.ini'
+cp "$S/a/secret.ini" "$S/a/$nl" && chown "$A" "$S/a/$nl"
+lines0=$(wc -l < "$S/fsdpd.log")
+set +e; out=$(cd "$S/a" && as "$A" --groups="$H" "$CTL" submit "$nl" 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "a newline path's refusal: exit $rc, not one line: $out"
+grep -qF 'x\n2026-01-01T00:00:00.000Z INFO  fsdpd job 1 (root) succeeded\n\x1b[2Jy.ini' <<<"$out" || fail "the path is not escaped: $out"
+wait_for 10 grep -q "submit refused: .*x\\\\n2026-01-01" "$S/fsdpd.log" || fail "the daemon did not log the refusal, escaped"
+! grep -q "^$forged" "$S/fsdpd.log" || fail "a forged line in the daemon's log: $(tail -n +"$lines0" "$S/fsdpd.log")"
+! tail -n +"$lines0" "$S/fsdpd.log" | grep -q $'\e' || fail "an escape character reached the daemon's log"
+
 # ---- a file readable through a supplementary group: the job runs, checkpoints owned by alice, umask 027
 job grp "$S/group.bin" 10 ck
 id1=$(cd "$S/a" && as "$A" sh -c "umask 027; exec \"$CTL\" submit grp.ini" | tail -1)
@@ -121,9 +138,15 @@ stop_daemon
 # ---- over tcp:// (CURVE) the key names the user, whoever runs fsdpctl: KEY user=NAME in authorized
 read -r CPORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -m 0700 "$S/keys"
-for k in ka kb kn; do "$CTL" keygen "$S/$k.key" > "$S/$k.pub"; done
+for k in ka kb kn k1 k2 k3 k4 k5 k6; do "$CTL" keygen "$S/$k.key" > "$S/$k.pub"; done
+# Keys fail closed: bob's keys on lines that are not exactly KEY user=NAME or KEY admin (a bare key,
+# User=, user = x, a note before user=, #user=) and in the tail of a comment longer than 512 bytes
+# are each refused, never admitted as an admin; each malformed line is logged with its file:line.
+long="#$(printf 'x%.0s' $(seq 510))$(cat "$S/k6.pub") admin"
 { echo "$(cat "$S/ka.pub") user=$A  alice's laptop"; echo "$(cat "$S/kb.pub") user=$B"
-  echo "$(cat "$S/kn.pub") user=nosuch$tag"; } > "$S/keys/authorized"
+  echo "$(cat "$S/kn.pub") user=nosuch$tag"; echo "$(cat "$S/k1.pub")"; echo "$(cat "$S/k2.pub") User=$B"
+  echo "$(cat "$S/k3.pub") user = $B"; echo "$(cat "$S/k4.pub") bob's user=$B"; echo "$(cat "$S/k5.pub") #user=$B"
+  echo "$long"; } > "$S/keys/authorized"
 start_daemon --ctl "tcp://127.0.0.1:$CPORT"
 tcp() { local key=$1; shift; env FSDP_CTL="tcp://127.0.0.1:$CPORT" FSDP_SERVER_KEY="$S/keys/server.pub" FSDP_CLIENT_KEY="$S/$key.key" "$CTL" "$@"; }
 wait_for 10 tcp ka nodes || fail "fsdpd did not answer over tcp:// within 10 s"
@@ -137,6 +160,15 @@ set +e; out=$(tcp kb cancel "$id5" 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && [ "$out" = "fsdpctl: job $id5 belongs to $A; only its owner or an admin may cancel it" ] || fail "bob's key cancelling: exit $rc: $out"
 set +e; out=$(tcp kn jobs 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && grep -q "acts as user 'nosuch$tag', who does not exist" <<<"$out" || fail "a key of an unknown user: exit $rc: $out"
+for k in k1 k2 k3 k4 k5 k6; do
+  set +e; out=$(tcp $k shutdown 2>&1); rc=$?; set -e
+  [ $rc -eq 1 ] && grep -q "rejected this client's CURVE key" <<<"$out" || fail "key $k of a malformed line: exit $rc: $out"
+done
+tcp ka nodes >/dev/null || fail "a refused key shut the daemon down"
+for l in 4 5 6 7 8; do
+  grep -q "$S/keys/authorized:$l " "$S/fsdpd.log" || fail "malformed line $l of authorized is not logged: $(grep authorized "$S/fsdpd.log" | tail -3)"
+done
+grep -q "authorized:4 names no user: add user=NAME" "$S/fsdpd.log" || fail "a bare key's line does not say to add user=NAME or admin"
 stop_daemon
 
 # ---- a daemon of an ordinary user: its own jobs run as before; root's are refused with one line

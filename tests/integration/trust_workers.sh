@@ -121,7 +121,7 @@ stop_daemon
 read -r PORT < <(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -m 0700 "$S/node" "$S/keys"
 "$CTL" keygen "$S/node/client.key" > "$S/node/client.pub"
-cp "$S/node/client.pub" "$S/keys/authorized"
+echo "$(cat "$S/node/client.pub") admin" > "$S/keys/authorized"
 start_daemon --listen "tcp://127.0.0.1:$PORT" --cpu-workers 0
 wait_for 10 test -s "$S/keys/server.pub" || fail "the coordinator wrote no server key"
 env FSDP_SERVER_KEY="$S/keys/server.pub" FSDP_CLIENT_KEY="$S/node/client.key" "$BUILD/fsdpd" --foreground \

@@ -81,17 +81,20 @@ static void test_hash_keys(void) {
   CHECK_OK(curve_keypair_load(kp, p2, s2));
   CHECK(!strcmp(p2, pub));
   path(ap, sizeof ap, "hash-authorized");
-  snprintf(text, sizeof text, "# clients\n%s node-x\n", pub);
+  snprintf(text, sizeof text, "# clients\n%s admin node-x\n", pub);
   write_text(ap, text, 0644);
-  int listed = 0;
+  curve_grant g = CURVE_NOT_LISTED;
   char user[CURVE_USER_MAX + 1];
-  CHECK_OK(curve_authorized(ap, pub, &listed, user));
-  CHECK_EQ_INT(1, listed);
-  /* commented out: not listed */
-  snprintf(text, sizeof text, "# %s\n#%s\n", pub, pub);
+  CHECK_OK(curve_authorized(ap, pub, &g, user));
+  CHECK_EQ_INT(CURVE_AS_ADMIN, g);
+  /* commented out: not listed, and no malformed line */
+  snprintf(text, sizeof text, "# %s admin\n#%s admin\n", pub, pub);
   write_text(ap, text, 0644);
-  CHECK_OK(curve_authorized(ap, pub, &listed, user));
-  CHECK_EQ_INT(0, listed);
+  CHECK_OK(curve_authorized(ap, pub, &g, user));
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
+  int bad = -1;
+  CHECK_OK(curve_authorized_check(ap, &bad, NULL, NULL));
+  CHECK_EQ_INT(0, bad);
 }
 
 static void test_authorized(void) {
@@ -101,50 +104,141 @@ static void test_authorized(void) {
   curve_keypair_new(c, s);
   char ap[512], text[512];
   path(ap, sizeof ap, "authorized");
-  int listed = 1;
+  curve_grant g = CURVE_AS_ADMIN;
   char user[CURVE_USER_MAX + 1];
-  CHECK_OK(curve_authorized(ap, a, &listed, user));   /* missing file: nobody */
-  CHECK_EQ_INT(0, listed);
-  snprintf(text, sizeof text, "# team\n\n  %s\r\n%s   # the build box\n", a, b);
+  CHECK_OK(curve_authorized(ap, a, &g, user));   /* missing file: nobody */
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
+  snprintf(text, sizeof text, "# team\n\n  %s admin\r\n%s\tuser=bob   # the build box\n", a, b);
   write_text(ap, text, 0644);
-  CHECK_OK(curve_authorized(ap, a, &listed, user));
-  CHECK_EQ_INT(1, listed);
-  CHECK_OK(curve_authorized(ap, b, &listed, user));
-  CHECK_EQ_INT(1, listed);
-  CHECK_OK(curve_authorized(ap, c, &listed, user));
-  CHECK_EQ_INT(0, listed);
+  CHECK_OK(curve_authorized(ap, a, &g, user));
+  CHECK_EQ_INT(CURVE_AS_ADMIN, g);
+  CHECK(!strcmp(user, ""));
+  CHECK_OK(curve_authorized(ap, b, &g, user));
+  CHECK_EQ_INT(CURVE_AS_USER, g);
+  CHECK(!strcmp(user, "bob"));
+  CHECK_OK(curve_authorized(ap, c, &g, user));
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
 }
 
-/* "KEY user=NAME [note]": the key acts as NAME; a key without user= names nobody (the daemon's own
- * user); a note is never taken for a user; a malformed user= is an error naming the line, and the
- * key is not listed. */
+/* Collects curve_authorized_check's reports. */
+typedef struct reports { int n; char last[512]; } reports;
+static void on_report(void *arg, const char *msg) {
+  reports *r = arg;
+  r->n++;
+  snprintf(r->last, sizeof r->last, "%s", msg);
+}
+
+/* "KEY user=NAME [note]" and "KEY admin [note]" grant; every other non-comment line is malformed:
+ * it is reported with its line, and a key on it is refused, never taken for an admin. The issue's
+ * forms: a bare key (the old "daemon's own user"), User=, "user = x", a note before user=, #user=,
+ * user= with no name or a bad one, a key with a NUL, and listing a key twice with other rights. */
 static void test_authorized_users(void) {
-  char a[CURVE_KEY_LEN + 1], b[CURVE_KEY_LEN + 1], c[CURVE_KEY_LEN + 1], d[CURVE_KEY_LEN + 1], s[CURVE_KEY_LEN + 1];
-  curve_keypair_new(a, s);
-  curve_keypair_new(b, s);
-  curve_keypair_new(c, s);
-  curve_keypair_new(d, s);
-  char ap[512], text[1024], user[CURVE_USER_MAX + 1];
+  enum { NK = 11 };
+  char k[NK][CURVE_KEY_LEN + 1], s[CURVE_KEY_LEN + 1];
+  for (int i = 0; i < NK; i++) curve_keypair_new(k[i], s);
+  char ap[512], text[4096], user[CURVE_USER_MAX + 1];
   path(ap, sizeof ap, "authorized-users");
-  snprintf(text, sizeof text, "%s user=alice  alice's laptop\n%s\tuser=bob.smith_2\n%s alice was here\n%s user=-x\n",
-           a, b, c, d);
+  int n = snprintf(text, sizeof text,
+                   "%s user=alice  alice's laptop\n"  /* 1 */
+                   "%s\tuser=bob.smith_2\n"           /* 2 */
+                   "%s admin\n"                       /* 3 */
+                   "%s\n"                             /* 4: bare */
+                   "%s alice was here\n"              /* 5: note, no grant */
+                   "%s User=alice\n"                  /* 6 */
+                   "%s user = alice\n"                /* 7 */
+                   "%s note user=alice\n"             /* 8 */
+                   "%s #user=alice\n"                 /* 9 */
+                   "%s user=-x\n"                     /* 10 */
+                   "%s user=\n"                       /* 11 */
+                   "%s user=alice\n%s admin\n",       /* 12, 13: k[0] again, other rights */
+                   k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[0], k[1]);
+  CHECK(n > 0 && n < (int)sizeof text);
   write_text(ap, text, 0644);
-  int listed = 0;
-  CHECK_OK(curve_authorized(ap, a, &listed, user));
-  CHECK_EQ_INT(1, listed);
+  curve_grant g;
+  CHECK_OK(curve_authorized(ap, k[0], &g, user));   /* listed twice, the same rights */
+  CHECK_EQ_INT(CURVE_AS_USER, g);
   CHECK(!strcmp(user, "alice"));
-  CHECK_OK(curve_authorized(ap, b, &listed, user));
-  CHECK_EQ_INT(1, listed);
-  CHECK(!strcmp(user, "bob.smith_2"));
-  CHECK_OK(curve_authorized(ap, c, &listed, user));
-  CHECK_EQ_INT(1, listed);
-  CHECK(!strcmp(user, ""));
-  CHECK(curve_authorized(ap, d, &listed, user) == FSDP_ERR_FORMAT);
-  CHECK_EQ_INT(0, listed);
-  CHECK(strstr(fsdp_last_error(), "line 4") != NULL);
+  CHECK(curve_authorized(ap, k[1], &g, user) == FSDP_ERR_FORMAT);   /* listed again as admin */
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
+  CHECK(strstr(fsdp_last_error(), ":13 ") && strstr(fsdp_last_error(), "line 2"));
+  CHECK_OK(curve_authorized(ap, k[2], &g, user));
+  CHECK_EQ_INT(CURVE_AS_ADMIN, g);
+  static const char *const why[] = {"", "", "", "names no user: add user=NAME", "'alice' after the key",
+                                    "'User=alice'", "'user' after the key", "'note' after the key",
+                                    "'#user=alice'", "'user=-x'", "'user=' after the key"};
+  for (int i = 3; i < NK; i++) {
+    g = CURVE_AS_ADMIN;
+    CHECK(curve_authorized(ap, k[i], &g, user) == FSDP_ERR_FORMAT);
+    CHECK_EQ_INT(CURVE_NOT_LISTED, g);
+    char at[600];
+    snprintf(at, sizeof at, "%s:%d ", ap, i + 1);
+    if (!strstr(fsdp_last_error(), at) || !strstr(fsdp_last_error(), why[i]) || !strstr(fsdp_last_error(), "not admitted"))
+      printf("line %d: %s\n", i + 1, fsdp_last_error());
+    CHECK(strstr(fsdp_last_error(), at) != NULL);
+    CHECK(strstr(fsdp_last_error(), why[i]) != NULL);
+  }
+  reports r = {0};
+  int bad = 0;
+  CHECK_OK(curve_authorized_check(ap, &bad, on_report, &r));
+  CHECK_EQ_INT(8, bad);   /* lines 4..11 (13 is a well-formed line: the conflict is the lookup's) */
+  CHECK_EQ_INT(8, r.n);
+  CHECK(strstr(r.last, ":11 ") != NULL);
+  /* a NUL byte inside a line: the line is malformed, the key on it refused */
+  FILE *f = fopen(ap, "w");
+  fprintf(f, "%s user=alice", k[3]);
+  fputc('\0', f);
+  fprintf(f, " x\n");
+  fclose(f);
+  CHECK(curve_authorized(ap, k[3], &g, user) == FSDP_ERR_FORMAT);
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
   CHECK(curve_user_name_ok("alice") && curve_user_name_ok("a.b-c_1"));
   CHECK(!curve_user_name_ok("") && !curve_user_name_ok("-a") && !curve_user_name_ok("a b") && !curve_user_name_ok("a/b") &&
         !curve_user_name_ok("abcdefghijklmnopqrstuvwxyz0123456"));
+}
+
+/* Lines of any length: a comment of 100 kB whose tail holds a key (at every 512-byte boundary an old
+ * fgets would have cut it at) admits nothing; a grant after it on the next line is read; a key with a
+ * 10 kB note is admitted. The same for a keypair file's comment. */
+static void test_authorized_long_lines(void) {
+  char a[CURVE_KEY_LEN + 1], b[CURVE_KEY_LEN + 1], s[CURVE_KEY_LEN + 1];
+  curve_keypair_new(a, s);
+  curve_keypair_new(b, s);
+  char ap[512], user[CURVE_USER_MAX + 1];
+  path(ap, sizeof ap, "authorized-long");
+  FILE *f = fopen(ap, "w");
+  fputc('#', f);
+  for (int pos = 1; pos < 100000; pos++) {
+    if (pos % 511 == 0) {   /* where a 512-byte chunk starts */
+      fprintf(f, "%s admin ", a);
+      pos += CURVE_KEY_LEN + 6;
+    }
+    fputc('x', f);
+  }
+  fprintf(f, "\n%s user=bob ", b);
+  for (int i = 0; i < 10000; i++) fputc('n', f);
+  fputc('\n', f);
+  fclose(f);
+  curve_grant g;
+  CHECK_OK(curve_authorized(ap, a, &g, user));
+  CHECK_EQ_INT(CURVE_NOT_LISTED, g);
+  CHECK_OK(curve_authorized(ap, b, &g, user));
+  CHECK_EQ_INT(CURVE_AS_USER, g);
+  CHECK(!strcmp(user, "bob"));
+  int bad = -1;
+  CHECK_OK(curve_authorized_check(ap, &bad, NULL, NULL));
+  CHECK_EQ_INT(0, bad);
+  /* a keypair file with a long comment whose tail would have read as a key line */
+  char pub[CURVE_KEY_LEN + 1], sec[CURVE_KEY_LEN + 1], kp[512], p2[CURVE_KEY_LEN + 1], s2[CURVE_KEY_LEN + 1];
+  curve_keypair_new(pub, sec);
+  path(kp, sizeof kp, "long-comment.key");
+  f = fopen(kp, "w");
+  fputc('#', f);
+  for (int i = 1; i < 511; i++) fputc('x', f);
+  fprintf(f, "%s\n%s\n%s\n", b, pub, sec);
+  fclose(f);
+  chmod(kp, 0600);
+  CHECK_OK(curve_keypair_load(kp, p2, s2));
+  CHECK(!strcmp(p2, pub) && !strcmp(s2, sec));
 }
 
 static void test_server_keys(void) {
@@ -251,6 +345,7 @@ int main(void) {
   test_hash_keys();
   test_authorized();
   test_authorized_users();
+  test_authorized_long_lines();
   test_server_keys();
   test_tcp_exchange();
   char cmd[600];

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "oneline.h"
 #include "log.h"
 
 static fsdp_status fails(void) { return fsdp_set_error(FSDP_ERR_RANGE, "x is %d, allowed 0..3", 7); }
@@ -81,6 +82,8 @@ int main(void) {
   log_debug("hidden %d", 1);
   log_info("gathered unit %d", 5);
   log_error("peer %s silent", "r1");
+  /* text from elsewhere with newlines and an escape sequence: one line, nothing forged */
+  log_warn("cannot read %s", "a\n2026-01-01T00:00:00.000Z INFO  worker[3] forged\r\x1b[2J\xc2\x9b.ini");
   FILE *f = fopen(path, "r");
   char buf[4096] = {0};
   size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
@@ -90,6 +93,21 @@ int main(void) {
   CHECK(strstr(buf, "INFO  worker[3] gathered unit 5\n") != NULL);
   CHECK(strstr(buf, "ERROR worker[3] peer r1 silent\n") != NULL);
   CHECK(buf[4] == '-' && buf[10] == 'T');   /* ISO 8601 timestamp first */
+  CHECK(strstr(buf, "WARN  worker[3] cannot read a\\n2026-01-01T00:00:00.000Z INFO  worker[3] forged\\r\\x1b[2J\\u009b.ini\n") != NULL);
+  CHECK(strstr(buf, "\nforged") == NULL && strstr(buf, "\n2026-01-01") == NULL && strchr(buf, 0x1b) == NULL);
+  int lines = 0;
+  for (char *p = buf; *p; p++) lines += *p == '\n';
+  CHECK_EQ_INT(3, lines);
+
+  /* oneline: every control character escaped, other UTF-8 kept, an escape never cut in half */
+  char esc[64];
+  CHECK_EQ_INT(24, (int)oneline_escape_str(esc, sizeof esc, "a\tb\x01\x7f\xc2\x85 \xc3\xa9 \\n"));
+  CHECK(!strcmp(esc, "a\\tb\\x01\\x7f\\u0085 \xc3\xa9 \\n"));
+  CHECK_EQ_INT(3, (int)oneline_escape_str(esc, 5, "x\n\n"));   /* 5 bytes hold "x\\n" and the NUL, not half of the next */
+  CHECK(!strcmp(esc, "x\\n"));
+  CHECK_EQ_INT(5, (int)oneline_escape(esc, sizeof esc, "\0z", 2));
+  CHECK(!strcmp(esc, "\\x00z"));
+  CHECK(oneline_clean("plain text, caf\xc3\xa9") && !oneline_clean("a\nb") && !oneline_clean("\xc2\x9b"));
   unlink(path);
   return check_done();
 }

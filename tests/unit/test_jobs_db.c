@@ -1,6 +1,7 @@
 /* test_jobs_db — the coordinator's SQLite store: insert, state transitions with timestamps, steps,
  * listing, unknown ids, and what survives closing and reopening (a daemon restart), including
- * failing the jobs that were unfinished. */
+ * failing the jobs that were unfinished; ids above every job folder, damaged pages refused at open,
+ * and a lost database beside kept job folders refused (statedir_jobs_db_prepare). */
 #include "jobs_db.h"
 
 #include <stdio.h>
@@ -8,9 +9,12 @@
 #include <string.h>
 #include <sqlite3.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "statedir.h"
 
 
 static jobs_db_row job_row(const char *name, int world) {
@@ -196,6 +200,137 @@ static void after_restart(const char *path, const jobs_db_row *r1, uint64_t id1,
   jobs_db_destroy(&db);     /* NULL-safe */
 }
 
+/* Running (and starting) jobs first, then the newest; the counts are every job's, whatever the limit. */
+static void test_running_first(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/order.db", dir);
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  jobs_db_row r = job_row("q", 1);
+  uint64_t id[10];
+  for (int i = 0; i < 10; i++) CHECK_OK(jobs_db_insert(db, &r, 1.0 + i, &id[i]));
+  CHECK_OK(jobs_db_set_state(db, id[1], 2, NULL, 20.0));   /* starting */
+  CHECK_OK(jobs_db_set_state(db, id[2], 2, NULL, 21.0));
+  CHECK_OK(jobs_db_set_state(db, id[2], 3, NULL, 22.0));   /* running */
+  CHECK_OK(jobs_db_set_state(db, id[0], 5, "x", 23.0));    /* failed */
+  jobs_db_row *rows = NULL;
+  size_t n = 0;
+  CHECK_OK(jobs_db_list_running_first(db, 3, &rows, &n));
+  CHECK_EQ_INT(3, n);
+  if (n == 3) {
+    CHECK_EQ_INT(id[2], rows[0].id);
+    CHECK_EQ_INT(id[1], rows[1].id);
+    CHECK_EQ_INT(id[9], rows[2].id);
+  }
+  jobs_db_rows_destroy(&rows, n);
+  CHECK_OK(jobs_db_list_running_first(db, 0, &rows, &n));   /* 0: all */
+  CHECK_EQ_INT(10, n);
+  jobs_db_rows_destroy(&rows, n);
+  uint32_t k[JOBS_DB_NSTATES];
+  CHECK_OK(jobs_db_state_counts(db, k));
+  CHECK(k[1] == 7 && k[2] == 1 && k[3] == 1 && k[4] == 0 && k[5] == 1 && k[6] == 0);
+  jobs_db_destroy(&db);
+}
+
+/* Ids are above every job folder and every id given before, whatever LAST says. */
+static void test_ids_above(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/ids.db", dir);
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  jobs_db_row r = job_row("ids", 1);
+  uint64_t id = 0;
+  CHECK_OK(jobs_db_ids_above(db, 41));   /* a fresh database beside jobs/41 */
+  CHECK_OK(jobs_db_insert(db, &r, 1.0, &id));
+  CHECK_EQ_INT(42, id);
+  CHECK_OK(jobs_db_ids_above(db, 7));    /* never lower */
+  CHECK_OK(jobs_db_insert(db, &r, 2.0, &id));
+  CHECK_EQ_INT(43, id);
+  jobs_db_destroy(&db);
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  CHECK_OK(jobs_db_ids_above(db, 99));   /* a folder whose row a lost transaction took */
+  CHECK_OK(jobs_db_insert(db, &r, 3.0, &id));
+  CHECK_EQ_INT(100, id);
+  jobs_db_destroy(&db);
+}
+
+/* Damaged pages (the rows of 300 queued jobs, a page overwritten) and a file that is no database:
+ * refused at open with one line naming the file and the remedy, never opened half-readable. */
+static void test_corrupt(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/corrupt.db", dir);
+  jobs_db *db = NULL;
+  CHECK_OK(jobs_db_open(path, &db));
+  if (!db) return;
+  static char spec[2000];
+  memset(spec, 'x', sizeof spec - 1);
+  jobs_db_row r = job_row("queued", 1);
+  r.spec_text = spec;
+  for (int i = 0; i < 300; i++) {
+    uint64_t id;
+    CHECK_OK(jobs_db_insert(db, &r, 1.0 + i, &id));
+  }
+  jobs_db_destroy(&db);   /* the last connection: the write-ahead log is folded into the file */
+  int fd = open(path, O_RDWR);
+  CHECK(fd >= 0);
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0 && st.st_size > 40 * 4096);
+  char junk[4096];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)(i * 131 + 7);
+  CHECK(pwrite(fd, junk, sizeof junk, 20 * 4096) == (ssize_t)sizeof junk);   /* one page of the rows */
+  close(fd);
+  CHECK(jobs_db_open(path, &db) == FSDP_ERR_STATE);
+  CHECK(db == NULL);
+  CHECK(strstr(fsdp_last_error(), path) != NULL);
+  CHECK(strstr(fsdp_last_error(), "restore it from a backup") != NULL);
+  CHECK(strchr(fsdp_last_error(), '\n') == NULL);
+  snprintf(path, sizeof path, "%s/notadb.db", dir);
+  FILE *f = fopen(path, "w");
+  for (int i = 0; i < 2000; i++) fputs("not a database ", f);
+  fclose(f);
+  CHECK(jobs_db_open(path, &db) == FSDP_ERR_STATE);
+  CHECK(strstr(fsdp_last_error(), "is damaged") != NULL);
+}
+
+/* The database lost (removed, or emptied) while jobs/ keeps its folders: refused, naming the file,
+ * the newest folder and the remedy; with no folders a missing database is created 0600. */
+static void test_lost(const char *dir) {
+  char state[300], jobs[320], dbp[320];
+  snprintf(state, sizeof state, "%s/state", dir);
+  snprintf(jobs, sizeof jobs, "%s/jobs", state);
+  snprintf(dbp, sizeof dbp, "%s/jobs.db", state);
+  CHECK(mkdir(state, 0700) == 0 && mkdir(jobs, 0700) == 0);
+  int jfd = open(jobs, O_RDONLY | O_DIRECTORY);
+  CHECK(jfd >= 0);
+  uint64_t last = 99;
+  CHECK_OK(statedir_jobs_db_prepare(dbp, jfd, jobs, &last));   /* first start */
+  CHECK_EQ_INT(0, last);
+  struct stat st;
+  CHECK(stat(dbp, &st) == 0 && (st.st_mode & 0777) == 0600 && st.st_size == 0);
+  CHECK(mkdirat(jfd, "3", 0755) == 0 && mkdirat(jfd, "12", 0755) == 0 && mkdirat(jfd, "x", 0755) == 0 &&
+        mkdirat(jfd, "012", 0755) == 0);
+  CHECK(statedir_jobs_db_prepare(dbp, jfd, jobs, &last) == FSDP_ERR_STATE);   /* empty, beside folders */
+  CHECK(strstr(fsdp_last_error(), "is empty") && strstr(fsdp_last_error(), "2 job folders (the newest 12)") &&
+        strstr(fsdp_last_error(), "restore the database from a backup"));
+  CHECK(unlink(dbp) == 0);
+  CHECK(statedir_jobs_db_prepare(dbp, jfd, jobs, &last) == FSDP_ERR_STATE);   /* removed */
+  CHECK(strstr(fsdp_last_error(), dbp) && strstr(fsdp_last_error(), "is missing"));
+  CHECK(access(dbp, F_OK) != 0);   /* nothing created in its place */
+  jobs_db *db = NULL;   /* a database with its history: the next id is above the newest folder */
+  CHECK(close(open(dbp, O_CREAT | O_WRONLY, 0600)) == 0);
+  CHECK_OK(jobs_db_open(dbp, &db));
+  jobs_db_row r = job_row("kept", 1);
+  uint64_t id = 0;
+  CHECK_OK(jobs_db_insert(db, &r, 1.0, &id));
+  jobs_db_destroy(&db);
+  CHECK_OK(statedir_jobs_db_prepare(dbp, jfd, jobs, &last));
+  CHECK_EQ_INT(12, last);
+  close(jfd);
+}
+
 int main(void) {
   char dir[] = "/tmp/test-jobs-db-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -226,6 +361,10 @@ int main(void) {
   after_restart(path, &r1, id1, id2, id3);
 
   test_owner_migration(dir);
+  test_ids_above(dir);
+  test_running_first(dir);
+  test_corrupt(dir);
+  test_lost(dir);
 
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
