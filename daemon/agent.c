@@ -339,12 +339,13 @@ static int env_has(char **env, size_t n, const char *entry) {
 
 /* Whether the daemon's own variable ENTRY ("NAME=VALUE") passes to its workers: what finding the
  * libraries and the devices needs, the locale and time zone, and the runtime's own knobs (FSDP_*,
- * CUDA_*, NCCL_*, GLOO_*, the sanitizers'); never the rest of a root daemon's environment. HOME, USER
+ * CUDA_*, NCCL_*, GLOO_*, the Slurm allocation's SLURM_*, the sanitizers'); never the rest of a root
+ * daemon's environment. HOME, USER
  * and LOGNAME are the owner's where the worker starts as another user (asuser_exec_main sets them). */
 static int worker_env_passes(const char *entry) {
   static const char *const names[] = {"PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "TZ", "LANG", "TMPDIR",
                                       "VIRTUAL_ENV", "CONDA_PREFIX", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"};
-  static const char *const prefixes[] = {"LC_", "FSDP_", "CUDA_", "NCCL_", "GLOO_", "ASAN_", "UBSAN_", "LSAN_"};
+  static const char *const prefixes[] = {"LC_", "FSDP_", "CUDA_", "NCCL_", "GLOO_", "SLURM_", "ASAN_", "UBSAN_", "LSAN_"};
   const char *eq = strchr(entry, '=');
   if (!eq) return 0;
   size_t len = (size_t)(eq - entry);
