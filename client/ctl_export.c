@@ -4,7 +4,9 @@
  * Every rank file is verified whole (every CRC32C) first; the parameters are then resharded into a
  * single whole-model "shard" through the same loader a resuming worker uses. Holds the model three
  * times in memory (the loader also restores AdamW m and v), which is fine for the CPU-sized models it
- * is meant for. */
+ * is meant for. The output is an fsutil_out (one descriptor of its directory, everything removed on
+ * failure); run as root, the checkpoint, the source folder and --tokenizer must be root's alone
+ * (docs/cli.md, "Run as root"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
