@@ -52,10 +52,11 @@ size=$(stat -c %s "$S/victim")
 sums() { (cd "$S" && sha256sum victim vdir/* && ls -A vdir); }
 sums >"$S/sums.before"
 unchanged() { sums | cmp -s - "$S/sums.before" || fail "$1: root's secret file or folder changed: $(ls -A "$S/vdir")"; }
-# clean WHAT TEXT: TEXT holds nothing of root's file: not its content, not its size
-clean() { ! grep -qe "$SECRET" -e "$size" -e "$((size - 8))" <<<"$2" || fail "$1 leaks root's file: $2"; }
+# clean WHAT TEXT: TEXT holds nothing of root's file: not its content (not even its first word, as
+# a JSON parser's "near 'TOPSECRET'" quotes it), not its size
+clean() { ! grep -qe TOPSECRET -e "$size" -e "$((size - 8))" <<<"$2" || fail "$1 leaks root's file: $2"; }
 # no_secret WHAT DIR: no file under DIR holds root's secret
-no_secret() { [ ! -e "$2" ] || ! grep -rqF "$SECRET" "$2" || fail "$1: $2 holds root's secret"; }
+no_secret() { [ ! -e "$2" ] || ! grep -rqF TOPSECRET "$2" || fail "$1: $2 holds root's secret"; }
 # refused_once WHAT RC TEXT: exit status 1 and one line
 refused_once() {
   [ "$2" = 1 ] || fail "$1: exit $2, expected 1: $3"
@@ -111,7 +112,7 @@ submit_refused "from = DIR, the index linked to root's file" m2.ini "$S/u/m2/mod
 job m3 2 "" "${MODEL[@]}" "init = $S/u/m3/model.safetensors.index.json" | as_u tee "$S/u/m3.ini" >/dev/null
 submit_refused "init = an index whose shard links to root's file" m3.ini "$S/u/m3/part.safetensors"
 [ "$(grep -c "submit refused" "$S/fsdpd.log")" -ge $((n0 + 3)) ] || fail "the daemon did not refuse the three jobs itself"
-! grep -qe "$SECRET" -e "bytes after the length" "$S/fsdpd.log" || fail "the daemon's log leaks root's file"
+! grep -qe TOPSECRET -e "bytes after the length" "$S/fsdpd.log" || fail "the daemon's log leaks root's file"
 
 # ---- 2. the user's checkpoint, its manifest's source pointed at root's private folder
 as_u cp -r "$S/hf" "$S/u/hf"
