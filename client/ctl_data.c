@@ -220,6 +220,7 @@ int ctl_gen_data(int argc, char **argv) {
     {"val-fraction", required_argument, NULL, 'f'}, {"tokenizer", required_argument, NULL, 'T'},
     {"eos", no_argument, NULL, 'E'}, {"threads", required_argument, NULL, 'P'},
     {"doc-sep", required_argument, NULL, 'S'}, {NULL, 0, NULL, 0}};
+  fsutil_reads_own_tree(1);   /* run as root: root's own text and tokenizer only (docs/cli.md, "Run as root") */
   tokdata_args ta = {0};
   char *sep = NULL;
   int64_t threads = 0;

@@ -172,6 +172,7 @@ int ctl_export(int argc, char **argv) {
   export_args a;
   int prc = export_parse(argc, argv, &a);
   if (prc >= 0) return prc;
+  fsutil_reads_own_tree(1);   /* run as root: root's own files only (docs/cli.md, "Run as root") */
   const char *out = a.out, *dtype = a.dtype;
   uint64_t max_shard = a.max_shard;
   int folder_flags = a.folder_flags;

