@@ -279,13 +279,19 @@ fsdp_status fsutil_check_own_tree(int dirfd, const char *shown) {
   return fsutil_check_parents(dirfd, shown);
 }
 
-/* Under fsutil_reads_own_tree, root reads the file FD (in directory DIRFD) only when it is root's alone. */
+/* Under fsutil_reads_own_tree, root reads the file FD (in directory DIRFD) only when it is root's alone.
+ * A refused directory is named by where it is (its descriptor's path), not by SHOWN, the file. */
 static fsdp_status check_read_tree(int fd, int dirfd, const char *shown) {
   if (!reads_own_tree || geteuid() != 0) return FSDP_OK;
   struct stat st;
   if (fstat(fd, &st) != 0) return fsdp_set_error(FSDP_ERR_IO, "cannot stat %s: %s", shown, strerror(errno));
   if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) return own_tree_refusal(shown, &st);
-  return fsutil_check_own_tree(dirfd, shown);
+  char proc[64], dir[PATH_MAX];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", dirfd);
+  ssize_t n = readlink(proc, dir, sizeof dir - 1);
+  if (n > 0) dir[n] = '\0';
+  else snprintf(dir, sizeof dir, "the directory of %s", shown);
+  return fsutil_check_own_tree(dirfd, dir);
 }
 
 /* PATH's directory part in DIR ("." when none) and its last component in NAME. */

@@ -337,10 +337,13 @@ static void test_own_tree(void) {
   CHECK_OK(fsutil_open_read(AT_FDCWD, p, &fd));
   close(fd);
   const char *refused[] = {"tree/bobs", "tree/bob/f", "tree/open/f"};
+  const char *named[] = {"tree/bobs is owned by", "tree/bob is owned by", "tree/open is owned by root"};
   for (int i = 0; i < 3; i++) {
     at(p, sizeof p, refused[i]);
     CHECK_EQ_INT(FSDP_ERR_DENIED, fsutil_open_read(AT_FDCWD, p, &fd));
     CHECK(strstr(fsdp_last_error(), "fsdpctl reads only what root alone owns") != NULL);
+    if (!strstr(fsdp_last_error(), named[i])) fprintf(stderr, "  got '%s', want '%s'\n", fsdp_last_error(), named[i]);
+    CHECK(strstr(fsdp_last_error(), named[i]) != NULL);   /* the file or the directory that is at fault */
   }
   at(p, sizeof p, "tree/open/f");
   CHECK(chmod(p, 0646) == 0);   /* a file others can write, too */
