@@ -4,6 +4,7 @@
  * synthetic Markov chain behind `train = synthetic:markov:SEED` with its entropy rate (the loss
  * floor). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 
 #include "ctl.h"
 #include "ctl_tokdata.h"
+#include "fsutil.h"
 #include "tokens.h"
 
 #define TEXT_VOCAB 256   /* byte-level: token = byte */
@@ -77,15 +79,20 @@ static char *unescape(const char *s) {
 
 /* Append the bytes of PATH to *buf (one token per byte), growing it; a one-line error otherwise. */
 static int read_text(const char *path, uint32_t **buf, int64_t *n, int64_t *cap) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
+  int fd;
+  FILE *fp = NULL;
+  fsdp_status rc = fsutil_open_read(AT_FDCWD, path, &fd);   /* no one else's link; as root, root's files only */
+  if (rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_IO) {
     fprintf(stderr, "fsdpctl gen-data: cannot read text file %s: %s\n", path, strerror(errno));
     return 0;
   }
-  struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "fsdpctl gen-data: text file %s is not a regular file\n", path);
-    fclose(fp);
+  if (rc != FSDP_OK) {
+    fprintf(stderr, "fsdpctl gen-data: text file %s\n", fsdp_last_error());
+    return 0;
+  }
+  if (!(fp = fdopen(fd, "rb"))) {
+    fprintf(stderr, "fsdpctl gen-data: cannot read text file %s: %s\n", path, strerror(errno));
+    close(fd);
     return 0;
   }
   int64_t before = *n;
@@ -147,11 +154,7 @@ static int gen_text(char **files, int nfiles, const char *out, const char *val, 
     free(tok);
     return 1;
   }
-  fsdp_status rc = tok_write(out, tok, ntrain, TEXT_VOCAB);
-  if (rc == FSDP_OK && val) {
-    rc = tok_write(val, tok + ntrain, nval, TEXT_VOCAB);
-    if (rc != FSDP_OK) unlink(out);   /* all or nothing: no training file without its validation tail */
-  }
+  fsdp_status rc = tokdata_write(out, tok, ntrain, val, tok + ntrain, nval, TEXT_VOCAB);
   free(tok);
   if (rc != FSDP_OK) {
     fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error());
@@ -188,7 +191,7 @@ static int gen_markov(uint64_t seed, int64_t vocab, int64_t ntok, const char *ou
     goto fail;
   }
   TRY_GOTO(tok_markov_generate(m, ntok, tok), rc, fail);
-  TRY_GOTO(tok_write(out, tok, ntok, (int)vocab), rc, fail);
+  TRY_GOTO(tokdata_write(out, tok, ntok, NULL, NULL, 0, (int)vocab), rc, fail);
   double h = tok_markov_entropy(m);
   if (json) {
     json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f}", "path", out, "tokens", (json_int_t)ntok,
@@ -217,6 +220,7 @@ int ctl_gen_data(int argc, char **argv) {
     {"val-fraction", required_argument, NULL, 'f'}, {"tokenizer", required_argument, NULL, 'T'},
     {"eos", no_argument, NULL, 'E'}, {"threads", required_argument, NULL, 'P'},
     {"doc-sep", required_argument, NULL, 'S'}, {NULL, 0, NULL, 0}};
+  fsutil_reads_own_tree(1);   /* run as root: root's own text and tokenizer only (docs/cli.md, "Run as root") */
   tokdata_args ta = {0};
   char *sep = NULL;
   int64_t threads = 0;

@@ -4,8 +4,11 @@
  * Every rank file is verified whole (every CRC32C) first; the parameters are then resharded into a
  * single whole-model "shard" through the same loader a resuming worker uses. Holds the model three
  * times in memory (the loader also restores AdamW m and v), which is fine for the CPU-sized models it
- * is meant for. */
+ * is meant for. The output is an fsutil_out (one descriptor of its directory, everything removed on
+ * failure); run as root, the checkpoint, the source folder and --tokenizer must be root's alone
+ * (docs/cli.md, "Run as root"). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -25,25 +28,39 @@
 #include "plan.h"
 #include "safetensors.h"
 
-/* DIR/config.json for OUT = DIR/NAME.safetensors (DIR "." when OUT has no slash). */
-static int config_dir(const char *out, char *buf, size_t n) {
-  const char *slash = strrchr(out, '/');
-  int w = slash ? snprintf(buf, n, "%.*s", (int)(slash - out), out) : snprintf(buf, n, ".");
-  return w > 0 && (size_t)w < n;
-}
-
-/* OUT.safetensors and config.json beside it: fsdpd's own GPT2Config or LlamaConfig. */
-static fsdp_status export_file(const char *out, const plan_t *p, float *const *units) {
-  char dir[PATH_MAX];
-  if (!config_dir(out, dir, sizeof dir)) return fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
-  TRY(st_save_units(out, p, units));
+/* NAME.safetensors and config.json beside it (fsdpd's own GPT2Config or LlamaConfig) in the directory
+ * OUT holds. */
+static fsdp_status export_file(fsutil_out *out, const char *name, const plan_t *p, float *const *units) {
+  TRY(st_save_units_at(out->dirfd, out->shown, name, p, units));
+  TRY(fsutil_out_claim(out, name));
   json_t *o = hf_config_json(&p->model, NULL, "float32");
   char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
   json_decref(o);
-  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s/config.json", dir);
-  fsdp_status rc = hfdir_write_file(dir, "config.json", text, strlen(text));
+  if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory building %s/config.json", out->shown);
+  fsdp_status rc = fsutil_out_write(out, "config.json", text, strlen(text), 0644);
   free(text);
   return rc;
+}
+
+/* The model's source folder ([model] from, in the manifest): kept when its config.json can be read,
+ * dropped with a warning when it is gone; any other refusal (another user's link, another user's tree
+ * run as root) fails the export. */
+static fsdp_status source_folder(const char *source, const char **out) {
+  char cfg[PATH_MAX + 16];
+  int fd;
+  *out = NULL;
+  if (!*source) return FSDP_OK;
+  snprintf(cfg, sizeof cfg, "%s/config.json", source);
+  fsdp_status rc = fsutil_open_read(AT_FDCWD, cfg, &fd);
+  if (rc == FSDP_ERR_NOTFOUND) {
+    fprintf(stderr, "fsdpctl export: warning: the model came from %s, whose config.json is gone: writing fsdpd's own "
+                    "config and no tokenizer files\n", source);
+    return FSDP_OK;
+  }
+  TRY(rc);
+  close(fd);
+  *out = source;
+  return FSDP_OK;
 }
 
 static void export_usage(FILE *f) {
@@ -155,6 +172,7 @@ int ctl_export(int argc, char **argv) {
   export_args a;
   int prc = export_parse(argc, argv, &a);
   if (prc >= 0) return prc;
+  fsutil_reads_own_tree(1);   /* run as root: root's own files only (docs/cli.md, "Run as root") */
   const char *out = a.out, *dtype = a.dtype;
   uint64_t max_shard = a.max_shard;
   int folder_flags = a.folder_flags;
@@ -173,9 +191,11 @@ int ctl_export(int argc, char **argv) {
   if (step_dir_split(dir, root, sizeof root, &s) != 0) return 1;
   plan_t *p = NULL;
   float *param = NULL, *m = NULL, *v = NULL, **units = NULL;
+  fsutil_out o = FSUTIL_OUT_INIT;
   fsdp_status rc = FSDP_OK;
   dir = root;
   if (!s) TRY_GOTO(ckpt_latest(dir, &s), rc, out);
+  TRY_GOTO(ckpt_check_own_tree(dir, s), rc, out);   /* run as root: root's own checkpoints only */
   ckpt_info ci;
   TRY_GOTO(ckpt_read_manifest(dir, s, &ci), rc, out);
   TRY_GOTO(ckpt_verify(dir, &ci, 0, 1), rc, out);
@@ -199,39 +219,34 @@ int ctl_export(int argc, char **argv) {
   TRY_GOTO(ckpt_load_shard(dir, &ci, &spec, p, 0, param, m, v, NULL), rc, out);
   for (int u = 0; u < p->nunits; u++) units[u] = param + p->units[u].shard_base;
   char copied[256] = "";
+  const char *name = NULL;
+  /* every file is written at one descriptor of the output folder, and all of them go if any fails */
+  if (one_file) TRY_GOTO(fsutil_out_parent(out, &o, &name), rc, out);
+  else TRY_GOTO(fsutil_out_dir(out, &o), rc, out);
   if (one_file) {
-    char odir[PATH_MAX];
-    if (a.tokenizer && !config_dir(out, odir, sizeof odir)) {
-      rc = fsdp_set_error(FSDP_ERR_RANGE, "output path %s is too long", out);
-      goto out;
-    }
     /* first: a tokenizer that cannot be used is refused before anything is written */
-    if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, odir, copied, sizeof copied), rc, out);
-    TRY_GOTO(export_file(out, p, units), rc, out);
+    if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, &o, copied, sizeof copied), rc, out);
+    TRY_GOTO(export_file(&o, name, p, units), rc, out);
     printf("wrote %s and its config.json%s%s: step %d of a %d-rank %s checkpoint, %lld parameters\n", out,
            a.tokenizer ? " with " : "", copied, ci.step, ci.world, jobspec_shard_mode_name(ci.sharding),
            (long long)p->n_params);
     goto out;
   }
-  hfdir_opts ho = {.max_shard = max_shard, .source = ci.source[0] ? ci.source : NULL};
-  char cfg[PATH_MAX + 16];
-  snprintf(cfg, sizeof cfg, "%s/config.json", ci.source);
-  if (ho.source && access(cfg, R_OK) != 0) {
-    fprintf(stderr, "fsdpctl export: warning: the model came from %s, whose config.json is gone (%s): writing fsdpd's "
-                    "own config and no tokenizer files\n", ci.source, strerror(errno));
-    ho.source = NULL;
-  }
+  hfdir_opts ho = {.max_shard = max_shard};
+  TRY_GOTO(source_folder(ci.source, &ho.source), rc, out);
   ho.dtype = dtype ? (strcmp(dtype, "bf16") ? DTYPE_FP32 : DTYPE_BF16)
                    : ho.source ? hfdir_source_dtype(ho.source) : DTYPE_FP32;
   int nfiles = 0;
-  TRY_GOTO(hfdir_write(out, p, units, &ho, &nfiles), rc, out);
-  if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, out, copied, sizeof copied), rc, out);
+  TRY_GOTO(hfdir_write_to(&o, p, units, &ho, &nfiles), rc, out);
+  if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, &o, copied, sizeof copied), rc, out);
   printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters, %s in %d file%s%s%s%s%s\n", out, ci.step,
          ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params, jobspec_dtype_kind_name(ho.dtype),
          nfiles, nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "", ho.source ? ho.source : "",
          a.tokenizer ? ", tokenizer " : "", copied);
 out:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
+  if (rc == FSDP_OK) fsutil_out_close(&o);
+  else fsutil_out_discard(&o);   /* a failed export leaves nothing of itself */
   free(units);
   free(param);
   free(m);

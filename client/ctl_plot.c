@@ -37,8 +37,14 @@ typedef struct point {
 static int read_points(const char *path, point **pts, size_t *n) {
   *pts = NULL;
   *n = 0;
-  FILE *f = fopen(path, "r");
-  if (!f) return ctl_fail("plot: cannot open %s: %s", path, strerror(errno));
+  int fd;
+  if (fsutil_open_read(AT_FDCWD, path, &fd) != FSDP_OK)   /* no one else's link; as root, root's files only */
+    return ctl_fail("plot: %s", fsdp_last_error());
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return ctl_fail("plot: cannot open %s: %s", path, strerror(errno));
+  }
   char *line = NULL;
   size_t cap = 0, alloc = 0, lineno = 0;
   ssize_t len;
@@ -221,6 +227,7 @@ int ctl_plot(int argc, char **argv) {
   static const struct option opts[] = {
     {"output", required_argument, 0, 'o'}, {"size", required_argument, 0, 's'},
     {"ctl", required_argument, 0, OPT_CTL}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  fsutil_reads_own_tree(1);   /* run as root: root's own metrics only (docs/cli.md, "Run as root") */
   const char *out = NULL, *ctl = NULL;
   int w = 1000, h = 900, o;
   opterr = 0;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bpe.h"
+#include "fsutil.h"
 #include "tokens.h"
 
 #define CHUNK_BYTES (256u << 10)         /* documents per work item: about this much text */
@@ -111,13 +112,15 @@ static int read_inputs(const tokdata_args *a, input *in, doc **docs, size_t *nd)
   if (!in->maps || !in->lens) return fprintf(stderr, "fsdpctl gen-data: out of memory\n"), 0;
   for (int i = 0; i < a->nfiles; i++) {
     const char *path = a->files[i];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd;
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size == 0) {
-      fprintf(stderr, "fsdpctl gen-data: text file %s: %s\n", path,
-              fd < 0 ? strerror(errno) : st.st_size == 0 && S_ISREG(st.st_mode) ? "empty; every --text file needs text"
-                                                                                 : "not a regular file");
-      if (fd >= 0) close(fd);
+    fsdp_status rc = fsutil_open_read(AT_FDCWD, path, &fd);   /* no one else's link; as root, root's files only */
+    if (rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_IO)
+      return fprintf(stderr, "fsdpctl gen-data: text file %s: %s\n", path, strerror(errno)), 0;
+    if (rc != FSDP_OK) return fprintf(stderr, "fsdpctl gen-data: text file %s\n", fsdp_last_error()), 0;
+    if (fstat(fd, &st) || st.st_size == 0) {
+      fprintf(stderr, "fsdpctl gen-data: text file %s: empty; every --text file needs text\n", path);
+      close(fd);
       return 0;
     }
     in->lens[i] = (size_t)st.st_size;
@@ -279,8 +282,7 @@ static int write_out(const tokdata_args *a, job *j, size_t total, double secs, i
   fsdp_status rc = FSDP_OK;
   if (a->val && nval < 1)
     rc = fsdp_set_error(FSDP_ERR_RANGE, "--val-fraction %g of %zu tokens leaves the validation tail empty", a->frac, n);
-  if (rc == FSDP_OK) rc = tok_write(a->out, all, ntrain, vocab);
-  if (rc == FSDP_OK && a->val && (rc = tok_write(a->val, all + ntrain, nval, vocab)) != FSDP_OK) unlink(a->out);
+  if (rc == FSDP_OK) rc = tokdata_write(a->out, all, ntrain, a->val, all + ntrain, nval, vocab);
   free(all);
   if (rc != FSDP_OK) return fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error()), 0;
   if (a->json) {
@@ -337,4 +339,23 @@ done:
   free_inputs(a, &in);
   bpe_destroy(&tok);
   return ok ? 0 : 1;
+}
+
+fsdp_status tokdata_write(const char *out, const uint32_t *train, int64_t ntrain, const char *val, const uint32_t *vtok,
+                          int64_t nval, int vocab) {
+  fsutil_out o[2] = {FSUTIL_OUT_INIT, FSUTIL_OUT_INIT};
+  const char *paths[2] = {out, val}, *name;
+  const uint32_t *toks[2] = {train, vtok};
+  int64_t counts[2] = {ntrain, nval};
+  fsdp_status rc = FSDP_OK;
+  for (int i = 0; rc == FSDP_OK && i < (val ? 2 : 1); i++) {
+    if ((rc = fsutil_out_parent(paths[i], &o[i], &name)) != FSDP_OK) break;
+    rc = tok_write_at(o[i].dirfd, o[i].shown, name, toks[i], counts[i], vocab);
+    if (rc == FSDP_OK) rc = fsutil_out_claim(&o[i], name);
+  }
+  for (int i = 0; i < 2; i++) {   /* all or nothing: no training file without its validation tail */
+    if (rc == FSDP_OK) fsutil_out_close(&o[i]);
+    else fsutil_out_discard(&o[i]);
+  }
+  return rc;
 }

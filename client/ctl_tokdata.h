@@ -11,6 +11,10 @@
 #ifndef FSDP_CTL_TOKDATA_H
 #define FSDP_CTL_TOKDATA_H
 
+#include <stdint.h>
+
+#include "err.h"
+
 typedef struct tokdata_args {
   const char *tokenizer;   /* tokenizer.json or a folder holding one */
   char **files;            /* --text FILE... in order */
@@ -25,5 +29,11 @@ typedef struct tokdata_args {
 
 /* Runs gen-data --tokenizer; returns the exit status, a one-line reason on stderr on failure. */
 int ctl_tokdata(const tokdata_args *a);
+
+/* gen-data's output, every mode's: NTRAIN tokens of TRAIN as the file OUT and, when VAL is not NULL, NVAL
+ * tokens of VTOK as VAL; each written at its directory's descriptor, opened once (no name along the path
+ * is looked up again), and all or nothing: on failure neither file is left. */
+fsdp_status tokdata_write(const char *out, const uint32_t *train, int64_t ntrain, const char *val, const uint32_t *vtok,
+                          int64_t nval, int vocab);
 
 #endif

@@ -5,8 +5,11 @@
  * its own), and the source folder's tokenizer files, so that AutoModelForCausalLM and AutoTokenizer load
  * the folder as it is.
  *
- * Every file is written as NAME.tmp in the folder (created new: O_EXCL, O_NOFOLLOW), synced and renamed;
- * the folder is created, or an existing empty directory (not a link) is used. Single-threaded tool code.
+ * The folder is an fsutil_out: opened once (created, or an existing empty directory that is no link) and
+ * every file written at its descriptor as NAME.tmp (created new: O_EXCL, O_NOFOLLOW), synced and renamed,
+ * so that nothing swapped in along its path afterwards redirects a write; a failure removes everything
+ * written. The source folder's config and tokenizer files are read as fsutil_open_read allows (no other
+ * user's link; run as root, root's own files only). Single-threaded tool code.
  */
 #ifndef FSDP_HFDIR_H
 #define FSDP_HFDIR_H
@@ -14,6 +17,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "fsutil.h"
 #include "plan.h"
 
 typedef struct hfdir_opts {
@@ -25,13 +29,14 @@ typedef struct hfdir_opts {
 /* Transformers 5's save_pretrained default max_shard_size, "50GB". */
 #define HFDIR_MAX_SHARD_DEFAULT 50000000000ull
 
-/* Write the folder DIR from the full unit buffers UNITS of P (a world-1 plan). *NFILES: weights files. */
+/* Write the folder DIR from the full unit buffers UNITS of P (a world-1 plan). *NFILES: weights files.
+ * On failure nothing of it is left (fsutil_out_discard). */
 fsdp_status hfdir_write(const char *dir, const plan_t *p, float *const *units, const hfdir_opts *o, int *nfiles);
+/* The same into the open output folder OUT, which the caller discards or closes (so that more files can
+ * join it and go with it on a later failure). */
+fsdp_status hfdir_write_to(fsutil_out *out, const plan_t *p, float *const *units, const hfdir_opts *o, int *nfiles);
 
 /* The dtype of the weights in the folder SRC by its config.json ("bfloat16": bf16, else fp32). */
 dtype_kind hfdir_source_dtype(const char *src);
-
-/* Write TEXT (LEN bytes) as DIR/NAME through DIR/NAME.tmp (O_EXCL, O_NOFOLLOW), fsynced, renamed. */
-fsdp_status hfdir_write_file(const char *dir, const char *name, const char *text, size_t len);
 
 #endif

@@ -2,6 +2,7 @@
  * component is checked against what bpe_*.c implements; the first that is not is refused in one
  * line naming it and what is supported.
  */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include <utf8proc.h>
 
 #include "bpe_priv.h"
+#include "fsutil.h"
+
+#define BPE_MAX_FILE ((size_t)1 << 30)   /* a tokenizer.json is megabytes */
 
 #define BAD(...) fsdp_set_error(FSDP_ERR_UNSUPPORTED, __VA_ARGS__)
 
@@ -416,19 +420,6 @@ fsdp_status bpe_load_json(const char *json, size_t len, const char *name, bpe_to
   return FSDP_OK;
 }
 
-static fsdp_status read_file(const char *path, char **buf, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return fsdp_set_error(FSDP_ERR_NOTFOUND, "cannot open %s: %m", path);
-  struct stat sb;
-  fsdp_status rc = FSDP_OK;
-  if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) rc = fsdp_set_error(FSDP_ERR_IO, "%s is not a regular file", path);
-  else if (!(*buf = malloc((size_t)sb.st_size + 1))) rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
-  else if (fread(*buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) rc = fsdp_set_error(FSDP_ERR_IO, "cannot read %s", path);
-  else *len = (size_t)sb.st_size;
-  fclose(f);
-  return rc;
-}
-
 fsdp_status bpe_load(const char *path, bpe_tokenizer **out) {
   *out = NULL;
   struct stat sb;
@@ -443,14 +434,16 @@ fsdp_status bpe_load(const char *path, bpe_tokenizer **out) {
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
   }
-  TRY(read_file(file, &buf, &len));
+  TRY(fsutil_read_all(AT_FDCWD, file, BPE_MAX_FILE, &buf, &len));   /* no one else's link followed */
   fsdp_status rc = bpe_load_json(buf, len, file, out);
   free(buf);
   if (rc != FSDP_OK) return rc;
   /* the model folder's tokenizer_config.json names the end-of-text token */
   char cfg[4200];
   snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
-  json_t *c = json_load_file(cfg, 0, NULL);
+  json_t *c = NULL;
+  if (fsutil_read_all(AT_FDCWD, cfg, BPE_MAX_FILE, &buf, &len) == FSDP_OK) c = json_loadb(buf, len, 0, NULL);
+  free(buf);
   const json_t *eos = json_object_get(c, "eos_token");
   const char *e = json_is_string(eos) ? json_string_value(eos) : jstr(eos, "content");
   (*out)->eos = find_eos(*out, e);

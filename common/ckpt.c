@@ -61,6 +61,17 @@ int ckpt_due(const jobspec_t *spec, int step) {
 
 void ckpt_step_dir(const char *dir, int step, char *out, size_t cap) { snprintf(out, cap, "%s/step-%08d", dir, step); }
 
+fsdp_status ckpt_check_own_tree(const char *dir, int step) {
+  int dfd, sfd;
+  char shown[PATH_MAX];
+  TRY(ckpt_open_step_dir(dir, step, 0, &dfd, &sfd));
+  ckpt_step_dir(dir, step, shown, sizeof shown);
+  fsdp_status rc = fsutil_check_own_tree(sfd, shown);
+  close(sfd);
+  close(dfd);
+  return rc;
+}
+
 /* ---- small I/O helpers ---- */
 
 /* Read exactly N bytes at OFF; a short read is a truncated file. */

@@ -50,6 +50,10 @@ int ckpt_due(const jobspec_t *spec, int step);
 
 /* DIR/step-SSSSSSSS into OUT. */
 void ckpt_step_dir(const char *dir, int step, char *out, size_t cap);
+/* Under fsutil_reads_own_tree (fsdpctl's export and sample) a root caller reads only root's own
+ * checkpoints: step STEP's directory and every directory above it, DIR included, root's and writable
+ * by no one else (fsutil_check_own_tree). FSDP_OK for anyone else. */
+fsdp_status ckpt_check_own_tree(const char *dir, int step);
 
 /* What the manifest of one checkpoint says. */
 typedef struct ckpt_info {

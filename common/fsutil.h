@@ -16,7 +16,17 @@
  * swapped it: the link belongs to root or to the caller's effective user, and so does the directory
  * holding it, which no one else may write (no group or world write bit, unless sticky, as /tmp).
  * Other links are refused with one line naming them. FSUTIL_NO_LINKS (below a directory the caller
- * owns, such as the daemon's state directory) follows none.
+ * owns, such as the daemon's state directory) follows none. FSUTIL_READER_LINKS (reading what a user
+ * names: models, tokenizers, data) follows a link only when it belongs to the reader (the effective
+ * user) or root, wherever it is: a link another user planted never turns a read onto the reader's
+ * files (fs.protected_symlinks' rule, without its exception for links in directories that are not
+ * sticky and world-writable).
+ *
+ * Reading as root for someone else. With fsutil_reads_own_tree(1) (fsdpctl sets it), a root caller
+ * reads only files that are root's alone: the file belongs to root and no one else may write it, and
+ * so does every directory above it (sticky ones, as /tmp, pass), so that nothing another user could
+ * read is copied out and nothing they could swap is read. Another user's tree is refused with one line
+ * naming the file and its owner.
  *
  * Stateless: any thread may call these; an fsutil_atomic belongs to one thread at a time. Errors are
  * recorded with fsdp_set_error and name the path.
@@ -30,7 +40,7 @@
 
 #include "err.h"
 
-typedef enum { FSUTIL_TRUSTED_LINKS = 0, FSUTIL_NO_LINKS = 1 } fsutil_links;
+typedef enum { FSUTIL_TRUSTED_LINKS = 0, FSUTIL_NO_LINKS = 1, FSUTIL_READER_LINKS = 2 } fsutil_links;
 
 /* ---- directories ---- */
 
@@ -88,6 +98,56 @@ void fsutil_atomic_abort(fsutil_atomic *a);
  * FIFO or device is refused); the directories above it are the caller's to trust. SHOWN names it in
  * messages. *FD is O_CLOEXEC. */
 fsdp_status fsutil_open_append(int at, const char *name, const char *shown, mode_t mode, int *fd);
+
+/* ---- reading ---- */
+
+/* Open the regular file PATH (relative to AT) for reading, every link on the way followed only as
+ * FSUTIL_READER_LINKS allows, a FIFO or device refused (never blocked on), and under
+ * fsutil_reads_own_tree a root caller's file root's alone. A refusal names PATH and what is wrong
+ * in general terms (never the size or content of what is behind it). A missing file:
+ * FSDP_ERR_NOTFOUND; when the open itself failed (FSDP_ERR_NOTFOUND or FSDP_ERR_IO), errno says why.
+ * A refused link, a file that is not regular or another user's file: FSDP_ERR_INVALID or
+ * FSDP_ERR_DENIED, the message starting with PATH. *FD: O_RDONLY | O_CLOEXEC. */
+fsdp_status fsutil_open_read(int at, const char *path, int *fd);
+/* PATH opened as fsutil_open_read and read whole: *BUF (malloc'ed, NUL-terminated), *LEN bytes; a file
+ * over MAX bytes is refused. */
+fsdp_status fsutil_read_all(int at, const char *path, size_t max, char **buf, size_t *len);
+/* Set once, before any thread starts: a root caller's reads take root's files only (above). */
+void fsutil_reads_own_tree(int on);
+/* Under fsutil_reads_own_tree, a root caller's directory DIRFD (SHOWN) and every directory above it
+ * are root's and writable by no one else (sticky ones pass); else FSDP_OK. For trees read through
+ * their own descriptors (checkpoints). */
+fsdp_status fsutil_check_own_tree(int dirfd, const char *shown);
+
+/* ---- an output folder: everything written at one descriptor, all removed on failure ---- */
+
+typedef struct fsutil_out {
+  int dirfd;                 /* the folder: every file is created at it (fsutil_atomic_begin) */
+  int parentfd;              /* the folder above, while the folder is ours to remove; else -1 */
+  char name[NAME_MAX + 1];   /* the folder's name in parentfd */
+  char shown[PATH_MAX];      /* the folder's path, for messages */
+  char (*files)[NAME_MAX + 1];
+  int nfiles, cap;
+} fsutil_out;
+
+#define FSUTIL_OUT_INIT {.dirfd = -1, .parentfd = -1}
+
+/* The folder DIR, opened once: created (0755 less the umask; its parent through trusted links), or an
+ * existing empty directory, which must be no link. */
+fsdp_status fsutil_out_dir(const char *dir, fsutil_out *o);
+/* The existing directory holding the file PATH, opened once (trusted links); *NAME points at PATH's
+ * last component. */
+fsdp_status fsutil_out_parent(const char *path, fsutil_out *o, const char **name);
+/* NAME has been written at O->dirfd (by the caller's own writer): fsutil_out_discard removes it.
+ * Claimed only once written, so that a failure never removes a file that was there before. */
+fsdp_status fsutil_out_claim(fsutil_out *o, const char *name);
+/* Write TEXT (LEN bytes) as NAME in the folder through an fsutil_atomic, then claim it. */
+fsdp_status fsutil_out_write(fsutil_out *o, const char *name, const void *text, size_t len, mode_t mode);
+/* The command failed: remove every claimed file and, when fsutil_out_dir created the folder, the
+ * folder (only if nothing else is in it); release O. */
+void fsutil_out_discard(fsutil_out *o);
+/* The command succeeded: release O, keeping what it wrote. Safe on FSUTIL_OUT_INIT. */
+void fsutil_out_close(fsutil_out *o);
 
 /* ---- removing ---- */
 

@@ -2,6 +2,7 @@
 #include "hfconfig.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 #define HF_MAX_INT 16777216
+#define HF_MAX_CONFIG ((size_t)16 << 20)   /* a config.json is kilobytes */
 
 /* [model] keys and the config keys that carry them, per architecture. */
 static const struct { const char *ini, *gpt2, *llama; } key_map[] = {
@@ -179,13 +183,12 @@ fsdp_status hf_config_parse(const json_t *o, const char *path, hf_config *out) {
 
 fsdp_status hf_config_load(const char *path, hf_config *out) {
   json_error_t err;
-  json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-  if (!o) {
-    if (access(path, R_OK) != 0)
-      return fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot read %s: %s", path,
-                            strerror(errno));
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: bad JSON at line %d: %s", path, err.line, err.text);
-  }
+  char *text;
+  size_t len;
+  TRY(fsutil_read_all(AT_FDCWD, path, HF_MAX_CONFIG, &text, &len));   /* no one else's link followed */
+  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  free(text);
+  if (!o) return fsdp_set_error(FSDP_ERR_FORMAT, "%s: bad JSON at line %d: %s", path, err.line, err.text);
   fsdp_status rc = hf_config_parse(o, path, out);
   json_decref(o);
   return rc;

@@ -11,10 +11,12 @@
 #include "jobspec.h"
 #include "jobspec_keys.h"
 
+#include "fsutil.h"
 #include "hfconfig.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <glob.h>
 #include <ini.h>
@@ -216,8 +218,27 @@ static int resolve_path(const pctx *c, const char *v, char *out, size_t n) {
   return 1;
 }
 
-/* A readable regular file at the resolved path, or an error naming it. */
+/* RAW (a path as the job file names it, before realpath resolves its links) read as fsutil_open_read
+ * allows: a link of another user's on the way is refused, here, where the path still holds it. 1 when
+ * it opens, or fails for a reason check_readable words itself (missing, unreadable). */
+static int check_links(pctx *c, const keydef *k, const char *raw) {
+  char joined[2 * JOBSPEC_PATH_MAX];
+  int w = raw[0] == '/' ? snprintf(joined, sizeof joined, "%s", raw)
+                        : snprintf(joined, sizeof joined, "%s/%s", c->base_dir, raw);
+  if (w < 0 || (size_t)w >= sizeof joined) return 1;
+  normalize_path(joined);
+  int fd;
+  fsdp_status rc = fsutil_open_read(AT_FDCWD, joined, &fd);
+  if (rc == FSDP_OK) close(fd);
+  if (rc != FSDP_ERR_INVALID && rc != FSDP_ERR_DENIED) return 1;
+  PERR(c, c->lineno, rc, "[%s] %s = %s: %s", k->sec, k->key, raw, fsdp_last_error());
+  return 0;
+}
+
+/* A readable regular file at the resolved path, or an error naming it. RAW is the key's value: its
+ * links are checked as named (a glob's match, ABS, is named so already). */
 static int check_readable(pctx *c, const keydef *k, const char *raw, const char *abs) {
+  if (!check_links(c, k, strpbrk(raw, "*?[") ? abs : raw)) return 0;
   struct stat st;
   if (stat(abs, &st) != 0 || access(abs, R_OK) != 0) {
     PERR(c, c->lineno, FSDP_ERR_NOTFOUND, "[%s] %s = %s: cannot read %s: %s", k->sec, k->key, raw, abs,
@@ -333,6 +354,11 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
     else if (stat(field, &st) != 0 || !S_ISDIR(st.st_mode))
       PERR(c, c->lineno, FSDP_ERR_NOTFOUND, "[model] from = %s: %s is not a directory; allowed: a Hugging Face model "
            "folder (config.json and its safetensors, as save_pretrained writes it)", v, field);
+    else {   /* the folder as named, its links included: its config.json is read through them */
+      char cfg[JOBSPEC_PATH_MAX + 16];
+      snprintf(cfg, sizeof cfg, "%s/config.json", v);
+      check_links(c, k, cfg);
+    }
     break;
   }
   case KT_TEXT:

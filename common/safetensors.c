@@ -150,12 +150,8 @@ fsdp_status st_open(const char *path, st_file **out) {
     free(f);
     return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening %s", path);
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    rc = fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s",
-                        path, strerror(errno));
-    goto out;
-  }
+  int fd;
+  if ((rc = fsutil_open_read(AT_FDCWD, path, &fd)) != FSDP_OK) goto out;   /* no one else's link followed */
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     rc = fsdp_set_error(FSDP_ERR_IO, "%s: not a readable regular file", path);
@@ -353,7 +349,9 @@ typedef struct st_wentry {
 } st_wentry;
 
 struct st_writer {
-  char *path;
+  char *path;        /* the file, as shown; with dirfd >= 0, name is the file in dirfd */
+  int dirfd;
+  char *dir_shown, *name;
   int n, cap;
   st_wentry *e;
 };
@@ -365,7 +363,21 @@ fsdp_status st_writer_new(const char *path, st_writer **out) {
     free(w);
     return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing %s", path);
   }
+  w->dirfd = -1;
   *out = w;
+  return FSDP_OK;
+}
+
+fsdp_status st_writer_new_at(int dirfd, const char *dir_shown, const char *name, st_writer **out) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir_shown, name);
+  TRY(st_writer_new(path, out));
+  st_writer *w = *out;
+  w->dirfd = dirfd;
+  if (!(w->dir_shown = strdup(dir_shown)) || !(w->name = strdup(name))) {
+    st_writer_destroy(out);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory writing %s", path);
+  }
   return FSDP_OK;
 }
 
@@ -375,6 +387,8 @@ void st_writer_destroy(st_writer **pw) {
   for (int i = 0; i < w->n; i++) free(w->e[i].name);
   free(w->e);
   free(w->path);
+  free(w->dir_shown);
+  free(w->name);
   free(w);
   *pw = NULL;
 }
@@ -470,7 +484,8 @@ fsdp_status st_writer_finish(st_writer **pw) {
   size_t jlen = strlen(json);
   uint64_t hlen = (jlen + 7) / 8 * 8;   /* the data starts 8-byte aligned */
   /* PATH.tmp created O_EXCL | O_NOFOLLOW, renamed over PATH: a planted link is never written through */
-  TRY_GOTO(fsutil_atomic_open(w->path, 0644, &a), rc, out);
+  if (w->dirfd >= 0) TRY_GOTO(fsutil_atomic_begin(w->dirfd, w->dir_shown, w->name, 0644, &a), rc, out);
+  else TRY_GOTO(fsutil_atomic_open(w->path, 0644, &a), rc, out);
   FILE *fp = fsutil_atomic_stream(&a);
   int ok = fp && fwrite(&hlen, 8, 1, fp) == 1 && fwrite(json, 1, jlen, fp) == jlen;
   for (size_t k = jlen; ok && k < hlen; k++) ok = fputc(' ', fp) != EOF;
@@ -561,10 +576,8 @@ fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *sh
   return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }
 
-fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units) {
-  st_writer *w = NULL;
+static fsdp_status save_units(st_writer *w, const plan_t *p, float *const *units) {
   fsdp_status rc;
-  TRY(st_writer_new(path, &w));
   for (int u = 0; u < p->nunits; u++)
     for (int k = 0; k < p->units[u].ntensors; k++) {
       const plan_tensor *t = &p->units[u].t[k];
@@ -574,4 +587,16 @@ fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units
 fail:
   st_writer_destroy(&w);
   return rc;
+}
+
+fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units) {
+  st_writer *w = NULL;
+  TRY(st_writer_new(path, &w));
+  return save_units(w, p, units);
+}
+
+fsdp_status st_save_units_at(int dirfd, const char *dir_shown, const char *name, const plan_t *p, float *const *units) {
+  st_writer *w = NULL;
+  TRY(st_writer_new_at(dirfd, dir_shown, name, &w));
+  return save_units(w, p, units);
 }

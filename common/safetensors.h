@@ -66,6 +66,9 @@ fsdp_status st_read_range(const st_file *f, const char *name, int64_t first, int
 typedef struct st_writer st_writer;
 
 fsdp_status st_writer_new(const char *path, st_writer **out);
+/* A writer of the file NAME in the directory DIRFD (borrowed; it must stay open until finish), so that
+ * nothing swapped in along the directory's path redirects the write; DIR_SHOWN names it in messages. */
+fsdp_status st_writer_new_at(int dirfd, const char *dir_shown, const char *name, st_writer **out);
 /* Add a tensor: DTYPE "F32" or "BF16"; DATA (F32, numel = Π shape) is referenced, not copied. */
 fsdp_status st_writer_add(st_writer *w, const char *name, const char *dtype, const int64_t *shape,
                           int ndim, const float *data);
@@ -90,6 +93,8 @@ const char *st_bare_name(const char *name);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to
  * PATH as F32 with its plan name (GPT-2: no prefix; Llama: LlamaForCausalLM's, "model." included). */
 fsdp_status st_save_units(const char *path, const plan_t *p, float *const *units);
+/* The same as NAME in the directory DIRFD (see st_writer_new_at). */
+fsdp_status st_save_units_at(int dirfd, const char *dir_shown, const char *name, const plan_t *p, float *const *units);
 
 /* The conversions used above, exposed for tests and for the CUDA side's host code. */
 static inline float st_bf16_to_f32(uint16_t h) {

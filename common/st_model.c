@@ -1,12 +1,16 @@
 /* st_model — weights in one file or in indexed shards; see st_model.h. */
 #include "st_model.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
+
 #define ST_INDEX_SUFFIX ".index.json"
+#define ST_MAX_INDEX ((size_t)256 << 20)   /* an index of a trillion-parameter model is megabytes */
 
 typedef struct st_shard {
   char *path;        /* absolute or as given: the index's directory + the file name */
@@ -70,7 +74,11 @@ static int shard_of(st_model *m, const char *file) {
 
 static fsdp_status read_index(st_model *m) {
   json_error_t err;
-  json_t *o = json_load_file(m->path, JSON_REJECT_DUPLICATES, &err);
+  char *text;
+  size_t len;
+  TRY(fsutil_read_all(AT_FDCWD, m->path, ST_MAX_INDEX, &text, &len));   /* no one else's link followed */
+  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  free(text);
   if (!o) return fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s (line %d)", m->path, err.text, err.line);
   fsdp_status rc = FSDP_OK;
   json_t *wm = json_object_get(o, "weight_map");

@@ -52,10 +52,12 @@ static fsdp_status tok_open_one(const char *path, tok_file **out) {
   *out = NULL;
   fsdp_status rc = FSDP_OK;
   tok_file *f = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return fsdp_set_error(errno == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO,
-                          "cannot open token file %s: %s", path, strerror(errno));
+  int fd;
+  if ((rc = fsutil_open_read(AT_FDCWD, path, &fd)) != FSDP_OK) {   /* no one else's link followed */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", fsdp_last_error());
+    return fsdp_set_error(rc, "token file: %s", why);
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     rc = fsdp_set_error(FSDP_ERR_IO, "cannot stat token file %s: %s", path, strerror(errno));
@@ -343,27 +345,43 @@ void tok_destroy(tok_file **pf) {
   *pf = NULL;
 }
 
+static fsdp_status write_tokens(fsutil_atomic *at, const uint32_t *tokens, int64_t n, int vocab);
+
 fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int vocab) {
+  /* PATH.tmp created O_EXCL | O_NOFOLLOW and renamed over PATH: never written through a link */
+  fsutil_atomic at = FSUTIL_ATOMIC_INIT;
+  TRY(fsutil_atomic_open(path, 0644, &at));
+  return write_tokens(&at, tokens, n, vocab);
+}
+
+fsdp_status tok_write_at(int dirfd, const char *dir_shown, const char *name, const uint32_t *tokens, int64_t n, int vocab) {
+  fsutil_atomic at = FSUTIL_ATOMIC_INIT;
+  TRY(fsutil_atomic_begin(dirfd, dir_shown, name, 0644, &at));
+  return write_tokens(&at, tokens, n, vocab);
+}
+
+/* Check TOKENS, write them to AT's temporary and commit it (AT is always released). */
+static fsdp_status write_tokens(fsutil_atomic *at, const uint32_t *tokens, int64_t n, int vocab) {
+  fsdp_status rc = FSDP_OK;
   if (vocab < 1)
-    return fsdp_set_error(FSDP_ERR_RANGE, "tok_write: vocab %d; must be at least 1", vocab);
-  if (n < 0 || n > INT32_MAX)
-    return fsdp_set_error(FSDP_ERR_RANGE,
-                          "tok_write: %lld tokens; an llm.c token file holds 0 to %d (int32 count)",
-                          (long long)n, INT32_MAX);
-  for (int64_t i = 0; i < n; i++)
+    rc = fsdp_set_error(FSDP_ERR_RANGE, "tok_write: vocab %d; must be at least 1", vocab);
+  else if (n < 0 || n > INT32_MAX)
+    rc = fsdp_set_error(FSDP_ERR_RANGE, "tok_write: %lld tokens; an llm.c token file holds 0 to %d (int32 count)",
+                        (long long)n, INT32_MAX);
+  for (int64_t i = 0; rc == FSDP_OK && i < n; i++)
     if (tokens[i] >= (uint32_t)vocab)
-      return fsdp_set_error(FSDP_ERR_RANGE, "tok_write: token %u at position %lld is >= vocab %d",
-                            tokens[i], (long long)i, vocab);
+      rc = fsdp_set_error(FSDP_ERR_RANGE, "tok_write: token %u at position %lld is >= vocab %d",
+                          tokens[i], (long long)i, vocab);
+  if (rc != FSDP_OK) {
+    fsutil_atomic_abort(at);
+    return rc;
+  }
   int wide = vocab > 65536;
   int32_t hdr[TOK_HEADER_INTS] = {0};
   hdr[0] = wide ? TOK_MAGIC_U32 : TOK_MAGIC_U16;
   hdr[1] = wide ? TOK_VERSION_U32 : TOK_VERSION_U16;
   hdr[2] = (int32_t)n;
-
-  /* PATH.tmp created O_EXCL | O_NOFOLLOW and renamed over PATH: never written through a link */
-  fsutil_atomic at = FSUTIL_ATOMIC_INIT;
-  TRY(fsutil_atomic_open(path, 0644, &at));
-  FILE *fp = fsutil_atomic_stream(&at);
+  FILE *fp = fsutil_atomic_stream(at);
   int ok = fp && fwrite(hdr, sizeof hdr, 1, fp) == 1;
   if (wide) {
     ok = ok && (n == 0 || fwrite(tokens, 4, (size_t)n, fp) == (size_t)n);
@@ -376,11 +394,11 @@ fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int v
     }
   }
   if (!ok) {
-    fsdp_status rc = fsdp_set_error(FSDP_ERR_IO, "cannot write token file %s: %s", path, strerror(errno));
-    fsutil_atomic_abort(&at);
+    rc = fsdp_set_error(FSDP_ERR_IO, "cannot write token file %s: %s", at->shown, strerror(errno));
+    fsutil_atomic_abort(at);
     return rc;
   }
-  return fsutil_atomic_commit(&at);
+  return fsutil_atomic_commit(at);
 }
 
 /* ---- the Markov chain ---- */

@@ -76,6 +76,9 @@ int64_t tok_shuffle_index(uint64_t seed, uint64_t epoch, int64_t n, int64_t k);
 /* Write N tokens as an llm.c token file: uint16 when vocab ≤ 65536, else uint32. Every token must
  * be < VOCAB. Written to PATH.tmp, fsynced, then renamed to PATH. */
 fsdp_status tok_write(const char *path, const uint32_t *tokens, int64_t n, int vocab);
+/* The same as NAME in the directory DIRFD (borrowed; DIR_SHOWN names it), so that nothing swapped in
+ * along the directory's path redirects the write. */
+fsdp_status tok_write_at(int dirfd, const char *dir_shown, const char *name, const uint32_t *tokens, int64_t n, int vocab);
 
 typedef struct tok_markov tok_markov;
 

@@ -1,8 +1,8 @@
 /* asuser — doing something with another user's rights, as Slurm's slurmstepd does for a job.
  *
  * A daemon running as root never opens a file for a job with root's rights: the coordinator's own
- * look at a job's paths (the job file's checks at submit, withdrawing a checkpoint before a
- * restart) runs through asuser_call in a child process that has the job owner's uid, primary gid
+ * look at a job's paths (the job file's parse and checks at submit, its weights' check included;
+ * withdrawing a checkpoint before a restart) runs through asuser_call in a child process that has the job owner's uid, primary gid
  * and supplementary groups, and the agent starts each worker through `fsdpd --exec-as` (the same
  * switch, then exec), so the worker and everything it opens has the owner's rights and umask.
  * When the daemon is not root it can act only as itself: asuser_call runs FN in this process for

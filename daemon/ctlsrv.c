@@ -15,7 +15,6 @@
 #include "metrics.h"
 #include "peer.h"
 #include "schedule.h"
-#include "st_model.h"
 #include "steps.h"
 #include "tracepull.h"
 
@@ -85,12 +84,6 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
     log_warn("submit refused: %s", fsdp_last_error());
     coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     return;
-  }
-  /* The weights a job starts from must be the plan's model: refused now, not at the workers' load. */
-  if (strcmp(j->spec.init, "random") && (rc = st_model_check_path(j->spec.init, j->plan)) != FSDP_OK) {
-    log_warn("submit refused: %s", fsdp_last_error());
-    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
-    goto fail;
   }
   /* Fit: enough devices of the kind in the whole cluster, and the plan fits the smallest of them. */
   char msg[1024];

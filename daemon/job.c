@@ -14,9 +14,9 @@
 #include "fsutil.h"
 #include "kv.h"
 #include "log.h"
-#include "steps.h"
 #include "planmsg.h"
 #include "schedule.h"
+#include "st_model.h"
 #include "steps.h"
 
 static void unrecorded_add(coord_t *c, uint64_t id, int state, const char *reason) {
@@ -340,9 +340,29 @@ typedef struct parse_args {
   jobspec_t *spec;
 } parse_args;
 
+/* The weights a job starts from must be its plan's model (every tensor, its shape): refused at submit,
+ * not at the workers' load. Only names and shapes are compared, which no sharding changes: a plan of
+ * sharding none stands in for the job's (a hybrid one's group is not known here). A spec that cannot
+ * be planned is left to the job's own plan_build, which says why. */
+static fsdp_status check_init(const jobspec_t *spec) {
+  if (!strcmp(spec->init, "random")) return FSDP_OK;
+  jobspec_t s = *spec;
+  s.sharding = SHARD_NONE;
+  s.shard_group = 0;
+  plan_t *p = NULL;
+  if (plan_build(&s, s.world_size, &p) != FSDP_OK) return FSDP_OK;
+  fsdp_status rc = st_model_check_path(spec->init, p);
+  plan_destroy(&p);
+  return rc;
+}
+
+/* Every look at the job's files, in one child with the owner's rights: the parse (the paths it names,
+ * from = DIR's config.json) and the weights' check (init, an index and its shards), so that root never
+ * opens them and a refusal says only what the owner could see anyway. */
 static fsdp_status parse_as_owner(void *arg) {
   parse_args *a = arg;
-  return jobspec_parse(a->text, a->origin, a->base_dir, a->spec);
+  TRY(jobspec_parse(a->text, a->origin, a->base_dir, a->spec));
+  return check_init(a->spec);
 }
 
 fsdp_status job_row_owner(const jobs_db_row *row, peer_t *out) {

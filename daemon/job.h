@@ -16,7 +16,8 @@ const char *job_state_name(int state);
 
 /* A queued job (id 0, no directory yet) of OWNER (its workers get UMASK) from a job file's text:
  * parsed (file:line errors) with OWNER's rights (asuser.h: the paths it names are checked as that
- * user would see them) and planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
+ * user would see them; the weights it starts from, `init` or from = DIR's, are checked against the
+ * model there too) and planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
  * cluster (schedule_ranks_per_node; 1 while no node is known, as at a restart; the start takes it
  * again). Errors are recorded for
  * fsdp_last_error. */

@@ -24,6 +24,7 @@
 #include "comm_boot.h"
 #include "comm_hybrid.h"
 #include "device.h"
+#include "fsutil.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mem.h"
@@ -557,6 +558,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
       return 2;
     }
+    fsutil_reads_own_tree(1);   /* fsdpctl sample's: run as root, root's own files only (docs/cli.md) */
     return sample_run(&a.sa);
   }
   if (a.standalone) {

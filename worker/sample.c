@@ -106,6 +106,7 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
     return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s holds no complete checkpoint (neither a checkpoint directory, "
                           "a step-* directory with manifest.json, nor a .safetensors file)", model);
   TRY(rc);
+  TRY(ckpt_check_own_tree(root, step));   /* run as root: root's own checkpoints only (docs/cli.md) */
   ckpt_info ci;
   TRY(ckpt_read_manifest(root, step, &ci));
   /* Every rank file whole, every section's CRC32C, as export does: a corrupt checkpoint is refused,

@@ -150,7 +150,7 @@ check_bad "the text is 1 token long; a validation split needs at least 2" --text
   -o "$TMP/bad.bin" --val "$TMP/badv.bin" --val-fraction 0.5
 check_bad "--val-fraction 0.01 of $na tokens leaves the validation tail empty; use a fraction of at least" \
   --text "$TMP/a.txt" -o "$TMP/bad.bin" --val "$TMP/badv.bin" --val-fraction 0.01
-check_bad "cannot create $TMP/no/dir/v.bin.tmp" --text "$TMP/a.txt" "$TMP/c.txt" -o "$TMP/bad.bin" \
+check_bad "cannot create $TMP/no/dir/v.bin: $TMP/no does not exist" --text "$TMP/a.txt" "$TMP/c.txt" -o "$TMP/bad.bin" \
   --val "$TMP/no/dir/v.bin" --val-fraction 0.5
 
 # 7. The tokens train: two steps of a byte-level GPT-2 on 2 standalone ranks, from the text file.

@@ -6,7 +6,8 @@
 #     step-00000001 and as step-00000004/rank-0.bin.tmp and manifest.json.tmp: the job succeeds,
 #     pruning removes the step link as a link; a link planted as the step directory that a
 #     checkpoint is about to use fails the job with one line;
-#  2. fsdpctl export into a directory the other user can write, with links planted as
+#  2. fsdpctl export of the checkpoint in the other user's step directory: refused (run as root it
+#     reads only root's files); of root's copy into a directory the other user can write, with links planted as
 #     config.json.tmp, model.safetensors and model.safetensors.tmp (and fsdpctl plot's image and
 #     its temporary); an output path through their link;
 #  3. the state directory: owned by the other user, world-writable, under a world-writable
@@ -65,9 +66,16 @@ grep -q "$S/ck2/step-00000002 is not a directory of this checkpoint (a link or a
 unchanged "a planted step directory"
 
 # ---- 2. fsdpctl export
+# The checkpoint above is in the other user's step directory: root's export refuses it in one line
+# (run as root, fsdpctl reads only what root alone owns); root's own copy of it is exported.
+if "$CTL" export "$S/ck" -o "$S/refused.safetensors" >"$S/run.out" 2>&1; then fail "root exported a checkpoint in $U's directory"; fi
+[ "$(wc -l <"$S/run.out")" = 1 ] && grep -q "^fsdpctl export: $S/ck/step-00000004 is owned by $U" "$S/run.out" \
+  || fail "export of $U's checkpoint directory: $(cat "$S/run.out")"
+[ ! -e "$S/refused.safetensors" ] || fail "the refused export wrote its file"
+mkdir -m 755 "$S/ckp" && cp -r "$S/ck/step-00000004" "$S/ckp/"
 mkdir "$S/out" && chmod 777 "$S/out"
 for f in config.json.tmp model.safetensors model.safetensors.tmp; do as_u ln -s "$S/victim" "$S/out/$f"; done
-"$CTL" export "$S/ck" -o "$S/out/model.safetensors" >"$S/run.out" 2>&1 || fail "export with planted links failed"
+"$CTL" export "$S/ckp" -o "$S/out/model.safetensors" >"$S/run.out" 2>&1 || fail "export with planted links failed: $(cat "$S/run.out")"
 unchanged "export temporaries"
 for f in model.safetensors config.json; do
   [ -f "$S/out/$f" ] && [ ! -L "$S/out/$f" ] || fail "export: $f is not a regular file"
@@ -78,7 +86,7 @@ for f in plot.png plot.png.tmp; do as_u ln -s "$S/victim" "$S/out/$f"; done   # 
 [ -f "$S/out/plot.png" ] && [ ! -L "$S/out/plot.png" ] && [ ! -e "$S/out/plot.png.tmp" ] || fail "plot: plot.png is not a regular file"
 unchanged "plot temporaries"
 as_u ln -s "$S/vdir" "$S/out/sub"
-if "$CTL" export "$S/ck" -o "$S/out/sub/model.safetensors" >"$S/run.out" 2>&1; then fail "export through a planted link succeeded"; fi
+if "$CTL" export "$S/ckp" -o "$S/out/sub/model.safetensors" >"$S/run.out" 2>&1; then fail "export through a planted link succeeded"; fi
 [ "$(wc -l <"$S/run.out")" = 1 ] && grep -q "^fsdpctl export: $S/out/sub is a symbolic link owned by $U" "$S/run.out" \
   || fail "export through a link: $(cat "$S/run.out")"
 unchanged "export through a planted directory link"

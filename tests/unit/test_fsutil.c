@@ -1,6 +1,8 @@
 /* test_fsutil — the link-safe file helpers: directory walks that follow only trusted links,
  * atomic replacement through a planted NAME.tmp or NAME link without writing through it, appends
- * that refuse links and hard links, removal that never follows a link, and the StrictModes checks.
+ * that refuse links and hard links, removal that never follows a link, the StrictModes checks, reads
+ * that follow only the reader's (or root's) links and, as root under fsutil_reads_own_tree, take
+ * root's files only, and output folders written at one descriptor and removed whole on failure.
  * Each attack checks that the file the link points to is unchanged, byte for byte. Checks that need
  * a file owned by another user (lchown) run only as root. */
 #define _GNU_SOURCE
@@ -272,6 +274,135 @@ static void test_strict_modes(void) {
   close(fd);
 }
 
+static void test_open_read(void) {
+  char p[512], q[512], *buf = NULL;
+  size_t len = 0;
+  int fd = -1;
+  mk("rd", 0755);
+  put("rd/secret", "TOPSECRET");
+  put("rd/data", "hello");
+  at(p, sizeof p, "rd/data");
+  ln(p, "rd/mine");   /* the reader's own link: followed */
+  at(q, sizeof q, "rd/mine");
+  CHECK_OK(fsutil_read_all(AT_FDCWD, q, 100, &buf, &len));
+  CHECK(len == 5 && !strcmp(buf, "hello"));
+  free(buf);
+  CHECK_EQ_INT(FSDP_ERR_RANGE, fsutil_read_all(AT_FDCWD, q, 4, &buf, &len));   /* over MAX */
+  at(p, sizeof p, "rd/none");
+  CHECK_EQ_INT(FSDP_ERR_NOTFOUND, fsutil_open_read(AT_FDCWD, p, &fd));
+  CHECK(errno == ENOENT);
+  at(p, sizeof p, "rd");
+  CHECK_EQ_INT(FSDP_ERR_INVALID, fsutil_open_read(AT_FDCWD, p, &fd));   /* a directory */
+  at(p, sizeof p, "rd/fifo");
+  CHECK(mkfifo(p, 0600) == 0);
+  CHECK_EQ_INT(FSDP_ERR_INVALID, fsutil_open_read(AT_FDCWD, p, &fd));   /* refused, never blocked on */
+  CHECK(strstr(fsdp_last_error(), "not a regular file") != NULL);
+  if (geteuid() != 0) return;
+  /* another user's links, at the last component and along the path: refused, whatever they point at */
+  at(p, sizeof p, "rd/secret");
+  ln(p, "rd/theirs");
+  at(q, sizeof q, "rd/theirs");
+  CHECK(lchown(q, NOBODY, NOBODY) == 0);
+  CHECK_EQ_INT(FSDP_ERR_INVALID, fsutil_read_all(AT_FDCWD, q, 100, &buf, &len));
+  CHECK(strstr(fsdp_last_error(), "owned by uid 65534") != NULL || strstr(fsdp_last_error(), "(uid 65534)") != NULL);
+  CHECK(strstr(fsdp_last_error(), "TOPSECRET") == NULL);
+  at(p, sizeof p, "rd");
+  ln(p, "rdlink");
+  at(q, sizeof q, "rdlink");
+  CHECK(lchown(q, NOBODY, NOBODY) == 0);
+  at(q, sizeof q, "rdlink/data");
+  CHECK_EQ_INT(FSDP_ERR_INVALID, fsutil_open_read(AT_FDCWD, q, &fd));
+  CHECK(strstr(fsdp_last_error(), "rdlink is a symbolic link owned by") != NULL);
+}
+
+/* As root under fsutil_reads_own_tree: another user's file, or a file in another user's directory or
+ * in a directory others can write, is refused; root's own is read. */
+static void test_own_tree(void) {
+  if (geteuid() != 0) return;
+  char p[512];
+  int fd = -1;
+  mk("tree", 0755);
+  mk("tree/bob", 0755);
+  mk("tree/open", 0777);
+  put("tree/root", "r");
+  put("tree/bobs", "b");
+  put("tree/bob/f", "b");
+  put("tree/open/f", "o");
+  at(p, sizeof p, "tree/bobs");
+  CHECK(chown(p, NOBODY, NOBODY) == 0);
+  at(p, sizeof p, "tree/bob");
+  CHECK(chown(p, NOBODY, NOBODY) == 0);
+  fsutil_reads_own_tree(1);
+  at(p, sizeof p, "tree/root");
+  CHECK_OK(fsutil_open_read(AT_FDCWD, p, &fd));
+  close(fd);
+  const char *refused[] = {"tree/bobs", "tree/bob/f", "tree/open/f"};
+  const char *named[] = {"tree/bobs is owned by", "tree/bob is owned by", "tree/open is owned by root"};
+  for (int i = 0; i < 3; i++) {
+    at(p, sizeof p, refused[i]);
+    CHECK_EQ_INT(FSDP_ERR_DENIED, fsutil_open_read(AT_FDCWD, p, &fd));
+    CHECK(strstr(fsdp_last_error(), "fsdpctl reads only what root alone owns") != NULL);
+    if (!strstr(fsdp_last_error(), named[i])) fprintf(stderr, "  got '%s', want '%s'\n", fsdp_last_error(), named[i]);
+    CHECK(strstr(fsdp_last_error(), named[i]) != NULL);   /* the file or the directory that is at fault */
+  }
+  at(p, sizeof p, "tree/open/f");
+  CHECK(chmod(p, 0646) == 0);   /* a file others can write, too */
+  at(p, sizeof p, "tree");
+  fd = open(p, O_RDONLY | O_DIRECTORY);
+  CHECK_OK(fsutil_check_own_tree(fd, p));
+  close(fd);
+  at(p, sizeof p, "tree/open");
+  fd = open(p, O_RDONLY | O_DIRECTORY);
+  CHECK_EQ_INT(FSDP_ERR_DENIED, fsutil_check_own_tree(fd, p));
+  close(fd);
+  fsutil_reads_own_tree(0);
+  at(p, sizeof p, "tree/bob/f");
+  CHECK_OK(fsutil_open_read(AT_FDCWD, p, &fd));   /* without it, root reads as root */
+  close(fd);
+}
+
+static void test_out(void) {
+  char p[512];
+  fsutil_out o;
+  mk("out", 0755);
+  at(p, sizeof p, "out/new");
+  CHECK_OK(fsutil_out_dir(p, &o));
+  CHECK_OK(fsutil_out_write(&o, "a.json", "{}", 2, 0644));
+  CHECK_OK(fsutil_out_write(&o, "b.bin", "xy", 2, 0644));
+  CHECK(!strcmp(get("out/new/a.json"), "{}"));
+  fsutil_out_discard(&o);   /* a failure: the folder it created goes, with everything in it */
+  CHECK(!exists("out/new"));
+  CHECK(o.dirfd == -1 && o.parentfd == -1);
+  CHECK_OK(fsutil_out_dir(p, &o));
+  CHECK_OK(fsutil_out_write(&o, "a.json", "{}", 2, 0644));
+  fsutil_out_close(&o);   /* success keeps it */
+  CHECK(!strcmp(get("out/new/a.json"), "{}"));
+  CHECK_EQ_INT(FSDP_ERR_INVALID, fsutil_out_dir(p, &o));   /* not empty */
+  CHECK(strstr(fsdp_last_error(), "is not empty") != NULL);
+  /* an existing directory (the one-file export's): only what was written goes; what was there stays */
+  put("out/keep", "old");
+  at(p, sizeof p, "out/x.bin");
+  const char *name;
+  CHECK_OK(fsutil_out_parent(p, &o, &name));
+  CHECK(!strcmp(name, "x.bin"));
+  CHECK_OK(fsutil_out_write(&o, name, "1", 1, 0644));
+  fsutil_out_discard(&o);
+  CHECK(!exists("out/x.bin") && !strcmp(get("out/keep"), "old") && exists("out/new/a.json"));
+  /* the folder swapped for a link after it was opened: the writes land in the real folder, wherever
+   * it was moved, and the discard removes neither the link nor what it points to */
+  put("victim", "V");
+  at(p, sizeof p, "out/swap");
+  CHECK_OK(fsutil_out_dir(p, &o));
+  char moved[512];
+  at(moved, sizeof moved, "out/moved");
+  CHECK(rename(p, moved) == 0);
+  ln(base, "out/swap");
+  CHECK_OK(fsutil_out_write(&o, "victim", "written", 7, 0644));
+  CHECK(!strcmp(get("victim"), "V") && !strcmp(get("out/moved/victim"), "written"));
+  fsutil_out_discard(&o);
+  CHECK(is_link("out/swap") && !strcmp(get("victim"), "V") && !exists("out/moved/victim") && exists("out/moved"));
+}
+
 int main(void) {
   umask(022);
   if (!mkdtemp(base)) {
@@ -284,6 +415,9 @@ int main(void) {
   test_open_append();
   test_remove();
   test_strict_modes();
+  test_open_read();
+  test_own_tree();
+  test_out();
   CHECK_OK(fsutil_remove_tree(base));
   CHECK(access(base, F_OK) != 0);
   return check_done();

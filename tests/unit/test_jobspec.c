@@ -520,6 +520,31 @@ static void test_lr_warning(void) {
   CHECK_EQ_INT(0, jobspec_lr_warning(&s, buf, sizeof buf));
 }
 
+/* Paths are checked as named, before realpath resolves their links: another user's link to a file (or
+ * to a model folder) is refused in one line naming it, the reader's own link is followed. The other
+ * user's links need lchown: root only. */
+static void test_foreign_links(void) {
+  char data[PATH_MAX], link[PATH_MAX], text[3 * PATH_MAX];
+  snprintf(data, sizeof data, "%s/data/own.bin", tmpdir);
+  write_file(data, "x");
+  snprintf(link, sizeof link, "%s/mine.bin", tmpdir);
+  CHECK(symlink(data, link) == 0);
+  jobspec_t s;
+  CHECK_OK(jobspec_parse("[data]\ntrain = mine.bin\n", "ok.ini", tmpdir, &s));
+  if (geteuid() != 0) return;
+  snprintf(link, sizeof link, "%s/theirs.bin", tmpdir);
+  CHECK(symlink(data, link) == 0 && lchown(link, 65534, 65534) == 0);
+  expect_error("[data]\ntrain = theirs.bin\n", 2, "theirs.bin is a symbolic link owned by");
+  expect_error("[data]\ntrain = synthetic:markov:1\n[model]\ninit = theirs.safetensors\n", 4, "cannot read");
+  snprintf(link, sizeof link, "%s/theirs.safetensors", tmpdir);
+  CHECK(symlink(data, link) == 0 && lchown(link, 65534, 65534) == 0);
+  expect_error("[data]\ntrain = synthetic:markov:1\n[model]\ninit = theirs.safetensors\n", 4, "symbolic link owned by");
+  snprintf(link, sizeof link, "%s/their-smol", tmpdir);
+  snprintf(text, sizeof text, "%s/smol", tmpdir);
+  CHECK(symlink(text, link) == 0 && lchown(link, 65534, 65534) == 0);
+  expect_error_train("[model]\nfrom = their-smol\n", 4, "their-smol is a symbolic link owned by");
+}
+
 int main(void) {
   test_lr_warning();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
@@ -540,6 +565,7 @@ int main(void) {
   test_tie_and_rope();
   test_examples();
   test_from();
+  test_foreign_links();
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
