@@ -203,6 +203,19 @@ void coord_note_bad(coord_t *c, const char *where, const char *why) {
   c->bad_logged_at = now;
 }
 
+int coord_ranks_per_node(const coord_t *c, int kind, int world) {
+  int most = 0;
+  for (int i = 0; c && i < c->nnodes; i++) {
+    if (c->nodes[i].lost) continue;
+    int n = 0;
+    for (int s = 0; s < c->nodes[i].nslots; s++) n += c->nodes[i].slots[s].kind == kind;
+    if (n > most) most = n;
+  }
+  return most < world ? most : world;
+}
+
+const char *coord_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
+
 void coord_publish_metrics(coord_t *c) {
   if (!c->cfg.metrics) return;
   /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
