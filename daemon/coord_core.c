@@ -216,6 +216,35 @@ int coord_ranks_per_node(const coord_t *c, int kind, int world) {
 
 const char *coord_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
 
+fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len) {
+  size_t njobs = 0, k = 0;
+  for (const job_t *j = c->jobs; j; j = j->next) njobs += j->px != NULL;
+  for (const promx_job *px = c->px_done; px; px = px->next) njobs++;
+  const promx_job **jobs = malloc((njobs ? njobs : 1) * sizeof *jobs);
+  promx_node *nodes = calloc(c->nnodes ? (size_t)c->nnodes : 1, sizeof *nodes);
+  fsdp_status rc = FSDP_ERR_NOMEM;
+  if (!jobs || !nodes) {
+    fsdp_set_error(rc, "cannot render the metrics: out of memory");
+    goto out;
+  }
+  for (const job_t *j = c->jobs; j; j = j->next)   /* the active jobs' records first, then the finished ones' */
+    if (j->px) jobs[k++] = j->px;
+  for (const promx_job *px = c->px_done; px; px = px->next) jobs[k++] = px;
+  for (int i = 0; i < c->nnodes; i++) {
+    const node_t *n = &c->nodes[i];
+    nodes[i].name = n->name;
+    nodes[i].up = !n->lost;
+    for (int s = 0; s < n->nslots; s++)
+      nodes[i].devices[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
+  }
+  promx_view v = {.jobs = jobs, .njobs = njobs, .nodes = nodes, .nnodes = (size_t)c->nnodes, .bad_msgs = c->bad_msgs};
+  rc = promx_render(&v, text, len);
+out:
+  free(jobs);
+  free(nodes);
+  return rc;
+}
+
 void coord_publish_metrics(coord_t *c) {
   if (!c->cfg.metrics) return;
   /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
@@ -223,7 +252,7 @@ void coord_publish_metrics(coord_t *c) {
     if (!j->px && promx_set_state(&j->px, j->id, j->spec.name, j->state) != FSDP_OK) log_warn("%s", fsdp_last_error());
   char *text = NULL;
   size_t len = 0;
-  if (promx_render(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
+  if (coord_render_metrics(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
     log_warn("cannot publish the metrics: %s", fsdp_last_error());
   free(text);
 }

@@ -219,6 +219,8 @@ fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
  * is decided per connection (zap.h, peer.h), not by the file's mode. Nothing otherwise. */
 void coord_open_socket_file(const char *ep);
 
+/* The Prometheus text of C's jobs (active, then finished) and nodes, from a view of them (promx.h). */
+fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len);
 /* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
  * Called after every completed step and state change, and on every tick. */
 void coord_publish_metrics(coord_t *c);
