@@ -14,7 +14,6 @@
 #include "fsutil.h"
 #include "log.h"
 #include "metricsrv.h"
-#include "zap.h"
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) {
@@ -156,30 +155,6 @@ void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
   if (rc != FSDP_OK)
     log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)j->id, r,
              rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
-}
-
-fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) {
-  void *s = zmq_socket(c->zctx, type);
-  if (!s) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-  fsdp_status rc = wire_socket_setup(s);
-  int hwm = 0, one = 1;
-  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
-                                                       : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
-  /* Every handshake goes to the ZAP handler (zap.h), which names the peer. */
-  if (rc == FSDP_OK && zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "fsdpd", 5) != 0)
-    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot set the ZAP domain: %s", zmq_strerror(zmq_errno()));
-  if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
-    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
-  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = zap_watch(c, s, ep);
-  if (rc != FSDP_OK) {
-    zmq_close(s);
-    return rc;
-  }
-  *out = s;
-  return FSDP_OK;
 }
 
 void coord_open_socket_file(const char *ep) {

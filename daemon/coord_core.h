@@ -212,8 +212,6 @@ void coord_reply_ack(void *sock, const wire_env *env);
  * disk with the log. */
 void coord_note_bad(coord_t *c, const char *where, const char *why);
 
-/* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
-fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
 
 /* As root, make the ipc:// socket file of EP connectable by every local user (0666): who may do what
  * is decided per connection (zap.h, peer.h), not by the file's mode. Nothing otherwise. */

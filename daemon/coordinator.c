@@ -489,7 +489,7 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   TRY_GOTO(job_recover(c), rc, fail);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   TRY_GOTO(zap_setup(c, curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)), rc, fail);
-  TRY_GOTO(coord_bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
+  TRY_GOTO(zap_bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
   coord_open_socket_file(c->listen_ep);
   TRY_GOTO(loop_zsock_new(uv, c->cluster, on_cluster, c, &c->cluster_zs), rc, fail);
   uv_timer_init(uv, &c->tick);

@@ -2,7 +2,6 @@
 #include "ctlsrv.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "st_model.h"
 #include "steps.h"
 #include "tracepull.h"
+#include "zap.h"
 
 static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
   ji->id = row->id;
@@ -406,7 +406,7 @@ void ctlsrv_bind(coord_t *c) {
   /* A stale socket file from a crashed daemon blocks nothing for ipc://, but remove it so that
    * clients waiting for the file do not connect to a dead one. */
   if (!strncmp(c->ctl_ep, "ipc://", 6)) unlink(c->ctl_ep + 6);
-  if (coord_bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
+  if (zap_bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
       loop_zsock_new(c->uv, c->ctl, ctlsrv_on_msg, c, &c->ctl_zs) != FSDP_OK) {
     log_error("cannot serve the control endpoint: %s", fsdp_last_error());
     return;
