@@ -131,6 +131,7 @@ static void send_grant(coord_t *c, job_t *j, uint32_t last) {
 }
 
 static void send_stop(coord_t *c, job_t *j) {
+  JOB_ASSERT(job_phase_of(j) == JOB_STOPPING);
   Fsdp__StopCmd s = FSDP__STOP_CMD__INIT;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STOP_CMD;
@@ -292,6 +293,7 @@ static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg
 
 /* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */
 static void step_complete(coord_t *c, job_t *j, jstep *st) {
+  JOB_ASSERT(job_phase_of(j) == JOB_RUNNING && st->step == j->done_step + 1);
   uint32_t step = st->step;
   const Fsdp__StepReport *f = st->msgs[st->first]->node_step_report->first;
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
