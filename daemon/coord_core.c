@@ -15,7 +15,6 @@
 #include "log.h"
 #include "oneline.h"
 #include "metricsrv.h"
-#include "zap.h"
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) {
@@ -167,30 +166,6 @@ void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
              rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
 }
 
-fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out) {
-  void *s = zmq_socket(c->zctx, type);
-  if (!s) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-  fsdp_status rc = wire_socket_setup(s);
-  int hwm = 0, one = 1;
-  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
-                                                       : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
-  /* Every handshake goes to the ZAP handler (zap.h), which names the peer. */
-  if (rc == FSDP_OK && zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "fsdpd", 5) != 0)
-    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot set the ZAP domain: %s", zmq_strerror(zmq_errno()));
-  if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
-    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
-  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = zap_watch(c, s, ep);
-  if (rc != FSDP_OK) {
-    zmq_close(s);
-    return rc;
-  }
-  *out = s;
-  return FSDP_OK;
-}
-
 void coord_open_socket_file(const char *ep) {
   if (geteuid() != 0 || strncmp(ep, "ipc://", 6)) return;
   if (chmod(ep + 6, 0666) != 0) log_warn("cannot make %s connectable by its users: %s", ep + 6, strerror(errno));
@@ -212,6 +187,48 @@ void coord_note_bad(coord_t *c, const char *where, const char *why) {
   c->bad_logged_at = now;
 }
 
+int coord_ranks_per_node(const coord_t *c, int kind, int world) {
+  int most = 0;
+  for (int i = 0; c && i < c->nnodes; i++) {
+    if (c->nodes[i].lost) continue;
+    int n = 0;
+    for (int s = 0; s < c->nodes[i].nslots; s++) n += c->nodes[i].slots[s].kind == kind;
+    if (n > most) most = n;
+  }
+  return most < world ? most : world;
+}
+
+const char *coord_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
+
+fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len) {
+  size_t njobs = 0, k = 0;
+  for (const job_t *j = c->jobs; j; j = j->next) njobs += j->px != NULL;
+  for (const promx_job *px = c->px_done; px; px = px->next) njobs++;
+  const promx_job **jobs = malloc((njobs ? njobs : 1) * sizeof *jobs);
+  promx_node *nodes = calloc(c->nnodes ? (size_t)c->nnodes : 1, sizeof *nodes);
+  fsdp_status rc = FSDP_ERR_NOMEM;
+  if (!jobs || !nodes) {
+    fsdp_set_error(rc, "cannot render the metrics: out of memory");
+    goto out;
+  }
+  for (const job_t *j = c->jobs; j; j = j->next)   /* the active jobs' records first, then the finished ones' */
+    if (j->px) jobs[k++] = j->px;
+  for (const promx_job *px = c->px_done; px; px = px->next) jobs[k++] = px;
+  for (int i = 0; i < c->nnodes; i++) {
+    const node_t *n = &c->nodes[i];
+    nodes[i].name = n->name;
+    nodes[i].up = !n->lost;
+    for (int s = 0; s < n->nslots; s++)
+      nodes[i].devices[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
+  }
+  promx_view v = {.jobs = jobs, .njobs = njobs, .nodes = nodes, .nnodes = (size_t)c->nnodes, .bad_msgs = c->bad_msgs};
+  rc = promx_render(&v, text, len);
+out:
+  free(jobs);
+  free(nodes);
+  return rc;
+}
+
 void coord_publish_metrics(coord_t *c) {
   if (!c->cfg.metrics) return;
   /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
@@ -219,7 +236,7 @@ void coord_publish_metrics(coord_t *c) {
     if (!j->px && promx_set_state(&j->px, j->id, j->spec.name, j->state) != FSDP_OK) log_warn("%s", fsdp_last_error());
   char *text = NULL;
   size_t len = 0;
-  if (promx_render(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
+  if (coord_render_metrics(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
     log_warn("cannot publish the metrics: %s", fsdp_last_error());
   free(text);
 }

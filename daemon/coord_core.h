@@ -1,9 +1,10 @@
 /* coord_core — the coordinator's shared state and the small helpers every part of it uses.
  *
- * The coordinator (coordinator.h) is split by responsibility: job.[ch] the job state machine with
- * restart recovery, schedule.[ch] scheduling and placement, steps.[ch] the step pipeline, kv.[ch] the
- * workers' rendezvous store, ctlsrv.[ch] the fsdpctl request handlers, zap.[ch] CURVE client
- * admission, and coordinator.c the cluster service (agents, workers), the timers and the lifetime.
+ * The coordinator (coordinator.h) is split by responsibility: job.[ch] the job's lifecycle (one
+ * state, events in, a transition table) with restart recovery, schedule.[ch] scheduling and
+ * placement, steps.[ch] the step pipeline, kv.[ch] the workers' rendezvous store, ctlsrv.[ch] the
+ * fsdpctl request handlers, zap.[ch] CURVE client admission, and coordinator.c the cluster service
+ * (agents, workers), the timers and the lifetime.
  * This header holds what they share: the node, slot, rank and job records and `struct coord`,
  * which owns them all. Everything runs on the uv loop's thread; nothing here locks.
  */
@@ -76,8 +77,8 @@ typedef struct rank_st {
 typedef struct job {
   struct job *next;
   uint64_t id;
-  int state;
-  int done;                  /* terminal; kept until its workers are reaped (drain) */
+  int phase;                 /* its lifecycle (job.h: job_phase): changed by job_event alone */
+  int state;                 /* the fsdp.JobState recorded in jobs.db, set with the phase */
   char reason[1024];
   char *spec_text, *spec_path, *base_dir;
   char job_dir[PATH_MAX + 64];
@@ -93,12 +94,14 @@ typedef struct job {
   int nready, nstopped, nalive;
   uint32_t start_step, next_step, done_step, steps;
   struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
+  void (*win_free)(struct job *j);   /* steps.c's, set with win: frees it and clears win */
   uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
   Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
   uint32_t rank_detail_step;
   FILE *metrics;
-  double deadline;           /* monotonic: start or step timeout; 0 none */
-  double kill_at, drain_until;
+  double deadline;           /* monotonic: start or step timeout (starting, running, stopping); 0 none */
+  double kill_at, drain_until;   /* draining: SIGKILL the stragglers at kill_at (0: none); draining and
+                                  * restart-wait: their workers are given up on at drain_until */
   double step_timeout, start_timeout;
   /* A communication error is often the echo of another rank's death (its peer's socket closed
    * before that rank's exit reached us): such a failure waits SECONDARY_GRACE_S for a more
@@ -107,14 +110,13 @@ typedef struct job {
   int pending_rank;
   double pending_since, pending_until;
   /* Restarts ([job] max_restarts, docs/checkpoints.md): attempt counts from 0; a failed attempt with
-   * restarts left kills its workers and waits (restart_pending) until they are reaped, then the job
+   * restarts left kills its workers and waits (JOB_RESTART_WAIT) until they are reaped, then the job
    * is queued again. Each attempt has its own rendezvous namespace, so no stale key is ever read. */
   int attempt;
-  int restart_pending;
   char kv_prefix[64];
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
-  uint32_t stop_at;          /* a user's stop: the step that checkpoints and ends the job (0: none) */
-  int stop_for_shutdown;     /* the stop is the daemon's shutdown: the job is queued again after it */
+  uint32_t stop_at;          /* a stop (job.h: JE_USER_STOP, JE_SHUTDOWN): the step that checkpoints and ends the job (0: none) */
+  int stop_kind;             /* job.h: job_stop, what the stop ends in */
   promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
   Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
 } job_t;
@@ -210,16 +212,23 @@ void coord_reply_ack(void *sock, const wire_env *env);
  * disk with the log. */
 void coord_note_bad(coord_t *c, const char *where, const char *why);
 
-/* A ROUTER bound at EP (CURVE server for a tcp:// endpoint): HWM 0, ROUTER_MANDATORY. */
-fsdp_status coord_bind_socket(coord_t *c, int type, const char *ep, void **out);
 
 /* As root, make the ipc:// socket file of EP connectable by every local user (0666): who may do what
  * is decided per connection (zap.h, peer.h), not by the file's mode. Nothing otherwise. */
 void coord_open_socket_file(const char *ep);
 
+/* The Prometheus text of C's jobs (active, then finished) and nodes, from a view of them (promx.h). */
+fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len);
 /* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
  * Called after every completed step and state change, and on every tick. */
 void coord_publish_metrics(coord_t *c);
+
+/* The ranks per node of a job of WORLD ranks of KIND packed as schedule_try packs them: the most
+ * devices of KIND on one live node, at most WORLD (0 with none). Hybrid's default shard_group, taken
+ * at submit (job_from_spec) and again when the job starts (schedule_regroup). */
+int coord_ranks_per_node(const coord_t *c, int kind, int world);
+/* "GPUs" or "CPU slots". */
+const char *coord_kind_name(int kind);
 
 /* Lookups among the active jobs and registered nodes; NULL when there is none. */
 job_t *coord_find_job(coord_t *c, uint64_t id);

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -48,13 +47,10 @@ static void node_lose(coord_t *c, int i, const char *why) {
     }
     if (k > 5) snprintf(list + len, sizeof list - len, ", ..., %d (%d ranks)", last, k);
     else if (k == 5) snprintf(list + len, sizeof list - len, ", %d", last);
-    if (k && !j->done) job_fail(c, j, "node %s %s with rank%s %s on it", n->name, why, k > 1 ? "s" : "", list);
-    for (int r = 0; r < j->world; r++) {
-      if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
-      j->ranks[r].alive = 0;
-      j->nalive--;
-      job_free_slot(c, j, r);
-    }
+    if (!k) continue;
+    char msg[512];
+    snprintf(msg, sizeof msg, "node %s %s with rank%s %s on it", n->name, why, k > 1 ? "s" : "", list);
+    job_event(c, j, JE_NODE_LOST, &(job_ev_args){.rank = -1, .node = i, .msg = msg});
   }
   coord_publish_metrics(c);
 }
@@ -185,29 +181,20 @@ static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
              (unsigned long long)j->id, ex->rank);
     return;
   }
-  rk->alive = 0;
-  j->nalive--;
-  job_free_slot(c, j, (int)ex->rank);
+  /* the reason, should the job decide that the exit fails it (job.c: on_exit_live) */
+  char why[600];
   int clean = ex->exit_status == 0 && ex->term_signal == 0;
-  if (!j->done) {
-    if (clean && j->next_step > j->steps + 1 && !rk->stopped) {   /* exited 0 after stop: as good as its ack */
-      rk->stopped = 1;
-      j->nstopped++;
-      job_check_stopped(c, j);
-    } else if (rk->errored && j->pending[0] && !ex->term_signal) {
-      /* the rank that reported a communication error is leaving: wait for the cause (on_tick) */
-    } else if (!rk->stopped) {
-      if (ex->term_signal)
-        job_fail(c, j, "rank %u was killed by signal %d (SIG%s) on node %s", ex->rank, ex->term_signal,
-                 sig_name(ex->term_signal), n->name);
-      else if (ex->exit_status == 127 && !rk->ident_len)
-        job_fail(c, j, "rank %u could not be started on node %s (exit status 127; see worker-%u.log)", ex->rank,
-                 n->name, ex->rank);
-      else
-        job_fail(c, j, "rank %u exited with status %d%s on node %s", ex->rank, ex->exit_status,
-                 clean ? " before the job finished" : "", n->name);
-    }
-  }
+  if (ex->term_signal)
+    snprintf(why, sizeof why, "rank %u was killed by signal %d (SIG%s) on node %s", ex->rank, ex->term_signal,
+             sig_name(ex->term_signal), n->name);
+  else if (ex->exit_status == 127 && !rk->ident_len)
+    snprintf(why, sizeof why, "rank %u could not be started on node %s (exit status 127; see worker-%u.log)", ex->rank,
+             n->name, ex->rank);
+  else
+    snprintf(why, sizeof why, "rank %u exited with status %d%s on node %s", ex->rank, ex->exit_status,
+             clean ? " before the job finished" : "", n->name);
+  job_ev_args a = {.rank = (int)ex->rank, .node = -1, .status = ex->exit_status, .signal = ex->term_signal, .msg = why};
+  job_event(c, j, JE_WORKER_EXIT, &a);
   schedule_try(c);
 }
 
@@ -235,7 +222,7 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
 static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerHello *h) {
   node_t *via = env->n == 3 && env->len[1] ? coord_find_node(c, env->data[0], env->len[0]) : NULL;
   job_t *j = via ? coord_find_job(c, h->job_id) : NULL;
-  if (!j || j->done || !j->ranks || h->rank >= (uint32_t)j->world || strcmp(h->token, j->token) != 0) {
+  if (!j || job_ended(j) || !j->ranks || h->rank >= (uint32_t)j->world || strcmp(h->token, j->token) != 0) {
     log_warn("worker_hello for job %llu rank %u (pid %u) with an unknown job, rank or token; ignored",
              (unsigned long long)h->job_id, h->rank, h->pid);
     return;
@@ -391,30 +378,25 @@ static void on_cluster(void *sock, void *arg) {
     case FSDP__MSG__BODY_WORKER_READY: steps_on_ready(c, j, r, m->worker_ready); break;
     case FSDP__MSG__BODY_TRACE_SPANS: tracepull_on_spans(c, j, r, &m); break;
     case FSDP__MSG__BODY_WORKER_ERROR: {
-      if (j->done || j->restart_pending) break;   /* a failed attempt's echo: never held against the next one */
-      steps_on_error(c, j, r, m->worker_error);
+      /* the message is validated on receipt; the worker's log has where it came from */
+      job_ev_args a = {.rank = r, .node = -1, .code = m->worker_error->code, .msg = m->worker_error->message};
+      job_event(c, j, JE_WORKER_ERROR, &a);
       break;
     }
-    case FSDP__MSG__BODY_ACK:
-      if (!j->done && j->next_step > j->steps + 1 && !j->ranks[r].stopped) {
-        j->ranks[r].stopped = 1;
-        j->nstopped++;
-        job_check_stopped(c, j);
-      }
-      break;
+    case FSDP__MSG__BODY_ACK: job_event(c, j, JE_RANK_STOPPED, &(job_ev_args){.rank = r, .node = -1}); break;
     case FSDP__MSG__BODY_KV_SET:
-      if (j->done || j->restart_pending) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
       else kv_on_set(c, &env, j, m->kv_set);
       break;
     case FSDP__MSG__BODY_KV_GET:
-      if (j->done || j->restart_pending) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
       else kv_on_get(c, &env, j, m->kv_get);
       break;
     default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)j->id, r, wire_body_name(m->body_case));
     }
   }
   wire_destroy(&m);
-  job_reap_drained(c);
+  if (job_reap_drained(c)) schedule_try(c);
 }
 
 static void on_tick(uv_timer_t *t) {
@@ -439,13 +421,9 @@ static void on_tick(uv_timer_t *t) {
     node_lose(c, i, why);
   }
   forget_gone_nodes(c, now);
-  for (job_t *j = c->jobs, *next; j; j = next) {
-    next = j->next;
+  for (job_t *j = c->jobs; j; j = j->next) {
     steps_check(c, j, now);
-    if (j->done && j->kill_at && now > j->kill_at) {
-      job_send_kill(c, j, SIGKILL);
-      j->kill_at = 0;
-    }
+    job_event(c, j, JE_TICK, &(job_ev_args){.rank = -1, .node = -1, .now = now});
   }
   tracepull_check(c, now);
   job_retry_unrecorded(c);
@@ -455,8 +433,7 @@ static void on_tick(uv_timer_t *t) {
   coord_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
     for (job_t *j = c->jobs; j; j = j->next)   /* a stop for the shutdown that did not finish in time */
-      if (!j->done) job_finish(c, j, ST_QUEUED, "the daemon shut down before the job's checkpoint was saved; it "
-                               "resumes from its newest checkpoint", SIGKILL);
+      job_event(c, j, JE_SHUTDOWN_LATE, NULL);
     void (*done)(void *) = c->shutdown_done;
     c->shutdown_done = NULL;
     done(c->shutdown_arg);
@@ -510,7 +487,7 @@ fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_
   TRY_GOTO(job_recover(c), rc, fail);
   if (!strncmp(c->listen_ep, "ipc://", 6)) unlink(c->listen_ep + 6);
   TRY_GOTO(zap_setup(c, curve_is_tcp(c->listen_ep) || curve_is_tcp(c->ctl_ep)), rc, fail);
-  TRY_GOTO(coord_bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
+  TRY_GOTO(zap_bind_socket(c, ZMQ_ROUTER, c->listen_ep, &c->cluster), rc, fail);
   coord_open_socket_file(c->listen_ep);
   TRY_GOTO(loop_zsock_new(uv, c->cluster, on_cluster, c, &c->cluster_zs), rc, fail);
   uv_timer_init(uv, &c->tick);
@@ -545,10 +522,7 @@ void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg)
   c->shutdown_done = done;
   c->shutdown_arg = arg;
   c->shutdown_deadline = loop_now_mono() + grace_s;
-  for (job_t *j = c->jobs, *next; j; j = next) {
-    next = j->next;
-    job_shutdown(c, j);
-  }
+  for (job_t *j = c->jobs; j; j = j->next) steps_stop(c, j, JE_SHUTDOWN);   /* job.c's table: what a shutdown does */
   job_reap_drained(c);
   if (!c->jobs && c->shutdown_done) {
     c->shutdown_done = NULL;

@@ -39,7 +39,7 @@ typedef struct coord_config {
 typedef struct coord coord_t;
 
 fsdp_status coord_new(uv_loop_t *uv, void *zctx, const coord_config *cfg, coord_t **out);
-/* Stop accepting work and keep every job for the next start (job_shutdown: queued ones stay
+/* Stop accepting work and keep every job for the next start (JE_SHUTDOWN, job.h: queued ones stay
  * queued, running ones are stopped at a checkpoint or killed, and queued again), and call DONE(ARG)
  * once every worker is reaped or GRACE_S seconds have passed (what is still running then is
  * killed and queued again, to resume from its newest checkpoint). */

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include "schedule.h"
 #include "steps.h"
 #include "tracepull.h"
+#include "zap.h"
 
 static void fill_info(const coord_t *c, const jobs_db_row *row, Fsdp__JobInfo *ji, Fsdp__StepSummary *last) {
   ji->id = row->id;
@@ -120,7 +120,7 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
   }
   j->next = c->jobs;
   c->jobs = j;
-  const char *kname = schedule_kind_name(j->kind);
+  const char *kname = coord_kind_name(j->kind);
   job_log(j, "queued: %s, %d %s, %d steps", j->spec.name, j->world, kname, j->spec.steps);
   log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank; owner %s", (unsigned long long)j->id,
            j->spec.name, j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30), j->owner.name);
@@ -147,7 +147,7 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   Fsdp__StepSummary last = FSDP__STEP_SUMMARY__INIT;
   fill_info(c, &row, &ji, &last);
   const job_t *j = coord_find_job(c, id);
-  if (j && j->state == ST_RUNNING && !j->done) ji.start_step = j->start_step;
+  if (j && (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING)) ji.start_step = j->start_step;
   Fsdp__CkptSave ck;
   if (j && j->ckpt.step) {
     ck = j->ckpt;
@@ -174,7 +174,7 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
       jobs_db_row_clear(&row);
       return;
     }
-    rs = steps_rank_detail(j && !j->done ? (job_t *)j : NULL, (uint32_t)(rank1 - 1), &last, &one.detail_step);
+    rs = steps_rank_detail(j && !job_ended(j) ? (job_t *)j : NULL, (uint32_t)(rank1 - 1), &last, &one.detail_step);
     one.ranks = (Fsdp__RankStats **)&rs;
     one.n_ranks = rs != NULL;
     one.agg = NULL;
@@ -230,7 +230,7 @@ static void serve_list(coord_t *c, const wire_env *env, const Fsdp__ListReq *q) 
 /* Cancel job ID, or with STOP first let it save a checkpoint when it makes them (steps_stop). */
 static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop) {
   job_t *j = coord_find_job(c, id);
-  if (!j || j->done) {
+  if (!j || job_ended(j)) {
     jobs_db_row row;
     fsdp_status rc = jobs_db_get(c->db, id, &row);
     if (rc != FSDP_OK) {
@@ -243,8 +243,8 @@ static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop)
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
     return;
   }
-  if (!stop || !steps_stop(c, j))
-    job_finish(c, j, ST_CANCELLED, stop ? "stopped by the user" : "cancelled by the user", SIGTERM);
+  if (stop) steps_stop(c, j, JE_USER_STOP);   /* a checkpoint first where the job makes them, else a cancel */
+  else job_event(c, j, JE_CANCEL, NULL);
   coord_reply_ack(c->ctl, env);
   schedule_try(c);
 }
@@ -404,7 +404,7 @@ static void ctlsrv_on_msg(void *sock, void *arg) {
   }
   }
   wire_destroy(&m);
-  job_reap_drained(c);
+  if (job_reap_drained(c)) schedule_try(c);
 }
 
 void ctlsrv_bind(coord_t *c) {
@@ -413,7 +413,7 @@ void ctlsrv_bind(coord_t *c) {
   /* A stale socket file from a crashed daemon blocks nothing for ipc://, but remove it so that
    * clients waiting for the file do not connect to a dead one. */
   if (!strncmp(c->ctl_ep, "ipc://", 6)) unlink(c->ctl_ep + 6);
-  if (coord_bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
+  if (zap_bind_socket(c, ZMQ_ROUTER, c->ctl_ep, &c->ctl) != FSDP_OK ||
       loop_zsock_new(c->uv, c->ctl, ctlsrv_on_msg, c, &c->ctl_zs) != FSDP_OK) {
     log_error("cannot serve the control endpoint: %s", fsdp_last_error());
     return;

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,9 +14,7 @@
 #include "kv.h"
 #include "log.h"
 #include "planmsg.h"
-#include "schedule.h"
 #include "st_model.h"
-#include "steps.h"
 
 static void unrecorded_add(coord_t *c, uint64_t id, int state, const char *reason) {
   unrecorded_t *u = NULL;
@@ -66,7 +63,14 @@ void job_destroy_unrecorded(coord_t *c) {
   }
 }
 
-void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
+/* Drop the steps in flight (the step pipeline's window) and what the coordinator kept of them. */
+static void free_steps(job_t *j) {
+  wire_destroy(&j->rank_detail);
+  if (j->win) j->win_free(j);
+}
+
+/* Record STATE (with REASON, may be NULL) in memory, jobs.db and job.log. */
+static void record_state(coord_t *c, job_t *j, int state, const char *reason) {
   j->state = state;
   if (promx_set_state(&j->px, j->id, j->spec.name, state) != FSDP_OK) log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   coord_publish_metrics(c);
@@ -87,13 +91,11 @@ void job_set_state(coord_t *c, job_t *j, int state, const char *reason) {
   }
 }
 
-void job_free_reports(job_t *j) { steps_free(j); }
-
 void job_destroy(job_t **jp) {
   if (!jp || !*jp) return;
   job_t *j = *jp;
   *jp = NULL;
-  job_free_reports(j);
+  free_steps(j);
   if (j->metrics) fclose(j->metrics);
   promx_job_free(&j->px);
   plan_destroy(&j->plan);
@@ -105,7 +107,8 @@ void job_destroy(job_t **jp) {
   free(j);
 }
 
-void job_free_slot(coord_t *c, job_t *j, int r) {
+/* Give back rank R's device slot. */
+static void free_slot(coord_t *c, job_t *j, int r) {
   rank_st *rk = &j->ranks[r];
   if (rk->node < 0) return;
   node_t *n = &c->nodes[rk->node];
@@ -114,8 +117,8 @@ void job_free_slot(coord_t *c, job_t *j, int r) {
   rk->node = -1;
 }
 
-void job_send_kill(coord_t *c, job_t *j, int sig) {
-  /* One kill_req per node that still runs ranks of this job. */
+/* Send SIG to every live worker of J, one kill_req per node. */
+static void send_kill(coord_t *c, job_t *j, int sig) {
   for (int i = 0; i < c->nnodes; i++) {
     int any = 0;
     for (int r = 0; r < j->world && !any; r++) any = j->ranks[r].alive && j->ranks[r].node == i;
@@ -146,90 +149,75 @@ void job_open_metrics(job_t *j) {
   }
 }
 
-static void job_reset_attempt(coord_t *c, job_t *j);
-
 /* Jobs are freed only here, at the end of a loop callback, never while a handler still holds a
  * pointer to one. */
-void job_reap_drained(coord_t *c) {
+int job_reap_drained(coord_t *c) {
   double now = loop_now_mono();
   int reaped = 0;
   for (job_t **p = &c->jobs; *p;) {
     job_t *j = *p;
-    if (!j->done && j->restart_pending && (j->nalive == 0 || now > j->drain_until)) {
-      job_reset_attempt(c, j);
-      reaped = 1;
-    }
-    if (!j->done || (j->nalive > 0 && now <= j->drain_until)) {
+    int waits = j->phase == JOB_RESTART_WAIT || j->phase == JOB_DRAINING;
+    if (!waits || (j->nalive > 0 && now <= j->drain_until)) {
       p = &j->next;
       continue;
     }
-    if (j->ranks)
-      for (int r = 0; r < j->world; r++) job_free_slot(c, j, r);
-    if (j->nalive > 0)
-      log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
-               (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+    reaped = 1;
+    if (job_event(c, j, JE_REAPED, NULL) != JOB_DONE) {
+      p = &j->next;
+      continue;
+    }
     *p = j->next;
     promx_retire(&c->px_done, &j->px, now);   /* its final figures stay visible a while */
     job_destroy(&j);
-    reaped = 1;
   }
-  if (reaped) schedule_try(c);
+  return reaped;
 }
 
-void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig) {
-  if (j->done) return;
-  j->done = 1;
-  job_set_state(c, j, state, reason);
-  kv_drop_job(c, j->id, state == ST_SUCCEEDED ? "the job has finished" : reason ? reason : "the job ended");
+/* What every ending of an attempt lets go: its rendezvous keys, its step pipeline, its deadline. */
+static void end_attempt(coord_t *c, job_t *j, const char *why) {
+  kv_drop_job(c, j->id, why);
   if (j->metrics) {
     fclose(j->metrics);
     j->metrics = NULL;
   }
-  job_free_reports(j);
-  double now = loop_now_mono();
+  free_steps(j);
   j->deadline = 0;
-  j->drain_until = now + DRAIN_LIMIT_S;
+  j->pending[0] = 0;
+  j->drain_until = loop_now_mono() + DRAIN_LIMIT_S;
+}
+
+/* The job ends in STATE, recorded; its live workers get SIG (0: none, they are exiting on their own). */
+static job_phase finish(coord_t *c, job_t *j, int state, const char *reason, int sig) {
+  record_state(c, j, state, reason);
+  end_attempt(c, j, state == ST_SUCCEEDED ? "the job has finished" : reason ? reason : "the job ended");
+  double now = loop_now_mono();
   if (j->ranks && j->nalive > 0 && sig) {
-    job_send_kill(c, j, sig);
+    send_kill(c, j, sig);
     j->kill_at = sig == SIGKILL ? 0 : now + KILL_GRACE_S;
   } else if (j->nalive > 0) {
     j->kill_at = now + 10.0;   /* succeeded: they were told to stop; kill stragglers after 10 s */
   }
+  return JOB_DRAINING;
 }
 
-void job_fail(coord_t *c, job_t *j, const char *fmt, ...) {
-  if (j->done || j->restart_pending) return;   /* already ending, or this attempt already failed */
-  char reason[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(reason, sizeof reason, fmt, ap);
-  va_end(ap);
+/* The attempt failed (REASON names the rank): the job ends failed, or with restarts left waits for
+ * its workers to be reaped and is queued again. */
+static job_phase fail(coord_t *c, job_t *j, const char *reason) {
   /* Restart only what can continue: submit refuses max_restarts without checkpoints (ctl_submit). */
-  if (j->attempt < j->spec.max_restarts && !c->shutting_down && j->spec.ckpt_every > 0 &&
-      j->spec.ckpt_dir[0] && j->spec.resume == RESUME_AUTO) {
+  if (j->attempt < j->spec.max_restarts && !c->shutting_down && j->spec.ckpt_every > 0 && j->spec.ckpt_dir[0] &&
+      j->spec.resume == RESUME_AUTO) {
     char why[1200];
     j->attempt++;
     snprintf(why, sizeof why, "restart %d of %d from the newest checkpoint after: %s", j->attempt, j->spec.max_restarts,
              reason);
-    j->restart_pending = 1;
-    job_set_state(c, j, ST_QUEUED, why);
-    kv_drop_job(c, j->id, reason);
-    job_free_reports(j);
-    if (j->metrics) {
-      fclose(j->metrics);
-      j->metrics = NULL;
-    }
-    j->deadline = 0;
-    j->pending[0] = 0;
-    j->drain_until = loop_now_mono() + DRAIN_LIMIT_S;
-    if (j->ranks && j->nalive > 0) job_send_kill(c, j, SIGKILL);
-    return;
+    record_state(c, j, ST_QUEUED, why);
+    end_attempt(c, j, reason);
+    if (j->ranks && j->nalive > 0) send_kill(c, j, SIGKILL);
+    return JOB_RESTART_WAIT;
   }
-  job_finish(c, j, ST_FAILED, reason, SIGKILL);
+  return finish(c, j, ST_FAILED, reason, SIGKILL);
 }
 
-/* The failed attempt's workers are all reaped (or the drain limit passed): free its devices and
- * per-attempt state; the job is queued (its state already says so) and try_schedule starts it. */
 /* A worker saves a checkpoint before it reports the step, so a rank that dies in between leaves a
  * complete checkpoint of a step the coordinator never recorded. Resuming from it would leave that
  * step out of metrics.jsonl for good: withdraw such checkpoints (their manifest, which is what
@@ -261,73 +249,331 @@ static void withdraw_unrecorded_checkpoints(job_t *j) {
             "between saving it and reporting the step); the restart resumes from an earlier one", a.withdrawn[k], j->done_step);
 }
 
-static void job_reset_attempt(coord_t *c, job_t *j) {
+/* ---- the transitions: one function per (phase, event) pair that is not a no-op ---- */
+
+typedef job_phase (*job_step_fn)(coord_t *c, job_t *j, const job_ev_args *a);
+
+static job_phase on_start(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  JOB_ASSERT(j->ranks && j->nalive == 0);
+  record_state(c, j, ST_STARTING, NULL);
+  j->nready = j->nstopped = 0;
+  j->deadline = loop_now_mono() + j->start_timeout;
+  return JOB_STARTING;
+}
+
+static job_phase on_ready(coord_t *c, job_t *j, const job_ev_args *a) {
+  JOB_ASSERT(j->ranks);
+  rank_st *rk = &j->ranks[a->rank];
+  if (rk->ready) return JOB_STARTING;
+  if (j->nready > 0 && a->step != j->start_step) {
+    char why[256];
+    snprintf(why, sizeof why, "rank %d starts at step %u but the others at step %u", a->rank, a->step, j->start_step);
+    return fail(c, j, why);
+  }
+  j->start_step = a->step;
+  rk->ready = 1;
+  if (++j->nready < j->world) return JOB_STARTING;
+  record_state(c, j, ST_RUNNING, NULL);   /* the step pipeline starts the steps (steps_on_ready) */
+  j->deadline = loop_now_mono() + j->step_timeout;
+  return JOB_RUNNING;
+}
+
+static job_phase on_recorded(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)c;
+  JOB_ASSERT(a->step >= j->done_step && a->step <= j->steps);
+  j->done_step = a->step;
+  j->deadline = loop_now_mono() + j->step_timeout;
+  return j->done_step >= j->steps ? JOB_STOPPING : JOB_RUNNING;   /* the caller sends stop_cmd */
+}
+
+static job_phase on_stopped(coord_t *c, job_t *j, const job_ev_args *a) {
+  JOB_ASSERT(j->ranks);
+  rank_st *rk = &j->ranks[a->rank];
+  if (!rk->stopped) rk->stopped = 1, j->nstopped++;
+  if (j->nstopped < j->world) return JOB_STOPPING;
+  if (j->stop_kind == JOB_STOP_SHUTDOWN) {
+    char why[256];
+    snprintf(why, sizeof why, "the daemon shut down after step %u, which saved a checkpoint; the job resumes from it",
+             j->stop_at);
+    return finish(c, j, ST_QUEUED, why, 0);
+  }
+  if (j->stop_kind == JOB_STOP_USER) {
+    char why[PATH_MAX + 128];
+    snprintf(why, sizeof why, "stopped by the user after step %u; its checkpoint is in %s", j->stop_at, j->spec.ckpt_dir);
+    return finish(c, j, ST_CANCELLED, why, 0);
+  }
+  return finish(c, j, ST_SUCCEEDED, NULL, 0);
+}
+
+static job_phase on_error(coord_t *c, job_t *j, const job_ev_args *a) {
+  JOB_ASSERT(j->ranks);
+  j->ranks[a->rank].errored = 1;
+  if (a->code != FSDP_ERR_COMM && a->code != FSDP_ERR_TIMEOUT) {
+    char why[1200];
+    snprintf(why, sizeof why, "rank %d failed: %s", a->rank, a->msg);
+    return fail(c, j, why);
+  }
+  if (!j->pending[0]) {
+    snprintf(j->pending, sizeof j->pending, "%s", a->msg);
+    j->pending_rank = a->rank;
+    j->pending_since = loop_now_mono();
+    j->pending_until = j->pending_since + SECONDARY_GRACE_S;
+  }
+  return (job_phase)j->phase;
+}
+
+/* A rank exited (the facts are applied): after the stop, a clean exit is as good as its ack; the
+ * rank that reported a communication error is leaving (steps_check waits for the cause); else the
+ * attempt fails. */
+static job_phase on_exit_live(coord_t *c, job_t *j, const job_ev_args *a) {
+  JOB_ASSERT(j->ranks);
+  const rank_st *rk = &j->ranks[a->rank];
+  int clean = a->status == 0 && a->signal == 0;
+  if (j->phase == JOB_STOPPING && clean && !rk->stopped) return on_stopped(c, j, a);
+  if (rk->errored && j->pending[0] && !a->signal) return (job_phase)j->phase;
+  if (rk->stopped) return (job_phase)j->phase;
+  return fail(c, j, a->msg ? a->msg : "a rank exited");
+}
+
+static job_phase on_fail(coord_t *c, job_t *j, const job_ev_args *a) { return fail(c, j, a->msg); }
+
+static job_phase on_unfit(coord_t *c, job_t *j, const job_ev_args *a) { return finish(c, j, ST_FAILED, a->msg, 0); }
+
+static job_phase on_cancel(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  return finish(c, j, ST_CANCELLED, "cancelled by the user", SIGTERM);
+}
+
+/* A stop that checkpoints needs a running job that makes checkpoints (the shutdown's only a
+ * [checkpoint] dir: the worker saves where the step says so, and resumes from dir) with a step
+ * not yet sent: the next one carries the checkpoint flag and ends the job. */
+static int set_stop(job_t *j, int kind) {
+  if ((j->phase != JOB_RUNNING && j->phase != JOB_STOPPING) || (j->spec.ckpt_every <= 0 && kind != JOB_STOP_SHUTDOWN) ||
+      !j->spec.ckpt_dir[0])
+    return 0;
+  if (j->stop_at) return 1;   /* already stopping */
+  if (j->phase == JOB_STOPPING || j->next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
+  j->stop_at = j->next_step;
+  j->stop_kind = kind;
+  j->steps = j->stop_at;
+  job_log(j, "stop requested: stopping after step %u, which saves a checkpoint", j->stop_at);
+  log_info("job %llu: stop requested; stopping after step %u with a checkpoint", (unsigned long long)j->id, j->stop_at);
+  return 1;
+}
+
+static job_phase on_user_stop(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  if (set_stop(j, JOB_STOP_USER)) return (job_phase)j->phase;   /* the caller grants the stop's step (steps_stop) */
+  return finish(c, j, ST_CANCELLED, "stopped by the user", SIGTERM);
+}
+
+/* At the daemon's shutdown: keep the job for the next start. A running job with a [checkpoint] dir
+ * and resume = auto stops at the next step, which saves a checkpoint, and is then recorded queued
+ * (on_stopped); any other's workers get SIGTERM and it is recorded queued at once, to resume from
+ * its newest checkpoint or start over. */
+static job_phase on_shutdown(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  if (j->phase == JOB_RUNNING && (j->stop_at || j->next_step > j->steps))
+    return JOB_RUNNING;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
+  if (j->spec.resume == RESUME_AUTO && set_stop(j, JOB_STOP_SHUTDOWN)) return JOB_RUNNING;
+  if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_dir[0])
+    return finish(c, j, ST_QUEUED, "the daemon shut down; the job resumes from its newest checkpoint", SIGTERM);
+  return finish(c, j, ST_QUEUED, "the daemon shut down; the job has no checkpoint to resume from and starts over", SIGTERM);
+}
+
+/* Queued: its record already says so; only memory is let go (job_reap_drained frees it). */
+static job_phase on_shutdown_queued(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)c, (void)a;
+  j->drain_until = loop_now_mono();
+  return JOB_DRAINING;
+}
+
+static job_phase on_shutdown_restart(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;   /* queued in the record already; its workers are being killed */
+  return finish(c, j, ST_QUEUED, "the daemon shut down before the restart; the job resumes from its newest checkpoint", 0);
+}
+
+static job_phase on_shutdown_late(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  return finish(c, j, ST_QUEUED, "the daemon shut down before the job's checkpoint was saved; it resumes from its "
+                "newest checkpoint", SIGKILL);
+}
+
+static job_phase on_tick_draining(coord_t *c, job_t *j, const job_ev_args *a) {
+  if (j->kill_at && a->now > j->kill_at) {
+    send_kill(c, j, SIGKILL);
+    j->kill_at = 0;
+  }
+  return JOB_DRAINING;
+}
+
+/* The failed attempt's workers are all reaped (or the drain limit passed): free its devices and
+ * per-attempt state; the job is queued (its record already says so) and schedule_try starts it. */
+static job_phase on_reaped_restart(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
   withdraw_unrecorded_checkpoints(j);
   if (j->ranks)
-    for (int r = 0; r < j->world; r++) job_free_slot(c, j, r);
+    for (int r = 0; r < j->world; r++) free_slot(c, j, r);
   if (j->nalive > 0)
     log_warn("job %llu: %d workers of the failed attempt did not report their exit within %.0f s; restarting anyway",
              (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
-  job_free_reports(j);
   free(j->ranks);
   j->ranks = NULL;
   planmsg_destroy(&j->plan_pb);
   j->nready = j->nstopped = j->nalive = 0;
   j->start_step = j->next_step = j->done_step = 0;
   j->kill_at = 0;
-  j->pending[0] = 0;
-  j->restart_pending = 0;
+  return JOB_QUEUED;
 }
 
-void job_check_stopped(coord_t *c, job_t *j) {
-  if (j->done || j->restart_pending || j->nstopped != j->world) return;
-  if (j->stop_at && j->stop_for_shutdown) {
-    char why[256];
-    snprintf(why, sizeof why, "the daemon shut down after step %u, which saved a checkpoint; the job resumes from it",
-             j->stop_at);
-    job_finish(c, j, ST_QUEUED, why, 0);
-  } else if (j->stop_at) {
-    char why[PATH_MAX + 128];
-    snprintf(why, sizeof why, "stopped by the user after step %u; its checkpoint is in %s", j->stop_at, j->spec.ckpt_dir);
-    job_finish(c, j, ST_CANCELLED, why, 0);
-  } else {
-    job_finish(c, j, ST_SUCCEEDED, NULL, 0);
-  }
+static job_phase on_reaped_drained(coord_t *c, job_t *j, const job_ev_args *a) {
+  (void)a;
+  if (j->ranks)
+    for (int r = 0; r < j->world; r++) free_slot(c, j, r);
+  if (j->nalive > 0)
+    log_warn("job %llu: %d workers did not report their exit within %.0f s; their devices are freed anyway",
+             (unsigned long long)j->id, j->nalive, DRAIN_LIMIT_S);
+  return JOB_DONE;
 }
 
-/* The queued job's record already says queued: only memory is let go. */
-static void drop_queued(coord_t *c, job_t *j) {
-  for (job_t **p = &c->jobs; *p; p = &(*p)->next)
-    if (*p == j) {
-      *p = j->next;
-      break;
+/* One cell: a transition, or why the event changes nothing in that phase. */
+typedef struct job_cell {
+  job_step_fn fn;
+  const char *noop;
+} job_cell;
+
+#define T(f) {f, NULL}
+#define N(why) {NULL, why}
+#define NO_WORKERS N("the job has no workers")
+#define STALE N("an echo of the attempt that ended: never held against the next one")
+#define ENDED N("the job has ended")
+#define NOT_DUE N("nothing is due in this phase")
+
+static const job_cell table[JOB_PHASES][JOB_EVENTS] = {
+  [JOB_QUEUED] = {
+    [JE_START] = T(on_start), [JE_RANK_READY] = NO_WORKERS, [JE_STEP_RECORDED] = NO_WORKERS,
+    [JE_RANK_STOPPED] = NO_WORKERS, [JE_WORKER_ERROR] = NO_WORKERS, [JE_WORKER_EXIT] = NO_WORKERS,
+    [JE_DEADLINE] = N("a queued job has no deadline"), [JE_NODE_LOST] = NO_WORKERS, [JE_FAIL] = T(on_fail),
+    [JE_UNFIT] = T(on_unfit), [JE_USER_STOP] = T(on_user_stop), [JE_CANCEL] = T(on_cancel),
+    [JE_SHUTDOWN] = T(on_shutdown_queued), [JE_SHUTDOWN_LATE] = T(on_shutdown_queued), [JE_TICK] = NOT_DUE,
+    [JE_REAPED] = N("nothing to reap"),
+  },
+  [JOB_STARTING] = {
+    [JE_START] = N("already started"), [JE_RANK_READY] = T(on_ready), [JE_STEP_RECORDED] = N("no step is granted yet"),
+    [JE_RANK_STOPPED] = N("no stop was sent"), [JE_WORKER_ERROR] = T(on_error), [JE_WORKER_EXIT] = T(on_exit_live),
+    [JE_DEADLINE] = T(on_fail), [JE_NODE_LOST] = T(on_fail), [JE_FAIL] = T(on_fail),
+    [JE_UNFIT] = N("only a queued job waits for devices"), [JE_USER_STOP] = T(on_user_stop), [JE_CANCEL] = T(on_cancel),
+    [JE_SHUTDOWN] = T(on_shutdown), [JE_SHUTDOWN_LATE] = T(on_shutdown_late), [JE_TICK] = NOT_DUE,
+    [JE_REAPED] = N("its workers count until the attempt ends"),
+  },
+  [JOB_RUNNING] = {
+    [JE_START] = N("already started"), [JE_RANK_READY] = N("every rank is ready already"),
+    [JE_STEP_RECORDED] = T(on_recorded), [JE_RANK_STOPPED] = N("no stop was sent"), [JE_WORKER_ERROR] = T(on_error),
+    [JE_WORKER_EXIT] = T(on_exit_live), [JE_DEADLINE] = T(on_fail), [JE_NODE_LOST] = T(on_fail), [JE_FAIL] = T(on_fail),
+    [JE_UNFIT] = N("only a queued job waits for devices"), [JE_USER_STOP] = T(on_user_stop), [JE_CANCEL] = T(on_cancel),
+    [JE_SHUTDOWN] = T(on_shutdown), [JE_SHUTDOWN_LATE] = T(on_shutdown_late), [JE_TICK] = NOT_DUE,
+    [JE_REAPED] = N("its workers count until the attempt ends"),
+  },
+  [JOB_STOPPING] = {
+    [JE_START] = N("already started"), [JE_RANK_READY] = N("every rank is ready already"),
+    [JE_STEP_RECORDED] = N("every step is recorded"), [JE_RANK_STOPPED] = T(on_stopped), [JE_WORKER_ERROR] = T(on_error),
+    [JE_WORKER_EXIT] = T(on_exit_live), [JE_DEADLINE] = T(on_fail), [JE_NODE_LOST] = T(on_fail), [JE_FAIL] = T(on_fail),
+    [JE_UNFIT] = N("only a queued job waits for devices"),
+    [JE_USER_STOP] = T(on_user_stop), [JE_CANCEL] = T(on_cancel),
+    [JE_SHUTDOWN] = N("ending on its own: coord_shutdown's deadline bounds it"), [JE_SHUTDOWN_LATE] = T(on_shutdown_late),
+    [JE_TICK] = NOT_DUE, [JE_REAPED] = N("its workers count until the attempt ends"),
+  },
+  [JOB_RESTART_WAIT] = {
+    [JE_START] = N("its workers are not reaped yet"), [JE_RANK_READY] = STALE, [JE_STEP_RECORDED] = STALE,
+    [JE_RANK_STOPPED] = STALE, [JE_WORKER_ERROR] = STALE, [JE_WORKER_EXIT] = STALE, [JE_DEADLINE] = STALE,
+    [JE_NODE_LOST] = N("the attempt has failed already"), [JE_FAIL] = N("the attempt has failed already"),
+    [JE_UNFIT] = N("not waiting for devices yet"), [JE_USER_STOP] = T(on_cancel), [JE_CANCEL] = T(on_cancel),
+    [JE_SHUTDOWN] = T(on_shutdown_restart), [JE_SHUTDOWN_LATE] = T(on_shutdown_restart), [JE_TICK] = NOT_DUE,
+    [JE_REAPED] = T(on_reaped_restart),
+  },
+  [JOB_DRAINING] = {
+    [JE_START] = ENDED, [JE_RANK_READY] = ENDED, [JE_STEP_RECORDED] = ENDED, [JE_RANK_STOPPED] = ENDED,
+    [JE_WORKER_ERROR] = ENDED, [JE_WORKER_EXIT] = ENDED, [JE_DEADLINE] = ENDED, [JE_NODE_LOST] = ENDED, [JE_FAIL] = ENDED,
+    [JE_UNFIT] = ENDED, [JE_USER_STOP] = ENDED, [JE_CANCEL] = ENDED, [JE_SHUTDOWN] = ENDED, [JE_SHUTDOWN_LATE] = ENDED,
+    [JE_TICK] = T(on_tick_draining), [JE_REAPED] = T(on_reaped_drained),
+  },
+};
+
+const char *job_phase_name(job_phase p) {
+  static const char *const names[JOB_PHASES] = {"queued", "starting", "running", "stopping", "restart_wait", "draining",
+                                                "done"};
+  return p >= 0 && p < JOB_PHASES ? names[p] : "?";
+}
+
+const char *job_ev_name(job_ev ev) {
+  static const char *const names[JOB_EVENTS] = {
+      "start", "rank_ready", "step_recorded", "rank_stopped", "worker_error", "worker_exit", "deadline", "node_lost",
+      "fail", "unfit", "user_stop", "cancel", "shutdown", "shutdown_late", "tick", "reaped"};
+  return ev >= 0 && ev < JOB_EVENTS ? names[ev] : "?";
+}
+
+void job_assert_failed(const char *what, const char *file, int line) {
+  log_error("job lifecycle: invariant %s does not hold (%s:%d)", what, file, line);
+  abort();
+}
+
+/* The facts an event carries hold whatever the phase: a rank that exited, or whose node was lost,
+ * is no longer alive and its device is free. */
+static void apply_facts(coord_t *c, job_t *j, job_ev ev, const job_ev_args *a) {
+  if (ev == JE_WORKER_EXIT && j->ranks && j->ranks[a->rank].alive) {   /* a second report of it changes nothing */
+    j->ranks[a->rank].alive = 0;
+    j->nalive--;
+    free_slot(c, j, a->rank);
+  } else if (ev == JE_NODE_LOST && j->ranks) {
+    for (int r = 0; r < j->world; r++) {
+      if (j->ranks[r].node != a->node || !j->ranks[r].alive) continue;
+      j->ranks[r].alive = 0;
+      j->nalive--;
+      free_slot(c, j, r);
     }
-  job_destroy(&j);
+  }
 }
 
-void job_shutdown(coord_t *c, job_t *j) {
-  if (j->done) return;
-  if (j->restart_pending) {   /* queued in the record already; its workers are being killed */
-    job_finish(c, j, ST_QUEUED, "the daemon shut down before the restart; the job resumes from its newest checkpoint", 0);
-    return;
+/* What each phase promises (job.h); checked after every event. */
+static void check_invariants(const job_t *j) {
+  JOB_ASSERT(j->phase >= JOB_QUEUED && j->phase < JOB_PHASES);
+  JOB_ASSERT(j->nalive >= 0 && j->nalive <= (j->ranks ? j->world : 0));
+  JOB_ASSERT(j->nstopped >= 0 && j->nstopped <= j->world && j->nready >= 0 && j->nready <= j->world);
+  JOB_ASSERT(!j->stop_at || (j->stop_kind != JOB_STOP_NONE && j->stop_at == j->steps));
+  switch ((job_phase)j->phase) {
+  case JOB_QUEUED: JOB_ASSERT(j->nalive == 0 && !j->win && !j->metrics); break;
+  case JOB_STARTING: JOB_ASSERT(j->ranks && j->deadline > 0 && !j->win); break;
+  case JOB_RUNNING: JOB_ASSERT(j->ranks && j->nready == j->world && j->deadline > 0); break;
+  case JOB_STOPPING: JOB_ASSERT(j->ranks && j->done_step >= j->steps && j->nstopped < j->world); break;
+  case JOB_RESTART_WAIT:
+  case JOB_DRAINING: JOB_ASSERT(!j->win && !j->metrics && !j->deadline && !j->pending[0]); break;
+  case JOB_DONE: JOB_ASSERT(!j->win && !j->metrics); break;
+  case JOB_PHASES: break;
   }
-  if (j->state == ST_QUEUED) {
-    drop_queued(c, j);
-    return;
+}
+
+job_phase job_event(coord_t *c, job_t *j, job_ev ev, const job_ev_args *args) {
+  static const job_ev_args none = {.rank = -1, .node = -1};
+  const job_ev_args *a = args ? args : &none;
+  JOB_ASSERT(ev >= 0 && ev < JOB_EVENTS);
+  JOB_ASSERT(j->phase != JOB_DONE);   /* a done job is freed at once: nothing may still hold it */
+  int ranked = ev == JE_RANK_READY || ev == JE_RANK_STOPPED || ev == JE_WORKER_ERROR || ev == JE_WORKER_EXIT;
+  JOB_ASSERT(!ranked || !j->ranks || (a->rank >= 0 && a->rank < j->world));
+  apply_facts(c, j, ev, a);
+  job_phase from = (job_phase)j->phase;
+  const job_cell *cell = &table[from][ev];
+  if (!cell->fn) {
+    log_debug("job %llu: %s while %s: ignored (%s)", (unsigned long long)j->id, job_ev_name(ev), job_phase_name(from),
+              cell->noop);
+  } else {
+    j->phase = cell->fn(c, j, a);
+    if (j->phase != (int)from)
+      log_debug("job %llu: %s: %s -> %s", (unsigned long long)j->id, job_ev_name(ev), job_phase_name(from),
+                job_phase_name((job_phase)j->phase));
   }
-  if (j->stop_at || (j->state == ST_RUNNING && j->next_step > j->steps))
-    return;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
-  if (j->spec.resume == RESUME_AUTO) {
-    /* a shutdown's stop needs only [checkpoint] dir (steps_stop); job_check_stopped queues the job
-     * once the checkpoint of its last step is saved */
-    j->stop_for_shutdown = 1;
-    if (steps_stop(c, j)) return;
-    j->stop_for_shutdown = 0;
-  }
-  if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_dir[0])
-    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job resumes from its newest checkpoint", SIGTERM);
-  else
-    job_finish(c, j, ST_QUEUED, "the daemon shut down; the job has no checkpoint to resume from and starts over", SIGTERM);
+  check_invariants(j);
+  return (job_phase)j->phase;
 }
 
 const char *job_state_name(int state) {
@@ -395,19 +641,20 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
    * when the job starts (schedule.c); the workers take it from the plan. With no node registered yet
    * (the queue reloaded at a restart, before the agents are back) 1 holds its place until then. */
   if (j->spec.sharding == SHARD_HYBRID && j->spec.shard_group == 0) {
-    int g = schedule_ranks_per_node(c, j->kind, j->world);
+    int g = coord_ranks_per_node(c, j->kind, j->world);
     j->auto_group = 1;
     j->spec.shard_group = g > 0 ? g : 1;
     if ((rc = plan_build(&j->spec, j->world, &j->plan)) != FSDP_OK) {
       char why[512];
       snprintf(why, sizeof why, "%s", fsdp_last_error());
       fsdp_set_error(rc, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
-                     "largest node here): %s", j->spec.shard_group, schedule_kind_name(j->kind), why);
+                     "largest node here): %s", j->spec.shard_group, coord_kind_name(j->kind), why);
       goto fail;
     }
   }
   if (!j->plan) TRY_GOTO(plan_build(&j->spec, j->world, &j->plan), rc, fail);
   j->state = ST_QUEUED;
+  j->phase = JOB_QUEUED;
   *out = j;
   return FSDP_OK;
 fail:

@@ -1,10 +1,21 @@
-/* job — the coordinator's job state machine: queued → starting → running → succeeded, failed or
- * cancelled, with restarts ([job] max_restarts) that queue a failed attempt again to resume from
- * its newest checkpoint, and the recovery of the database's jobs when the daemon starts.
+/* job — the coordinator's job: its lifecycle, with restarts ([job] max_restarts) that queue a failed
+ * attempt again to resume from its newest checkpoint, and the recovery of the database's jobs when
+ * the daemon starts.
  *
- * A job_t is created by job_from_spec (a submit, or a queued job found at start), lives in
- * c->jobs while it is active, and is freed only by job_reap_drained once it ended and its workers
- * are reaped. Every state change is recorded in jobs.db and the job's job.log. Loop thread only.
+ * A job has one lifecycle state (job_phase) and changes it only in job_event, through the transition
+ * table in job.c: every (phase, event) pair is a transition or an explicit no-op, logged at debug
+ * level. Scheduling, the step pipeline, the cluster service and the control server emit events and
+ * read the phase; none of them sets it. Beside the phase, the job records an fsdp.JobState (queued,
+ * starting, ... cancelled) in jobs.db and its job.log at each transition that users see.
+ *
+ *   queued ──START──▶ starting ──every RANK_READY──▶ running ──last STEP_RECORDED──▶ stopping
+ *   (a failure with restarts left: restart_wait ──REAPED──▶ queued; any other end: draining)
+ *   stopping ──every RANK_STOPPED──▶ draining (succeeded; a stop: cancelled; a shutdown's stop: queued)
+ *   draining ──REAPED──▶ done (freed by job_reap_drained)
+ *
+ * docs/design.md has the table. A job_t is created by job_from_spec (a submit, or a queued job
+ * found at start), lives in c->jobs while it is active, and is freed only by job_reap_drained once
+ * it is done. Loop thread only.
  */
 #ifndef FSDP_DAEMON_JOB_H
 #define FSDP_DAEMON_JOB_H
@@ -14,11 +25,77 @@
 /* "queued", "starting", ... for a fsdp.JobState value. */
 const char *job_state_name(int state);
 
+typedef enum job_phase {
+  JOB_QUEUED = 0,     /* waiting for devices: new, or again after a failed attempt */
+  JOB_STARTING,       /* placed, workers spawned, waiting for every rank's worker_ready (start deadline) */
+  JOB_RUNNING,        /* steps granted and recorded (step deadline); job_t.stop_at: a stop that ends it early */
+  JOB_STOPPING,       /* every step recorded, stop_cmd sent: waiting for every rank's ack or clean exit */
+  JOB_RESTART_WAIT,   /* the attempt failed with restarts left: its workers are killed; queued once reaped */
+  JOB_DRAINING,       /* ended, its final state recorded: kept until its workers are reaped */
+  JOB_DONE,           /* reaped: job_reap_drained frees it; no event may reach it */
+  JOB_PHASES
+} job_phase;
+
+typedef enum job_ev {
+  JE_START,           /* placed and about to spawn (schedule.c) */
+  JE_RANK_READY,      /* .rank said worker_ready, resuming after step .step */
+  JE_STEP_RECORDED,   /* every step up to .step is in metrics.jsonl and jobs.db; after the last, the stop */
+  JE_RANK_STOPPED,    /* .rank acknowledged stop_cmd */
+  JE_WORKER_ERROR,    /* .rank sent worker_error .code, .msg: a communication error is held SECONDARY_GRACE_S */
+  JE_WORKER_EXIT,     /* .rank exited: .status, .signal; .msg is the failure's reason if it is one */
+  JE_DEADLINE,        /* a start or step deadline, or a held error's grace, passed; .msg names the ranks */
+  JE_NODE_LOST,       /* node .node was lost or stopped (.msg, naming the job's ranks on it when it has any) */
+  JE_FAIL,            /* the attempt cannot go on: .msg (placement, a step that cannot be recorded) */
+  JE_UNFIT,           /* queued, the live cluster lacked its devices for restart_wait_s: .msg */
+  JE_USER_STOP,       /* fsdpctl stop: checkpoint at the next step not yet sent and end cancelled, else cancel */
+  JE_CANCEL,          /* fsdpctl cancel */
+  JE_SHUTDOWN,        /* the daemon shuts down: keep the job for the next start (job_event's table) */
+  JE_SHUTDOWN_LATE,   /* the shutdown's grace passed before the job's checkpoint was saved */
+  JE_TICK,            /* the periodic tick (.now): a draining job's stragglers get SIGKILL */
+  JE_REAPED,          /* every worker was reaped, or the drain limit passed (job_reap_drained) */
+  JOB_EVENTS
+} job_ev;
+
+/* A stop's end (job_t.stop_kind). */
+enum { JOB_STOP_NONE = 0, JOB_STOP_USER, JOB_STOP_SHUTDOWN };
+
+typedef struct job_ev_args {
+  int rank;
+  int node;
+  uint32_t step;
+  int code;                  /* worker_error's fsdp_status */
+  int status, signal;        /* worker_exit */
+  double now;                /* JE_TICK */
+  const char *msg;
+} job_ev_args;
+
+/* Feed EV (ARGS: NULL for none) to J: the facts it carries are applied (a rank's exit or loss), then
+ * the table's transition for J's phase runs, or an explicit no-op is logged. Returns the new phase.
+ * J is never freed here. The invariants of the new phase are checked (JOB_ASSERT). */
+job_phase job_event(coord_t *c, job_t *j, job_ev ev, const job_ev_args *args);
+static inline job_phase job_phase_of(const job_t *j) { return (job_phase)j->phase; }
+const char *job_phase_name(job_phase p);
+const char *job_ev_name(job_ev ev);
+/* The current attempt has workers that count: starting, running or stopping. */
+static inline int job_live(const job_t *j) {
+  return j->phase == JOB_STARTING || j->phase == JOB_RUNNING || j->phase == JOB_STOPPING;
+}
+/* Ended: its final state is recorded (draining, done). */
+static inline int job_ended(const job_t *j) { return j->phase >= JOB_DRAINING; }
+
+/* An invariant of the job's lifecycle, checked in every build: a violation is a defect, logged
+ * with where it was found, and aborts (as libuv's handle asserts do). */
+#define JOB_ASSERT(cond)                                                                              \
+  do {                                                                                                \
+    if (!(cond)) job_assert_failed(#cond, __FILE__, __LINE__);                                        \
+  } while (0)
+_Noreturn void job_assert_failed(const char *what, const char *file, int line);
+
 /* A queued job (id 0, no directory yet) of OWNER (its workers get UMASK) from a job file's text:
  * parsed (file:line errors) with OWNER's rights (asuser.h: the paths it names are checked as that
  * user would see them; the weights it starts from, `init` or from = DIR's, are checked against the
  * model there too) and planned for its world size; a hybrid job without shard_group gets the ranks per node of C's
- * cluster (schedule_ranks_per_node; 1 while no node is known, as at a restart; the start takes it
+ * cluster (coord_ranks_per_node; 1 while no node is known, as at a restart; the start takes it
  * again). Errors are recorded for
  * fsdp_last_error. */
 fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *spec_path, const char *base_dir,
@@ -36,22 +113,6 @@ void job_open_metrics(job_t *j);
  * queued ones are queued again in their order. */
 fsdp_status job_recover(coord_t *c);
 
-/* Record STATE (with REASON, may be NULL) in memory, jobs.db and job.log. */
-void job_set_state(coord_t *c, job_t *j, int state, const char *reason);
-/* Move J to a terminal STATE; its live workers get SIG (0: none, they are exiting on their own). */
-void job_finish(coord_t *c, job_t *j, int state, const char *reason, int sig);
-/* Fail the current attempt with a reason naming the rank: the job ends failed, or with restarts
- * left it is queued again once its workers are reaped. */
-void job_fail(coord_t *c, job_t *j, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* At the daemon's shutdown: keep J for the next start. A queued job stays queued (its record
- * already says so); a running job with a [checkpoint] dir and resume = auto is stopped at the next
- * step, which saves a checkpoint, and then recorded queued (job_check_stopped); any other job's
- * workers get SIGTERM and it is recorded queued at once, to resume from its newest checkpoint or
- * start over. J may be freed: call it while walking c->jobs with the next pointer kept aside. */
-void job_shutdown(coord_t *c, job_t *j);
-/* Succeed J once every rank acknowledged its stop. */
-void job_check_stopped(coord_t *c, job_t *j);
-
 /* States the database refused (a full disk): retried on every tick; status and list answer with
  * them meanwhile (job_overlay_unrecorded replaces *STATE and *REASON when ID has one). */
 void job_retry_unrecorded(coord_t *c);
@@ -59,15 +120,9 @@ void job_overlay_unrecorded(const coord_t *c, uint64_t id, int *state, const cha
 /* At exit: log each state that was never recorded, and free them. */
 void job_destroy_unrecorded(coord_t *c);
 
-/* Drop the reports of the steps in flight. */
-void job_free_reports(job_t *j);
-/* Give back rank R's device slot. */
-void job_free_slot(coord_t *c, job_t *j, int r);
-/* Send SIG to every live worker of J, one kill_req per node. */
-void job_send_kill(coord_t *c, job_t *j, int sig);
-/* Free the jobs that ended and whose workers are all reaped (or whose drain limit passed), restart
- * failed attempts whose workers are gone, then schedule. Call it at the end of a loop callback:
- * no handler may still hold a job pointer. */
-void job_reap_drained(coord_t *c);
+/* Feed JE_REAPED to the jobs whose workers are all reaped (or whose drain limit passed): a failed
+ * attempt is queued again, an ended job is done and freed. Returns whether any was, so that the
+ * caller schedules. Call it at the end of a loop callback: no handler may still hold a job pointer. */
+int job_reap_drained(coord_t *c);
 
 #endif

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_core.h"
-#include "job.h"
 #include "metrics.h"
 
 /* Peak dense bf16 tensor FLOP/s from the vendors' data sheets (SXM parts; a PCIe part of the
@@ -136,33 +134,29 @@ static void put_value(FILE *f, double v) {
   else fprintf(f, " %.17g\n", v);
 }
 
-typedef struct jobs_iter {
-  const struct coord *c;
-  const job_t *active;
-  const promx_job *done;
-} jobs_iter;
+/* Every job record of view V, in its order. */
+#define FOR_JOBS(V, PX) for (size_t i_ = 0; i_ < (V)->njobs && ((PX) = (V)->jobs[i_]); i_++)
 
-/* Every job record to show: the active jobs' first, then the finished ones'. */
-static const promx_job *next_job(jobs_iter *it) {
-  while (it->active) {
-    const job_t *j = it->active;
-    it->active = j->next;
-    if (j->px) return j->px;
+/* The state label's values: fsdp.JobState's names (docs/observability.md). */
+static const char *state_label(int s) {
+  switch (s) {
+  case FSDP__JOB_STATE__QUEUED: return "queued";
+  case FSDP__JOB_STATE__STARTING: return "starting";
+  case FSDP__JOB_STATE__RUNNING: return "running";
+  case FSDP__JOB_STATE__SUCCEEDED: return "succeeded";
+  case FSDP__JOB_STATE__FAILED: return "failed";
+  case FSDP__JOB_STATE__CANCELLED: return "cancelled";
+  default: return "?";
   }
-  const promx_job *px = it->done;
-  if (px) it->done = px->next;
-  return px;
 }
-
-#define FOR_JOBS(C, PX) for (jobs_iter it_ = {(C), (C)->jobs, (C)->px_done}; ((PX) = next_job(&it_));)
 
 typedef enum { JV_LOSS, JV_STEP, JV_TPS, JV_VAL, JV_MFU, JV_TOKENS, JV_STEPS, JV_CK_BLOCKED, JV_CK_WRITE, JV_CK_BYTES } job_value;
 
-static void job_series(FILE *f, const struct coord *c, job_value which, const char *metric, const char *type,
+static void job_series(FILE *f, const promx_view *v, job_value which, const char *metric, const char *type,
                        const char *help) {
   const promx_job *px;
   head(f, metric, type, help);
-  FOR_JOBS(c, px) {
+  FOR_JOBS(v, px) {
     double v;
     switch (which) {
     case JV_LOSS: if (!px->steps_total) continue; v = px->loss; break;
@@ -182,13 +176,13 @@ static void job_series(FILE *f, const struct coord *c, job_value which, const ch
   }
 }
 
-static void job_state_series(FILE *f, const struct coord *c) {
+static void job_state_series(FILE *f, const promx_view *v) {
   const promx_job *px;
   head(f, "fsdp_job_state", "gauge", "1 for the job's current state, 0 for the others");
-  FOR_JOBS(c, px) {
-    for (int s = ST_QUEUED; s <= ST_CANCELLED; s++) {
+  FOR_JOBS(v, px) {
+    for (int s = FSDP__JOB_STATE__QUEUED; s <= FSDP__JOB_STATE__CANCELLED; s++) {
       job_labels(f, "fsdp_job_state", px);
-      fprintf(f, ",state=\"%s\"} %d\n", job_state_name(s), px->state == s);
+      fprintf(f, ",state=\"%s\"} %d\n", state_label(s), px->state == s);
     }
   }
 }
@@ -203,12 +197,12 @@ static int crossed_groups(const promx_job *px) {
   return 0;
 }
 
-static void rank_series(FILE *f, const struct coord *c, rank_value which, const char *metric, const char *type,
+static void rank_series(FILE *f, const promx_view *v, rank_value which, const char *metric, const char *type,
                         const char *label, const char *help) {
   const promx_job *px;
   head(f, metric, type, help);
   int nk = which == RV_PEAK ? MEM_NCAT : which == RV_PHASE ? STEPSTATS_NPHASE : COLL_NKIND;
-  FOR_JOBS(c, px) {
+  FOR_JOBS(v, px) {
     if (which == RV_SENT_INTER && !crossed_groups(px)) continue;   /* hybrid jobs only */
     for (int r = 0; r < px->world; r++) {
       const promx_rank *rk = &px->ranks[r];
@@ -227,19 +221,17 @@ static void rank_series(FILE *f, const struct coord *c, rank_value which, const 
 
 static const char *kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CPU ? "cpu" : "cuda"; }
 
-static void node_series(FILE *f, const struct coord *c) {
+static void node_series(FILE *f, const promx_view *v) {
   head(f, "fsdp_node_up", "gauge", "1 while the node's agent sends heartbeats, 0 once it is lost or stopped");
-  for (int i = 0; i < c->nnodes; i++) {
+  for (size_t i = 0; i < v->nnodes; i++) {
     fputs("fsdp_node_up{node=\"", f);
-    put_label(f, c->nodes[i].name);
-    fprintf(f, "\"} %d\n", !c->nodes[i].lost);
+    put_label(f, v->nodes[i].name);
+    fprintf(f, "\"} %d\n", v->nodes[i].up);
   }
   head(f, "fsdp_node_devices", "gauge", "device slots of the node by kind and state (busy: running a rank of a job)");
-  for (int i = 0; i < c->nnodes; i++) {
-    const node_t *n = &c->nodes[i];
-    int count[2][2] = {{0, 0}, {0, 0}};   /* [cuda?][busy?] */
-    for (int s = 0; s < n->nslots; s++)
-      count[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
+  for (size_t i = 0; i < v->nnodes; i++) {
+    const promx_node *n = &v->nodes[i];
+    const int (*count)[2] = n->devices;
     for (int g = 0; g < 2; g++) {
       if (!count[g][0] && !count[g][1]) continue;
       for (int b = 0; b < 2; b++) {
@@ -253,36 +245,36 @@ static void node_series(FILE *f, const struct coord *c) {
   }
 }
 
-fsdp_status promx_render(const struct coord *c, char **text, size_t *len) {
+fsdp_status promx_render(const promx_view *v, char **text, size_t *len) {
   *text = NULL;
   *len = 0;
   FILE *f = open_memstream(text, len);
   if (!f) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot render the metrics");
-  job_series(f, c, JV_LOSS, "fsdp_job_loss", "gauge", "training loss of the latest step (metrics.jsonl's last line)");
-  job_series(f, c, JV_VAL, "fsdp_job_val_loss", "gauge", "latest validation loss ([eval]); absent before the first");
-  job_series(f, c, JV_STEP, "fsdp_job_step", "gauge", "latest completed step");
-  job_series(f, c, JV_TPS, "fsdp_job_tokens_per_second", "gauge", "tokens per second of the latest step");
-  job_series(f, c, JV_CK_BLOCKED, "fsdp_checkpoint_blocked_seconds", "gauge",
+  job_series(f, v, JV_LOSS, "fsdp_job_loss", "gauge", "training loss of the latest step (metrics.jsonl's last line)");
+  job_series(f, v, JV_VAL, "fsdp_job_val_loss", "gauge", "latest validation loss ([eval]); absent before the first");
+  job_series(f, v, JV_STEP, "fsdp_job_step", "gauge", "latest completed step");
+  job_series(f, v, JV_TPS, "fsdp_job_tokens_per_second", "gauge", "tokens per second of the latest step");
+  job_series(f, v, JV_CK_BLOCKED, "fsdp_checkpoint_blocked_seconds", "gauge",
              "time training stopped for the latest complete checkpoint save (the slowest rank)");
-  job_series(f, c, JV_CK_WRITE, "fsdp_checkpoint_write_seconds", "gauge",
+  job_series(f, v, JV_CK_WRITE, "fsdp_checkpoint_write_seconds", "gauge",
              "time the latest complete checkpoint save took to write (the slowest rank's file)");
-  job_series(f, c, JV_CK_BYTES, "fsdp_checkpoint_bytes", "gauge", "bytes of the latest complete checkpoint (every rank's file)");
-  job_series(f, c, JV_MFU, "fsdp_job_mfu", "gauge",
+  job_series(f, v, JV_CK_BYTES, "fsdp_checkpoint_bytes", "gauge", "bytes of the latest complete checkpoint (every rank's file)");
+  job_series(f, v, JV_MFU, "fsdp_job_mfu", "gauge",
              "model FLOPs utilization of the latest step (0..1); only for devices with a known peak");
-  job_series(f, c, JV_TOKENS, "fsdp_job_tokens_total", "counter", "tokens trained, over every attempt");
-  job_series(f, c, JV_STEPS, "fsdp_job_steps_total", "counter", "steps completed, over every attempt");
-  job_state_series(f, c);
-  rank_series(f, c, RV_PEAK, "fsdp_rank_memory_peak_bytes", "gauge", "category",
+  job_series(f, v, JV_TOKENS, "fsdp_job_tokens_total", "counter", "tokens trained, over every attempt");
+  job_series(f, v, JV_STEPS, "fsdp_job_steps_total", "counter", "steps completed, over every attempt");
+  job_state_series(f, v);
+  rank_series(f, v, RV_PEAK, "fsdp_rank_memory_peak_bytes", "gauge", "category",
               "peak bytes by memory category within the latest step");
-  rank_series(f, c, RV_PHASE, "fsdp_rank_phase_seconds_total", "counter", "phase",
+  rank_series(f, v, RV_PHASE, "fsdp_rank_phase_seconds_total", "counter", "phase",
               "seconds spent per step phase, summed over steps");
-  rank_series(f, c, RV_SENT, "fsdp_rank_sent_bytes_total", "counter", "collective",
+  rank_series(f, v, RV_SENT, "fsdp_rank_sent_bytes_total", "counter", "collective",
               "bytes sent by each collective, summed over steps");
-  rank_series(f, c, RV_SENT_INTER, "fsdp_rank_sent_inter_bytes_total", "counter", "collective",
+  rank_series(f, v, RV_SENT_INTER, "fsdp_rank_sent_inter_bytes_total", "counter", "collective",
               "the part of those bytes sent across shard groups (sharding = hybrid jobs only), summed over steps");
-  node_series(f, c);
+  node_series(f, v);
   head(f, "fsdp_malformed_messages_total", "counter", "malformed messages received and dropped");
-  fprintf(f, "fsdp_malformed_messages_total %llu\n", (unsigned long long)c->bad_msgs);
+  fprintf(f, "fsdp_malformed_messages_total %llu\n", (unsigned long long)v->bad_msgs);
   if (fclose(f) != 0 || !*text) {
     free(*text);
     *text = NULL;

@@ -8,8 +8,11 @@
  * them), so that a scrape after the end still sees the final figures. Counters only grow: a
  * restarted attempt of the same job keeps adding to them.
  *
- * Thread: the uv loop's only. promx_render reads coordinator structures, so it must never be called
- * from the HTTP thread; its text goes to the server through metricsrv_publish (metricsrv.h).
+ * promx_render renders a read-only view (promx_view) that the coordinator fills in from its jobs and
+ * nodes (coord_render_metrics); this module never reads the coordinator's structures.
+ *
+ * Thread: the uv loop's only (the records change with every step); the text goes to the HTTP
+ * thread through metricsrv_publish (metricsrv.h).
  */
 #ifndef FSDP_DAEMON_PROMX_H
 #define FSDP_DAEMON_PROMX_H
@@ -73,9 +76,24 @@ void promx_retire(promx_job **done, promx_job **px, double now);
 /* Drop the finished records older than PROMX_KEEP_S at NOW. */
 void promx_expire(promx_job **done, double now);
 
-struct coord;
-/* The whole exposition text of coordinator C (active jobs, finished jobs, nodes) into a malloc'd
- * NUL-terminated *TEXT of *LEN bytes. */
-fsdp_status promx_render(const struct coord *c, char **text, size_t *len);
+/* A node as the exposition shows it. */
+typedef struct promx_node {
+  const char *name;
+  int up;                   /* its agent sends heartbeats */
+  int devices[2][2];        /* device slots by [cuda?][busy?] */
+} promx_node;
+
+/* What one rendering shows: the job records (the active jobs' first, then the finished ones'), the
+ * nodes, and the count of malformed messages. Borrowed for the call. */
+typedef struct promx_view {
+  const promx_job *const *jobs;
+  size_t njobs;
+  const promx_node *nodes;
+  size_t nnodes;
+  uint64_t bad_msgs;
+} promx_view;
+
+/* The whole exposition text of V into a malloc'd NUL-terminated *TEXT of *LEN bytes. */
+fsdp_status promx_render(const promx_view *v, char **text, size_t *len);
 
 #endif

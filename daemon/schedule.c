@@ -153,7 +153,7 @@ static void report_split_groups(job_t *j) {
   }
   if (!split) return;
   job_log(j, "placement: %d of %d shard groups (%s) span nodes: the free %s per node do not hold whole groups of %d; "
-          "their all-gathers and reduce-scatters cross nodes", split, j->world / G, which, schedule_kind_name(j->kind), G);
+          "their all-gathers and reduce-scatters cross nodes", split, j->world / G, which, coord_kind_name(j->kind), G);
   log_warn("job %llu: %d hybrid shard group(s) split across nodes (%s)", (unsigned long long)j->id, split, which);
 }
 
@@ -161,13 +161,13 @@ static void report_split_groups(job_t *j) {
  * differ from the one at submit, or at a restart); a new G rebuilds the plan. 0, or -1 when the job
  * failed (it cannot be planned with that G). */
 fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
-  int g = schedule_ranks_per_node(c, j->kind, j->world);
+  int g = coord_ranks_per_node(c, j->kind, j->world);
   if (g == j->spec.shard_group) return FSDP_OK;
   jobspec_t s = j->spec;
   s.shard_group = g;
   plan_t *p = NULL, *old = j->plan;
   int k = snprintf(msg, n, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on "
-                   "the largest node now): ", g, schedule_kind_name(j->kind));
+                   "the largest node now): ", g, coord_kind_name(j->kind));
   size_t used = k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
   fsdp_status st = plan_build(&s, j->world, &p);
   if (st != FSDP_OK) {
@@ -187,8 +187,14 @@ fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
   return FSDP_OK;
 }
 
+/* J fails to start: REASON. */
+static void start_failed(coord_t *c, job_t *j, const char *reason) {
+  job_event(c, j, JE_FAIL, &(job_ev_args){.rank = -1, .node = -1, .msg = reason});
+}
+
 /* 0: J started (or failed trying); -1: the room counted for it was not there, it stays queued. */
 static int schedule_start(coord_t *c, job_t *j) {
+  JOB_ASSERT(job_phase_of(j) == JOB_QUEUED && !j->ranks);
   /* Pack ranks by node: the nodes with room for the most ranks first (free devices of the kind, for
    * offload also the host memory), filled in order. */
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
@@ -196,7 +202,7 @@ static int schedule_start(coord_t *c, job_t *j) {
   j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
   if (!order || !cnt || !room || !j->ranks) {
     free(order), free(cnt), free(room);
-    job_fail(c, j, "out of memory while starting the job");
+    start_failed(c, j, "out of memory while starting the job");
     return 0;
   }
   for (int i = 0; i < c->nnodes; i++) order[i] = i, room[i] = node_room(c, &c->nodes[i], j);
@@ -225,18 +231,21 @@ static int schedule_start(coord_t *c, job_t *j) {
   }
   if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
     free(cnt);
-    job_fail(c, j, "%s", fsdp_last_error());
+    start_failed(c, j, fsdp_last_error());
     return 0;
   }
   uint8_t rnd[16];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
     for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)(rand() ^ (int)(loop_now_mono() * 1e6));
   for (size_t i = 0; i < sizeof rnd; i++) sprintf(j->token + 2 * i, "%02x", rnd[i]);
-  job_open_metrics(j);
   /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
   if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
   else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);
-  job_set_state(c, j, ST_STARTING, NULL);
+  double t = 2 * j->spec.timeout_s;
+  j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
+  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
+  job_event(c, j, JE_START, NULL);
+  job_open_metrics(j);
   char where[1024];
   int wn = 0;
   for (int i = 0; i < c->nnodes; i++)
@@ -245,10 +254,6 @@ static int schedule_start(coord_t *c, job_t *j) {
   if (hybrid) report_split_groups(j);
   for (int k = 0; k < j->world; k++) send_spawn(c, j, k, cnt[j->ranks[k].node]);
   free(cnt);
-  double t = 2 * j->spec.timeout_s;
-  j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
-  j->deadline = loop_now_mono() + j->start_timeout;
-  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
   return 0;
 }
 
@@ -271,21 +276,9 @@ static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *m
   return total;
 }
 
-int schedule_ranks_per_node(const coord_t *c, int kind, int world) {
-  int most = 0;
-  for (int i = 0; c && i < c->nnodes; i++) {
-    if (c->nodes[i].lost) continue;
-    int n = 0;
-    for (int s = 0; s < c->nodes[i].nslots; s++) n += c->nodes[i].slots[s].kind == kind;
-    if (n > most) most = n;
-  }
-  return most < world ? most : world;
-}
-
-const char *schedule_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
 
 fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) {
-  const char *kname = schedule_kind_name(j->kind);
+  const char *kname = coord_kind_name(j->kind);
   int live_nodes;
   uint64_t min_mem;
   int total = live_devices(c, j->kind, &live_nodes, &min_mem);
@@ -354,7 +347,7 @@ static int fits_live(coord_t *c, job_t *j, double now) {
     held = " whose nodes' host memory holds an offload rank";
   }
   if (total >= j->world) {
-    if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, schedule_kind_name(j->kind));
+    if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, coord_kind_name(j->kind));
     j->unfit_since = 0;
     return 1;
   }
@@ -362,14 +355,14 @@ static int fits_live(coord_t *c, job_t *j, double now) {
     j->unfit_since = now;
     job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d%s; jobs behind it that fit start "
             "meanwhile; it fails if none return within [job] restart_wait_s = %g s",
-            j->world, schedule_kind_name(j->kind), total, held, j->spec.restart_wait_s);
+            j->world, coord_kind_name(j->kind), total, held, j->spec.restart_wait_s);
   } else if (now - j->unfit_since > j->spec.restart_wait_s) {
     char why[2048];
     snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d%s (on %d node%s), and none returned within "
-             "[job] restart_wait_s = %g s%s%s", j->world, schedule_kind_name(j->kind), total, held, live_nodes,
+             "[job] restart_wait_s = %g s%s%s", j->world, coord_kind_name(j->kind), total, held, live_nodes,
              live_nodes == 1 ? "" : "s", j->spec.restart_wait_s, j->reason[0] ? "; it was queued again after: " : "",
              j->reason);
-    job_finish(c, j, ST_FAILED, why, 0);
+    job_event(c, j, JE_UNFIT, &(job_ev_args){.rank = -1, .node = -1, .msg = why});
   }
   return 0;
 }
@@ -382,13 +375,13 @@ void schedule_try(coord_t *c) {
   for (;;) {
     job_t *head = NULL;
     for (job_t *j = c->jobs; j; j = j->next)
-      if (j->state == ST_QUEUED && !j->done && !j->restart_pending && fits_live(c, j, now) && (!head || j->id < head->id))
+      if (job_phase_of(j) == JOB_QUEUED && fits_live(c, j, now) && (!head || j->id < head->id))
         head = j;
     if (!head) return;
     /* before counting room: the shard group, hence the offloaded bytes per rank, may change */
     char why[1024];
     if (head->auto_group && schedule_regroup(c, head, why, sizeof why) != FSDP_OK) {
-      job_fail(c, head, "%s", why);
+      start_failed(c, head, why);
       continue;
     }
     if (schedule_room(c, head) < head->world) return;

@@ -42,16 +42,10 @@ void schedule_try(coord_t *c);
  * of them, and (offload) the nodes' host memory holds its ranks' offloaded state. Otherwise the
  * reason, for the user, in MSG (FSDP_ERR_RANGE). */
 fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n);
-/* The ranks per node of a job of WORLD ranks of KIND packed as schedule_try packs them: the most
- * devices of KIND on one live node, at most WORLD (0 with none). Hybrid's default shard_group, taken
- * at submit (job_from_spec) and again when the job starts. */
-int schedule_ranks_per_node(const coord_t *c, int kind, int world);
 /* Hybrid without shard_group (J->auto_group), as J starts: G becomes the ranks per node of the live
  * cluster, J's plan is rebuilt with it and checked as at submit (schedule_fit: a smaller group holds
  * more per rank). FSDP_OK, J unchanged when G is; else the reason for the user in MSG and J unchanged
  * (schedule_try fails it: it cannot run on this cluster). */
 fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n);
-/* "GPUs" or "CPU slots". */
-const char *schedule_kind_name(int kind);
 
 #endif

@@ -55,9 +55,9 @@ struct steps_win {
   jstep s[STEP_WINDOW];
 };
 
-void steps_free(job_t *j) {
+/* J's window, whole or as far as win_new got (job_t.win_free). */
+static void win_free(job_t *j) {
   struct steps_win *w = j->win;
-  wire_destroy(&j->rank_detail);
   if (!w) return;
   for (int i = 0; i < STEP_WINDOW; i++) {
     for (int k = 0; w->s[i].msgs && k < w->njnodes; k++) wire_destroy(&w->s[i].msgs[k]);
@@ -74,6 +74,7 @@ static fsdp_status win_new(coord_t *c, job_t *j) {
   struct steps_win *w = calloc(1, sizeof *w);
   if (!w) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
   j->win = w;
+  j->win_free = win_free;
   w->nmap = c->nnodes;
   w->node_k = malloc((size_t)(c->nnodes ? c->nnodes : 1) * sizeof *w->node_k);
   w->jnode = calloc((size_t)(c->nnodes ? c->nnodes : 1), sizeof *w->jnode);
@@ -130,6 +131,7 @@ static void send_grant(coord_t *c, job_t *j, uint32_t last) {
 }
 
 static void send_stop(coord_t *c, job_t *j) {
+  JOB_ASSERT(job_phase_of(j) == JOB_STOPPING);
   Fsdp__StopCmd s = FSDP__STOP_CMD__INIT;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STOP_CMD;
@@ -138,15 +140,20 @@ static void send_stop(coord_t *c, job_t *j) {
 }
 
 /* Keep steps granted ahead: when the window's regrant or fewer are left (or FORCE), grant up to its
- * width beyond the last recorded step; after the last step, stop every rank. */
+ * width beyond the last recorded step. */
 static void fill_window(coord_t *c, job_t *j, int force) {
+  JOB_ASSERT(job_phase_of(j) == JOB_RUNNING && j->win);
   const struct steps_win *w = j->win;
   uint32_t last = j->done_step + w->window < j->steps ? j->done_step + w->window : j->steps;
   if (j->next_step <= last && (force || j->next_step - 1 <= j->done_step + w->regrant)) send_grant(c, j, last);
-  if (j->done_step >= j->steps && j->next_step == j->steps + 1) {
-    send_stop(c, j);
-    j->next_step = j->steps + 2;   /* stop sent */
-  }
+}
+
+/* Every step up to STEP is recorded: the job's next grant, or after the last step, every rank's stop. */
+static void steps_recorded(coord_t *c, job_t *j, uint32_t step) {
+  job_ev_args a = {.rank = -1, .node = -1, .step = step};
+  job_phase p = job_event(c, j, JE_STEP_RECORDED, &a);
+  if (p == JOB_STOPPING) send_stop(c, j);
+  else if (p == JOB_RUNNING) fill_window(c, j, 0);
 }
 
 /* metrics.jsonl back to END bytes (the end before a line whose step could not be recorded). */
@@ -286,6 +293,7 @@ static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg
 
 /* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */
 static void step_complete(coord_t *c, job_t *j, jstep *st) {
+  JOB_ASSERT(job_phase_of(j) == JOB_RUNNING && st->step == j->done_step + 1);
   uint32_t step = st->step;
   const Fsdp__StepReport *f = st->msgs[st->first]->node_step_report->first;
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
@@ -339,14 +347,15 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   if (rc != FSDP_OK) {
     /* A step that cannot be recorded (most often: the disk under the state directory is full)
      * ends the job: training on without a record would report progress that is not there. */
-    log_error("job %llu: cannot record step %u: %s", (unsigned long long)j->id, step, fsdp_last_error());
-    job_fail(c, j, "cannot record step %u: %s", step, fsdp_last_error());
+    char why[1200];
+    snprintf(why, sizeof why, "cannot record step %u: %s", step, fsdp_last_error());
+    log_error("job %llu: %s", (unsigned long long)j->id, why);
+    job_event(c, j, JE_FAIL, &(job_ev_args){.rank = -1, .node = -1, .msg = why});
     return;
   }
-  j->done_step = step;
-  j->deadline = loop_now_mono() + j->step_timeout;
-  coord_publish_metrics(c);
   log_debug("job %llu step %u: loss %.4f, %.0f tokens/s", (unsigned long long)j->id, step, sum.loss, sum.tokens_per_s);
+  steps_recorded(c, j, step);
+  coord_publish_metrics(c);
 }
 
 /* Fold node report NR of job node K into its step. */
@@ -407,7 +416,7 @@ void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
 static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
   job_t *j = coord_find_job(c, nr->job_id);
-  if (!j || j->state != ST_RUNNING || j->done || j->restart_pending || !j->win) return;
+  if (!j || job_phase_of(j) != JOB_RUNNING || !j->win) return;   /* stopping: every step is recorded */
   struct steps_win *w = j->win;
   int ni = (int)(n - c->nodes), k = ni < w->nmap ? w->node_k[ni] : -1;
   uint32_t step = nr->first->step;
@@ -423,11 +432,8 @@ static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   /* Complete in order: the next step to finish is done_step+1; its successors may already be full. */
   for (;;) {
     jstep *st = &w->s[(j->done_step + 1) % STEP_WINDOW];
-    if (j->done || j->restart_pending || j->done_step >= j->steps || st->step != j->done_step + 1 || st->nnodes < w->njnodes)
-      break;
-    step_complete(c, j, st);
-    if (j->done || j->restart_pending) break;   /* the step could not be recorded */
-    fill_window(c, j, 0);
+    if (job_phase_of(j) != JOB_RUNNING || st->step != j->done_step + 1 || st->nnodes < w->njnodes) break;
+    step_complete(c, j, st);   /* its grant or stop; the job may have failed (the step could not be recorded) */
   }
 }
 
@@ -437,7 +443,7 @@ const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__St
   for (size_t i = 0; line && i < line->n_ranks; i++)
     if (line->ranks[i]->rank == rank) best = line->ranks[i], *step = line->step;
   if (!j) return best;
-  if (j->state == ST_RUNNING && !j->done) j->detail_rank = rank + 1;   /* on every step from the next grant on */
+  if (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING) j->detail_rank = rank + 1;   /* on every step from the next grant on */
   const Fsdp__NodeStepReport *nr = j->rank_detail ? j->rank_detail->node_step_report : NULL;
   for (size_t i = 0; nr && j->rank_detail_step > *step && i < nr->n_detail; i++)
     if (nr->detail[i]->rank == rank) best = nr->detail[i], *step = j->rank_detail_step;
@@ -492,19 +498,13 @@ uint32_t steps_detail_every(int world) {
 }
 
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
-  if (j->done || j->state != ST_STARTING || j->ranks[r].ready) return;
+  if (job_phase_of(j) != JOB_STARTING || j->ranks[r].ready) return;
   if (rd->rank != (uint32_t)r) {
     log_warn("job %llu: rank %d says it is rank %u; ignored", (unsigned long long)j->id, r, rd->rank);
     return;
   }
-  if (j->nready > 0 && rd->start_step != j->start_step) {
-    job_fail(c, j, "rank %d starts at step %u but the others at step %u", r, rd->start_step, j->start_step);
-    return;
-  }
-  j->start_step = rd->start_step;
-  j->ranks[r].ready = 1;
-  if (++j->nready < j->world) return;
-  job_set_state(c, j, ST_RUNNING, NULL);
+  job_ev_args a = {.rank = r, .node = -1, .step = rd->start_step};
+  if (job_event(c, j, JE_RANK_READY, &a) != JOB_RUNNING) return;
   if (j->start_step > 0)
     job_log(j, "resuming from the checkpoint of step %u%s", j->start_step,
             j->start_step >= j->steps ? ": at or past the last step, nothing to train" : "");
@@ -512,43 +512,20 @@ void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd) {
   if (j->start_step > j->steps) j->start_step = j->steps;
   j->done_step = j->start_step;
   j->next_step = j->start_step + 1;
-  j->deadline = loop_now_mono() + j->step_timeout;
   if (win_new(c, j) != FSDP_OK) {
-    job_fail(c, j, "cannot start the steps: %s", fsdp_last_error());
+    char why[600];
+    snprintf(why, sizeof why, "cannot start the steps: %s", fsdp_last_error());
+    job_event(c, j, JE_FAIL, &(job_ev_args){.rank = -1, .node = -1, .msg = why});
     return;
   }
-  fill_window(c, j, 1);
+  if (j->done_step >= j->steps) steps_recorded(c, j, j->done_step);   /* nothing to train: the stop */
+  else fill_window(c, j, 1);
 }
 
-int steps_stop(coord_t *c, job_t *j) {
-  (void)c;
-  /* a shutdown's stop needs only a dir: the worker saves where the step says so and resumes from dir */
-  if (j->state != ST_RUNNING || j->done || j->restart_pending || (j->spec.ckpt_every <= 0 && !j->stop_for_shutdown) ||
-      !j->spec.ckpt_dir[0])
-    return 0;
-  if (j->stop_at) return 1;   /* already stopping */
-  if (j->next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
-  /* The steps in flight were sent without the checkpoint flag: the next one carries it and ends the job. */
-  j->stop_at = j->next_step;
-  j->steps = j->stop_at;
-  job_log(j, "stop requested: stopping after step %u, which saves a checkpoint", j->stop_at);
-  log_info("job %llu: stop requested; stopping after step %u with a checkpoint", (unsigned long long)j->id, j->stop_at);
-  fill_window(c, j, 1);
-  return 1;
-}
-
-void steps_on_error(coord_t *c, job_t *j, int r, const Fsdp__WorkerError *e) {
-  const char *msg = e->message;   /* validated on receipt; the worker's log has where it came from */
-  j->ranks[r].errored = 1;
-  if (e->code != FSDP_ERR_COMM && e->code != FSDP_ERR_TIMEOUT) {
-    job_fail(c, j, "rank %d failed: %s", r, msg);
-    return;
-  }
-  if (j->pending[0]) return;
-  snprintf(j->pending, sizeof j->pending, "%s", msg);
-  j->pending_rank = r;
-  j->pending_since = loop_now_mono();
-  j->pending_until = j->pending_since + SECONDARY_GRACE_S;
+void steps_stop(coord_t *c, job_t *j, job_ev ev) {
+  uint32_t before = j->stop_at;
+  /* The steps in flight were sent without the checkpoint flag: the stop's step carries it, granted now. */
+  if (job_event(c, j, ev, NULL) == JOB_RUNNING && j->stop_at && !before && j->win) fill_window(c, j, 1);
 }
 
 /* "1", "0, 1", "0, 1, 2, ..." for the ranks of J that SEL picks; returns how many. */
@@ -570,7 +547,7 @@ static int rank_list(const job_t *j, int (*sel)(const job_t *, int), char *buf, 
 static int silent(const job_t *j, int r) {
   const rank_st *rk = &j->ranks[r];
   if (!rk->alive || rk->errored) return 0;
-  if (j->state == ST_STARTING || !j->win) return !rk->ready;
+  if (job_phase_of(j) == JOB_STARTING || !j->win) return !rk->ready;
   const jstep *st = &j->win->s[(j->done_step + 1) % STEP_WINDOW];
   int k = rk->node < j->win->nmap ? j->win->node_k[rk->node] : -1;
   return st->step != j->done_step + 1 || k < 0 || !st->got[k];
@@ -599,8 +576,9 @@ static int suspect_node(const coord_t *c, const job_t *j, double now) {
 }
 
 void steps_check(coord_t *c, job_t *j, double now) {
-  if (j->done || j->restart_pending || !j->ranks) return;
-  char who[128];
+  if (!job_live(j) || !j->ranks) return;
+  char who[128], why[1600];
+  job_ev_args a = {.rank = -1, .node = -1, .msg = why};
   if (j->pending[0] && now > j->pending_until) {
     /* A communication error or a collective timeout is only the echo of the rank that caused it.
      * A node that missed a heartbeat may be about to be declared lost (which says so): wait for
@@ -613,21 +591,24 @@ void steps_check(coord_t *c, job_t *j, double now) {
     int n = rank_list(j, silent, who, sizeof who);
     char where[300];
     if (n > 0)
-      job_fail(c, j, "rank%s %s stopped responding (rank %d gave up waiting: %s)%s", n > 1 ? "s" : "", who, j->pending_rank,
-               j->pending, node_of_one(c, j, silent, where, sizeof where));
+      snprintf(why, sizeof why, "rank%s %s stopped responding (rank %d gave up waiting: %s)%s", n > 1 ? "s" : "", who,
+               j->pending_rank, j->pending, node_of_one(c, j, silent, where, sizeof where));
     else
-      job_fail(c, j, "rank %d failed: %s", j->pending_rank, j->pending);
+      snprintf(why, sizeof why, "rank %d failed: %s", j->pending_rank, j->pending);
+    job_event(c, j, JE_DEADLINE, &a);
     return;
   }
   if (!j->deadline || now <= j->deadline) return;
-  if (j->state == ST_STARTING) {
+  if (job_phase_of(j) == JOB_STARTING) {
     int n = rank_list(j, not_ready, who, sizeof who);
-    job_fail(c, j, "rank%s %s %s not ready within %.0f s of the start", n > 1 ? "s" : "", n ? who : "?", n > 1 ? "were" : "was",
-             j->start_timeout);
+    snprintf(why, sizeof why, "rank%s %s %s not ready within %.0f s of the start", n > 1 ? "s" : "", n ? who : "?",
+             n > 1 ? "were" : "was", j->start_timeout);
   } else {
     int n = rank_list(j, silent, who, sizeof who);
     char where[300];
-    job_fail(c, j, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)%s", n > 1 ? "s" : "",
-             n ? who : "?", j->done_step + 1, j->step_timeout, node_of_one(c, j, silent, where, sizeof where));
+    snprintf(why, sizeof why, "rank%s %s sent no report for step %u within %.0f s (2 x [fsdp] timeout_s)%s",
+             n > 1 ? "s" : "", n ? who : "?", j->done_step + 1, j->step_timeout,
+             node_of_one(c, j, silent, where, sizeof where));
   }
+  job_event(c, j, JE_DEADLINE, &a);
 }

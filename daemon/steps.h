@@ -9,13 +9,15 @@
  * flight, from a node without ranks of the job, or a duplicate is logged and ignored.
  * Every rank's full figures ride along every steps_detail_every(world) steps (every step up to
  * STEPS_DETAIL_ALL_MAX ranks) and go into that step's metrics line; `fsdpctl status --rank R` asks
- * for R's on every step (job_t.detail_rank). After the last step every rank gets stop_cmd.
+ * for R's on every step (job_t.detail_rank). After the last step (JE_STEP_RECORDED: the job is
+ * stopping) every rank gets stop_cmd.
  * Loop thread only.
  */
 #ifndef FSDP_DAEMON_STEPS_H
 #define FSDP_DAEMON_STEPS_H
 
 #include "coord_core.h"
+#include "job.h"
 
 /* Rank R of J is ready to train from RD->start_step; the last one starts the steps. */
 void steps_on_ready(coord_t *c, job_t *j, int r, const Fsdp__WorkerReady *rd);
@@ -34,22 +36,16 @@ void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp);
  * (the last step's parsed metrics line, NULL-safe), whichever is newer, and their step in *STEP
  * (NULL, 0: none yet). The pointer lives until the next step of J or the end of LINE. */
 const Fsdp__RankStats *steps_rank_detail(job_t *j, uint32_t rank, const Fsdp__StepSummary *line, uint32_t *step);
-/* Drop the steps in flight and what the coordinator kept of them. */
-void steps_free(job_t *j);
 
-/* A worker_error from rank R. A communication error or timeout is held for SECONDARY_GRACE_S
- * (a direct cause, such as the exit of the rank that died, wins); any other error fails the job. */
-void steps_on_error(coord_t *c, job_t *j, int r, const Fsdp__WorkerError *e);
 /* On every tick: a held error whose grace passed fails the job, naming the ranks that went silent
  * (or the lost node, if one is about to be declared); a passed start or step deadline fails it,
  * naming every rank that did not arrive. */
 void steps_check(coord_t *c, job_t *j, double now);
 
-/* A user's stop of running job J that checkpoints: the next step not yet sent saves a checkpoint
- * and is its last; the job then ends cancelled ("stopped by the user after step N"), or for the
- * daemon's shutdown (j->stop_for_shutdown, which needs only [checkpoint] dir) is queued again.
- * Returns 0 when there is nothing to checkpoint (not running, no [checkpoint], or every step
- * already sent): the caller cancels instead. */
-int steps_stop(coord_t *c, job_t *j);
+/* A stop of J: EV is JE_USER_STOP (fsdpctl stop) or JE_SHUTDOWN (the daemon's), fed to the job
+ * (job.h). Where it sets a stop that checkpoints, the next step not yet sent saves a checkpoint and
+ * is the job's last, granted at once; the job then ends cancelled ("stopped by the user after step
+ * N"), or for the shutdown is queued again. Otherwise the job decides (a cancel, a queue). */
+void steps_stop(coord_t *c, job_t *j, job_ev ev);
 
 #endif

@@ -42,7 +42,7 @@ static void pull_fail(coord_t *c, tracepull *p, fsdp_status code, const char *ms
 
 /* Why job ID has no spans to give, when it is not a running job; NULL when it is. */
 static const char *not_running(coord_t *c, uint64_t id, const job_t *j, char *buf, size_t n) {
-  if (j && !j->done && !j->restart_pending && j->state == ST_RUNNING) return NULL;
+  if (j && (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING)) return NULL;
   jobs_db_row row;
   if (!j && jobs_db_get(c->db, id, &row) != FSDP_OK) {
     snprintf(buf, n, "no job %llu", (unsigned long long)id);
@@ -54,7 +54,7 @@ static const char *not_running(coord_t *c, uint64_t id, const job_t *j, char *bu
     snprintf(buf, n, "job %llu is %s: it has run no step yet", (unsigned long long)id, job_state_name(state));
   else
     snprintf(buf, n, "job %llu is %s: spans are kept in its workers' memory only while it runs",
-             (unsigned long long)id, job_state_name(j && j->restart_pending ? ST_FAILED : state));
+             (unsigned long long)id, job_state_name(j && job_phase_of(j) == JOB_RESTART_WAIT ? ST_FAILED : state));
   return buf;
 }
 
@@ -66,7 +66,7 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
     coord_reply_error(c->ctl, env, j || strncmp(why, "no job", 6) ? FSDP_ERR_STATE : FSDP_ERR_NOTFOUND, why);
     return;
   }
-  if (j->next_step > j->steps + 1) {   /* stop_cmd sent: the workers will exit, not answer */
+  if (job_phase_of(j) == JOB_STOPPING) {   /* stop_cmd sent: the workers will exit, not answer */
     snprintf(msg, sizeof msg, "job %llu is finishing (its workers were told to stop): no spans to pull",
              (unsigned long long)j->id);
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
@@ -188,7 +188,7 @@ void tracepull_check(coord_t *c, double now) {
   for (tracepull *p = c->pulls, *next; p; p = next) {
     next = p->next;
     const job_t *j = coord_find_job(c, p->job_id);
-    if (!j || j->done || j->restart_pending) {
+    if (!j || job_ended(j) || job_phase_of(j) == JOB_RESTART_WAIT) {
       snprintf(msg, sizeof msg, "job %llu ended before all its ranks answered the trace pull%s%s",
                (unsigned long long)p->job_id, j && j->reason[0] ? ": " : "", j ? j->reason : "");
       pull_fail(c, p, FSDP_ERR_STATE, msg);

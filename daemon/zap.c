@@ -246,3 +246,27 @@ void zap_unwatch_all(coord_t *c) {
     c->watches[k] = NULL;
   }
 }
+
+fsdp_status zap_bind_socket(coord_t *c, int type, const char *ep, void **out) {
+  void *s = zmq_socket(c->zctx, type);
+  if (!s) return fsdp_set_error(FSDP_ERR_COMM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+  fsdp_status rc = wire_socket_setup(s);
+  int hwm = 0, one = 1;
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = c->curve ? curve_server_apply(s, c->server_sec)
+                                                       : fsdp_set_error(FSDP_ERR_INTERNAL, "%s: CURVE keys not loaded", ep);
+  /* Every handshake goes to the ZAP handler (zap.h), which names the peer. */
+  if (rc == FSDP_OK && zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "fsdpd", 5) != 0)
+    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot set the ZAP domain: %s", zmq_strerror(zmq_errno()));
+  if (rc == FSDP_OK && zmq_bind(s, ep) != 0)
+    rc = fsdp_set_error(FSDP_ERR_COMM, "cannot bind %s: %s (is another fsdpd running on it?)", ep, zmq_strerror(zmq_errno()));
+  if (rc == FSDP_OK && curve_is_tcp(ep)) rc = zap_watch(c, s, ep);
+  if (rc != FSDP_OK) {
+    zmq_close(s);
+    return rc;
+  }
+  *out = s;
+  return FSDP_OK;
+}

@@ -1,7 +1,7 @@
 /* zap — admission and identity for every connection to the coordinator's sockets (ZAP, RFC 27).
  *
  * zap_setup binds a REP socket on inproc://zeromq.zap.01 in the daemon's ZeroMQ context, served by
- * the uv loop, before any socket binds (coord_bind_socket gives every ROUTER a ZAP domain, so each
+ * the uv loop, before any socket binds (zap_bind_socket gives every ROUTER a ZAP domain, so each
  * handshake comes here); with CURVE it first loads (or creates) the server keypair in STATE/keys/.
  * A tcp:// (CURVE) handshake is admitted for the daemon's own public key (the embedded agent and its
  * workers) and the keys listed in STATE/keys/authorized (read on every request); the rest are
@@ -24,6 +24,9 @@ fsdp_status zap_setup(coord_t *c, int curve);
  * line a minute with the count since (and one a minute for those whose address was gone before
  * it could be read). Freed by zap_unwatch_all, before the sockets close. */
 fsdp_status zap_watch(coord_t *c, void *sock, const char *ep);
+/* A socket of TYPE bound at EP with the ZAP domain (a CURVE server for a tcp:// endpoint, its
+ * handshakes watched): HWM 0, ROUTER_MANDATORY. */
+fsdp_status zap_bind_socket(coord_t *c, int type, const char *ep, void **out);
 void zap_unwatch_all(coord_t *c);
 
 #endif

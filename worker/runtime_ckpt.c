@@ -199,7 +199,8 @@ static fsdp_status settle(runtime_t *rt, const plan_t *p, const char *dir, int s
     TRY(count_failures(rt, 0, &ignored, who, sizeof who));
   }
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", err);
-  /* the echo of other ranks' failures: the coordinator waits for their own messages (steps_on_error) */
+  /* the echo of other ranks' failures: the coordinator waits for their own messages (JE_WORKER_ERROR,
+   * daemon/job.h) */
   if (nbad) return fsdp_set_error(FSDP_ERR_COMM, "checkpoint step %d: %s could not write its file (see its log)",
                                   step, who);
   if (rt->rank == 0) {
