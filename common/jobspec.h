@@ -122,6 +122,16 @@ int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);
 /* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
 fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);
+/* The resolved job as text (jobspec_canon.c): what the coordinator sends its workers in worker_setup.
+ * The writer puts every key of the table on its own line (train and val as written, paths absolute,
+ * from = DIR's keys and every derived value explicit) under a first line naming
+ * JOBSPEC_CANON_VERSION; it fails only for a value that does not fit on one line (*TEXT is malloc'd,
+ * the caller's). The reader takes exactly that form back, from zero: no default of its own build, no
+ * derived key, no file is read; a missing, repeated or unknown key, a value out of the table's range
+ * or another version is an error. ORIGIN names the job in messages and becomes OUT's path. */
+#define JOBSPEC_CANON_VERSION 1
+fsdp_status jobspec_canonical_write(const jobspec_t *s, char **text);
+fsdp_status jobspec_canonical_read(const char *text, const char *origin, jobspec_t *out);
 /* The defaults as a commented job file (`fsdpctl plan --defaults`). */
 void jobspec_write_defaults(FILE *f);
 

@@ -23,6 +23,7 @@
 #include "comm_boot.h"
 #include "comm_hybrid.h"
 #include "device.h"
+#include "jobresolve.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mem.h"
@@ -351,9 +352,10 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(jobspec_load(job, spec), rc, out);
   if (world != spec->world_size)
     log_info("--world %d overrides the job's world_size %d", world, spec->world_size);
-  spec->world_size = world;
   if (steps_override > 0) spec->steps = steps_override;
-  TRY_GOTO(plan_build(spec, world, &w.plan), rc, out);
+  /* no coordinator: the same resolver, with comm = auto left to each rank's visible GPUs */
+  jobresolve_place pl = {.world = world, .comm_per_rank = 1};
+  TRY_GOTO(jobresolve_place_job(spec, &pl, &w.plan), rc, out);
   rendezvous rv = {.dir = rdv, .prefix = NULL};
   TRY_GOTO(worker_open(&w, rank, world, -1, NULL, &rv), rc, out);
   int start = 0;
@@ -383,18 +385,23 @@ out:
   return rc == FSDP_OK ? 0 : 1;
 }
 
-/* The job as the coordinator set it up (SU) into W's spec and plan, checked against what this
- * worker can run. */
+/* The job as the coordinator resolved it (SU: every key explicit, jobresolve.h) into W's spec and
+ * plan, checked against what this worker can run. Nothing is re-derived here: the resolved text is
+ * read without this build's defaults, and the plan built from it must be the coordinator's (the same
+ * version of the planner: planmsg_check). */
 static fsdp_status connected_spec(const Fsdp__WorkerSetup *su, int rank, worker_rt *w) {
   jobspec_t *spec = &w->spec;
-  TRY(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, spec));
-  /* hybrid with shard_group = 0: the coordinator chose G from its placement; its plan carries it */
-  if (spec->sharding == SHARD_HYBRID && spec->shard_group == 0 && su->plan) spec->shard_group = (int)su->plan->shard_world;
-  TRY(plan_build(spec, (int)su->world, &w->plan));
+  TRY(jobspec_canonical_read(su->resolved, su->spec_path, spec));
+  if (spec->world_size != (int)su->world)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "the resolved job has world_size = %d, its setup world %u", spec->world_size,
+                          su->world);
+  if (spec->comm == COMM_AUTO)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "the resolved job leaves comm = auto: the coordinator chooses the backend");
+  TRY(plan_build(spec, spec->world_size, &w->plan));
   TRY(planmsg_check(su->plan, w->plan));
-  if (spec->device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0)
+  if (spec->device == DEVICE_CPU && spec->comm != COMM_GLOO)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to device = cpu workers (gloo is)",
-                          su->comm);
+                          jobspec_comm_kind_name(spec->comm));
   if (spec->device == DEVICE_CUDA && su->device_index < 0)
     return fsdp_set_error(FSDP_ERR_STATE, "device = cuda: the coordinator assigned no GPU to rank %d", rank);
   return FSDP_OK;
@@ -435,7 +442,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(connected_spec(su, rank, &w), rc, out);
   comm_kv kv = wlink_kv(l);
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
-  TRY_GOTO(worker_open(&w, rank, (int)su->world, su->device_index, su->comm, &rv), rc, out);
+  TRY_GOTO(worker_open(&w, rank, w.spec.world_size, su->device_index, jobresolve_comm_name(&w.spec), &rv), rc, out);
   wlink_set_trace(l, w.tr);
   int start = (int)su->start_step;
   TRY_GOTO(worker_ckpt_start(&w, &start), rc, out);
