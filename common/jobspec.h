@@ -5,6 +5,8 @@
  * Every key of every section exists in jobspec_t; an unknown section or key, a malformed number
  * or a value out of range is an error that names file:line and says what is allowed. Paths in
  * the result are absolute. The struct is plain data: copy it freely; no function here keeps it.
+ * A parsed job is resolved for where it runs by jobresolve.h; jobspec_canonical_write/read carry
+ * the result, every key explicit, from the coordinator to its workers.
  */
 #ifndef FSDP_JOBSPEC_H
 #define FSDP_JOBSPEC_H
@@ -110,6 +112,7 @@ typedef struct jobspec {
 /* A validation source is set: [data] val = PATH or synthetic:markov:SEED. */
 static inline int jobspec_has_val(const jobspec_t *s) { return s->val[0] || s->val_synthetic; }
 
+/* Every key's default, from the key table's rows (jobspec_keys.c): what a job that sets no key holds. */
 void jobspec_defaults(jobspec_t *s);
 /* Whether this build has the CUDA backend, and the check `fsdpctl plan` and the daemon's submit make
  * with it: a device = cuda job is refused, with one line, by a build without it. */
