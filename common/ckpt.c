@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "ckpt_priv.h"
+#include "envknob.h"
 #include "fsutil.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
@@ -127,7 +128,7 @@ static uint64_t sec_stride(const plan_t *p) { return page_up((uint64_t)p->shard_
  * step STEP stops at POINT, creates FSDP_TEST_CKPT_PAUSE_DIR/paused-POINT-RANK and waits for
  * DIR/release (120 s at most), so that a test can kill a process at that very moment of a save. */
 void ckpt_test_pause(const char *point, int step, int rank) {
-  const char *want = getenv("FSDP_TEST_CKPT_PAUSE"), *dir = getenv("FSDP_TEST_CKPT_PAUSE_DIR");
+  const char *want = envknob_get(ENV_TEST_CKPT_PAUSE), *dir = envknob_get(ENV_TEST_CKPT_PAUSE_DIR);
   char mine[64], path[PATH_MAX];
   snprintf(mine, sizeof mine, "%s:%d", point, step);
   if (!want || !dir || strcmp(want, mine) != 0) return;

@@ -21,6 +21,7 @@
 #include "agent.h"
 #include "coordinator.h"
 #include "asuser.h"
+#include "envknob.h"
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
@@ -414,8 +415,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
     return 1;
   }
-  const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : getenv(CURVE_ENV_SERVER_KEY);
-  const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : getenv(CURVE_ENV_CLIENT_KEY);
+  const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : envknob_get(ENV_SERVER_KEY);
+  const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : envknob_get(ENV_CLIENT_KEY);
   if (is_agent_only && curve_is_tcp(cfg.join) && (rc = check_join_keys(&cfg, server_key, client_key))) return rc;
   if ((rc = detach(&cfg, &sd))) return rc;
   /* the pid that holds the lock: after detaching */
