@@ -31,7 +31,6 @@ static int write_text(FILE *f, const keydef *k, const jobspec_t *s) {
       if (fputc(*p == '\n' ? ' ' : *p, f) == EOF) return -1;
     return 0;
   }
-  if (strchr(field, '\n')) return -1;   /* one line per key */
   return fputs(field, f) == EOF ? -1 : 0;
 }
 
@@ -69,10 +68,18 @@ fsdp_status jobspec_canonical_write(const jobspec_t *s, char **text) {
       bad = fprintf(f, "[%s]\n", k->sec) < 0;
       cur = k->sec;
     }
-    if (!bad && write_key(f, k, s)) {
+    const char *field = (const char *)s + k->off;
+    fsdp_status why = k->type >= KT_NAME && k->type != KT_TRAIN && k->type != KT_VAL && strchr(field, '\n')
+                          ? fsdp_set_error(FSDP_ERR_INVALID, "%s: [%s] %s holds a line break (a path resolved through "
+                                           "a link?); allowed: a value on one line", s->path, k->sec, k->key)
+                      : !bad && write_key(f, k, s)
+                          ? fsdp_set_error(FSDP_ERR_INTERNAL, "%s: [%s] %s has no value the resolved job can carry",
+                                           s->path, k->sec, k->key)
+                          : FSDP_OK;
+    if (why != FSDP_OK) {
       fclose(f);
       free(buf);
-      return fsdp_set_error(FSDP_ERR_INVALID, "%s: [%s] %s cannot be written on one line", s->path, k->sec, k->key);
+      return why;
     }
   }
   if (fclose(f) != 0 || bad) {

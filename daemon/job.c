@@ -385,6 +385,9 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
     }
     goto fail;
   }
+  char *canon = NULL;   /* what every worker_setup carries (on_worker_hello): refused here, not there */
+  TRY_GOTO(jobspec_canonical_write(&j->spec, &canon), rc, fail);
+  free(canon);
   j->world = j->spec.world_size;
   j->steps = (uint32_t)j->spec.steps;
   j->state = ST_QUEUED;

@@ -163,6 +163,12 @@ static void test_read_refusals(void) {
     free(bad);
   }
   expect_refused("[job]\nsteps = 5\n", "without its resolved form");
+  /* a value that cannot stay on its line is refused by the writer (the daemon, at submit) */
+  jobspec_t nl = s;
+  char *none = NULL;
+  snprintf(nl.ckpt_dir, sizeof nl.ckpt_dir, "/tmp/a\nb");
+  CHECK(jobspec_canonical_write(&nl, &none) != FSDP_OK && none == NULL);
+  CHECK(strstr(fsdp_last_error(), "[checkpoint] dir holds a line break") != NULL);
   expect_refused("", "without its resolved form");
   plan_destroy(&p);
   free(t);
