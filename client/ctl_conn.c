@@ -12,6 +12,7 @@
 
 #include "ctl_fmt.h"
 #include "curve.h"
+#include "envknob.h"
 #include "wire.h"
 
 struct ctl_conn {
@@ -38,8 +39,8 @@ fsdp_status ctl_default_state_dir(char *buf, size_t n) {
 }
 
 fsdp_status ctl_endpoint_resolve(const char *flag, char *buf, size_t n) {
-  const char *env = getenv("FSDP_CTL");
-  const char *ep = flag && flag[0] ? flag : env && env[0] ? env : NULL;
+  const char *env = envknob_get(ENV_CTL);
+  const char *ep = flag && flag[0] ? flag : env;
   int w;
   if (ep) {
     w = snprintf(buf, n, "%s", ep);
@@ -114,7 +115,7 @@ static fsdp_status open_socket(ctl_conn *c) {
   int one = 1;
   if (zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0)
     return fsdp_set_error(FSDP_ERR_COMM, "zmq_setsockopt(ZMQ_IMMEDIATE): %s", zmq_strerror(zmq_errno()));
-  TRY(curve_client_apply(c->sock, c->endpoint, getenv(CURVE_ENV_SERVER_KEY), getenv(CURVE_ENV_CLIENT_KEY), "--ctl"));
+  TRY(curve_client_apply(c->sock, c->endpoint, envknob_get(ENV_SERVER_KEY), envknob_get(ENV_CLIENT_KEY), "--ctl"));
   if (curve_is_tcp(c->endpoint)) TRY(open_monitor(c));
   if (zmq_connect(c->sock, c->endpoint) != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "cannot connect to ctl endpoint %s: %s (expected ipc://PATH or tcp://HOST:PORT)",
@@ -134,7 +135,7 @@ fsdp_status ctl_conn_open(const char *endpoint, ctl_conn **out) {
     if (!S_ISSOCK(st.st_mode)) return fsdp_set_error(FSDP_ERR_COMM, "%s is not a socket", endpoint + 6);
   }
   if (curve_is_tcp(endpoint)) {
-    const char *sk = getenv(CURVE_ENV_SERVER_KEY), *ck = getenv(CURVE_ENV_CLIENT_KEY);
+    const char *sk = envknob_get(ENV_SERVER_KEY), *ck = envknob_get(ENV_CLIENT_KEY);
     if (!sk || !*sk || !ck || !*ck)
       return fsdp_set_error(FSDP_ERR_INVALID,
                             "cannot reach fsdpd at %s without CURVE keys: a tcp:// endpoint needs --server-key FILE (the "
@@ -199,14 +200,14 @@ static fsdp_status handshake_dropped(ctl_conn *c) {
   return fsdp_set_error(FSDP_ERR_INVALID,
                         "fsdpd at %s dropped the connection during the CURVE handshake: the server key %s is not that "
                         "daemon's; copy its current STATE/keys/server.pub",
-                        c->endpoint, getenv(CURVE_ENV_SERVER_KEY));
+                        c->endpoint, envknob_get(ENV_SERVER_KEY));
 }
 
 static fsdp_status key_rejected(ctl_conn *c) {
   return fsdp_set_error(FSDP_ERR_INVALID,
                         "fsdpd at %s rejected this client's CURVE key (%s): add its public key, then user=NAME or admin, "
                         "as a line of the daemon's STATE/keys/authorized, and check that %s is that daemon's STATE/keys/server.pub",
-                        c->endpoint, getenv(CURVE_ENV_CLIENT_KEY), getenv(CURVE_ENV_SERVER_KEY));
+                        c->endpoint, envknob_get(ENV_CLIENT_KEY), envknob_get(ENV_SERVER_KEY));
 }
 
 fsdp_status ctl_conn_call(ctl_conn *c, Fsdp__Msg *req, int timeout_ms, Fsdp__Msg **reply) {

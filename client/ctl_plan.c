@@ -12,6 +12,7 @@
 #include "ctl_client.h"
 #include "ctl_fmt.h"
 #include "ctl_planout.h"
+#include "jobresolve.h"
 #include "jobspec.h"
 #include "plan.h"
 #include "planfit.h"
@@ -250,7 +251,8 @@ int ctl_plan(int argc, char **argv) {
   jobspec_t spec;
   if ((rc = load_spec(&a, host, &spec)) >= 0) return rc;
   plan_t *plan = NULL;
-  if (plan_build(&spec, a.world, &plan) != FSDP_OK) {
+  jobresolve_place pl = {.world = a.world};   /* the coordinator's resolver, for the world asked for */
+  if (jobresolve_place_job(&spec, &pl, &plan) != FSDP_OK) {
     fprintf(stderr, "fsdpctl: %s: %s\n", a.job, fsdp_last_error());
     return PLAN_EXIT_USAGE;
   }

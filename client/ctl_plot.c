@@ -23,6 +23,7 @@
 
 #include "ctl.h"
 #include "ctl_client.h"
+#include "envknob.h"
 #include "fsutil.h"
 #include "wire.h"
 
@@ -93,8 +94,8 @@ static int read_points(const char *path, point **pts, size_t *n) {
 
 /* gnuplot on PATH ($FSDP_GNUPLOT overrides); 0 when found. */
 static int find_gnuplot(char *buf, size_t n) {
-  const char *env = getenv("FSDP_GNUPLOT");
-  if (env && *env) {
+  const char *env = envknob_get(ENV_GNUPLOT);
+  if (env) {
     snprintf(buf, n, "%s", env);
     return access(buf, X_OK) == 0 ? 0 : -1;
   }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "envknob.h"
 
 static void sample_usage(FILE *f) {
   fprintf(f,
@@ -32,8 +33,8 @@ static void sample_usage(FILE *f) {
 
 /* The fsdp-worker next to this executable, or $FSDP_WORKER. */
 static int find_worker(char *buf, size_t n) {
-  const char *env = getenv("FSDP_WORKER");
-  if (env && *env) {
+  const char *env = envknob_get(ENV_WORKER);
+  if (env) {
     snprintf(buf, n, "%s", env);
   } else {
     char self[PATH_MAX];

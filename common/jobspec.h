@@ -5,6 +5,8 @@
  * Every key of every section exists in jobspec_t; an unknown section or key, a malformed number
  * or a value out of range is an error that names file:line and says what is allowed. Paths in
  * the result are absolute. The struct is plain data: copy it freely; no function here keeps it.
+ * A parsed job is resolved for where it runs by jobresolve.h; jobspec_canonical_write/read carry
+ * the result, every key explicit, from the coordinator to its workers.
  */
 #ifndef FSDP_JOBSPEC_H
 #define FSDP_JOBSPEC_H
@@ -110,6 +112,7 @@ typedef struct jobspec {
 /* A validation source is set: [data] val = PATH or synthetic:markov:SEED. */
 static inline int jobspec_has_val(const jobspec_t *s) { return s->val[0] || s->val_synthetic; }
 
+/* Every key's default, from the key table's rows (jobspec_keys.c): what a job that sets no key holds. */
 void jobspec_defaults(jobspec_t *s);
 /* Whether this build has the CUDA backend, and the check `fsdpctl plan` and the daemon's submit make
  * with it: a device = cuda job is refused, with one line, by a build without it. */
@@ -122,6 +125,16 @@ int jobspec_lr_warning(const jobspec_t *s, char *buf, size_t n);
 fsdp_status jobspec_load(const char *path, jobspec_t *out);
 /* Parse TEXT as if it were the file ORIGIN; relative paths are relative to BASE_DIR. */
 fsdp_status jobspec_parse(const char *text, const char *origin, const char *base_dir, jobspec_t *out);
+/* The resolved job as text (jobspec_canon.c): what the coordinator sends its workers in worker_setup.
+ * The writer puts every key of the table on its own line (train and val as written, paths absolute,
+ * from = DIR's keys and every derived value explicit) under a first line naming
+ * JOBSPEC_CANON_VERSION; it fails only for a value that does not fit on one line (*TEXT is malloc'd,
+ * the caller's). The reader takes exactly that form back, from zero: no default of its own build, no
+ * derived key, no file is read; a missing, repeated or unknown key, a value out of the table's range
+ * or another version is an error. ORIGIN names the job in messages and becomes OUT's path. */
+#define JOBSPEC_CANON_VERSION 1
+fsdp_status jobspec_canonical_write(const jobspec_t *s, char **text);
+fsdp_status jobspec_canonical_read(const char *text, const char *origin, jobspec_t *out);
 /* The defaults as a commented job file (`fsdpctl plan --defaults`). */
 void jobspec_write_defaults(FILE *f);
 

@@ -1,5 +1,6 @@
-/* jobspec_keys — the key table, enum names, defaults and the commented defaults file; see
- * jobspec_keys.h. The parser and the cross-field checks are in jobspec.c. */
+/* jobspec_keys — the key table (defaults and applicability in its rows), enum names and the
+ * commented defaults file; see jobspec_keys.h. The parser, which applies the defaults, and the
+ * cross-field checks are in jobspec.c. */
 #include "jobspec_keys.h"
 
 #include <math.h>
@@ -48,162 +49,126 @@ const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(ro
 /* ---- the key table ---- */
 
 #define F(field) offsetof(jobspec_t, field)
-#define INT(sec, key, field, lo, hi, help) {sec, key, KT_INT, F(field), lo, hi, 0, 0, NULL, help}
-#define DBL(sec, key, field, lo, hi, lo_open, hi_open, help) \
-  {sec, key, KT_DBL, F(field), lo, hi, lo_open, hi_open, NULL, help}
-#define ENUM(sec, key, field, names, help) {sec, key, KT_ENUM, F(field), 0, 0, 0, 0, names, help}
-#define SPECIAL(sec, key, type, field, help) {sec, key, type, F(field), 0, 0, 0, 0, NULL, help}
+/* A row: section, key, field, range, then the help, the default as the file writes it (NULL: none)
+ * and, for a key not every architecture reads, its .applies (KA_*) and .llama_def. */
+#define INT(s_, k_, f_, lo_, hi_, help_, def_, ...) \
+  {.sec = s_, .key = k_, .type = KT_INT, .off = F(f_), .lo = lo_, .hi = hi_, .help = help_, .def = def_, __VA_ARGS__}
+#define U64(s_, k_, f_, def_, help_) {.sec = s_, .key = k_, .type = KT_U64, .off = F(f_), .help = help_, .def = def_}
+#define DBL(s_, k_, f_, lo_, hi_, lo_open_, hi_open_, help_, def_, ...)                                   \
+  {.sec = s_, .key = k_, .type = KT_DBL, .off = F(f_), .lo = lo_, .hi = hi_, .lo_open = lo_open_, .hi_open = hi_open_, \
+   .help = help_, .def = def_, __VA_ARGS__}
+#define ENUM(s_, k_, f_, names_, help_, def_, ...) \
+  {.sec = s_, .key = k_, .type = KT_ENUM, .off = F(f_), .names = names_, .help = help_, .def = def_, __VA_ARGS__}
+#define SPECIAL(s_, k_, type_, f_, help_, def_) {.sec = s_, .key = k_, .type = type_, .off = F(f_), .help = help_, .def = def_}
 
 const char *const jobspec_sections[] = {"job", "model", "data", "optim", "fsdp", "checkpoint", "eval", NULL};
 
 const keydef jobspec_keys[] = {
   SPECIAL("job", "name", KT_NAME, name,
-          "1..63 characters of A-Z a-z 0-9 . _ -; default: the job file's name without its extension"),
-  INT("job", "steps", steps, 1, 1e9, "optimizer steps (nanoGPT's max_iters)"),
-  {"job", "seed", KT_U64, F(seed), 0, 0, 0, 0, NULL,
-   "keys the counter-based initializer (nanoGPT and llm.c use 1337)"},
+          "1..63 characters of A-Z a-z 0-9 . _ -; default: the job file's name without its extension", "job"),
+  INT("job", "steps", steps, 1, 1e9, "optimizer steps (nanoGPT's max_iters)", "600000"),
+  U64("job", "seed", seed, "1337", "keys the counter-based initializer (nanoGPT and llm.c use 1337)"),
   INT("job", "max_restarts", max_restarts, 0, 1000,
-      "times a failed job is restarted from its last checkpoint (0: fail at the first error)"),
+      "times a failed job is restarted from its last checkpoint (0: fail at the first error)", "0"),
   DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
-      "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails"),
+      "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
   ENUM("model", "arch", model.arch, arch_names,
-       "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)"),
-  INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)"),
-  INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)"),
-  INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)"),
+       "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)", "gpt2"),
+  INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
+  INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
+  INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),
   INT("model", "vocab_size", model.vocab_size, 2, 16777216,
-      "V, rows of the tied wte (GPT-2: 50257; llm.c pads to 50304 for speed)"),
+      "V, rows of the tied wte (GPT-2: 50257; llm.c pads to 50304 for speed)", "50257"),
   INT("model", "seq_len", model.seq_len, 1, 32768,
-      "T, wpe rows and the training sequence length (GPT-2: 1024)"),
+      "T, wpe rows and the training sequence length (GPT-2: 1024)", "1024"),
   INT("model", "n_kv_head", model.n_kv_head, 0, 256,
-      "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)"),
+      "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)", "12", .applies = KA_LLAMA),
   INT("model", "ffn_dim", model.ffn_dim, 0, 1048576,
-      "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)"),
-  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)"),
-  DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)"),
+      "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)", NULL, .applies = KA_LLAMA),
+  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)", "1e-5", .applies = KA_LLAMA),
+  DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)", "10000", .applies = KA_LLAMA),
   INT("model", "n_positions", model.n_positions, 0, 1 << 24,
       "the model's published positions: GPT-2's wpe rows (n_positions), Llama's max_position_embeddings; at least "
-      "seq_len; 0 = seq_len"),
+      "seq_len; 0 = seq_len", "0"),
   ENUM("model", "tie_word_embeddings", model.tie_embeddings, bool_names,
        "true: one tensor is both the input embedding and the output head (GPT-2 always; Llama-3.2-1B, Qwen2.5-0.5B); "
-       "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)"),
+       "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)", "true", .llama_def = "false"),
   ENUM("model", "rope_scaling", model.rope_scaling, rope_scaling_names,
        "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, or llama3 (Llama-3.1/3.2: long "
-       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)"),
+       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)", "none", .applies = KA_LLAMA),
   DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
-      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)"),
+      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_LLAMA | KA_ROPE3),
   DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
-      "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)"),
+      "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)", NULL, .applies = KA_LLAMA | KA_ROPE3),
   DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,
-      "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)"),
+      "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)", NULL, .applies = KA_LLAMA | KA_ROPE3),
   INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
       "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
-      "(Llama-3.1: 8192)"),
+      "(Llama-3.1: 8192)", NULL, .applies = KA_LLAMA | KA_ROPE3),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
-          "shards): the architecture, every shape key and the weights; no default"),
+          "shards): the architecture, every shape key and the weights; no default", NULL),
   SPECIAL("model", "init", KT_INIT, init,
           "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1), "
-          "PATH.safetensors or PATH/model.safetensors.index.json"),
+          "PATH.safetensors or PATH/model.safetensors.index.json", "random"),
 
   SPECIAL("data", "train", KT_TRAIN, train,
           "required: PATH to an llm.c token file (or a glob, or several separated by spaces: one stream in "
-          "name order), or synthetic:markov:SEED"),
-  INT("data", "batch_size", batch_size, 1, 4096, "B, sequences per rank per micro-step (nanoGPT: 12)"),
+          "name order), or synthetic:markov:SEED", NULL),
+  INT("data", "batch_size", batch_size, 1, 4096, "B, sequences per rank per micro-step (nanoGPT: 12)", "12"),
   INT("data", "grad_accum", grad_accum, 1, 4096,
-      "G, micro-steps per optimizer step (nanoGPT: 40 over 8 GPUs = 5 per rank)"),
+      "G, micro-steps per optimizer step (nanoGPT: 40 over 8 GPUs = 5 per rank)", "5"),
   ENUM("data", "shuffle", shuffle, bool_names,
-       "true: each epoch reads windows of seq_len+1 tokens in a permutation keyed by (seed, epoch); false: file order"),
+       "true: each epoch reads windows of seq_len+1 tokens in a permutation keyed by (seed, epoch); false: file order", "true"),
   SPECIAL("data", "val", KT_VAL, val,
           "validation tokens for [eval] every: PATH to an llm.c token file (or a glob or list, as train), or "
-          "synthetic:markov:SEED; no default (none)"),
+          "synthetic:markov:SEED; no default (none)", NULL),
 
-  DBL("optim", "lr", lr, 0, 10, 1, 0, "peak learning rate (nanoGPT GPT-2: 6e-4)"),
-  DBL("optim", "min_lr", min_lr, 0, 10, 0, 0, "floor of the cosine schedule, <= lr (nanoGPT: lr/10)"),
-  INT("optim", "warmup_steps", warmup_steps, 0, 1e9, "linear warmup from 0 to lr (nanoGPT: 2000)"),
-  ENUM("optim", "schedule", schedule, sched_names, "after warmup: constant, or cosine down to min_lr at the last step"),
-  DBL("optim", "weight_decay", weight_decay, 0, 10, 0, 0, "AdamW decoupled decay on 2-D tensors only (nanoGPT: 0.1)"),
-  DBL("optim", "beta1", beta1, 0, 1, 0, 1, "AdamW beta1 (nanoGPT: 0.9)"),
-  DBL("optim", "beta2", beta2, 0, 1, 0, 1, "AdamW beta2 (nanoGPT: 0.95)"),
-  DBL("optim", "eps", eps, 0, 1, 1, 0, "AdamW eps, outside the sqrt (PyTorch: 1e-8)"),
-  DBL("optim", "grad_clip", grad_clip, 0, 1e6, 0, 0, "clip the global gradient norm to this; 0 = off (nanoGPT: 1.0)"),
+  DBL("optim", "lr", lr, 0, 10, 1, 0, "peak learning rate (nanoGPT GPT-2: 6e-4)", "6e-4"),
+  DBL("optim", "min_lr", min_lr, 0, 10, 0, 0, "floor of the cosine schedule, <= lr (nanoGPT: lr/10)", "6e-5"),
+  INT("optim", "warmup_steps", warmup_steps, 0, 1e9, "linear warmup from 0 to lr (nanoGPT: 2000)", "2000"),
+  ENUM("optim", "schedule", schedule, sched_names, "after warmup: constant, or cosine down to min_lr at the last step", "cosine"),
+  DBL("optim", "weight_decay", weight_decay, 0, 10, 0, 0, "AdamW decoupled decay on 2-D tensors only (nanoGPT: 0.1)", "0.1"),
+  DBL("optim", "beta1", beta1, 0, 1, 0, 1, "AdamW beta1 (nanoGPT: 0.9)", "0.9"),
+  DBL("optim", "beta2", beta2, 0, 1, 0, 1, "AdamW beta2 (nanoGPT: 0.95)", "0.95"),
+  DBL("optim", "eps", eps, 0, 1, 1, 0, "AdamW eps, outside the sqrt (PyTorch: 1e-8)", "1e-8"),
+  DBL("optim", "grad_clip", grad_clip, 0, 1e6, 0, 0, "clip the global gradient norm to this; 0 = off (nanoGPT: 1.0)", "1"),
 
-  INT("fsdp", "world_size", world_size, 1, 4096, "ranks: one worker process per GPU or CPU slot"),
-  ENUM("fsdp", "device", device, device_names, "cpu (fp32, gloo) or cuda"),
+  INT("fsdp", "world_size", world_size, 1, 4096, "ranks: one worker process per GPU or CPU slot", "1"),
+  ENUM("fsdp", "device", device, device_names, "cpu (fp32, gloo) or cuda", "cpu"),
   ENUM("fsdp", "sharding", sharding, shard_names,
        "full (ZeRO-3), grad_op (ZeRO-2: params stay gathered forward->backward), none (DDP), hybrid (full inside "
-       "groups of shard_group ranks, replicated across groups: FSDP HYBRID_SHARD)"),
+       "groups of shard_group ranks, replicated across groups: FSDP HYBRID_SHARD)", "full"),
   INT("fsdp", "shard_group", shard_group, 0, 4096,
-      "G, ranks per shard group with sharding = hybrid; 0 = the ranks per node of the job's placement"),
-  INT("fsdp", "prefetch", prefetch, 0, 4, "units gathered ahead of the one being computed: more overlap, more memory"),
+      "G, ranks per shard group with sharding = hybrid; 0 = the ranks per node of the job's placement", "0"),
+  INT("fsdp", "prefetch", prefetch, 0, 4, "units gathered ahead of the one being computed: more overlap, more memory", "1"),
   ENUM("fsdp", "activation_checkpointing", ackpt, ackpt_names,
-       "full: each block keeps only its input and recomputes its forward in the backward (less memory, ~1/3 more compute)"),
+       "full: each block keeps only its input and recomputes its forward in the backward (less memory, ~1/3 more compute)", "none"),
   ENUM("fsdp", "offload", offload, offload_names,
-       "optimizer: the fp32 master shard and AdamW state live in host memory and AdamW runs on the CPU (cuda only)"),
-  ENUM("fsdp", "param_dtype", param_dtype, dtype_names, "dtype of gathered parameters (the fp32 master shard is rounded to it after each step)"),
-  ENUM("fsdp", "reduce_dtype", reduce_dtype, dtype_names, "dtype of gradient reduce-scatters and all-reduces (accumulation stays fp32)"),
-  ENUM("fsdp", "comm", comm, comm_names, "auto picks nccl on cuda and gloo on cpu"),
-  DBL("fsdp", "timeout_s", timeout_s, 0, 86400, 1, 0, "a collective or peer silent this long fails the job"),
+       "optimizer: the fp32 master shard and AdamW state live in host memory and AdamW runs on the CPU (cuda only)", "none"),
+  ENUM("fsdp", "param_dtype", param_dtype, dtype_names, "dtype of gathered parameters (the fp32 master shard is rounded to it after each step)", "fp32"),
+  ENUM("fsdp", "reduce_dtype", reduce_dtype, dtype_names, "dtype of gradient reduce-scatters and all-reduces (accumulation stays fp32)", "fp32"),
+  ENUM("fsdp", "comm", comm, comm_names, "auto picks nccl on cuda and gloo on cpu", "auto"),
+  DBL("fsdp", "timeout_s", timeout_s, 0, 86400, 1, 0, "a collective or peer silent this long fails the job", "60"),
 
-  SPECIAL("checkpoint", "dir", KT_DIR, ckpt_dir, "directory for checkpoints; no default (none)"),
-  INT("checkpoint", "every", ckpt_every, 0, 1e9, "steps between checkpoints; 0 = off (needs dir otherwise)"),
-  INT("checkpoint", "keep", ckpt_keep, 1, 1000, "newest checkpoints kept; older ones are deleted"),
+  SPECIAL("checkpoint", "dir", KT_DIR, ckpt_dir, "directory for checkpoints; no default (none)", ""),
+  INT("checkpoint", "every", ckpt_every, 0, 1e9, "steps between checkpoints; 0 = off (needs dir otherwise)", "0"),
+  INT("checkpoint", "keep", ckpt_keep, 1, 1000, "newest checkpoints kept; older ones are deleted", "2"),
   ENUM("checkpoint", "async", ckpt_async, bool_names,
-       "true: a save copies the shards to host memory and a writer thread writes them while training goes on"),
-  ENUM("checkpoint", "resume", resume, resume_names, "auto: continue from the newest checkpoint in dir if any"),
+       "true: a save copies the shards to host memory and a writer thread writes them while training goes on", "true"),
+  ENUM("checkpoint", "resume", resume, resume_names, "auto: continue from the newest checkpoint in dir if any", "auto"),
 
-  INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)"),
-  INT("eval", "batches", eval_batches, 1, 1e6, "M: the validation loss is the mean over M micro-batches of world x B rows"),
+  INT("eval", "every", eval_every, 0, 1e9, "validation loss at steps K, 2K, ...; 0 = off (needs [data] val otherwise)", "0"),
+  INT("eval", "batches", eval_batches, 1, 1e6, "M: the validation loss is the mean over M micro-batches of world x B rows", "20"),
   ENUM("eval", "at_start", eval_at_start, bool_names,
-       "true: the validation loss before the first step, as step 0 of metrics.jsonl (needs [data] val)"),
-  INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)"),
+       "true: the validation loss before the first step, as step 0 of metrics.jsonl (needs [data] val)", "false"),
+  INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)", "0"),
   SPECIAL("eval", "sample_prompt", KT_TEXT, sample_prompt,
-          "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default"),
+          "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default", NULL),
 };
 const int jobspec_nkeys = (int)(sizeof jobspec_keys / sizeof jobspec_keys[0]);
 _Static_assert(sizeof jobspec_keys / sizeof jobspec_keys[0] <= JOBSPEC_MAX_KEYS, "raise JOBSPEC_MAX_KEYS");
-
-void jobspec_defaults(jobspec_t *s) {
-  memset(s, 0, sizeof *s);
-  snprintf(s->path, sizeof s->path, "<string>");
-  snprintf(s->name, sizeof s->name, "job");
-  s->steps = 600000;              /* nanoGPT max_iters */
-  s->seed = 1337;
-  s->max_restarts = 0;
-  s->restart_wait_s = 60;
-  s->model = (model_config){.arch = ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
-                            .seq_len = 1024, .n_kv_head = 12, .norm_eps = 1e-5, .rope_theta = 10000,
-                            .tie_embeddings = 1};
-  snprintf(s->init, sizeof s->init, "random");
-  s->batch_size = 12;
-  s->grad_accum = 5;
-  s->lr = 6e-4;
-  s->min_lr = 6e-5;
-  s->warmup_steps = 2000;
-  s->schedule = SCHED_COSINE;
-  s->weight_decay = 0.1;
-  s->beta1 = 0.9;
-  s->beta2 = 0.95;
-  s->eps = 1e-8;
-  s->grad_clip = 1.0;
-  s->world_size = 1;
-  s->device = DEVICE_CPU;
-  s->sharding = SHARD_FULL;
-  s->prefetch = 1;
-  s->param_dtype = DTYPE_FP32;
-  s->reduce_dtype = DTYPE_FP32;
-  s->comm = COMM_AUTO;
-  s->timeout_s = 60;
-  s->ckpt_every = 0;
-  s->ckpt_keep = 2;
-  s->ckpt_async = 1;
-  s->resume = RESUME_AUTO;
-  s->shuffle = 1;
-  s->eval_every = 0;
-  s->eval_batches = 20;   /* nanoGPT's eval_iters is 200 batches; 20 keeps small jobs fast */
-  s->sample_every = 0;
-}
 
 /* ---- formatting ---- */
 
@@ -243,16 +208,6 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
   default:
     snprintf(buf, n, "%s", k->help);
   }
-}
-
-int jobspec_key_llama_only(const keydef *k) {
-  return !strcmp(k->sec, "model") && (!strcmp(k->key, "n_kv_head") || !strcmp(k->key, "ffn_dim") ||
-                                      !strcmp(k->key, "norm_eps") || !strncmp(k->key, "rope_", 5));
-}
-
-int jobspec_key_rope_scaling(const keydef *k) {
-  return !strcmp(k->sec, "model") && !strncmp(k->key, "rope_", 5) && strcmp(k->key, "rope_theta") &&
-         strcmp(k->key, "rope_scaling");
 }
 
 /* ---- the commented defaults ---- */
@@ -308,7 +263,7 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
     else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (jobspec_key_llama_only(k) || k->off == F(model.tie_embeddings)) {
+    else if (!jobspec_key_applies(k, ARCH_GPT2) || k->llama_def) {
       /* the default model is GPT-2, which refuses the first and always ties */
       fprintf(f, "; %s = ", k->key);
       write_example(f, k, &d);

@@ -1,5 +1,6 @@
-/* jobspec_keys — the job file's key table and enum names, shared by the parser (jobspec.c) and
- * the defaults writer (`fsdpctl plan --defaults`, jobspec_keys.c). Private to common/jobspec*.c:
+/* jobspec_keys — the job file's key table (every key's type, range, default, applicability and help)
+ * and enum names, shared by the parser (jobspec.c), the resolved form (jobspec_canon.c) and the
+ * defaults writer (`fsdpctl plan --defaults`, jobspec_keys.c). Private to common/jobspec*.c:
  * everyone else reads jobspec.h. The table is static data; no state.
  */
 #ifndef FSDP_JOBSPEC_KEYS_H
@@ -11,7 +12,14 @@
 
 typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT, KT_FROM } key_type;
 
-/* Numeric bounds: lo/hi inclusive unless lo_open/hi_open. */
+/* Which jobs read a key (keydef.applies; 0: every job): the architectures, and KA_ROPE3 for the
+ * numbers of rope_scaling = llama3 (required by it, refused without it). A key set in a file that does
+ * not apply to the job is an error; one that does not apply keeps its default (0 where none). */
+enum { KA_GPT2 = 1u << ARCH_GPT2, KA_LLAMA = 1u << ARCH_LLAMA, KA_ROPE3 = 1u << 8 };
+
+/* One key: where it lives, its type and range (lo/hi inclusive unless lo_open/hi_open), its
+ * default, which jobs read it, and its help. The defaults are text as a file would write it, applied
+ * by the parser's own code (jobspec_defaults), so a default is range-checked like any value. */
 typedef struct keydef {
   const char *sec, *key;
   key_type type;
@@ -20,6 +28,9 @@ typedef struct keydef {
   int lo_open, hi_open;
   const char *const *names;   /* KT_ENUM */
   const char *help;           /* why the default is what it is; printed by --defaults */
+  const char *def;            /* the default; NULL: none (required, or not set: 0 or "") */
+  unsigned applies;           /* KA_* bits; 0: every job */
+  const char *llama_def;      /* arch = llama's default where it is not def (unless from = DIR sets it) */
 } keydef;
 
 #define JOBSPEC_MAX_KEYS 64     /* the table's length is checked against it at compile time */
@@ -35,9 +46,7 @@ extern const char *const jobspec_sections[];   /* JOBSPEC_NSECTIONS names, NULL-
 void jobspec_key_allowed(const keydef *k, char *buf, size_t n);
 /* V as written back: integers as integers, else the shortest %g that reads back as V. */
 void jobspec_fmt_num(char *buf, size_t n, double v);
-/* Keys that only Llama reads: an error under arch = gpt2, commented out in the defaults. */
-int jobspec_key_llama_only(const keydef *k);
-/* The four numbers of rope_scaling = llama3 (rope_factor, ...): required by it, refused without it. */
-int jobspec_key_rope_scaling(const keydef *k);
+/* Whether a job of architecture A reads K (its .applies); the KA_ROPE3 keys apply to A = llama. */
+static inline int jobspec_key_applies(const keydef *k, model_arch a) { return !k->applies || (k->applies & (1u << a)); }
 
 #endif

@@ -1,7 +1,8 @@
 /* planmsg — the plan on the wire: plan_t ⇄ the fsdp.Plan protobuf message.
  *
  * The coordinator builds the plan once and sends it in every worker_setup (planmsg_new); a worker
- * builds its own from the same spec for the fields the message does not carry (memory model, FLOPs)
+ * builds its own from the resolved job it was sent (jobresolve.h) for the fields the message does not
+ * carry (memory model, FLOPs)
  * and refuses to run unless every unit, tensor, offset and shard of the two agree, and the model
  * math the units do not show (tie, norm eps, rotary base and scaling: PlanModel) too (planmsg_check),
  * so that a coordinator and a worker of different versions can never disagree silently about where

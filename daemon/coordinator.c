@@ -249,13 +249,14 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   s.job_id = j->id;
   s.rank = h->rank;
   s.world = (uint32_t)j->world;
-  s.spec_text = j->spec_text;
+  char *resolved = NULL;   /* the job as resolved at submit and placement (jobresolve.h): every key explicit */
+  if (jobspec_canonical_write(&j->spec, &resolved) != FSDP_OK) {
+    log_error("job %llu: cannot send its setup: %s", (unsigned long long)j->id, fsdp_last_error());
+    return;
+  }
+  s.resolved = resolved;
   s.spec_path = j->spec_path;
-  s.base_dir = j->base_dir;
   s.plan = j->plan_pb;
-  s.comm = (char *)(j->spec.comm == COMM_NCCL ? "nccl"
-                    : j->spec.comm == COMM_GLOO ? "gloo"
-                    : j->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "nccl" : "gloo");
   s.kv_prefix = j->kv_prefix;
   s.job_dir = j->job_dir;
   s.device_index = sl->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? (int32_t)sl->index : -1;
@@ -264,6 +265,7 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   m.body_case = FSDP__MSG__BODY_WORKER_SETUP;
   m.worker_setup = &s;
   coord_send_rank(c, j, (int)h->rank, &m);
+  free(resolved);
   log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)j->id, h->rank, h->pid);
 }
 

@@ -5,7 +5,6 @@
  * the state, exit 0. docs/daemon.md describes
  * the internals. */
 #include <errno.h>
-#include <getopt.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -21,6 +20,8 @@
 #include "agent.h"
 #include "coordinator.h"
 #include "asuser.h"
+#include "envknob.h"
+#include "flagtab.h"
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
@@ -50,122 +51,50 @@ typedef struct config {
   int help;
 } config;
 
-typedef enum { OPT_STR, OPT_INT, OPT_DOUBLE, OPT_BOOL } opt_type;
-
-static const struct opt {
-  const char *name;
-  opt_type type;
-  size_t off;
-  const char *def;        /* NULL: computed (see the help text) */
-  double min, max;        /* for numbers */
-  const char *help;
-} opts[] = {
-  {"state-dir", OPT_STR, offsetof(config, state_dir), NULL, 0, 0,
+/* fsdpd's flags: one row each (flagtab.h), in the job file key table's shape. */
+static const flagdef opts[] = {
+  {"state-dir", FLAG_STR, offsetof(config, state_dir), NULL, 0, 0,
    "state directory (jobs.db, jobs/ID/, sockets); default $XDG_STATE_HOME/fsdpd or /var/lib/fsdpd"},
-  {"ctl", OPT_STR, offsetof(config, ctl), NULL, 0, 0, "fsdpctl endpoint; default ipc://STATE/ctl.sock"},
-  {"listen", OPT_STR, offsetof(config, listen), NULL, 0, 0,
+  {"ctl", FLAG_STR, offsetof(config, ctl), NULL, 0, 0, "fsdpctl endpoint; default ipc://STATE/ctl.sock"},
+  {"listen", FLAG_STR, offsetof(config, listen), NULL, 0, 0,
    "endpoint for agents and workers: ipc://PATH, or tcp://HOST:PORT for a cluster; default ipc://STATE/cluster.sock"},
-  {"join", OPT_STR, offsetof(config, join), "", 0, 0, "run as an agent only, joining the coordinator at ENDPOINT"},
-  {"cpu-workers", OPT_INT, offsetof(config, cpu_workers), "1", 0, 4096, "CPU worker slots on this node"},
-  {"gpus", OPT_STR, offsetof(config, gpus), NULL, 0, 0,
+  {"join", FLAG_STR, offsetof(config, join), "", 0, 0, "run as an agent only, joining the coordinator at ENDPOINT"},
+  {"cpu-workers", FLAG_LONG, offsetof(config, cpu_workers), "1", 0, 4096, "CPU worker slots on this node"},
+  {"gpus", FLAG_STR, offsetof(config, gpus), NULL, 0, 0,
    "CUDA devices on this node: all, none, or a list like 0,1; default all (with --slurm: the allocation's)"},
-  {"foreground", OPT_BOOL, offsetof(config, foreground), "0", 0, 1, "stay in the foreground and log to stderr"},
-  {"log-level", OPT_STR, offsetof(config, log_level), "info", 0, 0, "debug, info, warn or error"},
-  {"heartbeat", OPT_DOUBLE, offsetof(config, heartbeat), "1", 0.05, 3600,
+  {"foreground", FLAG_BOOL, offsetof(config, foreground), "0", 0, 1, "stay in the foreground and log to stderr"},
+  {"log-level", FLAG_STR, offsetof(config, log_level), "info", 0, 0, "debug, info, warn or error"},
+  {"heartbeat", FLAG_DBL, offsetof(config, heartbeat), "1", 0.05, 3600,
    "seconds between agent heartbeats; a node is lost after 3 missed"},
-  {"forget-lost", OPT_DOUBLE, offsetof(config, forget_lost), "600", 1, 1e7,
+  {"forget-lost", FLAG_DBL, offsetof(config, forget_lost), "600", 1, 1e7,
    "seconds after which a lost or stopped node is dropped from the node list"},
-  {"name", OPT_STR, offsetof(config, name), "", 0, 0, "this node's name; default the host name"},
-  {"worker", OPT_STR, offsetof(config, worker), "", 0, 0, "fsdp-worker binary; default the one next to fsdpd"},
-  {"server-key", OPT_STR, offsetof(config, server_key), NULL, 0, 0,
+  {"name", FLAG_STR, offsetof(config, name), "", 0, 0, "this node's name; default the host name"},
+  {"worker", FLAG_STR, offsetof(config, worker), "", 0, 0, "fsdp-worker binary; default the one next to fsdpd"},
+  {"server-key", FLAG_STR, offsetof(config, server_key), NULL, 0, 0,
    "with --join tcp://: the coordinator's public key file (its STATE/keys/server.pub); default $FSDP_SERVER_KEY"},
-  {"client-key", OPT_STR, offsetof(config, client_key), NULL, 0, 0,
+  {"client-key", FLAG_STR, offsetof(config, client_key), NULL, 0, 0,
    "with --join tcp://: this node's keypair file (fsdpctl keygen FILE; mode 0600); default $FSDP_CLIENT_KEY"},
-  {"metrics", OPT_STR, offsetof(config, metrics), NULL, 0, 0,
+  {"metrics", FLAG_STR, offsetof(config, metrics), NULL, 0, 0,
    "serve Prometheus metrics at http://HOST:PORT/metrics (HOST:PORT, :PORT or PORT; HOST defaults to 127.0.0.1); default off"},
-  {"slurm", OPT_BOOL, offsetof(config, slurm), "0", 0, 1,
+  {"slurm", FLAG_BOOL, offsetof(config, slurm), "0", 0, 1,
    "run as one node of a Slurm allocation: SLURM_NODEID 0 is the coordinator, the others agents joining it; "
    "GPUs and --name from the allocation; a flag that contradicts it is an error (scripts/slurm/fsdpd.sbatch)"},
-  {"help", OPT_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
+  {"help", FLAG_BOOL, offsetof(config, help), "0", 0, 1, "print this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
 static void usage(FILE *f) {
   fprintf(f, "usage: fsdpd [FLAGS]\n\nOne binary, two roles: without --join, the coordinator and this node's agent;\n"
              "with --join ENDPOINT, an agent only.\n\nflags:\n");
-  for (size_t i = 0; i < NOPTS; i++) {
-    const char *arg = opts[i].type == OPT_BOOL ? "" : opts[i].type == OPT_STR ? " VALUE" : " N";
-    char left[64];
-    snprintf(left, sizeof left, "--%s%s", opts[i].name, arg);
-    fprintf(f, "  %-22s %s", left, opts[i].help);
-    if (opts[i].def && *opts[i].def && opts[i].type != OPT_BOOL) fprintf(f, " (default %s)", opts[i].def);
-    fputc('\n', f);
-  }
+  flagtab_usage(f, opts, NOPTS);
 }
 
-static int set_opt(config *cfg, const struct opt *o, const char *val) {
-  void *p = (char *)cfg + o->off;
-  char *end;
-  switch (o->type) {
-  case OPT_STR: *(char **)p = (char *)val; return 0;
-  case OPT_BOOL:
-    if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) *(int *)p = 1;
-    else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) *(int *)p = 0;
-    else {
-      fprintf(stderr, "fsdpd: --%s=%s: expected true or false\n", o->name, val);
-      return -1;
-    }
-    return 0;
-  case OPT_INT: {
-    errno = 0;
-    long v = strtol(val, &end, 10);
-    if (errno || end == val || *end || v < o->min || v > o->max) {
-      fprintf(stderr, "fsdpd: --%s %s: expected an integer in %.0f..%.0f\n", o->name, val, o->min, o->max);
-      return -1;
-    }
-    *(long *)p = v;
-    return 0;
-  }
-  case OPT_DOUBLE: {
-    errno = 0;
-    double v = strtod(val, &end);
-    if (errno || end == val || *end || !(v >= o->min && v <= o->max)) {
-      fprintf(stderr, "fsdpd: --%s %s: expected a number in %g..%g\n", o->name, val, o->min, o->max);
-      return -1;
-    }
-    *(double *)p = v;
-    return 0;
-  }
-  }
-  return -1;
-}
-
-/* getopt_long over the table: --flag VALUE, --flag=VALUE, and a boolean --flag alone (or
- * --flag=false); every flag's value checked by set_opt. */
+/* The flags into CFG (flagtab_parse: every value checked); fsdpd takes no other argument. */
 static int parse_args(int argc, char **argv, config *cfg) {
-  for (size_t i = 0; i < NOPTS; i++)
-    if (opts[i].def && set_opt(cfg, &opts[i], opts[i].def) != 0) return -1;
-  struct option lopts[NOPTS + 1];
-  for (size_t i = 0; i < NOPTS; i++)
-    lopts[i] = (struct option){opts[i].name, opts[i].type == OPT_BOOL ? optional_argument : required_argument, NULL, (int)i};
-  lopts[NOPTS] = (struct option){0};
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
-    if (c == '?') {
-      fprintf(stderr, "fsdpd: unknown flag '%s' (see fsdpd --help for the flags)\n", argv[optind - 1]);
-      return -1;
-    }
-    if (c == ':') {
-      fprintf(stderr, "fsdpd: %s needs a value\n", argv[optind - 1]);
-      return -1;
-    }
-    const struct opt *o = &opts[c];
-    if (set_opt(cfg, o, optarg ? optarg : "1") != 0) return -1;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "fsdpd: unexpected argument '%s' (fsdpd takes only --flags; see --help)\n", argv[optind]);
+  int first = 0;
+  if (flagtab_parse("fsdpd", opts, NOPTS, cfg, argc, argv, &first) != 0) return -1;
+  if (first < argc) {
+    fprintf(stderr, "fsdpd: unexpected argument '%s' (fsdpd takes only --flags; see --help)\n", argv[first]);
     return -1;
   }
   return 0;
@@ -419,8 +348,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fsdpd: %s\n", fsdp_last_error());
     return 1;
   }
-  const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : getenv(CURVE_ENV_SERVER_KEY);
-  const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : getenv(CURVE_ENV_CLIENT_KEY);
+  const char *server_key = cfg.server_key && *cfg.server_key ? cfg.server_key : envknob_get(ENV_SERVER_KEY);
+  const char *client_key = cfg.client_key && *cfg.client_key ? cfg.client_key : envknob_get(ENV_CLIENT_KEY);
   if (is_agent_only && curve_is_tcp(cfg.join) && (rc = check_join_keys(&cfg, server_key, client_key))) return rc;
   if ((rc = detach(&cfg, &sd))) return rc;
   /* the pid that holds the lock: after detaching */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "asuser.h"
+#include "jobresolve.h"
 #include "ckpt.h"
 #include "fsutil.h"
 #include "kv.h"
@@ -634,25 +635,27 @@ fsdp_status job_from_spec(const coord_t *c, const char *spec_text, const char *s
   parse_args pa = {spec_text, *spec_path ? spec_path : "<submitted job>", base_dir, &j->spec};
   TRY_GOTO(asuser_call(owner, parse_as_owner, &pa, &j->spec, sizeof j->spec), rc, fail);
   TRY_GOTO(jobspec_check_build(&j->spec), rc, fail);   /* a CUDA job needs a CUDA build */
-  j->world = j->spec.world_size;
   j->kind = j->spec.device == DEVICE_CUDA ? FSDP__DEVICE_KIND__DEVICE_KIND_CUDA : FSDP__DEVICE_KIND__DEVICE_KIND_CPU;
-  j->steps = (uint32_t)j->spec.steps;
-  /* hybrid's default shard_group: the ranks per node of the cluster, here for the fit check and again
-   * when the job starts (schedule.c); the workers take it from the plan. With no node registered yet
-   * (the queue reloaded at a restart, before the agents are back) 1 holds its place until then. */
-  if (j->spec.sharding == SHARD_HYBRID && j->spec.shard_group == 0) {
-    int g = coord_ranks_per_node(c, j->kind, j->world);
-    j->auto_group = 1;
-    j->spec.shard_group = g > 0 ? g : 1;
-    if ((rc = plan_build(&j->spec, j->world, &j->plan)) != FSDP_OK) {
+  /* the rest of the resolution (jobresolve.h): hybrid's default shard_group is the ranks per node of
+   * the cluster, here for the fit check and again when the job starts (schedule_regroup). With no node
+   * registered yet (the queue reloaded at a restart, before the agents are back) 1 holds its place. */
+  j->auto_group = j->spec.sharding == SHARD_HYBRID && j->spec.shard_group == 0;
+  int g = j->auto_group ? coord_ranks_per_node(c, j->kind, j->spec.world_size) : 0;
+  jobresolve_place pl = {.world = j->spec.world_size, .ranks_per_node = g > 0 ? g : 1};
+  if ((rc = jobresolve_place_job(&j->spec, &pl, &j->plan)) != FSDP_OK) {
+    if (j->auto_group) {
       char why[512];
       snprintf(why, sizeof why, "%s", fsdp_last_error());
       fsdp_set_error(rc, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on the "
-                     "largest node here): %s", j->spec.shard_group, coord_kind_name(j->kind), why);
-      goto fail;
+                     "largest node here): %s", pl.ranks_per_node, coord_kind_name(j->kind), why);
     }
+    goto fail;
   }
-  if (!j->plan) TRY_GOTO(plan_build(&j->spec, j->world, &j->plan), rc, fail);
+  char *canon = NULL;   /* what every worker_setup carries (on_worker_hello): refused here, not there */
+  TRY_GOTO(jobspec_canonical_write(&j->spec, &canon), rc, fail);
+  free(canon);
+  j->world = j->spec.world_size;
+  j->steps = (uint32_t)j->spec.steps;
   j->state = ST_QUEUED;
   j->phase = JOB_QUEUED;
   *out = j;

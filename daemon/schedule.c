@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "jobresolve.h"
 #include "log.h"
 #include "planmsg.h"
 
@@ -164,12 +165,13 @@ fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
   int g = coord_ranks_per_node(c, j->kind, j->world);
   if (g == j->spec.shard_group) return FSDP_OK;
   jobspec_t s = j->spec;
-  s.shard_group = g;
+  s.shard_group = 0;   /* resolved again for this placement */
+  jobresolve_place pl = {.world = j->world, .ranks_per_node = g};
   plan_t *p = NULL, *old = j->plan;
   int k = snprintf(msg, n, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on "
                    "the largest node now): ", g, coord_kind_name(j->kind));
   size_t used = k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
-  fsdp_status st = plan_build(&s, j->world, &p);
+  fsdp_status st = jobresolve_place_job(&s, &pl, &p);
   if (st != FSDP_OK) {
     snprintf(msg + used, n - used, "%s", fsdp_last_error());
     return st;

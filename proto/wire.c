@@ -376,10 +376,8 @@ static fsdp_status check_peer_body(const Fsdp__Msg *m) {
     const Fsdp__WorkerSetup *s = m->worker_setup;
     NEED(s, "worker_setup");
     if (s->world == 0 || s->world > MAX_RANKS || s->rank >= s->world) BAD("rank %u of world %u is out of range", s->rank, s->world);
-    STR(s->spec_text, WIRE_MAX_STRING, "job spec");
+    STR(s->resolved, WIRE_MAX_STRING, "resolved job");
     STR(s->spec_path, 4096, "job spec path");
-    STR(s->base_dir, 4096, "job base directory");
-    STR(s->comm, 16, "comm backend");
     STR(s->kv_prefix, NAME_MAX_LEN, "kv prefix");
     STR(s->job_dir, 4096, "job directory");
     NEED(s->plan, "plan");

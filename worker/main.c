@@ -10,7 +10,6 @@
  *       GPUs (rank 0 writes the unique id into DIR), else gloo staged through pinned memory.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +24,8 @@
 #include "comm_hybrid.h"
 #include "device.h"
 #include "fsutil.h"
+#include "flagtab.h"
+#include "jobresolve.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mem.h"
@@ -51,27 +52,6 @@ static void tune_process_env(char **argv) {
   if (!changed) return;
   execv("/proc/self/exe", argv);   /* returns only on failure: then run as we are */
   log_warn("could not re-execute with tuned OpenBLAS/OpenMP settings: %s", strerror(errno));
-}
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: fsdp-worker --connect ENDPOINT --job ID --rank R [--log-level L]   (the token: $FSDPD_WORKER_TOKEN)\n"
-          "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
-          "                   [--log-level L] JOB.ini\n"
-          "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                   [--tokenizer FILE] [--logits]     (what fsdpctl sample runs; docs/data.md)\n");
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
-    fprintf(stderr, "fsdp-worker: %s '%s' must be an integer in %ld..%ld\n", flag, s, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
 }
 
 /* One JSON line per step (standalone mode): the fields of metrics.jsonl for this rank. */
@@ -353,9 +333,10 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
   TRY_GOTO(jobspec_load(job, spec), rc, out);
   if (world != spec->world_size)
     log_info("--world %d overrides the job's world_size %d", world, spec->world_size);
-  spec->world_size = world;
   if (steps_override > 0) spec->steps = steps_override;
-  TRY_GOTO(plan_build(spec, world, &w.plan), rc, out);
+  /* no coordinator: the same resolver, with comm = auto left to each rank's visible GPUs */
+  jobresolve_place pl = {.world = world, .comm_per_rank = 1};
+  TRY_GOTO(jobresolve_place_job(spec, &pl, &w.plan), rc, out);
   rendezvous rv = {.dir = rdv, .prefix = NULL};
   TRY_GOTO(worker_open(&w, rank, world, -1, NULL, &rv), rc, out);
   int start = 0;
@@ -385,18 +366,23 @@ out:
   return rc == FSDP_OK ? 0 : 1;
 }
 
-/* The job as the coordinator set it up (SU) into W's spec and plan, checked against what this
- * worker can run. */
+/* The job as the coordinator resolved it (SU: every key explicit, jobresolve.h) into W's spec and
+ * plan, checked against what this worker can run. Nothing is re-derived here: the resolved text is
+ * read without this build's defaults, and the plan built from it must be the coordinator's (the same
+ * version of the planner: planmsg_check). */
 static fsdp_status connected_spec(const Fsdp__WorkerSetup *su, int rank, worker_rt *w) {
   jobspec_t *spec = &w->spec;
-  TRY(jobspec_parse(su->spec_text, su->spec_path, su->base_dir, spec));
-  /* hybrid with shard_group = 0: the coordinator chose G from its placement; its plan carries it */
-  if (spec->sharding == SHARD_HYBRID && spec->shard_group == 0 && su->plan) spec->shard_group = (int)su->plan->shard_world;
-  TRY(plan_build(spec, (int)su->world, &w->plan));
+  TRY(jobspec_canonical_read(su->resolved, su->spec_path, spec));
+  if (spec->world_size != (int)su->world)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "the resolved job has world_size = %d, its setup world %u", spec->world_size,
+                          su->world);
+  if (spec->comm == COMM_AUTO)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "the resolved job leaves comm = auto: the coordinator chooses the backend");
+  TRY(plan_build(spec, spec->world_size, &w->plan));
   TRY(planmsg_check(su->plan, w->plan));
-  if (spec->device == DEVICE_CPU && strcmp(su->comm, "gloo") != 0)
+  if (spec->device == DEVICE_CPU && spec->comm != COMM_GLOO)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "comm backend '%s' is not available to device = cpu workers (gloo is)",
-                          su->comm);
+                          jobspec_comm_kind_name(spec->comm));
   if (spec->device == DEVICE_CUDA && su->device_index < 0)
     return fsdp_set_error(FSDP_ERR_STATE, "device = cuda: the coordinator assigned no GPU to rank %d", rank);
   return FSDP_OK;
@@ -437,7 +423,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   TRY_GOTO(connected_spec(su, rank, &w), rc, out);
   comm_kv kv = wlink_kv(l);
   rendezvous rv = {.kv = &kv, .prefix = su->kv_prefix};
-  TRY_GOTO(worker_open(&w, rank, (int)su->world, su->device_index, su->comm, &rv), rc, out);
+  TRY_GOTO(worker_open(&w, rank, w.spec.world_size, su->device_index, jobresolve_comm_name(&w.spec), &rv), rc, out);
   wlink_set_trace(l, w.tr);
   int start = (int)su->start_step;
   TRY_GOTO(worker_ckpt_start(&w, &start), rc, out);
@@ -458,90 +444,64 @@ out:
 
 /* What the command line asks for. */
 typedef struct worker_args {
-  const char *connect, *rdv, *save, *job;
+  const char *connect, *rdv, *save, *job, *log_level;
   long rank, world, steps, job_id;
-  int standalone;
+  int standalone, help;
   sample_args sa;
 } worker_args;
 
-enum { O_STANDALONE = 256, O_SAMPLE, O_PROMPT, O_TOKENIZER, O_TOKENS, O_TOPK, O_SEED, O_TEMP, O_CONNECT,
-       O_RDV, O_SAVE, O_JOB, O_RANK, O_WORLD, O_STEPS, O_LOGLEVEL, O_LOGITS };
+/* fsdp-worker's flags: one row each (flagtab.h), the shape of fsdpd's table and the job file's. The
+ * ranks and ids default to -1 (unset: main's initializer), outside their ranges. */
+#define W(field) offsetof(worker_args, field)
+static const flagdef flags[] = {
+  {"connect", FLAG_STR, W(connect), NULL, 0, 0, "the daemon's way: the endpoint to reach the coordinator at (its node's relay)"},
+  {"job", FLAG_LONG, W(job_id), NULL, 0, 1125899906842624.0, "the daemon's way: the job's id"},
+  {"rank", FLAG_LONG, W(rank), NULL, 0, 65535, "this worker's rank R"},
+  {"standalone", FLAG_BOOL, W(standalone), NULL, 0, 1, "run without a daemon, like torchrun (then a JOB.ini argument)"},
+  {"world", FLAG_LONG, W(world), NULL, 1, 65536, "standalone: the world size N"},
+  {"rendezvous", FLAG_STR, W(rdv), NULL, 0, 0, "standalone: the fresh directory DIR where the N ranks meet"},
+  {"steps", FLAG_LONG, W(steps), NULL, 1, 1073741824, "standalone: train K steps instead of the job's"},
+  {"save", FLAG_STR, W(save), NULL, 0, 0, "standalone: write the trained model to FILE.safetensors"},
+  {"sample", FLAG_STR, W(sa.model), NULL, 0, 0, "sample from MODEL (what fsdpctl sample runs; docs/data.md)"},
+  {"prompt", FLAG_STR, W(sa.prompt), NULL, 0, 0, "--sample: the prompt TEXT"},
+  {"tokens", FLAG_INT, W(sa.tokens), "64", 1, 1048576, "--sample: tokens to generate"},
+  {"temperature", FLAG_DBL, W(sa.temperature), "1", 0, 100, "--sample: the sampling temperature (0: greedy)"},
+  {"top-k", FLAG_INT, W(sa.top_k), "0", 0, 16777216, "--sample: sample among the K likeliest tokens (0: all)"},
+  {"seed", FLAG_U64, W(sa.seed), "0", 0, 4611686018427387904.0, "--sample: the sampler's seed"},
+  {"tokenizer", FLAG_STR, W(sa.tokenizer), NULL, 0, 0, "--sample: the tokenizer FILE (default the model's)"},
+  {"logits", FLAG_BOOL, W(sa.logits), NULL, 0, 1, "--sample: print every prompt position's logits (JSON) instead"},
+  {"log-level", FLAG_STR, W(log_level), NULL, 0, 0, "debug, info, warn or error"},
+  {"help", FLAG_BOOL, W(help), NULL, 0, 1, "print this help"},
+};
+#define NFLAGS (sizeof flags / sizeof flags[0])
 
-/* One flag's value into A. Returns 0, or 2 (printed) when it is not allowed. */
-static int set_flag(worker_args *a, int o, const char *flag, const char *v) {
-  long n = 0;
-  switch (o) {
-  case O_STANDALONE: a->standalone = 1; return 0;
-  case O_LOGITS: a->sa.logits = 1; return 0;
-  case O_SAMPLE: a->sa.model = v; return 0;
-  case O_PROMPT: a->sa.prompt = v; return 0;
-  case O_TOKENIZER: a->sa.tokenizer = v; return 0;
-  case O_CONNECT: a->connect = v; return 0;
-  case O_RDV: a->rdv = v; return 0;
-  case O_SAVE: a->save = v; return 0;
-  case O_TOKENS: if (parse_int(flag, v, 1, 1L << 20, &n)) return 2; a->sa.tokens = (int)n; return 0;
-  case O_TOPK: if (parse_int(flag, v, 0, 1L << 24, &n)) return 2; a->sa.top_k = (int)n; return 0;
-  case O_SEED: if (parse_int(flag, v, 0, 1L << 62, &n)) return 2; a->sa.seed = (unsigned long long)n; return 0;
-  case O_JOB: return parse_int(flag, v, 0, 1L << 50, &a->job_id) ? 2 : 0;
-  case O_RANK: return parse_int(flag, v, 0, 65535, &a->rank) ? 2 : 0;
-  case O_WORLD: return parse_int(flag, v, 1, 65536, &a->world) ? 2 : 0;
-  case O_STEPS: return parse_int(flag, v, 1, 1L << 30, &a->steps) ? 2 : 0;
-  case O_TEMP: {
-    char *end;
-    errno = 0;
-    a->sa.temperature = strtod(v, &end);
-    if (errno || *end || end == v || !(a->sa.temperature >= 0) || a->sa.temperature > 100) {
-      fprintf(stderr, "fsdp-worker: --temperature '%s' must be a number in [0, 100] (0: greedy)\n", v);
-      return 2;
-    }
-    return 0;
-  }
-  case O_LOGLEVEL: {
-    log_level lvl;
-    if (log_parse_level(v, &lvl) != FSDP_OK) {
-      fprintf(stderr, "fsdp-worker: %s\n", fsdp_last_error());
-      return 2;
-    }
-    log_set_level(lvl);
-    return 0;
-  }
-  }
-  return 2;
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fsdp-worker --connect ENDPOINT --job ID --rank R [--log-level L]   (the token: $FSDPD_WORKER_TOKEN)\n"
+          "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
+          "                   [--log-level L] JOB.ini\n"
+          "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+          "                   [--tokenizer FILE] [--logits]     (what fsdpctl sample runs; docs/data.md)\n\nflags:\n");
+  flagtab_usage(f, flags, NFLAGS);
 }
 
-/* getopt_long, as fsdpctl and fsdpd parse theirs. Returns -1 to go on, else the exit status. */
+/* The flags and the job file argument into A. Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, worker_args *a) {
-  static const struct option opts[] = {
-      {"standalone", no_argument, NULL, O_STANDALONE}, {"sample", required_argument, NULL, O_SAMPLE},
-      {"prompt", required_argument, NULL, O_PROMPT},   {"tokenizer", required_argument, NULL, O_TOKENIZER},
-      {"tokens", required_argument, NULL, O_TOKENS},   {"top-k", required_argument, NULL, O_TOPK},
-      {"seed", required_argument, NULL, O_SEED},       {"temperature", required_argument, NULL, O_TEMP},
-      {"connect", required_argument, NULL, O_CONNECT},
-      {"rendezvous", required_argument, NULL, O_RDV},  {"save", required_argument, NULL, O_SAVE},
-      {"job", required_argument, NULL, O_JOB},         {"rank", required_argument, NULL, O_RANK},
-      {"world", required_argument, NULL, O_WORLD},     {"steps", required_argument, NULL, O_STEPS},
-      {"log-level", required_argument, NULL, O_LOGLEVEL}, {"logits", no_argument, NULL, O_LOGITS},
-      {"help", no_argument, NULL, 'h'},
-      {0}};
-  opterr = 0;
-  int c, idx = 0;
-  while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c == '?' || c == ':') {
-      fprintf(stderr, c == '?' ? "fsdp-worker: unknown flag %s\n" : "fsdp-worker: %s needs a value\n", argv[optind - 1]);
-      usage(stderr);
-      return 2;
-    }
-    char flag[32];
-    snprintf(flag, sizeof flag, "--%s", opts[idx].name);
-    if (set_flag(a, c, flag, optarg)) return 2;
+  int first = 0;
+  if (flagtab_parse("fsdp-worker", flags, NFLAGS, a, argc, argv, &first) != 0) return 2;
+  if (a->help) {
+    usage(stdout);
+    return 0;
   }
-  if (optind < argc) a->job = argv[optind++];
-  if (optind < argc) {
-    fprintf(stderr, "fsdp-worker: unexpected argument %s\n", argv[optind]);
+  log_level lvl;
+  if (a->log_level && log_parse_level(a->log_level, &lvl) != FSDP_OK) {
+    fprintf(stderr, "fsdp-worker: %s\n", fsdp_last_error());
+    return 2;
+  }
+  if (a->log_level) log_set_level(lvl);
+  if (first < argc) a->job = argv[first++];
+  if (first < argc) {
+    fprintf(stderr, "fsdp-worker: unexpected argument %s\n", argv[first]);
     return 2;
   }
   return -1;
@@ -549,7 +509,7 @@ static int parse_args(int argc, char **argv, worker_args *a) {
 
 int main(int argc, char **argv) {
   tune_process_env(argv);
-  worker_args a = {.rank = -1, .world = -1, .job_id = -1, .sa = {.tokens = 64, .temperature = 1.0}};
+  worker_args a = {.rank = -1, .world = -1, .job_id = -1};
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   log_set_prefix("worker", (int)a.rank);

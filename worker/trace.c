@@ -3,6 +3,8 @@
  * release); a reader keeps a record only when it saw seq i + 1 both before and after copying it. */
 #include "trace.h"
 
+#include "envknob.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +36,9 @@ fsdp_status trace_new(trace_t **out) {
 
 fsdp_status trace_from_env(trace_t **out) {
   *out = NULL;
-  const char *v = getenv("FSDP_TRACE");
-  if (v && !strcmp(v, "0")) return FSDP_OK;
-  if (v && *v && strcmp(v, "1") != 0)
+  const char *v = envknob_get(ENV_TRACE);
+  if (!strcmp(v, "0")) return FSDP_OK;
+  if (strcmp(v, "1") != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "FSDP_TRACE=%s; allowed: 1 (record spans, the default) or 0 (off)", v);
   return trace_new(out);
 }

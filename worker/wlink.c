@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "curve.h"
+#include "envknob.h"
 #include "log.h"
 
 _Static_assert(TRACE_NKIND == 11 && TRACE_NLANE == 6, "proto/wire.c's check_trace_spans knows 11 kinds and 6 lanes");
@@ -70,7 +71,7 @@ fsdp_status wlink_open(const char *endpoint, uint64_t job_id, int rank, const ch
   }
   TRY_GOTO(wire_socket_setup(l->sock), rc, fail);
   /* tcp:// needs CURVE: the agent that spawned this worker names its key files in the environment. */
-  TRY_GOTO(curve_client_apply(l->sock, endpoint, getenv(CURVE_ENV_SERVER_KEY), getenv(CURVE_ENV_CLIENT_KEY),
+  TRY_GOTO(curve_client_apply(l->sock, endpoint, envknob_get(ENV_SERVER_KEY), envknob_get(ENV_CLIENT_KEY),
                               "the worker's --connect endpoint"), rc, fail);
   if (zmq_connect(l->sock, endpoint) != 0) {
     rc = fsdp_set_error(FSDP_ERR_COMM, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));

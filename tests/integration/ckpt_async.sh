@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ckpt_async — asynchronous checkpoint saves under failure (docs/checkpoints.md, "Asynchronous
 # saves"). A 6-step job saves every 2 steps with [checkpoint] async = true; the writer of step 4's
-# save is paused at a named point (FSDP_TEST_CKPT_PAUSE = POINT:4, common/ckpt.c: begin = before any
+# save is paused at a named point (FSDP_TEST_CKPT_PAUSE = POINT:4, tests/hooks/ckpt_pause.c, which only
+# the workers built for tests carry: tests/fsdp-worker-hooks; begin = before any
 # file, mid = after the first section of the rank file, manifest = rank 0 about to write the
 # manifest) and, once the pause is reached, a rank or the daemon is killed with SIGKILL. Each case
 # must leave step 2 as the newest complete checkpoint (step 4 without a manifest), and a new run
@@ -15,6 +16,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/daemon.sh" "$1" "$2" ckasync
 CTL="$BUILD/fsdpctl"
+HOOKED="$BUILD/tests/fsdp-worker-hooks"   # fsdp-worker with the pause hook
+[ -x "$HOOKED" ] || fail "$HOOKED is not built"
 job() {   # job CKDIR > file: 6 steps, saves every 2 (keep 2), asynchronous
   sed -e "s/^schedule = .*/schedule = constant/" -e "s/^steps = .*/steps = 6/" "$SRC/tests/integration/jobs/ctl_small.ini"
   printf '[checkpoint]\ndir = %s\nevery = 2\nkeep = 2\nasync = true\nresume = auto\n' "$1"
@@ -98,7 +101,7 @@ pd="$S/pause-stop"
 mkdir -p "$pd"
 sed -e "s/^steps = .*/steps = 100000/" "$SRC/tests/integration/jobs/ctl_small.ini" >"$S/stop.ini"
 printf '[checkpoint]\ndir = %s\nevery = 4\nkeep = 3\n' "$S/ck-stop" >>"$S/stop.ini"
-FSDP_TEST_CKPT_PAUSE="mid:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon
+FSDP_TEST_CKPT_PAUSE="mid:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon --worker "$HOOKED"
 wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
 id=$("$CTL" submit "$S/stop.ini" | tail -1)
 wait_for 60 test -e "$pd/paused-mid-0" || fail "stop: the writer never paused in step 4's save"
@@ -120,7 +123,7 @@ kill_case() {
   local point=$1 victim=$2 ck="$S/ck-$1-$2" pd="$S/pause-$1-$2"
   mkdir -p "$pd"
   job "$ck" >"$S/j-$point-$victim.ini"
-  FSDP_TEST_CKPT_PAUSE="$point:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon
+  FSDP_TEST_CKPT_PAUSE="$point:4" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon --worker "$HOOKED"
   wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
   local id; id=$("$CTL" submit "$S/j-$point-$victim.ini" | tail -1)
   wait_for 60 test -e "$pd/paused-$point-0" || fail "$point/$victim: the writer never paused at $point (step 4)"

@@ -1,6 +1,6 @@
 /* test_ckpt_async — the asynchronous checkpoint writer (worker/ckpt_async.h): a write on the writer
  * thread produces the file a synchronous ckpt_write_rank does, byte for byte; the write is pending
- * and not finished while the writer is held at a named point (FSDP_TEST_CKPT_PAUSE, common/ckpt.c),
+ * and not finished while the writer is held at a named point (FSDP_TEST_CKPT_PAUSE, tests/hooks/ckpt_pause.c),
  * and finished once released; a failed write reports its message on the caller's thread; destroy
  * with a write in flight waits for it. */
 #include <fcntl.h>

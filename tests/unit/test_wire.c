@@ -130,7 +130,7 @@ static Fsdp__Msg make_msg(Fsdp__Msg__BodyCase c) {
   case FSDP__MSG__BODY_WORKER_EXIT: fsdp__worker_exit__init(&b.wexit); b.wexit.rank = 1; b.wexit.term_signal = 9; m.worker_exit = &b.wexit; break;
   case FSDP__MSG__BODY_LOG_CHUNK: fsdp__log_chunk__init(&b.chunk); b.chunk.data.data = (uint8_t *)text; b.chunk.data.len = 3; m.log_chunk = &b.chunk; break;
   case FSDP__MSG__BODY_WORKER_HELLO: fsdp__worker_hello__init(&b.hello); b.hello.rank = 1; b.hello.token = "abc"; m.worker_hello = &b.hello; break;
-  case FSDP__MSG__BODY_WORKER_SETUP: fsdp__worker_setup__init(&b.setup); b.setup.rank = 1; b.setup.world = 2; b.setup.spec_text = text; b.setup.plan = &plan; b.setup.comm = "gloo"; m.worker_setup = &b.setup; break;
+  case FSDP__MSG__BODY_WORKER_SETUP: fsdp__worker_setup__init(&b.setup); b.setup.rank = 1; b.setup.world = 2; b.setup.resolved = text; b.setup.plan = &plan; m.worker_setup = &b.setup; break;
   case FSDP__MSG__BODY_STEP_CMD: fsdp__step_cmd__init(&b.step); b.step.step = 5; m.step_cmd = &b.step; break;
   case FSDP__MSG__BODY_STEP_REPORT: fsdp__step_report__init(&b.report); b.report.step = 5; b.report.loss = 1.25; b.report.stats = &rs; m.step_report = &b.report; break;
   case FSDP__MSG__BODY_WORKER_ERROR: fsdp__worker_error__init(&b.werr); b.werr.code = FSDP_ERR_TIMEOUT; b.werr.message = "peer silent"; m.worker_error = &b.werr; break;

@@ -44,6 +44,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 extern "C" {
+#include "envknob.h"
 #include "err.h"
 #include "log.h"
 #include "mem.h"
@@ -220,8 +221,8 @@ extern "C" fsdp_status comm_gloo_new(int rank, int world, const char* store_dir,
   if (g->timeout.count() < 1) g->timeout = ms(1);
 
   gloo::transport::tcp::attr attr;
-  const char* iface = getenv("FSDP_GLOO_IFACE");
-  const char* host = getenv("FSDP_GLOO_HOST");
+  const char* iface = envknob_get(ENV_GLOO_IFACE);
+  const char* host = envknob_get(ENV_GLOO_HOST);
   char hostname[256] = "";
   if (iface && *iface) {
     attr.iface = iface;
@@ -284,21 +285,21 @@ static ms remaining(clk::time_point deadline) {
   return left.count() < 1 ? ms(1) : left;
 }
 
-// Test knobs (docs/testing.md), read once: WORD in the environment variable VAR's value.
+// Test knobs (docs/testing.md), read once: WORD in the environment variable KNOB's value.
 // FSDP_SUM_ORDER=reverse_ring runs the reduce-scatter ring the other way, so every block's partial
 // sums are added in the reverse order of ranks: the same sum rounded differently, which the
 // equivalence tests' tolerances must absorb. FSDP_FAULT=drop_reduce_scatter plants a fault the
 // tests must catch: each rank keeps its own partial block instead of the sum.
-static bool env_has(const char* var, const char* word) {
-  const char* v = getenv(var);
+static bool env_has(envknob_id knob, const char* word) {
+  const char* v = envknob_get(knob);
   return v && strstr(v, word) != nullptr;
 }
 static bool reverse_ring() {
-  static const bool on = env_has("FSDP_SUM_ORDER", "reverse_ring");
+  static const bool on = env_has(ENV_SUM_ORDER, "reverse_ring");
   return on;
 }
 static bool drop_reduce_scatter() {
-  static const bool on = env_has("FSDP_FAULT", "drop_reduce_scatter");
+  static const bool on = env_has(ENV_FAULT, "drop_reduce_scatter");
   return on;
 }
 

@@ -44,6 +44,7 @@
 extern "C" {
 #include "log.h" /* a C header without extern "C" guards of its own */
 }
+#include "envknob.h"
 #include "ops_cuda_cudnn.h"
 
 #include "ops/exp.h"
@@ -484,11 +485,11 @@ void ops_cuda_attention_select(ops_attn_impl impl) { g_attn_impl.store((int)impl
 ops_attn_impl ops_cuda_attention_selected(void) {
   int v = g_attn_impl.load();
   if (v < 0) {
-    const char *e = getenv("FSDP_CUDA_ATTN");
+    const char *e = envknob_get(ENV_CUDA_ATTN);
     int want = (int)OPS_ATTN_CUDNN;
-    if (e && strcmp(e, "fma") == 0) want = (int)OPS_ATTN_FMA;
-    else if (e && strcmp(e, "tc") == 0) want = (int)OPS_ATTN_TC;
-    else if (e && *e && strcmp(e, "cudnn") != 0)
+    if (strcmp(e, "fma") == 0) want = (int)OPS_ATTN_FMA;
+    else if (strcmp(e, "tc") == 0) want = (int)OPS_ATTN_TC;
+    else if (strcmp(e, "cudnn") != 0)
       log_warn("FSDP_CUDA_ATTN=%s is not one of cudnn, tc, fma: using cudnn (the tensor-core kernel where cuDNN "
                "cannot run)", e);
     g_attn_impl.compare_exchange_strong(v, want); /* a concurrent select() wins */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "envknob.h"
 #include "fsutil.h"
 
 /* ---- the library ---- */
@@ -116,9 +117,9 @@ int ops_cudnn_find_wheel(char *found, size_t n, char *tried, size_t ntried) {
 fsdp_status ops_cudnn_open(ops_cudnn_api *a) {
   memset(a, 0, sizeof *a);
   char tried[1024] = "", wheel[PATH_MAX];
-  const char *env = getenv("FSDP_CUDNN_LIB");
+  const char *env = envknob_get(ENV_CUDNN_LIB);
   int ok = 0;
-  if (env && *env) {
+  if (env) {
     ok = try_open(a, env, tried, sizeof tried);
     if (!ok)
       return fsdp_set_error(FSDP_ERR_NOTFOUND, "FSDP_CUDNN_LIB=%s does not open, or has no cuDNN backend API", env);

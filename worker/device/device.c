@@ -2,6 +2,7 @@
  * the native half a device may add: a cudaEvent_t on CUDA) and the parts of device.h that do not
  * depend on the implementation. See device.h. */
 #include "device.h"
+#include "envknob.h"
 #include "monotime.h"
 
 #include <pthread.h>
@@ -128,9 +129,9 @@ int64_t dev_attention_scratch_floats(const device_t *d, int B, int T, int NH, in
 int64_t dev_logits_bytes(const device_t *d, int BT, int V) { return plan_logits_bytes(d->kind, BT, V); }
 
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
-  const char *v = getenv("FSDP_CPU_DEVICE");
+  const char *v = envknob_get(ENV_CPU_DEVICE);
   *mode = DEV_CPU_SYNC;
-  if (!v || !*v || !strcmp(v, "sync")) return FSDP_OK;
+  if (!strcmp(v, "sync")) return FSDP_OK;
   if (!strcmp(v, "async")) *mode = DEV_CPU_ASYNC;
   else if (!strcmp(v, "strict")) *mode = DEV_CPU_STRICT;
   else

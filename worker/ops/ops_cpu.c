@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "envknob.h"
 #include "log.h"
 
 #include "ops/exp.h"
@@ -62,7 +63,7 @@ static int g_split_k = -1;
 
 static int split_k(void) {
   if (__atomic_load_n(&g_split_k, __ATOMIC_RELAXED) < 0) {
-    const char *v = getenv("FSDP_SUM_ORDER");
+    const char *v = envknob_get(ENV_SUM_ORDER);
     __atomic_store_n(&g_split_k, v && strstr(v, "split_k") != NULL, __ATOMIC_RELAXED);
   }
   return g_split_k;
