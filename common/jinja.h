@@ -9,7 +9,7 @@
  * add_generation_prompt, tools, ...; transformers' own names) and returns the text, and, when asked,
  * the byte ranges that {% generation %} blocks produced (transformers' assistant mask). An error
  * while rendering (raise_exception, an undefined value used as an object, a type error) is one
- * line with the template line. The functions `raise_exception`, `strftime_now`, `range`,
+ * line with the template line; so is a render past the limits below. The functions `raise_exception`, `strftime_now`, `range`,
  * `namespace` and `dict` are built in.
  *
  * A loaded jinja_tmpl is immutable: any number of threads may render it at once. Each render owns
@@ -25,6 +25,13 @@
 #include "err.h"
 
 typedef struct jinja_tmpl jinja_tmpl;
+
+/* What one render may use: a template that would run longer or grow larger (a loop that does
+ * not end, a string doubled in a loop) fails with a line saying so. A chat template on a real
+ * conversation stays orders of magnitude below. */
+#define JINJA_MAX_STEPS 10000000          /* statements executed */
+#define JINJA_MAX_OUTPUT (256 << 20)      /* bytes of output */
+#define JINJA_MAX_MEMORY ((size_t)1 << 29) /* bytes of values */
 
 /* One {% generation %} block's output: bytes [start, end) of the rendered text. */
 typedef struct jinja_span {

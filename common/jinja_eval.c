@@ -4,6 +4,7 @@
  * filters and else, break/continue, namespace attributes, macros with defaults and keyword
  * arguments, block set, filter blocks and {% generation %} spans. One render at a time per jctx;
  * the template is only read. */
+#define _GNU_SOURCE   /* memmem */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -173,10 +174,7 @@ static int contains(jctx *x, jv hay, jv needle) {
       jx_fail(x, "'in <string>' requires string as left operand, not %s", jv_typename(needle));
       return 0;
     }
-    if (!needle.u.s.n) return 1;
-    for (size_t i = 0; i + needle.u.s.n <= hay.u.s.n; i++)
-      if (!memcmp(hay.u.s.p + i, needle.u.s.p, needle.u.s.n)) return 1;
-    return 0;
+    return !needle.u.s.n || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
   case JV_LIST: {
     jv items = jx_iterable(x, hay);
     for (size_t i = 0; i < items.u.l->n; i++)
@@ -408,6 +406,7 @@ jv jx_eval(jctx *x, jframe *f, const jnode *n) {
   if (x->rc) return jv_undef(NULL);
   x->line = n->line;
   jv v = eval_in(x, f, n);
+  if (x->a->failed == 2) return jx_fail(x, "the template needed more than %zu MiB for its values", JINJA_MAX_MEMORY >> 20);
   if (x->a->failed) return jx_fail(x, "out of memory");
   return v;
 }
@@ -593,6 +592,10 @@ static void exec_generation(jctx *x, jframe *f, const jnode *n) {
 
 static int exec_one(jctx *x, jframe *f, const jnode *n) {
   x->line = n->line;
+  if (++x->steps > JINJA_MAX_STEPS) {
+    jx_fail(x, "the template ran more than %d statements (a loop that does not end?)", JINJA_MAX_STEPS);
+    return FLOW_NEXT;
+  }
   switch (n->kind) {
   case JN_TEXT: jb_put(x->out, n->lit.u.s.p, n->lit.u.s.n); break;
   case JN_OUT: {
@@ -640,6 +643,7 @@ static int exec_body(jctx *x, jframe *f, const jnodes *b) {
   for (int i = 0; i < b->n && !x->rc; i++) {
     int flow = exec_one(x, f, b->v[i]);
     if (x->out->failed) jx_fail(x, "out of memory");
+    if (x->out->n > JINJA_MAX_OUTPUT) jx_fail(x, "the template wrote more than %d MiB", JINJA_MAX_OUTPUT >> 20);
     if (flow != FLOW_NEXT) return flow;
   }
   return FLOW_NEXT;
@@ -652,7 +656,7 @@ fsdp_status jinja_render(const jinja_tmpl *t, const json_t *vars, char **out, si
   if (spans) *spans = NULL;
   if (nspans) *nspans = 0;
   if (vars && !json_is_object(vars)) return fsdp_set_error(FSDP_ERR_INVALID, "a template's variables must be a JSON object");
-  ja_arena a = {0};
+  ja_arena a = {.limit = JINJA_MAX_MEMORY};
   jbuf b = {0};
   jctx x = {.a = &a, .t = t, .out = &b};
   x.globals = frame_new(&x, NULL);

@@ -104,12 +104,10 @@ static jv str_split(jctx *x, jv s, jv sep, int64_t maxsplit) {
   if (sep.t == JV_STR) {
     if (!sep.u.s.n) return jx_fail(x, "empty separator");
     size_t st = 0;
-    while (i + sep.u.s.n <= n && (maxsplit < 0 || (int64_t)l.u.l->n < maxsplit)) {
-      if (!memcmp(p + i, sep.u.s.p, sep.u.s.n)) {
-        jl_push(x->a, l.u.l, jv_str(p + st, i - st));
-        i += sep.u.s.n;
-        st = i;
-      } else i++;
+    const char *hit;
+    while ((maxsplit < 0 || (int64_t)l.u.l->n < maxsplit) && (hit = memmem(p + st, n - st, sep.u.s.p, sep.u.s.n))) {
+      jl_push(x->a, l.u.l, jv_str(p + st, (size_t)(hit - (p + st))));
+      st = (size_t)(hit - p) + sep.u.s.n;
     }
     jl_push(x->a, l.u.l, jv_str(p + st, n - st));
     return l;
@@ -169,13 +167,14 @@ static jv str_replace(jctx *x, jv s, jv old, jv new_, int64_t count) {
     }
     return mkstr(x, &b);
   }
-  while (i < s.u.s.n) {
-    if ((count < 0 || done < count) && i + old.u.s.n <= s.u.s.n && !memcmp(s.u.s.p + i, old.u.s.p, old.u.s.n)) {
-      jb_put(&b, new_.u.s.p, new_.u.s.n);
-      i += old.u.s.n;
-      done++;
-    } else jb_putc(&b, s.u.s.p[i++]);
+  const char *hit;
+  while ((count < 0 || done < count) && (hit = memmem(s.u.s.p + i, s.u.s.n - i, old.u.s.p, old.u.s.n))) {
+    jb_put(&b, s.u.s.p + i, (size_t)(hit - (s.u.s.p + i)));
+    jb_put(&b, new_.u.s.p, new_.u.s.n);
+    i = (size_t)(hit - s.u.s.p) + old.u.s.n;
+    done++;
   }
+  jb_put(&b, s.u.s.p + i, s.u.s.n - i);
   return mkstr(x, &b);
 }
 
@@ -292,12 +291,12 @@ static jv str_method(jctx *x, const char *name, jv s, jv *args, int nargs, const
     if (nargs < 1 || args[0].t != JV_STR) return jx_fail(x, "%s needs a str argument", name);
     jv sub = args[0];
     int64_t cnt = 0;
-    for (size_t i = 0; i + sub.u.s.n <= s.u.s.n; i++)
-      if (!memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n)) {
-        if (name[0] == 'f') return jv_int((int64_t)ju_len(s.u.s.p, i));
-        cnt++;
-        if (sub.u.s.n) i += sub.u.s.n - 1;
-      }
+    const char *hit;
+    if (!sub.u.s.n) return jv_int(name[0] == 'f' ? 0 : (int64_t)ju_len(s.u.s.p, s.u.s.n) + 1);
+    for (size_t i = 0; (hit = memmem(s.u.s.p + i, s.u.s.n - i, sub.u.s.p, sub.u.s.n)); cnt++) {
+      if (name[0] == 'f') return jv_int((int64_t)ju_len(s.u.s.p, (size_t)(hit - s.u.s.p)));
+      i = (size_t)(hit - s.u.s.p) + sub.u.s.n;
+    }
     return jv_int(name[0] == 'f' ? -1 : cnt);
   }
   if (!strcmp(name, "format")) return str_format(x, s, args, nargs, kwn, kwv, nkw);

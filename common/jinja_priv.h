@@ -16,7 +16,8 @@
 typedef struct ja_block ja_block;
 typedef struct ja_arena {
   ja_block *head;
-  int failed;   /* an allocation failed: the caller reports FSDP_ERR_NOMEM */
+  size_t total, limit;   /* bytes held; at most LIMIT when it is not 0 */
+  int failed;   /* 1: an allocation failed, 2: it would pass the limit; the caller reports it */
 } ja_arena;
 void *ja_alloc(ja_arena *a, size_t n);   /* zeroed; NULL (and a->failed) when out of memory */
 char *ja_strndup(ja_arena *a, const char *s, size_t n);
@@ -163,6 +164,7 @@ typedef struct jctx {
   int depth;
   int line;            /* the line being evaluated, for messages */
   fsdp_status rc;      /* the first error; evaluation stops */
+  long steps;          /* statements run, at most JINJA_MAX_STEPS */
   int capture;         /* >0 while a macro or block set renders into its own buffer */
   jv blockval;         /* a {% filter %} block's text, the input of its innermost filter */
 } jctx;

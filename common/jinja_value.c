@@ -21,6 +21,10 @@ void *ja_alloc(ja_arena *a, size_t n) {
   ja_block *b = a->head;
   if (!b || b->cap - b->used < n) {
     size_t cap = n > 60000 ? n : 60000;
+    if (a->limit && a->total + cap > a->limit) {
+      a->failed = 2;
+      return NULL;
+    }
     b = malloc(sizeof *b + cap);
     if (!b) {
       a->failed = 1;
@@ -28,6 +32,7 @@ void *ja_alloc(ja_arena *a, size_t n) {
     }
     b->cap = cap;
     b->used = 0;
+    a->total += cap;
     b->next = a->head;
     a->head = b;
   }
