@@ -45,6 +45,8 @@ fsdp_status jinja_load(const char *src, size_t len, const char *name, jinja_tmpl
  * count, in the order they closed. */
 fsdp_status jinja_render(const jinja_tmpl *t, const json_t *vars, char **out, size_t *outlen,
                          jinja_span **spans, size_t *nspans);
+/* Whether the template has {% generation %} blocks (then render's spans are the assistant mask). */
+int jinja_has_generation(const jinja_tmpl *t);
 void jinja_destroy(jinja_tmpl **t);
 
 #endif

@@ -706,6 +706,7 @@ static jnode *statement_in(parser *P, int line) {
   }
   if (!strcmp(t->s, "generation")) {
     jnode *n = mk(P, JN_GENERATION, line);
+    P->t->has_generation = 1;
     end_tag(P);
     static const char *const ends[] = {"endgeneration", NULL};
     const char *found;
@@ -780,6 +781,8 @@ fsdp_status jinja_load(const char *src, size_t len, const char *name, jinja_tmpl
   *out = t;
   return FSDP_OK;
 }
+
+int jinja_has_generation(const jinja_tmpl *t) { return t->has_generation; }
 
 void jinja_destroy(jinja_tmpl **t) {
   if (!t || !*t) return;

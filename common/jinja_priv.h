@@ -149,8 +149,8 @@ struct jinja_tmpl {
   ja_arena arena;
   jnodes body;
   const char *name;
+  int has_generation;
 };
-fsdp_status jparse(jinja_tmpl *t, const jtok *toks, size_t ntoks);
 
 /* ---- evaluation (jinja_eval.c, jinja_filters.c) ---- */
 typedef struct jframe jframe;
