@@ -161,6 +161,30 @@ def main():
     docs = docs_of(*read_masked(out))
     check("text line", docs[1][0], tok("plain text, all trained", add_special_tokens=False)["input_ids"])
     check("all trained", [sum(m) == len(m) for _, m in docs], [True] * 3)
+    # 30 malformed lines: each named FILE:LINE with a reason, counted, and nothing written for it
+    bad = ["{", "[1, 2]", "\"just a string\"", "null", "42", "{\"messages\": []}", "{\"messages\": {}}",
+           "{\"messages\": \"hi\"}", "{\"messages\": [1]}", "{\"messages\": [[]]}", "{\"messages\": [{}]}",
+           "{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}", "{\"messages\": [{\"role\": \"\", \"content\": \"x\"}]}",
+           "{\"messages\": [{\"role\": \"User\", \"content\": \"x\"}]}", "{\"messages\": [{\"role\": \"user\"}]}",
+           "{\"messages\": [{\"role\": \"user\", \"content\": null}]}",
+           "{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}",
+           "{\"messages\": [{\"role\": \"user\", \"content\": {\"t\": 1}}]}",
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"only a question\"}]}",
+           "{\"prompt\": \"p\"}", "{\"completion\": \"c\"}", "{\"prompt\": 1, \"completion\": \"c\"}",
+           "{\"prompt\": \"p\", \"completion\": null}", "{\"text\": 5}", "{\"text\": null}", "{}",
+           "{\"msgs\": []}", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}] trailing",
+           "{\"text\": \"\\ud800\"}", "\"\\u0000\""]
+    assert len(bad) == 30
+    p, out = gen_data(d, bad + [{"messages": CONVS[0]}], "--train-on", "assistant")
+    summary = json.loads(p.stdout)
+    check("30 malformed counted", (summary["conversations"], summary["malformed"]), (1, 30))
+    named = [ln for ln in p.stderr.splitlines() if "in.jsonl:" in ln]
+    check("30 malformed named, one line each", sorted(int(ln.split("in.jsonl:")[1].split(":")[0]) for ln in named),
+          list(range(1, 31)))
+    # --eos: the end-of-text token, not trained, before each conversation
+    p, out = gen_data(d, [{"messages": c} for c in CONVS], "--eos")
+    eos = tok.convert_tokens_to_ids("</s>")
+    check("--eos", [(i[0], m[0]) for i, m in docs_of(*read_masked(out))], [(eos, 0)] * 3)
     p, _ = gen_data(d, lines, "--strict", expect_ok=False)
     check("--strict fails", p.returncode != 0 and "in.jsonl:3:" in p.stderr, True)
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--seq-len", "8")
