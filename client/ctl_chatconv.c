@@ -19,6 +19,26 @@ static int fail(char *why, size_t n, const char *fmt, const char *arg) {
   return -1;
 }
 
+/* transformers' _alias_reasoning_fields, applied before it renders: a message's reasoning under any
+ * of its names (reasoning_content, thinking, reasoning) is also under "thinking" (first) and
+ * "reasoning_content" (last). Returns a new reference. */
+static json_t *alias_reasoning(json_t *msg) {
+  static const char *const names[] = {"reasoning_content", "thinking", "reasoning"};
+  json_t *r = NULL;
+  for (int k = 0; k < 3 && !r; k++) {
+    json_t *v = json_object_get(msg, names[k]);
+    if (v && !json_is_null(v)) r = v;
+  }
+  if (!r) return json_incref(msg);
+  json_t *o = json_object();
+  json_object_set(o, "thinking", r);
+  const char *key;
+  json_t *v;
+  json_object_foreach(msg, key, v) json_object_set(o, key, v);
+  json_object_set(o, "reasoning_content", r);
+  return o;
+}
+
 /* The conversation of a line as a messages array (new reference), or NULL with WHY. */
 static json_t *messages_of(json_t *o, char *why, size_t wn, int *plain) {
   *plain = 0;
@@ -37,7 +57,9 @@ static json_t *messages_of(json_t *o, char *why, size_t wn, int *plain) {
       if (!json_is_string(json_object_get(x, "content")))
         return fail(why, wn, "message \"content\" must be a string (in a %s message)", role), NULL;
     }
-    return json_incref(m);
+    json_t *out = json_array();
+    json_array_foreach(m, i, x) json_array_append_new(out, alias_reasoning(x));
+    return out;
   }
   json_t *p = json_object_get(o, "prompt"), *c = json_object_get(o, "completion");
   if (p || c) {
@@ -52,12 +74,12 @@ static json_t *messages_of(json_t *o, char *why, size_t wn, int *plain) {
   return fail(why, wn, "expected a JSON object with \"messages\", \"prompt\" and \"completion\", or \"text\"", NULL), NULL;
 }
 
-static int render(chat_ctx *c, json_t *msgs, int agp, char **out, size_t *n, jinja_span **sp, size_t *ns, char *why,
-                  size_t wn) {
+static int render(chat_ctx *c, json_t *msgs, json_t *tools, int agp, char **out, size_t *n, jinja_span **sp, size_t *ns,
+                  char *why, size_t wn) {
   json_t *v = json_deep_copy(c->special);
   json_object_set(v, "messages", msgs);
   json_object_set_new(v, "add_generation_prompt", json_boolean(agp));
-  json_object_set_new(v, "tools", json_null());
+  json_object_set(v, "tools", tools ? tools : json_null());
   json_object_set_new(v, "documents", json_null());
   fsdp_status rc = jinja_render(c->tmpl, v, out, n, sp, ns);
   json_decref(v);
@@ -71,7 +93,8 @@ typedef struct spans {
 } spans;
 
 /* The assistant turns' bytes by rendering each prefix (templates without {% generation %}). */
-static int prefix_spans(chat_ctx *c, json_t *msgs, const char *full, size_t fulln, spans *out, char *why, size_t wn) {
+static int prefix_spans(chat_ctx *c, json_t *msgs, json_t *tools, const char *full, size_t fulln, spans *out, char *why,
+                        size_t wn) {
   size_t nm = json_array_size(msgs);
   out->v = calloc(nm + 1, sizeof *out->v);
   out->n = 0;
@@ -85,8 +108,8 @@ static int prefix_spans(chat_ctx *c, json_t *msgs, const char *full, size_t full
     }
     char *a = NULL, *b = NULL;
     size_t an = 0, bn = 0;
-    int rc = render(c, before, 1, &a, &an, NULL, NULL, why, wn);
-    if (!rc) rc = render(c, u2, 0, &b, &bn, NULL, NULL, why, wn);
+    int rc = render(c, before, tools, 1, &a, &an, NULL, NULL, why, wn);
+    if (!rc) rc = render(c, u2, tools, 0, &b, &bn, NULL, NULL, why, wn);
     size_t common = 0;
     while (!rc && common < bn && common < fulln && b[common] == full[common]) common++;
     if (!rc && !(an <= common && !memcmp(a, full, an)))
@@ -154,13 +177,24 @@ int chat_line(chat_ctx *c, const char *line, size_t len, chat_doc *doc, char *wh
     json_decref(o);
     return rc;
   }
+  json_t *tools = json_object_get(o, "tools");   /* a line's own tool list, as TRL's "tools" column */
+  tools = json_is_null(tools) ? NULL : json_incref(tools);
   json_decref(o);
-  if (!msgs) return -1;
+  if (!msgs) {
+    json_decref(tools);
+    return -1;
+  }
+  if (tools && !json_is_array(tools)) {
+    json_decref(tools);
+    json_decref(msgs);
+    return fail(why, wn, "\"tools\" must be an array of tool schemas", NULL);
+  }
   char *full = NULL;
   size_t fulln = 0;
   spans s = {0};
-  rc = render(c, msgs, 0, &full, &fulln, c->has_generation ? &s.v : NULL, c->has_generation ? &s.n : NULL, why, wn);
-  if (!rc && !c->has_generation && c->train_on != CHAT_TRAIN_ALL) rc = prefix_spans(c, msgs, full, fulln, &s, why, wn);
+  rc = render(c, msgs, tools, 0, &full, &fulln, c->has_generation ? &s.v : NULL, c->has_generation ? &s.n : NULL, why, wn);
+  if (!rc && !c->has_generation && c->train_on != CHAT_TRAIN_ALL)
+    rc = prefix_spans(c, msgs, tools, full, fulln, &s, why, wn);
   if (!rc && c->train_on != CHAT_TRAIN_ALL && !s.n) rc = fail(why, wn, "the conversation has no assistant turn to train on", NULL);
   if (!rc && c->train_on == CHAT_TRAIN_LAST && s.n > 1) {
     s.v[0] = s.v[s.n - 1];
@@ -170,5 +204,6 @@ int chat_line(chat_ctx *c, const char *line, size_t len, chat_doc *doc, char *wh
   free(full);
   free(s.v);
   json_decref(msgs);
+  json_decref(tools);
   return rc;
 }

@@ -52,7 +52,22 @@ CASES = {
                {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "{\"temp\": 21}"},
                m(A, "It is 21 °C in Paris.")], False, TOOLS),
     "tools_prompt": ([m(U, "Weather in Oslo?")], True, TOOLS),
+    "two_users": ([m(U, "First question."), m(U, "And a second one?")], True, None),
+    "long": ([m(S, "Count.")] + [x for k in range(4) for x in (m(U, f"n={k}"), m(A, str(k + 1)))], False, None),
+    "reasoning": ([m(U, "Think: 2+3?"), {"role": A, "content": "5", "reasoning_content": "2 plus 3 is 5."},
+                   m(U, "And 4+4?"), {"role": A, "content": "8", "reasoning_content": "Doubling 4."}], False, None),
 }
+
+
+def alias_reasoning(msgs):
+    """transformers' _alias_reasoning_fields, which apply_chat_template applies before rendering
+    (gen-data --chat does the same): a message's reasoning under any of its names is also under
+    "thinking" (first) and "reasoning_content" (last)."""
+    out = []
+    for x in msgs:
+        r = next((x[k] for k in ("reasoning_content", "thinking", "reasoning") if x.get(k) is not None), None)
+        out.append(x if r is None else {"thinking": r, **x, "reasoning_content": r})
+    return out
 
 # Which model family each template belongs to (by its file name).
 FAMILIES = [("llama", r"llama-3|Llama-3|firefunction|Hermes"), ("qwen", r"Qwen|QwQ"), ("mistral", r"istral|Devstral"),
@@ -82,7 +97,7 @@ def reference(tmpl, msgs, agp, tools):
 
 
 def variables(msgs, agp, tools):
-    v = {"messages": msgs, "tools": tools, "documents": None, "add_generation_prompt": agp}
+    v = {"messages": alias_reasoning(msgs), "tools": tools, "documents": None, "add_generation_prompt": agp}
     v.update(SPECIAL)
     return v
 

@@ -37,7 +37,14 @@ CONVS = [
     [{"role": "user", "content": "Grüße! 世界 👩‍👩‍👧"}, {"role": "assistant", "content": "Hallo!\n\nZwei Zeilen."}],
     [{"role": "user", "content": "Empty answer?"}, {"role": "assistant", "content": ""},
      {"role": "user", "content": "  spaces  "}, {"role": "assistant", "content": " ok "}],
+    [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5", "reasoning_content": "2 plus 3."}],
 ]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOL_CONV = [{"role": "user", "content": "Weather in Paris?"},
+             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                 "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+             {"role": "tool", "content": "21 C"}, {"role": "assistant", "content": "It is 21 C."}]
 
 
 def train_tokenizer(path):
@@ -90,8 +97,8 @@ def gen_data(d, lines, *extra, expect_ok=True):
     return p, out
 
 
-def reference_mask(tok, template, msgs, train_last=False):
-    kw = dict(chat_template=template, bos_token="<s>", eos_token="</s>")
+def reference_mask(tok, template, msgs, train_last=False, tools=None):
+    kw = dict(chat_template=template, bos_token="<s>", eos_token="</s>", tools=tools)
     full = render_jinja_template([msgs], **kw)[0][0]
     spans = []
     for i, m in enumerate(msgs):
@@ -146,6 +153,17 @@ def main():
                 check(f"{fname} ids", ids, want_ids)
                 check(f"{fname} mask (last={last})", mask, want_mask)
                 checked += 1
+    # tool calls, tool results and a line's own tool list
+    fname = "Qwen-Qwen2.5-7B-Instruct.jinja"
+    template = open(os.path.join(TDIR, fname), encoding="utf-8").read()
+    d = os.path.join(W, fname.replace(".jinja", ""))
+    tok = PreTrainedTokenizerFast.from_pretrained(d)
+    _, out = gen_data(d, [{"messages": TOOL_CONV, "tools": TOOLS}])
+    (ids, mask), = docs_of(*read_masked(out))
+    want_ids, want_mask = reference_mask(tok, template, TOOL_CONV, tools=TOOLS)
+    check("tools ids", ids, want_ids)
+    check("tools mask", mask, want_mask)
+    checked += 1
     # 3. the other line kinds, --train-on all, malformed lines, --seq-len
     d = os.path.join(W, "gen")
     tok = PreTrainedTokenizerFast.from_pretrained(d)
@@ -184,12 +202,12 @@ def main():
     # --eos: the end-of-text token, not trained, before each conversation
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--eos")
     eos = tok.convert_tokens_to_ids("</s>")
-    check("--eos", [(i[0], m[0]) for i, m in docs_of(*read_masked(out))], [(eos, 0)] * 3)
+    check("--eos", [(i[0], m[0]) for i, m in docs_of(*read_masked(out))], [(eos, 0)] * len(CONVS))
     p, _ = gen_data(d, lines, "--strict", expect_ok=False)
     check("--strict fails", p.returncode != 0 and "in.jsonl:3:" in p.stderr, True)
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--seq-len", "8")
-    check("truncated", json.loads(p.stdout)["truncated"], 3)
-    check("truncated lengths", [len(i) for i, _ in docs_of(*read_masked(out))], [8, 8, 8])
+    check("truncated", json.loads(p.stdout)["truncated"], 4)
+    check("truncated lengths", [len(i) for i, _ in docs_of(*read_masked(out))], [8, 8, 8, 8])
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--seq-len", "8", "--overlong", "drop", expect_ok=False)
     check("dropped", p.returncode != 0 and "no conversation" in p.stderr, True)
     print(f"{checked} conversations: ids and mask equal to transformers'")
