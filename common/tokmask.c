@@ -2,6 +2,7 @@
 #include "tokmask.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,37 @@ fsdp_status tokmask_write(const char *path, const uint32_t *tokens, const uint8_
     return rc;
   }
   return fsutil_atomic_commit(&at);
+}
+
+static int is_masked(const char *path) {
+  int32_t hdr[2];
+  FILE *fp = fopen(path, "rb");
+  int r = fp && fread(hdr, sizeof hdr, 1, fp) == 1 &&
+          ((hdr[0] == TOK_MAGIC_U16 && hdr[1] == TOK_VERSION_U16_MASKED) ||
+           (hdr[0] == TOK_MAGIC_U32 && hdr[1] == TOK_VERSION_U32_MASKED));
+  if (fp) fclose(fp);
+  return r;
+}
+
+fsdp_status tokmask_refuse_masked(const char *key, const char *paths) {
+  char *list = strdup(paths ? paths : ""), *save = NULL;
+  if (!list) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
+  fsdp_status rc = FSDP_OK;
+  for (char *p = strtok_r(list, "\n", &save); p && rc == FSDP_OK; p = strtok_r(NULL, "\n", &save)) {
+    glob_t g;
+    int globbed = strpbrk(p, "*?[") && glob(p, 0, NULL, &g) == 0;
+    size_t n = globbed ? g.gl_pathc : 1;
+    for (size_t i = 0; i < n && rc == FSDP_OK; i++) {
+      const char *f = globbed ? g.gl_pathv[i] : p;
+      if (is_masked(f))
+        rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
+                            "[data] %s: %s carries a loss mask (made by gen-data --chat): training on masked data "
+                            "is not implemented yet; give a token file made by gen-data --text or --tokenizer", key, f);
+    }
+    if (globbed) globfree(&g);
+  }
+  free(list);
+  return rc;
 }
 
 fsdp_status tokmask_read(const char *path, uint32_t **tokens, uint8_t **mask, uint8_t **starts, int64_t *n) {

@@ -18,6 +18,11 @@
  * fsynced, renamed; never through a link). uint16 when VOCAB ≤ 65536; every token < VOCAB. */
 fsdp_status tokmask_write(const char *path, const uint32_t *tokens, const uint8_t *mask, const uint8_t *starts,
                           int64_t n, int vocab);
+/* FSDP_OK when none of the token files PATHS names (one path or glob per line, as jobspec stores
+ * [data] train and val) carries a loss mask; else FSDP_ERR_UNSUPPORTED with one line naming the
+ * first, for fsdpctl plan, submit and run to refuse before a job starts. Files that cannot be read
+ * are left to the job file check and the workers. */
+fsdp_status tokmask_refuse_masked(const char *key, const char *paths);
 /* Read such a file: malloc'd arrays (one byte per token for MASK and STARTS), *N tokens. */
 fsdp_status tokmask_read(const char *path, uint32_t **tokens, uint8_t **mask, uint8_t **starts, int64_t *n);
 
