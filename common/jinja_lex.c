@@ -288,7 +288,8 @@ fsdp_status jlex(ja_arena *a, const char *name, const char *src, size_t len, jto
     int text_line = L.line;
     if (q < L.n) {
       char kind = L.s[q + 1];
-      char sign = q + 2 < L.n && (L.s[q + 2] == '-' || L.s[q + 2] == '+') ? L.s[q + 2] : 0;
+      /* '-' strips before any tag; '+' keeps the indentation of a block or comment ("{{+" is a plus) */
+      char sign = q + 2 < L.n && (L.s[q + 2] == '-' || (L.s[q + 2] == '+' && kind != '{')) ? L.s[q + 2] : 0;
       if (sign == '-') {
         while (tn && is_ws(text[tn - 1])) tn--;
       } else if (sign != '+' && kind != '{') {   /* lstrip_blocks */

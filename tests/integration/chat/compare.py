@@ -13,6 +13,7 @@ Exit status 1 when any template renders differently or fewer than MIN_FAMILIES f
 """
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -68,6 +69,29 @@ def alias_reasoning(msgs):
         r = next((x[k] for k in ("reasoning_content", "thinking", "reasoning") if x.get(k) is not None), None)
         out.append(x if r is None else {"thinking": r, **x, "reasoning_content": r})
     return out
+
+
+
+def random_cases(seed, n):
+    """N conversations drawn from SEED: alternating turns with an optional system prompt, contents
+    mixing ASCII, non-ASCII, emoji, Unicode spaces, quotes, backslashes, braces and newlines."""
+    rnd = random.Random(seed)
+    atoms = ["hello", "Grüße", "世界", "🎉", "👩‍👩‍👧", " ", "  ", "\n", "\n\n", "\t", "\u00a0", "\u2028", "'", '"',
+             "\\", "{{ x }}", "{%", "<|im_end|>", "</s>", "a.b", "1.5", "-", "_", "é", "ß", "İ", "\r\n", ""]
+    out = {}
+    for k in range(n):
+        text = lambda: "".join(rnd.choice(atoms) for _ in range(rnd.randint(0, 6)))  # noqa: E731
+        msgs = [m(S, text())] if rnd.random() < 0.5 else []
+        for t in range(rnd.randint(1, 3)):
+            msgs += [m(U, text()), m(A, text())]
+        agp = rnd.random() < 0.5
+        if agp:
+            msgs.pop()
+        out[f"random{k}"] = (msgs, agp, None)
+    return out
+
+
+CASES.update(random_cases(31, 24))
 
 # Which model family each template belongs to (by its file name).
 FAMILIES = [("llama", r"llama-3|Llama-3|firefunction|Hermes"), ("qwen", r"Qwen|QwQ"), ("mistral", r"istral|Devstral"),
