@@ -341,6 +341,15 @@ int ctl_chat(int argc, char **argv) {
     fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error());
     goto done;
   }
+  int bytelevel = 0;   /* the mask needs tokens that spell bytes: refuse another tokenizer once, here */
+  char probe[1024];
+  for (uint32_t id = 0; id < 4096 && id < (uint32_t)bpe_vocab_size(tok) && !bytelevel; id++)
+    bytelevel = bpe_token_bytes(tok, id, probe, sizeof probe) >= 0;
+  if (!bytelevel) {
+    fprintf(stderr, "fsdpctl gen-data: --chat needs a byte-level tokenizer (a ByteLevel decoder: GPT-2, Llama 3, "
+            "Qwen 2, SmolLM) to place the loss mask; %s is not one\n", a.tokenizer ? a.tokenizer : a.model);
+    goto done;
+  }
   char *text = template_text(&a, c.special, name, sizeof name);
   if (!text) goto done;
   fsdp_status ls = jinja_load(text, strlen(text), name, &tmpl);

@@ -203,6 +203,24 @@ def main():
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--eos")
     eos = tok.convert_tokens_to_ids("</s>")
     check("--eos", [(i[0], m[0]) for i, m in docs_of(*read_masked(out))], [(eos, 0)] * len(CONVS))
+    # --val: the last conversations, whole
+    val = os.path.join(W, "val.bin")
+    p, out = gen_data(d, [{"messages": c} for c in CONVS], "--val", val, "--val-fraction", "0.5")
+    check("--val split", (len(docs_of(*read_masked(out))), len(docs_of(*read_masked(val)))), (2, 2))
+    check("--val conversations", docs_of(*read_masked(val))[1][0],
+          tok.apply_chat_template(CONVS[3], tokenize=True, return_dict=True)["input_ids"])
+    # a tokenizer whose tokens do not spell bytes (Metaspace, SentencePiece style) is refused once
+    sp = os.path.join(W, "sp")
+    os.makedirs(sp, exist_ok=True)
+    t = Tokenizer(models.BPE(unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.Metaspace()
+    t.decoder = decoders.Metaspace()
+    t.train_from_iterator(["hello world"] * 5, trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>"]))
+    t.save(os.path.join(sp, "tokenizer.json"))
+    json.dump({"chat_template": CHATML_GEN}, open(os.path.join(sp, "tokenizer_config.json"), "w"))
+    p, _ = gen_data(sp, [{"messages": CONVS[0]}], expect_ok=False)
+    check("not byte-level refused", p.returncode != 0 and "needs a byte-level tokenizer" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1, True)
     p, _ = gen_data(d, lines, "--strict", expect_ok=False)
     check("--strict fails", p.returncode != 0 and "in.jsonl:3:" in p.stderr, True)
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--seq-len", "8")
