@@ -12,23 +12,11 @@
 
 #include "tokmask.h"
 
-typedef struct chat_args {
-  char **files;
-  int nfiles;
-  const char *model, *tokenizer, *template_path, *out, *val;
-  double frac;
-  int64_t seq_len;          /* 0: no limit */
-  int drop_overlong;        /* --overlong drop (default truncate) */
-  int strict;               /* --strict: a malformed line is fatal */
-  int eos, json;
-  chat_train_on train_on;
-} chat_args;
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl gen-data --chat FILE.jsonl... (--model DIR | --tokenizer FILE|DIR --template FILE.jinja)\n"
           "                        -o OUT.bin [--train-on assistant|last|all] [--seq-len N [--overlong truncate|drop]]\n"
-          "                        [--val OUT_VAL.bin --val-fraction F] [--eos] [--strict] [--json]\n"
+          "                        [--val OUT_VAL.bin --val-fraction F] [--eos] [--strict] [--threads N] [--json]\n"
           "\n"
           "Each line is {\"messages\": [{\"role\": system|user|assistant|tool, \"content\": ...}, ...]},\n"
           "{\"prompt\": ..., \"completion\": ...} or {\"text\": ...}. Conversations are rendered with the chat\n"
@@ -38,31 +26,8 @@ static void usage(FILE *f) {
           "{\"text\"} line is trained whole. A malformed line is named (FILE:LINE) and skipped, or fatal with\n"
           "--strict. A conversation longer than --seq-len tokens is truncated, or dropped with --overlong\n"
           "drop. --val puts the last floor(F x conversations) conversations in OUT_VAL.bin. --eos puts the\n"
-          "tokenizer's end-of-text token (not trained) before each conversation. docs/data.md has the format.\n");
-}
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, len = 0;
-  char *s = malloc(cap + 1);
-  for (size_t k; s && (k = fread(s + len, 1, cap - len, f)) > 0;) {
-    len += k;
-    if (len == cap) {
-      char *t = realloc(s, (cap *= 2) + 1);
-      if (!t) free(s);
-      s = t;
-    }
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (!s || err) {
-    free(s);
-    return NULL;
-  }
-  s[len] = 0;
-  *n = len;
-  return s;
+          "tokenizer's end-of-text token (not trained) before each conversation. Every core renders and\n"
+          "encodes (--threads N); the output is the same for any N. docs/data.md has the format.\n");
 }
 
 /* A special token of tokenizer_config.json: a string, or an object with "content". */
@@ -89,7 +54,7 @@ static char *template_text(const chat_args *a, json_t *special, char *name, size
   char *text = NULL;
   if (a->template_path) {
     snprintf(name, namelen, "%s", a->template_path);
-    if (!(text = slurp(a->template_path, &n)))
+    if (!(text = chat_slurp(a->template_path, &n)))
       fprintf(stderr, "fsdpctl gen-data: cannot read the template %s: %s\n", a->template_path, strerror(errno));
     json_decref(cfg);
     return text;
@@ -107,7 +72,7 @@ static char *template_text(const chat_args *a, json_t *special, char *name, size
   } else {
     snprintf(path, sizeof path, "%s/chat_template.jinja", a->model);
     snprintf(name, namelen, "%s", path);
-    if (!(text = slurp(path, &n)))
+    if (!(text = chat_slurp(path, &n)))
       fprintf(stderr, "fsdpctl gen-data: %s has no chat template: neither tokenizer_config.json's chat_template "
               "nor chat_template.jinja; give --template FILE.jinja\n", a->model);
   }
@@ -115,15 +80,7 @@ static char *template_text(const chat_args *a, json_t *special, char *name, size
   return text;
 }
 
-typedef struct out_buf {
-  uint32_t *ids;
-  uint8_t *mask, *starts;
-  size_t n, cap;
-  size_t *doc_at;   /* each conversation's first token, for the --val split */
-  size_t ndocs, capdocs;
-} out_buf;
-
-static int append(out_buf *o, const chat_doc *d, size_t n, int64_t eos) {
+int chat_append(out_buf *o, const chat_doc *d, size_t n, int64_t eos) {
   size_t need = o->n + n + 1;
   if (need > o->cap) {
     size_t cap = o->cap ? o->cap : 1 << 16;
@@ -154,56 +111,6 @@ static int append(out_buf *o, const chat_doc *d, size_t n, int64_t eos) {
   return 0;
 }
 
-typedef struct counts {
-  size_t lines, convs, malformed, truncated, dropped;
-} counts;
-
-static int read_file(const chat_args *a, chat_ctx *c, const char *path, out_buf *o, counts *k, chat_doc *doc, int64_t eos) {
-  size_t n;
-  char *p = slurp(path, &n);
-  if (!p) {
-    fprintf(stderr, "fsdpctl gen-data: cannot read %s: %s\n", path, strerror(errno));
-    return -1;
-  }
-  size_t line = 0;
-  for (size_t at = 0; at < n; line++) {
-    const char *e = memchr(p + at, '\n', n - at);
-    size_t len = e ? (size_t)(e - p) - at : n - at;
-    const char *l = p + at;
-    at += len + 1;
-    while (len && (l[len - 1] == '\r' || l[len - 1] == ' ' || l[len - 1] == '\t')) len--;
-    if (!len) continue;
-    k->lines++;
-    char why[512];
-    if (chat_line(c, l, len, doc, why, sizeof why)) {
-      k->malformed++;
-      fprintf(stderr, "fsdpctl gen-data: %s:%zu: %s%s\n", path, line + 1, why, a->strict ? "" : " (line skipped)");
-      if (a->strict) {
-        free(p);
-        return -1;
-      }
-      continue;
-    }
-    size_t nt = doc->ids.n, room = a->seq_len ? (size_t)a->seq_len - (eos >= 0) : nt;
-    if (a->seq_len && nt > room) {
-      if (a->drop_overlong) {
-        k->dropped++;
-        continue;
-      }
-      k->truncated++;
-      nt = room;
-    }
-    if (append(o, doc, nt, eos)) {
-      fprintf(stderr, "fsdpctl gen-data: out of memory\n");
-      free(p);
-      return -1;
-    }
-    k->convs++;
-  }
-  free(p);
-  return 0;
-}
-
 static int parse_args(int argc, char **argv, chat_args *a) {
   static const struct option opts[] = {
       {"chat", required_argument, NULL, 'c'},     {"model", required_argument, NULL, 'M'},
@@ -213,6 +120,7 @@ static int parse_args(int argc, char **argv, chat_args *a) {
       {"seq-len", required_argument, NULL, 's'},  {"overlong", required_argument, NULL, 'L'},
       {"strict", no_argument, NULL, 'S'},         {"eos", no_argument, NULL, 'E'},
       {"json", no_argument, NULL, 'j'},           {"help", no_argument, NULL, 'h'},
+      {"threads", required_argument, NULL, 'P'},
       {NULL, 0, NULL, 0}};
   a->frac = -1;
   optind = 1;
@@ -254,6 +162,12 @@ static int parse_args(int argc, char **argv, chat_args *a) {
       a->drop_overlong = optarg[0] == 'd';
       break;
     case 'S': a->strict = 1; break;
+    case 'P':
+      errno = 0;
+      a->threads = (int)strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || a->threads < 1 || a->threads > 1024)
+        return fprintf(stderr, "fsdpctl gen-data: --threads '%s': expected an integer from 1 to 1024\n", optarg), 2;
+      break;
     case 'E': a->eos = 1; break;
     case 'j': a->json = 1; break;
     case 'h': usage(stdout); return 0;
@@ -333,7 +247,6 @@ int ctl_chat(int argc, char **argv) {
   bpe_tokenizer *tok = NULL;
   jinja_tmpl *tmpl = NULL;
   chat_ctx c = {.special = json_object(), .train_on = a.train_on};
-  chat_doc doc = {0};
   out_buf o = {0};
   counts k = {0};
   char name[PATH_MAX + 64];
@@ -365,12 +278,7 @@ int ctl_chat(int argc, char **argv) {
     goto done;
   }
   c.tmpl = tmpl, c.tok = tok;
-  if (bpe_state_new(tok, &c.st) != FSDP_OK) {
-    fprintf(stderr, "fsdpctl gen-data: %s\n", fsdp_last_error());
-    goto done;
-  }
-  for (int i = 0; i < a.nfiles; i++)
-    if (read_file(&a, &c, a.files[i], &o, &k, &doc, eos)) goto done;
+  if (chat_run(&a, &c, &o, &k, eos)) goto done;
   if (!k.convs) {
     fprintf(stderr, "fsdpctl gen-data: no conversation in %d file%s (%zu lines, %zu malformed)\n", a.nfiles,
             a.nfiles > 1 ? "s" : "", k.lines, k.malformed);
@@ -382,8 +290,6 @@ int ctl_chat(int argc, char **argv) {
   rc = 0;
 done:
   free(o.ids), free(o.mask), free(o.starts), free(o.doc_at);
-  free(doc.ids.v), free(doc.mask);
-  bpe_state_destroy(&c.st);
   json_decref(c.special);
   jinja_destroy(&tmpl);
   bpe_destroy(&tok);

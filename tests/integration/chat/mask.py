@@ -203,6 +203,12 @@ def main():
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--eos")
     eos = tok.convert_tokens_to_ids("</s>")
     check("--eos", [(i[0], m[0]) for i, m in docs_of(*read_masked(out))], [(eos, 0)] * len(CONVS))
+    # the output is the same for any number of threads (blocks of 64 lines: 200 lines need several)
+    many = [{"messages": CONVS[i % len(CONVS)]} for i in range(200)]
+    _, out = gen_data(d, many, "--threads", "1")
+    one = open(out, "rb").read()
+    _, out = gen_data(d, many, "--threads", "3")
+    check("--threads 1 and 3 write the same file", open(out, "rb").read() == one, True)
     # --val: the last conversations, whole
     val = os.path.join(W, "val.bin")
     p, out = gen_data(d, [{"messages": c} for c in CONVS], "--val", val, "--val-fraction", "0.5")
