@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_chat.h"
 #include "ctl_tokdata.h"
 #include "fsutil.h"
 #include "tokens.h"
@@ -27,6 +28,7 @@ static void gen_data_usage(FILE *f) {
           "                        --val-fraction F] [--eos] [--doc-sep STR] [--threads N] [--json]\n"
           "       fsdpctl gen-data --text FILE... -o OUT.bin [--val OUT_VAL.bin --val-fraction F] [--json]\n"
           "       fsdpctl gen-data --markov SEED [--vocab V] --tokens N -o FILE [--json]\n"
+          "       fsdpctl gen-data --chat FILE.jsonl... --model DIR -o OUT.bin ...  (gen-data --chat --help)\n"
           "\n"
           "--tokenizer: encode the FILEs with a Hugging Face tokenizer.json (or a model folder's) into an\n"
           "llm.c token file (uint16 when the vocabulary fits, else uint32); train with [model] vocab_size\n"
@@ -212,6 +214,8 @@ fail:
 }
 
 int ctl_gen_data(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)   /* conversations: their own command line (ctl_chat.c) */
+    if (!strcmp(argv[i], "--chat") || !strncmp(argv[i], "--chat=", 7)) return ctl_chat(argc, argv);
   static const struct option opts[] = {
     {"markov", required_argument, NULL, 'm'}, {"vocab", required_argument, NULL, 'v'},
     {"tokens", required_argument, NULL, 'n'}, {"output", required_argument, NULL, 'o'},

@@ -71,6 +71,14 @@ fsdp_status bpe_encode(bpe_state *s, const char *text, size_t len, int add_speci
 fsdp_status bpe_decode(const bpe_tokenizer *t, const uint32_t *ids, size_t n, int skip_special,
                        char **text, size_t *len);
 
+/* The bytes token ID spells in the text it was encoded from, for byte-level tokenizers (a ByteLevel
+ * decoder: GPT-2, Llama 3, Qwen 2): an added token's content, a model token's bytes. Writes up to
+ * CAP bytes to BUF and returns their count, or -1 when the tokenizer is not byte-level (its tokens
+ * do not map to bytes one to one), ID is unknown or CAP is too small. Where the text was not
+ * changed by a normalizer, the tokens' bytes concatenated are the text: gen-data --chat places its
+ * loss mask by them. */
+long bpe_token_bytes(const bpe_tokenizer *t, uint32_t id, char *buf, size_t cap);
+
 /* The first invalid UTF-8 byte's offset in S, or N when S is valid UTF-8. */
 size_t bpe_utf8_invalid_at(const char *s, size_t n);
 

@@ -215,3 +215,37 @@ void bpe_dec_free(bpe_dec *d) {
   bpe_pattern_free(&d->pat);
   free(d);
 }
+
+/* Whether the decoder is ByteLevel (alone or in a Sequence): tokens then spell bytes. */
+static int dec_is_bytelevel(const bpe_dec *d) {
+  if (!d) return 0;
+  if (d->kind == BPE_DEC_BYTELEVEL) return 1;
+  if (d->kind != BPE_DEC_SEQ) return 0;
+  for (size_t i = 0; i < d->nkids; i++)
+    if (dec_is_bytelevel(d->kids[i])) return 1;
+  return 0;
+}
+
+long bpe_token_bytes(const bpe_tokenizer *t, uint32_t id, char *buf, size_t cap) {
+  if (!dec_is_bytelevel(t->dec) || (int64_t)id >= t->vocab_size) return -1;
+  const bpe_added *a = bpe_added_by_id(t, id);
+  const char *s = a ? a->content : (id < t->model.ntok ? t->model.tok[id] : NULL);
+  if (!s) return -1;
+  size_t n = a ? a->len : strlen(s), o = 0;
+  if (a) {
+    if (n > cap) return -1;
+    memcpy(buf, s, n);
+    return (long)n;
+  }
+  for (size_t j = 0, k; j < n; j += k) {
+    int b = bpe_char_byte(bpe_utf8_next(s + j, n - j, &k));
+    if (b < 0) {   /* not a byte-level token: its own bytes, as the decoder does */
+      if (n > cap) return -1;
+      memcpy(buf, s, n);
+      return (long)n;
+    }
+    if (o >= cap) return -1;
+    buf[o++] = (char)b;
+  }
+  return (long)o;
+}

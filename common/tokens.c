@@ -84,6 +84,14 @@ static fsdp_status tok_open_one(const char *path, tok_file **out) {
   }
   int32_t hdr[3];
   memcpy(hdr, f->map, sizeof hdr);
+  if ((hdr[0] == TOK_MAGIC_U16 && hdr[1] == TOK_VERSION_U16_MASKED) ||
+      (hdr[0] == TOK_MAGIC_U32 && hdr[1] == TOK_VERSION_U32_MASKED)) {
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
+                        "token file %s carries a loss mask (format version %d, made by gen-data --chat): "
+                        "training on masked data is not implemented yet; give a token file of version %d or %d",
+                        path, hdr[1], TOK_VERSION_U16, TOK_VERSION_U32);
+    goto out;
+  }
   if (hdr[0] == TOK_MAGIC_U16) {
     f->width = 2;
     if (hdr[1] != TOK_VERSION_U16) {

@@ -47,6 +47,9 @@
 #define TOK_MAGIC_U32 20240801
 #define TOK_VERSION_U32 7
 #define TOK_MARKOV_SUCC 4      /* successors per token in the synthetic chain */
+/* The versions with a loss mask and document starts (common/tokmask.h, gen-data --chat). */
+#define TOK_VERSION_U16_MASKED 2
+#define TOK_VERSION_U32_MASKED 8
 
 typedef struct tok_file tok_file;
 
