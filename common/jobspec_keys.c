@@ -2,6 +2,8 @@
  * jobspec_keys.h. The parser and the cross-field checks are in jobspec.c. */
 #include "jobspec_keys.h"
 
+#include "arch.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +21,10 @@ static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
-static const char *const arch_names[] = {"gpt2", "llama", NULL};
+static const char *const arch_enum_names[] = {
+#define FSDP_ARCH(ID, name) #name,
+#include "models.def"
+    NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
@@ -42,7 +47,7 @@ const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3
 const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
-const char *jobspec_arch_name(model_arch a) { return enum_name(arch_names, 2, (int)a); }
+const char *jobspec_arch_name(model_arch a) { return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a); }
 const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 2, (int)k); }
 
 /* ---- the key table ---- */
@@ -67,7 +72,7 @@ const keydef jobspec_keys[] = {
   DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails"),
 
-  ENUM("model", "arch", model.arch, arch_names,
+  ENUM("model", "arch", model.arch, arch_enum_names,
        "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)"),
@@ -245,11 +250,6 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
   }
 }
 
-int jobspec_key_llama_only(const keydef *k) {
-  return !strcmp(k->sec, "model") && (!strcmp(k->key, "n_kv_head") || !strcmp(k->key, "ffn_dim") ||
-                                      !strcmp(k->key, "norm_eps") || !strncmp(k->key, "rope_", 5));
-}
-
 int jobspec_key_rope_scaling(const keydef *k) {
   return !strcmp(k->sec, "model") && !strncmp(k->key, "rope_", 5) && strcmp(k->key, "rope_theta") &&
          strcmp(k->key, "rope_scaling");
@@ -308,8 +308,9 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
     else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (jobspec_key_llama_only(k) || k->off == F(model.tie_embeddings)) {
-      /* the default model is GPT-2, which refuses the first and always ties */
+    else if ((!strcmp(k->sec, "model") && !arch_key_applies(arch_get(d.model.arch), k->key)) ||
+             k->off == F(model.tie_embeddings)) {
+      /* the default model is GPT-2, which refuses the other architectures' keys and always ties */
       fprintf(f, "; %s = ", k->key);
       write_example(f, k, &d);
       fputc('\n', f);

@@ -35,8 +35,6 @@ extern const char *const jobspec_sections[];   /* JOBSPEC_NSECTIONS names, NULL-
 void jobspec_key_allowed(const keydef *k, char *buf, size_t n);
 /* V as written back: integers as integers, else the shortest %g that reads back as V. */
 void jobspec_fmt_num(char *buf, size_t n, double v);
-/* Keys that only Llama reads: an error under arch = gpt2, commented out in the defaults. */
-int jobspec_key_llama_only(const keydef *k);
 /* The four numbers of rope_scaling = llama3 (rope_factor, ...): required by it, refused without it. */
 int jobspec_key_rope_scaling(const keydef *k);
 

@@ -10,7 +10,8 @@
 /* ---------------------------------------------------------------- buffers */
 
 /* Lay the saved activations and the workspace views out from SAVED and WS; returns the byte sizes. */
-static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+  gpt2_acts *a = acts;
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
   const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
@@ -107,24 +108,17 @@ gpt2_acts *gpt2_acts_new(const plan_t *p, device_t *d) {
     gpt2_acts_destroy(&a);
     return NULL;
   }
-  layout(a, NULL, NULL, &a->saved_bytes, &a->ws_bytes);
-  a->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)a->saved_bytes);
-  a->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)a->ws_bytes);
-  if (!a->saved || !a->ws) {
-    gpt2_acts_destroy(&a);     /* the allocator recorded its own error */
+  if (model_arena_alloc(&a->arena, d, layout, a) != FSDP_OK) {
+    gpt2_acts_destroy(&a);   /* the allocator recorded its own error */
     return NULL;
   }
-  layout(a, a->saved, a->ws, &a->saved_bytes, &a->ws_bytes);
   return a;
 }
 
 void gpt2_acts_destroy(gpt2_acts **pa) {
   if (!pa || !*pa) return;
   gpt2_acts *a = *pa;
-  if (a->dev) {
-    a->dev->op->free(a->dev, a->saved);
-    a->dev->op->free(a->dev, a->ws);
-  }
+  model_arena_free(&a->arena);
   free(a->blk);
   free(a);
   *pa = NULL;
@@ -252,3 +246,42 @@ float gpt2_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   }
   return (float)(std * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
+
+/* ---------------------------------------------------------------- the table (model.h) */
+
+static void *acts_new(const plan_t *p, device_t *d) { return gpt2_acts_new(p, d); }
+static void acts_destroy(void *acts) {
+  gpt2_acts *a = acts;
+  gpt2_acts_destroy(&a);
+}
+static void embed_forward(void *a, const plan_t *p, const void *root, const int *inp) {
+  gpt2_embed_forward(a, p, root, inp);
+}
+static void block_forward(void *a, const plan_t *p, int layer, const void *unit) { gpt2_block_forward(a, p, layer, unit); }
+static void head_forward_backward(void *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                  float dscale, float *loss_acc) {
+  gpt2_head_forward_backward(a, p, root, droot, targets, dscale, loss_acc);
+}
+static void head_forward(void *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  gpt2_head_forward(a, p, root, targets, loss_acc);
+}
+static void block_backward(void *a, const plan_t *p, int layer, const void *unit, float *dunit) {
+  gpt2_block_backward(a, p, layer, unit, dunit);
+}
+static void embed_backward(void *a, const plan_t *p, float *droot, const int *inp) {
+  gpt2_embed_backward(a, p, droot, inp);
+}
+static const void *final_hidden(const void *a) { return ((const gpt2_acts *)a)->lnf; }
+
+const model_ops gpt2_model = {
+  .acts_new = acts_new,
+  .acts_destroy = acts_destroy,
+  .embed_forward = embed_forward,
+  .block_forward = block_forward,
+  .head_forward_backward = head_forward_backward,
+  .head_forward = head_forward,
+  .block_backward = block_backward,
+  .embed_backward = embed_backward,
+  .final_hidden = final_hidden,
+  .init_value = gpt2_init_value,
+};
