@@ -128,7 +128,7 @@ static int run(const cfg *c, int iters, int threads) {
       flops_gemm += (double)gemm_flops;
       calls = (double)gemm_calls;
     }
-    optim_adamw_shard(p, 0, w, g, m, v, it + 2, 1e-4, &s, 1.0f);
+    optim_adamw_shard(p, 0, w, g, m, v, it + 2, 1e-4, (const optim_config[]){optim_config_of(&s)}, 1.0f);
     double t2 = now_s();
     memset(g, 0, sizeof(float) * S);
     if (it >= 0) {

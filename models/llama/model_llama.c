@@ -127,7 +127,7 @@ void llama_acts_destroy(llama_acts **pa) {
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
 }
 
 static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
@@ -140,19 +140,19 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   const void *x = block_input(a, layer);
 
   /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
-  d->op->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
-  d->op->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->op->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
-  d->op->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
+  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
+  d->kern->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
+  d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
-  d->op->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
-  d->op->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->op->swiglu_forward(d, s->h, s->gu, BT, F);
-  d->op->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
-  d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
+  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
+  d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->kern->swiglu_forward(d, s->h, s->gu, BT, F);
+  d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
 /* ---------------------------------------------------------------- loss and backward */
@@ -162,20 +162,20 @@ void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *roo
   const int C = a->C, BT = a->B * a->T;
   device_t *d = a->dev;
   const void *x = last_output(a);
-  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
-  d->op->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
+  d->kern->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
                     PARAM(0, a->head, root), targets, BT, C, a->V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it */
-  d->op->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
+  d->kern->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
                           BT, C);
 }
 
 void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
   const int BT = a->B * a->T;
   device_t *d = a->dev;
-  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
   if (targets)
-    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
+    d->kern->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
                       a->C, a->V, 1.0f);
 }
 
@@ -190,26 +190,26 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   if (a->recompute) llama_block_forward(a, p, layer, unit);
 
   /* MLP */
-  d->op->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
-  d->op->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
-  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
+  d->kern->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
+  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
                           s->ln2_rstd, BT, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
 
   /* attention */
-  d->op->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
-  d->op->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
+  d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
+  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
+  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
                           BT, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
+  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
 }
 
 #undef PARAM
