@@ -146,22 +146,23 @@ static int head_slot(const model_config *m) { return m->tie_embeddings ? LROOT_E
 
 /* ---- config.json: LlamaConfig ---- */
 
-/* The rotary base and scaling: transformers 5's rope_parameters, or 4's rope_theta and rope_scaling. */
-static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
-  const json_t *rp = json_object_get(o, "rope_parameters");
-  const char *where = "rope_parameters";
-  if (!json_is_object(rp)) rp = NULL;
-  TRY(hf_get_num(rp ? rp : o, path, "rope_theta", 10000, &m->rope_theta));
-  const json_t *sc = rp;
-  if (!sc) {
-    sc = json_object_get(o, "rope_scaling");
-    where = "rope_scaling";
-    if (!sc || json_is_null(sc)) return FSDP_OK;
-    if (!json_is_object(sc)) return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rope_scaling must be null or an object", path);
-  }
+/* A rope object's type: rope_type, or transformers 4's "type"; "default" when neither. */
+static const char *rope_type_of(const json_t *sc) {
   const char *type = json_string_value(json_object_get(sc, "rope_type"));
   if (!type) type = json_string_value(json_object_get(sc, "type"));
-  if (!type || !strcmp(type, "default")) return FSDP_OK;
+  return type ? type : "default";
+}
+
+/* A number KEY of O, or NAN when absent or null (hf_get_num checks its range). */
+static double num_or_nan(const json_t *o, const char *key) {
+  const json_t *x = o ? json_object_get(o, key) : NULL;
+  return json_is_number(x) ? json_number_value(x) : NAN;
+}
+
+/* Read the llama3 scaling of SC (WHERE names it) into M, or nothing for "default". */
+static fsdp_status rope_scaling_of(const json_t *sc, const char *path, const char *where, model_config *m) {
+  const char *type = rope_type_of(sc);
+  if (!strcmp(type, "default")) return FSDP_OK;
   if (strcmp(type, "llama3"))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s rope_type '%s' is not computed by fsdpd; allowed: default, "
                           "llama3", path, where, type);
@@ -170,6 +171,49 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   TRY(hf_get_num(sc, path, "low_freq_factor", NAN, &m->rope_low_freq_factor));
   TRY(hf_get_num(sc, path, "high_freq_factor", NAN, &m->rope_high_freq_factor));
   return hf_get_int(sc, path, "original_max_position_embeddings", -1, &m->rope_original_max_pos);
+}
+
+/* The rotary base and scaling with transformers 5's precedence (PreTrainedConfig's
+ * convert_rope_params_to_dict, as from_pretrained applies it): a legacy rope_scaling object, where
+ * there is one, replaces rope_parameters whole, and its base is its own rope_theta, else the
+ * top-level rope_theta, else 10000; without one, rope_parameters' rope_theta, else the top-level
+ * one, else 10000. Where the two forms say different things (a base, a scaling), transformers keeps
+ * one silently; fsdpd refuses, naming both. */
+static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
+  const json_t *rp = json_object_get(o, "rope_parameters"), *sc = json_object_get(o, "rope_scaling");
+  if (!json_is_object(rp)) rp = NULL;
+  if (sc && !json_is_null(sc) && !json_is_object(sc))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: rope_scaling must be null or an object", path);
+  if (sc && (json_is_null(sc) || json_object_size(sc) == 0)) sc = NULL;   /* transformers: `rope_scaling or ...` */
+  const json_t *use = sc ? sc : rp;
+  const char *where = sc ? "rope_scaling" : "rope_parameters";
+  double top = num_or_nan(o, "rope_theta"), own = num_or_nan(use, "rope_theta");
+  if (use && !isnan(own) && !isnan(top) && own != top)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s has rope_theta %g but the top-level rope_theta is %g; "
+                          "allowed: one base (remove one of them, or make them equal)", path, where, own, top);
+  TRY(hf_get_num(use && !isnan(own) ? use : o, path, "rope_theta", 10000, &m->rope_theta));
+  if (use) TRY(rope_scaling_of(use, path, where, m));
+  if (sc && rp) {   /* the legacy block wins; refuse a rope_parameters that says otherwise */
+    model_config other = *m;
+    other.rope_scaling = ROPE_SCALING_NONE;
+    TRY(rope_scaling_of(rp, path, "rope_parameters", &other));
+    double rp_theta = num_or_nan(rp, "rope_theta");
+    int same = other.rope_scaling == m->rope_scaling &&
+               (m->rope_scaling == ROPE_SCALING_NONE ||
+                (other.rope_factor == m->rope_factor && other.rope_low_freq_factor == m->rope_low_freq_factor &&
+                 other.rope_high_freq_factor == m->rope_high_freq_factor &&
+                 other.rope_original_max_pos == m->rope_original_max_pos));
+    if (strcmp(rope_type_of(rp), "default") && !same)
+      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: rope_parameters (rope_type '%s') and the legacy rope_scaling "
+                            "(rope_type '%s') disagree; allowed: one of them, or both the same", path,
+                            rope_type_of(rp), rope_type_of(sc));
+    if (!isnan(rp_theta) && rp_theta != m->rope_theta)
+      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: rope_parameters has rope_theta %g but transformers takes %g "
+                            "(the legacy rope_scaling replaces rope_parameters); allowed: one base (set rope_theta "
+                            "in rope_scaling or at the top level to %g, or remove rope_scaling)", path, rp_theta,
+                            m->rope_theta, rp_theta);
+  }
+  return FSDP_OK;
 }
 
 static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) {
