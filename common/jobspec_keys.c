@@ -47,7 +47,9 @@ const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3
 const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
-const char *jobspec_arch_name(model_arch a) { return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a); }
+const char *jobspec_arch_name(model_arch a) {
+  return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
+}
 const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 2, (int)k); }
 
 /* ---- the key table ---- */
