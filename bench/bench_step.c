@@ -1,4 +1,4 @@
-/* bench_step — one rank's GPT-2 training step on the CPU in fp32: forward + backward of the whole
+/* bench_step — one rank's GPT-2 (or, with --arch llama, a Llama of the same shape) training step on the CPU in fp32: forward + backward of the whole
  * model (every unit gathered, as model_forward_backward runs it), and AdamW over the shard, timed
  * separately. Reports tokens/s, achieved GFLOP/s (the plan's flops_per_token × tokens / time) and
  * the share of the step spent inside cblas_sgemm.
@@ -7,7 +7,7 @@
  * each call and forwards it to OpenBLAS' own (dlsym RTLD_NEXT). Two clock reads per call against
  * calls of ≥ 10^5 FLOPs cost nothing measurable (compare --no-gemm-timing).
  *
- *   bench_step [--config tiny|small|both] [--layers L] [--batch B] [--seq T] [--iters N]
+ *   bench_step [--config tiny|small|both] [--arch gpt2|llama] [--layers L] [--batch B] [--seq T] [--iters N]
  *              [--threads N] [--no-gemm-timing]
  * OpenMP threads that spin after a parallel region starve OpenBLAS' own threads (30× slower steps on
  * a busy 2-core machine), so unless OMP_WAIT_POLICY is set this program re-executes itself with
@@ -76,10 +76,16 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int llama;   /* --arch llama: the same shape as Llama (GQA of H/2 kv heads, SwiGLU of 4C, untied) */
+
 static int run(const cfg *c, int iters, int threads) {
   jobspec_t s;
   jobspec_defaults(&s);
   s.model = (model_config){.n_layer = c->L, .n_head = c->H, .n_embd = c->C, .vocab_size = c->V, .seq_len = c->T};
+  if (llama)
+    s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = c->L, .n_head = c->H, .n_embd = c->C,
+                             .vocab_size = c->V, .seq_len = c->T, .n_kv_head = c->H / 2, .ffn_dim = 4 * c->C,
+                             .norm_eps = 1e-5, .rope_theta = 10000};
   s.batch_size = c->B;
   s.grad_accum = 1;
   s.world_size = 1;
@@ -128,7 +134,7 @@ static int run(const cfg *c, int iters, int threads) {
       flops_gemm += (double)gemm_flops;
       calls = (double)gemm_calls;
     }
-    optim_adamw_shard(p, 0, w, g, m, v, it + 2, 1e-4, &s, 1.0f);
+    optim_adamw_shard(p, 0, w, g, m, v, it + 2, 1e-4, (const optim_config[]){optim_config_of(&s)}, 1.0f);
     double t2 = now_s();
     memset(g, 0, sizeof(float) * S);
     if (it >= 0) {
@@ -142,8 +148,8 @@ static int run(const cfg *c, int iters, int threads) {
   qsort(to, (size_t)iters, sizeof(double), cmp_double);
   double med = tf[iters / 2], med_o = to[iters / 2];
   double step_flops = p->flops_per_token * BT;
-  printf("%s: L=%d C=%d H=%d V=%d T=%d B=%d params=%lld threads=%d iters=%d OMP_WAIT_POLICY=%s OpenBLAS=%s\n",
-         c->name, c->L, c->C, c->H, c->V, c->T, c->B, (long long)p->n_params, threads, iters,
+  printf("%s %s: L=%d C=%d H=%d V=%d T=%d B=%d params=%lld threads=%d iters=%d OMP_WAIT_POLICY=%s OpenBLAS=%s\n",
+         jobspec_arch_name(s.model.arch), c->name, c->L, c->C, c->H, c->V, c->T, c->B, (long long)p->n_params, threads, iters,
          getenv("OMP_WAIT_POLICY"), openblas_get_corename());
   printf("  fwd+bwd   median %.4f s  min %.4f s  %.0f tokens/s  %.1f GFLOP/s (plan: %.3g FLOP/token), init loss %.4f\n", med,
          tf[0], BT / med, step_flops / med * 1e-9, p->flops_per_token, loss);
@@ -173,13 +179,14 @@ int main(int argc, char **argv) {
     if (!strcmp(k, "--no-gemm-timing")) { gemm_timing = 0; continue; }
     if (!val) { fprintf(stderr, "bench_step: %s needs a value\n", k); return 2; }
     if (!strcmp(k, "--config")) which = val;
+    else if (!strcmp(k, "--arch")) llama = !strcmp(val, "llama");
     else if (!strcmp(k, "--layers")) L = atoi(val);
     else if (!strcmp(k, "--batch")) B = atoi(val);
     else if (!strcmp(k, "--seq")) T = atoi(val);
     else if (!strcmp(k, "--iters")) iters = atoi(val);
     else if (!strcmp(k, "--threads")) threads = atoi(val);
     else {
-      fprintf(stderr, "bench_step: unknown option %s (allowed: --config tiny|small|both, --layers, --batch, --seq, "
+      fprintf(stderr, "bench_step: unknown option %s (allowed: --config tiny|small|both, --arch gpt2|llama, --layers, --batch, --seq, "
                       "--iters, --threads, --no-gemm-timing)\n", k);
       return 2;
     }

@@ -3,6 +3,8 @@
  * the plan or from plan.h's functions; the daemon and the workers never print plans. */
 #include "ctl_planout.h"
 
+#include "arch.h"
+
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -85,8 +87,8 @@ static const char *mem_formula(const plan_t *p, int c) {
   return "";
 }
 
-/* The tensor column's width: GPT-2's names fit 26, Llama's need more. */
-static int name_width(const plan_t *p) { return p->model.arch == ARCH_LLAMA ? 47 : 26; }
+/* The tensor column's width: the architecture's longest names. */
+static int name_width(const plan_t *p) { return arch_get(p->model.arch)->name_width; }
 
 static void print_tensors(const plan_t *p, FILE *f, int u) {
   const plan_unit *pu = &p->units[u];
@@ -186,12 +188,10 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   if (!p || !f) return;
   const model_config *m = &p->model;
   char a[32], b[32], c[32], d[32];
-  int llama = m->arch == ARCH_LLAMA;
+  const arch_desc *ad = arch_get(m->arch);
   fprintf(f, "Model     %s  L=%d  H=%d  C=%d  V=%d  T=%d", jobspec_arch_name(m->arch), m->n_layer, m->n_head,
           m->n_embd, m->vocab_size, m->seq_len);
-  if (llama) fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
-  fputc('\n', f);
-  if (llama) plan_llama_print_head_rope(m, f);
+  ad->print_model(m, f);
   fprintf(f, "Ranks     world %d, sharding %s (shard_world %d), prefetch %d, param %s, reduce %s\n", p->world,
           jobspec_shard_mode_name(p->sharding), p->shard_world, p->prefetch, jobspec_dtype_kind_name(p->param_dtype),
           jobspec_dtype_kind_name(p->reduce_dtype));
@@ -204,21 +204,19 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, "\nParameters\n");
   put_label(f, "Ψ", 24);
   fprintf(f, " %16s  (%.1f M, %s)\n", human_count(p->n_params, a, sizeof a), (double)p->n_params / 1e6,
-          !llama ? "the tied wte counted once"
-          : m->tie_embeddings ? "the tied embed_tokens counted once" : "embed_tokens and the untied lm_head both counted");
-  put_label(f, !llama ? "Ψ without wte and wpe" : m->tie_embeddings ? "Ψ without embed_tokens" : "Ψ without embed, lm_head",
-            24);
+          ad->params_note(m));
+  put_label(f, ad->no_emb_label(m), 24);
   fprintf(f, " %16s  (%.1f M)\n", human_count(p->n_params_no_emb, a, sizeof a), (double)p->n_params_no_emb / 1e6);
   put_label(f, "FLOPs per token", 24);
   double fl = p->flops_per_token;
   fprintf(f, " %16s  %s (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
-          !llama ? "6·(Ψ − wpe) + 12·L·C·T" : m->tie_embeddings ? "6·Ψ + 12·L·C·T" : "6·(Ψ − embed_tokens) + 12·L·C·T",
+          ad->flops_formula(m),
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
   fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
           "shard_base");
-  const char *blk = llama ? "layers" : "h";
+  const char *blk = ad->block_prefix;
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *pu = &p->units[u];
     if (p->nunits > 8 && u >= 3 && u < p->nunits - 2) {
@@ -234,7 +232,7 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
           human_count(p->shard_total, b, sizeof b), "= S");
 
   fprintf(f, "\nTensors (offset in the unit's flat buffer; Hugging Face names and %s layout)\n",
-          llama ? "nn.Linear [out, in]" : "Conv1D");
+          ad->layout);
   fprintf(f, "  %-8s %-*s %-13s %13s %13s  %s\n", "unit", name_width(p), "tensor", "shape", "numel", "offset", "decay");
   print_tensors(p, f, 0);
   if (p->nunits > 1) print_tensors(p, f, 1);
@@ -242,7 +240,12 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
 
   fprintf(f, "\nShards (rank r owns [offset, offset + length) of each unit's flat buffer)\n");
   fprintf(f, "  %5s %15s %13s", "rank", "root offset", "root length");
-  if (p->nunits > 1) fprintf(f, " %15s %13s", llama ? "layers.* offset" : "h.* offset", llama ? "layers.* length" : "h.* length");
+  if (p->nunits > 1) {
+    char off[32], len[32];
+    snprintf(off, sizeof off, "%s.* offset", blk);
+    snprintf(len, sizeof len, "%s.* length", blk);
+    fprintf(f, " %15s %13s", off, len);
+  }
   fprintf(f, " %15s\n", "S (all units)");
   int ranks = p->shard_world;
   for (int r = 0; r < ranks; r++) {
@@ -279,15 +282,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
                       json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", jobspec_arch_name(m->arch), "n_layer",
                                 m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
                                 "seq_len", m->seq_len));
-  if (m->arch == ARCH_LLAMA) {
-    json_t *jm = json_object_get(root, "model");
-    json_object_set_new(jm, "n_kv_head", jint(m->n_kv_head));
-    json_object_set_new(jm, "ffn_dim", jint(m->ffn_dim));
-    json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
-    json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
-    json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
-    json_object_set_new(jm, "rope_scaling", plan_rope_scaling_json(m));
-  }
+  arch_get(m->arch)->model_json(json_object_get(root, "model"), m);   /* the architecture's keys beyond the shape */
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));
   json_object_set_new(root, "groups", jint(p->sharding == SHARD_HYBRID ? p->ngroups : 1));

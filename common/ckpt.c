@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "ckpt_priv.h"
 #include "fsutil.h"
 
@@ -419,33 +420,16 @@ static int shape_eq(const model_config *a, const model_config *b) {
   return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
          a->vocab_size == b->vocab_size && a->seq_len == b->seq_len;
 }
-static int rope_eq(const model_config *a, const model_config *b) {
-  return a->rope_scaling == b->rope_scaling &&
-         (a->rope_scaling == ROPE_SCALING_NONE ||
-          (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
-           a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max_pos == b->rope_original_max_pos));
-}
+/* The same architecture and, by its descriptor, the same settings beyond the shape. */
 static int model_eq(const model_config *a, const model_config *b) {
-  return shape_eq(a, b) && a->arch == b->arch &&
-         (a->arch != ARCH_LLAMA || (a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim &&
-                                    a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta &&
-                                    !a->tie_embeddings == !b->tie_embeddings && rope_eq(a, b)));
+  return shape_eq(a, b) && a->arch == b->arch && arch_get(a->arch)->same_model(a, b);
 }
 
-/* Llama's keys beyond the shape, for the message: eps, theta, the tie and the rope scaling. */
-static void llama_desc(const model_config *m, char *buf, size_t n) {
-  if (m->arch != ARCH_LLAMA) {
-    buf[0] = '\0';
-    return;
-  }
-  int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s, rope_scaling ", m->norm_eps, m->rope_theta,
-                   m->tie_embeddings ? "tied" : "untied");
-  if (k < 0 || (size_t)k >= n) return;
-  if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf + k, n - (size_t)k, "none");
-  else
-    snprintf(buf + k, n - (size_t)k, "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, "
-             "original_max_position_embeddings %d)", m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor,
-             m->rope_original_max_pos);
+/* The architecture's settings beyond the shape, for the message ("" when it has none). */
+static void model_desc(const model_config *m, char *buf, size_t n) {
+  const arch_desc *d = arch_get(m->arch);
+  if (d) d->describe(m, buf, n);
+  else if (n) buf[0] = '\0';
 }
 
 /* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
@@ -597,8 +581,8 @@ static fsdp_status same_model(const char *dir, const ckpt_info *ci, const plan_t
   const model_config *x = &ci->model, *y = &p->model;
   /* Llama's eps, theta, tie and rope too: a checkpoint that differs only there would otherwise read as equal */
   char xl[256], yl[256];
-  llama_desc(x, xl, sizeof xl);
-  llama_desc(y, yl, sizeof yl);
+  model_desc(x, xl, sizeof xl);
+  model_desc(y, yl, sizeof yl);
   return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) is of a different model: %s, n_layer %d, n_head %d, "
                         "n_embd %d, vocab_size %d, seq_len %d, n_kv_head %d, ffn_dim %d%s; this job has %s, %d, %d, %d, "
                         "%d, %d, %d, %d%s. The model must match "

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "ckpt_priv.h"
 #include "fsutil.h"
 
@@ -20,10 +21,7 @@ fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint
   return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum);
 }
 
-/* The model's keys beyond the shape, written only where they differ from a plain model (so that a
- * manifest of a model without them reads as before), and the folder it came from ([model] from), which
- * fsdpctl export carries the config and tokenizer of. */
-/* Beyond the shape (the Llama keys, tie and rope scaling, are written with it): the published
+/* Beyond the shape (the architecture's own keys are written with it, by its descriptor): the published
  * position count where it differs from seq_len (so that a manifest of a model without it reads as
  * before), and the folder it came from ([model] from), which fsdpctl export carries the config and
  * tokenizer of. */
@@ -55,14 +53,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
   json_object_set_new(model, "n_embd", json_integer(p->model.n_embd));
   json_object_set_new(model, "vocab_size", json_integer(p->model.vocab_size));
   json_object_set_new(model, "seq_len", json_integer(p->model.seq_len));
-  if (p->model.arch == ARCH_LLAMA) {
-    json_object_set_new(model, "n_kv_head", json_integer(p->model.n_kv_head));
-    json_object_set_new(model, "ffn_dim", json_integer(p->model.ffn_dim));
-    json_object_set_new(model, "norm_eps", json_real(p->model.norm_eps));
-    json_object_set_new(model, "rope_theta", json_real(p->model.rope_theta));
-    json_object_set_new(model, "tie_word_embeddings", json_boolean(p->model.tie_embeddings));
-    json_object_set_new(model, "rope_scaling", plan_rope_scaling_json(&p->model));
-  }
+  arch_get(p->model.arch)->model_json(model, &p->model);   /* the architecture's keys beyond the shape */
   manifest_model_extras(model, o, p);
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "n_params", json_integer(p->n_params));
@@ -114,12 +105,10 @@ static int shard_mode_parse(const char *s, shard_mode *out) {
 }
 
 static int arch_parse(const char *s, model_arch *out) {
-  for (int a = ARCH_GPT2; a <= ARCH_LLAMA; a++)
-    if (!strcmp(s, jobspec_arch_name((model_arch)a))) {
-      *out = (model_arch)a;
-      return 0;
-    }
-  return -1;
+  const arch_desc *d = arch_by_name(s);
+  if (!d) return -1;
+  *out = d->id;
+  return 0;
 }
 
 fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
@@ -141,8 +130,8 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   double eps = 1e-5, theta = 10000;
   int tie = 0;
   json_t *files = NULL, *rope = NULL;
-  /* Llama's keys are absent for GPT-2; tie_word_embeddings and rope_scaling in checkpoints of an
-   * fsdpd that had neither (untied, unscaled) */
+  /* an architecture's own keys are absent for the others (GPT-2 has none); tie_word_embeddings and
+   * rope_scaling in checkpoints of an fsdpd that had neither (untied, unscaled) */
   if (json_unpack_ex(o, &jerr, 0, "{s:s, s:I, s:I, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:I, s:I, s?I, s?I, s?F, s?F, "
                      "s?b, s?o}, s:I, s:I, s:I, s:I, s:o}",
                      "format", &fmt, "version", &ver, "step", &st, "world", &world, "sharding", &sh, "model", "arch",
@@ -161,7 +150,10 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   if (st != step || world < 1 || world > 65536 || L < 1 || H < 1 || C < 1 || V < 1 || T < 1 || L > 100000 ||
       C > 1 << 20 || V > 1 << 24 || T > 1 << 24 || tokens < 0 || !json_is_array(files) ||
       json_array_size(files) != (size_t)world || arch_parse(arch, &out->model.arch) || shard_mode_parse(sh, &out->sharding) ||
-      KV < 0 || KV > H || F < 0 || F > 1 << 20 || (out->model.arch == ARCH_LLAMA && (KV < 1 || F < 1))) {
+      KV < 0 || KV > H || F < 0 || F > 1 << 20 ||
+      /* the architecture's own keys consistent (Llama: n_kv_head and ffn_dim present) */
+      arch_get(out->model.arch)->manifest_fix(&(model_config){.arch = out->model.arch, .n_kv_head = (int)KV,
+                                                              .ffn_dim = (int)F, .tie_embeddings = tie})) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: inconsistent manifest (step %lld in directory step %d, world %lld, "
                         "%zu files, arch '%s', sharding '%s')", path, (long long)st, step, (long long)world,
                         json_array_size(files), arch, sh);
@@ -181,7 +173,8 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
   out->model = (model_config){.arch = out->model.arch, .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C,
                               .vocab_size = (int)V, .seq_len = (int)T, .n_kv_head = KV ? (int)KV : (int)H,
                               .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta,
-                              .tie_embeddings = out->model.arch == ARCH_GPT2 || tie};
+                              .tie_embeddings = tie};
+  arch_get(out->model.arch)->manifest_fix(&out->model);   /* GPT-2: always tied */
   if (rope && !json_is_null(rope)) {
     const char *type = NULL;
     json_int_t orig = 0;

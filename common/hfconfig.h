@@ -1,5 +1,6 @@
 /* hfconfig — a Hugging Face model folder's config.json (GPT2Config, LlamaConfig; the forms transformers 4
- * and 5 save) read into fsdpd's model_config, and written back for an export.
+ * and 5 save) read into fsdpd's model_config, and written back for an export. The model_type picks the
+ * architecture's descriptor (models/arch.h), whose reader and own config these call.
  *
  * Reading: every shape key and every choice the config makes is read; what fsdpd's models do not compute
  * (a rope type other than default and llama3, biases, another activation or head size, GPT-2's
@@ -30,6 +31,14 @@ typedef struct hf_config {
 fsdp_status hf_config_load(const char *path, hf_config *out);
 /* The same from an object already read; PATH names it in messages. */
 fsdp_status hf_config_parse(const json_t *o, const char *path, hf_config *out);
+
+/* For the architectures' readers (models/<name>/<name>_arch.c), PATH naming O in messages: KEY as an
+ * integer in 1..16777216 (absent or null: DFLT, or refused when DFLT < 0), as a positive number
+ * (absent: DFLT, refused when DFLT is NaN), and a boolean that must be WANT when present (WHY: what
+ * fsdpd computes instead). */
+fsdp_status hf_get_int(const json_t *o, const char *path, const char *key, int dflt, int *v);
+fsdp_status hf_get_num(const json_t *o, const char *path, const char *key, double dflt, double *v);
+fsdp_status hf_want_bool(const json_t *o, const char *path, const char *key, int want, const char *why);
 
 /* The config.json key that carries [model] KEY for ARCH ("hidden_size" for n_embd under llama), or NULL
  * when the config has none (seq_len, init, from). */

@@ -12,6 +12,7 @@
 #include "jobspec_keys.h"
 
 #include "fsutil.h"
+#include "arch.h"
 #include "hfconfig.h"
 #include "log.h"
 
@@ -563,45 +564,47 @@ static void rope_checks(pctx *c) {
          "between them is interpolated)", m->rope_high_freq_factor, m->rope_low_freq_factor);
 }
 
-/* The architecture's own rules; n_kv_head = 0 becomes n_head. */
+/* The architecture's own rules (its descriptor, models/arch.h); n_kv_head = 0 becomes n_head. */
 static void model_checks(pctx *c) {
   model_config *m = &c->s->model;
   int from = c->s->from[0] != 0;   /* config.json set the model (apply_from; hfconfig checked its rope) */
-  if (m->arch == ARCH_GPT2) {
-    for (int i = 0; i < jobspec_nkeys; i++)
-      if (c->key_line[i] && !jobspec_key_applies(&jobspec_keys[i], ARCH_GPT2))
-        PERR(c, c->key_line[i], FSDP_ERR_INVALID,
-             "[model] %s applies to arch = llama only; GPT-2 has n_kv_head = n_head, an MLP of 4 x n_embd, LayerNorm "
-             "eps 1e-5 and learned positions; remove the key or set arch = llama", jobspec_keys[i].key);
+  const arch_desc *d = arch_get(m->arch);
+  for (int i = 0; i < jobspec_nkeys; i++)
+    if (c->key_line[i] && !strcmp(jobspec_keys[i].sec, "model") && !arch_key_applies(d, jobspec_keys[i].key))
+      PERR(c, c->key_line[i], FSDP_ERR_INVALID, "[model] %s applies to arch = %s only; %s; remove the key or set arch = %s",
+           jobspec_keys[i].key, arch_key_owner(d, jobspec_keys[i].key)->name, d->why_not,
+           arch_key_owner(d, jobspec_keys[i].key)->name);
+  if (d->always_tied) {
     int tie = key_index("model", "tie_word_embeddings");
     if (c->key_line[tie] && !m->tie_embeddings)
       PERR(c, c->key_line[tie], FSDP_ERR_INVALID,
-           "[model] tie_word_embeddings = false: GPT-2's output head is always its wte; allowed with arch = gpt2: true "
-           "(or leave the key out)");
-    m->n_kv_head = m->n_head;
+           "[model] tie_word_embeddings = false: %s; allowed with arch = %s: true (or leave the key out)", d->tied_why,
+           d->name);
     m->tie_embeddings = 1;
-  } else {
-    for (int i = 0; !from && i < jobspec_nkeys; i++)   /* Llama's own defaults (LlamaConfig's untied head) */
-      if (jobspec_keys[i].llama_def && !c->key_line[i]) set_value(c, &jobspec_keys[i], jobspec_keys[i].llama_def);
-    if (!from) rope_checks(c);
-    if ((!c->key_line[key_index("model", "n_kv_head")] && !from) || !m->n_kv_head) m->n_kv_head = m->n_head;
+  } else if (!from && !c->key_line[key_index("model", "tie_word_embeddings")]) {
+    m->tie_embeddings = 0;   /* LlamaConfig's */
   }
+  if (d->rotary && !from) rope_checks(c);
+  if (!arch_key_applies(d, "n_kv_head") || (!c->key_line[key_index("model", "n_kv_head")] && !from) || !m->n_kv_head)
+    m->n_kv_head = m->n_head;
   if (m->n_positions && m->seq_len > m->n_positions)
     PERR(c, blame(c, "model", "seq_len", "n_positions"), FSDP_ERR_RANGE,
          "[model] seq_len = %d is beyond the model's %d positions (%s); allowed: seq_len <= %d", m->seq_len,
          m->n_positions, hf_config_key(m->arch, "n_positions"), m->n_positions);
-  if (m->arch == ARCH_GPT2) return;
-  if (m->n_head % m->n_kv_head)
+  if (arch_key_applies(d, "n_kv_head") && m->n_head % m->n_kv_head)
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
          "multi-head attention)", m->n_kv_head, m->n_head);
-  else if (m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2)
+  else if (d->rotary && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2)
     PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
          "[model] head size n_embd / n_head = %d is odd; rotary embeddings rotate pairs of channels, so allowed: an "
          "even head size", m->n_embd / m->n_head);
+  if (!arch_key_applies(d, "ffn_dim"))
+    return;
   if (m->ffn_dim <= 0)
     PERR(c, blame(c, "model", "ffn_dim", "arch"), FSDP_ERR_INVALID,
-         "[model] arch = llama needs ffn_dim, the SwiGLU width; allowed: an even integer in 2..1048576 (Llama-3.2-1B: 8192)");
+         "[model] arch = %s needs ffn_dim, the SwiGLU width; allowed: an even integer in 2..1048576 (Llama-3.2-1B: 8192)",
+         d->name);
   else if (m->ffn_dim % 2)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
     PERR(c, blame(c, "model", "ffn_dim", NULL), FSDP_ERR_INVALID,
          "[model] ffn_dim = %d is odd; allowed: an even SwiGLU width (Llama's are multiples of 256)", m->ffn_dim);

@@ -28,7 +28,10 @@ typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
 typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activation_checkpointing */
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
-typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;      /* [model] arch */
+typedef enum {   /* [model] arch: one per line of models/models.def (ARCH_GPT2, ARCH_LLAMA, ...) */
+#define FSDP_ARCH(ID, name) ARCH_##ID,
+#include "models.def"
+} model_arch;
 typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_kind;   /* [model] rope_scaling */
 
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,

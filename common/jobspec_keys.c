@@ -3,6 +3,8 @@
  * cross-field checks are in jobspec.c. */
 #include "jobspec_keys.h"
 
+#include "arch.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +22,10 @@ static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
-static const char *const arch_names[] = {"gpt2", "llama", NULL};
+static const char *const arch_enum_names[] = {
+#define FSDP_ARCH(ID, name) #name,
+#include "models.def"
+    NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
@@ -43,14 +48,17 @@ const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3
 const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
-const char *jobspec_arch_name(model_arch a) { return enum_name(arch_names, 2, (int)a); }
+const char *jobspec_arch_name(model_arch a) {
+  return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
+}
 const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 2, (int)k); }
 
 /* ---- the key table ---- */
 
 #define F(field) offsetof(jobspec_t, field)
 /* A row: section, key, field, range, then the help, the default as the file writes it (NULL: none)
- * and, for a key not every architecture reads, its .applies (KA_*) and .llama_def. */
+ * and, for the four llama3 rope numbers, .applies = KA_ROPE3 (which architectures read a [model] key is
+ * their descriptors' word: models/arch.h). */
 #define INT(s_, k_, f_, lo_, hi_, help_, def_, ...) \
   {.sec = s_, .key = k_, .type = KT_INT, .off = F(f_), .lo = lo_, .hi = hi_, .help = help_, .def = def_, __VA_ARGS__}
 #define U64(s_, k_, f_, def_, help_) {.sec = s_, .key = k_, .type = KT_U64, .off = F(f_), .help = help_, .def = def_}
@@ -73,7 +81,7 @@ const keydef jobspec_keys[] = {
   DBL("job", "restart_wait_s", restart_wait_s, 0, 86400, 0, 0,
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
-  ENUM("model", "arch", model.arch, arch_names,
+  ENUM("model", "arch", model.arch, arch_enum_names,
        "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
@@ -83,29 +91,29 @@ const keydef jobspec_keys[] = {
   INT("model", "seq_len", model.seq_len, 1, 32768,
       "T, wpe rows and the training sequence length (GPT-2: 1024)", "1024"),
   INT("model", "n_kv_head", model.n_kv_head, 0, 256,
-      "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)", "12", .applies = KA_LLAMA),
+      "llama: key/value heads, dividing n_head (grouped-query attention); 0 = n_head (Llama-3.2-1B: 8)", "12"),
   INT("model", "ffn_dim", model.ffn_dim, 0, 1048576,
-      "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)", NULL, .applies = KA_LLAMA),
-  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)", "1e-5", .applies = KA_LLAMA),
-  DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)", "10000", .applies = KA_LLAMA),
+      "llama: SwiGLU width, required and even (Llama-3.2-1B: 8192); 0 = unset (GPT-2's MLP is 4 x n_embd)", NULL),
+  DBL("model", "norm_eps", model.norm_eps, 0, 1, 1, 1, "llama: RMSNorm eps (Hugging Face rms_norm_eps: 1e-5)", "1e-5"),
+  DBL("model", "rope_theta", model.rope_theta, 1, 1e9, 0, 0, "llama: rotary base (Llama 2: 10000, Llama 3: 500000)", "10000"),
   INT("model", "n_positions", model.n_positions, 0, 1 << 24,
       "the model's published positions: GPT-2's wpe rows (n_positions), Llama's max_position_embeddings; at least "
       "seq_len; 0 = seq_len", "0"),
   ENUM("model", "tie_word_embeddings", model.tie_embeddings, bool_names,
        "true: one tensor is both the input embedding and the output head (GPT-2 always; Llama-3.2-1B, Qwen2.5-0.5B); "
-       "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)", "true", .llama_def = "false"),
+       "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)", "true"),
   ENUM("model", "rope_scaling", model.rope_scaling, rope_scaling_names,
        "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, or llama3 (Llama-3.1/3.2: long "
-       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)", "none", .applies = KA_LLAMA),
+       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)", "none"),
   DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
-      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_LLAMA | KA_ROPE3),
+      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_ROPE3),
   DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
-      "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)", NULL, .applies = KA_LLAMA | KA_ROPE3),
+      "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)", NULL, .applies = KA_ROPE3),
   DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,
-      "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)", NULL, .applies = KA_LLAMA | KA_ROPE3),
+      "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)", NULL, .applies = KA_ROPE3),
   INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
       "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
-      "(Llama-3.1: 8192)", NULL, .applies = KA_LLAMA | KA_ROPE3),
+      "(Llama-3.1: 8192)", NULL, .applies = KA_ROPE3),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),
@@ -263,8 +271,8 @@ void jobspec_write_defaults(FILE *f) {
     else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
     else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
     else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (!jobspec_key_applies(k, ARCH_GPT2) || k->llama_def) {
-      /* the default model is GPT-2, which refuses the first and always ties */
+    else if (!jobspec_key_applies(k, d.model.arch) || k->off == F(model.tie_embeddings)) {
+      /* the default model is GPT-2, which refuses the other architectures' keys and always ties */
       fprintf(f, "; %s = ", k->key);
       write_example(f, k, &d);
       fputc('\n', f);
@@ -275,3 +283,5 @@ void jobspec_write_defaults(FILE *f) {
     }
   }
 }
+
+int jobspec_key_applies(const keydef *k, model_arch a) { return strcmp(k->sec, "model") || arch_key_applies(arch_get(a), k->key); }

@@ -12,10 +12,10 @@
 
 typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT, KT_FROM } key_type;
 
-/* Which jobs read a key (keydef.applies; 0: every job): the architectures, and KA_ROPE3 for the
- * numbers of rope_scaling = llama3 (required by it, refused without it). A key set in a file that does
- * not apply to the job is an error; one that does not apply keeps its default (0 where none). */
-enum { KA_GPT2 = 1u << ARCH_GPT2, KA_LLAMA = 1u << ARCH_LLAMA, KA_ROPE3 = 1u << 8 };
+/* Which jobs read a key beyond its architecture (keydef.applies; 0: every job that reads it): KA_ROPE3
+ * for the numbers of rope_scaling = llama3 (required by it, refused without it). A key set in a file
+ * that does not apply to the job is an error; one that does not apply keeps its default (0 where none). */
+enum { KA_ROPE3 = 1u << 0 };
 
 /* One key: where it lives, its type and range (lo/hi inclusive unless lo_open/hi_open), its
  * default, which jobs read it, and its help. The defaults are text as a file would write it, applied
@@ -30,7 +30,6 @@ typedef struct keydef {
   const char *help;           /* why the default is what it is; printed by --defaults */
   const char *def;            /* the default; NULL: none (required, or not set: 0 or "") */
   unsigned applies;           /* KA_* bits; 0: every job */
-  const char *llama_def;      /* arch = llama's default where it is not def (unless from = DIR sets it) */
 } keydef;
 
 #define JOBSPEC_MAX_KEYS 64     /* the table's length is checked against it at compile time */
@@ -46,7 +45,8 @@ extern const char *const jobspec_sections[];   /* JOBSPEC_NSECTIONS names, NULL-
 void jobspec_key_allowed(const keydef *k, char *buf, size_t n);
 /* V as written back: integers as integers, else the shortest %g that reads back as V. */
 void jobspec_fmt_num(char *buf, size_t n, double v);
-/* Whether a job of architecture A reads K (its .applies); the KA_ROPE3 keys apply to A = llama. */
-static inline int jobspec_key_applies(const keydef *k, model_arch a) { return !k->applies || (k->applies & (1u << a)); }
+/* Whether a job of architecture A reads K: every key outside [model], and the [model] keys its
+ * descriptor lists (models/arch.h); the KA_ROPE3 keys only under rope_scaling = llama3 besides. */
+int jobspec_key_applies(const keydef *k, model_arch a);
 
 #endif

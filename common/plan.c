@@ -6,6 +6,8 @@
  */
 #include "plan_priv.h"
 
+#include "arch.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,23 +27,8 @@ const char *plan_coll_kind_name(coll_kind k) {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Element counts of the root unit and of one block. */
-static int64_t root_numel(const model_config *m) {
-  int64_t C = m->n_embd;
-  if (m->arch == ARCH_LLAMA) return plan_llama_root_numel(m);
-  return (int64_t)m->vocab_size * C + plan_positions(m) * C + 2 * C;
-}
-static int64_t block_numel(const model_config *m) {
-  int64_t C = m->n_embd;
-  if (m->arch == ARCH_LLAMA) return plan_llama_block_numel(m);
-  return 12 * C * C + 13 * C;
-}
-/* 2-D tensors: the root's (wte and wpe; embed_tokens and lm_head, or the tied embed_tokens alone) and
- * each block's. */
-static int64_t decay_tensors(const model_config *m) {
-  int root = m->arch == ARCH_LLAMA && m->tie_embeddings ? 1 : 2;
-  return root + (int64_t)(m->arch == ARCH_LLAMA ? 7 : 4) * m->n_layer;
-}
+/* The architecture of M (plan_build and plan_min_world checked it is one of the table's). */
+static const arch_desc *arch_of(const model_config *m) { return arch_get(m->arch); }
 
 int64_t plan_attention_floats(device_kind dev, int64_t B, int64_t T, int64_t H) {
   return dev == DEVICE_CPU ? B * H * T * T : B * H * T;
@@ -73,32 +60,6 @@ int64_t plan_stage_bytes(const plan_t *p) {
   return most < PLAN_STAGE_MAX_BYTES ? most : PLAN_STAGE_MAX_BYTES;
 }
 
-static plan_act model_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
-  if (m->arch == ARCH_LLAMA) return plan_llama_act(m, B, dev, ackpt);
-  int64_t T = m->seq_len, C = m->n_embd, H = m->n_head, V = m->vocab_size;
-  int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, H);
-  int64_t DATT = plan_attention_scratch_floats(dev, B, T, H, C / H);
-  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
-  if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses (model_gpt2.c): C > V, or a large B·T on CUDA */
-  int64_t block = 16 * BTC + 4 * BT + ATT, block_bytes = e * 16 * BTC + 4 * (4 * BT + ATT);
-  int ck = ackpt == ACKPT_FULL;
-  /* checkpointing: each block keeps its output (the next block's input); the rest of a block's
-   * activations live in one working set that the forward and the backward's recompute reuse, with
-   * the forward's BTC scratch (the workspace holds the backward's scratch during a recompute) */
-  return (plan_act){
-    .block_saved = ck ? BTC : block,
-    .block_ws = ck ? block : 0,
-    .block_bytes = ck ? e * BTC : block_bytes,
-    .block_ws_bytes = ck ? block_bytes : 0,
-    .root_saved = 2 * BTC + 2 * BT,
-    .head_ws = logits / 4 + BT + BTC,
-    .bwd_ws = 7 * BTC + DATT,
-    .root_bytes = e * 2 * BTC + 4 * 2 * BT,
-    .head_ws_bytes = logits + 4 * BT + e * BTC,
-    .bwd_ws_bytes = e * 7 * BTC + 4 * DATT,
-  };
-}
-
 /* The inputs of the memory and communication model: everything it depends on. */
 typedef struct model_in {
   model_config m;
@@ -121,8 +82,8 @@ static unit_sizes sizes_for(const model_in *in, shard_mode mode) {
   unit_sizes u;
   u.shard_world = mode == SHARD_NONE ? 1 : mode == SHARD_HYBRID ? in->group : in->world;
   int64_t align = (int64_t)u.shard_world * PLAN_PAD_ALIGN;
-  u.pr = round_up(root_numel(&in->m), align);
-  u.pb = round_up(block_numel(&in->m), align);
+  u.pr = round_up(arch_of(&in->m)->root_numel(&in->m), align);
+  u.pb = round_up(arch_of(&in->m)->block_numel(&in->m), align);
   u.sr = u.pr / u.shard_world;
   u.sb = u.pb / u.shard_world;
   return u;
@@ -133,7 +94,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   uint64_t L = (uint64_t)in->m.n_layer, p = (uint64_t)in->prefetch;
   uint64_t pb = (uint64_t)jobspec_dtype_bytes(in->param_dtype), rb = (uint64_t)jobspec_dtype_bytes(in->reduce_dtype);
   uint64_t S = (uint64_t)u.sr + L * (uint64_t)u.sb;
-  plan_act a = model_act(&in->m, in->batch_size, in->device, in->ackpt);
+  plan_act a = arch_of(&in->m)->act(&in->m, in->batch_size, in->device, in->ackpt);
   /* the ring reduce-scatter's receive scratch: one shard of the largest unit (none with one rank) */
   uint64_t scratch = u.shard_world > 1 ? (uint64_t)(u.sr > u.sb ? u.sr : u.sb) : 0;
   /* the compute dtype: fp32 on the CPU, bf16 on CUDA; gathered units in another dtype are
@@ -175,7 +136,7 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
   /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (one per 2-D tensor) */
   if (in->device == DEVICE_CUDA)
-    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (uint64_t)decay_tensors(&in->m);
+    mem[MEM_WORKSPACE] += (uint64_t)PLAN_CUDA_WORKSPACE_BYTES + PLAN_CUDA_SCALAR_BYTES + 16 * (uint64_t)arch_of(&in->m)->n_decay(&in->m);
   /* offload = optimizer: the fp32 master, AdamW m and v, and a staging copy of the gradient shard
    * live in host memory; the device keeps the shard in param_dtype (what the gathers read) */
   if (host) *host = 0;
@@ -248,26 +209,15 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
     return fsdp_set_error(FSDP_ERR_RANGE, "n_positions = %d is out of range; allowed: seq_len = %d..16777216 (0: seq_len)",
                           m->n_positions, m->seq_len);
   int nkv = m->n_kv_head ? m->n_kv_head : m->n_head;   /* 0: a hand-built config's "as n_head" */
-  if ((unsigned)m->arch > ARCH_LLAMA)
-    return fsdp_set_error(FSDP_ERR_INVALID, "model arch %d is out of range; allowed: gpt2 | llama", (int)m->arch);
-  if (m->arch == ARCH_GPT2 && nkv != m->n_head)
-    return fsdp_set_error(FSDP_ERR_INVALID, "arch = gpt2 has n_kv_head = n_head = %d, not %d", m->n_head, nkv);
-  if (m->arch == ARCH_LLAMA) {
-    if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
-      return fsdp_set_error(FSDP_ERR_INVALID, "n_kv_head = %d does not divide n_head = %d; allowed: a divisor", nkv,
-                            m->n_head);
-    if ((m->n_embd / m->n_head) % 2)
-      return fsdp_set_error(FSDP_ERR_INVALID, "head size %d is odd; rotary embeddings need an even head size",
-                            m->n_embd / m->n_head);
-    if (m->ffn_dim < 1 || m->ffn_dim > 1048576)
-      return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d is out of range; allowed: 1..1048576", m->ffn_dim);
-    if (m->ffn_dim % 2)   /* bf16 (B,T,F) buffers of odd B·T would leave the next fp32 one misaligned (model_llama.c) */
-      return fsdp_set_error(FSDP_ERR_INVALID, "ffn_dim = %d is odd; allowed: an even SwiGLU width", m->ffn_dim);
-    if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
-      return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
-                            "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
-    TRY(plan_llama_check_rope(m));
+  const arch_desc *d = arch_get(m->arch);
+  if (!d) {
+    char names[128];
+    return fsdp_set_error(FSDP_ERR_INVALID, "model arch %d is out of range; allowed: %s", (int)m->arch,
+                          arch_names(names, sizeof names, " | ", 0));
   }
+  model_config mk = *m;
+  mk.n_kv_head = nkv;
+  TRY(d->check(&mk));
   if (s->batch_size < 1 || s->batch_size > 4096 || s->grad_accum < 1 || s->grad_accum > 4096)
     return fsdp_set_error(FSDP_ERR_RANGE, "batch_size %d / grad_accum %d out of range; allowed: 1..4096 each",
                           s->batch_size, s->grad_accum);
@@ -290,12 +240,7 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
                    .ackpt = s->ackpt, .offload = s->offload};
   in->m.n_kv_head = nkv;
-  if (m->arch == ARCH_GPT2) {   /* GPT-2 always ties and has no rotary: one identity for every GPT-2 spec */
-    in->m.tie_embeddings = 1;
-    in->m.rope_scaling = ROPE_SCALING_NONE;
-    in->m.rope_factor = in->m.rope_low_freq_factor = in->m.rope_high_freq_factor = 0;
-    in->m.rope_original_max_pos = 0;
-  }
+  d->canonical(&in->m);
   return FSDP_OK;
 }
 
@@ -310,35 +255,6 @@ void plan_add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_
   t->offset = u->numel;
   t->decay = t->ndim == 2;
   u->numel += t->numel;
-}
-
-/* GPT-2's units: the root (wte, wpe, ln_f) and one unit per block, Hugging Face GPT-2 names. */
-static void gpt2_units(plan_t *p) {
-  const model_config *m = &p->model;
-  int64_t C = m->n_embd;
-  plan_unit *r = &p->units[0];
-  snprintf(r->name, sizeof r->name, "root");
-  plan_add_tensor(r, "wte.weight", ROOT_WTE, m->vocab_size, C);
-  plan_add_tensor(r, "wpe.weight", ROOT_WPE, plan_positions(m), C);
-  plan_add_tensor(r, "ln_f.weight", ROOT_LNF_W, C, 0);
-  plan_add_tensor(r, "ln_f.bias", ROOT_LNF_B, C, 0);
-  static const struct { const char *suffix; int rows, cols; } blk[BLK_NT] = {
-    [BLK_LN1_W] = {"ln_1.weight", 1, 0},           [BLK_LN1_B] = {"ln_1.bias", 1, 0},
-    [BLK_ATTN_W] = {"attn.c_attn.weight", 1, 3},   [BLK_ATTN_B] = {"attn.c_attn.bias", 3, 0},
-    [BLK_ATTNPROJ_W] = {"attn.c_proj.weight", 1, 1}, [BLK_ATTNPROJ_B] = {"attn.c_proj.bias", 1, 0},
-    [BLK_LN2_W] = {"ln_2.weight", 1, 0},           [BLK_LN2_B] = {"ln_2.bias", 1, 0},
-    [BLK_FC_W] = {"mlp.c_fc.weight", 1, 4},        [BLK_FC_B] = {"mlp.c_fc.bias", 4, 0},
-    [BLK_FCPROJ_W] = {"mlp.c_proj.weight", 4, 1},  [BLK_FCPROJ_B] = {"mlp.c_proj.bias", 1, 0},
-  };
-  for (int i = 0; i < m->n_layer; i++) {
-    plan_unit *u = &p->units[1 + i];
-    snprintf(u->name, sizeof u->name, "h.%d", i);
-    for (int j = 0; j < BLK_NT; j++) {
-      char name[64];
-      snprintf(name, sizeof name, "h.%d.%s", i, blk[j].suffix);
-      plan_add_tensor(u, name, ROOT_NT + BLK_NT * i + j, blk[j].rows * C, blk[j].cols * C);
-    }
-  }
 }
 
 fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
@@ -371,8 +287,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     return fsdp_set_error(FSDP_ERR_NOMEM, "no memory for %d plan units", 1 + m->n_layer);
   }
 
-  if (m->arch == ARCH_LLAMA) plan_llama_units(p);
-  else gpt2_units(p);
+  const arch_desc *d = arch_of(m);
+  d->units(p);
   int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
   for (int k = 0; k < p->nunits; k++) {
     plan_unit *u = &p->units[k];
@@ -382,19 +298,15 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
     p->shard_total += u->shard_numel;
   }
 
-  /* the lookups that are no matmul: GPT-2's wpe (the tied wte is the head's matmul), an untied Llama's
-   * embed_tokens (its head is lm_head; a tied Llama's one tensor is the head's matmul); and every
-   * embedding tensor, counted once */
-  int64_t vc = (int64_t)m->vocab_size * C, wpe = plan_positions(m) * C;
-  int64_t lookup = m->arch == ARCH_GPT2 ? wpe : m->tie_embeddings ? 0 : vc;
-  int64_t emb = m->arch == ARCH_GPT2 ? vc + wpe : m->tie_embeddings ? vc : 2 * vc;
-  p->n_params = root_numel(m) + L * block_numel(m);
-  p->n_params_no_emb = p->n_params - emb;
+  /* the lookups that are no matmul (GPT-2's wpe, an untied Llama's embed_tokens; a tied head's
+   * embedding is the head's matmul), and every embedding tensor, counted once */
+  p->n_params = d->root_numel(m) + L * d->block_numel(m);
+  p->n_params_no_emb = p->n_params - d->embed_numel(m);
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
    * and weighted sum, 12·L·C·T (PaLM, appendix B). */
-  p->flops_per_token = 6.0 * (double)(p->n_params - lookup) + 12.0 * (double)L * (double)C * (double)m->seq_len;
-  p->n_decay = (int)decay_tensors(m);
-  p->act = model_act(m, in.batch_size, in.device, in.ackpt);
+  p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * (double)L * (double)C * (double)m->seq_len;
+  p->n_decay = (int)d->n_decay(m);
+  p->act = d->act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
   /* [checkpoint] async: the shards' snapshot (parameters, AdamW m and v) waits in host memory */
   if (spec->ckpt_async && spec->ckpt_every > 0) p->snapshot_bytes = 3 * sizeof(float) * (uint64_t)p->shard_total;
@@ -413,23 +325,10 @@ void plan_destroy(plan_t **pp) {
 
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit) {
   if (!p || !name) return NULL;
-  if (p->model.arch == ARCH_LLAMA) return plan_llama_find(p, name, unit);
-  if (!strncmp(name, "transformer.", 12)) name += 12;
-  int u = 0;
-  if (!strncmp(name, "h.", 2)) {
-    char *end;
-    long i = strtol(name + 2, &end, 10);
-    if (end == name + 2 || *end != '.' || i < 0 || i >= p->nunits - 1) return NULL;
-    u = 1 + (int)i;
-  }
-  const plan_unit *pu = &p->units[u];
-  for (int j = 0; j < pu->ntensors; j++)
-    if (!strcmp(pu->t[j].name, name)) {
-      if (unit) *unit = u;
-      return &pu->t[j];
-    }
-  return NULL;
+  return arch_of(&p->model)->find(p, name, unit);
 }
+
+int plan_head_slot(const plan_t *p) { return arch_of(&p->model)->head_slot(&p->model); }
 
 int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) {
   if (!spec) return 0;

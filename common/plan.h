@@ -6,10 +6,11 @@
  * immutable after plan_build() and owned by whoever built or received it (plan_destroy frees it).
  *
  * Units (docs/design.md §3, docs/models.md): GPT-2's unit 0, the root, holds wte [V,C], wpe [n_positions,C],
- * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (see BLK_*). Llama's
- * root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C] (with
- * tie_embeddings no lm_head: embed_tokens is used at both ends, as GPT-2's wte); unit 1+i
- * holds decoder layer i (see LBLK_*; plan_llama.c). Each unit's flat buffer of `numel`
+ * ln_f.weight [C], ln_f.bias [C]; unit 1+i holds block i in Hugging Face order (models/gpt2/gpt2.h).
+ * Llama's root holds model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C]
+ * (with tie_embeddings no lm_head: embed_tokens is used at both ends, as GPT-2's wte); unit 1+i
+ * holds decoder layer i (models/llama/llama.h). Every architectural term comes from the model's
+ * descriptor (models/arch.h); this module holds the shared arithmetic. Each unit's flat buffer of `numel`
  * elements is padded to `padded`, a multiple of shard_world × 64, and rank r owns elements
  * [(r mod shard_world)·shard_numel, +shard_numel) of it, where shard_numel = padded / shard_world.
  * shard_world is the world size for sharding full and grad_op, 1 for none (every rank holds all),
@@ -85,19 +86,6 @@ const char *plan_mem_category_name(mem_category c);   /* "param_shard", ... as i
 typedef enum { COLL_ALLGATHER = 0, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_NKIND } coll_kind;
 const char *plan_coll_kind_name(coll_kind k);          /* "allgather", "reducescatter", "allreduce" */
 
-/* Tensor slots inside the root unit and inside every block unit, in flat-buffer order: GPT-2's. */
-enum { ROOT_WTE = 0, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_NT };
-enum {
-  BLK_LN1_W = 0, BLK_LN1_B, BLK_ATTN_W, BLK_ATTN_B, BLK_ATTNPROJ_W, BLK_ATTNPROJ_B,
-  BLK_LN2_W, BLK_LN2_B, BLK_FC_W, BLK_FC_B, BLK_FCPROJ_W, BLK_FCPROJ_B, BLK_NT
-};
-/* Llama's (Hugging Face LlamaForCausalLM order). q, k, v are adjacent, and so are gate and up:
- * the model runs each group as one linear of [C + 2·NKV·HS, C] and [2F, C]. */
-enum { LROOT_EMBED = 0, LROOT_NORM, LROOT_HEAD, LROOT_NT };   /* tied: no LROOT_HEAD (LROOT_EMBED is the head) */
-enum {
-  LBLK_LN1_W = 0, LBLK_Q, LBLK_K, LBLK_V, LBLK_O, LBLK_LN2_W, LBLK_GATE, LBLK_UP, LBLK_DOWN, LBLK_NT
-};
-
 typedef struct plan_tensor {
   char name[64];         /* Hugging Face name. GPT-2: without prefix ("wte.weight", "h.3.attn.c_attn.weight");
                             Llama: exactly as LlamaForCausalLM names it, "model." included
@@ -123,8 +111,8 @@ typedef struct plan_unit {
 } plan_unit;
 
 /* Element counts of the activation buffers the model keeps, for one micro-batch of B·T tokens, and
- * their bytes on the plan's device. The model allocates exactly these (worker/model/model_gpt2.c and
- * model_llama.c lay them out). The fields below give GPT-2's terms; Llama's (Q = C + 2·NKV·HS the
+ * their bytes on the plan's device. The model allocates exactly these (models/gpt2/model_gpt2.c and
+ * models/llama/model_llama.c lay them out; models/<name>/<name>_arch.c compute them). The fields below give GPT-2's terms; Llama's (Q = C + 2·NKV·HS the
  * qkv row, F = ffn_dim, BTX = B·T·X) are
  *   block_saved = BT·(5C + Q + 3F) + 2·BT + ATT: ln1 BTC, rstd BT, qkv BTQ, atty BTC, att ATT, res2 BTC,
  *                 ln2 BTC, rstd BT, gate|up 2BTF, swiglu BTF, out BTC (checkpointing: out only)
@@ -230,21 +218,12 @@ static inline int64_t plan_shard_offset(const plan_t *p, int u, int rank) {
  * groups that hold the same shard (its replica group, shard index r mod G). */
 static inline int plan_group_of(const plan_t *p, int rank) { return rank / p->shard_world; }
 static inline int plan_group_rank(const plan_t *p, int rank) { return rank % p->shard_world; }
-/* The root tensor the output head multiplies with: GPT-2's wte, Llama's lm_head, or a tied Llama's
- * embed_tokens. */
-static inline int plan_head_slot(const plan_t *p) {
-  if (p->model.arch != ARCH_LLAMA) return ROOT_WTE;
-  return p->model.tie_embeddings ? LROOT_EMBED : LROOT_HEAD;
-}
-/* M's rope scaling as Hugging Face's config.json writes it: JSON null, or {"rope_type": "llama3",
- * "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (the plan's
- * --json, the checkpoint manifest, the export's LlamaConfig). A new reference; NULL without memory. */
-struct json_t *plan_rope_scaling_json(const model_config *m);
-/* The table's line under the model: the head tied or not, the rope scaling. */
-void plan_llama_print_head_rope(const model_config *m, FILE *f);
+/* The root tensor slot the output head multiplies with: GPT-2's wte, Llama's lm_head, or a tied Llama's
+ * embed_tokens (the architecture's descriptor, models/arch.h). */
+int plan_head_slot(const plan_t *p);
 
-/* Find a tensor by Hugging Face name: GPT-2 with or without "transformer.", Llama with or without
- * "model." (lm_head.weight has none). */
+/* Find a tensor by Hugging Face name, in any form the architecture's descriptor takes (GPT-2 with or
+ * without "transformer.", Llama with or without "model."; lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
 /* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */
 int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world);

@@ -1,6 +1,8 @@
 /* safetensors — .safetensors reader and writer, and the plan-aware load/save (see safetensors.h). */
 #include "safetensors.h"
 
+#include "arch.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -504,34 +506,34 @@ out:
 
 /* ---- plan-aware ---- */
 
-/* A file of the other architecture, told by its names, refused before any tensor is missed. */
+static int st_has(const void *f, const char *name) { return st_find(f, name) >= 0; }
+
+static int holds_arch(const st_file *f, const arch_desc *d) {
+  for (int j = 0; d->probe_names && d->probe_names[j]; j++)
+    if (st_has(f, d->probe_names[j])) return 1;
+  return 0;
+}
+
+/* A file of another architecture, told by its names, refused before any tensor is missed; then
+ * the architecture's own checks (a head tied or not: never train a head other than the file's). */
 static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
-  int gpt2 = st_find(f, "wte.weight") >= 0 || st_find(f, "h.0.attn.c_attn.weight") >= 0;
-  int llama = st_find(f, "embed_tokens.weight") >= 0 || st_find(f, "layers.0.self_attn.q_proj.weight") >= 0;
-  if (p->model.arch == ARCH_LLAMA && gpt2 && !llama)
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds a GPT-2 model (wte.weight, h.0.…); the job is arch = llama, "
-                          "which reads model.embed_tokens.weight, model.layers.0.…", f->path);
-  if (p->model.arch == ARCH_GPT2 && llama && !gpt2)
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds a Llama model (model.embed_tokens.weight, model.layers.0.…); "
-                          "the job is arch = gpt2, which reads wte.weight, h.0.…", f->path);
-  /* tied or not: never train a head other than the file's */
-  int head = st_find(f, "lm_head.weight") >= 0;
-  if (p->model.arch == ARCH_LLAMA && p->model.tie_embeddings && head)
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds an untied model (lm_head.weight); the job has tie_word_embeddings "
-                          "= true, whose head is model.embed_tokens.weight: set tie_word_embeddings = false", f->path);
-  if (p->model.arch == ARCH_LLAMA && !p->model.tie_embeddings && !head && llama)
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds no lm_head.weight (a tied model's head is "
-                          "model.embed_tokens.weight); the job has tie_word_embeddings = false: set it true", f->path);
-  return FSDP_OK;
+  const arch_desc *d = arch_get(p->model.arch);
+  if (!holds_arch(f, d))
+    for (int a = 0; a < arch_count(); a++) {
+      const arch_desc *o = arch_get((model_arch)a);
+      if (o != d && holds_arch(f, o))
+        return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", f->path,
+                              o->file_desc, d->name, d->reads);
+    }
+  return d->file_check(p, f->path, st_has, f);
 }
 
 const char *st_bare_name(const char *name) { return st_strip(name); }
 
-/* The head of an untied Llama job missing from a file that has embed_tokens: a tied model. */
+/* NAME missing from WHERE (F, or an index without F): the architecture's message where it has one. */
 static fsdp_status st_missing(const st_file *f, const plan_t *p, const char *name, const char *where) {
-  if (p->model.arch == ARCH_LLAMA && !strcmp(st_strip(name), "lm_head.weight"))
-    return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has no lm_head.weight: its head is embed_tokens (a tied model); "
-                          "allowed: tie_word_embeddings = true in [model], or a file with lm_head.weight", where);
+  fsdp_status rc = arch_get(p->model.arch)->missing(p, st_strip(name), where);
+  if (rc != FSDP_OK) return rc;
   if (f) return st_not_found(f, name);
   return fsdp_set_error(FSDP_ERR_NOTFOUND, "tensor '%s' is not in %s", name, where);
 }

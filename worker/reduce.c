@@ -92,7 +92,7 @@ static fsdp_status allreduce_grad(reducer *r, comm_t *c, int u, int64_t n, dev_e
   comm_req *req = NULL;
   comm_trace_unit(c, u);
   if (r->bf16) {
-    d->op->cast_bf16(d, r->ar16 + b, r->grad + b, n);
+    d->kern->cast_bf16(d, r->ar16 + b, r->grad + b, n);
     buf = r->ar16 + b;
     after = NULL;
   }
@@ -118,7 +118,7 @@ static fsdp_status bf16_collect(reducer *r, int i) {
   if (u < 0) return FSDP_OK;
   const plan_unit *pu = &r->p->units[u];
   d->op->wait(d, r->gfree[i], DEV_T_REDUCE);
-  d->op->add(d, r->grad + pu->shard_base, r->recv16[i], DTYPE_BF16, pu->shard_numel);
+  d->kern->add(d, r->grad + pu->shard_base, r->recv16[i], DTYPE_BF16, pu->shard_numel);
   r->gunit[i] = -1;
   return r->across ? across_issue(r, u, NULL) : FSDP_OK;
 }
@@ -158,14 +158,14 @@ fsdp_status reduce_issue(reducer *r, int u, float *g) {
   comm_req *req = NULL;
   comm_trace_unit(r->gcomm, u);
   if (!r->bf16) {
-    if (r->accumulate) d->op->add(d, g + plan_shard_offset(r->p, u, r->rank), mine, DTYPE_FP32, pu->shard_numel);
+    if (r->accumulate) d->kern->add(d, g + plan_shard_offset(r->p, u, r->rank), mine, DTYPE_FP32, pu->shard_numel);
     d->op->record(d, r->ready);
     TRY(comm_reduce_scatter_ev(r->gcomm, g, mine, (size_t)pu->shard_numel, COMM_F32, r->ready, done, &req));
     TRY(reqs_add(r->q, req));
     return r->across ? across_issue(r, u, done) : FSDP_OK;
   }
   uint16_t *send = u == 0 ? r->root16 : r->send16[i], *recv = u == 0 ? r->rootrecv16 : r->recv16[i];
-  d->op->cast_bf16(d, send, g, pu->padded);
+  d->kern->cast_bf16(d, send, g, pu->padded);
   d->op->record(d, r->ready);
   TRY(comm_reduce_scatter_ev(r->gcomm, send, recv, (size_t)pu->shard_numel, COMM_BF16, r->ready, done, &req));
   if (u > 0) r->gunit[i] = u;
@@ -176,7 +176,7 @@ fsdp_status reduce_issue(reducer *r, int u, float *g) {
 static void from_ar16(reducer *r) {
   device_t *d = r->d;
   d->op->zero(d, r->grad, (size_t)r->p->shard_total * sizeof(float));
-  d->op->add(d, r->grad, r->ar16, DTYPE_BF16, r->p->shard_total);
+  d->kern->add(d, r->grad, r->ar16, DTYPE_BF16, r->p->shard_total);
 }
 
 fsdp_status reduce_finish(reducer *r) {
@@ -192,7 +192,7 @@ fsdp_status reduce_finish(reducer *r) {
     for (int i = 0; i < 2; i++) TRY(bf16_collect(r, i));
     const plan_unit *root = &r->p->units[0];
     d->op->wait(d, r->root_done, DEV_T_REDUCE);
-    d->op->add(d, r->grad + root->shard_base, r->rootrecv16, DTYPE_BF16, root->shard_numel);
+    d->kern->add(d, r->grad + root->shard_base, r->rootrecv16, DTYPE_BF16, root->shard_numel);
     if (r->across) TRY(across_issue(r, 0, NULL));
   } else {
     d->op->wait(d, r->root_done, DEV_T_REDUCE);

@@ -173,6 +173,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   runtime_t *rt = calloc(1, sizeof *rt);
   if (!rt) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the runtime");
   rt->spec = spec, rt->p = p, rt->rank = rank, rt->world = p->world, rt->comm = comm, rt->dev = dev;
+  rt->optim = optim_config_of(spec);
   rt->gcomm = comm;   /* hybrid: runtime_set_groups replaces it */
   rt->L = p->model.n_layer;
   if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
@@ -340,8 +341,8 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
     d->op->set_timer(d, DEV_T_OPTIM);
     span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
     /* every shard is held by ngroups ranks (none: every rank holds everything) */
-    d->op->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
-    d->op->fill(d, rt->scal + 3, (float)((double)p->batch_size * p->model.seq_len * rt->spec->grad_accum), 1);
+    d->kern->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
+    d->kern->fill(d, rt->scal + 3, (float)((double)p->batch_size * p->model.seq_len * rt->spec->grad_accum), 1);
     d->op->record(d, rt->scal_ready);
     rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
     if (rc == FSDP_OK) d->op->wait(d, rt->scal_done, DEV_T_OPTIM);
@@ -361,12 +362,12 @@ static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float cl
   device_t *d = rt->dev;
   *host_us = 0;
   if (!rt->offload) {
-    d->op->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, rt->spec, clip);
+    d->kern->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, &rt->optim, clip);
     return FSDP_OK;
   }
   uint64_t t1 = monotime_us();
   TRY(d->op->download(d, rt->hgrad, rt->grad, (size_t)p->shard_total * sizeof(float)));
-  optim_adamw_shard(p, rt->rank, rt->param, rt->hgrad, rt->m, rt->v, step, lr, rt->spec, clip);
+  optim_adamw_shard(p, rt->rank, rt->param, rt->hgrad, rt->m, rt->v, step, lr, &rt->optim, clip);
   TRY(runtime_refresh_lp(rt));
   *host_us = monotime_us() - t1;
   return FSDP_OK;
@@ -485,7 +486,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
    * reads no host memory), then the one read-back. The sync also turns the evaluation's span
    * boundaries into spans on CUDA (resolved only at a sync or timers()), before a trace pull can
    * ask for them. */
-  d->op->fill(d, rt->scal + 1, (float)((double)batches * B * T), 1);
+  d->kern->fill(d, rt->scal + 1, (float)((double)batches * B * T), 1);
   TRY(d->op->sync(d));
   TRY(comm_allreduce(rt->comm, rt->scal, 2, COMM_F32, NULL));
   float v[2];

@@ -73,7 +73,7 @@ fsdp_status runtime_refresh_lp(runtime_t *rt) {
     return d->op->upload(d, rt->lp, h, (size_t)S * sizeof(uint16_t));
   }
   if (!rt->lp) return FSDP_OK;
-  d->op->cast_bf16(d, rt->lp, rt->param, S);
+  d->kern->cast_bf16(d, rt->lp, rt->param, S);
   return d->op->sync(d);
 }
 

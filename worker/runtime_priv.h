@@ -13,6 +13,7 @@
 
 struct runtime {
   const jobspec_t *spec;
+  optim_config optim;      /* AdamW's hyperparameters, from spec once */
   const plan_t *p;
   int rank, world, L;
   comm_t *comm;                  /* every rank: the step's scalars, checkpoints' agreement */

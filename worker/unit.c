@@ -139,7 +139,7 @@ const void *unit_wait(fsdp_unit *u) {
   }
   if (!pool->convert) return src;
   void *act = u->id == 0 ? pool->root_act : pool->blk_act;
-  d->op->to_act(d, act, src, pool->p->param_dtype, u->pu->padded);
+  d->kern->to_act(d, act, src, pool->p->param_dtype, u->pu->padded);
   if (pool->sharded) d->op->record(d, u->slot->free);   /* the slot's last reader */
   return act;
 }

@@ -12,14 +12,15 @@ command -v clang >/dev/null || { echo "clang not found: scripts/install-deps.sh 
 out=$(mktemp -d /tmp/fsdp-fuzz.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cflags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -I"$here/common" -I"$here/proto" -I"$build/common/proto")
+        -I"$here/common" -I"$here/models" -I"$here/proto" -I"$build/common/proto")
+for d in "$here"/models/*/; do cflags+=(-I"$d"); done   # every architecture's folder
 libs=($(pkg-config --cflags --libs libprotobuf-c libzmq inih jansson) -lm)
 common=("$here/common/err.c" "$here/common/log.c" "$here/common/fsutil.c")
 
 clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/proto/wire.c" \
   "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$here/common/jobspec.c" \
-  "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/plan_llama.c" "$here/common/hfconfig.c" \
+  "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/hfconfig.c" "$here/models/arch.c" "$here"/models/*/*_arch.c \
   "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_bpe" "$here/tests/fuzz/fuzz_bpe.c" "$here"/common/bpe_*.c "${common[@]}" \
   "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 libutf8proc) -lpthread

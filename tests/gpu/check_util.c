@@ -60,7 +60,7 @@ static void check_adamw(void) {
   float *v0 = h_uniform(n, 0, 1e-4f);
   for (size_t i = (size_t)u->numel; i < n; i++) g[i] = m0[i] = v0[i] = 0.0f;
   float *w = h_copy(w0, n), *m = h_copy(m0, n), *v = h_copy(v0, n);
-  optim_adamw_shard(&p, 0, w, g, m, v, step, lr, &spec, grad_scale);
+  optim_adamw_shard(&p, 0, w, g, m, v, step, lr, (const optim_config[]){optim_config_of(&spec)}, grad_scale);
 
   float *d_w = d_upload(w0, n * sizeof(float)), *d_m = d_upload(m0, n * sizeof(float));
   float *d_v = d_upload(v0, n * sizeof(float)), *d_g = d_upload(g, n * sizeof(float));

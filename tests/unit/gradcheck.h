@@ -24,6 +24,8 @@
 #include "jobspec.h"
 #include "mem.h"
 #include "model.h"
+#include "model_gpt2.h"
+#include "model_llama.h"
 #include "plan.h"
 #include "rng.h"
 
@@ -83,8 +85,8 @@ static void tokens(int *inp, int *tgt, int n, int V, uint64_t seed) {
 }
 
 /* The architecture's two allocations, in bytes. */
-static int64_t acts_saved_bytes(const model_acts *a) { return a->llama ? a->llama->saved_bytes : a->gpt2->saved_bytes; }
-static int64_t acts_ws_bytes(const model_acts *a) { return a->llama ? a->llama->ws_bytes : a->gpt2->ws_bytes; }
+static int64_t acts_saved_bytes(const model_acts *a) { return model_acts_arena(a)->saved_bytes; }
+static int64_t acts_ws_bytes(const model_acts *a) { return model_acts_arena(a)->ws_bytes; }
 
 /* The buffers are the planner's activation and workspace terms (less the token ids, which the
  * runtime allocates). */

@@ -25,7 +25,7 @@ static uint16_t dev_round(device_t *d, float x) {
   float *src = d->op->alloc(d, MEM_WORKSPACE, 4);
   uint16_t *dst = d->op->alloc(d, MEM_WORKSPACE, 2);
   src[0] = x;
-  d->op->cast_bf16(d, dst, src, 1);
+  d->kern->cast_bf16(d, dst, src, 1);
   d->op->sync(d);
   uint16_t r = dst[0];
   d->op->free(d, src);
@@ -77,11 +77,11 @@ static void test_memory_ops(device_t *d) {
   uint16_t *h = d->op->alloc(d, MEM_WORKSPACE, n * 2);
   float *out = d->op->alloc(d, MEM_WORKSPACE, 8);
   for (int i = 0; i < n; i++) a[i] = (float)(i - 500) * 0.37f;
-  d->op->fill(d, b, 2.0f, n);
-  d->op->add(d, b, a, DTYPE_FP32, n);           /* b = 2 + a */
-  d->op->cast_bf16(d, h, a, n);
-  d->op->add(d, b, h, DTYPE_BF16, n);           /* b = 2 + a + bf16(a) */
-  d->op->sumsq(d, out, a, n, 0.5f);
+  d->kern->fill(d, b, 2.0f, n);
+  d->kern->add(d, b, a, DTYPE_FP32, n);           /* b = 2 + a */
+  d->kern->cast_bf16(d, h, a, n);
+  d->kern->add(d, b, h, DTYPE_BF16, n);           /* b = 2 + a + bf16(a) */
+  d->kern->sumsq(d, out, a, n, 0.5f);
   d->op->sync(d);
   int bad = 0;
   double sq = 0;
@@ -95,8 +95,8 @@ static void test_memory_ops(device_t *d) {
   CHECK_NEAR(sq * 0.5, out[0], 0, 1e-7);
   CHECK(out[1] == 0.0f);
   a[7] = INFINITY;
-  d->op->sumsq(d, out, a, n, 1.0f);
-  d->op->to_act(d, b, h, DTYPE_BF16, n);        /* widen */
+  d->kern->sumsq(d, out, a, n, 1.0f);
+  d->kern->to_act(d, b, h, DTYPE_BF16, n);        /* widen */
   d->op->copy(d, a, b, n * 4);
   d->op->zero(d, h, n * 2);
   d->op->sync(d);
@@ -150,7 +150,7 @@ static void test_ordering(device_t *d, const char *what) {
   d->op->timers(d, us);   /* reads and resets: what follows counts from here */
   double t0 = wall_s();
   for (int round = 0; round < 20; round++) {
-    d->op->fill(d, buf, -1.0f, 256);
+    d->kern->fill(d, buf, -1.0f, 256);
     d->op->record(d, go);
     producer p = {.go = go, .go_ticket = dev_event_last(go), .done = done, .buf = buf};
     p.done_ticket = dev_event_mark(done);

@@ -53,6 +53,47 @@ static void test_llama_forms(void) {
         !a.model.tie_embeddings && a.model.n_positions == 2048 && a.tf_major == 0 && !a.dtype[0]);
 }
 
+/* Both forms in one config.json, as transformers 5's from_pretrained reads them (checked against
+ * LlamaConfig.rope_parameters of transformers 5.23): the legacy rope_scaling replaces rope_parameters,
+ * a top-level rope_theta stands where the rope object has none; where the two say different things
+ * the config is refused, naming both. */
+#define L3_SCALING "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64"
+static void test_llama_mixed_rope(void) {
+  hf_config a;
+  /* rope_parameters default + a legacy llama3 block: transformers computes the scaling */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}, "
+                 "\"rope_scaling\": {\"rope_type\": \"llama3\", " L3_SCALING "}}", &a));
+  CHECK(a.model.rope_scaling == ROPE_SCALING_LLAMA3 && a.model.rope_factor == 8 && a.model.rope_theta == 10000);
+  CHECK_EQ_INT(64, a.model.rope_original_max_pos);
+  /* rope_parameters without a base + a top-level rope_theta: the top-level one */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\"}, \"rope_theta\": 500000.0}", &a));
+  CHECK(a.model.rope_theta == 500000 && a.model.rope_scaling == ROPE_SCALING_NONE);
+  /* the legacy block with the top-level base (a transformers 4 config) */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"type\": \"llama3\", " L3_SCALING "}}",
+                 &a));
+  CHECK(a.model.rope_theta == 500000 && a.model.rope_scaling == ROPE_SCALING_LLAMA3);
+  /* the same scaling in both forms is one model */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, "
+                 L3_SCALING "}, \"rope_scaling\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, " L3_SCALING "}}",
+                 &a));
+  CHECK(a.model.rope_theta == 500000 && a.model.rope_scaling == ROPE_SCALING_LLAMA3);
+  static const struct { const char *cfg, *msg; } bad[] = {
+    {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}, \"rope_theta\": 500000.0}",
+     "rope_parameters has rope_theta 10000 but the top-level rope_theta is 500000"},
+    {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 20000.0}, "
+     "\"rope_scaling\": {\"rope_type\": \"llama3\", " L3_SCALING "}, \"rope_theta\": 30000.0}",
+     "rope_parameters has rope_theta 20000 but transformers takes 30000"},
+    {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 10000.0, " L3_SCALING "}, "
+     "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 4.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+     "\"original_max_position_embeddings\": 64}}",
+     "rope_parameters (rope_type 'llama3') and the legacy rope_scaling (rope_type 'llama3') disagree"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(parse(bad[i].cfg, &a) == FSDP_ERR_UNSUPPORTED);
+    CHECK(has(bad[i].msg));
+  }
+}
+
 static void test_gpt2(void) {
   hf_config h;
   CHECK_OK(parse("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 32, \"vocab_size\": 256, "
@@ -127,6 +168,7 @@ static void test_export_config(void) {
 
 int main(void) {
   test_llama_forms();
+  test_llama_mixed_rope();
   test_gpt2();
   test_refused();
   test_export_config();

@@ -199,14 +199,14 @@ static void test_cuda_layout_alignment(void) {
       int bad = 0;
       for (int l = 0; l < a->L; l++) {
         const llama_block_acts *b = &a->blk[l];
-        bad += misaligned(b->ln1_rstd, a->saved, 4) + misaligned(b->att, a->saved, 4) +
-               misaligned(b->ln2_rstd, a->saved, 4);
+        bad += misaligned(b->ln1_rstd, a->arena.saved, 4) + misaligned(b->att, a->arena.saved, 4) +
+               misaligned(b->ln2_rstd, a->arena.saved, 4);
         const void *act[] = {b->ln1, b->qkv, b->atty, b->res2, b->ln2, b->gu, b->h, b->out};
-        for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) bad += misaligned(act[i], a->saved, 4);
+        for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) bad += misaligned(act[i], a->arena.saved, 4);
       }
-      bad += misaligned(a->lnf_rstd, a->saved, 4) + misaligned(a->x0, a->saved, 4) + misaligned(a->lnf, a->saved, 4);
-      bad += misaligned(a->losses, a->ws, 4) + misaligned(a->datt, a->ws, 4) + misaligned(a->dh, a->ws, 4) +
-             misaligned(a->dbuf, a->ws, 4) + misaligned(a->dlnf, a->ws, 4);
+      bad += misaligned(a->lnf_rstd, a->arena.saved, 4) + misaligned(a->x0, a->arena.saved, 4) + misaligned(a->lnf, a->arena.saved, 4);
+      bad += misaligned(a->losses, a->arena.ws, 4) + misaligned(a->datt, a->arena.ws, 4) + misaligned(a->dh, a->arena.ws, 4) +
+             misaligned(a->dbuf, a->arena.ws, 4) + misaligned(a->dlnf, a->arena.ws, 4);
       if (bad) fprintf(stderr, "FAIL: %d buffer(s) of the bf16 Llama layout misaligned (checkpointing %d)\n", bad, ck);
       CHECK_EQ_INT(0, bad);
     }

@@ -387,7 +387,7 @@ static void test_cpu_device_slots(void) {
       encoder_forward(b[S_ENC], inp, w, NULL, B, T, C);
       encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
     } else {
-      const dev_ops *o = d->op;
+      const dev_kernels *o = d->kern;
       o->linear_forward(d, b[S_LIN], x, w, BT, C3, OC);
       o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
       o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
@@ -400,7 +400,7 @@ static void test_cpu_device_slots(void) {
       o->swiglu_backward(d, b[S_DGU], gu, b[S_SW], BT, F);
       o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C);
       o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
-      CHECK_OK(o->sync(d));
+      CHECK_OK(d->op->sync(d));
     }
   }
   static const char *const names[S_N] = {"linear out", "linear dinp", "linear dweight", "rmsnorm out", "rmsnorm rstd",

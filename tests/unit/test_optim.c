@@ -79,7 +79,7 @@ static void test_adamw(void) {
         }
       }
       optim_adamw_shard(p, r, w + r * p->shard_total, g + r * p->shard_total, m + r * p->shard_total,
-                        v + r * p->shard_total, t, lr, &s, gscale);
+                        v + r * p->shard_total, t, lr, (const optim_config[]){optim_config_of(&s)}, gscale);
     }
     rb = 0;
     for (int u = 0; u < p->nunits; u++) {
@@ -127,7 +127,7 @@ static void test_adamw(void) {
   memset(m, 0, sizeof(float) * (size_t)p->shard_total);
   memset(v, 0, sizeof(float) * (size_t)p->shard_total);
   for (int64_t i = 0; i < p->shard_total; i++) w[i] = 2.0f;
-  optim_adamw_shard(p, 0, w, g, m, v, 1, 0.5, &s, 1.0f);
+  optim_adamw_shard(p, 0, w, g, m, v, 1, 0.5, (const optim_config[]){optim_config_of(&s)}, 1.0f);
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *un = &p->units[u];
     for (int ti = 0; ti < un->ntensors; ti++) {

@@ -1,6 +1,8 @@
 /* test_plan — units, tensor layout, shard maps, parameter counts, the memory model and the
  * communication volumes against figures computed by hand, and the JSON the coordinator ships. */
 #include "ctl_planout.h"
+#include "gpt2.h"
+#include "llama.h"
 #include "plan.h"
 
 #include <jansson.h>

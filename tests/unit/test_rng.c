@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "jobspec.h"
+#include "gpt2.h"
 #include "model.h"
 #include "plan.h"
 #include "rng.h"

@@ -169,7 +169,8 @@ static int bf16_reference_child(int rank, int world, const char *dir, void *arg)
     for (int64_t i = 0; i < S; i++) sq += (double)g[i] * g[i];
     loss[step - 1] = l / (float)BT;
     double clip = optim_clip_scale(sqrt((double)(float)sq), s.grad_clip);
-    optim_adamw_shard(p, 0, w, g, m, v, step, optim_lr(&s, step), &s, (float)clip);
+    optim_adamw_shard(p, 0, w, g, m, v, step, optim_lr(&s, step), (const optim_config[]){optim_config_of(&s)},
+                      (float)clip);
   }
   char path[512];
   snprintf(path, sizeof path, "%s/ref-loss", dir);

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpt2.h"
+#include "llama.h"
 #include "safetensors.h"
 #include "tmpdir.h"
 

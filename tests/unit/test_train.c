@@ -82,7 +82,7 @@ int main(void) {
     double n2 = 0;
     for (int64_t i = 0; i < S; i++) n2 += (double)g[i] * g[i];
     float scale = (float)optim_clip_scale(sqrt(n2), s.grad_clip);
-    optim_adamw_shard(p, 0, w, g, m, v, step, optim_lr(&s, step), &s, scale);
+    optim_adamw_shard(p, 0, w, g, m, v, step, optim_lr(&s, step), (const optim_config[]){optim_config_of(&s)}, scale);
     if (step == 1) first = loss;
     if (step > steps - 20) tail += loss / 20;
     if (step % 50 == 0) printf("step %d loss %.4f lr %.2e\n", step, loss, optim_lr(&s, step));

@@ -545,7 +545,7 @@ static fsdp_status cu_bind(device_t *dd, const plan_t *p, int rank) {
 }
 
 static void cu_adamw(device_t *dd, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
-                     uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale) {
+                     uint16_t *lp, int step, double lr, const optim_config *s, float grad_scale) {
   cuda_dev *d = cd(dd);
   if (d->err != FSDP_OK) return;
   if (p != d->plan || rank != d->rank) {
@@ -721,10 +721,14 @@ static void cu_destroy(device_t *dd) {
 }
 
 static const dev_ops cuda_ops = {
-    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host, .upload = cu_upload, .download = cu_download, .snapshot = cu_snapshot,
-    .record = cu_record, .wait = cu_wait, .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers,
-    .event_create = cu_event_create, .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cu_trace, .zero = cu_zero,
-    .copy = cu_copy, .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
+    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host,
+    .upload = cu_upload, .download = cu_download, .snapshot = cu_snapshot, .record = cu_record, .wait = cu_wait,
+    .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers, .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cu_trace, .zero = cu_zero, .copy = cu_copy,
+    .destroy = cu_destroy};
+
+static const dev_kernels cuda_kernels = {
+    .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
     .add_act = cu_add_act, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
@@ -735,7 +739,7 @@ static const dev_ops cuda_ops = {
     .classifier = cu_classifier, .linear_forward = cu_linear_forward,
     .linear_backward = cu_linear_backward, .rmsnorm_forward = cu_rmsnorm_forward,
     .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
-    .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward, .destroy = cu_destroy};
+    .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward};
 
 fsdp_status dev_cuda_count(int *n) {
   *n = 0;
@@ -762,6 +766,7 @@ fsdp_status dev_new_cuda(int gpu, device_t **out) {
   cuda_dev *d = calloc(1, sizeof *d);
   if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CUDA device");
   d->base.op = &cuda_ops;
+  d->base.kern = &cuda_kernels;
   d->base.kind = DEVICE_CUDA;
   d->base.act_bytes = 2;
   d->base.host_accessible = 0;

@@ -148,30 +148,30 @@ void dev_destroy(device_t **pd) {
 
 void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
                             const void *w, const void *bias, int B, int T, int C) {
-  if (d->op->residual_layernorm_forward) {
-    d->op->residual_layernorm_forward(d, res, out, mean, rstd, a, b, w, bias, B, T, C);
+  if (d->kern->residual_layernorm_forward) {
+    d->kern->residual_layernorm_forward(d, res, out, mean, rstd, a, b, w, bias, B, T, C);
     return;
   }
-  d->op->residual_forward(d, res, a, b, (int64_t)B * T * C);
-  d->op->layernorm_forward(d, out, mean, rstd, res, w, bias, B, T, C);
+  d->kern->residual_forward(d, res, a, b, (int64_t)B * T * C);
+  d->kern->layernorm_forward(d, out, mean, rstd, res, w, bias, B, T, C);
 }
 
 void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
                      int OC) {
-  if (d->op->matmul_gelu_forward) {
-    d->op->matmul_gelu_forward(d, out, pre, inp, w, bias, BT, C, OC);
+  if (d->kern->matmul_gelu_forward) {
+    d->kern->matmul_gelu_forward(d, out, pre, inp, w, bias, BT, C, OC);
     return;
   }
-  d->op->matmul_forward(d, pre, inp, w, bias, BT, C, OC);
-  d->op->gelu_forward(d, out, pre, (int64_t)BT * OC);
+  d->kern->matmul_forward(d, pre, inp, w, bias, BT, C, OC);
+  d->kern->gelu_forward(d, out, pre, (int64_t)BT * OC);
 }
 
 void dev_matmul_backward_gelu(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                               const void *w, const void *pre, void *scratch, int BT, int C, int OC) {
-  if (d->op->matmul_backward_gelu) {
-    d->op->matmul_backward_gelu(d, dinp, dw, db, dout, inp, w, pre, BT, C, OC);
+  if (d->kern->matmul_backward_gelu) {
+    d->kern->matmul_backward_gelu(d, dinp, dw, db, dout, inp, w, pre, BT, C, OC);
     return;
   }
-  d->op->matmul_backward(d, scratch, dw, db, dout, inp, w, BT, C, OC);
-  d->op->gelu_backward(d, dinp, pre, scratch, (int64_t)BT * C);
+  d->kern->matmul_backward(d, scratch, dw, db, dout, inp, w, BT, C, OC);
+  d->kern->gelu_backward(d, dinp, pre, scratch, (int64_t)BT * C);
 }

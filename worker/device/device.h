@@ -1,5 +1,7 @@
 /* device — the device layer: everything the runtime and the model do to parameter, gradient and
- * activation memory goes through one table of operations (docs/design.md §2, docs/runtime.md).
+ * activation memory goes through two tables (docs/design.md §2, docs/runtime.md): the device runtime
+ * (dev_ops: memory, copies, events, the stream, timers) and the kernel table (dev_kernels: the
+ * models' and the optimizer's operators, the element-wise conversions).
  *
  * A device has one COMPUTE STREAM: every operation below (except the allocator, events' host side
  * and the synchronous copies) is enqueued on it and runs in submission order, asynchronously to the
@@ -40,6 +42,7 @@
 #include "err.h"
 #include "jobspec.h"
 #include "ops/rope.h"
+#include "optim.h"
 #include "plan.h"
 #include "trace.h"
 
@@ -97,6 +100,14 @@ typedef struct dev_ops {
   /* ---- memory operations on the stream ---- */
   void (*zero)(device_t *d, void *p, size_t bytes);
   void (*copy)(device_t *d, void *dst, const void *src, size_t bytes);   /* device to device */
+  void (*destroy)(device_t *d);
+} dev_ops;
+
+/* The kernel table: every operator the models and the optimizer run, each enqueued on the compute
+ * stream in submission order like the copies above (ops_cpu.h has the math; llm.c's argument
+ * order). A device has one (d->kern) beside its runtime (d->op); the CPU's three modes share theirs. */
+typedef struct dev_kernels {
+  /* ---- element-wise conversions and sums on the stream (the runtime's and the reduction's) ---- */
   void (*fill)(device_t *d, float *p, float v, int64_t n);
   void (*cast_bf16)(device_t *d, uint16_t *dst, const float *src, int64_t n);    /* round to nearest even */
   void (*to_act)(device_t *d, void *dst, const void *src, dtype_kind src_dt, int64_t n);  /* params → compute form */
@@ -106,10 +117,11 @@ typedef struct dev_ops {
   /* ---- optimizer ---- */
   /* out[0] = scale·Σ x², out[1] = 0 if that is finite else 1 (fixed summation order). */
   void (*sumsq)(device_t *d, float *out, const float *x, int64_t n, float scale);
-  /* AdamW (optim.h) over RANK's shard; when lp is non-NULL also writes lp = bf16(param) for every
-   * shard element (padding included, which stays 0). */
+  /* AdamW (optim.h) over RANK's shard with the hyperparameters OC (read when the stream runs it: OC
+   * outlives the step); when lp is non-NULL also writes lp = bf16(param) for every shard element
+   * (padding included, which stays 0). */
   void (*adamw)(device_t *d, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
-                uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale);
+                uint16_t *lp, int step, double lr, const optim_config *oc, float grad_scale);
 
   /* ---- the model's operators (ops_cpu.h has the math; llm.c's argument order) ---- */
   /* encoder: wpe (and dwpe) NULL for models without learned positions (Llama): out = wte[inp]. */
@@ -174,12 +186,13 @@ typedef struct dev_ops {
   void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
 
-  void (*destroy)(device_t *d);
-} dev_ops;
+} dev_kernels;
+
 
 /* Every implementation's struct starts with this. */
 struct device {
-  const dev_ops *op;
+  const dev_ops *op;         /* the runtime: memory, copies, events, the stream, timers */
+  const dev_kernels *kern;   /* the operators of the models and the optimizer */
   device_kind kind;      /* DEVICE_CPU or DEVICE_CUDA: what the planner's formulas are for */
   int act_bytes;         /* bytes per act element: 4 on the CPU, 2 (bf16) on CUDA */
   int host_accessible;   /* device pointers are host pointers (the CPU device) */

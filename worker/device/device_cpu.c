@@ -286,7 +286,7 @@ static void run_adamw(cpu_dev *d, const targ *a) {
   for (int64_t i = 0; i < p->shard_total; i++) lp[i] = st_f32_to_bf16(param[i]);
 }
 static void cpu_adamw(device_t *d, const plan_t *p, int rank, float *param, const float *grad, float *m, float *v,
-                      uint16_t *lp, int step, double lr, const jobspec_t *s, float grad_scale) {
+                      uint16_t *lp, int step, double lr, const optim_config *s, float grad_scale) {
   SUBMIT(d, run_adamw, P(p), I(rank), P(param), P(grad), P(m), P(v), P(lp), I(step), F(lr), P(s), F(grad_scale));
 }
 
@@ -509,29 +509,34 @@ static void cpu_destroy(device_t *dd) {
 
 #define CPU_OPS(NAME)                                                                                          \
   {                                                                                                            \
-    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, .upload = cpu_upload, .download = cpu_download, .snapshot = cpu_download, \
-    .record = cpu_record, .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, \
-    .trace = cpu_trace,                                                                                        \
-    .zero = cpu_zero, .copy = cpu_copy, .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add,      \
-    .add_act = cpu_add_act, .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,    \
-    .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,                      \
-    .layernorm_backward = cpu_layernorm_backward, .matmul_forward = cpu_matmul_forward,                        \
-    .matmul_backward = cpu_matmul_backward, .attention_forward = cpu_attention_forward,                        \
-    .attention_backward = cpu_attention_backward, .gelu_forward = cpu_gelu_forward,                            \
-    .gelu_backward = cpu_gelu_backward, .residual_forward = cpu_residual_forward,                              \
-    .classifier = cpu_classifier, .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward, \
-    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,                          \
-    .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward, \
-    .swiglu_backward = cpu_swiglu_backward, .destroy = cpu_destroy                                             \
+    .name = NAME, .alloc = cpu_alloc, .free = cpu_free, .alloc_host = cpu_alloc_host, .free_host = cpu_free_host, \
+    .upload = cpu_upload, .download = cpu_download, .snapshot = cpu_download, .record = cpu_record,             \
+    .wait = cpu_wait, .sync = cpu_sync, .set_timer = cpu_set_timer, .timers = cpu_timers, .trace = cpu_trace,   \
+    .zero = cpu_zero, .copy = cpu_copy, .destroy = cpu_destroy                                                 \
   }
 
 static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async"), ops_strict = CPU_OPS("cpu-strict");
+
+/* every mode's: each kernel submits to the device's stream, which is the host in sync mode */
+static const dev_kernels cpu_kernels = {
+    .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add, .add_act = cpu_add_act,
+    .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward, .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward, .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward, .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward, .residual_forward = cpu_residual_forward,
+    .classifier = cpu_classifier, .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward};
 
 fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out) {
   *out = NULL;
   cpu_dev *d = calloc(1, sizeof *d);
   if (!d) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the CPU device");
   d->base.op = mode == DEV_CPU_SYNC ? &ops_sync : mode == DEV_CPU_ASYNC ? &ops_async : &ops_strict;
+  d->base.kern = &cpu_kernels;
   d->base.kind = DEVICE_CPU;
   d->base.act_bytes = 4;
   d->base.host_accessible = 1;

@@ -1,19 +1,35 @@
-/* model — dispatch by architecture; see model.h. */
+/* model — dispatch by architecture through the table of models/models.def; see model.h. */
 #include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define FSDP_ARCH(ID, name) extern const model_ops name##_model;
+#include "models.def"
+
+static const model_ops *const table[] = {
+#define FSDP_ARCH(ID, name) [ARCH_##ID] = &name##_model,
+#include "models.def"
+};
+
+const model_ops *model_ops_of(model_arch a) {
+  return (unsigned)a < sizeof table / sizeof table[0] ? table[a] : NULL;
+}
+
 model_acts *model_acts_new(const plan_t *p, device_t *d) {
+  const model_ops *ops = model_ops_of(p->model.arch);
+  if (!ops) {
+    fsdp_set_error(FSDP_ERR_INVALID, "model_acts_new: architecture %d has no model", (int)p->model.arch);
+    return NULL;
+  }
   model_acts *a = calloc(1, sizeof *a);
   if (!a) {
     fsdp_set_error(FSDP_ERR_NOMEM, "model_acts_new: out of host memory");
     return NULL;
   }
-  a->arch = p->model.arch;
-  if (a->arch == ARCH_LLAMA) a->llama = llama_acts_new(p, d);
-  else a->gpt2 = gpt2_acts_new(p, d);
-  if (!a->llama && !a->gpt2) {   /* the architecture's constructor recorded the error */
+  a->ops = ops;
+  a->acts = ops->acts_new(p, d);
+  if (!a->acts) {   /* the architecture's constructor recorded the error */
     free(a);
     return NULL;
   }
@@ -22,41 +38,34 @@ model_acts *model_acts_new(const plan_t *p, device_t *d) {
 
 void model_acts_destroy(model_acts **pa) {
   if (!pa || !*pa) return;
-  gpt2_acts_destroy(&(*pa)->gpt2);
-  llama_acts_destroy(&(*pa)->llama);
+  (*pa)->ops->acts_destroy((*pa)->acts);
   free(*pa);
   *pa = NULL;
 }
 
 void model_embed_forward(model_acts *a, const plan_t *p, const void *root, const int *inp) {
-  if (a->llama) llama_embed_forward(a->llama, p, root, inp);
-  else gpt2_embed_forward(a->gpt2, p, root, inp);
+  a->ops->embed_forward(a->acts, p, root, inp);
 }
 
 void model_block_forward(model_acts *a, const plan_t *p, int layer, const void *unit) {
-  if (a->llama) llama_block_forward(a->llama, p, layer, unit);
-  else gpt2_block_forward(a->gpt2, p, layer, unit);
+  a->ops->block_forward(a->acts, p, layer, unit);
 }
 
 void model_head_forward_backward(model_acts *a, const plan_t *p, const void *root, float *droot, const int *targets,
                                  float dscale, float *loss_acc) {
-  if (a->llama) llama_head_forward_backward(a->llama, p, root, droot, targets, dscale, loss_acc);
-  else gpt2_head_forward_backward(a->gpt2, p, root, droot, targets, dscale, loss_acc);
+  a->ops->head_forward_backward(a->acts, p, root, droot, targets, dscale, loss_acc);
 }
 
 void model_head_forward(model_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
-  if (a->llama) llama_head_forward(a->llama, p, root, targets, loss_acc);
-  else gpt2_head_forward(a->gpt2, p, root, targets, loss_acc);
+  a->ops->head_forward(a->acts, p, root, targets, loss_acc);
 }
 
 void model_block_backward(model_acts *a, const plan_t *p, int layer, const void *unit, float *dunit) {
-  if (a->llama) llama_block_backward(a->llama, p, layer, unit, dunit);
-  else gpt2_block_backward(a->gpt2, p, layer, unit, dunit);
+  a->ops->block_backward(a->acts, p, layer, unit, dunit);
 }
 
 void model_embed_backward(model_acts *a, const plan_t *p, float *droot, const int *inp) {
-  if (a->llama) llama_embed_backward(a->llama, p, droot, inp);
-  else gpt2_embed_backward(a->gpt2, p, droot, inp);
+  a->ops->embed_backward(a->acts, p, droot, inp);
 }
 
 void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, float *const *dunits, const int *inp,
@@ -69,13 +78,14 @@ void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, 
   model_embed_backward(a, p, dunits[0], inp);
 }
 
-const void *model_final_hidden(const model_acts *a) { return a->llama ? a->llama->lnf : a->gpt2->lnf; }
+const void *model_final_hidden(const model_acts *a) { return a->ops->final_hidden(a->acts); }
 
 float model_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
-  return p->model.arch == ARCH_LLAMA ? llama_init_value(p, u, t, seed, k) : gpt2_init_value(p, u, t, seed, k);
+  return model_ops_of(p->model.arch)->init_value(p, u, t, seed, k);
 }
 
 void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard) {
+  const model_ops *ops = model_ops_of(p->model.arch);
   for (int u = 0; u < p->nunits; u++) {
     const plan_unit *un = &p->units[u];
     const int64_t lo = plan_shard_offset(p, u, rank), hi = lo + un->shard_numel;
@@ -86,7 +96,7 @@ void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard) {
       int64_t a = pt->offset > lo ? pt->offset : lo;
       int64_t b = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
 #pragma omp parallel for schedule(static)
-      for (int64_t e = a; e < b; e++) dst[e - lo] = model_init_value(p, u, t, seed, e - pt->offset);
+      for (int64_t e = a; e < b; e++) dst[e - lo] = ops->init_value(p, u, t, seed, e - pt->offset);
     }
   }
 }
@@ -95,4 +105,21 @@ void *model_take(char *base, int64_t *off, int64_t n, int esz) {
   void *r = base ? base + *off : NULL;
   *off += n * esz;
   return r;
+}
+
+fsdp_status model_arena_alloc(model_arena *ar, device_t *d, model_layout_fn layout, void *acts) {
+  ar->dev = d;
+  layout(acts, NULL, NULL, &ar->saved_bytes, &ar->ws_bytes);
+  ar->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)ar->saved_bytes);
+  ar->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)ar->ws_bytes);
+  if (!ar->saved || !ar->ws) return FSDP_ERR_NOMEM;   /* the allocator recorded its own error */
+  layout(acts, ar->saved, ar->ws, &ar->saved_bytes, &ar->ws_bytes);
+  return FSDP_OK;
+}
+
+void model_arena_free(model_arena *ar) {
+  if (!ar || !ar->dev) return;
+  ar->dev->op->free(ar->dev, ar->saved);
+  ar->dev->op->free(ar->dev, ar->ws);
+  ar->saved = ar->ws = NULL;
 }

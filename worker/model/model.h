@@ -1,10 +1,11 @@
 /* model — the architecture behind one interface: what the runtime, the sampler and the tests call.
  *
- * p->model.arch picks GPT-2 (model_gpt2.h) or Llama (model_llama.h); both follow the contract that
- * model_gpt2.h spells out (the call order per micro-step, += parameter gradients, dscale, the
- * activations and workspace allocated exactly as plan_act says). A model_acts holds one
- * architecture's activation buffers; it belongs to one device and its thread. These functions only
- * dispatch: every operator runs in the architecture's module.
+ * p->model.arch picks the architecture's table of verbs, model_ops (its folder's model_<name>.c,
+ * registered by its line in models/models.def: GPT-2 model_gpt2.h, Llama model_llama.h); every one
+ * follows the contract that model_gpt2.h spells out (the call order per micro-step, += parameter
+ * gradients, dscale, the activations and workspace allocated exactly as plan_act says). A model_acts
+ * holds one architecture's activation buffers; it belongs to one device and its thread. These
+ * functions only dispatch: every operator runs in the architecture's module.
  */
 #ifndef FSDP_MODEL_H
 #define FSDP_MODEL_H
@@ -12,14 +13,30 @@
 #include <stdint.h>
 
 #include "device.h"
-#include "model_gpt2.h"
-#include "model_llama.h"
 #include "plan.h"
 
+/* An architecture's forward and backward (the worker's half of its descriptor, models/arch.h):
+ * ACTS is its own activation state, made by acts_new for one plan and device. */
+typedef struct model_ops {
+  void *(*acts_new)(const plan_t *p, device_t *d);   /* NULL (an error recorded) if an allocation fails */
+  void (*acts_destroy)(void *acts);
+  void (*embed_forward)(void *acts, const plan_t *p, const void *root, const int *inp);
+  void (*block_forward)(void *acts, const plan_t *p, int layer, const void *unit);
+  void (*head_forward_backward)(void *acts, const plan_t *p, const void *root, float *droot, const int *targets,
+                                float dscale, float *loss_acc);
+  void (*head_forward)(void *acts, const plan_t *p, const void *root, const int *targets, float *loss_acc);
+  void (*block_backward)(void *acts, const plan_t *p, int layer, const void *unit, float *dunit);
+  void (*embed_backward)(void *acts, const plan_t *p, float *droot, const int *inp);
+  const void *(*final_hidden)(const void *acts);
+  float (*init_value)(const plan_t *p, int u, int t, uint64_t seed, int64_t k);
+} model_ops;
+
+/* The table of architecture A, or NULL. */
+const model_ops *model_ops_of(model_arch a);
+
 typedef struct model_acts {
-  model_arch arch;
-  gpt2_acts *gpt2;     /* the one of arch; the other NULL */
-  llama_acts *llama;
+  const model_ops *ops;   /* p->model.arch's */
+  void *acts;             /* its activation state */
 } model_acts;
 
 /* NULL (an error recorded) if an allocation fails. */
@@ -61,5 +78,23 @@ static inline float *model_grad(const plan_t *p, int u, int slot, float *buf) { 
 /* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count): how each architecture
  * lays its activations and workspace out, once to size the allocations and once to place them. */
 void *model_take(char *base, int64_t *off, int64_t n, int esz);
+
+/* The activation arena every architecture keeps its buffers in: one MEM_ACTIVATIONS allocation
+ * (kept forward → backward) and one MEM_WORKSPACE allocation (reused by phase), both of exactly the
+ * bytes its LAYOUT counts (plan_act's terms). An architecture's activation state starts with it, so
+ * that the runtime and the tests read its sizes without knowing the architecture. */
+typedef struct model_arena {
+  device_t *dev;
+  void *saved, *ws;
+  int64_t saved_bytes, ws_bytes;
+} model_arena;
+/* LAYOUT(ACTS, saved, ws, &saved_bytes, &ws_bytes) lays ACTS's views out from the two bases (NULL:
+ * count only). Called once to count, then, after the allocations, to place. FSDP_ERR_NOMEM (the
+ * allocator's error recorded) if an allocation fails; model_arena_free is then still due. */
+typedef void (*model_layout_fn)(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes);
+fsdp_status model_arena_alloc(model_arena *ar, device_t *d, model_layout_fn layout, void *acts);
+void model_arena_free(model_arena *ar);   /* NULL-safe; the buffers back to the device */
+/* The arena of A (every architecture's state starts with one). */
+static inline const model_arena *model_acts_arena(const model_acts *a) { return (const model_arena *)a->acts; }
 
 #endif

@@ -31,8 +31,12 @@ static void adamw_span(float *w, const float *g, float *m, float *v, int64_t n, 
   }
 }
 
+optim_config optim_config_of(const jobspec_t *s) {
+  return (optim_config){.beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps, .weight_decay = s->weight_decay};
+}
+
 void optim_adamw_shard(const plan_t *p, int rank, float *param_shard, const float *grad_shard, float *m,
-                       float *v, int step, double lr, const jobspec_t *spec, float grad_scale) {
+                       float *v, int step, double lr, const optim_config *spec, float grad_scale) {
   const double bc1 = 1.0 - pow(spec->beta1, step);
   const double bc2 = 1.0 - pow(spec->beta2, step);
   const float step_size = (float)(lr / bc1);

@@ -17,13 +17,20 @@
 #include "jobspec.h"
 #include "plan.h"
 
+/* AdamW's own hyperparameters ([optim] beta1, beta2, eps, weight_decay): what the update reads. */
+typedef struct optim_config {
+  double beta1, beta2, eps, weight_decay;
+} optim_config;
+/* The job's ([optim] of S). */
+optim_config optim_config_of(const jobspec_t *s);
+
 /* Update RANK's shard (p->shard_total floats each: params, grads, m, v). STEP is 1-based; LR comes
- * from optim_lr(); beta1, beta2, eps and weight_decay from SPEC; GRAD_SCALE multiplies every
+ * from optim_lr(); beta1, beta2, eps and weight_decay from OC; GRAD_SCALE multiplies every
  * gradient first (the clip scale). Padding elements are not touched. */
 void optim_adamw_shard(const plan_t *p, int rank, float *param_shard, const float *grad_shard, float *m,
-                       float *v, int step, double lr, const jobspec_t *spec, float grad_scale);
+                       float *v, int step, double lr, const optim_config *oc, float grad_scale);
 
-/* The learning rate of optimizer step STEP (1-based), nanoGPT's get_lr(it) with it = step − 1,
+/* The learning rate of optimizer step STEP (1-based; the job's schedule, not the optimizer's), nanoGPT's get_lr(it) with it = step − 1,
  * W = warmup_steps, N = steps, lr and min_lr from S:
  *   it < W:                         lr · (it + 1) / (W + 1)
  *   schedule constant, it ≥ W:      lr

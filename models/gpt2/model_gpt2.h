@@ -31,6 +31,8 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "gpt2.h"
+#include "model.h"
 #include "plan.h"
 
 typedef struct gpt2_block_acts {   /* saved by block forward, read by its backward (act unless noted) */
@@ -50,6 +52,7 @@ typedef struct gpt2_block_acts {   /* saved by block forward, read by its backwa
 } gpt2_block_acts;
 
 typedef struct gpt2_acts {
+  model_arena arena;     /* first (model.h): the MEM_ACTIVATIONS and MEM_WORKSPACE allocations */
   device_t *dev;
   int recompute;         /* [fsdp] activation_checkpointing = full: blocks share one working set and
                             the backward recomputes each block's forward first */
@@ -69,9 +72,6 @@ typedef struct gpt2_acts {
   void *dbuf;            /* (B,T,4C) */
   void *datty;           /* (B,T,C) */
   void *datt;            /* attention backward scratch */
-  void *saved;           /* the MEM_ACTIVATIONS allocation */
-  void *ws;              /* the MEM_WORKSPACE allocation */
-  int64_t saved_bytes, ws_bytes;
 } gpt2_acts;
 
 /* NULL (and an error recorded) if an allocation fails. B = p->batch_size, T = p->model.seq_len.

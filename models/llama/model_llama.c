@@ -27,7 +27,8 @@ static void take_block(llama_acts *a, llama_block_acts *b, char *c, int64_t *o, 
   b->h = model_take(c, o, BT * a->F, e);
 }
 
-static void layout(llama_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+  llama_acts *a = acts;
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
   const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
@@ -102,24 +103,17 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
     llama_acts_destroy(&a);
     return NULL;
   }
-  layout(a, NULL, NULL, &a->saved_bytes, &a->ws_bytes);
-  a->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)a->saved_bytes);
-  a->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)a->ws_bytes);
-  if (!a->saved || !a->ws) {
+  if (model_arena_alloc(&a->arena, d, layout, a) != FSDP_OK) {
     llama_acts_destroy(&a);   /* the allocator recorded its own error */
     return NULL;
   }
-  layout(a, a->saved, a->ws, &a->saved_bytes, &a->ws_bytes);
   return a;
 }
 
 void llama_acts_destroy(llama_acts **pa) {
   if (!pa || !*pa) return;
   llama_acts *a = *pa;
-  if (a->dev) {
-    a->dev->op->free(a->dev, a->saved);
-    a->dev->op->free(a->dev, a->ws);
-  }
+  model_arena_free(&a->arena);
   free(a->blk);
   free(a);
   *pa = NULL;
@@ -133,7 +127,7 @@ void llama_acts_destroy(llama_acts **pa) {
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
 }
 
 static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
@@ -146,19 +140,19 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   const void *x = block_input(a, layer);
 
   /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
-  d->op->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
-  d->op->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->op->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
-  d->op->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->op->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
+  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
+  d->kern->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
+  d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
-  d->op->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
-  d->op->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->op->swiglu_forward(d, s->h, s->gu, BT, F);
-  d->op->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
-  d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
+  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
+  d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->kern->swiglu_forward(d, s->h, s->gu, BT, F);
+  d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
 /* ---------------------------------------------------------------- loss and backward */
@@ -168,20 +162,20 @@ void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *roo
   const int C = a->C, BT = a->B * a->T;
   device_t *d = a->dev;
   const void *x = last_output(a);
-  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
-  d->op->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
+  d->kern->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
                     PARAM(0, a->head, root), targets, BT, C, a->V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it */
-  d->op->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
+  d->kern->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
                           BT, C);
 }
 
 void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
   const int BT = a->B * a->T;
   device_t *d = a->dev;
-  d->op->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
   if (targets)
-    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
+    d->kern->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
                       a->C, a->V, 1.0f);
 }
 
@@ -196,26 +190,26 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   if (a->recompute) llama_block_forward(a, p, layer, unit);
 
   /* MLP */
-  d->op->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
-  d->op->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
-  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
+  d->kern->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
+  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
                           s->ln2_rstd, BT, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
 
   /* attention */
-  d->op->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
-  d->op->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->op->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->op->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
+  d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
+  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
+  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
                           BT, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
+  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
 }
 
 #undef PARAM
@@ -228,3 +222,42 @@ float llama_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) 
   if (pt->ndim == 1) return 1.0f;   /* the RMSNorm weights: Llama has no biases */
   return (float)(0.02 * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
+
+/* ---------------------------------------------------------------- the table (model.h) */
+
+static void *acts_new(const plan_t *p, device_t *d) { return llama_acts_new(p, d); }
+static void acts_destroy(void *acts) {
+  llama_acts *a = acts;
+  llama_acts_destroy(&a);
+}
+static void embed_forward(void *a, const plan_t *p, const void *root, const int *inp) {
+  llama_embed_forward(a, p, root, inp);
+}
+static void block_forward(void *a, const plan_t *p, int layer, const void *unit) { llama_block_forward(a, p, layer, unit); }
+static void head_forward_backward(void *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                  float dscale, float *loss_acc) {
+  llama_head_forward_backward(a, p, root, droot, targets, dscale, loss_acc);
+}
+static void head_forward(void *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  llama_head_forward(a, p, root, targets, loss_acc);
+}
+static void block_backward(void *a, const plan_t *p, int layer, const void *unit, float *dunit) {
+  llama_block_backward(a, p, layer, unit, dunit);
+}
+static void embed_backward(void *a, const plan_t *p, float *droot, const int *inp) {
+  llama_embed_backward(a, p, droot, inp);
+}
+static const void *final_hidden(const void *a) { return ((const llama_acts *)a)->lnf; }
+
+const model_ops llama_model = {
+  .acts_new = acts_new,
+  .acts_destroy = acts_destroy,
+  .embed_forward = embed_forward,
+  .block_forward = block_forward,
+  .head_forward_backward = head_forward_backward,
+  .head_forward = head_forward,
+  .block_backward = block_backward,
+  .embed_backward = embed_backward,
+  .final_hidden = final_hidden,
+  .init_value = llama_init_value,
+};

@@ -27,6 +27,8 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "llama.h"
+#include "model.h"
 #include "plan.h"
 
 typedef struct llama_block_acts {   /* saved by the layer's forward, read by its backward (act unless noted) */
@@ -44,6 +46,7 @@ typedef struct llama_block_acts {   /* saved by the layer's forward, read by its
 } llama_block_acts;
 
 typedef struct llama_acts {
+  model_arena arena;     /* first (model.h): the MEM_ACTIVATIONS and MEM_WORKSPACE allocations */
   device_t *dev;
   int recompute;         /* activation checkpointing = full */
   int B, T, C, NH, NKV, HS, Q, F, V, L;
@@ -65,8 +68,6 @@ typedef struct llama_acts {
   void *dh;              /* (B,T,F)   d swiglu output */
   void *dbuf;            /* (B,T,max(2F, Q))  d gate|up, then d qkv */
   void *datt;            /* attention backward scratch */
-  void *saved, *ws;      /* the two allocations */
-  int64_t saved_bytes, ws_bytes;
 } llama_acts;
 
 /* NULL (an error recorded) if an allocation fails; sizes are plan_act's for p->model (arch llama). */

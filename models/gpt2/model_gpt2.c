@@ -10,7 +10,8 @@
 /* ---------------------------------------------------------------- buffers */
 
 /* Lay the saved activations and the workspace views out from SAVED and WS; returns the byte sizes. */
-static void layout(gpt2_acts *a, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
+  gpt2_acts *a = acts;
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
   const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
@@ -107,24 +108,17 @@ gpt2_acts *gpt2_acts_new(const plan_t *p, device_t *d) {
     gpt2_acts_destroy(&a);
     return NULL;
   }
-  layout(a, NULL, NULL, &a->saved_bytes, &a->ws_bytes);
-  a->saved = d->op->alloc(d, MEM_ACTIVATIONS, (size_t)a->saved_bytes);
-  a->ws = d->op->alloc(d, MEM_WORKSPACE, (size_t)a->ws_bytes);
-  if (!a->saved || !a->ws) {
-    gpt2_acts_destroy(&a);     /* the allocator recorded its own error */
+  if (model_arena_alloc(&a->arena, d, layout, a) != FSDP_OK) {
+    gpt2_acts_destroy(&a);   /* the allocator recorded its own error */
     return NULL;
   }
-  layout(a, a->saved, a->ws, &a->saved_bytes, &a->ws_bytes);
   return a;
 }
 
 void gpt2_acts_destroy(gpt2_acts **pa) {
   if (!pa || !*pa) return;
   gpt2_acts *a = *pa;
-  if (a->dev) {
-    a->dev->op->free(a->dev, a->saved);
-    a->dev->op->free(a->dev, a->ws);
-  }
+  model_arena_free(&a->arena);
   free(a->blk);
   free(a);
   *pa = NULL;
@@ -136,7 +130,7 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 
 void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
 }
 
 /* The residual stream entering block LAYER and leaving the last block. */
@@ -149,19 +143,19 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
   gpt2_block_acts *s = &a->blk[layer];
   const void *x = block_input(a, layer);
 
-  d->op->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
+  d->kern->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
                            PARAM(u, BLK_LN1_B, unit), B, T, C);
-  d->op->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
-  d->op->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
-  d->op->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
+  d->kern->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
+  d->kern->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
   dev_residual_layernorm(d, s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, x, a->fwd_tmp, PARAM(u, BLK_LN2_W, unit),
                          PARAM(u, BLK_LN2_B, unit), B, T, C);
   dev_matmul_gelu(d, s->fch_gelu, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C,
                   4 * C);
-  d->op->matmul_forward(d, a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT,
+  d->kern->matmul_forward(d, a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT,
                         4 * C, C);
-  d->op->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
+  d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
 /* ---------------------------------------------------------------- loss and backward */
@@ -172,22 +166,22 @@ void gpt2_head_forward_backward(gpt2_acts *a, const plan_t *p, const void *root,
   device_t *d = a->dev;
   const void *x = last_output(a);
 
-  d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, PARAM(0, ROOT_LNF_W, root),
+  d->kern->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, x, PARAM(0, ROOT_LNF_W, root),
                            PARAM(0, ROOT_LNF_B, root), B, T, C);
-  d->op->classifier(d, a->dlnf, model_grad(p, 0, ROOT_WTE, droot), a->losses, loss_acc, a->logits, a->lnf,
+  d->kern->classifier(d, a->dlnf, model_grad(p, 0, ROOT_WTE, droot), a->losses, loss_acc, a->logits, a->lnf,
                     PARAM(0, ROOT_WTE, root), targets, BT, C, V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it. */
-  d->op->layernorm_backward(d, a->dres, model_grad(p, 0, ROOT_LNF_W, droot), model_grad(p, 0, ROOT_LNF_B, droot),
+  d->kern->layernorm_backward(d, a->dres, model_grad(p, 0, ROOT_LNF_W, droot), model_grad(p, 0, ROOT_LNF_B, droot),
                             a->dlnf, x, PARAM(0, ROOT_LNF_W, root), a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
 void gpt2_head_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
   const int B = a->B, T = a->T, C = a->C;
   device_t *d = a->dev;
-  d->op->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, last_output(a), PARAM(0, ROOT_LNF_W, root),
+  d->kern->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, last_output(a), PARAM(0, ROOT_LNF_W, root),
                            PARAM(0, ROOT_LNF_B, root), B, T, C);
   if (targets)
-    d->op->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, ROOT_WTE, root), targets,
+    d->kern->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, ROOT_WTE, root), targets,
                       B * T, C, a->V, 1.0f);
 }
 
@@ -207,27 +201,27 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
   dev_matmul_backward_gelu(d, dfch, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
                            PARAM(u, BLK_FCPROJ_W, unit), s->fch, a->dbuf, BT, 4 * C, C);
-  d->op->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
+  d->kern->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
                          4 * C);
-  d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
+  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
                             PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
 
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
-  d->op->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
+  d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
-  d->op->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
-  d->op->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
+  d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
-  d->op->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
+  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
                             s->ln1_mean, s->ln1_rstd, B, T, C);
-  d->op->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
+  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
 #undef DPARAM
 }
 
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
-  d->op->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
+  d->kern->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
                           a->B, a->T, a->C);
 }
 
@@ -252,3 +246,42 @@ float gpt2_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   }
   return (float)(std * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
+
+/* ---------------------------------------------------------------- the table (model.h) */
+
+static void *acts_new(const plan_t *p, device_t *d) { return gpt2_acts_new(p, d); }
+static void acts_destroy(void *acts) {
+  gpt2_acts *a = acts;
+  gpt2_acts_destroy(&a);
+}
+static void embed_forward(void *a, const plan_t *p, const void *root, const int *inp) {
+  gpt2_embed_forward(a, p, root, inp);
+}
+static void block_forward(void *a, const plan_t *p, int layer, const void *unit) { gpt2_block_forward(a, p, layer, unit); }
+static void head_forward_backward(void *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                  float dscale, float *loss_acc) {
+  gpt2_head_forward_backward(a, p, root, droot, targets, dscale, loss_acc);
+}
+static void head_forward(void *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+  gpt2_head_forward(a, p, root, targets, loss_acc);
+}
+static void block_backward(void *a, const plan_t *p, int layer, const void *unit, float *dunit) {
+  gpt2_block_backward(a, p, layer, unit, dunit);
+}
+static void embed_backward(void *a, const plan_t *p, float *droot, const int *inp) {
+  gpt2_embed_backward(a, p, droot, inp);
+}
+static const void *final_hidden(const void *a) { return ((const gpt2_acts *)a)->lnf; }
+
+const model_ops gpt2_model = {
+  .acts_new = acts_new,
+  .acts_destroy = acts_destroy,
+  .embed_forward = embed_forward,
+  .block_forward = block_forward,
+  .head_forward_backward = head_forward_backward,
+  .head_forward = head_forward,
+  .block_backward = block_backward,
+  .embed_backward = embed_backward,
+  .final_hidden = final_hidden,
+  .init_value = gpt2_init_value,
+};

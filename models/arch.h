@@ -1,0 +1,124 @@
+/* arch — one descriptor per architecture, and the table that registers them (docs/design.md §2,
+ * docs/models.md).
+ *
+ * Everything the coordinator, the client and a worker's loading code need to know about an
+ * architecture sits in its descriptor, in its folder (models/<name>/<name>_arch.c): its FSDP units
+ * and their Hugging Face tensor names and layouts, the config.json keys it reads (transformers 4
+ * and 5 forms) and the config it writes, the [model] job keys that apply to it, its plan terms
+ * (parameters, FLOPs, activations), its checkpoint-manifest keys and what `fsdpctl plan` prints of
+ * it. The planner, safetensors, hfconfig, the checkpoint manifest, export and the plan output call
+ * through it and never branch on the architecture. Its forward and backward are the worker's
+ * half (worker/model/model.h's model_ops, models/<name>/model_<name>.c).
+ *
+ * The table (arch.c) is built from models/models.def, one line per architecture. Descriptors are
+ * constant data, valid for the life of the process; every function here is pure and thread-safe.
+ */
+#ifndef FSDP_ARCH_H
+#define FSDP_ARCH_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "err.h"
+#include "plan.h"
+
+struct st_file;
+
+/* A [model] key and the config.json key that carries it ("n_embd" → "hidden_size"). */
+typedef struct arch_hf_key {
+  const char *ini, *hf;
+} arch_hf_key;
+
+typedef struct arch_desc {
+  model_arch id;
+  const char *name;            /* [model] arch, the manifest's "arch", the folder: "gpt2" */
+  const char *hf_model_type;   /* config.json's model_type: "gpt2" */
+
+  /* ---- [model] job keys ---- */
+  /* The keys beyond the common shape (n_layer, n_head, n_embd, vocab_size, seq_len, n_positions,
+   * tie_word_embeddings) that apply to it; NULL-terminated. Another architecture's key in a job of
+   * this one is refused, naming WHY_NOT ("GPT-2 has n_kv_head = n_head, ..."). */
+  const char *const *job_keys;
+  const char *why_not;
+  /* 1: the head is always the embedding (GPT-2): tie_word_embeddings = false is refused, saying
+   * TIED_WHY; 0: a job file's default is untied (LlamaConfig's). */
+  int always_tied;
+  const char *tied_why;
+  /* 1: rotary positions (rope_theta, rope_scaling; an even head size); grouped-query heads and a
+   * separate MLP width (ffn_dim, required and even) come with the keys above. */
+  int rotary;
+
+  /* ---- config.json ---- */
+  const arch_hf_key *hf_keys;   /* {NULL, NULL}-terminated; a [model] key absent here has no config key */
+  /* Read O (PATH names it in messages) into M (arch, shapes, every choice the config makes);
+   * refuse in one line what the architecture does not compute. */
+  fsdp_status (*hf_parse)(const json_t *o, const char *path, model_config *m);
+  /* fsdpd's own config.json for M (a model that came from no folder); a new reference. */
+  json_t *(*hf_own_config)(const model_config *m);
+
+  /* ---- units and plan terms (plan.h) ---- */
+  int64_t (*root_numel)(const model_config *m);
+  int64_t (*block_numel)(const model_config *m);
+  int64_t (*n_decay)(const model_config *m);        /* 2-D tensors: AdamW decays them */
+  int64_t (*lookup_numel)(const model_config *m);   /* embedding elements read by lookup, no matmul */
+  int64_t (*embed_numel)(const model_config *m);    /* every embedding tensor's elements, counted once */
+  plan_act (*act)(const model_config *m, int B, device_kind dev, ackpt_mode ackpt);
+  /* Range checks of a model that came over the wire or from a job file (n_kv_head already 0 → n_head). */
+  fsdp_status (*check)(const model_config *m);
+  /* The one identity of every spec of it: settings it does not have are set to their only value. */
+  void (*canonical)(model_config *m);
+  void (*units)(plan_t *p);   /* p->units allocated, p->model set: add every unit's tensors */
+  /* NAME in any of the forms Hugging Face writes it; NULL if the plan has no such tensor. */
+  const plan_tensor *(*find)(const plan_t *p, const char *name, int *unit);
+  int (*head_slot)(const model_config *m);   /* the root slot the output head multiplies with */
+
+  /* ---- weights files (safetensors.c) ---- */
+  const char *const *probe_names;   /* names (bare, as st_find takes them) that tell a file of it */
+  const char *file_desc;            /* "a GPT-2 model (wte.weight, h.0.…)" */
+  const char *reads;                /* "wte.weight, h.0.…" */
+  /* Refuse a file of this architecture that is another model than the job's (its head tied or not),
+   * or FSDP_OK; HAS tells whether the file holds a name (st_find ≥ 0). */
+  fsdp_status (*file_check)(const plan_t *p, const char *path, int (*has)(const void *f, const char *name),
+                            const void *f);
+  /* The message for NAME missing from WHERE when the architecture can say why (a tied file under an
+   * untied job), else FSDP_OK (the caller's generic message). */
+  fsdp_status (*missing)(const plan_t *p, const char *name, const char *where);
+
+  /* ---- the checkpoint manifest, plan --json ---- */
+  /* The keys beyond the common shape into the "model" object JM (the manifest and plan --json). */
+  void (*model_json)(json_t *jm, const model_config *m);
+  /* After a manifest's model was read (every key above optional): fill the architecture's own
+   * defaults into M and say whether it is consistent (0) or not (-1). */
+  int (*manifest_fix)(model_config *m);
+  /* Whether A and B (both of this architecture) are the same model; their settings beyond the
+   * shape into BUF for a message ("" when none). */
+  int (*same_model)(const model_config *a, const model_config *b);
+  void (*describe)(const model_config *m, char *buf, size_t n);
+
+  /* ---- fsdpctl plan ---- */
+  void (*print_model)(const model_config *m, FILE *f);   /* after "Model  arch L= H= C= V= T=", up to its lines' end */
+  const char *(*params_note)(const model_config *m);     /* "the tied wte counted once" */
+  const char *(*no_emb_label)(const model_config *m);    /* "Ψ without wte and wpe" */
+  const char *(*flops_formula)(const model_config *m);   /* "6·(Ψ − wpe) + 12·L·C·T" */
+  const char *block_prefix;   /* the block units' name stem: "h", "layers" */
+  const char *layout;         /* the projections' layout: "Conv1D", "nn.Linear [out, in]" */
+  int name_width;             /* the tensor column's width */
+} arch_desc;
+
+/* The descriptor of A; NULL if A is none of the table's. */
+const arch_desc *arch_get(model_arch a);
+/* By [model] arch name / by config.json model_type; NULL if none. */
+const arch_desc *arch_by_name(const char *name);
+const arch_desc *arch_by_hf_type(const char *model_type);
+int arch_count(void);
+/* "gpt2, llama": every name (or model_type), SEP between them, into BUF. */
+const char *arch_names(char *buf, size_t n, const char *sep, int hf_types);
+/* Whether [model] KEY applies to D: a common shape key or one of its job_keys. */
+int arch_key_applies(const arch_desc *d, const char *key);
+/* The first architecture KEY applies to that is not D (the refusal's "set arch = ..."), or NULL. */
+const arch_desc *arch_key_owner(const arch_desc *d, const char *key);
+/* The config.json key that carries [model] KEY under D, or NULL. */
+const char *arch_hf_key_of(const arch_desc *d, const char *key);
+
+#endif
