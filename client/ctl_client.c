@@ -35,30 +35,31 @@ void ctl_catch_interrupts(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-int ctl_fail(const char *fmt, ...) {
+/* FMT's message on stderr as one line: control characters in a path or a message from elsewhere
+ * are escaped. */
+static void say(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static void say(const char *fmt, va_list ap) {
   char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  /* One line: control characters in a path or a message from elsewhere are escaped. */
   char line[4 * sizeof msg];
   oneline_escape_str(line, sizeof line, msg);
   fflush(stdout);
   fprintf(stderr, "fsdpctl: %s\n", line);
+}
+
+int ctl_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(fmt, ap);
+  va_end(ap);
   return 1;
 }
 
 void ctl_warn(const char *fmt, ...) {
-  char msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  say(fmt, ap);
   va_end(ap);
-  char line[4 * sizeof msg];
-  oneline_escape_str(line, sizeof line, msg);
-  fflush(stdout);
-  fprintf(stderr, "fsdpctl: %s\n", line);
 }
 
 int ctl_usage_error(const char *cmd, const char *usage, const char *what) {

@@ -39,14 +39,19 @@ static void on_up(void *arg, const wire_env *env, Fsdp__Msg *m) {
   up.n++;
 }
 
+/* M on socket S as a worker sends it: [""][body]. */
+static void send_msg(void *s, Fsdp__Msg *m) {
+  wire_env env = {0};
+  wire_env_push(&env, "", 0);
+  CHECK(wire_send(s, &env, m, 0) == FSDP_OK);
+}
+
 static void send_hello(void *s, uint64_t job, uint32_t rank) {
   Fsdp__WorkerHello h = FSDP__WORKER_HELLO__INIT;
   h.job_id = job, h.rank = rank, h.token = "t";
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_WORKER_HELLO, m.worker_hello = &h;
-  wire_env env = {0};
-  wire_env_push(&env, "", 0);
-  CHECK(wire_send(s, &env, &m, 0) == FSDP_OK);
+  send_msg(s, &m);
 }
 
 static void send_ready(void *s, uint32_t rank) {
@@ -54,9 +59,7 @@ static void send_ready(void *s, uint32_t rank) {
   r.rank = rank;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_WORKER_READY, m.worker_ready = &r;
-  wire_env env = {0};
-  wire_env_push(&env, "", 0);
-  CHECK(wire_send(s, &env, &m, 0) == FSDP_OK);
+  send_msg(s, &m);
 }
 
 static void send_kv_get(void *s) {
@@ -64,9 +67,7 @@ static void send_kv_get(void *s) {
   g.key = "k";
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_KV_GET, m.kv_get = &g;
-  wire_env env = {0};
-  wire_env_push(&env, "", 0);
-  CHECK(wire_send(s, &env, &m, 0) == FSDP_OK);
+  send_msg(s, &m);
 }
 
 /* Run the loop until N messages went up (or 10 s passed: a failure). */
