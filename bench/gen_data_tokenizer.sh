@@ -16,6 +16,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
+. "$here/bench/lib.sh"
+bench_conditions_begin "$build"
 mb=${2:-24}
 rounds=${3:-3}
 threads=${4:-$(nproc)}
@@ -101,3 +103,4 @@ for tk in ["gpt2", "llama3"]:
     m = size / 1e6
     print(f"  {tk:<8} {m / fw:10.2f} {m / fc:9.2f} {m / hw:15.2f} {m / hc:9.2f} {hw / fw:6.2f} {hc / fc:9.2f}")
 PY
+bench_conditions_end

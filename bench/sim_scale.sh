@@ -34,6 +34,8 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "usage: $0 [--build DIR] [--steps S] [--step-ms MS] [--ranks-per-node R] [--kill R@S | --lose N@S] [--timeout-s T] N..." >&2; exit 2; }
 BUILD=$(cd "$BUILD" && pwd)
+. "$(dirname "$0")/lib.sh"
+bench_conditions_begin "$BUILD"
 
 run_one() {
   local n=$1 nodes=$(( $1 / RPN ))
@@ -144,3 +146,4 @@ PY
 }
 
 for n in "$@"; do run_one "$n"; done
+bench_conditions_end
