@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conditions.h"
 #include "comm.h"
 
 static double now_s(void) {
@@ -127,6 +128,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   opts_t o = {.world = 2, .iters = 5, .warmup = 1, .min_bytes = 64 << 10, .max_bytes = 256 << 20, .timeout_s = 60};
+  bench_conditions_begin();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (i + 1 >= argc) {
@@ -186,5 +188,6 @@ int main(int argc, char **argv) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "bench_comm: could not remove %s\n", dir);
+  bench_conditions_end();
   return rc;
 }

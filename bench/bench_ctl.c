@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "conditions.h"
 #include "wire.h"
 
 static double now_s(void) {
@@ -102,6 +103,7 @@ static Fsdp__Msg *call(void *s, Fsdp__Msg *req) {
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--connect")) return fake_worker(argc, argv);
+  bench_conditions_begin();
   int world = 4, steps = 2000;
   const char *metrics = NULL;
   for (int i = 1; i + 1 < argc; i++) {
@@ -183,5 +185,6 @@ out:
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", state);
   if (rc == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", state);
   if (rc != 0) fprintf(stderr, "state kept in %s\n", state);
+  bench_conditions_end();
   return rc;
 }

@@ -18,6 +18,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "conditions.h"
 #include "ops_cpu.h"
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
@@ -74,8 +75,8 @@ int main(int argc, char **argv) {
   size_t n = (size_t)BT * C;
   printf("bench_ops: B=%d T=%d C=%d NH=%d V=%d, %d OpenMP threads, %s time\n", B, T, C, NH, V,
          omp_get_max_threads(), bench_clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
-  printf("OpenBLAS: %s, kernels '%s', %d threads (OPENBLAS_CORETYPE=SkylakeX if this says Prescott on an "
-         "AVX-512 CPU)\n", openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());
+  bench_conditions_begin();
+  printf("OpenBLAS threads: %d\n", openblas_get_num_threads());
 
   float *x = buf(n), *y = buf(n), *dy = buf(n), *dx = buf(n), *mean = buf(BT), *rstd = buf(BT);
   float *lnw = buf(C), *lnb = buf(C), *dlnw = buf(C), *dlnb = buf(C);
@@ -137,5 +138,6 @@ int main(int argc, char **argv) {
          "other loops %.1f (%.0f%%)\n",
          L, total, gemm, 100 * gemm / total, flops / gemm * 1e-6, attn, 100 * attn / total, other,
          100 * other / total);
+  bench_conditions_end();
   return 0;
 }

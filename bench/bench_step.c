@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conditions.h"
 #include "jobspec.h"
 #include "model.h"
 #include "optim.h"
@@ -171,6 +172,7 @@ int main(int argc, char **argv) {
     execv("/proc/self/exe", argv);
     fprintf(stderr, "bench_step: could not re-execute with OMP_WAIT_POLICY=passive; continuing without\n");
   }
+  bench_conditions_begin();
   const char *which = "both";
   int L = 0, B = 0, T = 0, iters = 0, threads = omp_get_max_threads();
   for (int i = 1; i < argc; i++) {
@@ -215,5 +217,6 @@ int main(int argc, char **argv) {
     if (T) small.T = T;
     rc |= run(&small, iters ? iters : 5, threads);
   }
+  bench_conditions_end();
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "conditions.h"
 #include "device.h"
 #include "monotime.h"
 #include "trace.h"
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_trace: --spans and --repeats must be positive (repeats at most 1000)\n");
     return 2;
   }
+  bench_conditions_begin();
   trace_t *t = NULL;
   if (trace_new(&t) != FSDP_OK) {
     fprintf(stderr, "bench_trace: %s\n", fsdp_last_error());
@@ -89,5 +91,6 @@ int main(int argc, char **argv) {
     dev_destroy(&d);
   }
   trace_destroy(&t);
+  bench_conditions_end();
   return 0;
 }

@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# What a checkpoint save costs training, side by side in one run (docs/performance.md, docs/checkpoints.md):
-# GPT-2 124M (L12 C768 V50257), T = 64, B = 1, 2 CPU ranks, 4 steps, through `fsdpctl run`, with
-#   every = 0 (no saves), every = 1 with async = false (synchronous saves), every = 1 with async = true,
-# and the disk's own sequential bandwidth: dd conv=fsync of at least one checkpoint's size, on the
-# checkpoint directory's filesystem. Prints, per configuration: wall time, training blocked per save
-# (median over the saves), write time and MB/s per save (every rank's file together over the slowest
-# rank's write), and the saves' MB/s against dd's.
-#   bench/ckpt_save.sh [BUILD_DIR] [CKPT_PARENT]     (CKPT_PARENT: where the checkpoints go; default
-#                                                      a directory under BUILD_DIR)
+# What checkpoint saves cost training (docs/performance.md, docs/checkpoints.md): GPT-2 124M
+# (L12 C768 V50257), T = 64, B = 1, 2 CPU ranks, STEPS steps through `fsdpctl run`, three ways —
+# no saves, a save every EVERY steps synchronous (async = false), the same asynchronous — in
+# alternating rounds (none, sync, async, none, sync, async, ...), so that a change in the machine's
+# load hits every configuration alike. Prints per configuration the median wall time of the job
+# and, per save: the wall time it adds against the run without saves, the time training was
+# blocked, and the write rate as total bytes over total write time, the saves that overlapped
+# training apart from the final one (written after the last step, alone on the machine); and the
+# steps' slowdown while an asynchronous write was in flight. Then dd's rate on the same disk.
+#   bench/ckpt_save.sh [BUILD_DIR] [CKPT_PARENT]   env: ROUNDS (2), STEPS (12), EVERY (4), and a smaller
+#   model for a busy machine: N_LAYER (12), N_EMBD (768, heads of 64), VOCAB (50257)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/bench/lib.sh"
 build=$(cd "${1:-$here/build}" && pwd)
 parent=$(cd "${2:-$build}" && pwd)
+rounds=${ROUNDS:-2} steps=${STEPS:-12} every=${EVERY:-4}
+n_layer=${N_LAYER:-12} n_embd=${N_EMBD:-768} vocab=${VOCAB:-50257}
 tmp=$(mktemp -d "$parent/fsdp-ckbench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-job() {   # job EVERY ASYNC > ini
+bench_conditions_begin "$build"
+job() {   # job EVERY ASYNC DIR > ini
   cat <<JOB
 [job]
 name = ckbench
-steps = 4
+steps = $steps
 [model]
-n_layer = 12
-n_head = 12
-n_embd = 768
-vocab_size = 50257
+n_layer = $n_layer
+n_head = $((n_embd / 64))
+n_embd = $n_embd
+vocab_size = $vocab
 seq_len = 64
 [data]
 train = synthetic:markov:1
@@ -36,44 +42,65 @@ world_size = 2
 device = cpu
 timeout_s = 300
 JOB
-  [ "$1" = 0 ] || printf '[checkpoint]\ndir = %s/ck-%s\nevery = %s\nasync = %s\nkeep = 1\n' "$tmp" "$2" "$1" "$2"
+  [ "$1" = 0 ] || printf '[checkpoint]\ndir = %s\nevery = %s\nasync = %s\nkeep = 1\n' "$3" "$1" "$2"
 }
-run() {   # run NAME EVERY ASYNC: one fsdpctl run; prints NAME, its start and end, and its metrics file
-  job "$2" "$3" >"$tmp/$1.ini"
-  local t0 t1
+run() {   # run NAME EVERY ASYNC ROUND: one fsdpctl run; prints NAME, its wall seconds and its metrics file
+  local id="$1-$4" t0 t1
+  job "$2" "$3" "$tmp/ck-$id" >"$tmp/$id.ini"
   t0=$(date +%s.%N)
-  env -u FSDP_CTL "$build/fsdpctl" run "$tmp/$1.ini" --state-dir "$tmp/state-$1" >"$tmp/$1.out" 2>&1 ||
-    { echo "ckpt_save: $1 failed: $(tail -3 "$tmp/$1.out")" >&2; exit 1; }
+  env -u FSDP_CTL "$build/fsdpctl" run "$tmp/$id.ini" --state-dir "$tmp/state-$id" >"$tmp/$id.out" 2>&1 ||
+    { echo "ckpt_save: $id failed: $(tail -3 "$tmp/$id.out")" >&2; exit 1; }
   t1=$(date +%s.%N)
-  echo "$1 $t0 $t1 $tmp/state-$1/jobs/1/metrics.jsonl"
+  echo "$1 $(echo "$t1 - $t0" | bc) $tmp/state-$id/jobs/1/metrics.jsonl" >>"$tmp/results"
+  [ "$2" = 0 ] || { du -sb "$tmp/ck-$id" | cut -f1 >"$tmp/ckbytes"; rm -rf "$tmp/ck-$id"; }
 }
-results=$(run none 0 false; run sync 1 false; run async 1 true)
-# the disk: dd of at least one checkpoint (the sync run's rank files together), fsync'ed
-ckbytes=$(du -sb "$tmp/ck-false" | cut -f1)
+for r in $(seq 1 "$rounds"); do run none 0 false "$r"; run sync "$every" false "$r"; run async "$every" true "$r"; done
+ckbytes=$(cat "$tmp/ckbytes")
 count=$(( (ckbytes + (64 << 20) - 1) / (64 << 20) ))
 dd_out=$(dd if=/dev/zero of="$tmp/dd.bin" bs=64M count="$count" conv=fsync 2>&1 | tail -1)
 rm -f "$tmp/dd.bin"
-python3 - "$dd_out" "$ckbytes" "$(df -P "$tmp" | tail -1 | awk '{print $1 " on " $6}')" <<PY
-import json, re, statistics, sys
-dd, ckbytes, fs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+python3 - "$tmp/results" "$dd_out" "$ckbytes" "$(df -P "$tmp" | tail -1 | awk '{print $1 " on " $6}')" "$steps" "$every" "$rounds" "L$n_layer C$n_embd V$vocab" <<'PY'
+import json, re, statistics as st, sys
+res, dd, ckbytes, fs, steps, every, rounds, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]), sys.argv[8]
 m = re.match(r"(\d+) bytes .* copied, ([\d.]+) s", dd)
 disk = int(m.group(1)) / float(m.group(2)) / 1e6
-rows = """$results""".split("\n")
-print(f"GPT-2 124M, T=64, B=1, 2 CPU ranks, 4 steps; checkpoints of {ckbytes / 1e9:.2f} GB on {fs}")
+runs = {}
+for line in open(res):
+    name, wall, path = line.split()
+    lines = [json.loads(l) for l in open(path)]
+    runs.setdefault(name, []).append((float(wall), lines))
+print(f"GPT-2 {'124M' if model == 'L12 C768 V50257' else model}, T=64, B=1, 2 CPU ranks, {steps} steps, a save every {every}; {rounds} alternating rounds; "
+      f"checkpoints of {ckbytes / 1e9:.2f} GB on {fs}")
 print(f"disk (dd bs=64M conv=fsync, {int(m.group(1)) / 1e9:.2f} GB): {disk:.0f} MB/s")
-print(f"{'run':8} {'wall s':>7} {'saves':>5} {'blocked s/save':>14} {'write s/save':>12} {'write MB/s':>10} {'% of dd':>7}")
-sync_blocked = None
-for r in rows:
-    name, t0, t1, path = r.split()
-    wall = float(t1) - float(t0)
-    saves = [c for l in open(path) for c in json.loads(l).get("checkpoint", [])]
-    if not saves:
-        print(f"{name:8} {wall:7.2f} {0:5}")
-        continue
-    b = statistics.median(c["blocked_s"] for c in saves)
-    w = statistics.median(c["write_s"] for c in saves)
-    mbs = statistics.median(c["bytes"] / c["write_s"] / 1e6 for c in saves)
-    if name == "sync": sync_blocked = b
-    extra = f"  blocked {100 * b / sync_blocked:.1f} % of sync" if name == "async" and sync_blocked else ""
-    print(f"{name:8} {wall:7.2f} {len(saves):5} {b:14.3f} {w:12.3f} {mbs:10.0f} {100 * mbs / disk:6.0f}%{extra}")
+walls = {k: [w for w, _ in v] for k, v in runs.items()}
+base = st.median(walls["none"])
+none_steps = [l["step_ms"] for _, ls in runs["none"] for l in ls if l["step"] > 1]
+print(f"no saves: wall {base:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls['none'])}), "
+      f"step {st.median(none_steps):.0f} ms (median of steps 2..{steps})")
+print(f"{'saves':6} {'wall s':>7} {'added s/save':>12} {'blocked s/save':>14} {'overlap MB/s':>12} {'final MB/s':>10} {'steps in flight':>15}  runs' wall s")
+blocked = {}
+for name in ("sync", "async"):
+    saves, over, final, inflight = [], [0, 0.0], [0, 0.0], []
+    for _, ls in runs[name]:
+        pending = []
+        for l in ls:
+            if pending and "checkpoint" not in l: inflight.append(l["step_ms"])   # a write in flight over this step
+            for c in l.get("checkpoint", []):
+                saves.append(c)
+                acc = final if c["step"] == steps else over
+                acc[0] += c["bytes"]; acc[1] += c["write_s"]
+            done = {c["step"] for c in l.get("checkpoint", [])}
+            pending = [s for s in pending if s not in done]
+            if name == "async" and l["step"] % every == 0 and l["step"] < steps and l["step"] not in done: pending.append(l["step"])
+    n = len(saves) / len(runs[name])
+    wall = st.median(walls[name])
+    blocked[name] = st.median(c["blocked_s"] for c in saves)
+    rate = lambda a: f"{a[0] / a[1] / 1e6:.0f}" if a[1] > 0 else "-"
+    fl = f"{st.mean(inflight):.0f} ms ({len(inflight)})" if inflight else "-"
+    print(f"{name:6} {wall:7.2f} {(wall - base) / n:12.2f} {blocked[name]:14.3f} {rate(over):>12} {rate(final):>10} {fl:>15}  "
+          f"{', '.join(f'{w:.2f}' for w in walls[name])}")
+print(f"async per save: blocked {100 * blocked['async'] / blocked['sync']:.1f} % of a synchronous save's blocked time")
+print("added s/save: (median wall - median wall without saves) / saves; steps in flight: mean step_ms of the steps "
+      "an asynchronous write overlapped (their count), against the step time without saves above")
 PY
+bench_conditions_end

@@ -10,6 +10,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
+. "$here/bench/lib.sh"
+bench_conditions_begin "$build"
 steps=${2:-12}
 rounds=${3:-3}
 tmp=$(mktemp -d /tmp/fsdp-bench.XXXXXX)
@@ -59,3 +61,4 @@ for n in (1, 2):
         tps = med([r["tokens"] / r["step_ms"] * 1000 for r in rows])
         print(f"{n:<3} {pf:<9} {step:9.1f} {ag:13.1f} {rs:14.1f} {100 * (ag + rs) / step:7.1f}% {tps:9.0f}")
 PY
+bench_conditions_end

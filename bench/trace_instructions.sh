@@ -9,6 +9,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
+. "$here/bench/lib.sh"
+bench_conditions_begin "$build"
 a=${2:-2}
 b=${3:-6}
 tmp=$(mktemp -d /tmp/fsdp-bench.XXXXXX)
@@ -32,3 +34,4 @@ for tr in 0 1; do
   printf '%-6s %16d %16d %16d\n' "$tr" "$ta" "$tb" "${per[$tr]}"
 done
 awk -v on="${per[1]}" -v off="${per[0]}" 'BEGIN { printf "on/off %.5f (%+d instructions per step)\n", on / off, on - off }'
+bench_conditions_end

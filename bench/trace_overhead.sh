@@ -15,6 +15,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
+. "$here/bench/lib.sh"
+bench_conditions_begin "$build"
 steps=${2:-30}
 rounds=${3:-3}
 tmp=$(mktemp -d /tmp/fsdp-bench.XXXXXX)
@@ -62,3 +64,4 @@ for name, model, dev, tr in configs:
     ratio = (f"{step / off[(model, dev)][0]:10.3f} {low / off[(model, dev)][1]:10.3f}" if tr == "1" else "")
     print(f"{name:<16} {model:<6} {dev:<6} {tr:>5} {step:9.2f} {low:8.2f} {spans:10d} {ratio}")
 PY
+bench_conditions_end

@@ -13,6 +13,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 set_name=${1:?usage: bench/variants_step.sh precision|checkpointing [BUILD_DIR] [STEPS] [ROUNDS]}
 build=${2:-$here/build}
+. "$here/bench/lib.sh"
+bench_conditions_begin "$build"
 steps=${3:-12}
 rounds=${4:-3}
 tmp=$(mktemp -d /tmp/fsdp-bench.XXXXXX)
@@ -71,3 +73,4 @@ for name, pd, rd, dev, ac in configs:
           f"{med([r['phase_ms']['reducescatter'] for r in rows]):10.1f} {rows[0]['sent_bytes']['allgather']:9d} "
           f"{rows[0]['sent_bytes']['reducescatter']:9d} {rows[0]['peak_bytes']['activations']:10d} {step / base:8.3f}")
 PY
+bench_conditions_end

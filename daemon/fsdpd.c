@@ -4,6 +4,7 @@
  * accepting work, keep the queue (running jobs stop at a checkpoint and are queued again), flush
  * the state, exit 0. docs/daemon.md describes
  * the internals. */
+#include <cblas.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,6 +21,7 @@
 #include "agent.h"
 #include "coordinator.h"
 #include "asuser.h"
+#include "blasinfo.h"
 #include "envknob.h"
 #include "flagtab.h"
 #include "curve.h"
@@ -354,6 +356,8 @@ int main(int argc, char **argv) {
   if ((rc = detach(&cfg, &sd))) return rc;
   /* the pid that holds the lock: after detaching */
   if (!is_agent_only && statedir_write_pid(&sd) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  /* the kernels CPU workers will run: they inherit OPENBLAS_CORETYPE from this environment */
+  blasinfo_log(openblas_get_config(), openblas_get_corename());
   if (lock_on_file)
     log_warn("the file system of %s cannot lock a directory: the single-instance lock is on %s/fsdpd.lock, "
              "which must not be deleted while fsdpd runs", state, state);

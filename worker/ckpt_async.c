@@ -1,12 +1,18 @@
 /* ckpt_async — see ckpt_async.h. One writer thread per ckpt_async, woken by a condition variable;
  * the state (idle, writing, written) changes under the mutex. */
+#define _GNU_SOURCE   /* SCHED_IDLE */
 #include "ckpt_async.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "monotime.h"
@@ -20,6 +26,7 @@ struct ckpt_async {
   pthread_cond_t cv;     /* state or quit changed */
   ca_state state;
   int quit;
+  const char *priority;  /* the writer's scheduling class, set once by the writer before new returns */
 
   device_t *dev;         /* the snapshot's allocator */
   size_t bytes;
@@ -41,9 +48,30 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The writer runs below the training threads, so that on a node whose cores all train it writes in
+ * the time they leave (a save otherwise takes a core from the step it overlaps). SCHED_IDLE needs
+ * no privilege on Linux (lowering one's own class is always allowed) but a seccomp profile or
+ * another kernel may refuse it: then the thread's nice value goes to 19, its CFS weight 1/70th of a
+ * training thread's. Linux's nice is per thread (setpriority on the thread id). */
+static const char *writer_lower_priority(void) {
+  struct sched_param sp = {.sched_priority = 0};
+  int err = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+  if (err == 0) return "idle";
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) == 0) {
+    log_info("checkpoint writer: SCHED_IDLE refused (%s), running at nice 19 instead", strerror(err));
+    return "nice 19";
+  }
+  log_warn("checkpoint writer: SCHED_IDLE refused (%s) and nice 19 too (%s): asynchronous saves compete with "
+           "training at its priority", strerror(err), strerror(errno));
+  return "normal";
+}
+
 static void *writer_main(void *arg) {
   ckpt_async *a = arg;
+  const char *prio = writer_lower_priority();
   pthread_mutex_lock(&a->mu);
+  a->priority = prio;
+  pthread_cond_broadcast(&a->cv);
   for (;;) {
     while (a->state != CA_WRITING && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
     if (a->state != CA_WRITING) break;
@@ -79,6 +107,9 @@ fsdp_status ckpt_async_new(ckpt_async **out) {
     free(a);
     return fsdp_set_error(FSDP_ERR_INTERNAL, "cannot start the checkpoint writer thread");
   }
+  pthread_mutex_lock(&a->mu);
+  while (!a->priority) pthread_cond_wait(&a->cv, &a->mu);
+  pthread_mutex_unlock(&a->mu);
   *out = a;
   return FSDP_OK;
 }
@@ -171,6 +202,8 @@ fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats) {
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", a->err);
   return FSDP_OK;
 }
+
+const char *ckpt_async_priority(const ckpt_async *a) { return a->priority; }
 
 const plan_t *ckpt_async_plan(const ckpt_async *a) { return a->p; }
 const char *ckpt_async_dir(const ckpt_async *a) { return a->dir; }

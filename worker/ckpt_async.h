@@ -9,7 +9,8 @@
  * and nothing else, until the main thread has collected the write (ckpt_async_wait). The snapshot
  * is allocated once, before the first step (runtime_checkpoint_prepare), as the device's host memory
  * (pinned on CUDA; page-aligned, so that the writer can use O_DIRECT), and reused: a save that would
- * start while a write is in flight waits for it first. */
+ * start while a write is in flight waits for it first. The writer thread runs below the training
+ * threads (SCHED_IDLE, else nice 19): it writes in the CPU time training leaves. */
 #ifndef FSDP_CKPT_ASYNC_H
 #define FSDP_CKPT_ASYNC_H
 
@@ -54,6 +55,9 @@ int ckpt_async_finished(ckpt_async *a);
 /* Wait for the pending write to end and collect it: its status (its message recorded on this
  * thread), and its figures in *STATS (may be NULL). FSDP_OK when none is pending. */
 fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats);
+/* The writer thread's scheduling class: "idle" (SCHED_IDLE), "nice 19" (the fallback where SCHED_IDLE
+ * is refused) or "normal" (both refused; logged). */
+const char *ckpt_async_priority(const ckpt_async *a);
 /* The plan and directory of the latest write (for its manifest), valid until the next start. */
 const plan_t *ckpt_async_plan(const ckpt_async *a);
 const char *ckpt_async_dir(const ckpt_async *a);

@@ -9,6 +9,7 @@
  *       (CUDA_VISIBLE_DEVICES as set by the launcher); comm = auto picks NCCL when world ≤ visible
  *       GPUs (rank 0 writes the unique id into DIR), else gloo staged through pinned memory.
  */
+#include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "blasinfo.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "comm_boot.h"
@@ -446,7 +448,7 @@ out:
 typedef struct worker_args {
   const char *connect, *rdv, *save, *job, *log_level;
   long rank, world, steps, job_id;
-  int standalone, help;
+  int standalone, help, blas_info;
   sample_args sa;
 } worker_args;
 
@@ -471,6 +473,7 @@ static const flagdef flags[] = {
   {"tokenizer", FLAG_STR, W(sa.tokenizer), NULL, 0, 0, "--sample: the tokenizer FILE (default the model's)"},
   {"logits", FLAG_BOOL, W(sa.logits), NULL, 0, 1, "--sample: print every prompt position's logits (JSON) instead"},
   {"log-level", FLAG_STR, W(log_level), NULL, 0, 0, "debug, info, warn or error"},
+  {"blas-info", FLAG_BOOL, W(blas_info), NULL, 0, 1, "print the BLAS library and kernel type a worker runs here, and the warning if they are older than the CPU's"},
   {"help", FLAG_BOOL, W(help), NULL, 0, 1, "print this help"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
@@ -507,12 +510,24 @@ static int parse_args(int argc, char **argv, worker_args *a) {
   return -1;
 }
 
+/* --blas-info: what blasinfo_log would log at start, on stdout (bench/lib.sh prints it with every bench). */
+static int print_blas_info(void) {
+  char info[512], warn[512];
+  int w = blasinfo_describe(openblas_get_config(), openblas_get_corename(), getenv("OPENBLAS_CORETYPE"),
+                            blasinfo_cpu_isa(), info, sizeof info, warn, sizeof warn);
+  printf("%s\n", info);
+  if (w) printf("warning: %s\n", warn);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tune_process_env(argv);
   worker_args a = {.rank = -1, .world = -1, .job_id = -1};
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   log_set_prefix("worker", (int)a.rank);
+  if (a.blas_info) return print_blas_info();
+  blasinfo_log(openblas_get_config(), openblas_get_corename());
   if (a.sa.model) {
     if (!a.sa.prompt) {
       fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");

@@ -2,7 +2,11 @@
  * thread produces the file a synchronous ckpt_write_rank does, byte for byte; the write is pending
  * and not finished while the writer is held at a named point (FSDP_TEST_CKPT_PAUSE, tests/hooks/ckpt_pause.c),
  * and finished once released; a failed write reports its message on the caller's thread; destroy
- * with a write in flight waits for it. */
+ * with a write in flight waits for it; the writer thread runs under SCHED_IDLE (read back from
+ * /proc/self/task, not from the module's own word). */
+#define _GNU_SOURCE   /* SCHED_IDLE */
+#include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,30 @@ static int wait_file(const char *path) {
   return 0;
 }
 
+/* How many of this process's threads run under POLICY (field 41 of /proc/self/task/TID/stat). */
+static int threads_with_policy(int policy) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], line[2048];
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[len] = 0;
+    char *p = strrchr(line, ')');   /* the command name may hold spaces; fields 3.. follow it */
+    int field = 2, pol = -1;
+    for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
+      if (++field == 41) { pol = atoi(tok); break; }
+    n += pol == policy;
+  }
+  closedir(d);
+  return n;
+}
+
 int main(void) {
   char dir[] = "/tmp/fsdp-ckasync-XXXXXX";
   if (!mkdtemp(dir)) return 2;
@@ -42,8 +70,12 @@ int main(void) {
   CHECK_OK(jobspec_parse(JOB, "t.ini", "/tmp", &spec));
   CHECK_OK(plan_build(&spec, 2, &p));
   CHECK_OK(dev_new_cpu(DEV_CPU_SYNC, &dev));
+  CHECK_EQ_INT(0, threads_with_policy(SCHED_IDLE));
   CHECK_OK(ckpt_async_new(&a));
   if (!p || !dev || !a) return check_done();
+  /* the writer yields to training: SCHED_IDLE, which Linux grants without privilege */
+  CHECK(strcmp(ckpt_async_priority(a), "idle") == 0);
+  CHECK_EQ_INT(1, threads_with_policy(SCHED_IDLE));
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   float *buf[CKPT_NSEC];
   CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
@@ -112,6 +144,7 @@ int main(void) {
   ckpt_async_start(a, dir, p, NULL, 0, 6, &st);
   ckpt_async_destroy(&a);
   CHECK(a == NULL);
+  CHECK_EQ_INT(0, threads_with_policy(SCHED_IDLE));
   char f6[800];
   snprintf(f6, sizeof f6, "%s/step-00000006/rank-0.bin", dir);
   CHECK(access(f6, F_OK) == 0);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blasinfo.h"
 #include "envknob.h"
 #include "log.h"
 
@@ -188,8 +189,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
  * OpenBLAS picks its kernels from the CPU model when it loads. 0.3.21 (Debian 12) does not know
  * recent CPUs (Sapphire Rapids here) and falls back to "Prescott", SSE3 kernels that run sgemm
  * ~5× slower than its AVX-512 ones; only the OPENBLAS_CORETYPE environment variable, read at load,
- * fixes that. fsdp-worker re-executes itself with it (worker/main.c); anything else warns once, at
- * the first GEMM, so that a slow run says why. */
+ * fixes that. fsdp-worker re-executes itself with it (worker/main.c); anything else logs its kernels
+ * once, at the first GEMM, with blasinfo's warning when they are older than the CPU's. */
 const char *ops_cpu_blas_better_core(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
   /* OpenBLAS cores without AVX2 kernels */
@@ -206,13 +207,7 @@ const char *ops_cpu_blas_better_core(void) {
   return NULL;
 }
 
-static void blas_check(void) {
-  const char *want = ops_cpu_blas_better_core();
-  if (want)
-    log_warn("OpenBLAS chose its '%s' kernels on a CPU that has %s ones: GEMMs run several times slower than "
-             "they can; start the process with OPENBLAS_CORETYPE=%s",
-             openblas_get_corename(), want, want);
-}
+static void blas_check(void) { blasinfo_log(openblas_get_config(), openblas_get_corename()); }
 
 static pthread_once_t blas_check_once = PTHREAD_ONCE_INIT;
 
