@@ -196,7 +196,6 @@ struct coord {
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define job_log(j, ...) coord_job_log((j)->job_dir, __VA_ARGS__)
 
 /* Send M to the cluster peer (an agent) with routing identity IDENT; a failure is logged. */
 void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);

@@ -83,6 +83,44 @@ static inline int job_live(const job_t *j) {
 /* Ended: its final state is recorded (draining, done). */
 static inline int job_ended(const job_t *j) { return j->phase >= JOB_DRAINING; }
 
+/* Read access for the coordinator's other files (job_read.c): job_t's fields are the job module's
+ * own, so scheduling, the step pipeline, the cluster service and the control server read a job
+ * through these and change it only through job_event and the functions below. Loop thread only. */
+job_t *job_next(const job_t *j);                 /* the next active job in c->jobs; NULL after the last */
+uint64_t job_id(const job_t *j);                  /* 0 until job_admit */
+int job_state(const job_t *j);                    /* the fsdp.JobState last recorded */
+const char *job_reason(const job_t *j);           /* why it failed or was cancelled; "" if nothing */
+int job_world(const job_t *j);
+int job_kind(const job_t *j);                     /* fsdp.DeviceKind */
+const char *job_name(const job_t *j);
+const char *job_dir_of(const job_t *j);           /* STATE/jobs/ID; "" before job_admit */
+const jobspec_t *job_spec(const job_t *j);        /* the job as resolved (jobresolve.h) */
+const char *job_spec_path(const job_t *j);
+const plan_t *job_plan(const job_t *j);
+Fsdp__Plan *job_plan_msg(const job_t *j);         /* the plan as sent to workers; owned by J */
+const char *job_token(const job_t *j);
+const char *job_kv_prefix(const job_t *j);        /* this attempt's rendezvous namespace */
+const peer_t *job_owner(const job_t *j);
+uint32_t job_start_step(const job_t *j);          /* the attempt resumed after this step */
+uint32_t job_next_step(const job_t *j);           /* the next step to grant */
+uint32_t job_done_step(const job_t *j);           /* every step up to it is recorded */
+const Fsdp__CkptSave *job_last_ckpt(const job_t *j);   /* step 0: none yet */
+const promx_job *job_promx(const job_t *j);       /* NULL before its first record */
+/* Rank R of the current attempt: NULL before placement or when R is out of range. The records are
+ * contiguous: job_rank(j, 0)[r] is rank r for r < job_world(j). */
+const rank_st *job_rank(const job_t *j, int r);
+/* Rank R said hello from the socket IDENT (LEN bytes) at its node's relay. */
+void job_rank_set_ident(job_t *j, int r, const uint8_t *ident, size_t len);
+/* Node index NODE was dropped from c->nodes: the ranks on later nodes move down by one. */
+void job_node_dropped(job_t *j, int node);
+/* Give J its Prometheus record if it has none (a job queued at submit or at a restart). */
+fsdp_status job_promx_ensure(job_t *j);
+/* Make J (a new job from job_from_spec) active: a jobs.db row, its id and folder, queued first in
+ * c->jobs. On failure J is not linked (the caller destroys it); fsdp_last_error says why. */
+fsdp_status job_admit(coord_t *c, job_t *j);
+/* Append one line to J's job.log (coord_job_log). */
+#define job_log(j, ...) coord_job_log(job_dir_of(j), __VA_ARGS__)
+
 /* An invariant of the job's lifecycle, checked in every build: a violation is a defect, logged
  * with where it was found, and aborts (as libuv's handle asserts do). */
 #define JOB_ASSERT(cond)                                                                              \

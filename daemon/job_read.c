@@ -1,0 +1,78 @@
+/* job_read — the job's read accessors and its admission (job.h). Loop thread only. */
+#include "job.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+
+job_t *job_next(const job_t *j) { return j->next; }
+uint64_t job_id(const job_t *j) { return j->id; }
+int job_state(const job_t *j) { return j->state; }
+const char *job_reason(const job_t *j) { return j->reason; }
+int job_world(const job_t *j) { return j->world; }
+int job_kind(const job_t *j) { return j->kind; }
+const char *job_name(const job_t *j) { return j->spec.name; }
+const char *job_dir_of(const job_t *j) { return j->job_dir; }
+const jobspec_t *job_spec(const job_t *j) { return &j->spec; }
+const char *job_spec_path(const job_t *j) { return j->spec_path; }
+const plan_t *job_plan(const job_t *j) { return j->plan; }
+Fsdp__Plan *job_plan_msg(const job_t *j) { return j->plan_pb; }
+const char *job_token(const job_t *j) { return j->token; }
+const char *job_kv_prefix(const job_t *j) { return j->kv_prefix; }
+const peer_t *job_owner(const job_t *j) { return &j->owner; }
+uint32_t job_start_step(const job_t *j) { return j->start_step; }
+uint32_t job_next_step(const job_t *j) { return j->next_step; }
+uint32_t job_done_step(const job_t *j) { return j->done_step; }
+const Fsdp__CkptSave *job_last_ckpt(const job_t *j) { return &j->ckpt; }
+const promx_job *job_promx(const job_t *j) { return j->px; }
+
+const rank_st *job_rank(const job_t *j, int r) {
+  return j->ranks && r >= 0 && r < j->world ? &j->ranks[r] : NULL;
+}
+
+void job_rank_set_ident(job_t *j, int r, const uint8_t *ident, size_t len) {
+  JOB_ASSERT(j->ranks && r >= 0 && r < j->world && len <= sizeof j->ranks[r].ident);
+  memcpy(j->ranks[r].ident, ident, len);
+  j->ranks[r].ident_len = len;
+}
+
+void job_node_dropped(job_t *j, int node) {
+  for (int r = 0; j->ranks && r < j->world; r++)
+    if (j->ranks[r].node > node) j->ranks[r].node--;
+}
+
+fsdp_status job_promx_ensure(job_t *j) {
+  return j->px ? FSDP_OK : promx_set_state(&j->px, j->id, j->spec.name, j->state);
+}
+
+fsdp_status job_admit(coord_t *c, job_t *j) {
+  JOB_ASSERT(j->id == 0 && j->phase == JOB_QUEUED);
+  char jobs_parent[PATH_MAX + 16];
+  snprintf(jobs_parent, sizeof jobs_parent, "%s/jobs", c->state_dir);
+  jobs_db_row row = {.name = j->spec.name, .world = j->world, .device = j->kind, .steps = j->spec.steps,
+                     .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = jobs_parent,
+                     .owner_uid = j->owner.uid, .owner_gid = j->owner.gid, .owner = j->owner.name, .umask = (int)j->umask};
+  /* The job directory is named by the id, which the insert assigns (jobs_db_insert appends it). */
+  fsdp_status rc = jobs_db_insert(c->db, &row, loop_now_wall(), &j->id);
+  if (rc != FSDP_OK) {
+    log_error("submit: %s", fsdp_last_error());
+    return rc;
+  }
+  snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
+  char id[32];
+  snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
+  /* A new folder or none: an existing one (another job's, its id given again) is never appended to. */
+  if (mkdirat(c->jobs_fd, id, 0755) != 0) {
+    int e = errno;
+    rc = fsdp_set_error(e == EEXIST ? FSDP_ERR_STATE : FSDP_ERR_IO, "cannot create the job's folder %s/jobs/%s: %s%s",
+                        c->state_dir, id, strerror(e), e == EEXIST ? " (a job folder is never reused)" : "");
+    log_error("job %s: %s", id, fsdp_last_error());
+    jobs_db_set_state(c->db, j->id, ST_FAILED, fsdp_last_error(), loop_now_wall());
+    return rc;
+  }
+  j->next = c->jobs;
+  c->jobs = j;
+  return FSDP_OK;
+}
