@@ -118,6 +118,24 @@ fsdp_status job_promx_ensure(job_t *j);
 /* Make J (a new job from job_from_spec) active: a jobs.db row, its id and folder, queued first in
  * c->jobs. On failure J is not linked (the caller destroys it); fsdp_last_error says why. */
 fsdp_status job_admit(coord_t *c, job_t *j);
+/* Scheduling's part (schedule.c): a hybrid job without shard_group, resolved again at each start;
+ * the time since which the live cluster lacks J's devices (0: it fits); placement. */
+int job_auto_group(const job_t *j);
+unsigned job_umask(const job_t *j);
+double job_unfit_since(const job_t *j);
+void job_set_unfit_since(job_t *j, double since);
+/* Exchange J's plan and shard_group with *PLAN and *SHARD_GROUP (a regroup; again to undo it). */
+void job_swap_plan(job_t *j, plan_t **plan, int *shard_group);
+/* Placement of a queued job: rank records for its world (job_place_begin), each rank's node and slot
+ * (job_rank_place), or, when the room was not there after all, none again (job_place_undo). */
+fsdp_status job_place_begin(job_t *j);
+void job_rank_place(job_t *j, int r, int node, int slot);
+void job_place_undo(job_t *j);
+/* Before JE_START: the plan message, a fresh worker token, the attempt's rendezvous namespace and
+ * its start and step timeouts ([job] timeout_s). */
+fsdp_status job_attempt_prepare(job_t *j);
+/* Rank R's spawn request was sent: it is alive until its worker_exit. */
+void job_rank_spawned(job_t *j, int r);
 /* Append one line to J's job.log (coord_job_log). */
 #define job_log(j, ...) coord_job_log(job_dir_of(j), __VA_ARGS__)
 

@@ -2,10 +2,13 @@
 #include "job.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "log.h"
+#include "planmsg.h"
 
 job_t *job_next(const job_t *j) { return j->next; }
 uint64_t job_id(const job_t *j) { return j->id; }
@@ -75,4 +78,57 @@ fsdp_status job_admit(coord_t *c, job_t *j) {
   j->next = c->jobs;
   c->jobs = j;
   return FSDP_OK;
+}
+
+int job_auto_group(const job_t *j) { return j->auto_group; }
+unsigned job_umask(const job_t *j) { return j->umask; }
+double job_unfit_since(const job_t *j) { return j->unfit_since; }
+void job_set_unfit_since(job_t *j, double since) { j->unfit_since = since; }
+
+void job_swap_plan(job_t *j, plan_t **plan, int *shard_group) {
+  plan_t *p = j->plan;
+  int g = j->spec.shard_group;
+  j->plan = *plan, j->spec.shard_group = *shard_group;
+  *plan = p, *shard_group = g;
+}
+
+fsdp_status job_place_begin(job_t *j) {
+  JOB_ASSERT(j->phase == JOB_QUEUED && !j->ranks);
+  j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
+  return j->ranks ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "out of memory while starting the job");
+}
+
+void job_rank_place(job_t *j, int r, int node, int slot) {
+  JOB_ASSERT(j->phase == JOB_QUEUED && j->ranks && r >= 0 && r < j->world);
+  j->ranks[r].node = node;
+  j->ranks[r].slot = slot;
+}
+
+void job_place_undo(job_t *j) {
+  JOB_ASSERT(j->phase == JOB_QUEUED);
+  free(j->ranks);
+  j->ranks = NULL;
+}
+
+fsdp_status job_attempt_prepare(job_t *j) {
+  JOB_ASSERT(j->phase == JOB_QUEUED && j->ranks);
+  fsdp_status rc = planmsg_new(j->plan, &j->plan_pb);
+  if (rc != FSDP_OK) return rc;
+  uint8_t rnd[16];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+    for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)(rand() ^ (int)(loop_now_mono() * 1e6));
+  for (size_t i = 0; i < sizeof rnd; i++) sprintf(j->token + 2 * i, "%02x", rnd[i]);
+  /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
+  if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
+  else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);
+  double t = 2 * j->spec.timeout_s;
+  j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
+  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
+  return FSDP_OK;
+}
+
+void job_rank_spawned(job_t *j, int r) {
+  JOB_ASSERT(j->ranks && r >= 0 && r < j->world && !j->ranks[r].alive);
+  j->ranks[r].alive = 1;
+  j->nalive++;
 }
