@@ -74,6 +74,21 @@ typedef struct rank_st {
   int errored;               /* sent worker_error: its own exit is a consequence, not a cause */
 } rank_st;
 
+/* The step pipeline's progress on a job (steps.h says what each means): held by the job, changed by
+ * steps.c and by the job's transitions (job.c), reached from elsewhere through job_steps. */
+struct job;
+typedef struct job_steps_view {
+  uint32_t start_step, next_step, done_step;
+  struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
+  void (*win_free)(struct job *j);   /* steps.c's, set with win: frees it and clears win */
+  uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
+  Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
+  uint32_t rank_detail_step;
+  FILE *metrics;
+  promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
+  Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
+} job_steps_view;
+
 typedef struct job {
   struct job *next;
   uint64_t id;
@@ -92,13 +107,8 @@ typedef struct job {
   char token[40];
   rank_st *ranks;
   int nready, nstopped, nalive;
-  uint32_t start_step, next_step, done_step, steps;
-  struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
-  void (*win_free)(struct job *j);   /* steps.c's, set with win: frees it and clears win */
-  uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
-  Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
-  uint32_t rank_detail_step;
-  FILE *metrics;
+  uint32_t steps;
+  job_steps_view sv;         /* the step pipeline's progress (job_steps) */
   double deadline;           /* monotonic: start or step timeout (starting, running, stopping); 0 none */
   double kill_at, drain_until;   /* draining: SIGKILL the stragglers at kill_at (0: none); draining and
                                   * restart-wait: their workers are given up on at drain_until */
@@ -117,8 +127,6 @@ typedef struct job {
   double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
   uint32_t stop_at;          /* a stop (job.h: JE_USER_STOP, JE_SHUTDOWN): the step that checkpoints and ends the job (0: none) */
   int stop_kind;             /* job.h: job_stop, what the stop ends in */
-  promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
-  Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
 } job_t;
 
 typedef struct tracepull tracepull;

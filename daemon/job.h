@@ -136,6 +136,22 @@ void job_place_undo(job_t *j);
 fsdp_status job_attempt_prepare(job_t *j);
 /* Rank R's spawn request was sent: it is alive until its worker_exit. */
 void job_rank_spawned(job_t *j, int r);
+/* The step pipeline's part (steps.c): its progress, which it changes (job_steps_view); the last step
+ * to train (a stop moves it earlier), the stop's step (0: none), the attempt (0 first), the current
+ * deadline (0: none) and the timeouts it was set from. */
+job_steps_view *job_steps(job_t *j);
+const job_steps_view *job_steps_of(const job_t *j);   /* the same, to read */
+uint32_t job_last_step(const job_t *j);
+uint32_t job_stop_at(const job_t *j);
+int job_attempt(const job_t *j);
+double job_deadline(const job_t *j);
+double job_start_timeout(const job_t *j);
+double job_step_timeout(const job_t *j);
+/* A communication error held for a more direct cause (SECONDARY_GRACE_S): its message, or NULL when
+ * none is held; its rank, since when it is held and until when. job_held_error_defer holds it
+ * until UNTIL. */
+const char *job_held_error(const job_t *j, int *rank, double *since, double *until);
+void job_held_error_defer(job_t *j, double until);
 /* Append one line to J's job.log (coord_job_log). */
 #define job_log(j, ...) coord_job_log(job_dir_of(j), __VA_ARGS__)
 

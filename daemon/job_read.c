@@ -25,11 +25,11 @@ Fsdp__Plan *job_plan_msg(const job_t *j) { return j->plan_pb; }
 const char *job_token(const job_t *j) { return j->token; }
 const char *job_kv_prefix(const job_t *j) { return j->kv_prefix; }
 const peer_t *job_owner(const job_t *j) { return &j->owner; }
-uint32_t job_start_step(const job_t *j) { return j->start_step; }
-uint32_t job_next_step(const job_t *j) { return j->next_step; }
-uint32_t job_done_step(const job_t *j) { return j->done_step; }
-const Fsdp__CkptSave *job_last_ckpt(const job_t *j) { return &j->ckpt; }
-const promx_job *job_promx(const job_t *j) { return j->px; }
+uint32_t job_start_step(const job_t *j) { return j->sv.start_step; }
+uint32_t job_next_step(const job_t *j) { return j->sv.next_step; }
+uint32_t job_done_step(const job_t *j) { return j->sv.done_step; }
+const Fsdp__CkptSave *job_last_ckpt(const job_t *j) { return &j->sv.ckpt; }
+const promx_job *job_promx(const job_t *j) { return j->sv.px; }
 
 const rank_st *job_rank(const job_t *j, int r) {
   return j->ranks && r >= 0 && r < j->world ? &j->ranks[r] : NULL;
@@ -47,7 +47,7 @@ void job_node_dropped(job_t *j, int node) {
 }
 
 fsdp_status job_promx_ensure(job_t *j) {
-  return j->px ? FSDP_OK : promx_set_state(&j->px, j->id, j->spec.name, j->state);
+  return j->sv.px ? FSDP_OK : promx_set_state(&j->sv.px, j->id, j->spec.name, j->state);
 }
 
 fsdp_status job_admit(coord_t *c, job_t *j) {
@@ -131,4 +131,23 @@ void job_rank_spawned(job_t *j, int r) {
   JOB_ASSERT(j->ranks && r >= 0 && r < j->world && !j->ranks[r].alive);
   j->ranks[r].alive = 1;
   j->nalive++;
+}
+
+job_steps_view *job_steps(job_t *j) { return &j->sv; }
+const job_steps_view *job_steps_of(const job_t *j) { return &j->sv; }
+uint32_t job_last_step(const job_t *j) { return j->steps; }
+uint32_t job_stop_at(const job_t *j) { return j->stop_at; }
+int job_attempt(const job_t *j) { return j->attempt; }
+double job_deadline(const job_t *j) { return j->deadline; }
+double job_start_timeout(const job_t *j) { return j->start_timeout; }
+double job_step_timeout(const job_t *j) { return j->step_timeout; }
+
+const char *job_held_error(const job_t *j, int *rank, double *since, double *until) {
+  *rank = j->pending_rank, *since = j->pending_since, *until = j->pending_until;
+  return j->pending[0] ? j->pending : NULL;
+}
+
+void job_held_error_defer(job_t *j, double until) {
+  JOB_ASSERT(j->pending[0]);
+  j->pending_until = until;
 }

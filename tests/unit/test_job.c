@@ -158,7 +158,7 @@ static void run(coord_t *c, job_t *j) {
     job_event(c, j, JE_RANK_READY, &a);
   }
   CHECK_EQ_INT(JOB_RUNNING, job_phase_of(j));
-  j->done_step = 0, j->next_step = 1;
+  j->sv.done_step = 0, j->sv.next_step = 1;
 }
 
 /* A job of C brought to phase P by the events that lead there. */
@@ -171,7 +171,7 @@ static job_t *job_in(coord_t *c, job_phase p, int restarts) {
   case JOB_RUNNING: start(c, j), run(c, j); break;
   case JOB_STOPPING:
     start(c, j), run(c, j);
-    j->next_step = 4;   /* steps 1..3 granted */
+    j->sv.next_step = 4;   /* steps 1..3 granted */
     a.step = 3;
     CHECK_EQ_INT(JOB_STOPPING, job_event(c, j, JE_STEP_RECORDED, &a));
     break;
@@ -296,10 +296,10 @@ static void part_life(void) {
   coord_t *c = coord_make();
   job_t *j = job_in(c, JOB_RUNNING, 0);
   CHECK_EQ_INT(ST_RUNNING, j->state);
-  j->next_step = 4;
+  j->sv.next_step = 4;
   job_ev_args a = {.rank = -1, .node = -1, .step = 1};
   CHECK_EQ_INT(JOB_RUNNING, job_event(c, j, JE_STEP_RECORDED, &a));
-  CHECK_EQ_INT(1, j->done_step);
+  CHECK_EQ_INT(1, j->sv.done_step);
   a.step = 3;
   CHECK_EQ_INT(JOB_STOPPING, job_event(c, j, JE_STEP_RECORDED, &a));
   a.rank = 0;
@@ -361,7 +361,7 @@ static void part_stop(void) {
   for (int shut = 0; shut <= 1; shut++) {
     coord_t *c = coord_make();
     job_t *j = job_in(c, JOB_RUNNING, 1);
-    j->next_step = 3;   /* steps 1, 2 sent */
+    j->sv.next_step = 3;   /* steps 1, 2 sent */
     CHECK_EQ_INT(JOB_RUNNING, job_event(c, j, shut ? JE_SHUTDOWN : JE_USER_STOP, NULL));
     CHECK_EQ_INT(3, j->stop_at);
     CHECK_EQ_INT(3, j->steps);
@@ -405,7 +405,7 @@ static void one_sequence(uint64_t seed) {
     if (ev == JE_RANK_READY) {
       if (j->phase != JOB_STARTING) continue;
       job_event(c, j, ev, &(job_ev_args){.rank = (int)rnd(WORLD), .node = -1, .step = 0});
-      if (j->phase == JOB_RUNNING) j->done_step = 0, j->next_step = 1 + rnd(4);
+      if (j->phase == JOB_RUNNING) j->sv.done_step = 0, j->sv.next_step = 1 + rnd(4);
       continue;
     }
     if (ev == JE_UNFIT && j->phase != JOB_QUEUED) continue;   /* fits_live looks at queued jobs only */
@@ -415,8 +415,8 @@ static void one_sequence(uint64_t seed) {
     a.rank = (int)rnd(WORLD);
     if (ev == JE_STEP_RECORDED) {
       if (j->phase != JOB_RUNNING) continue;   /* steps.c records running jobs' steps only */
-      a.step = j->done_step + 1 + rnd(j->steps - j->done_step);
-      if (a.step >= j->next_step) j->next_step = a.step + 1;
+      a.step = j->sv.done_step + 1 + rnd(j->steps - j->sv.done_step);
+      if (a.step >= j->sv.next_step) j->sv.next_step = a.step + 1;
     }
     if (ev == JE_WORKER_EXIT && !(j->ranks && j->ranks[a.rank].alive)) continue;
     if ((ev == JE_RANK_STOPPED || ev == JE_WORKER_ERROR) && !j->ranks) continue;
