@@ -1,5 +1,5 @@
 /* job — see job.h. */
-#include "job.h"
+#include "job_priv.h"
 
 #include <errno.h>
 #include <fcntl.h>

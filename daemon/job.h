@@ -13,9 +13,10 @@
  *   stopping ──every RANK_STOPPED──▶ draining (succeeded; a stop: cancelled; a shutdown's stop: queued)
  *   draining ──REAPED──▶ done (freed by job_reap_drained)
  *
- * docs/design.md has the table. A job_t is created by job_from_spec (a submit, or a queued job
- * found at start), lives in c->jobs while it is active, and is freed only by job_reap_drained once
- * it is done. Loop thread only.
+ * docs/design.md has the table. The record is the job module's own (job_priv.h): the other files
+ * read it through the accessors below and change it only through job_event and the verbs named here.
+ * A job_t is created by job_from_spec (a submit, or a queued job found at start), lives in c->jobs
+ * while it is active, and is freed only by job_reap_drained once it is done. Loop thread only.
  */
 #ifndef FSDP_DAEMON_JOB_H
 #define FSDP_DAEMON_JOB_H
@@ -73,15 +74,27 @@ typedef struct job_ev_args {
  * the table's transition for J's phase runs, or an explicit no-op is logged. Returns the new phase.
  * J is never freed here. The invariants of the new phase are checked (JOB_ASSERT). */
 job_phase job_event(coord_t *c, job_t *j, job_ev ev, const job_ev_args *args);
-static inline job_phase job_phase_of(const job_t *j) { return (job_phase)j->phase; }
+job_phase job_phase_of(const job_t *j);
 const char *job_phase_name(job_phase p);
 const char *job_ev_name(job_ev ev);
 /* The current attempt has workers that count: starting, running or stopping. */
-static inline int job_live(const job_t *j) {
-  return j->phase == JOB_STARTING || j->phase == JOB_RUNNING || j->phase == JOB_STOPPING;
-}
+int job_live(const job_t *j);
 /* Ended: its final state is recorded (draining, done). */
-static inline int job_ended(const job_t *j) { return j->phase >= JOB_DRAINING; }
+int job_ended(const job_t *j);
+
+/* The step pipeline's progress on a job (steps.h says what each means): held by the job, changed by
+ * steps.c and by the job's transitions (job.c), reached from elsewhere through job_steps. */
+typedef struct job_steps_view {
+  uint32_t start_step, next_step, done_step;
+  struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
+  void (*win_free)(job_t *j);   /* steps.c's, set with win: frees it and clears win */
+  uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
+  Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
+  uint32_t rank_detail_step;
+  FILE *metrics;
+  promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
+  Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
+} job_steps_view;
 
 /* Read access for the coordinator's other files (job_read.c): job_t's fields are the job module's
  * own, so scheduling, the step pipeline, the cluster service and the control server read a job

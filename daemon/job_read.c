@@ -1,5 +1,5 @@
 /* job_read — the job's read accessors and its admission (job.h). Loop thread only. */
-#include "job.h"
+#include "job_priv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +10,9 @@
 #include "log.h"
 #include "planmsg.h"
 
+job_phase job_phase_of(const job_t *j) { return (job_phase)j->phase; }
+int job_live(const job_t *j) { return j->phase == JOB_STARTING || j->phase == JOB_RUNNING || j->phase == JOB_STOPPING; }
+int job_ended(const job_t *j) { return j->phase >= JOB_DRAINING; }
 job_t *job_next(const job_t *j) { return j->next; }
 uint64_t job_id(const job_t *j) { return j->id; }
 int job_state(const job_t *j) { return j->state; }

@@ -55,7 +55,7 @@ struct steps_win {
   jstep s[STEP_WINDOW];
 };
 
-/* J's window, whole or as far as win_new got (job_t.win_free). */
+/* J's window, whole or as far as win_new got (job_steps_view.win_free). */
 static void win_free(job_t *j) {
   struct steps_win *w = job_steps(j)->win;
   if (!w) return;

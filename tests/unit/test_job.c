@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "coord_core.h"
-#include "job.h"
+#include "job_priv.h"
 #include "log.h"
 #include "tmpdir.h"
 

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "coord_core.h"
+#include "job_priv.h"   /* jobs built by hand */
 #include "metricsrv.h"
 #include "promx.h"
 
