@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "fsutil.h"
+#include "job.h"
 #include "log.h"
 #include "oneline.h"
 #include "metricsrv.h"
@@ -87,8 +88,8 @@ void coord_reply_ack(void *sock, const wire_env *env) {
 }
 
 job_t *coord_find_job(coord_t *c, uint64_t id) {
-  for (job_t *j = c->jobs; j; j = j->next)
-    if (j->id == id) return j;
+  for (job_t *j = c->jobs; j; j = job_next(j))
+    if (job_id(j) == id) return j;
   return NULL;
 }
 
@@ -139,10 +140,10 @@ job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank) {
   node_t *n = coord_find_node(c, env->data[0], env->len[0]);
   if (!n) return NULL;
   int ni = (int)(n - c->nodes);
-  for (job_t *j = c->jobs; j; j = j->next) {
-    if (!j->ranks) continue;
-    for (int r = 0; r < j->world; r++) {
-      const rank_st *rk = &j->ranks[r];
+  for (job_t *j = c->jobs; j; j = job_next(j)) {
+    const rank_st *ranks = job_rank(j, 0);
+    for (int r = 0; ranks && r < job_world(j); r++) {
+      const rank_st *rk = &ranks[r];
       if (rk->node == ni && rk->ident_len == env->len[1] && !memcmp(rk->ident, env->data[1], env->len[1])) {
         *rank = r;
         return j;
@@ -153,7 +154,7 @@ job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank) {
 }
 
 void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
-  const rank_st *rk = &j->ranks[r];
+  const rank_st *rk = job_rank(j, r);
   if (!rk->ident_len || rk->node < 0) return;
   const node_t *n = &c->nodes[rk->node];
   wire_env env = {0};
@@ -162,7 +163,7 @@ void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
   wire_env_push(&env, NULL, 0);
   fsdp_status rc = wire_send(c->cluster, &env, m, ZMQ_DONTWAIT);
   if (rc != FSDP_OK)
-    log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)j->id, r,
+    log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)job_id(j), r,
              rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
 }
 
@@ -202,7 +203,7 @@ const char *coord_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE
 
 fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len) {
   size_t njobs = 0, k = 0;
-  for (const job_t *j = c->jobs; j; j = j->next) njobs += j->px != NULL;
+  for (const job_t *j = c->jobs; j; j = job_next(j)) njobs += job_promx(j) != NULL;
   for (const promx_job *px = c->px_done; px; px = px->next) njobs++;
   const promx_job **jobs = malloc((njobs ? njobs : 1) * sizeof *jobs);
   promx_node *nodes = calloc(c->nnodes ? (size_t)c->nnodes : 1, sizeof *nodes);
@@ -211,8 +212,8 @@ fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len) {
     fsdp_set_error(rc, "cannot render the metrics: out of memory");
     goto out;
   }
-  for (const job_t *j = c->jobs; j; j = j->next)   /* the active jobs' records first, then the finished ones' */
-    if (j->px) jobs[k++] = j->px;
+  for (const job_t *j = c->jobs; j; j = job_next(j))   /* the active jobs' records first, then the finished ones' */
+    if (job_promx(j)) jobs[k++] = job_promx(j);
   for (const promx_job *px = c->px_done; px; px = px->next) jobs[k++] = px;
   for (int i = 0; i < c->nnodes; i++) {
     const node_t *n = &c->nodes[i];
@@ -232,8 +233,8 @@ out:
 void coord_publish_metrics(coord_t *c) {
   if (!c->cfg.metrics) return;
   /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
-  for (job_t *j = c->jobs; j; j = j->next)
-    if (!j->px && promx_set_state(&j->px, j->id, j->spec.name, j->state) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  for (job_t *j = c->jobs; j; j = job_next(j))
+    if (job_promx_ensure(j) != FSDP_OK) log_warn("%s", fsdp_last_error());
   char *text = NULL;
   size_t len = 0;
   if (coord_render_metrics(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)

@@ -5,8 +5,8 @@
  * placement, steps.[ch] the step pipeline, kv.[ch] the workers' rendezvous store, ctlsrv.[ch] the
  * fsdpctl request handlers, zap.[ch] CURVE client admission, and coordinator.c the cluster service
  * (agents, workers), the timers and the lifetime.
- * This header holds what they share: the node, slot, rank and job records and `struct coord`,
- * which owns them all. Everything runs on the uv loop's thread; nothing here locks.
+ * This header holds what they share: the node, slot and rank records and `struct coord`, which owns
+ * them all (a job_t is opaque here: job.h reads it). Everything runs on the uv loop's thread; nothing here locks.
  */
 #ifndef FSDP_DAEMON_COORD_CORE_H
 #define FSDP_DAEMON_COORD_CORE_H
@@ -74,52 +74,8 @@ typedef struct rank_st {
   int errored;               /* sent worker_error: its own exit is a consequence, not a cause */
 } rank_st;
 
-typedef struct job {
-  struct job *next;
-  uint64_t id;
-  int phase;                 /* its lifecycle (job.h: job_phase): changed by job_event alone */
-  int state;                 /* the fsdp.JobState recorded in jobs.db, set with the phase */
-  char reason[1024];
-  char *spec_text, *spec_path, *base_dir;
-  char job_dir[PATH_MAX + 64];
-  peer_t owner;              /* the submitter: its workers run with its uid, groups and umask */
-  unsigned umask;
-  jobspec_t spec;
-  plan_t *plan;
-  Fsdp__Plan *plan_pb;
-  int world, kind;
-  int auto_group;            /* hybrid without shard_group: G = the ranks per node, taken again at each start */
-  char token[40];
-  rank_st *ranks;
-  int nready, nstopped, nalive;
-  uint32_t start_step, next_step, done_step, steps;
-  struct steps_win *win;     /* the steps granted and not yet recorded (steps.c); NULL before running */
-  void (*win_free)(struct job *j);   /* steps.c's, set with win: frees it and clears win */
-  uint32_t detail_rank;      /* `fsdpctl status --rank R` asked for R: R + 1, its figures ride on every step (0: none) */
-  Fsdp__Msg *rank_detail;    /* the node_step_report that carried rank detail_rank's figures last */
-  uint32_t rank_detail_step;
-  FILE *metrics;
-  double deadline;           /* monotonic: start or step timeout (starting, running, stopping); 0 none */
-  double kill_at, drain_until;   /* draining: SIGKILL the stragglers at kill_at (0: none); draining and
-                                  * restart-wait: their workers are given up on at drain_until */
-  double step_timeout, start_timeout;
-  /* A communication error is often the echo of another rank's death (its peer's socket closed
-   * before that rank's exit reached us): such a failure waits SECONDARY_GRACE_S for a more
-   * direct cause (a rank killed by a signal, exiting on its own, a non-communication error). */
-  char pending[1024];
-  int pending_rank;
-  double pending_since, pending_until;
-  /* Restarts ([job] max_restarts, docs/checkpoints.md): attempt counts from 0; a failed attempt with
-   * restarts left kills its workers and waits (JOB_RESTART_WAIT) until they are reaped, then the job
-   * is queued again. Each attempt has its own rendezvous namespace, so no stale key is ever read. */
-  int attempt;
-  char kv_prefix[64];
-  double unfit_since;        /* queued but the live cluster has too few devices since then (0: fits) */
-  uint32_t stop_at;          /* a stop (job.h: JE_USER_STOP, JE_SHUTDOWN): the step that checkpoints and ends the job (0: none) */
-  int stop_kind;             /* job.h: job_stop, what the stop ends in */
-  promx_job *px;             /* its Prometheus figures and cumulative counters (promx.h); NULL before any */
-  Fsdp__CkptSave ckpt;       /* the latest complete checkpoint save (metrics_ckpt; step 0: none yet) */
-} job_t;
+/* A job: the job module's own (job_priv.h); every other file uses job.h's accessors and events. */
+typedef struct job job_t;
 
 typedef struct tracepull tracepull;
 
@@ -196,7 +152,6 @@ struct coord {
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define job_log(j, ...) coord_job_log((j)->job_dir, __VA_ARGS__)
 
 /* Send M to the cluster peer (an agent) with routing identity IDENT; a failure is logged. */
 void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);

@@ -35,13 +35,14 @@ static void node_lose(coord_t *c, int i, const char *why) {
   node_t *n = &c->nodes[i];
   n->lost = 1;
   n->gone_since = loop_now_mono();
-  for (job_t *j = c->jobs; j; j = j->next) {
-    if (!j->ranks) continue;
+  for (job_t *j = c->jobs; j; j = job_next(j)) {
+    const rank_st *ranks = job_rank(j, 0);
+    if (!ranks) continue;
     char list[128];   /* the job's live ranks on the node: "3", "8, 9, ..., 15 (8 ranks)" */
     int k = 0, last = -1;
     size_t len = 0;
-    for (int r = 0; r < j->world; r++) {
-      if (j->ranks[r].node != i || !j->ranks[r].alive) continue;
+    for (int r = 0; r < job_world(j); r++) {
+      if (ranks[r].node != i || !ranks[r].alive) continue;
       if (k < 4) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? ", " : "", r);
       k++, last = r;
     }
@@ -69,9 +70,7 @@ static void forget_gone_nodes(coord_t *c, double now) {
     free(n->slots);
     memmove(n, n + 1, (size_t)(c->nnodes - i - 1) * sizeof *n);
     c->nnodes--;
-    for (job_t *j = c->jobs; j; j = j->next)
-      for (int r = 0; j->ranks && r < j->world; r++)
-        if (j->ranks[r].node > i) j->ranks[r].node--;
+    for (job_t *j = c->jobs; j; j = job_next(j)) job_node_dropped(j, i);
     coord_publish_metrics(c);
   }
 }
@@ -170,15 +169,15 @@ welcome:
 
 static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
   job_t *j = coord_find_job(c, ex->job_id);
-  if (!j || !j->ranks || ex->rank >= (uint32_t)j->world) {
+  const rank_st *rk = j && ex->rank <= INT_MAX ? job_rank(j, (int)ex->rank) : NULL;
+  if (!rk) {
     log_debug("exit of job %llu rank %u: no such running job", (unsigned long long)ex->job_id, ex->rank);
     return;
   }
-  rank_st *rk = &j->ranks[ex->rank];
   if (!rk->alive) return;
   if (rk->node >= 0 && &c->nodes[rk->node] != n) {
     log_warn("node %s reports the exit of job %llu rank %u, which runs elsewhere; ignored", n->name,
-             (unsigned long long)j->id, ex->rank);
+             (unsigned long long)job_id(j), ex->rank);
     return;
   }
   /* the reason, should the job decide that the exit fails it (job.c: on_exit_live) */
@@ -202,7 +201,7 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
   job_t *j = coord_find_job(c, lc->job_id);
   char path[PATH_MAX + 128];
   if (j) {
-    snprintf(path, sizeof path, "%s/worker-%u.log", j->job_dir, lc->rank);
+    snprintf(path, sizeof path, "%s/worker-%u.log", job_dir_of(j), lc->rank);
   } else {   /* a finished job's last lines: the directory is the standard one */
     snprintf(path, sizeof path, "%s/jobs/%llu/worker-%u.log", c->state_dir, (unsigned long long)lc->job_id, lc->rank);
     struct stat st;
@@ -222,43 +221,42 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
 static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerHello *h) {
   node_t *via = env->n == 3 && env->len[1] ? coord_find_node(c, env->data[0], env->len[0]) : NULL;
   job_t *j = via ? coord_find_job(c, h->job_id) : NULL;
-  if (!j || job_ended(j) || !j->ranks || h->rank >= (uint32_t)j->world || strcmp(h->token, j->token) != 0) {
+  const rank_st *rk = j && h->rank <= INT_MAX ? job_rank(j, (int)h->rank) : NULL;
+  if (!rk || job_ended(j) || strcmp(h->token, job_token(j)) != 0) {
     log_warn("worker_hello for job %llu rank %u (pid %u) with an unknown job, rank or token; ignored",
              (unsigned long long)h->job_id, h->rank, h->pid);
     return;
   }
-  rank_st *rk = &j->ranks[h->rank];
   if (rk->node < 0 || !rk->alive) {
-    log_warn("worker_hello for job %llu rank %u, which is not running; ignored", (unsigned long long)j->id, h->rank);
+    log_warn("worker_hello for job %llu rank %u, which is not running; ignored", (unsigned long long)job_id(j), h->rank);
     return;
   }
   if (&c->nodes[rk->node] != via) {   /* a worker speaks through the relay of the node it was started on */
-    log_warn("worker_hello for job %llu rank %u from node %s, where it does not run; ignored", (unsigned long long)j->id,
+    log_warn("worker_hello for job %llu rank %u from node %s, where it does not run; ignored", (unsigned long long)job_id(j),
              h->rank, via->name);
     return;
   }
   if (rk->ident_len && (rk->ident_len != env->len[1] || memcmp(rk->ident, env->data[1], env->len[1]))) {
-    log_warn("job %llu rank %u said hello twice from different sockets; ignored", (unsigned long long)j->id, h->rank);
+    log_warn("job %llu rank %u said hello twice from different sockets; ignored", (unsigned long long)job_id(j), h->rank);
     return;
   }
-  memcpy(rk->ident, env->data[1], env->len[1]);
-  rk->ident_len = env->len[1];
+  job_rank_set_ident(j, (int)h->rank, env->data[1], env->len[1]);
   node_t *n = &c->nodes[rk->node];
   slot_t *sl = &n->slots[rk->slot];
   Fsdp__WorkerSetup s = FSDP__WORKER_SETUP__INIT;
-  s.job_id = j->id;
+  s.job_id = job_id(j);
   s.rank = h->rank;
-  s.world = (uint32_t)j->world;
+  s.world = (uint32_t)job_world(j);
   char *resolved = NULL;   /* the job as resolved at submit and placement (jobresolve.h): every key explicit */
-  if (jobspec_canonical_write(&j->spec, &resolved) != FSDP_OK) {
-    log_error("job %llu: cannot send its setup: %s", (unsigned long long)j->id, fsdp_last_error());
+  if (jobspec_canonical_write(job_spec(j), &resolved) != FSDP_OK) {
+    log_error("job %llu: cannot send its setup: %s", (unsigned long long)job_id(j), fsdp_last_error());
     return;
   }
   s.resolved = resolved;
-  s.spec_path = j->spec_path;
-  s.plan = j->plan_pb;
-  s.kv_prefix = j->kv_prefix;
-  s.job_dir = j->job_dir;
+  s.spec_path = (char *)job_spec_path(j);
+  s.plan = job_plan_msg(j);
+  s.kv_prefix = (char *)job_kv_prefix(j);
+  s.job_dir = (char *)job_dir_of(j);
   s.device_index = sl->kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? (int32_t)sl->index : -1;
   s.start_step = 0;
   Fsdp__Msg m = WIRE_MSG_INIT;
@@ -266,7 +264,7 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   m.worker_setup = &s;
   coord_send_rank(c, j, (int)h->rank, &m);
   free(resolved);
-  log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)j->id, h->rank, h->pid);
+  log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)job_id(j), h->rank, h->pid);
 }
 
 /* The cluster socket is reachable by every local user when the daemon runs as root (their workers
@@ -283,7 +281,7 @@ static int cluster_peer_ok(coord_t *c, const wire_env *env, const Fsdp__Msg *m) 
   } else {
     if (p.admin) return 1;
     j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? coord_find_job(c, m->worker_hello->job_id) : NULL;
-    if (j && j->owner.uid == p.uid) return 1;
+    if (j && job_owner(j)->uid == p.uid) return 1;
     snprintf(why, sizeof why, "from %s: %s", p.name, j ? "the job is not theirs" : "only root or the daemon's own user may run an agent");
   }
   /* a refused agent registers again every second: one line per BAD_LOG_EVERY_S */
@@ -387,14 +385,14 @@ static void on_cluster(void *sock, void *arg) {
     }
     case FSDP__MSG__BODY_ACK: job_event(c, j, JE_RANK_STOPPED, &(job_ev_args){.rank = r, .node = -1}); break;
     case FSDP__MSG__BODY_KV_SET:
-      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, job_reason(j));
       else kv_on_set(c, &env, j, m->kv_set);
       break;
     case FSDP__MSG__BODY_KV_GET:
-      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, j->reason);
+      if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, job_reason(j));
       else kv_on_get(c, &env, j, m->kv_get);
       break;
-    default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)j->id, r, wire_body_name(m->body_case));
+    default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)job_id(j), r, wire_body_name(m->body_case));
     }
   }
   wire_destroy(&m);
@@ -423,7 +421,7 @@ static void on_tick(uv_timer_t *t) {
     node_lose(c, i, why);
   }
   forget_gone_nodes(c, now);
-  for (job_t *j = c->jobs; j; j = j->next) {
+  for (job_t *j = c->jobs; j; j = job_next(j)) {
     steps_check(c, j, now);
     job_event(c, j, JE_TICK, &(job_ev_args){.rank = -1, .node = -1, .now = now});
   }
@@ -434,7 +432,7 @@ static void on_tick(uv_timer_t *t) {
   promx_expire(&c->px_done, now);
   coord_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
-    for (job_t *j = c->jobs; j; j = j->next)   /* a stop for the shutdown that did not finish in time */
+    for (job_t *j = c->jobs; j; j = job_next(j))   /* a stop for the shutdown that did not finish in time */
       job_event(c, j, JE_SHUTDOWN_LATE, NULL);
     void (*done)(void *) = c->shutdown_done;
     c->shutdown_done = NULL;
@@ -524,7 +522,7 @@ void coord_shutdown(coord_t *c, double grace_s, void (*done)(void *), void *arg)
   c->shutdown_done = done;
   c->shutdown_arg = arg;
   c->shutdown_deadline = loop_now_mono() + grace_s;
-  for (job_t *j = c->jobs; j; j = j->next) steps_stop(c, j, JE_SHUTDOWN);   /* job.c's table: what a shutdown does */
+  for (job_t *j = c->jobs; j; j = job_next(j)) steps_stop(c, j, JE_SHUTDOWN);   /* job.c's table: what a shutdown does */
   job_reap_drained(c);
   if (!c->jobs && c->shutdown_done) {
     c->shutdown_done = NULL;
@@ -543,7 +541,7 @@ void coord_destroy(coord_t **p) {
   *p = NULL;
   while (c->jobs) {
     job_t *j = c->jobs;
-    c->jobs = j->next;
+    c->jobs = job_next(j);
     job_destroy(&j);
   }
   kv_destroy_all(c);

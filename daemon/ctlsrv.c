@@ -1,11 +1,9 @@
 /* ctlsrv — see ctlsrv.h. */
 #include "ctlsrv.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -93,39 +91,18 @@ static void serve_submit(coord_t *c, const wire_env *env, const peer_t *who, con
     coord_reply_error(c->ctl, env, rc, msg);
     goto fail;
   }
-  char jobs_parent[PATH_MAX + 16];
-  snprintf(jobs_parent, sizeof jobs_parent, "%s/jobs", c->state_dir);
-  jobs_db_row row = {.name = j->spec.name, .world = j->world, .device = j->kind, .steps = j->spec.steps,
-                     .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = jobs_parent,
-                     .owner_uid = j->owner.uid, .owner_gid = j->owner.gid, .owner = j->owner.name, .umask = (int)j->umask};
-  /* The job directory is named by the id, which the insert assigns (jobs_db_insert appends it). */
-  rc = jobs_db_insert(c->db, &row, loop_now_wall(), &j->id);
+  rc = job_admit(c, j);
   if (rc != FSDP_OK) {
-    log_error("submit: %s", fsdp_last_error());
     coord_reply_error(c->ctl, env, rc, fsdp_last_error());
     goto fail;
   }
-  snprintf(j->job_dir, sizeof j->job_dir, "%s/jobs/%llu", c->state_dir, (unsigned long long)j->id);
-  char id[32];
-  snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
-  /* A new folder or none: an existing one (another job's, its id given again) is never appended to. */
-  if (mkdirat(c->jobs_fd, id, 0755) != 0) {
-    int e = errno;
-    rc = fsdp_set_error(e == EEXIST ? FSDP_ERR_STATE : FSDP_ERR_IO, "cannot create the job's folder %s/jobs/%s: %s%s",
-                        c->state_dir, id, strerror(e), e == EEXIST ? " (a job folder is never reused)" : "");
-    log_error("job %s: %s", id, fsdp_last_error());
-    jobs_db_set_state(c->db, j->id, ST_FAILED, fsdp_last_error(), loop_now_wall());
-    coord_reply_error(c->ctl, env, rc, fsdp_last_error());
-    goto fail;
-  }
-  j->next = c->jobs;
-  c->jobs = j;
-  const char *kname = coord_kind_name(j->kind);
-  job_log(j, "queued: %s, %d %s, %d steps", j->spec.name, j->world, kname, j->spec.steps);
-  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank; owner %s", (unsigned long long)j->id,
-           j->spec.name, j->world, kname, j->spec.steps, (double)j->plan->mem_total / (1u << 30), j->owner.name);
+  const char *kname = coord_kind_name(job_kind(j));
+  int steps = job_spec(j)->steps;
+  job_log(j, "queued: %s, %d %s, %d steps", job_name(j), job_world(j), kname, steps);
+  log_info("job %llu (%s) queued: %d %s, %d steps, %.2f GiB per rank; owner %s", (unsigned long long)job_id(j),
+           job_name(j), job_world(j), kname, steps, (double)job_plan(j)->mem_total / (1u << 30), job_owner(j)->name);
   Fsdp__SubmitResp sr = FSDP__SUBMIT_RESP__INIT;
-  sr.job_id = j->id;
+  sr.job_id = job_id(j);
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_SUBMIT_RESP;
   m.submit_resp = &sr;
@@ -147,10 +124,10 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   Fsdp__StepSummary last = FSDP__STEP_SUMMARY__INIT;
   fill_info(c, &row, &ji, &last);
   const job_t *j = coord_find_job(c, id);
-  if (j && (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING)) ji.start_step = j->start_step;
+  if (j && (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING)) ji.start_step = job_start_step(j);
   Fsdp__CkptSave ck;
-  if (j && j->ckpt.step) {
-    ck = j->ckpt;
+  if (j && job_last_ckpt(j)->step) {
+    ck = *job_last_ckpt(j);
     ji.ckpt = &ck;
   }
   int vstep = 0;

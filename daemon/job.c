@@ -1,5 +1,5 @@
 /* job — see job.h. */
-#include "job.h"
+#include "job_priv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,14 +66,14 @@ void job_destroy_unrecorded(coord_t *c) {
 
 /* Drop the steps in flight (the step pipeline's window) and what the coordinator kept of them. */
 static void free_steps(job_t *j) {
-  wire_destroy(&j->rank_detail);
-  if (j->win) j->win_free(j);
+  wire_destroy(&j->sv.rank_detail);
+  if (j->sv.win) j->sv.win_free(j);
 }
 
 /* Record STATE (with REASON, may be NULL) in memory, jobs.db and job.log. */
 static void record_state(coord_t *c, job_t *j, int state, const char *reason) {
   j->state = state;
-  if (promx_set_state(&j->px, j->id, j->spec.name, state) != FSDP_OK) log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
+  if (promx_set_state(&j->sv.px, j->id, j->spec.name, state) != FSDP_OK) log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   coord_publish_metrics(c);
   if (reason) snprintf(j->reason, sizeof j->reason, "%s", reason);
   if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK) {
@@ -97,8 +97,8 @@ void job_destroy(job_t **jp) {
   job_t *j = *jp;
   *jp = NULL;
   free_steps(j);
-  if (j->metrics) fclose(j->metrics);
-  promx_job_free(&j->px);
+  if (j->sv.metrics) fclose(j->sv.metrics);
+  promx_job_free(&j->sv.px);
   plan_destroy(&j->plan);
   planmsg_destroy(&j->plan_pb);
   free(j->ranks);
@@ -137,14 +137,14 @@ static void send_kill(coord_t *c, job_t *j, int sig) {
 void job_open_metrics(job_t *j) {
   char path[PATH_MAX + 128];
   snprintf(path, sizeof path, "%s/metrics.jsonl", j->job_dir);
-  if (j->metrics) fclose(j->metrics);
-  j->metrics = NULL;
+  if (j->sv.metrics) fclose(j->sv.metrics);
+  j->sv.metrics = NULL;
   int fd;
   if (fsutil_open_append(AT_FDCWD, path, path, 0644, &fd) != FSDP_OK) {
     log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
     return;
   }
-  if (!(j->metrics = fdopen(fd, "a"))) {
+  if (!(j->sv.metrics = fdopen(fd, "a"))) {
     log_warn("job %llu: cannot open %s: %s", (unsigned long long)j->id, path, strerror(errno));
     close(fd);
   }
@@ -168,7 +168,7 @@ int job_reap_drained(coord_t *c) {
       continue;
     }
     *p = j->next;
-    promx_retire(&c->px_done, &j->px, now);   /* its final figures stay visible a while */
+    promx_retire(&c->px_done, &j->sv.px, now);   /* its final figures stay visible a while */
     job_destroy(&j);
   }
   return reaped;
@@ -177,9 +177,9 @@ int job_reap_drained(coord_t *c) {
 /* What every ending of an attempt lets go: its rendezvous keys, its step pipeline, its deadline. */
 static void end_attempt(coord_t *c, job_t *j, const char *why) {
   kv_drop_job(c, j->id, why);
-  if (j->metrics) {
-    fclose(j->metrics);
-    j->metrics = NULL;
+  if (j->sv.metrics) {
+    fclose(j->sv.metrics);
+    j->sv.metrics = NULL;
   }
   free_steps(j);
   j->deadline = 0;
@@ -242,12 +242,12 @@ static fsdp_status withdraw_as_owner(void *arg) {
 static void withdraw_unrecorded_checkpoints(job_t *j) {
   if (!j->spec.ckpt_dir[0]) return;
   /* The checkpoint directory is the owner's: look at it and unlink there with the owner's rights. */
-  withdraw_args a = {.ckpt_dir = j->spec.ckpt_dir, .done_step = j->done_step};
+  withdraw_args a = {.ckpt_dir = j->spec.ckpt_dir, .done_step = j->sv.done_step};
   if (asuser_call(&j->owner, withdraw_as_owner, &a, &a, sizeof a) != FSDP_OK)
     log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
   for (int k = 0; k < 8 && a.withdrawn[k]; k++)
     job_log(j, "checkpoint of step %d withdrawn: the failed attempt recorded steps up to %u only (a rank died "
-            "between saving it and reporting the step); the restart resumes from an earlier one", a.withdrawn[k], j->done_step);
+            "between saving it and reporting the step); the restart resumes from an earlier one", a.withdrawn[k], j->sv.done_step);
 }
 
 /* ---- the transitions: one function per (phase, event) pair that is not a no-op ---- */
@@ -267,12 +267,12 @@ static job_phase on_ready(coord_t *c, job_t *j, const job_ev_args *a) {
   JOB_ASSERT(j->ranks);
   rank_st *rk = &j->ranks[a->rank];
   if (rk->ready) return JOB_STARTING;
-  if (j->nready > 0 && a->step != j->start_step) {
+  if (j->nready > 0 && a->step != j->sv.start_step) {
     char why[256];
-    snprintf(why, sizeof why, "rank %d starts at step %u but the others at step %u", a->rank, a->step, j->start_step);
+    snprintf(why, sizeof why, "rank %d starts at step %u but the others at step %u", a->rank, a->step, j->sv.start_step);
     return fail(c, j, why);
   }
-  j->start_step = a->step;
+  j->sv.start_step = a->step;
   rk->ready = 1;
   if (++j->nready < j->world) return JOB_STARTING;
   record_state(c, j, ST_RUNNING, NULL);   /* the step pipeline starts the steps (steps_on_ready) */
@@ -282,10 +282,10 @@ static job_phase on_ready(coord_t *c, job_t *j, const job_ev_args *a) {
 
 static job_phase on_recorded(coord_t *c, job_t *j, const job_ev_args *a) {
   (void)c;
-  JOB_ASSERT(a->step >= j->done_step && a->step <= j->steps);
-  j->done_step = a->step;
+  JOB_ASSERT(a->step >= j->sv.done_step && a->step <= j->steps);
+  j->sv.done_step = a->step;
   j->deadline = loop_now_mono() + j->step_timeout;
-  return j->done_step >= j->steps ? JOB_STOPPING : JOB_RUNNING;   /* the caller sends stop_cmd */
+  return j->sv.done_step >= j->steps ? JOB_STOPPING : JOB_RUNNING;   /* the caller sends stop_cmd */
 }
 
 static job_phase on_stopped(coord_t *c, job_t *j, const job_ev_args *a) {
@@ -354,8 +354,8 @@ static int set_stop(job_t *j, int kind) {
       !j->spec.ckpt_dir[0])
     return 0;
   if (j->stop_at) return 1;   /* already stopping */
-  if (j->phase == JOB_STOPPING || j->next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
-  j->stop_at = j->next_step;
+  if (j->phase == JOB_STOPPING || j->sv.next_step > j->steps) return 0;   /* every step is sent: the last one checkpoints anyway */
+  j->stop_at = j->sv.next_step;
   j->stop_kind = kind;
   j->steps = j->stop_at;
   job_log(j, "stop requested: stopping after step %u, which saves a checkpoint", j->stop_at);
@@ -375,7 +375,7 @@ static job_phase on_user_stop(coord_t *c, job_t *j, const job_ev_args *a) {
  * its newest checkpoint or start over. */
 static job_phase on_shutdown(coord_t *c, job_t *j, const job_ev_args *a) {
   (void)a;
-  if (j->phase == JOB_RUNNING && (j->stop_at || j->next_step > j->steps))
+  if (j->phase == JOB_RUNNING && (j->stop_at || j->sv.next_step > j->steps))
     return JOB_RUNNING;   /* ending on its own (a stop, or its last step is sent): coord_shutdown's deadline bounds it */
   if (j->spec.resume == RESUME_AUTO && set_stop(j, JOB_STOP_SHUTDOWN)) return JOB_RUNNING;
   if (j->spec.resume == RESUME_AUTO && j->spec.ckpt_dir[0])
@@ -423,7 +423,7 @@ static job_phase on_reaped_restart(coord_t *c, job_t *j, const job_ev_args *a) {
   j->ranks = NULL;
   planmsg_destroy(&j->plan_pb);
   j->nready = j->nstopped = j->nalive = 0;
-  j->start_step = j->next_step = j->done_step = 0;
+  j->sv.start_step = j->sv.next_step = j->sv.done_step = 0;
   j->kill_at = 0;
   return JOB_QUEUED;
 }
@@ -543,13 +543,13 @@ static void check_invariants(const job_t *j) {
   JOB_ASSERT(j->nstopped >= 0 && j->nstopped <= j->world && j->nready >= 0 && j->nready <= j->world);
   JOB_ASSERT(!j->stop_at || (j->stop_kind != JOB_STOP_NONE && j->stop_at == j->steps));
   switch ((job_phase)j->phase) {
-  case JOB_QUEUED: JOB_ASSERT(j->nalive == 0 && !j->win && !j->metrics); break;
-  case JOB_STARTING: JOB_ASSERT(j->ranks && j->deadline > 0 && !j->win); break;
+  case JOB_QUEUED: JOB_ASSERT(j->nalive == 0 && !j->sv.win && !j->sv.metrics); break;
+  case JOB_STARTING: JOB_ASSERT(j->ranks && j->deadline > 0 && !j->sv.win); break;
   case JOB_RUNNING: JOB_ASSERT(j->ranks && j->nready == j->world && j->deadline > 0); break;
-  case JOB_STOPPING: JOB_ASSERT(j->ranks && j->done_step >= j->steps && j->nstopped < j->world); break;
+  case JOB_STOPPING: JOB_ASSERT(j->ranks && j->sv.done_step >= j->steps && j->nstopped < j->world); break;
   case JOB_RESTART_WAIT:
-  case JOB_DRAINING: JOB_ASSERT(!j->win && !j->metrics && !j->deadline && !j->pending[0]); break;
-  case JOB_DONE: JOB_ASSERT(!j->win && !j->metrics); break;
+  case JOB_DRAINING: JOB_ASSERT(!j->sv.win && !j->sv.metrics && !j->deadline && !j->pending[0]); break;
+  case JOB_DONE: JOB_ASSERT(!j->sv.win && !j->sv.metrics); break;
   case JOB_PHASES: break;
   }
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job.h"
 #include "log.h"
 
 void kv_drop_job(coord_t *c, uint64_t job_id, const char *why) {
@@ -34,7 +35,7 @@ void kv_drop_job(coord_t *c, uint64_t job_id, const char *why) {
 }
 
 static fsdp_status kv_key(job_t *j, const char *key, char *out, size_t cap) {
-  const char *prefix = j->kv_prefix;
+  const char *prefix = job_kv_prefix(j);
   size_t plen = strlen(prefix);
   /* Keys are namespaced by the job's kv_prefix; a key given without it gets it. */
   int n = strncmp(key, prefix, plen) == 0 ? snprintf(out, cap, "%s", key) : snprintf(out, cap, "%s%s", prefix, key);
@@ -107,7 +108,7 @@ void kv_on_get(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvGet *g) 
     coord_reply_error(c->cluster, env, FSDP_ERR_NOMEM, "out of memory");
     return;
   }
-  w->job_id = j->id;
+  w->job_id = job_id(j);
   w->env = *env;
   w->next = c->kv_waits;
   c->kv_waits = w;

@@ -2,7 +2,7 @@
  * counters kept from the step reports, and the rendering of the text format (version 0.0.4) that
  * `fsdpd --metrics` serves (docs/observability.md lists every series).
  *
- * Ownership: an active job owns its promx_job (job_t.px, created at its first completed step).
+ * Ownership: an active job owns its promx_job (job_steps_view.px, created at its first completed step).
  * When the job is freed after it ended, promx_retire moves the record to the coordinator's list of
  * finished jobs (coord.px_done), which keeps it PROMX_KEEP_S seconds (at most PROMX_KEEP_JOBS of
  * them), so that a scrape after the end still sees the final figures. Counters only grow: a

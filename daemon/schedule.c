@@ -33,7 +33,7 @@ int schedule_host_ranks(uint64_t host_mem, uint64_t used, uint64_t host_bytes) {
   return k > INT_MAX ? INT_MAX : (int)k;
 }
 
-static uint64_t job_host_bytes(const job_t *j) { return j->plan ? j->plan->host_bytes : 0; }
+static uint64_t job_host_bytes(const job_t *j) { return job_plan(j) ? job_plan(j)->host_bytes : 0; }
 
 /* Host memory pinned on N by the offload ranks placed there, those of ending jobs included: theirs
  * is freed only when their workers exit, which is also when their slots are. */
@@ -41,8 +41,8 @@ static uint64_t node_host_used(const coord_t *c, const node_t *n) {
   uint64_t used = 0;
   for (int s = 0; s < n->nslots; s++) {
     if (!n->slots[s].job_id) continue;
-    for (const job_t *j = c->jobs; j; j = j->next)
-      if (j->id == n->slots[s].job_id) {
+    for (const job_t *j = c->jobs; j; j = job_next(j))
+      if (job_id(j) == n->slots[s].job_id) {
         used += job_host_bytes(j);
         break;
       }
@@ -53,7 +53,7 @@ static uint64_t node_host_used(const coord_t *c, const node_t *n) {
 /* The ranks of J that N can take now: its free devices of J's kind, for an offload job at most as
  * many as its host memory still holds. */
 static int node_room(const coord_t *c, const node_t *n, const job_t *j) {
-  int f = node_free_slots(n, j->kind);
+  int f = node_free_slots(n, job_kind(j));
   uint64_t hb = job_host_bytes(j);
   if (!f || !hb || !n->host_mem) return f;
   int h = schedule_host_ranks(n->host_mem, node_host_used(c, n), hb);
@@ -70,7 +70,7 @@ int schedule_room(const coord_t *c, const job_t *j) {
 static int node_capacity(const node_t *n, const job_t *j) {
   if (n->lost) return 0;
   int d = 0;
-  for (int s = 0; s < n->nslots; s++) d += n->slots[s].kind == j->kind;
+  for (int s = 0; s < n->nslots; s++) d += n->slots[s].kind == job_kind(j);
   int h = schedule_host_ranks(n->host_mem, 0, job_host_bytes(j));
   return h < d ? h : d;
 }
@@ -83,54 +83,53 @@ static int live_capacity(const coord_t *c, const job_t *j) {
 }
 
 static void send_spawn(coord_t *c, job_t *j, int r, int local_ranks) {
-  rank_st *rk = &j->ranks[r];
-  node_t *n = &c->nodes[rk->node];
+  node_t *n = &c->nodes[job_rank(j, r)->node];
   char job[32], rank[32], local[64], jobenv[64], token[64];
-  snprintf(job, sizeof job, "%llu", (unsigned long long)j->id);
+  snprintf(job, sizeof job, "%llu", (unsigned long long)job_id(j));
   snprintf(rank, sizeof rank, "%d", r);
   snprintf(local, sizeof local, "FSDPD_LOCAL_RANKS=%d", local_ranks);
-  snprintf(jobenv, sizeof jobenv, "FSDPD_JOB_ID=%llu", (unsigned long long)j->id);
+  snprintf(jobenv, sizeof jobenv, "FSDPD_JOB_ID=%llu", (unsigned long long)job_id(j));
   /* The token in the environment, which only the worker's owner (and root) can read; a command
    * line is every user's to read. */
-  snprintf(token, sizeof token, "%s=%s", WIRE_WORKER_TOKEN_ENV, j->token);
+  snprintf(token, sizeof token, "%s=%s", WIRE_WORKER_TOKEN_ENV, job_token(j));
   char *argv[] = {"fsdp-worker", "--connect", c->listen_ep, "--job", job, "--rank", rank,
                   "--log-level", (char *)(c->cfg.worker_log_level ? c->cfg.worker_log_level : "info")};
   char *env[] = {local, jobenv, token};
   Fsdp__SpawnReq s = FSDP__SPAWN_REQ__INIT;
-  s.job_id = j->id;
+  s.job_id = job_id(j);
   s.rank = (uint32_t)r;
   s.n_argv = sizeof argv / sizeof argv[0];
   s.argv = argv;
   s.n_env = sizeof env / sizeof env[0];
   s.env = env;
-  s.cwd = j->job_dir;
-  s.user = j->owner.name;
-  s.uid = (uint32_t)j->owner.uid;
-  s.gid = (uint32_t)j->owner.gid;
-  s.umask = j->umask;
+  const peer_t *owner = job_owner(j);
+  s.cwd = (char *)job_dir_of(j);
+  s.user = (char *)owner->name;
+  s.uid = (uint32_t)owner->uid;
+  s.gid = (uint32_t)owner->gid;
+  s.umask = job_umask(j);
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_SPAWN_REQ;
   m.spawn_req = &s;
   coord_send(c, n->ident, n->ident_len, &m);
-  rk->alive = 1;
-  j->nalive++;
+  job_rank_spawned(j, r);
 }
 
 /* Assign free slots to ranks R.. in node ORDER, CHUNK ranks at a time per node (whole shard groups
  * of a hybrid job; 1: every free slot); the next unplaced rank. */
 static int place_ranks(coord_t *c, job_t *j, const int *order, int *cnt, int r, int chunk) {
-  for (int oi = 0; oi < c->nnodes && r < j->world; oi++) {
+  int world = job_world(j), kind = job_kind(j);
+  for (int oi = 0; oi < c->nnodes && r < world; oi++) {
     node_t *n = &c->nodes[order[oi]];
     if (n->lost) continue;
     int take = node_room(c, n, j);   /* offload: J's ranks the hybrid pass put on N already pin its memory */
     take -= take % chunk;
-    for (int s = 0; s < n->nslots && r < j->world && take > 0; s++) {
+    for (int s = 0; s < n->nslots && r < world && take > 0; s++) {
       slot_t *sl = &n->slots[s];
-      if (sl->kind != j->kind || sl->job_id) continue;
-      sl->job_id = j->id;
+      if (sl->kind != kind || sl->job_id) continue;
+      sl->job_id = job_id(j);
       sl->rank = (uint32_t)r;
-      j->ranks[r].node = order[oi];
-      j->ranks[r].slot = s;
+      job_rank_place(j, r, order[oi], s);
       cnt[order[oi]]++;
       r++;
       take--;
@@ -142,34 +141,35 @@ static int place_ranks(coord_t *c, job_t *j, const int *order, int *cnt, int r, 
 /* Hybrid: say which shard groups the placement had to split across nodes (their gathers and
  * reduce-scatters then cross the network), in the job's log and the daemon's. */
 static void report_split_groups(job_t *j) {
-  int G = j->plan->shard_world, split = 0;
+  int G = job_plan(j)->shard_world, split = 0;
+  const rank_st *ranks = job_rank(j, 0);
   char which[512];
   int wn = 0;
-  for (int g = 0; g < j->world / G; g++) {
-    int node = j->ranks[g * G].node, one = 1;
-    for (int k = 1; k < G; k++) one &= j->ranks[g * G + k].node == node;
+  for (int g = 0; g < job_world(j) / G; g++) {
+    int node = ranks[g * G].node, one = 1;
+    for (int k = 1; k < G; k++) one &= ranks[g * G + k].node == node;
     if (one) continue;
     split++;
     if (wn < (int)sizeof which - 16) wn += snprintf(which + wn, sizeof which - (size_t)wn, "%s%d", wn ? ", " : "", g);
   }
   if (!split) return;
   job_log(j, "placement: %d of %d shard groups (%s) span nodes: the free %s per node do not hold whole groups of %d; "
-          "their all-gathers and reduce-scatters cross nodes", split, j->world / G, which, coord_kind_name(j->kind), G);
-  log_warn("job %llu: %d hybrid shard group(s) split across nodes (%s)", (unsigned long long)j->id, split, which);
+          "their all-gathers and reduce-scatters cross nodes", split, job_world(j) / G, which, coord_kind_name(job_kind(j)), G);
+  log_warn("job %llu: %d hybrid shard group(s) split across nodes (%s)", (unsigned long long)job_id(j), split, which);
 }
 
 /* Hybrid without shard_group: G is the ranks per node of the cluster the job starts on (it may
  * differ from the one at submit, or at a restart); a new G rebuilds the plan. 0, or -1 when the job
  * failed (it cannot be planned with that G). */
 fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
-  int g = coord_ranks_per_node(c, j->kind, j->world);
-  if (g == j->spec.shard_group) return FSDP_OK;
-  jobspec_t s = j->spec;
+  int g = coord_ranks_per_node(c, job_kind(j), job_world(j));
+  if (g == job_spec(j)->shard_group) return FSDP_OK;
+  jobspec_t s = *job_spec(j);
   s.shard_group = 0;   /* resolved again for this placement */
-  jobresolve_place pl = {.world = j->world, .ranks_per_node = g};
-  plan_t *p = NULL, *old = j->plan;
+  jobresolve_place pl = {.world = job_world(j), .ranks_per_node = g};
+  plan_t *p = NULL;
   int k = snprintf(msg, n, "sharding = hybrid without shard_group takes the ranks per node of the cluster (%d %s on "
-                   "the largest node now): ", g, coord_kind_name(j->kind));
+                   "the largest node now): ", g, coord_kind_name(job_kind(j)));
   size_t used = k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
   fsdp_status st = jobresolve_place_job(&s, &pl, &p);
   if (st != FSDP_OK) {
@@ -177,14 +177,14 @@ fsdp_status schedule_regroup(const coord_t *c, job_t *j, char *msg, size_t n) {
     return st;
   }
   /* the memory per rank grows as the group shrinks: the submit check again, with the new plan */
-  int old_g = j->spec.shard_group;
-  j->plan = p, j->spec.shard_group = g;
+  job_swap_plan(j, &p, &g);   /* p, g: the old plan and group now */
   if ((st = schedule_fit(c, j, msg + used, n - used)) != FSDP_OK) {
-    j->plan = old, j->spec.shard_group = old_g;
+    job_swap_plan(j, &p, &g);
     plan_destroy(&p);
     return st;
   }
-  plan_destroy(&old);
+  plan_destroy(&p);
+  g = job_spec(j)->shard_group;
   job_log(j, "shard_group = %d: the ranks per node of the cluster it starts on", g);
   return FSDP_OK;
 }
@@ -196,13 +196,12 @@ static void start_failed(coord_t *c, job_t *j, const char *reason) {
 
 /* 0: J started (or failed trying); -1: the room counted for it was not there, it stays queued. */
 static int schedule_start(coord_t *c, job_t *j) {
-  JOB_ASSERT(job_phase_of(j) == JOB_QUEUED && !j->ranks);
+  JOB_ASSERT(job_phase_of(j) == JOB_QUEUED && !job_rank(j, 0));
   /* Pack ranks by node: the nodes with room for the most ranks first (free devices of the kind, for
    * offload also the host memory), filled in order. */
   int *order = calloc((size_t)c->nnodes, sizeof *order), *cnt = calloc((size_t)c->nnodes, sizeof *cnt);
   int *room = calloc((size_t)c->nnodes, sizeof *room);
-  j->ranks = calloc((size_t)j->world, sizeof *j->ranks);
-  if (!order || !cnt || !room || !j->ranks) {
+  if (!order || !cnt || !room || job_place_begin(j) != FSDP_OK) {
     free(order), free(cnt), free(room);
     start_failed(c, j, "out of memory while starting the job");
     return 0;
@@ -216,36 +215,26 @@ static int schedule_start(coord_t *c, job_t *j) {
     }
   /* hybrid: whole shard groups on a node first, so that a group stays on one node whenever it can;
    * hybrid without shard_group: G was set to the ranks per node before the start (schedule_try) */
-  int hybrid = j->plan->sharding == SHARD_HYBRID;
-  int r = place_ranks(c, j, order, cnt, 0, hybrid ? j->plan->shard_world : 1);
-  if (r < j->world) r = place_ranks(c, j, order, cnt, r, 1);
+  const plan_t *plan = job_plan(j);
+  int world = job_world(j), hybrid = plan->sharding == SHARD_HYBRID;
+  int r = place_ranks(c, j, order, cnt, 0, hybrid ? plan->shard_world : 1);
+  if (r < world) r = place_ranks(c, j, order, cnt, r, 1);
   free(order), free(room);
-  if (r < j->world) {   /* schedule_try counted the same room: not expected; undo, keep the job queued */
-    log_error("job %llu: placement found room for %d of %d ranks; it stays queued", (unsigned long long)j->id, r,
-              j->world);
+  if (r < world) {   /* schedule_try counted the same room: not expected; undo, keep the job queued */
+    log_error("job %llu: placement found room for %d of %d ranks; it stays queued", (unsigned long long)job_id(j), r,
+              world);
     for (int i = 0; i < c->nnodes; i++)
       for (int s = 0; s < c->nodes[i].nslots; s++)
-        if (c->nodes[i].slots[s].job_id == j->id) c->nodes[i].slots[s].job_id = 0;
+        if (c->nodes[i].slots[s].job_id == job_id(j)) c->nodes[i].slots[s].job_id = 0;
     free(cnt);
-    free(j->ranks);
-    j->ranks = NULL;
+    job_place_undo(j);
     return -1;
   }
-  if (planmsg_new(j->plan, &j->plan_pb) != FSDP_OK) {
+  if (job_attempt_prepare(j) != FSDP_OK) {
     free(cnt);
     start_failed(c, j, fsdp_last_error());
     return 0;
   }
-  uint8_t rnd[16];
-  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-    for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)(rand() ^ (int)(loop_now_mono() * 1e6));
-  for (size_t i = 0; i < sizeof rnd; i++) sprintf(j->token + 2 * i, "%02x", rnd[i]);
-  /* attempt 0 keeps the plain "job-ID/"; later attempts nest under it, so kv_drop_job drops them too */
-  if (j->attempt == 0) snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/", (unsigned long long)j->id);
-  else snprintf(j->kv_prefix, sizeof j->kv_prefix, "job-%llu/a%d/", (unsigned long long)j->id, j->attempt);
-  double t = 2 * j->spec.timeout_s;
-  j->start_timeout = t > START_TIMEOUT_MIN_S ? t : START_TIMEOUT_MIN_S;
-  j->step_timeout = t;   /* no step for 2 x timeout_s: every collective in it would have timed out by then */
   job_event(c, j, JE_START, NULL);
   job_open_metrics(j);
   char where[1024];
@@ -254,7 +243,7 @@ static int schedule_start(coord_t *c, job_t *j) {
     if (cnt[i] && wn < (int)sizeof where - 64) wn += snprintf(where + wn, sizeof where - (size_t)wn, "%s%s×%d", wn ? ", " : "", c->nodes[i].name, cnt[i]);
   job_log(j, "ranks on %s", wn ? where : "-");
   if (hybrid) report_split_groups(j);
-  for (int k = 0; k < j->world; k++) send_spawn(c, j, k, cnt[j->ranks[k].node]);
+  for (int k = 0; k < world; k++) send_spawn(c, j, k, cnt[job_rank(j, k)->node]);
   free(cnt);
   return 0;
 }
@@ -280,26 +269,28 @@ static int live_devices(const coord_t *c, int kind, int *live_nodes, uint64_t *m
 
 
 fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) {
-  const char *kname = coord_kind_name(j->kind);
+  const char *kname = coord_kind_name(job_kind(j));
+  const plan_t *plan = job_plan(j);
+  int world = job_world(j);
   int live_nodes;
   uint64_t min_mem;
-  int total = live_devices(c, j->kind, &live_nodes, &min_mem);
-  if (j->world > total) {
-    snprintf(msg, n, "the job needs %d %s but the cluster has %d (on %d node%s)", j->world, kname, total, live_nodes,
+  int total = live_devices(c, job_kind(j), &live_nodes, &min_mem);
+  if (world > total) {
+    snprintf(msg, n, "the job needs %d %s but the cluster has %d (on %d node%s)", world, kname, total, live_nodes,
              live_nodes == 1 ? "" : "s");
     return FSDP_ERR_RANGE;
   }
-  if (min_mem && j->plan->mem_total > min_mem) {
-    int mw = plan_min_world(&j->spec, min_mem, total);
+  if (min_mem && plan->mem_total > min_mem) {
+    int mw = plan_min_world(job_spec(j), min_mem, total);
     int k = snprintf(msg, n, "the job needs %.2f GiB per rank at world size %d, device has %.2f GiB; ",
-                     (double)j->plan->mem_total / (1u << 30), j->world, (double)min_mem / (1u << 30));
+                     (double)plan->mem_total / (1u << 30), world, (double)min_mem / (1u << 30));
     if (k < 0 || (size_t)k >= n) return FSDP_ERR_RANGE;
     if (mw > 0) snprintf(msg + k, n - (size_t)k, "the smallest world size that fits is %d", mw);
     else snprintf(msg + k, n - (size_t)k, "no world size up to %d (the %s in the cluster) fits", total, kname);
     return FSDP_ERR_RANGE;
   }
   int room = live_capacity(c, j);
-  if (room < j->world) {
+  if (room < world) {
     /* Name the node placement fills first (the most devices) among those whose memory holds fewer
      * ranks than placement would put there. One exists: every node holding min(devices, world)
      * would make room ≥ world, the devices being enough. */
@@ -309,12 +300,12 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
       const node_t *nd = &c->nodes[i];
       if (nd->lost) continue;
       int d = 0;
-      for (int s = 0; s < nd->nslots; s++) d += nd->slots[s].kind == j->kind;
-      int want = d < j->world ? d : j->world;
+      for (int s = 0; s < nd->nslots; s++) d += nd->slots[s].kind == job_kind(j);
+      int want = d < world ? d : world;
       if (node_capacity(nd, j) < want && d > short_d) short_n = nd, short_d = d;
     }
-    uint64_t hb = j->plan->host_bytes, snap = j->plan->snapshot_bytes;
-    int ranks = short_d < j->world ? short_d : j->world;
+    uint64_t hb = plan->host_bytes, snap = plan->snapshot_bytes;
+    int ranks = short_d < world ? short_d : world;
     const double gib = (double)(1u << 30);
     /* what the host memory is for: offload's state, async checkpoints' snapshot, or both */
     const char *what = !snap ? "offload = optimizer" : hb > snap ? "offload = optimizer with [checkpoint] async = true"
@@ -322,7 +313,7 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
     const char *off = !snap ? "offload = none" : hb > snap ? "offload = none or async = false" : "async = false";
     if (!short_n) {
       snprintf(msg, n, "%s needs %.2f GiB of host memory per rank; the nodes' host memory holds %d of the job's %d "
-               "ranks; allowed: fewer ranks per node, more nodes, or %s", what, (double)hb / gib, room, j->world, off);
+               "ranks; allowed: fewer ranks per node, more nodes, or %s", what, (double)hb / gib, room, world, off);
       return FSDP_ERR_RANGE;
     }
     snprintf(msg, n, "%s needs %.1f GiB of host memory per node for %d ranks (%.2f GiB each); "
@@ -330,7 +321,7 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
              "host memory holds %d of the job's %d ranks; allowed: fewer ranks per node, more nodes, or %s", what,
              (double)hb * ranks / gib, ranks, (double)hb / gib, short_n->name, (double)short_n->host_mem / gib,
              (double)schedule_host_usable(short_n->host_mem) / gib, SCHEDULE_HOST_RESERVE_PCT, node_capacity(short_n, j),
-             node_capacity(short_n, j) == 1 ? "" : "s", room, j->world, off);
+             node_capacity(short_n, j) == 1 ? "" : "s", room, world, off);
     return FSDP_ERR_RANGE;
   }
   return FSDP_OK;
@@ -342,28 +333,28 @@ fsdp_status schedule_fit(const coord_t *c, const job_t *j, char *msg, size_t n) 
 static int fits_live(coord_t *c, job_t *j, double now) {
   int live_nodes;
   uint64_t min_mem;
-  int total = live_devices(c, j->kind, &live_nodes, &min_mem);
+  int total = live_devices(c, job_kind(j), &live_nodes, &min_mem);
   const char *held = "";
   if (job_host_bytes(j) && live_capacity(c, j) < total) {
     total = live_capacity(c, j);
     held = " whose nodes' host memory holds an offload rank";
   }
-  if (total >= j->world) {
-    if (j->unfit_since) job_log(j, "the cluster can run the job again (%d %s)", total, coord_kind_name(j->kind));
-    j->unfit_since = 0;
+  if (total >= job_world(j)) {
+    if (job_unfit_since(j)) job_log(j, "the cluster can run the job again (%d %s)", total, coord_kind_name(job_kind(j)));
+    job_set_unfit_since(j, 0);
     return 1;
   }
-  if (!j->unfit_since) {
-    j->unfit_since = now;
+  if (!job_unfit_since(j)) {
+    job_set_unfit_since(j, now);
     job_log(j, "waiting aside: the job needs %d %s but the live cluster has %d%s; jobs behind it that fit start "
             "meanwhile; it fails if none return within [job] restart_wait_s = %g s",
-            j->world, coord_kind_name(j->kind), total, held, j->spec.restart_wait_s);
-  } else if (now - j->unfit_since > j->spec.restart_wait_s) {
+            job_world(j), coord_kind_name(job_kind(j)), total, held, job_spec(j)->restart_wait_s);
+  } else if (now - job_unfit_since(j) > job_spec(j)->restart_wait_s) {
     char why[2048];
     snprintf(why, sizeof why, "the job needs %d %s but the live cluster has %d%s (on %d node%s), and none returned within "
-             "[job] restart_wait_s = %g s%s%s", j->world, coord_kind_name(j->kind), total, held, live_nodes,
-             live_nodes == 1 ? "" : "s", j->spec.restart_wait_s, j->reason[0] ? "; it was queued again after: " : "",
-             j->reason);
+             "[job] restart_wait_s = %g s%s%s", job_world(j), coord_kind_name(job_kind(j)), total, held, live_nodes,
+             live_nodes == 1 ? "" : "s", job_spec(j)->restart_wait_s, job_reason(j)[0] ? "; it was queued again after: " : "",
+             job_reason(j));
     job_event(c, j, JE_UNFIT, &(job_ev_args){.rank = -1, .node = -1, .msg = why});
   }
   return 0;
@@ -376,17 +367,17 @@ void schedule_try(coord_t *c) {
    * behind it. Only a job that cannot run at all (fits_live) is passed over. */
   for (;;) {
     job_t *head = NULL;
-    for (job_t *j = c->jobs; j; j = j->next)
-      if (job_phase_of(j) == JOB_QUEUED && fits_live(c, j, now) && (!head || j->id < head->id))
+    for (job_t *j = c->jobs; j; j = job_next(j))
+      if (job_phase_of(j) == JOB_QUEUED && fits_live(c, j, now) && (!head || job_id(j) < job_id(head)))
         head = j;
     if (!head) return;
     /* before counting room: the shard group, hence the offloaded bytes per rank, may change */
     char why[1024];
-    if (head->auto_group && schedule_regroup(c, head, why, sizeof why) != FSDP_OK) {
+    if (job_auto_group(head) && schedule_regroup(c, head, why, sizeof why) != FSDP_OK) {
       start_failed(c, head, why);
       continue;
     }
-    if (schedule_room(c, head) < head->world) return;
+    if (schedule_room(c, head) < job_world(head)) return;
     if (schedule_start(c, head) != 0) return;
   }
 }

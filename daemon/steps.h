@@ -9,7 +9,7 @@
  * flight, from a node without ranks of the job, or a duplicate is logged and ignored.
  * Every rank's full figures ride along every steps_detail_every(world) steps (every step up to
  * STEPS_DETAIL_ALL_MAX ranks) and go into that step's metrics line; `fsdpctl status --rank R` asks
- * for R's on every step (job_t.detail_rank). After the last step (JE_STEP_RECORDED: the job is
+ * for R's on every step (job_steps_view.detail_rank). After the last step (JE_STEP_RECORDED: the job is
  * stopping) every rank gets stop_cmd.
  * Loop thread only.
  */

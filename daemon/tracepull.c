@@ -48,7 +48,7 @@ static const char *not_running(coord_t *c, uint64_t id, const job_t *j, char *bu
     snprintf(buf, n, "no job %llu", (unsigned long long)id);
     return buf;
   }
-  int state = j ? j->state : row.state;
+  int state = j ? job_state(j) : row.state;
   if (!j) jobs_db_row_clear(&row);
   if (state == ST_QUEUED || state == ST_STARTING)
     snprintf(buf, n, "job %llu is %s: it has run no step yet", (unsigned long long)id, job_state_name(state));
@@ -68,53 +68,54 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
   }
   if (job_phase_of(j) == JOB_STOPPING) {   /* stop_cmd sent: the workers will exit, not answer */
     snprintf(msg, sizeof msg, "job %llu is finishing (its workers were told to stop): no spans to pull",
-             (unsigned long long)j->id);
+             (unsigned long long)job_id(j));
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
     return;
   }
   /* the workers run these before they read the pull: the steps their relays handed them, at least
    * RELAY_INFLIGHT beyond the last recorded one, at most the last granted */
-  uint32_t started = j->next_step - 1 < j->done_step + RELAY_INFLIGHT ? j->next_step - 1 : j->done_step + RELAY_INFLIGHT;
+  uint32_t next = job_next_step(j), done = job_done_step(j), start = job_start_step(j);
+  uint32_t started = next - 1 < done + RELAY_INFLIGHT ? next - 1 : done + RELAY_INFLIGHT;
   uint32_t first = req->first_step, last = req->last_step;
-  if (started <= j->start_step) {
-    snprintf(msg, sizeof msg, "job %llu has not started a step yet", (unsigned long long)j->id);
+  if (started <= start) {
+    snprintf(msg, sizeof msg, "job %llu has not started a step yet", (unsigned long long)job_id(j));
     coord_reply_error(c->ctl, env, FSDP_ERR_STATE, msg);
     return;
   }
   if (first == 0 && last == 0) {
     last = started;
-    first = last >= j->start_step + TRACEPULL_DEFAULT_STEPS ? last - TRACEPULL_DEFAULT_STEPS + 1 : j->start_step + 1;
+    first = last >= start + TRACEPULL_DEFAULT_STEPS ? last - TRACEPULL_DEFAULT_STEPS + 1 : start + 1;
   } else if (first == 0 || first > last) {
     snprintf(msg, sizeof msg, "steps %u..%u: allowed A..B with 1 <= A <= B", first, last);
     coord_reply_error(c->ctl, env, FSDP_ERR_RANGE, msg);
     return;
   } else if (last > started) {
-    snprintf(msg, sizeof msg, "job %llu has started steps up to %u: --steps must end at or before it", (unsigned long long)j->id,
+    snprintf(msg, sizeof msg, "job %llu has started steps up to %u: --steps must end at or before it", (unsigned long long)job_id(j),
              started);
     coord_reply_error(c->ctl, env, FSDP_ERR_RANGE, msg);
     return;
   }
   tracepull *p = calloc(1, sizeof *p);
-  if (p) p->got = calloc((size_t)j->world, sizeof *p->got);
+  if (p) p->got = calloc((size_t)job_world(j), sizeof *p->got);
   if (!p || !p->got) {
     free(p);
     coord_reply_error(c->ctl, env, FSDP_ERR_NOMEM, "out of memory");
     return;
   }
   p->id = ++c->next_pull_id;
-  p->job_id = j->id;
+  p->job_id = job_id(j);
   p->env = *env;
   p->first = first, p->last = last;
-  p->world = (uint32_t)j->world;
+  p->world = (uint32_t)job_world(j);
   p->deadline = loop_now_mono() + TRACEPULL_TIMEOUT_S;
   p->next = c->pulls;
   c->pulls = p;
   Fsdp__TraceReq q = FSDP__TRACE_REQ__INIT;
-  q.job_id = j->id, q.first_step = first, q.last_step = last, q.pull_id = p->id;
+  q.job_id = job_id(j), q.first_step = first, q.last_step = last, q.pull_id = p->id;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_TRACE_REQ;
   m.trace_req = &q;
-  for (int r = 0; r < j->world; r++)
+  for (int r = 0; r < job_world(j); r++)
     coord_send_rank(c, j, r, &m);
 }
 
@@ -136,18 +137,19 @@ static void pull_complete(coord_t *c, tracepull *p, const job_t *j) {
       return;
     }
   }
+  const plan_t *plan = job_plan(j);
   Fsdp__TraceSpans **ranks = calloc(p->world, sizeof *ranks);
-  char **names = calloc((size_t)j->plan->nunits, sizeof *names);
+  char **names = calloc((size_t)plan->nunits, sizeof *names);
   if (!ranks || !names) {
     free(ranks), free(names);
     pull_fail(c, p, FSDP_ERR_NOMEM, "out of memory");
     return;
   }
   for (uint32_t r = 0; r < p->world; r++) ranks[r] = p->got[r]->trace_spans;
-  for (int u = 0; u < j->plan->nunits; u++) names[u] = (char *)j->plan->units[u].name;
+  for (int u = 0; u < plan->nunits; u++) names[u] = (char *)plan->units[u].name;
   Fsdp__TraceResp tr = FSDP__TRACE_RESP__INIT;
   tr.job_id = p->job_id, tr.first_step = p->first, tr.last_step = p->last;
-  tr.n_unit_names = (size_t)j->plan->nunits, tr.unit_names = names;
+  tr.n_unit_names = (size_t)plan->nunits, tr.unit_names = names;
   tr.n_ranks = p->world, tr.ranks = ranks;
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_TRACE_RESP;
@@ -168,14 +170,14 @@ static void pull_complete(coord_t *c, tracepull *p, const job_t *j) {
 void tracepull_on_spans(coord_t *c, job_t *j, int r, Fsdp__Msg **mp) {
   const Fsdp__TraceSpans *t = (*mp)->trace_spans;
   tracepull *p = c->pulls;
-  while (p && !(p->id == t->pull_id && p->job_id == j->id)) p = p->next;
+  while (p && !(p->id == t->pull_id && p->job_id == job_id(j))) p = p->next;
   if (!p) {   /* a pull that already timed out or failed */
-    log_debug("job %llu rank %d: spans for pull %u, which is no longer pending; dropped", (unsigned long long)j->id, r,
+    log_debug("job %llu rank %d: spans for pull %u, which is no longer pending; dropped", (unsigned long long)job_id(j), r,
               t->pull_id);
     return;
   }
   if (t->rank != (uint32_t)r || (uint32_t)r >= p->world || p->got[r]) {
-    log_warn("job %llu rank %d: trace_spans for rank %u or a second answer; ignored", (unsigned long long)j->id, r, t->rank);
+    log_warn("job %llu rank %d: trace_spans for rank %u or a second answer; ignored", (unsigned long long)job_id(j), r, t->rank);
     return;
   }
   p->got[r] = *mp;
@@ -190,7 +192,7 @@ void tracepull_check(coord_t *c, double now) {
     const job_t *j = coord_find_job(c, p->job_id);
     if (!j || job_ended(j) || job_phase_of(j) == JOB_RESTART_WAIT) {
       snprintf(msg, sizeof msg, "job %llu ended before all its ranks answered the trace pull%s%s",
-               (unsigned long long)p->job_id, j && j->reason[0] ? ": " : "", j ? j->reason : "");
+               (unsigned long long)p->job_id, j && job_reason(j)[0] ? ": " : "", j ? job_reason(j) : "");
       pull_fail(c, p, FSDP_ERR_STATE, msg);
     } else if (now > p->deadline) {
       size_t k = (size_t)snprintf(msg, sizeof msg, "rank(s)");

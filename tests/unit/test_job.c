@@ -11,18 +11,24 @@
  *  - scenarios: a whole life (queued → starting → running → stopping → draining → done: succeeded),
  *    a restart (restart-wait → queued → starting again), a user's stop at a checkpoint, and what each
  *    sends (kill_reqs to the agent).
- *  - random: a few hundred seeded interleavings of every event on a few jobs: no job ends in two
- *    states, none is lost, none runs after a cancel, every job ends done and freed.
+ *  - random: a few hundred seeded interleavings of every event on a few jobs, half of them the job's
+ *    own progress: ranks ready and steps reported through the real step pipeline (steps.h: one
+ *    node_step_report per step, recorded in metrics.jsonl and jobs.db). No job ends in two states,
+ *    none is lost, none runs after a cancel, every job ends done and freed, and metrics.jsonl and
+ *    jobs.db agree on steps (each line is its step's row; without a restart, the same steps).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "check.h"
 #include "coord_core.h"
-#include "job.h"
+#include "job_priv.h"
 #include "log.h"
+#include "stepagg.h"
+#include "steps.h"
 #include "tmpdir.h"
 
 #define WORLD 2
@@ -123,7 +129,8 @@ static job_t *submit(coord_t *c, int restarts) {
                      .spec_text = j->spec_text, .spec_path = j->spec_path, .base_dir = j->base_dir, .job_dir = tmp_dir,
                      .owner_uid = j->owner.uid, .owner_gid = j->owner.gid, .owner = j->owner.name, .umask = 022};
   CHECK_OK(jobs_db_insert(c->db, &row, 0, &j->id));
-  snprintf(j->job_dir, sizeof j->job_dir, "%s", tmp_dir);
+  snprintf(j->job_dir, sizeof j->job_dir, "%s/%llu", tmp_dir, (unsigned long long)j->id);   /* its own metrics.jsonl */
+  CHECK(mkdir(j->job_dir, 0755) == 0);
   j->next = c->jobs;
   c->jobs = j;
   return j;
@@ -147,6 +154,7 @@ static void start(coord_t *c, job_t *j) {
   }
   j->start_timeout = j->step_timeout = 60;
   CHECK_EQ_INT(JOB_STARTING, job_event(c, j, JE_START, NULL));
+  job_open_metrics(j);
   for (int r = 0; r < WORLD; r++) j->ranks[r].alive = 1;
   j->nalive = WORLD;
 }
@@ -158,7 +166,7 @@ static void run(coord_t *c, job_t *j) {
     job_event(c, j, JE_RANK_READY, &a);
   }
   CHECK_EQ_INT(JOB_RUNNING, job_phase_of(j));
-  j->done_step = 0, j->next_step = 1;
+  j->sv.done_step = 0, j->sv.next_step = 1;
 }
 
 /* A job of C brought to phase P by the events that lead there. */
@@ -171,7 +179,7 @@ static job_t *job_in(coord_t *c, job_phase p, int restarts) {
   case JOB_RUNNING: start(c, j), run(c, j); break;
   case JOB_STOPPING:
     start(c, j), run(c, j);
-    j->next_step = 4;   /* steps 1..3 granted */
+    j->sv.next_step = 4;   /* steps 1..3 granted */
     a.step = 3;
     CHECK_EQ_INT(JOB_STOPPING, job_event(c, j, JE_STEP_RECORDED, &a));
     break;
@@ -296,10 +304,10 @@ static void part_life(void) {
   coord_t *c = coord_make();
   job_t *j = job_in(c, JOB_RUNNING, 0);
   CHECK_EQ_INT(ST_RUNNING, j->state);
-  j->next_step = 4;
+  j->sv.next_step = 4;
   job_ev_args a = {.rank = -1, .node = -1, .step = 1};
   CHECK_EQ_INT(JOB_RUNNING, job_event(c, j, JE_STEP_RECORDED, &a));
-  CHECK_EQ_INT(1, j->done_step);
+  CHECK_EQ_INT(1, j->sv.done_step);
   a.step = 3;
   CHECK_EQ_INT(JOB_STOPPING, job_event(c, j, JE_STEP_RECORDED, &a));
   a.rank = 0;
@@ -361,7 +369,7 @@ static void part_stop(void) {
   for (int shut = 0; shut <= 1; shut++) {
     coord_t *c = coord_make();
     job_t *j = job_in(c, JOB_RUNNING, 1);
-    j->next_step = 3;   /* steps 1, 2 sent */
+    j->sv.next_step = 3;   /* steps 1, 2 sent */
     CHECK_EQ_INT(JOB_RUNNING, job_event(c, j, shut ? JE_SHUTDOWN : JE_USER_STOP, NULL));
     CHECK_EQ_INT(3, j->stop_at);
     CHECK_EQ_INT(3, j->steps);
@@ -383,29 +391,103 @@ static uint32_t rnd(uint32_t n) {
   return (uint32_t)(rng_state >> 33) % n;
 }
 
+/* Node 0's node_step_report of STEP for J (both ranks), as its relay folds them, through the wire. */
+static void node_report(coord_t *c, job_t *j, uint32_t step) {
+  stepagg *agg = NULL;
+  CHECK_OK(stepagg_new(&agg));
+  Fsdp__RankStats st[WORLD];
+  for (int r = 0; r < WORLD; r++) {
+    fsdp__rank_stats__init(&st[r]);
+    st[r].rank = (uint32_t)r;
+    CHECK_OK(stepagg_add_rank(agg, &st[r], 10.0 + r, 0));
+  }
+  Fsdp__StepAgg am;
+  CHECK_OK(stepagg_to_msg(agg, 0, &am));
+  Fsdp__StepReport first = FSDP__STEP_REPORT__INIT;
+  first.step = step, first.loss = 4.0 / step, first.lr = 1e-3, first.tokens = 64, first.step_ms = 10;
+  first.stats = &st[0];
+  Fsdp__NodeStepReport nr = FSDP__NODE_STEP_REPORT__INIT;
+  nr.job_id = j->id, nr.first_rank = 0, nr.first = &first, nr.agg = &am, nr.step_ms = 11, nr.step_ms_rank = 1;
+  Fsdp__Msg m = WIRE_MSG_INIT, *out = NULL;
+  m.body_case = FSDP__MSG__BODY_NODE_STEP_REPORT, m.node_step_report = &nr;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  CHECK_OK(wire_pack(&m, &buf, &len));
+  CHECK_OK(wire_unpack(buf, len, &out));
+  free(buf);
+  stepagg_msg_free(&am);
+  stepagg_destroy(&agg);
+  steps_on_node_report(c, &c->nodes[0], &out);
+  wire_destroy(&out);
+}
+
+/* Every line of job ID's metrics.jsonl is its database row of that step, word for word, one per
+ * step; the database holds no step the file lacks but those a restart trains again (the file keeps
+ * the resumed-from steps only, steps.c: metrics_truncate; the rows are replaced as they come). */
+static int lines_checked, restarted_checked;   /* over every sequence: the check compared something */
+static void check_steps_agree(coord_t *c, uint64_t id, int restarted) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%llu/metrics.jsonl", tmp_dir, (unsigned long long)id);
+  FILE *f = fopen(path, "r");
+  int lines = 0, rows = 0, last = 0;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while (f && (n = getline(&line, &cap, f)) > 0) {
+    if (line[n - 1] == '\n') line[--n] = 0;
+    const char *at = strstr(line, "\"step\":");
+    int step = at ? atoi(at + 7) : -1;
+    CHECK(step == last + 1);   /* one line per step, in order */
+    last = step;
+    char *json = NULL;
+    CHECK_OK(jobs_db_step_json(c->db, id, step, &json));
+    if (json && strcmp(line, json) != 0) {
+      fprintf(stderr, "job %llu step %d: metrics.jsonl has\n  %s\nand jobs.db\n  %s\n", (unsigned long long)id, step, line, json);
+      CHECK(0);
+    }
+    free(json);
+    lines++;
+  }
+  free(line);
+  if (f) fclose(f);
+  CHECK_OK(jobs_db_step_count(c->db, id, &rows));
+  CHECK(rows >= lines);
+  if (!restarted) CHECK_EQ_INT(lines, rows);   /* no restart: the same steps exactly */
+  lines_checked += lines, restarted_checked += restarted && rows > 0;
+}
+
 static void one_sequence(uint64_t seed) {
   enum { JOBS = 3, EVENTS = 60 };
   rng_state = seed;
   coord_t *c = coord_make();
   job_t *js[JOBS];
   uint64_t ids[JOBS];
-  int cancelled[JOBS] = {0}, ended_state[JOBS] = {0};
+  int cancelled[JOBS] = {0}, ended_state[JOBS] = {0}, restarted[JOBS] = {0};
   for (int k = 0; k < JOBS; k++) js[k] = submit(c, (int)rnd(2)), ids[k] = js[k]->id;
-  for (int i = 0; i < EVENTS; i++) {
+  for (int i = 0; i <= EVENTS; i++) {
+    for (int x = 0; x < JOBS; x++) restarted[x] |= js[x] && js[x]->attempt > 0;
+    if (i == EVENTS) break;
     int k = (int)rnd(JOBS);
     job_t *j = js[k];
     if (!j) continue;
     job_ev ev = (job_ev)rnd(NEV);
+    if (rnd(2)) {   /* half the time the job's own progress, so that sequences reach the steps */
+      static const job_ev progress[JOB_PHASES] = {[JOB_QUEUED] = JE_START, [JOB_STARTING] = JE_RANK_READY,
+                                                  [JOB_RUNNING] = JE_STEP_RECORDED, [JOB_STOPPING] = JE_RANK_STOPPED,
+                                                  [JOB_RESTART_WAIT] = JE_REAPED, [JOB_DRAINING] = JE_REAPED};
+      ev = progress[j->phase];
+    }
     if (ev == JE_SHUTDOWN || ev == JE_SHUTDOWN_LATE) c->shutting_down = 1;
     if (ev == JE_START) {
       if (j->phase != JOB_QUEUED || c->shutting_down) continue;   /* schedule_try starts queued jobs only */
       start(c, j);
       continue;
     }
-    if (ev == JE_RANK_READY) {
+    if (ev == JE_RANK_READY) {   /* through the step pipeline: the last ready rank starts the steps */
       if (j->phase != JOB_STARTING) continue;
-      job_event(c, j, ev, &(job_ev_args){.rank = (int)rnd(WORLD), .node = -1, .step = 0});
-      if (j->phase == JOB_RUNNING) j->done_step = 0, j->next_step = 1 + rnd(4);
+      Fsdp__WorkerReady rd = FSDP__WORKER_READY__INIT;
+      rd.rank = rnd(WORLD);
+      steps_on_ready(c, j, (int)rd.rank, &rd);
       continue;
     }
     if (ev == JE_UNFIT && j->phase != JOB_QUEUED) continue;   /* fits_live looks at queued jobs only */
@@ -413,10 +495,10 @@ static void one_sequence(uint64_t seed) {
     int state_then = j->state;
     job_ev_args a = ev_args(ev);
     a.rank = (int)rnd(WORLD);
-    if (ev == JE_STEP_RECORDED) {
-      if (j->phase != JOB_RUNNING) continue;   /* steps.c records running jobs' steps only */
-      a.step = j->done_step + 1 + rnd(j->steps - j->done_step);
-      if (a.step >= j->next_step) j->next_step = a.step + 1;
+    if (ev == JE_STEP_RECORDED) {   /* node 0 reports the next step: recorded, and after the last, the stop */
+      if (j->phase != JOB_RUNNING || j->sv.done_step + 1 >= j->sv.next_step) continue;
+      node_report(c, j, j->sv.done_step + 1);
+      continue;
     }
     if (ev == JE_WORKER_EXIT && !(j->ranks && j->ranks[a.rank].alive)) continue;
     if ((ev == JE_RANK_STOPPED || ev == JE_WORKER_ERROR) && !j->ranks) continue;
@@ -446,11 +528,12 @@ static void one_sequence(uint64_t seed) {
   }
   job_reap_drained(c);
   CHECK(c->jobs == NULL);   /* none lost: every job reached done and was freed, once */
-  for (int k = 0; k < JOBS; k++) {   /* jobs.db holds each job's one end */
+  for (int k = 0; k < JOBS; k++) {   /* jobs.db holds each job's one end, and metrics.jsonl's steps */
     jobs_db_row row;
     CHECK_OK(jobs_db_get(c->db, ids[k], &row));
     CHECK_EQ_INT(ended_state[k], row.state);
     jobs_db_row_clear(&row);
+    check_steps_agree(c, ids[k], restarted[k]);
   }
   coord_free(&c);
 }
@@ -461,6 +544,9 @@ static void part_random(void) {
     one_sequence(seed);
     if (check_fail_ != before) fprintf(stderr, "random: seed %llu failed\n", (unsigned long long)seed);
   }
+  fprintf(stderr, "random: %d metrics lines checked against jobs.db, %d restarted jobs with steps\n", lines_checked,
+          restarted_checked);
+  CHECK(lines_checked > 100 && restarted_checked > 0);
 }
 
 int main(int argc, char **argv) {

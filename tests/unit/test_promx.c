@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "coord_core.h"
+#include "job_priv.h"   /* jobs built by hand */
 #include "metricsrv.h"
 #include "promx.h"
 
@@ -85,9 +86,9 @@ int main(void) {
   Fsdp__RankStats *r1[2] = {s1[0]->stats, s1[1]->stats}, *r2[2] = {s2[0]->stats, s2[1]->stats};
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
   sum.step = 1, sum.loss = 5.5, sum.tokens = 1000, sum.tokens_per_s = 10000, sum.ranks = r1, sum.n_ranks = 2;
-  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 0, 0));
+  CHECK_OK(promx_on_step(&j.sv.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 0, 0));
   sum.step = 2, sum.loss = 4.25, sum.has_val = 1, sum.val_loss = 4.5, sum.ranks = r2;
-  CHECK_OK(promx_on_step(&j.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 6e6, 1e12));
+  CHECK_OK(promx_on_step(&j.sv.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 6e6, 1e12));
   char *t;
   size_t len;
   CHECK_OK(coord_render_metrics(&c, &t, &len));
@@ -115,7 +116,7 @@ int main(void) {
   CHECK(strstr(t, "# TYPE fsdp_job_loss gauge\n") != NULL);
   free(t);
   /* no peak known (a CPU job): no MFU series */
-  CHECK_OK(promx_on_step(&j.px, 7, "cpu", ST_RUNNING, &sum, 2, 6e6, 0));
+  CHECK_OK(promx_on_step(&j.sv.px, 7, "cpu", ST_RUNNING, &sum, 2, 6e6, 0));
   CHECK_OK(coord_render_metrics(&c, &t, &len));
   CHECK(strstr(t, "fsdp_job_mfu{") == NULL);
   free(t);
@@ -124,8 +125,8 @@ int main(void) {
 
   /* retired: still rendered from the finished list, then expired after PROMX_KEEP_S */
   c.jobs = NULL;
-  promx_retire(&c.px_done, &j.px, 100.0);
-  CHECK(j.px == NULL);
+  promx_retire(&c.px_done, &j.sv.px, 100.0);
+  CHECK(j.sv.px == NULL);
   CHECK_OK(coord_render_metrics(&c, &t, &len));
   CHECK_NEAR(2.0, value(t, "fsdp_rank_phase_seconds_total{job=\"7\",rank=\"0\",phase=\"allgather\"}"), 0, 1e-12);
   free(t);

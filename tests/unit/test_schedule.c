@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "coord_core.h"
+#include "job_priv.h"   /* jobs built by hand */
 #include "schedule.h"
 
 #define GIB (1ull << 30)
