@@ -12,10 +12,8 @@
 #include <zmq.h>
 
 #include "fsutil.h"
-#include "job.h"
 #include "log.h"
 #include "oneline.h"
-#include "metricsrv.h"
 
 /* Append one timestamped line to DIR/job.log, the coordinator's record of a job. */
 void coord_job_log(const char *dir, const char *fmt, ...) {
@@ -87,11 +85,6 @@ void coord_reply_ack(void *sock, const wire_env *env) {
   coord_reply(sock, env, &m);
 }
 
-job_t *coord_find_job(coord_t *c, uint64_t id) {
-  for (job_t *j = c->jobs; j; j = job_next(j))
-    if (job_id(j) == id) return j;
-  return NULL;
-}
 
 static uint32_t ident_hash(const uint8_t *id, size_t len) {
   uint32_t h = 2166136261u;   /* FNV-1a */
@@ -135,37 +128,7 @@ node_t *coord_find_node(coord_t *c, const uint8_t *id, size_t len) {
   return NULL;
 }
 
-job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank) {
-  if (env->n != 3 || env->len[1] == 0) return NULL;
-  node_t *n = coord_find_node(c, env->data[0], env->len[0]);
-  if (!n) return NULL;
-  int ni = (int)(n - c->nodes);
-  for (job_t *j = c->jobs; j; j = job_next(j)) {
-    const rank_st *ranks = job_rank(j, 0);
-    for (int r = 0; ranks && r < job_world(j); r++) {
-      const rank_st *rk = &ranks[r];
-      if (rk->node == ni && rk->ident_len == env->len[1] && !memcmp(rk->ident, env->data[1], env->len[1])) {
-        *rank = r;
-        return j;
-      }
-    }
-  }
-  return NULL;
-}
 
-void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
-  const rank_st *rk = job_rank(j, r);
-  if (!rk->ident_len || rk->node < 0) return;
-  const node_t *n = &c->nodes[rk->node];
-  wire_env env = {0};
-  wire_env_push(&env, n->ident, n->ident_len);
-  wire_env_push(&env, rk->ident, rk->ident_len);
-  wire_env_push(&env, NULL, 0);
-  fsdp_status rc = wire_send(c->cluster, &env, m, ZMQ_DONTWAIT);
-  if (rc != FSDP_OK)
-    log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)job_id(j), r,
-             rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
-}
 
 void coord_open_socket_file(const char *ep) {
   if (geteuid() != 0 || strncmp(ep, "ipc://", 6)) return;
@@ -201,43 +164,4 @@ int coord_ranks_per_node(const coord_t *c, int kind, int world) {
 
 const char *coord_kind_name(int kind) { return kind == FSDP__DEVICE_KIND__DEVICE_KIND_CUDA ? "GPUs" : "CPU slots"; }
 
-fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len) {
-  size_t njobs = 0, k = 0;
-  for (const job_t *j = c->jobs; j; j = job_next(j)) njobs += job_promx(j) != NULL;
-  for (const promx_job *px = c->px_done; px; px = px->next) njobs++;
-  const promx_job **jobs = malloc((njobs ? njobs : 1) * sizeof *jobs);
-  promx_node *nodes = calloc(c->nnodes ? (size_t)c->nnodes : 1, sizeof *nodes);
-  fsdp_status rc = FSDP_ERR_NOMEM;
-  if (!jobs || !nodes) {
-    fsdp_set_error(rc, "cannot render the metrics: out of memory");
-    goto out;
-  }
-  for (const job_t *j = c->jobs; j; j = job_next(j))   /* the active jobs' records first, then the finished ones' */
-    if (job_promx(j)) jobs[k++] = job_promx(j);
-  for (const promx_job *px = c->px_done; px; px = px->next) jobs[k++] = px;
-  for (int i = 0; i < c->nnodes; i++) {
-    const node_t *n = &c->nodes[i];
-    nodes[i].name = n->name;
-    nodes[i].up = !n->lost;
-    for (int s = 0; s < n->nslots; s++)
-      nodes[i].devices[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
-  }
-  promx_view v = {.jobs = jobs, .njobs = njobs, .nodes = nodes, .nnodes = (size_t)c->nnodes, .bad_msgs = c->bad_msgs};
-  rc = promx_render(&v, text, len);
-out:
-  free(jobs);
-  free(nodes);
-  return rc;
-}
 
-void coord_publish_metrics(coord_t *c) {
-  if (!c->cfg.metrics) return;
-  /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
-  for (job_t *j = c->jobs; j; j = job_next(j))
-    if (job_promx_ensure(j) != FSDP_OK) log_warn("%s", fsdp_last_error());
-  char *text = NULL;
-  size_t len = 0;
-  if (coord_render_metrics(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
-    log_warn("cannot publish the metrics: %s", fsdp_last_error());
-  free(text);
-}

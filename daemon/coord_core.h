@@ -155,8 +155,6 @@ void coord_job_log(const char *dir, const char *fmt, ...) __attribute__((format(
 
 /* Send M to the cluster peer (an agent) with routing identity IDENT; a failure is logged. */
 void coord_send(coord_t *c, const uint8_t *ident, size_t len, Fsdp__Msg *m);
-/* Send M to rank R of J through its node's relay; nothing before its hello. */
-void coord_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m);
 /* Answer a request received on SOCK with envelope ENV: a message, an error, an ack. */
 void coord_reply(void *sock, const wire_env *env, Fsdp__Msg *m);
 void coord_reply_error(void *sock, const wire_env *env, fsdp_status code, const char *msg);
@@ -172,11 +170,6 @@ void coord_note_bad(coord_t *c, const char *where, const char *why);
  * is decided per connection (zap.h, peer.h), not by the file's mode. Nothing otherwise. */
 void coord_open_socket_file(const char *ep);
 
-/* The Prometheus text of C's jobs (active, then finished) and nodes, from a view of them (promx.h). */
-fsdp_status coord_render_metrics(const coord_t *c, char **text, size_t *len);
-/* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
- * Called after every completed step and state change, and on every tick. */
-void coord_publish_metrics(coord_t *c);
 
 /* The ranks per node of a job of WORLD ranks of KIND packed as schedule_try packs them: the most
  * devices of KIND on one live node, at most WORLD (0 with none). Hybrid's default shard_group, taken
@@ -185,10 +178,7 @@ int coord_ranks_per_node(const coord_t *c, int kind, int world);
 /* "GPUs" or "CPU slots". */
 const char *coord_kind_name(int kind);
 
-/* Lookups among the active jobs and registered nodes; NULL when there is none. */
-job_t *coord_find_job(coord_t *c, uint64_t id);
+/* The registered node with identity IDENT; NULL when there is none. */
 node_t *coord_find_node(coord_t *c, const uint8_t *ident, size_t len);
-/* The job and rank of the worker that sent ENV ([node ident][worker ident][""], relayed). */
-job_t *coord_find_worker(coord_t *c, const wire_env *env, int *rank);
 
 #endif

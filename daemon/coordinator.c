@@ -53,7 +53,7 @@ static void node_lose(coord_t *c, int i, const char *why) {
     snprintf(msg, sizeof msg, "node %s %s with rank%s %s on it", n->name, why, k > 1 ? "s" : "", list);
     job_event(c, j, JE_NODE_LOST, &(job_ev_args){.rank = -1, .node = i, .msg = msg});
   }
-  coord_publish_metrics(c);
+  job_publish_metrics(c);
 }
 
 /* Drop the nodes lost or stopped more than cfg.forget_s ago; ranks name nodes by index, so the
@@ -71,7 +71,7 @@ static void forget_gone_nodes(coord_t *c, double now) {
     memmove(n, n + 1, (size_t)(c->nnodes - i - 1) * sizeof *n);
     c->nnodes--;
     for (job_t *j = c->jobs; j; j = job_next(j)) job_node_dropped(j, i);
-    coord_publish_metrics(c);
+    job_publish_metrics(c);
   }
 }
 
@@ -148,7 +148,7 @@ static void on_register(coord_t *c, const wire_env *env, const Fsdp__AgentRegist
   }
   log_info("node %u (%s, pid %u) joined: %d device slots, %.1f GiB of host memory available", n->id, n->name, reg->pid,
            n->nslots, (double)reg->host_mem_bytes / (1u << 30));
-  coord_publish_metrics(c);
+  job_publish_metrics(c);
 welcome:
   n->host_mem = reg->host_mem_bytes;   /* the same agent measured it once; a new one again */
   n->pid = reg->pid;
@@ -168,7 +168,7 @@ welcome:
 }
 
 static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
-  job_t *j = coord_find_job(c, ex->job_id);
+  job_t *j = job_find(c, ex->job_id);
   const rank_st *rk = j && ex->rank <= INT_MAX ? job_rank(j, (int)ex->rank) : NULL;
   if (!rk) {
     log_debug("exit of job %llu rank %u: no such running job", (unsigned long long)ex->job_id, ex->rank);
@@ -198,7 +198,7 @@ static void on_worker_exit(coord_t *c, node_t *n, const Fsdp__WorkerExit *ex) {
 }
 
 static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
-  job_t *j = coord_find_job(c, lc->job_id);
+  job_t *j = job_find(c, lc->job_id);
   char path[PATH_MAX + 128];
   if (j) {
     snprintf(path, sizeof path, "%s/worker-%u.log", job_dir_of(j), lc->rank);
@@ -220,7 +220,7 @@ static void on_log_chunk(coord_t *c, const Fsdp__LogChunk *lc) {
 
 static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerHello *h) {
   node_t *via = env->n == 3 && env->len[1] ? coord_find_node(c, env->data[0], env->len[0]) : NULL;
-  job_t *j = via ? coord_find_job(c, h->job_id) : NULL;
+  job_t *j = via ? job_find(c, h->job_id) : NULL;
   const rank_st *rk = j && h->rank <= INT_MAX ? job_rank(j, (int)h->rank) : NULL;
   if (!rk || job_ended(j) || strcmp(h->token, job_token(j)) != 0) {
     log_warn("worker_hello for job %llu rank %u (pid %u) with an unknown job, rank or token; ignored",
@@ -262,7 +262,7 @@ static void on_worker_hello(coord_t *c, const wire_env *env, const Fsdp__WorkerH
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_WORKER_SETUP;
   m.worker_setup = &s;
-  coord_send_rank(c, j, (int)h->rank, &m);
+  job_send_rank(c, j, (int)h->rank, &m);
   free(resolved);
   log_debug("job %llu rank %u (pid %u) said hello; setup sent", (unsigned long long)job_id(j), h->rank, h->pid);
 }
@@ -280,7 +280,7 @@ static int cluster_peer_ok(coord_t *c, const wire_env *env, const Fsdp__Msg *m) 
     snprintf(why, sizeof why, "from an unidentified peer: %s", fsdp_last_error());
   } else {
     if (p.admin) return 1;
-    j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? coord_find_job(c, m->worker_hello->job_id) : NULL;
+    j = m->body_case == FSDP__MSG__BODY_WORKER_HELLO ? job_find(c, m->worker_hello->job_id) : NULL;
     if (j && job_owner(j)->uid == p.uid) return 1;
     snprintf(why, sizeof why, "from %s: %s", p.name, j ? "the job is not theirs" : "only root or the daemon's own user may run an agent");
   }
@@ -367,7 +367,7 @@ static void on_cluster(void *sock, void *arg) {
     steps_on_node_report(c, n, &m);
     break;
   default:
-    j = coord_find_worker(c, &env, &r);
+    j = job_find_worker(c, &env, &r);
     if (!j) {
       log_warn("%s from an unknown peer; ignored", wire_body_name(m->body_case));
       if (m->body_case == FSDP__MSG__BODY_KV_GET || m->body_case == FSDP__MSG__BODY_KV_SET)
@@ -386,11 +386,11 @@ static void on_cluster(void *sock, void *arg) {
     case FSDP__MSG__BODY_ACK: job_event(c, j, JE_RANK_STOPPED, &(job_ev_args){.rank = r, .node = -1}); break;
     case FSDP__MSG__BODY_KV_SET:
       if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, job_reason(j));
-      else kv_on_set(c, &env, j, m->kv_set);
+      else kv_on_set(c, &env, job_id(j), job_kv_prefix(j), m->kv_set);
       break;
     case FSDP__MSG__BODY_KV_GET:
       if (!job_live(j)) coord_reply_error(sock, &env, FSDP_ERR_CANCELLED, job_reason(j));
-      else kv_on_get(c, &env, j, m->kv_get);
+      else kv_on_get(c, &env, job_id(j), job_kv_prefix(j), m->kv_get);
       break;
     default: log_warn("job %llu rank %d: unexpected %s; ignored", (unsigned long long)job_id(j), r, wire_body_name(m->body_case));
     }
@@ -430,7 +430,7 @@ static void on_tick(uv_timer_t *t) {
   job_reap_drained(c);
   schedule_try(c);
   promx_expire(&c->px_done, now);
-  coord_publish_metrics(c);
+  job_publish_metrics(c);
   if (c->shutting_down && c->shutdown_done && (!c->jobs || now > c->shutdown_deadline)) {
     for (job_t *j = c->jobs; j; j = job_next(j))   /* a stop for the shutdown that did not finish in time */
       job_event(c, j, JE_SHUTDOWN_LATE, NULL);

@@ -123,7 +123,7 @@ static void serve_status(coord_t *c, const wire_env *env, uint64_t id, int32_t r
   Fsdp__JobInfo ji = FSDP__JOB_INFO__INIT;
   Fsdp__StepSummary last = FSDP__STEP_SUMMARY__INIT;
   fill_info(c, &row, &ji, &last);
-  const job_t *j = coord_find_job(c, id);
+  const job_t *j = job_find(c, id);
   if (j && (job_phase_of(j) == JOB_RUNNING || job_phase_of(j) == JOB_STOPPING)) ji.start_step = job_start_step(j);
   Fsdp__CkptSave ck;
   if (j && job_last_ckpt(j)->step) {
@@ -206,7 +206,7 @@ static void serve_list(coord_t *c, const wire_env *env, const Fsdp__ListReq *q) 
 
 /* Cancel job ID, or with STOP first let it save a checkpoint when it makes them (steps_stop). */
 static void serve_cancel(coord_t *c, const wire_env *env, uint64_t id, int stop) {
-  job_t *j = coord_find_job(c, id);
+  job_t *j = job_find(c, id);
   if (!j || job_ended(j)) {
     jobs_db_row row;
     fsdp_status rc = jobs_db_get(c->db, id, &row);
@@ -236,7 +236,7 @@ static void serve_logs(coord_t *c, const wire_env *env, const Fsdp__LogsReq *q) 
   char path[PATH_MAX + 128];
   if (q->rank < 0) snprintf(path, sizeof path, "%s/job.log", row.job_dir);
   else snprintf(path, sizeof path, "%s/worker-%d.log", row.job_dir, q->rank);
-  job_t *j = coord_find_job(c, q->job_id);
+  job_t *j = job_find(c, q->job_id);
   int done = jobs_db_terminal(row.state) && !j;   /* terminal and every worker reaped: no more output */
   if (q->rank >= row.world) {
     char msg[128];

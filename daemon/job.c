@@ -74,7 +74,7 @@ static void free_steps(job_t *j) {
 static void record_state(coord_t *c, job_t *j, int state, const char *reason) {
   j->state = state;
   if (promx_set_state(&j->sv.px, j->id, j->spec.name, state) != FSDP_OK) log_warn("job %llu: %s", (unsigned long long)j->id, fsdp_last_error());
-  coord_publish_metrics(c);
+  job_publish_metrics(c);
   if (reason) snprintf(j->reason, sizeof j->reason, "%s", reason);
   if (jobs_db_set_state(c->db, j->id, state, reason, loop_now_wall()) != FSDP_OK) {
     /* Most often a full disk. The state is kept in memory, so that status and jobs still tell the

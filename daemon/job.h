@@ -210,4 +210,17 @@ void job_destroy_unrecorded(coord_t *c);
  * caller schedules. Call it at the end of a loop callback: no handler may still hold a job pointer. */
 int job_reap_drained(coord_t *c);
 
+
+/* The active job with id ID; NULL when there is none. */
+job_t *job_find(coord_t *c, uint64_t id);
+/* The job and rank of the worker that sent ENV ([node ident][worker ident][""], relayed); NULL: none. */
+job_t *job_find_worker(coord_t *c, const wire_env *env, int *rank);
+/* Send M to rank R of J through its node's relay; nothing before its hello. */
+void job_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m);
+/* The Prometheus text of C's jobs (active, then finished) and nodes, from a view of them (promx.h). */
+fsdp_status job_render_metrics(const coord_t *c, char **text, size_t *len);
+/* With --metrics: render the Prometheus text now and hand it to the HTTP server (metricsrv.h).
+ * Called after every completed step and state change, and on every tick. */
+void job_publish_metrics(coord_t *c);
+
 #endif

@@ -7,7 +7,10 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include <zmq.h>
+
 #include "log.h"
+#include "metricsrv.h"
 #include "planmsg.h"
 
 job_phase job_phase_of(const job_t *j) { return (job_phase)j->phase; }
@@ -153,4 +156,85 @@ const char *job_held_error(const job_t *j, int *rank, double *since, double *unt
 void job_held_error_defer(job_t *j, double until) {
   JOB_ASSERT(j->pending[0]);
   j->pending_until = until;
+}
+
+/* The coordinator's lookups and sends through its jobs, and its Prometheus text: here, in the job
+ * module, so that coord_core needs nothing of a job. */
+job_t *job_find(coord_t *c, uint64_t id) {
+  for (job_t *j = c->jobs; j; j = job_next(j))
+    if (job_id(j) == id) return j;
+  return NULL;
+}
+
+job_t *job_find_worker(coord_t *c, const wire_env *env, int *rank) {
+  if (env->n != 3 || env->len[1] == 0) return NULL;
+  node_t *n = coord_find_node(c, env->data[0], env->len[0]);
+  if (!n) return NULL;
+  int ni = (int)(n - c->nodes);
+  for (job_t *j = c->jobs; j; j = job_next(j)) {
+    const rank_st *ranks = job_rank(j, 0);
+    for (int r = 0; ranks && r < job_world(j); r++) {
+      const rank_st *rk = &ranks[r];
+      if (rk->node == ni && rk->ident_len == env->len[1] && !memcmp(rk->ident, env->data[1], env->len[1])) {
+        *rank = r;
+        return j;
+      }
+    }
+  }
+  return NULL;
+}
+
+void job_send_rank(coord_t *c, const job_t *j, int r, Fsdp__Msg *m) {
+  const rank_st *rk = job_rank(j, r);
+  if (!rk->ident_len || rk->node < 0) return;
+  const node_t *n = &c->nodes[rk->node];
+  wire_env env = {0};
+  wire_env_push(&env, n->ident, n->ident_len);
+  wire_env_push(&env, rk->ident, rk->ident_len);
+  wire_env_push(&env, NULL, 0);
+  fsdp_status rc = wire_send(c->cluster, &env, m, ZMQ_DONTWAIT);
+  if (rc != FSDP_OK)
+    log_warn("cannot send %s to job %llu rank %d: %s", wire_body_name(m->body_case), (unsigned long long)job_id(j), r,
+             rc == FSDP_ERR_TIMEOUT ? "peer queue full" : fsdp_last_error());
+}
+
+fsdp_status job_render_metrics(const coord_t *c, char **text, size_t *len) {
+  size_t njobs = 0, k = 0;
+  for (const job_t *j = c->jobs; j; j = job_next(j)) njobs += job_promx(j) != NULL;
+  for (const promx_job *px = c->px_done; px; px = px->next) njobs++;
+  const promx_job **jobs = malloc((njobs ? njobs : 1) * sizeof *jobs);
+  promx_node *nodes = calloc(c->nnodes ? (size_t)c->nnodes : 1, sizeof *nodes);
+  fsdp_status rc = FSDP_ERR_NOMEM;
+  if (!jobs || !nodes) {
+    fsdp_set_error(rc, "cannot render the metrics: out of memory");
+    goto out;
+  }
+  for (const job_t *j = c->jobs; j; j = job_next(j))   /* the active jobs' records first, then the finished ones' */
+    if (job_promx(j)) jobs[k++] = job_promx(j);
+  for (const promx_job *px = c->px_done; px; px = px->next) jobs[k++] = px;
+  for (int i = 0; i < c->nnodes; i++) {
+    const node_t *n = &c->nodes[i];
+    nodes[i].name = n->name;
+    nodes[i].up = !n->lost;
+    for (int s = 0; s < n->nslots; s++)
+      nodes[i].devices[n->slots[s].kind != FSDP__DEVICE_KIND__DEVICE_KIND_CPU][n->slots[s].job_id != 0]++;
+  }
+  promx_view v = {.jobs = jobs, .njobs = njobs, .nodes = nodes, .nnodes = (size_t)c->nnodes, .bad_msgs = c->bad_msgs};
+  rc = promx_render(&v, text, len);
+out:
+  free(jobs);
+  free(nodes);
+  return rc;
+}
+
+void job_publish_metrics(coord_t *c) {
+  if (!c->cfg.metrics) return;
+  /* a job queued at submit or after a daemon restart has had no state change yet: give it a record */
+  for (job_t *j = c->jobs; j; j = job_next(j))
+    if (job_promx_ensure(j) != FSDP_OK) log_warn("%s", fsdp_last_error());
+  char *text = NULL;
+  size_t len = 0;
+  if (job_render_metrics(c, &text, &len) != FSDP_OK || metricsrv_publish(c->cfg.metrics, text, len) != FSDP_OK)
+    log_warn("cannot publish the metrics: %s", fsdp_last_error());
+  free(text);
 }

@@ -1,10 +1,10 @@
 /* kv — see kv.h. */
 #include "kv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "job.h"
 #include "log.h"
 
 void kv_drop_job(coord_t *c, uint64_t job_id, const char *why) {
@@ -34,8 +34,7 @@ void kv_drop_job(coord_t *c, uint64_t job_id, const char *why) {
   }
 }
 
-static fsdp_status kv_key(job_t *j, const char *key, char *out, size_t cap) {
-  const char *prefix = job_kv_prefix(j);
+static fsdp_status kv_key(const char *prefix, const char *key, char *out, size_t cap) {
   size_t plen = strlen(prefix);
   /* Keys are namespaced by the job's kv_prefix; a key given without it gets it. */
   int n = strncmp(key, prefix, plen) == 0 ? snprintf(out, cap, "%s", key) : snprintf(out, cap, "%s%s", prefix, key);
@@ -54,9 +53,10 @@ static void kv_answer(coord_t *c, const wire_env *env, const kv_entry *e) {
   coord_reply(c->cluster, env, &m);
 }
 
-void kv_on_set(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvSet *s) {
+void kv_on_set(coord_t *c, const wire_env *env, uint64_t job_id, const char *prefix, const Fsdp__KvSet *s) {
+  (void)job_id;   /* a set is never parked: only the key's namespace matters */
   char key[512];
-  if (kv_key(j, s->key, key, sizeof key) != FSDP_OK) {
+  if (kv_key(prefix, s->key, key, sizeof key) != FSDP_OK) {
     coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_last_error());
     return;
   }
@@ -91,9 +91,9 @@ void kv_on_set(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvSet *s) 
   }
 }
 
-void kv_on_get(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvGet *g) {
+void kv_on_get(coord_t *c, const wire_env *env, uint64_t job_id, const char *prefix, const Fsdp__KvGet *g) {
   char key[512];
-  if (kv_key(j, g->key, key, sizeof key) != FSDP_OK) {
+  if (kv_key(prefix, g->key, key, sizeof key) != FSDP_OK) {
     coord_reply_error(c->cluster, env, FSDP_ERR_RANGE, fsdp_last_error());
     return;
   }
@@ -108,7 +108,7 @@ void kv_on_get(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvGet *g) 
     coord_reply_error(c->cluster, env, FSDP_ERR_NOMEM, "out of memory");
     return;
   }
-  w->job_id = job_id(j);
+  w->job_id = job_id;
   w->env = *env;
   w->next = c->kv_waits;
   c->kv_waits = w;

@@ -11,8 +11,10 @@
 
 #include "coord_core.h"
 
-void kv_on_set(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvSet *s);
-void kv_on_get(coord_t *c, const wire_env *env, job_t *j, const Fsdp__KvGet *g);
+/* A kv_set or kv_get from a worker of job JOB_ID, whose keys live under PREFIX (its attempt's
+ * namespace; a key given without it gets it). */
+void kv_on_set(coord_t *c, const wire_env *env, uint64_t job_id, const char *prefix, const Fsdp__KvSet *s);
+void kv_on_get(coord_t *c, const wire_env *env, uint64_t job_id, const char *prefix, const Fsdp__KvGet *g);
 /* Drop every key of job JOB_ID and answer its parked gets with error{CANCELLED, WHY}. */
 void kv_drop_job(coord_t *c, uint64_t job_id, const char *why);
 /* Free every key and parked get (the daemon is going away; nothing is answered). */

@@ -9,7 +9,7 @@
  * restarted attempt of the same job keeps adding to them.
  *
  * promx_render renders a read-only view (promx_view) that the coordinator fills in from its jobs and
- * nodes (coord_render_metrics); this module never reads the coordinator's structures.
+ * nodes (job_render_metrics); this module never reads the coordinator's structures.
  *
  * Thread: the uv loop's only (the records change with every step); the text goes to the HTTP
  * thread through metricsrv_publish (metricsrv.h).

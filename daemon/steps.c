@@ -136,7 +136,7 @@ static void send_stop(coord_t *c, job_t *j) {
   Fsdp__Msg m = WIRE_MSG_INIT;
   m.body_case = FSDP__MSG__BODY_STOP_CMD;
   m.stop_cmd = &s;
-  for (int r = 0; r < job_world(j); r++) coord_send_rank(c, j, r, &m);
+  for (int r = 0; r < job_world(j); r++) job_send_rank(c, j, r, &m);
 }
 
 /* Keep steps granted ahead: when the window's regrant or fewer are left (or FORCE), grant up to its
@@ -355,7 +355,7 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   }
   log_debug("job %llu step %u: loss %.4f, %.0f tokens/s", (unsigned long long)job_id(j), step, sum.loss, sum.tokens_per_s);
   steps_recorded(c, j, step);
-  coord_publish_metrics(c);
+  job_publish_metrics(c);
 }
 
 /* Fold node report NR of job node K into its step. */
@@ -415,7 +415,7 @@ void steps_on_node_report(coord_t *c, node_t *n, Fsdp__Msg **mp) {
 
 static void on_node_step(coord_t *c, node_t *n, Fsdp__Msg **mp) {
   const Fsdp__NodeStepReport *nr = (*mp)->node_step_report;
-  job_t *j = coord_find_job(c, nr->job_id);
+  job_t *j = job_find(c, nr->job_id);
   if (!j || job_phase_of(j) != JOB_RUNNING || !job_steps(j)->win) return;   /* stopping: every step is recorded */
   struct steps_win *w = job_steps(j)->win;
   int ni = (int)(n - c->nodes), k = ni < w->nmap ? w->node_k[ni] : -1;

@@ -60,7 +60,7 @@ static const char *not_running(coord_t *c, uint64_t id, const job_t *j, char *bu
 
 void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *req) {
   char msg[512];
-  job_t *j = coord_find_job(c, req->job_id);
+  job_t *j = job_find(c, req->job_id);
   const char *why = not_running(c, req->job_id, j, msg, sizeof msg);
   if (why) {
     coord_reply_error(c->ctl, env, j || strncmp(why, "no job", 6) ? FSDP_ERR_STATE : FSDP_ERR_NOTFOUND, why);
@@ -116,7 +116,7 @@ void tracepull_request(coord_t *c, const wire_env *env, const Fsdp__TraceReq *re
   m.body_case = FSDP__MSG__BODY_TRACE_REQ;
   m.trace_req = &q;
   for (int r = 0; r < job_world(j); r++)
-    coord_send_rank(c, j, r, &m);
+    job_send_rank(c, j, r, &m);
 }
 
 /* Every rank answered: check that each holds the whole range, then reply. */
@@ -189,7 +189,7 @@ void tracepull_check(coord_t *c, double now) {
   char msg[1400];
   for (tracepull *p = c->pulls, *next; p; p = next) {
     next = p->next;
-    const job_t *j = coord_find_job(c, p->job_id);
+    const job_t *j = job_find(c, p->job_id);
     if (!j || job_ended(j) || job_phase_of(j) == JOB_RESTART_WAIT) {
       snprintf(msg, sizeof msg, "job %llu ended before all its ranks answered the trace pull%s%s",
                (unsigned long long)p->job_id, j && job_reason(j)[0] ? ": " : "", j ? job_reason(j) : "");

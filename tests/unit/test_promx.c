@@ -91,7 +91,7 @@ int main(void) {
   CHECK_OK(promx_on_step(&j.sv.px, 7, "my \"job\"\\x", ST_RUNNING, &sum, 2, 6e6, 1e12));
   char *t;
   size_t len;
-  CHECK_OK(coord_render_metrics(&c, &t, &len));
+  CHECK_OK(job_render_metrics(&c, &t, &len));
   CHECK_EQ_INT(strlen(t), len);
   const char *lab = "{job=\"7\",name=\"my \\\"job\\\"\\\\x\"}";
   char s[256];
@@ -117,7 +117,7 @@ int main(void) {
   free(t);
   /* no peak known (a CPU job): no MFU series */
   CHECK_OK(promx_on_step(&j.sv.px, 7, "cpu", ST_RUNNING, &sum, 2, 6e6, 0));
-  CHECK_OK(coord_render_metrics(&c, &t, &len));
+  CHECK_OK(job_render_metrics(&c, &t, &len));
   CHECK(strstr(t, "fsdp_job_mfu{") == NULL);
   free(t);
   CHECK(promx_peak_flops("NVIDIA H100 80GB HBM3") > 9e14);
@@ -127,7 +127,7 @@ int main(void) {
   c.jobs = NULL;
   promx_retire(&c.px_done, &j.sv.px, 100.0);
   CHECK(j.sv.px == NULL);
-  CHECK_OK(coord_render_metrics(&c, &t, &len));
+  CHECK_OK(job_render_metrics(&c, &t, &len));
   CHECK_NEAR(2.0, value(t, "fsdp_rank_phase_seconds_total{job=\"7\",rank=\"0\",phase=\"allgather\"}"), 0, 1e-12);
   free(t);
   promx_expire(&c.px_done, 100.0 + PROMX_KEEP_S + 1);
