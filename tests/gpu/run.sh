@@ -76,8 +76,24 @@ METRICS=$WORK/metrics.jsonl
 : >"$RESULTS"
 : >"$METRICS"
 T0=$SECONDS
+# The report ($OUTDIR) stays under REPORT_LIMIT bytes whatever ran, so that it can be copied off the
+# node: gpu_check.log and gpu_build.log are cut to their first and last 2 MiB, and logs.tar.gz
+# (report.py pack: text files only, never checkpoints or the bundle) gets what is left less 256 KiB
+# for the table, which is written before this trap runs, and the operator's run.log.
+REPORT_LIMIT=$((15 * 1024 * 1024))
+cut_log() {
+  local f=$1 half=$((2 * 1024 * 1024))
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $((2 * half)) ] || return 0
+  { head -c "$half" "$f"; printf '\n[run.sh: cut to its first and last 2 MiB]\n'; tail -c "$half" "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+}
 finish() {
-  tar -C "$WORK" -czf "$OUTDIR/logs.tar.gz" --exclude='./bundle' --exclude='*.sock' . 2>/dev/null || true
+  local f others=0
+  cut_log "$OUTDIR/gpu_check.log"
+  cut_log "$OUTDIR/gpu_build.log"
+  rm -f "$OUTDIR/logs.tar.gz"
+  for f in "$OUTDIR"/*; do [ -f "$f" ] && others=$((others + $(stat -c %s "$f"))); done
+  python3 "$HELP" pack "$WORK" "$OUTDIR/logs.tar.gz" --limit $((REPORT_LIMIT - 256 * 1024 - others)) >/dev/null ||
+    echo "run.sh: the logs could not be packed into $OUTDIR/logs.tar.gz" >&2
   rm -rf "$WORK"
 }
 trap finish EXIT
@@ -100,13 +116,50 @@ metric() {
 }
 metric_json() { echo "$1" >>"$METRICS"; }   # a whole JSON object
 selected() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
-# allot WANT MIN: the seconds a step may take (WANT, cut to what the budget leaves after 15 s for the
-# table); fails when fewer than MIN remain.
+# The budget. Steps run in the order 1 2 6 7 3 4 5 8: the benchmark and the PyTorch comparison
+# before the least predictable steps. Each step has a minimum and a maximum (seconds, below); a
+# step starts with the time to its end fixed (STEP_END): its maximum, cut to what the budget leaves
+# after 15 s for the table and the maxima of the protected steps (6, 7) still to run. A step
+# whose cut allotment is under its minimum SKIPs saying so, without starting. The maxima sum to
+# at most the 450 s default budget less the table's 15 s (--dry-run prints the account).
+STEP_ORDER=(1 2 6 7 3 4 5 8)
+declare -A STEP_MIN=([1]=10 [2]=30 [6]=45 [7]=90 [3]=30 [4]=30 [5]=20 [8]=20)
+declare -A STEP_MAX=([1]=40 [2]=55 [6]=75 [7]=105 [3]=60 [4]=45 [5]=30 [8]=25)
+PROTECTED=" 6 7 "
+TABLE_S=15
+STEP_END=0 STEP_NOW="" STEP_GOT=0
+# step_window STEP REST...: sets STEP_END for STEP (REST: the steps after it still to run); fails
+# with STEP_WHY when its allotment would be under its minimum.
+step_window() {
+  local s=$1 r keep=0 left
+  shift
+  for r in "$@"; do [[ $PROTECTED == *" $r "* ]] && selected "$r" && keep=$((keep + STEP_MAX[$r])); done
+  left=$((BUDGET - (SECONDS - T0) - TABLE_S - keep))
+  STEP_GOT=$((left < STEP_MAX[$s] ? left : STEP_MAX[$s]))
+  STEP_NOW=$s
+  if [ "$STEP_GOT" -lt "${STEP_MIN[$s]}" ]; then
+    STEP_WHY="needs at least ${STEP_MIN[$s]} s and the ${BUDGET} s budget leaves $((left > 0 ? left : 0)) s"
+    [ "$keep" -eq 0 ] || STEP_WHY+=" after the $keep s kept for steps$(for r in "$@"; do [[ $PROTECTED == *" $r "* ]] && selected "$r" && printf ' %s' "$r"; done)"
+    return 1
+  fi
+  STEP_END=$((SECONDS + STEP_GOT))
+}
+# step_account: the budget by the script's own accounting, one line (and a metric)
+step_account() {
+  local s sum=0 parts=""
+  for s in "${STEP_ORDER[@]}"; do sum=$((sum + STEP_MAX[$s])); parts+="${parts:+ + }$s: ${STEP_MAX[$s]}"; done
+  echo "budget: step maxima $parts = $sum s, + $TABLE_S s for the table = $((sum + TABLE_S)) s of $BUDGET s"
+  metric_json "{\"budget_account\": {\"maxima\": $sum, \"table\": $TABLE_S, \"budget\": $BUDGET}}"
+}
+# allot WANT MIN: the seconds a job of the running step may take: WANT, cut to what is left of the
+# step's allotment; fails when fewer than MIN remain.
 allot() {
-  local left=$((BUDGET - (SECONDS - T0) - 15))
+  local left=$((STEP_END - SECONDS))
   [ "$left" -ge "$2" ] || return 1
   echo $((left < $1 ? left : $1))
 }
+# no_time: why a job of the running step did not start
+no_time() { echo "step $STEP_NOW's $STEP_GOT s allotment is spent ($((STEP_END - SECONDS)) s left)"; }
 # last_error RUNDIR: the launcher's one-line account of a failed run (the failing rank's last line).
 last_error() {
   local m mc
@@ -156,7 +209,8 @@ find_dir() {
     f=$(find "$sp/nvidia" -name "$so" -print -quit 2>/dev/null)
     [ -n "$f" ] && { dirname "$f"; return 0; }
   done
-  f=$(timeout 60 find /usr /opt -name "$so" -print -quit 2>/dev/null)
+  # the last resort, inside step 1's allotment like every search
+  f=$(timeout "$(allot 30 2 || echo 1)" find /usr /opt -name "$so" -print -quit 2>/dev/null)
   [ -n "$f" ] && { dirname "$f"; return 0; }
   return 1
 }
@@ -167,7 +221,7 @@ find_dir() {
 CUDNN=""
 find_cudnn() {
   local f=${FSDP_CUDNN_LIB:-}
-  [ -n "$f" ] || f=$(timeout 15 "$PY" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
+  [ -n "$f" ] || f=$(timeout "$(allot 15 2 || echo 1)" "$PY" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
   [ -n "$f" ] && [ -e "$f" ] || f=$(ldconfig -p 2>/dev/null | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
   if [ -n "$f" ] && [ -e "$f" ]; then
     CUDNN=$f
@@ -245,7 +299,7 @@ find_smi() {
 step1() {
   local s0=$SECONDS t mode="" why="" started="" bundle tarball
   log "step 1: binaries and the GPU"
-  t=$(allot 240 20) || { result 1 "binaries + GPU" FAIL "no time left in the ${BUDGET} s budget"; return; }
+  t=$(allot 40 10) || { result 1 "binaries + GPU" FAIL "$(no_time)"; return; }
   if [ -n "${FSDP_GPU_BIN:-}" ]; then
     local d=$FSDP_GPU_BIN
     case $d in /*) ;; *) d=$SRC/$d ;; esac
@@ -255,9 +309,9 @@ step1() {
     tarball=${FSDP_GPU_BUNDLE:-$SRC/.gpubundle}/fsdp-gpu-bundle.tar.xz
     if [ -f "$tarball" ]; then
       mkdir -p "$WORK/bundle"
-      if ! timeout 120 tar -C "$WORK/bundle" -xJf "$tarball" 2>"$WORK/untar.log"; then
+      if ! timeout "$t" tar -C "$WORK/bundle" -xJf "$tarball" 2>"$WORK/untar.log"; then
         # no xz(1) here: Python's tarfile reads xz itself
-        timeout 120 python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1]); t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+        timeout "$(allot 40 5 || echo 5)" python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1]); t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
           "$tarball" "$WORK/bundle" 2>>"$WORK/untar.log" ||
           { result 1 "binaries + GPU" FAIL "cannot unpack $tarball: $(tail -n 1 "$WORK/untar.log")" $((SECONDS - s0)); return; }
       fi
@@ -298,7 +352,11 @@ step1() {
     else
       # No bundle: build here (a machine with scripts/install-deps.sh's packages and the toolkit).
       local build=${FSDP_GPU_BUILD:-$SRC/build-gpu} arch=${FSDP_CUDA_ARCH:-90}
-      log "no bundle ($tarball): building $build for sm_$arch"
+      # building is the one thing that may take more than step 1's maximum: it may use what the
+      # budget leaves after the table and the protected steps' maxima (the later steps are cut)
+      STEP_END=$((T0 + BUDGET - TABLE_S - STEP_MAX[6] - STEP_MAX[7]))
+      t=$(allot 600 30) || { result 1 "binaries + GPU" FAIL "no .gpubundle, and no time to build here: $(no_time)" $((SECONDS - s0)); return; }
+      log "no bundle ($tarball): building $build for sm_$arch (at most $t s)"
       # shellcheck disable=SC2016
       if ! timeout -k 10 "$t" bash -c 'cmake -S "$1" -B "$2" -DFSDP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$3" &&
              cmake --build "$2" -j"$(nproc)" --target fsdp-worker fsdpctl gpu_check' _ "$SRC" "$build" "$arch" \
@@ -327,12 +385,12 @@ step1() {
     GPU_UNVERIFIED=1
   else
     local q
-    q=$(timeout 30 "$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
+    q=$(timeout "$(allot 20 2 || echo 1)" "$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
     if [ -z "$q" ] || echo "$q" | grep -qiE 'fail|error|no devices|not found'; then
       NO_GPU_WHY="no GPU: nvidia-smi says: ${q:-nothing}"
     else
       GPU=$q
-      timeout 30 "$SMI" -L 2>&1 | sed 's/^/  /'
+      timeout "$(allot 10 2 || echo 1)" "$SMI" -L 2>&1 | sed 's/^/  /'
     fi
   fi
   metric gpu "${GPU:-none ($NO_GPU_WHY)}"
@@ -350,7 +408,7 @@ step2() {
     else result 2 gpu_check SKIP "$NO_GPU_WHY (and no gpu_check: a build without the CUDA backend)"; fi
     return
   fi
-  t=$(allot 200 60) || { result 2 gpu_check SKIP "no time left in the ${BUDGET} s budget"; return; }
+  t=$(allot 55 30) || { result 2 gpu_check SKIP "$(no_time)"; return; }
   # with a libcudnn found and cuDNN selected, gpu_check fails if the attention falls back to tensor cores
   local fallback=""
   [ -n "$CUDNN" ] && [ "${FSDP_CUDA_ATTN:-cudnn}" = cudnn ] && fallback=0
@@ -392,7 +450,7 @@ CUDA_OK=""       # "" not probed; 1 trains on cuda; else the reason it does not
 probe_cuda() {
   [ -n "$CUDA_OK" ] && return
   local t
-  t=$(allot 90 20) || { CUDA_OK="no time left to probe device = cuda"; return; }
+  t=$(allot 30 15) || { CUDA_OK="no time left to probe device = cuda ($(no_time))"; return; }
   job_ini "$WORK/probe.ini" cuda full auto 1 2 1 1 "$SM_LR" 1 2 128 256 64
   if run_or_diagnose probe 1 "$WORK/probe.ini" "$t"; then CUDA_OK=1
   else CUDA_OK="fsdp-worker does not train device = cuda: $(last_error "$WORK/runs/probe")"
@@ -406,16 +464,16 @@ step3() {
   log "step 3: device = cuda against device = cpu (full, grad_op, none, full with offload, Llama full; grad_accum $SM_GA; rtol $rtol)"
   # The references run on the CPU (also in a dry run, so the plumbing is exercised here).
   for sh in full grad_op none; do
-    t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget (CPU references)" $((SECONDS - s0)); return; }
+    t=$(allot 60 10) || { result 3 "cuda vs cpu" SKIP "$(no_time) (CPU references)" $((SECONDS - s0)); return; }
     job_ini "$WORK/cpu-$sh.ini" cpu "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
     run_job "cpu-$sh" 1 "$WORK/cpu-$sh.ini" "$t" ||
       { result 3 "cuda vs cpu" FAIL "CPU reference ($sh) failed: $(last_error "$WORK/runs/cpu-$sh")" $((SECONDS - s0)); return; }
   done
-  t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget (CPU references)" $((SECONDS - s0)); return; }
+  t=$(allot 60 10) || { result 3 "cuda vs cpu" SKIP "$(no_time) (CPU references)" $((SECONDS - s0)); return; }
   JOB_MODEL_EXTRA=$LLAMA_MODEL job_ini "$WORK/cpu-llama.ini" cpu full auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
   run_job cpu-llama 1 "$WORK/cpu-llama.ini" "$t" ||
     { result 3 "cuda vs cpu" FAIL "CPU reference (llama) failed: $(last_error "$WORK/runs/cpu-llama")" $((SECONDS - s0)); return; }
-  t=$(allot 120 20) || { result 3 "cuda vs cpu" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+  t=$(allot 60 10) || { result 3 "cuda vs cpu" SKIP "$(no_time)" $((SECONDS - s0)); return; }
   job_ini "$WORK/cpu-frozen.ini" cpu full auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" 1e-12 "${SM[@]}"
   run_job cpu-frozen 1 "$WORK/cpu-frozen.ini" "$t" ||
     { result 3 "cuda vs cpu" FAIL "CPU frozen reference failed: $(last_error "$WORK/runs/cpu-frozen")" $((SECONDS - s0)); return; }
@@ -432,7 +490,7 @@ step3() {
     sh=${name%-offload} extra=""
     [ "$name" = llama ] && sh=full extra=$LLAMA_MODEL
     ref=cpu-$([ "$name" = llama ] && echo llama || echo "$sh")
-    t=$(allot 120 20) || { fails="$fails $name: no time left;"; continue; }
+    t=$(allot 60 10) || { fails="$fails $name: no time left;"; continue; }
     JOB_MODEL_EXTRA=$extra job_ini "$WORK/cuda-$name.ini" cuda "$sh" auto 1 "$SM_B" "$SM_GA" "$SM_STEPS" "$SM_LR" \
       "${SM[@]}" bf16 "$([ "$name" = full-offload ] && echo optimizer || echo none)"
     if ! run_or_diagnose "cuda-$name" 1 "$WORK/cuda-$name.ini" "$t"; then
@@ -457,7 +515,7 @@ step4() {
   [ "$CUDA_OK" = 1 ] || { result 4 "gloo-staged N=2 vs N=1" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   # the same global batch: N = 1 with B = 4, N = 2 with B = 2 each (docs/design.md §6: the same rows)
   for n in 1 2; do
-    t=$(allot 120 20) || { result 4 "gloo-staged N=2 vs N=1" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+    t=$(allot 120 20) || { result 4 "gloo-staged N=2 vs N=1" SKIP "$(no_time)" $((SECONDS - s0)); return; }
     job_ini "$WORK/staged-$n.ini" cuda full gloo "$n" $((SM_B / n)) "$SM_GA" "$SM_STEPS" "$SM_LR" "${SM[@]}"
     run_or_diagnose "staged-$n" "$n" "$WORK/staged-$n.ini" "$t" ||
       { result 4 "gloo-staged N=2 vs N=1" FAIL "N = $n: $(last_error "$WORK/runs/staged-$n")" $((SECONDS - s0)); return; }
@@ -481,7 +539,7 @@ step4() {
     fi
     out="$out; hybrid 2 x 2: $hy"
   else
-    out="$out; hybrid 2 x 2 not run (no time left in the ${BUDGET} s budget)"
+    out="$out; hybrid 2 x 2 not run ($(no_time))"
   fi
   result 4 "gloo-staged N=2 vs N=1" PASS "$out" $((SECONDS - s0))
 }
@@ -504,7 +562,7 @@ step5() {
   cs=$(find_sanitizer) || { result 5 racecheck SKIP "compute-sanitizer is not on this machine${FSDP_GPU_SANITIZER:+ (FSDP_GPU_SANITIZER=$FSDP_GPU_SANITIZER)}"; return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 5 racecheck FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
-  t=$(allot 150 45) || { result 5 racecheck SKIP "no time left in the ${BUDGET} s budget"; return; }
+  t=$(allot 30 20) || { result 5 racecheck SKIP "$(no_time)"; return; }
   # one rank, staged gloo (world 1 needs no rendezvous, and no NCCL kernels under the tool), 1 step,
   # 1 layer, T = 64: every kernel of the step runs at least once
   job_ini "$WORK/race.ini" cuda full gloo 1 2 1 1 "$SM_LR" 1 2 128 256 64
@@ -552,7 +610,7 @@ step6() {
     GEMM=$(timeout 60 "$PY" "$HELP" gemm-torch 2>/dev/null | tail -n 1)
     [ -n "$GEMM" ] && { metric gemm_tflops "$GEMM"; metric gemm_source "PyTorch bf16 matmul 8192^3 (gpu_check gave no rate)"; }
   fi
-  t=$(allot 180 60) || { result 6 benchmark SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+  t=$(allot 75 30) || { result 6 benchmark SKIP "$(no_time)" $((SECONDS - s0)); return; }
   run_or_diagnose bench 1 "$WORK/bench.ini" "$t" ||
     { metric attention "$(attention_ran "$WORK/runs/bench")"; result 6 benchmark FAIL "$(last_error "$WORK/runs/bench")" $((SECONDS - s0)); return; }
   metric attention "$(attention_ran "$WORK/runs/bench")"
@@ -585,7 +643,7 @@ step7() {
   if [ -z "$GPU" ]; then
     # exercise the script on the CPU where torch is installed
     if "$PY" -c 'import torch' 2>/dev/null; then
-      if timeout 120 "$PY" "$SRC/bench/torch_step.py" --device cpu --config tiny --iters 3 --json >"$log" 2>&1; then
+      if timeout "$(allot 105 10 || echo 10)" "$PY" "$SRC/bench/torch_step.py" --device cpu --config tiny --iters 3 --json >"$log" 2>&1; then
         result 7 "PyTorch same step" SKIP "$NO_GPU_WHY (torch_step.py --device cpu --config tiny ran: $(grep -m1 -o '[0-9]* tokens/s' "$log"))" $((SECONDS - s0))
       else
         result 7 "PyTorch same step" FAIL "torch_step.py --device cpu failed: $(tail -n 1 "$log")" $((SECONDS - s0))
@@ -596,7 +654,7 @@ step7() {
     return
   fi
   "$PY" -c 'import torch' 2>/dev/null || { result 7 "PyTorch same step" SKIP "python3 has no torch on this machine"; return; }
-  t=$(allot 240 60) || { result 7 "PyTorch same step" SKIP "no time left in the ${BUDGET} s budget"; return; }
+  t=$(allot 105 60) || { result 7 "PyTorch same step" SKIP "$(no_time)"; return; }
   PYTHONUNBUFFERED=1 timeout -k 10 "$t" "$PY" "$SRC/bench/torch_step.py" --device cuda --config gpt2 --optimizer \
     --mode both --iters 10 --json >"$log" 2>&1
   rc=$?
@@ -633,7 +691,9 @@ PY
   if [ "$modes" = "compile eager" ] && [ "$rc" -eq 0 ]; then
     result 7 "PyTorch same step" PASS "$summary" $((SECONDS - s0))
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    result 7 "PyTorch same step" FAIL "timed out after $t s; got: $summary" $((SECONDS - s0))
+    # PyTorch is the yardstick, not the code under test: running out of its allotment (typically
+    # torch.compile from cold) is a lack of time, what it measured before that is kept
+    result 7 "PyTorch same step" SKIP "PyTorch did not finish within its $t s (torch.compile from cold?); got: $summary" $((SECONDS - s0))
   else
     result 7 "PyTorch same step" FAIL "exit $rc; got: $summary; last line: $(grep -v '^{' "$log" | tail -n 1)" $((SECONDS - s0))
   fi
@@ -653,7 +713,7 @@ step8() {
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 8 "async ckpt" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   for mode in false true; do
-    t=$(allot 120 20) || { result 8 "async ckpt" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+    t=$(allot 25 8) || { result 8 "async ckpt" SKIP "$(no_time)" $((SECONDS - s0)); return; }
     rm -rf "$WORK/ck-$mode"
     job_ini "$WORK/ck-$mode.ini" cuda full auto 1 "$SM_B" "$SM_GA" 3 "$SM_LR" "${SM[@]}"
     printf '[checkpoint]\ndir = %s\nevery = 2\nkeep = 3\nasync = %s\n' "$WORK/ck-$mode" "$mode" >>"$WORK/ck-$mode.ini"
@@ -661,7 +721,7 @@ step8() {
       { result 8 "async ckpt" FAIL "async = $mode: $(last_error "$WORK/runs/ck-$mode")" $((SECONDS - s0)); return; }
     rm -rf "$WORK/ck-$mode/step-00000003"
     sed -i 's/^steps = 3$/steps = 5/' "$WORK/ck-$mode.ini"
-    t=$(allot 120 20) || { result 8 "async ckpt" SKIP "no time left in the ${BUDGET} s budget" $((SECONDS - s0)); return; }
+    t=$(allot 25 8) || { result 8 "async ckpt" SKIP "$(no_time)" $((SECONDS - s0)); return; }
     run_job "ck-$mode-resumed" 1 "$WORK/ck-$mode.ini" "$t" ||
       { result 8 "async ckpt" FAIL "async = $mode, resumed: $(last_error "$WORK/runs/ck-$mode-resumed")" $((SECONDS - s0)); return; }
   done
@@ -685,12 +745,18 @@ PY
 BIN_OK=""
 metric when "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 metric mode "$([ "$DRY" = 1 ] && echo "dry run" || echo "GPU run")${ONLY:+, only steps $ONLY}"
-step1
-for s in 2 3 4 5 6 7 8; do
-  name=$(case $s in 2) echo gpu_check;; 3) echo "cuda vs cpu";; 4) echo "gloo-staged N=2 vs N=1";;
+[ "$DRY" = 1 ] && step_account
+rest=("${STEP_ORDER[@]}")
+for s in "${STEP_ORDER[@]}"; do
+  rest=("${rest[@]:1}")
+  name=$(case $s in 1) echo "binaries + GPU";; 2) echo gpu_check;; 3) echo "cuda vs cpu";; 4) echo "gloo-staged N=2 vs N=1";;
          5) echo racecheck;; 6) echo benchmark;; 7) echo "PyTorch same step";; 8) echo "async ckpt";; esac)
-  if ! selected "$s"; then result "$s" "$name" SKIP "not selected (--only $ONLY)"; continue; fi
-  if [ -z "$BIN_OK" ] && [ "$s" != 7 ]; then result "$s" "$name" SKIP "step 1 failed: no binaries"; continue; fi
+  if [ "$s" != 1 ] && ! selected "$s"; then result "$s" "$name" SKIP "not selected (--only $ONLY)"; continue; fi
+  if [ "$s" != 1 ] && [ -z "$BIN_OK" ] && [ "$s" != 7 ]; then result "$s" "$name" SKIP "step 1 failed: no binaries"; continue; fi
+  if ! step_window "$s" ${rest[@]+"${rest[@]}"}; then
+    result "$s" "$name" "$([ "$s" = 1 ] && echo FAIL || echo SKIP)" "$STEP_WHY"
+    continue
+  fi
   "step$s"
 done
 log "step 9: the table ($OUTDIR/gpu_report.md, gpu_report.json)"
