@@ -19,6 +19,8 @@ the final table. Standard library only (it runs under whatever python3 the GPU m
                                                             text files only (never checkpoints), the
                                                             largest cut to their head and tail first
   report.py first-steps RUNS                                each process's first step_ms, one JSON object
+  report.py versions LIB...                                 each library's version from its own call (cuDNN,
+                                                            cuBLASLt, NCCL, the driver), one JSON object
   report.py smi FILE                                        `nvidia-smi -q -d CLOCK,PERFORMANCE`: SM and
                                                             memory clocks, the active throttle reasons
 
@@ -199,6 +201,10 @@ def cmd_table(a):
             fig.append(f"| {label} | {cell(v)} |")
 
     add("GPU", "gpu")
+    acc = metrics.get("budget_account")
+    if isinstance(acc, dict):
+        fig.append(f"| budget: the steps' maxima + the table, of the budget (s) | {acc['maxima']} + {acc['table']} "
+                   f"of {acc['budget']} |")
     add("binaries", "binaries")
     add("bf16 GEMM rate, 8192³ (TFLOP/s, this run)", "gemm_tflops")
     add("GEMM rate source", "gemm_source")
@@ -212,6 +218,17 @@ def cmd_table(a):
     add("attention kernels (the benchmark's rank 0: cudnn, or tc with why cuDNN did not run)", "attention")
     add("libcudnn (the node's, opened at run time; never carried)", "cudnn_lib")
     add("gpu_check's attention with cuDNN selected", "attention_check")
+    add("cuDNN's account of the benchmark's fallback (CUDNN_LOGLEVEL_DBG=3)", "cudnn_fallback")
+    add("libraries (their own version calls)", "versions")
+    add("clocks and throttle reasons before the benchmark (nvidia-smi -q)", "clocks_before_bench")
+    add("clocks and throttle reasons after the benchmark", "clocks_after_bench")
+    add("step 4's rtol, from two N = 1 runs (their difference)", "staged_rtol", "{:.1e}")
+    add("step 4's calibration difference (N = 1, B = 4 against B = 2)", "staged_calibration_diff", "{:.2e}")
+    first = metrics.get("first_step_ms")
+    if isinstance(first, dict) and first:
+        slow = max(first, key=first.get)
+        fig.append(f"| first step per process (ms): {len(first)} processes, median / max | "
+                   f"{statistics.median(first.values()):.0f} / {first[slow]:.0f} ({cell(slow, 40)}) |")
     add("fsdpd peak memory (GiB)", "ours_peak_bytes", "{:.2f}", 1 / 2**30)
     add("plan's memory (GiB)", "plan_bytes", "{:.2f}", 1 / 2**30)
     add("peak against plan, %", "peak_vs_plan", "{:+.1f}", 100)
@@ -377,6 +394,47 @@ def cmd_first_steps(a):
     print(json.dumps({"first_step_ms": dict(sorted(out.items()))}))
 
 
+# (file name part, symbol, how the call returns it, how to print it)
+VERSION_CALLS = [
+    ("libcudnn", "cudnnGetVersion", "ret", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libcublasLt", "cublasLtGetVersion", "ret", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libnccl", "ncclGetVersion", "out", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libcuda", "cuDriverGetVersion", "out", lambda v: f"CUDA {v // 1000}.{v % 1000 // 10} (driver API)"),
+]
+
+
+def cmd_versions(a):
+    """Load each library (they need no GPU for their version call) and ask it."""
+    import ctypes
+    names, paths = {}, {}
+    for path in a.libs:
+        base = os.path.basename(path)
+        call = next((c for c in VERSION_CALLS if base.startswith(c[0] + ".")), None)
+        if call is None:
+            continue
+        key = call[0][3:]
+        paths[key] = path
+        try:
+            lib = ctypes.CDLL(path)
+            fn = getattr(lib, call[1])
+            if call[2] == "ret":
+                fn.restype = ctypes.c_size_t
+                v = int(fn())
+            else:
+                out = ctypes.c_int(0)
+                fn.restype = ctypes.c_int
+                rc = fn(ctypes.byref(out))
+                if rc != 0:
+                    raise OSError(f"{call[1]} returned {rc}")
+                v = out.value
+            names[key] = call[3](v)
+        except (OSError, AttributeError) as e:
+            names[key] = f"unknown ({e})"
+    for want in ("cudnn", "cublasLt", "nccl", "cuda"):
+        names.setdefault(want, "not linked or not found")
+    print(json.dumps({"versions": ", ".join(f"{k} {v}" for k, v in names.items()), "version_paths": paths}))
+
+
 def cmd_smi(a):
     """'SM 1980 MHz, memory 3201 MHz; throttle: none' from nvidia-smi -q -d CLOCK,PERFORMANCE."""
     section, clocks, active = "", {}, []
@@ -438,12 +496,14 @@ def main():
     p.add_argument("--limit", type=int, required=True)
     p = sub.add_parser("first-steps")
     p.add_argument("runs")
+    p = sub.add_parser("versions")
+    p.add_argument("libs", nargs="*")
     p = sub.add_parser("smi")
     p.add_argument("file")
     a = ap.parse_args()
     {"compare": cmd_compare, "moves": cmd_moves, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
      "table": cmd_table, "stack": cmd_stack, "memcheck": cmd_memcheck, "racecheck": cmd_racecheck,
-     "pack": cmd_pack, "first-steps": cmd_first_steps, "smi": cmd_smi}[a.cmd](a)
+     "pack": cmd_pack, "first-steps": cmd_first_steps, "smi": cmd_smi, "versions": cmd_versions}[a.cmd](a)
 
 
 if __name__ == "__main__":
