@@ -3,44 +3,53 @@
 #
 #   bash tests/gpu/run.sh [--dry-run] [--only 2,6] [--budget SECONDS] [--strict-targets]
 #
-# Steps, each with its own timeout and one "run.sh: [N] name: PASS|FAIL|SKIP: detail" line:
-#   1 binaries + GPU   unpack .gpubundle (scripts/gpu-bundle.sh, built on the dev machine for sm_90),
-#                      start them natively or through the carried glibc loader; nvidia-smi
-#   2 gpu_check        every CUDA kernel against its CPU twin, the comms (and NCCL's spans), the
+# Steps, in the order 1 2 6 7 3 4 5 8 9, each within its allotment (seconds: minimum-maximum) and
+# with one "run.sh: [N] name: PASS|FAIL|SKIP: detail" line:
+#   1 binaries + GPU   10-40  unpack .gpubundle (scripts/gpu-bundle.sh, built on the dev machine for
+#                      sm_90), start them natively or through the carried glibc loader; nvidia-smi;
+#                      the versions of cuDNN, cuBLASLt, NCCL and the driver
+#   2 gpu_check        30-55  every CUDA kernel against its CPU twin, the comms (and NCCL's spans), the
 #                      bf16 GEMM rate
-#   3 cuda vs cpu      5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
+#   6 benchmark        45-75  GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU by PaLM's and
+#                      llm.c's counts, step phases, peak vs plan, exposed comm; nvidia-smi's clocks
+#                      and throttle reasons before and after; cuDNN's debug log where it fell back
+#   7 PyTorch          90-105 bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
+#   3 cuda vs cpu      30-60  5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
 #                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's
-#   4 gloo-staged      N = 2 and N = 1 ranks on the one GPU: losses within rtol 1e-3; then N = 4 as
-#                      sharding = hybrid, 2 groups of 2 (the staged sub-communicators), against N = 1
-#   5 racecheck        one short step under compute-sanitizer --tool racecheck, where it works
-#                      (cuBLASLt's own kernels left out; a hazard in one of them does not fail it)
-#   6 benchmark        GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU by PaLM's and llm.c's
-#                      counts, step phases, peak vs plan, exposed comm
-# A GPU job that fails with a device fault is re-run for one step under compute-sanitizer memcheck
-# (naming the kernel); one still running at its deadline has each rank's host stack printed (gdb)
-# before it is killed.
-#   7 PyTorch          bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
-#   8 async ckpt       a save taken asynchronously on the GPU (pinned snapshot copied on its own
+#   4 gloo-staged      30-45  N = 2 and N = 1 ranks on the one GPU, within a tolerance calibrated from
+#                      two N = 1 runs; then N = 4 as sharding = hybrid, 2 groups of 2
+#   5 racecheck        20-30  one short step under compute-sanitizer --tool racecheck on fsdpd's own
+#                      attention (FSDP_CUDA_ATTN=tc); cuBLASLt's and cuDNN's kernels left out
+#   8 async ckpt       20-25  a save taken asynchronously on the GPU (pinned snapshot copied on its own
 #                      stream while the next step runs) writes the same bytes as a synchronous one,
 #                      and resuming from each gives the same losses, bit for bit
-#   9 table            printed last and written to $OUT/gpu_report.md and gpu_report.json
+#   9 table            15     printed last and written to $OUT/gpu_report.md and gpu_report.json
+# The maxima and the table sum to 450 s (--dry-run prints the account). cuDNN runs only where it is
+# measured (steps 2, 6, and step 3's full and Llama runs); the rest use fsdpd's tensor-core attention.
+# A GPU job that fails with a device fault is re-run for one step under compute-sanitizer memcheck
+# (naming the kernel); one still running at its deadline has each rank's host stack taken (gdb, else
+# cuda-gdb, else /proc/PID/task/*/wchan and stack) before it is killed.
 # A failing step does not stop the next ones. Exit status: 0 nothing FAILED; 1 a step FAILED (with
 # --strict-targets also a missed performance target); 2 no GPU (and nothing failed) outside --dry-run.
 #
 # --dry-run: no GPU is used even where one exists: the GPU steps say SKIP, and everything else runs
 #   for real (unpacking or finding the binaries, the CPU reference runs, the plan, the table).
 # --only LIST: run only these steps (1 and 9 always run), e.g. a rerun of 3,6 in the time left.
-# --budget S: the whole run's deadline (default 450 s); a step that cannot get its minimum time
-#   before it says SKIP.
+# --budget S: the whole run's deadline (default 450 s). Each step gets its maximum, cut to what the
+#   budget leaves after the table and the maxima of steps 6 and 7 still to come; a step whose cut
+#   allotment is under its minimum SKIPs saying so; a step never FAILs for want of time.
 # Binaries, first found: $FSDP_GPU_BIN (a build directory: fsdp-worker, fsdpctl, tests/gpu/gpu_check),
 #   $FSDP_GPU_BUNDLE or .gpubundle/fsdp-gpu-bundle.tar.xz, else a CUDA build into build-gpu here
-#   (needs scripts/install-deps.sh's packages). Logs: $OUT (default /tmp/fsdp-gpu-report): run
-#   artefacts in logs.tar.gz, gpu_check.log, and the report.
+#   (needs scripts/install-deps.sh's packages; it may use the budget but for steps 6 and 7). Logs:
+#   $OUT (default /tmp/fsdp-gpu-report), under 15 MiB in all: logs.tar.gz (every text file of the
+#   run, never a checkpoint; the largest cut to head and tail to fit), gpu_check.log, the report.
 # For tests of this script (tests/integration/gpu_run_script.sh): FSDP_GPU_PRETEND=NAME takes NAME for
 #   the GPU without asking nvidia-smi (so the GPU steps run and must fail cleanly where there is
 #   none); FSDP_GPU_FORCE_LOADER=1 starts the bundle through its carried loader even where the
 #   native one would do; FSDP_GPU_PYTHON is the python3 for PyTorch (default python3);
-#   FSDP_GPU_SANITIZER is compute-sanitizer's path (none: step 5 SKIPs).
+#   FSDP_GPU_SANITIZER is compute-sanitizer's path (none: step 5 SKIPs); FSDP_GPU_SMI is nvidia-smi's
+#   (also asked for the clocks under FSDP_GPU_PRETEND); FSDP_GPU_GDB and FSDP_GPU_CUDA_GDB name
+#   the debuggers for host stacks (none: not used).
 # The steps are called as "step$s" and the cleanup from a trap: shellcheck cannot see those calls.
 # shellcheck disable=SC2317
 set -uo pipefail
@@ -60,7 +69,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:-}; shift ;;
     --budget=*) BUDGET=${1#--budget=} ;;
     --strict-targets) STRICT=1 ;;
-    -h|--help) sed -n '2,/FSDP_GPU_SANITIZER is/p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/the debuggers for host stacks/p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
