@@ -128,7 +128,8 @@ selected() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 # The budget. Steps run in the order 1 2 6 7 3 4 5 8: the benchmark and the PyTorch comparison
 # before the least predictable steps. Each step has a minimum and a maximum (seconds, below); a
 # step starts with the time to its end fixed (STEP_END): its maximum, cut to what the budget leaves
-# after 15 s for the table and the maxima of the protected steps (6, 7) still to run. A step
+# after 15 s for the table and the maxima of the protected steps (6, 7) still to run (each while
+# it could still get its minimum). A step
 # whose cut allotment is under its minimum SKIPs saying so, without starting. The maxima sum to
 # at most the 450 s default budget less the table's 15 s (--dry-run prints the account).
 STEP_ORDER=(1 2 6 7 3 4 5 8)
@@ -140,17 +141,23 @@ STEP_END=0 STEP_NOW="" STEP_GOT=0
 # step_window STEP REST...: sets STEP_END for STEP (REST: the steps after it still to run); fails
 # with STEP_WHY when its allotment would be under its minimum.
 step_window() {
-  local s=$1 r keep=0 left
+  local s=$1 r keep=0 left kept="" total=$((BUDGET - (SECONDS - T0) - TABLE_S))
   shift
-  # step 1 comes first whatever is kept: without its binaries no step runs
-  [ "$s" = 1 ] || for r in "$@"; do [[ $PROTECTED == *" $r "* ]] && selected "$r" && keep=$((keep + STEP_MAX[$r])); done
-  left=$((BUDGET - (SECONDS - T0) - TABLE_S - keep))
+  # step 1 comes first whatever is kept: without its binaries no step runs. A protected step is
+  # kept its maximum only while it could still get its minimum after this step's minimum.
+  if [ "$s" != 1 ]; then
+    for r in "$@"; do
+      { [[ $PROTECTED == *" $r "* ]] && selected "$r"; } || continue
+      [ $((total - keep - STEP_MIN[$s])) -ge "${STEP_MIN[$r]}" ] || continue
+      keep=$((keep + STEP_MAX[$r]))
+      kept+=" $r"
+    done
+  fi
+  left=$((total - keep))
   STEP_GOT=$((left < STEP_MAX[$s] ? left : STEP_MAX[$s]))
   STEP_NOW=$s
   if [ "$STEP_GOT" -lt "${STEP_MIN[$s]}" ]; then
     STEP_WHY="needs at least ${STEP_MIN[$s]} s and the ${BUDGET} s budget leaves $((left > 0 ? left : 0)) s"
-    local kept
-    kept=$(for r in "$@"; do [[ $PROTECTED == *" $r "* ]] && selected "$r" && printf ' %s' "$r"; done)
     [ "$keep" -eq 0 ] || STEP_WHY+=" after the $keep s kept for step$([ ${#kept} -gt 2 ] && echo s)$kept"
     return 1
   fi

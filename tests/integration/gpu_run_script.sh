@@ -5,7 +5,7 @@
 #     PASS, the plan of step 6 is read for real, every GPU step SKIPs, the table is written, exit 0;
 #     the script's own account of the budget (every step at its maximum, and the table) is within
 #     450 s, and the report (step 8 included) is under 15 MiB; a step short of its minimum SKIPs
-#     saying so, and the benchmark and PyTorch keep their time before anything else gets it;
+#     saying so, and the benchmark and PyTorch keep their time while they are still to come;
 #     report.py pack keeps an archive of a 20 MB log and a checkpoint under its limit, without the
 #     checkpoint;
 #  2. a pretended GPU (FSDP_GPU_PRETEND), step 6 only: the device = cuda run cannot succeed here, so
@@ -62,18 +62,15 @@ report_ok() {
 }
 report_ok "$tmp/dry"
 
-# 1b. allotments: a step short of its minimum SKIPs with the reason; with a budget of 200 s the
-# benchmark's and PyTorch's maxima are kept, so step 2 (which runs before them) SKIPs
+# 1b. allotments, in one dry run of a 100 s budget: the benchmark's maximum is kept while it is
+# still to come, so step 2 SKIPs for it; PyTorch could not get its minimum after the benchmark's,
+# so nothing is kept for it: step 6 runs, and step 7 SKIPs short of its own minimum
 rc=0
-FSDP_GPU_BIN=$build OUT=$tmp/short timeout 120 bash "$src/tests/gpu/run.sh" --dry-run --only 6 --budget 40 >"$tmp/short.log" 2>&1 || rc=$?
-if [ $rc -ne 0 ] || ! grep -qE 'run.sh: \[6\] benchmark: SKIP: needs at least [0-9]+ s and the 40 s budget leaves [0-9]+ s$' "$tmp/short.log"; then
-  cat "$tmp/short.log"; echo "short budget: exit $rc, step 6 should SKIP for its minimum"; exit 1
-fi
-rc=0
-FSDP_GPU_BIN=$build OUT=$tmp/keep timeout 120 bash "$src/tests/gpu/run.sh" --dry-run --only 2,6,7 --budget 200 >"$tmp/keep.log" 2>&1 || rc=$?
-if [ $rc -ne 0 ] || ! grep -qE 'run.sh: \[2\] gpu_check: SKIP: needs at least [0-9]+ s .* after the [0-9]+ s kept for steps 6 7$' "$tmp/keep.log" ||
-   ! grep -q 'run.sh: \[6\] benchmark: SKIP: dry run' "$tmp/keep.log"; then
-  cat "$tmp/keep.log"; echo "budget 200: step 2 should SKIP for the time kept for steps 6 and 7"; exit 1
+FSDP_GPU_BIN=$build OUT=$tmp/keep timeout 120 bash "$src/tests/gpu/run.sh" --dry-run --only 2,6,7 --budget 100 >"$tmp/keep.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ] || ! grep -qE 'run.sh: \[2\] gpu_check: SKIP: needs at least [0-9]+ s and the 100 s budget leaves [0-9]+ s after the 75 s kept for step 6$' "$tmp/keep.log" ||
+   ! grep -q 'run.sh: \[6\] benchmark: SKIP: dry run (the plan was read)' "$tmp/keep.log" ||
+   ! grep -qE 'run.sh: \[7\] PyTorch same step: SKIP: needs at least 90 s and the 100 s budget leaves [0-9]+ s$' "$tmp/keep.log"; then
+  cat "$tmp/keep.log"; echo "budget 100: step 2 should SKIP for the time kept for 6, step 6 run, step 7 SKIP for its minimum"; exit 1
 fi
 # pack: a 20 MB log is cut, a checkpoint left out, the archive under its limit
 mkdir -p "$tmp/pk/runs/ck/step-00000002"
