@@ -8,12 +8,21 @@ the final table. Standard library only (it runs under whatever python3 the GPU m
   report.py bench RUN PLAN.json --skip S [--gemm-tflops G]  the benchmark's figures, one JSON object
   report.py gemm-torch                                      bf16 8192³ matmul rate through PyTorch
   report.py table RESULTS.tsv METRICS.json OUTDIR            print the table; write gpu_report.{md,json}
-  report.py stack GDB.txt                                   a gdb backtrace's main thread, innermost first:
-                                                            "f1 < f2 < ..." (6 frames)
+  report.py stack [--proc] FILE                             a gdb/cuda-gdb backtrace's main thread, innermost
+                                                            first: "f1 < f2 < ..." (6 frames); --proc:
+                                                            each thread's wait channel from /proc
   report.py memcheck LOG                                    compute-sanitizer memcheck's first error: the
                                                             access and the kernel
   report.py racecheck LOG --rc N                            racecheck's verdict: hazards in our kernels
-                                                            fail; in cuBLASLt's own (LIB_KERNELS) do not
+                                                            fail; in cuBLASLt's or cuDNN's (LIB_KERNELS) do not
+  report.py pack WORK OUT.tar.gz --limit BYTES              the run's logs as a tar.gz of at most BYTES:
+                                                            text files only (never checkpoints), the
+                                                            largest cut to their head and tail first
+  report.py first-steps RUNS                                each process's first step_ms, one JSON object
+  report.py versions LIB...                                 each library's version from its own call (cuDNN,
+                                                            cuBLASLt, NCCL, the driver), one JSON object
+  report.py smi FILE                                        `nvidia-smi -q -d CLOCK,PERFORMANCE`: SM and
+                                                            memory clocks, the active throttle reasons
 
 RUN directories are scripts/launch-standalone.sh's: rank-R.jsonl, one JSON line per step (fields
 of metrics.jsonl: step, loss, step_ms, tokens, peak_bytes{...,total}, phase_ms{allgather,...}).
@@ -26,9 +35,12 @@ import re
 import statistics
 import sys
 
-# cuBLASLt's own kernels (Hopper: nvjet_*, sm90_xmma_*, cutlass3x_*; gemv and split-K reductions):
-# not ours to race-check. None of worker/cuda's kernels matches.
-LIB_KERNELS = re.compile(r"nvjet|xmma|cutlass|cublas|gemv|splitKreduce|gemmk1|gemmSN")
+# The libraries' own kernels, not ours to race-check: cuBLASLt's (Hopper: nvjet_*, sm90_xmma_*,
+# cutlass3x_*; gemv and split-K reductions) and cuDNN's (its runtime-compiled SDPA engines,
+# cudnn_generated_*_sdpa_*_flash_fprop/bprop_*, and its precompiled fmha/cudnn::* kernels). None of
+# worker/cuda's kernels matches.
+LIB_KERNELS = re.compile(r"nvjet|xmma|cutlass|cublas|gemv|splitKreduce|gemmk1|gemmSN"
+                         r"|cudnn|sdpa|fmha|flash_[fb]prop")
 
 
 def fail(msg):
@@ -189,6 +201,10 @@ def cmd_table(a):
             fig.append(f"| {label} | {cell(v)} |")
 
     add("GPU", "gpu")
+    acc = metrics.get("budget_account")
+    if isinstance(acc, dict):
+        fig.append(f"| budget: the steps' maxima + the table, of the budget (s) | {acc['maxima']} + {acc['table']} "
+                   f"of {acc['budget']} |")
     add("binaries", "binaries")
     add("bf16 GEMM rate, 8192³ (TFLOP/s, this run)", "gemm_tflops")
     add("GEMM rate source", "gemm_source")
@@ -202,6 +218,17 @@ def cmd_table(a):
     add("attention kernels (the benchmark's rank 0: cudnn, or tc with why cuDNN did not run)", "attention")
     add("libcudnn (the node's, opened at run time; never carried)", "cudnn_lib")
     add("gpu_check's attention with cuDNN selected", "attention_check")
+    add("cuDNN's account of the benchmark's fallback (CUDNN_LOGLEVEL_DBG=3)", "cudnn_fallback")
+    add("libraries (their own version calls)", "versions")
+    add("clocks and throttle reasons before the benchmark (nvidia-smi -q)", "clocks_before_bench")
+    add("clocks and throttle reasons after the benchmark", "clocks_after_bench")
+    add("step 4's rtol, from two N = 1 runs (their difference)", "staged_rtol", "{:.1e}")
+    add("step 4's calibration difference (N = 1, B = 4 against B = 2)", "staged_calibration_diff", "{:.2e}")
+    first = metrics.get("first_step_ms")
+    if isinstance(first, dict) and first:
+        slow = max(first, key=first.get)
+        fig.append(f"| first step per process (ms): {len(first)} processes, median / max | "
+                   f"{statistics.median(first.values()):.0f} / {first[slow]:.0f} ({cell(slow, 40)}) |")
     add("fsdpd peak memory (GiB)", "ours_peak_bytes", "{:.2f}", 1 / 2**30)
     add("plan's memory (GiB)", "plan_bytes", "{:.2f}", 1 / 2**30)
     add("peak against plan, %", "peak_vs_plan", "{:+.1f}", 100)
@@ -242,6 +269,18 @@ def cmd_table(a):
 
 
 def cmd_stack(a):
+    if a.proc:   # proc_stacks' lines: each thread's wait channel, the main thread's kernel frames
+        with open(a.gdb, errors="replace") as f:
+            text = f.read()
+        waits = re.findall(r"^Thread \d+ \(tid \d+, ([^)]*)\): wchan (\S+)", text, re.M)
+        kframes = re.findall(r"^  \[<[0-9a-f]+>\] (\S+?)\+", text.split("Thread 2 ")[0], re.M)
+        if not waits:
+            print("no stack (/proc had no threads)")
+            return
+        main = f"main thread in {waits[0][1]}" + (f" ({' < '.join(kframes[:6])})" if kframes else "")
+        rest = sorted({f"{c} in {w}" for c, w in waits[1:]})
+        print(f"/proc: {len(waits)} threads, {main}" + (f"; others: {', '.join(rest[:6])}" if rest else ""))
+        return
     frames, main = [], False
     with open(a.gdb, errors="replace") as f:
         for line in f:
@@ -286,7 +325,134 @@ def cmd_racecheck(a):
     elif ours or not places:
         fail(f"{summary.group(0)}: " + (f"in our kernels: {ours[0][:160]}" if ours else "no access named"))
     else:
-        print(f"{summary.group(0)}, all {len(places)} accesses in cuBLASLt's own kernels (not ours)")
+        print(f"{summary.group(0)}, all {len(places)} accesses in cuBLASLt's or cuDNN's own kernels (not ours)")
+
+
+# What pack leaves out: checkpoints (step-NNNNNNNN/ directories and rank files), the unpacked
+# bundle, sockets, and any file that is not text (a NUL in its first 8 KiB).
+PACK_SKIP_DIRS = re.compile(r"^(bundle|step-\d+|.*-rdv)$")
+PACK_SKIP_FILES = re.compile(r"\.(bin|sock|pt|safetensors|gz|xz|so(\.\d+)*)$")
+
+
+def is_text(path):
+    try:
+        with open(path, "rb") as f:
+            return b"\0" not in f.read(8192)
+    except OSError:
+        return False
+
+
+def cmd_pack(a):
+    """Every text file under WORK into OUT (tar.gz), the total uncompressed size kept to --limit: the
+    largest files are cut to their first and last part (a line says how much was left out) until the
+    sum fits, so the archive can never exceed the limit whatever the run wrote."""
+    import io
+    import tarfile
+    files = []
+    for root, dirs, names in os.walk(a.work):
+        dirs[:] = sorted(d for d in dirs if not PACK_SKIP_DIRS.match(d))
+        for n in sorted(names):
+            p = os.path.join(root, n)
+            if os.path.isfile(p) and not os.path.islink(p) and not PACK_SKIP_FILES.search(n) and is_text(p):
+                files.append([p, os.path.getsize(p)])
+    budget = a.limit - 512 * (2 * len(files) + 4)   # tar's headers and end blocks
+    cap = max((s for _, s in files), default=0)
+    while sum(min(s, cap) for _, s in files) > budget and cap > 4096:
+        cap = int(cap * 0.8)
+    cut = 0
+    with tarfile.open(a.out, "w:gz") as t:
+        for p, size in files:
+            arc = os.path.relpath(p, a.work)
+            if size <= cap:
+                t.add(p, arcname=arc, recursive=False)
+                continue
+            with open(p, "rb") as f:
+                head = f.read(cap // 2 - 128)
+                f.seek(size - (cap // 2 - 128))
+                tail = f.read()
+            data = head + f"\n[report.py pack: {size - len(head) - len(tail)} bytes left out]\n".encode() + tail
+            info = tarfile.TarInfo(arc)
+            info.size, info.mtime = len(data), int(os.path.getmtime(p))
+            t.addfile(info, io.BytesIO(data))
+            cut += 1
+    print(f"{len(files)} files, {os.path.getsize(a.out)} bytes" + (f", {cut} cut to {cap} bytes" if cut else ""))
+
+
+def cmd_first_steps(a):
+    out = {}
+    for root, _dirs, names in os.walk(a.runs):
+        for n in sorted(names):
+            m = re.match(r"rank-(\d+)\.jsonl$", n)
+            if not m:
+                continue
+            try:
+                with open(os.path.join(root, n)) as f:
+                    first = json.loads(f.readline())
+                out[f"{os.path.relpath(root, a.runs)}/rank-{m.group(1)}"] = first["step_ms"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    print(json.dumps({"first_step_ms": dict(sorted(out.items()))}))
+
+
+# (file name part, symbol, how the call returns it, how to print it)
+VERSION_CALLS = [
+    ("libcudnn", "cudnnGetVersion", "ret", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libcublasLt", "cublasLtGetVersion", "ret", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libnccl", "ncclGetVersion", "out", lambda v: f"{v // 10000}.{v // 100 % 100}.{v % 100}"),
+    ("libcuda", "cuDriverGetVersion", "out", lambda v: f"CUDA {v // 1000}.{v % 1000 // 10} (driver API)"),
+]
+
+
+def cmd_versions(a):
+    """Load each library (they need no GPU for their version call) and ask it."""
+    import ctypes
+    names, paths = {}, {}
+    for path in a.libs:
+        base = os.path.basename(path)
+        call = next((c for c in VERSION_CALLS if base.startswith(c[0] + ".")), None)
+        if call is None:
+            continue
+        key = call[0][3:]
+        paths[key] = path
+        try:
+            lib = ctypes.CDLL(path)
+            fn = getattr(lib, call[1])
+            if call[2] == "ret":
+                fn.restype = ctypes.c_size_t
+                v = int(fn())
+            else:
+                out = ctypes.c_int(0)
+                fn.restype = ctypes.c_int
+                rc = fn(ctypes.byref(out))
+                if rc != 0:
+                    raise OSError(f"{call[1]} returned {rc}")
+                v = out.value
+            names[key] = call[3](v)
+        except (OSError, AttributeError) as e:
+            names[key] = f"unknown ({e})"
+    for want in ("cudnn", "cublasLt", "nccl", "cuda"):
+        names.setdefault(want, "not linked or not found")
+    print(json.dumps({"versions": ", ".join(f"{k} {v}" for k, v in names.items()), "version_paths": paths}))
+
+
+def cmd_smi(a):
+    """'SM 1980 MHz, memory 3201 MHz; throttle: none' from nvidia-smi -q -d CLOCK,PERFORMANCE."""
+    section, clocks, active = "", {}, []
+    with open(a.file, errors="replace") as f:
+        for line in f:
+            s = line.strip()
+            if not s or ":" not in s:
+                section = s or section
+                continue
+            k, v = (x.strip() for x in s.split(":", 1))
+            if not v:
+                section = k
+            elif section == "Clocks" and k in ("SM", "Memory", "Graphics"):
+                clocks[k] = v
+            elif "Reasons" in section and v == "Active" and k != "Idle":
+                active.append(k)
+    c = ", ".join(f"{k} {v}" for k, v in clocks.items()) or "no clocks"
+    print(f"{c}; throttle: {', '.join(active) or 'none active'}")
 
 
 def main():
@@ -318,14 +484,26 @@ def main():
     p.add_argument("outdir")
     p = sub.add_parser("stack")
     p.add_argument("gdb")
+    p.add_argument("--proc", action="store_true", help="the file holds run_jobs.sh's proc_stacks lines")
     p = sub.add_parser("memcheck")
     p.add_argument("log")
     p = sub.add_parser("racecheck")
     p.add_argument("log")
     p.add_argument("--rc", type=int, required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("work")
+    p.add_argument("out")
+    p.add_argument("--limit", type=int, required=True)
+    p = sub.add_parser("first-steps")
+    p.add_argument("runs")
+    p = sub.add_parser("versions")
+    p.add_argument("libs", nargs="*")
+    p = sub.add_parser("smi")
+    p.add_argument("file")
     a = ap.parse_args()
     {"compare": cmd_compare, "moves": cmd_moves, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
-     "table": cmd_table, "stack": cmd_stack, "memcheck": cmd_memcheck, "racecheck": cmd_racecheck}[a.cmd](a)
+     "table": cmd_table, "stack": cmd_stack, "memcheck": cmd_memcheck, "racecheck": cmd_racecheck,
+     "pack": cmd_pack, "first-steps": cmd_first_steps, "smi": cmd_smi, "versions": cmd_versions}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -43,12 +43,12 @@ JOB
 }
 # run_job NAME WORLD INI SECONDS: scripts/launch-standalone.sh with our worker ($RUN_WORKER, default
 # the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
-# still going after SECONDS (less 30 s, above 60) has each rank's host stack written to NAME.stacks
+# still going after SECONDS (less 27 s, or half of SECONDS up to 54) has each rank's host stack written to NAME.stacks
 # (host_stacks), one line per rank in NAME.launch, before it is killed, and returns 124.
 run_job() {
-  # the job's own deadline keeps 30 s of SECONDS for a hang's host stacks (20 s) and its kill (10 s),
+  # the job's own deadline keeps 27 s of SECONDS for a hang's host stacks (17 s) and its kill (10 s),
   # so that a job never outlasts what allot gave it
-  local dir=$WORK/runs/$1 pid wait_s=$(($4 > 60 ? $4 - 30 : $4))
+  local dir=$WORK/runs/$1 pid wait_s=$(($4 > 54 ? $4 - 27 : $4 / 2))
   mkdir -p "$WORK/runs"
   : >"$dir.launch"   # appended to by the launcher and by this function alike
   FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" \
@@ -77,25 +77,48 @@ rank_pids() {
     rank_pids "$c"
   done
 }
-# host_stacks OUT PID...: every thread's host stack of each PID (gdb in batch mode, 20 s at most,
-# all at once) into OUT, and per process one "stack: pid P: f1 < f2 < ..." line of its main
-# thread's innermost frames. Without gdb, one line says so.
+# host_stacks OUT PID...: every thread's host stack of each PID into OUT, and per process one
+# "stack: pid P: f1 < f2 < ..." line of its main thread's innermost frames. A GPU node often has no
+# gdb: the first of gdb, cuda-gdb (both in batch mode, 15 s at most, all at once) that is there, else
+# the kernel's view, each thread's /proc/P/task/T/wchan and (where readable: root) its kernel stack.
+# FSDP_GPU_GDB / FSDP_GPU_CUDA_GDB name the debuggers (none: not used).
 host_stacks() {
-  local out=$1 p
+  local out=$1 p dbg="" c
   shift
   : >"$out"
-  command -v gdb >/dev/null || { echo "stack: no gdb on this machine: no host stacks" >>"$out"; return; }
-  local gdbs=()
-  for p in "$@"; do
-    timeout 20 gdb -p "$p" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt 16' >"$out.$p" 2>&1 &
-    gdbs+=($!)
+  local cands=("${FSDP_GPU_GDB:-gdb}")
+  if [ -n "${FSDP_GPU_CUDA_GDB:-}" ]; then cands+=("$FSDP_GPU_CUDA_GDB")
+  else cands+=(cuda-gdb ${CUDA_HOME:+"$CUDA_HOME/bin/cuda-gdb"} /usr/local/cuda/bin/cuda-gdb); fi
+  for c in "${cands[@]}"; do
+    [ "$c" != none ] && command -v "$c" >/dev/null 2>&1 && { dbg=$(command -v "$c"); break; }
   done
-  [ ${#gdbs[@]} -eq 0 ] || wait "${gdbs[@]}"
+  local dbgs=()
   for p in "$@"; do
-    { echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; cat "$out.$p"; } >>"$out"
-    echo "stack: pid $p: $(python3 "$HELP" stack "$out.$p")" >>"$out"
+    if [ -n "$dbg" ]; then
+      timeout -k 2 15 "$dbg" -p "$p" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt 16' >"$out.$p" 2>&1 &
+      dbgs+=($!)
+    else
+      proc_stacks "$p" >"$out.$p"
+    fi
+  done
+  [ ${#dbgs[@]} -eq 0 ] || wait "${dbgs[@]}"
+  for p in "$@"; do
+    { echo "=== pid $p ($([ -n "$dbg" ] && basename "$dbg" || echo /proc)): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; cat "$out.$p"; } >>"$out"
+    if [ -n "$dbg" ]; then echo "stack: pid $p: $(python3 "$HELP" stack "$out.$p")" >>"$out"
+    else echo "stack: pid $p: $(python3 "$HELP" stack --proc "$out.$p")" >>"$out"; fi
     rm -f "$out.$p"
   done
+}
+# proc_stacks PID: "Thread N (tid T, COMM): wchan W" and the kernel stack's lines for every thread.
+proc_stacks() {
+  local t n=0
+  for t in /proc/"$1"/task/*; do
+    [ -d "$t" ] || continue
+    n=$((n + 1))
+    echo "Thread $n (tid ${t##*/}, $(cat "$t/comm" 2>/dev/null)): wchan $(cat "$t/wchan" 2>/dev/null || echo '?')"
+    sed 's/^/  /' "$t/stack" 2>/dev/null
+  done
+  [ "$n" -gt 0 ] || echo "no /proc/$1/task (the process is gone)"
 }
 # A failed run whose message is a fault of the device (a kernel or copy failed, an illegal address)
 # does not name the kernel: memcheck_rerun NAME WORLD INI reruns one step of it under

@@ -3,6 +3,11 @@
 # a device machine, docs/gpu.md):
 #  1. --dry-run with this build's binaries (step 3 left out: part 3 runs its CPU references): step 1
 #     PASS, the plan of step 6 is read for real, every GPU step SKIPs, the table is written, exit 0;
+#     the script's own account of the budget (every step at its maximum, and the table) is within
+#     450 s, and the report (step 8 included) is under 15 MiB; a step short of its minimum SKIPs
+#     saying so, and the benchmark and PyTorch keep their time while they are still to come;
+#     report.py pack keeps an archive of a 20 MB log and a checkpoint under its limit, without the
+#     checkpoint;
 #  2. a pretended GPU (FSDP_GPU_PRETEND), step 6 only: the device = cuda run cannot succeed here, so
 #     the step must FAIL with the worker's one-line reason, the table must show it, and exit 1;
 #  3. the PASS paths, with stand-ins: a worker that trains "device = cuda" on the CPU (the real
@@ -12,7 +17,8 @@
 #     (MFU, peak against the plan, the PyTorch ratios) land in the table; and report.py's loss
 #     comparisons fail when they should;
 #  3b. a job whose ranks hang: at the step's deadline each rank's host stack (gdb) is shown in the
-#     step's FAIL line and the ranks are killed;
+#     step's FAIL line and the ranks are killed; without gdb, cuda-gdb (a stand-in) is used, and
+#     without either each thread's /proc wait channel;
 #  3c. a device fault: the job is re-run for one step under (a stand-in of) compute-sanitizer
 #     memcheck and the step's FAIL line names the kernel;
 #  4. with the CUDA backend: scripts/gpu-bundle.sh packs this build, and the bundle, unpacked, starts
@@ -38,9 +44,46 @@ for i in "245678":
 assert st["3"] == ("SKIP", "not selected (--only 2,4,5,6,7,8)"), st["3"]
 assert "plan was read" in st["6"][1], st["6"]
 assert r["metrics"]["plan_bytes"] > 0 and not r["failed"], r
-print("dry run: ok")
+acc = r["metrics"]["budget_account"]
+assert acc["maxima"] + acc["table"] <= 450 and acc["budget"] == 450, acc
+print("dry run: ok; budget account", acc)
 PY
 test -s "$tmp/dry/gpu_report.md"
+grep -qE '^budget: step maxima .* = [0-9]+ s, \+ 15 s for the table = [0-9]+ s of 450 s$' "$tmp/dry.log" ||
+  { cat "$tmp/dry.log"; echo "dry run: no budget account line"; exit 1; }
+# report_ok DIR: under 15 MiB in all, logs.tar.gz a readable archive without a checkpoint
+report_ok() {
+  local size
+  size=$(du -cb "$1"/* | tail -n 1 | cut -f1)
+  [ "$size" -lt $((15 * 1024 * 1024)) ] || { ls -l "$1"; echo "$1: the report is $size bytes, over 15 MiB"; exit 1; }
+  tar -tzf "$1/logs.tar.gz" >"$tmp/list" || { echo "$1/logs.tar.gz is not an archive"; exit 1; }
+  if grep -E '(^|/)step-[0-9]+(/|$)|\.bin$' "$tmp/list"; then echo "$1/logs.tar.gz holds checkpoint files"; exit 1; fi
+  grep -q 'results.tsv' "$tmp/list" || { echo "$1/logs.tar.gz lacks results.tsv"; exit 1; }
+}
+report_ok "$tmp/dry"
+
+# 1b. allotments, in one dry run of a 100 s budget: the benchmark's maximum is kept while it is
+# still to come, so step 2 SKIPs for it; PyTorch could not get its minimum after the benchmark's,
+# so nothing is kept for it: step 6 runs, and step 7 SKIPs short of its own minimum
+rc=0
+FSDP_GPU_BIN=$build OUT=$tmp/keep timeout 120 bash "$src/tests/gpu/run.sh" --dry-run --only 2,6,7 --budget 100 >"$tmp/keep.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ] || ! grep -qE 'run.sh: \[2\] gpu_check: SKIP: needs at least [0-9]+ s and the 100 s budget leaves [0-9]+ s after the 75 s kept for step 6$' "$tmp/keep.log" ||
+   ! grep -q 'run.sh: \[6\] benchmark: SKIP: dry run (the plan was read)' "$tmp/keep.log" ||
+   ! grep -qE 'run.sh: \[7\] PyTorch same step: SKIP: needs at least 90 s and the 100 s budget leaves [0-9]+ s$' "$tmp/keep.log"; then
+  cat "$tmp/keep.log"; echo "budget 100: step 2 should SKIP for the time kept for 6, step 6 run, step 7 SKIP for its minimum"; exit 1
+fi
+# pack: a 20 MB log is cut, a checkpoint left out, the archive under its limit
+mkdir -p "$tmp/pk/runs/ck/step-00000002"
+head -c 15000000 /dev/urandom | base64 -w 100 >"$tmp/pk/runs/big.log"
+head -c 4096 /dev/urandom >"$tmp/pk/runs/ck/step-00000002/rank-0.bin"
+echo kept >"$tmp/pk/runs/small.log"
+python3 "$src/tests/gpu/report.py" pack "$tmp/pk" "$tmp/pk.tar.gz" --limit 5000000
+[ "$(stat -c %s "$tmp/pk.tar.gz")" -le 5000000 ] || { echo "pack: over its limit"; exit 1; }
+tar -xzOf "$tmp/pk.tar.gz" runs/big.log >"$tmp/pk-big.log"
+grep -q 'report.py pack: [0-9]* bytes left out' "$tmp/pk-big.log" || { echo "pack: the big log was not cut"; exit 1; }
+[ "$(tar -xzOf "$tmp/pk.tar.gz" runs/small.log)" = kept ] || { echo "pack: the small log was lost"; exit 1; }
+if tar -tzf "$tmp/pk.tar.gz" | grep -q 'step-'; then echo "pack: the checkpoint was packed"; exit 1; fi
+echo "allotments and pack: ok"
 
 # 2. a pretended GPU: the benchmark's device = cuda run must fail cleanly
 rc=0
@@ -92,10 +135,27 @@ cat >"$fake/python" <<'SH'
 echo '{"torch_step": "gpt2", "mode": "eager", "tokens_per_s": 100000.0, "step_ms": 163.8, "peak_bytes": 3e10, "compile_s": null}'
 echo '{"torch_step": "gpt2", "mode": "compile", "tokens_per_s": 150000.0, "step_ms": 109.2, "peak_bytes": 2.5e10, "compile_s": 42.0}'
 SH
-chmod +x "$fake/fsdp-worker" "$fake/gpu_check" "$fake/python"
+cat >"$fake/nvidia-smi" <<'SH'
+#!/bin/sh
+cat <<NVSMI
+==============NVSMI LOG==============
+Attached GPUs                             : 1
+GPU 00000000:19:00.0
+    Clocks Event Reasons
+        Idle                              : Not Active
+        SW Power Cap                      : Active
+        HW Slowdown                       : Not Active
+    Clocks
+        Graphics                          : 1755 MHz
+        SM                                : 1755 MHz
+        Memory                            : 3201 MHz
+NVSMI
+SH
+chmod +x "$fake/fsdp-worker" "$fake/gpu_check" "$fake/python" "$fake/nvidia-smi"
 ln -s "$build/fsdpctl" "$fake/fsdpctl"
 rc=0
 REAL_BUILD=$build FSDP_GPU_BIN=$fake FSDP_GPU_PRETEND="NVIDIA H100 80GB HBM3 stand-in" FSDP_GPU_PYTHON=$fake/python FSDP_GPU_SANITIZER=none \
+  FSDP_GPU_SMI=$fake/nvidia-smi \
   OUT=$tmp/pass timeout 300 bash "$src/tests/gpu/run.sh" >"$tmp/pass.log" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/pass.log"; echo "stand-ins: exit $rc, expected 0"; exit 1; }
 python3 - "$tmp/pass/gpu_report.json" <<'PY'
@@ -116,8 +176,16 @@ fpt = 6 * 124439808 + 6 * 12 * 768 * 1024   # GPT-2 124M: N = 124,439,808 (V = 5
 assert m["ours_flops_per_token_llmc"] == fpt and abs(m["ours_mfu_llmc"] - tps * fpt / 989.4e12) < 1e-9, m
 assert r["targets"] == {"MFU ≥ 40 % (llm.c's count)": False, "tokens/s ≥ torch.compile's": False,
                         "peak memory within 10 % of the plan": True}, r["targets"]
+assert m["clocks_before_bench"] == "Graphics 1755 MHz, SM 1755 MHz, Memory 3201 MHz; throttle: SW Power Cap", m
+assert m["first_step_ms"]["bench/rank-0"] == 500, m["first_step_ms"]
+assert len(m["first_step_ms"]) >= 10, m["first_step_ms"]   # every job's every rank
+# step 4 on the CPU: the two N = 1 runs differ by float summation alone, so the floor holds
+assert m["staged_calibration_diff"] < 2.5e-5 and m["staged_rtol"] == 1e-4, m
+assert "cudnn " in m["versions"], m["versions"]
+assert [s["step"] for s in r["steps"]] == ["1", "2", "6", "7", "3", "4", "5", "8", "9"], r["steps"]
 print("stand-ins: ok")
 PY
+report_ok "$tmp/pass"
 # report.py's comparisons: 3 % off fails rtol 2e-2, 1 % passes; an untrained run fails `moves`
 mk() {
   mkdir -p "$tmp/cmp/$1"
@@ -149,7 +217,7 @@ chmod +x "$hang/fsdp-worker"
 ln -s "$build/fsdpctl" "$hang/fsdpctl"
 rc=0
 REAL_BUILD=$build FSDP_GPU_BIN=$hang FSDP_GPU_PRETEND="stand-in" OUT=$tmp/hang timeout 300 \
-  bash "$src/tests/gpu/run.sh" --only 6 --budget 60 >"$tmp/hang.log" 2>&1 || rc=$?
+  bash "$src/tests/gpu/run.sh" --only 6 --budget 75 >"$tmp/hang.log" 2>&1 || rc=$?
 [ $rc -eq 1 ] || { cat "$tmp/hang.log"; echo "hang: exit $rc, expected 1 (step 6 FAIL)"; exit 1; }
 python3 - "$tmp/hang/gpu_report.json" "$(command -v gdb || true)" <<'PY'
 import json, re, sys
@@ -162,6 +230,22 @@ if sys.argv[2]:   # gdb attached to the one rank: its main thread's frames
 print("hang: step 6 FAIL:", d[:160])
 PY
 pgrep -f "$hang/" >/dev/null && { echo "hang: a rank outlived its job"; exit 1; }
+# without gdb: cuda-gdb (a stand-in printing gdb's format), and without it /proc
+sleep 120 &
+sp=$!
+cat >"$hang/cuda-gdb" <<'SH'
+#!/bin/sh
+printf 'Thread 1 (Thread 0x7f LWP 1 "fsdp-worker"):\n#0  0x00007f in pthread_cond_timedwait () from /lib/libc.so.6\n#1  0x000055 in comm_wait (c=0x1) at comm.c:12\n'
+SH
+chmod +x "$hang/cuda-gdb"
+st=$(HELP=$src/tests/gpu/report.py FSDP_GPU_GDB=none FSDP_GPU_CUDA_GDB=$hang/cuda-gdb bash -c '. "$1"; host_stacks "$2" "$3"; cat "$2"' _ \
+  "$src/tests/gpu/run_jobs.sh" "$tmp/st-cuda" "$sp")
+echo "$st" | grep -q "^stack: pid $sp: pthread_cond_timedwait < comm_wait$" || { echo "$st"; echo "host stacks: cuda-gdb not used"; kill "$sp"; exit 1; }
+st=$(HELP=$src/tests/gpu/report.py FSDP_GPU_GDB=none FSDP_GPU_CUDA_GDB=none bash -c '. "$1"; host_stacks "$2" "$3"; cat "$2"' _ \
+  "$src/tests/gpu/run_jobs.sh" "$tmp/st-proc" "$sp")
+kill "$sp"
+echo "$st" | grep -qE "^stack: pid $sp: /proc: 1 threads, main thread in [a-z_0-9]+" || { echo "$st"; echo "host stacks: /proc not read"; exit 1; }
+echo "host stacks without gdb: ok"
 
 # 3c. a device fault: the failing job is run again for one step under compute-sanitizer memcheck
 # (a stand-in that prints what memcheck prints), and the step's FAIL line names the kernel

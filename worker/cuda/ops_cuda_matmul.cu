@@ -94,9 +94,20 @@ fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, i
       goto out;
     }
   }
-  LT_CHECK(cublasLtMatmul(ctx->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ctx->workspace, ws,
-                          ctx->stream),
-           what);
+  {
+    /* cuBLASLt may still refuse the algorithm its heuristic offered (NOT_SUPPORTED: nothing was
+     * launched, D is untouched): as a heuristic miss, the caller's plainer epilogue runs instead */
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo,
+                                      ctx->workspace, ws, ctx->stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
+                          "%s: cuBLASLt refused the algorithm its heuristic gave for this GEMM (m=%d n=%d k=%d, "
+                          "transa %d transb %d, epilogue %d, D %s): %s",
+                          what, m, n, k, transa, transb, (int)epilogue, d_f32 ? "fp32" : "bf16",
+                          cublasLtGetStatusString(s));
+    else if (s != CUBLAS_STATUS_SUCCESS)
+      rc = fsdp_set_error(FSDP_ERR_CUDA, "%s: cublasLtMatmul: cuBLASLt: %s", what, cublasLtGetStatusString(s));
+  }
 out:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (ld) cublasLtMatrixLayoutDestroy(ld);

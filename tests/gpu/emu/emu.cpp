@@ -4,7 +4,9 @@
  * operations; cuBLASLt is a naive fp32 GEMM that honours the descriptors (transposes, leading
  * dimensions, D type, beta, BIAS, GELU_AUX and DGELU epilogues), refuses GELU_AUX and DGELU when the
  * aux leading dimension is not a multiple of 8, and finds no algorithm for BIAS when m is not a
- * multiple of 8, as the library may (so the callers' fallbacks run); emu_lt_epilogue_runs counts the
+ * multiple of 8, as the library may (so the callers' fallbacks run); with EMU_LT_REFUSE_EPILOGUES set,
+ * cublasLtMatmul refuses (NOT_SUPPORTED) every epilogue but the default that its heuristic offered, as
+ * the library may at run time; emu_lt_epilogue_runs counts the
  * GEMMs run with each epilogue, so a check can tell the fused path from its fallback. cp.async copies
  * land at their wait (emu.h). Checks the kernels' indexing, masks and synchronization without a GPU;
  * says nothing about speed, shared-memory limits or the real library. */
@@ -350,6 +352,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   if (bias && !e->bias) return CUBLAS_STATUS_INVALID_VALUE;
   if ((gelu || dgelu) && !e->aux) return CUBLAS_STATUS_INVALID_VALUE;
   if (dgelu && be != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (e->epi != CUBLASLT_EPILOGUE_DEFAULT && getenv("EMU_LT_REFUSE_EPILOGUES")) return CUBLAS_STATUS_NOT_SUPPORTED;
   g_epilogue_runs[e->epi & 1023]++;
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
