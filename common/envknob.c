@@ -15,8 +15,8 @@ const envknob envknobs[ENV_NKNOBS] = {
   [ENV_GLOO_HOST] = {"FSDP_GLOO_HOST", NULL, "fsdp-worker: the host name or address gloo binds (default the host name)"},
   [ENV_CUDNN_LIB] = {"FSDP_CUDNN_LIB", NULL, "fsdp-worker (cuda): the libcudnn to open before the system's and a PyTorch wheel's"},
   [ENV_CUDA_ATTN] = {"FSDP_CUDA_ATTN", "cudnn", "fsdp-worker (cuda): the attention kernel, cudnn | tc | fma"},
-  [ENV_SUM_ORDER] = {"FSDP_SUM_ORDER", NULL, "tests: split_k and/or reverse_ring sum GEMMs and the reduce-scatter ring in another order"},
-  [ENV_FAULT] = {"FSDP_FAULT", NULL, "tests: drop_reduce_scatter plants a fault the equivalence tests must catch"},
+  [ENV_SUM_ORDER] = {"FSDP_SUM_ORDER", NULL, "tests (test_runtime, test_hybrid only): split_k and/or reverse_ring sum GEMMs and the reduce-scatter ring in another order"},
+  [ENV_FAULT] = {"FSDP_FAULT", NULL, "tests (test_runtime only): drop_reduce_scatter plants a fault the equivalence tests must catch"},
   [ENV_TEST_CKPT_PAUSE] = {"FSDP_TEST_CKPT_PAUSE", NULL, "tests (the binaries built for them only): POINT:STEP holds a checkpoint writer at POINT (begin, mid, manifest)"},
   [ENV_TEST_CKPT_PAUSE_DIR] = {"FSDP_TEST_CKPT_PAUSE_DIR", NULL, "tests: where a held writer says so and waits for its release"},
 };

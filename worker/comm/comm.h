@@ -192,6 +192,12 @@ fsdp_status comm_gloo_new(int rank, int world, const char *store_dir, const comm
 fsdp_status comm_gloo_run(void *g, const comm_op *op);   /* blocking; comm_backend.run */
 void comm_gloo_abort(void *g);
 void comm_gloo_destroy(void *g);
+/* The gloo adapter's test hooks (docs/testing.md), nonzero to run the reduce-scatter ring backwards
+ * (FSDP_SUM_ORDER=reverse_ring) or to drop every reduce-scatter, each rank keeping its own partial
+ * block (FSDP_FAULT=drop_reduce_scatter). In fsdp-worker 0 (comm_gloo.cc's weak definitions); the
+ * test binaries that need them link tests/hooks/sum_order.c instead. Any thread. */
+int comm_test_reverse_ring(void);
+int comm_test_drop_reduce_scatter(void);
 
 #ifdef __cplusplus
 }

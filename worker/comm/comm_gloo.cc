@@ -285,30 +285,21 @@ static ms remaining(clk::time_point deadline) {
   return left.count() < 1 ? ms(1) : left;
 }
 
-// Test knobs (docs/testing.md), read once: WORD in the environment variable KNOB's value.
-// FSDP_SUM_ORDER=reverse_ring runs the reduce-scatter ring the other way, so every block's partial
-// sums are added in the reverse order of ranks: the same sum rounded differently, which the
-// equivalence tests' tolerances must absorb. FSDP_FAULT=drop_reduce_scatter plants a fault the
-// tests must catch: each rank keeps its own partial block instead of the sum.
-static bool env_has(envknob_id knob, const char* word) {
-  const char* v = envknob_get(knob);
-  return v && strstr(v, word) != nullptr;
-}
-static bool reverse_ring() {
-  static const bool on = env_has(ENV_SUM_ORDER, "reverse_ring");
-  return on;
-}
-static bool drop_reduce_scatter() {
-  static const bool on = env_has(ENV_FAULT, "drop_reduce_scatter");
-  return on;
-}
+// Test hooks (comm.h, docs/testing.md): no-ops in fsdp-worker; the test binaries link
+// tests/hooks/sum_order.c, whose definitions read FSDP_SUM_ORDER and FSDP_FAULT. reverse_ring runs
+// the reduce-scatter ring the other way, so every block's partial sums are added in the reverse
+// order of ranks: the same sum rounded differently, which the equivalence tests' tolerances must
+// absorb. drop_reduce_scatter plants a fault the tests must catch: each rank keeps its own partial
+// block instead of the sum.
+extern "C" __attribute__((weak)) int comm_test_reverse_ring(void) { return 0; }
+extern "C" __attribute__((weak)) int comm_test_drop_reduce_scatter(void) { return 0; }
 
 static void ring_reduce_scatter(comm_gloo* g, const comm_op* op) {
   const int n = g->world, r = g->rank;
   const size_t esz = comm_dtype_size(op->dt);
   const size_t bytes = op->count * esz;
   // dir = +1: send right (r + 1), receive from the left; dir = -1: the mirror image.
-  const int dir = reverse_ring() ? -1 : 1;
+  const int dir = comm_test_reverse_ring() ? -1 : 1;
   const int right = ((r + dir) % n + n) % n, left = ((r - dir) % n + n) % n;
   const char* send = (const char*)op->send;
   const auto deadline = clk::now() + g->timeout;
@@ -370,7 +361,7 @@ extern "C" fsdp_status comm_gloo_run(void* impl, const comm_op* op) {
         gloo::allgather(o);
       });
     case COMM_OP_REDUCESCATTER:
-      if (drop_reduce_scatter()) {
+      if (comm_test_drop_reduce_scatter()) {
         memcpy(op->recv, (const char*)op->send + (size_t)g->rank * bytes, bytes);
         return FSDP_OK;
       }

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "blasinfo.h"
-#include "envknob.h"
 #include "log.h"
 
 #include "ops/exp.h"
@@ -55,24 +54,19 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
 }
 
 /* ---- GEMM ----
- * Every product goes through gemm(), row-major cblas_sgemm's arguments. With "split_k" in
- * FSDP_SUM_ORDER (tests only: docs/testing.md) each product is two GEMMs over the halves of k, the
+ * Every product goes through gemm(), row-major cblas_sgemm's arguments. When ops_test_split_k() says
+ * so (test binaries only: docs/testing.md) each product is two GEMMs over the halves of k, the
  * second accumulating into the first: the same mathematics summed in another order, as another
  * CPU's BLAS kernel (AVX2 rather than AVX-512) sums it. The equivalence tests run with it to stand
  * in for the machines they do not run on. */
-static int g_split_k = -1;
 
-static int split_k(void) {
-  if (__atomic_load_n(&g_split_k, __ATOMIC_RELAXED) < 0) {
-    const char *v = envknob_get(ENV_SUM_ORDER);
-    __atomic_store_n(&g_split_k, v && strstr(v, "split_k") != NULL, __ATOMIC_RELAXED);
-  }
-  return g_split_k;
-}
+/* A no-op in fsdp-worker: the test binaries link tests/hooks/sum_order.c, whose definition reads
+ * FSDP_SUM_ORDER. */
+__attribute__((weak)) int ops_test_split_k(void) { return 0; }
 
 static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  if (!split_k() || K < 2) {
+  if (K < 2 || !ops_test_split_k()) {
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

@@ -83,4 +83,9 @@ double softmax_xent_forward_backward(float *logits, float *losses, const int *ta
  * OPENBLAS_CORETYPE value that fixes it ("SkylakeX", "Haswell"); NULL when the kernels are fine. */
 const char *ops_cpu_blas_better_core(void);
 
+/* Nonzero: every GEMM is summed as two over the halves of k (FSDP_SUM_ORDER=split_k, docs/testing.md).
+ * In fsdp-worker 0 (ops_cpu.c's weak definition); the test binaries that need it link
+ * tests/hooks/sum_order.c instead. Any thread. */
+int ops_test_split_k(void);
+
 #endif
