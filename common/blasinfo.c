@@ -83,7 +83,9 @@ int blasinfo_describe(const char *config, const char *core, const char *env, bla
 }
 
 static const char *log_config, *log_core;
+static int log_quiet;
 static void log_once(void) {
+  if (log_quiet) return;
   char info[512], warn[512];
   int w = blasinfo_describe(log_config, log_core, getenv("OPENBLAS_CORETYPE"), blasinfo_cpu_isa(), info, sizeof info,
                             warn, sizeof warn);
@@ -91,8 +93,14 @@ static void log_once(void) {
   if (w) log_warn("%s", warn);
 }
 
+static pthread_once_t log_once_ctl = PTHREAD_ONCE_INIT;
+
 void blasinfo_log(const char *config, const char *core) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
   log_config = config, log_core = core;
-  pthread_once(&once, log_once);
+  pthread_once(&log_once_ctl, log_once);
+}
+
+void blasinfo_quiet(void) {
+  log_quiet = 1;
+  pthread_once(&log_once_ctl, log_once);
 }

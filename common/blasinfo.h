@@ -32,5 +32,8 @@ int blasinfo_describe(const char *config, const char *core, const char *env, bla
 /* blasinfo_describe for this process and CPU, logged (info, then the warning if any); only the first
  * call per process logs. */
 void blasinfo_log(const char *config, const char *core);
+/* Never log it in this process (a command whose standard error is its user's one line: fsdpctl
+ * sample's worker). Call before any GEMM. */
+void blasinfo_quiet(void);
 
 #endif

@@ -356,8 +356,6 @@ int main(int argc, char **argv) {
   if ((rc = detach(&cfg, &sd))) return rc;
   /* the pid that holds the lock: after detaching */
   if (!is_agent_only && statedir_write_pid(&sd) != FSDP_OK) log_warn("%s", fsdp_last_error());
-  /* the kernels CPU workers will run: they inherit OPENBLAS_CORETYPE from this environment */
-  blasinfo_log(openblas_get_config(), openblas_get_corename());
   if (lock_on_file)
     log_warn("the file system of %s cannot lock a directory: the single-instance lock is on %s/fsdpd.lock, "
              "which must not be deleted while fsdpd runs", state, state);
@@ -379,6 +377,10 @@ int main(int argc, char **argv) {
     zmq_ctx_term(d.zctx);
     return 1;
   }
+  /* the kernels CPU workers will run (they inherit OPENBLAS_CORETYPE from this environment); after the
+   * start, so that a refusal to start stays its one line */
+  blasinfo_log(openblas_get_config(), openblas_get_corename());
+
   int sigs[2] = {SIGTERM, SIGINT};
   for (int i = 0; i < 2; i++) {
     uv_signal_init(d.uv, &d.sig[i]);

@@ -527,8 +527,8 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   log_set_prefix("worker", (int)a.rank);
   if (a.blas_info) return print_blas_info();
-  blasinfo_log(openblas_get_config(), openblas_get_corename());
   if (a.sa.model) {
+    blasinfo_quiet();   /* fsdpctl sample's stderr is its user's: one line on failure, nothing else */
     if (!a.sa.prompt) {
       fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
       return 2;
@@ -542,6 +542,7 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+    blasinfo_log(openblas_get_config(), openblas_get_corename());
     return run_standalone((int)a.rank, (int)a.world, a.rdv, (int)a.steps, a.save, a.job);
   }
   if (!a.connect || a.job_id < 0 || a.rank < 0) {
@@ -549,6 +550,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  blasinfo_log(openblas_get_config(), openblas_get_corename());
   const char *token = getenv(WIRE_WORKER_TOKEN_ENV);
   return run_connected(a.connect, (uint64_t)a.job_id, (int)a.rank, token ? token : "");
 }
