@@ -15,7 +15,9 @@
 #     than 10 kB to the daemon's log each, and the daemon still serves.
 # Without root (or without useradd and setpriv) it exits 77: skipped.
 # Usage: bash trust_workers.sh BUILD_DIR SOURCE_DIR
-set -euo pipefail
+set -Eeuo pipefail
+# a command that fails without a word of its own still says where
+trap 'echo "trust_workers: line $LINENO: a command failed (status $?)"' ERR
 [ "$(id -u)" -eq 0 ] || { echo "trust_workers: skipped: needs root to create its users"; exit 77; }
 for t in useradd userdel setpriv python3; do
   command -v "$t" >/dev/null || { echo "trust_workers: skipped: no $t (scripts/install-deps.sh --test)"; exit 77; }
