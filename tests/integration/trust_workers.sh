@@ -47,7 +47,7 @@ mkdir -m 0755 "$S/a" "$S/b" && chown "$A" "$S/a" && chown "$B" "$S/b"
 "$CTL" gen-data --markov 3 --vocab 256 --tokens 20000 -o "$S/a/tok.bin" >/dev/null || fail "gen-data failed"
 chown "$A" "$S/a/tok.bin" && chmod 0600 "$S/a/tok.bin"
 sum0=$(sha256sum < "$S/a/tok.bin")
-sed -e 's/^name = .*/name = w/' -e "s|^train = .*|train = $S/a/tok.bin|" -e 's/^steps = .*/steps = 3/' \
+sed -e 's/^name = .*/name = w/' -e "s|^train = .*|train = $S/a/tok.bin|" -e 's/^steps = .*/steps = 40/' \
     -e 's/^warmup_steps = .*/warmup_steps = 1/' "$SRC/examples/tiny.ini" > "$S/a/w.ini"
 chown "$A" "$S/a/w.ini"
 submit() { (cd "$S/a" && as "$A" env FSDP_CTL="$FSDP_CTL" "$CTL" submit w.ini | tail -1); }
@@ -78,11 +78,17 @@ is_state "$id0" succeeded || fail "job $id0: $("$CTL" status "$id0")"
 ref=$(losses "$S" "$id0")
 [ -n "$ref" ] || fail "job $id0 recorded no losses"
 
-# stolen PID: the token in PID's environment (empty while the process is between two execs)
-stolen() { local t; t=$(tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | sed -n 's/^FSDPD_WORKER_TOKEN=//p'); [ -n "$t" ] && echo "$t"; }
+# stolen PID FILE: the token in PID's environment, written to FILE once read, and the command line
+# beside it in FILE.cmd (the environment is empty while the process is between two execs, and gone
+# once it has ended: both are read once, together)
+stolen() {
+  local t c; c=$(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null)
+  t=$(tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | sed -n 's/^FSDPD_WORKER_TOKEN=//p')
+  [ -n "$t" ] && echo "$c" > "$2.cmd" && echo "$t" > "$2"
+}
 # attack STATE NODE_LOG TRIES: TRIES jobs of alice's, each raced by bob's forger for rank 0.
 attack() {
-  local state=$1 log=$2 tries=$3 t id pid tok
+  local state=$1 log=$2 tries=$3 t id pid
   for t in $(seq 1 "$tries"); do
     rm -f "$S/b/token"
     local next=$(( $("$CTL" jobs --json | jget 'max([j["id"] for j in d["jobs"]] + [0])') + 1 ))
@@ -92,10 +98,11 @@ attack() {
     # the stolen token: root reads it from the worker's environment and hands it to bob
     wait_for 30 grep -q "job $id rank 0: started" "$log" || fail "job $id rank 0 did not start"
     pid=$(sed -n "s/.*job $id rank 0: started .*(pid \([0-9]*\),.*/\1/p" "$log" | tail -1)
-    wait_for 10 stolen "$pid" || fail "job $id: no FSDPD_WORKER_TOKEN in the worker's environment"
-    tok=$(stolen "$pid")
-    ! tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "--token" || fail "job $id: the token is on the worker's command line"
-    umask 077; echo "$tok" > "$S/b/token.tmp"; chown "$B" "$S/b/token.tmp"; mv "$S/b/token.tmp" "$S/b/token"; umask 022
+    umask 077
+    wait_for 10 stolen "$pid" "$S/b/token.tmp" || fail "job $id: no FSDPD_WORKER_TOKEN in the worker's environment"
+    umask 022
+    ! grep -q -- "--token" "$S/b/token.tmp.cmd" || fail "job $id: the token is on the worker's command line"
+    chown "$B" "$S/b/token.tmp"; mv "$S/b/token.tmp" "$S/b/token"
     local frc=0; wait "$fpid" || frc=$?
     [ $frc -ne 0 ] || fail "try $t: bob took over alice's job $id: $(cat "$S/b/forge.out")"
     wait_for 60 finished "$id" || fail "job $id did not end within 60 s"
