@@ -43,6 +43,17 @@ void model_acts_destroy(model_acts **pa) {
   *pa = NULL;
 }
 
+fsdp_status model_set_docs(model_acts *a, const plan_t *p, const int32_t *seg) {
+  (void)a;
+  if (!seg) return FSDP_OK;
+  int64_t n = (int64_t)p->batch_size * p->model.seq_len;
+  for (int64_t i = 0; i < n; i++)
+    if (seg[i] != 0)
+      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rows of several documents (pack = true) are not computed yet; "
+                            "allowed: one document per row");
+  return FSDP_OK;
+}
+
 void model_embed_forward(model_acts *a, const plan_t *p, const void *root, const int *inp) {
   a->ops->embed_forward(a->acts, p, root, inp);
 }

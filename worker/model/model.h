@@ -51,6 +51,12 @@ void model_head_forward_backward(model_acts *a, const plan_t *p, const void *roo
 void model_head_forward(model_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc);
 void model_block_backward(model_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
 void model_embed_backward(model_acts *a, const plan_t *p, float *droot, const int *inp);
+/* The documents of the next micro-step's rows (packed data, [data] pack): SEG, host memory of B·T
+ * entries, gives for token t of row b the index in the row of its document's first token
+ * (0 <= seg[b·T+t] <= t, non-decreasing within a document); NULL: each row is one document. Attention
+ * stays inside each document and positions restart at 0 in each (rope and learned positions alike).
+ * Call before model_embed_forward; the values are copied and hold until the next call. */
+fsdp_status model_set_docs(model_acts *a, const plan_t *p, const int32_t *seg);
 /* Every unit in order, all gathered in compute form (tests and the benchmark). */
 void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, float *const *dunits, const int *inp,
                             const int *targets, float dscale, float *loss_acc);
