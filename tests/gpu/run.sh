@@ -49,7 +49,9 @@
 #   native one would do; FSDP_GPU_PYTHON is the python3 for PyTorch (default python3);
 #   FSDP_GPU_SANITIZER is compute-sanitizer's path (none: step 5 SKIPs); FSDP_GPU_SMI is nvidia-smi's
 #   (also asked for the clocks under FSDP_GPU_PRETEND); FSDP_GPU_GDB and FSDP_GPU_CUDA_GDB name
-#   the debuggers for host stacks (none: not used).
+#   the debuggers for host stacks (none: not used); FSDP_GPU_TIME_SCALE=K (an integer, default 1)
+#   multiplies the budget, every step's minimum and maximum and every job's time: CPU stand-ins on a
+#   busy machine take longer than the GPU jobs the allotments are sized for.
 # The steps are called as "step$s" and the cleanup from a trap: shellcheck cannot see those calls.
 # shellcheck disable=SC2317
 set -uo pipefail
@@ -136,6 +138,12 @@ STEP_ORDER=(1 2 6 7 3 4 5 8)
 declare -A STEP_MIN=([1]=10 [2]=30 [6]=45 [7]=90 [3]=30 [4]=30 [5]=20 [8]=20)
 declare -A STEP_MAX=([1]=40 [2]=55 [6]=75 [7]=105 [3]=60 [4]=45 [5]=30 [8]=25)
 PROTECTED=" 6 7 "
+TIME_SCALE=${FSDP_GPU_TIME_SCALE:-1}
+[[ $TIME_SCALE =~ ^[1-9][0-9]?$ ]] || { echo "run.sh: FSDP_GPU_TIME_SCALE=$TIME_SCALE: allowed: an integer 1..99" >&2; exit 2; }
+if [ "$TIME_SCALE" -gt 1 ]; then
+  BUDGET=$((BUDGET * TIME_SCALE))
+  for s in "${STEP_ORDER[@]}"; do STEP_MIN[$s]=$((STEP_MIN[$s] * TIME_SCALE)) STEP_MAX[$s]=$((STEP_MAX[$s] * TIME_SCALE)); done
+fi
 TABLE_S=15
 STEP_END=0 STEP_NOW="" STEP_GOT=0
 # step_window STEP REST...: sets STEP_END for STEP (REST: the steps after it still to run); fails
@@ -173,9 +181,9 @@ step_account() {
 # allot WANT MIN: the seconds a job of the running step may take: WANT, cut to what is left of the
 # step's allotment; fails when fewer than MIN remain.
 allot() {
-  local left=$((STEP_END - SECONDS))
-  [ "$left" -ge "$2" ] || return 1
-  echo $((left < $1 ? left : $1))
+  local left=$((STEP_END - SECONDS)) want=$(($1 * TIME_SCALE)) min=$(($2 * TIME_SCALE))
+  [ "$left" -ge "$min" ] || return 1
+  echo $((left < want ? left : want))
 }
 # no_time: why a job of the running step did not start
 no_time() { echo "step $STEP_NOW's $STEP_GOT s allotment is spent ($((STEP_END - SECONDS)) s left)"; }
