@@ -68,7 +68,7 @@
 #include "jobspec.h"
 
 #define PLAN_PAD_ALIGN 64      /* elements per rank the padding rounds to */
-#define PLAN_MAX_TENSORS 12    /* tensors per unit */
+#define PLAN_MAX_TENSORS 24    /* tensors per unit (a Llama-family layer with every bias and norm: 18) */
 #define PLAN_STEP_SCALARS 4
 /* The CUDA device's fixed allocations (worker/cuda/device_cuda.c allocates exactly these): the ops_cuda
  * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the most bytes of bf16 logits the

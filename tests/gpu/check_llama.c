@@ -62,7 +62,7 @@ static void check_linear(const shape *s, const char *label, int C, int OC, int w
   snprintf(bname, sizeof bname, "linear_backward(%s)", label);
   linear_forward(out, inp, w, BT, C, OC);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_linear_forward(d_out, d_inp, d_w, BT, C, OC, &g_ctx));
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_linear_forward(d_out, d_inp, d_w, NULL, BT, C, OC, &g_ctx));
 
   float *dout = h_bf16_uniform(nout, -1, 1), *pre = h_uniform(nw, -1, 1), *dw = h_copy(pre, nw), *dinp = h_nan(nin);
   void *d_dout = d_bf16(dout, nout), *d_dinp = want_dinp ? d_nan_bf16(nin) : NULL;
@@ -72,11 +72,11 @@ static void check_linear(const shape *s, const char *label, int C, int OC, int w
                 {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
   if (want_dinp) {
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_linear_backward(d_dinp, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+                    ops_cuda_linear_backward(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
   } else {
     out_t bo1[] = {bo[0]};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
-                    ops_cuda_linear_backward(NULL, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+                    ops_cuda_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
   }
   free_all();
 }
