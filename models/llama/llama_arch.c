@@ -418,10 +418,11 @@ int llama_same_model(const model_config *a, const model_config *b) {
          !a->qkv_bias == !b->qkv_bias && !a->mlp_bias == !b->mlp_bias && !a->qk_norm == !b->qk_norm;
 }
 
-/* What M has beyond a plain Llama's, for a message: "", or ", head_dim 128, q/k/v biases, ..." */
-static void extras(const model_config *m, char *buf, size_t n) {
+/* What M has beyond a plain Llama's, for a message: "", or ", head_dim 128, q/k/v biases, ..." (the
+ * head_dim only with HEAD_DIM). */
+static void extras(const model_config *m, int head_dim, char *buf, size_t n) {
   char hd[32] = "";
-  if (m->head_dim) snprintf(hd, sizeof hd, ", head_dim %d", m->head_dim);
+  if (m->head_dim && head_dim) snprintf(hd, sizeof hd, ", head_dim %d", m->head_dim);
   snprintf(buf, n, "%s%s%s%s", hd, m->attention_bias ? ", q/k/v/o biases" : m->qkv_bias ? ", q/k/v biases" : "",
            m->mlp_bias ? ", MLP biases" : "", m->qk_norm ? ", q/k norms" : "");
 }
@@ -429,7 +430,7 @@ static void extras(const model_config *m, char *buf, size_t n) {
 /* eps, theta, the head size, the tie, the biases and the rope scaling, for a message */
 void llama_describe(const model_config *m, char *buf, size_t n) {
   char x[96];
-  extras(m, x, sizeof x);
+  extras(m, 1, x, sizeof x);
   int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s%s, rope_scaling ", m->norm_eps, m->rope_theta,
                    m->tie_embeddings ? "tied" : "untied", x);
   if (k < 0 || (size_t)k >= n) return;
@@ -443,11 +444,12 @@ void llama_describe(const model_config *m, char *buf, size_t n) {
 /* The shape line's rest, and the line under it: the head tied or not, the biases and norms, the rope scaling. */
 void llama_print_model(const model_config *m, FILE *f) {
   char x[96];
-  extras(m, x, sizeof x);
+  extras(m, 0, x, sizeof x);
   fprintf(f, "  KV=%d  HD=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, llama_head_dim(m), m->ffn_dim, m->norm_eps,
           m->rope_theta);
-  fprintf(f, "          %s%s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
-                                                   : "untied: lm_head.weight is its own tensor", x);
+  fprintf(f, "          %s%s%s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
+                                                     : "untied: lm_head.weight is its own tensor", x[0] ? "; " : "",
+          x[0] ? x + 2 : "");
   if (m->rope_scaling == ROPE_SCALING_LLAMA3)
     fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d\n",
             m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);

@@ -212,6 +212,12 @@ static void test_gradcheck_qwen3(void) {
  * and the tracked allocator saw exactly them. */
 static void test_init_loss(void) {
   gradcheck_init_loss(llama(2, 4, 1, 32, 88, 64, 16), 4, g_dev);
+  model_config q3 = llama(2, 4, 1, 32, 88, 64, 16);   /* with the pre-norm q|k|v, its rstd and a wider q */
+  q3.arch = ARCH_QWEN3, q3.head_dim = 16, q3.attention_bias = 1;
+  gradcheck_init_loss(q3, 4, g_dev);
+  model_config lb = llama(2, 4, 1, 32, 88, 64, 16);
+  lb.head_dim = 4, lb.attention_bias = 1, lb.mlp_bias = 1;   /* a q narrower than C */
+  gradcheck_init_loss(lb, 4, g_dev);
 }
 
 /* ---- the CUDA layout's alignment, without a GPU: a device of kind cuda (bf16 act elements) whose
