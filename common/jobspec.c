@@ -595,7 +595,7 @@ static void model_checks(pctx *c) {
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
          "multi-head attention)", m->n_kv_head, m->n_head);
-  else if (d->rotary && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2)
+  else if (d->rotary && !m->head_dim && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2)
     PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
          "[model] head size n_embd / n_head = %d is odd; rotary embeddings rotate pairs of channels, so allowed: an "
          "even head size", m->n_embd / m->n_head);

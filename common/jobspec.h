@@ -56,6 +56,14 @@ typedef struct model_config {
   rope_scaling_kind rope_scaling;
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;   /* original_max_position_embeddings */
+  /* The Llama family's attention and MLP choices (docs/models.md; models/llama/llama.h's slots), 0 for
+   * GPT-2. Llama's config allows head_dim, attention_bias and mlp_bias; Qwen2 has q/k/v biases and no
+   * o_proj bias; Qwen3 q_norm/k_norm and its own head_dim. */
+  int head_dim;        /* HD: each head's width; q is NH·HD wide, k and v NKV·HD, o_proj [C, NH·HD]; 0 = C / H */
+  int attention_bias;  /* q_proj, k_proj, v_proj and o_proj have biases ([model] attention_bias) */
+  int qkv_bias;        /* q_proj, k_proj and v_proj have biases, o_proj none (Qwen2's; its descriptor sets it) */
+  int mlp_bias;        /* gate_proj, up_proj and down_proj have biases ([model] mlp_bias) */
+  int qk_norm;         /* an RMSNorm (weight [HD], norm_eps) on every q and k head before rope (Qwen3's) */
 } model_config;
 
 typedef struct jobspec {

@@ -82,7 +82,8 @@ const keydef jobspec_keys[] = {
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
   ENUM("model", "arch", model.arch, arch_enum_names,
-       "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)", "gpt2"),
+       "gpt2 (LayerNorm, GELU, learned positions, tied head), llama (RMSNorm, rotary, GQA, SwiGLU, untied head), "
+       "qwen2 (llama with q/k/v biases) or qwen3 (llama with q/k norms and its own head_dim)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),
@@ -114,6 +115,14 @@ const keydef jobspec_keys[] = {
   INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
       "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
       "(Llama-3.1: 8192)", NULL, .applies = KA_ROPE3),
+  INT("model", "head_dim", model.head_dim, 0, 1024,
+      "llama, qwen2, qwen3: each attention head's width, even (Qwen3: 128); q_proj is n_head x head_dim wide; "
+      "0 = n_embd / n_head", "0"),
+  ENUM("model", "attention_bias", model.attention_bias, bool_names,
+       "llama, qwen3: q_proj, k_proj, v_proj and o_proj have biases (Hugging Face attention_bias; Qwen2's q/k/v "
+       "biases come with arch = qwen2)", "false"),
+  ENUM("model", "mlp_bias", model.mlp_bias, bool_names,
+       "llama: gate_proj, up_proj and down_proj have biases (Hugging Face mlp_bias)", "false"),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),

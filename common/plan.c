@@ -304,7 +304,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->n_params_no_emb = p->n_params - d->embed_numel(m);
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
    * and weighted sum, 12·L·C·T (PaLM, appendix B). */
-  p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * (double)L * (double)C * (double)m->seq_len;
+  double attn = d->attn_dim ? (double)d->attn_dim(m) : (double)C;   /* queries' width: C, or NH·HD */
+  p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * (double)L * attn * (double)m->seq_len;
   p->n_decay = (int)d->n_decay(m);
   p->act = d->act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);

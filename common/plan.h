@@ -68,7 +68,7 @@
 #include "jobspec.h"
 
 #define PLAN_PAD_ALIGN 64      /* elements per rank the padding rounds to */
-#define PLAN_MAX_TENSORS 12    /* tensors per unit */
+#define PLAN_MAX_TENSORS 24    /* tensors per unit (a Llama-family layer with every bias and norm: 18) */
 #define PLAN_STEP_SCALARS 4
 /* The CUDA device's fixed allocations (worker/cuda/device_cuda.c allocates exactly these): the ops_cuda
  * workspace (OPS_CUDA_WORKSPACE_MIN) and a few device scalars; and the most bytes of bf16 logits the
@@ -91,7 +91,8 @@ typedef struct plan_tensor {
                             Llama: exactly as LlamaForCausalLM names it, "model." included
                             ("model.layers.3.self_attn.q_proj.weight", "lm_head.weight") */
   int gid;               /* global tensor index (RNG key): GPT-2 root 0..3, block i slot j → 4 + 12·i + j;
-                            Llama root 0..2, layer i slot j → 3 + 9·i + j */
+                            Llama root 0..2, layer i slot j → 3 + n·i + j, n its layer's tensors (9
+                            for a plain Llama; models/llama/llama.h) */
   int ndim;              /* 1 or 2 */
   int64_t shape[2];      /* HF layout: GPT-2's c_attn.weight is [C, 3C] (Conv1D: in, out); Llama's
                             projections [out, in] (nn.Linear) */
@@ -112,13 +113,16 @@ typedef struct plan_unit {
 
 /* Element counts of the activation buffers the model keeps, for one micro-batch of B·T tokens, and
  * their bytes on the plan's device. The model allocates exactly these (models/gpt2/model_gpt2.c and
- * models/llama/model_llama.c lay them out; models/<name>/<name>_arch.c compute them). The fields below give GPT-2's terms; Llama's (Q = C + 2·NKV·HS the
- * qkv row, F = ffn_dim, BTX = B·T·X) are
- *   block_saved = BT·(5C + Q + 3F) + 2·BT + ATT: ln1 BTC, rstd BT, qkv BTQ, atty BTC, att ATT, res2 BTC,
- *                 ln2 BTC, rstd BT, gate|up 2BTF, swiglu BTF, out BTC (checkpointing: out only)
+ * models/llama/model_llama.c lay them out; models/<name>/<name>_arch.c compute them). The fields below give GPT-2's terms; the Llama
+ * family's (QD = H·HD the q and attention-output width, Q = QD + 2·NKV·HD the qkv row, F = ffn_dim,
+ * BTX = B·T·X; llama_act) are
+ *   block_saved = BT·(4C + QD + Q + 3F) + 2·BT + ATT: ln1 BTC, rstd BT, qkv BTQ, atty BT·QD, att ATT,
+ *                 res2 BTC, ln2 BTC, rstd BT, gate|up 2BTF, swiglu BTF, out BTC (checkpointing: out
+ *                 only); with q/k norms also the pre-norm qkv BTQ and the heads' rstd BT·(H + NKV)
  *   root_saved  = 2·BTC + BT: x0 = embed_tokens[inp], the final norm's output and rstd
  *   head_ws     = GPT-2's;  block_ws = block_saved(none) with checkpointing (as GPT-2's)
- *   bwd_ws      = 3·BTC + BTF + BT·max(2F, Q) + ATT: dres, dx, datty, d swiglu, d gate|up or d qkv, datt DATT; ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA; DATT =
+ *   bwd_ws      = 2·BTC + BT·max(C, QD) + BTF + BT·max(2F, Q) + DATT: dres, dx, datty, d swiglu, d gate|up
+ *                 or d qkv, datt; ATT = plan_attention_floats: B·H·T·T on the CPU, B·H·T on CUDA; DATT =
  *                 plan_attention_scratch_floats. Act elements are 4
  * bytes on the CPU and 2 (bf16) on CUDA; statistics, the attention state and losses are fp32. */
 typedef struct plan_act {

@@ -64,6 +64,8 @@ typedef struct arch_desc {
   int64_t (*lookup_numel)(const model_config *m);   /* embedding elements read by lookup, no matmul */
   int64_t (*embed_numel)(const model_config *m);    /* every embedding tensor's elements, counted once */
   plan_act (*act)(const model_config *m, int B, device_kind dev, ackpt_mode ackpt);
+  /* Optional (NULL: C): the width of a token's queries, NH·HD, for attention's FLOPs (12·L·width·T). */
+  int64_t (*attn_dim)(const model_config *m);
   /* Range checks of a model that came over the wire or from a job file (n_kv_head already 0 → n_head). */
   fsdp_status (*check)(const model_config *m);
   /* The one identity of every spec of it: settings it does not have are set to their only value. */
@@ -91,6 +93,9 @@ typedef struct arch_desc {
   /* After a manifest's model was read (every key above optional): fill the architecture's own
    * defaults into M and say whether it is consistent (0) or not (-1). */
   int (*manifest_fix)(model_config *m);
+  /* Optional: the keys of model_json beyond manifest_fix's from the manifest's "model" object JM into
+   * M (a key absent: the value of a checkpoint that predates it). */
+  void (*manifest_read)(const json_t *jm, model_config *m);
   /* Whether A and B (both of this architecture) are the same model; their settings beyond the
    * shape into BUF for a message ("" when none). */
   int (*same_model)(const model_config *a, const model_config *b);

@@ -1,5 +1,6 @@
 /* llama_arch — Llama's descriptor (arch.h): units and Hugging Face names, config.json (transformers
- * 4 and 5), plan terms, manifest keys.
+ * 4 and 5), plan terms, manifest keys; and the Llama family's shared terms (llama_family.h), which the
+ * qwen2 and qwen3 descriptors use as theirs.
  *
  * Names are Hugging Face LlamaForCausalLM's, stored whole ("model.layers.0.self_attn.q_proj.weight",
  * "lm_head.weight"), so an export writes them as they are; lookups take them with or without the
@@ -14,38 +15,50 @@
 #include "arch.h"
 #include "hfconfig.h"
 #include "llama.h"
+#include "llama_family.h"
 #include "plan_priv.h"
 
 #define LLAMA_PREFIX "model."
 
-static int64_t kv_dim(const model_config *m) { return (int64_t)m->n_kv_head * (m->n_embd / m->n_head); }
+static int64_t kv_dim(const model_config *m) { return (int64_t)m->n_kv_head * llama_head_dim(m); }
+static int64_t q_dim(const model_config *m) { return (int64_t)m->n_head * llama_head_dim(m); }
+/* Q: the fused q|k|v row */
+static int64_t qkv_dim(const model_config *m) { return q_dim(m) + 2 * kv_dim(m); }
 
-static int64_t root_numel(const model_config *m) {
+int64_t llama_root_numel(const model_config *m) {
   return (m->tie_embeddings ? 1 : 2) * (int64_t)m->vocab_size * m->n_embd + m->n_embd;
 }
 
-static int64_t block_numel(const model_config *m) {
-  int64_t C = m->n_embd, F = m->ffn_dim;
-  return 2 * C + 2 * C * C + 2 * kv_dim(m) * C + 3 * F * C;   /* norms, q and o, k and v, gate up down */
+int64_t llama_block_numel(const model_config *m) {
+  int64_t C = m->n_embd, F = m->ffn_dim, Q = qkv_dim(m);
+  int64_t n = 2 * C + Q * C + C * q_dim(m) + 3 * F * C;   /* norms, q k v, o, gate up down */
+  if (llama_has(m, LBLK_QB)) n += Q;
+  if (llama_has(m, LBLK_QN)) n += 2 * llama_head_dim(m);
+  if (llama_has(m, LBLK_OB)) n += C;
+  if (llama_has(m, LBLK_GB)) n += 2 * F + C;
+  return n;
 }
 
-/* embed_tokens and lm_head, or the tied embed_tokens alone; 7 per layer */
-static int64_t n_decay(const model_config *m) { return (m->tie_embeddings ? 1 : 2) + 7 * (int64_t)m->n_layer; }
+/* embed_tokens and lm_head, or the tied embed_tokens alone; 7 per layer (biases and norms are 1-D) */
+int64_t llama_n_decay(const model_config *m) { return (m->tie_embeddings ? 1 : 2) + 7 * (int64_t)m->n_layer; }
 /* an untied model's embed_tokens is a lookup (its head is lm_head); a tied model's one tensor is the head's matmul */
-static int64_t lookup_numel(const model_config *m) { return m->tie_embeddings ? 0 : (int64_t)m->vocab_size * m->n_embd; }
-static int64_t embed_numel(const model_config *m) {
+int64_t llama_lookup_numel(const model_config *m) { return m->tie_embeddings ? 0 : (int64_t)m->vocab_size * m->n_embd; }
+int64_t llama_embed_numel(const model_config *m) {
   return (m->tie_embeddings ? 1 : 2) * (int64_t)m->vocab_size * m->n_embd;
 }
 
-static plan_act act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
-  int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, Q = C + 2 * kv_dim(m), V = m->vocab_size;
+/* plan.h's Llama terms with QD = NH·HD the q and attention-output width, Q = QD + 2·NKV·HD, and with
+ * q/k norms the pre-norm q|k|v (BT·Q) and the heads' rstd (BT·(NH + NKV)) kept as well. */
+plan_act llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
+  int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, Q = qkv_dim(m), QD = q_dim(m), V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, m->n_head);
-  int64_t DATT = plan_attention_scratch_floats(dev, B, T, m->n_head, C / m->n_head);
+  int64_t DATT = plan_attention_scratch_floats(dev, B, T, m->n_head, llama_head_dim(m));
   int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
   if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses, as GPT-2's */
-  int64_t acts = BT * (5 * C + Q + 3 * F), stats = 2 * BT + ATT;
+  int qn = m->qk_norm != 0;
+  int64_t acts = BT * (4 * C + QD + Q + 3 * F + qn * Q), stats = 2 * BT + ATT + qn * BT * (m->n_head + m->n_kv_head);
   int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;
-  int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 3 * BTC + BT * F + wide;
+  int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 2 * BTC + BT * (QD > C ? QD : C) + BT * F + wide;
   int ck = ackpt == ACKPT_FULL;
   return (plan_act){
     .block_saved = ck ? BTC : block,
@@ -76,14 +89,16 @@ static fsdp_status check_rope(const model_config *m) {
   return FSDP_OK;
 }
 
-static fsdp_status check(const model_config *m) {
-  int nkv = m->n_kv_head;
+fsdp_status llama_check(const model_config *m) {
+  int nkv = m->n_kv_head, hd = llama_head_dim(m);
   if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
     return fsdp_set_error(FSDP_ERR_INVALID, "n_kv_head = %d does not divide n_head = %d; allowed: a divisor", nkv,
                           m->n_head);
-  if ((m->n_embd / m->n_head) % 2)
-    return fsdp_set_error(FSDP_ERR_INVALID, "head size %d is odd; rotary embeddings need an even head size",
-                          m->n_embd / m->n_head);
+  if (m->head_dim < 0 || m->head_dim > 1024)
+    return fsdp_set_error(FSDP_ERR_RANGE, "head_dim = %d is out of range; allowed: 0 (n_embd / n_head) or 2..1024",
+                          m->head_dim);
+  if (hd % 2 || hd < 2)
+    return fsdp_set_error(FSDP_ERR_INVALID, "head size %d is odd; rotary embeddings need an even head size", hd);
   if (m->ffn_dim < 1 || m->ffn_dim > 1048576)
     return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d is out of range; allowed: 1..1048576", m->ffn_dim);
   if (m->ffn_dim % 2)   /* bf16 (B,T,F) buffers of odd B·T would leave the next fp32 one misaligned (model_llama.c) */
@@ -94,34 +109,55 @@ static fsdp_status check(const model_config *m) {
   return check_rope(m);
 }
 
-static void canonical(model_config *m) { (void)m; }
+void llama_canonical_head_dim(model_config *m) {
+  if (m->head_dim == m->n_embd / m->n_head && m->n_embd % m->n_head == 0) m->head_dim = 0;   /* one identity */
+}
 
-static void units(plan_t *p) {
+/* Llama's own choices are head_dim, attention_bias and mlp_bias; q/k/v biases alone and q/k norms are
+ * other families'. */
+static void canonical(model_config *m) {
+  llama_canonical_head_dim(m);
+  m->qkv_bias = 0;
+  m->qk_norm = 0;
+}
+
+void llama_units(plan_t *p) {
   const model_config *m = &p->model;
-  int64_t C = m->n_embd, F = m->ffn_dim, KV = kv_dim(m), V = m->vocab_size;
+  int64_t C = m->n_embd, F = m->ffn_dim, KV = kv_dim(m), QD = q_dim(m), HD = llama_head_dim(m), V = m->vocab_size;
   plan_unit *r = &p->units[0];
   snprintf(r->name, sizeof r->name, "root");
   plan_add_tensor(r, "model.embed_tokens.weight", LROOT_EMBED, V, C);
   plan_add_tensor(r, "model.norm.weight", LROOT_NORM, C, 0);
   if (!m->tie_embeddings) plan_add_tensor(r, "lm_head.weight", LROOT_HEAD, V, C);   /* tied: embed_tokens is the head */
-  const struct { const char *suffix; int64_t rows, cols; } blk[LBLK_NT] = {
+  const struct { const char *suffix; int64_t rows, cols; } blk[LBLK_MAX] = {
     [LBLK_LN1_W] = {"input_layernorm.weight", C, 0},
-    [LBLK_Q] = {"self_attn.q_proj.weight", C, C},
+    [LBLK_Q] = {"self_attn.q_proj.weight", QD, C},
     [LBLK_K] = {"self_attn.k_proj.weight", KV, C},
     [LBLK_V] = {"self_attn.v_proj.weight", KV, C},
-    [LBLK_O] = {"self_attn.o_proj.weight", C, C},
+    [LBLK_QB] = {"self_attn.q_proj.bias", QD, 0},
+    [LBLK_KB] = {"self_attn.k_proj.bias", KV, 0},
+    [LBLK_VB] = {"self_attn.v_proj.bias", KV, 0},
+    [LBLK_QN] = {"self_attn.q_norm.weight", HD, 0},
+    [LBLK_KN] = {"self_attn.k_norm.weight", HD, 0},
+    [LBLK_O] = {"self_attn.o_proj.weight", C, QD},
+    [LBLK_OB] = {"self_attn.o_proj.bias", C, 0},
     [LBLK_LN2_W] = {"post_attention_layernorm.weight", C, 0},
     [LBLK_GATE] = {"mlp.gate_proj.weight", F, C},
     [LBLK_UP] = {"mlp.up_proj.weight", F, C},
+    [LBLK_GB] = {"mlp.gate_proj.bias", F, 0},
+    [LBLK_UB] = {"mlp.up_proj.bias", F, 0},
     [LBLK_DOWN] = {"mlp.down_proj.weight", C, F},
+    [LBLK_DB] = {"mlp.down_proj.bias", C, 0},
   };
+  llama_slots sl = llama_slots_of(m);
   for (int i = 0; i < m->n_layer; i++) {
     plan_unit *u = &p->units[1 + i];
     snprintf(u->name, sizeof u->name, "layers.%hu", (unsigned short)i);   /* i < 512 */
-    for (int j = 0; j < LBLK_NT; j++) {
+    for (int k = 0; k < LBLK_MAX; k++) {
+      if (sl.at[k] < 0) continue;
       char name[96];   /* "model.layers.511.post_attention_layernorm.weight": 48 */
-      snprintf(name, sizeof name, LLAMA_PREFIX "layers.%d.%s", i, blk[j].suffix);
-      plan_add_tensor(u, name, LROOT_NT + LBLK_NT * i + j, blk[j].rows, blk[j].cols);
+      snprintf(name, sizeof name, LLAMA_PREFIX "layers.%d.%s", i, blk[k].suffix);
+      plan_add_tensor(u, name, LROOT_NT + sl.n * i + sl.at[k], blk[k].rows, blk[k].cols);
     }
   }
 }
@@ -131,7 +167,7 @@ static const char *strip(const char *s) {
 }
 
 /* NAME with or without "model." */
-static const plan_tensor *find(const plan_t *p, const char *name, int *unit) {
+const plan_tensor *llama_find(const plan_t *p, const char *name, int *unit) {
   const char *bare = strip(name);
   for (int u = 0; u < p->nunits; u++)
     for (int j = 0; j < p->units[u].ntensors; j++)
@@ -142,7 +178,9 @@ static const plan_tensor *find(const plan_t *p, const char *name, int *unit) {
   return NULL;
 }
 
-static int head_slot(const model_config *m) { return m->tie_embeddings ? LROOT_EMBED : LROOT_HEAD; }
+int llama_head_slot(const model_config *m) { return m->tie_embeddings ? LROOT_EMBED : LROOT_HEAD; }
+
+int64_t llama_attn_dim(const model_config *m) { return q_dim(m); }
 
 /* ---- config.json: LlamaConfig ---- */
 
@@ -216,8 +254,19 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   return FSDP_OK;
 }
 
-static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) {
-  m->arch = ARCH_LLAMA;
+/* A boolean KEY of O into *V (absent or null: DFLT). */
+fsdp_status llama_hf_bool(const json_t *o, const char *path, const char *key, int dflt, int *v) {
+  json_t *x = json_object_get(o, key);
+  if (!x || json_is_null(x)) {
+    *v = dflt;
+    return FSDP_OK;
+  }
+  if (!json_is_boolean(x)) return fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s must be true or false", path, key);
+  *v = json_boolean_value(x);
+  return FSDP_OK;
+}
+
+fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_dim_dflt, model_config *m) {
   TRY(hf_get_int(o, path, "num_hidden_layers", -1, &m->n_layer));
   TRY(hf_get_int(o, path, "num_attention_heads", -1, &m->n_head));
   TRY(hf_get_int(o, path, "hidden_size", -1, &m->n_embd));
@@ -226,46 +275,63 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
   TRY(hf_get_int(o, path, "max_position_embeddings", 2048, &m->n_positions));
   TRY(hf_get_int(o, path, "num_key_value_heads", m->n_head, &m->n_kv_head));
   TRY(hf_get_num(o, path, "rms_norm_eps", 1e-6, &m->norm_eps));
+  /* head_dim: the config's, else the family's default (C / H: 0) as transformers' attention takes it */
+  TRY(hf_get_int(o, path, "head_dim", head_dim_dflt, &m->head_dim));
+  if (m->head_dim % 2)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head_dim = %d is odd; rotary embeddings rotate pairs of channels, "
+                          "so allowed: an even head_dim", path, m->head_dim);
   json_t *tie = json_object_get(o, "tie_word_embeddings");
   m->tie_embeddings = json_is_true(tie);
-  json_t *hd = json_object_get(o, "head_dim"), *act = json_object_get(o, "hidden_act");
-  if (hd && !json_is_null(hd) && (!json_is_integer(hd) || json_integer_value(hd) * m->n_head != m->n_embd))
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head_dim = %lld is not computed by fsdpd; allowed: hidden_size / "
-                          "num_attention_heads = %d", path, (long long)json_integer_value(hd), m->n_embd / m->n_head);
+  json_t *act = json_object_get(o, "hidden_act");
   if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: hidden_act = %s is not computed by fsdpd; allowed: silu (SwiGLU)",
                           path, json_is_string(act) ? json_string_value(act) : "?");
-  TRY(hf_want_bool(o, path, "attention_bias", 0, "Llama without biases"));
-  TRY(hf_want_bool(o, path, "mlp_bias", 0, "Llama without biases"));
   return hf_rope(o, path, m);
+}
+
+/* LlamaConfig: head_dim (None: C / H), attention_bias (q, k, v and o), mlp_bias. */
+static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) {
+  m->arch = ARCH_LLAMA;
+  TRY(llama_hf_parse_common(o, path, 0, m));
+  TRY(llama_hf_bool(o, path, "attention_bias", 0, &m->attention_bias));
+  return llama_hf_bool(o, path, "mlp_bias", 0, &m->mlp_bias);
 }
 
 /* M's rope scaling as Hugging Face's config.json writes it: JSON null, or {"rope_type": "llama3",
  * "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (the plan's
  * --json, the checkpoint manifest, the export's LlamaConfig; transformers 4 and 5 read it). */
-static json_t *rope_scaling_json(const model_config *m) {
+json_t *llama_rope_scaling_json(const model_config *m) {
   if (m->rope_scaling == ROPE_SCALING_NONE) return json_null();
   return json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling), "factor",
                    m->rope_factor, "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
                    m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
 }
 
-/* fsdpd's byte-level Llama models have no special tokens, so bos/eos/pad are null (LlamaConfig's
+/* fsdpd's byte-level Llama-family models have no special tokens, so bos/eos/pad are null (LlamaConfig's
  * defaults, 1 and 2, would stop generate() at a byte). */
-static json_t *hf_own_config(const model_config *m) {
+json_t *llama_own_config(const model_config *m, const char *architecture, const char *model_type) {
   int npos = m->n_positions > 0 ? m->n_positions : m->seq_len;
-  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:f, "
+  return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, s:b, s:f, "
                    "s:n, s:n, s:n}",
-                   "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", m->n_embd,
+                   "architectures", architecture, "model_type", model_type, "hidden_size", m->n_embd,
                    "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
-                   m->n_kv_head, "head_dim", m->n_embd / m->n_head, "num_hidden_layers", m->n_layer, "vocab_size",
+                   m->n_kv_head, "head_dim", llama_head_dim(m), "num_hidden_layers", m->n_layer, "vocab_size",
                    m->vocab_size, "max_position_embeddings", npos, "rms_norm_eps", m->norm_eps, "rope_theta",
-                   m->rope_theta, "rope_scaling", rope_scaling_json(m), "hidden_act", "silu",
-                   "tie_word_embeddings", m->tie_embeddings, "attention_bias", 0, "mlp_bias", 0,
-                   "initializer_range", 0.02, "bos_token_id", "eos_token_id", "pad_token_id");
+                   m->rope_theta, "rope_scaling", llama_rope_scaling_json(m), "hidden_act", "silu",
+                   "tie_word_embeddings", m->tie_embeddings, "initializer_range", 0.02, "bos_token_id",
+                   "eos_token_id", "pad_token_id");
 }
 
-static const arch_hf_key hf_keys[] = {
+static json_t *hf_own_config(const model_config *m) {
+  json_t *o = llama_own_config(m, "LlamaForCausalLM", "llama");
+  if (o) {
+    json_object_set_new(o, "attention_bias", json_boolean(m->attention_bias));
+    json_object_set_new(o, "mlp_bias", json_boolean(m->mlp_bias));
+  }
+  return o;
+}
+
+const arch_hf_key llama_hf_keys[] = {
   {"arch", "model_type"},
   {"n_layer", "num_hidden_layers"},
   {"n_head", "num_attention_heads"},
@@ -282,13 +348,16 @@ static const arch_hf_key hf_keys[] = {
   {"rope_low_freq_factor", "low_freq_factor"},
   {"rope_high_freq_factor", "high_freq_factor"},
   {"rope_original_max_position_embeddings", "original_max_position_embeddings"},
+  {"head_dim", "head_dim"},
+  {"attention_bias", "attention_bias"},
+  {"mlp_bias", "mlp_bias"},
   {NULL, NULL},
 };
 
 /* ---- weights files ---- */
 
 /* tied or not: never train a head other than the file's */
-static fsdp_status file_check(const plan_t *p, const char *path, int (*has)(const void *, const char *), const void *f) {
+fsdp_status llama_file_check(const plan_t *p, const char *path, int (*has)(const void *, const char *), const void *f) {
   int head = has(f, "lm_head.weight");
   int llama = has(f, "embed_tokens.weight") || has(f, "layers.0.self_attn.q_proj.weight");
   if (p->model.tie_embeddings && head)
@@ -301,7 +370,7 @@ static fsdp_status file_check(const plan_t *p, const char *path, int (*has)(cons
 }
 
 /* The head of an untied job missing from a file that has embed_tokens: a tied model. */
-static fsdp_status missing(const plan_t *p, const char *name, const char *where) {
+fsdp_status llama_missing(const plan_t *p, const char *name, const char *where) {
   (void)p;
   if (!strcmp(name, "lm_head.weight"))
     return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has no lm_head.weight: its head is embed_tokens (a tied model); "
@@ -311,16 +380,29 @@ static fsdp_status missing(const plan_t *p, const char *name, const char *where)
 
 /* ---- checkpoints, plan output ---- */
 
-static void model_json(json_t *jm, const model_config *m) {
+void llama_model_json(json_t *jm, const model_config *m) {
   json_object_set_new(jm, "n_kv_head", json_integer(m->n_kv_head));
   json_object_set_new(jm, "ffn_dim", json_integer(m->ffn_dim));
   json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
   json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
   json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
-  json_object_set_new(jm, "rope_scaling", rope_scaling_json(m));
+  json_object_set_new(jm, "rope_scaling", llama_rope_scaling_json(m));
+  json_object_set_new(jm, "head_dim", json_integer(llama_head_dim(m)));
+  json_object_set_new(jm, "attention_bias", json_boolean(m->attention_bias));
+  json_object_set_new(jm, "mlp_bias", json_boolean(m->mlp_bias));
 }
 
-static int manifest_fix(model_config *m) { return m->n_kv_head < 1 || m->ffn_dim < 1 ? -1 : 0; }
+int llama_manifest_fix(model_config *m) { return m->n_kv_head < 1 || m->ffn_dim < 1 ? -1 : 0; }
+
+/* head_dim and the biases (absent in checkpoints of an fsdpd without them: C / H, none); the
+ * descriptor's canonical() then sets the family's own choices (Qwen2's biases, Qwen3's norms). */
+void llama_manifest_read(const json_t *jm, model_config *m) {
+  json_int_t hd = json_integer_value(json_object_get(jm, "head_dim"));
+  m->head_dim = hd > 0 && hd <= 1024 ? (int)hd : 0;
+  m->attention_bias = json_is_true(json_object_get(jm, "attention_bias"));
+  m->mlp_bias = json_is_true(json_object_get(jm, "mlp_bias"));
+  arch_get(m->arch)->canonical(m);
+}
 
 static int rope_eq(const model_config *a, const model_config *b) {
   return a->rope_scaling == b->rope_scaling &&
@@ -329,15 +411,28 @@ static int rope_eq(const model_config *a, const model_config *b) {
            a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max_pos == b->rope_original_max_pos));
 }
 
-static int same_model(const model_config *a, const model_config *b) {
+int llama_same_model(const model_config *a, const model_config *b) {
   return a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim && a->norm_eps == b->norm_eps &&
-         a->rope_theta == b->rope_theta && !a->tie_embeddings == !b->tie_embeddings && rope_eq(a, b);
+         a->rope_theta == b->rope_theta && !a->tie_embeddings == !b->tie_embeddings && rope_eq(a, b) &&
+         llama_head_dim(a) == llama_head_dim(b) && !a->attention_bias == !b->attention_bias &&
+         !a->qkv_bias == !b->qkv_bias && !a->mlp_bias == !b->mlp_bias && !a->qk_norm == !b->qk_norm;
 }
 
-/* eps, theta, the tie and the rope scaling, for a message */
-static void describe(const model_config *m, char *buf, size_t n) {
-  int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s, rope_scaling ", m->norm_eps, m->rope_theta,
-                   m->tie_embeddings ? "tied" : "untied");
+/* What M has beyond a plain Llama's, for a message: "", or ", head_dim 128, q/k/v biases, ..." (the
+ * head_dim only with HEAD_DIM). */
+static void extras(const model_config *m, int head_dim, char *buf, size_t n) {
+  char hd[32] = "";
+  if (m->head_dim && head_dim) snprintf(hd, sizeof hd, ", head_dim %d", m->head_dim);
+  snprintf(buf, n, "%s%s%s%s", hd, m->attention_bias ? ", q/k/v/o biases" : m->qkv_bias ? ", q/k/v biases" : "",
+           m->mlp_bias ? ", MLP biases" : "", m->qk_norm ? ", q/k norms" : "");
+}
+
+/* eps, theta, the head size, the tie, the biases and the rope scaling, for a message */
+void llama_describe(const model_config *m, char *buf, size_t n) {
+  char x[96];
+  extras(m, 1, x, sizeof x);
+  int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s%s, rope_scaling ", m->norm_eps, m->rope_theta,
+                   m->tie_embeddings ? "tied" : "untied", x);
   if (k < 0 || (size_t)k >= n) return;
   if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf + k, n - (size_t)k, "none");
   else
@@ -346,11 +441,15 @@ static void describe(const model_config *m, char *buf, size_t n) {
              m->rope_original_max_pos);
 }
 
-/* The shape line's rest, and the line under it: the head tied or not, the rope scaling. */
-static void print_model(const model_config *m, FILE *f) {
-  fprintf(f, "  KV=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, m->ffn_dim, m->norm_eps, m->rope_theta);
-  fprintf(f, "          %s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
-                                                 : "untied: lm_head.weight is its own tensor");
+/* The shape line's rest, and the line under it: the head tied or not, the biases and norms, the rope scaling. */
+void llama_print_model(const model_config *m, FILE *f) {
+  char x[96];
+  extras(m, 0, x, sizeof x);
+  fprintf(f, "  KV=%d  HD=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, llama_head_dim(m), m->ffn_dim, m->norm_eps,
+          m->rope_theta);
+  fprintf(f, "          %s%s%s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
+                                                     : "untied: lm_head.weight is its own tensor", x[0] ? "; " : "",
+          x[0] ? x + 2 : "");
   if (m->rope_scaling == ROPE_SCALING_LLAMA3)
     fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d\n",
             m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
@@ -358,58 +457,31 @@ static void print_model(const model_config *m, FILE *f) {
     fprintf(f, "; rope unscaled\n");
 }
 
-static const char *params_note(const model_config *m) {
+const char *llama_params_note(const model_config *m) {
   return m->tie_embeddings ? "the tied embed_tokens counted once" : "embed_tokens and the untied lm_head both counted";
 }
-static const char *no_emb_label(const model_config *m) {
+const char *llama_no_emb_label(const model_config *m) {
   return m->tie_embeddings ? "Ψ without embed_tokens" : "Ψ without embed, lm_head";
 }
-static const char *flops_formula(const model_config *m) {
-  return m->tie_embeddings ? "6·Ψ + 12·L·C·T" : "6·(Ψ − embed_tokens) + 12·L·C·T";
+const char *llama_flops_formula(const model_config *m) {
+  return m->tie_embeddings ? "6·Ψ + 12·L·H·HD·T" : "6·(Ψ − embed_tokens) + 12·L·H·HD·T";
 }
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
                                        "rope_low_freq_factor", "rope_high_freq_factor",
-                                       "rope_original_max_position_embeddings", NULL};
-static const char *const probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
+                                       "rope_original_max_position_embeddings", "head_dim", "attention_bias",
+                                       "mlp_bias", NULL};
+const char *const llama_probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
 const arch_desc llama_arch = {
+  LLAMA_FAMILY_DESC,
   .id = ARCH_LLAMA,
   .name = "llama",
   .hf_model_type = "llama",
   .job_keys = job_keys,
   .why_not = "it is not a Llama setting",
-  .always_tied = 0,
-  .tied_why = NULL,
-  .rotary = 1,
-  .hf_keys = hf_keys,
   .hf_parse = hf_parse,
   .hf_own_config = hf_own_config,
-  .root_numel = root_numel,
-  .block_numel = block_numel,
-  .n_decay = n_decay,
-  .lookup_numel = lookup_numel,
-  .embed_numel = embed_numel,
-  .act = act,
-  .check = check,
   .canonical = canonical,
-  .units = units,
-  .find = find,
-  .head_slot = head_slot,
-  .probe_names = probe_names,
   .file_desc = "a Llama model (model.embed_tokens.weight, model.layers.0.…)",
-  .reads = "model.embed_tokens.weight, model.layers.0.…",
-  .file_check = file_check,
-  .missing = missing,
-  .model_json = model_json,
-  .manifest_fix = manifest_fix,
-  .same_model = same_model,
-  .describe = describe,
-  .print_model = print_model,
-  .params_note = params_note,
-  .no_emb_label = no_emb_label,
-  .flops_formula = flops_formula,
-  .block_prefix = "layers",
-  .layout = "nn.Linear [out, in]",
-  .name_width = 47,
 };

@@ -1,4 +1,4 @@
-/* model_llama — Llama forward and backward by FSDP unit over the device layer; see model_llama.h. */
+/* model_llama — the Llama family's forward and backward by FSDP unit over the device layer; see model_llama.h. */
 #include "model_llama.h"
 
 #include <math.h>
@@ -11,14 +11,16 @@
 /* ---------------------------------------------------------------- buffers */
 
 
-/* Everything of a layer but its output, in plan_act's order. */
+/* Everything of a layer but its output, in plan_act's order (llama_act). */
 static void take_block(llama_acts *a, llama_block_acts *b, char *c, int64_t *o, int64_t att) {
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int e = a->dev->act_bytes;
   b->ln1 = model_take(c, o, BTC, e);
   b->ln1_rstd = model_take(c, o, BT, 4);
+  b->qkv_raw = a->qk_norm ? model_take(c, o, BT * a->Q, e) : NULL;
+  b->qk_rstd = a->qk_norm ? model_take(c, o, BT * (a->NH + a->NKV), 4) : NULL;
   b->qkv = model_take(c, o, BT * a->Q, e);
-  b->atty = model_take(c, o, BTC, e);
+  b->atty = model_take(c, o, BT * a->QD, e);
   b->att = model_take(c, o, att, 4);
   b->res2 = model_take(c, o, BTC, e);
   b->ln2 = model_take(c, o, BTC, e);
@@ -31,7 +33,7 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
   llama_acts *a = acts;
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
-  const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->C / a->NH);
+  const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->HD);
   const int e = a->dev->act_bytes;
   char *c = saved;
   int64_t o = 0;
@@ -54,12 +56,12 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
   a->lnf_rstd = model_take(c, &o, BT, 4);
   *saved_bytes = o;
 
-  /* Backward scratch (bwd_ws = 3·BTC + BTF + BT·max(2F, Q) + ATT); dres at 0 overlaps the logits,
-   * which are dead before the head writes it. */
+  /* Backward scratch (bwd_ws = 2·BTC + BT·max(C, QD) + BTF + BT·max(2F, Q) + DATT); dres at 0
+   * overlaps the logits, which are dead before the head writes it. */
   c = ws, o = 0;
   a->dres = model_take(c, &o, BTC, e);
   a->dx = model_take(c, &o, BTC, e);
-  a->datty = model_take(c, &o, BTC, e);
+  a->datty = model_take(c, &o, BT * (a->QD > a->C ? a->QD : a->C), e);
   a->dh = model_take(c, &o, BT * a->F, e);
   a->dbuf = model_take(c, &o, BT * (2 * a->F > a->Q ? 2 * a->F : a->Q), e);
   a->datt = model_take(c, &o, DATT, 4);
@@ -88,8 +90,11 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
   a->C = m->n_embd;
   a->NH = m->n_head;
   a->NKV = m->n_kv_head;
-  a->HS = m->n_embd / m->n_head;
-  a->Q = a->C + 2 * a->NKV * a->HS;
+  a->HD = llama_head_dim(m);
+  a->QD = a->NH * a->HD;
+  a->Q = a->QD + 2 * a->NKV * a->HD;
+  a->sl = llama_slots_of(m);
+  a->qk_norm = m->qk_norm != 0;
   a->F = m->ffn_dim;
   a->V = m->vocab_size;
   a->L = m->n_layer;
@@ -124,6 +129,10 @@ void llama_acts_destroy(llama_acts **pa) {
 /* Tensor SLOT of unit U in compute form (act elements), and its fp32 gradient. */
 #define PARAM(u, slot, buf) model_param(p, a->dev, (u), (slot), (buf))
 #define GRAD(u, slot, buf) model_grad(p, (u), (slot), (buf))
+/* A layer's optional tensor K (LBLK_*): its parameter or gradient, NULL when the model has none. */
+#define OPT_PARAM(k) (a->sl.at[k] >= 0 ? PARAM(u, a->sl.at[k], unit) : NULL)
+#define OPT_GRAD(k) (a->sl.at[k] >= 0 ? GRAD(u, a->sl.at[k], dunit) : NULL)
+#define AT(k) a->sl.at[k]
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
@@ -139,19 +148,23 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   llama_block_acts *s = &a->blk[layer];
   const void *x = block_input(a, layer);
 
-  /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
-  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
-  d->kern->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
-  d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  /* attention: res2 = x + o_proj(attn(rope(qknorm(qkv(rms1(x)))))); q|k|v is one [Q, C] weight */
+  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, AT(LBLK_LN1_W), unit), BT, C, a->eps);
+  d->kern->linear_forward(d, a->qk_norm ? s->qkv_raw : s->qkv, s->ln1, PARAM(u, AT(LBLK_Q), unit), OPT_PARAM(LBLK_QB),
+                          BT, C, a->Q);
+  if (a->qk_norm)
+    d->kern->qk_norm_forward(d, s->qkv, s->qk_rstd, s->qkv_raw, PARAM(u, AT(LBLK_QN), unit),
+                             PARAM(u, AT(LBLK_KN), unit), BT, a->NH, a->NKV, a->HD, a->eps);
+  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HD, &a->rope);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, a->QD, a->NH, a->NKV);
+  d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, AT(LBLK_O), unit), OPT_PARAM(LBLK_OB), BT, a->QD, C);
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
-  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
-  d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, AT(LBLK_LN2_W), unit), BT, C, a->eps);
+  d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, AT(LBLK_GATE), unit), OPT_PARAM(LBLK_GB), BT, C, 2 * F);
   d->kern->swiglu_forward(d, s->h, s->gu, BT, F);
-  d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, AT(LBLK_DOWN), unit), OPT_PARAM(LBLK_DB), BT, F, C);
   d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
@@ -190,20 +203,28 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   if (a->recompute) llama_block_forward(a, p, layer, unit);
 
   /* MLP */
-  d->kern->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  d->kern->linear_backward(d, a->dh, GRAD(u, AT(LBLK_DOWN), dunit), OPT_GRAD(LBLK_DB), dres, s->h,
+                           PARAM(u, AT(LBLK_DOWN), unit), BT, F, C);
   d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
-  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
-                          s->ln2_rstd, BT, C);
+  d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_GATE), dunit), OPT_GRAD(LBLK_GB), a->dbuf, s->ln2,
+                           PARAM(u, AT(LBLK_GATE), unit), BT, C, 2 * F);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN2_W), dunit), a->dx, s->res2,
+                            PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
 
   /* attention */
-  d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
-  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
-                          BT, C);
+  d->kern->linear_backward(d, a->datty, GRAD(u, AT(LBLK_O), dunit), OPT_GRAD(LBLK_OB), dres, s->atty,
+                           PARAM(u, AT(LBLK_O), unit), BT, a->QD, C);
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, a->QD, a->NH, a->NKV);
+  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HD, &a->rope);
+  if (a->qk_norm)   /* in place: d(normed q|k|v) → d(raw q|k|v) */
+    d->kern->qk_norm_backward(d, a->dbuf, GRAD(u, AT(LBLK_QN), dunit), GRAD(u, AT(LBLK_KN), dunit), a->dbuf,
+                              s->qkv_raw, PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT,
+                              a->NH, a->NKV, a->HD);
+  d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
+                           PARAM(u, AT(LBLK_Q), unit), BT, C, a->Q);
+  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x, PARAM(u, AT(LBLK_LN1_W), unit),
+                            s->ln1_rstd, BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
 }
 
@@ -214,50 +235,47 @@ void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const in
 
 #undef PARAM
 #undef GRAD
+#undef OPT_PARAM
+#undef OPT_GRAD
+#undef AT
 
 /* ---------------------------------------------------------------- initialization */
 
 float llama_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   const plan_tensor *pt = &p->units[u].t[t];
-  if (pt->ndim == 1) return 1.0f;   /* the RMSNorm weights: Llama has no biases */
+  if (pt->ndim == 1) {   /* a bias (…_proj.bias) is 0, a norm's weight 1 */
+    size_t n = strlen(pt->name);
+    return n > 5 && !strcmp(pt->name + n - 5, ".bias") ? 0.0f : 1.0f;
+  }
   return (float)(0.02 * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
 
 /* ---------------------------------------------------------------- the table (model.h) */
 
-static void *acts_new(const plan_t *p, device_t *d) { return llama_acts_new(p, d); }
-static void acts_destroy(void *acts) {
+void *llama_ops_acts_new(const plan_t *p, device_t *d) { return llama_acts_new(p, d); }
+void llama_ops_acts_destroy(void *acts) {
   llama_acts *a = acts;
   llama_acts_destroy(&a);
 }
-static void embed_forward(void *a, const plan_t *p, const void *root, const int *inp) {
+void llama_ops_embed_forward(void *a, const plan_t *p, const void *root, const int *inp) {
   llama_embed_forward(a, p, root, inp);
 }
-static void block_forward(void *a, const plan_t *p, int layer, const void *unit) { llama_block_forward(a, p, layer, unit); }
-static void head_forward_backward(void *a, const plan_t *p, const void *root, float *droot, const int *targets,
-                                  float dscale, float *loss_acc) {
+void llama_ops_block_forward(void *a, const plan_t *p, int layer, const void *unit) {
+  llama_block_forward(a, p, layer, unit);
+}
+void llama_ops_head_forward_backward(void *a, const plan_t *p, const void *root, float *droot, const int *targets,
+                                     float dscale, float *loss_acc) {
   llama_head_forward_backward(a, p, root, droot, targets, dscale, loss_acc);
 }
-static void head_forward(void *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
+void llama_ops_head_forward(void *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
   llama_head_forward(a, p, root, targets, loss_acc);
 }
-static void block_backward(void *a, const plan_t *p, int layer, const void *unit, float *dunit) {
+void llama_ops_block_backward(void *a, const plan_t *p, int layer, const void *unit, float *dunit) {
   llama_block_backward(a, p, layer, unit, dunit);
 }
-static void embed_backward(void *a, const plan_t *p, float *droot, const int *inp) {
+void llama_ops_embed_backward(void *a, const plan_t *p, float *droot, const int *inp) {
   llama_embed_backward(a, p, droot, inp);
 }
-static const void *final_hidden(const void *a) { return ((const llama_acts *)a)->lnf; }
+const void *llama_ops_final_hidden(const void *a) { return ((const llama_acts *)a)->lnf; }
 
-const model_ops llama_model = {
-  .acts_new = acts_new,
-  .acts_destroy = acts_destroy,
-  .embed_forward = embed_forward,
-  .block_forward = block_forward,
-  .head_forward_backward = head_forward_backward,
-  .head_forward = head_forward,
-  .block_backward = block_backward,
-  .embed_backward = embed_backward,
-  .final_hidden = final_hidden,
-  .init_value = llama_init_value,
-};
+const model_ops llama_model = LLAMA_FAMILY_MODEL_OPS;

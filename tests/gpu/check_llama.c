@@ -1,6 +1,7 @@
-/* check_llama — gpu_check's checks of Llama's operators of worker/cuda/ops_cuda.h (the encoder without
- * positions, linear, RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) against the CPU
- * twins of worker/ops/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
+/* check_llama — gpu_check's checks of the Llama family's operators of worker/cuda/ops_cuda.h (the
+ * encoder without positions, linear with and without bias, RMSNorm, Qwen3's q/k norms, rotary
+ * embeddings, SwiGLU, grouped-query attention, head_dim ≠ C / NH) against the CPU twins of
+ * worker/ops/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,33 +52,84 @@ static void check_encoder_nopos(const shape *s) {
 
 /* ---- linear (nn.Linear, weight [OC, C]) ---- */
 
-static void check_linear(const shape *s, const char *label, int C, int OC, int want_dinp) {
+static void check_linear(const shape *s, const char *label, int C, int OC, int want_dinp, int with_bias) {
   const int BT = s->B * s->T;
   const size_t nin = (size_t)BT * C, nout = (size_t)BT * OC, nw = (size_t)OC * C;
   const float a = sqrtf(3.0f / (float)C);
   float *inp = h_bf16_uniform(nin, -1, 1), *w = h_bf16_uniform(nw, -a, a), *out = h_nan(nout);
+  float *bias = with_bias ? h_bf16_uniform((size_t)OC, -1, 1) : NULL;
   void *d_inp = d_bf16(inp, nin), *d_w = d_bf16(w, nw), *d_out = d_nan_bf16(nout);
+  void *d_bias = with_bias ? d_bf16(bias, (size_t)OC) : NULL;
   char fname[96], bname[96];
-  snprintf(fname, sizeof fname, "linear_forward(%s)", label);
-  snprintf(bname, sizeof bname, "linear_backward(%s)", label);
+  snprintf(fname, sizeof fname, "linear_forward(%s%s)", label, with_bias ? ", bias" : "");
+  snprintf(bname, sizeof bname, "linear_backward(%s%s)", label, with_bias ? ", dbias" : "");
   linear_forward(out, inp, w, BT, C, OC);
+  if (with_bias) bias_forward(out, bias, BT, OC);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_linear_forward(d_out, d_inp, d_w, BT, C, OC, &g_ctx));
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_linear_forward(d_out, d_inp, d_w, d_bias, BT, C, OC, &g_ctx));
 
   float *dout = h_bf16_uniform(nout, -1, 1), *pre = h_uniform(nw, -1, 1), *dw = h_copy(pre, nw), *dinp = h_nan(nin);
+  float *bpre = h_uniform((size_t)OC, -1, 1), *db = h_copy(bpre, (size_t)OC);
   void *d_dout = d_bf16(dout, nout), *d_dinp = want_dinp ? d_nan_bf16(nin) : NULL;
   float *d_dw = d_upload(pre, nw * sizeof(float));
+  float *d_db = with_bias ? d_upload(bpre, (size_t)OC * sizeof(float)) : NULL;
   linear_backward(want_dinp ? dinp : NULL, dw, dout, inp, w, BT, C, OC);
+  if (with_bias) bias_backward(db, dout, BT, OC);
   out_t bo[] = {{.name = "dweight", .ref = dw, .dev = d_dw, .n = nw, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre},
-                {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
-  if (want_dinp) {
+                {.name = "dinp", .ref = dinp, .dev = d_dinp, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "dbias", .ref = db, .dev = d_db, .n = (size_t)OC, .kind = OUT_F32, .tol = TOL_BF16,
+                 .prefill = bpre}};
+  if (want_dinp && with_bias) {
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_linear_backward(d_dinp, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+                    ops_cuda_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+  } else if (want_dinp) {
+    out_t bo2[] = {bo[0], bo[1]};
+    RUN_AND_COMPARE(bname, s->name, s->timed, bo2,
+                    ops_cuda_linear_backward(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
   } else {
     out_t bo1[] = {bo[0]};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo1,
-                    ops_cuda_linear_backward(NULL, d_dw, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
+                    ops_cuda_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, BT, C, OC, &g_ctx));
   }
+  free_all();
+}
+
+/* ---- Qwen3's q_norm / k_norm on the q and k heads of a qkv buffer (v copied) ---- */
+
+static void check_qk_norm(const shape *s, int NH, int NKV, int HD, int in_place) {
+  const int BT = s->B * s->T, NQK = NH + NKV;
+  const size_t n = (size_t)BT * (NH + 2 * NKV) * HD, nr = (size_t)BT * NQK;
+  const float eps = 1e-6f;
+  float *inp = h_uniform(n, -1, 1);
+  for (size_t i = 0; i < n; i++) inp[i] = bf16_round(inp[i] * (float)(1 + i / HD % 5)); /* heads of different scales */
+  float *wq = h_bf16_uniform((size_t)HD, 0.5f, 4.0f), *wk = h_bf16_uniform((size_t)HD, -2.0f, 2.0f);
+  void *d_inp = d_bf16(inp, n), *d_wq = d_bf16(wq, (size_t)HD), *d_wk = d_bf16(wk, (size_t)HD);
+  char fname[96], bname[96];
+  snprintf(fname, sizeof fname, "qk_norm_forward(NH=%d, NKV=%d, HD=%d%s)", NH, NKV, HD, in_place ? ", in place" : "");
+  snprintf(bname, sizeof bname, "qk_norm_backward(NH=%d, NKV=%d, HD=%d%s)", NH, NKV, HD, in_place ? ", in place" : "");
+
+  float *out = h_nan(n), *rstd = h_nan(nr);
+  void *d_out = in_place ? d_inp : d_nan_bf16(n), *d_rstd = d_nan_f32(nr);
+  qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = nr, .kind = OUT_F32, .tol = TOL_F32}};
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo,
+                  ops_cuda_qk_norm_forward(d_out, d_rstd, d_inp, d_wq, d_wk, BT, NH, NKV, HD, eps, &g_ctx));
+
+  /* Backward from the CPU's rstd and the original input on both sides. */
+  float *dout = h_bf16_uniform(n, -1, 1), *dinp = h_nan(n);
+  float *pq = h_uniform((size_t)HD, -1, 1), *pk = h_uniform((size_t)HD, -1, 1);
+  float *dwq = h_copy(pq, (size_t)HD), *dwk = h_copy(pk, (size_t)HD);
+  void *d_x = d_bf16(inp, n), *d_dout = d_bf16(dout, n), *d_dinp = in_place ? d_dout : d_nan_bf16(n);
+  float *d_rs = d_upload(rstd, nr * sizeof(float)), *d_dwq = d_upload(pq, (size_t)HD * sizeof(float));
+  float *d_dwk = d_upload(pk, (size_t)HD * sizeof(float));
+  qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD);
+  out_t bo[] = {{.name = "dinp", .ref = dinp, .dev = d_dinp, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
+                {.name = "dwq", .ref = dwq, .dev = d_dwq, .n = (size_t)HD, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pq},
+                {.name = "dwk", .ref = dwk, .dev = d_dwk, .n = (size_t)HD, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pk}};
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo,
+                  ops_cuda_qk_norm_backward(d_dinp, d_dwq, d_dwk, d_dout, d_x, d_wq, d_wk, d_rs, BT, NH, NKV, HD,
+                                            &g_ctx));
   free_all();
 }
 
@@ -170,23 +222,46 @@ static void check_llama_shape(const llama_shape *l) {
          l->NKV, l->F);
   check_encoder_nopos(s);
   check_rmsnorm(s, 1e-5f);
-  check_linear(s, "q,k,v", C, C + 2 * l->NKV * HS, 1);
+  check_linear(s, "q,k,v", C, C + 2 * l->NKV * HS, 1, 0);
   check_rope(l, 0);
   check_rope(l, 1);
   check_attention(s, l->NKV);
-  check_linear(s, "o", C, C, 1);
-  check_linear(s, "gate,up", C, 2 * l->F, 1);
+  check_linear(s, "o", C, C, 1, 0);
+  check_linear(s, "gate,up", C, 2 * l->F, 1, 0);
   check_swiglu(s, l->F);
-  check_linear(s, "down", l->F, C, 1);
+  check_linear(s, "down", l->F, C, 1, 0);
   if (!s->timed) {
     check_rmsnorm(s, 0.25f); /* an eps that matters */
-    check_linear(s, "odd OC=37, no dinp", C, 37, 0);
+    check_linear(s, "odd OC=37, no dinp", C, 37, 0, 0);
   }
+  fflush(stdout);
+}
+
+/* The Llama family beyond Llama at the tiny shape (C = 256, 4 heads, 2 kv heads, T = 70) with
+ * head_dim 128 ≠ C / NH = 64 (Qwen3's kind: q is 512 wide, o_proj [256, 512]): q/k/v with their
+ * biases, q_norm / k_norm (apart and in place), rope and attention over head size 128 with the q
+ * width 512, o_proj with its bias, and an odd-width bias (the epilogue's unvectorized case). */
+static void check_family_shape(const llama_shape *l) {
+  const shape *s = &l->s;
+  const int C = s->C, NH = s->NH, NKV = l->NKV, HD = 128, QD = NH * HD;
+  printf("\n== Llama family operators, shape %s: B=%d T=%d C=%d NH=%d NKV=%d head_dim=%d ==\n", s->name, s->B, s->T, C,
+         NH, NKV, HD);
+  check_linear(s, "q,k,v", C, QD + 2 * NKV * HD, 1, 1);
+  check_qk_norm(s, NH, NKV, HD, 0);
+  check_qk_norm(s, NH, NKV, HD, 1);
+  llama_shape wide = *l;   /* the attention's and rope's view: q width NH·HD */
+  wide.s.C = QD;
+  check_rope(&wide, 0);
+  check_attention(&wide.s, NKV);
+  check_linear(s, "o", QD, C, 1, 1);
+  check_linear(s, "gate,up", C, 2 * l->F, 1, 1);
+  check_linear(s, "odd OC=37", C, 37, 1, 1);
   fflush(stdout);
 }
 
 void check_llama_ops(int large) {
   check_llama_shape(&kTinyL);
+  check_family_shape(&kTinyL);
   const shape *h = &kHs128L.s;
   printf("\n== grouped-query attention, shape %s: B=%d T=%d C=%d NH=%d NKV=%d (head size %d) ==\n", h->name, h->B,
          h->T, h->C, h->NH, kHs128L.NKV, h->C / h->NH);

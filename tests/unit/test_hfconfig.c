@@ -103,6 +103,26 @@ static void test_gpt2(void) {
   CHECK(h.model.n_embd == 32 && h.model.vocab_size == 256 && h.model.n_positions == 64);
 }
 
+/* Llama's head_dim and biases; Qwen2's q/k/v biases (whatever attention_bias says); Qwen3's q/k norms,
+ * its head_dim default 128 and attention_bias. */
+static void test_family(void) {
+  hf_config h;
+  CHECK_OK(parse("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 9, \"head_dim\": 32, \"attention_bias\": true, "
+                 "\"mlp_bias\": true}", &h));
+  CHECK(h.model.arch == ARCH_LLAMA && h.model.head_dim == 32 && h.model.attention_bias && h.model.mlp_bias);
+  CHECK_OK(parse("{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": true, \"use_sliding_window\": false, "
+                 "\"sliding_window\": 4096, \"layer_types\": [\"full_attention\"]}", &h));
+  CHECK(h.model.arch == ARCH_QWEN2 && h.model.qkv_bias && !h.model.attention_bias && !h.model.qk_norm);
+  CHECK_OK(parse("{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 9}", &h));
+  CHECK(h.model.arch == ARCH_QWEN3 && h.model.head_dim == 128 && h.model.qk_norm && !h.model.attention_bias);
+  CHECK_OK(parse("{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 9, \"head_dim\": 32, \"attention_bias\": true}", &h));
+  CHECK(h.model.head_dim == 32 && h.model.attention_bias);
+}
+
 /* One line naming what is not computed. */
 static void test_refused(void) {
   static const struct { const char *json, *needle; } bad[] = {
@@ -111,14 +131,20 @@ static void test_refused(void) {
     {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_type 'linear'"},
     {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "no low_freq_factor"},
     {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
-     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": true}", "attention_bias = true"},
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": 1}", "attention_bias must be true or false"},
     {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
-     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"head_dim\": 32}", "head_dim = 32"},
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"head_dim\": 33}", "head_dim = 33 is odd"},
+    {"{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"use_sliding_window\": true, \"sliding_window\": 16}",
+     "use_sliding_window = true is not computed by fsdpd"},
+    {"{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+     "\"num_attention_heads\": 4, \"vocab_size\": 9, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+     "layer_types[1] = sliding_attention is not computed by fsdpd"},
     {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9, "
      "\"activation_function\": \"relu\"}", "activation_function = relu"},
     {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9, "
      "\"scale_attn_by_inverse_layer_idx\": true}", "scale_attn_by_inverse_layer_idx = true"},
-    {"{\"model_type\": \"qwen2\"}", "model_type 'qwen2' is not a model fsdpd computes"},
+    {"{\"model_type\": \"gemma3_text\"}", "model_type 'gemma3_text' is not a model fsdpd computes"},
     {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_embd\": 8, \"vocab_size\": 9}", "has no n_head"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -170,6 +196,7 @@ int main(void) {
   test_llama_forms();
   test_llama_mixed_rope();
   test_gpt2();
+  test_family();
   test_refused();
   test_export_config();
   return check_done();

@@ -1,8 +1,10 @@
-/* test_model_llama — Llama forward and backward (worker/model_llama through worker/model/model.h) against
- * an independent double-precision reference written here from Hugging Face's LlamaForCausalLM
- * (RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU, untied head; and tied, with llama3's
- * rope scaling), and its gradient against central finite differences of that reference, for every
- * parameter: the tied embed_tokens, used at both ends, gets the sum of both uses.
+/* test_model_llama — the Llama family's forward and backward (models/llama/model_llama through
+ * worker/model/model.h) against an independent double-precision reference written here from Hugging
+ * Face's LlamaForCausalLM (RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU, untied head;
+ * and tied, with llama3's rope scaling; head_dim ≠ C / H with attention_bias and mlp_bias), Qwen2's
+ * (q/k/v biases) and Qwen3's (q_norm and k_norm before rope, its own head_dim), and its gradient
+ * against central finite differences of that reference, for every parameter: the tied embed_tokens,
+ * used at both ends, gets the sum of both uses.
  *
  * Tolerance: the argument of test_model.c (GPT-2's gradient check) carries over: a chain of ~24
  * fp32 operators, each a sum over at most max(B·T, 2F, Q) = 32 terms, so |g − g_ref| ≤
@@ -18,13 +20,22 @@
 #include "check.h"
 #include "gradcheck.h"
 #include "jobspec.h"
+#include "llama.h"
 #include "plan.h"
 #include "refrope.h"
 
 /* ---------------------------------------------------------------- double reference model */
 
-/* Tensor SLOT of unit U in the reference weights W (unit u's unpadded flat buffer, in double). */
+/* Tensor SLOT of unit U in the reference weights W (unit u's unpadded flat buffer, in double); a
+ * layer's tensor K (LBLK_*) where the model has it (llama.h's slots), else NULL. */
 #define P(u, slot) (w[u] + p->units[u].t[slot].offset)
+#define L_(u, k) (sl.at[k] >= 0 ? P(u, sl.at[k]) : NULL)
+
+/* x[n, :] += b for N rows of OC (b NULL: no bias). */
+static void ref_bias(double *x, const double *b, int N, int OC) {
+  for (int n = 0; b && n < N; n++)
+    for (int o = 0; o < OC; o++) x[(size_t)n * OC + o] += b[o];
+}
 
 static void ref_rmsnorm(double *out, const double *x, const double *g, int N, int C, double eps) {
   for (int n = 0; n < N; n++) {
@@ -66,24 +77,33 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
   const double llama3[4] = {mc->rope_factor, mc->rope_low_freq_factor, mc->rope_high_freq_factor,
                             mc->rope_original_max_pos};
   const double *scaling = mc->rope_scaling == ROPE_SCALING_LLAMA3 ? llama3 : NULL;
-  const int HS = C / NH, KV = NKV * HS, Q = C + 2 * KV;
-  double *x = malloc(sizeof(double) * N * C), *h = malloc(sizeof(double) * N * C);
-  double *qkv = malloc(sizeof(double) * N * Q), *y = malloc(sizeof(double) * N * C);
+  const int HS = llama_head_dim(mc), QD = NH * HS, KV = NKV * HS, Q = QD + 2 * KV;
+  const llama_slots sl = llama_slots_of(mc);
+  double *x = calloc((size_t)N * C, sizeof(double)), *h = malloc(sizeof(double) * N * C);
+  double *qkv = malloc(sizeof(double) * N * Q), *y = malloc(sizeof(double) * N * QD);
   double *gu = malloc(sizeof(double) * N * 2 * F), *a = malloc(sizeof(double) * N * F);
   double *t = malloc(sizeof(double) * N * C), *lg = malloc(sizeof(double) * V);
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) x[n * C + c] = P(0, LROOT_EMBED)[(size_t)inp[n] * C + c];
   for (int l = 0; l < L; l++) {
     int u = 1 + l;
-    ref_rmsnorm(h, x, P(u, LBLK_LN1_W), N, C, eps);
-    /* separate projections, as Hugging Face runs them */
+    ref_rmsnorm(h, x, L_(u, LBLK_LN1_W), N, C, eps);
+    /* separate projections, as Hugging Face runs them; q_norm / k_norm on each head, then rope */
     for (int n = 0; n < N; n++) {
-      ref_linear(qkv + (size_t)n * Q, h + (size_t)n * C, P(u, LBLK_Q), 1, C, C);
-      ref_linear(qkv + (size_t)n * Q + C, h + (size_t)n * C, P(u, LBLK_K), 1, C, KV);
-      ref_linear(qkv + (size_t)n * Q + C + KV, h + (size_t)n * C, P(u, LBLK_V), 1, C, KV);
+      double *q = qkv + (size_t)n * Q, *k = q + QD, *v = k + KV;
+      ref_linear(q, h + (size_t)n * C, L_(u, LBLK_Q), 1, C, QD);
+      ref_linear(k, h + (size_t)n * C, L_(u, LBLK_K), 1, C, KV);
+      ref_linear(v, h + (size_t)n * C, L_(u, LBLK_V), 1, C, KV);
+      ref_bias(q, L_(u, LBLK_QB), 1, QD);
+      ref_bias(k, L_(u, LBLK_KB), 1, KV);
+      ref_bias(v, L_(u, LBLK_VB), 1, KV);
+      if (mc->qk_norm) {
+        ref_rmsnorm(q, q, L_(u, LBLK_QN), NH, HS, eps);
+        ref_rmsnorm(k, k, L_(u, LBLK_KN), NKV, HS, eps);
+      }
       int pos = n % T;
-      for (int hd = 0; hd < NH; hd++) ref_rope(qkv + (size_t)n * Q + hd * HS, HS, pos, theta, scaling);
-      for (int hd = 0; hd < NKV; hd++) ref_rope(qkv + (size_t)n * Q + C + hd * HS, HS, pos, theta, scaling);
+      for (int hd = 0; hd < NH; hd++) ref_rope(q + hd * HS, HS, pos, theta, scaling);
+      for (int hd = 0; hd < NKV; hd++) ref_rope(k + hd * HS, HS, pos, theta, scaling);
     }
     for (int b = 0; b < B; b++)
       for (int hd = 0; hd < NH; hd++) {
@@ -92,7 +112,7 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
           const double *q = qkv + (size_t)(b * T + i) * Q + hd * HS;
           double s[64], mx = -1e300, z = 0;
           for (int j = 0; j <= i; j++) {
-            const double *k = qkv + (size_t)(b * T + j) * Q + C + kvh * HS;
+            const double *k = qkv + (size_t)(b * T + j) * Q + QD + kvh * HS;
             double d = 0;
             for (int e = 0; e < HS; e++) d += q[e] * k[e];
             s[j] = d / sqrt((double)HS);
@@ -101,18 +121,22 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
           for (int j = 0; j <= i; j++) z += (s[j] = exp(s[j] - mx));
           for (int e = 0; e < HS; e++) {
             double acc = 0;
-            for (int j = 0; j <= i; j++) acc += s[j] / z * qkv[(size_t)(b * T + j) * Q + C + KV + kvh * HS + e];
-            y[(size_t)(b * T + i) * C + hd * HS + e] = acc;
+            for (int j = 0; j <= i; j++) acc += s[j] / z * qkv[(size_t)(b * T + j) * Q + QD + KV + kvh * HS + e];
+            y[(size_t)(b * T + i) * QD + hd * HS + e] = acc;
           }
         }
       }
-    ref_linear(t, y, P(u, LBLK_O), N, C, C);
+    ref_linear(t, y, L_(u, LBLK_O), N, QD, C);
+    ref_bias(t, L_(u, LBLK_OB), N, C);
     for (int i = 0; i < N * C; i++) x[i] += t[i];
-    ref_rmsnorm(h, x, P(u, LBLK_LN2_W), N, C, eps);
-    ref_linear(gu, h, P(u, LBLK_GATE), N, C, F);
-    ref_linear(a, h, P(u, LBLK_UP), N, C, F);
+    ref_rmsnorm(h, x, L_(u, LBLK_LN2_W), N, C, eps);
+    ref_linear(gu, h, L_(u, LBLK_GATE), N, C, F);
+    ref_bias(gu, L_(u, LBLK_GB), N, F);
+    ref_linear(a, h, L_(u, LBLK_UP), N, C, F);
+    ref_bias(a, L_(u, LBLK_UB), N, F);
     for (int i = 0; i < N * F; i++) a[i] *= gu[i] / (1.0 + exp(-gu[i]));   /* silu(gate)·up */
-    ref_linear(t, a, P(u, LBLK_DOWN), N, F, C);
+    ref_linear(t, a, L_(u, LBLK_DOWN), N, F, C);
+    ref_bias(t, L_(u, LBLK_DB), N, C);
     for (int i = 0; i < N * C; i++) x[i] += t[i];
   }
   ref_rmsnorm(h, x, P(0, LROOT_NORM), N, C, eps);
@@ -156,10 +180,44 @@ static void test_gradcheck_tied_scaled(void) {
   gradcheck_model(m, 2, g_dev, ref_loss);
 }
 
+/* Llama with head_dim 6 (≠ C / H = 4: q is 24 wide, o_proj [16, 24]), attention_bias (q, k, v and o)
+ * and mlp_bias (gate, up, down): every bias and the head_dim-wide q, k, v, o in the finite differences. */
+static void test_gradcheck_llama_biases_head_dim(void) {
+  model_config m = llama(2, 4, 2, 16, 12, 16, 5);
+  m.head_dim = 6;
+  m.attention_bias = 1;
+  m.mlp_bias = 1;
+  gradcheck_model(m, 2, g_dev, ref_loss);
+}
+
+/* Qwen2: q/k/v biases, o_proj and the MLP without; tied. */
+static void test_gradcheck_qwen2(void) {
+  model_config m = llama(2, 4, 2, 16, 12, 16, 5);
+  m.arch = ARCH_QWEN2;
+  m.tie_embeddings = 1;
+  gradcheck_model(m, 2, g_dev, ref_loss);
+}
+
+/* Qwen3: q_norm and k_norm (weight [HD]) on each head before rope, head_dim 8 (≠ C / H = 4), and
+ * attention_bias; the norms' weights moved away from 1 by gradcheck_model, so they matter. */
+static void test_gradcheck_qwen3(void) {
+  model_config m = llama(2, 4, 2, 16, 12, 16, 5);
+  m.arch = ARCH_QWEN3;
+  m.head_dim = 8;
+  m.attention_bias = 1;
+  gradcheck_model(m, 2, g_dev, ref_loss);
+}
+
 /* At init the logits are nearly zero, so the loss is ≈ ln V; the buffers are the planner's terms
  * and the tracked allocator saw exactly them. */
 static void test_init_loss(void) {
   gradcheck_init_loss(llama(2, 4, 1, 32, 88, 64, 16), 4, g_dev);
+  model_config q3 = llama(2, 4, 1, 32, 88, 64, 16);   /* with the pre-norm q|k|v, its rstd and a wider q */
+  q3.arch = ARCH_QWEN3, q3.head_dim = 16, q3.attention_bias = 1;
+  gradcheck_init_loss(q3, 4, g_dev);
+  model_config lb = llama(2, 4, 1, 32, 88, 64, 16);
+  lb.head_dim = 4, lb.attention_bias = 1, lb.mlp_bias = 1;   /* a q narrower than C */
+  gradcheck_init_loss(lb, 4, g_dev);
 }
 
 /* ---- the CUDA layout's alignment, without a GPU: a device of kind cuda (bf16 act elements) whose
@@ -185,11 +243,13 @@ static int misaligned(const void *p, const void *base, int align) {
 static void test_cuda_layout_alignment(void) {
   static const dev_ops ops = {.name = "fake-cuda", .alloc = fake_alloc, .free = fake_free};
   device_t fake = {.op = &ops, .kind = DEVICE_CUDA, .act_bytes = 2};
-  for (int ck = 0; ck < 2; ck++) {
+  for (int ck = 0; ck < 4; ck++) {   /* Llama, then Qwen3 (its pre-norm q|k|v and their rstd), each ± checkpointing */
     jobspec_t s;
-    gradcheck_spec(&s, llama(3, 4, 2, 16, 14, 16, 7), 1);   /* B·T = 7, B·T·F = 98 */
+    model_config m = llama(3, 4, 2, 16, 14, 16, 7);   /* B·T = 7, B·T·F = 98 */
+    if (ck >= 2) m.arch = ARCH_QWEN3, m.head_dim = 6, m.attention_bias = 1;
+    gradcheck_spec(&s, m, 1);
     s.device = DEVICE_CUDA;
-    s.ackpt = ck ? ACKPT_FULL : ACKPT_NONE;
+    s.ackpt = ck % 2 ? ACKPT_FULL : ACKPT_NONE;
     plan_t *p = NULL;
     CHECK_OK(plan_build(&s, 1, &p));
     if (!p) return;
@@ -200,8 +260,8 @@ static void test_cuda_layout_alignment(void) {
       for (int l = 0; l < a->L; l++) {
         const llama_block_acts *b = &a->blk[l];
         bad += misaligned(b->ln1_rstd, a->arena.saved, 4) + misaligned(b->att, a->arena.saved, 4) +
-               misaligned(b->ln2_rstd, a->arena.saved, 4);
-        const void *act[] = {b->ln1, b->qkv, b->atty, b->res2, b->ln2, b->gu, b->h, b->out};
+               misaligned(b->ln2_rstd, a->arena.saved, 4) + misaligned(b->qk_rstd, a->arena.saved, 4);
+        const void *act[] = {b->ln1, b->qkv_raw, b->qkv, b->atty, b->res2, b->ln2, b->gu, b->h, b->out};
         for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) bad += misaligned(act[i], a->arena.saved, 4);
       }
       bad += misaligned(a->lnf_rstd, a->arena.saved, 4) + misaligned(a->x0, a->arena.saved, 4) + misaligned(a->lnf, a->arena.saved, 4);
@@ -226,6 +286,9 @@ int main(void) {
   if (dev_new_cpu(DEV_CPU_SYNC, &g_dev) != FSDP_OK) return 2;
   test_gradcheck();
   test_gradcheck_tied_scaled();
+  test_gradcheck_llama_biases_head_dim();
+  test_gradcheck_qwen2();
+  test_gradcheck_qwen3();
   test_init_loss();
   test_cuda_layout_alignment();
   dev_destroy(&g_dev);

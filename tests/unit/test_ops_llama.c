@@ -388,8 +388,8 @@ static void test_cpu_device_slots(void) {
       encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
     } else {
       const dev_kernels *o = d->kern;
-      o->linear_forward(d, b[S_LIN], x, w, BT, C3, OC);
-      o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
+      o->linear_forward(d, b[S_LIN], x, w, NULL, BT, C3, OC);
+      o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], NULL, dy, x, w, BT, C3, OC);
       o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
       o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
       o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, &rf);

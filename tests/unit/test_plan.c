@@ -557,12 +557,12 @@ static void test_llama(void) {
     CHECK_EQ_INT(j, t->gid);
     CHECK_EQ_INT(rshape[j][1] != 0, t->decay);
   }
-  static const char *const blk[LBLK_NT] = {
+  static const char *const blk[9] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight"};
-  const int64_t bshape[LBLK_NT][2] = {{C, 0}, {C, C}, {KV, C}, {KV, C}, {C, C}, {C, 0}, {F, C}, {F, C}, {C, F}};
-  expect_blocks(p, 2, "layers.%d", "model.layers.%d.%s", "layers.%d.%s", LROOT_NT, LBLK_NT, blk, bshape);
+  const int64_t bshape[9][2] = {{C, 0}, {C, C}, {KV, C}, {KV, C}, {C, C}, {C, 0}, {F, C}, {F, C}, {C, F}};
+  expect_blocks(p, 2, "layers.%d", "model.layers.%d.%s", "layers.%d.%s", LROOT_NT, 9, blk, bshape);
   CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == &p->units[0].t[LROOT_HEAD]);
   CHECK(plan_find_tensor(p, "embed_tokens.weight", NULL) == &p->units[0].t[LROOT_EMBED]);
   CHECK(plan_find_tensor(p, "wte.weight", NULL) == NULL);

@@ -654,15 +654,29 @@ static void cu_classifier(device_t *dd, void *dinp, float *dwte, float *losses, 
 
 /* ---- Llama's operators ---- */
 
-static void cu_linear_forward(device_t *dd, void *out, const void *inp, const void *w, int BT, int C, int OC) {
+static void cu_linear_forward(device_t *dd, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
+                              int OC) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_linear_forward(out, inp, w, BT, C, OC, &d->ctx), "linear_forward");
+  OP(d, ops_cuda_linear_forward(out, inp, w, bias, BT, C, OC, &d->ctx), "linear_forward");
 }
 
-static void cu_linear_backward(device_t *dd, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                               int BT, int C, int OC) {
+static void cu_linear_backward(device_t *dd, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const void *w, int BT, int C, int OC) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_linear_backward(dinp, dw, dout, inp, w, BT, C, OC, &d->ctx), "linear_backward");
+  OP(d, ops_cuda_linear_backward(dinp, dw, db, dout, inp, w, BT, C, OC, &d->ctx), "linear_backward");
+}
+
+static void cu_qk_norm_forward(device_t *dd, void *out, float *rstd, const void *inp, const void *wq, const void *wk,
+                               int BT, int NH, int NKV, int HD, float eps) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps, &d->ctx), "qk_norm_forward");
+}
+
+static void cu_qk_norm_backward(device_t *dd, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
+                                const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD, &d->ctx),
+     "qk_norm_backward");
 }
 
 static void cu_rmsnorm_forward(device_t *dd, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
@@ -739,7 +753,8 @@ static const dev_kernels cuda_kernels = {
     .classifier = cu_classifier, .linear_forward = cu_linear_forward,
     .linear_backward = cu_linear_backward, .rmsnorm_forward = cu_rmsnorm_forward,
     .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
-    .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward};
+    .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,
+    .qk_norm_forward = cu_qk_norm_forward, .qk_norm_backward = cu_qk_norm_backward};
 
 fsdp_status dev_cuda_count(int *n) {
   *n = 0;

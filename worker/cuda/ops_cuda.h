@@ -159,13 +159,17 @@ fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const op
                                       const ops_cuda_ctx *ctx);
 
 /* ---- Llama's operators (ops_cuda_llama.cu) ----
- * linear: nn.Linear without bias, weight [OC, C] (out, in), through cuBLASLt (bf16 operands, fp32
- * compute): out (BT,OC) = inp·weightᵀ. Backward: dinp (BT,C) = dout·weight (assigned; may be NULL),
- * dweight (fp32, OC×C) += doutᵀ·inp (cuBLASLt, beta 1). */
-fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
-                                    const ops_cuda_ctx *ctx);
-fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                     const ops_bf16 *weight, int BT, int C, int OC, const ops_cuda_ctx *ctx);
+ * linear: nn.Linear, weight [OC, C] (out, in), through cuBLASLt (bf16 operands, fp32 compute): out
+ * (BT,OC) = inp·weightᵀ + bias (bias (OC) bf16, NULL: none; cuBLASLt's BIAS epilogue, or the plain
+ * GEMM and a bias kernel where it has no algorithm for it, as matmul_forward). Backward: dinp (BT,C)
+ * = dout·weight (assigned; may be NULL), dweight (fp32, OC×C) += doutᵀ·inp (cuBLASLt, beta 1),
+ * dbias (fp32, OC; NULL: none) += column sums of dout (matmul_backward's deterministic two-pass sum,
+ * 64·OC floats of workspace). */
+fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, const ops_bf16 *bias,
+                                    int BT, int C, int OC, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                     const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
+                                     const ops_cuda_ctx *ctx);
 /* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT, fp32) saved. Backward: dinp
  * assigned, dweight (fp32) += by a deterministic two-pass column sum (64·C floats of workspace). */
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
@@ -186,6 +190,19 @@ fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV
 fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
                                      const ops_cuda_ctx *ctx);
+
+/* ---- the Llama family beyond Llama (ops_cuda_family.cu) ----
+ * Qwen3's q_norm / k_norm (ops_cpu.h qk_norm_forward): RMSNorm over each of the NH q heads (weight
+ * wq [HD]) and NKV k heads (wk) of HD channels of a (BT, (NH + 2·NKV)·HD) qkv buffer, one warp per
+ * head; v copied; rstd (BT, NH + NKV) fp32 saved. out may be inp. Backward: dinp assigned (may be
+ * dout: every warp reads its head before it writes it), dwq and dwk (fp32) += by a deterministic
+ * two-pass sum over fixed slices of the BT·NH (BT·NKV) head rows (64·HD floats of workspace each). */
+fsdp_status ops_cuda_qk_norm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *wq,
+                                     const ops_bf16 *wk, int BT, int NH, int NKV, int HD, float eps,
+                                     const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, const ops_bf16 *dout, const ops_bf16 *inp,
+                                      const ops_bf16 *wq, const ops_bf16 *wk, const float *rstd, int BT, int NH,
+                                      int NKV, int HD, const ops_cuda_ctx *ctx);
 
 /* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
  * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded

@@ -213,6 +213,15 @@ static inline int ops_colsum_splits(int64_t R) {
 fsdp_status ops_colsum_finish(float *dst, const float *partial, int nsplit, int N, const ops_cuda_ctx *ctx,
                               const char *what);
 
+/* dst[c] += Σ_r m[r, c] for an (R, N) bf16 matrix: the two-pass column sum over ops_colsum_splits(R)
+ * row slices (nsplit·N floats of workspace); the bias gradients of matmul_backward and
+ * linear_backward. ops_cuda_matmul.cu. */
+fsdp_status ops_colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, int N, const ops_cuda_ctx *ctx,
+                                  const char *what);
+/* D (BT, OC) += bias (OC), bf16: the BIAS epilogue's work where cuBLASLt has no algorithm for it. */
+fsdp_status ops_add_bias(ops_bf16 *D, const ops_bf16 *bias, int64_t BT, int OC, const ops_cuda_ctx *ctx,
+                         const char *what);
+
 /* The tensor-core attention kernels (ops_cuda_attention_tc.cu), called by ops_cuda_attention.cu
  * after it checked the arguments (head size 64 or 128) and, for the backward, computed dvec. */
 fsdp_status ops_attention_tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,

@@ -1,6 +1,8 @@
-/* ops_cuda_llama — Llama's operators on the GPU (see ops_cuda.h): the bias-free nn.Linear through
+/* ops_cuda_llama — Llama's operators on the GPU (see ops_cuda.h): nn.Linear through
  * cuBLASLt, RMSNorm, rotary embeddings and SwiGLU; bf16 storage, fp32 math, the scalar formulas
- * from worker/ops/ (rmsnorm.h, rope.h, swiglu.h) as on the CPU.
+ * from worker/ops/ (rmsnorm.h, rope.h, swiglu.h) as on the CPU. The linear's bias is matmul_forward's
+ * (the BIAS epilogue, ops_add_bias where cuBLASLt has none) and its gradient matmul_backward's
+ * column sum (ops_colsum_accumulate).
  *
  * Layout of the work: RMSNorm is one warp per row (as LayerNorm in ops_cuda_norm.cu) and its
  * weight gradient a two-pass column sum over fixed row slices (ops_colsum_splits), so the bits
@@ -20,18 +22,25 @@
 
 /* ---- linear ---- */
 
-fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
-                                    const ops_cuda_ctx *ctx) {
+fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const ops_bf16 *weight, const ops_bf16 *bias,
+                                    int BT, int C, int OC, const ops_cuda_ctx *ctx) {
   static const char *what = "linear_forward";
   if (BT <= 0 || OC <= 0) return FSDP_OK;
   if (C <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: C = %d", what, C);
-  return ops_lt_gemm(ctx, what, 1, 0, OC, BT, C, weight, C, inp, C, out, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                     NULL, 0);
+  fsdp_status rc = ops_lt_gemm(ctx, what, 1, 0, OC, BT, C, weight, C, inp, C, out, OC, 0, 0,
+                               bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0);
+  if (rc != FSDP_ERR_UNSUPPORTED || !bias) return rc;
+  /* no BIAS algorithm: the plain GEMM, then the bias (rounded into bf16 once more, as matmul_forward's) */
+  TRY(ops_lt_gemm(ctx, what, 1, 0, OC, BT, C, weight, C, inp, C, out, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+                  0));
+  return ops_add_bias(out, bias, BT, OC, ctx, what);
 }
 
-fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                     const ops_bf16 *weight, int BT, int C, int OC, const ops_cuda_ctx *ctx) {
+fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                     const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
+                                     const ops_cuda_ctx *ctx) {
   if (BT <= 0 || C <= 0 || OC <= 0) return FSDP_OK;
+  if (dbias) TRY(ops_colsum_accumulate(dbias, dout, BT, OC, ctx, "linear_backward (dbias)"));
   if (dinp)
     TRY(ops_lt_gemm(ctx, "linear_backward (dinp)", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, C, 0, 0,
                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));

@@ -165,8 +165,7 @@ fsdp_status ops_colsum_finish(float *dst, const float *partial, int nsplit, int 
   return FSDP_OK;
 }
 
-/* dst[c] += Σ_r m[r, c] for an (R, N) bf16 matrix. */
-static fsdp_status colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, int N, const ops_cuda_ctx *ctx,
+fsdp_status ops_colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, int N, const ops_cuda_ctx *ctx,
                                      const char *what) {
   if (R <= 0 || N <= 0) return FSDP_OK;
   int nsplit = ops_colsum_splits(R);
@@ -211,7 +210,12 @@ static fsdp_status gemm_bias(const ops_cuda_ctx *ctx, const char *what, ops_bf16
   if (rc != FSDP_ERR_UNSUPPORTED || !bias) return rc;
   TRY(ops_lt_gemm(ctx, what, 0, 0, OC, BT, C, weight, OC, inp, C, D, OC, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
                   0));
-  const int64_t n = (int64_t)BT * OC;
+  return ops_add_bias(D, bias, BT, OC, ctx, what);
+}
+
+fsdp_status ops_add_bias(ops_bf16 *D, const ops_bf16 *bias, int64_t BT, int OC, const ops_cuda_ctx *ctx,
+                         const char *what) {
+  const int64_t n = BT * OC;
   OPS_EW_LAUNCH(add_bias_kernel, OC % 8 == 0 && ops_aligned16(D) && ops_aligned16(bias), 8, n, what, D, bias, OC);
   return FSDP_OK;
 }
@@ -240,7 +244,7 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
    * dinp may overwrite inp */
   TRY(ops_lt_gemm(ctx, "matmul_backward (dweight)", 0, 1, OC, C, BT, dout, OC, inp, C, dweight, OC, 1, 1,
                   CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
-  if (dbias) TRY(colsum_accumulate(dbias, dout, BT, OC, ctx, "matmul_backward (dbias)"));
+  if (dbias) TRY(ops_colsum_accumulate(dbias, dout, BT, OC, ctx, "matmul_backward (dbias)"));
   if (!dinp) return FSDP_OK;
   /* dinpᵀ(C×BT) = W(C×OC: stored OC×C, transposed)·doutᵀ(OC×BT), times gelu'(pre_geluᵀ) (aux, C×BT) */
   fsdp_status rc = ops_lt_gemm(ctx, what, 1, 0, C, BT, OC, weight, OC, dout, OC, dinp, C, 0, 0,

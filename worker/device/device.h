@@ -167,10 +167,19 @@ typedef struct dev_kernels {
                      const void *inp, const void *wte, const int *targets, int BT, int C, int V, float dscale);
 
   /* ---- Llama's operators ---- */
-  /* nn.Linear without bias: W is [OC, C] (out, in); out[n,:] = W·inp[n,:]. */
-  void (*linear_forward)(device_t *d, void *out, const void *inp, const void *w, int BT, int C, int OC);
-  void (*linear_backward)(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                          int BT, int C, int OC);
+  /* nn.Linear: W is [OC, C] (out, in); out[n,:] = W·inp[n,:] + bias (bias [OC] act, NULL: none).
+   * Backward: dinp (NULL: not wanted) assigned, dw and db (NULL: no bias) +=. */
+  void (*linear_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
+                         int OC);
+  void (*linear_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, int BT, int C, int OC);
+  /* Qwen3's q_norm / k_norm (ops_cpu.h qk_norm_forward): RMSNorm over each of the NH q heads (weight
+   * wq) and NKV k heads (wk) of HD channels of a (BT, (NH + 2·NKV)·HD) qkv buffer, v copied; rstd
+   * (BT, NH + NKV) fp32 saved. Backward: dinp assigned (may be dout), dwq and dwk +=. */
+  void (*qk_norm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *wq, const void *wk, int BT,
+                          int NH, int NKV, int HD, float eps);
+  void (*qk_norm_backward)(device_t *d, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
+                           const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD);
   /* RMSNorm over C: out = inp·rstd·w, rstd = 1/sqrt(mean(inp²) + eps), rstd (BT) fp32 saved. */
   void (*rmsnorm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
                           float eps);

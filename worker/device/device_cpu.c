@@ -412,19 +412,43 @@ static void cpu_classifier(device_t *d, void *dinp, float *dwte, float *losses, 
 
 static void run_linear_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  linear_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i);
+  linear_forward(a[0].p, a[1].p, a[2].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+  if (a[3].p) bias_forward(a[0].p, a[3].p, (int)a[4].i, (int)a[6].i);
 }
-static void cpu_linear_forward(device_t *d, void *out, const void *inp, const void *w, int BT, int C, int OC) {
-  SUBMIT(d, run_linear_forward, P(out), P(inp), P(w), I(BT), I(C), I(OC));
+static void cpu_linear_forward(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
+                               int OC) {
+  SUBMIT(d, run_linear_forward, P(out), P(inp), P(w), P(bias), I(BT), I(C), I(OC));
 }
 
 static void run_linear_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  linear_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i);
+  if (a[2].p) bias_backward(a[2].p, a[3].p, (int)a[6].i, (int)a[8].i);
+  linear_backward(a[0].p, a[1].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i, (int)a[8].i);
 }
-static void cpu_linear_backward(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                                int BT, int C, int OC) {
-  SUBMIT(d, run_linear_backward, P(dinp), P(dw), P(dout), P(inp), P(w), I(BT), I(C), I(OC));
+static void cpu_linear_backward(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                                const void *w, int BT, int C, int OC) {
+  SUBMIT(d, run_linear_backward, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), I(BT), I(C), I(OC));
+}
+
+static void run_qk_norm_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  qk_norm_forward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i,
+                  (float)a[9].f);
+}
+static void cpu_qk_norm_forward(device_t *d, void *out, float *rstd, const void *inp, const void *wq, const void *wk,
+                                int BT, int NH, int NKV, int HD, float eps) {
+  SUBMIT(d, run_qk_norm_forward, P(out), P(rstd), P(inp), P(wq), P(wk), I(BT), I(NH), I(NKV), I(HD), F(eps));
+}
+
+static void run_qk_norm_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  qk_norm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, a[6].p, a[7].p, (int)a[8].i, (int)a[9].i,
+                   (int)a[10].i, (int)a[11].i);
+}
+static void cpu_qk_norm_backward(device_t *d, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
+                                 const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
+  SUBMIT(d, run_qk_norm_backward, P(dinp), P(dwq), P(dwk), P(dout), P(inp), P(wq), P(wk), P(rstd), I(BT), I(NH),
+         I(NKV), I(HD));
 }
 
 static void run_rmsnorm_forward(cpu_dev *d, const targ *a) {
@@ -529,7 +553,8 @@ static const dev_kernels cpu_kernels = {
     .classifier = cpu_classifier, .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward};
+    .swiglu_backward = cpu_swiglu_backward, .qk_norm_forward = cpu_qk_norm_forward,
+    .qk_norm_backward = cpu_qk_norm_backward};
 
 fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out) {
   *out = NULL;

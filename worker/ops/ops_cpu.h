@@ -73,6 +73,20 @@ void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rop
 void swiglu_forward(float *out, const float *gu, int BT, int F);
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 
+/* ---- the Llama family beyond Llama (ops_cpu_family.c) ---- */
+
+/* nn.Linear's bias: out[n,:] += bias (OC); backward dbias += Σ_n dout[n,:] (rows in order). */
+void bias_forward(float *out, const float *bias, int BT, int OC);
+void bias_backward(float *dbias, const float *dout, int BT, int OC);
+
+/* Qwen3's q_norm and k_norm: RMSNorm over each head of HD channels (ops/rmsnorm.h) of a (BT, Q) qkv
+ * buffer, Q = (NH + 2·NKV)·HD: the NH q heads with weight wq [HD], the NKV k heads with wk [HD]; v is
+ * copied. rstd (BT, NH + NKV) fp32 is saved, the q heads' then the k heads' of each row. out may be
+ * inp. Backward: dinp (q and k: RMSNorm's; v: dout's) assigned, dwq and dwk +=; dinp may be dout. */
+void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int BT, int NH,
+                     int NKV, int HD, float eps);
+void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq,
+                      const float *wk, const float *rstd, int BT, int NH, int NKV, int HD);
 
 /* Fused softmax + cross-entropy, in place: on entry `logits` holds (BT,V) logits; on return it holds
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].

@@ -1,0 +1,71 @@
+/* llama_family — the Llama descriptor's terms that the family's folders (models/qwen2, models/qwen3)
+ * share: every arch_desc entry that does not depend on which family member it is, and the pieces of
+ * config.json reading and writing they build their own from (llama_arch.c). Pure functions, any
+ * thread, as arch.h's.
+ *
+ * A member's descriptor is LLAMA_FAMILY_DESC plus its own id, names, job keys, why_not, hf_parse,
+ * hf_own_config, canonical (which sets the choices the member always makes: Qwen2's q/k/v biases,
+ * Qwen3's q/k norms) and file_desc. Its forward and backward are Llama's (model_llama.h,
+ * LLAMA_FAMILY_MODEL_OPS), which read those choices from the plan's model_config.
+ */
+#ifndef FSDP_LLAMA_FAMILY_H
+#define FSDP_LLAMA_FAMILY_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "arch.h"
+#include "llama.h"
+
+int64_t llama_root_numel(const model_config *m);
+int64_t llama_block_numel(const model_config *m);
+int64_t llama_n_decay(const model_config *m);
+int64_t llama_lookup_numel(const model_config *m);
+int64_t llama_embed_numel(const model_config *m);
+int64_t llama_attn_dim(const model_config *m);
+plan_act llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt);
+fsdp_status llama_check(const model_config *m);
+void llama_units(plan_t *p);
+const plan_tensor *llama_find(const plan_t *p, const char *name, int *unit);
+int llama_head_slot(const model_config *m);
+fsdp_status llama_file_check(const plan_t *p, const char *path, int (*has)(const void *, const char *), const void *f);
+fsdp_status llama_missing(const plan_t *p, const char *name, const char *where);
+void llama_model_json(json_t *jm, const model_config *m);
+int llama_manifest_fix(model_config *m);
+void llama_manifest_read(const json_t *jm, model_config *m);
+int llama_same_model(const model_config *a, const model_config *b);
+void llama_describe(const model_config *m, char *buf, size_t n);
+void llama_print_model(const model_config *m, FILE *f);
+const char *llama_params_note(const model_config *m);
+const char *llama_no_emb_label(const model_config *m);
+const char *llama_flops_formula(const model_config *m);
+extern const arch_hf_key llama_hf_keys[];     /* LlamaConfig's names; every member's keys are among them */
+extern const char *const llama_probe_names[];
+
+/* ---- config.json ---- */
+/* The keys every member reads alike (shapes, eps, the tie, hidden_act = silu, rope_theta and the rope
+ * scaling with transformers' precedence, head_dim with HEAD_DIM_DFLT where the config has none: 0
+ * for C / H); M's arch and the member's own keys are the caller's. */
+fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_dim_dflt, model_config *m);
+/* A boolean KEY of O into *V; absent or null: DFLT. */
+fsdp_status llama_hf_bool(const json_t *o, const char *path, const char *key, int dflt, int *v);
+/* fsdpd's own config.json of M with ARCHITECTURE ("Qwen2ForCausalLM") and MODEL_TYPE, the keys every
+ * member writes alike (head_dim included); a new reference, the caller adds its own keys. */
+json_t *llama_own_config(const model_config *m, const char *architecture, const char *model_type);
+json_t *llama_rope_scaling_json(const model_config *m);
+/* head_dim = C / H written as 0: one identity for both spellings (canonical()). */
+void llama_canonical_head_dim(model_config *m);
+
+#define LLAMA_FAMILY_DESC                                                                                   \
+  .always_tied = 0, .tied_why = NULL, .rotary = 1, .hf_keys = llama_hf_keys, .root_numel = llama_root_numel, \
+  .block_numel = llama_block_numel, .n_decay = llama_n_decay, .lookup_numel = llama_lookup_numel,           \
+  .embed_numel = llama_embed_numel, .attn_dim = llama_attn_dim, .act = llama_act, .check = llama_check,     \
+  .units = llama_units, .find = llama_find, .head_slot = llama_head_slot, .probe_names = llama_probe_names,  \
+  .reads = "model.embed_tokens.weight, model.layers.0.…", .file_check = llama_file_check,                   \
+  .missing = llama_missing, .model_json = llama_model_json, .manifest_fix = llama_manifest_fix,             \
+  .manifest_read = llama_manifest_read, .same_model = llama_same_model, .describe = llama_describe,         \
+  .print_model = llama_print_model, .params_note = llama_params_note, .no_emb_label = llama_no_emb_label,   \
+  .flops_formula = llama_flops_formula, .block_prefix = "layers", .layout = "nn.Linear [out, in]",          \
+  .name_width = 47
+
+#endif
