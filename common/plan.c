@@ -312,6 +312,12 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   if (spec->ckpt_async && spec->ckpt_every > 0) p->snapshot_bytes = 3 * sizeof(float) * (uint64_t)p->shard_total;
   p->host_bytes += p->snapshot_bytes;
   model_comm(&in, in.sharding, p->sent_bytes, p->sent_inter);
+  fsdp_status rc = plan_lora_build(spec, p);
+  if (rc != FSDP_OK) {
+    plan_destroy(&p);
+    return rc;
+  }
+  plan_lora_memory(p);
   *out = p;
   return FSDP_OK;
 }

@@ -373,6 +373,19 @@ static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope
                                        "rope_original_max_position_embeddings", NULL};
 static const char *const probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
+/* q|k|v run as one linear of rows C + 2·KV wide, gate|up as one of 2F (model_llama.c). */
+static int lora_modules(const model_config *m, arch_lora_module *o) {
+  int64_t C = m->n_embd, F = m->ffn_dim, KV = (int64_t)m->n_kv_head * (m->n_embd / m->n_head), Q = C + 2 * KV;
+  o[0] = (arch_lora_module){"self_attn.q_proj", LBLK_Q, C, C, 0, Q};
+  o[1] = (arch_lora_module){"self_attn.k_proj", LBLK_K, C, KV, C, Q};
+  o[2] = (arch_lora_module){"self_attn.v_proj", LBLK_V, C, KV, C + KV, Q};
+  o[3] = (arch_lora_module){"self_attn.o_proj", LBLK_O, C, C, 0, C};
+  o[4] = (arch_lora_module){"mlp.gate_proj", LBLK_GATE, C, F, 0, 2 * F};
+  o[5] = (arch_lora_module){"mlp.up_proj", LBLK_UP, C, F, F, 2 * F};
+  o[6] = (arch_lora_module){"mlp.down_proj", LBLK_DOWN, F, C, 0, C};
+  return 7;
+}
+
 const arch_desc llama_arch = {
   .id = ARCH_LLAMA,
   .name = "llama",
@@ -396,6 +409,9 @@ const arch_desc llama_arch = {
   .units = units,
   .find = find,
   .head_slot = head_slot,
+  .lora_default = "q_proj,v_proj",
+  .lora_block_hf = "model.layers.%d.",
+  .lora_modules = lora_modules,
   .probe_names = probe_names,
   .file_desc = "a Llama model (model.embed_tokens.weight, model.layers.0.…)",
   .reads = "model.embed_tokens.weight, model.layers.0.…",

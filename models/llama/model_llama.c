@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lora.h"
 #include "model.h"
 #include "rng.h"
 
@@ -124,10 +125,17 @@ void llama_acts_destroy(llama_acts **pa) {
 /* Tensor SLOT of unit U in compute form (act elements), and its fp32 gradient. */
 #define PARAM(u, slot, buf) model_param(p, a->dev, (u), (slot), (buf))
 #define GRAD(u, slot, buf) model_grad(p, (u), (slot), (buf))
+/* The adapters ([lora]) around a projection: nothing where none is (lora.h) */
+#define LORA (a->arena.lora)
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
   d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+}
+
+/* q, k and v's adapters, each on its columns of the fused q|k|v rows (before the rotation) */
+static void lora_qkv_forward(llama_acts *a, int layer, llama_block_acts *s) {
+  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_forward(LORA, layer, t, s->qkv, s->ln1);
 }
 
 static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
@@ -142,16 +150,21 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
   d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
   d->kern->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  lora_qkv_forward(a, layer, s);
   d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
   d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
   d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  lora_forward(LORA, layer, LBLK_O, a->fwd_tmp, s->atty);
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
   d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, LBLK_LN2_W, unit), BT, C, a->eps);
   d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  lora_forward(LORA, layer, LBLK_GATE, s->gu, s->ln2);
+  lora_forward(LORA, layer, LBLK_UP, s->gu, s->ln2);
   d->kern->swiglu_forward(d, s->h, s->gu, BT, F);
   d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  lora_forward(LORA, layer, LBLK_DOWN, a->fwd_tmp, s->h);
   d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
@@ -191,17 +204,22 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 
   /* MLP */
   d->kern->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
+  lora_backward(LORA, layer, LBLK_DOWN, a->dh, dres, s->h);
   d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
   d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
+  lora_backward(LORA, layer, LBLK_GATE, a->dx, a->dbuf, s->ln2);
+  lora_backward(LORA, layer, LBLK_UP, a->dx, a->dbuf, s->ln2);
   d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
                           s->ln2_rstd, BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
+  lora_backward(LORA, layer, LBLK_O, a->datty, dres, s->atty);
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
   d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
   d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
+  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, a->dx, a->dbuf, s->ln1);
   d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
                           BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
@@ -209,6 +227,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
+  if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
   d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
 }
 
