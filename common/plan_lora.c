@@ -103,7 +103,7 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
 void plan_lora_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
   if (!l->rank) return;
-  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2, N = (uint64_t)p->world;
+  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2;
   p->mem[MEM_PARAM_SHARD] += 4 * NA + (e == 2 ? 2 * NA : 0);
   p->mem[MEM_GRAD_SHARD] = 4 * NA;
   p->mem[MEM_OPTIM_STATE] = 8 * NA;
@@ -112,10 +112,7 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
-  /* nothing is reduce-scattered; the adapters' gradient is all-reduced over the world once per
-   * step beside the step's scalars (each all-reduce rounded down, as the comm counts it) */
-  p->sent_bytes[COLL_REDUCESCATTER] = 0;
-  p->sent_bytes[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
+  plan_lora_sent(p, p->sent_bytes);
   if (p->sharding == SHARD_HYBRID) {
     p->sent_inter[COLL_REDUCESCATTER] = 0;
     p->sent_inter[COLL_ALLREDUCE] = p->sent_bytes[COLL_ALLREDUCE];
@@ -126,6 +123,15 @@ void plan_lora_memory(plan_t *p) {
   int64_t C = p->model.n_embd, L = p->model.n_layer, T = p->model.seq_len;
   p->flops_per_token = 4.0 * (double)(p->n_params - d->lookup_numel(&p->model)) + 6.0 * (double)l->numel +
                        12.0 * (double)L * (double)C * (double)T;
+}
+
+void plan_lora_sent(const plan_t *p, uint64_t sent[COLL_NKIND]) {
+  if (!p->lora.rank) return;
+  /* nothing is reduce-scattered; the adapters' gradient is all-reduced over the world once per
+   * step beside the step's scalars (each all-reduce rounded down, as the comm counts it) */
+  uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel;
+  sent[COLL_REDUCESCATTER] = 0;
+  sent[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
 }
 
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot) {

@@ -4,7 +4,9 @@
 # is non-zero), on 2 ranks with sharding full and hybrid: the step-1 loss equals peft's on the same rows to
 # 1e-5 relative (the same loss without the alpha/r scale does not); after 10 steps every adapter weight
 # equals peft + torch AdamW (in fp64) to 1e-5 of its tensor's largest (a control that also trains the base does not) and the base is bit for
-# bit the loaded one; the adapter folder the worker writes loads with PeftModel.from_pretrained. Bad input
+# bit the loaded one; the adapter folder the worker writes loads with PeftModel.from_pretrained; the
+# measured peaks per category and bytes sent equal fsdpctl plan's (no gradient, optimizer state or
+# reduce-scatter for the base). Bad input
 # is refused by fsdpctl plan in one line: an unknown target, a rank above a layer's width, init_from an
 # adapter of another rank or another base, a dropout. Every part runs; the failures are listed at the end.
 set -euo pipefail
@@ -64,6 +66,24 @@ for m in gpt2 llama; do
       { part_fail "$m ($mode): the LoRA job failed: $(tail -1 "$out/rank-0.log")"; continue; }
     "$TPY" "$src/tests/integration/lib/lora_peft.py" verify "$tmp" "$m" "$out" 2>&1 | grep -v -i warn ||
       part_fail "$m ($mode): fsdpd's LoRA is not peft's (above)"
+    # the measured peaks per category and the bytes sent are the plan's (base, adapters, their gradient
+    # and AdamW state, no reduce-scatter)
+    "$CTL" plan "$tmp/$m-$mode.ini" --json > "$tmp/plan-$m-$mode.json"
+    python3 - "$tmp/plan-$m-$mode.json" "$out" <<'PY' || part_fail "$m ($mode): measured memory or traffic is not the plan's"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+bad = 0
+for r in (0, 1):
+    rep = [json.loads(l) for l in open(f"{sys.argv[2]}/rank-{r}.jsonl") if l.startswith("{")][-1]
+    for what, want, got in (("peak", plan["memory"], rep["peak_bytes"]), ("sent", plan["sent_bytes"], rep["sent_bytes"])):
+        for k, v in got.items():
+            if k in want and want[k] != v:
+                print(f"rank {r}: {what} {k} measured {v}, plan {want[k]}")
+                bad = 1
+print(f"measured = plan: peaks {rep['peak_bytes']['total']} bytes, grad_shard {rep['peak_bytes']['grad_shard']}, "
+      f"reducescatter {rep['sent_bytes']['reducescatter']} bytes" if not bad else "measured != plan")
+sys.exit(bad)
+PY
   done
 done
 
