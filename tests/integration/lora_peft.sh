@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LoRA over a frozen, sharded base against peft (lib/lora_peft.py builds the models and peft's reference):
 # tiny GPT-2 and Llama folders with adapters on attention and MLP ([lora] init_from = a PEFT folder whose B
-# is non-zero), on 2 ranks with sharding full and hybrid: the step-1 loss equals peft's on the same rows to
+# is non-zero), on 2 ranks with sharding full and hybrid, and full with activation checkpointing (the same
+# adapters bit for bit): the step-1 loss equals peft's on the same rows to
 # 1e-5 relative (the same loss without the alpha/r scale does not); after 10 steps every adapter weight
 # equals peft + torch AdamW (in fp64) to 1e-5 of its tensor's largest (a control that also trains the base does not) and the base is bit for
 # bit the loaded one; the adapter folder the worker writes loads with PeftModel.from_pretrained; the
@@ -45,8 +46,9 @@ beta2 = 0.95
 grad_clip = 1.0
 [fsdp]
 world_size = 2
-sharding = $3
+sharding = ${3%-ckpt}
 $([ "$3" = hybrid ] && echo "shard_group = 1")
+$([ "$3" = full-ckpt ] && echo "activation_checkpointing = full")
 timeout_s = 60
 [lora]
 rank = 4
@@ -58,7 +60,7 @@ JOB
 
 for m in gpt2 llama; do
   case $m in gpt2) targets="c_attn, c_proj, c_fc";; *) targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";; esac
-  for mode in full hybrid; do
+  for mode in full hybrid full-ckpt; do
     job "$tmp/$m-$mode.ini" "$m" "$mode" "$targets"
     out=$tmp/out-$m-$mode
     FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$out timeout 120 "$src/scripts/launch-standalone.sh" 2 "$tmp/$m-$mode.ini" \
@@ -85,6 +87,9 @@ print(f"measured = plan: peaks {rep['peak_bytes']['total']} bytes, grad_shard {r
 sys.exit(bad)
 PY
   done
+  # activation checkpointing recomputes the same operators: the same adapters, bit for bit
+  cmp -s "$tmp/out-$m-full/adapter/adapter_model.safetensors" "$tmp/out-$m-full-ckpt/adapter/adapter_model.safetensors" ||
+    part_fail "$m: the adapters with activation checkpointing are not bit for bit those without"
 done
 
 # Refusals at plan: one line on stderr, exit 1
