@@ -48,9 +48,27 @@ static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
+/* [lora]'s own terms (plan.h's plan_lora; NA = the adapters' elements), or NULL where the category's
+ * formula is the full fine-tune's. */
+static const char *lora_formula(const plan_t *p, int c) {
+  int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
+  switch (c) {
+  case MEM_PARAM_SHARD:
+    return bf ? (cuda ? "4·S + 2·S + 6·NA: frozen base shard, its bf16 copy; fp32 adapters and their bf16 copy"
+                      : "4·S + 2·S + 4·NA: frozen base shard and its bf16 copy; fp32 adapters (whole)")
+              : (cuda ? "4·S + 6·NA: frozen base shard; fp32 adapters and their bf16 copy"
+                      : "4·S + 4·NA: frozen base shard; fp32 adapters (whole on every rank)");
+  case MEM_GRAD_SHARD: return "4·NA: the adapters' gradient (the frozen base has none)";
+  case MEM_OPTIM_STATE: return "8·NA: the adapters' AdamW m and v (none for the base)";
+  case MEM_COMM: return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";
+  default: return NULL;
+  }
+}
+
 static const char *mem_formula(const plan_t *p, int c) {
   int off = p->offload == OFFLOAD_OPTIMIZER, bf = p->param_dtype == DTYPE_BF16;
   int conv = jobspec_dtype_bytes(p->param_dtype) != (p->device == DEVICE_CPU ? 4 : 2);
+  if (p->lora.rank && lora_formula(p, c)) return lora_formula(p, c);
   switch (c) {
   case MEM_PARAM_SHARD:
     return off ? "pb·S: the form the gathers read (the fp32 master is on the host)"
@@ -128,6 +146,27 @@ static void print_hybrid_traffic(const plan_t *p, FILE *f) {
           human_bytes(p->sent_inter[2], c, sizeof c), human_bytes(x_total, e, sizeof e), p->ngroups);
 }
 
+/* [lora]: the adapters and the categories split into base and adapters. */
+static void print_lora(const plan_t *p, FILE *f) {
+  const plan_lora *l = &p->lora;
+  char a[32], b[32], c[32], d[32], e[32], targets[256];
+  size_t used = 0;
+  targets[0] = '\0';
+  for (int j = 0; j < l->nmods && used < sizeof targets; j++)
+    used += (size_t)snprintf(targets + used, sizeof targets - used, "%s%s", j ? ", " : "", l->mod[j].path);
+  uint64_t NA = (uint64_t)l->numel, e_act = p->device == DEVICE_CPU ? 4 : 2;
+  uint64_t base = p->mem[MEM_PARAM_SHARD] - 4 * NA - (e_act == 2 ? 2 * NA : 0);
+  fprintf(f, "  LoRA: r = %d, alpha = %g (scale %g) on %s: NA = %s adapter elements (%s per block), fp32, whole on "
+          "every rank\n", l->rank, l->alpha, (double)l->scale, targets, human_count(l->numel, a, sizeof a),
+          human_count(l->block_numel, b, sizeof b));
+  fprintf(f, "    base (frozen, %s) %s; adapters %s, their gradient %s, their AdamW state %s\n",
+          jobspec_dtype_kind_name(p->param_dtype), human_bytes(base, a, sizeof a),
+          human_bytes(4 * NA + (e_act == 2 ? 2 * NA : 0), b, sizeof b), human_bytes(4 * NA, c, sizeof c),
+          human_bytes(8 * NA, d, sizeof d));
+  fprintf(f, "    activations + %s (x·Aᵀ of each target kept), workspace + %s (the adapters' scratch)\n",
+          human_bytes(e_act * (uint64_t)l->saved, a, sizeof a), human_bytes(e_act * (uint64_t)l->ws, e, sizeof e));
+}
+
 /* The table's last parts: the predicted peak memory per rank (and whether it fits DEVICE_BYTES),
  * then the bytes each rank sends per step in every sharding mode. */
 static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_bytes) {
@@ -152,6 +191,7 @@ static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_b
           p->device == DEVICE_CPU ? "floats" : "elements: bf16 acts, fp32 stats", human_count(p->act.block_saved, a, sizeof a),
           human_count(p->act.root_saved, b, sizeof b), human_count(p->act.head_ws, c, sizeof c),
           human_count(p->act.bwd_ws, d, sizeof d));
+  if (p->lora.rank) print_lora(p, f);
   if (device_bytes) {
     double used = 100.0 * (double)p->mem_total / (double)device_bytes;
     if (p->mem_total <= device_bytes) {

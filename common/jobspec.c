@@ -374,7 +374,8 @@ static void set_special(pctx *c, const keydef *k, const char *v) {
     if (!*v) {
       field[0] = '\0';
     } else if (!resolve_path(c, v, field, JOBSPEC_PATH_MAX)) {
-      PERR(c, c->lineno, FSDP_ERR_RANGE, "[checkpoint] dir: the path is longer than %d characters", JOBSPEC_PATH_MAX - 1);
+      PERR(c, c->lineno, FSDP_ERR_RANGE, "[%s] %s: the path is longer than %d characters", k->sec, k->key,
+           JOBSPEC_PATH_MAX - 1);
     }
     break;
   default:
@@ -610,6 +611,30 @@ static void model_checks(pctx *c) {
          "[model] ffn_dim = %d is odd; allowed: an even SwiGLU width (Llama's are multiples of 256)", m->ffn_dim);
 }
 
+/* [lora]: what the adapters' path does not do is refused here; the targets against the model in plan_build. */
+static void lora_checks(pctx *c) {
+  const jobspec_t *s = c->s;
+  if (s->lora.rank == 0) return;   /* no LoRA: the other [lora] keys are not read */
+  if (s->lora.dropout != 0.0)
+    PERR(c, blame(c, "lora", "dropout", NULL), FSDP_ERR_UNSUPPORTED,
+         "[lora] dropout = %g is not implemented; allowed: 0 (no dropout on the adapters' input)", s->lora.dropout);
+  if (s->device != DEVICE_CPU)
+    PERR(c, blame(c, "lora", "rank", "device"), FSDP_ERR_UNSUPPORTED,
+         "[lora] runs on device = cpu only so far (the adapters' AdamW is not bound on CUDA); allowed: device = cpu");
+  if (s->ckpt_every > 0)
+    PERR(c, blame(c, "checkpoint", "every", NULL), FSDP_ERR_UNSUPPORTED,
+         "[checkpoint] every = %d with [lora]: a LoRA job's checkpoints (its adapters alone) are not built yet; allowed: "
+         "every = 0 (the standalone worker's --save-adapter DIR writes the adapters as a PEFT folder)", s->ckpt_every);
+  if (s->sample_every > 0)
+    PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_UNSUPPORTED,
+         "[eval] sample_every = %d with [lora]: samples from base + adapters are not built yet; allowed: sample_every = 0",
+         s->sample_every);
+  if (s->offload != OFFLOAD_NONE)
+    PERR(c, blame(c, "lora", "rank", "offload"), FSDP_ERR_UNSUPPORTED,
+         "[lora] with [fsdp] offload = %s: the adapters' optimizer state stays on the device; allowed: offload = none",
+         jobspec_offload_mode_name(s->offload));
+}
+
 static void cross_checks(pctx *c) {
   const jobspec_t *s = c->s;
   apply_from(c);
@@ -663,6 +688,7 @@ static void cross_checks(pctx *c) {
     PERR(c, blame(c, "job", "max_restarts", NULL), FSDP_ERR_INVALID,
          "[job] max_restarts = %d restarts from the newest checkpoint, so it needs [checkpoint] every > 0 (with a "
          "dir) and resume = auto; set them, or max_restarts = 0", s->max_restarts);
+  lora_checks(c);
   if (!c->key_line[key_index("data", "train")]) {
     int line = c->sec_line[section_index("data")];
     PERR(c, line ? line : c->nlines, FSDP_ERR_INVALID,

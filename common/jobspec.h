@@ -118,6 +118,13 @@ typedef struct jobspec {
   int eval_at_start;               /* 1: the validation loss before the first step (metrics.jsonl step 0) */
   int sample_every;                /* a sample in the job log at steps K, 2K, ...; 0 = off */
   char sample_prompt[JOBSPEC_TEXT_MAX];  /* its prompt: text, one token per byte; "" unless set */
+  /* [lora] (docs/models.md "LoRA"): rank 0 = off */
+  struct {
+    int rank;
+    double alpha, dropout;
+    char targets[JOBSPEC_TEXT_MAX];      /* comma-separated module names; "" = the family's default */
+    char init_from[JOBSPEC_PATH_MAX];    /* a PEFT adapter folder (absolute), or "" */
+  } lora;
 } jobspec_t;
 
 /* A validation source is set: [data] val = PATH or synthetic:markov:SEED. */

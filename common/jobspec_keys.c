@@ -69,7 +69,7 @@ const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(ro
   {.sec = s_, .key = k_, .type = KT_ENUM, .off = F(f_), .names = names_, .help = help_, .def = def_, __VA_ARGS__}
 #define SPECIAL(s_, k_, type_, f_, help_, def_) {.sec = s_, .key = k_, .type = type_, .off = F(f_), .help = help_, .def = def_}
 
-const char *const jobspec_sections[] = {"job", "model", "data", "optim", "fsdp", "checkpoint", "eval", NULL};
+const char *const jobspec_sections[] = {"job", "model", "data", "optim", "fsdp", "checkpoint", "eval", "lora", NULL};
 
 const keydef jobspec_keys[] = {
   SPECIAL("job", "name", KT_NAME, name,
@@ -183,6 +183,20 @@ const keydef jobspec_keys[] = {
   INT("eval", "sample_every", sample_every, 0, 1e9, "a sample in the job log at steps K, 2K, ...; 0 = off (needs sample_prompt)", "0"),
   SPECIAL("eval", "sample_prompt", KT_TEXT, sample_prompt,
           "the prompt of those samples: text, one token per byte (each byte < vocab_size); no default", NULL),
+
+  INT("lora", "rank", lora.rank, 0, 4096,
+      "r, the adapters' rank: 0 = no LoRA (every weight trained); else the base is frozen and only adapters "
+      "A [r, in], B [out, r] on the target projections are trained (peft's r)", "0"),
+  DBL("lora", "alpha", lora.alpha, 0, 1e6, 1, 0, "the adapters' output is scaled by alpha / rank (peft's lora_alpha)", "8"),
+  DBL("lora", "dropout", lora.dropout, 0, 1, 0, 1,
+      "dropout on the adapters' input (peft's lora_dropout); only 0 is implemented", "0"),
+  SPECIAL("lora", "targets", KT_TEXT, lora.targets,
+          "Hugging Face module names, comma-separated (llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+          "down_proj; gpt2: c_attn, c_proj, c_fc); default: peft's for the family (llama: q_proj, v_proj; gpt2: c_attn)",
+          NULL),
+  SPECIAL("lora", "init_from", KT_DIR, lora.init_from,
+          "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to continue from; default: A "
+          "Kaiming-uniform from [job] seed, B zero (peft's)", ""),
 };
 const int jobspec_nkeys = (int)(sizeof jobspec_keys / sizeof jobspec_keys[0]);
 _Static_assert(sizeof jobspec_keys / sizeof jobspec_keys[0] <= JOBSPEC_MAX_KEYS, "raise JOBSPEC_MAX_KEYS");

@@ -32,9 +32,9 @@ typedef struct keydef {
   unsigned applies;           /* KA_* bits; 0: every job */
 } keydef;
 
-#define JOBSPEC_MAX_KEYS 64     /* the table's length is checked against it at compile time */
-#define JOBSPEC_NSECTIONS 7
-#define JOBSPEC_SECTIONS_ALLOWED "[job] [model] [data] [optim] [fsdp] [checkpoint] [eval]"
+#define JOBSPEC_MAX_KEYS 128    /* the table's length is checked against it at compile time */
+#define JOBSPEC_NSECTIONS 8
+#define JOBSPEC_SECTIONS_ALLOWED "[job] [model] [data] [optim] [fsdp] [checkpoint] [eval] [lora]"
 
 extern const keydef jobspec_keys[];      /* in file order: section by section */
 extern const int jobspec_nkeys;

@@ -313,6 +313,12 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   if (spec->ckpt_async && spec->ckpt_every > 0) p->snapshot_bytes = 3 * sizeof(float) * (uint64_t)p->shard_total;
   p->host_bytes += p->snapshot_bytes;
   model_comm(&in, in.sharding, p->sent_bytes, p->sent_inter);
+  fsdp_status rc = plan_lora_build(spec, p);
+  if (rc != FSDP_OK) {
+    plan_destroy(&p);
+    return rc;
+  }
+  plan_lora_memory(p);
   *out = p;
   return FSDP_OK;
 }
@@ -373,4 +379,5 @@ int plan_min_world_of(const plan_t *p, uint64_t device_bytes) {
 void plan_sent_bytes_if(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]) {
   model_in in = in_from_plan(p);
   model_comm(&in, mode, sent, NULL);
+  plan_lora_sent(p, sent);
 }

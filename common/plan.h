@@ -158,6 +158,37 @@ int64_t plan_classifier_chunk(int64_t BT, int64_t V);
  * plan_classifier_chunk rows of V rounded up to 128, bf16 (ops_cuda_classifier_scratch_bytes). */
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
 
+/* LoRA ([lora], docs/models.md "LoRA"; common/plan_lora.c): the base is frozen and every block carries
+ * adapters on its target projections: A [r, in] and B [out, r] (nn.Linear's layout, peft's names
+ * lora_A, lora_B), y += (alpha / r)·(x·Aᵀ)·Bᵀ. The adapters are not in the units: they are one
+ * fp32 segment of their own, replicated on every rank (their gradient all-reduced once per step,
+ * AdamW run on the whole segment by every rank alike), laid out block by block and, in a block,
+ * module by module, A then B. Memory per rank, NA = numel:
+ *   param_shard += 4·NA (+ 2·NA act copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
+ *   comm: 4·PLAN_STEP_SCALARS only (no reduce-scatter of the frozen base)
+ *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
+ *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets
+ *   workspace += BT·(max out + max in + r) act elements: the adapters' scratch */
+#define PLAN_LORA_MAX 8
+typedef struct plan_lora_mod {
+  char path[32];       /* in a block, as Hugging Face names it: "attn.c_attn", "self_attn.q_proj" */
+  int slot;            /* the block slot of its (frozen) base weight */
+  int64_t in, out;     /* x is (BT, in); its output is out wide ... */
+  int64_t col0, ld;    /* ... at columns [col0, col0 + out) of rows ld wide (a fused q|k|v, gate|up) */
+  int64_t a_off, b_off;   /* A and B in the block's adapters */
+} plan_lora_mod;
+typedef struct plan_lora {
+  int rank;            /* r; 0: no LoRA, every weight trained */
+  double alpha;
+  float scale;         /* alpha / r */
+  int nmods;
+  plan_lora_mod mod[PLAN_LORA_MAX];
+  int64_t block_numel; /* Σ r·(in + out) over the targets */
+  int64_t numel;       /* L·block_numel: every adapter element */
+  int64_t max_in, max_out;
+  int64_t saved, ws;   /* act elements: the kept x·Aᵀ of every block, and the scratch */
+} plan_lora;
+
 typedef struct plan {
   model_config model;
   char source[JOBSPEC_PATH_MAX];   /* [model] from: the Hugging Face folder the model came from, or "" */
@@ -187,6 +218,7 @@ typedef struct plan {
                                    6·Ψ + 12·L·C·T (its one embedding tensor is the head's matmul) */
   int n_decay;                  /* 2-D tensors (AdamW decays them): GPT-2 2 + 4·L, Llama 2 + 7·L (tied 1 + 7·L) */
   plan_act act;
+  plan_lora lora;               /* lora.rank 0: no LoRA */
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
   uint64_t host_bytes;          /* host memory: offload = optimizer's 16·S (fp32 master, AdamW m and
@@ -229,6 +261,11 @@ int plan_head_slot(const plan_t *p);
 /* Find a tensor by Hugging Face name, in any form the architecture's descriptor takes (GPT-2 with or
  * without "transformer.", Llama with or without "model."; lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
+/* LoRA's module of block slot SLOT, or NULL when no target adapts it (or no LoRA). */
+const plan_lora_mod *plan_lora_of(const plan_t *p, int slot);
+/* Adapter tensor names as peft writes them: "base_model.model.transformer.h.3.attn.c_attn.lora_A.weight"
+ * for block LAYER, module M, B = 0 (lora_A) or 1 (lora_B). */
+void plan_lora_name(const plan_t *p, int layer, int m, int b, char *buf, size_t n);
 /* Smallest world size (≤ max_world) whose predicted per-rank total fits in device_bytes, or 0. */
 int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world);
 

@@ -8,4 +8,11 @@
 /* Append tensor NAME of shape [d0] (d1 = 0) or [d0, d1] to U at its current end; 2-D decays. */
 void plan_add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1);
 
+/* plan_lora.c: P's LoRA layout from SPEC's [lora] (P's model and units built), refusing an unknown
+ * target or a rank above a target's width in one line; and its memory terms added to P's. */
+fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p);
+void plan_lora_memory(plan_t *p);
+/* SENT (any sharding mode's) with LoRA: no reduce-scatter; the adapters' gradient all-reduced once per step. */
+void plan_lora_sent(const plan_t *p, uint64_t sent[COLL_NKIND]);
+
 #endif

@@ -30,6 +30,17 @@ typedef struct arch_hf_key {
   const char *ini, *hf;
 } arch_hf_key;
 
+/* A projection [lora] targets can adapt: its module path inside a block as Hugging Face names it
+ * ("attn.c_attn", "self_attn.q_proj"; a target names it by its last part), the block slot of its
+ * base weight, its input and output widths, and where the model computes its output: columns
+ * [col0, col0 + out) of rows ld wide (a fused q|k|v or gate|up; else col0 = 0, ld = out). */
+#define ARCH_LORA_MAX 8
+typedef struct arch_lora_module {
+  const char *path;
+  int slot;
+  int64_t in, out, col0, ld;
+} arch_lora_module;
+
 typedef struct arch_desc {
   model_arch id;
   const char *name;            /* [model] arch, the manifest's "arch", the folder: "gpt2" */
@@ -74,6 +85,12 @@ typedef struct arch_desc {
   /* NAME in any of the forms Hugging Face writes it; NULL if the plan has no such tensor. */
   const plan_tensor *(*find)(const plan_t *p, const char *name, int *unit);
   int (*head_slot)(const model_config *m);   /* the root slot the output head multiplies with */
+
+  /* ---- LoRA ([lora], plan.h's plan_lora) ---- */
+  const char *lora_default;     /* peft's default targets for the family: "c_attn", "q_proj,v_proj" */
+  const char *lora_block_hf;    /* a block's prefix in the Hugging Face model's names: "transformer.h.%d." */
+  /* Every module a target can name, in the order the block computes them; returns the count (≤ ARCH_LORA_MAX). */
+  int (*lora_modules)(const model_config *m, arch_lora_module *out);
 
   /* ---- weights files (safetensors.c) ---- */
   const char *const *probe_names;   /* names (bare, as st_find takes them) that tell a file of it */

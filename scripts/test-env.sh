@@ -21,7 +21,7 @@ VENV=${FSDPD_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/testenv}
 # jinja2: the renderer of transformers' apply_chat_template; scikit-build-core: llama-cpp-python's
 # build backend, which pip needs to save its source distribution (the chat templates).
 REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy jinja2==3.1.6
-      scikit-build-core==1.1.2)
+      scikit-build-core==1.1.2 peft==0.21.2)
 CHAT_TEMPLATES=${FSDPD_CHAT_TEMPLATES:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/chat-templates}
 TEMPLATES_SDIST=llama-cpp-python==0.3.36
 
@@ -62,7 +62,7 @@ if [ "${1:-}" = --check ]; then
   exit 1
 fi
 venv_create test-env "$VENV" "torch, transformers, tokenizers, safetensors; ~6 GB" "${REQS[@]}"
-"$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors, jinja2" >&2
+"$VENV/bin/python" -c "import torch, transformers, tokenizers, safetensors, jinja2, peft" >&2
 venv_stamp "$VENV" "${REQS[@]}"
 fetch_templates
 echo "$VENV/bin/python"

@@ -328,7 +328,8 @@ static void worker_close(worker_rt *w) {
   plan_destroy(&w->plan);
 }
 
-static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save, const char *job) {
+static int run_standalone(int rank, int world, const char *rdv, int steps_override, const char *save,
+                          const char *save_adapter, const char *job) {
   worker_rt w = {.gpu = -1};
   jobspec_t *spec = &w.spec;
   fsdp_status rc;
@@ -362,6 +363,7 @@ static int run_standalone(int rank, int world, const char *rdv, int steps_overri
     print_report(rank, &r);
   }
   if (save) TRY_GOTO(runtime_save(w.rt, save), rc, out);
+  if (save_adapter) TRY_GOTO(runtime_save_adapters(w.rt, save_adapter), rc, out);
 out:
   if (rc != FSDP_OK) log_error("%s", fsdp_last_error());
   worker_close(&w);
@@ -446,7 +448,7 @@ out:
 
 /* What the command line asks for. */
 typedef struct worker_args {
-  const char *connect, *rdv, *save, *job, *log_level;
+  const char *connect, *rdv, *save, *save_adapter, *job, *log_level;
   long rank, world, steps, job_id;
   int standalone, help, blas_info;
   sample_args sa;
@@ -464,6 +466,8 @@ static const flagdef flags[] = {
   {"rendezvous", FLAG_STR, W(rdv), NULL, 0, 0, "standalone: the fresh directory DIR where the N ranks meet"},
   {"steps", FLAG_LONG, W(steps), NULL, 1, 1073741824, "standalone: train K steps instead of the job's"},
   {"save", FLAG_STR, W(save), NULL, 0, 0, "standalone: write the trained model to FILE.safetensors"},
+  {"save-adapter", FLAG_STR, W(save_adapter), NULL, 0, 0,
+   "standalone, a [lora] job: write the trained adapters as a PEFT folder DIR (adapter_config.json, adapter_model.safetensors)"},
   {"sample", FLAG_STR, W(sa.model), NULL, 0, 0, "sample from MODEL (what fsdpctl sample runs; docs/data.md)"},
   {"prompt", FLAG_STR, W(sa.prompt), NULL, 0, 0, "--sample: the prompt TEXT"},
   {"tokens", FLAG_INT, W(sa.tokens), "64", 1, 1048576, "--sample: tokens to generate"},
@@ -482,6 +486,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: fsdp-worker --connect ENDPOINT --job ID --rank R [--log-level L]   (the token: $FSDPD_WORKER_TOKEN)\n"
           "       fsdp-worker --standalone --rank R --world N --rendezvous DIR [--steps K] [--save FILE.safetensors]\n"
+          "                   [--save-adapter DIR]\n"
           "                   [--log-level L] JOB.ini\n"
           "       fsdp-worker --sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
           "                   [--tokenizer FILE] [--logits]     (what fsdpctl sample runs; docs/data.md)\n\nflags:\n");
@@ -543,7 +548,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     blasinfo_log(openblas_get_config(), openblas_get_corename());
-    return run_standalone((int)a.rank, (int)a.world, a.rdv, (int)a.steps, a.save, a.job);
+    return run_standalone((int)a.rank, (int)a.world, a.rdv, (int)a.steps, a.save, a.save_adapter, a.job);
   }
   if (!a.connect || a.job_id < 0 || a.rank < 0) {
     fprintf(stderr, "fsdp-worker: needs --connect ENDPOINT --job ID --rank R (or --standalone)\n");

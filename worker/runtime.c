@@ -29,6 +29,7 @@
 #include "log.h"
 #include "mem.h"
 #include "optim.h"
+#include "peft.h"
 #include "runtime_priv.h"
 #include "st_model.h"
 #include "stepstats.h"
@@ -98,14 +99,22 @@ static fsdp_status alloc_state(runtime_t *rt) {
     ALLOC(rt->v, dev->op->alloc_host(dev, (size_t)S * 4));
     ALLOC(rt->hgrad, dev->op->alloc_host(dev, (size_t)S * 4));
     if (!bf16_params) ALLOC(rt->dparam, dalloc(rt, MEM_PARAM_SHARD, S, 4));
+  } else if (p->lora.rank) {   /* the frozen base: its shard only; the adapters train */
+    ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
   } else {
     ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
     ALLOC(rt->m, dalloc(rt, MEM_OPTIM_STATE, S, 4));
     ALLOC(rt->v, dalloc(rt, MEM_OPTIM_STATE, S, 4));
   }
   if (bf16_params) ALLOC(rt->lp, dalloc(rt, MEM_PARAM_SHARD, S, 2));
-  ALLOC(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4));
+  if (!p->lora.rank) ALLOC(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4));
   ALLOC(rt->acts, model_acts_new(p, dev));
+  if (p->lora.rank) {
+    TRY(lora_new(p, dev, &rt->lora));
+    model_set_lora(rt->acts, rt->lora);
+    ALLOC(rt->lora_ready, dev_event_new(dev));
+    ALLOC(rt->lora_done, dev_event_new(dev));
+  }
   ALLOC(rt->inp, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)));
   ALLOC(rt->tgt, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)));
   if (!dev->host_accessible) {
@@ -119,9 +128,24 @@ static fsdp_status alloc_state(runtime_t *rt) {
   /* per micro-step at most 2 gathers and 1 reduction per unit; hybrid: one cross-group all-reduce
    * per unit per step */
   TRY(reqs_init(&rt->reqs, G * 3 * nu + nu + 8));
-  TRY(reduce_new(p, rt->rank, dev, rt->grad, rt->comm, &rt->reqs, &rt->red));
+  if (!rt->lora) TRY(reduce_new(p, rt->rank, dev, rt->grad, rt->comm, &rt->reqs, &rt->red));
   const void *shard = rt->lp ? (const void *)rt->lp : rt->dparam ? (const void *)rt->dparam : (const void *)rt->param;
   return unit_pool_new(p, dev, rt->comm, shard, rt->red, &rt->reqs, &rt->pool, &rt->unit);
+}
+
+/* The adapters, whole on every rank: peft's initialization from the seed, or [lora] init_from. */
+static fsdp_status init_adapters(runtime_t *rt) {
+  lora_ctx *l = rt->lora;
+  size_t bytes = (size_t)l->n * sizeof(float);
+  void *hp = NULL;
+  TRY(runtime_host_buffer(rt, l->param, bytes, &hp));
+  fsdp_status rc = FSDP_OK;
+  if (rt->spec->lora.init_from[0]) rc = peft_load(rt->p, rt->spec->lora.init_from, hp);
+  else lora_init_values(rt->p, rt->spec->seed, hp);
+  fsdp_status rc2 = runtime_host_buffer_done(rt, l->param, bytes, hp, rc == FSDP_OK);
+  if (rc == FSDP_OK) rc = rc2;
+  if (rc == FSDP_OK) lora_refresh(l);
+  return rc;
 }
 
 /* Parameters: this rank's shard only, never the whole model, from the seed or spec->init. */
@@ -143,6 +167,7 @@ static fsdp_status init_params(runtime_t *rt) {
   }
   fsdp_status rc2 = runtime_host_buffer_done(rt, rt->param, bytes, hp, rc == FSDP_OK);
   if (rc == FSDP_OK) rc = rc2;
+  if (rc == FSDP_OK && rt->lora) rc = init_adapters(rt);
   return rc == FSDP_OK ? runtime_refresh_lp(rt) : rc;
 }
 
@@ -209,7 +234,7 @@ fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica) {
   rt->gcomm = group;
   rt->rcomm = replica;
   unit_pool_set_comm(rt->pool, group);
-  reduce_set_comms(rt->red, group, replica);
+  if (rt->red) reduce_set_comms(rt->red, group, replica);   /* [lora]: no reducer */
   if (rt->trace) runtime_set_trace(rt, rt->trace);
   return FSDP_OK;
 }
@@ -273,26 +298,30 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   int prev = L;
   if (full)
     while (prev >= 1 && L - prev < ahead) TRY(unit_gather(&unit[prev--]));
-  reduce_begin(rt->red, k > 0, last);
-  TRY(unit_grad(root));   /* the head's gradient goes to the root (GPT-2's tied wte) */
+  int frozen = rt->lora != NULL;   /* [lora]: no unit has a gradient; the adapters' accumulate in place */
+  if (!frozen) {
+    reduce_begin(rt->red, k > 0, last);
+    TRY(unit_grad(root));   /* the head's gradient goes to the root (GPT-2's tied wte) */
+  }
   span(rt, 0, TRACE_LOSS, 0);
   model_head_forward_backward(rt->acts, p, w0, root->grad, tgt, dscale, rt->scal);
   span(rt, 1, TRACE_LOSS, 0);
   for (int u = L; u >= 1; u--) {
     fsdp_unit *b = &unit[u];
     const void *w = unit_wait(b);
-    TRY(unit_grad(b));
+    if (!frozen) TRY(unit_grad(b));
     span(rt, 0, TRACE_BACKWARD, u);
     model_block_backward(rt->acts, p, u - 1, w, b->grad);
     span(rt, 1, TRACE_BACKWARD, u);
     unit_release(b);
     if (full && prev >= 1) TRY(unit_gather(&unit[prev--]));
-    TRY(unit_reduce(b));
+    if (!frozen) TRY(unit_reduce(b));
   }
   span(rt, 0, TRACE_BACKWARD, 0);
   model_embed_backward(rt->acts, p, root->grad, inp);
   span(rt, 1, TRACE_BACKWARD, 0);
   unit_release(root);
+  if (frozen) return FSDP_OK;
   TRY(unit_reduce(root));
   return reduce_finish(rt->red);   /* the shard holds the sums before the next micro-step adds to them */
 }
@@ -340,11 +369,21 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
   if (ok) {
     d->op->set_timer(d, DEV_T_OPTIM);
     span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
-    /* every shard is held by ngroups ranks (none: every rank holds everything) */
-    d->kern->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
+    if (rt->lora) {   /* the adapters' gradient, whole on every rank: summed over the world first */
+      lora_ctx *l = rt->lora;
+      comm_req *areq = NULL;
+      d->op->record(d, rt->lora_ready);
+      rc = comm_allreduce_ev(rt->comm, l->grad, (size_t)l->n, COMM_F32, rt->lora_ready, rt->lora_done, &areq);
+      if (rc == FSDP_OK) rc = reqs_add(&rt->reqs, areq);
+      if (rc == FSDP_OK) d->op->wait(d, rt->lora_done, DEV_T_OPTIM);
+      d->kern->sumsq(d, rt->scal + 1, l->grad, l->n, 1.0f / (float)p->world);
+    } else {
+      /* every shard is held by ngroups ranks (none: every rank holds everything) */
+      d->kern->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
+    }
     d->kern->fill(d, rt->scal + 3, (float)((double)p->batch_size * p->model.seq_len * rt->spec->grad_accum), 1);
     d->op->record(d, rt->scal_ready);
-    rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
+    if (rc == FSDP_OK) rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
     if (rc == FSDP_OK) d->op->wait(d, rt->scal_done, DEV_T_OPTIM);
   }
   fsdp_status wrc = reqs_wait(&rt->reqs);   /* the watchdog: every collective of the step */
@@ -361,6 +400,12 @@ static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float cl
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
   *host_us = 0;
+  if (rt->lora) {   /* the adapters only: the same AdamW over their segment, on every rank alike */
+    lora_ctx *l = rt->lora;
+    d->kern->adamw(d, &l->opt, 0, l->param, l->grad, l->m, l->v, NULL, step, lr, &rt->optim, clip);
+    lora_refresh(l);
+    return FSDP_OK;
+  }
   if (!rt->offload) {
     d->kern->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, &rt->optim, clip);
     return FSDP_OK;
@@ -393,7 +438,8 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   d->op->timers(d, us);   /* start this step's count */
   d->op->set_timer(d, DEV_T_COMPUTE);
   span(rt, 0, TRACE_STEP, TRACE_NO_UNIT);
-  d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
+  if (rt->lora) d->op->zero(d, rt->lora->grad, (size_t)rt->lora->n * sizeof(float));
+  else d->op->zero(d, rt->grad, (size_t)p->shard_total * sizeof(float));
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   if (hybrid(rt) && !rt->rcomm)
     return fsdp_set_error(FSDP_ERR_STATE, "sharding = hybrid: the group communicators were not set (runtime_set_groups)");
@@ -524,6 +570,9 @@ void runtime_destroy(runtime_t **prt) {
   d->op->free(d, rt->lp);
   d->op->free(d, rt->grad);
   model_acts_destroy(&rt->acts);
+  lora_destroy(&rt->lora);
+  dev_event_destroy(&rt->lora_ready);
+  dev_event_destroy(&rt->lora_done);
   d->op->free(d, rt->inp);
   d->op->free(d, rt->tgt);
   free(rt->inp_h);

@@ -73,6 +73,8 @@ fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out
 fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out);
 /* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
 fsdp_status runtime_save(runtime_t *rt, const char *path);
+/* A [lora] job: rank 0 writes the adapters (whole on every rank) as a PEFT folder DIR (peft.h). */
+fsdp_status runtime_save_adapters(runtime_t *rt, const char *dir);
 /* Record spans in T (trace.h; NULL: stop): the step on the host lane, every forward, loss, backward
  * and the optimizer on the compute-stream lane (through the device), every collective on its comm's
  * lane (comm_set_trace: the world comm's, and with hybrid sharding the group's and the replica

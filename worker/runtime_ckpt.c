@@ -9,6 +9,7 @@
 #include "log.h"
 #include "mem.h"
 #include "monotime.h"
+#include "peft.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
 #include "trace.h"
@@ -152,6 +153,16 @@ fsdp_status runtime_save(runtime_t *rt, const char *path) {
   free(units);
   free(whole);
   plan_destroy(&w);
+  return rc;
+}
+
+fsdp_status runtime_save_adapters(runtime_t *rt, const char *dir) {
+  if (!rt->lora) return fsdp_set_error(FSDP_ERR_STATE, "--save-adapter %s: the job has no [lora] adapters", dir);
+  if (rt->rank != 0) return FSDP_OK;
+  void *view = NULL;
+  TRY(runtime_host_view(rt, rt->lora->param, (size_t)rt->lora->n * sizeof(float), &view));
+  fsdp_status rc = peft_save(rt->p, view, dir, rt->spec->from);
+  runtime_host_view_done(rt, view);
   return rc;
 }
 

@@ -4,6 +4,7 @@
 #define FSDP_RUNTIME_PRIV_H
 
 #include "device.h"
+#include "lora.h"
 #include "model.h"
 #include "runtime.h"
 #include "reduce.h"
@@ -45,6 +46,12 @@ struct runtime {
   fsdp_unit *unit;               /* p->nunits, owned by the pool */
   reducer *red;
   reqs reqs;
+
+  /* [lora]: the adapters (the model reads them; the runtime zeroes, all-reduces and updates
+   * them), and the events that order their gradient's all-reduce; the base then has no gradient,
+   * optimizer state or reducer (grad, m, v, red NULL) */
+  lora_ctx *lora;
+  dev_event *lora_ready, *lora_done;
 
   trace_t *trace;                /* spans (runtime_set_trace); NULL: none */
 

@@ -192,6 +192,16 @@ static fsdp_status no_missing(const plan_t *p, const char *name, const char *whe
 
 static const char *const probe_names[] = {"wte.weight", "h.0.attn.c_attn.weight", NULL};
 
+/* Conv1D's in and out; the adapters are nn.Linear's [r, in] and [out, r] (peft's). */
+static int lora_modules(const model_config *m, arch_lora_module *o) {
+  int64_t C = m->n_embd;
+  o[0] = (arch_lora_module){"attn.c_attn", BLK_ATTN_W, C, 3 * C, 0, 3 * C};
+  o[1] = (arch_lora_module){"attn.c_proj", BLK_ATTNPROJ_W, C, C, 0, C};
+  o[2] = (arch_lora_module){"mlp.c_fc", BLK_FC_W, C, 4 * C, 0, 4 * C};
+  o[3] = (arch_lora_module){"mlp.c_proj", BLK_FCPROJ_W, 4 * C, C, 0, C};
+  return 4;
+}
+
 const arch_desc gpt2_arch = {
   .id = ARCH_GPT2,
   .name = "gpt2",
@@ -215,6 +225,9 @@ const arch_desc gpt2_arch = {
   .units = units,
   .find = find,
   .head_slot = head_slot,
+  .lora_default = "c_attn",
+  .lora_block_hf = "transformer.h.%d.",
+  .lora_modules = lora_modules,
   .probe_names = probe_names,
   .file_desc = "a GPT-2 model (wte.weight, h.0.…)",
   .reads = "wte.weight, h.0.…",

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "lora.h"
 #include "model.h"
 #include "rng.h"
 
@@ -127,6 +128,9 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 /* ---------------------------------------------------------------- forward */
 
 #define PARAM(u, slot, buf) model_param(p, a->dev, (u), (slot), (buf))
+/* The adapters ([lora]) around a projection: nothing where none is (lora.h) */
+#define LORA (a->arena.lora)
+#define LORA_AT(slot) (LORA && plan_lora_of(p, (slot)))
 
 void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
@@ -146,15 +150,24 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
   d->kern->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
                            PARAM(u, BLK_LN1_B, unit), B, T, C);
   d->kern->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
+  lora_forward(LORA, layer, BLK_ATTN_W, s->qkv, s->ln1);
   d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
   d->kern->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
+  lora_forward(LORA, layer, BLK_ATTNPROJ_W, a->fwd_tmp, s->atty);
   dev_residual_layernorm(d, s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, x, a->fwd_tmp, PARAM(u, BLK_LN2_W, unit),
                          PARAM(u, BLK_LN2_B, unit), B, T, C);
-  dev_matmul_gelu(d, s->fch_gelu, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C,
-                  4 * C);
+  if (LORA_AT(BLK_FC_W)) {   /* the adapter adds before the GELU: c_fc unfused */
+    d->kern->matmul_forward(d, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C, 4 * C);
+    lora_forward(LORA, layer, BLK_FC_W, s->fch, s->ln2);
+    d->kern->gelu_forward(d, s->fch_gelu, s->fch, (int64_t)BT * 4 * C);
+  } else {
+    dev_matmul_gelu(d, s->fch_gelu, s->fch, s->ln2, PARAM(u, BLK_FC_W, unit), PARAM(u, BLK_FC_B, unit), BT, C,
+                    4 * C);
+  }
   d->kern->matmul_forward(d, a->fwd_tmp, s->fch_gelu, PARAM(u, BLK_FCPROJ_W, unit), PARAM(u, BLK_FCPROJ_B, unit), BT,
                         4 * C, C);
+  lora_forward(LORA, layer, BLK_FCPROJ_W, a->fwd_tmp, s->fch_gelu);
   d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
@@ -199,10 +212,18 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   if (a->recompute) gpt2_block_forward(a, p, layer, unit);
 
   /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-  dev_matmul_backward_gelu(d, dfch, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
-                           PARAM(u, BLK_FCPROJ_W, unit), s->fch, a->dbuf, BT, 4 * C, C);
+  if (LORA_AT(BLK_FCPROJ_W)) {   /* the adapter's input gradient joins before the GELU's: unfused */
+    d->kern->matmul_backward(d, a->dbuf, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
+                             PARAM(u, BLK_FCPROJ_W, unit), BT, 4 * C, C);
+    lora_backward(LORA, layer, BLK_FCPROJ_W, a->dbuf, dres, s->fch_gelu);
+    d->kern->gelu_backward(d, dfch, s->fch, a->dbuf, (int64_t)BT * 4 * C);
+  } else {
+    dev_matmul_backward_gelu(d, dfch, DPARAM(BLK_FCPROJ_W), DPARAM(BLK_FCPROJ_B), dres, s->fch_gelu,
+                             PARAM(u, BLK_FCPROJ_W, unit), s->fch, a->dbuf, BT, 4 * C, C);
+  }
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
                          4 * C);
+  lora_backward(LORA, layer, BLK_FC_W, a->dx, dfch, s->ln2);
   d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
                             PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
@@ -210,9 +231,11 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
+  lora_backward(LORA, layer, BLK_ATTNPROJ_W, a->datty, dres, s->atty);
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
+  lora_backward(LORA, layer, BLK_ATTN_W, a->dx, a->dbuf, s->ln1);
   d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
                             s->ln1_mean, s->ln1_rstd, B, T, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
@@ -221,6 +244,7 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
 
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
+  if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
   d->kern->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
                           a->B, a->T, a->C);
 }

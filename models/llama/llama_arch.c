@@ -473,6 +473,19 @@ static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope
                                        "mlp_bias", NULL};
 const char *const llama_probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
+/* q|k|v run as one linear of rows NH·HD + 2·KV wide, gate|up as one of 2F (model_llama.c). */
+int llama_lora_modules(const model_config *m, arch_lora_module *o) {
+  int64_t C = m->n_embd, F = m->ffn_dim, QD = q_dim(m), KV = kv_dim(m), Q = qkv_dim(m);
+  o[0] = (arch_lora_module){"self_attn.q_proj", LBLK_Q, C, QD, 0, Q};
+  o[1] = (arch_lora_module){"self_attn.k_proj", LBLK_K, C, KV, QD, Q};
+  o[2] = (arch_lora_module){"self_attn.v_proj", LBLK_V, C, KV, QD + KV, Q};
+  o[3] = (arch_lora_module){"self_attn.o_proj", LBLK_O, QD, C, 0, C};
+  o[4] = (arch_lora_module){"mlp.gate_proj", LBLK_GATE, C, F, 0, 2 * F};
+  o[5] = (arch_lora_module){"mlp.up_proj", LBLK_UP, C, F, F, 2 * F};
+  o[6] = (arch_lora_module){"mlp.down_proj", LBLK_DOWN, F, C, 0, C};
+  return 7;
+}
+
 const arch_desc llama_arch = {
   LLAMA_FAMILY_DESC,
   .id = ARCH_LLAMA,

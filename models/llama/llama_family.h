@@ -41,6 +41,7 @@ const char *llama_no_emb_label(const model_config *m);
 const char *llama_flops_formula(const model_config *m);
 extern const arch_hf_key llama_hf_keys[];     /* LlamaConfig's names; every member's keys are among them */
 extern const char *const llama_probe_names[];
+int llama_lora_modules(const model_config *m, arch_lora_module *out);
 
 /* ---- config.json ---- */
 /* The keys every member reads alike (shapes, eps, the tie, hidden_act = silu, rope_theta and the rope
@@ -66,6 +67,7 @@ void llama_canonical_head_dim(model_config *m);
   .manifest_read = llama_manifest_read, .same_model = llama_same_model, .describe = llama_describe,         \
   .print_model = llama_print_model, .params_note = llama_params_note, .no_emb_label = llama_no_emb_label,   \
   .flops_formula = llama_flops_formula, .block_prefix = "layers", .layout = "nn.Linear [out, in]",          \
-  .name_width = 47
+  .name_width = 47, .lora_default = "q_proj,v_proj", .lora_block_hf = "model.layers.%d.",                     \
+  .lora_modules = llama_lora_modules
 
 #endif

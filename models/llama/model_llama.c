@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lora.h"
 #include "model.h"
 #include "rng.h"
 
@@ -133,10 +134,17 @@ void llama_acts_destroy(llama_acts **pa) {
 #define OPT_PARAM(k) (a->sl.at[k] >= 0 ? PARAM(u, a->sl.at[k], unit) : NULL)
 #define OPT_GRAD(k) (a->sl.at[k] >= 0 ? GRAD(u, a->sl.at[k], dunit) : NULL)
 #define AT(k) a->sl.at[k]
+/* The adapters ([lora]) around a projection: nothing where none is (lora.h) */
+#define LORA (a->arena.lora)
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
   d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+}
+
+/* q, k and v's adapters, each on its columns of the fused q|k|v rows (before the rotation) */
+static void lora_qkv_forward(llama_acts *a, int layer, void *qkv, const void *ln1) {
+  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_forward(LORA, layer, t, qkv, ln1);
 }
 
 static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
@@ -148,23 +156,29 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   llama_block_acts *s = &a->blk[layer];
   const void *x = block_input(a, layer);
 
-  /* attention: res2 = x + o_proj(attn(rope(qknorm(qkv(rms1(x)))))); q|k|v is one [Q, C] weight */
+  /* attention: res2 = x + o_proj(attn(rope(qknorm(qkv(rms1(x)))))); q|k|v is one [Q, C] weight; the
+   * adapters ([lora]) add to each projection's output, before the q/k norms */
+  void *qkv_out = a->qk_norm ? s->qkv_raw : s->qkv;
   d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, AT(LBLK_LN1_W), unit), BT, C, a->eps);
-  d->kern->linear_forward(d, a->qk_norm ? s->qkv_raw : s->qkv, s->ln1, PARAM(u, AT(LBLK_Q), unit), OPT_PARAM(LBLK_QB),
-                          BT, C, a->Q);
+  d->kern->linear_forward(d, qkv_out, s->ln1, PARAM(u, AT(LBLK_Q), unit), OPT_PARAM(LBLK_QB), BT, C, a->Q);
+  lora_qkv_forward(a, layer, qkv_out, s->ln1);
   if (a->qk_norm)
     d->kern->qk_norm_forward(d, s->qkv, s->qk_rstd, s->qkv_raw, PARAM(u, AT(LBLK_QN), unit),
                              PARAM(u, AT(LBLK_KN), unit), BT, a->NH, a->NKV, a->HD, a->eps);
   d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HD, &a->rope);
   d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, a->QD, a->NH, a->NKV);
   d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, AT(LBLK_O), unit), OPT_PARAM(LBLK_OB), BT, a->QD, C);
+  lora_forward(LORA, layer, LBLK_O, a->fwd_tmp, s->atty);
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
   d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, AT(LBLK_LN2_W), unit), BT, C, a->eps);
   d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, AT(LBLK_GATE), unit), OPT_PARAM(LBLK_GB), BT, C, 2 * F);
+  lora_forward(LORA, layer, LBLK_GATE, s->gu, s->ln2);
+  lora_forward(LORA, layer, LBLK_UP, s->gu, s->ln2);
   d->kern->swiglu_forward(d, s->h, s->gu, BT, F);
   d->kern->linear_forward(d, a->fwd_tmp, s->h, PARAM(u, AT(LBLK_DOWN), unit), OPT_PARAM(LBLK_DB), BT, F, C);
+  lora_forward(LORA, layer, LBLK_DOWN, a->fwd_tmp, s->h);
   d->kern->residual_forward(d, s->out, s->res2, a->fwd_tmp, (int64_t)BT * C);
 }
 
@@ -205,9 +219,12 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   /* MLP */
   d->kern->linear_backward(d, a->dh, GRAD(u, AT(LBLK_DOWN), dunit), OPT_GRAD(LBLK_DB), dres, s->h,
                            PARAM(u, AT(LBLK_DOWN), unit), BT, F, C);
+  lora_backward(LORA, layer, LBLK_DOWN, a->dh, dres, s->h);
   d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
   d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_GATE), dunit), OPT_GRAD(LBLK_GB), a->dbuf, s->ln2,
                            PARAM(u, AT(LBLK_GATE), unit), BT, C, 2 * F);
+  lora_backward(LORA, layer, LBLK_GATE, a->dx, a->dbuf, s->ln2);
+  lora_backward(LORA, layer, LBLK_UP, a->dx, a->dbuf, s->ln2);
   d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN2_W), dunit), a->dx, s->res2,
                             PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
@@ -215,14 +232,16 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, AT(LBLK_O), dunit), OPT_GRAD(LBLK_OB), dres, s->atty,
                            PARAM(u, AT(LBLK_O), unit), BT, a->QD, C);
+  lora_backward(LORA, layer, LBLK_O, a->datty, dres, s->atty);
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, a->QD, a->NH, a->NKV);
   d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HD, &a->rope);
   if (a->qk_norm)   /* in place: d(normed q|k|v) → d(raw q|k|v) */
-    d->kern->qk_norm_backward(d, a->dbuf, GRAD(u, AT(LBLK_QN), dunit), GRAD(u, AT(LBLK_KN), dunit), a->dbuf,
-                              s->qkv_raw, PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT,
-                              a->NH, a->NKV, a->HD);
+    d->kern->qk_norm_backward(d, a->dbuf, OPT_GRAD(LBLK_QN), OPT_GRAD(LBLK_KN), a->dbuf, s->qkv_raw,
+                              PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT, a->NH,
+                              a->NKV, a->HD);
   d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
                            PARAM(u, AT(LBLK_Q), unit), BT, C, a->Q);
+  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, a->dx, a->dbuf, s->ln1);
   d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x, PARAM(u, AT(LBLK_LN1_W), unit),
                             s->ln1_rstd, BT, C);
   d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
@@ -230,6 +249,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
+  if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
   d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
 }
 

@@ -498,6 +498,12 @@ static void cu_add_act(device_t *dd, void *dst, const void *src, int64_t n) {
   OP(d, ops_cuda_residual_forward(dst, dst, src, n, &d->ctx), "add_act");   /* out may equal a */
 }
 
+static void cu_act_axpby(device_t *dd, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows,
+                         int64_t cols, float alpha, float beta) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_act_axpby(dst, dld, src, sld, rows, cols, alpha, beta, &d->ctx), "act_axpby");
+}
+
 /* ---- optimizer ---- */
 
 static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float scale) {
@@ -743,7 +749,7 @@ static const dev_ops cuda_ops = {
 
 static const dev_kernels cuda_kernels = {
     .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
-    .add_act = cu_add_act, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
+    .add_act = cu_add_act, .act_axpby = cu_act_axpby, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
     .matmul_backward = cu_matmul_backward, .matmul_gelu_forward = cu_matmul_gelu_forward,

@@ -257,6 +257,9 @@ fsdp_status ops_cuda_cast_f32_to_bf16(ops_bf16 *dst, const float *src, int64_t n
 fsdp_status ops_cuda_cast_bf16_to_f32(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx);
 /* dst += src */
 fsdp_status ops_cuda_accumulate_f32(float *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx);
+/* dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[r·dld + c] over ROWS × COLS bf16 (device.h's act_axpby). */
+fsdp_status ops_cuda_act_axpby(ops_bf16 *dst, int64_t dld, const ops_bf16 *src, int64_t sld, int64_t rows,
+                               int64_t cols, float alpha, float beta, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx);
 /* *sumsq (one device float) = Σ x², summed in double in a fixed order (1024 fixed partial slices,
  * then one block; no atomics; 1024 doubles of workspace); *nonfinite (one device int) = 1 when

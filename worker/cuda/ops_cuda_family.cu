@@ -118,8 +118,9 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
   static const char *what = "qk_norm_backward";
   if (BT <= 0) return FSDP_OK;
   TRY(qk_check(NH, NKV, HD, what));
-  /* the weight gradients first: they read dout, which dinp may overwrite */
-  for (int k = 0; k < 2; k++) {
+  /* the weight gradients first: they read dout, which dinp may overwrite; none for frozen norms
+   * (dwq = dwk = NULL, [lora]) */
+  for (int k = 0; k < (dwq ? 2 : 0); k++) {
     const int64_t R = (int64_t)BT * (k ? NKV : NH);
     const int nsplit = ops_colsum_splits(R);
     const int64_t per = (R + nsplit - 1) / nsplit;

@@ -44,6 +44,7 @@ fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbia
   if (dinp)
     TRY(ops_lt_gemm(ctx, "linear_backward (dinp)", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, C, 0, 0,
                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+  if (!dweight) return FSDP_OK;   /* a frozen weight ([lora]): only the input gradient */
   return ops_lt_gemm(ctx, "linear_backward (dweight)", 0, 1, C, OC, BT, inp, C, dout, OC, dweight, C, 1, 1,
                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
 }
@@ -162,6 +163,7 @@ fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_
     rmsnorm_dinp_kernel<false><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT,
                                                                                     C);
   LAUNCH_CHECK(what);
+  if (!dweight) return FSDP_OK;   /* a frozen norm ([lora]) */
   rmsnorm_dweight_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, RMS_CS_ROWS), 0, ctx->stream>>>(
       (float *)ws, dout, inp, rstd, BT, C, per);
   LAUNCH_CHECK(what);

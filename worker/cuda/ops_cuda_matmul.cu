@@ -242,8 +242,9 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
   if (BT <= 0 || C <= 0 || OC <= 0) return FSDP_OK;
   /* dWᵀ(OC×C) += doutᵀ(OC×BT)·inp(BT×C: stored C×BT, transposed), fp32, beta 1; first, so that
    * dinp may overwrite inp */
-  TRY(ops_lt_gemm(ctx, "matmul_backward (dweight)", 0, 1, OC, C, BT, dout, OC, inp, C, dweight, OC, 1, 1,
-                  CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+  if (dweight)   /* NULL: a frozen weight ([lora]), only the input gradient */
+    TRY(ops_lt_gemm(ctx, "matmul_backward (dweight)", 0, 1, OC, C, BT, dout, OC, inp, C, dweight, OC, 1, 1,
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
   if (dbias) TRY(ops_colsum_accumulate(dbias, dout, BT, OC, ctx, "matmul_backward (dbias)"));
   if (!dinp) return FSDP_OK;
   /* dinpᵀ(C×BT) = W(C×OC: stored OC×C, transposed)·doutᵀ(OC×BT), times gelu'(pre_geluᵀ) (aux, C×BT) */

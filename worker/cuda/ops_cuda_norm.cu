@@ -327,6 +327,7 @@ fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *d
     layernorm_dinp_kernel<false><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
                                                                                      rstd, R, C);
   LAUNCH_CHECK(what);
+  if (!dweight) return FSDP_OK;   /* a frozen norm ([lora]) */
   layernorm_dparams_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, LN_CS_ROWS), 0, ctx->stream>>>(
       pw, pb, dout, inp, mean, rstd, R, C, per);
   LAUNCH_CHECK(what);

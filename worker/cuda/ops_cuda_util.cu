@@ -196,6 +196,22 @@ fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n,
   return FSDP_OK;
 }
 
+/* LoRA's column blocks: dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[..], fp32 math, one
+ * rounding to bf16; one thread per element. */
+__global__ void act_axpby_kernel(ops_bf16 *dst, int64_t dld, const ops_bf16 *src, int64_t sld, int64_t cols,
+                                 float alpha, float beta, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const float x = __fmul_rn(alpha, ldbf(src + r * sld + c));
+    dst[r * dld + c] = tobf(beta == 0.0f ? x : __fadd_rn(x, __fmul_rn(beta, ldbf(dst + r * dld + c))));
+  }
+}
+
+fsdp_status ops_cuda_act_axpby(ops_bf16 *dst, int64_t dld, const ops_bf16 *src, int64_t sld, int64_t rows,
+                               int64_t cols, float alpha, float beta, const ops_cuda_ctx *ctx) {
+  ELEMENTWISE(act_axpby_kernel, "act_axpby", rows * cols, dst, dld, src, sld, cols, alpha, beta);
+}
+
 /* ---- sum of squares and loss sum ---- */
 
 #define SUMSQ_SLICES 1024 /* fixed: the order of the sum does not depend on the GPU */

@@ -113,6 +113,11 @@ typedef struct dev_kernels {
   void (*to_act)(device_t *d, void *dst, const void *src, dtype_kind src_dt, int64_t n);  /* params → compute form */
   void (*add)(device_t *d, float *dst, const void *src, dtype_kind src_dt, int64_t n);    /* dst += src */
   void (*add_act)(device_t *d, void *dst, const void *src, int64_t n);                    /* act dst += src */
+  /* act dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[r·dld + c] for ROWS × COLS (a column
+   * block of a wider row, as LoRA reads and writes a fused projection's part); dst may be src with
+   * dld = sld (in place). beta = 0 never reads dst. */
+  void (*act_axpby)(device_t *d, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows, int64_t cols,
+                    float alpha, float beta);
 
   /* ---- optimizer ---- */
   /* out[0] = scale·Σ x², out[1] = 0 if that is finite else 1 (fixed summation order). */
@@ -132,6 +137,8 @@ typedef struct dev_kernels {
   void (*layernorm_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                              const void *w, const float *mean, const float *rstd, int B, int T, int C);
   void (*matmul_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C, int OC);
+  /* dw = db = NULL: only the input gradient (a frozen weight, [lora]); likewise linear_backward's and
+   * the norms' dw, and the classifier's dwte with dinp set. */
   void (*matmul_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, int BT, int C, int OC);
   /* STATE is what the backward needs (dev_attention_floats floats) and SCRATCH the backward's
@@ -175,7 +182,8 @@ typedef struct dev_kernels {
                           const void *w, int BT, int C, int OC);
   /* Qwen3's q_norm / k_norm (ops_cpu.h qk_norm_forward): RMSNorm over each of the NH q heads (weight
    * wq) and NKV k heads (wk) of HD channels of a (BT, (NH + 2·NKV)·HD) qkv buffer, v copied; rstd
-   * (BT, NH + NKV) fp32 saved. Backward: dinp assigned (may be dout), dwq and dwk +=. */
+   * (BT, NH + NKV) fp32 saved. Backward: dinp assigned (may be dout), dwq and dwk += (both NULL: frozen
+   * norms, [lora]). */
   void (*qk_norm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *wq, const void *wk, int BT,
                           int NH, int NKV, int HD, float eps);
   void (*qk_norm_backward)(device_t *d, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,

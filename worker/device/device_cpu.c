@@ -259,6 +259,27 @@ static void cpu_add_act(device_t *d, void *dst, const void *src, int64_t n) {
   SUBMIT(d, run_add, P(dst), P(src), I(DTYPE_FP32), I(n));
 }
 
+static void run_act_axpby(cpu_dev *d, const targ *a) {
+  (void)d;
+  float *dst = a[0].p;
+  const float *src = a[2].p;
+  int64_t dld = a[1].i, sld = a[3].i, rows = a[4].i, cols = a[5].i;
+  float alpha = (float)a[6].f, beta = (float)a[7].f;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    float *o = dst + r * dld;
+    const float *x = src + r * sld;
+    if (beta == 0.0f)
+      for (int64_t c = 0; c < cols; c++) o[c] = alpha * x[c];
+    else
+      for (int64_t c = 0; c < cols; c++) o[c] = alpha * x[c] + beta * o[c];
+  }
+}
+static void cpu_act_axpby(device_t *d, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows,
+                          int64_t cols, float alpha, float beta) {
+  SUBMIT(d, run_act_axpby, P(dst), I(dld), P(src), I(sld), I(rows), I(cols), F(alpha), F(beta));
+}
+
 /* ---- optimizer ---- */
 
 static void run_sumsq(cpu_dev *d, const targ *a) {
@@ -544,6 +565,7 @@ static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async")
 /* every mode's: each kernel submits to the device's stream, which is the host in sync mode */
 static const dev_kernels cpu_kernels = {
     .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add, .add_act = cpu_add_act,
+    .act_axpby = cpu_act_axpby,
     .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward, .matmul_forward = cpu_matmul_forward,

@@ -134,3 +134,5 @@ void model_arena_free(model_arena *ar) {
   ar->dev->op->free(ar->dev, ar->ws);
   ar->saved = ar->ws = NULL;
 }
+
+void model_set_lora(model_acts *a, struct lora_ctx *l) { ((model_arena *)a->acts)->lora = l; }

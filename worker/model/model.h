@@ -79,7 +79,10 @@ void model_init_shard(const plan_t *p, uint64_t seed, int rank, float *shard);
 static inline void *model_param(const plan_t *p, const device_t *d, int u, int slot, const void *buf) {
   return (char *)(uintptr_t)buf + p->units[u].t[slot].offset * d->act_bytes;
 }
-static inline float *model_grad(const plan_t *p, int u, int slot, float *buf) { return buf + p->units[u].t[slot].offset; }
+/* BUF NULL (a frozen base, [lora]): NULL, and the operators compute no weight gradient. */
+static inline float *model_grad(const plan_t *p, int u, int slot, float *buf) {
+  return buf ? buf + p->units[u].t[slot].offset : NULL;
+}
 
 /* Hand out N elements of ESZ bytes at *off in BASE (NULL base: only count): how each architecture
  * lays its activations and workspace out, once to size the allocations and once to place them. */
@@ -89,8 +92,10 @@ void *model_take(char *base, int64_t *off, int64_t n, int esz);
  * (kept forward → backward) and one MEM_WORKSPACE allocation (reused by phase), both of exactly the
  * bytes its LAYOUT counts (plan_act's terms). An architecture's activation state starts with it, so
  * that the runtime and the tests read its sizes without knowing the architecture. */
+struct lora_ctx;
 typedef struct model_arena {
   device_t *dev;
+  struct lora_ctx *lora;   /* the adapters ([lora], worker/model/lora.h), or NULL; model_set_lora */
   void *saved, *ws;
   int64_t saved_bytes, ws_bytes;
 } model_arena;
@@ -100,6 +105,8 @@ typedef struct model_arena {
 typedef void (*model_layout_fn)(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes);
 fsdp_status model_arena_alloc(model_arena *ar, device_t *d, model_layout_fn layout, void *acts);
 void model_arena_free(model_arena *ar);   /* NULL-safe; the buffers back to the device */
+/* The adapters the blocks add to their target projections from now on (NULL: none); L outlives A. */
+void model_set_lora(model_acts *a, struct lora_ctx *l);
 /* The arena of A (every architecture's state starts with one). */
 static inline const model_arena *model_acts_arena(const model_acts *a) { return (const model_arena *)a->acts; }
 

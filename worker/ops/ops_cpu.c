@@ -157,7 +157,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     for (int c = 0; c < C; c++)
       dx[c] = layernorm_dinp(weight[c] * d[c], layernorm_norm(x[c], m, rs), g_mean, gn_mean, rs);
   }
-  /* dweight, dbias: column sums, split by channel block. */
+  /* dweight, dbias: column sums, split by channel block (none for a frozen norm). */
+  if (!dweight) return;
   int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < nblk; blk++) {
@@ -238,8 +239,8 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
   /* dinp[BT,C] = dout[BT,OC] · weight[C,OC]ᵀ */
   if (dinp)
     gemm(CblasNoTrans, CblasTrans, BT, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
-  /* dweight[C,OC] += inp[BT,C]ᵀ · dout[BT,OC] */
-  gemm(CblasTrans, CblasNoTrans, C, OC, BT, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+  /* dweight[C,OC] += inp[BT,C]ᵀ · dout[BT,OC] (none for a frozen weight) */
+  if (dweight) gemm(CblasTrans, CblasNoTrans, C, OC, BT, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
   if (dbias) colsum_accumulate(dbias, dout, BT, OC);
 }
 
@@ -409,8 +410,8 @@ void linear_backward(float *dinp, float *dweight, const float *dout, const float
   /* dinp[BT,C] = dout[BT,OC] · weight[OC,C] */
   if (dinp)
     gemm(CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  /* dweight[OC,C] += dout[BT,OC]ᵀ · inp[BT,C] */
-  gemm(CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  /* dweight[OC,C] += dout[BT,OC]ᵀ · inp[BT,C] (none for a frozen weight) */
+  if (dweight) gemm(CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps) {
@@ -442,7 +443,8 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 #pragma omp simd
     for (int c = 0; c < C; c++) dx[c] = rmsnorm_dinp(weight[c] * d[c], x[c] * rs, gn_mean, rs);
   }
-  /* dweight: column sums, split by channel block (as layernorm's). */
+  /* dweight: column sums, split by channel block (as layernorm's; none for a frozen norm). */
+  if (!dweight) return;
   int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < nblk; blk++) {

@@ -52,8 +52,9 @@ void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq,
 void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq,
                       const float *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
   const int NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
-  /* dweight first (dinp may be dout): column c of q_norm sums over rows, then q heads, in order */
-  for (int g = 0; g < 2; g++) {
+  /* dweight first (dinp may be dout): column c of q_norm sums over rows, then q heads, in order;
+   * none for frozen norms (dwq = dwk = NULL, [lora]) */
+  for (int g = 0; g < (dwq ? 2 : 0); g++) {
     float *dw = g ? dwk : dwq;
     int h0 = g ? NH : 0, h1 = g ? NQK : NH;
 #pragma omp parallel for schedule(static)

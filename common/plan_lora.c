@@ -1,0 +1,148 @@
+/* plan_lora — LoRA's part of the plan: which projections carry adapters, where each adapter sits in
+ * the adapters' segment, and what they add to the memory and communication model; see plan.h's
+ * plan_lora and docs/memory.md "LoRA". Pure functions of the spec and the plan being built. */
+#include "plan_priv.h"
+
+#include "arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Whether target NAME names module PATH: the whole path or its last parts ("c_proj" names
+ * attn.c_proj and mlp.c_proj, "mlp.c_proj" only the latter), as peft matches target_modules. */
+static int names_module(const char *path, const char *name, size_t n) {
+  size_t pl = strlen(path);
+  if (n > pl) return 0;
+  if (strncmp(path + pl - n, name, n)) return 0;
+  return n == pl || path[pl - n - 1] == '.';
+}
+
+/* "c_attn, c_proj, c_fc": every module's last part, each once. */
+static void allowed_names(const arch_lora_module *mods, int n, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < cap; i++) {
+    const char *last = strrchr(mods[i].path, '.');
+    last = last ? last + 1 : mods[i].path;
+    int seen = 0;
+    for (int j = 0; j < i; j++) {
+      const char *lj = strrchr(mods[j].path, '.');
+      seen |= !strcmp(lj ? lj + 1 : mods[j].path, last);
+    }
+    if (!seen) used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", last);
+  }
+}
+
+/* The modules SPEC's targets name, as a mask over MODS. */
+static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const arch_lora_module *mods, int n,
+                               unsigned *mask) {
+  const char *t = spec->lora.targets[0] ? spec->lora.targets : d->lora_default;
+  *mask = 0;
+  while (*t) {
+    size_t skip = strspn(t, ", \t"), len;
+    t += skip;
+    if (!*t) break;
+    len = strcspn(t, ", \t");
+    unsigned hit = 0;
+    for (int i = 0; i < n; i++)
+      if (names_module(mods[i].path, t, len)) hit |= 1u << i;
+    if (!hit) {
+      char allowed[256];
+      allowed_names(mods, n, allowed, sizeof allowed);
+      return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets: '%.*s' is no module of a %s block; allowed: %s "
+                            "(comma-separated)", (int)len, t, d->name, allowed);
+    }
+    *mask |= hit;
+    t += len;
+  }
+  if (!*mask) return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets is empty; allowed: module names, or leave it out "
+                                    "for peft's default (%s)", d->lora_default);
+  return FSDP_OK;
+}
+
+fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
+  plan_lora *l = &p->lora;
+  memset(l, 0, sizeof *l);
+  if (spec->lora.rank <= 0) return FSDP_OK;
+  const arch_desc *d = arch_get(p->model.arch);
+  arch_lora_module mods[ARCH_LORA_MAX];
+  int n = d->lora_modules(&p->model, mods);
+  unsigned mask;
+  TRY(target_mask(spec, d, mods, n, &mask));
+  int64_t r = spec->lora.rank, off = 0;
+  l->rank = spec->lora.rank;
+  l->alpha = spec->lora.alpha;
+  l->scale = (float)(spec->lora.alpha / (double)spec->lora.rank);
+  for (int i = 0; i < n; i++) {
+    if (!(mask & (1u << i))) continue;
+    const arch_lora_module *m = &mods[i];
+    int64_t width = m->in < m->out ? m->in : m->out;
+    if (r > width)
+      return fsdp_set_error(FSDP_ERR_RANGE, "[lora] rank = %lld is above the width of %s (in %lld, out %lld); "
+                            "allowed: 1..%lld", (long long)r, m->path, (long long)m->in, (long long)m->out,
+                            (long long)width);
+    plan_lora_mod *pm = &l->mod[l->nmods++];
+    snprintf(pm->path, sizeof pm->path, "%s", m->path);
+    pm->slot = m->slot;
+    pm->in = m->in, pm->out = m->out, pm->col0 = m->col0, pm->ld = m->ld;
+    pm->a_off = off;
+    off += r * m->in;
+    pm->b_off = off;
+    off += m->out * r;
+    if (m->in > l->max_in) l->max_in = m->in;
+    if (m->out > l->max_out) l->max_out = m->out;
+  }
+  l->block_numel = off;
+  l->numel = (int64_t)p->model.n_layer * off;
+  int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
+  l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
+  l->ws = BT * (l->max_out + l->max_in + r);
+  return FSDP_OK;
+}
+
+void plan_lora_memory(plan_t *p) {
+  const plan_lora *l = &p->lora;
+  if (!l->rank) return;
+  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2;
+  p->mem[MEM_PARAM_SHARD] += 4 * NA + (e == 2 ? 2 * NA : 0);
+  p->mem[MEM_GRAD_SHARD] = 4 * NA;
+  p->mem[MEM_OPTIM_STATE] = 8 * NA;
+  p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
+  p->mem[MEM_ACTIVATIONS] += e * (uint64_t)l->saved;
+  p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
+  p->mem_total = 0;
+  for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
+  plan_lora_sent(p, p->sent_bytes);
+  if (p->sharding == SHARD_HYBRID) {
+    p->sent_inter[COLL_REDUCESCATTER] = 0;
+    p->sent_inter[COLL_ALLREDUCE] = p->sent_bytes[COLL_ALLREDUCE];
+  }
+  /* the frozen weights: forward and input gradient (4 per weight), no weight gradient; the adapters
+   * 6 per element (their A·x and B·h, forward and backward) */
+  const arch_desc *d = arch_get(p->model.arch);
+  int64_t C = p->model.n_embd, L = p->model.n_layer, T = p->model.seq_len;
+  p->flops_per_token = 4.0 * (double)(p->n_params - d->lookup_numel(&p->model)) + 6.0 * (double)l->numel +
+                       12.0 * (double)L * (double)C * (double)T;
+}
+
+void plan_lora_sent(const plan_t *p, uint64_t sent[COLL_NKIND]) {
+  if (!p->lora.rank) return;
+  /* nothing is reduce-scattered; the adapters' gradient is all-reduced over the world once per
+   * step beside the step's scalars (each all-reduce rounded down, as the comm counts it) */
+  uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel;
+  sent[COLL_REDUCESCATTER] = 0;
+  sent[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
+}
+
+const plan_lora_mod *plan_lora_of(const plan_t *p, int slot) {
+  for (int i = 0; i < p->lora.nmods; i++)
+    if (p->lora.mod[i].slot == slot) return &p->lora.mod[i];
+  return NULL;
+}
+
+void plan_lora_name(const plan_t *p, int layer, int m, int b, char *buf, size_t n) {
+  const arch_desc *d = arch_get(p->model.arch);
+  char blk[64];
+  snprintf(blk, sizeof blk, d->lora_block_hf, layer);
+  snprintf(buf, n, "base_model.model.%s%s.lora_%c.weight", blk, p->lora.mod[m].path, b ? 'B' : 'A');
+}

@@ -1,0 +1,184 @@
+# The peft side of lora_peft.sh (scripts/test-env.sh's python: torch, transformers 5, peft).
+#   lora_peft.py build DIR    tiny GPT-2 and Llama folders (save_pretrained, fp32), the token file, and for
+#                             each an adapter folder to start from (peft's LoRA on attention and MLP, B made
+#                             non-zero so that the adapters change the loss from step 1); then peft's
+#                             reference: the step-1 loss, 10 steps of torch AdamW on the adapters (the job's
+#                             rows and hyperparameters; in fp64, and in fp32 to show its own rounding), and the controls: the step-1 loss without the
+#                             alpha/r scale, and 10 steps that also train the base
+#   lora_peft.py verify DIR M OUT   fsdpd's run OUT of model M against the reference: step-1 loss (1e-5
+#                             relative), every adapter weight after 10 steps (1e-5 of the tensor's largest),
+#                             the base bit-identical to the loaded one, the controls far; the saved adapter
+#                             folder loads with PeftModel.from_pretrained and gives fsdpd's weights
+import copy, json, math, os, struct, sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+V, T, ROWS, STEPS = 256, 32, 4, 10      # vocabulary, seq_len, rows per step (2 ranks x batch 2), steps
+R, ALPHA = 4, 8.0
+# lr 1e-3: at 1e-2 AdamW's element-wise normalization makes 10 steps of this tiny problem chaotic, so
+# that torch itself in fp32 ends 1e-2 (GPT-2) to 1e-1 (Llama) away from the same steps in fp64; at 1e-3
+# torch fp32 is within 2e-6 (GPT-2) and 8e-6 (Llama) of fp64, and the reference is fp64
+LR, WD, B1, B2, EPS, CLIP = 1e-3, 0.1, 0.9, 0.95, 1e-8, 1.0
+TARGETS = {"gpt2": ["c_attn", "c_proj", "c_fc"],
+           "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+torch.set_num_threads(1)
+
+
+def model_of(name):
+    torch.manual_seed(7)
+    if name == "gpt2":
+        m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=V, n_positions=64,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    else:
+        m = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         hidden_size=32, intermediate_size=64, vocab_size=V,
+                                         max_position_embeddings=64, tie_word_embeddings=False))
+    return m.float().eval()
+
+
+def tokens(n, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (n,), generator=g)
+
+
+def write_tokens(path, toks):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+        f.write(struct.pack(f"<{len(toks)}H", *toks.tolist()))
+
+
+def batch(toks, step):
+    """Step STEP's rows (1-based): the ranks' rows are consecutive rows of one N·B-row batch."""
+    first = (step - 1) * ROWS * T
+    x = torch.stack([toks[first + r * T:first + r * T + T] for r in range(ROWS)])
+    y = torch.stack([toks[first + r * T + 1:first + r * T + T + 1] for r in range(ROWS)])
+    return x, y
+
+
+def loss_of(model, x, y):
+    lg = model(input_ids=x).logits.float()
+    return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
+
+
+def peft_of(base, init_dir, train_base=False):
+    pm = PeftModel.from_pretrained(copy.deepcopy(base), init_dir, is_trainable=True)
+    for n, p in pm.named_parameters():
+        p.requires_grad_(train_base or "lora_" in n)
+    return pm
+
+
+def train(pm, toks):
+    params = [p for p in pm.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+    losses = []
+    for s in range(1, STEPS + 1):
+        x, y = batch(toks, s)
+        opt.zero_grad()
+        loss = loss_of(pm, x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def adapters(pm):
+    return {n.replace(".default", ""): p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
+
+
+def build(d):
+    toks = tokens(STEPS * ROWS * T + 1)
+    write_tokens(f"{d}/train.bin", toks)
+    refs = {}
+    for name in ("gpt2", "llama"):
+        base = model_of(name)
+        base.save_pretrained(f"{d}/{name}", safe_serialization=True)
+        cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[name],
+                         fan_in_fan_out=name == "gpt2", task_type="CAUSAL_LM")
+        pm = get_peft_model(copy.deepcopy(base), cfg)
+        torch.manual_seed(11)
+        with torch.no_grad():
+            for n, p in pm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0.0, 1.0)   # peft starts B at zero: the adapters would not show at step 1
+        pm.save_pretrained(f"{d}/init_{name}")
+        x, y = batch(toks, 1)
+        ref = peft_of(base, f"{d}/init_{name}")
+        with torch.no_grad():
+            step1 = loss_of(ref, x, y).item()
+            for m in ref.modules():   # the control: the adapters without their alpha / r scale
+                if hasattr(m, "scaling") and isinstance(m.scaling, dict):
+                    m.scaling = {k: 1.0 for k in m.scaling}
+            noscale = loss_of(ref, x, y).item()
+        ref = peft_of(base, f"{d}/init_{name}")
+        losses = train(ref, toks)
+        torch.save(adapters(ref), f"{d}/ref10_{name}_fp32.pt")
+        ref = peft_of(copy.deepcopy(base).double(), f"{d}/init_{name}").double()
+        train(ref, toks)
+        torch.save(adapters(ref), f"{d}/ref10_{name}.pt")
+        ctl = peft_of(copy.deepcopy(base).double(), f"{d}/init_{name}", train_base=True).double()
+        train(ctl, toks)
+        torch.save(adapters(ctl), f"{d}/ctl10_{name}.pt")
+        refs[name] = {"step1": step1, "noscale": noscale, "losses": losses}
+        print(f"{name}: peft step-1 loss {step1:.7f}, without the scale {noscale:.7f}, step {STEPS} {losses[-1]:.7f}")
+    json.dump(refs, open(f"{d}/refs.json", "w"), indent=1)
+
+
+def close(a, b, tol=1e-5):
+    return (a - b).abs().max().item() <= tol * max(b.abs().max().item(), 1e-30)
+
+
+def verify(d, name, out):
+    refs = json.load(open(f"{d}/refs.json"))[name]
+    bad = []
+    got = [json.loads(l) for l in open(f"{out}/rank-0.jsonl") if l.startswith("{")]
+    l1 = got[0]["loss"]
+    print(f"{name} {out}: step-1 loss fsdpd {l1:.7f}, peft {refs['step1']:.7f}, without the scale {refs['noscale']:.7f}")
+    if abs(l1 - refs["step1"]) > 1e-5 * abs(refs["step1"]):
+        bad.append(f"step-1 loss {l1} != peft's {refs['step1']} (1e-5 relative)")
+    if abs(l1 - refs["noscale"]) <= 1e-3 * abs(refs["noscale"]):
+        bad.append(f"the no-scale control {refs['noscale']} does not tell from fsdpd's {l1}")
+    mine = {k: v.double() for k, v in load_file(f"{out}/adapter/adapter_model.safetensors").items()}
+    ref, ctl = torch.load(f"{d}/ref10_{name}.pt"), torch.load(f"{d}/ctl10_{name}.pt")
+    t32 = torch.load(f"{d}/ref10_{name}_fp32.pt")
+    if set(mine) != set(ref):
+        bad.append(f"adapter names differ: fsdpd {sorted(set(mine) - set(ref))[:3]}, peft {sorted(set(ref) - set(mine))[:3]}")
+    else:
+        worst = max(((mine[k] - ref[k]).abs().max().item() / ref[k].abs().max().item(), k) for k in ref)
+        w32 = max((t32[k].double() - ref[k]).abs().max().item() / ref[k].abs().max().item() for k in ref)
+        print(f"{name} {out}: after {STEPS} steps the largest adapter difference from peft + AdamW in fp64 is "
+              f"{worst[0]:.2e} of its tensor ({worst[1]}); torch's own in fp32: {w32:.2e}")
+        if worst[0] > 1e-5:
+            bad.append(f"{worst[1]} differs from peft + AdamW (fp64) by {worst[0]:.2e} of its largest (allowed 1e-5)")
+        if all(close(mine[k], ctl[k]) for k in ctl):
+            bad.append("the control that also trains the base is not told from fsdpd's adapters")
+    # the base: fsdpd's --save after training against the folder it was loaded from, bit for bit
+    loaded, saved = load_file(f"{d}/{name}/model.safetensors"), load_file(f"{out}/base.safetensors")
+    bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
+    loaded = {bare(k): v for k, v in loaded.items() if not k.endswith(".attn.bias") and not k.endswith("masked_bias")}
+    for k, v in saved.items():
+        if k in loaded and not torch.equal(loaded[k], v):
+            bad.append(f"the base tensor {k} changed in training")
+            break
+    if not any(k in loaded for k in saved):
+        bad.append("the saved base shares no tensor name with the loaded one")
+    # the folder loads with peft and holds fsdpd's weights
+    pm = PeftModel.from_pretrained(model_of(name), f"{out}/adapter")
+    for n, p in pm.named_parameters():
+        k = n.replace(".default", "")
+        if k in mine and not torch.equal(p.detach().double(), mine[k]):
+            bad.append(f"PeftModel.from_pretrained gives another {k}")
+            break
+    for b in bad:
+        print(f"FAIL: {name} {out}: {b}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "build":
+        build(sys.argv[2])
+    else:
+        sys.exit(verify(sys.argv[2], sys.argv[3], sys.argv[4]))

@@ -1,0 +1,213 @@
+/* test_lora — [lora]'s plan (targets, layout, refusals, memory terms against figures computed by
+ * hand) and its operators (worker/model/lora.h) on the CPU device against a naive double-precision
+ * reference of y += s·(x·Aᵀ)·Bᵀ and its gradients, on a fused column block as Llama's q|k|v uses. */
+#include "lora.h"
+#include "gpt2.h"
+#include "llama.h"
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rng.h"
+
+static jobspec_t gpt2_spec(int rank, const char *targets) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (model_config){.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 64, .seq_len = 8};
+  s.batch_size = 2;
+  s.grad_accum = 1;
+  s.lora.rank = rank;
+  s.lora.alpha = 8;
+  snprintf(s.lora.targets, sizeof s.lora.targets, "%s", targets);
+  return s;
+}
+
+static void test_gpt2_plan(void) {
+  jobspec_t s = gpt2_spec(4, "c_attn, c_proj");
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  const plan_lora *l = &p->lora;
+  CHECK_EQ_INT(3, l->nmods);   /* c_attn, attn.c_proj, mlp.c_proj: "c_proj" names both */
+  CHECK(!strcmp(l->mod[0].path, "attn.c_attn") && l->mod[0].slot == BLK_ATTN_W);
+  CHECK(!strcmp(l->mod[1].path, "attn.c_proj") && !strcmp(l->mod[2].path, "mlp.c_proj"));
+  int64_t C = 16, r = 4;
+  CHECK_EQ_INT(r * (C + 3 * C) + r * (C + C) + r * (4 * C + C), l->block_numel);
+  CHECK_EQ_INT(2 * l->block_numel, l->numel);
+  CHECK_EQ_INT(0, l->mod[0].a_off);
+  CHECK_EQ_INT(r * C, l->mod[0].b_off);
+  CHECK_EQ_INT(r * C + 3 * C * r, l->mod[1].a_off);
+  CHECK_NEAR(2.0, l->scale, 0, 0);
+  /* memory: the adapters replace the base's gradient and AdamW state; no reduce-scatter buffers */
+  uint64_t NA = (uint64_t)l->numel, BT = 16;
+  CHECK_EQ_INT(4 * NA, p->mem[MEM_GRAD_SHARD]);
+  CHECK_EQ_INT(8 * NA, p->mem[MEM_OPTIM_STATE]);
+  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * NA, p->mem[MEM_PARAM_SHARD]);
+  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS, p->mem[MEM_COMM]);
+  CHECK_EQ_INT(2 * 3 * BT * r, l->saved);
+  CHECK_EQ_INT(BT * (3 * C + 4 * C + r), l->ws);
+  CHECK_EQ_INT(0, p->sent_bytes[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 4 * NA, p->sent_bytes[COLL_ALLREDUCE]);   /* 2·(N−1)/N = 1 */
+  char name[128];
+  plan_lora_name(p, 1, 2, 1, name, sizeof name);
+  CHECK(!strcmp(name, "base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight"));
+  plan_destroy(&p);
+
+  /* the default: peft's (c_attn); activation checkpointing keeps one block's x·Aᵀ */
+  s = gpt2_spec(2, "");
+  s.ackpt = ACKPT_FULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (p) {
+    CHECK_EQ_INT(1, p->lora.nmods);
+    CHECK_EQ_INT(BT * 2, p->lora.saved);
+    plan_destroy(&p);
+  }
+  /* no LoRA: nothing changes */
+  s = gpt2_spec(0, "");
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    CHECK_EQ_INT(0, p->lora.numel);
+    CHECK_EQ_INT(4 * (uint64_t)p->shard_total, p->mem[MEM_GRAD_SHARD]);
+    plan_destroy(&p);
+  }
+}
+
+static void test_refusals(void) {
+  plan_t *p = NULL;
+  jobspec_t s = gpt2_spec(4, "c_attn, q_proj");
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID && !p);
+  CHECK(strstr(fsdp_last_error(), "'q_proj' is no module") && strstr(fsdp_last_error(), "c_attn, c_proj, c_fc"));
+  s = gpt2_spec(17, "c_attn");   /* C = 16 */
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_RANGE && !p);
+  CHECK(strstr(fsdp_last_error(), "rank = 17 is above the width of attn.c_attn") != NULL);
+  s = gpt2_spec(4, " , ");
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID && !p);
+}
+
+static void test_llama_plan(void) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+                           .vocab_size = 64, .seq_len = 8, .ffn_dim = 24, .norm_eps = 1e-5, .rope_theta = 10000};
+  s.batch_size = 1;
+  s.lora.rank = 2;
+  s.lora.alpha = 4;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));   /* peft's default: q_proj, v_proj */
+  if (!p) return;
+  CHECK_EQ_INT(2, p->lora.nmods);
+  const plan_lora_mod *v = plan_lora_of(p, LBLK_V);
+  CHECK(v && !strcmp(v->path, "self_attn.v_proj"));
+  if (v) {   /* v's columns of the fused q|k|v rows: after q (C) and k (KV = 2·4) */
+    CHECK_EQ_INT(16 + 8, v->col0);
+    CHECK_EQ_INT(16 + 2 * 8, v->ld);
+    CHECK_EQ_INT(8, v->out);
+  }
+  CHECK(plan_lora_of(p, LBLK_K) == NULL);
+  plan_destroy(&p);
+}
+
+/* The operators on one fused target (Llama's v_proj) against a double reference: y's other columns
+ * untouched, its own += s·(x·Aᵀ)·Bᵀ; dx += ((s·dy_v·B)·A); dA += (s·dy_v·B)ᵀ·x; dB += dy_vᵀ·(s·x·Aᵀ). */
+static void test_operators(void) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+                           .vocab_size = 64, .seq_len = 4, .ffn_dim = 24, .norm_eps = 1e-5, .rope_theta = 10000};
+  s.batch_size = 2;
+  s.lora.rank = 3;
+  s.lora.alpha = 6;
+  snprintf(s.lora.targets, sizeof s.lora.targets, "v_proj");
+  plan_t *p = NULL;
+  device_t *d = NULL;
+  lora_ctx *l = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_OK(dev_new_cpu(DEV_CPU_SYNC, &d));
+  if (!p || !d) return;
+  CHECK_OK(lora_new(p, d, &l));
+  if (!l) return;
+  const plan_lora_mod *m = plan_lora_of(p, LBLK_V);
+  int BT = 8, r = 3, in = (int)m->in, out = (int)m->out, ld = (int)m->ld, c0 = (int)m->col0;
+  double sc = 2.0;
+  float *x = calloc((size_t)BT * in, 4), *y = calloc((size_t)BT * ld, 4), *y0 = calloc((size_t)BT * ld, 4);
+  float *dy = calloc((size_t)BT * ld, 4), *dx = calloc((size_t)BT * in, 4);
+  for (int i = 0; i < BT * in; i++) x[i] = (float)rng_normal(1, 1, (uint64_t)i);
+  for (int i = 0; i < BT * ld; i++) y0[i] = y[i] = (float)rng_normal(1, 2, (uint64_t)i);
+  for (int i = 0; i < BT * ld; i++) dy[i] = (float)rng_normal(1, 3, (uint64_t)i);
+  for (int i = 0; i < BT * in; i++) dx[i] = 0.5f;
+  for (int64_t i = 0; i < l->n; i++) l->param[i] = (float)(0.3 * rng_normal(1, 4, (uint64_t)i));
+  const float *A = l->param + m->a_off, *B = l->param + m->b_off;
+  lora_forward(l, 0, LBLK_V, y, x);
+  lora_forward(l, 0, LBLK_Q, y, x);   /* not a target: nothing */
+  lora_backward(l, 0, LBLK_V, dx, dy, x);
+  CHECK_OK(d->op->sync(d));
+  double worst_y = 0, worst_dx = 0, worst_da = 0, worst_db = 0;
+  for (int t = 0; t < BT; t++) {
+    double h[3], g[3];
+    for (int k = 0; k < r; k++) {
+      h[k] = 0;
+      for (int i = 0; i < in; i++) h[k] += (double)x[t * in + i] * A[k * in + i];
+      g[k] = 0;
+      for (int o = 0; o < out; o++) g[k] += (double)dy[t * ld + c0 + o] * B[o * r + k];
+      g[k] *= sc;   /* d(x·Aᵀ) */
+    }
+    for (int c = 0; c < ld; c++) {
+      double want = y0[t * ld + c];
+      if (c >= c0 && c < c0 + out)
+        for (int k = 0; k < r; k++) want += sc * h[k] * B[(c - c0) * r + k];
+      worst_y = fmax(worst_y, fabs(want - y[t * ld + c]));
+    }
+    for (int i = 0; i < in; i++) {
+      double want = 0.5;
+      for (int k = 0; k < r; k++) want += g[k] * A[k * in + i];
+      worst_dx = fmax(worst_dx, fabs(want - dx[t * in + i]));
+    }
+  }
+  for (int k = 0; k < r; k++)
+    for (int i = 0; i < in; i++) {
+      double want = 0;
+      for (int t = 0; t < BT; t++) {
+        double gk = 0;
+        for (int o = 0; o < out; o++) gk += (double)dy[t * ld + c0 + o] * B[o * r + k];
+        want += sc * gk * x[t * in + i];
+      }
+      worst_da = fmax(worst_da, fabs(want - l->grad[m->a_off + k * in + i]));
+    }
+  for (int o = 0; o < out; o++)
+    for (int k = 0; k < r; k++) {
+      double want = 0;
+      for (int t = 0; t < BT; t++) {
+        double hk = 0;
+        for (int i = 0; i < in; i++) hk += (double)x[t * in + i] * A[k * in + i];
+        want += dy[t * ld + c0 + o] * sc * hk;
+      }
+      worst_db = fmax(worst_db, fabs(want - l->grad[m->b_off + o * r + k]));
+    }
+  /* fp32 sums of at most 16·3·8 products of O(1) values: a few 1e-6 */
+  CHECK_NEAR(0, worst_y, 1e-5, 0);
+  CHECK_NEAR(0, worst_dx, 1e-5, 0);
+  CHECK_NEAR(0, worst_da, 1e-4, 0);
+  CHECK_NEAR(0, worst_db, 1e-4, 0);
+  /* peft's initialization: A within ±1/√in, B zero */
+  lora_init_values(p, 7, l->param);
+  double amax = 0, bmax = 0;
+  for (int i = 0; i < r * in; i++) amax = fmax(amax, fabs(l->param[m->a_off + i]));
+  for (int i = 0; i < out * r; i++) bmax = fmax(bmax, fabs(l->param[m->b_off + i]));
+  CHECK(amax > 0.5 / sqrt(in) && amax <= 1.0 / sqrt(in));
+  CHECK(bmax == 0);
+  free(x), free(y), free(y0), free(dy), free(dx);
+  lora_destroy(&l);
+  dev_destroy(&d);
+  plan_destroy(&p);
+}
+
+int main(void) {
+  test_gpt2_plan();
+  test_refusals();
+  test_llama_plan();
+  test_operators();
+  return check_done();
+}

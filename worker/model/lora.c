@@ -1,0 +1,160 @@
+/* lora — see lora.h. */
+#include "lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+static void *dalloc(device_t *d, mem_category c, int64_t n, int esz) {
+  return d->op->alloc(d, c, (size_t)n * (size_t)esz);
+}
+
+#define ALLOC_OR_FAIL(ptr, expr)      \
+  do {                                \
+    if (!((ptr) = (expr))) goto fail; \
+  } while (0)
+
+/* AdamW's plan of the segment: L units of one decayed tensor, unsharded. */
+static fsdp_status opt_plan(lora_ctx *l) {
+  const plan_t *p = l->p;
+  plan_t *o = &l->opt;
+  int L = p->model.n_layer;
+  *o = (plan_t){.model = p->model, .world = 1, .shard_world = 1, .ngroups = 1, .nunits = L};
+  if (!(o->units = calloc((size_t)L, sizeof *o->units)))
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' optimizer table");
+  for (int u = 0; u < L; u++) {
+    plan_unit *pu = &o->units[u];
+    snprintf(pu->name, sizeof pu->name, "lora.%d", u);
+    pu->ntensors = 1;
+    pu->t[0] = (plan_tensor){.ndim = 2, .numel = p->lora.block_numel, .decay = 1};
+    pu->numel = pu->padded = pu->shard_numel = p->lora.block_numel;
+    pu->shard_base = (int64_t)u * p->lora.block_numel;
+  }
+  o->shard_total = p->lora.numel;
+  return FSDP_OK;
+}
+
+fsdp_status lora_new(const plan_t *p, device_t *d, lora_ctx **out) {
+  *out = NULL;
+  if (!p->lora.rank) return FSDP_OK;
+  lora_ctx *l = calloc(1, sizeof *l);
+  if (!l) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' context");
+  const plan_lora *pl = &p->lora;
+  int64_t BT = (int64_t)p->batch_size * p->model.seq_len, e = d->act_bytes;
+  l->p = p, l->d = d, l->n = pl->numel;
+  fsdp_status rc = opt_plan(l);
+  if (rc != FSDP_OK) goto out;
+  rc = FSDP_ERR_NOMEM;   /* the allocator says what failed */
+  ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));
+  ALLOC_OR_FAIL(l->grad, dalloc(d, MEM_GRAD_SHARD, l->n, 4));
+  ALLOC_OR_FAIL(l->m, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
+  ALLOC_OR_FAIL(l->v, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
+  if (e == 4) l->wact = l->param;
+  else ALLOC_OR_FAIL(l->wact, dalloc(d, MEM_PARAM_SHARD, l->n, (int)e));
+  ALLOC_OR_FAIL(l->saved, dalloc(d, MEM_ACTIVATIONS, pl->saved, (int)e));
+  ALLOC_OR_FAIL(l->tmp, dalloc(d, MEM_WORKSPACE, BT * pl->max_out, (int)e));
+  ALLOC_OR_FAIL(l->dh, dalloc(d, MEM_WORKSPACE, BT * pl->rank, (int)e));
+  ALLOC_OR_FAIL(l->dx, dalloc(d, MEM_WORKSPACE, BT * pl->max_in, (int)e));
+  d->op->zero(d, l->m, (size_t)l->n * 4);
+  d->op->zero(d, l->v, (size_t)l->n * 4);
+  *out = l;
+  return FSDP_OK;
+fail:
+out:
+  lora_destroy(&l);
+  return rc;
+}
+
+void lora_destroy(lora_ctx **pl) {
+  lora_ctx *l = pl ? *pl : NULL;
+  if (!l) return;
+  device_t *d = l->d;
+  if (l->wact != l->param) d->op->free(d, l->wact);
+  d->op->free(d, l->param);
+  d->op->free(d, l->grad);
+  d->op->free(d, l->m);
+  d->op->free(d, l->v);
+  d->op->free(d, l->saved);
+  d->op->free(d, l->tmp);
+  d->op->free(d, l->dh);
+  d->op->free(d, l->dx);
+  free(l->opt.units);
+  free(l);
+  *pl = NULL;
+}
+
+void lora_init_values(const plan_t *p, uint64_t seed, float *host) {
+  const plan_lora *pl = &p->lora;
+  int64_t r = pl->rank;
+  for (int b = 0; b < p->model.n_layer; b++)
+    for (int j = 0; j < pl->nmods; j++) {
+      const plan_lora_mod *m = &pl->mod[j];
+      float *A = host + (int64_t)b * pl->block_numel + m->a_off, *B = host + (int64_t)b * pl->block_numel + m->b_off;
+      uint32_t gid = LORA_GID0 + (uint32_t)(b * PLAN_LORA_MAX + j);
+      double bound = 1.0 / sqrt((double)m->in);
+      for (int64_t k = 0; k < r * m->in; k++) A[k] = (float)((2.0 * rng_uniform(seed, gid, (uint64_t)k) - 1.0) * bound);
+      memset(B, 0, (size_t)(m->out * r) * sizeof *B);
+    }
+}
+
+void lora_refresh(lora_ctx *l) {
+  if (l && l->wact != l->param) l->d->kern->to_act(l->d, l->wact, l->param, DTYPE_FP32, l->n);
+}
+
+/* Target J of P's LoRA at SLOT, or -1. */
+static int mod_of(const plan_t *p, int slot) {
+  const plan_lora_mod *m = plan_lora_of(p, slot);
+  return m ? (int)(m - p->lora.mod) : -1;
+}
+
+static char *at(void *base, int64_t elems, int e) { return (char *)base + elems * e; }
+
+/* Block LAYER's target J: its A and B (act form), their gradients, and its kept h = scale·x·Aᵀ. */
+typedef struct lora_views {
+  const plan_lora_mod *m;
+  void *A, *B, *h;
+  float *gA, *gB;
+} lora_views;
+static lora_views views(lora_ctx *l, int layer, int j) {
+  const plan_t *p = l->p;
+  const plan_lora *pl = &p->lora;
+  const plan_lora_mod *m = &pl->mod[j];
+  int e = l->d->act_bytes;
+  int64_t base = (int64_t)layer * pl->block_numel, BT = (int64_t)p->batch_size * p->model.seq_len;
+  int64_t kept = p->ackpt == ACKPT_FULL ? 0 : layer;   /* checkpointing: the recompute writes them again */
+  return (lora_views){.m = m, .A = at(l->wact, base + m->a_off, e), .B = at(l->wact, base + m->b_off, e),
+                      .h = at(l->saved, (kept * pl->nmods + j) * BT * pl->rank, e),
+                      .gA = l->grad + base + m->a_off, .gB = l->grad + base + m->b_off};
+}
+
+void lora_forward(lora_ctx *l, int layer, int slot, void *y, const void *x) {
+  int j = l ? mod_of(l->p, slot) : -1;
+  if (j < 0) return;
+  device_t *d = l->d;
+  lora_views v = views(l, layer, j);
+  int BT = l->p->batch_size * l->p->model.seq_len, r = l->p->lora.rank, in = (int)v.m->in, out = (int)v.m->out;
+  d->kern->linear_forward(d, v.h, x, v.A, NULL, BT, in, r);
+  d->kern->act_axpby(d, v.h, r, v.h, r, BT, r, l->p->lora.scale, 0.0f);
+  d->kern->linear_forward(d, l->tmp, v.h, v.B, NULL, BT, r, out);
+  d->kern->act_axpby(d, at(y, v.m->col0, d->act_bytes), v.m->ld, l->tmp, out, BT, out, 1.0f, 1.0f);
+}
+
+void lora_backward(lora_ctx *l, int layer, int slot, void *dx, const void *dy, const void *x) {
+  int j = l ? mod_of(l->p, slot) : -1;
+  if (j < 0) return;
+  device_t *d = l->d;
+  lora_views v = views(l, layer, j);
+  int BT = l->p->batch_size * l->p->model.seq_len, r = l->p->lora.rank, in = (int)v.m->in, out = (int)v.m->out;
+  const void *g = dy;   /* the target's columns of dy, contiguous */
+  if (v.m->col0 != 0 || v.m->ld != out) {
+    d->kern->act_axpby(d, l->tmp, out, at((void *)(uintptr_t)dy, v.m->col0, d->act_bytes), v.m->ld, BT, out, 1.0f,
+                       0.0f);
+    g = l->tmp;
+  }
+  d->kern->linear_backward(d, l->dh, v.gB, NULL, g, v.h, v.B, BT, r, out);      /* dh = g·B, dB += gᵀ·h */
+  d->kern->act_axpby(d, l->dh, r, l->dh, r, BT, r, l->p->lora.scale, 0.0f);
+  d->kern->linear_backward(d, l->dx, v.gA, NULL, l->dh, x, v.A, BT, in, r);     /* dx' = dh·A, dA += dhᵀ·x */
+  d->kern->add_act(d, dx, l->dx, (int64_t)BT * in);
+}
