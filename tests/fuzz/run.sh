@@ -23,7 +23,7 @@ clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$
   "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/hfconfig.c" "$here/models/arch.c" "$here"/models/*/*_arch.c \
   "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_bpe" "$here/tests/fuzz/fuzz_bpe.c" "$here"/common/bpe_*.c "${common[@]}" \
-  "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 libutf8proc) -lpthread
+  "${libs[@]}" $(pkg-config --cflags --libs oniguruma libutf8proc) -lpthread
 clang "${cflags[@]}" -o "$out/fuzz_jinja" "$here/tests/fuzz/fuzz_jinja.c" "$here"/common/jinja_*.c "${common[@]}" \
   "${libs[@]}" $(pkg-config --cflags --libs libutf8proc)
 
