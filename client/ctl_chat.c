@@ -37,9 +37,7 @@ static void add_special(json_t *special, json_t *cfg, const char *key) {
   if (json_is_string(v)) json_object_set(special, key, v);
 }
 
-/* The template text: --template, or the model folder's tokenizer_config.json chat_template (a
- * string, or a list of {name, template} whose "default" is taken) or chat_template.jinja. */
-static char *template_text(const chat_args *a, json_t *special, char *name, size_t namelen) {
+char *chat_template_text(const chat_args *a, const char *cmd, json_t *special, char *name, size_t namelen) {
   char path[PATH_MAX];
   size_t n;
   json_t *cfg = NULL;
@@ -55,7 +53,7 @@ static char *template_text(const chat_args *a, json_t *special, char *name, size
   if (a->template_path) {
     snprintf(name, namelen, "%s", a->template_path);
     if (!(text = chat_slurp(a->template_path, &n)))
-      fprintf(stderr, "fsdpctl gen-data: cannot read the template %s: %s\n", a->template_path, strerror(errno));
+      fprintf(stderr, "fsdpctl %s: cannot read the template %s: %s\n", cmd, a->template_path, strerror(errno));
     json_decref(cfg);
     return text;
   }
@@ -73,8 +71,8 @@ static char *template_text(const chat_args *a, json_t *special, char *name, size
     snprintf(path, sizeof path, "%s/chat_template.jinja", a->model);
     snprintf(name, namelen, "%s", path);
     if (!(text = chat_slurp(path, &n)))
-      fprintf(stderr, "fsdpctl gen-data: %s has no chat template: neither tokenizer_config.json's chat_template "
-              "nor chat_template.jinja; give --template FILE.jinja\n", a->model);
+      fprintf(stderr, "fsdpctl %s: %s has no chat template: neither tokenizer_config.json's chat_template "
+              "nor chat_template.jinja; give --template FILE.jinja\n", cmd, a->model);
   }
   json_decref(cfg);
   return text;
@@ -263,7 +261,7 @@ int ctl_chat(int argc, char **argv) {
             "Qwen 2, SmolLM) to place the loss mask; %s is not one\n", a.tokenizer ? a.tokenizer : a.model);
     goto done;
   }
-  char *text = template_text(&a, c.special, name, sizeof name);
+  char *text = chat_template_text(&a, "gen-data", c.special, name, sizeof name);
   if (!text) goto done;
   fsdp_status ls = jinja_load(text, strlen(text), name, &tmpl);
   free(text);

@@ -72,6 +72,12 @@ int chat_append(out_buf *o, const chat_doc *d, size_t n, int64_t eos);
  * named on stderr and counted in K (fatal with --strict). 0, or -1 after a one-line message. */
 int chat_run(const chat_args *a, const chat_ctx *proto, out_buf *o, counts *k, int64_t eos);
 
+/* The template text (malloc'd): A->template_path, or the folder A->model's (else A->tokenizer's)
+ * tokenizer_config.json chat_template (a string, or a list of {name, template} whose "default" is
+ * taken) or chat_template.jinja; its bos/eos/unk/pad tokens into SPECIAL, what messages call the
+ * template into NAME. NULL after a line on stderr that starts "fsdpctl CMD: ". */
+char *chat_template_text(const chat_args *a, const char *cmd, json_t *special, char *name, size_t namelen);
+
 /* PATH's bytes, NUL-terminated (*N without the NUL), or NULL with errno. */
 char *chat_slurp(const char *path, size_t *n);
 

@@ -6,9 +6,10 @@
  * names it, never skipped):
  *   model          BPE (vocab, merges as "a b" or ["a","b"], unk_token, fuse_unk, byte_fallback,
  *                  ignore_merges, continuing_subword_prefix, end_of_word_suffix; no dropout)
- *   normalizer     NFC, NFD, NFKC, NFKD (libutf8proc), Prepend, Replace, Sequence
- *   pre_tokenizer  ByteLevel, Split (String or Regex pattern, compiled by PCRE2 with Unicode
- *                  properties; every split behavior, invert), Metaspace, Sequence
+ *   normalizer     NFC, NFD, NFKC, NFKD (libutf8proc, on the library's Unicode 9.0 characters),
+ *                  Prepend, Replace, Sequence
+ *   pre_tokenizer  ByteLevel, Split (String or Regex pattern, compiled by Oniguruma as in the
+ *                  library; every split behavior, invert), Metaspace, Sequence
  *   post_processor ByteLevel, TemplateProcessing (single sequences), Sequence
  *   decoder        ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence
  *   added_tokens   content, special, normalized, lstrip, rstrip, single_word

@@ -130,11 +130,12 @@ static fsdp_status dec_chars(const bpe_dec *d, bpe_state *st, const bpe_pieces *
         else if (i > 0 || d->prepend == BPE_PREPEND_NEVER) rc = bpe_str_put(&t, " ", 1);
       }
     } else {   /* REPLACE */
-      size_t at = 0, start = 0, ms, me;
-      while (rc == FSDP_OK && bpe_pattern_find(&d->pat, st, s, n, start, &ms, &me, &rc)) {
+      size_t at = 0, ms, me;
+      bpe_matches m;
+      bpe_matches_init(&m, &d->pat, st, s, n);
+      while (rc == FSDP_OK && bpe_matches_next(&m, &ms, &me, &rc)) {
         if ((rc = bpe_str_put(&t, s + at, ms - at)) == FSDP_OK) rc = bpe_str_put(&t, d->text, d->text_n);
         at = me;
-        start = me > ms ? me : me + 1;
       }
       if (rc == FSDP_OK) rc = bpe_str_put(&t, s + at, n - at);
     }

@@ -11,21 +11,16 @@
 
 #include "bpe_priv.h"
 
-#define BPE_JIT_STACK (8u << 20)   /* the regex's backtracking room: long runs of white space */
-
 fsdp_status bpe_state_new(const bpe_tokenizer *t, bpe_state **out) {
   *out = NULL;
   bpe_state *s = calloc(1, sizeof *s);
   if (!s) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
   s->t = t;
-  s->md = pcre2_match_data_create(16, NULL);
-  s->mctx = pcre2_match_context_create(NULL);
-  s->jit = pcre2_jit_stack_create(32 << 10, BPE_JIT_STACK, NULL);
-  if (!s->md || !s->mctx) {
+  s->region = onig_region_new();
+  if (!s->region) {
     bpe_state_destroy(&s);
     return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory (regex match data)");
   }
-  if (s->jit) pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
   *out = s;
   return FSDP_OK;
 }
@@ -33,9 +28,7 @@ fsdp_status bpe_state_new(const bpe_tokenizer *t, bpe_state **out) {
 void bpe_state_destroy(bpe_state **p) {
   bpe_state *s = *p;
   if (!s) return;
-  pcre2_match_data_free(s->md);
-  pcre2_match_context_free(s->mctx);
-  pcre2_jit_stack_free(s->jit);
+  if (s->region) onig_region_free(s->region, 1);
   bpe_pieces_free(&s->pa), bpe_pieces_free(&s->pb), bpe_pieces_free(&s->pc);
   free(s->na.p), free(s->nb.p), free(s->wbuf.p), free(s->sym), free(s->heap), free(s->cache_ids.v);
   bpe_smap_free(&s->cache);

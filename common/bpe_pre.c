@@ -1,14 +1,16 @@
 /* bpe_pre — patterns, normalizers and pre-tokenizers of a tokenizer.json (see bpe.h).
  *
- * Regex patterns are compiled by PCRE2 with PCRE2_UTF | PCRE2_UCP, so \s, \p{L}, \p{N} and (?i)
- * are Unicode's, as in the Oniguruma regexes of the `tokenizers` library; matches are searched in
- * the whole piece from a start offset (look-behind sees the text before it), and an empty match
- * moves the search one character on. Unicode normalization is libutf8proc's.
+ * Regex patterns are compiled by Oniguruma, the library `tokenizers` runs them on, with the same
+ * syntax (ONIG_SYNTAX_DEFAULT), options (none) and encoding (UTF-8), so \s, \w, \p{L}, (?i) and
+ * the rest mean what they mean there; matches are found as the onig crate's find_iter finds them
+ * (bpe_matches_next). Unicode normalization is libutf8proc's, restricted to the characters of the
+ * Unicode version `tokenizers` normalizes with (bpe_unicode9.c).
  */
 #define _GNU_SOURCE   /* memmem */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <oniguruma.h>
 #include <utf8proc.h>
 
 #include "bpe_priv.h"
@@ -92,70 +94,86 @@ void bpe_pieces_free(bpe_pieces *l) {
 
 /* ---- patterns ---- */
 
+static pthread_once_t onig_once = PTHREAD_ONCE_INIT;
+static void onig_setup(void) {
+  OnigEncoding enc[] = {ONIG_ENCODING_UTF8};
+  onig_initialize(enc, 1);
+}
+
 fsdp_status bpe_pattern_compile(bpe_pattern *p, const char *lit, const char *regex, const char *where) {
   memset(p, 0, sizeof *p);
-  if (lit) {
+  if (lit && *lit) {
     p->lit_n = strlen(lit);
     if (!(p->lit = strdup(lit))) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
     return FSDP_OK;
   }
-  int err;
-  PCRE2_SIZE at;
-  p->re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
-  if (!p->re) {
-    PCRE2_UCHAR msg[160];
-    pcre2_get_error_message(err, msg, sizeof msg);
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: regex /%s/ does not compile at offset %zu: %s", where,
-                          regex, (size_t)at, (char *)msg);
+  if (lit) regex = "";   /* the library escapes a String pattern into a regex: the empty one matches everywhere */
+  pthread_once(&onig_once, onig_setup);
+  OnigErrorInfo info;
+  const OnigUChar *re = (const OnigUChar *)regex;
+  int r = onig_new(&p->re, re, re + strlen(regex), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &info);
+  if (r != ONIG_NORMAL) {
+    OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    onig_error_code_to_str(msg, r, &info);
+    p->re = NULL;
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: regex /%s/ does not compile: %s", where, regex, (char *)msg);
   }
-  pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);   /* interpreted when JIT is unavailable */
   return FSDP_OK;
 }
 
 void bpe_pattern_free(bpe_pattern *p) {
   free(p->lit);
-  pcre2_code_free(p->re);
+  if (p->re) onig_free(p->re);
   memset(p, 0, sizeof *p);
 }
 
-int bpe_pattern_find(const bpe_pattern *p, bpe_state *st, const char *s, size_t n, size_t start,
-                     size_t *ms, size_t *me, fsdp_status *rc) {
-  *rc = FSDP_OK;
+/* The leftmost match of P in S[0..N) at or after START: 1 with [*MS, *ME), 0 when none. */
+static int pattern_search(const bpe_pattern *p, bpe_state *st, const char *s, size_t n, size_t start,
+                          size_t *ms, size_t *me, fsdp_status *rc) {
   if (p->lit) {
-    if (!p->lit_n || start >= n) return 0;
+    if (start >= n) return 0;
     const char *f = memmem(s + start, n - start, p->lit, p->lit_n);
     if (!f) return 0;
     *ms = (size_t)(f - s), *me = *ms + p->lit_n;
     return 1;
   }
-  if (start > n) return 0;
-  int r = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, st->md, st->mctx);
-  if (r == PCRE2_ERROR_NOMATCH) return 0;
-  if (r < 0 && r != 0) {
-    PCRE2_UCHAR msg[160];
-    pcre2_get_error_message(r, msg, sizeof msg);
+  const OnigUChar *u = (const OnigUChar *)s;
+  int r = onig_search(p->re, u, u + n, u + start, u + n, st->region, ONIG_OPTION_NONE);
+  if (r == ONIG_MISMATCH) return 0;
+  if (r < 0) {
+    OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    onig_error_code_to_str(msg, r);
     *rc = fsdp_set_error(FSDP_ERR_RANGE, "the tokenizer's regex failed on a piece of %zu bytes: %s", n, (char *)msg);
     return 0;
   }
-  PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
-  *ms = ov[0], *me = ov[1];
+  *ms = (size_t)st->region->beg[0], *me = (size_t)st->region->end[0];
   return 1;
 }
 
-/* Where the search goes on after the match [MS, ME): past it, or one character on when empty. */
-static size_t next_start(const char *s, size_t n, size_t ms, size_t me) {
-  if (me > ms || ms >= n) return me + (me == ms);
-  size_t k;
-  bpe_utf8_next(s + ms, n - ms, &k);
-  return ms + k;
+void bpe_matches_init(bpe_matches *m, const bpe_pattern *p, bpe_state *st, const char *s, size_t n) {
+  *m = (bpe_matches){p, st, s, n, 0, 0, 0};
+}
+
+int bpe_matches_next(bpe_matches *m, size_t *ms, size_t *me, fsdp_status *rc) {
+  *rc = FSDP_OK;
+  while (m->from <= m->n) {
+    if (!pattern_search(m->p, m->st, m->s, m->n, m->from, ms, me, rc)) return 0;
+    if (*ms == *me && m->matched && m->last_end == *me) {   /* empty, right after the last match */
+      size_t k = 1;
+      if (m->from < m->n) bpe_utf8_next(m->s + m->from, m->n - m->from, &k);
+      m->from += k;
+      continue;
+    }
+    m->from = m->last_end = *me, m->matched = 1;
+    return 1;
+  }
+  return 0;
 }
 
 /* ---- normalizers ---- */
 
-static fsdp_status norm_unicode(const bpe_norm *nm, const char *s, size_t n, bpe_str *out) {
-  size_t i = 0;
-  while (i < n && (unsigned char)s[i] < 0x80) i++;
-  if (i == n) return bpe_str_put(out, s, n);   /* ASCII is in every normal form */
+static fsdp_status norm_span(const bpe_norm *nm, const char *s, size_t n, bpe_str *out) {
+  if (!n) return FSDP_OK;
   utf8proc_uint8_t *d = NULL;
   utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d, nm->uoptions);
   if (k < 0) return fsdp_set_error(FSDP_ERR_INVALID, "unicode normalization failed: %s", utf8proc_errmsg(k));
@@ -164,14 +182,32 @@ static fsdp_status norm_unicode(const bpe_norm *nm, const char *s, size_t n, bpe
   return rc;
 }
 
+/* The library normalizes with Unicode 9.0's tables: a character assigned since is, to it, an
+ * unassigned starter that stays as it is and that nothing reorders or composes across, so the
+ * text is normalized in the spans between such characters and they are copied. */
+static fsdp_status norm_unicode(const bpe_norm *nm, const char *s, size_t n, bpe_str *out) {
+  size_t i = 0, a = 0, k;
+  while (i < n && (unsigned char)s[i] < 0x80) i++;
+  if (i == n) return bpe_str_put(out, s, n);   /* ASCII is in every normal form */
+  for (; i < n; i += k) {
+    k = 1;
+    if ((unsigned char)s[i] < 0x80 || !bpe_unicode9_unassigned(bpe_utf8_next(s + i, n - i, &k))) continue;
+    TRY(norm_span(nm, s + a, i - a, out));
+    TRY(bpe_str_put(out, s + i, k));
+    a = i + k;
+  }
+  return norm_span(nm, s + a, n - a, out);
+}
+
 static fsdp_status norm_replace(const bpe_norm *nm, bpe_state *st, const char *s, size_t n, bpe_str *out) {
-  size_t at = 0, start = 0, ms, me;
+  size_t at = 0, ms, me;
   fsdp_status rc;
-  while (bpe_pattern_find(&nm->pat, st, s, n, start, &ms, &me, &rc)) {
+  bpe_matches m;
+  bpe_matches_init(&m, &nm->pat, st, s, n);
+  while (bpe_matches_next(&m, &ms, &me, &rc)) {
     TRY(bpe_str_put(out, s + at, ms - at));
     TRY(bpe_str_put(out, nm->text, nm->text_n));
     at = me;
-    start = next_start(s, n, ms, me);
   }
   TRY(rc);
   return bpe_str_put(out, s + at, n - at);
@@ -246,14 +282,15 @@ static fsdp_status segs_add(segs *l, size_t a, size_t b, int match) {
 
 /* S cut at the matches of PAT: the whole of S in order, each segment marked match or not. */
 static fsdp_status find_segments(const bpe_pattern *pat, bpe_state *st, const char *s, size_t n, int invert, segs *l) {
-  size_t prev = 0, start = 0, ms, me;
+  size_t prev = 0, ms, me;
   fsdp_status rc;
+  bpe_matches m;
+  bpe_matches_init(&m, pat, st, s, n);
   l->n = 0;
-  while (bpe_pattern_find(pat, st, s, n, start, &ms, &me, &rc)) {
+  while (bpe_matches_next(&m, &ms, &me, &rc)) {
     if (prev != ms) TRY(segs_add(l, prev, ms, invert));
     TRY(segs_add(l, ms, me, !invert));
     prev = me;
-    start = next_start(s, n, ms, me);
   }
   TRY(rc);
   if (prev != n) TRY(segs_add(l, prev, n, invert));

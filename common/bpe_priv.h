@@ -7,8 +7,7 @@
 #ifndef FSDP_BPE_PRIV_H
 #define FSDP_BPE_PRIV_H
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include <oniguruma.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,19 +52,36 @@ int64_t bpe_smap_get(const bpe_smap *m, const char *k, size_t n);
 void bpe_smap_free(bpe_smap *m);
 uint64_t bpe_hash(const void *p, size_t n);
 
-/* ---- patterns: a literal string or a PCRE2 regex ---- */
+/* ---- patterns: a literal string or an Oniguruma regex ---- */
 typedef struct bpe_pattern {
-  char *lit;         /* literal (String pattern), or NULL */
+  char *lit;         /* non-empty literal (String pattern), or NULL */
   size_t lit_n;
-  pcre2_code *re;    /* Regex pattern, UTF | UCP, JIT-compiled when the platform allows */
+  regex_t *re;       /* Regex pattern (or the empty String's), Oniguruma's default syntax, UTF-8 */
 } bpe_pattern;
 fsdp_status bpe_pattern_compile(bpe_pattern *p, const char *lit, const char *regex, const char *where);
 void bpe_pattern_free(bpe_pattern *p);
-/* The first match of P in S[0..N) at or after START: 1 with [*MS, *ME), 0 when none. */
-int bpe_pattern_find(const bpe_pattern *p, bpe_state *st, const char *s, size_t n, size_t start,
-                     size_t *ms, size_t *me, fsdp_status *rc);
+
+/* The matches of a pattern in S[0..N), in order, as `tokenizers` finds them (the onig crate's
+ * find_iter): each search starts where the last match ended, in the whole of S (look-behind sees
+ * the text before), and an empty match right at the end of the previous match is not taken: the
+ * search goes on one character further. */
+typedef struct bpe_matches {
+  const bpe_pattern *p;
+  bpe_state *st;
+  const char *s;
+  size_t n;
+  size_t from;       /* where the next search starts */
+  size_t last_end;   /* the end of the last match, when MATCHED */
+  int matched;
+} bpe_matches;
+void bpe_matches_init(bpe_matches *m, const bpe_pattern *p, bpe_state *st, const char *s, size_t n);
+/* The next match: 1 with [*MS, *ME), 0 at the end or on an error (*RC). */
+int bpe_matches_next(bpe_matches *m, size_t *ms, size_t *me, fsdp_status *rc);
 
 /* ---- normalizers ---- */
+/* Whether `tokenizers`' Unicode 9.0 normalization tables lack CP, which libutf8proc's
+ * normalization would change (bpe_unicode9.c, generated). */
+int bpe_unicode9_unassigned(int32_t cp);
 typedef enum { BPE_NORM_UNICODE, BPE_NORM_PREPEND, BPE_NORM_REPLACE, BPE_NORM_SEQ } bpe_norm_kind;
 typedef struct bpe_norm {
   bpe_norm_kind kind;
@@ -176,9 +192,7 @@ struct bpe_tokenizer {
 /* Per-thread scratch. */
 struct bpe_state {
   const bpe_tokenizer *t;
-  pcre2_match_data *md;
-  pcre2_match_context *mctx;
-  pcre2_jit_stack *jit;
+  OnigRegion *region;           /* the regex's match */
   bpe_pieces pa, pb, pc;        /* pipeline stages */
   bpe_str na, nb;               /* normalizer scratch */
   bpe_str wbuf;                 /* a character with the subword prefix or suffix */

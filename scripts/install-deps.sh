@@ -16,7 +16,7 @@ PKGS=(
   build-essential cmake pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
   libopenblas-dev libgloo-dev libinih-dev libsqlite3-dev libjansson-dev libisal-dev
-  libpcre2-dev libutf8proc-dev   # tokenizer.json: split regexes with Unicode properties, NFC
+  libonig-dev libutf8proc-dev    # tokenizer.json: split regexes (Oniguruma, as `tokenizers`), NFC
   libmicrohttpd-dev     # fsdpd --metrics: the HTTP server of the Prometheus endpoint
   gnuplot-nox           # fsdpctl plot
   libncurses-dev        # fsdpctl top

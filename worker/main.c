@@ -150,7 +150,7 @@ static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank,
   if (rc == FSDP_OK) rc = grc;
   if (rc == FSDP_OK && rank == 0) {
     sample_prompt_ids(spec->sample_prompt, w->model.vocab_size, ids, &plen);
-    rc = sample_generate(w, whole, ids, plen, plen + SAMPLE_TOKENS, 1.0, 0, spec->seed ^ (uint64_t)r->step);
+    rc = sample_generate(w, whole, ids, plen, plen + SAMPLE_TOKENS, 1.0, 0, spec->seed ^ (uint64_t)r->step, NULL, 0, NULL);
     size_t k = 0;   /* printable bytes as they are, the rest as \xNN (byte-level models) or token ids */
     for (int i = 0; rc == FSDP_OK && i < plen + SAMPLE_TOKENS && k + 12 < sizeof r->sample; i++) {
       int t = ids[i];
@@ -476,6 +476,8 @@ static const flagdef flags[] = {
   {"seed", FLAG_U64, W(sa.seed), "0", 0, 4611686018427387904.0, "--sample: the sampler's seed"},
   {"tokenizer", FLAG_STR, W(sa.tokenizer), NULL, 0, 0, "--sample: the tokenizer FILE (default the model's)"},
   {"logits", FLAG_BOOL, W(sa.logits), NULL, 0, 1, "--sample: print every prompt position's logits (JSON) instead"},
+  {"prompt-ids", FLAG_STR, W(sa.prompt_ids), NULL, 0, 0, "--sample: the prompt as token ids (instead of --prompt)"},
+  {"stop-ids", FLAG_STR, W(sa.stop_ids), NULL, 0, 0, "--sample: token ids that end the continuation (not printed)"},
   {"log-level", FLAG_STR, W(log_level), NULL, 0, 0, "debug, info, warn or error"},
   {"blas-info", FLAG_BOOL, W(blas_info), NULL, 0, 1, "print the BLAS library and kernel type a worker runs here, and the warning if they are older than the CPU's"},
   {"help", FLAG_BOOL, W(help), NULL, 0, 1, "print this help"},
@@ -534,8 +536,8 @@ int main(int argc, char **argv) {
   if (a.blas_info) return print_blas_info();
   if (a.sa.model) {
     blasinfo_quiet();   /* fsdpctl sample's stderr is its user's: one line on failure, nothing else */
-    if (!a.sa.prompt) {
-      fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT\n");
+    if (!a.sa.prompt == !a.sa.prompt_ids) {
+      fprintf(stderr, "fsdp-worker: --sample needs --prompt TEXT or --prompt-ids \"ID ...\"\n");
       return 2;
     }
     fsutil_reads_own_tree(1);   /* fsdpctl sample's: run as root, root's own files only (docs/cli.md) */

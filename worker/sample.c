@@ -284,19 +284,22 @@ static fsdp_status sampler_logits(sampler *s, int pos, float *logits) {
 }
 
 fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
-                            int top_k, uint64_t seed) {
+                            int top_k, uint64_t seed, const int *stop, int nstop, int *end) {
   const int V = p->model.vocab_size, T = p->model.seq_len;
   sampler s;
   TRY(sampler_init(&s, p, param));
   float *logits = malloc((size_t)V * sizeof(float));
   double *w = malloc((size_t)V * sizeof(double));
   fsdp_status rc = logits && w ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
-  for (int n = plen; rc == FSDP_OK && n < total; n++) {
+  int n = plen, stopped = 0;
+  for (; rc == FSDP_OK && n < total && !stopped; n++) {
     int start = n > T ? n - T : 0, len = n - start;   /* the last T tokens */
     sampler_forward(&s, ids + start, len);
     rc = sampler_logits(&s, len - 1, logits);
     if (rc == FSDP_OK) ids[n] = pick(logits, V, temperature, top_k, rng_uniform(seed, 0x5a4d, (uint64_t)(n - plen)), w);
+    for (int k = 0; rc == FSDP_OK && k < nstop; k++) stopped |= ids[n] == stop[k];
   }
+  if (end) *end = stopped ? n - 1 : n;
   sampler_free(&s);
   free(logits);
   free(w);
@@ -348,6 +351,29 @@ static fsdp_status prompt_ids(const tokenizer *tk, const char *prompt, int V, in
   return rc;
 }
 
+/* The ids of the list S (decimal, separated by spaces or commas) in *IDS (malloc'd with room for
+ * EXTRA more), *N of them, each in [0, V); WHAT names the list in a refusal. */
+static fsdp_status parse_ids(const char *s, int V, const char *what, int **ids, int *n, int extra) {
+  size_t cap = strlen(s) / 2 + 1;
+  *n = 0;
+  if (!(*ids = calloc(cap + (size_t)extra, sizeof **ids))) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the sampler");
+  for (const char *q = s; *q;) {
+    if (*q == ' ' || *q == ',') {
+      q++;
+      continue;
+    }
+    char *e;
+    errno = 0;
+    long v = strtol(q, &e, 10);
+    if (e == q || errno || v < 0 || v >= V)
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s: '%.20s' is not a token id of the model (0..%d)", what, q, V - 1);
+    (*ids)[(*n)++] = (int)v;
+    q = e;
+  }
+  if (!*n) return fsdp_set_error(FSDP_ERR_INVALID, "%s is empty; give at least one token id", what);
+  return FSDP_OK;
+}
+
 /* The continuation ids[plen..total) as text: the decoding of the whole that follows the prompt's
  * own decoding (decoders that strip or join look at neighbours), else the new ids decoded alone.
  * Ids the tokenizer does not have (a padded vocabulary) have no text. */
@@ -375,7 +401,7 @@ int sample_run(const sample_args *a) {
   jobspec_t spec;
   plan_t *p = NULL;
   float *param = NULL;
-  int *ids = NULL;
+  int *ids = NULL, *stop = NULL;
   tokenizer tk = {0};
   fsdp_status rc = FSDP_OK;
   int bad_input = 0;
@@ -403,27 +429,30 @@ int sample_run(const sample_args *a) {
       goto out;
     }
   }
-  int plen = 0;
-  if ((rc = prompt_ids(&tk, a->prompt, V, &ids, &plen, a->tokens)) != FSDP_OK) {
+  int plen = 0, nstop = 0, total, end;
+  rc = a->prompt_ids ? parse_ids(a->prompt_ids, V, "--prompt-ids", &ids, &plen, a->tokens)
+                     : prompt_ids(&tk, a->prompt, V, &ids, &plen, a->tokens);
+  if (rc == FSDP_OK && a->stop_ids) rc = parse_ids(a->stop_ids, V, "--stop-ids", &stop, &nstop, 0);
+  if (rc != FSDP_OK) {
     bad_input = rc != FSDP_ERR_NOMEM;
     goto out;
   }
-  int total = plen + a->tokens;
+  total = plen + a->tokens;
   if (a->logits) {
     rc = print_logits(p, param, ids, plen);
     goto out;
   }
-  TRY_GOTO(sample_generate(p, param, ids, plen, total, a->temperature, a->top_k, a->seed), rc, out);
+  TRY_GOTO(sample_generate(p, param, ids, plen, total, a->temperature, a->top_k, a->seed, stop, nstop, &end), rc, out);
   if (tk.bpe) {
-    TRY_GOTO(print_decoded(tk.bpe, ids, plen, total), rc, out);
+    TRY_GOTO(print_decoded(tk.bpe, ids, plen, end), rc, out);
   } else {
     int binary = V != 256 && !tpath;
-    for (int n = plen; n < total; n++) {
+    for (int n = plen; n < end; n++) {
       if (binary) printf(n > plen ? " %d" : "%d", ids[n]);
       else if (tpath) fwrite(tk.tok[ids[n]], 1, tk.len[ids[n]], stdout);
       else putchar(ids[n]);
     }
-    if (binary || tpath || ids[total - 1] != '\n') putchar('\n');
+    if (binary || tpath || ids[end - 1] != '\n') putchar('\n');
   }
   fflush(stdout);
 out:
@@ -432,6 +461,7 @@ out:
   tokenizer_free(&tk);
   free(param);
   free(ids);
+  free(stop);
   plan_destroy(&p);
   return rc == FSDP_OK ? 0 : bad_input ? 2 : 1;
 }

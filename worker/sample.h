@@ -33,6 +33,8 @@ typedef struct sample_args {
   int top_k;               /* ≥ 0 */
   unsigned long long seed;
   int logits;              /* print the logits of every prompt position (JSON) instead of sampling */
+  const char *prompt_ids;  /* the prompt as token ids ("1 2 3", what fsdpctl sample --chat encoded) */
+  const char *stop_ids;    /* ids that end the continuation (not printed), e.g. a chat turn's end */
 } sample_args;
 
 /* Returns the process exit status: 0, or 2 with one line on stderr for bad input, 1 otherwise. */
@@ -40,9 +42,11 @@ int sample_run(const sample_args *a);
 
 /* Tokens ids[plen..total) continuing ids[0..plen), from the whole model PARAM (host, the layout of
  * P: a world-1 plan of batch 1), on a synchronous CPU device of its own. Used by sample_run and by
- * training's [eval] sample_every (rank 0, on the gathered model). */
+ * training's [eval] sample_every (rank 0, on the gathered model). With STOP (NSTOP ids; NULL: none)
+ * the generation ends at the first of them: *END (may be NULL) is where the continuation ends, the
+ * stop token excluded (TOTAL when none came). */
 fsdp_status sample_generate(const plan_t *p, const float *param, int *ids, int plen, int total, double temperature,
-                            int top_k, uint64_t seed);
+                            int top_k, uint64_t seed, const int *stop, int nstop, int *end);
 /* The prompt's bytes as token ids into IDS (NULL: only check), *N of them; an error names a byte
  * outside a vocabulary of V. */
 fsdp_status sample_prompt_ids(const char *prompt, int V, int *ids, int *n);

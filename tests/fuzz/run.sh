@@ -15,7 +15,7 @@ cflags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-reco
         -I"$here/common" -I"$here/models" -I"$here/proto" -I"$build/common/proto")
 for d in "$here"/models/*/; do cflags+=(-I"$d"); done   # every architecture's folder
 libs=($(pkg-config --cflags --libs libprotobuf-c libzmq inih jansson) -lm)
-common=("$here/common/err.c" "$here/common/log.c" "$here/common/fsutil.c")
+common=("$here/common/err.c" "$here/common/log.c" "$here/common/oneline.c" "$here/common/fsutil.c")
 
 clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/proto/wire.c" \
   "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
@@ -23,7 +23,7 @@ clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$
   "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/hfconfig.c" "$here/models/arch.c" "$here"/models/*/*_arch.c \
   "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_bpe" "$here/tests/fuzz/fuzz_bpe.c" "$here"/common/bpe_*.c "${common[@]}" \
-  "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 libutf8proc) -lpthread
+  "${libs[@]}" $(pkg-config --cflags --libs oniguruma libutf8proc) -lpthread
 clang "${cflags[@]}" -o "$out/fuzz_jinja" "$here/tests/fuzz/fuzz_jinja.c" "$here"/common/jinja_*.c "${common[@]}" \
   "${libs[@]}" $(pkg-config --cflags --libs libutf8proc)
 
