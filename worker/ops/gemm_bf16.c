@@ -4,7 +4,8 @@
  *
  * Layout: op(A) is packed into blocks of MR rows and op(B) into panels of NR columns, both as
  * 32-bit words holding the bf16 pair (x[2kk], x[2kk+1]) of consecutive k (K is padded to even with
- * zeros), rounding fp32 → bf16 as they are packed. The micro-kernel keeps an MR×NR tile of fp32
+ * zeros), rounding fp32 → bf16 as they are packed: a panel as [kk][j] (one vector per pair of k), a
+ * block as [i][kk] (A's rows converted in place) or, for a transposed A, [kk][i]. The micro-kernel keeps an MR×NR tile of fp32
  * sums in 16 zmm registers and adds, per pair of k, 16 vdpbf16ps: a broadcast A pair times a B
  * panel row of 16 pairs. Packing and tiles are OpenMP loops; panels outer, so a B panel stays in
  * cache while the (smaller) A blocks stream past it.
@@ -99,21 +100,23 @@ static uint32_t *workspace(size_t words) {
   return ws;
 }
 
-/* dst[t] = pair(r0[t], r1[t]) for t < n; r1 NULL: pairs with zero (the padding of an odd K). */
+/* dst[t] = pair(r0[t], r1[t]) for t < n; r1 NULL: pairs with zero (the padding of an odd K). One
+ * conversion of both rows and one permutation that interleaves them. */
 BF16_TARGET static void pack_rows(uint32_t *dst, const float *r0, const float *r1, int n) {
+  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int t = 0; t < n; t += 16) {
     __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
     __m512 lo = _mm512_maskz_loadu_ps(m, r0 + t);
     __m512 hi = r1 ? _mm512_maskz_loadu_ps(m, r1 + t) : _mm512_setzero_ps();
-    __m512i wl = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
-    __m512i wh = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
-    _mm512_mask_storeu_epi32(dst + t, m, _mm512_or_si512(wl, _mm512_slli_epi32(wh, 16)));
+    __m512i v = _mm512_permutexvar_epi16(inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    _mm512_mask_storeu_epi32(dst + t, m, v);
   }
 }
 
 /* dst[kk·stride] = pair(row[2kk], row[2kk+1]) for the K elements of ROW (the last odd one pairs
- * with zero). A scatter, not a vector store read back as words: that would stall on store
- * forwarding (measured 3× slower). */
+ * with zero); stride 1 is a plain conversion. Otherwise a scatter, not a vector store read back as
+ * words: that would stall on store forwarding (measured 3× slower). */
 BF16_TARGET static void pack_pairs(uint32_t *dst, int stride, const float *row, int K) {
   __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                    _mm512_set1_epi32(stride));
@@ -123,11 +126,61 @@ BF16_TARGET static void pack_pairs(uint32_t *dst, int stride, const float *row, 
     __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
     __mmask16 mp = np >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << np) - 1);
     __m512 a = _mm512_maskz_loadu_ps(m0, row + k), b = _mm512_maskz_loadu_ps(m1, row + k + 16);
-    _mm512_mask_i32scatter_epi32(dst + (size_t)(k / 2) * stride, mp, idx, (__m512i)_mm512_cvtne2ps_pbh(b, a), 4);
+    __m512i w = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+    if (stride == 1) _mm512_mask_storeu_epi32(dst + k / 2, mp, w);
+    else _mm512_mask_i32scatter_epi32(dst + (size_t)(k / 2) * stride, mp, idx, w, 4);
   }
 }
 
-/* Panel JP of op(B): NR columns from j0 = JP·NR, KP/2 rows of pairs, zero past N. */
+/* The 16×16 transpose of 32-bit words, in registers (four rounds of unpacks and lane shuffles). */
+BF16_TARGET static void transpose16(__m512i r[16]) {
+  __m512i a[16], b[16], c[16];
+  for (int i = 0; i < 8; i++) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      c[8 * i + j] = _mm512_shuffle_i32x4(b[8 * i + j], b[8 * i + j + 4], 0x88);
+      c[8 * i + j + 4] = _mm512_shuffle_i32x4(b[8 * i + j], b[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_i32x4(c[j], c[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(c[j], c[j + 8], 0xdd);
+  }
+}
+
+/* A transposed B's NJ ≤ 16 columns (rows of B, k contiguous) into a panel's [kk][j] words from
+ * column 0 of DST: 16 pairs of k of 16 columns at a time, converted and transposed in registers
+ * (a scatter of each word measured 2× slower). */
+BF16_TARGET static void pack_b_trans16(uint32_t *dst, const float *B, int ldb, int K, int nj) {
+  int kp2 = (K + 1) / 2;
+  for (int kk0 = 0; kk0 < kp2; kk0 += 16) {
+    int k = 2 * kk0, n = K - k < 32 ? K - k : 32, nq = kp2 - kk0 < 16 ? kp2 - kk0 : 16;
+    __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+    __m512i r[16];
+    for (int t = 0; t < 16; t++) {
+      if (t >= nj) {
+        r[t] = _mm512_setzero_si512();
+        continue;
+      }
+      const float *row = B + (size_t)t * ldb + k;
+      r[t] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, row + 16), _mm512_maskz_loadu_ps(m0, row));
+    }
+    transpose16(r);
+    __mmask16 mj = nj >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nj) - 1);
+    for (int q = 0; q < nq; q++) _mm512_mask_storeu_epi32(dst + (size_t)(kk0 + q) * NR, mj, r[q]);
+  }
+}
+
+/* Panel JP of op(B): NR columns from j0 = JP·NR, KP/2 rows of pairs ([kk][j]), zero past N. */
 BF16_TARGET static void pack_b(uint32_t *bp, int tb, const float *B, int ldb, int K, int N, int jp) {
   int j0 = jp * NR, nj = N - j0 < NR ? N - j0 : NR, kp2 = (K + 1) / 2;
   if (nj < NR) memset(bp, 0, (size_t)kp2 * NR * sizeof *bp);
@@ -137,16 +190,24 @@ BF16_TARGET static void pack_b(uint32_t *bp, int tb, const float *B, int ldb, in
       pack_rows(bp + (size_t)kk * NR, r0, 2 * kk + 1 < K ? r0 + ldb : NULL, nj);
     }
   } else {
-    for (int j = 0; j < nj; j++) pack_pairs(bp + j, NR, B + (size_t)(j0 + j) * ldb, K);
+    for (int jb = 0; jb < nj; jb += 16) pack_b_trans16(bp + jb, B + (size_t)(j0 + jb) * ldb, ldb, K, nj - jb < 16 ? nj - jb : 16);
   }
 }
 
-/* Block IB of op(A): MR rows from i0 = IB·MR, KP/2 columns of pairs, zero past M. */
+/* Block IB of op(A): MR rows from i0 = IB·MR, zero past M. Not transposed, row by row ([i][kk]: a
+ * plain conversion of each row); transposed, [kk][i] (two rows of A interleaved). a_layout() says
+ * where pair kk of row i is. */
+typedef struct a_layout {
+  size_t si, sk;   /* pair (i, kk) at i·si + kk·sk */
+} a_layout;
+
+static a_layout a_layout_of(int ta, int kp2) { return ta ? (a_layout){1, MR} : (a_layout){(size_t)kp2, 1}; }
+
 BF16_TARGET static void pack_a(uint32_t *ap, int ta, const float *A, int lda, int K, int M, int ib) {
   int i0 = ib * MR, mi = M - i0 < MR ? M - i0 : MR, kp2 = (K + 1) / 2;
   if (mi < MR) memset(ap, 0, (size_t)kp2 * MR * sizeof *ap);
   if (!ta) {
-    for (int i = 0; i < mi; i++) pack_pairs(ap + i, MR, A + (size_t)(i0 + i) * lda, K);
+    for (int i = 0; i < mi; i++) pack_pairs(ap + (size_t)i * kp2, 1, A + (size_t)(i0 + i) * lda, K);
   } else {
     for (int kk = 0; kk < kp2; kk++) {
       const float *r0 = A + (size_t)(2 * kk) * lda + i0;
@@ -155,19 +216,22 @@ BF16_TARGET static void pack_a(uint32_t *ap, int ta, const float *A, int lda, in
   }
 }
 
-/* One MI×NJ tile (MI ≤ MR, NJ ≤ NR) of C from packed block AP and panel BP. */
-BF16_TARGET static void tile(float *C, int ldc, const uint32_t *ap, const uint32_t *bp, int kp2, int mi, int nj,
-                             float alpha, float beta) {
+/* One MI×NJ tile (MI ≤ MR, NJ ≤ NR) of C from packed block AP (layout L) and panel BP, over NK
+ * pairs of k. Inlined into one copy per layout, so that the transposed layout's offsets are
+ * constants. */
+BF16_TARGET static inline __attribute__((always_inline)) void tile_impl(float *C, int ldc, const uint32_t *ap,
+                                                                        a_layout L, const uint32_t *bp, int nk,
+                                                                        int mi, int nj, float alpha, float beta) {
   __m512 acc[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int kk = 0; kk < kp2; kk++) {
+  for (int kk = 0; kk < nk; kk++) {
     __m512bh b0 = (__m512bh)_mm512_load_si512(bp + (size_t)kk * NR);
     __m512bh b1 = (__m512bh)_mm512_load_si512(bp + (size_t)kk * NR + 16);
-    const uint32_t *a = ap + (size_t)kk * MR;
+    const uint32_t *a = ap + kk * L.sk;
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
-      __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+      __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i * L.si]);
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
     }
@@ -185,6 +249,24 @@ BF16_TARGET static void tile(float *C, int ldc, const uint32_t *ap, const uint32
     _mm512_mask_storeu_ps(c, m0, r0);
     _mm512_mask_storeu_ps(c + 16, m1, r1);
   }
+}
+
+BF16_TARGET static void tile_rows(float *C, int ldc, const uint32_t *ap, size_t si, const uint32_t *bp, int nk, int mi,
+                                  int nj, float alpha, float beta) {
+  tile_impl(C, ldc, ap, (a_layout){si, 1}, bp, nk, mi, nj, alpha, beta);
+}
+
+BF16_TARGET static void tile_pairs(float *C, int ldc, const uint32_t *ap, const uint32_t *bp, int nk, int mi, int nj,
+                                   float alpha, float beta) {
+  tile_impl(C, ldc, ap, (a_layout){1, MR}, bp, nk, mi, nj, alpha, beta);
+}
+
+/* Tile (IB, JP) over pairs [KC0, KC0 + NK) of k. */
+BF16_TARGET static void tile(float *C, int ldc, const uint32_t *ap, int ta, int kp2, const uint32_t *bp, int kc0,
+                             int nk, int mi, int nj, float alpha, float beta) {
+  a_layout L = a_layout_of(ta, kp2);
+  if (ta) tile_pairs(C, ldc, ap + kc0 * L.sk, bp + (size_t)kc0 * NR, nk, mi, nj, alpha, beta);
+  else tile_rows(C, ldc, ap + kc0 * L.sk, L.si, bp + (size_t)kc0 * NR, nk, mi, nj, alpha, beta);
 }
 
 static void gemm_avx512(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
@@ -211,7 +293,7 @@ static void gemm_avx512(int ta, int tb, int M, int N, int K, float alpha, const 
       for (int jp = 0; jp < njp; jp++)
         for (int ib = 0; ib < nib; ib++) {
           int i0 = ib * MR, j0 = jp * NR;
-          tile(C + (size_t)i0 * ldc + j0, ldc, ap + ((size_t)ib * kp2 + kc) * MR, bp + ((size_t)jp * kp2 + kc) * NR,
+          tile(C + (size_t)i0 * ldc + j0, ldc, ap + (size_t)ib * MR * kp2, ta, kp2, bp + (size_t)jp * NR * kp2, kc,
                nk, M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, ak, bk);
         }
     }
@@ -220,8 +302,8 @@ static void gemm_avx512(int ta, int tb, int M, int N, int K, float alpha, const 
       for (int jp = 0; jp < njp; jp++)
         for (int ib = 0; ib < nib; ib++) {
           int i0 = ib * MR, j0 = jp * NR;
-          tile(C + (size_t)i0 * ldc + j0, ldc, ap, bp, 0, M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, alpha,
-               beta);
+          tile(C + (size_t)i0 * ldc + j0, ldc, ap, ta, kp2, bp, 0, 0, M - i0 < MR ? M - i0 : MR,
+               N - j0 < NR ? N - j0 : NR, alpha, beta);
         }
     }
   }
