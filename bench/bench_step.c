@@ -7,14 +7,18 @@
  * each call and forwards it to OpenBLAS' own (dlsym RTLD_NEXT). Two clock reads per call against
  * calls of ≥ 10^5 FLOPs cost nothing measurable (compare --no-gemm-timing).
  *
- *   bench_step [--config tiny|small|both] [--arch gpt2|llama] [--layers L] [--batch B] [--seq T] [--iters N]
- *              [--threads N] [--no-gemm-timing]
+ *   bench_step [--config tiny|small|n2|both] [--arch gpt2|llama] [--layers L] [--batch B] [--seq T] [--iters N]
+ *              [--threads N] [--compute fp32|bf16] [--no-gemm-timing]
+ * --compute bf16: the GEMMs as param_dtype = bf16 runs them on this CPU (gemm_bf16.h: bf16 inputs and
+ * fp32 accumulation with AVX512-BF16, else fp32); the parameters are rounded to bf16 either way
+ * then, and the sgemm line counts only what still goes to cblas_sgemm.
  * OpenMP threads that spin after a parallel region starve OpenBLAS' own threads (30× slower steps on
  * a busy 2-core machine), so unless OMP_WAIT_POLICY is set this program re-executes itself with
  * OMP_WAIT_POLICY=passive (libgomp reads it only at start-up).
  *
  * tiny:  L=2 C=64 H=4 V=64 T=32 B=8        small: GPT-2 small's shape (C=768 H=12 V=50257) with
- * L=2, T=256, B=2 unless overridden. See docs/performance.md for figures and the PyTorch comparison
+ * L=2, T=256, B=2 unless overridden. n2: one rank's share of the N = 2 bench (bench/cpu_bf16_step.sh),
+ * L=4 C=256 H=4 V=4096 T=128 B=2. See docs/performance.md for figures and the PyTorch comparison
  * (bench/torch_step.py).
  */
 #include <cblas.h>
@@ -29,6 +33,9 @@
 #include <unistd.h>
 
 #include "conditions.h"
+#include "device.h"
+#include "gemm_bf16.h"
+#include "ops/bf16.h"
 #include "jobspec.h"
 #include "model.h"
 #include "optim.h"
@@ -72,11 +79,20 @@ typedef struct cfg {
   int L, C, H, V, T, B;
 } cfg;
 
+/* this process's CPU time (all threads): beside the wall time on a loaded machine, where another
+ * process's time slices inflate the wall clock and not this */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
+static int compute_bf16;   /* --compute bf16 */
 static int llama;   /* --arch llama: the same shape as Llama (GQA of H/2 kv heads, SwiGLU of 4C, untied) */
 
 static int run(const cfg *c, int iters, int threads) {
@@ -105,12 +121,15 @@ static int run(const cfg *c, int iters, int threads) {
   int *inp = malloc(sizeof(int) * BT), *tgt = malloc(sizeof(int) * BT);
   device_t *dev = NULL;
   if (dev_new_cpu(DEV_CPU_SYNC, &dev) != FSDP_OK) return 1;
+  const char *gemm_name = compute_bf16 && dev_cpu_set_compute(dev, DTYPE_BF16) == DTYPE_BF16 ? gemm_kind_name(gemm_bf16_kind()) : "fp32";
   model_acts *a = model_acts_new(p, dev);
   if (!w || !g || !m || !v || !units || !dunits || !inp || !tgt || !a) {
     fprintf(stderr, "bench_step: out of memory for %s\n", c->name);
     return 1;
   }
   model_init_shard(p, 1337, 0, w);
+  if (compute_bf16)   /* the values param_dtype = bf16 gathers */
+    for (int64_t i = 0; i < S; i++) w[i] = bf16_round(w[i]);
   for (int u = 0; u < p->nunits; u++) {
     units[u] = w + p->units[u].shard_base;
     dunits[u] = g + p->units[u].shard_base;
@@ -120,15 +139,15 @@ static int run(const cfg *c, int iters, int threads) {
     tgt[i] = (int)(rng_uniform(5, 1, (uint64_t)i) * c->V);
   }
 
-  double *tf = malloc(sizeof(double) * iters), *to = malloc(sizeof(double) * iters);
+  double *tf = malloc(sizeof(double) * iters), *to = malloc(sizeof(double) * iters), *tc = malloc(sizeof(double) * iters);
   double loss = 0, gemm_s = 0, flops_gemm = 0, calls = 0;
   for (int it = -1; it < iters; it++) {       /* it = -1: warm-up, not counted */
     gemm_ns = gemm_flops = gemm_calls = 0;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     float lsum = 0;
     model_forward_backward(p, a, (void *const *)units, dunits, inp, tgt, 1.0f / BT, &lsum);
     double l = lsum / BT;
-    double t1 = now_s();
+    double t1 = now_s(), c1 = cpu_s();
     if (it == -1) loss = l;      /* at init: ≈ ln V */
     if (it >= 0) {
       gemm_s += (double)gemm_ns * 1e-9;
@@ -141,25 +160,28 @@ static int run(const cfg *c, int iters, int threads) {
     if (it >= 0) {
       tf[it] = t1 - t0;
       to[it] = t2 - t1;
+      tc[it] = c1 - c0;
     }
   }
   double sum_f = 0;
   for (int i = 0; i < iters; i++) sum_f += tf[i];
   qsort(tf, (size_t)iters, sizeof(double), cmp_double);
   qsort(to, (size_t)iters, sizeof(double), cmp_double);
+  qsort(tc, (size_t)iters, sizeof(double), cmp_double);
   double med = tf[iters / 2], med_o = to[iters / 2];
   double step_flops = p->flops_per_token * BT;
-  printf("%s %s: L=%d C=%d H=%d V=%d T=%d B=%d params=%lld threads=%d iters=%d OMP_WAIT_POLICY=%s OpenBLAS=%s\n",
+  printf("%s %s: L=%d C=%d H=%d V=%d T=%d B=%d params=%lld threads=%d iters=%d OMP_WAIT_POLICY=%s OpenBLAS=%s GEMMs=%s\n",
          jobspec_arch_name(s.model.arch), c->name, c->L, c->C, c->H, c->V, c->T, c->B, (long long)p->n_params, threads, iters,
-         getenv("OMP_WAIT_POLICY"), openblas_get_corename());
+         getenv("OMP_WAIT_POLICY"), openblas_get_corename(), gemm_name);
   printf("  fwd+bwd   median %.4f s  min %.4f s  %.0f tokens/s  %.1f GFLOP/s (plan: %.3g FLOP/token), init loss %.4f\n", med,
          tf[0], BT / med, step_flops / med * 1e-9, p->flops_per_token, loss);
+  printf("  fwd+bwd   CPU time median %.4f s (all threads)\n", tc[iters / 2]);
   printf("  adamw     median %.4f s  (%.1f%% of fwd+bwd, %.2f GB/s at 28 B moved per parameter)\n", med_o,
          100 * med_o / med, 28.0 * S / med_o * 1e-9);
   if (gemm_timing)
     printf("  sgemm     %.1f%% of fwd+bwd time (%.0f calls/step, %.1f GFLOP/s inside sgemm, %.1f%% of plan FLOPs)\n",
            100 * gemm_s / sum_f, calls, flops_gemm / gemm_s * 1e-9, 100 * flops_gemm / (step_flops * iters));
-  free(tf); free(to); free(w); free(g); free(m); free(v); free(units); free(dunits); free(inp); free(tgt);
+  free(tf); free(to); free(tc); free(w); free(g); free(m); free(v); free(units); free(dunits); free(inp); free(tgt);
   model_acts_destroy(&a);
   dev_destroy(&dev);
   plan_destroy(&p);
@@ -187,9 +209,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--seq")) T = atoi(val);
     else if (!strcmp(k, "--iters")) iters = atoi(val);
     else if (!strcmp(k, "--threads")) threads = atoi(val);
+    else if (!strcmp(k, "--compute") && (!strcmp(val, "fp32") || !strcmp(val, "bf16"))) compute_bf16 = !strcmp(val, "bf16");
     else {
-      fprintf(stderr, "bench_step: unknown option %s (allowed: --config tiny|small|both, --arch gpt2|llama, --layers, --batch, --seq, "
-                      "--iters, --threads, --no-gemm-timing)\n", k);
+      fprintf(stderr, "bench_step: unknown option %s (allowed: --config tiny|small|n2|both, --arch gpt2|llama, --layers, --batch, --seq, "
+                      "--iters, --threads, --compute fp32|bf16, --no-gemm-timing)\n", k);
       return 2;
     }
     i++;
@@ -204,7 +227,14 @@ int main(int argc, char **argv) {
   openblas_set_num_threads(threads);
   cfg tiny = {"tiny", 2, 64, 4, 64, 32, 8};
   cfg small = {"gpt2-small-shape", 2, 768, 12, 50257, 256, 2};
+  cfg n2 = {"n2-rank", 4, 256, 4, 4096, 128, 2};
   int rc = 0;
+  if (!strcmp(which, "n2")) {
+    if (L) n2.L = L;
+    if (B) n2.B = B;
+    if (T) n2.T = T;
+    rc |= run(&n2, iters ? iters : 20, threads);
+  }
   if (!strcmp(which, "tiny") || !strcmp(which, "both")) {
     if (L) tiny.L = L;
     if (B) tiny.B = B;

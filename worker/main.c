@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "blasinfo.h"
+#include "gemm_bf16.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "comm_boot.h"
@@ -167,11 +168,17 @@ static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank,
 }
 
 /* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones). */
-static fsdp_status open_cpu_device(device_t **dev) {
+static fsdp_status open_cpu_device(const jobspec_t *spec, device_t **dev) {
   dev_cpu_mode mode;
   TRY(dev_cpu_mode_from_env(&mode));
   TRY(dev_new_cpu(mode, dev));
   if (mode != DEV_CPU_SYNC) log_info("CPU device: %s", (*dev)->op->name);
+  if (spec->param_dtype == DTYPE_BF16) {   /* param_dtype = bf16: compute as the GPU does, where the CPU can */
+    if (dev_cpu_set_compute(*dev, DTYPE_BF16) == DTYPE_BF16)
+      log_info("CPU compute: GEMMs in %s with fp32 accumulation", gemm_kind_name(gemm_bf16_kind()));
+    else
+      log_info("CPU compute: fp32 (param_dtype = bf16 computes in bf16 only on a CPU with AVX512-BF16)");
+  }
   return FSDP_OK;
 }
 
@@ -229,7 +236,7 @@ static fsdp_status open_device_and_comm(const jobspec_t *spec, const plan_t *pla
   *gpu_out = -1;
   if (spec->device == DEVICE_CPU) {
     TRY(comm_new_gloo(rank, world, rv->dir, rv->kv, rv->prefix ? rv->prefix : "fsdp", spec->timeout_s, comm));
-    return open_cpu_device(dev);
+    return open_cpu_device(spec, dev);
   }
 #ifdef FSDP_HAVE_CUDA
   int ngpu = 0;

@@ -24,7 +24,8 @@
  * then reads an unfilled buffer every time, not just when the race is lost.
  *
  * Dtypes: "act" pointers (activations, their gradients, gathered parameters in compute form) are in
- * the device's compute dtype (fp32 on the CPU; bf16 on CUDA), hence void *; parameter gradients,
+ * the device's compute dtype (fp32 on the CPU, whose GEMMs may round their inputs to bf16:
+ * dev_cpu_set_compute; bf16 on CUDA), hence void *; parameter gradients,
  * LayerNorm statistics, losses, shards and scalars are always fp32; bf16 is uint16_t storage.
  * Sizes of act buffers: elements × d->act_bytes. Backward operators accumulate into parameter
  * gradients (+=) and assign activation gradients (=), as ops_cpu.h.
@@ -224,6 +225,11 @@ struct device {
  * (dev_cpu_mode_from_env, default sync). */
 fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out);
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode);
+/* The CPU device's GEMMs (matmuls, the head, attention's products) in bf16 with fp32 accumulation
+ * (gemm_bf16.h: the CUDA path's contract) when DT is DTYPE_BF16 and this CPU has AVX512-BF16
+ * (FSDP_CPU_BF16=off|emulate overrides: gemm_bf16_kind); in fp32 otherwise (the default). Activations and every other operator stay fp32. Returns the dtype
+ * the GEMMs compute in. Call on a CPU device before its first operation. */
+dtype_kind dev_cpu_set_compute(device_t *d, dtype_kind dt);
 void dev_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
 
 /* The CUDA device on GPU GPU (an index among the visible devices) in bf16 (device_cuda.c; CUDA

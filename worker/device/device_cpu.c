@@ -1,4 +1,6 @@
-/* device_cpu — the CPU device (device.h) over ops_cpu.c and optim.c, in fp32.
+/* device_cpu — the CPU device (device.h) over ops_cpu.c and optim.c, in fp32; its GEMMs in bf16
+ * with fp32 accumulation when dev_cpu_set_compute asked for bf16 and the CPU has AVX512-BF16
+ * (gemm_bf16.h; FSDP_CPU_BF16 overrides that).
  *
  * Every stream operation is packed into a task (a function and its arguments by value) and either
  * run at once on the caller's thread (sync) or appended to a bounded ring that one stream thread
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_bf16.h"
 #include "mem.h"
 #include "monotime.h"
 #include "ops_cpu.h"
@@ -40,6 +43,7 @@ struct cpu_dev {
   device_t base;
   dev_cpu_mode mode;
   int timer;                     /* host side: the timer of the next submissions */
+  gemm_kind gemm;                /* what its GEMMs run (gemm_bf16.h), set before the first task */
   uint64_t us[DEV_NTIMER];       /* charged by whoever runs the tasks; read after sync */
 
   pthread_t thread;
@@ -51,6 +55,7 @@ struct cpu_dev {
 };
 
 static void run_task(cpu_dev *d, const task *t) {
+  gemm_bf16_set_active(d->gemm);   /* per thread: the stream's, or the host's in sync mode */
   uint64_t t0 = monotime_us();
   t->run(d, t->a);
   if (t->timer < DEV_NTIMER) d->us[t->timer] += monotime_us() - t0;   /* waits charge their own */
@@ -577,6 +582,12 @@ static const dev_kernels cpu_kernels = {
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward, .qk_norm_forward = cpu_qk_norm_forward,
     .qk_norm_backward = cpu_qk_norm_backward};
+
+dtype_kind dev_cpu_set_compute(device_t *dd, dtype_kind dt) {
+  cpu_dev *d = (cpu_dev *)dd;
+  d->gemm = dt == DTYPE_BF16 ? gemm_bf16_kind() : GEMM_FP32;
+  return d->gemm != GEMM_FP32 ? DTYPE_BF16 : DTYPE_FP32;
+}
 
 fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out) {
   *out = NULL;

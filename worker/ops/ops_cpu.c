@@ -1,7 +1,7 @@
 /* ops_cpu — the GPT-2 and Llama operators on the CPU (see ops_cpu.h for shapes and conventions).
  *
- * Matmuls (and attention's products) go through OpenBLAS' cblas_sgemm, which threads itself;
- * every other loop is an OpenMP parallel loop. Reductions that produce a parameter gradient are
+ * Matmuls (and attention's products) go through OpenBLAS' cblas_sgemm, which threads itself, or,
+ * on a thread that computes in bf16, through gemm_bf16.c (gemm_bf16.h); every other loop is an OpenMP parallel loop. Reductions that produce a parameter gradient are
  * split by OUTPUT column (each thread owns a block of channels and walks the rows in order), so no
  * two threads ever write the same float and the OpenMP loops give the same bits for any thread
  * count (the test checks it); only the CPU's vector width (AVX-512 or AVX2 build of a loop, below)
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "blasinfo.h"
+#include "gemm_bf16.h"
 #include "log.h"
 
 #include "ops/exp.h"
@@ -64,10 +65,19 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
  * FSDP_SUM_ORDER. */
 __attribute__((weak)) int ops_test_split_k(void) { return 0; }
 
+/* cblas_sgemm, or the bf16 GEMM where this thread computes in bf16 (gemm_bf16.h) */
+static void gemm1(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (gemm_bf16_active() != GEMM_FP32)
+    gemm_bf16(ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   if (K < 2 || !ops_test_split_k()) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   int k1 = K / 2;
@@ -75,8 +85,8 @@ static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
    * K×N: its k-th row is B + k·ldb (not transposed) or B + k (transposed). */
   const float *A2 = ta == CblasNoTrans ? A + k1 : A + (size_t)k1 * lda;
   const float *B2 = tb == CblasNoTrans ? B + (size_t)k1 * ldb : B + k1;
-  cblas_sgemm(CblasRowMajor, ta, tb, M, N, k1, alpha, A, lda, B, ldb, beta, C, ldc);
-  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K - k1, alpha, A2, lda, B2, ldb, 1.0f, C, ldc);
+  gemm1(ta, tb, M, N, k1, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm1(ta, tb, M, N, K - k1, alpha, A2, lda, B2, ldb, 1.0f, C, ldc);
 }
 
 /* ---- encoder ---- */
