@@ -203,9 +203,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
                            PARAM(u, BLK_FCPROJ_W, unit), s->fch, a->dbuf, BT, 4 * C, C);
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
                          4 * C);
-  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
-                            PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
+  dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
+                             PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);   /* dres = dL/d res2 */
 
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
@@ -213,9 +212,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
-  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
-                            s->ln1_mean, s->ln1_rstd, B, T, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
+  dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x,
+                             PARAM(u, BLK_LN1_W, unit), s->ln1_mean, s->ln1_rstd, B, T, C);   /* dres = dL/d x */
 #undef DPARAM
 }
 

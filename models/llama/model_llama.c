@@ -193,18 +193,16 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   d->kern->linear_backward(d, a->dh, GRAD(u, LBLK_DOWN, dunit), dres, s->h, PARAM(u, LBLK_DOWN, unit), BT, F, C);
   d->kern->swiglu_backward(d, a->dbuf, s->gu, a->dh, BT, F);
   d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_GATE, dunit), a->dbuf, s->ln2, PARAM(u, LBLK_GATE, unit), BT, C, 2 * F);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
-                          s->ln2_rstd, BT, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
+  dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, LBLK_LN2_W, dunit), a->dx, s->res2, PARAM(u, LBLK_LN2_W, unit),
+                           s->ln2_rstd, BT, C);   /* dres = dL/d res2 */
 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
   d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
   d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
-                          BT, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
+  dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit),
+                           s->ln1_rstd, BT, C);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
