@@ -202,7 +202,7 @@ static fsdp_status nccl_id(void *ctx, uint8_t id[COMM_BOOT_ID_BYTES]) {
  * rank 0 through the store) or gloo staged through pinned memory. */
 static fsdp_status open_cuda(const jobspec_t *spec, const plan_t *plan, int rank, int world, int gpu, int use_nccl,
                              const rendezvous *rv, comm_t **comm, device_t **dev) {
-  fsdp_status rc = dev_new_cuda(gpu, dev);
+  fsdp_status rc = dev_new_cuda(gpu, spec->timeout_s, dev);
   if (rc != FSDP_OK) return cuda_failure(rc);
   if (use_nccl) {
     comm_kv dir_kv = rv->dir ? comm_dir_kv(rv->dir) : (comm_kv){0};

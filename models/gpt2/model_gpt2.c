@@ -224,9 +224,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_FC_W), DPARAM(BLK_FC_B), dfch, s->ln2, PARAM(u, BLK_FC_W, unit), BT, C,
                          4 * C);
   lora_backward(LORA, layer, BLK_FC_W, a->dx, dfch, s->ln2);
-  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
-                            PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d res2 */
+  dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN2_W), DPARAM(BLK_LN2_B), a->dx, s->res2,
+                             PARAM(u, BLK_LN2_W, unit), s->ln2_mean, s->ln2_rstd, B, T, C);   /* dres = dL/d res2 */
 
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
@@ -236,9 +235,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
   lora_backward(LORA, layer, BLK_ATTN_W, a->dx, a->dbuf, s->ln1);
-  d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
-                            s->ln1_mean, s->ln1_rstd, B, T, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);               /* dres = dL/d x */
+  dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x,
+                             PARAM(u, BLK_LN1_W, unit), s->ln1_mean, s->ln1_rstd, B, T, C);   /* dres = dL/d x */
 #undef DPARAM
 }
 

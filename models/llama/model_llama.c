@@ -225,9 +225,8 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
                            PARAM(u, AT(LBLK_GATE), unit), BT, C, 2 * F);
   lora_backward(LORA, layer, LBLK_GATE, a->dx, a->dbuf, s->ln2);
   lora_backward(LORA, layer, LBLK_UP, a->dx, a->dbuf, s->ln2);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN2_W), dunit), a->dx, s->res2,
-                            PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d res2 */
+  dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN2_W), dunit), a->dx, s->res2,
+                           PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C);   /* dres = dL/d res2 */
 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, AT(LBLK_O), dunit), OPT_GRAD(LBLK_OB), dres, s->atty,
@@ -242,9 +241,8 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
                            PARAM(u, AT(LBLK_Q), unit), BT, C, a->Q);
   for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, a->dx, a->dbuf, s->ln1);
-  d->kern->rmsnorm_backward(d, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x, PARAM(u, AT(LBLK_LN1_W), unit),
-                            s->ln1_rstd, BT, C);
-  d->kern->add_act(d, dres, a->datty, (int64_t)BT * C);   /* dres = dL/d x */
+  dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x,
+                           PARAM(u, AT(LBLK_LN1_W), unit), s->ln1_rstd, BT, C);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {

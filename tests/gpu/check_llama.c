@@ -164,6 +164,18 @@ static void check_rmsnorm(const shape *s, float eps) {
                 {.name = "dweight", .ref = dw, .dev = d_dw, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
   RUN_AND_COMPARE(bname, s->name, s->timed, bo,
                   ops_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_ref, BT, C, &g_ctx));
+
+  /* Accumulated into the residual stream's gradient (nonzero): dres += dinp, compared by increments. */
+  float *pre_res = h_bf16_uniform(n, -1, 1), *dres = hbuf(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) dres[i] = bf16_round(pre_res[i] + dinp[i]);
+  void *d_dres = d_bf16(pre_res, n);
+  float *d_dw2 = d_upload(pre, (size_t)C * sizeof(float));
+  char aname[80];
+  snprintf(aname, sizeof aname, "rmsnorm_backward_acc(eps=%g)", eps);
+  out_t ao[] = {{.name = "dres", .ref = dres, .dev = d_dres, .n = n, .kind = OUT_BF16, .tol = TOL_BF16, .prefill = pre_res},
+                {.name = "dweight", .ref = dw, .dev = d_dw2, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
+  RUN_AND_COMPARE(aname, s->name, s->timed, ao,
+                  ops_cuda_rmsnorm_backward_acc(d_dres, d_dw2, d_dout, d_inp, d_w, d_rstd_ref, BT, C, &g_ctx));
   free_all();
 }
 
@@ -259,9 +271,17 @@ static void check_family_shape(const llama_shape *l) {
   fflush(stdout);
 }
 
+/* RMSNorm's weight gradient over B·T = 1500 rows (six row slices folded by their last blocks), at
+ * C = 64 (the 128-bit path) and C = 36 (element by element). */
+static const shape kRowsL = {"llama-rows", 3, 500, 64, 1, 0, 0};
+static const shape kRowsOddL = {"llama-rows-odd", 3, 500, 36, 1, 0, 0};
+
 void check_llama_ops(int large) {
   check_llama_shape(&kTinyL);
   check_family_shape(&kTinyL);
+  printf("\n== RMSNorm over many rows: B=%d T=%d, C=%d and C=%d ==\n", kRowsL.B, kRowsL.T, kRowsL.C, kRowsOddL.C);
+  check_rmsnorm(&kRowsL, 1e-5f);
+  check_rmsnorm(&kRowsOddL, 1e-5f);
   const shape *h = &kHs128L.s;
   printf("\n== grouped-query attention, shape %s: B=%d T=%d C=%d NH=%d NKV=%d (head size %d) ==\n", h->name, h->B,
          h->T, h->C, h->NH, kHs128L.NKV, h->C / h->NH);

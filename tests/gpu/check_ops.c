@@ -20,6 +20,11 @@ static const shape kTiny = {"tiny", 2, 70, 128, 2, 37, 0};
 static const shape kHs128 = {"hs128", 2, 100, 256, 2, 37, 0};
 static const shape kLong = {"long", 1, 520, 64, 1, 37, 0};
 static const shape kGpt2 = {"gpt2", 4, 1024, 768, 12, 50257, 1};
+/* rows: B·T = 1500 rows, so every column sum has six row slices (folded by their last blocks) and
+ * the embedding's token chains (V = 37) cross two link tiles; C = 64 takes the 128-bit paths,
+ * rows-odd's C = 36 the element-by-element ones. */
+static const shape kRows = {"rows", 3, 500, 64, 1, 37, 0};
+static const shape kRowsOdd = {"rows-odd", 3, 500, 36, 1, 37, 0};
 
 static int *h_tokens(size_t n, int V) {
   int *t = hbuf(n * sizeof(int));
@@ -56,6 +61,10 @@ static void check_encoder(const shape *s) {
                 {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
   RUN_AND_COMPARE("encoder_backward", s->name, s->timed, bo,
                   ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, &g_ctx));
+  /* dout read by dwpe and by the chains, dwpe and each distinct token's dwte row read and written,
+   * the tokens and the links (next, has_prev) */
+  const double rows = BT < V ? BT : V;
+  roofline_add("encoder_backward", s->name, 4.0 * BTC + 8.0 * TC + 8.0 * rows * C + 16.0 * BT, 2.0 * BTC);
   free_all();
 }
 
@@ -95,6 +104,19 @@ static void check_layernorm(const shape *s) {
                   ops_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, B, T, C,
                                               &g_ctx));
   roofline_add("layernorm_backward", s->name, 10.0 * n + 8.0 * BT, 16.0 * n);   /* dinp pass + dparams pass */
+
+  /* Accumulated into the residual stream's gradient (nonzero): dres += dinp, compared by increments. */
+  float *pre_res = h_bf16_uniform(n, -1, 1), *dres = hbuf(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) dres[i] = bf16_round(pre_res[i] + dinp[i]);
+  void *d_dres = d_bf16(pre_res, n);
+  float *d_dw2 = d_upload(pre_w, (size_t)C * sizeof(float)), *d_db2 = d_upload(pre_b, (size_t)C * sizeof(float));
+  out_t ao[] = {{.name = "dres", .ref = dres, .dev = d_dres, .n = n, .kind = OUT_BF16, .tol = TOL_BF16, .prefill = pre_res},
+                {.name = "dweight", .ref = dw, .dev = d_dw2, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_w},
+                {.name = "dbias", .ref = db, .dev = d_db2, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_b}};
+  RUN_AND_COMPARE("layernorm_backward_acc", s->name, s->timed, ao,
+                  ops_cuda_layernorm_backward_acc(d_dres, d_dw2, d_db2, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, B,
+                                                  T, C, &g_ctx));
+  roofline_add("layernorm_backward_acc", s->name, 12.0 * n + 8.0 * BT, 17.0 * n);   /* dres read and written */
   free_all();
 }
 
@@ -132,8 +154,10 @@ enum {
   MM_ALIAS = 16,     /* backward writes dinp over inp (the model's c_proj: its input is dead then) */
 };
 
-/* GEMMs run with an epilogue so far: defined by the emulator (tests/gpu/emu), absent on a GPU. */
+/* GEMMs run with an epilogue so far, and cuBLASLt heuristic queries: defined by the emulator
+ * (tests/gpu/emu), absent on a GPU. */
 long emu_lt_epilogue_runs(int epilogue) __attribute__((weak));
+long emu_lt_heuristic_calls(void) __attribute__((weak));
 
 static void check_matmul(const shape *s, const char *label, int C, int OC, int flags) {
   const int BT = s->B * s->T;
@@ -162,6 +186,17 @@ static void check_matmul(const shape *s, const char *label, int C, int OC, int f
   }
   roofline_add(fname, s->name, 2.0 * ((double)nin + nw + ((flags & MM_GELU) ? 2.0 : 1.0) * nout),
                2.0 * BT * (double)C * OC);
+  if (emu_lt_heuristic_calls && check_selected(fname)) { /* the GEMM's plan is kept: a second call asks nothing */
+    const long h0 = emu_lt_heuristic_calls();
+    const fsdp_status st = ops_cuda_matmul_forward(d_out, (flags & MM_GELU) ? d_pre : NULL, d_inp, d_w, d_bias, BT, C,
+                                                   OC, &g_ctx);
+    CU(cudaStreamSynchronize(g_ctx.stream));
+    char name[160], detail[96];
+    snprintf(name, sizeof name, "%s[%s] plan kept", fname, s->name);
+    snprintf(detail, sizeof detail, "status %d, %ld heuristic queries on the second call (0 expected)", (int)st,
+             emu_lt_heuristic_calls() - h0);
+    verdict(name, st == FSDP_OK && emu_lt_heuristic_calls() == h0, detail);
+  }
 
   float *dout = h_bf16_uniform(nout, -1, 1);
   void *d_dout = d_bf16(dout, nout);
@@ -550,8 +585,21 @@ static void check_shape(const shape *s) {
   fflush(stdout);
 }
 
+/* The column sums (LayerNorm's dweight and dbias, the matmul's dbias over OC columns) and the
+ * embedding's backward over many rows. */
+static void check_rows(const shape *s, int OC) {
+  printf("\n== column sums and embedding chains, shape %s: B=%d T=%d C=%d V=%d, dbias over %d columns ==\n", s->name,
+         s->B, s->T, s->C, s->V, OC);
+  check_encoder(s);
+  check_layernorm(s);
+  check_matmul(s, "dbias", s->C, OC, MM_BIAS | MM_DINP);
+  fflush(stdout);
+}
+
 void check_model_ops(int large) {
   check_shape(&kTiny);
+  check_rows(&kRows, 40);
+  check_rows(&kRowsOdd, 37);
   printf("\n== attention, shape %s: B=%d T=%d C=%d NH=%d (head size %d) ==\n", kHs128.name, kHs128.B, kHs128.T,
          kHs128.C, kHs128.NH, kHs128.C / kHs128.NH);
   check_attention(&kHs128, kHs128.NH);

@@ -280,6 +280,11 @@ static void check_run(const ops_cudnn_api *a) {
   calls(c1);
   EXPECT(rc == FSDP_ERR_UNSUPPORTED && c1[3] == c0[3] && c1[4] == c0[4], "no fit, again: %d, %ld queries", (int)rc,
          c1[3] - c0[3]);
+  /* plans that refuse to finalize: the fallback's reason keeps cuDNN's status, not only a count */
+  setenv("CUDNN_STUB_WS", "-1,-1", 1);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 4, C, NH, NKV, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_ERR_UNSUPPORTED && strstr(why, "none finalized (the last: CUDNN_STATUS_NOT_SUPPORTED"),
+         "refused plans: %d '%s'", (int)rc, why);
   unsetenv("CUDNN_STUB_WS");
   printf("stub: the run path chose the configuration that fits, bound %d tensors and scalars, cached its plan\n", n);
   free(qkv), free(dqkv), free(out), free(dout), free(lse), free(scratch);

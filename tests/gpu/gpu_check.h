@@ -71,6 +71,9 @@ void fetch_outputs(out_t *o, int n);
 void compare(const char *op, const char *shape, const out_t *o, double ms);
 void report_failure(const char *op, const char *shape, fsdp_status st, cudaError_t se);
 void verdict(const char *name, int ok, const char *detail);
+/* Whether the check of OP runs: GPU_CHECK_ONLY unset, or one of its comma-separated prefixes
+ * starts OP (a planted-fault run of gpu_emu runs only the checks of the faulty kernel). */
+int check_selected(const char *op);
 
 /* Runs CALL (an fsdp_status expression that enqueues work on g_ctx.stream) once, fetches the
  * outputs; when TIMED, runs it once more between two events (accumulated outputs then hold a
@@ -78,6 +81,7 @@ void verdict(const char *name, int ok, const char *detail);
 #define RUN_AND_COMPARE(op, shape, timed, outs, CALL)                                       \
   do {                                                                                      \
     int n_ = (int)(sizeof(outs) / sizeof((outs)[0]));                                       \
+    if (!check_selected(op)) break;                                                         \
     fsdp_clear_error();                                                                     \
     fsdp_status st_ = (CALL);                                                               \
     cudaError_t se_ = cudaStreamSynchronize(g_ctx.stream);                                  \

@@ -218,7 +218,21 @@ void report_failure(const char *op, const char *shape, fsdp_status st, cudaError
 }
 
 
+int check_selected(const char *op) {
+  const char *only = getenv("GPU_CHECK_ONLY");
+  if (!only || !*only) return 1;
+  for (const char *p = only; *p;) {
+    const char *e = strchr(p, ',');
+    const size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n && strncmp(op, p, n) == 0) return 1;
+    if (!e) break;
+    p = e + 1;
+  }
+  return 0;
+}
+
 void verdict(const char *name, int ok, const char *detail) {
+  if (!check_selected(name)) return;
   printf("%-50s %s%s%s\n", name, ok ? "PASS" : "FAIL", detail && *detail ? ": " : "", detail ? detail : "");
   if (ok) g_pass++;
   else g_fail++;

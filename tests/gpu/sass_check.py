@@ -3,9 +3,9 @@
 (ctest sass_check; docs/gpu.md). TOOLS_DIR holds cuobjdump and nvdisasm; "-" asks
 scripts/cuda-tools.sh --check for it. OBJECTs are libfsdpcuda's compiled .cu objects.
 
-Every kernel of KERNELS (the elementwise, normalization and reduction kernels: memory-bound, so
-their speed is the bytes they move per instruction, and the tensor-core attention kernels, whose
-tiles stream from global memory inside their main loop) must, in its SASS:
+Every kernel of KERNELS (the elementwise, normalization, reduction and embedding kernels:
+memory-bound, so their speed is the bytes they move per instruction, and the tensor-core attention
+kernels, whose tiles stream from global memory inside their main loop) must, in its SASS:
   - load global memory 128 bits at a time somewhere (an LDG.E.128 of any flavour); an attention
     kernel, inside a loop, and to shared memory as well counts (LDGSTS...128: cp.async of 16 bytes);
   - have no 16-bit global load (LDG.E.U16 / .S16) inside a loop (a backward branch's range): a
@@ -37,13 +37,18 @@ KERNELS = {
     "residual_layernorm_kernel": "normalization",
     "rmsnorm_forward_kernel": "normalization", "rmsnorm_dinp_kernel": "normalization",
     "sumsq_partial_kernel": "reduction", "colsum_partial_kernel": "reduction",
+    "layernorm_dparams_kernel": "reduction", "rmsnorm_dweight_kernel": "reduction",
+    "encoder_dwte_kernel": "embedding", "encoder_dwpe_kernel": "embedding", "encoder_link_kernel": "embedding",
     "xent_fused_kernel": "softmax",
     "attention_dvec_kernel": "reduction",
     "attention_tc_forward_kernel": "attention", "attention_tc_dkv_kernel": "attention",
     "attention_tc_dq_kernel": "attention",
 }
-# 128-bit global loads: into registers, or (cp.async, the attention's tiles) straight into shared memory
-LOAD128 = re.compile(r"\b(LDG\.E\.128|LDGSTS\.E(\.\w+)*\.128)\b")
+# 128-bit global loads: into registers (LDG.E.128, and its sm_90 spellings with cache or scope
+# qualifiers between: LDG.E.EL.128, LDG.E.STRONG.GPU.128, ...), or (cp.async, the attention's tiles)
+# straight into shared memory
+LDG128 = re.compile(r"\bLDG\.E(\.\w+)*\.128\b")
+LOAD128 = re.compile(r"\b(LDG\.E(\.\w+)*\.128|LDGSTS\.E(\.\w+)*\.128)\b")
 
 ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
@@ -83,7 +88,7 @@ def check(name, kind, code):
     if kind == "attention":
         if not any(LOAD128.search(i) and any(a <= addr <= b for a, b in rs) for addr, i in code):
             why.append("no 128-bit global load (LDG.E.128 or LDGSTS.128) in a loop")
-    elif not any(re.search(r"\bLDG\.E\.128\b", i) for _, i in code):
+    elif not any(LDG128.search(i) for _, i in code):
         why.append("no 128-bit global load (LDG.E.128)")
     for addr, ins in code:
         if re.search(r"\bLDG\.E\.[US]16\b", ins) and any(a <= addr <= b for a, b in rs):

@@ -8,7 +8,8 @@
  * the comm thread completes the collective. A staged comm that allocates or frees pinned memory
  * inside a collective then waits for a stream that waits for it: on a GPU a hang, here a counted,
  * bounded failure (the shim's FSDP_SHIM_SYNC_S, then the group's deadline). Every result is
- * checked against its exact value. ctest gpu_stage_shim; no GPU needed.
+ * checked against its exact value. Then a wait on a mark no comm completes must fail sync() after
+ * the device's wait bound (the job's timeout_s). ctest gpu_stage_shim; no GPU needed.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "comm.h"
 #include "cudart_shim.h"
 #include "device.h"
+#include "monotime.h"
 #include "ranks.h"
 
 #define WORLD 2
@@ -112,12 +114,37 @@ out:
   return ok ? 0 : -1;
 }
 
+/* A wait on a mark that no comm thread will ever complete (a comm thread stuck or gone): the
+ * stream's host function gives up after the device's wait_s and sync() fails with the reason,
+ * instead of parking the stream for ever (it waited 1e9 s once). */
+static void check_wait_bounded(void) {
+  device_t *d = NULL;
+  CHECK_OK(dev_new_cuda(0, 0.5, &d));
+  if (!d) return;
+  dev_event *e = dev_event_new(d);
+  CHECK(e != NULL);
+  if (e) {
+    const uint64_t t = dev_event_mark(e);   /* pending: nobody completes it before sync returns */
+    const double t0 = monotime_s();
+    d->op->wait(d, e, DEV_T_GATHER);
+    fsdp_status st = d->op->sync(d);
+    const double took = monotime_s() - t0;
+    CHECK_EQ_INT(FSDP_ERR_TIMEOUT, st);
+    CHECK(strstr(fsdp_last_error(), "timeout_s") != NULL);
+    CHECK(took >= 0.4 && took < 4.0);   /* the 0.5 s bound, not the shim's 5 s deadlock limit */
+    fprintf(stderr, "bounded wait: %s after %.2f s\n", fsdp_last_error(), took);
+    dev_event_complete(e, t);
+    dev_event_destroy(&e);
+  }
+  dev_destroy(&d);
+}
+
 static int rank_main(int rank, int world, const char *dir, void *arg) {
   (void)arg;
   char store[128];
   snprintf(store, sizeof store, "%s/store", dir);
   rank_ctx r = {.rank = rank};
-  CHECK_OK(dev_new_cuda(0, &r.dev));
+  CHECK_OK(dev_new_cuda(0, 20.0, &r.dev));
   if (!r.dev) return check_done();
   r.dev->host_marks = 1;   /* as worker/main.c sets it for gloo staged */
   CHECK_OK(comm_new_gloo_staged(rank, world, store, NULL, "stage", 20.0, 0, STAGE_BYTES, &r.comm));
@@ -135,6 +162,7 @@ static int rank_main(int rank, int world, const char *dir, void *arg) {
   dev_event_destroy(&r.after);
   dev_event_destroy(&r.done);
   dev_destroy(&r.dev);
+  if (rank == 0) check_wait_bounded();
   CHECK_EQ_INT(0, cudart_shim_deadlocks());   /* no device-wide synchronization waited on a parked stream */
   return check_done();
 }

@@ -19,7 +19,8 @@
  * Events: each dev_event carries a cudaEvent_t (DisableTiming). record = cudaEventRecord on the
  * compute stream; wait = cudaStreamWaitEvent. A collective whose producer cannot record at issue
  * time (a threaded comm: gloo staged) leaves a CPU mark pending; wait() then blocks the STREAM (not
- * the host) with a host function until the comm thread completes the mark. With host_marks set,
+ * the host) with a host function until the comm thread completes the mark, at most wait_s (the
+ * job's timeout_s: then the device fails with the reason). With host_marks set,
  * record also completes a CPU mark from a host function when the stream reaches it, so that a comm
  * thread can wait for exactly the record that was the latest when the collective was issued.
  *
@@ -28,90 +29,26 @@
  * monotonic clock; an earlier event is that minus the elapsed time between them: cuda_spans.h,
  * which NCCL's spans share) and record the spans in order.
  *
- * Timers: timing events at every set_timer change and around every wait; timers() (after sync)
- * charges each segment of stream time to its timer and each wait's blocked time to the wait's
+ * Timers (device_cuda_timing.c): timing events at every set_timer change and around every wait;
+ * timers() (after sync) charges each segment of stream time to its timer and each wait's blocked time to the wait's
  * timer (taken out of the segment's). Stream time includes gaps in which the stream waited for the
  * host to submit, so "compute" is an upper bound of the kernels' busy time.
  *
- * One host thread drives a device (the runtime's); host functions touch only dev_events.
+ * One host thread drives a device (the runtime's); host functions touch only dev_events and the
+ * device's host_failed / host_msg (device_cuda_int.h).
  */
-#ifndef FSDP_HAVE_CUDA
-#define FSDP_HAVE_CUDA 1   /* this file is compiled only in the CUDA build */
-#endif
-#include "device.h"
+#include "device_cuda_int.h"
 
-#include <cublasLt.h>
-#include <cuda_runtime.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_spans.h"
 #include "device_cuda_kern.h"
 #include "log.h"
-#include "mem.h"
-#include "monotime.h"
-#include "ops_cuda.h"
 
 _Static_assert(PLAN_CUDA_WORKSPACE_BYTES >= (int64_t)OPS_CUDA_WORKSPACE_MIN,
                "plan.h's CUDA workspace must be at least what ops_cuda.h needs");
-
-typedef struct alloc_rec {
-  void *p;
-  size_t bytes;
-  mem_category cat;
-} alloc_rec;
-
-/* A timing entry: a segment boundary (timer of the stream time from here to the next boundary)
- * or a wait (its blocked time, charged to timer, taken out of seg_timer). */
-typedef struct tentry {
-  int wait;
-  int timer, seg_timer;
-  int ev0, ev1;        /* indices into the timing-event pool */
-} tentry;
-
-/* A span boundary: a timing event of the window and what it opens or closes (trace.h). */
-typedef struct tmark {
-  int ev;
-  int end;
-  trace_kind kind;
-  int unit, step;
-  trace_t *t;
-} tmark;
-
-typedef struct cuda_dev {
-  device_t base;
-  int gpu;
-  cudaStream_t stream;
-  cudaStream_t copy_stream;   /* snapshots (checkpoints), created at the first */
-  cudaEvent_t copy_after;     /* the compute stream's point a snapshot starts after */
-  cublasLtHandle_t lt;
-  ops_cuda_ctx ctx;
-  void *ws;
-  char *scal;          /* PLAN_CUDA_SCALAR_BYTES: sumsq's non-finite flag */
-
-  alloc_rec *recs;
-  int nrec, caprec;
-
-  const plan_t *plan;  /* bound by bind() */
-  int rank;
-  int64_t *segs;       /* device: 2·nseg int64 (capacity 2 per 2-D tensor of the plan) */
-  int nseg;
-
-  fsdp_status err;     /* the first failure, sticky */
-  char msg[640];
-
-  int timer;           /* the timer of ops submitted now */
-  cudaEvent_t *tev;    /* timing events, reused every timers() window */
-  int ntev, captev;
-  tentry *tl;
-  int ntl, captl;
-  int timing;          /* a window is open (its first boundary is recorded) */
-  tmark *marks;        /* span boundaries (dev_ops.trace) of the window, resolved in timers() */
-  int nmarks, capmarks;
-} cuda_dev;
-
-static cuda_dev *cd(device_t *d) { return (cuda_dev *)d; }
 
 /* ---- errors ---- */
 
@@ -131,6 +68,13 @@ static void fail_cuda(cuda_dev *d, cudaError_t e, const char *what) {
 
 static fsdp_status report(cuda_dev *d) {
   return fsdp_set_error(d->err, "CUDA device %d: %s", d->gpu, d->msg);
+}
+
+/* After a synchronization of the stream: a host function's failure becomes the device's. */
+static void take_host_failure(cuda_dev *d) {
+  if (!atomic_load_explicit(&d->host_failed, memory_order_acquire) || d->err != FSDP_OK) return;
+  d->err = FSDP_ERR_TIMEOUT;
+  snprintf(d->msg, sizeof d->msg, "%s", d->host_msg);
 }
 
 /* Run an ops_cuda call unless the device has already failed. */
@@ -223,15 +167,13 @@ static void cu_free(device_t *dd, void *p) {
   log_error("CUDA device %d: free of %p, which this device did not allocate; ignored", d->gpu, p);
 }
 
-static int tev_record(cuda_dev *d);
-static void resolve_marks(cuda_dev *d, int end);
-
 static fsdp_status cu_sync(device_t *dd) {
   cuda_dev *d = cd(dd);
   fail_cuda(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize (a kernel or copy failed)");
+  take_host_failure(d);
   if (d->nmarks > 0) {   /* spans closed since the last timers() (an evaluation's): resolve them now */
-    int e = tev_record(d);
-    if (e >= 0 && cudaEventSynchronize(d->tev[e]) == cudaSuccess) resolve_marks(d, e);
+    int e = cuda_dev_tev_record(d);
+    if (e >= 0 && cudaEventSynchronize(d->tev[e]) == cudaSuccess) cuda_dev_resolve_marks(d, e);
     d->nmarks = 0;
     (void)cudaGetLastError();
   }
@@ -243,6 +185,7 @@ static fsdp_status copy_sync(cuda_dev *d, void *dst, const void *src, size_t byt
   if (d->err != FSDP_OK) return report(d);
   if (bytes) CU(d, cudaMemcpyAsync(dst, src, bytes, k, d->stream), what);
   CU(d, cudaStreamSynchronize(d->stream), what);
+  take_host_failure(d);
   return d->err == FSDP_OK ? FSDP_OK : report(d);
 }
 
@@ -270,123 +213,6 @@ static fsdp_status cu_snapshot(device_t *dd, void *dst, const void *src, size_t 
   return d->err == FSDP_OK ? FSDP_OK : report(d);
 }
 
-/* ---- timing ---- */
-
-static int tev_record(cuda_dev *d) {
-  if (d->err != FSDP_OK) return -1;
-  if (d->ntev == d->captev) {
-    int cap = d->captev ? 2 * d->captev : 64;
-    cudaEvent_t *t = realloc(d->tev, (size_t)cap * sizeof *t);
-    if (!t) return -1;   /* timing is best effort: an entry without events charges nothing */
-    d->tev = t;
-    for (int i = d->captev; i < cap; i++) {
-      if (cudaEventCreate(&t[i]) != cudaSuccess) {
-        (void)cudaGetLastError();
-        d->captev = i;
-        return -1;
-      }
-    }
-    d->captev = cap;
-  }
-  if (cudaEventRecord(d->tev[d->ntev], d->stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  return d->ntev++;
-}
-
-static void tl_add(cuda_dev *d, tentry t) {
-  if (!d->timing || t.ev0 < 0 || t.ev1 < 0) return;
-  if (d->ntl == d->captl) {
-    int cap = d->captl ? 2 * d->captl : 128;
-    tentry *n = realloc(d->tl, (size_t)cap * sizeof *n);
-    if (!n) return;
-    d->tl = n;
-    d->captl = cap;
-  }
-  d->tl[d->ntl++] = t;
-}
-
-/* Open a window at the current end of the stream: its first segment belongs to d->timer. */
-static void window_open(cuda_dev *d) {
-  d->ntev = d->ntl = 0;
-  d->timing = 1;
-  int e = tev_record(d);
-  tl_add(d, (tentry){.timer = d->timer, .ev0 = e, .ev1 = e});
-  if (e < 0) d->timing = 0;
-}
-
-static void cu_set_timer(device_t *dd, dev_timer t) {
-  cuda_dev *d = cd(dd);
-  if (d->timer == (int)t) return;
-  d->timer = (int)t;
-  int e = tev_record(d);
-  tl_add(d, (tentry){.timer = (int)t, .ev0 = e, .ev1 = e});
-}
-
-static void cu_trace(device_t *dd, trace_t *t, int end, trace_kind kind, int unit, int step) {
-  cuda_dev *d = cd(dd);
-  if (!d->timing) return;
-  if (d->nmarks == d->capmarks) {
-    int cap = d->capmarks ? 2 * d->capmarks : 256;
-    tmark *n = realloc(d->marks, (size_t)cap * sizeof *n);
-    if (!n) return;   /* spans are best effort, like the timers */
-    d->marks = n;
-    d->capmarks = cap;
-  }
-  int e = tev_record(d);
-  if (e >= 0) d->marks[d->nmarks++] = (tmark){.ev = e, .end = end, .kind = kind, .unit = unit, .step = step, .t = t};
-}
-
-static float elapsed_ms(cuda_dev *d, int a, int b) {
-  float ms = 0;
-  if (cudaEventElapsedTime(&ms, d->tev[a], d->tev[b]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return ms > 0 ? ms : 0;
-}
-
-/* The window's span boundaries into host time, given END: a timing event recorded on the idle stream
- * and synchronized, so that it completed "now". */
-static void resolve_marks(cuda_dev *d, int end) {
-  uint64_t now = monotime_us();
-  for (int i = 0; i < d->nmarks; i++) {
-    const tmark *m = &d->marks[i];
-    uint64_t at;
-    (void)cuda_spans_host_us(d->tev[m->ev], d->tev[end], now, 0, &at);   /* unreadable: at "now", as before */
-    if (m->end) trace_end(m->t, TRACE_STREAM, m->kind, m->unit, m->step, at);
-    else trace_begin(m->t, TRACE_STREAM, at);
-  }
-  d->nmarks = 0;
-}
-
-static void cu_timers(device_t *dd, uint64_t us[DEV_NTIMER]) {
-  cuda_dev *d = cd(dd);
-  double ms[DEV_NTIMER] = {0};
-  int end = d->timing ? tev_record(d) : -1;
-  if (end >= 0 && cudaEventSynchronize(d->tev[end]) == cudaSuccess) {
-    int seg = -1;   /* the open segment's entry */
-    for (int i = 0; i < d->ntl; i++) {
-      const tentry *t = &d->tl[i];
-      if (t->wait) {
-        double w = elapsed_ms(d, t->ev0, t->ev1);
-        ms[t->timer] += w;
-        ms[t->seg_timer] -= w;
-        continue;
-      }
-      if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, t->ev0);
-      seg = i;
-    }
-    if (seg >= 0) ms[d->tl[seg].timer] += elapsed_ms(d, d->tl[seg].ev0, end);
-    resolve_marks(d, end);
-  }
-  d->nmarks = 0;
-  (void)cudaGetLastError();
-  for (int i = 0; i < DEV_NTIMER; i++) us[i] = ms[i] > 0 ? (uint64_t)(ms[i] * 1000.0 + 0.5) : 0;
-  window_open(d);
-}
-
 /* ---- events ---- */
 
 static fsdp_status cu_event_create(device_t *dd, void **native) {
@@ -407,16 +233,29 @@ static void cu_event_destroy(device_t *dd, void *native) {
 }
 
 typedef struct host_mark {
+  cuda_dev *d;
   dev_event *e;
   uint64_t ticket;
   int wait;            /* 1: block the stream until the mark completes; 0: complete it */
 } host_mark;
 
+/* On CUDA's host-function thread. A comm completes every mark it took, also when it fails
+ * (comm.h), so the wait ends unless the comm thread itself is gone or stuck: then it gives up
+ * after wait_s, the stream runs on (on data the collective never delivered) and the next sync()
+ * fails the job with this reason. */
 static void CUDART_CB host_mark_fn(void *arg) {
   host_mark *m = arg;
-  /* A comm completes every mark it took, also when it fails (comm.h), so this wait ends. */
-  if (m->wait) dev_event_host_wait(m->e, m->ticket, 1e9);
-  else dev_event_complete(m->e, m->ticket);
+  cuda_dev *d = m->d;
+  if (!m->wait) {
+    dev_event_complete(m->e, m->ticket);
+  } else if (dev_event_host_wait(m->e, m->ticket, d->wait_s) != FSDP_OK &&
+             !atomic_load_explicit(&d->host_failed, memory_order_relaxed)) {
+    snprintf(d->host_msg, sizeof d->host_msg,
+             "the stream waited %g s (the job's timeout_s) for a collective of the staged comm that never "
+             "completed (event mark %llu): its comm thread is stuck or gone",
+             d->wait_s, (unsigned long long)m->ticket);
+    atomic_store_explicit(&d->host_failed, 1, memory_order_release);
+  }
   free(m);
 }
 
@@ -430,7 +269,7 @@ static void host_fn(cuda_dev *d, dev_event *e, uint64_t ticket, int wait) {
     if (!wait) dev_event_complete(e, ticket);
     return;
   }
-  *m = (host_mark){.e = e, .ticket = ticket, .wait = wait};
+  *m = (host_mark){.d = d, .e = e, .ticket = ticket, .wait = wait};
   cudaError_t r = cudaLaunchHostFunc(d->stream, host_mark_fn, m);
   if (r != cudaSuccess) {
     free(m);
@@ -452,11 +291,11 @@ static void cu_wait(device_t *dd, dev_event *e, dev_timer timer) {
   cuda_dev *d = cd(dd);
   if (d->err != FSDP_OK) return;
   uint64_t t = dev_event_last(e);
-  int ev0 = d->timing ? tev_record(d) : -1;
+  int ev0 = d->timing ? cuda_dev_tev_record(d) : -1;
   if (t > 0 && !dev_event_is_complete(e, t)) host_fn(d, e, t, 1);   /* a threaded comm's pending mark */
   CU(d, cudaStreamWaitEvent(d->stream, (cudaEvent_t)dev_event_native(e), 0), "cudaStreamWaitEvent");
-  int ev1 = d->timing ? tev_record(d) : -1;
-  tl_add(d, (tentry){.wait = 1, .timer = (int)timer, .seg_timer = d->timer, .ev0 = ev0, .ev1 = ev1});
+  int ev1 = d->timing ? cuda_dev_tev_record(d) : -1;
+  cuda_dev_tl_add(d, (tentry){.wait = 1, .timer = (int)timer, .seg_timer = d->timer, .ev0 = ev0, .ev1 = ev1});
 }
 
 /* ---- memory operations ---- */
@@ -589,6 +428,14 @@ static void cu_layernorm_backward(device_t *dd, void *dinp, float *dw, float *db
   OP(d, ops_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C, &d->ctx), "layernorm_backward");
 }
 
+static void cu_layernorm_backward_add(device_t *dd, void *dres, float *dw, float *db, const void *dout,
+                                      const void *inp, const void *w, const float *mean, const float *rstd, int B,
+                                      int T, int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_layernorm_backward_acc(dres, dw, db, dout, inp, w, mean, rstd, B, T, C, &d->ctx),
+     "layernorm_backward (accumulated)");
+}
+
 static void cu_matmul_forward(device_t *dd, void *out, const void *inp, const void *w, const void *bias, int BT, int C,
                               int OC) {
   cuda_dev *d = cd(dd);
@@ -697,6 +544,12 @@ static void cu_rmsnorm_backward(device_t *dd, void *dinp, float *dw, const void 
   OP(d, ops_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward");
 }
 
+static void cu_rmsnorm_backward_add(device_t *dd, void *dres, float *dw, const void *dout, const void *inp,
+                                    const void *w, const float *rstd, int BT, int C) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_rmsnorm_backward_acc(dres, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward (accumulated)");
+}
+
 static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
   cuda_dev *d = cd(dd);
   OP(d, ops_cuda_rope_forward(qkv, B, T, NH, NKV, HS, rope, &d->ctx), "rope_forward");
@@ -743,22 +596,24 @@ static void cu_destroy(device_t *dd) {
 static const dev_ops cuda_ops = {
     .name = "cuda", .alloc = cu_alloc, .free = cu_free, .alloc_host = cu_alloc_host, .free_host = cu_free_host,
     .upload = cu_upload, .download = cu_download, .snapshot = cu_snapshot, .record = cu_record, .wait = cu_wait,
-    .sync = cu_sync, .set_timer = cu_set_timer, .timers = cu_timers, .event_create = cu_event_create,
-    .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cu_trace, .zero = cu_zero, .copy = cu_copy,
+    .sync = cu_sync, .set_timer = cuda_dev_set_timer, .timers = cuda_dev_timers, .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy, .bind = cu_bind, .trace = cuda_dev_trace, .zero = cu_zero, .copy = cu_copy,
     .destroy = cu_destroy};
 
 static const dev_kernels cuda_kernels = {
     .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
     .add_act = cu_add_act, .act_axpby = cu_act_axpby, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
-    .layernorm_backward = cu_layernorm_backward, .matmul_forward = cu_matmul_forward,
+    .layernorm_backward = cu_layernorm_backward, .layernorm_backward_add = cu_layernorm_backward_add,
+    .matmul_forward = cu_matmul_forward,
     .matmul_backward = cu_matmul_backward, .matmul_gelu_forward = cu_matmul_gelu_forward,
     .matmul_backward_gelu = cu_matmul_backward_gelu,
     .attention_forward = cu_attention_forward, .attention_backward = cu_attention_backward, .gelu_forward = cu_gelu_forward, .gelu_backward = cu_gelu_backward,
     .residual_forward = cu_residual_forward, .residual_layernorm_forward = cu_residual_layernorm_forward,
     .classifier = cu_classifier, .linear_forward = cu_linear_forward,
     .linear_backward = cu_linear_backward, .rmsnorm_forward = cu_rmsnorm_forward,
-    .rmsnorm_backward = cu_rmsnorm_backward, .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
+    .rmsnorm_backward = cu_rmsnorm_backward, .rmsnorm_backward_add = cu_rmsnorm_backward_add,
+    .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,
     .qk_norm_forward = cu_qk_norm_forward, .qk_norm_backward = cu_qk_norm_backward};
 
@@ -775,10 +630,12 @@ fsdp_status dev_cuda_count(int *n) {
   return FSDP_OK;
 }
 
-fsdp_status dev_new_cuda(int gpu, device_t **out) {
+fsdp_status dev_new_cuda(int gpu, double wait_s, device_t **out) {
   *out = NULL;
   int n = 0;
   cudaError_t e;
+  if (!(wait_s > 0))
+    return fsdp_set_error(FSDP_ERR_RANGE, "CUDA device: wait timeout %g s; allowed: > 0 (the job's timeout_s)", wait_s);
   TRY(dev_cuda_count(&n));
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
   if (gpu < 0 || gpu >= n)
@@ -792,6 +649,7 @@ fsdp_status dev_new_cuda(int gpu, device_t **out) {
   d->base.act_bytes = 2;
   d->base.host_accessible = 0;
   d->gpu = gpu;
+  d->wait_s = wait_s;
   d->timer = DEV_T_COMPUTE;
   fsdp_status rc = FSDP_OK;
   if ((e = cudaSetDevice(gpu)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -813,7 +671,7 @@ fsdp_status dev_new_cuda(int gpu, device_t **out) {
   }
   d->ctx = (ops_cuda_ctx){.stream = d->stream, .lt = d->lt, .workspace = d->ws,
                           .workspace_bytes = (size_t)PLAN_CUDA_WORKSPACE_BYTES};
-  window_open(d);
+  cuda_dev_window_open(d);
   *out = &d->base;
   return FSDP_OK;
 fail:

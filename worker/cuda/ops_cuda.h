@@ -62,7 +62,7 @@ typedef struct ops_cuda_ctx {
 
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
  * (matmul dbias: 64·OC floats; layernorm_backward: 128·C floats; rmsnorm_backward: 64·C floats;
- * encoder_backward: 2·B·T ints;
+ * each of those three also C/16 ints of counters; encoder_backward: 2·B·T ints;
  * sumsq: 12 KiB; the cuDNN attention's plans, whatever they ask). A call whose need
  * exceeds ctx->workspace_bytes returns FSDP_ERR_RANGE. The classifier's logits are not workspace:
  * the caller passes that scratch buffer. */
@@ -91,6 +91,11 @@ fsdp_status ops_cuda_residual_layernorm_forward(ops_bf16 *res, ops_bf16 *out, fl
 fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
                                         const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
                                         const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx);
+/* The same, accumulated into the residual stream's gradient: dres += dinp (in fp32, rounded to
+ * bf16 once), as llm.c's fused backward; no separate add, no dinp buffer. */
+fsdp_status ops_cuda_layernorm_backward_acc(ops_bf16 *dres, float *dweight, float *dbias, const ops_bf16 *dout,
+                                            const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                            const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx);
 
 /* ---- Conv1D matmul (Hugging Face layout: weight [C, OC], out = inp @ weight + bias) ----
  * cuBLASLt, bf16 operands, fp32 compute. bias may be NULL. Matrices may start at any element
@@ -171,12 +176,16 @@ fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbia
                                      const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
                                      const ops_cuda_ctx *ctx);
 /* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT, fp32) saved. Backward: dinp
- * assigned, dweight (fp32) += by a deterministic two-pass column sum (64·C floats of workspace). */
+ * assigned (_acc: dres += dinp, rounded to bf16 once), dweight (fp32) += by a deterministic column
+ * sum (64·C floats and C/16 ints of workspace). */
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
                                      int C, float eps, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
                                       const ops_bf16 *weight, const float *rstd, int BT, int C,
                                       const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                          const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                          const ops_cuda_ctx *ctx);
 /* Rotary embeddings, Hugging Face's rotate-half (ops/rope.h), in place on the NH q and NKV k heads
  * of a (B,T,(NH + 2·NKV)·HS) qkv buffer, with the frequencies of ROPE (read at the call, passed to
  * the kernel by value); v untouched. The backward rotates dq, dk back in place.

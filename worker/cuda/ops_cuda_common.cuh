@@ -65,6 +65,14 @@ __device__ __forceinline__ ops_bf16 bf_from_bits(uint16_t h) {
   return ops_bf16(r);
 }
 
+/* A planted fault point for the emulator's self-test (tests/gpu/emu, EMU_FAULT=NAME: gpu_emu must
+ * then fail the faulty kernel's check): false, compiled away, in the CUDA build. */
+#ifdef FSDP_EMU
+#define OPS_FAULT(name) emu_fault(name)
+#else
+#define OPS_FAULT(name) false
+#endif
+
 #define OPS_LOG2E 1.4426950408889634f /* log2(e): e^x = 2^(x·log2 e) */
 #define OPS_LN2 0.69314718055994531f  /* ln 2 */
 
@@ -208,10 +216,104 @@ static inline int ops_colsum_splits(int64_t R) {
   return (int)(s < 1 ? 1 : (s > 64 ? 64 : s));
 }
 
-/* dst[c] += Σ_s partial[s·N + c] over s = 0..nsplit−1 in order (thread per column), on ctx->stream.
- * ops_cuda_matmul.cu. */
-fsdp_status ops_colsum_finish(float *dst, const float *partial, int nsplit, int N, const ops_cuda_ctx *ctx,
-                              const char *what);
+/* ---- column sums in one kernel: row slices, then the last block of each column group folds ----
+ * A grid of (column groups, ops_colsum_splits(R) row slices) blocks of OPS_CS_X × OPS_CS_Y
+ * threads; a thread takes W columns (8 on the VEC path: 128-bit loads; else 1) and every OPS_CS_Y-th
+ * row of its slice. NO sums at once (LayerNorm: dweight and dbias). Each block writes its slice's
+ * partial sums to the workspace; the last block of a column group to finish (a counter per group,
+ * zeroed by the launcher, as llm.c's and CUDA's threadFenceReduction do) adds the slices, in slice
+ * order, to dst: no separate finish kernel. The order of every sum depends only on the shapes. */
+#define OPS_CS_X 16 /* column threads of a block */
+#define OPS_CS_Y 16 /* row threads of a block */
+
+/* Workspace of a folded column sum: NO·nsplit·N partial floats, then one counter per column group. */
+static inline size_t ops_colsum_ws_bytes(int NO, int nsplit, int N) {
+  return (size_t)NO * nsplit * N * sizeof(float) + ((size_t)N + OPS_CS_X - 1) / OPS_CS_X * sizeof(int);
+}
+static inline int *ops_colsum_counters(void *ws, int NO, int nsplit, int N) {
+  return (int *)((float *)ws + (size_t)NO * nsplit * N);
+}
+/* Grid of a folded column sum over N columns and R rows (W = 8 on the VEC path). */
+static inline dim3 ops_colsum_grid(int N, int64_t R, int W) {
+  return dim3((unsigned)((N + OPS_CS_X * W - 1) / (OPS_CS_X * W)), (unsigned)ops_colsum_splits(R));
+}
+
+/* The body of a folded column-sum kernel. ROW(r, c, acc) adds row r's terms for columns [c, c + W)
+ * to acc[o][k] (o < NO ≤ 2, k < W); dst0[c] (o = 0) and dst1[c] (o = 1) += the sums over rows
+ * [0, R). per: rows per slice. */
+template <int NO, int W, class F>
+__device__ __forceinline__ void ops_colsum_fold(float *dst0, float *dst1, float *__restrict__ partial,
+                                                int *__restrict__ counters, int64_t R, int N, int64_t per, F row) {
+  static_assert(NO == 1 || NO == 2, "one or two column sums");
+  __shared__ float sh[NO][OPS_CS_Y][OPS_CS_X * W + 1];
+  __shared__ int last;
+  const int tx = threadIdx.x, ty = threadIdx.y, nsplit = gridDim.y, split = blockIdx.y;
+  const int c = (blockIdx.x * OPS_CS_X + tx) * W;
+  const int64_t r0 = (int64_t)split * per, r1 = r0 + per < R ? r0 + per : R;
+  float acc[NO][W];
+#pragma unroll
+  for (int o = 0; o < NO; o++)
+#pragma unroll
+    for (int k = 0; k < W; k++) acc[o][k] = 0.0f;
+  if (c < N) /* W = 8: N is a multiple of 8, so all W columns exist */
+    for (int64_t r = r0 + ty; r < r1; r += OPS_CS_Y) row(r, c, acc);
+#pragma unroll
+  for (int o = 0; o < NO; o++)
+#pragma unroll
+    for (int k = 0; k < W; k++) sh[o][ty][tx * W + k] = acc[o][k];
+  __syncthreads();
+  if (ty == 0 && c < N)
+#pragma unroll
+    for (int o = 0; o < NO; o++) {
+      for (int y = 1; y < OPS_CS_Y; y++)
+#pragma unroll
+        for (int k = 0; k < W; k++) acc[o][k] += sh[o][y][tx * W + k];
+      float *p = partial + ((int64_t)o * nsplit + split) * N + c;
+      if (W == 8) {
+        st4f(p, acc[o]);
+        st4f(p + 4, acc[o] + 4);
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = acc[o][k];
+      }
+    }
+  __threadfence(); /* this block's partials visible to the device before it is counted */
+  __syncthreads();
+  if (tx == 0 && ty == 0) last = atomicAdd(&counters[blockIdx.x], 1) == nsplit - 1;
+  __syncthreads();
+  if (!last) return;
+  /* the last block of the group: Q columns per thread (float4 on the VEC path), slices in order;
+   * __ldcg reads the other blocks' partials from L2, never a stale L1 line */
+  constexpr int Q = W == 8 ? 4 : 1, GC = OPS_CS_X * W;
+  const int t = ty * OPS_CS_X + tx;
+  if (t >= NO * GC / Q) return;
+  const int o = t / (GC / Q), cc = blockIdx.x * GC + t % (GC / Q) * Q;
+  if (cc >= N) return;
+  float s[Q];
+#pragma unroll
+  for (int k = 0; k < Q; k++) s[k] = 0.0f;
+  const float *p = partial + (int64_t)o * nsplit * N + cc;
+  const int nfold = OPS_FAULT("colsum_fold") ? nsplit - 1 : nsplit; /* planted: the last slice left out */
+  for (int sp = 0; sp < nfold; sp++, p += N) {
+    if (Q == 4) {
+      const float4 v = __ldcg(reinterpret_cast<const float4 *>(p));
+      s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
+    } else {
+      s[0] += __ldcg(p);
+    }
+  }
+  float *d = (o == 0 ? dst0 : dst1) + cc; /* any alignment: a parameter's gradient inside a flat buffer */
+#pragma unroll
+  for (int k = 0; k < Q; k++) d[k] += s[k];
+}
+
+/* Zero the counters of a folded column sum on ctx->stream (before its kernel). */
+static inline fsdp_status ops_colsum_zero(void *ws, int NO, int nsplit, int N, const ops_cuda_ctx *ctx,
+                                          const char *what) {
+  const size_t groups = ((size_t)N + OPS_CS_X - 1) / OPS_CS_X;
+  CUDA_CHECK(cudaMemsetAsync(ops_colsum_counters(ws, NO, nsplit, N), 0, groups * sizeof(int), ctx->stream), what);
+  return FSDP_OK;
+}
 
 /* dst[c] += Σ_r m[r, c] for an (R, N) bf16 matrix: the two-pass column sum over ops_colsum_splits(R)
  * row slices (nsplit·N floats of workspace); the bias gradients of matmul_backward and

@@ -77,6 +77,7 @@ static int pick_engine(plan_entry *e, cudnnHandle_t h, cudnnBackendHeurMode_t mo
   const ops_cudnn_api *a = &S.api;
   cudnnBackendDescriptor_t heur = NULL, cfg[MAX_CFGS] = {0};
   int64_t n = 0, got = 0, tried = 0, need = -1, found = 0;
+  cudnnStatus_t last = CUDNN_STATUS_SUCCESS; /* the last plan's refusal: what a fallback's note names */
   if (a->CreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) return 0;
   if (a->SetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e->graph) ||
       a->SetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) || a->Finalize(heur) ||
@@ -91,15 +92,22 @@ static int pick_engine(plan_entry *e, cudnnHandle_t h, cudnnBackendHeurMode_t mo
     int64_t ws = 0, nws = 0;
     tried++;
     if (a->CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p) != CUDNN_STATUS_SUCCESS) break;
-    if (!a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) &&
-        !a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]) &&
-        !a->Finalize(p) &&
-        !a->GetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &nws, &ws)) {
+    cudnnStatus_t st = a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    if (!st) st = a->SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+    if (!st) {
+      st = a->Finalize(p);
+      if (st) log_debug("attention: cuDNN %s, engine configuration %lld of %lld: the plan did not finalize: %s "
+                        "(status %d)", name, (long long)i + 1, (long long)got, a->GetErrorString(st), (int)st);
+    }
+    if (!st) st = a->GetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &nws, &ws);
+    if (!st) {
       if (ws <= room) {
         e->plan = p, e->ws = ws, found = 1;
         continue;
       }
       if (need < 0 || ws < need) need = ws;
+    } else {
+      last = st;
     }
     a->DestroyDescriptor(p);
   }
@@ -113,8 +121,8 @@ out:
       snprintf(note + k, nnote - k, "%s%s: %lld engine(s), the smallest needing %lld bytes of workspace (%lld free)",
                k ? "; " : "", name, (long long)tried, (long long)need, (long long)room);
     else
-      snprintf(note + k, nnote - k, "%s%s: %lld engine(s) offered, none finalized", k ? "; " : "", name,
-               (long long)tried);
+      snprintf(note + k, nnote - k, "%s%s: %lld engine(s) offered, none finalized%s%s%s", k ? "; " : "", name,
+               (long long)tried, last ? " (the last: " : "", last ? a->GetErrorString(last) : "", last ? ")" : "");
   }
   return (int)found;
 }

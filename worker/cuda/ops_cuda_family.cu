@@ -12,7 +12,6 @@
 #include "ops/rmsnorm.h"
 
 #define QKN_ROWS_PER_BLOCK 8
-#define QKN_CS_ROWS 8
 
 /* Head row r (0 .. BT·NQK − 1) of a (BT, Q) buffer: token r / NQK, head r % NQK, at its offset. */
 __device__ __forceinline__ int64_t qkn_at(int64_t r, int NQK, int Q, int HD) {
@@ -65,28 +64,18 @@ __global__ void __launch_bounds__(32 * QKN_ROWS_PER_BLOCK)
     dinp[at + c] = tobf(rmsnorm_dinp(ldbf(w + c) * ldbf(dout + at + c), ldbf(inp + at + c) * rs, gn_mean, rs));
 }
 
-/* Partial sums of the q (K = 0) or k (K = 1) norm's dweight over slice blockIdx.y of its BT·NHEADS
- * head rows, 32 columns per block, QKN_CS_ROWS thread rows, fixed order. */
-__global__ void qk_norm_dweight_partial_kernel(float *__restrict__ pw, const ops_bf16 *__restrict__ dout,
-                                               const ops_bf16 *__restrict__ inp, const float *__restrict__ rstd,
-                                               int64_t R, int NH, int NKV, int HD, int k, int64_t rows_per_split) {
-  __shared__ float sw[QKN_CS_ROWS][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y, NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
-  const int nheads = k ? NKV : NH, h0 = k ? NH : 0;
-  const int64_t r0 = split * rows_per_split, r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
-  float w = 0.0f;
-  if (c < HD)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += QKN_CS_ROWS) {
-      const int64_t hr = (r / nheads) * NQK + h0 + r % nheads;   /* the head row among all NQK per token */
-      const int64_t at = qkn_at(hr, NQK, Q, HD) + c;
-      w += ldbf(dout + at) * (ldbf(inp + at) * rstd[hr]);
-    }
-  sw[threadIdx.y][threadIdx.x] = w;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < HD) {
-    for (int y = 1; y < QKN_CS_ROWS; y++) w += sw[y][threadIdx.x];
-    pw[(int64_t)split * HD + c] = w;
-  }
+/* The q (K = 0) or k (K = 1) norm's dweight += its column sum over the BT·NHEADS head rows: a folded
+ * column sum (ops_colsum_fold), one column per thread, fixed order. */
+__global__ void qk_norm_dweight_kernel(float *dw, float *__restrict__ partial, int *__restrict__ counters,
+                                       const ops_bf16 *__restrict__ dout, const ops_bf16 *__restrict__ inp,
+                                       const float *__restrict__ rstd, int64_t R, int NH, int NKV, int HD, int k,
+                                       int64_t rows_per_split) {
+  const int NQK = NH + NKV, Q = (NH + 2 * NKV) * HD, nheads = k ? NKV : NH, h0 = k ? NH : 0;
+  ops_colsum_fold<1, 1>(dw, nullptr, partial, counters, R, HD, rows_per_split, [&](int64_t r, int c, float(*acc)[1]) {
+    const int64_t hr = (r / nheads) * NQK + h0 + r % nheads;   /* the head row among all NQK per token */
+    const int64_t at = qkn_at(hr, NQK, Q, HD) + c;
+    acc[0][0] += ldbf(dout + at) * (ldbf(inp + at) * rstd[hr]);
+  });
 }
 
 static fsdp_status qk_check(int NH, int NKV, int HD, const char *what) {
@@ -125,11 +114,11 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
     const int nsplit = ops_colsum_splits(R);
     const int64_t per = (R + nsplit - 1) / nsplit;
     void *ws = NULL;
-    TRY(ops_workspace(ctx, (size_t)nsplit * HD * sizeof(float), what, &ws));
-    qk_norm_dweight_partial_kernel<<<dim3((HD + 31) / 32, nsplit), dim3(32, QKN_CS_ROWS), 0, ctx->stream>>>(
-        (float *)ws, dout, inp, rstd, R, NH, NKV, HD, k, per);
+    TRY(ops_workspace(ctx, ops_colsum_ws_bytes(1, nsplit, HD), what, &ws));
+    TRY(ops_colsum_zero(ws, 1, nsplit, HD, ctx, what));
+    qk_norm_dweight_kernel<<<ops_colsum_grid(HD, R, 1), dim3(OPS_CS_X, OPS_CS_Y), 0, ctx->stream>>>(
+        k ? dwk : dwq, (float *)ws, ops_colsum_counters(ws, 1, nsplit, HD), dout, inp, rstd, R, NH, NKV, HD, k, per);
     LAUNCH_CHECK(what);
-    TRY(ops_colsum_finish(k ? dwk : dwq, (const float *)ws, nsplit, HD, ctx, what));
   }
   const int64_t R = (int64_t)BT * (NH + NKV);
   qk_norm_dinp_kernel<<<(unsigned)((R + QKN_ROWS_PER_BLOCK - 1) / QKN_ROWS_PER_BLOCK), 32 * QKN_ROWS_PER_BLOCK, 0,

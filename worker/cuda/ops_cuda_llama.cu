@@ -5,8 +5,8 @@
  * column sum (ops_colsum_accumulate).
  *
  * Layout of the work: RMSNorm is one warp per row (as LayerNorm in ops_cuda_norm.cu) and its
- * weight gradient a two-pass column sum over fixed row slices (ops_colsum_splits), so the bits
- * depend only on the shapes; rotary embeddings are one thread per rotated pair, SwiGLU one per
+ * weight gradient a column sum over fixed row slices folded by its last blocks (ops_colsum_fold),
+ * so the bits depend only on the shapes; rotary embeddings are one thread per rotated pair, SwiGLU one per
  * output element, both grid-stride loops.
  *
  * linear, row-major to column-major (see ops_cuda_matmul.cu): a row-major W [OC, C] is the
@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
   if (lane == 0) rstd[r] = rs;
 }
 
-template <bool VEC>
+/* dinp = the row's input gradient; ACC: dinp += it (the residual stream's gradient, one rounding). */
+template <bool VEC, bool ACC>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     rmsnorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
                         const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
@@ -108,29 +109,31 @@ __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     ops_ldv<VEC>(dv, d + c);
 #pragma unroll
     for (int k = 0; k < W; k++) xv[k] = rmsnorm_dinp(wv[k] * dv[k], xv[k] * rs, gn_mean, rs);
+    if (ACC && !OPS_FAULT("norm_acc")) { /* planted: assigned, not accumulated */
+      ops_ldv<VEC>(wv, dx + c);
+#pragma unroll
+      for (int k = 0; k < W; k++) xv[k] += wv[k];
+    }
     ops_stv<VEC>(dx + c, xv);
   }
 }
 
-/* Partial sums of dweight (Σ dout·norm) over row slice blockIdx.y, 32 columns per block, 8 thread
- * rows, fixed order. */
-#define RMS_CS_ROWS 8
-__global__ void rmsnorm_dweight_partial_kernel(float *__restrict__ pw, const ops_bf16 *__restrict__ dout,
-                                               const ops_bf16 *__restrict__ inp, const float *__restrict__ rstd,
-                                               int R, int C, int rows_per_split) {
-  __shared__ float sw[RMS_CS_ROWS][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;
-  const int r0 = split * rows_per_split, r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
-  float w = 0.0f;
-  if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += RMS_CS_ROWS)
-      w += ldbf(dout + (int64_t)r * C + c) * (ldbf(inp + (int64_t)r * C + c) * rstd[r]);
-  sw[threadIdx.y][threadIdx.x] = w;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < RMS_CS_ROWS; y++) w += sw[y][threadIdx.x];
-    pw[(int64_t)split * C + c] = w;
-  }
+/* dweight += Σ_r dout·norm over the rows: row slices folded by the last block of each column group
+ * (ops_colsum_fold, one kernel); VEC: 8 columns per thread, 128-bit loads. */
+template <bool VEC>
+__global__ void __launch_bounds__(OPS_CS_X *OPS_CS_Y)
+    rmsnorm_dweight_kernel(float *dweight, float *__restrict__ partial, int *__restrict__ counters,
+                           const ops_bf16 *__restrict__ dout, const ops_bf16 *__restrict__ inp,
+                           const float *__restrict__ rstd, int R, int C, int rows_per_split) {
+  constexpr int W = VEC ? 8 : 1;
+  ops_colsum_fold<1, W>(dweight, nullptr, partial, counters, R, C, rows_per_split, [&](int64_t r, int c, float(*acc)[W]) {
+    float d[W], x[W];
+    ops_ldv<VEC>(d, dout + r * C + c);
+    ops_ldv<VEC>(x, inp + r * C + c);
+    const float rs = rstd[r];
+#pragma unroll
+    for (int k = 0; k < W; k++) acc[0][k] += d[k] * (x[k] * rs);
+  });
 }
 
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
@@ -147,27 +150,52 @@ fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 
   return FSDP_OK;
 }
 
-fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
-                                      const ops_cuda_ctx *ctx) {
-  static const char *what = "rmsnorm_backward";
+static fsdp_status rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                    const ops_bf16 *weight, const float *rstd, int BT, int C, bool acc,
+                                    const ops_cuda_ctx *ctx) {
+  const char *what = acc ? "rmsnorm_backward_acc" : "rmsnorm_backward";
   if (BT <= 0 || C <= 0) return FSDP_OK;
   const int nsplit = ops_colsum_splits(BT), per = (BT + nsplit - 1) / nsplit;
   void *ws = NULL;
-  TRY(ops_workspace(ctx, (size_t)nsplit * C * sizeof(float), what, &ws));
+  TRY(ops_workspace(ctx, ops_colsum_ws_bytes(1, nsplit, C), what, &ws));
+  TRY(ops_colsum_zero(ws, 1, nsplit, C, ctx, what));
   const unsigned blocks = (BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK;
-  if (C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight))
-    rmsnorm_dinp_kernel<true><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT,
-                                                                                   C);
-  else
-    rmsnorm_dinp_kernel<false><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT,
-                                                                                    C);
+  const bool vec8 = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(inp);
+#define RMS_DINP(V, A) \
+  rmsnorm_dinp_kernel<V, A><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT, C)
+  if (vec8 && ops_aligned16(dinp) && ops_aligned16(weight)) {
+    if (acc) RMS_DINP(true, true);
+    else RMS_DINP(true, false);
+  } else {
+    if (acc) RMS_DINP(false, true);
+    else RMS_DINP(false, false);
+  }
+#undef RMS_DINP
   LAUNCH_CHECK(what);
   if (!dweight) return FSDP_OK;   /* a frozen norm ([lora]) */
-  rmsnorm_dweight_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, RMS_CS_ROWS), 0, ctx->stream>>>(
-      (float *)ws, dout, inp, rstd, BT, C, per);
+  float *partial = (float *)ws;
+  int *counters = ops_colsum_counters(ws, 1, nsplit, C);
+  const dim3 cs_block(OPS_CS_X, OPS_CS_Y);
+  if (vec8)
+    rmsnorm_dweight_kernel<true><<<ops_colsum_grid(C, BT, 8), cs_block, 0, ctx->stream>>>(dweight, partial, counters,
+                                                                                         dout, inp, rstd, BT, C, per);
+  else
+    rmsnorm_dweight_kernel<false><<<ops_colsum_grid(C, BT, 1), cs_block, 0, ctx->stream>>>(dweight, partial, counters,
+                                                                                          dout, inp, rstd, BT, C, per);
   LAUNCH_CHECK(what);
-  return ops_colsum_finish(dweight, (const float *)ws, nsplit, C, ctx, what);
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                      const ops_cuda_ctx *ctx) {
+  return rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C, false, ctx);
+}
+
+fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
+                                          const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                          const ops_cuda_ctx *ctx) {
+  return rmsnorm_backward(dres, dweight, dout, inp, weight, rstd, BT, C, true, ctx);
 }
 
 /* ---- rotary embeddings: one thread per pair (i, i + HS/2) of a q or k head ---- */

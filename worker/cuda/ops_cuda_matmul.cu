@@ -10,11 +10,12 @@
  * dbias is not taken from cuBLASLt's BGRAD epilogues (DGELU_BGRAD, BGRADB): their documentation
  * promises no reduction order, so their bits could vary with the algorithm the heuristic picks, and
  * their support depends on layouts and versions that cannot be checked here without a GPU. A
- * two-pass column sum over fixed row slices (ops_colsum_splits, 128-bit loads) is deterministic and
- * reads dout once (BT·OC·2 bytes), cheap next to the GEMMs.
+ * column sum over fixed row slices folded by its last block (ops_colsum_fold, 128-bit loads, one
+ * kernel) is deterministic and reads dout once (BT·OC·2 bytes), cheap next to the GEMMs.
  */
 #include "ops_cuda_common.cuh"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #define LT_CHECK(call, what)                                                                           \
@@ -26,6 +27,11 @@
     }                                                                                                  \
   } while (0)
 
+static fsdp_status lt_status(cublasStatus_t s, const char *what, const char *call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return FSDP_OK;
+  return fsdp_set_error(FSDP_ERR_CUDA, "%s: setting %s: cuBLASLt: %s", what, call, cublasLtGetStatusString(s));
+}
+
 /* The largest power of two (at most 256) that divides the address. */
 static uint32_t ptr_align(const void *p) {
   uintptr_t a = (uintptr_t)p;
@@ -34,152 +40,204 @@ static uint32_t ptr_align(const void *p) {
   return al;
 }
 
-fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
-                        const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
-                        int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux) {
+/* ---- the GEMM plans: descriptors and algorithm per shape and epilogue, made once ----
+ * A GEMM's descriptors, layouts and heuristic answer depend only on its key (the handle, the
+ * transposes, the shape, the leading dimensions, D's type, beta, the epilogue and which of its
+ * pointers it has, each pointer's alignment, the workspace), so they are made the first time a key
+ * is seen and kept for the process, as are the answers "no algorithm" and "refused at run time"
+ * (the caller's fallback then runs at once). A call sets only the bias and aux pointers on the
+ * kept descriptor, under the cache's lock (which also makes the shared descriptor safe to use
+ * from two contexts' threads). A full table (LT_PLANS keys: GPT-2 or Llama use ~20) makes and
+ * drops the plans of further keys per call, as before. */
+
+#define LT_PLANS 128
+
+typedef struct lt_key {
+  cublasLtHandle_t lt;
+  int transa, transb, m, n, k, d_f32, beta_one, has_bias, has_aux;
+  int64_t lda, ldb, ldd, ldaux;
+  uint32_t aa, ab, ad;
+  cublasLtEpilogue_t epilogue;
+  size_t ws;
+} lt_key;
+
+typedef struct lt_plan {
+  lt_key key;
+  fsdp_status st; /* FSDP_OK: usable; FSDP_ERR_UNSUPPORTED: no algorithm, or refused (why) */
+  char why[200];
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+static pthread_mutex_t lt_mu = PTHREAD_MUTEX_INITIALIZER;
+static lt_plan lt_plans[LT_PLANS];
+static int lt_n;
+
+static void lt_plan_drop(lt_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  p->op = NULL, p->la = p->lb = p->ld = NULL;
+}
+
+/* The descriptors and the heuristic's algorithm for P's key. FSDP_ERR_UNSUPPORTED (P->why) when
+ * cuBLASLt has none; another error (with its message) when a descriptor call failed. */
+static fsdp_status lt_plan_make(lt_plan *p, const char *what) {
+  const lt_key *q = &p->key;
   fsdp_status rc = FSDP_OK;
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
-  const float alpha = 1.0f, beta = beta_one ? 1.0f : 0.0f;
-  const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cudaDataType_t dt = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  size_t ws = ctx->workspace ? ctx->workspace_bytes : 0;
-  if (m <= 0 || n <= 0) return FSDP_OK;
-  if (k <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: GEMM with k = %d", what, k);
-
-  LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-  LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), what);
-  LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), what);
-  LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), what);
-  if (bias) {
+  const cublasOperation_t opa = q->transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = q->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t dt = q->d_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  LT_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+  LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), what);
+  LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), what);
+  LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &q->epilogue, sizeof q->epilogue),
+           what);
+  if (q->has_bias) {
     const cudaDataType_t bt = CUDA_R_16BF;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), what);
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), what);
   }
-  if (aux) { /* the aux type is left at its default, D's type (bf16), as llm.c does */
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux), what);
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux), what);
-  }
+  if (q->has_aux) /* the aux type is left at its default, D's type (bf16), as llm.c does */
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &q->ldaux, sizeof q->ldaux),
+             what);
   /* Stored shapes: op(A) is m×k, so A is stored k×m when transposed. */
-  LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda), what);
-  LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb), what);
-  LT_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd), what);
+  LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, q->transa ? q->k : q->m, q->transa ? q->m : q->k, q->lda),
+           what);
+  LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, q->transb ? q->n : q->k, q->transb ? q->k : q->n, q->ldb),
+           what);
+  LT_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dt, q->m, q->n, q->ldd), what);
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
-  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &q->ws, sizeof q->ws),
+           what);
+  /* The heuristic assumes 256-byte aligned matrices unless told otherwise; a chunk or a column
+   * offset can be less aligned, so say what each pointer really is (part of the key). */
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &q->aa, sizeof q->aa),
+           what);
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &q->ab, sizeof q->ab),
+           what);
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &q->ad, sizeof q->ad),
+           what);
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &q->ad, sizeof q->ad),
            what);
   {
-    /* The heuristic assumes 256-byte aligned matrices unless told otherwise; a chunk or a column
-     * offset can be less aligned, so say what each pointer really is. */
-    const uint32_t aa = ptr_align(A), ab = ptr_align(B), ad = ptr_align(D);
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa),
-             what);
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab),
-             what);
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad),
-             what);
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad),
-             what);
-  }
-  {
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(q->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) { /* the caller may fall back to a plainer epilogue */
-      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
-                          "%s: cuBLASLt has no algorithm for this GEMM (m=%d n=%d k=%d, transa %d transb %d, "
-                          "epilogue %d, D %s, workspace %zu bytes): %s",
-                          what, m, n, k, transa, transb, (int)epilogue, d_f32 ? "fp32" : "bf16", ws,
-                          s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "no result");
+      snprintf(p->why, sizeof p->why, "cuBLASLt has no algorithm for this GEMM (m=%d n=%d k=%d, transa %d transb %d, "
+               "epilogue %d, D %s, workspace %zu bytes): %s", q->m, q->n, q->k, q->transa, q->transb,
+               (int)q->epilogue, q->d_f32 ? "fp32" : "bf16", q->ws,
+               s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "no result");
+      rc = FSDP_ERR_UNSUPPORTED;
       goto out;
     }
-  }
-  {
-    /* cuBLASLt may still refuse the algorithm its heuristic offered (NOT_SUPPORTED: nothing was
-     * launched, D is untouched): as a heuristic miss, the caller's plainer epilogue runs instead */
-    cublasStatus_t s = cublasLtMatmul(ctx->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo,
-                                      ctx->workspace, ws, ctx->stream);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
-      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
-                          "%s: cuBLASLt refused the algorithm its heuristic gave for this GEMM (m=%d n=%d k=%d, "
-                          "transa %d transb %d, epilogue %d, D %s): %s",
-                          what, m, n, k, transa, transb, (int)epilogue, d_f32 ? "fp32" : "bf16",
-                          cublasLtGetStatusString(s));
-    else if (s != CUBLAS_STATUS_SUCCESS)
-      rc = fsdp_set_error(FSDP_ERR_CUDA, "%s: cublasLtMatmul: cuBLASLt: %s", what, cublasLtGetStatusString(s));
+    p->algo = heur.algo;
   }
 out:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ld) cublasLtMatrixLayoutDestroy(ld);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (op) cublasLtMatmulDescDestroy(op);
   return rc;
 }
 
-/* ---- column sums: partial[s·N + c] = Σ rows of slice s, column c ---- */
+fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
+                        const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
+                        int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux) {
+  if (m <= 0 || n <= 0) return FSDP_OK;
+  if (k <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: GEMM with k = %d", what, k);
+  lt_key key;
+  memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
+  key.lt = ctx->lt, key.transa = transa, key.transb = transb, key.m = m, key.n = n, key.k = k, key.d_f32 = d_f32;
+  key.beta_one = beta_one, key.has_bias = bias != NULL, key.has_aux = aux != NULL;
+  key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.ldaux = aux ? ldaux : 0;
+  key.aa = ptr_align(A), key.ab = ptr_align(B), key.ad = ptr_align(D);
+  key.epilogue = epilogue, key.ws = ctx->workspace ? ctx->workspace_bytes : 0;
+  const float alpha = 1.0f, beta = beta_one ? 1.0f : 0.0f;
+  fsdp_status rc = FSDP_OK;
+  lt_plan once, *p = NULL;
 
-#define CS_ROWS 8 /* thread rows per block; blocks are 32 threads × CS_ROWS, each thread 8 columns (VEC) or 1 */
+  pthread_mutex_lock(&lt_mu);
+  for (int i = 0; i < lt_n && !p; i++)
+    if (memcmp(&lt_plans[i].key, &key, sizeof key) == 0) p = &lt_plans[i];
+  if (!p) {
+    p = lt_n < LT_PLANS ? &lt_plans[lt_n] : &once;
+    memset(p, 0, sizeof *p);
+    p->key = key;
+    p->st = lt_plan_make(p, what);
+    if (p->st != FSDP_OK) lt_plan_drop(p);
+    if (p->st != FSDP_OK && p->st != FSDP_ERR_UNSUPPORTED) { /* a failed descriptor call: not kept */
+      rc = p->st;
+      goto out;
+    }
+    if (p != &once) lt_n++;
+  }
+  if (p->st != FSDP_OK) {
+    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s", what, p->why);
+    goto out;
+  }
+  if (bias && (rc = lt_status(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                               sizeof bias), what, "the bias pointer")) != FSDP_OK)
+    goto out;
+  if (aux && (rc = lt_status(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                              sizeof aux), what, "the aux pointer")) != FSDP_OK)
+    goto out;
+  {
+    /* cuBLASLt may still refuse the algorithm its heuristic offered (NOT_SUPPORTED: nothing was
+     * launched, D is untouched): as a heuristic miss, the caller's plainer epilogue runs instead,
+     * and the key is remembered as refused */
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, p->op, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
+                                      ctx->workspace, key.ws, ctx->stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+      snprintf(p->why, sizeof p->why, "cuBLASLt refused the algorithm its heuristic gave for this GEMM (m=%d n=%d "
+               "k=%d, transa %d transb %d, epilogue %d, D %s): %s", m, n, k, transa, transb, (int)epilogue,
+               d_f32 ? "fp32" : "bf16", cublasLtGetStatusString(s));
+      p->st = FSDP_ERR_UNSUPPORTED;
+      lt_plan_drop(p);
+      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s", what, p->why);
+    } else if (s != CUBLAS_STATUS_SUCCESS) {
+      rc = fsdp_set_error(FSDP_ERR_CUDA, "%s: cublasLtMatmul: cuBLASLt: %s", what, cublasLtGetStatusString(s));
+    }
+  }
+out:
+  if (p == &once) lt_plan_drop(&once);
+  pthread_mutex_unlock(&lt_mu);
+  return rc;
+}
+
+/* ---- column sums: dst[c] += Σ_r m[r, c], one kernel (ops_colsum_fold) ---- */
 
 template <bool VEC>
-__global__ void colsum_partial_kernel(float *__restrict__ partial, const ops_bf16 *__restrict__ m, int64_t R, int N,
-                                      int64_t rows_per_split) {
+__global__ void __launch_bounds__(OPS_CS_X *OPS_CS_Y)
+    colsum_partial_kernel(float *__restrict__ dst, float *__restrict__ partial, int *__restrict__ counters,
+                          const ops_bf16 *__restrict__ m, int64_t R, int N, int64_t rows_per_split) {
   constexpr int W = VEC ? 8 : 1;
-  __shared__ float s[CS_ROWS][32 * W + 1];
-  const int c = (blockIdx.x * 32 + threadIdx.x) * W, split = blockIdx.y;
-  const int64_t r0 = (int64_t)split * rows_per_split;
-  const int64_t r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
-  float v[W], x[W];
+  ops_colsum_fold<1, W>(dst, nullptr, partial, counters, R, N, rows_per_split, [&](int64_t r, int c, float(*acc)[W]) {
+    float x[W];
+    ops_ldv<VEC>(x, m + r * N + c);
 #pragma unroll
-  for (int k = 0; k < W; k++) v[k] = 0.0f;
-  if (c < N) /* VEC: N is a multiple of 8, so all W columns exist */
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_ROWS) {
-      ops_ldv<VEC>(x, m + r * N + c);
-#pragma unroll
-      for (int k = 0; k < W; k++) v[k] += x[k];
-    }
-#pragma unroll
-  for (int k = 0; k < W; k++) s[threadIdx.y][threadIdx.x * W + k] = v[k];
-  __syncthreads();
-  if (threadIdx.y == 0 && c < N) {
-    for (int y = 1; y < CS_ROWS; y++)
-#pragma unroll
-      for (int k = 0; k < W; k++) v[k] += s[y][threadIdx.x * W + k];
-#pragma unroll
-    for (int k = 0; k < W; k++) partial[(int64_t)split * N + c + k] = v[k];
-  }
-}
-
-__global__ void colsum_finish_kernel(float *__restrict__ dst, const float *__restrict__ partial, int nsplit, int N) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  float v = 0.0f;
-  for (int s = 0; s < nsplit; s++) v += partial[(int64_t)s * N + c];
-  dst[c] += v;
-}
-
-fsdp_status ops_colsum_finish(float *dst, const float *partial, int nsplit, int N, const ops_cuda_ctx *ctx,
-                              const char *what) {
-  colsum_finish_kernel<<<ops_blocks(N, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dst, partial, nsplit, N);
-  LAUNCH_CHECK(what);
-  return FSDP_OK;
+    for (int k = 0; k < W; k++) acc[0][k] += x[k];
+  });
 }
 
 fsdp_status ops_colsum_accumulate(float *dst, const ops_bf16 *m, int64_t R, int N, const ops_cuda_ctx *ctx,
                                      const char *what) {
   if (R <= 0 || N <= 0) return FSDP_OK;
-  int nsplit = ops_colsum_splits(R);
-  int64_t per = (R + nsplit - 1) / nsplit;
+  const int nsplit = ops_colsum_splits(R);
+  const int64_t per = (R + nsplit - 1) / nsplit;
   void *ws = NULL;
-  TRY(ops_workspace(ctx, (size_t)nsplit * N * sizeof(float), what, &ws));
+  TRY(ops_workspace(ctx, ops_colsum_ws_bytes(1, nsplit, N), what, &ws));
+  TRY(ops_colsum_zero(ws, 1, nsplit, N, ctx, what));
+  float *partial = (float *)ws;
+  int *counters = ops_colsum_counters(ws, 1, nsplit, N);
+  const dim3 block(OPS_CS_X, OPS_CS_Y);
   if (N % 8 == 0 && ops_aligned16(m))   /* the same order per column either way: the same bits */
-    colsum_partial_kernel<true><<<dim3((N + 255) / 256, nsplit), dim3(32, CS_ROWS), 0, ctx->stream>>>((float *)ws, m,
-                                                                                                    R, N, per);
+    colsum_partial_kernel<true><<<ops_colsum_grid(N, R, 8), block, 0, ctx->stream>>>(dst, partial, counters, m, R, N,
+                                                                                      per);
   else
-    colsum_partial_kernel<false><<<dim3((N + 31) / 32, nsplit), dim3(32, CS_ROWS), 0, ctx->stream>>>((float *)ws, m,
-                                                                                                   R, N, per);
+    colsum_partial_kernel<false><<<ops_colsum_grid(N, R, 1), block, 0, ctx->stream>>>(dst, partial, counters, m, R, N,
+                                                                                       per);
   LAUNCH_CHECK(what);
-  return ops_colsum_finish(dst, (const float *)ws, nsplit, N, ctx, what);
+  return FSDP_OK;
 }
 
 /* ---- the matmul ---- */

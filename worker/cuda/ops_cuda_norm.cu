@@ -4,8 +4,9 @@
  * Layout of the work: elementwise ops are grid-stride loops over 128-bit packs of 8 bf16 where the
  * pointers allow (ops_ew_loop); LayerNorm is one warp per row (8 rows per 256-thread block: B·T =
  * 16384 rows give 2048 blocks for 132 SMs), 8 columns per lane per load; every parameter gradient
- * is a column sum over the rows, done in two passes over fixed row slices (ops_colsum_splits) so
- * that the order, hence the bits, depends only on the shapes.
+ * is a column sum over the rows, over fixed row slices folded by the last block of each column
+ * group (ops_colsum_fold: one kernel), so that the order, hence the bits, depends only on the
+ * shapes. The embedding's backward walks each token's chain of positions once (encoder_dwte_kernel).
  */
 #include "ops_cuda_common.cuh"
 
@@ -39,31 +40,62 @@ __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__
       });
 }
 
-/* dwpe[t,c] += Σ_b dout[b,t,c], b in order. */
+/* dwpe[t,c] += Σ_b dout[b,t,c], b in order. VEC: TC is a multiple of 8 (C is), a thread takes 8
+ * columns at a time with 128-bit loads of dout and no tail; else one element at a time. */
+template <bool VEC>
 __global__ void encoder_dwpe_kernel(float *__restrict__ dwpe, const ops_bf16 *__restrict__ dout, int B, int64_t TC) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC; i += (int64_t)gridDim.x * blockDim.x) {
-    float s = 0.0f;
-    for (int b = 0; b < B; b++) s += ldbf(dout + (int64_t)b * TC + i);
-    dwpe[i] += s;
+  constexpr int W = VEC ? 8 : 1;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x * W;
+  for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W; i < TC; i += stride) {
+    float s[W], x[W];
+#pragma unroll
+    for (int k = 0; k < W; k++) s[k] = 0.0f;
+    const int nb = OPS_FAULT("dwpe_batch") ? B - 1 : B; /* planted: the last sequence left out */
+    for (int b = 0; b < nb; b++) {
+      ops_ldv<VEC>(x, dout + (int64_t)b * TC + i);
+#pragma unroll
+      for (int k = 0; k < W; k++) s[k] += x[k];
+    }
+    if (VEC) {
+      float d[8];
+      ld4f(d, dwpe + i);
+      ld4f(d + 4, dwpe + i + 4);
+#pragma unroll
+      for (int k = 0; k < W; k++) d[k] += s[k];
+      st4f(dwpe + i, d);
+      st4f(dwpe + i + 4, d + 4);
+    } else {
+      dwpe[i] += s[0];
+    }
   }
 }
 
 /* next[i] = the smallest j > i with inp[j] == inp[i], or −1; has_prev[next[i]] = 1 (has_prev is
- * zeroed before). 256 threads per block, positions i of the block against tiles of 256 later
- * positions in shared memory, until every thread of the block found its successor. */
+ * zeroed before). ENC_TILE threads per block, positions i of the block against tiles of
+ * ENC_SPAN later positions in shared memory (VEC: loaded 4 tokens, 128 bits, per thread), until
+ * every thread of the block found its successor. */
 #define ENC_TILE 256
+#define ENC_SPAN (4 * ENC_TILE)
+template <bool VEC>
 __global__ void __launch_bounds__(ENC_TILE) encoder_link_kernel(int *__restrict__ next, int *__restrict__ has_prev,
                                                                 const int *__restrict__ inp, int BT) {
-  __shared__ int tile[ENC_TILE];
+  __shared__ int tile[ENC_SPAN];
   const int i = blockIdx.x * ENC_TILE + threadIdx.x;
   const int tok = i < BT ? inp[i] : -1;
   int nx = -1;
-  for (int j0 = blockIdx.x * ENC_TILE; j0 < BT; j0 += ENC_TILE) {
-    int j = j0 + threadIdx.x;
-    tile[threadIdx.x] = j < BT ? inp[j] : -1;
+  for (int j0 = blockIdx.x * ENC_TILE; j0 < BT; j0 += ENC_SPAN) {
+    const int j = j0 + 4 * (int)threadIdx.x; /* a multiple of 4: 16-byte aligned when inp is */
+    if (VEC && j + 3 < BT) {
+      const int4 q = *reinterpret_cast<const int4 *>(inp + j);
+      tile[4 * threadIdx.x] = q.x, tile[4 * threadIdx.x + 1] = q.y;
+      tile[4 * threadIdx.x + 2] = q.z, tile[4 * threadIdx.x + 3] = OPS_FAULT("link_tile") ? -1 : q.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; k++) tile[4 * threadIdx.x + k] = j + k < BT ? inp[j + k] : -1;
+    }
     __syncthreads();
     if (nx < 0 && i < BT) {
-      int lim = BT - j0 < ENC_TILE ? BT - j0 : ENC_TILE;
+      const int lim = BT - j0 < ENC_SPAN ? BT - j0 : ENC_SPAN;
       for (int jj = 0; jj < lim; jj++)
         if (j0 + jj > i && tile[jj] == tok) {
           nx = j0 + jj;
@@ -79,17 +111,33 @@ __global__ void __launch_bounds__(ENC_TILE) encoder_link_kernel(int *__restrict_
 }
 
 /* One block per position i that starts a chain (the first occurrence of its token): dwte[tok, c]
- * += Σ over the chain of dout[j, c], positions in order. */
+ * += Σ over the chain of dout[j, c], positions in order. VEC: the block's threads cover the whole
+ * row, 8 columns each (128-bit loads of dout), so the chain is walked once; else a thread per
+ * column, the chain walked once per blockDim columns. */
+template <bool VEC>
 __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const ops_bf16 *__restrict__ dout,
                                     const int *__restrict__ inp, const int *__restrict__ next,
                                     const int *__restrict__ has_prev, int C) {
   const int i = blockIdx.x;
   if (has_prev[i]) return;
   float *row = dwte + (int64_t)inp[i] * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s = 0.0f;
-    for (int j = i; j >= 0; j = next[j]) s += ldbf(dout + (int64_t)j * C + c);
-    row[c] += s;
+  if (VEC) {
+    for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) { /* once for C ≤ 8·1024 */
+      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x[8];
+      for (int j = i; j >= 0; j = OPS_FAULT("dwte_chain") ? -1 : next[j]) { /* planted: the chain's head only */
+        ld8(x, dout + (int64_t)j * C + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s[k] += x[k];
+      }
+#pragma unroll
+      for (int k = 0; k < 8; k++) row[c + k] += s[k]; /* dwte's rows are not 16-byte aligned in general */
+    }
+  } else {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float s = 0.0f;
+      for (int j = i; j >= 0; j = next[j]) s += ldbf(dout + (int64_t)j * C + c);
+      row[c] += s;
+    }
   }
 }
 
@@ -111,15 +159,22 @@ fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *
   TRY(ops_workspace(ctx, 2 * (size_t)BT * sizeof(int), what, &ws));
   int *next = (int *)ws, *has_prev = next + BT;
   if (dwpe) {
-    encoder_dwpe_kernel<<<ops_blocks((int64_t)T * C, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dwpe, dout, B,
-                                                                                                 (int64_t)T * C);
-    LAUNCH_CHECK(what);
+    const int64_t TC = (int64_t)T * C;
+    const bool vec = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(dwpe);
+    OPS_EW_LAUNCH(encoder_dwpe_kernel, vec, 8, TC, what, dwpe, dout, B);
   }
   CUDA_CHECK(cudaMemsetAsync(has_prev, 0, (size_t)BT * sizeof(int), ctx->stream), what);
-  encoder_link_kernel<<<(BT + ENC_TILE - 1) / ENC_TILE, ENC_TILE, 0, ctx->stream>>>(next, has_prev, inp, BT);
+  const unsigned lblocks = (BT + ENC_TILE - 1) / ENC_TILE;
+  if (ops_aligned16(inp)) encoder_link_kernel<true><<<lblocks, ENC_TILE, 0, ctx->stream>>>(next, has_prev, inp, BT);
+  else encoder_link_kernel<false><<<lblocks, ENC_TILE, 0, ctx->stream>>>(next, has_prev, inp, BT);
   LAUNCH_CHECK(what);
-  int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
-  encoder_dwte_kernel<<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+  if (C % 8 == 0 && ops_aligned16(dout)) {
+    const int packs = C / 8, threads = packs >= 1024 ? 1024 : (packs + 31) / 32 * 32;
+    encoder_dwte_kernel<true><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+  } else {
+    const int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
+    encoder_dwte_kernel<false><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+  }
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
@@ -183,7 +238,9 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
   ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);
 }
 
-template <bool VEC>
+/* dinp = the row's input gradient; ACC: dinp += it instead (the residual stream's gradient, one
+ * bf16 rounding of the sum: the separate add is gone). */
+template <bool VEC, bool ACC>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
     layernorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
                           const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
@@ -215,6 +272,11 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
 #pragma unroll
     for (int k = 0; k < W; k++)
       xv[k] = layernorm_dinp(wv[k] * dv[k], layernorm_norm(xv[k], m, rs), g_mean, gn_mean, rs);
+    if (ACC && !OPS_FAULT("norm_acc")) { /* planted: assigned, not accumulated */
+      ops_ldv<VEC>(wv, dx + c);
+#pragma unroll
+      for (int k = 0; k < W; k++) xv[k] += wv[k];
+    }
     ops_stv<VEC>(dx + c, xv);
   }
 }
@@ -245,34 +307,26 @@ __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
   ln_row<VEC>(out + r * C, mean, rstd, x, weight, bias, r, C, s);   /* reads back what this lane wrote */
 }
 
-/* Partial sums over row slice blockIdx.y of dweight (Σ dout·norm) and dbias (Σ dout), 32 columns
- * per block, 8 thread rows, fixed order. */
-#define LN_CS_ROWS 8
-__global__ void layernorm_dparams_partial_kernel(float *__restrict__ pw, float *__restrict__ pb,
-                                                 const ops_bf16 *__restrict__ dout, const ops_bf16 *__restrict__ inp,
-                                                 const float *__restrict__ mean, const float *__restrict__ rstd,
-                                                 int R, int C, int rows_per_split) {
-  __shared__ float sw[LN_CS_ROWS][33], sb[LN_CS_ROWS][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y;
-  const int r0 = split * rows_per_split, r1 = r0 + rows_per_split < R ? r0 + rows_per_split : R;
-  float w = 0.0f, b = 0.0f;
-  if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += LN_CS_ROWS) {
-      float d = ldbf(dout + (int64_t)r * C + c);
-      w += d * layernorm_norm(ldbf(inp + (int64_t)r * C + c), mean[r], rstd[r]);
-      b += d;
+/* dweight += Σ_r dout·norm and dbias += Σ_r dout, columns over the rows: row slices, folded by
+ * the last block of each column group (ops_colsum_fold); VEC: 8 columns per thread, 128-bit loads. */
+template <bool VEC>
+__global__ void __launch_bounds__(OPS_CS_X *OPS_CS_Y)
+    layernorm_dparams_kernel(float *dweight, float *dbias, float *__restrict__ partial, int *__restrict__ counters,
+                             const ops_bf16 *__restrict__ dout, const ops_bf16 *__restrict__ inp,
+                             const float *__restrict__ mean, const float *__restrict__ rstd, int R, int C,
+                             int rows_per_split) {
+  constexpr int W = VEC ? 8 : 1;
+  ops_colsum_fold<2, W>(dweight, dbias, partial, counters, R, C, rows_per_split, [&](int64_t r, int c, float(*acc)[W]) {
+    float d[W], x[W];
+    ops_ldv<VEC>(d, dout + r * C + c);
+    ops_ldv<VEC>(x, inp + r * C + c);
+    const float m = mean[r], rs = rstd[r];
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      acc[0][k] += d[k] * layernorm_norm(x[k], m, rs);
+      acc[1][k] += d[k];
     }
-  sw[threadIdx.y][threadIdx.x] = w;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < LN_CS_ROWS; y++) {
-      w += sw[y][threadIdx.x];
-      b += sb[y][threadIdx.x];
-    }
-    pw[(int64_t)split * C + c] = w;
-    pb[(int64_t)split * C + c] = b;
-  }
+  });
 }
 
 fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, const ops_bf16 *inp,
@@ -309,30 +363,54 @@ fsdp_status ops_cuda_residual_layernorm_forward(ops_bf16 *res, ops_bf16 *out, fl
   return FSDP_OK;
 }
 
-fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
-                                        const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
-                                        const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx) {
-  static const char *what = "layernorm_backward";
+static fsdp_status layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                      const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                      const float *rstd, int B, int T, int C, bool acc, const ops_cuda_ctx *ctx) {
+  const char *what = acc ? "layernorm_backward_acc" : "layernorm_backward";
   const int R = B * T;
   if (R <= 0 || C <= 0) return FSDP_OK;
   const int nsplit = ops_colsum_splits(R), per = (R + nsplit - 1) / nsplit;
   void *ws = NULL;
-  TRY(ops_workspace(ctx, 2 * (size_t)nsplit * C * sizeof(float), what, &ws));
-  float *pw = (float *)ws, *pb = pw + (size_t)nsplit * C;
+  TRY(ops_workspace(ctx, ops_colsum_ws_bytes(2, nsplit, C), what, &ws));
+  TRY(ops_colsum_zero(ws, 2, nsplit, C, ctx, what));
+  float *partial = (float *)ws;
+  int *counters = ops_colsum_counters(ws, 2, nsplit, C);
   const unsigned blocks = (R + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
-  if (C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight))
-    layernorm_dinp_kernel<true><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
-                                                                                    rstd, R, C);
-  else
-    layernorm_dinp_kernel<false><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean,
-                                                                                     rstd, R, C);
+  const bool vec8 = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(inp);
+#define LN_DINP(V, A)                                                                                          \
+  layernorm_dinp_kernel<V, A><<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, \
+                                                                                 R, C)
+  if (vec8 && ops_aligned16(dinp) && ops_aligned16(weight)) {
+    if (acc) LN_DINP(true, true);
+    else LN_DINP(true, false);
+  } else {
+    if (acc) LN_DINP(false, true);
+    else LN_DINP(false, false);
+  }
+#undef LN_DINP
   LAUNCH_CHECK(what);
   if (!dweight) return FSDP_OK;   /* a frozen norm ([lora]) */
-  layernorm_dparams_partial_kernel<<<dim3((C + 31) / 32, nsplit), dim3(32, LN_CS_ROWS), 0, ctx->stream>>>(
-      pw, pb, dout, inp, mean, rstd, R, C, per);
+  const dim3 cs_block(OPS_CS_X, OPS_CS_Y);
+  if (vec8)
+    layernorm_dparams_kernel<true><<<ops_colsum_grid(C, R, 8), cs_block, 0, ctx->stream>>>(
+        dweight, dbias, partial, counters, dout, inp, mean, rstd, R, C, per);
+  else
+    layernorm_dparams_kernel<false><<<ops_colsum_grid(C, R, 1), cs_block, 0, ctx->stream>>>(
+        dweight, dbias, partial, counters, dout, inp, mean, rstd, R, C, per);
   LAUNCH_CHECK(what);
-  TRY(ops_colsum_finish(dweight, pw, nsplit, C, ctx, what));
-  return ops_colsum_finish(dbias, pb, nsplit, C, ctx, what);
+  return FSDP_OK;
+}
+
+fsdp_status ops_cuda_layernorm_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
+                                        const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                        const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx) {
+  return layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, false, ctx);
+}
+
+fsdp_status ops_cuda_layernorm_backward_acc(ops_bf16 *dres, float *dweight, float *dbias, const ops_bf16 *dout,
+                                            const ops_bf16 *inp, const ops_bf16 *weight, const float *mean,
+                                            const float *rstd, int B, int T, int C, const ops_cuda_ctx *ctx) {
+  return layernorm_backward(dres, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, true, ctx);
 }
 
 /* ---- GELU, residual ---- */

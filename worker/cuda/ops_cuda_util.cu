@@ -28,15 +28,22 @@ ops_cuda_adamw_consts_t ops_cuda_adamw_consts(int step, double lr, double beta1,
   return k;
 }
 
-/* Whether element i lies in one of the sorted, disjoint [start, end) pairs of segs. */
-__device__ __forceinline__ bool in_segments(const int64_t *__restrict__ segs, int nseg, int64_t i) {
-  int lo = 0, hi = nseg; /* first segment with end > i */
+/* The first of the sorted, disjoint [start, end) pairs of segs with end > i (nseg if none). */
+__device__ __forceinline__ int first_segment(const int64_t *__restrict__ segs, int nseg, int64_t i) {
+  int lo = 0, hi = nseg;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
     if (segs[2 * mid + 1] > i) hi = mid;
     else lo = mid + 1;
   }
-  return lo < nseg && segs[2 * lo] <= i;
+  return lo;
+}
+
+/* Whether element i lies in a segment, starting from segment s = first_segment(.., i0) for some
+ * i0 ≤ i: s advances past the segments that end at or before i, so a pack searches once. */
+__device__ __forceinline__ bool in_segment_from(const int64_t *__restrict__ segs, int nseg, int &s, int64_t i) {
+  while (s < nseg && segs[2 * s + 1] <= i) s++;
+  return s < nseg && segs[2 * s] <= i;
 }
 
 /* One element of optim.c's update, line by line:
@@ -54,30 +61,36 @@ __device__ __forceinline__ float adamw_one(float &w, float &m, float &v, float g
   return w;
 }
 
-/* VEC: 4 elements per thread, each of w, m, v and g read and written 128 bits at a time. */
+/* VEC: 8 elements per thread: w, m, v and g read and written 128 bits at a time (two accesses
+ * each), the bf16 copy stored in one 128-bit store, and the decay segments searched once per pack. */
 template <bool VEC>
 __global__ void adamw_kernel(float *__restrict__ w, ops_bf16 *__restrict__ wbf, float *__restrict__ m,
                              float *__restrict__ v, const float *__restrict__ g, const int64_t *__restrict__ segs,
                              int nseg, ops_cuda_adamw_consts_t k, int64_t n) {
-  ops_ew_loop<VEC, 4>(
+  ops_ew_loop<VEC, 8>(
       n,
       [&](int64_t i) {
-        float wv[4], mv[4], vv[4], gv[4];
-        ld4f(wv, w + i);
-        ld4f(mv, m + i);
-        ld4f(vv, v + i);
-        ld4f(gv, g + i);
+        float wv[8], mv[8], vv[8], gv[8];
+        ld4f(wv, w + i), ld4f(wv + 4, w + i + 4);
+        ld4f(mv, m + i), ld4f(mv + 4, m + i + 4);
+        ld4f(vv, v + i), ld4f(vv + 4, v + i + 4);
+        ld4f(gv, g + i), ld4f(gv + 4, g + i + 4);
+        int s = first_segment(segs, nseg, i);
+        ops_bf16 h[8];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          adamw_one(wv[e], mv[e], vv[e], gv[e], in_segments(segs, nseg, i + e) ? k.decay : 1.0f, k);
-          if (wbf) wbf[i + e] = bf_from_bits(f32_to_bf16(wv[e]));
+        for (int e = 0; e < 8; e++) {
+          const int64_t at = OPS_FAULT("adamw_segment") ? i : i + e; /* planted: the pack's first element's decay */
+          adamw_one(wv[e], mv[e], vv[e], gv[e], in_segment_from(segs, nseg, s, at) ? k.decay : 1.0f, k);
+          h[e] = bf_from_bits(f32_to_bf16(wv[e]));
         }
-        st4f(w + i, wv);
-        st4f(m + i, mv);
-        st4f(v + i, vv);
+        st4f(w + i, wv), st4f(w + i + 4, wv + 4);
+        st4f(m + i, mv), st4f(m + i + 4, mv + 4);
+        st4f(v + i, vv), st4f(v + i + 4, vv + 4);
+        if (wbf) st8h(wbf + i, h);
       },
       [&](int64_t i) {
-        const float wi = adamw_one(w[i], m[i], v[i], g[i], in_segments(segs, nseg, i) ? k.decay : 1.0f, k);
+        int s = first_segment(segs, nseg, i);
+        const float wi = adamw_one(w[i], m[i], v[i], g[i], in_segment_from(segs, nseg, s, i) ? k.decay : 1.0f, k);
         if (wbf) wbf[i] = bf_from_bits(f32_to_bf16(wi));
       });
 }
@@ -88,8 +101,9 @@ fsdp_status ops_cuda_adamw(float *param, ops_bf16 *param_bf16, float *m, float *
   if (n <= 0) return FSDP_OK;
   if (nseg < 0 || (nseg > 0 && !decay_segs))
     return fsdp_set_error(FSDP_ERR_INVALID, "adamw: %d decay segments but no table", nseg);
-  const bool vec = ops_aligned16(param) && ops_aligned16(m) && ops_aligned16(v) && ops_aligned16(grad);
-  OPS_EW_LAUNCH(adamw_kernel, vec, 4, n, "adamw", param, param_bf16, m, v, grad, decay_segs, nseg, *k);
+  const bool vec = ops_aligned16(param) && ops_aligned16(m) && ops_aligned16(v) && ops_aligned16(grad) &&
+                   (!param_bf16 || ops_aligned16(param_bf16));
+  OPS_EW_LAUNCH(adamw_kernel, vec, 8, n, "adamw", param, param_bf16, m, v, grad, decay_segs, nseg, *k);
   return FSDP_OK;
 }
 

@@ -156,6 +156,27 @@ void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, floa
   d->kern->layernorm_forward(d, out, mean, rstd, res, w, bias, B, T, C);
 }
 
+void dev_layernorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, float *db, const void *dout,
+                                const void *inp, const void *w, const float *mean, const float *rstd, int B, int T,
+                                int C) {
+  if (d->kern->layernorm_backward_add) {
+    d->kern->layernorm_backward_add(d, dres, dw, db, dout, inp, w, mean, rstd, B, T, C);
+    return;
+  }
+  d->kern->layernorm_backward(d, scratch, dw, db, dout, inp, w, mean, rstd, B, T, C);
+  d->kern->add_act(d, dres, scratch, (int64_t)B * T * C);
+}
+
+void dev_rmsnorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, const void *dout, const void *inp,
+                              const void *w, const float *rstd, int BT, int C) {
+  if (d->kern->rmsnorm_backward_add) {
+    d->kern->rmsnorm_backward_add(d, dres, dw, dout, inp, w, rstd, BT, C);
+    return;
+  }
+  d->kern->rmsnorm_backward(d, scratch, dw, dout, inp, w, rstd, BT, C);
+  d->kern->add_act(d, dres, scratch, (int64_t)BT * C);
+}
+
 void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
                      int OC) {
   if (d->kern->matmul_gelu_forward) {

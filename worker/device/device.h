@@ -137,6 +137,10 @@ typedef struct dev_kernels {
                             const void *b, int B, int T, int C);
   void (*layernorm_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                              const void *w, const float *mean, const float *rstd, int B, int T, int C);
+  /* Optional (NULL: layernorm_backward into a scratch, then add_act; call dev_layernorm_backward_add):
+   * dres += the input gradient, in one kernel (CUDA). */
+  void (*layernorm_backward_add)(device_t *d, void *dres, float *dw, float *db, const void *dout, const void *inp,
+                                 const void *w, const float *mean, const float *rstd, int B, int T, int C);
   void (*matmul_forward)(device_t *d, void *out, const void *inp, const void *w, const void *bias, int BT, int C, int OC);
   /* dw = db = NULL: only the input gradient (a frozen weight, [lora]); likewise linear_backward's and
    * the norms' dw, and the classifier's dwte with dinp set. */
@@ -194,6 +198,9 @@ typedef struct dev_kernels {
                           float eps);
   void (*rmsnorm_backward)(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
                            const float *rstd, int BT, int C);
+  /* Optional (NULL: rmsnorm_backward into a scratch, then add_act; call dev_rmsnorm_backward_add). */
+  void (*rmsnorm_backward_add)(device_t *d, void *dres, float *dw, const void *dout, const void *inp, const void *w,
+                               const float *rstd, int BT, int C);
   /* Rotary embeddings (Hugging Face's rotate-half), in place on the q and k heads of a (B,T,
    * C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even); position t, pair (i, i + HS/2) rotates by
    * t·rope_inv_freq(i) (ops/rope.h: theta^(−2i/HS), rescaled by llama3's bands when set). Backward
@@ -233,9 +240,12 @@ dtype_kind dev_cpu_set_compute(device_t *d, dtype_kind dt);
 void dev_destroy(device_t **d);   /* NULL-safe; *d becomes NULL */
 
 /* The CUDA device on GPU GPU (an index among the visible devices) in bf16 (device_cuda.c; CUDA
- * build only). Fails with "no usable GPU: ..." when the driver or the GPU is missing. */
+ * build only). Fails with "no usable GPU: ..." when the driver or the GPU is missing. WAIT_S (the
+ * job's timeout_s, > 0): the longest the stream stays parked waiting for a threaded comm's
+ * collective (a wait on a pending CPU mark: gloo staged); past it the device fails, and the next
+ * sync() reports the wait that gave up. */
 #ifdef FSDP_HAVE_CUDA
-fsdp_status dev_new_cuda(int gpu, device_t **out);
+fsdp_status dev_new_cuda(int gpu, double wait_s, device_t **out);
 /* The number of visible GPUs (≥ 1), or "no usable GPU: ..." naming CUDA's reason. */
 fsdp_status dev_cuda_count(int *n);
 #endif
@@ -260,6 +270,14 @@ void dev_matmul_backward_gelu(device_t *d, void *dinp, float *dw, float *db, con
 /* res = a + b, out = LayerNorm(res): the device's fused op where it has one (dev_ops). */
 void dev_residual_layernorm(device_t *d, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
                             const void *w, const void *bias, int B, int T, int C);
+/* dres += LayerNorm's (RMSNorm's) input gradient with layernorm_backward's (rmsnorm_backward's)
+ * weight gradients: the device's fused op where it has one, else the backward into SCRATCH (B·T·C
+ * act elements) and add_act. */
+void dev_layernorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, float *db, const void *dout,
+                                const void *inp, const void *w, const float *mean, const float *rstd, int B, int T,
+                                int C);
+void dev_rmsnorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, const void *dout, const void *inp,
+                              const void *w, const float *rstd, int BT, int C);
 
 /* ---- events (device.c) ---- */
 dev_event *dev_event_new(device_t *d);   /* NULL + error on failure */

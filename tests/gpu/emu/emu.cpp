@@ -243,6 +243,17 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0;
 
 static long g_epilogue_runs[1024];
 extern "C" long emu_lt_epilogue_runs(int epilogue) { return g_epilogue_runs[epilogue & 1023]; }
+static long g_heuristic_calls;
+extern "C" long emu_lt_heuristic_calls(void) { return g_heuristic_calls; }
+
+static long g_fault_hits;
+bool emu_fault(const char *name) {
+  static const char *planted = getenv("EMU_FAULT");
+  if (!planted || strcmp(planted, name) != 0) return false;
+  g_fault_hits++;
+  return true;
+}
+extern "C" long emu_fault_hits(void) { return g_fault_hits; }
 
 struct EDesc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -316,6 +327,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t, int,
                                               cublasLtMatmulHeuristicResult_t *r, int *found) {
+  g_heuristic_calls++;
   EDesc *e = (EDesc *)d;
   ELayout *A = (ELayout *)a, *B = (ELayout *)b, *C = (ELayout *)c, *D = (ELayout *)dl;
   (void)C;

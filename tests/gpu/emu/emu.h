@@ -20,8 +20,24 @@
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern unsigned char *emu_dyn_smem;
 
+/* Planted faults (ops_cuda_common.cuh's OPS_FAULT): true where EMU_FAULT names this fault point;
+ * each such answer counts as a hit (emu_fault_hits), so a run can tell that its fault was planted. */
+#define FSDP_EMU 1
+bool emu_fault(const char *name);
+extern "C" long emu_fault_hits(void);
+
 /* cache hints are nothing on the host */
 template <typename T> inline void __stcs(T *p, T v) { *p = v; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+
+/* Blocks run one after another and a block's threads switch only at barriers and shuffles, so an
+ * atomic is a plain read-modify-write and a fence orders nothing that is not ordered already. */
+inline void __threadfence(void) {}
+template <typename T> inline T atomicAdd(T *p, T v) {
+  T old = *p;
+  *p = old + v;
+  return old;
+}
 
 void __syncthreads(void);
 void emu_warp_barrier(void);

@@ -7,6 +7,8 @@
 
 #include "gpu_check.h"
 
+long emu_fault_hits(void); /* emu.cpp */
+
 int main(void) {
   const char *seed_env = getenv("GPU_CHECK_SEED");
   uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
@@ -17,6 +19,18 @@ int main(void) {
   check_model_ops(0);
   check_llama_ops(0);
   check_util_ops();
+  const char *fault = getenv("EMU_FAULT");
+  if (fault && *fault) { /* a planted fault: the run passes when the fault ran and a check caught it */
+    const long hits = emu_fault_hits();
+    const int caught = hits > 0 && g_fail > 0;
+    printf("\nemu: planted fault %s hit %ld times; %d checks passed, %d failed: %s\n", fault, hits, g_pass, g_fail,
+           caught ? "CAUGHT (PASS)" : hits ? "NOT CAUGHT (FAIL)" : "NEVER HIT (FAIL)");
+    return caught ? 0 : 1;
+  }
+  if (g_pass + g_fail == 0) {
+    printf("\nemu: no check ran (GPU_CHECK_ONLY=%s): FAIL\n", getenv("GPU_CHECK_ONLY"));
+    return 1;
+  }
   printf("\nemu: %d checks passed, %d failed: %s\n", g_pass, g_fail, g_fail ? "FAIL" : "PASS");
   return g_fail ? 1 : 0;
 }

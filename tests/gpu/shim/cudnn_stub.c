@@ -10,7 +10,9 @@
  * CUDNN_STUB_WS="W0,W1,..." makes heuristics offer one engine configuration per number, whose
  * execution plan finalizes and asks W bytes of workspace; executing then succeeds and records the
  * variant pack (cudnn_stub_pack: ids, pointers, workspace, and the by-value scalars' values as they
- * were when it ran). So a test can see which configuration was chosen and what was bound. */
+ * were when it ran). So a test can see which configuration was chosen and what was bound. A
+ * negative W: that configuration's plan refuses to finalize (CUDNN_STATUS_NOT_SUPPORTED), so a
+ * test can see the refusal named in the fallback's reason. */
 #include <cudnn_graph.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,7 +76,9 @@ void cudnn_stub_calls(long out[5]) {
 size_t cudnnGetVersion(void) { return 91900; }
 
 const char *cudnnGetErrorString(cudnnStatus_t s) {
-  return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "CUDNN_STATUS_BAD_PARAM (stub)";
+  return s == CUDNN_STATUS_SUCCESS         ? "CUDNN_STATUS_SUCCESS"
+         : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED (stub)"
+                                           : "CUDNN_STATUS_BAD_PARAM (stub)";
 }
 
 static struct cudnnContext the_handle;
@@ -127,8 +131,12 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
 }
 
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
-  (void)d;
   calls.finalize++;
+  const desc *p = d;
+  int64_t ws[MAX_PACK];
+  const int k = engine_ws(ws, MAX_PACK);
+  if (p->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && p->index >= 0 && p->index < k && ws[p->index] < 0)
+    return CUDNN_STATUS_NOT_SUPPORTED;
   return CUDNN_STATUS_SUCCESS;
 }
 
