@@ -9,6 +9,9 @@
 #include <sys/types.h>
 #include <zmq.h>
 
+#include "arch.h"   /* arch_count: the architectures of models/models.def */
+#include "plan.h"   /* PLAN_MAX_TENSORS: the receiver's table size */
+
 #define NAME_MAX_LEN 256
 #define MAX_RANKS 65536
 #define MAX_LIST 100000
@@ -185,7 +188,8 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
     const Fsdp__PlanUnit *pu = p->units[u];
     NEED(pu, "plan unit");
     STR(pu->name, 16, "unit name");
-    if (pu->n_tensors == 0 || pu->n_tensors > 12) BAD("unit %zu has %zu tensors (1..12 allowed)", u, pu->n_tensors);
+    if (pu->n_tensors == 0 || pu->n_tensors > PLAN_MAX_TENSORS)
+      BAD("unit %zu has %zu tensors (1..%d allowed)", u, pu->n_tensors, PLAN_MAX_TENSORS);
     if (pu->numel <= 0 || pu->padded < pu->numel || pu->shard_numel <= 0 ||
         pu->shard_numel * (int64_t)p->shard_world != pu->padded || pu->shard_base != base)
       BAD("unit %zu sizes are inconsistent", u);
@@ -209,7 +213,7 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
   if (base != p->shard_total) BAD("plan shard_total %lld does not match its units", (long long)p->shard_total);
   const Fsdp__PlanModel *m = p->model;
   NEED(m, "plan model");
-  if (m->arch > 1 || m->rope_scaling > 1) BAD("plan model arch %u / rope_scaling %u is out of range", m->arch, m->rope_scaling);
+  if (m->arch >= (uint32_t)arch_count() || m->rope_scaling > 1) BAD("plan model arch %u / rope_scaling %u is out of range", m->arch, m->rope_scaling);
   if (!isfinite(m->norm_eps) || !isfinite(m->rope_theta) || !isfinite(m->rope_factor) ||
       !isfinite(m->rope_low_freq_factor) || !isfinite(m->rope_high_freq_factor))
     BAD("plan model has a number that is not finite");

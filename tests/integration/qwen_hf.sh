@@ -100,6 +100,20 @@ got=$(loss "$tmp/out-nobias/rank-0.jsonl" 1) want=$(ref qwen2_untied 'r["loss"]'
 echo "qwen2_untied with its biases zeroed in fsdpd's folder: $got, transformers on the real folder $want"
 ! rel_ok "$got" "$want" 1e-3 || part_fail "zeroing the biases does not move fsdpd's loss ($got, $want)"
 
+# Through the daemon (fsdpctl run: the coordinator's plan message, the resolved job to the workers).
+job daemon "from = qwen3_bias" full 1
+sed -i '/^\[checkpoint\]/,$d' "$tmp/daemon.ini"
+out=$(cd "$tmp" && PATH=$build:$PATH timeout 120 "$CTL" run daemon.ini 2>&1) || part_fail "fsdpctl run of a Qwen3 job failed: $(tail -1 <<<"$out")"
+dir=$(sed -n 's/.*kept in \([^ ]*\) (.*/\1/p' <<<"$out")
+if [ -f "$dir/metrics.jsonl" ]; then
+  got=$(loss "$dir/metrics.jsonl" 1) want=$(ref qwen3_bias 'r["loss"]')
+  echo "qwen3_bias through fsdpctl run: step-1 loss $got, transformers $want"
+  rel_ok "$got" "$want" 1e-5 || part_fail "fsdpctl run, qwen3_bias: step-1 loss $got, transformers' $want"
+  rm -rf "$(dirname "$(dirname "$dir")")"
+else
+  part_fail "fsdpctl run of a Qwen3 job: no metrics ($out)"
+fi
+
 # init = FILE with the model written by hand: the same model as from = DIR.
 job init_qwen3 "$(printf 'arch = qwen3\nn_layer = 2\nn_head = 4\nn_kv_head = 2\nn_embd = 32\nhead_dim = 16\nffn_dim = 64\nvocab_size = 256\nnorm_eps = 1e-6\nrope_theta = 1000000\ninit = %s' "$tmp/qwen3/model.safetensors")" full 1
 run init_qwen3 || part_fail "init = FILE with arch = qwen3 failed: $(tail -1 "$tmp/out-init_qwen3/rank-0.log")"
