@@ -420,6 +420,15 @@ static void set_value(pctx *c, const keydef *k, const char *v) {
       *(double *)field = x;
     break;
   }
+  case KT_FACTORS: {
+    rope_factor_list l;
+    jobspec_key_allowed(k, allowed, sizeof allowed);
+    int ok = jobspec_parse_factors(v, &l);
+    for (int i = 0; ok && i < l.n; i++) ok = l.v[i] > k->lo && l.v[i] <= k->hi;
+    if (!ok) PERR(c, c->lineno, FSDP_ERR_INVALID, "[%s] %s = '%s' is not allowed; allowed: %s", k->sec, k->key, v, allowed);
+    else *(rope_factor_list *)field = l;
+    break;
+  }
   case KT_ENUM: {
     for (int i = 0; k->names[i]; i++)
       if (!strcmp(v, k->names[i])) {
@@ -538,26 +547,32 @@ static void apply_from(pctx *c) {
   s->model.seq_len = c->key_line[key_index("model", "seq_len")] ? T : npos < 1024 ? npos : 1024;
 }
 
-/* rope_scaling = llama3 needs its four numbers, and they mean nothing without it. */
+/* rope_scaling = llama3 and longrope need their numbers, and they mean nothing without them. */
 static void rope_checks(pctx *c) {
   model_config *m = &c->s->model;
+  unsigned bit = jobspec_rope_bit(m->rope_scaling);
+  const char *kind = jobspec_rope_scaling_name(m->rope_scaling);
   char missing[200] = "";
   size_t used = 0;
   for (int i = 0; i < jobspec_nkeys; i++) {
     const keydef *k = &jobspec_keys[i];
-    if (!(k->applies & KA_ROPE3)) continue;
-    if (m->rope_scaling == ROPE_SCALING_NONE && c->key_line[i]) {
-      PERR(c, c->key_line[i], FSDP_ERR_INVALID,
-           "[model] %s applies to rope_scaling = llama3 only; remove the key or set rope_scaling = llama3", k->key);
+    if (!(k->applies & KA_ROPE)) continue;
+    if (!(k->applies & bit) && c->key_line[i]) {
+      PERR(c, c->key_line[i], FSDP_ERR_INVALID, "[model] %s applies to rope_scaling = %s only; remove the key or set "
+           "rope_scaling = %s", k->key, k->applies & KA_ROPE3 ? "llama3" : "longrope",
+           k->applies & KA_ROPE3 ? "llama3" : "longrope");
       return;
     }
-    if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !c->key_line[i] && used < sizeof missing)
+    if ((k->applies & bit) && !c->key_line[i] && used < sizeof missing)
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s", used ? ", " : "", k->key);
   }
   if (used)
     PERR(c, blame(c, "model", "rope_scaling", NULL), FSDP_ERR_INVALID,
-         "[model] rope_scaling = llama3 needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and "
-         "rope_original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192); missing: %s", missing);
+         "[model] rope_scaling = %s needs %s; missing: %s", kind, m->rope_scaling == ROPE_SCALING_LLAMA3
+         ? "rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
+           "(Llama-3.1: 8, 1, 4, 8192)" : "rope_short_factor, rope_attention_factor and "
+           "rope_original_max_position_embeddings (Phi-3's config.json: short_factor, attention_factor, "
+           "original_max_position_embeddings)", missing);
   else if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
     PERR(c, blame(c, "model", "rope_high_freq_factor", "rope_low_freq_factor"), FSDP_ERR_INVALID,
          "[model] rope_high_freq_factor = %g is not above rope_low_freq_factor = %g; allowed: high > low (the band "
@@ -591,6 +606,11 @@ static void model_checks(pctx *c) {
     PERR(c, blame(c, "model", "seq_len", "n_positions"), FSDP_ERR_RANGE,
          "[model] seq_len = %d is beyond the model's %d positions (%s); allowed: seq_len <= %d", m->seq_len,
          m->n_positions, hf_config_key(m->arch, "n_positions"), m->n_positions);
+  if (m->rope_scaling == ROPE_SCALING_LONGROPE && m->seq_len > m->rope_original_max_pos)
+    PERR(c, blame(c, "model", "seq_len", NULL), FSDP_ERR_UNSUPPORTED,
+         "[model] seq_len = %d is above longrope's original_max_position_embeddings = %d: transformers switches to the "
+         "long factors there, which fsdpd does not compute; allowed: seq_len <= %d", m->seq_len,
+         m->rope_original_max_pos, m->rope_original_max_pos);
   if (arch_key_applies(d, "n_kv_head") && m->n_head % m->n_kv_head)
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
