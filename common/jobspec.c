@@ -625,7 +625,11 @@ static void model_checks(pctx *c) {
     PERR(c, blame(c, "model", "ffn_dim", "arch"), FSDP_ERR_INVALID,
          "[model] arch = %s needs ffn_dim, the SwiGLU width; allowed: an even integer in 2..1048576 (Llama-3.2-1B: 8192)",
          d->name);
-  else if (m->ffn_dim % 2)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
+  else if (m->ffn_dim % 2 && from)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
+    PERR(c, c->key_line[key_index("model", "from")], FSDP_ERR_UNSUPPORTED,
+         "[model] from: %s/config.json has %s = %d, an odd SwiGLU width, which fsdpd does not compute; allowed: an even "
+         "%s", c->s->from, hf_config_key(m->arch, "ffn_dim"), m->ffn_dim, hf_config_key(m->arch, "ffn_dim"));
+  else if (m->ffn_dim % 2)
     PERR(c, blame(c, "model", "ffn_dim", NULL), FSDP_ERR_INVALID,
          "[model] ffn_dim = %d is odd; allowed: an even SwiGLU width (Llama's are multiples of 256)", m->ffn_dim);
 }
@@ -638,9 +642,10 @@ static void cross_checks(pctx *c) {
          "[model] n_embd = %d is not divisible by n_head = %d; allowed: n_embd a multiple of n_head",
          s->model.n_embd, s->model.n_head);
   model_checks(c);
-  if (s->min_lr > s->lr)
+  if (s->min_lr > s->lr && s->schedule == SCHED_COSINE)   /* constant never reads min_lr */
     PERR(c, blame(c, "optim", "min_lr", "lr"), FSDP_ERR_RANGE,
-         "[optim] min_lr = %g is above lr = %g; allowed: 0 <= min_lr <= lr", s->min_lr, s->lr);
+         "[optim] min_lr = %g%s is above lr = %g; allowed: 0 <= min_lr <= lr (the cosine schedule's floor), or "
+         "schedule = constant", s->min_lr, c->key_line[key_index("optim", "min_lr")] ? "" : " (the default)", s->lr);
   if (s->device == DEVICE_CPU && s->offload != OFFLOAD_NONE)
     PERR(c, blame(c, "fsdp", "offload", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] offload = %s moves optimizer state off the GPU, so it needs device = cuda; allowed with device = cpu: "

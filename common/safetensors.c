@@ -531,6 +531,24 @@ static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
 
 const char *st_bare_name(const char *name) { return st_strip(name); }
 
+/* Buffers transformers saves beside the parameters and no model trains: GPT-2's causal masks, an old
+ * Llama checkpoint's rotary table. */
+static const char *const st_buffers[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", NULL};
+
+fsdp_status st_check_used(const plan_t *p, const char *where, const char *name) {
+  if (plan_find_tensor(p, name, NULL)) return FSDP_OK;
+  size_t n = strlen(name);
+  for (int i = 0; st_buffers[i]; i++) {
+    size_t k = strlen(st_buffers[i]);
+    if (n > k && !strcmp(name + n - k, st_buffers[i])) return FSDP_OK;
+  }
+  const arch_desc *d = arch_get(p->model.arch);
+  if (d->always_tied && !strcmp(st_strip(name), "lm_head.weight")) return FSDP_OK;   /* GPT-2's head is wte */
+  return fsdp_set_error(FSDP_ERR_INVALID, "%s holds '%s', a tensor that arch = %s with this [model] does not have; "
+                        "allowed: a file of exactly the job's model (%s), or the model whose tensor it is", where,
+                        name, d->name, d->reads);
+}
+
 /* NAME missing from WHERE (F, or an index without F): the architecture's message where it has one. */
 static fsdp_status st_missing(const st_file *f, const plan_t *p, const char *name, const char *where) {
   fsdp_status rc = arch_get(p->model.arch)->missing(p, st_strip(name), where);
@@ -579,6 +597,7 @@ static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_f
 
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
   TRY(st_check_arch(f, p));
+  for (int i = 0; i < f->n; i++) TRY(st_check_used(p, f->path, f->e[i].name));
   return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }
 
