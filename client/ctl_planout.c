@@ -42,8 +42,11 @@ static const char *human_count(int64_t v, char *buf, size_t n) {
   return buf;
 }
 
+/* "[C, C]"; a part of a fused tensor its rows: "[0:C, C]" */
 static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
-  if (t->ndim == 2) snprintf(buf, n, "[%" PRId64 ", %" PRId64 "]", t->shape[0], t->shape[1]);
+  if (t->hf_rows)
+    snprintf(buf, n, "[%" PRId64 ":%" PRId64 ", %" PRId64 "]", t->hf_row0, t->hf_row0 + t->shape[0], t->shape[1]);
+  else if (t->ndim == 2) snprintf(buf, n, "[%" PRId64 ", %" PRId64 "]", t->shape[0], t->shape[1]);
   else snprintf(buf, n, "[%" PRId64 "]", t->shape[0]);
   return buf;
 }
@@ -356,9 +359,12 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
       const plan_tensor *t = &pu->t[j];
       json_t *shape = json_array();
       for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, jint(t->shape[d]));
-      json_array_append_new(ts, json_pack("{s:s, s:i, s:o, s:I, s:I, s:b}", "name", t->name, "gid", t->gid, "shape",
-                                          shape, "numel", (json_int_t)t->numel, "offset", (json_int_t)t->offset,
-                                          "decay", t->decay));
+      json_t *jt = json_pack("{s:s, s:i, s:o, s:I, s:I, s:b}", "name", t->name, "gid", t->gid, "shape", shape, "numel",
+                             (json_int_t)t->numel, "offset", (json_int_t)t->offset, "decay", t->decay);
+      if (t->hf_rows)   /* a part of a fused tensor: its rows of the tensor the file holds */
+        json_object_set_new(jt, "rows", json_pack("[I, I, I]", (json_int_t)t->hf_row0,
+                                                  (json_int_t)(t->hf_row0 + t->shape[0]), (json_int_t)t->hf_rows));
+      json_array_append_new(ts, jt);
     }
     for (int r = 0; r < p->shard_world; r++)
       json_array_append_new(sh, json_pack("{s:i, s:I, s:I}", "rank", r, "offset",

@@ -42,7 +42,13 @@ static fsdp_status write_weights(fsutil_out *out, const plan_t *p, float *const 
   uint64_t used = 0, total = 0;
   for (int u = 0; u < p->nunits; u++)
     for (int j = 0; j < p->units[u].ntensors; j++, k++) {
-      uint64_t size = (uint64_t)p->units[u].t[j].numel * (uint64_t)bytes;
+      const plan_tensor *t = &p->units[u].t[j];
+      int64_t fshape[2];
+      if (!plan_tensor_file_shape(t, fshape)) {   /* a fused tensor's later part: in its first part's file */
+        file[k] = file[k - 1];
+        continue;
+      }
+      uint64_t size = (uint64_t)(t->ndim == 2 ? fshape[0] * fshape[1] : t->numel) * (uint64_t)bytes;
       total += size;
       if (size > o->max_shard) {   /* alone in its own file, as transformers does */
         file[k] = nf++;
@@ -65,8 +71,9 @@ static fsdp_status write_weights(fsutil_out *out, const plan_t *p, float *const 
     for (int u = 0; u < p->nunits; u++)
       for (int j = 0; j < p->units[u].ntensors; j++, k++) {
         const plan_tensor *t = &p->units[u].t[j];
-        if (file[k] != f || rc != FSDP_OK) continue;
-        rc = st_writer_add(w, t->name, stname, t->shape, t->ndim, units[u] + t->offset);
+        int64_t fshape[2];
+        if (file[k] != f || rc != FSDP_OK || !plan_tensor_file_shape(t, fshape)) continue;
+        rc = st_writer_add(w, t->name, stname, t->ndim == 2 ? fshape : t->shape, t->ndim, units[u] + t->offset);
         json_object_set_new(map, t->name, json_string(name));
       }
     if (rc == FSDP_OK) rc = st_writer_finish(&w);

@@ -31,6 +31,26 @@ static void manifest_model_extras(json_t *model, json_t *o, const plan_t *p) {
   if (p->source[0]) json_object_set_new(o, "source", json_string(p->source));
 }
 
+/* The longrope an architecture wrote beside rope_scaling ("rope_longrope": short_factor,
+ * attention_factor, original_max_position_embeddings; models/phi3/), or -1 when it is malformed. */
+static int read_longrope(const json_t *r, model_config *m) {
+  const json_t *sf = json_object_get(r, "short_factor");
+  json_int_t orig = json_integer_value(json_object_get(r, "original_max_position_embeddings"));
+  double af = json_number_value(json_object_get(r, "attention_factor"));
+  size_t n = json_array_size(sf);
+  if (!n || n > ROPE_MAX_FACTORS || orig < 1 || orig > 16777216 || !(af > 0 && af <= 1e6)) return -1;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *x = json_array_get(sf, i);
+    if (!json_is_number(x) || !(json_number_value(x) > 0)) return -1;
+    m->rope_short_factor.v[i] = json_number_value(x);
+  }
+  m->rope_short_factor.n = (int)n;
+  m->rope_scaling = ROPE_SCALING_LONGROPE;
+  m->rope_attention_factor = af;
+  m->rope_original_max_pos = (int)orig;
+  return 0;
+}
+
 static void read_model_extras(const json_t *o, ckpt_info *out) {
   const json_t *model = json_object_get(o, "model");
   model_config *m = &out->model;
@@ -192,6 +212,11 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
     m->rope_original_max_pos = (int)orig;
   }
   read_model_extras(o, out);
+  const json_t *lr = json_object_get(json_object_get(o, "model"), "rope_longrope");
+  if (lr && (out->model.rope_scaling != ROPE_SCALING_NONE || read_longrope(lr, &out->model))) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_longrope is not a longrope scaling this build reads", path);
+    goto out;
+  }
   out->tokens = (uint64_t)tokens;
   out->batch_size = (int)B;
   out->grad_accum = (int)G;

@@ -421,6 +421,15 @@ static void set_value(pctx *c, const keydef *k, const char *v) {
       *(double *)field = x;
     break;
   }
+  case KT_FACTORS: {
+    rope_factor_list l;
+    jobspec_key_allowed(k, allowed, sizeof allowed);
+    int ok = jobspec_parse_factors(v, &l);
+    for (int i = 0; ok && i < l.n; i++) ok = l.v[i] > k->lo && l.v[i] <= k->hi;
+    if (!ok) PERR(c, c->lineno, FSDP_ERR_INVALID, "[%s] %s = '%s' is not allowed; allowed: %s", k->sec, k->key, v, allowed);
+    else *(rope_factor_list *)field = l;
+    break;
+  }
   case KT_ENUM: {
     for (int i = 0; k->names[i]; i++)
       if (!strcmp(v, k->names[i])) {
@@ -539,26 +548,32 @@ static void apply_from(pctx *c) {
   s->model.seq_len = c->key_line[key_index("model", "seq_len")] ? T : npos < 1024 ? npos : 1024;
 }
 
-/* rope_scaling = llama3 needs its four numbers, and they mean nothing without it. */
+/* rope_scaling = llama3 and longrope need their numbers, and they mean nothing without them. */
 static void rope_checks(pctx *c) {
   model_config *m = &c->s->model;
+  unsigned bit = jobspec_rope_bit(m->rope_scaling);
+  const char *kind = jobspec_rope_scaling_name(m->rope_scaling);
   char missing[200] = "";
   size_t used = 0;
   for (int i = 0; i < jobspec_nkeys; i++) {
     const keydef *k = &jobspec_keys[i];
-    if (!(k->applies & KA_ROPE3)) continue;
-    if (m->rope_scaling == ROPE_SCALING_NONE && c->key_line[i]) {
-      PERR(c, c->key_line[i], FSDP_ERR_INVALID,
-           "[model] %s applies to rope_scaling = llama3 only; remove the key or set rope_scaling = llama3", k->key);
+    if (!(k->applies & KA_ROPE)) continue;
+    if (!(k->applies & bit) && c->key_line[i]) {
+      PERR(c, c->key_line[i], FSDP_ERR_INVALID, "[model] %s applies to rope_scaling = %s only; remove the key or set "
+           "rope_scaling = %s", k->key, k->applies & KA_ROPE3 ? "llama3" : "longrope",
+           k->applies & KA_ROPE3 ? "llama3" : "longrope");
       return;
     }
-    if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !c->key_line[i] && used < sizeof missing)
+    if ((k->applies & bit) && !c->key_line[i] && used < sizeof missing)
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s", used ? ", " : "", k->key);
   }
   if (used)
     PERR(c, blame(c, "model", "rope_scaling", NULL), FSDP_ERR_INVALID,
-         "[model] rope_scaling = llama3 needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and "
-         "rope_original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192); missing: %s", missing);
+         "[model] rope_scaling = %s needs %s; missing: %s", kind, m->rope_scaling == ROPE_SCALING_LLAMA3
+         ? "rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
+           "(Llama-3.1: 8, 1, 4, 8192)" : "rope_short_factor, rope_attention_factor and "
+           "rope_original_max_position_embeddings (Phi-3's config.json: short_factor, attention_factor, "
+           "original_max_position_embeddings)", missing);
   else if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
     PERR(c, blame(c, "model", "rope_high_freq_factor", "rope_low_freq_factor"), FSDP_ERR_INVALID,
          "[model] rope_high_freq_factor = %g is not above rope_low_freq_factor = %g; allowed: high > low (the band "
@@ -592,6 +607,11 @@ static void model_checks(pctx *c) {
     PERR(c, blame(c, "model", "seq_len", "n_positions"), FSDP_ERR_RANGE,
          "[model] seq_len = %d is beyond the model's %d positions (%s); allowed: seq_len <= %d", m->seq_len,
          m->n_positions, hf_config_key(m->arch, "n_positions"), m->n_positions);
+  if (m->rope_scaling == ROPE_SCALING_LONGROPE && m->seq_len > m->rope_original_max_pos)
+    PERR(c, blame(c, "model", "seq_len", NULL), FSDP_ERR_UNSUPPORTED,
+         "[model] seq_len = %d is above longrope's original_max_position_embeddings = %d: transformers switches to the "
+         "long factors there, which fsdpd does not compute; allowed: seq_len <= %d", m->seq_len,
+         m->rope_original_max_pos, m->rope_original_max_pos);
   if (arch_key_applies(d, "n_kv_head") && m->n_head % m->n_kv_head)
     PERR(c, blame(c, "model", "n_kv_head", "n_head"), FSDP_ERR_INVALID,
          "[model] n_kv_head = %d does not divide n_head = %d; allowed: a divisor of n_head (n_head itself is plain "
@@ -606,7 +626,11 @@ static void model_checks(pctx *c) {
     PERR(c, blame(c, "model", "ffn_dim", "arch"), FSDP_ERR_INVALID,
          "[model] arch = %s needs ffn_dim, the SwiGLU width; allowed: an even integer in 2..1048576 (Llama-3.2-1B: 8192)",
          d->name);
-  else if (m->ffn_dim % 2)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
+  else if (m->ffn_dim % 2 && from)   /* the activations' layout keeps its fp32 buffers aligned only then (plan.c) */
+    PERR(c, c->key_line[key_index("model", "from")], FSDP_ERR_UNSUPPORTED,
+         "[model] from: %s/config.json has %s = %d, an odd SwiGLU width, which fsdpd does not compute; allowed: an even "
+         "%s", c->s->from, hf_config_key(m->arch, "ffn_dim"), m->ffn_dim, hf_config_key(m->arch, "ffn_dim"));
+  else if (m->ffn_dim % 2)
     PERR(c, blame(c, "model", "ffn_dim", NULL), FSDP_ERR_INVALID,
          "[model] ffn_dim = %d is odd; allowed: an even SwiGLU width (Llama's are multiples of 256)", m->ffn_dim);
 }
@@ -643,9 +667,10 @@ static void cross_checks(pctx *c) {
          "[model] n_embd = %d is not divisible by n_head = %d; allowed: n_embd a multiple of n_head",
          s->model.n_embd, s->model.n_head);
   model_checks(c);
-  if (s->min_lr > s->lr)
+  if (s->min_lr > s->lr && s->schedule == SCHED_COSINE)   /* constant never reads min_lr */
     PERR(c, blame(c, "optim", "min_lr", "lr"), FSDP_ERR_RANGE,
-         "[optim] min_lr = %g is above lr = %g; allowed: 0 <= min_lr <= lr", s->min_lr, s->lr);
+         "[optim] min_lr = %g%s is above lr = %g; allowed: 0 <= min_lr <= lr (the cosine schedule's floor), or "
+         "schedule = constant", s->min_lr, c->key_line[key_index("optim", "min_lr")] ? "" : " (the default)", s->lr);
   if (s->device == DEVICE_CPU && s->offload != OFFLOAD_NONE)
     PERR(c, blame(c, "fsdp", "offload", "device"), FSDP_ERR_UNSUPPORTED,
          "[fsdp] offload = %s moves optimizer state off the GPU, so it needs device = cuda; allowed with device = cpu: "

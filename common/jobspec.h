@@ -32,7 +32,14 @@ typedef enum {   /* [model] arch: one per line of models/models.def (ARCH_GPT2, 
 #define FSDP_ARCH(ID, name) ARCH_##ID,
 #include "models.def"
 } model_arch;
-typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_kind;   /* [model] rope_scaling */
+typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } rope_scaling_kind;   /* [model] rope_scaling */
+
+#define ROPE_MAX_FACTORS 256   /* longrope's per-frequency factors: one per pair of a head of up to 512 channels */
+/* A list of numbers, one per rotary frequency ([model] rope_short_factor: "1.05, 1.1, ..."). */
+typedef struct rope_factor_list {
+  int n;
+  double v[ROPE_MAX_FACTORS];
+} rope_factor_list;
 
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
  * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head), and
@@ -55,7 +62,7 @@ typedef struct model_config {
    * four numbers are 0. llama3: Llama-3.1/3.2's bands of wavelength (worker/ops/rope.h). */
   rope_scaling_kind rope_scaling;
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
-  int rope_original_max_pos;   /* original_max_position_embeddings */
+  int rope_original_max_pos;   /* original_max_position_embeddings (llama3 and longrope) */
   /* The Llama family's attention and MLP choices (docs/models.md; models/llama/llama.h's slots), 0 for
    * GPT-2. Llama's config allows head_dim, attention_bias and mlp_bias; Qwen2 has q/k/v biases and no
    * o_proj bias; Qwen3 q_norm/k_norm and its own head_dim. */
@@ -64,6 +71,10 @@ typedef struct model_config {
   int qkv_bias;        /* q_proj, k_proj and v_proj have biases, o_proj none (Qwen2's; its descriptor sets it) */
   int mlp_bias;        /* gate_proj, up_proj and down_proj have biases ([model] mlp_bias) */
   int qk_norm;         /* an RMSNorm (weight [HD], norm_eps) on every q and k head before rope (Qwen3's) */
+  /* longrope (Phi-3's, within its pretraining context: seq_len <= rope_original_max_pos): inv_freq_i
+   * divided by short_factor[i], cos and sin multiplied by attention_factor; 0 otherwise. */
+  rope_factor_list rope_short_factor;
+  double rope_attention_factor;
 } model_config;
 
 typedef struct jobspec {

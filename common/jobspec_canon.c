@@ -42,6 +42,7 @@ static int write_key(FILE *f, const keydef *k, const jobspec_t *s) {
   case KT_INT: if (fprintf(f, "%d", *(const int *)field) < 0) return -1; break;
   case KT_U64: if (fprintf(f, "%" PRIu64, *(const uint64_t *)field) < 0) return -1; break;
   case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); if (fputs(num, f) == EOF) return -1; break;
+  case KT_FACTORS: if (jobspec_fmt_factors(f, (const rope_factor_list *)field)) return -1; break;
   case KT_ENUM: {
     int v = *(const int *)field, n = 0;
     while (k->names[n]) n++;
@@ -148,6 +149,10 @@ static fsdp_status read_value(const creader *r, const keydef *k, const char *v) 
     *(double *)field = x;
     return FSDP_OK;
   }
+  case KT_FACTORS:
+    if (!strcmp(v, "")) return FSDP_OK;   /* none: rope_scaling is not longrope (check_range) */
+    if (!jobspec_parse_factors(v, (rope_factor_list *)field)) return cerr(r, "%s = %s is not a list of numbers", k->key, v);
+    return FSDP_OK;
   case KT_ENUM:
     for (int i = 0; k->names[i]; i++)
       if (!strcmp(v, k->names[i])) {
@@ -170,10 +175,20 @@ static fsdp_status read_value(const creader *r, const keydef *k, const char *v) 
 /* A number of a key that applies to the job (its architecture; the llama3 numbers under rope_scaling =
  * llama3) within the key's range: one that does not apply holds 0, outside it. */
 static fsdp_status check_range(const jobspec_t *s, const keydef *k, const char *origin) {
-  if (k->type != KT_INT && k->type != KT_DBL) return FSDP_OK;
-  if (!jobspec_key_applies(k, s->model.arch) || ((k->applies & KA_ROPE3) && s->model.rope_scaling != ROPE_SCALING_LLAMA3))
+  if (k->type != KT_INT && k->type != KT_DBL && k->type != KT_FACTORS) return FSDP_OK;
+  if (!jobspec_key_applies(k, s->model.arch) ||
+      ((k->applies & KA_ROPE) && !(k->applies & jobspec_rope_bit(s->model.rope_scaling))))
     return FSDP_OK;
   const char *field = (const char *)s + k->off;
+  if (k->type == KT_FACTORS) {
+    const rope_factor_list *l = (const rope_factor_list *)field;
+    int ok = l->n >= 1 && l->n <= ROPE_MAX_FACTORS;
+    for (int i = 0; ok && i < l->n; i++) ok = l->v[i] > k->lo && l->v[i] <= k->hi;
+    if (!ok)
+      return fsdp_set_error(FSDP_ERR_FORMAT, "%s: the resolved job: [%s] %s holds %d numbers, not all in range", origin,
+                            k->sec, k->key, l->n);
+    return FSDP_OK;
+  }
   double x = k->type == KT_INT ? *(const int *)field : *(const double *)field;
   if (x < k->lo || (k->lo_open && x == k->lo) || x > k->hi || (k->hi_open && x == k->hi)) {
     char allowed[160], v[32];

@@ -5,6 +5,7 @@
 
 #include "arch.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ static const char *const arch_enum_names[] = {
 #define FSDP_ARCH(ID, name) #name,
 #include "models.def"
     NULL};
-static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -51,7 +52,10 @@ const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload
 const char *jobspec_arch_name(model_arch a) {
   return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
 }
-const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 2, (int)k); }
+const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 3, (int)k); }
+unsigned jobspec_rope_bit(rope_scaling_kind k) {
+  return k == ROPE_SCALING_LLAMA3 ? KA_ROPE3 : k == ROPE_SCALING_LONGROPE ? KA_LONGROPE : 0;
+}
 
 /* ---- the key table ---- */
 
@@ -104,8 +108,10 @@ const keydef jobspec_keys[] = {
        "true: one tensor is both the input embedding and the output head (GPT-2 always; Llama-3.2-1B, Qwen2.5-0.5B); "
        "default: true for gpt2, false for llama (Hugging Face LlamaConfig's)", "true"),
   ENUM("model", "rope_scaling", model.rope_scaling, rope_scaling_names,
-       "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, or llama3 (Llama-3.1/3.2: long "
-       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below)", "none"),
+       "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, llama3 (Llama-3.1/3.2: long "
+       "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below), "
+       "or longrope (Phi-3 within its pretraining context: needs rope_short_factor, rope_attention_factor and "
+       "rope_original_max_position_embeddings)", "none"),
   DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
       "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_ROPE3),
   DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
@@ -114,7 +120,7 @@ const keydef jobspec_keys[] = {
       "llama, rope_scaling = llama3: high_freq_factor, above rope_low_freq_factor (Llama-3.1: 4)", NULL, .applies = KA_ROPE3),
   INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
       "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
-      "(Llama-3.1: 8192)", NULL, .applies = KA_ROPE3),
+      "(Llama-3.1: 8192); longrope: seq_len at most this", NULL, .applies = KA_ROPE3 | KA_LONGROPE),
   INT("model", "head_dim", model.head_dim, 0, 1024,
       "llama, qwen2, qwen3: each attention head's width, even (Qwen3: 128); q_proj is n_head x head_dim wide; "
       "0 = n_embd / n_head", "0"),
@@ -123,6 +129,12 @@ const keydef jobspec_keys[] = {
        "biases come with arch = qwen2)", "false"),
   ENUM("model", "mlp_bias", model.mlp_bias, bool_names,
        "llama: gate_proj, up_proj and down_proj have biases (Hugging Face mlp_bias)", "false"),
+  {.sec = "model", .key = "rope_short_factor", .type = KT_FACTORS, .off = F(model.rope_short_factor), .lo = 0,
+   .hi = 1e6, .lo_open = 1, .help = "rope_scaling = longrope: short_factor, one number per rotary frequency (head "
+   "size / 2 of them, separated by commas), dividing each inverse frequency", .applies = KA_LONGROPE},
+  DBL("model", "rope_attention_factor", model.rope_attention_factor, 0, 1e6, 1, 0,
+      "rope_scaling = longrope: attention_factor, multiplying the rotary cos and sin (Phi-3-mini-128k: 1.19)", NULL,
+      .applies = KA_LONGROPE),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),
@@ -215,6 +227,34 @@ void jobspec_fmt_num(char *buf, size_t n, double v) {
   }
 }
 
+int jobspec_fmt_factors(FILE *f, const rope_factor_list *l) {
+  char num[32];
+  for (int i = 0; i < l->n; i++) {
+    jobspec_fmt_num(num, sizeof num, l->v[i]);
+    if (fprintf(f, "%s%s", i ? ", " : "", num) < 0) return -1;
+  }
+  return 0;
+}
+
+int jobspec_parse_factors(const char *v, rope_factor_list *out) {
+  rope_factor_list l = {0};
+  const char *p = v;
+  while (*p) {
+    char *end;
+    while (*p == ' ') p++;
+    errno = 0;
+    double x = strtod(p, &end);
+    if (end == p || errno || !isfinite(x) || l.n == ROPE_MAX_FACTORS) return 0;
+    l.v[l.n++] = x;
+    for (p = end; *p == ' '; p++) {}
+    if (*p == ',') p++;
+    else if (*p) return 0;
+  }
+  if (!l.n) return 0;
+  *out = l;
+  return 1;
+}
+
 void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
   char lo[32], hi[32];
   switch (k->type) {
@@ -228,6 +268,11 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
     jobspec_fmt_num(lo, sizeof lo, k->lo);
     jobspec_fmt_num(hi, sizeof hi, k->hi);
     snprintf(buf, n, "a number %s %s and %s %s", k->lo_open ? ">" : ">=", lo, k->hi_open ? "<" : "<=", hi);
+    break;
+  case KT_FACTORS:
+    jobspec_fmt_num(lo, sizeof lo, k->lo);
+    jobspec_fmt_num(hi, sizeof hi, k->hi);
+    snprintf(buf, n, "up to %d numbers > %s and <= %s, separated by commas", ROPE_MAX_FACTORS, lo, hi);
     break;
   case KT_ENUM: {
     size_t used = 0;
@@ -251,6 +296,7 @@ static void write_value(FILE *f, const keydef *k, const jobspec_t *d) {
   case KT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)field); break;
   case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); fputs(num, f); break;
   case KT_ENUM: fputs(k->names[*(const int *)field], f); break;
+  case KT_FACTORS: jobspec_fmt_factors(f, (const rope_factor_list *)field); break;
   default: fputs(field, f); break;
   }
 }

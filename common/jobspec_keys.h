@@ -7,15 +7,21 @@
 #define FSDP_JOBSPEC_KEYS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "jobspec.h"
 
-typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT, KT_FROM } key_type;
+typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_FACTORS, KT_NAME, KT_INIT, KT_TRAIN, KT_VAL, KT_DIR, KT_TEXT, KT_FROM } key_type;
 
 /* Which jobs read a key beyond its architecture (keydef.applies; 0: every job that reads it): KA_ROPE3
- * for the numbers of rope_scaling = llama3 (required by it, refused without it). A key set in a file
- * that does not apply to the job is an error; one that does not apply keeps its default (0 where none). */
-enum { KA_ROPE3 = 1u << 0 };
+ * for the numbers of rope_scaling = llama3, KA_LONGROPE for those of rope_scaling = longrope (required
+ * by it, refused without it). A key set in a file that does not apply to the job is an error; one that
+ * does not apply keeps its default (0 where none). KT_FACTORS: a rope_factor_list, numbers in lo..hi
+ * separated by commas. */
+enum { KA_ROPE3 = 1u << 0, KA_LONGROPE = 1u << 1 };
+#define KA_ROPE (KA_ROPE3 | KA_LONGROPE)
+/* The KA_ROPE bit of rope_scaling kind K (0 for none). */
+unsigned jobspec_rope_bit(rope_scaling_kind k);
 
 /* One key: where it lives, its type and range (lo/hi inclusive unless lo_open/hi_open), its
  * default, which jobs read it, and its help. The defaults are text as a file would write it, applied
@@ -48,5 +54,8 @@ void jobspec_fmt_num(char *buf, size_t n, double v);
 /* Whether a job of architecture A reads K: every key outside [model], and the [model] keys its
  * descriptor lists (models/arch.h); the KA_ROPE3 keys only under rope_scaling = llama3 besides. */
 int jobspec_key_applies(const keydef *k, model_arch a);
+/* A KT_FACTORS value: written "1.05, 1.1" (-1 on a write error); read from V (0 when V is not such a list). */
+int jobspec_fmt_factors(FILE *f, const rope_factor_list *l);
+int jobspec_parse_factors(const char *v, rope_factor_list *out);
 
 #endif

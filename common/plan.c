@@ -257,6 +257,13 @@ void plan_add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_
   u->numel += t->numel;
 }
 
+void plan_add_part(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1, int64_t hf_rows, int64_t row0) {
+  plan_add_tensor(u, name, gid, d0, d1);
+  plan_tensor *t = &u->t[u->ntensors - 1];
+  t->hf_rows = hf_rows;
+  t->hf_row0 = row0;
+}
+
 fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   if (!spec || !out) return fsdp_set_error(FSDP_ERR_INVALID, "plan_build: NULL spec or output");
   *out = NULL;

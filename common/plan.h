@@ -99,7 +99,20 @@ typedef struct plan_tensor {
   int64_t numel;
   int64_t offset;        /* first element in the unit's flat buffer */
   int decay;             /* AdamW weight decay applies (2-D tensors) */
+  /* A part of a fused Hugging Face tensor (Phi-3's qkv_proj holds q, k and v; gate_up_proj gate and
+   * up): name is the fused tensor's, which has hf_rows rows of shape[1] columns, this part its rows
+   * [hf_row0, hf_row0 + shape[0]); the parts are adjacent in the unit in row order, so the fused
+   * tensor is the flat buffer from its first part on. hf_rows 0: the tensor is whole. */
+  int64_t hf_rows, hf_row0;
 } plan_tensor;
+
+/* Whether T is written to a weights file: a whole tensor, or the first part of a fused one (its
+ * file shape into SHAPE: the fused tensor's). */
+static inline int plan_tensor_file_shape(const plan_tensor *t, int64_t shape[2]) {
+  shape[0] = t->hf_rows ? t->hf_rows : t->shape[0];
+  shape[1] = t->shape[1];
+  return t->hf_row0 == 0;
+}
 
 typedef struct plan_unit {
   char name[16];         /* "root", "h.0", ... (Llama: "root", "layers.0", ...) */

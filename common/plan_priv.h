@@ -7,6 +7,9 @@
 
 /* Append tensor NAME of shape [d0] (d1 = 0) or [d0, d1] to U at its current end; 2-D decays. */
 void plan_add_tensor(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1);
+/* The same for rows [ROW0, ROW0 + D0) of the fused tensor NAME of HF_ROWS × D1 (plan_tensor.hf_rows);
+ * add the parts one after another, in row order. */
+void plan_add_part(plan_unit *u, const char *name, int gid, int64_t d0, int64_t d1, int64_t hf_rows, int64_t row0);
 
 /* plan_lora.c: P's LoRA layout from SPEC's [lora] (P's model and units built), refusing an unknown
  * target or a rank above a target's width in one line; and its memory terms added to P's. */

@@ -508,27 +508,46 @@ out:
 
 static int st_has(const void *f, const char *name) { return st_find(f, name) >= 0; }
 
-static int holds_arch(const st_file *f, const arch_desc *d) {
-  for (int j = 0; d->probe_names && d->probe_names[j]; j++)
-    if (st_has(f, d->probe_names[j])) return 1;
+/* Whether F holds a name that tells a file of O (its probe names) and that P's model has no tensor of. */
+static int holds_other(const st_file *f, const arch_desc *o, const plan_t *p) {
+  for (int j = 0; o->probe_names && o->probe_names[j]; j++)
+    if (st_has(f, o->probe_names[j]) && !plan_find_tensor(p, o->probe_names[j], NULL)) return 1;
   return 0;
 }
 
-/* A file of another architecture, told by its names, refused before any tensor is missed; then
- * the architecture's own checks (a head tied or not: never train a head other than the file's). */
+/* A file of another architecture, told by its names, refused before any tensor is missed (a Phi-3
+ * file has Llama's embed_tokens, but its fused qkv_proj tells it); then the architecture's own checks
+ * (a head tied or not: never train a head other than the file's). */
 static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
   const arch_desc *d = arch_get(p->model.arch);
-  if (!holds_arch(f, d))
-    for (int a = 0; a < arch_count(); a++) {
-      const arch_desc *o = arch_get((model_arch)a);
-      if (o != d && holds_arch(f, o))
-        return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", f->path,
-                              o->file_desc, d->name, d->reads);
-    }
+  for (int a = 0; a < arch_count(); a++) {
+    const arch_desc *o = arch_get((model_arch)a);
+    if (o != d && holds_other(f, o, p))
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", f->path, o->file_desc,
+                            d->name, d->reads);
+  }
   return d->file_check(p, f->path, st_has, f);
 }
 
 const char *st_bare_name(const char *name) { return st_strip(name); }
+
+/* Buffers transformers saves beside the parameters and no model trains: GPT-2's causal masks, an old
+ * Llama checkpoint's rotary table. */
+static const char *const st_buffers[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", NULL};
+
+fsdp_status st_check_used(const plan_t *p, const char *where, const char *name) {
+  if (plan_find_tensor(p, name, NULL)) return FSDP_OK;
+  size_t n = strlen(name);
+  for (int i = 0; st_buffers[i]; i++) {
+    size_t k = strlen(st_buffers[i]);
+    if (n > k && !strcmp(name + n - k, st_buffers[i])) return FSDP_OK;
+  }
+  const arch_desc *d = arch_get(p->model.arch);
+  if (d->always_tied && !strcmp(st_strip(name), "lm_head.weight")) return FSDP_OK;   /* GPT-2's head is wte */
+  return fsdp_set_error(FSDP_ERR_INVALID, "%s holds '%s', a tensor that arch = %s with this [model] does not have; "
+                        "allowed: a file of exactly the job's model (%s), or the model whose tensor it is", where,
+                        name, d->name, d->reads);
+}
 
 /* NAME missing from WHERE (F, or an index without F): the architecture's message where it has one. */
 static fsdp_status st_missing(const st_file *f, const plan_t *p, const char *name, const char *where) {
@@ -558,8 +577,11 @@ fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_looku
       if (!f) continue;   /* listed in a file this rank does not read */
       int i = st_find(f, t->name);
       if (i < 0) return st_missing(f, p, t->name, f->path);
-      TRY(st_check_shape(f, i, t->name, t->shape, t->ndim));
-      if (dst && a < b) st_copy_range(&f->e[i], f->data, a - t->offset, b - a, dst + (a - lo));
+      int64_t fshape[2];   /* a part of a fused tensor: the fused tensor's shape, its rows from hf_row0 */
+      plan_tensor_file_shape(t, fshape);
+      TRY(st_check_shape(f, i, t->name, t->ndim == 2 ? fshape : t->shape, t->ndim));
+      if (dst && a < b)
+        st_copy_range(&f->e[i], f->data, a - t->offset + t->hf_row0 * t->shape[1], b - a, dst + (a - lo));
     }
   }
   return FSDP_OK;
@@ -575,6 +597,7 @@ static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_f
 
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
   TRY(st_check_arch(f, p));
+  for (int i = 0; i < f->n; i++) TRY(st_check_used(p, f->path, f->e[i].name));
   return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }
 
@@ -583,7 +606,10 @@ static fsdp_status save_units(st_writer *w, const plan_t *p, float *const *units
   for (int u = 0; u < p->nunits; u++)
     for (int k = 0; k < p->units[u].ntensors; k++) {
       const plan_tensor *t = &p->units[u].t[k];
-      TRY_GOTO(st_writer_add(w, t->name, "F32", t->shape, t->ndim, units[u] + t->offset), rc, fail);
+      int64_t fshape[2];
+      if (!plan_tensor_file_shape(t, fshape)) continue;   /* a fused tensor is written whole with its first part */
+      TRY_GOTO(st_writer_add(w, t->name, "F32", t->ndim == 2 ? fshape : t->shape, t->ndim, units[u] + t->offset), rc,
+               fail);
     }
   return st_writer_finish(&w);
 fail:

@@ -88,6 +88,11 @@ fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *sh
  * fills nothing. */
 typedef fsdp_status (*st_lookup_fn)(void *ctx, const char *name, int need, const st_file **f, const char **where);
 fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_lookup_fn lookup, void *ctx);
+/* FSDP_OK when tensor NAME of the weights WHERE is one of P's (or a buffer transformers saves that no
+ * model trains: GPT-2's attn.bias masks, rotary_emb.inv_freq; GPT-2's tied lm_head.weight); else the
+ * refusal naming it: a file holding a tensor the job's model lacks (a bias, a q/k norm) is another
+ * model, never trained without it. st_load_shard checks every name of its file. */
+fsdp_status st_check_used(const plan_t *p, const char *where, const char *name);
 /* NAME without GPT2LMHeadModel's "transformer." or LlamaForCausalLM's "model." */
 const char *st_bare_name(const char *name);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to

@@ -158,7 +158,11 @@ static fsdp_status lookup(void *ctx, const char *name, int need, const st_file *
   for (int i = 0; i < m->nnames && hit < 0; i++)
     if (!strcmp(st_bare_name(m->names[i].name), st_bare_name(name))) hit = i;
   if (hit < 0) return FSDP_ERR_NOTFOUND;
-  return need ? open_shard(m, m->names[hit].shard, f) : FSDP_OK;
+  fsdp_status rc = need ? open_shard(m, m->names[hit].shard, f) : FSDP_OK;
+  if (rc == FSDP_ERR_NOTFOUND)   /* the tensor is listed; its file is missing (not "not in the index") */
+    return fsdp_set_error(FSDP_ERR_IO, "%s lists tensor '%s' in %s, which is missing", m->path, m->names[hit].name,
+                          m->shards[m->names[hit].shard].path);
+  return rc;
 }
 
 fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *shard) {
@@ -167,6 +171,7 @@ fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *s
     TRY(open_shard(m, 0, &f));
     return st_load_shard(f, p, rank, shard);
   }
+  for (int i = 0; i < m->nnames; i++) TRY(st_check_used(p, m->path, m->names[i].name));
   return st_load_shard_with(p, rank, shard, lookup, m);
 }
 

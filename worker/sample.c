@@ -30,7 +30,8 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* The model shape from the config.json of the folder DIR (as save_pretrained or fsdpctl export write it,
  * transformers 4 or 5); seq_len, the sampling window, is the model's positions up to 1024 (a published
- * Llama's 131072 would size the CPU's attention buffers beyond any host). */
+ * Llama's 131072 would size the CPU's attention buffers beyond any host), and within a longrope's
+ * original context. */
 static fsdp_status read_hf_config(const char *dir, model_config *m) {
   char path[4096];
   if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
@@ -39,6 +40,8 @@ static fsdp_status read_hf_config(const char *dir, model_config *m) {
   TRY(hf_config_load(path, &hc));
   *m = hc.model;
   m->seq_len = m->n_positions < 1024 ? m->n_positions : 1024;
+  if (m->rope_scaling == ROPE_SCALING_LONGROPE && m->seq_len > m->rope_original_max_pos)
+    m->seq_len = m->rope_original_max_pos;   /* fsdpd computes longrope's short factors only (docs/models.md) */
   return FSDP_OK;
 }
 

@@ -100,8 +100,11 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
   a->V = m->vocab_size;
   a->L = m->n_layer;
   a->eps = (float)m->norm_eps;
-  a->rope = rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
-                          m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+  a->rope = m->rope_scaling == ROPE_SCALING_LONGROPE   /* Phi-3's (models/phi3/) */
+                ? rope_freqs_longrope(m->rope_theta, m->rope_short_factor.v, m->rope_short_factor.n,
+                                      m->rope_attention_factor)
+                : rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
+                                m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
   a->head = plan_head_slot(p);
   a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
   if (!a->blk) {

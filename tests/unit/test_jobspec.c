@@ -308,6 +308,12 @@ static void test_errors(void) {
   expect_error_train("[fsdp]\nactivation_checkpointing = some\n", 4, "allowed: none | full");
   expect_error_train("[fsdp]\ncomm = nccl\n", 4, "comm = nccl needs device = cuda");
   expect_error_train("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", 5, "allowed: 0 <= min_lr <= lr");
+  expect_error_train("[optim]\nlr = 1e-9\n", 4, "min_lr = 6e-05 (the default) is above lr = 1e-09");
+  {   /* schedule = constant never reads min_lr: lr below the default floor is a job */
+    jobspec_t c;
+    CHECK_OK(jobspec_parse("[optim]\nlr = 1e-9\nschedule = constant\n[data]\ntrain = synthetic:markov:1\n", "j.ini",
+                           "/", &c));
+  }
   expect_error_train("[checkpoint]\nevery = 10\n", 4, "needs a dir");
   expect_error("[data]\nshuffle = yes\n", 2, "shuffle = 'yes' is not allowed; allowed: false | true");
   expect_error("[data]\nval = no/such/file.bin\n", 2, "[data] val = no/such/file.bin: cannot read");
@@ -498,6 +504,11 @@ static void test_from(void) {
   expect_error_train("[model]\nfrom = smol\ninit = init.safetensors\n", 4, "from and init both name the weights");
   expect_error_train("[model]\nfrom = smol\nseq_len = 9000\n", 5, "seq_len = 9000 is beyond the model's 8192 positions");
   expect_error_train("[model]\nfrom = nowhere\n", 4, "is not a directory");
+  /* an odd width is config.json's key, named in the folder's terms (not a job-file line of ffn_dim) */
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 127, \"num_hidden_layers\": 2, "
+                   "\"num_attention_heads\": 4, \"vocab_size\": 300}");
+  expect_error_train("[model]\nfrom = smol\n", 4, "smol/config.json has intermediate_size = 127, an odd SwiGLU width");
   /* GPT-2: wpe keeps n_positions rows; the job trains at seq_len below it */
   CHECK_OK(jobspec_parse("[model]\nseq_len = 32\nn_positions = 64\n[data]\ntrain = synthetic:markov:1\n", "j.ini", tmpdir, &s));
   CHECK(s.model.seq_len == 32 && s.model.n_positions == 64);

@@ -676,6 +676,101 @@ static void test_llama(void) {
   plan_destroy(&p3);
 }
 
+/* A tensor the job's model does not have (Qwen2's q_proj.bias in a Llama file) is refused, naming
+ * it, one file or an index alike; the buffers transformers saves (GPT-2's attn.bias) are not. */
+static void test_unused(void) {
+  plan_t *p = planned_llama(1, SHARD_NONE);
+  if (!p) return;
+  float *w = calloc((size_t)p->shard_total, sizeof(float)), *sh = calloc((size_t)p->shard_total, sizeof(float));
+  float bias[8] = {0};
+  int64_t bshape[1] = {8};
+  for (int extra = 0; extra < 3; extra++) {
+    st_writer *wr = NULL;
+    CHECK_OK(st_writer_new(path_in("llama-extra.safetensors"), &wr));
+    for (int u = 0; u < p->nunits; u++)
+      for (int t = 0; t < p->units[u].ntensors; t++) {
+        const plan_tensor *pt = &p->units[u].t[t];
+        CHECK_OK(st_writer_add(wr, pt->name, "F32", pt->shape, pt->ndim, w + p->units[u].shard_base + pt->offset));
+      }
+    if (extra == 1) CHECK_OK(st_writer_add(wr, "model.layers.1.self_attn.q_proj.bias", "F32", bshape, 1, bias));
+    if (extra == 2) CHECK_OK(st_writer_add(wr, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32", bshape, 1, bias));
+    CHECK_OK(st_writer_finish(&wr));
+    st_file *f = NULL;
+    CHECK_OK(st_open(path_in("llama-extra.safetensors"), &f));
+    if (!f) continue;
+    fsdp_status rc = st_load_shard(f, p, 0, sh);
+    if (extra == 1) {
+      CHECK(rc == FSDP_ERR_INVALID);
+      CHECK(has("holds 'model.layers.1.self_attn.q_proj.bias', a tensor that arch = llama with this [model] does not have"));
+    } else {
+      CHECK_OK(rc);
+    }
+    st_destroy(&f);
+  }
+  free(w);
+  free(sh);
+  plan_destroy(&p);
+}
+
+/* Phi-3: the fused qkv_proj and gate_up_proj of a file land in Llama's slots exactly (q, k, v and
+ * gate, up adjacent), on any world size; st_save_units writes them fused, with the file's names. */
+static void test_phi3_fused(void) {
+  model_config m = {.arch = ARCH_PHI3, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8, .ffn_dim = 12,
+                    .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
+  plan_t *p1 = planned_model(m, 1, SHARD_NONE), *p3 = planned_model(m, 3, SHARD_FULL);
+  if (!p1 || !p3) return;
+  const plan_unit *u1 = &p1->units[1];
+  const llama_slots sl = llama_slots_of(&p1->model);
+  const plan_tensor *tq = &u1->t[sl.at[LBLK_Q]], *tk = &u1->t[sl.at[LBLK_K]], *tv = &u1->t[sl.at[LBLK_V]],
+                    *tu = &u1->t[sl.at[LBLK_UP]];
+  CHECK_EQ_INT(sl.n, u1->ntensors);
+  CHECK(!strcmp(tq->name, "model.layers.0.self_attn.qkv_proj.weight") && !strcmp(tv->name, tq->name) &&
+        tk->hf_row0 == 8 && tv->hf_row0 == 12 && tv->hf_rows == 16 && tu->hf_row0 == 12 && tu->hf_rows == 24);
+  float *w = calloc((size_t)p1->shard_total, sizeof(float)), *sh = malloc(sizeof(float) * (size_t)p3->shard_total);
+  for (int u = 0; u < p1->nunits; u++)
+    for (int64_t i = 0; i < p1->units[u].numel; i++) w[p1->units[u].shard_base + i] = val((uint64_t)(1000 * u + i));
+  float *units[3];
+  int64_t numel[3];
+  for (int u = 0; u < p1->nunits; u++) units[u] = w + p1->units[u].shard_base, numel[u] = p1->units[u].numel;
+  CHECK_OK(st_save_units(path_in("phi3.safetensors"), p1, units));
+  st_file *f = NULL;
+  CHECK_OK(st_open(path_in("phi3.safetensors"), &f));
+  if (f) {
+    CHECK_EQ_INT(3 + 2 * 6, st_count(f));   /* root 3; per layer 2 norms, qkv, o, gate_up, down */
+    int i = st_find(f, "model.layers.1.self_attn.qkv_proj.weight"), g = st_find(f, "model.layers.1.mlp.gate_up_proj.weight");
+    CHECK(i >= 0 && st_shape(f, i)[0] == 16 && st_shape(f, i)[1] == 8 && g >= 0 && st_shape(f, g)[0] == 24);
+    CHECK(st_find(f, "model.layers.0.self_attn.q_proj.weight") < 0);
+    float row[8];   /* k's first row is the fused tensor's row 8: layer 0's q (64 elements) after its norm (8) */
+    CHECK_OK(st_read_range(f, "model.layers.0.self_attn.qkv_proj.weight", 8 * 8, 8, row));
+    CHECK(!memcmp(row, units[1] + tk->offset, sizeof row));
+    check_gather(f, p3, units, numel);
+    check_gather(f, p1, units, numel);
+    st_destroy(&f);
+  }
+  /* a Llama file under arch = phi3, and the Phi-3 file under arch = llama: told by their names */
+  CHECK_OK(st_open(path_in("llama.safetensors"), &f));
+  if (f) {
+    CHECK(st_load_shard(f, p3, 0, sh) == FSDP_ERR_INVALID);
+    CHECK(has("holds a Llama model") && has("the job is arch = phi3"));
+    st_destroy(&f);
+  }
+  m.arch = ARCH_LLAMA;
+  plan_t *pl = planned_model(m, 1, SHARD_NONE);
+  CHECK_OK(st_open(path_in("phi3.safetensors"), &f));
+  if (f && pl) {
+    float *ls = malloc(sizeof(float) * (size_t)pl->shard_total);
+    CHECK(st_load_shard(f, pl, 0, ls) == FSDP_ERR_INVALID);
+    CHECK(has("holds a Phi-3 model") && has("the job is arch = llama"));
+    free(ls);
+  }
+  st_destroy(&f);
+  plan_destroy(&pl);
+  free(w);
+  free(sh);
+  plan_destroy(&p1);
+  plan_destroy(&p3);
+}
+
 int main(void) {
   tmpdir_make("test_safetensors");
   test_bf16_rounding();
@@ -683,6 +778,8 @@ int main(void) {
   test_bad_files();
   test_shards();
   test_llama();
+  test_unused();
+  test_phi3_fused();
   tmpdir_remove();
   return check_done();
 }

@@ -114,6 +114,16 @@ static void test_sharded(void) {
   CHECK_OK(st_model_open(path_in("model.safetensors.index.json"), &m));
   CHECK_OK(st_model_load_shard(m, p4, r_without, got));
   st_model_destroy(&m);
+  /* a rank (or fsdpctl sample) that needs it: the tensor is listed, its file is what is missing */
+  int r_with = -1;
+  for (int r = 0; r < p4->world && r_with < 0; r++)
+    if (files_needed(p4, r, need), need[gone]) r_with = r;
+  CHECK(r_with >= 0);
+  CHECK_OK(st_model_open(path_in("model.safetensors.index.json"), &m));
+  CHECK(st_model_load_shard(m, p4, r_with, got) == FSDP_ERR_IO);
+  CHECK(strstr(fsdp_last_error(), "lists tensor") && strstr(fsdp_last_error(), name) &&
+        strstr(fsdp_last_error(), "which is missing") && !strstr(fsdp_last_error(), "is not in"));
+  st_model_destroy(&m);
   CHECK(rename(path_in("aside"), path_in(name)) == 0);
   /* the one file through st_model: one file, the same values */
   CHECK_OK(st_model_open(path_in("one.safetensors"), &m));

@@ -5,6 +5,7 @@
 #include <zmq.h>
 
 #include "check.h"
+#include "arch.h"
 #include "wire.h"
 
 /* The messages' parts, in static storage for simplicity; fixtures_init gives them their values. */
@@ -339,13 +340,14 @@ static void test_rejects(void) {
     CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&h));
   }
   /* the plan's model: present, its enums in range, its numbers finite */
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     Fsdp__Msg pm = make_msg(FSDP__MSG__BODY_WORKER_SETUP);
     pm.version = FSDP__VERSION__PROTO_VERSION;
     CHECK_OK(wire_validate(&pm));
     if (i == 0) pm.worker_setup->plan->model = NULL;
-    if (i == 1) pm.worker_setup->plan->model->rope_scaling = 2;
+    if (i == 1) pm.worker_setup->plan->model->rope_scaling = ROPE_SCALING_LONGROPE + 1;
     if (i == 2) pm.worker_setup->plan->model->rope_factor = NAN;
+    if (i == 3) pm.worker_setup->plan->model->arch = (uint32_t)arch_count();   /* one past models.def's last */
     CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&pm));
   }
   Fsdp__Msg x = make_msg(FSDP__MSG__BODY_STEP_REPORT);

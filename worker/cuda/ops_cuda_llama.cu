@@ -213,7 +213,7 @@ __global__ void rope_kernel(ops_bf16 *__restrict__ qkv, int T, int NH, int NKV, 
     sincosf(rope_angle((int)(bt % T), i, HS, &rope), &s, &c);
     ops_bf16 *x = qkv + bt * C3 + (int64_t)h * HS + i;
     float a = ldbf(x), b = ldbf(x + half);
-    rope_rotate(&a, &b, c, dir * s);
+    rope_rotate(&a, &b, c * rope.scale, dir * (s * rope.scale));
     x[0] = tobf(a);
     x[half] = tobf(b);
   }

@@ -23,7 +23,7 @@
 #include "safetensors.h"
 
 #define RING 4096
-#define NARG 14
+#define NARG 16
 
 typedef struct cpu_dev cpu_dev;
 
@@ -495,13 +495,20 @@ static void cpu_rmsnorm_backward(device_t *d, void *dinp, float *dw, const void 
   SUBMIT(d, run_rmsnorm_backward, P(dinp), P(dw), P(dout), P(inp), P(w), P(rstd), I(BT), I(C));
 }
 
-/* The frequencies travel by value, field by field, in the task's last 8 arguments (fp32 values are
- * exact in a double). */
+/* The frequencies travel by value, field by field, in the task's last 10 arguments (fp32 values are
+ * exact in a double); longrope's factors by reference: the caller's rope_freqs (the model's
+ * activation state) outlives the queued operator. */
 #define ROPE_ARGS(r) F((r)->theta), I((r)->llama3), F((r)->factor), F((r)->low_freq_factor), F((r)->original), \
-                     F((r)->low_wavelen), F((r)->high_wavelen), F((r)->band)
+                     F((r)->low_wavelen), F((r)->high_wavelen), F((r)->band), F((r)->scale),                  \
+                     P((r)->longrope ? (void *)(uintptr_t)(r)->ext : NULL)
 static rope_freqs rope_of_args(const targ *a) {
-  return (rope_freqs){(float)a[0].f, (int)a[1].i, (float)a[2].f, (float)a[3].f, (float)a[4].f,
-                      (float)a[5].f, (float)a[6].f, (float)a[7].f};
+  rope_freqs r = {(float)a[0].f, (int)a[1].i, (float)a[2].f, (float)a[3].f, (float)a[4].f,
+                  (float)a[5].f, (float)a[6].f, (float)a[7].f, 0, (float)a[8].f, {0}};
+  if (a[9].p) {
+    r.longrope = 1;
+    memcpy(r.ext, a[9].p, sizeof r.ext);
+  }
+  return r;
 }
 
 static void run_rope_forward(cpu_dev *d, const targ *a) {

@@ -478,7 +478,7 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, const 
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++)
     for (int i = 0; i < half; i++) {
-      float ang = rope_angle(t, i, HS, rope), c = cosf(ang), s = dir * sinf(ang);
+      float ang = rope_angle(t, i, HS, rope), c = cosf(ang) * rope->scale, s = dir * (sinf(ang) * rope->scale);
       for (int b = 0; b < B; b++) {
         float *row = qkv + ((size_t)b * T + t) * C3;
         for (int h = 0; h < NH + NKV; h++) {

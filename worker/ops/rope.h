@@ -18,6 +18,10 @@
  * computed in fp32 step by step as torch does it (w = (1/inv_freq)·2π, O/w = (1/w)·O: torch's
  * scalar-over-tensor division is a reciprocal and a product), so the frequencies equal transformers'
  * to the last bit (tests/unit/test_ops_llama.c).
+ *
+ * Phi-3's "longrope" within its pretraining context (transformers' _compute_longrope_parameters with
+ * seq_len <= original_max_position_embeddings, Phi3RotaryEmbedding): inv_freq_i = 1/(short_factor_i ·
+ * theta^(2i/HS)), and cos and sin both multiplied by attention_factor (scale), forward and backward.
  */
 #ifndef FSDP_OPS_ROPE_H
 #define FSDP_OPS_ROPE_H
@@ -29,16 +33,20 @@
 /* A model's rotary frequencies: the base and, when llama3 is set, the scaling's constants as torch
  * sees them (fp32; the band edges and the band's width computed from the Python numbers in double and
  * rounded once). Plain data, passed by value to the kernels; rope_freqs_of() fills it. */
+#define ROPE_MAX_EXT 256   /* longrope factors: HS/2 for a head of up to 512 channels */
 typedef struct rope_freqs {
   float theta;
   int llama3;                    /* 0: unscaled; the rest unused */
   float factor, low_freq_factor, original;   /* original_max_position_embeddings */
   float low_wavelen, high_wavelen, band;     /* O/low_freq_factor, O/high_freq_factor, high − low */
+  int longrope;                  /* 1: inv_freq_i / ext[i], cos and sin times scale */
+  float scale;                   /* 1 unless longrope: attention_factor */
+  float ext[ROPE_MAX_EXT];       /* longrope's short_factor as fp32 (torch.tensor(..., float32)) */
 } rope_freqs;
 
 OPS_HD rope_freqs rope_freqs_of(double theta, int llama3, double factor, double low_freq_factor,
                                 double high_freq_factor, int original_max_pos) {
-  rope_freqs r = {(float)theta, 0, 0, 0, 0, 0, 0, 0};
+  rope_freqs r = {(float)theta, 0, 0, 0, 0, 0, 0, 0, 0, 1.0f, {0}};
   if (llama3) {
     r.llama3 = 1;
     r.factor = (float)factor;
@@ -51,7 +59,17 @@ OPS_HD rope_freqs rope_freqs_of(double theta, int llama3, double factor, double 
   return r;
 }
 
+/* Longrope's frequencies: N factors (N = HS/2, at most ROPE_MAX_EXT; the caller checks). */
+OPS_HD rope_freqs rope_freqs_longrope(double theta, const double *short_factor, int n, double attention_factor) {
+  rope_freqs r = rope_freqs_of(theta, 0, 0, 0, 0, 0);
+  r.longrope = 1;
+  r.scale = (float)attention_factor;
+  for (int i = 0; i < n && i < ROPE_MAX_EXT; i++) r.ext[i] = (float)short_factor[i];
+  return r;
+}
+
 OPS_HD float rope_inv_freq(int i, int HS, const rope_freqs *r) {
+  if (r->longrope) return 1.0f / (r->ext[i] * powf(r->theta, (float)(2 * i) / (float)HS));
   float inv_freq = 1.0f / powf(r->theta, (float)(2 * i) / (float)HS);
   if (!r->llama3) return inv_freq;
   float wavelen = (1.0f / inv_freq) * 6.283185307179586f;
