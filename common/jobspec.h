@@ -79,6 +79,7 @@ typedef struct jobspec {
   int batch_size;                  /* B: sequences per rank per micro-step */
   int grad_accum;                  /* G: micro-steps per optimizer step */
   int shuffle;                     /* 1: shuffled windows of T+1 keyed by seed (tokens.h); 0: file order */
+  int pack;                        /* masked data: 1 documents packed in rows, 0 one per row (tokens.h) */
   char val[JOBSPEC_PATH_MAX];      /* absolute path to the validation token file, or "" */
   int val_synthetic;               /* val = synthetic:markov:SEED */
   uint64_t val_markov_seed;

@@ -378,6 +378,8 @@ static void check_xent(const shape *s, int n, int ld) {
   if (n > 3) z[(size_t)3 * ld + V / 2] = 60.0f;
   int *tgt = h_tokens((size_t)n, V);
   if (n > 3) tgt[3] = V / 2;
+  if (n > 4) tgt[4] = XENT_NO_TARGET; /* an untrained token (masked data): loss 0, gradient 0 */
+  if (n > 5) tgt[n - 1] = XENT_NO_TARGET;
   for (int r = 0; r < n; r++) memcpy(ref + (size_t)r * V, z + (size_t)r * ld, (size_t)V * sizeof(float));
   softmax_xent_forward_backward(ref, losses, tgt, n, V, dscale);
   float *want = hbuf(N * sizeof(float)); /* the gradient rows at stride ld, padding 0 */
@@ -443,6 +445,7 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
   snprintf(shape_name, sizeof shape_name, "%s,BT=%d,chunk=%d%s", s->name, BT, chunk, steps > 1 ? ",2 steps" : "");
   float *inp = h_bf16_uniform(nin, -1, 1), *wte = h_bf16_uniform(nw, -0.1f, 0.1f);
   int *tgt = h_tokens(nl, V);
+  for (size_t i = 1; i < nl; i += 3) tgt[i] = XENT_NO_TARGET; /* masked data: every third token untrained */
   const void *d_inp = d_bf16(inp, nin);
   /* wte padded to Vp rows of NaN: the padding must never be read */
   void *d_wte = d_nan_bf16(nwp), *d_wte_v = d_bf16(wte, nw);

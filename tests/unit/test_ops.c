@@ -24,6 +24,7 @@
 #include "opcheck.h"
 #include "ops_cpu.h"
 #include "ops/exp.h"
+#include "ops/softmax.h"
 
 /* ---- encoder ---- */
 
@@ -583,6 +584,19 @@ static void test_softmax_xent(void) {
   CHECK(isnan(softmax_xent_forward_backward(row, lo, &bad, 1, V, dscale)));
   CHECK(isnan(lo[0]));
   expect_close("softmax_xent dlogits, invalid target", p_ref, row, V, FWD_ATOL, FWD_RTOL);
+
+  /* An untrained token (target −1, masked data): loss 0 and no gradient, beside a trained row whose
+   * loss and gradient stay as they are alone. */
+  float two[22], two_lo[2], one[11], one_lo[1];
+  for (int j = 0; j < V; j++) two[j] = one[j] = two[V + j] = (float)j * 0.3f;
+  int tg[2] = {XENT_NO_TARGET, 4}, t1 = 4;
+  double both = softmax_xent_forward_backward(two, two_lo, tg, 2, V, dscale);
+  double alone = softmax_xent_forward_backward(one, one_lo, &t1, 1, V, dscale);
+  CHECK(two_lo[0] == 0.0f && both == alone);
+  double zero[11] = {0}, one_d[11];
+  for (int j = 0; j < V; j++) one_d[j] = one[j];
+  expect_close("softmax_xent dlogits, untrained row", zero, two, V, 0, 0);
+  expect_close("softmax_xent dlogits, the trained row beside it", one_d, two + V, V, 0, 0);
 
   free(logits), free(losses), free(logits_d), free(losses_d), free(g);
 }

@@ -195,9 +195,10 @@ fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const op
  * ops_cuda_xent_inplace computes each row's loss and overwrites the row IN PLACE with dlogits =
  * dscale·(softmax − onehot) in bf16; then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
  * rows [0,V) only) += dlogitsᵀ @ inp_chunk, accumulated by the GEMM itself (beta = 1). losses (BT)
- * fp32 assigned: −log softmax[target]; a target outside [0, V) gives a NaN loss and a gradient of
- * dscale·softmax (as on the CPU). dscale is the runtime's 1/(tokens of the step): the mean over B·T
- * and the micro-steps.
+ * fp32 assigned: −log softmax[target]; target XENT_NO_TARGET (−1, an untrained token) loss 0 and
+ * gradient 0; any other target outside [0, V) gives a NaN loss and a gradient of dscale·softmax (as
+ * on the CPU). dscale is the runtime's 1/(tokens of the step), whose mean over the trained tokens
+ * the optimizer's gradient scale completes (runtime.c).
  * dinp and dwte both NULL: forward only (losses; evaluation).
  * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·2 (GPT-2, chunk
  * 16384: 1.65 GB; chunk 1024: 103 MB). */

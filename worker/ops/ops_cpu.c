@@ -518,10 +518,15 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int
 
 /* ---- fused softmax + cross-entropy ---- */
 
-/* One row: z (V logits) becomes dlogits; returns the row's loss. A target outside [0, V) is a
- * caller bug: its loss is NaN (so the step's loss shows it) and its row's gradient is
+/* One row: z (V logits) becomes dlogits; returns the row's loss. Target XENT_NO_TARGET (−1, an
+ * untrained token: transformers' label −100) has loss 0 and gradient 0. Any other target outside
+ * [0, V) is a caller bug: its loss is NaN (so the step's loss shows it) and its row's gradient is
  * dscale·softmax, with no out-of-bounds access. */
 static OPS_VEC float xent_row(float *z, int V, int tgt, float dscale) {
+  if (tgt == XENT_NO_TARGET) {
+    memset(z, 0, (size_t)V * sizeof *z);
+    return 0.0f;
+  }
   int valid = tgt >= 0 && tgt < V;
   float zmax = -INFINITY;
 #pragma omp simd reduction(max : zmax)

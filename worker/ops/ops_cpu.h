@@ -76,6 +76,7 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int
 
 /* Fused softmax + cross-entropy, in place: on entry `logits` holds (BT,V) logits; on return it holds
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].
+ * A target XENT_NO_TARGET (−1, ops/softmax.h) gives loss 0 and a gradient row of 0.
  * Returns Σ losses (double). dscale is usually 1/(all tokens of all ranks and micro-steps). */
 double softmax_xent_forward_backward(float *logits, float *losses, const int *targets, int BT, int V, float dscale);
 
