@@ -56,6 +56,10 @@ typedef struct model_config {
   rope_scaling_kind rope_scaling;
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;   /* original_max_position_embeddings */
+  /* Mistral's sliding-window attention (config.json sliding_window, [model] sliding_window): query t
+   * sees keys t − W < s ≤ t (worker/ops/docmask.h). 0: full causal attention (null in config.json,
+   * every other architecture); a window of seq_len or more computes the same as none. */
+  int sliding_window;
 } model_config;
 
 typedef struct jobspec {

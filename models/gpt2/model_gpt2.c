@@ -130,7 +130,8 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 
 void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C,
+                           a->arena.seg);
 }
 
 /* The residual stream entering block LAYER and leaving the last block. */
@@ -146,7 +147,7 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
   d->kern->layernorm_forward(d, s->ln1, s->ln1_mean, s->ln1_rstd, x, PARAM(u, BLK_LN1_W, unit),
                            PARAM(u, BLK_LN1_B, unit), B, T, C);
   d->kern->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
-  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH, a->arena.seg, 0);
   d->kern->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
   dev_residual_layernorm(d, s->res2, s->ln2, s->ln2_mean, s->ln2_rstd, x, a->fwd_tmp, PARAM(u, BLK_LN2_W, unit),
@@ -210,7 +211,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
   d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
-  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH, a->arena.seg,
+                              0);   /* dbuf = d qkv */
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
   d->kern->layernorm_backward(d, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x, PARAM(u, BLK_LN1_W, unit),
@@ -222,7 +224,7 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
 void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
   d->kern->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
-                          a->B, a->T, a->C);
+                          a->B, a->T, a->C, a->arena.seg);
 }
 
 /* ---------------------------------------------------------------- initialization */

@@ -96,6 +96,7 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
   a->eps = (float)m->norm_eps;
   a->rope = rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
                           m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+  a->window = m->sliding_window > 0 && m->sliding_window < a->T ? m->sliding_window : 0;   /* ≥ T: full */
   a->head = plan_head_slot(p);
   a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
   if (!a->blk) {
@@ -127,7 +128,7 @@ void llama_acts_destroy(llama_acts **pa) {
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C, NULL);
 }
 
 static void *block_input(llama_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
@@ -142,8 +143,8 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   /* attention: res2 = x + o_proj(attn(rope(qkv(rms1(x))))); q|k|v is one [Q, C] weight */
   d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, LBLK_LN1_W, unit), BT, C, a->eps);
   d->kern->linear_forward(d, s->qkv, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
-  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope);
-  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV);
+  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HS, &a->rope, a->arena.seg);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, a->NH, a->NKV, a->arena.seg, a->window);
   d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
@@ -199,8 +200,9 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, LBLK_O, dunit), dres, s->atty, PARAM(u, LBLK_O, unit), BT, C, C);
-  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV);
-  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope);
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, a->NH, a->NKV,
+                              a->arena.seg, a->window);
+  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HS, &a->rope, a->arena.seg);
   d->kern->linear_backward(d, a->dx, GRAD(u, LBLK_Q, dunit), a->dbuf, s->ln1, PARAM(u, LBLK_Q, unit), BT, C, a->Q);
   d->kern->rmsnorm_backward(d, a->datty, GRAD(u, LBLK_LN1_W, dunit), a->dx, x, PARAM(u, LBLK_LN1_W, unit), s->ln1_rstd,
                           BT, C);
@@ -209,7 +211,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
-  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
+  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C, NULL);
 }
 
 #undef PARAM

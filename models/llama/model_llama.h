@@ -12,7 +12,9 @@
  * A decoder layer: h = x + o(attn(rope(qkv(rms1(x))))), out = h + down(silu(gate(rms2(h))) · up(rms2(h))).
  * q, k, v are adjacent in the unit's flat buffer ([C + 2·NKV·HS, C] together), and so are gate and
  * up ([2F, C]): each group is one linear. Grouped-query attention shares kv head h/(NH/NKV).
- * Rotary frequencies: ops/rope.h, from rope_theta and the model's rope scaling. A tied model's head
+ * Rotary frequencies: ops/rope.h, from rope_theta and the model's rope scaling. A sliding window
+ * (Mistral) and packed rows (model_set_docs: the arena's seg) restrict attention and restart the
+ * rotary positions per document (ops/docmask.h). A tied model's head
  * is embed_tokens (plan_head_slot): its gradient gets the head's contribution in the head and the
  * lookup's in llama_embed_backward, both added into the one slot of droot.
  *
@@ -52,6 +54,7 @@ typedef struct llama_acts {
   int B, T, C, NH, NKV, HS, Q, F, V, L;
   float eps;
   rope_freqs rope;       /* the model's rotary frequencies (ops/rope.h) */
+  int window;            /* the sliding window below T (Mistral's sliding_window), 0: full causal attention */
   int head;              /* the root slot of the output head: LROOT_HEAD, or LROOT_EMBED when tied */
   llama_block_acts *blk; /* L */
   void *x0;              /* (B,T,C)   embed_tokens[inp] */

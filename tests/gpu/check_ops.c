@@ -41,21 +41,21 @@ static void check_encoder(const shape *s) {
 
   float *out = h_nan(BTC);
   void *d_out = d_nan_bf16(BTC);
-  encoder_forward(out, inp, wte, wpe, B, T, C);
+  encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = BTC, .kind = OUT_BF16, .tol = TOL_BF16}};
   RUN_AND_COMPARE("encoder_forward", s->name, s->timed, fo,
-                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, &g_ctx));
+                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, NULL, &g_ctx));
 
   float *dout = h_bf16_uniform(BTC, -1, 1);
   float *pre_wte = h_uniform(VC, -1, 1), *pre_wpe = h_uniform(TC, -1, 1); /* accumulated into: nonzero */
   float *dwte = h_copy(pre_wte, VC), *dwpe = h_copy(pre_wpe, TC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre_wte, VC * sizeof(float)), *d_dwpe = d_upload(pre_wpe, TC * sizeof(float));
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wte},
                 {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
   RUN_AND_COMPARE("encoder_backward", s->name, s->timed, bo,
-                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, &g_ctx));
+                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, NULL, &g_ctx));
   free_all();
 }
 
@@ -246,7 +246,7 @@ void check_attention(const shape *s, int NKV) {
 
   float *out = h_nan(nout), *att = h_nan(natt), *lse = h_nan(nlse);
   void *d_out = d_nan_bf16(nout), *d_lse = d_nan_f32(nlse);
-  attention_forward(out, att, qkv, B, T, C, NH, NKV);
+  attention_forward(out, att, qkv, B, T, C, NH, NKV, NULL, 0);
   /* lse from the CPU's probabilities: at the row's largest probability p_j (≥ 1/T, so its log is
    * accurate), lse = s_j − log p_j with s_j = scale·q·k_j recomputed in double. */
   const float scale = attn_scale(hs);
@@ -267,7 +267,7 @@ void check_attention(const shape *s, int NKV) {
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
   float *d_scratch = d_nan_f32(nlse * (size_t)(hs + 1)); /* plan_attention_scratch_floats */
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV, NULL, 0);
 
   /* every implementation, then back to the process default. cuDNN first, so that its outputs are
    * kept and compared with the tensor cores' (the second opinion): each is within TOL_BF16 of the
@@ -290,11 +290,11 @@ void check_attention(const shape *s, int NKV) {
     out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, &g_ctx));
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, NULL, 0, &g_ctx));
     const double f_ms = g_last_ms;
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
+                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, NULL, 0, &g_ctx));
     const double b_ms = g_last_ms;
     if (impls[i] == OPS_ATTN_CUDNN && !attention_ran_cudnn(s->name, NKV)) {
       tc_done = ops_cuda_attention_ran(0) == OPS_ATTN_TC && ops_cuda_attention_ran(1) == OPS_ATTN_TC;
