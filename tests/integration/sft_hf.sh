@@ -28,7 +28,7 @@ field() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.ar
 rel_ok() { python3 -c 'import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= t * abs(b) else 1)' "$1" "$2" "$3"; }
 
 for m in gpt2 llama; do
-  for pack in nopack; do   # pack = true: with the packed attention of model_set_docs
+  for pack in pack nopack; do
     tag=$m-$pack
     cat > "$tmp/$tag.ini" <<JOB
 [job]
