@@ -92,14 +92,14 @@ int main(int argc, char **argv) {
 
   double t_enc_f, t_enc_b, t_ln_f, t_ln_b, t_qkv_f, t_qkv_b, t_att_f, t_att_b, t_fc_f, t_fc_b;
   double t_gelu_f, t_gelu_b, t_res, t_cls_f, t_cls_b, t_xent, t_proj_f, t_proj_b, t_fcp_f, t_fcp_b;
-  TIME(t_enc_f, encoder_forward(x, tok, wte, wpe, B, T, C));
-  TIME(t_enc_b, encoder_backward(dwte, dwpe, dy, tok, B, T, C));
+  TIME(t_enc_f, encoder_forward(x, tok, wte, wpe, B, T, C, NULL));
+  TIME(t_enc_b, encoder_backward(dwte, dwpe, dy, tok, B, T, C, NULL));
   TIME(t_ln_f, layernorm_forward(y, mean, rstd, x, lnw, lnb, B, T, C));
   TIME(t_ln_b, layernorm_backward(dx, dlnw, dlnb, dy, x, lnw, mean, rstd, B, T, C));
   TIME(t_qkv_f, matmul_forward(qkv, x, qkvw, qkvb, BT, C, 3 * C));
   TIME(t_qkv_b, matmul_backward(dx, dqkvw, dqkvb, dqkv, x, qkvw, BT, C, 3 * C));
-  TIME(t_att_f, attention_forward(y, att, qkv, B, T, C, NH, NH));
-  TIME(t_att_b, attention_backward(dqkv, datt, dy, qkv, att, B, T, C, NH, NH));
+  TIME(t_att_f, attention_forward(y, att, qkv, B, T, C, NH, NH, NULL, 0));
+  TIME(t_att_b, attention_backward(dqkv, datt, dy, qkv, att, B, T, C, NH, NH, NULL, 0));
   TIME(t_proj_f, matmul_forward(y, x, qkvw, qkvb, BT, C, C));
   TIME(t_proj_b, matmul_backward(dx, dqkvw, dqkvb, dy, x, qkvw, BT, C, C));
   TIME(t_fc_f, matmul_forward(h, x, fcw, fcb, BT, C, 4 * C));

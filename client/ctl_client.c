@@ -178,8 +178,8 @@ int ctl_client_stop(ctl_client *cl, uint64_t id) {
 int ctl_load_job_file(const char *path, jobspec_t *spec, char **text, char *abs, size_t absn, char *dir, size_t dirn) {
   *text = NULL;
   fsdp_status rc = jobspec_load(path, spec);
-  if (rc == FSDP_OK) rc = tokmask_refuse_masked("train", spec->train);
-  if (rc == FSDP_OK) rc = tokmask_refuse_masked("val", spec->val);
+  if (rc == FSDP_OK) rc = tokmask_check_files("train", spec->train, spec->pack);
+  if (rc == FSDP_OK) rc = tokmask_check_files("val", spec->val, spec->pack);
   if (rc != FSDP_OK) return ctl_fail("%s", fsdp_last_error());
   char warn[320];
   if (jobspec_lr_warning(spec, warn, sizeof warn)) ctl_warn("%s: %s", path, warn);

@@ -281,6 +281,8 @@ json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
   json_object_set_new(o, "tokens", ju64(s->tokens));
   json_object_set_new(o, "step_ms", jreal(s->step_ms));
   json_object_set_new(o, "tokens_per_s", jreal(s->tokens_per_s));
+  json_object_set_new(o, "trained_tokens", ju64(s->trained_tokens));
+  json_object_set_new(o, "trained_tokens_per_s", jreal(s->trained_tokens_per_s));
   if (s->has_val) {
     json_object_set_new(o, "val_loss", jreal(s->val_loss));
     json_object_set_new(o, "eval_ms", jreal(s->eval_ms));
@@ -526,6 +528,9 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
     fprintf(f, "  last step   %u: loss %.4f  lr %.3g  grad_norm %.3g  %s tokens  %.1f ms  %s tok/s\n", s->step, s->loss,
             s->lr, s->grad_norm, ctl_fmt_si((double)s->tokens, a, sizeof a), s->step_ms,
             ctl_fmt_si(s->tokens_per_s, b, sizeof b));
+    if (s->trained_tokens && s->trained_tokens != s->tokens)   /* masked data: the loss's tokens apart */
+      fprintf(f, "  trained     %s of the step's tokens  %s tok/s\n", ctl_fmt_si((double)s->trained_tokens, a, sizeof a),
+              ctl_fmt_si(s->trained_tokens_per_s, b, sizeof b));
     if (s->step_ms_rank && s->agg) fprintf(f, "  slowest     rank %u\n", s->step_ms_rank);
     if (s->detail_step && s->n_ranks == 1) fprintf(f, "  rank %u's figures are from step %u\n", s->ranks[0]->rank, s->detail_step);
     if (s->n_ranks && s->n_ranks <= CTL_FMT_RANKS_MAX) rank_tables(s, f);

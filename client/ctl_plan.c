@@ -169,8 +169,8 @@ static int load_spec(const plan_args *a, uint64_t host, jobspec_t *spec) {
             errno ? strerror(errno) : "not a regular file");
     return 1;   /* a bad job file is a failure (1), as for submit and run, not a usage error */
   }
-  if (jobspec_load(a->job, spec) != FSDP_OK || tokmask_refuse_masked("train", spec->train) != FSDP_OK ||
-      tokmask_refuse_masked("val", spec->val) != FSDP_OK) {   /* the message names the file as the user did */
+  if (jobspec_load(a->job, spec) != FSDP_OK || tokmask_check_files("train", spec->train, spec->pack) != FSDP_OK ||
+      tokmask_check_files("val", spec->val, spec->pack) != FSDP_OK) {   /* the message names the file as the user did */
     fprintf(stderr, "fsdpctl: %s\n", fsdp_last_error());
     return 1;
   }

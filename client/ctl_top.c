@@ -263,15 +263,18 @@ static void render(const frame *f, const char *ep, int cols, int rows, size_t se
     add(s, cols, "fsdpctl top  %s  %d running  %s", clock, nrun, ep);
   }
   if (f->err[0]) add(s, cols, "! %s", f->err);
-  add(s, cols, "%5s %-14s %-9s %11s %8s %8s %8s", "JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "ETA");
+  add(s, cols, "%5s %-14s %-9s %11s %8s %8s %8s %8s", "JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "ETA", "TRAIN/S");
   size_t idx[TOP_LIST];
   size_t nr = running(f, idx, TOP_LIST);
   if (sel >= nr) sel = nr ? nr - 1 : 0;
   int job_rows = rows / 3 < 3 ? 3 : rows / 3;
   for (size_t i = 0, shown = 0; f->list && i < f->njobs && (int)shown < job_rows; i++, shown++) {
     const Fsdp__JobInfo *j = f->status[i] ? f->status[i]->status_resp : f->list->list_resp->jobs[i];
-    char step[32], loss[32], tps[32], eta[32];
+    char step[32], loss[32], tps[32], eta[32], trained[32];
     snprintf(step, sizeof step, "%u/%u", j->step, j->steps);
+    /* the trained tokens' rate (masked data: the loss's tokens, apart from TOK/S's every position) */
+    if (j->last && j->last->trained_tokens_per_s > 0) ctl_fmt_si(j->last->trained_tokens_per_s, trained, sizeof trained);
+    else snprintf(trained, sizeof trained, "-");
     if (j->step > 0 && isfinite(j->loss)) snprintf(loss, sizeof loss, "%.4f", j->loss);
     else snprintf(loss, sizeof loss, "-");
     if (j->tokens_per_s > 0) ctl_fmt_si(j->tokens_per_s, tps, sizeof tps);
@@ -280,8 +283,8 @@ static void render(const frame *f, const char *ep, int cols, int rows, size_t se
       ctl_fmt_duration(ctl_fmt_eta(j->step, j->steps, j->start_step, ctl_wall_now() - j->started_at), eta, sizeof eta);
     else snprintf(eta, sizeof eta, "-");
     int mark = nr && f->status[i] && idx[sel] == i;
-    add(s, cols, "%c%4llu %-14.14s %-9s %11s %8s %8s %8s", mark ? '>' : ' ', (unsigned long long)j->id,
-        j->name ? j->name : "", ctl_fmt_state(j->state), step, loss, tps, eta);
+    add(s, cols, "%c%4llu %-14.14s %-9s %11s %8s %8s %8s %8s", mark ? '>' : ' ', (unsigned long long)j->id,
+        j->name ? j->name : "", ctl_fmt_state(j->state), step, loss, tps, eta, trained);
   }
   if (f->njobs == 0 && !f->err[0]) add(s, cols, "  no jobs");
   int foot = interactive ? 1 : 0;

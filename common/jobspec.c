@@ -709,6 +709,10 @@ static void cross_checks(pctx *c) {
            *q, (int)(q - (const unsigned char *)s->sample_prompt), s->model.vocab_size);
       break;
     }
+  if (!s->pack && (s->synthetic || s->val_synthetic))   /* a token file's kind is the job file check's (tokmask.h) */
+    PERR(c, blame(c, "data", "pack", NULL), FSDP_ERR_INVALID,
+         "[data] pack = false: the synthetic stream is one continuous stream without documents; allowed: pack = true "
+         "(the default) with synthetic:markov, or a masked file made by gen-data --chat");
   if (s->max_restarts > 0 && (s->ckpt_every <= 0 || s->resume != RESUME_AUTO))   /* else a restart trains from step 0 */
     PERR(c, blame(c, "job", "max_restarts", NULL), FSDP_ERR_INVALID,
          "[job] max_restarts = %d restarts from the newest checkpoint, so it needs [checkpoint] every > 0 (with a "

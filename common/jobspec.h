@@ -75,6 +75,10 @@ typedef struct model_config {
    * divided by short_factor[i], cos and sin multiplied by attention_factor; 0 otherwise. */
   rope_factor_list rope_short_factor;
   double rope_attention_factor;
+  /* Mistral's sliding-window attention (config.json sliding_window, [model] sliding_window): query t
+   * sees keys t − W < s ≤ t (worker/ops/docmask.h). 0: full causal attention (null in config.json,
+   * every other architecture); a window of seq_len or more computes the same as none. */
+  int sliding_window;
 } model_config;
 
 typedef struct jobspec {
@@ -98,6 +102,7 @@ typedef struct jobspec {
   int batch_size;                  /* B: sequences per rank per micro-step */
   int grad_accum;                  /* G: micro-steps per optimizer step */
   int shuffle;                     /* 1: shuffled windows of T+1 keyed by seed (tokens.h); 0: file order */
+  int pack;                        /* masked data: 1 documents packed in rows, 0 one per row (tokens.h) */
   char val[JOBSPEC_PATH_MAX];      /* absolute path to the validation token file, or "" */
   int val_synthetic;               /* val = synthetic:markov:SEED */
   uint64_t val_markov_seed;

@@ -150,6 +150,10 @@ const keydef jobspec_keys[] = {
       "G, micro-steps per optimizer step (nanoGPT: 40 over 8 GPUs = 5 per rank)", "5"),
   ENUM("data", "shuffle", shuffle, bool_names,
        "true: each epoch reads windows of seq_len+1 tokens in a permutation keyed by (seed, epoch); false: file order", "true"),
+  ENUM("data", "pack", pack, bool_names,
+       "masked data (gen-data --chat): true puts whole documents back to back in rows of seq_len, each attending "
+       "only to itself with positions from 0; false one document per row; the rest of a row is padding without "
+       "loss. A plain token file is one continuous stream: false is refused there", "true"),
   SPECIAL("data", "val", KT_VAL, val,
           "validation tokens for [eval] every: PATH to an llm.c token file (or a glob or list, as train), or "
           "synthetic:markov:SEED; no default (none)", NULL),

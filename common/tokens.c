@@ -14,27 +14,13 @@
 
 #include "fsutil.h"
 #include "rng.h"
+#include "tokens_priv.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tokens.c reads and writes little-endian files with memcpy: a little-endian host is required"
 #endif
 
-#define TOK_HEADER_BYTES ((int64_t)TOK_HEADER_INTS * 4)
 
-struct tok_file {
-  const uint8_t *tokens;   /* the first token */
-  int width;               /* bytes per token: 2 or 4 */
-  int64_t n;               /* tokens */
-  void *map;               /* the mmapped file, or NULL */
-  size_t map_len;
-  uint32_t *mem;           /* the in-memory stream, or NULL */
-  char *name;              /* the path, or "synthetic:markov:SEED", for messages */
-  int shuffle;             /* 0: sequential order; 1: shuffled windows (tokens.h) */
-  uint64_t shuffle_seed;
-  struct tok_file **parts; /* a stream of several files: each one's tok_file, in order; else NULL */
-  int64_t *starts;         /* parts[k]'s first token is token starts[k] of the stream */
-  int nparts;
-};
 
 /* ---- token files ---- */
 
@@ -84,14 +70,9 @@ static fsdp_status tok_open_one(const char *path, tok_file **out) {
   }
   int32_t hdr[3];
   memcpy(hdr, f->map, sizeof hdr);
-  if ((hdr[0] == TOK_MAGIC_U16 && hdr[1] == TOK_VERSION_U16_MASKED) ||
-      (hdr[0] == TOK_MAGIC_U32 && hdr[1] == TOK_VERSION_U32_MASKED)) {
-    rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
-                        "token file %s carries a loss mask (format version %d, made by gen-data --chat): "
-                        "training on masked data is not implemented yet; give a token file of version %d or %d",
-                        path, hdr[1], TOK_VERSION_U16, TOK_VERSION_U32);
-    goto out;
-  }
+  f->masked = (hdr[0] == TOK_MAGIC_U16 && hdr[1] == TOK_VERSION_U16_MASKED) ||
+              (hdr[0] == TOK_MAGIC_U32 && hdr[1] == TOK_VERSION_U32_MASKED);
+  if (f->masked) hdr[1] = hdr[0] == TOK_MAGIC_U16 ? TOK_VERSION_U16 : TOK_VERSION_U32;   /* the same tokens */
   if (hdr[0] == TOK_MAGIC_U16) {
     f->width = 2;
     if (hdr[1] != TOK_VERSION_U16) {
@@ -124,16 +105,22 @@ static fsdp_status tok_open_one(const char *path, tok_file **out) {
     goto out;
   }
   f->n = hdr[2];
-  int64_t want = TOK_HEADER_BYTES + f->n * f->width;
+  int64_t bitmap = f->masked ? (f->n + 7) / 8 : 0;   /* the mask, then the document starts */
+  int64_t want = TOK_HEADER_BYTES + f->n * f->width + 2 * bitmap;
   if (want != (int64_t)st.st_size) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT,
                         "token file %s: the header says %lld tokens of %d bytes (%lld bytes with "
-                        "the header) but the file is %lld bytes%s",
-                        path, (long long)f->n, f->width, (long long)want, (long long)st.st_size,
+                        "the header%s) but the file is %lld bytes%s",
+                        path, (long long)f->n, f->width, (long long)want,
+                        f->masked ? " and the two bitmaps of a masked file" : "", (long long)st.st_size,
                         want > (int64_t)st.st_size ? ": truncated?" : "");
     goto out;
   }
   f->tokens = (const uint8_t *)f->map + TOK_HEADER_BYTES;
+  if (f->masked) {
+    f->mask_bits = f->tokens + f->n * f->width;
+    f->doc_bits = f->mask_bits + bitmap;
+  }
   *out = f;
   f = NULL;
 out:
@@ -187,13 +174,20 @@ fsdp_status tok_open(const char *path, tok_file **out) {
     rc = fsdp_set_error(FSDP_ERR_NOMEM, "out of memory opening %s", path);
   if (rc == FSDP_OK) {
     f->parts = parts, f->nparts = n, parts = NULL;
+    f->masked = n > 0 && f->parts[0]->masked;
+    for (int k = 0; k < n && rc == FSDP_OK; k++)
+      if (f->parts[k]->masked != f->masked)   /* a stream has one kind of rows */
+        rc = fsdp_set_error(FSDP_ERR_INVALID,
+                            "token files %s: %s %s a loss mask and %s %s: one stream is all masked files "
+                            "(gen-data --chat) or all plain ones", f->name, f->parts[0]->name,
+                            f->masked ? "carries" : "has no", f->parts[k]->name, f->masked ? "has none" : "carries one");
     for (int k = 0; k < n; k++) {
       f->starts[k] = f->n;
       f->n += f->parts[k]->n;
       if (f->parts[k]->width > f->width) f->width = f->parts[k]->width;
     }
     f->starts[n] = f->n;
-    *out = f, f = NULL;
+    if (rc == FSDP_OK) *out = f, f = NULL;
   }
   for (int k = 0; parts && k < n; k++) tok_destroy(&parts[k]);
   free(parts);
@@ -204,32 +198,6 @@ fsdp_status tok_open(const char *path, tok_file **out) {
 
 int64_t tok_count(const tok_file *f) { return f->n; }
 int tok_width(const tok_file *f) { return f->width; }
-
-/* The part of a several-file stream that holds token I (0 ≤ I < n). */
-static int part_of(const tok_file *f, int64_t i) {
-  int lo = 0, hi = f->nparts - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (f->starts[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-static inline uint32_t tok_at(const tok_file *f, int64_t i) {
-  if (f->nparts) {
-    int k = part_of(f, i);
-    return tok_at(f->parts[k], i - f->starts[k]);
-  }
-  if (f->width == 2) {
-    uint16_t v;
-    memcpy(&v, f->tokens + 2 * i, 2);
-    return v;
-  }
-  uint32_t v;
-  memcpy(&v, f->tokens + 4 * i, 4);
-  return v;
-}
 
 void tok_set_shuffle(tok_file *f, int shuffle, uint64_t seed) {
   f->shuffle = shuffle != 0;
@@ -273,19 +241,21 @@ int64_t tok_shuffle_index(uint64_t seed, uint64_t epoch, int64_t n, int64_t k) {
   return (int64_t)v;
 }
 
+fsdp_status tok_range_error(const tok_file *f, int64_t i, uint32_t t, int vocab) {
+  int k = f->nparts ? tok_part_of(f, i) : 0;   /* name the file that holds it */
+  return fsdp_set_error(FSDP_ERR_RANGE,
+                        "token stream %s: token %u at position %lld is >= vocab_size %d "
+                        "(was the file made with another tokenizer?)",
+                        f->nparts ? f->parts[k]->name : f->name, t, (long long)(i - (f->nparts ? f->starts[k] : 0)),
+                        vocab);
+}
+
 /* Tokens start..start+len into inp[0..len) and, shifted by one, targets[0..len); each < vocab. */
 static fsdp_status read_row(const tok_file *f, int64_t start, int64_t len, int vocab, int *inp,
                             int *targets) {
   for (int64_t i = 0; i <= len; i++) {
     uint32_t t = tok_at(f, start + i);
-    if (t >= (uint32_t)vocab) {
-      int k = f->nparts ? part_of(f, start + i) : 0;   /* name the file that holds it */
-      return fsdp_set_error(FSDP_ERR_RANGE,
-                            "token stream %s: token %u at position %lld is >= vocab_size %d "
-                            "(was the file made with another tokenizer?)",
-                            f->nparts ? f->parts[k]->name : f->name, t,
-                            (long long)(start + i - (f->nparts ? f->starts[k] : 0)), vocab);
-    }
+    if (t >= (uint32_t)vocab) return tok_range_error(f, start + i, t, vocab);
     if (i < len) inp[i] = (int)t;
     if (i > 0) targets[i - 1] = (int)t;
   }
@@ -329,6 +299,7 @@ fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world
   int64_t bt = (int64_t)B * T, span;
   if (__builtin_mul_overflow(bt, (int64_t)world, &span))
     return fsdp_set_error(FSDP_ERR_RANGE, "tok_batch: world %d x B %d x T %d overflows", world, B, T);
+  if (f->masked) return tok_batch_docs(f, microbatch, rank, world, B, T, vocab, inp, targets, NULL, NULL);
   if (f->shuffle) return shuffled_batch(f, microbatch, rank, world, B, T, vocab, inp, targets);
   int64_t nb = f->n > 0 ? (f->n - 1) / span : 0;
   if (nb == 0)
@@ -347,6 +318,8 @@ void tok_destroy(tok_file **pf) {
   for (int k = 0; k < f->nparts; k++) tok_destroy(&f->parts[k]);
   free(f->parts);
   free(f->starts);
+  free(f->doc);
+  free(f->row);
   free(f->mem);
   free(f->name);
   free(f);

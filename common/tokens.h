@@ -27,6 +27,16 @@
  * The permutation is computed per position (a Feistel network on Philox, cycle-walked into
  * 0..nw−1; docs/data.md gives the exact definition), so no table of nw entries is ever built.
  *
+ * Masked files (tokmask.h, gen-data --chat) are read in rows of whole documents instead
+ * (tok_set_rows, tok_batch_docs; docs/data.md): pack = true puts documents back to back in rows of T
+ * tokens, a document that does not fit starting the next row; pack = false one document per row;
+ * the rest of a row is padding (token 0, no target). A row's inputs are its tokens; token t's target
+ * is token t+1 when that token is trained (its mask bit) and in the same document, else −1 (no
+ * loss). Rows are taken in the order above, with rows for windows: micro-batch b, rank r reads rows
+ * ((b mod nb)·N + r)·B .. +B−1 with nb = ⌊nrows / (N·B)⌋ (shuffle = false), or positions
+ * b·N·B + r·B + i of the permuted epochs of the nrows rows (shuffle = true). The packing is fixed
+ * by the file order; shuffling permutes the rows.
+ *
  * The Markov chain: token i has at most TOK_MARKOV_SUCC successors, always including i itself and
  * (i+1) mod V (so the chain is irreducible and aperiodic), the others drawn from the seed, with
  * random probabilities drawn from the seed. Its entropy rate Σ_i π_i H(P_i) (π stationary, computed
@@ -70,6 +80,23 @@ int tok_width(const tok_file *f);
 fsdp_status tok_batch(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T,
                       int vocab, int *inp, int *targets);
 void tok_destroy(tok_file **f);
+
+/* 1 when F's tokens carry a loss mask and document starts (every file of the stream). */
+int tok_masked(const tok_file *f);
+/* The rows of a masked stream for sequences of T tokens: PACK 1 packs whole documents, 0 puts one
+ * per row (above). Errors: F is not masked (a plain stream has no documents), or a document is
+ * longer than T (names it: gen-data --chat truncates or drops those at its --seq-len). Call before
+ * the tok_file is shared, with the T that tok_batch_docs will be given. */
+fsdp_status tok_set_rows(tok_file *f, int pack, int T);
+/* The rows of a masked stream (in a plain one: the batch of tok_batch, every target trained and
+ * each row one document): as tok_batch, and SEG[B·T] (NULL: not wanted) gets for each token the
+ * index in its row of its document's first token (padding continues the row's last document),
+ * *TRAINED (NULL: not wanted) the number of targets ≥ 0. Also an error: T is not tok_set_rows's. */
+fsdp_status tok_batch_docs(const tok_file *f, int64_t microbatch, int rank, int world, int B, int T, int vocab,
+                           int *inp, int *targets, int32_t *seg, int64_t *trained);
+/* Rows of a masked stream after tok_set_rows (0 for a plain one), and its documents. */
+int64_t tok_rows(const tok_file *f);
+int64_t tok_docs(const tok_file *f);
 
 /* Position K (0 ≤ K < N) of the shuffle permutation of 0..N−1 for (SEED, EPOCH): a bijection of
  * 0..N−1 for every (SEED, EPOCH), N ≤ 2^62. Pure; O(1) memory; any thread. Returns −1 when K or N

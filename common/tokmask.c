@@ -58,30 +58,45 @@ fsdp_status tokmask_write(const char *path, const uint32_t *tokens, const uint8_
   return fsutil_atomic_commit(&at);
 }
 
+/* 1: PATH is a masked token file, 0: another file, −1: unreadable. */
 static int is_masked(const char *path) {
   int32_t hdr[2];
   FILE *fp = fopen(path, "rb");
-  int r = fp && fread(hdr, sizeof hdr, 1, fp) == 1 &&
+  if (!fp) return -1;
+  int r = fread(hdr, sizeof hdr, 1, fp) == 1 &&
           ((hdr[0] == TOK_MAGIC_U16 && hdr[1] == TOK_VERSION_U16_MASKED) ||
            (hdr[0] == TOK_MAGIC_U32 && hdr[1] == TOK_VERSION_U32_MASKED));
-  if (fp) fclose(fp);
+  fclose(fp);
   return r;
 }
 
-fsdp_status tokmask_refuse_masked(const char *key, const char *paths) {
+fsdp_status tokmask_check_files(const char *key, const char *paths, int pack) {
   char *list = strdup(paths ? paths : ""), *save = NULL;
   if (!list) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory");
   fsdp_status rc = FSDP_OK;
+  const char *first = NULL;   /* the first file read, and whether it is masked */
+  char first_buf[4096];
+  int first_masked = 0;
   for (char *p = strtok_r(list, "\n", &save); p && rc == FSDP_OK; p = strtok_r(NULL, "\n", &save)) {
     glob_t g;
     int globbed = strpbrk(p, "*?[") && glob(p, 0, NULL, &g) == 0;
     size_t n = globbed ? g.gl_pathc : 1;
     for (size_t i = 0; i < n && rc == FSDP_OK; i++) {
       const char *f = globbed ? g.gl_pathv[i] : p;
-      if (is_masked(f))
-        rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED,
-                            "[data] %s: %s carries a loss mask (made by gen-data --chat): training on masked data "
-                            "is not implemented yet; give a token file made by gen-data --text or --tokenizer", key, f);
+      int m = is_masked(f);
+      if (m < 0) continue;   /* unreadable: the job file check and the workers say so */
+      if (!first) {
+        snprintf(first_buf, sizeof first_buf, "%s", f);
+        first = first_buf, first_masked = m;
+      }
+      if (m != first_masked)
+        rc = fsdp_set_error(FSDP_ERR_INVALID, "[data] %s: %s %s a loss mask and %s %s: one stream is all masked "
+                            "files (gen-data --chat) or all plain ones", key, first, first_masked ? "carries" : "has no",
+                            f, m ? "carries one" : "has none");
+      else if (!m && !pack)
+        rc = fsdp_set_error(FSDP_ERR_INVALID, "[data] pack = false: %s %s is a plain token file, one continuous stream "
+                            "without documents; allowed: pack = true (the default) for it, or a masked file made by "
+                            "gen-data --chat", key, f);
     }
     if (globbed) globfree(&g);
   }

@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include <string.h>
@@ -92,6 +93,9 @@ fsdp_status metrics_parse_line(const char *line, Fsdp__StepSummary *sum) {
   size_t n = json_is_array(ranks) ? json_array_size(ranks) : 0;
   fsdp_status rc = parse_agg(json_object_get(o, "agg"), sum);
   sum->step_ms_rank = (uint32_t)json_integer_value(json_object_get(o, "step_ms_rank"));
+  /* the trained tokens apart (masked data); 0 on a line from before they were counted */
+  sum->trained_tokens = (uint64_t)json_integer_value(json_object_get(o, "trained_tokens"));
+  sum->trained_tokens_per_s = json_number_value(json_object_get(o, "trained_tokens_per_s"));
   if (rc == FSDP_OK && n) {
     sum->ranks = calloc(n, sizeof *sum->ranks);
     if (!sum->ranks) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot parse %zu ranks", n);
@@ -217,11 +221,14 @@ static json_t *ckpt_json(const Fsdp__StepSummary *sum) {
 
 fsdp_status metrics_line(const Fsdp__StepSummary *sum, char **line) {
   *line = NULL;
-  json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:I}", "step", (json_int_t)sum->step, "loss", sum->loss,
-                        "lr", sum->lr, "grad_norm", sum->grad_norm, "tokens", (json_int_t)sum->tokens,
-                        "step_ms", sum->step_ms, "tokens_per_s", sum->tokens_per_s, "step_ms_rank", (json_int_t)sum->step_ms_rank);
+  /* loss null: a step without a trained target (masked data) */
+  json_t *o = json_pack("{s:I, s:o, s:f, s:f, s:I, s:f, s:f, s:I, s:I, s:f}", "step", (json_int_t)sum->step, "loss",
+                        isfinite(sum->loss) ? json_real(sum->loss) : json_null(), "lr", sum->lr, "grad_norm",
+                        sum->grad_norm, "tokens", (json_int_t)sum->tokens, "step_ms", sum->step_ms, "tokens_per_s",
+                        sum->tokens_per_s, "step_ms_rank", (json_int_t)sum->step_ms_rank, "trained_tokens",
+                        (json_int_t)sum->trained_tokens, "trained_tokens_per_s", sum->trained_tokens_per_s);
   if (!o) goto nomem;
-  if (sum->has_val && (json_object_set_new(o, "val_loss", json_real(sum->val_loss)) ||
+  if (sum->has_val && (json_object_set_new(o, "val_loss", isfinite(sum->val_loss) ? json_real(sum->val_loss) : json_null()) ||
                        json_object_set_new(o, "eval_ms", json_real(sum->eval_ms))))
     goto nomem;
   if (sum->agg) {

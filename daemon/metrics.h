@@ -36,7 +36,8 @@ fsdp_status metrics_ranks_line(const Fsdp__StepSummary *sum, char **line);
 fsdp_status metrics_start_line(const Fsdp__StepReport *first, char **line);
 
 /* The inverse for what `fsdpctl status` shows: fill SUM->ranks, SUM->agg (allocated; free with
- * metrics_free_line) and step_ms_rank from a metrics.jsonl LINE; what the line lacks stays empty. */
+ * metrics_free_line), step_ms_rank and the trained tokens from a metrics.jsonl LINE; what the line lacks
+ * stays empty. */
 fsdp_status metrics_parse_line(const char *line, Fsdp__StepSummary *sum);
 void metrics_free_line(Fsdp__StepSummary *sum);
 

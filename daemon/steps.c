@@ -302,6 +302,8 @@ static void step_complete(coord_t *c, job_t *j, jstep *st) {
   sum.loss = f->loss, sum.lr = f->lr, sum.grad_norm = f->grad_norm, sum.tokens = f->tokens;
   sum.step_ms = st->step_ms, sum.step_ms_rank = st->step_ms_rank;
   sum.tokens_per_s = st->step_ms > 0 ? (double)f->tokens * 1000.0 / st->step_ms : 0.0;
+  sum.trained_tokens = f->trained_tokens;
+  sum.trained_tokens_per_s = st->step_ms > 0 ? (double)f->trained_tokens * 1000.0 / st->step_ms : 0.0;
   /* every rank computes the same validation loss (an all-reduce); the slowest rank's time */
   sum.has_val = f->has_val, sum.val_loss = f->val_loss, sum.eval_ms = f->has_val ? st->eval_ms : 0;
   Fsdp__CkptSave saves[2], *save_ptrs[2];

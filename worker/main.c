@@ -11,6 +11,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <math.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,18 +63,20 @@ static void print_report(int rank, const rt_report *r) {
   json_t *o = json_object(), *peak = json_object(), *phase = json_object(), *sent = json_object();
   json_object_set_new(o, "step", json_integer(r->step));
   json_object_set_new(o, "rank", json_integer(rank));
-  json_object_set_new(o, "loss", json_real(r->loss));
+  json_object_set_new(o, "loss", isfinite(r->loss) ? json_real(r->loss) : json_null());   /* null: no trained token */
   json_object_set_new(o, "lr", json_real(r->lr));
   json_object_set_new(o, "grad_norm", json_real(r->grad_norm));
   json_object_set_new(o, "tokens", json_integer((json_int_t)r->tokens));
   json_object_set_new(o, "step_ms", json_real(r->step_ms));
   json_object_set_new(o, "tokens_per_s", json_real(r->step_ms > 0 ? r->tokens / (r->step_ms / 1000.0) : 0));
+  json_object_set_new(o, "trained_tokens", json_integer((json_int_t)r->trained));
+  json_object_set_new(o, "trained_tokens_per_s", json_real(r->step_ms > 0 ? r->trained / (r->step_ms / 1000.0) : 0));
   for (int c = 0; c < MEM_NCAT; c++) json_object_set_new(peak, plan_mem_category_name((mem_category)c), json_integer((json_int_t)r->peak[c]));
   json_object_set_new(peak, "total", json_integer((json_int_t)r->peak_total));
   for (int i = 0; i < RT_NPHASE; i++) json_object_set_new(phase, stepstats_phase_names[i], json_real(r->phase_us[i] / 1000.0));
   for (int i = 0; i < COLL_NKIND; i++) json_object_set_new(sent, plan_coll_kind_name((coll_kind)i), json_integer((json_int_t)r->sent[i]));
   if (r->has_val) {
-    json_object_set_new(o, "val_loss", json_real(r->val_loss));
+    json_object_set_new(o, "val_loss", isfinite(r->val_loss) ? json_real(r->val_loss) : json_null());
     json_object_set_new(o, "eval_ms", json_real(r->eval_ms));
   }
   if (r->sample[0]) json_object_set_new(o, "sample", json_string(r->sample));

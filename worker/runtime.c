@@ -75,7 +75,8 @@ static fsdp_status check_val(runtime_t *rt) {
   int *a = calloc((size_t)BT, sizeof(int)), *b = calloc((size_t)BT, sizeof(int));
   fsdp_status rc = a && b ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the validation check");
   for (int m = 0; rc == FSDP_OK && m < rt->spec->eval_batches; m++)
-    rc = tok_batch(rt->val, m, rt->rank, rt->world, p->batch_size, p->model.seq_len, p->model.vocab_size, a, b);
+    rc = tok_batch_docs(rt->val, m, rt->rank, rt->world, p->batch_size, p->model.seq_len, p->model.vocab_size, a, b,
+                        NULL, NULL);
   free(a);
   free(b);
   if (rc != FSDP_OK) {
@@ -117,6 +118,8 @@ static fsdp_status alloc_state(runtime_t *rt) {
   }
   ALLOC(rt->inp, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)));
   ALLOC(rt->tgt, dalloc(rt, MEM_ACTIVATIONS, BTG, sizeof(int)));
+  if (rt->spec->pack && (rt->masked || (rt->val && tok_masked(rt->val))))   /* packed rows, in training or eval */
+    ALLOC(rt->seg_h, halloc((size_t)BTG, sizeof(int32_t)));
   if (!dev->host_accessible) {
     ALLOC(rt->inp_h, halloc((size_t)BTG, sizeof(int)));
     ALLOC(rt->tgt_h, halloc((size_t)BTG, sizeof(int)));
@@ -171,7 +174,20 @@ static fsdp_status init_params(runtime_t *rt) {
   return rc == FSDP_OK ? runtime_refresh_lp(rt) : rc;
 }
 
-/* The training data and, with [data] val, the validation data. */
+/* Rows of documents for a masked stream F ([data] KEY), and pack = false refused on a plain one. */
+static fsdp_status data_rows(runtime_t *rt, tok_file *f, const char *key) {
+  if (!tok_masked(f) && rt->spec->pack) return FSDP_OK;   /* plain text: the continuous stream */
+  fsdp_status rc = tok_set_rows(f, rt->spec->pack, rt->p->model.seq_len);
+  if (rc != FSDP_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", fsdp_last_error());
+    return fsdp_set_error(rc, "[data] %s: %s", key, why);
+  }
+  return FSDP_OK;
+}
+
+/* The training data and, with [data] val, the validation data (opened before the buffers: masked
+ * data decides some of them). */
 static fsdp_status open_data(runtime_t *rt) {
   const jobspec_t *spec = rt->spec;
   int V = rt->p->model.vocab_size;
@@ -180,11 +196,13 @@ static fsdp_status open_data(runtime_t *rt) {
   else
     TRY(tok_open(spec->train, &rt->data));
   tok_set_shuffle(rt->data, spec->shuffle, spec->seed);
+  TRY(data_rows(rt, rt->data, "train"));
+  rt->masked = tok_masked(rt->data);
   if (spec->val_synthetic)   /* validation reads its rows in file order */
     TRY(tok_open_markov(spec->val_markov_seed, V, synthetic_tokens(rt), &rt->val));
   else if (spec->val[0])
     TRY(tok_open(spec->val, &rt->val));
-  if (rt->val && spec->eval_every > 0) TRY(check_val(rt));
+  if (rt->val) TRY(data_rows(rt, rt->val, "val"));
   return FSDP_OK;
 }
 
@@ -202,6 +220,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   rt->gcomm = comm;   /* hybrid: runtime_set_groups replaces it */
   rt->L = p->model.n_layer;
   if (dev->op->bind) TRY_GOTO(dev->op->bind(dev, p, rank), rc, fail);   /* per-job device state (CUDA) */
+  TRY_GOTO(open_data(rt), rc, fail);
   rc = alloc_state(rt);
   if (rc == FSDP_ERR_NOMEM) {   /* the allocator said what failed; say what it was for */
     char why[512];
@@ -211,7 +230,7 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   }
   if (rc != FSDP_OK) goto fail;
   TRY_GOTO(init_params(rt), rc, fail);
-  TRY_GOTO(open_data(rt), rc, fail);
+  if (rt->val && spec->eval_every > 0) TRY_GOTO(check_val(rt), rc, fail);
   *out = rt;
   return FSDP_OK;
 fail:
@@ -292,6 +311,7 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   const int *inp = rt->inp + k * BT, *tgt = rt->tgt + k * BT;
   const void *w0 = NULL;
+  TRY(model_set_docs(rt->acts, p, rt->seg_h ? rt->seg_h + k * BT : NULL));
   TRY(forward(rt, inp, full, &w0));   /* grad_op keeps the blocks gathered for the backward */
 
   /* backward: full re-gathers from the last block down; the first gathers overlap the head */
@@ -345,10 +365,12 @@ static fsdp_status load_batches(runtime_t *rt, int step) {
   int G = rt->spec->grad_accum, B = p->batch_size, T = p->model.seq_len;
   size_t bytes = (size_t)G * B * T * sizeof(int);
   int *ih = rt->inp_h ? rt->inp_h : rt->inp, *th = rt->tgt_h ? rt->tgt_h : rt->tgt;
+  rt->trained = 0;
   for (int k = 0; k < G; k++) {
-    int64_t mb = (int64_t)(step - 1) * G + k;
-    TRY(tok_batch(rt->data, mb, rt->rank, rt->world, B, T, p->model.vocab_size, ih + (int64_t)k * B * T,
-                  th + (int64_t)k * B * T));
+    int64_t mb = (int64_t)(step - 1) * G + k, o = (int64_t)k * B * T, n;
+    TRY(tok_batch_docs(rt->data, mb, rt->rank, rt->world, B, T, p->model.vocab_size, ih + o, th + o,
+                       rt->seg_h ? rt->seg_h + o : NULL, &n));
+    rt->trained += n;
   }
   if (rt->inp_h) {
     TRY(rt->dev->op->upload(rt->dev, rt->inp, ih, bytes));
@@ -357,8 +379,8 @@ static fsdp_status load_batches(runtime_t *rt, int step) {
   return FSDP_OK;
 }
 
-/* The optimizer phase's collective part: the local squared gradient norm and the token count
- * beside the loss sum, one all-reduce of PLAN_STEP_SCALARS floats on the device (skipped when not
+/* The optimizer phase's collective part: the local squared gradient norm and the trained-token
+ * count (B·T·G for plain text) beside the loss sum, one all-reduce of PLAN_STEP_SCALARS floats on the device (skipped when not
  * OK: a micro-step failed), the watchdog over every collective of the step, and the step's one
  * read-back into rt->scal_h. */
 static fsdp_status step_scalars(runtime_t *rt, int ok) {
@@ -381,7 +403,7 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
       /* every shard is held by ngroups ranks (none: every rank holds everything) */
       d->kern->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
     }
-    d->kern->fill(d, rt->scal + 3, (float)((double)p->batch_size * p->model.seq_len * rt->spec->grad_accum), 1);
+    d->kern->fill(d, rt->scal + 3, (float)rt->trained, 1);
     d->op->record(d, rt->scal_ready);
     if (rc == FSDP_OK) rc = comm_allreduce_ev(rt->comm, rt->scal, PLAN_STEP_SCALARS, COMM_F32, rt->scal_ready, rt->scal_done, &sreq);
     if (rc == FSDP_OK) d->op->wait(d, rt->scal_done, DEV_T_OPTIM);
@@ -452,10 +474,17 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
   if (scal[2] != 0.0f)
     return fsdp_set_error(FSDP_ERR_RANGE, "step %d: the gradient is not finite on %.0f rank(s) (loss %.4g); "
                           "lower optim.lr or enable optim.grad_clip", step, scal[2], scal[0] / scal[3]);
-  double norm = sqrt((double)scal[1]);
+  /* The backward scaled every token's gradient by 1/tokens (all of them, known before the step);
+   * the mean over the trained ones is that times tokens/trained, applied once, folded into the
+   * clip factor AdamW multiplies by anyway (docs/design.md §6). Plain text: exactly 1. */
+  double rescale = rt->masked && scal[3] > 0 ? (double)tokens / (double)scal[3] : 1.0;
+  double norm = sqrt((double)scal[1]) * rescale;
   double lr = optim_lr(s, step);
   uint64_t host_optim = 0;
-  TRY(optimizer_update(rt, step, lr, (float)optim_clip_scale(norm, s->grad_clip), &host_optim));
+  /* A step without a trained token (masked data) has no loss and no gradient: no update, as a
+   * step that Trainer skips; the schedule still advances. */
+  if (scal[3] > 0)
+    TRY(optimizer_update(rt, step, lr, (float)(optim_clip_scale(norm, s->grad_clip) * rescale), &host_optim));
   span(rt, 1, TRACE_OPTIMIZER, TRACE_NO_UNIT);
   span(rt, 1, TRACE_STEP, TRACE_NO_UNIT);
   d->op->set_timer(d, DEV_T_COMPUTE);
@@ -467,10 +496,11 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
 
   sent_now(rt, sent1, inter1);
   out->step = step;
-  out->loss = scal[0] / scal[3];
+  out->loss = scal[3] > 0 ? scal[0] / scal[3] : NAN;
   out->lr = lr;
   out->grad_norm = norm;
   out->tokens = tokens;
+  out->trained = (uint64_t)scal[3];
   out->step_ms = (double)(monotime_us() - t0) / 1000.0;
   mem_stats ms;
   mem_get_stats(&ms);
@@ -507,6 +537,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
   if (batches < 1) return fsdp_set_error(FSDP_ERR_RANGE, "eval batches %d; allowed: >= 1", batches);
   d->op->zero(d, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
   fsdp_status rc = FSDP_OK;
+  int64_t trained = 0;   /* Σ over the batches of this rank's trained targets (B·T each for plain text) */
   trace_begin(rt->trace, TRACE_HOST, t0);
   span(rt, 0, TRACE_EVAL, TRACE_NO_UNIT);
   for (int m = 0; m < batches && rc == FSDP_OK; m++) {
@@ -514,7 +545,10 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
      * are free; the validation rows are the first batches·N·B of the file, rank r's B of each */
     int *ih = rt->inp_h ? rt->inp_h : rt->inp, *th = rt->tgt_h ? rt->tgt_h : rt->tgt;
     TRY(d->op->sync(d));
-    TRY(tok_batch(rt->val, m, rt->rank, rt->world, B, T, p->model.vocab_size, ih, th));
+    int64_t n;
+    TRY(tok_batch_docs(rt->val, m, rt->rank, rt->world, B, T, p->model.vocab_size, ih, th, rt->seg_h, &n));
+    trained += n;
+    TRY(model_set_docs(rt->acts, p, rt->seg_h));
     if (rt->inp_h) {
       TRY(d->op->upload(d, rt->inp, ih, (size_t)B * T * sizeof(int)));
       TRY(d->op->upload(d, rt->tgt, th, (size_t)B * T * sizeof(int)));
@@ -532,12 +566,12 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
    * reads no host memory), then the one read-back. The sync also turns the evaluation's span
    * boundaries into spans on CUDA (resolved only at a sync or timers()), before a trace pull can
    * ask for them. */
-  d->kern->fill(d, rt->scal + 1, (float)((double)batches * B * T), 1);
+  d->kern->fill(d, rt->scal + 1, (float)trained, 1);
   TRY(d->op->sync(d));
   TRY(comm_allreduce(rt->comm, rt->scal, 2, COMM_F32, NULL));
   float v[2];
   TRY(d->op->download(d, v, rt->scal, sizeof v));
-  *val_loss = (double)v[0] / (double)v[1];
+  *val_loss = v[1] > 0 ? (double)v[0] / (double)v[1] : NAN;   /* no trained target: no loss */
   *ms = (double)(monotime_us() - t0) / 1000.0;
   trace_end(rt->trace, TRACE_HOST, TRACE_EVAL, TRACE_NO_UNIT, trace_step(rt->trace), monotime_us());
   return FSDP_OK;
@@ -577,6 +611,7 @@ void runtime_destroy(runtime_t **prt) {
   d->op->free(d, rt->tgt);
   free(rt->inp_h);
   free(rt->tgt_h);
+  free(rt->seg_h);
   d->op->free(d, rt->scal);
   free(rt->scal_h);
   tok_destroy(&rt->data);

@@ -29,9 +29,11 @@ typedef enum { RT_PHASE_ALLGATHER = 0, RT_PHASE_COMPUTE, RT_PHASE_REDUCESCATTER,
 
 typedef struct rt_report {
   int step;                      /* 1-based */
-  double loss;                   /* mean over every token of every rank, before this step's update */
+  double loss;                   /* mean over every trained token of every rank and micro-step, before this
+                                    step's update; NaN when the step had none (masked data) */
   double lr, grad_norm;          /* grad_norm: global, before clipping */
   uint64_t tokens;               /* B·T·G·world */
+  uint64_t trained;              /* the step's trained targets, every rank (= tokens for plain text) */
   double step_ms;                /* this rank's wall time for the step */
   uint64_t peak[MEM_NCAT], cur[MEM_NCAT], peak_total;   /* bytes, peaks within this step */
   uint64_t phase_us[RT_NPHASE];  /* device stream time blocked on gathers, computing, blocked on

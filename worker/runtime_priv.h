@@ -36,6 +36,12 @@ struct runtime {
   tok_file *val;                 /* [data] val, or NULL */
   int *inp, *tgt;                /* G·B·T token ids on the device: the whole step's micro-batches */
   int *inp_h, *tgt_h;            /* host staging when the device is not host memory */
+  /* masked data (tokens.h: rows of documents): targets −1 where untrained; with pack = true the
+   * rows' document starts, G·B·T on the host for model_set_docs; the trained targets of this
+   * rank's step (load_batches), which the step's count all-reduces */
+  int masked;
+  int32_t *seg_h;                /* NULL unless masked and packed */
+  int64_t trained;
   float *scal;                   /* PLAN_STEP_SCALARS device floats: Σ loss, Σ g², non-finite, count */
   float *scal_h;
   dev_event *scal_ready, *scal_done;   /* the scalars' all-reduce: after the norm, before the read-back */

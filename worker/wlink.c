@@ -243,6 +243,7 @@ fsdp_status wlink_report(wlink *l, int rank, const rt_report *r) {
   rep.lr = r->lr;
   rep.grad_norm = r->grad_norm;
   rep.tokens = r->tokens;
+  rep.trained_tokens = r->trained;
   rep.step_ms = r->step_ms;
   rep.has_val = r->has_val;
   rep.val_loss = r->val_loss;

@@ -134,7 +134,8 @@ void gpt2_acts_destroy(gpt2_acts **pa) {
 
 void gpt2_embed_forward(gpt2_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, ROOT_WTE, root), PARAM(0, ROOT_WPE, root), a->B, a->T, a->C,
+                           a->arena.seg);
 }
 
 /* The residual stream entering block LAYER and leaving the last block. */
@@ -151,7 +152,7 @@ void gpt2_block_forward(gpt2_acts *a, const plan_t *p, int layer, const void *un
                            PARAM(u, BLK_LN1_B, unit), B, T, C);
   d->kern->matmul_forward(d, s->qkv, s->ln1, PARAM(u, BLK_ATTN_W, unit), PARAM(u, BLK_ATTN_B, unit), BT, C, 3 * C);
   lora_forward(LORA, layer, BLK_ATTN_W, s->qkv, s->ln1);
-  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, C, NH, NH, a->arena.seg, 0);
   d->kern->matmul_forward(d, a->fwd_tmp, s->atty, PARAM(u, BLK_ATTNPROJ_W, unit), PARAM(u, BLK_ATTNPROJ_B, unit), BT,
                         C, C);
   lora_forward(LORA, layer, BLK_ATTNPROJ_W, a->fwd_tmp, s->atty);
@@ -231,7 +232,8 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   d->kern->matmul_backward(d, a->datty, DPARAM(BLK_ATTNPROJ_W), DPARAM(BLK_ATTNPROJ_B), dres, s->atty,
                          PARAM(u, BLK_ATTNPROJ_W, unit), BT, C, C);
   lora_backward(LORA, layer, BLK_ATTNPROJ_W, a->datty, dres, s->atty);
-  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH);   /* dbuf = d qkv */
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH, a->arena.seg,
+                              0);   /* dbuf = d qkv */
   d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
   lora_backward(LORA, layer, BLK_ATTN_W, a->dx, a->dbuf, s->ln1);
@@ -244,7 +246,7 @@ void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int 
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
   d->kern->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
-                          a->B, a->T, a->C);
+                          a->B, a->T, a->C, a->arena.seg);
 }
 
 /* ---------------------------------------------------------------- initialization */

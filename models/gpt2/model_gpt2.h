@@ -5,12 +5,15 @@
  * collectives (model_init_shard, in model.c, fills a rank's shard from gpt2_init_value).
  * Every call only submits operators to the device's stream. Per micro-step the runtime calls:
  *
- *   gpt2_embed_forward                     x0 = wte[inp] + wpe                 (root unit)
+ *   gpt2_embed_forward                     x0 = wte[inp] + wpe[pos]            (root unit)
  *   gpt2_block_forward    l = 0 .. L-1     out_l = block_l(out_{l-1}), out_{-1} = x0
  *   gpt2_head_forward_backward             final LN, tied head, xent (Σ loss into *loss_acc);
  *                                          backward through the head and ln_f: droot +=, dres
  *   gpt2_block_backward   l = L-1 .. 0     dunit_l +=, dres = dL/d out_{l-1}
  *   gpt2_embed_backward                    dwte, dwpe += from dres
+ *
+ * Packed rows (model_set_docs, the arena's seg): attention stays in each document and pos restarts
+ * at 0 in each (wpe's row), forward and backward; without them pos = t.
  *
  * Parameter gradients are fp32 and accumulate (+=), so G micro-steps add up; the runtime zeroes
  * them. dscale scales dlogits: 1/(B·T·world·G) gives the gradient of the mean loss over every token.

@@ -105,6 +105,7 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
                                       m->rope_attention_factor)
                 : rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
                                 m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+  a->window = m->sliding_window > 0 && m->sliding_window < a->T ? m->sliding_window : 0;   /* ≥ T: full */
   a->head = plan_head_slot(p);
   a->blk = calloc((size_t)(a->L > 0 ? a->L : 1), sizeof *a->blk);
   if (!a->blk) {
@@ -142,7 +143,7 @@ void llama_acts_destroy(llama_acts **pa) {
 
 void llama_embed_forward(llama_acts *a, const plan_t *p, const void *root, const int *inp) {
   device_t *d = a->dev;
-  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C);
+  d->kern->encoder_forward(d, a->x0, inp, PARAM(0, LROOT_EMBED, root), NULL, a->B, a->T, a->C, NULL);
 }
 
 /* q, k and v's adapters, each on its columns of the fused q|k|v rows (before the rotation) */
@@ -168,8 +169,8 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   if (a->qk_norm)
     d->kern->qk_norm_forward(d, s->qkv, s->qk_rstd, s->qkv_raw, PARAM(u, AT(LBLK_QN), unit),
                              PARAM(u, AT(LBLK_KN), unit), BT, a->NH, a->NKV, a->HD, a->eps);
-  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HD, &a->rope);
-  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, a->QD, a->NH, a->NKV);
+  d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HD, &a->rope, a->arena.seg);
+  d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, a->QD, a->NH, a->NKV, a->arena.seg, a->window);
   d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, AT(LBLK_O), unit), OPT_PARAM(LBLK_OB), BT, a->QD, C);
   lora_forward(LORA, layer, LBLK_O, a->fwd_tmp, s->atty);
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
@@ -235,8 +236,9 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   d->kern->linear_backward(d, a->datty, GRAD(u, AT(LBLK_O), dunit), OPT_GRAD(LBLK_OB), dres, s->atty,
                            PARAM(u, AT(LBLK_O), unit), BT, a->QD, C);
   lora_backward(LORA, layer, LBLK_O, a->datty, dres, s->atty);
-  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, a->QD, a->NH, a->NKV);
-  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HD, &a->rope);
+  d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, a->QD, a->NH, a->NKV,
+                              a->arena.seg, a->window);
+  d->kern->rope_backward(d, a->dbuf, B, T, a->NH, a->NKV, a->HD, &a->rope, a->arena.seg);
   if (a->qk_norm)   /* in place: d(normed q|k|v) → d(raw q|k|v) */
     d->kern->qk_norm_backward(d, a->dbuf, OPT_GRAD(LBLK_QN), OPT_GRAD(LBLK_KN), a->dbuf, s->qkv_raw,
                               PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT, a->NH,
@@ -251,7 +253,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
-  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C);
+  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C, NULL);
 }
 
 #undef PARAM

@@ -16,7 +16,9 @@
  * (NH + 2·NKV)·HD), and so are their biases, gate and up ([2F, C]) and theirs: each group is one
  * linear. Heads are HD wide (head_dim, which need not be C / NH): attention's output is NH·HD wide
  * and o_proj maps it back to C. Grouped-query attention shares kv head h/(NH/NKV). Rotary
- * frequencies: ops/rope.h, from rope_theta and the model's rope scaling. A tied model's head is
+ * frequencies: ops/rope.h, from rope_theta and the model's rope scaling. A sliding window
+ * (Mistral) and packed rows (model_set_docs: the arena's seg) restrict attention and restart the
+ * rotary positions per document (ops/docmask.h). A tied model's head is
  * embed_tokens (plan_head_slot): its gradient gets the head's contribution in the head and the
  * lookup's in llama_embed_backward, both added into the one slot of droot.
  *
@@ -60,6 +62,7 @@ typedef struct llama_acts {
   int qk_norm;
   float eps;
   rope_freqs rope;       /* the model's rotary frequencies (ops/rope.h) */
+  int window;            /* the sliding window below T (Mistral's sliding_window), 0: full causal attention */
   int head;              /* the root slot of the output head: LROOT_HEAD, or LROOT_EMBED when tied */
   llama_block_acts *blk; /* L */
   void *x0;              /* (B,T,C)   embed_tokens[inp] */

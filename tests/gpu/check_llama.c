@@ -35,18 +35,18 @@ static void check_encoder_nopos(const shape *s) {
   float *wte = h_bf16_uniform(VC, -1, 1), *out = h_nan(BTC);
   int *d_inp = d_upload(inp, (size_t)BT * sizeof(int));
   void *d_wte = d_bf16(wte, VC), *d_out = d_nan_bf16(BTC);
-  encoder_forward(out, inp, wte, NULL, B, T, C);
+  encoder_forward(out, inp, wte, NULL, B, T, C, NULL);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = BTC, .kind = OUT_BF16, .tol = TOL_BF16}};
   RUN_AND_COMPARE("encoder_forward(wpe NULL)", s->name, s->timed, fo,
-                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, NULL, B, T, C, &g_ctx));
+                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, NULL, B, T, C, NULL, &g_ctx));
 
   float *dout = h_bf16_uniform(BTC, -1, 1), *pre = h_uniform(VC, -1, 1), *dwte = h_copy(pre, VC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre, VC * sizeof(float));
-  encoder_backward(dwte, NULL, dout, inp, B, T, C);
+  encoder_backward(dwte, NULL, dout, inp, B, T, C, NULL);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
   RUN_AND_COMPARE("encoder_backward(dwpe NULL)", s->name, s->timed, bo,
-                  ops_cuda_encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, &g_ctx));
+                  ops_cuda_encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, NULL, &g_ctx));
   free_all();
 }
 
@@ -194,15 +194,15 @@ static void check_rope(const llama_shape *l, int scaled) {
   const char *how = scaled ? ", llama3 8/1/4/64" : "";
   snprintf(fname, sizeof fname, "rope_forward(NKV=%d, theta=%g%s)", NKV, l->theta, how);
   snprintf(bname, sizeof bname, "rope_backward(NKV=%d, theta=%g%s)", NKV, l->theta, how);
-  rope_forward(y, B, T, NH, NKV, HS, &r);
+  rope_forward(y, B, T, NH, NKV, HS, &r, NULL);
   out_t fo[] = {{.name = "qkv (in place)", .ref = y, .dev = d_x, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_rope_forward(d_x, B, T, NH, NKV, HS, &r, &g_ctx));
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_rope_forward(d_x, B, T, NH, NKV, HS, &r, NULL, &g_ctx));
 
   float *dy = h_bf16_uniform(n, -1, 1), *dx = h_copy(dy, n);
   void *d_d = d_bf16(dy, n);
-  rope_backward(dx, B, T, NH, NKV, HS, &r);
+  rope_backward(dx, B, T, NH, NKV, HS, &r, NULL);
   out_t bo[] = {{.name = "dqkv (in place)", .ref = dx, .dev = d_d, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
-  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_rope_backward(d_d, B, T, NH, NKV, HS, &r, &g_ctx));
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_rope_backward(d_d, B, T, NH, NKV, HS, &r, NULL, &g_ctx));
   free_all();
 }
 

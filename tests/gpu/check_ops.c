@@ -46,21 +46,21 @@ static void check_encoder(const shape *s) {
 
   float *out = h_nan(BTC);
   void *d_out = d_nan_bf16(BTC);
-  encoder_forward(out, inp, wte, wpe, B, T, C);
+  encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = BTC, .kind = OUT_BF16, .tol = TOL_BF16}};
   RUN_AND_COMPARE("encoder_forward", s->name, s->timed, fo,
-                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, &g_ctx));
+                  ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, NULL, &g_ctx));
 
   float *dout = h_bf16_uniform(BTC, -1, 1);
   float *pre_wte = h_uniform(VC, -1, 1), *pre_wpe = h_uniform(TC, -1, 1); /* accumulated into: nonzero */
   float *dwte = h_copy(pre_wte, VC), *dwpe = h_copy(pre_wpe, TC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre_wte, VC * sizeof(float)), *d_dwpe = d_upload(pre_wpe, TC * sizeof(float));
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wte},
                 {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
   RUN_AND_COMPARE("encoder_backward", s->name, s->timed, bo,
-                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, &g_ctx));
+                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, NULL, &g_ctx));
   /* dout read by dwpe and by the chains, dwpe and each distinct token's dwte row read and written,
    * the tokens and the links (next, has_prev) */
   const double rows = BT < V ? BT : V;
@@ -281,7 +281,7 @@ void check_attention(const shape *s, int NKV) {
 
   float *out = h_nan(nout), *att = h_nan(natt), *lse = h_nan(nlse);
   void *d_out = d_nan_bf16(nout), *d_lse = d_nan_f32(nlse);
-  attention_forward(out, att, qkv, B, T, C, NH, NKV);
+  attention_forward(out, att, qkv, B, T, C, NH, NKV, NULL, 0);
   /* lse from the CPU's probabilities: at the row's largest probability p_j (≥ 1/T, so its log is
    * accurate), lse = s_j − log p_j with s_j = scale·q·k_j recomputed in double. */
   const float scale = attn_scale(hs);
@@ -302,7 +302,7 @@ void check_attention(const shape *s, int NKV) {
   float *dout = h_bf16_uniform(nout, -1, 1), *dqkv = h_nan(nqkv), *datt = h_nan(natt);
   void *d_dout = d_bf16(dout, nout), *d_dqkv = d_nan_bf16(nqkv);
   float *d_scratch = d_nan_f32(nlse * (size_t)(hs + 1)); /* plan_attention_scratch_floats */
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV, NULL, 0);
 
   /* every implementation, then back to the process default. cuDNN first, so that its outputs are
    * kept and compared with the tensor cores' (the second opinion): each is within TOL_BF16 of the
@@ -325,11 +325,11 @@ void check_attention(const shape *s, int NKV) {
     out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = nout, .kind = OUT_BF16, .tol = TOL_BF16},
                   {.name = "lse", .ref = lse, .dev = d_lse, .n = nlse, .kind = OUT_F32, .tol = TOL_F32}};
     RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, &g_ctx));
+                    ops_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NKV, NULL, 0, &g_ctx));
     const double f_ms = g_last_ms;
     out_t bo[] = {{.name = "dqkv", .ref = dqkv, .dev = d_dqkv, .n = nqkv, .kind = OUT_BF16, .tol = TOL_BF16}};
     RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, &g_ctx));
+                    ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, NULL, 0, &g_ctx));
     const double b_ms = g_last_ms;
     if (impls[i] == OPS_ATTN_CUDNN && !attention_ran_cudnn(s->name, NKV)) {
       tc_done = ops_cuda_attention_ran(0) == OPS_ATTN_TC && ops_cuda_attention_ran(1) == OPS_ATTN_TC;
@@ -413,6 +413,8 @@ static void check_xent(const shape *s, int n, int ld) {
   if (n > 3) z[(size_t)3 * ld + V / 2] = 60.0f;
   int *tgt = h_tokens((size_t)n, V);
   if (n > 3) tgt[3] = V / 2;
+  if (n > 4) tgt[4] = XENT_NO_TARGET; /* an untrained token (masked data): loss 0, gradient 0 */
+  if (n > 5) tgt[n - 1] = XENT_NO_TARGET;
   for (int r = 0; r < n; r++) memcpy(ref + (size_t)r * V, z + (size_t)r * ld, (size_t)V * sizeof(float));
   softmax_xent_forward_backward(ref, losses, tgt, n, V, dscale);
   float *want = hbuf(N * sizeof(float)); /* the gradient rows at stride ld, padding 0 */
@@ -478,6 +480,7 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
   snprintf(shape_name, sizeof shape_name, "%s,BT=%d,chunk=%d%s", s->name, BT, chunk, steps > 1 ? ",2 steps" : "");
   float *inp = h_bf16_uniform(nin, -1, 1), *wte = h_bf16_uniform(nw, -0.1f, 0.1f);
   int *tgt = h_tokens(nl, V);
+  for (size_t i = 1; i < nl; i += 3) tgt[i] = XENT_NO_TARGET; /* masked data: every third token untrained */
   const void *d_inp = d_bf16(inp, nin);
   /* wte padded to Vp rows of NaN: the padding must never be read */
   void *d_wte = d_nan_bf16(nwp), *d_wte_v = d_bf16(wte, nw);

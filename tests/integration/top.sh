@@ -30,8 +30,9 @@ lines = open(sys.argv[1]).read().split("\n")
 job = sys.argv[2]
 assert all(len(l) <= 80 for l in lines), [l for l in lines if len(l) > 80]
 head = [l for l in lines if "JOB" in l]
-assert head and re.search(r"JOB\s+NAME\s+STATE\s+STEP\s+LOSS\s+TOK/S\s+ETA", head[0]), head
-row = [l for l in lines if re.match(r"^>?\s*%s\s+watched\s+running\s+\d+/100000\s+\d+\.\d{4}\s+[\d.]+k?\s+\S+$" % job, l)]
+assert head and re.search(r"JOB\s+NAME\s+STATE\s+STEP\s+LOSS\s+TOK/S\s+ETA\s+TRAIN/S", head[0]), head
+# plain text: every token is trained, TRAIN/S is TOK/S
+row = [l for l in lines if re.match(r"^>?\s*%s\s+watched\s+running\s+\d+/100000\s+\d+\.\d{4}\s+([\d.]+k?)\s+\S+\s+\1$" % job, l)]
 assert row, "no row for job %s" % job
 for rank in (0, 1):
     assert any(re.match(r"^\s+%d \[[PGOgAWC.]+\]\s+[\d.]+ [KMG]?i?B(\s+\d+%%){4}$" % rank, l) for l in lines), "rank %d" % rank

@@ -324,6 +324,7 @@ static void test_errors(void) {
   expect_error("[eval]\nbatchez = 3\n", 2, "unknown key 'batchez' in [eval]; allowed: every, batches, at_start, sample_every, sample_prompt");
   expect_error_train("[eval]\nevery = 10\n", 4, "[eval] every = 10 needs validation tokens; set [data] val");
   expect_error_train("[eval]\nsample_every = 10\n", 4, "sample_every = 10 needs a prompt");
+  expect_error_train("[data]\npack = false\n", 4, "[data] pack = false: the synthetic stream is one continuous stream");
   expect_error_train("[model]\nvocab_size = 100\n[eval]\nsample_prompt = ab{c\n", 6,
                      "byte 123 at offset 2 is outside the vocabulary (vocab_size = 100)");
   snprintf(buf, sizeof buf, "%s[eval]\nsample_prompt = caf\xc3\xa9\n", T);

@@ -58,6 +58,7 @@ int main(void) {
   Fsdp__StepSummary in = FSDP__STEP_SUMMARY__INIT;
   in.step = 7, in.loss = 3.25, in.lr = 6e-4, in.grad_norm = 0.75, in.tokens = 4096;
   in.step_ms = 160.0, in.step_ms_rank = 1, in.tokens_per_s = 4096 / 0.160;
+  in.trained_tokens = 1000, in.trained_tokens_per_s = 1000 / 0.160;
   in.agg = &am, in.ranks = detail, in.n_ranks = 2;
   char *line = NULL;
   CHECK_OK(metrics_line(&in, &line));
@@ -73,6 +74,8 @@ int main(void) {
   CHECK_NEAR(160.0, json_number_value(json_object_get(o, "step_ms")), 0, 1e-12);
   CHECK_EQ_INT(1, json_integer_value(json_object_get(o, "step_ms_rank")));
   CHECK_NEAR(4096 / 0.160, json_number_value(json_object_get(o, "tokens_per_s")), 0, 1e-9);
+  CHECK_EQ_INT(1000, json_integer_value(json_object_get(o, "trained_tokens")));
+  CHECK_NEAR(1000 / 0.160, json_number_value(json_object_get(o, "trained_tokens_per_s")), 0, 1e-9);
   json_t *ga = json_object_get(json_object_get(json_object_get(o, "agg"), "peak_bytes"), "gathered");
   CHECK_EQ_INT((1u << 20) + 3000, json_integer_value(json_object_get(ga, "min")));
   CHECK_EQ_INT(0, json_integer_value(json_object_get(ga, "min_rank")));
@@ -92,9 +95,23 @@ int main(void) {
   CHECK_EQ_INT(7, json_object_size(json_object_get(r1, "peak_bytes")));
   json_decref(o);
 
+  { /* a step without a trained target (masked data): its loss is null, the line still written */
+    Fsdp__StepSummary none = in;
+    none.loss = NAN, none.trained_tokens = 0, none.has_val = 1, none.val_loss = NAN;
+    char *nl = NULL;
+    CHECK_OK(metrics_line(&none, &nl));
+    json_t *n = nl ? json_loads(nl, 0, &err) : NULL;
+    CHECK(n && json_is_null(json_object_get(n, "loss")) && json_is_null(json_object_get(n, "val_loss")));
+    CHECK(n && json_integer_value(json_object_get(n, "trained_tokens")) == 0);
+    json_decref(n);
+    free(nl);
+  }
+
   /* round trip of the per-rank and aggregated figures (what status shows for the last step) */
   Fsdp__StepSummary sum = FSDP__STEP_SUMMARY__INIT;
   CHECK_OK(metrics_parse_line(line, &sum));
+  CHECK_EQ_INT(1000, sum.trained_tokens);
+  CHECK_NEAR(1000 / 0.160, sum.trained_tokens_per_s, 0, 1e-9);
   CHECK_EQ_INT(2, sum.n_ranks);
   CHECK_EQ_INT(1, sum.step_ms_rank);
   for (size_t r = 0; r < sum.n_ranks && r < 2; r++) {

@@ -24,6 +24,7 @@
 #include "opcheck.h"
 #include "ops_cpu.h"
 #include "ops/exp.h"
+#include "ops/softmax.h"
 
 /* ---- encoder ---- */
 
@@ -55,14 +56,14 @@ static void test_encoder(void) {
   frand(dout, w, N, 1.0);
   enc_ctx x = {B, T, C, inp, wte_d, wpe_d, w, out_d};
 
-  encoder_forward(out, inp, wte, wpe, B, T, C);
+  encoder_forward(out, inp, wte, wpe, B, T, C, NULL);
   enc_objective(&x);
   expect_close("encoder_forward out", out_d, out, N, FWD_ATOL, FWD_RTOL);
 
   double *pre_wte = dnew(V * C), *pre_wpe = dnew(T * C);
   frand(dwte, pre_wte, V * C, 1.0);
   frand(dwpe, pre_wpe, T * C, 1.0);
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
   fd_grad(g_wte, wte_d, V * C, enc_objective, &x);
   fd_grad(g_wpe, wpe_d, T * C, enc_objective, &x);
   for (int i = 0; i < V * C; i++) g_wte[i] += pre_wte[i];
@@ -241,7 +242,7 @@ static void test_attention(void) {
   attn_ctx x = {B, T, C, NH, NH, qkv_d, w, out_d, att_d};
 
   ffill(att, NA, NAN);
-  attention_forward(out, att, qkv, B, T, C, NH, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH, NULL, 0);
   attn_objective(&x);
   expect_close("attention_forward out", out_d, out, N, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att", att_d, att, NA, FWD_ATOL, FWD_RTOL);
@@ -253,7 +254,7 @@ static void test_attention(void) {
 
   ffill(dqkv, NQ, NAN);
   ffill(datt, NA, NAN);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH, NULL, 0);
   fd_grad(g, qkv_d, NQ, attn_objective, &x);
   expect_close("attention_backward dqkv (=)", g, dqkv, NQ, GRAD_ATOL, GRAD_RTOL);
 
@@ -263,7 +264,7 @@ static void test_attention(void) {
   float *out2 = fnew(N), *att2 = fnew(NA);
   for (int b = 0; b < B; b++)
     for (int c = C; c < 3 * C; c++) qkv[(b * T + tf) * 3 * C + c] += 0.5f;
-  attention_forward(out2, att2, qkv, B, T, C, NH, NH);
+  attention_forward(out2, att2, qkv, B, T, C, NH, NH, NULL, 0);
   int past_same = 1, present_moved = 0;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
@@ -281,7 +282,7 @@ static void test_attention(void) {
   double *q2d = dnew(NQ2), *w2 = dnew(N2), *o2d = dnew(N2), *a2d = dnew(NA2);
   frand(q2, q2d, NQ2, 2.0);
   attn_ctx x2 = {B, T2, C2, NH2, NH2, q2d, w2, o2d, a2d};
-  attention_forward(o2, a2, q2, B, T2, C2, NH2, NH2);
+  attention_forward(o2, a2, q2, B, T2, C2, NH2, NH2, NULL, 0);
   attn_objective(&x2);
   expect_close("attention_forward out, T=40", o2d, o2, N2, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att, T=40", a2d, a2, NA2, FWD_ATOL, FWD_RTOL);
@@ -301,13 +302,13 @@ static void test_attention_long(void) {
   frand(qkv, qkv_d, NQ, 2.0);
   frand(dout, w, N, 1.0);
   attn_ctx x = {B, T, C, NH, NH, qkv_d, w, out_d, att_d};
-  attention_forward(out, att, qkv, B, T, C, NH, NH);
+  attention_forward(out, att, qkv, B, T, C, NH, NH, NULL, 0);
   attn_objective(&x);
   expect_close("attention_forward out, T=300", out_d, out, N, FWD_ATOL, FWD_RTOL);
   expect_close("attention_forward att, T=300", att_d, att, NA, FWD_ATOL, FWD_RTOL);
   ffill(dqkv, NQ, NAN);
   ffill(datt, NA, NAN);
-  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH);
+  attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NH, NULL, 0);
   int tokens[] = {0, 1, 2, 100, 254, 255, 256, 257, 280, 298, 299};
   int nt = (int)(sizeof tokens / sizeof tokens[0]), ns = nt * 3 * C;
   double *fd = dnew(ns), *g1 = dnew(1);
@@ -373,13 +374,13 @@ static void test_attention_gqa(void) {
     attn_ctx x = {B, T, C, NH, NKV, qkv_d, w, out_d, att_d};
     char what[96];
 
-    attention_forward(out, att, qkv, B, T, C, NH, NKV);
+    attention_forward(out, att, qkv, B, T, C, NH, NKV, NULL, 0);
     attn_objective(&x);
     snprintf(what, sizeof what, "attention_forward out, NKV=%d of NH=%d", NKV, NH);
     expect_close(what, out_d, out, N, FWD_ATOL, FWD_RTOL);
     ffill(dqkv, NQ, NAN);
     ffill(datt, NA, NAN);
-    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
+    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV, NULL, 0);
     fd_grad(g, qkv_d, NQ, attn_objective, &x);
     snprintf(what, sizeof what, "attention_backward dqkv (=), NKV=%d of NH=%d", NKV, NH);
     expect_close(what, g, dqkv, NQ, GRAD_ATOL, GRAD_RTOL);
@@ -387,8 +388,8 @@ static void test_attention_gqa(void) {
     /* The copies: head h of the (B,T,3C) buffer holds q_h and kv head h / rep. */
     float *full = fnew(NQf), *outf = fnew(N), *attf = fnew(NA), *dfull = fnew(NQf);
     kv_expand(full, qkv, B * T, NH, NKV, hs);
-    attention_forward(outf, attf, full, B, T, C, NH, NH);
-    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
+    attention_forward(outf, attf, full, B, T, C, NH, NH, NULL, 0);
+    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH, NULL, 0);
     double *ref = dnew(NQ);
     for (int i = 0; i < N; i++) ref[i] = outf[i];
     snprintf(what, sizeof what, "attention_forward NKV=%d = multi-head on copied kv heads", NKV);
@@ -416,13 +417,13 @@ static void test_attention_gqa_blocks(void) {
     frand(qkv, qd, NQ, 1.5);
     frand(dout, wd, N, 1.0);
     kv_expand(full, qkv, B * T, NH, NKV, hs);
-    attention_forward(out, att, qkv, B, T, C, NH, NKV);
+    attention_forward(out, att, qkv, B, T, C, NH, NKV, NULL, 0);
     ffill(dqkv, NQ, NAN);
     ffill(datt, NA, NAN);
-    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV);
-    attention_forward(outf, attf, full, B, T, C, NH, NH);
+    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, NKV, NULL, 0);
+    attention_forward(outf, attf, full, B, T, C, NH, NH, NULL, 0);
     ffill(datt, NA, NAN);
-    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH);
+    attention_backward(dfull, datt, dout, full, attf, B, T, C, NH, NH, NULL, 0);
     kv_fold(ref, dfull, B * T, NH, NKV, hs);
     char what[96];
     snprintf(what, sizeof what, "attention_backward T=%d (2 row blocks) NKV=%d of NH=%d = multi-head, kv summed", T,
@@ -584,6 +585,19 @@ static void test_softmax_xent(void) {
   CHECK(isnan(lo[0]));
   expect_close("softmax_xent dlogits, invalid target", p_ref, row, V, FWD_ATOL, FWD_RTOL);
 
+  /* An untrained token (target −1, masked data): loss 0 and no gradient, beside a trained row whose
+   * loss and gradient stay as they are alone. */
+  float two[22], two_lo[2], one[11], one_lo[1];
+  for (int j = 0; j < V; j++) two[j] = one[j] = two[V + j] = (float)j * 0.3f;
+  int tg[2] = {XENT_NO_TARGET, 4}, t1 = 4;
+  double both = softmax_xent_forward_backward(two, two_lo, tg, 2, V, dscale);
+  double alone = softmax_xent_forward_backward(one, one_lo, &t1, 1, V, dscale);
+  CHECK(two_lo[0] == 0.0f && both == alone);
+  double zero[11] = {0}, one_d[11];
+  for (int j = 0; j < V; j++) one_d[j] = one[j];
+  expect_close("softmax_xent dlogits, untrained row", zero, two, V, 0, 0);
+  expect_close("softmax_xent dlogits, the trained row beside it", one_d, two + V, V, 0, 0);
+
   free(logits), free(losses), free(logits_d), free(losses_d), free(g);
 }
 
@@ -641,16 +655,16 @@ static void test_thread_independence(void) {
   frand(dout, NULL, N, 1.0);
   frand(wt, NULL, C, 1.0);
   frand(bs, NULL, C, 1.0);
-  attention_forward(out, att, qkv, B, T, C, NH, NH);
-  attention_forward(out, att_g, qkv, B, T, C, NH, NKV);
+  attention_forward(out, att, qkv, B, T, C, NH, NH, NULL, 0);
+  attention_forward(out, att_g, qkv, B, T, C, NH, NKV, NULL, 0);
   layernorm_forward(out, mean, rstd, dout, wt, bs, B, T, C);
   int saved = omp_get_max_threads();
   int threads[2] = {1, 3};
   for (int k = 0; k < 2; k++) {
     omp_set_num_threads(threads[k]);
-    attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH, NH);
-    attention_backward(dg[k], datt, dout, qkv, att_g, B, T, C, NH, NKV);
-    encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C);
+    attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH, NH, NULL, 0);
+    attention_backward(dg[k], datt, dout, qkv, att_g, B, T, C, NH, NKV, NULL, 0);
+    encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C, NULL);
     layernorm_backward(dx[k], dw[k], db[k], qkv, dout, wt, mean, rstd, B, T, C);
   }
   omp_set_num_threads(saved);

@@ -28,12 +28,12 @@ static void test_encoder_no_wpe(void) {
   frand(wte, NULL, V * C, 1.0);
   frand(dout, NULL, N, 1.0);
   ffill(out, N, NAN);
-  encoder_forward(out, inp, wte, NULL, B, T, C);
+  encoder_forward(out, inp, wte, NULL, B, T, C, NULL);
   for (int bt = 0; bt < B * T; bt++)
     for (int c = 0; c < C; c++) ref[bt * C + c] = wte[inp[bt] * C + c];
   expect_close("encoder_forward out, wpe NULL", ref, out, N, 0.0, 0.0);
   frand(dwte, pre, V * C, 1.0);
-  encoder_backward(dwte, NULL, dout, inp, B, T, C);
+  encoder_backward(dwte, NULL, dout, inp, B, T, C, NULL);
   for (int i = 0; i < V * C; i++) ref[i] = pre[i];
   for (int bt = 0; bt < B * T; bt++)
     for (int c = 0; c < C; c++) ref[inp[bt] * C + c] += dout[bt * C + c];
@@ -193,7 +193,7 @@ static void test_rope_example(void) {
   float qkv[2 * 12];
   for (int i = 0; i < 24; i++) qkv[i] = (float)(i % 4 + 1); /* q = k = v = (1, 2, 3, 4) */
   rope_freqs plain = plain_rope(10000);
-  rope_forward(qkv, 1, 2, 1, 1, 4, &plain);
+  rope_forward(qkv, 1, 2, 1, 1, 4, &plain, NULL);
   const double want[4] = {-1.98411065, 1.95990067, 2.46237790, 4.01979967};
   const double t0[4] = {1, 2, 3, 4};
   expect_close("rope_forward position 0 q (identity)", t0, qkv, 4, 0.0, 0.0);
@@ -226,7 +226,7 @@ static void test_rope(void) {
     char what[96];
 
     memcpy(y, qkv, sizeof(float) * n);
-    rope_forward(y, B, T, NH, NKV, HS, &rf);
+    rope_forward(y, B, T, NH, NKV, HS, &rf, NULL);
     rope_objective(&x);
     snprintf(what, sizeof what, "rope_forward, NH=%d NKV=%d theta=%g", NH, NKV, thetas[k]);
     expect_close(what, out_d, y, n, FWD_ATOL, FWD_RTOL);
@@ -235,13 +235,13 @@ static void test_rope(void) {
       for (int c = (NH + NKV) * HS; c < C3; c++) v_same &= y[bt * C3 + c] == qkv[bt * C3 + c];
     CHECK(v_same);
 
-    rope_backward(dy, B, T, NH, NKV, HS, &rf);
+    rope_backward(dy, B, T, NH, NKV, HS, &rf, NULL);
     fd_grad(g, qkv_d, n, rope_objective, &x);
     snprintf(what, sizeof what, "rope_backward (in place), NH=%d NKV=%d theta=%g", NH, NKV, thetas[k]);
     expect_close(what, g, dy, n, GRAD_ATOL, GRAD_RTOL);
 
     memcpy(back, y, sizeof(float) * n);
-    rope_backward(back, B, T, NH, NKV, HS, &rf);
+    rope_backward(back, B, T, NH, NKV, HS, &rf, NULL);
     snprintf(what, sizeof what, "rope_backward(rope_forward(x)) = x, NH=%d NKV=%d", NH, NKV);
     expect_close(what, qkv_d, back, n, FWD_ATOL, FWD_RTOL);
 
@@ -378,28 +378,28 @@ static void test_cpu_device_slots(void) {
       linear_backward(b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
       rmsnorm_forward(b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
       rmsnorm_backward(b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
-      rope_forward(b[S_ROPE], B, T, NH, NKV, HS, &rf);
-      attention_forward(b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
-      attention_backward(b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_ATT], B, T, C, NH, NKV);
-      rope_backward(b[S_DQKV], B, T, NH, NKV, HS, &rf);
+      rope_forward(b[S_ROPE], B, T, NH, NKV, HS, &rf, NULL);
+      attention_forward(b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV, NULL, 0);
+      attention_backward(b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_ATT], B, T, C, NH, NKV, NULL, 0);
+      rope_backward(b[S_DQKV], B, T, NH, NKV, HS, &rf, NULL);
       swiglu_forward(b[S_SW], gu, BT, F);
       swiglu_backward(b[S_DGU], gu, b[S_SW], BT, F);
-      encoder_forward(b[S_ENC], inp, w, NULL, B, T, C);
-      encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
+      encoder_forward(b[S_ENC], inp, w, NULL, B, T, C, NULL);
+      encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, NULL);
     } else {
       const dev_kernels *o = d->kern;
       o->linear_forward(d, b[S_LIN], x, w, NULL, BT, C3, OC);
       o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], NULL, dy, x, w, BT, C3, OC);
       o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
       o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
-      o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, &rf);
-      o->attention_forward(d, b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV);
-      o->attention_backward(d, b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_OUT], b[S_ATT], B, T, C, NH, NKV);
-      o->rope_backward(d, b[S_DQKV], B, T, NH, NKV, HS, &rf);
+      o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, &rf, NULL);
+      o->attention_forward(d, b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV, NULL, 0);
+      o->attention_backward(d, b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_OUT], b[S_ATT], B, T, C, NH, NKV, NULL, 0);
+      o->rope_backward(d, b[S_DQKV], B, T, NH, NKV, HS, &rf, NULL);
       o->swiglu_forward(d, b[S_SW], gu, BT, F);
       o->swiglu_backward(d, b[S_DGU], gu, b[S_SW], BT, F);
-      o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C);
-      o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C);
+      o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C, NULL);
+      o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, NULL);
       CHECK_OK(d->op->sync(d));
     }
   }

@@ -1,5 +1,6 @@
 /* test_tokmask — masked token files: written and read back bit for bit (uint16 and uint32, counts
- * that are not a multiple of 8), and refused by the training reader tok_open() in one line. */
+ * that are not a multiple of 8), opened by the training reader tok_open() as masked; plan's check
+ * of a job's files (tokmask_check_files). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +32,11 @@ static void roundtrip(int vocab, int64_t n) {
     CHECK(!memcmp(m, m2, (size_t)n));
     CHECK(!memcmp(s, s2, (size_t)n));
   }
-  /* the training reader refuses it, in one line that says why and what it takes */
+  /* the training reader opens it as masked, with the same tokens (test_tokrows reads its rows) */
   tok_file *f = NULL;
-  CHECK_EQ_INT(FSDP_ERR_UNSUPPORTED, tok_open(path, &f));
-  CHECK(f == NULL);
-  CHECK(strstr(fsdp_last_error(), "carries a loss mask") != NULL);
-  CHECK(strchr(fsdp_last_error(), '\n') == NULL);
+  CHECK_OK(tok_open(path, &f));
+  CHECK(f && tok_masked(f) && tok_count(f) == n);
+  tok_destroy(&f);
   free(t), free(m), free(s), free(t2), free(m2), free(s2);
 }
 
@@ -55,6 +55,17 @@ int main(void) {
   int64_t n;
   CHECK(tokmask_read(path, &t, &m, &s, &n) == FSDP_ERR_FORMAT);
   CHECK(strstr(fsdp_last_error(), "has no loss mask") != NULL);
+  /* plan, submit and run: pack = false needs documents; one stream does not mix the two kinds */
+  const char *masked = path_in("m300_8.bin");
+  CHECK_OK(tokmask_check_files("train", path, 1));
+  CHECK_OK(tokmask_check_files("train", masked, 0));
+  CHECK(tokmask_check_files("train", path, 0) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "[data] pack = false: train") && strstr(fsdp_last_error(), "plain token file"));
+  char both[2048];
+  snprintf(both, sizeof both, "%s\n%s", masked, path);
+  CHECK(tokmask_check_files("val", both, 1) == FSDP_ERR_INVALID);
+  CHECK(strstr(fsdp_last_error(), "[data] val:") && strstr(fsdp_last_error(), "all masked files"));
+  CHECK(strchr(fsdp_last_error(), '\n') == NULL);
   tmpdir_remove();
   return check_done();
 }

@@ -405,15 +405,15 @@ static void cu_adamw(device_t *dd, const plan_t *p, int rank, float *param, cons
 /* ---- the model's operators ---- */
 
 static void cu_encoder_forward(device_t *dd, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
-                               int C) {
+                               int C, const int32_t *seg) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_encoder_forward(out, inp, wte, wpe, B, T, C, &d->ctx), "encoder_forward");
+  OP(d, ops_cuda_encoder_forward(out, inp, wte, wpe, B, T, C, seg, &d->ctx), "encoder_forward");
 }
 
 static void cu_encoder_backward(device_t *dd, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
-                                int C) {
+                                int C, const int32_t *seg) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, &d->ctx), "encoder_backward");
+  OP(d, ops_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, seg, &d->ctx), "encoder_backward");
 }
 
 static void cu_layernorm_forward(device_t *dd, void *out, float *mean, float *rstd, const void *inp, const void *w,
@@ -462,15 +462,16 @@ static void cu_matmul_backward(device_t *dd, void *dinp, float *dw, float *db, c
 }
 
 static void cu_attention_forward(device_t *dd, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
-                                 int NKV) {
+                                 int NKV, const int32_t *seg, int window) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_attention_forward(out, state, qkv, B, T, C, NH, NKV, &d->ctx), "attention_forward");
+  OP(d, ops_cuda_attention_forward(out, state, qkv, B, T, C, NH, NKV, seg, window, &d->ctx), "attention_forward");
 }
 
 static void cu_attention_backward(device_t *dd, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                                  const void *out, const void *state, int B, int T, int C, int NH, int NKV) {
+                                  const void *out, const void *state, int B, int T, int C, int NH, int NKV,
+                                  const int32_t *seg, int window) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV, &d->ctx),
+  OP(d, ops_cuda_attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV, seg, window, &d->ctx),
      "attention_backward");
 }
 
@@ -550,14 +551,16 @@ static void cu_rmsnorm_backward_add(device_t *dd, void *dres, float *dw, const v
   OP(d, ops_cuda_rmsnorm_backward_acc(dres, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward (accumulated)");
 }
 
-static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                            const int32_t *seg) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rope_forward(qkv, B, T, NH, NKV, HS, rope, &d->ctx), "rope_forward");
+  OP(d, ops_cuda_rope_forward(qkv, B, T, NH, NKV, HS, rope, seg, &d->ctx), "rope_forward");
 }
 
-static void cu_rope_backward(device_t *dd, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
+static void cu_rope_backward(device_t *dd, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                             const int32_t *seg) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rope_backward(dqkv, B, T, NH, NKV, HS, rope, &d->ctx), "rope_backward");
+  OP(d, ops_cuda_rope_backward(dqkv, B, T, NH, NKV, HS, rope, seg, &d->ctx), "rope_backward");
 }
 
 static void cu_swiglu_forward(device_t *dd, void *out, const void *gu, int BT, int F) {

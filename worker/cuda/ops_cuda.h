@@ -68,14 +68,16 @@ typedef struct ops_cuda_ctx {
  * the caller passes that scratch buffer. */
 #define OPS_CUDA_WORKSPACE_MIN ((size_t)32 << 20)
 
-/* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe NULL: no positions (Llama) ---- */
+/* ---- encoder: out[b,t,:] = wte[inp[b,t],:] + wpe[pos,:]; wpe NULL: no positions (Llama) ----
+ * pos = t, or with documents SEG (device memory, NULL: one per row) t − seg[b·T + t] (ops/docmask.h). */
 fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf16 *wte, const ops_bf16 *wpe, int B,
-                                     int T, int C, const ops_cuda_ctx *ctx);
+                                     int T, int C, const int32_t *seg, const ops_cuda_ctx *ctx);
 /* dwte (V,C) and dwpe (T,C) fp32 +=. Deterministic: each dwte row is summed over its token's
  * occurrences in position order (a first pass links every position to the next one holding the
- * same token; needs 2·B·T ints of workspace), each dwpe element over b in order. dwpe may be NULL. */
+ * same token; needs 2·B·T ints of workspace), each dwpe element over b in order (with SEG: over the
+ * tokens at that position in their documents, row by row, in position order). dwpe may be NULL. */
 fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
-                                      int C, const ops_cuda_ctx *ctx);
+                                      int C, const int32_t *seg, const ops_cuda_ctx *ctx);
 
 /* ---- LayerNorm over C, eps 1e-5; mean and rstd (B·T, fp32) saved for backward ---- */
 fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, const ops_bf16 *inp,
@@ -135,7 +137,10 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * cuDNN saves the same state: its softmax statistics are the natural-log LSE, fp32 (B,NH,T); its
  * plans' own workspace comes from ctx->workspace (where a plan needs more, the tensor cores run).
  * cuDNN's dQ accumulation is not promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc
- * is. */
+ * is.
+ * Documents SEG (device memory, NULL: one per row) and a sliding WINDOW (0: none) restrict query t
+ * to keys [lo, t] (ops/docmask.h). cuDNN's graph is built without them, so a call with either runs
+ * the FMA kernels, which skip every key tile no query of a query tile sees (docs/gpu.md). */
 typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1, OPS_ATTN_CUDNN = 2 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
@@ -144,7 +149,7 @@ ops_attn_impl ops_cuda_attention_selected(void);
 ops_attn_impl ops_cuda_attention_ran(int backward);
 void ops_cuda_attention_note(char *buf, size_t n);
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                       int NKV, const ops_cuda_ctx *ctx);
+                                       int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx);
 /* dqkv (B,T,C + 2·NKV·hs) bf16 assigned, from dout, the forward's qkv, out and lse. Recomputes the
  * scores. scratch: B·NH·T·(hs + 1) floats (plan_attention_scratch_floats), 256-byte aligned: the
  * dO·O row sums, and cuDNN's fp32 dQ accumulator. Tensor cores and FMA: deterministic (dk/dv and dq
@@ -152,7 +157,7 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
  * one block). */
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
-                                        int NKV, const ops_cuda_ctx *ctx);
+                                        int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx);
 
 /* ---- elementwise (bf16 storage, fp32 math) ---- */
 fsdp_status ops_cuda_gelu_forward(ops_bf16 *out, const ops_bf16 *inp, int64_t N, const ops_cuda_ctx *ctx);
@@ -189,11 +194,12 @@ fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const 
 /* Rotary embeddings, Hugging Face's rotate-half (ops/rope.h), in place on the NH q and NKV k heads
  * of a (B,T,(NH + 2·NKV)·HS) qkv buffer, with the frequencies of ROPE (read at the call, passed to
  * the kernel by value); v untouched. The backward rotates dq, dk back in place.
- * An odd HS is FSDP_ERR_INVALID. */
+ * An odd HS is FSDP_ERR_INVALID. SEG (device memory, NULL: one document per row): positions restart
+ * in each document (ops/docmask.h). */
 fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
-                                  const ops_cuda_ctx *ctx);
+                                  const int32_t *seg, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
-                                   const ops_cuda_ctx *ctx);
+                                   const int32_t *seg, const ops_cuda_ctx *ctx);
 /* SwiGLU (ops/swiglu.h): gu (BT, 2F) holds gate then up per row; out (BT, F) = silu(gate)·up;
  * dgu (BT, 2F) assigned. */
 fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
@@ -221,9 +227,10 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
  * ops_cuda_xent_inplace computes each row's loss and overwrites the row IN PLACE with dlogits =
  * dscale·(softmax − onehot) in bf16; then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
  * rows [0,V) only) += dlogitsᵀ @ inp_chunk, accumulated by the GEMM itself (beta = 1). losses (BT)
- * fp32 assigned: −log softmax[target]; a target outside [0, V) gives a NaN loss and a gradient of
- * dscale·softmax (as on the CPU). dscale is the runtime's 1/(tokens of the step): the mean over B·T
- * and the micro-steps.
+ * fp32 assigned: −log softmax[target]; target XENT_NO_TARGET (−1, an untrained token) loss 0 and
+ * gradient 0; any other target outside [0, V) gives a NaN loss and a gradient of dscale·softmax (as
+ * on the CPU). dscale is the runtime's 1/(tokens of the step), whose mean over the trained tokens
+ * the optimizer's gradient scale completes (runtime.c).
  * dinp and dwte both NULL: forward only (losses; evaluation).
  * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·2 (GPT-2, chunk
  * 16384: 1.65 GB; chunk 1024: 103 MB). */

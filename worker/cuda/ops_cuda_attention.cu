@@ -47,6 +47,7 @@ extern "C" {
 #include "envknob.h"
 #include "ops_cuda_cudnn.h"
 
+#include "ops/docmask.h"
 #include "ops/exp.h"
 #include "ops/softmax.h"
 
@@ -68,20 +69,27 @@ template <int D, int TILE> struct att_cfg {
   static constexpr int LDP = TILE + 1; /* padded row stride of P / dS tiles */
   static constexpr int RM = TILE / 16; /* micro-tile rows (and score columns) per thread */
   static constexpr int DN = D / 16;    /* output columns per thread */
-  static constexpr size_t fwd_smem = sizeof(float) * (3 * TILE * LDK + TILE * LDP);
+  static constexpr size_t fwd_smem = sizeof(float) * (3 * TILE * LDK + TILE * LDP) + sizeof(int) * TILE;
   static constexpr size_t bwd_smem = sizeof(float) * (4 * TILE * LDK + 2 * TILE * LDP + 2 * TILE);
   static_assert(TILE % 16 == 0 && D % 16 == 0, "tiles are cut in 16×16 thread grids");
 };
+
+/* The first key query row QI of row b sees (ops/docmask.h); rows past T (a tile's padding) are
+ * never stored: 0. */
+__device__ __forceinline__ int att_row_lo(const int32_t *seg, int window, int b, int T, int qi) {
+  return qi < T ? attn_key_lo(seg, window, b, T, qi) : 0;
+}
 
 /* ---- forward ---- */
 
 template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ lse, const ops_bf16 *__restrict__ qkv,
-                             int T, int C, int NH, int NKV, float scale) {
+                             int T, int C, int NH, int NKV, float scale, const int32_t *__restrict__ seg, int window) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sQ = sm, *sK = sQ + TILE * K::LDK, *sV = sK + TILE * K::LDK, *sP = sV + TILE * K::LDK;
+  int *sLo = (int *)(sP + TILE * K::LDP); /* each query row's first key (ops/docmask.h) */
   const int qt = gridDim.x - 1 - blockIdx.x; /* the longest (last) query tiles start first */
   const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -91,6 +99,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
   const int q0 = qt * TILE;
 
   load_tile<D, TILE, K::LDK>(sQ, q, C3, q0, T);
+  for (int i = threadIdx.x; i < TILE; i += ATT_THREADS) sLo[i] = att_row_lo(seg, window, b, T, q0 + i);
   float o[K::RM][K::DN], mrow[K::RM], lrow[K::RM];
 #pragma unroll
   for (int a = 0; a < K::RM; a++) {
@@ -100,7 +109,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int d = 0; d < K::DN; d++) o[a][d] = 0.0f;
   }
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = att_row_lo(seg, window, b, T, q0) / TILE; kt <= qt; kt++) { /* no row sees a tile before */
     const int k0 = kt * TILE;
     __syncthreads(); /* the previous tile's readers of sK, sV, sP are done (and sQ is loaded) */
     load_tile<D, TILE, K::LDK>(sK, k, C3, k0, T);
@@ -122,15 +131,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int j = 0; j < K::RM; j++) s[a][j] += qv[a] * kv[j];
     }
-    /* Every row sees key k0 (k0 ≤ q0 ≤ its query, k0 < T), so its tile max is finite. */
+    /* A row may see no key of a tile (documents, a window): its max stays −inf and its P 0. */
 #pragma unroll
     for (int a = 0; a < K::RM; a++) {
-      const int qi = q0 + ty + 16 * a;
+      const int qi = q0 + ty + 16 * a, lo = sLo[ty + 16 * a];
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < K::RM; j++) {
         const int kj = k0 + tx + 16 * j;
-        s[a][j] = (kj <= qi && kj < T) ? s[a][j] * scale : -INFINITY;
+        s[a][j] = (kj <= qi && kj >= lo && kj < T) ? s[a][j] * scale : -INFINITY;
         mx = fmaxf(mx, s[a][j]);
       }
       mx = half_warp_max(mx);
@@ -216,7 +225,8 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkv_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                                   const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                                  const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
+                                  const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale,
+                                  const int32_t *__restrict__ seg, int window) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sK = sm, *sV = sK + TILE * K::LDK, *sQ = sV + TILE * K::LDK, *sdO = sQ + TILE * K::LDK;
@@ -241,6 +251,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const float *L = lse + ((int64_t)b * NH + h) * T, *Dv = dvec + ((int64_t)b * NH + h) * T;
     for (int qt = kt; qt < nqt; qt++) {
       const int q0 = qt * TILE;
+      if (att_row_lo(seg, window, b, T, q0) >= k0 + TILE) break; /* this and every later query tile see past it */
       __syncthreads(); /* previous readers of sQ, sdO, sPt, sdSt, sL, sD are done */
       load_tile<D, TILE, K::LDK>(sQ, q, C3, q0, T);
       load_tile<D, TILE, K::LDK>(sdO, dO, C, q0, T);
@@ -279,7 +290,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < K::RM; j++) {
           const int il = tx + 16 * j, qi = q0 + il;
           float p, ds;
-          att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], qi >= kj && qi < T && kj < T, scale, &p, &ds);
+          const bool ok = qi >= kj && qi < T && kj < T && kj >= att_row_lo(seg, window, b, T, qi);
+          att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], ok, scale, &p, &ds);
           sPt[(ty + 16 * a) * K::LDP + il] = p;
           sdSt[(ty + 16 * a) * K::LDP + il] = ds;
         }
@@ -324,7 +336,8 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                                  const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                                 const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
+                                 const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale,
+                                 const int32_t *__restrict__ seg, int window) {
   using K = att_cfg<D, TILE>;
   extern __shared__ float sm[];
   float *sQ = sm, *sdO = sQ + TILE * K::LDK, *sK = sdO + TILE * K::LDK, *sV = sK + TILE * K::LDK;
@@ -351,7 +364,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int d = 0; d < K::DN; d++) dq[a][d] = 0.0f;
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = att_row_lo(seg, window, b, T, q0) / TILE; kt <= qt; kt++) {
     const int k0 = kt * TILE;
     __syncthreads();
     load_tile<D, TILE, K::LDK>(sK, k, C3, k0, T);
@@ -382,12 +395,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 #pragma unroll
     for (int a = 0; a < K::RM; a++) {
-      const int il = ty + 16 * a, qi = q0 + il;
+      const int il = ty + 16 * a, qi = q0 + il, lo = att_row_lo(seg, window, b, T, qi);
 #pragma unroll
       for (int j = 0; j < K::RM; j++) {
         const int kj = k0 + tx + 16 * j;
         float p, ds;
-        att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], qi >= kj && qi < T && kj < T, scale, &p, &ds);
+        att_p_ds(s[a][j], dp[a][j], sL[il], sD[il], qi >= kj && qi < T && kj < T && kj >= lo, scale, &p, &ds);
         sdS[il * K::LDP + tx + 16 * j] = ds;
       }
     }
@@ -444,13 +457,14 @@ template <typename Kern> static fsdp_status smem_opt_in(Kern kernel, size_t byte
 
 template <int D, int TILE>
 static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C,
-                                            int NH, int NKV, const ops_cuda_ctx *ctx) {
+                                            int NH, int NKV, const int32_t *seg, int window,
+                                            const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward";
   using K = att_cfg<D, TILE>;
   TRY(smem_opt_in(attention_forward_kernel<D, TILE>, K::fwd_smem, what));
   dim3 grid((T + TILE - 1) / TILE, NH, B);
   attention_forward_kernel<D, TILE><<<grid, ATT_THREADS, K::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
-                                                                                     NKV, attn_scale(D));
+                                                                                     NKV, attn_scale(D), seg, window);
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
@@ -458,17 +472,17 @@ static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops
 template <int D, int TILE>
 static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv,
                                              const float *lse, const float *dvec, int B, int T, int C, int NH,
-                                             int NKV, const ops_cuda_ctx *ctx) {
+                                             int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   using K = att_cfg<D, TILE>;
   TRY(smem_opt_in(attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, what));
   TRY(smem_opt_in(attention_backward_dq_kernel<D, TILE>, K::bwd_smem, what));
   const int nt = (T + TILE - 1) / TILE;
   attention_backward_dkv_kernel<D, TILE><<<dim3(nt, NKV, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
-      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
   LAUNCH_CHECK("attention_backward (dk, dv)");
   attention_backward_dq_kernel<D, TILE><<<dim3(nt, NH, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
-      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
   LAUNCH_CHECK("attention_backward (dq)");
   return FSDP_OK;
 }
@@ -514,9 +528,14 @@ static bool cudnn_fell_back(fsdp_status rc, const char *why) {
 }
 
 fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                       int NKV, const ops_cuda_ctx *ctx) {
+                                       int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
+  if (seg || window > 0) { /* the masked kernels (ops_cuda.h) */
+    g_attn_ran[0].store((int)OPS_ATTN_FMA);
+    if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
+    return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
+  }
   ops_attn_impl impl = ops_cuda_attention_selected();
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
@@ -531,17 +550,18 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
   if (impl == OPS_ATTN_TC && !(ops_aligned16(qkv) && ops_aligned16(out))) impl = OPS_ATTN_FMA;
   g_attn_ran[0].store((int)impl);
   if (impl == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
-  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, ctx);
-  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, ctx);
+  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, NULL, 0, ctx);
+  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, NULL, 0, ctx);
 }
 
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                         const ops_bf16 *out, const float *lse, int B, int T, int C, int NH,
-                                        int NKV, const ops_cuda_ctx *ctx) {
+                                        int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  ops_attn_impl impl = ops_cuda_attention_selected();
+  const bool masked = seg || window > 0; /* the masked kernels (ops_cuda.h) */
+  ops_attn_impl impl = masked ? OPS_ATTN_FMA : ops_cuda_attention_selected();
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
     fsdp_status rc =
@@ -564,6 +584,7 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
                                    ctx->stream>>>(dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
   if (impl == OPS_ATTN_TC) return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
-  if (C / NH == 64) return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
-  return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+  if (C / NH == 64)
+    return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);
+  return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);
 }

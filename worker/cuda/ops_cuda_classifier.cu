@@ -71,6 +71,13 @@ __global__ void __launch_bounds__(XENT_THREADS)
   const int64_t row = (int64_t)gridDim.x - 1 - blockIdx.x;
   ops_bf16 *z = logits + row * Vp;
   const int tgt = targets[row];
+  if (tgt == XENT_NO_TARGET) { /* untrained (the same for the whole block): loss 0, gradient 0 */
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    const float zero[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    xent_row_loop<VEC>(
+        V, [&](int j) { st8cs(z + j, zero); }, [&](int j) { __stcs(z + j, tobf(0.0f)); });
+    return;
+  }
   const bool valid = tgt >= 0 && tgt < V;
   const float zt = valid && threadIdx.x == 0 ? ldbf(z + tgt) : 0.0f; /* read before any write */
   float mx = -INFINITY, s = 0.0f;

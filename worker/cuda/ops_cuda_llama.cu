@@ -17,6 +17,7 @@
 #include "ops_cuda_common.cuh"
 
 #include "ops/rmsnorm.h"
+#include "ops/docmask.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
 
@@ -203,14 +204,14 @@ fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const 
 /* DIR = 1 rotates by the angle (forward), −1 back (backward). n = B·T·(NH + NKV)·HS/2 pairs; the
  * pair index runs fastest over i, then heads, then rows. */
 __global__ void rope_kernel(ops_bf16 *__restrict__ qkv, int T, int NH, int NKV, int HS, rope_freqs rope, float dir,
-                            int64_t n) {
+                            const int32_t *__restrict__ seg, int64_t n) {
   const int half = HS / 2, nh = NH + NKV;
   const int64_t C3 = (int64_t)(NH + 2 * NKV) * HS;
   for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (int64_t)gridDim.x * blockDim.x) {
     const int i = (int)(p % half), h = (int)(p / half % nh);
     const int64_t bt = p / half / nh;
     float s, c;
-    sincosf(rope_angle((int)(bt % T), i, HS, &rope), &s, &c);
+    sincosf(rope_angle(doc_pos(seg, bt, (int)(bt % T)), i, HS, &rope), &s, &c);
     ops_bf16 *x = qkv + bt * C3 + (int64_t)h * HS + i;
     float a = ldbf(x), b = ldbf(x + half);
     rope_rotate(&a, &b, c * rope.scale, dir * (s * rope.scale));
@@ -220,24 +221,24 @@ __global__ void rope_kernel(ops_bf16 *__restrict__ qkv, int T, int NH, int NKV, 
 }
 
 static fsdp_status rope_launch(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
-                               float dir, const ops_cuda_ctx *ctx, const char *what) {
+                               const int32_t *seg, float dir, const ops_cuda_ctx *ctx, const char *what) {
   if (HS <= 0 || HS % 2 != 0)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: head size %d; rotary embeddings need an even head size", what, HS);
   const int64_t n = (int64_t)B * T * (NH + NKV) * (HS / 2);
   if (n <= 0) return FSDP_OK;
-  rope_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(qkv, T, NH, NKV, HS, *rope, dir, n);
+  rope_kernel<<<ops_blocks(n, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(qkv, T, NH, NKV, HS, *rope, dir, seg, n);
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
 
 fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
-                                  const ops_cuda_ctx *ctx) {
-  return rope_launch(qkv, B, T, NH, NKV, HS, rope, 1.0f, ctx, "rope_forward");
+                                  const int32_t *seg, const ops_cuda_ctx *ctx) {
+  return rope_launch(qkv, B, T, NH, NKV, HS, rope, seg, 1.0f, ctx, "rope_forward");
 }
 
 fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
-                                   const ops_cuda_ctx *ctx) {
-  return rope_launch(dqkv, B, T, NH, NKV, HS, rope, -1.0f, ctx, "rope_backward");
+                                   const int32_t *seg, const ops_cuda_ctx *ctx) {
+  return rope_launch(dqkv, B, T, NH, NKV, HS, rope, seg, -1.0f, ctx, "rope_backward");
 }
 
 /* ---- SwiGLU: gu (BT, 2F) = [gate | up] per row; VEC: 8 outputs per thread (F a multiple of 8) ---- */

@@ -10,6 +10,7 @@
  */
 #include "ops_cuda_common.cuh"
 
+#include "ops/docmask.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 
@@ -18,7 +19,7 @@
 template <bool VEC>
 __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__restrict__ inp,
                                        const ops_bf16 *__restrict__ wte, const ops_bf16 *__restrict__ wpe, int T,
-                                       int C, int64_t n) {
+                                       int C, const int32_t *__restrict__ seg, int64_t n) {
   /* VEC: C is a multiple of 8, so a pack never crosses a row */
   ops_ew_loop<VEC, 8>(
       n,
@@ -27,7 +28,7 @@ __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__
         const int64_t bt = i / C;
         float x[8], p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         ld8(x, wte + (int64_t)inp[bt] * C + c);
-        if (wpe) ld8(p, wpe + (int64_t)(bt % T) * C + c);
+        if (wpe) ld8(p, wpe + (int64_t)doc_pos(seg, bt, (int)(bt % T)) * C + c);
 #pragma unroll
         for (int k = 0; k < 8; k++) x[k] += p[k];
         st8(out + i, x);
@@ -35,7 +36,7 @@ __global__ void encoder_forward_kernel(ops_bf16 *__restrict__ out, const int *__
       [&](int64_t i) {
         const int c = (int)(i % C);
         const int64_t bt = i / C;
-        const int t = (int)(bt % T);
+        const int t = doc_pos(seg, bt, (int)(bt % T));
         out[i] = tobf(ldbf(wte + (int64_t)inp[bt] * C + c) + (wpe ? ldbf(wpe + (int64_t)t * C + c) : 0.0f));
       });
 }
@@ -67,6 +68,21 @@ __global__ void encoder_dwpe_kernel(float *__restrict__ dwpe, const ops_bf16 *__
     } else {
       dwpe[i] += s[0];
     }
+  }
+}
+
+/* With documents: dwpe[p,c] += Σ over rows b, then positions t in order, of dout[b,t,c] where
+ * t − seg[b·T + t] = p (the token at position p of its document). */
+__global__ void encoder_dwpe_docs_kernel(float *__restrict__ dwpe, const ops_bf16 *__restrict__ dout,
+                                         const int32_t *__restrict__ seg, int B, int T, int C) {
+  const int64_t TC = (int64_t)T * C;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC; i += (int64_t)gridDim.x * blockDim.x) {
+    const int p = (int)(i / C), c = (int)(i % C);
+    float s = 0.0f;
+    for (int b = 0; b < B; b++)
+      for (int t = p; t < T; t++)
+        if (doc_pos(seg, (int64_t)b * T + t, t) == p) s += ldbf(dout + ((int64_t)b * T + t) * C + c);
+    dwpe[i] += s;
   }
 }
 
@@ -142,23 +158,27 @@ __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const ops_bf16 *__
 }
 
 fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf16 *wte, const ops_bf16 *wpe, int B,
-                                     int T, int C, const ops_cuda_ctx *ctx) {
+                                     int T, int C, const int32_t *seg, const ops_cuda_ctx *ctx) {
   int64_t n = (int64_t)B * T * C;
   if (n <= 0) return FSDP_OK;
   const bool vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(wte) && (!wpe || ops_aligned16(wpe));
-  OPS_EW_LAUNCH(encoder_forward_kernel, vec, 8, n, "encoder_forward", out, inp, wte, wpe, T, C);
+  OPS_EW_LAUNCH(encoder_forward_kernel, vec, 8, n, "encoder_forward", out, inp, wte, wpe, T, C, seg);
   return FSDP_OK;
 }
 
 fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
-                                      int C, const ops_cuda_ctx *ctx) {
+                                      int C, const int32_t *seg, const ops_cuda_ctx *ctx) {
   static const char *what = "encoder_backward";
   const int BT = B * T;
   if ((int64_t)BT * C <= 0) return FSDP_OK;
   void *ws = NULL;
   TRY(ops_workspace(ctx, 2 * (size_t)BT * sizeof(int), what, &ws));
   int *next = (int *)ws, *has_prev = next + BT;
-  if (dwpe) {
+  if (dwpe && seg) {
+    encoder_dwpe_docs_kernel<<<ops_blocks((int64_t)T * C, OPS_THREADS), OPS_THREADS, 0, ctx->stream>>>(dwpe, dout, seg,
+                                                                                                      B, T, C);
+    LAUNCH_CHECK(what);
+  } else if (dwpe) {
     const int64_t TC = (int64_t)T * C;
     const bool vec = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(dwpe);
     OPS_EW_LAUNCH(encoder_dwpe_kernel, vec, 8, TC, what, dwpe, dout, B);

@@ -130,9 +130,13 @@ typedef struct dev_kernels {
                 uint16_t *lp, int step, double lr, const optim_config *oc, float grad_scale);
 
   /* ---- the model's operators (ops_cpu.h has the math; llm.c's argument order) ---- */
-  /* encoder: wpe (and dwpe) NULL for models without learned positions (Llama): out = wte[inp]. */
-  void (*encoder_forward)(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
-  void (*encoder_backward)(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
+  /* encoder: wpe (and dwpe) NULL for models without learned positions (Llama): out = wte[inp].
+   * SEG: the device copy of the rows' documents (model_set_docs; NULL: one per row): wpe's row is the
+   * token's position in its document (ops/docmask.h). */
+  void (*encoder_forward)(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C,
+                          const int32_t *seg);
+  void (*encoder_backward)(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C,
+                           const int32_t *seg);
   void (*layernorm_forward)(device_t *d, void *out, float *mean, float *rstd, const void *inp, const void *w,
                             const void *b, int B, int T, int C);
   void (*layernorm_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,
@@ -150,11 +154,14 @@ typedef struct dev_kernels {
    * scratch (dev_attention_scratch_floats); OUT is the forward's output, which the CUDA backward
    * reads (the CPU's does not).
    * Grouped-query attention: qkv rows are C + 2·NKV·(C/NH) wide (q: NH heads, then k and v: NKV
-   * heads each); query head h reads kv head h / (NH/NKV). NKV divides NH; NKV = NH is GPT-2's. */
+   * heads each); query head h reads kv head h / (NH/NKV). NKV divides NH; NKV = NH is GPT-2's.
+   * SEG (the device copy of the rows' documents, NULL: one per row) and WINDOW (the sliding window,
+   * 0: none) restrict query t to keys [lo, t] (ops/docmask.h). */
   void (*attention_forward)(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
-                            int NKV);
+                            int NKV, const int32_t *seg, int window);
   void (*attention_backward)(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                             const void *out, const void *state, int B, int T, int C, int NH, int NKV);
+                             const void *out, const void *state, int B, int T, int C, int NH, int NKV,
+                             const int32_t *seg, int window);
   /* Optional (NULL: matmul_forward into PRE, then gelu_forward; call dev_matmul_gelu): pre = inp·w +
    * bias and out = gelu(pre), both kept, GELU in the GEMM's epilogue (CUDA). */
   void (*matmul_gelu_forward)(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias,
@@ -204,9 +211,12 @@ typedef struct dev_kernels {
   /* Rotary embeddings (Hugging Face's rotate-half), in place on the q and k heads of a (B,T,
    * C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even); position t, pair (i, i + HS/2) rotates by
    * t·rope_inv_freq(i) (ops/rope.h: theta^(−2i/HS), rescaled by llama3's bands when set). Backward
-   * rotates the gradients of q and k back (by −angle), in place. ROPE is read at the call (by value). */
-  void (*rope_forward)(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
-  void (*rope_backward)(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
+   * rotates the gradients of q and k back (by −angle), in place. ROPE is read at the call (by value).
+   * SEG (device memory, NULL: one document per row): positions restart in each document. */
+  void (*rope_forward)(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                       const int32_t *seg);
+  void (*rope_backward)(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                        const int32_t *seg);
   /* SwiGLU: gu is (BT, 2F), gate then up per row; out (BT, F) = silu(gate)·up. dgu = its gradient. */
   void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);

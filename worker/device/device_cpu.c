@@ -23,7 +23,7 @@
 #include "safetensors.h"
 
 #define RING 4096
-#define NARG 16
+#define NARG 18
 
 typedef struct cpu_dev cpu_dev;
 
@@ -320,20 +320,20 @@ static void cpu_adamw(device_t *d, const plan_t *p, int rank, float *param, cons
 
 static void run_encoder_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  encoder_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+  encoder_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i, a[7].p);
 }
 static void cpu_encoder_forward(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B,
-                                int T, int C) {
-  SUBMIT(d, run_encoder_forward, P(out), P(inp), P(wte), P(wpe), I(B), I(T), I(C));
+                                int T, int C, const int32_t *seg) {
+  SUBMIT(d, run_encoder_forward, P(out), P(inp), P(wte), P(wpe), I(B), I(T), I(C), P(seg));
 }
 
 static void run_encoder_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  encoder_backward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i);
+  encoder_backward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i, a[7].p);
 }
 static void cpu_encoder_backward(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                                 int T, int C) {
-  SUBMIT(d, run_encoder_backward, P(dwte), P(dwpe), P(dout), P(inp), I(B), I(T), I(C));
+                                 int T, int C, const int32_t *seg) {
+  SUBMIT(d, run_encoder_backward, P(dwte), P(dwpe), P(dout), P(inp), I(B), I(T), I(C), P(seg));
 }
 
 static void run_layernorm_forward(cpu_dev *d, const targ *a) {
@@ -375,23 +375,25 @@ static void cpu_matmul_backward(device_t *d, void *dinp, float *dw, float *db, c
 
 static void run_attention_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  attention_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i, (int)a[6].i, (int)a[7].i);
+  attention_forward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i, (int)a[5].i, (int)a[6].i, (int)a[7].i, a[8].p,
+                    (int)a[9].i);
 }
 static void cpu_attention_forward(device_t *d, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
-                                  int NKV) {
-  SUBMIT(d, run_attention_forward, P(out), P(state), P(qkv), I(B), I(T), I(C), I(NH), I(NKV));
+                                  int NKV, const int32_t *seg, int window) {
+  SUBMIT(d, run_attention_forward, P(out), P(state), P(qkv), I(B), I(T), I(C), I(NH), I(NKV), P(seg), I(window));
 }
 
 static void run_attention_backward(cpu_dev *d, const targ *a) {
   (void)d;
   attention_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i,
-                     (int)a[9].i);
+                     (int)a[9].i, a[10].p, (int)a[11].i);
 }
 static void cpu_attention_backward(device_t *d, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                                   const void *out, const void *state, int B, int T, int C, int NH, int NKV) {
+                                   const void *out, const void *state, int B, int T, int C, int NH, int NKV,
+                                   const int32_t *seg, int window) {
   (void)out;   /* the CPU backward reads the saved probabilities instead */
   SUBMIT(d, run_attention_backward, P(dqkv), P(scratch), P(dout), P(qkv), P(state), I(B), I(T), I(C), I(NH),
-         I(NKV));
+         I(NKV), P(seg), I(window));
 }
 
 static void run_gelu_forward(cpu_dev *d, const targ *a) {
@@ -514,19 +516,21 @@ static rope_freqs rope_of_args(const targ *a) {
 static void run_rope_forward(cpu_dev *d, const targ *a) {
   (void)d;
   rope_freqs r = rope_of_args(a + 6);
-  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r);
+  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[14].p);
 }
-static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
-  SUBMIT(d, run_rope_forward, P(qkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope));
+static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                             const int32_t *seg) {
+  SUBMIT(d, run_rope_forward, P(qkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope), P(seg));
 }
 
 static void run_rope_backward(cpu_dev *d, const targ *a) {
   (void)d;
   rope_freqs r = rope_of_args(a + 6);
-  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r);
+  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[14].p);
 }
-static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
-  SUBMIT(d, run_rope_backward, P(dqkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope));
+static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                              const int32_t *seg) {
+  SUBMIT(d, run_rope_backward, P(dqkv), I(B), I(T), I(NH), I(NKV), I(HS), ROPE_ARGS(rope), P(seg));
 }
 
 static void run_swiglu_forward(cpu_dev *d, const targ *a) {

@@ -44,13 +44,26 @@ void model_acts_destroy(model_acts **pa) {
 }
 
 fsdp_status model_set_docs(model_acts *a, const plan_t *p, const int32_t *seg) {
-  (void)a;
-  if (!seg) return FSDP_OK;
-  int64_t n = (int64_t)p->batch_size * p->model.seq_len;
-  for (int64_t i = 0; i < n; i++)
-    if (seg[i] != 0)
-      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rows of several documents (pack = true) are not computed yet; "
-                            "allowed: one document per row");
+  model_arena *ar = (model_arena *)a->acts;   /* every architecture's state starts with its arena */
+  const int B = p->batch_size, T = p->model.seq_len;
+  int several = 0;
+  for (int b = 0; seg && b < B; b++)
+    for (int t = 0; t < T; t++) {
+      int32_t s = seg[(int64_t)b * T + t], prev = t ? seg[(int64_t)b * T + t - 1] : 0;
+      if (s != prev && s != t)
+        return fsdp_set_error(FSDP_ERR_INVALID, "packed rows: token %d of row %d starts its document at %d; allowed: "
+                              "%d (the previous token's document) or %d (a new document)", t, b, (int)s, (int)prev, t);
+      several |= s != 0;
+    }
+  if (!several) {   /* every row one document: the kernels' own causal path */
+    ar->seg = NULL;
+    return FSDP_OK;
+  }
+  device_t *d = ar->dev;
+  const size_t bytes = (size_t)B * T * sizeof(int32_t);
+  if (!ar->seg_buf && !(ar->seg_buf = d->op->alloc(d, MEM_ACTIVATIONS, bytes))) return FSDP_ERR_NOMEM;
+  TRY(d->op->upload(d, ar->seg_buf, seg, bytes));
+  ar->seg = ar->seg_buf;
   return FSDP_OK;
 }
 
@@ -132,7 +145,10 @@ void model_arena_free(model_arena *ar) {
   if (!ar || !ar->dev) return;
   ar->dev->op->free(ar->dev, ar->saved);
   ar->dev->op->free(ar->dev, ar->ws);
+  if (ar->seg_buf) ar->dev->op->free(ar->dev, ar->seg_buf);
   ar->saved = ar->ws = NULL;
+  ar->seg_buf = NULL;
+  ar->seg = NULL;
 }
 
 void model_set_lora(model_acts *a, struct lora_ctx *l) { ((model_arena *)a->acts)->lora = l; }

@@ -52,10 +52,13 @@ void model_head_forward(model_acts *a, const plan_t *p, const void *root, const 
 void model_block_backward(model_acts *a, const plan_t *p, int layer, const void *unit, float *dunit);
 void model_embed_backward(model_acts *a, const plan_t *p, float *droot, const int *inp);
 /* The documents of the next micro-step's rows (packed data, [data] pack): SEG, host memory of B·T
- * entries, gives for token t of row b the index in the row of its document's first token
- * (0 <= seg[b·T+t] <= t, non-decreasing within a document); NULL: each row is one document. Attention
- * stays inside each document and positions restart at 0 in each (rope and learned positions alike).
- * Call before model_embed_forward; the values are copied and hold until the next call. */
+ * entries, gives for token t of row b the index in the row of its document's first token: seg[b·T]
+ * = 0, and seg[b·T+t] is seg[b·T+t−1] (the same document) or t (a new one starts); NULL: each row
+ * is one document. Attention stays inside each document and positions restart at 0 in each (rope
+ * and learned positions alike), forward and backward. Call before model_embed_forward; the values
+ * are copied to the device (once per call, after the work already submitted, which may still read
+ * the previous rows') and hold until the next call. FSDP_ERR_INVALID (naming the first bad entry)
+ * for a SEG that breaks the rule above; FSDP_ERR_NOMEM if the device copy cannot be allocated. */
 fsdp_status model_set_docs(model_acts *a, const plan_t *p, const int32_t *seg);
 /* Every unit in order, all gathered in compute form (tests and the benchmark). */
 void model_forward_backward(const plan_t *p, model_acts *a, void *const *units, float *const *dunits, const int *inp,
@@ -98,6 +101,11 @@ typedef struct model_arena {
   struct lora_ctx *lora;   /* the adapters ([lora], worker/model/lora.h), or NULL; model_set_lora */
   void *saved, *ws;
   int64_t saved_bytes, ws_bytes;
+  /* The rows' documents (model_set_docs): SEG_BUF, B·T int32 device memory (MEM_ACTIVATIONS), made
+   * at the first micro-step whose rows hold several documents; SEG is it while the current rows do,
+   * NULL while every row is one document (the kernels' fast path). */
+  int32_t *seg_buf;
+  const int32_t *seg;
 } model_arena;
 /* LAYOUT(ACTS, saved, ws, &saved_bytes, &ws_bytes) lays ACTS's views out from the two bases (NULL:
  * count only). Called once to count, then, after the allocations, to place. FSDP_ERR_NOMEM (the

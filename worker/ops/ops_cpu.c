@@ -28,6 +28,7 @@
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
+#include "ops/docmask.h"
 #include "ops/rope.h"
 #include "ops/softmax.h"
 #include "ops/swiglu.h"
@@ -91,7 +92,8 @@ static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
 
 /* ---- encoder ---- */
 
-void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
+                     const int32_t *seg) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     const float *we = wte + (size_t)inp[bt] * C;
@@ -100,7 +102,7 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
       memcpy(o, we, (size_t)C * sizeof(float));
       continue;
     }
-    const float *pe = wpe + (size_t)(bt % T) * C;
+    const float *pe = wpe + (size_t)doc_pos(seg, bt, bt % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
   }
@@ -108,7 +110,8 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
 
 /* Split by channel block: a token that occurs twice adds into the same dwte row, so splitting by
  * token would race; splitting by channel keeps each float with one thread, summed in token order. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                      const int32_t *seg) {
   int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < nblk; blk++) {
@@ -116,7 +119,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     for (int bt = 0; bt < B * T; bt++) {
       const float *d = dout + (size_t)bt * C + c0;
       axpy(dwte + (size_t)inp[bt] * C + c0, 1.0f, d, n);
-      if (dwpe) axpy(dwpe + (size_t)(bt % T) * C + c0, 1.0f, d, n);
+      if (dwpe) axpy(dwpe + (size_t)doc_pos(seg, bt, bt % T) * C + c0, 1.0f, d, n);
     }
   }
 }
@@ -265,30 +268,33 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
  * OpenBLAS splits each call over many threads. */
 #define ATT_BLOCK 256
 
-/* Row t of a causal softmax: a[0..n) (n = t + 1) become probabilities, a[n..T) zeros. */
-static OPS_VEC void softmax_causal_row(float *a, int n, int T) {
+/* Row t of a causal softmax restricted to keys [lo, n) (n = t + 1; ops/docmask.h): those become
+ * probabilities, a[0..lo) and a[n..T) zeros. */
+static OPS_VEC void softmax_causal_row(float *a, int lo, int n, int T) {
   float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-  for (int j = 0; j < n; j++) maxv = a[j] > maxv ? a[j] : maxv;
+  for (int j = lo; j < n; j++) maxv = a[j] > maxv ? a[j] : maxv;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; j++) {
+  for (int j = lo; j < n; j++) {
     a[j] = ops_expf(a[j] - maxv);
     sum += a[j];
   }
   float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j < n; j++) a[j] *= inv;
+  for (int j = lo; j < n; j++) a[j] *= inv;
+  for (int j = 0; j < lo; j++) a[j] = 0.0f;
   for (int j = n; j < T; j++) a[j] = 0.0f;
 }
 
-/* In place: da[0..n) = softmax_dinp(a, da, Σ a·da), da[n..T) = 0. */
-static OPS_VEC void softmax_causal_row_backward(float *restrict da, const float *restrict a, int n, int T) {
+/* In place: da[lo..n) = softmax_dinp(a, da, Σ a·da), da[0..lo) = da[n..T) = 0. */
+static OPS_VEC void softmax_causal_row_backward(float *restrict da, const float *restrict a, int lo, int n, int T) {
   float pdp = 0.0f;
 #pragma omp simd reduction(+ : pdp)
-  for (int j = 0; j < n; j++) pdp += a[j] * da[j];
+  for (int j = lo; j < n; j++) pdp += a[j] * da[j];
 #pragma omp simd
-  for (int j = 0; j < n; j++) da[j] = softmax_dinp(a[j], da[j], pdp);
+  for (int j = lo; j < n; j++) da[j] = softmax_dinp(a[j], da[j], pdp);
+  for (int j = 0; j < lo; j++) da[j] = 0.0f;
   for (int j = n; j < T; j++) da[j] = 0.0f;
 }
 
@@ -299,57 +305,72 @@ static OPS_VEC void softmax_causal_row_backward(float *restrict da, const float 
 #define ATT_V(qkv, b, g) (ATT_Q(qkv, b, g) + C + (size_t)NKV * hs)
 #define ATT_BH(att, b, h) ((att) + ((size_t)(b) * NH + (h)) * T * T)
 
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV) {
+/* One past the last query of row b that sees a key below R1: queries from R0 on see keys [lo, t],
+ * lo non-decreasing, so the run ends at the first query whose lo is R1 or more. */
+static int att_query_end(const int32_t *seg, int window, int b, int T, int r0, int r1) {
+  if (!seg && window <= 0) return T;
+  int t = r1;
+  while (t < T && attn_key_lo(seg, window, b, T, t) < r1) t++;
+  return t > r0 ? t : r0 + 1;
+}
+
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t *seg, int window) {
   if (B <= 0 || T <= 0) return;
   int hs = C / NH, C3 = C + 2 * NKV * hs, rep = NH / NKV;
   float scale = attn_scale(hs);
-  /* att[t,t2] = scale·q_t·k_t2 for t < r1, t2 < r1 of each row block; the rest of each row is
-   * left for the softmax, which zeroes it. */
+  /* att[t,t2] = scale·q_t·k_t2 for t in [r0, r1), t2 in [k0, r1) (k0: the first key row r0 sees;
+   * every row of the block sees from k0 on at most); the rest of each row is left for the softmax,
+   * which zeroes it. */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3,
-                    C3, ATT_K(qkv, b, h / rep), C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T, T);
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, k0 = attn_key_lo(seg, window, b, T, r0);
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, hs, scale, ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3,
+             ATT_K(qkv, b, h / rep) + (size_t)k0 * C3, C3, 0.0f, ATT_BH(att, b, h) + (size_t)r0 * T + k0, T);
       }
-  /* Causal softmax per row: row t keeps keys 0..t and costs ~t, so rows are dealt out in chunks
-   * of 32 round-robin rather than in one contiguous run per thread. */
+  /* Causal softmax per row: row t keeps keys lo..t and costs ~t − lo, so rows are dealt out in
+   * chunks of 32 round-robin rather than in one contiguous run per thread. */
 #pragma omp parallel for schedule(static, 32)
-  for (long long row = 0; row < (long long)B * NH * T; row++)
-    softmax_causal_row(att + (size_t)row * T, (int)(row % T) + 1, T);
-  /* out_h[r0:r1, :] = att[r0:r1, 0:r1] · v[0:r1, :], into columns h·hs.. of out (leading dim C). */
+  for (long long row = 0; row < (long long)B * NH * T; row++) {
+    int t = (int)(row % T), b = (int)(row / ((long long)NH * T));
+    softmax_causal_row(att + (size_t)row * T, attn_key_lo(seg, window, b, T, t), t + 1, T);
+  }
+  /* out_h[r0:r1, :] = att[r0:r1, k0:r1] · v[k0:r1, :], into columns h·hs.. of out (leading dim C). */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                    ATT_BH(att, b, h) + (size_t)r0 * T, T, ATT_V(qkv, b, h / rep), C3, 0.0f,
-                    out + ((size_t)b * T + r0) * C + (size_t)h * hs, C);
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, k0 = attn_key_lo(seg, window, b, T, r0);
+        gemm(CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1 - k0, 1.0f, ATT_BH(att, b, h) + (size_t)r0 * T + k0, T,
+             ATT_V(qkv, b, h / rep) + (size_t)k0 * C3, C3, 0.0f, out + ((size_t)b * T + r0) * C + (size_t)h * hs, C);
       }
 }
 
-/* With dpre = softmax_dinp(att, datt) (the gradient before the softmax; 0 above the diagonal):
+/* With dpre = softmax_dinp(att, datt) (the gradient before the softmax; 0 outside each row's keys):
  *   datt = dout·vᵀ;  dq = scale·dpre·k;  dk = scale·dpreᵀ·q;  dv = attᵀ·dout,
- * blocked like the forward: query rows [r0, r1) meet keys [0, r1) (datt, dq), and key rows
- * [r0, r1) meet queries [r0, T) (dk, dv). datt is overwritten with dpre. Every dq element is
- * written once with beta = 0 (assignment); dk and dv of kv head g are assigned by its first query
- * head (beta = 0) and accumulated by the others (beta = 1), in head order. */
+ * blocked like the forward: query rows [r0, r1) meet keys [k0, r1) (datt, dq), and key rows
+ * [r0, r1) meet queries [r0, q1) (dk, dv; q1 = att_query_end, T without documents or a window).
+ * datt is overwritten with dpre. Every dq element is written once with beta = 0 (assignment); dk
+ * and dv of kv head g are assigned by its first query head (beta = 0) and accumulated by the
+ * others (beta = 1), in head order. */
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                        int B, int T, int C, int NH, int NKV) {
+                        int B, int T, int C, int NH, int NKV, const int32_t *seg, int window) {
   if (B <= 0 || T <= 0) return;
   int hs = C / NH, C3 = C + 2 * NKV * hs, rep = NH / NKV;
   float scale = attn_scale(hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                    dout + ((size_t)b * T + r0) * C + (size_t)h * hs, C, ATT_V(qkv, b, h / rep), C3, 0.0f,
-                    ATT_BH(datt, b, h) + (size_t)r0 * T, T);
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, k0 = attn_key_lo(seg, window, b, T, r0);
+        gemm(CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, hs, 1.0f, dout + ((size_t)b * T + r0) * C + (size_t)h * hs,
+             C, ATT_V(qkv, b, h / rep) + (size_t)k0 * C3, C3, 0.0f, ATT_BH(datt, b, h) + (size_t)r0 * T + k0, T);
       }
 #pragma omp parallel for schedule(static, 32)
-  for (long long row = 0; row < (long long)B * NH * T; row++)
-    softmax_causal_row_backward(datt + (size_t)row * T, att + (size_t)row * T, (int)(row % T) + 1, T);
+  for (long long row = 0; row < (long long)B * NH * T; row++) {
+    int t = (int)(row % T), b = (int)(row / ((long long)NH * T));
+    softmax_causal_row_backward(datt + (size_t)row * T, att + (size_t)row * T, attn_key_lo(seg, window, b, T, t),
+                                t + 1, T);
+  }
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       const float *dpre = ATT_BH(datt, b, h), *a = ATT_BH(att, b, h);
@@ -358,15 +379,16 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
       float beta = h % rep == 0 ? 0.0f : 1.0f;   /* the group's first query head assigns dk, dv */
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, n = r1 - r0;
-        /* dq[r0:r1] = scale·dpre[r0:r1, 0:r1]·k[0:r1] */
-        gemm(CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpre + (size_t)r0 * T, T,
-                    ATT_K(qkv, b, g), C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
-        /* dk[r0:r1] = scale·dpre[r0:T, r0:r1]ᵀ·q[r0:T] */
-        gemm(CblasTrans, CblasNoTrans, n, hs, T - r0, scale, dpre + (size_t)r0 * T + r0, T,
-                    ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, beta, ATT_K(dqkv, b, g) + (size_t)r0 * C3, C3);
-        /* dv[r0:r1] = att[r0:T, r0:r1]ᵀ·dout[r0:T] */
-        gemm(CblasTrans, CblasNoTrans, n, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0, T,
-                    d + (size_t)r0 * C, C, beta, ATT_V(dqkv, b, g) + (size_t)r0 * C3, C3);
+        int k0 = attn_key_lo(seg, window, b, T, r0), q1 = att_query_end(seg, window, b, T, r0, r1);
+        /* dq[r0:r1] = scale·dpre[r0:r1, k0:r1]·k[k0:r1] */
+        gemm(CblasNoTrans, CblasNoTrans, n, hs, r1 - k0, scale, dpre + (size_t)r0 * T + k0, T,
+             ATT_K(qkv, b, g) + (size_t)k0 * C3, C3, 0.0f, ATT_Q(dqkv, b, h) + (size_t)r0 * C3, C3);
+        /* dk[r0:r1] = scale·dpre[r0:q1, r0:r1]ᵀ·q[r0:q1] */
+        gemm(CblasTrans, CblasNoTrans, n, hs, q1 - r0, scale, dpre + (size_t)r0 * T + r0, T,
+             ATT_Q(qkv, b, h) + (size_t)r0 * C3, C3, beta, ATT_K(dqkv, b, g) + (size_t)r0 * C3, C3);
+        /* dv[r0:r1] = att[r0:q1, r0:r1]ᵀ·dout[r0:q1] */
+        gemm(CblasTrans, CblasNoTrans, n, hs, q1 - r0, 1.0f, a + (size_t)r0 * T + r0, T,
+             d + (size_t)r0 * C, C, beta, ATT_V(dqkv, b, g) + (size_t)r0 * C3, C3);
       }
     }
 }
@@ -470,11 +492,25 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
   }
 }
 
-/* One position t of every row at that position: the angle of pair i depends on t and i only, so
- * its cosine and sine are computed once per (t, i) and applied to all B rows and NH + NKV heads.
- * DIR = 1 rotates forward, −1 back. */
-static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, float dir) {
+/* Without documents: one position t of every row at that position: the angle of pair i depends on
+ * t and i only, so its cosine and sine are computed once per (t, i) and applied to all B rows and
+ * NH + NKV heads. With documents (SEG) each row's token has its own position in its document
+ * (ops/docmask.h), so the angles are taken per (b, t, i). DIR = 1 rotates forward, −1 back. */
+static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
+                       const int32_t *seg, float dir) {
   int half = HS / 2, C3 = (NH + 2 * NKV) * HS;
+  if (seg) {
+#pragma omp parallel for schedule(static)
+    for (long long bt = 0; bt < (long long)B * T; bt++) {
+      float *row = qkv + (size_t)bt * C3;
+      int pos = doc_pos(seg, bt, (int)(bt % T));
+      for (int i = 0; i < half; i++) {
+        float ang = rope_angle(pos, i, HS, rope), c = cosf(ang), s = dir * sinf(ang);
+        for (int h = 0; h < NH + NKV; h++) rope_rotate(row + (size_t)h * HS + i, row + (size_t)h * HS + i + half, c, s);
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++)
     for (int i = 0; i < half; i++) {
@@ -489,12 +525,12 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, const 
     }
 }
 
-void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
-  rope_apply(qkv, B, T, NH, NKV, HS, rope, 1.0f);
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg) {
+  rope_apply(qkv, B, T, NH, NKV, HS, rope, seg, 1.0f);
 }
 
-void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope) {
-  rope_apply(dqkv, B, T, NH, NKV, HS, rope, -1.0f);
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg) {
+  rope_apply(dqkv, B, T, NH, NKV, HS, rope, seg, -1.0f);
 }
 
 static OPS_VEC void swiglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {
@@ -530,10 +566,15 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int
 
 /* ---- fused softmax + cross-entropy ---- */
 
-/* One row: z (V logits) becomes dlogits; returns the row's loss. A target outside [0, V) is a
- * caller bug: its loss is NaN (so the step's loss shows it) and its row's gradient is
+/* One row: z (V logits) becomes dlogits; returns the row's loss. Target XENT_NO_TARGET (−1, an
+ * untrained token: transformers' label −100) has loss 0 and gradient 0. Any other target outside
+ * [0, V) is a caller bug: its loss is NaN (so the step's loss shows it) and its row's gradient is
  * dscale·softmax, with no out-of-bounds access. */
 static OPS_VEC float xent_row(float *z, int V, int tgt, float dscale) {
+  if (tgt == XENT_NO_TARGET) {
+    memset(z, 0, (size_t)V * sizeof *z);
+    return 0.0f;
+  }
   int valid = tgt >= 0 && tgt < V;
   float zmax = -INFINITY;
 #pragma omp simd reduction(max : zmax)

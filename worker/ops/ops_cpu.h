@@ -10,11 +10,16 @@
 #ifndef FSDP_OPS_CPU_H
 #define FSDP_OPS_CPU_H
 
+#include <stdint.h>
+
 #include "ops/rope.h"
 
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe (and dwpe) NULL: no learned positions (Llama). */
-void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[pos,:], pos = t, or with documents (SEG, ops/docmask.h; NULL:
+ * one per row) t − seg[b·T + t]; wpe (and dwpe) NULL: no learned positions (Llama). */
+void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
+                     const int32_t *seg);
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                      const int32_t *seg);
 
 /* LayerNorm over C with eps 1e-5; mean and rstd are (B*T) and saved for backward. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
@@ -34,10 +39,13 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
  * h / (NH/NKV); NKV divides NH. att is (B,NH,T,T) softmax probabilities (entries above the
  * diagonal are 0), saved for backward; out is (B,T,C). Scale 1/sqrt(hs). datt is (B,NH,T,T)
  * scratch for backward; the gradient of a shared kv head is the sum over its query heads, added in
- * head order (the same bits for any thread count). */
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+ * head order (the same bits for any thread count). Documents SEG (NULL: one per row) and a sliding
+ * WINDOW (0: none) restrict query t to keys [lo, t] (ops/docmask.h); att is 0 outside them, and
+ * the products skip the blocks no query of a block sees. */
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t *seg, int window);
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                        int B, int T, int C, int NH, int NKV);
+                        int B, int T, int C, int NH, int NKV, const int32_t *seg, int window);
 
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, int N);
@@ -63,10 +71,10 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 
 /* Rotary embeddings in Hugging Face's rotate-half convention (ops/rope.h), in place on the NH q
  * heads and NKV k heads of each row of a (B,T,C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even; v is
- * untouched); row (b,t) is at position t, with the frequencies of ROPE. The backward rotates dq and
- * dk back, in place. */
-void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
-void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope);
+ * untouched); row (b,t) is at position t (with documents SEG, NULL: one per row, t − seg[b·T + t]:
+ * ops/docmask.h), with the frequencies of ROPE. The backward rotates dq and dk back, in place. */
+void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg);
+void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg);
 
 /* SwiGLU (ops/swiglu.h): gu is (BT, 2F), gate then up in each row; out (BT, F) = silu(gate)·up.
  * dgu (BT, 2F) is assigned. */
@@ -90,6 +98,7 @@ void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, co
 
 /* Fused softmax + cross-entropy, in place: on entry `logits` holds (BT,V) logits; on return it holds
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].
+ * A target XENT_NO_TARGET (−1, ops/softmax.h) gives loss 0 and a gradient row of 0.
  * Returns Σ losses (double). dscale is usually 1/(all tokens of all ranks and micro-steps). */
 double softmax_xent_forward_backward(float *logits, float *losses, const int *targets, int BT, int V, float dscale);
 

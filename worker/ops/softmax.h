@@ -17,6 +17,11 @@ OPS_HD float attn_scale(int head_size) { return 1.0f / sqrtf((float)head_size); 
 /* Backward of p = softmax(z) along a row: dz_j = p_j·(dp_j − Σ_k p_k·dp_k); pdp_sum is that sum. */
 OPS_HD float softmax_dinp(float p, float dp, float pdp_sum) { return p * (dp - pdp_sum); }
 
+/* The target of a token that is not trained (masked data: a prompt token, the next document,
+ * padding; transformers' label −100 after its shift): the classifier gives its row loss 0 and
+ * gradient 0 on every backend. */
+#define XENT_NO_TARGET (-1)
+
 /* Cross-entropy of one row from its max and Σ exp(z − max) (the log-sum-exp, in double). */
 OPS_HD double xent_loss(float z_target, float zmax, double expsum) {
   return log(expsum) + (double)zmax - (double)z_target;
