@@ -36,6 +36,8 @@ static void read_model_extras(const json_t *o, ckpt_info *out) {
   model_config *m = &out->model;
   json_int_t npos = json_integer_value(json_object_get(model, "n_positions"));
   m->n_positions = npos > m->seq_len && npos <= (1 << 24) ? (int)npos : m->seq_len;
+  json_int_t window = json_integer_value(json_object_get(model, "sliding_window"));   /* mistral's; else absent */
+  m->sliding_window = window > 0 && window <= (1 << 24) ? (int)window : 0;
   snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
            json_string_value(json_object_get(o, "source")) : "");
 }

@@ -82,7 +82,8 @@ const keydef jobspec_keys[] = {
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
   ENUM("model", "arch", model.arch, arch_enum_names,
-       "gpt2 (LayerNorm, GELU, learned positions, tied head) or llama (RMSNorm, rotary, GQA, SwiGLU, untied head)", "gpt2"),
+       "gpt2 (LayerNorm, GELU, learned positions, tied head), llama (RMSNorm, rotary, GQA, SwiGLU, untied head) "
+       "or mistral (llama with a sliding window)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),
@@ -114,6 +115,9 @@ const keydef jobspec_keys[] = {
   INT("model", "rope_original_max_position_embeddings", model.rope_original_max_pos, 1, 16777216,
       "llama, rope_scaling = llama3: original_max_position_embeddings, the context the model was pretrained at "
       "(Llama-3.1: 8192)", NULL, .applies = KA_ROPE3),
+  INT("model", "sliding_window", model.sliding_window, 0, 1 << 24,
+      "mistral: the sliding window of attention, token t sees tokens t-W+1 .. t (config.json sliding_window; "
+      "Mistral-7B-v0.1: 4096); 0 = full causal attention (config.json null)", "0"),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),
