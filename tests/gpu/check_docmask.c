@@ -1,6 +1,7 @@
 /* check_docmask — packed rows (documents, model_set_docs) and the sliding window on the CUDA
- * kernels against their CPU twins (worker/ops/docmask.h): attention forward and backward on the
- * masked kernels (the FMA ones, which skip the key tiles no query of a tile sees), rope with
+ * kernels against their CPU twins (worker/ops/docmask.h): attention forward and backward on both of
+ * fsdpd's own kernels, the tensor cores (what a masked call runs with cuDNN selected) and the FMA
+ * ones, which skip the key tiles no query of a tile sees; rope with
  * positions restarting per document, and GPT-2's encoder (wpe's row is the position in the
  * document, dwpe summed over the documents' tokens at each position).
  *
@@ -48,13 +49,17 @@ static void planted(const char *what, const char *shape, double rel) {
   verdict(name, rel > TOL_BF16, detail);
 }
 
-/* Attention of B×T rows with documents (USE_SEG) and/or WINDOW: forward (out, lse) and backward. */
-static void check_attention_masked(const char *name, int B, int T, int C, int NH, int NKV, int use_seg, int window) {
+/* Attention of B×T rows with documents (USE_SEG) and/or WINDOW on IMPL: forward (out, lse) and backward. */
+static void check_attention_masked(const char *name, int B, int T, int C, int NH, int NKV, int use_seg, int window,
+                                   ops_attn_impl impl) {
   const int hs = C / NH, C3 = C + 2 * NKV * hs;
   const size_t nqkv = (size_t)B * T * C3, natt = (size_t)B * NH * T * T, nout = (size_t)B * T * C;
   const size_t nlse = (size_t)B * NH * T;
   char shape[96];
-  snprintf(shape, sizeof shape, "%s%s%s", name, use_seg ? " documents" : "", window ? " window 37" : "");
+  snprintf(shape, sizeof shape, "%s%s%s, %s", name, use_seg ? " documents" : "", window ? " window 37" : "",
+           impl == OPS_ATTN_TC ? "tensor cores" : "fp32 FMA");
+  const ops_attn_impl was = ops_cuda_attention_selected();
+  ops_cuda_attention_select(impl);
   const int32_t *seg = use_seg ? h_seg(B, T) : NULL;
   const int32_t *d_seg = seg ? d_upload(seg, (size_t)B * T * sizeof(int32_t)) : NULL;
   float *qkv = h_bf16_uniform(nqkv, -1.5f, 1.5f);
@@ -89,6 +94,9 @@ static void check_attention_masked(const char *name, int B, int T, int C, int NH
   RUN_AND_COMPARE("attention_backward(masked)", shape, 0, bo,
                   ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, d_seg,
                                               window, &g_ctx));
+  char ran[160];
+  snprintf(ran, sizeof ran, "attention(masked) ran its kernel[%s]", shape);
+  verdict(ran, ops_cuda_attention_ran(0) == impl && ops_cuda_attention_ran(1) == impl, NULL);
 
   /* planted: the plain causal kernels (the mask dropped) against the masked reference */
   CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
@@ -97,6 +105,7 @@ static void check_attention_masked(const char *name, int B, int T, int C, int NH
     planted("attention_forward without the mask", shape, rel_err(out, d_out, nout, OUT_BF16));
   else
     verdict("planted fault: attention_forward without the mask", 0, "the call failed");
+  ops_cuda_attention_select(was);
   free_all();
 }
 
@@ -157,10 +166,13 @@ static void check_encoder_docs(void) {
 
 void check_docmask_ops(void) {
   printf("\n== packed rows and the sliding window: attention, rope, encoder ==\n");
-  check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, 0);
-  check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 0, WINDOW);
-  check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, WINDOW);
-  check_attention_masked("hs128", 2, 140, 256, 2, 2, 1, WINDOW);
+  static const ops_attn_impl impls[] = {OPS_ATTN_TC, OPS_ATTN_FMA};
+  for (int i = 0; i < 2; i++) {
+    check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, 0, impls[i]);
+    check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 0, WINDOW, impls[i]);
+    check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, WINDOW, impls[i]);
+    check_attention_masked("hs128", 2, 140, 256, 2, 2, 1, WINDOW, impls[i]);
+  }
   check_rope_docs();
   check_encoder_docs();
   fflush(stdout);
