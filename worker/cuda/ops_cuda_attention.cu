@@ -27,6 +27,10 @@
  *              dV += Pᵀ·dO, dK += scale·dSᵀ·Q.
  *              dQ: grid (query tiles, NH, B), loop over key tiles ≤ the query tile, same P and dS;
  *              dQ += scale·dS·K.
+ * Documents and a sliding window (ops/docmask.h) narrow each loop: a query tile starts at the key
+ * tile of its first row's first key, the dK/dV loop stops at the first query tile that sees past
+ * its key tile, and scores outside a row's [lo, t] are masked like the causal ones (the forward
+ * keeps each query row's lo in TILE ints of shared memory, beside the tiles).
  * Head size 64 uses 64×64 tiles (forward 66 KB of shared memory, backward 100 KB); head size 128,
  * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so each launch raises the kernel's
  * dynamic limit first (cudaFuncSetAttribute) and checks it against the device's opt-in maximum.
