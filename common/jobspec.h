@@ -90,7 +90,7 @@ typedef struct jobspec {
   int max_restarts;
   double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
-  model_config model;              /* with model.arch: gpt2 | llama */
+  model_config model;              /* with model.arch: gpt2 | llama | mistral (models/models.def) */
   char from[JOBSPEC_PATH_MAX];     /* a Hugging Face model folder (absolute), or "": its config.json sets the
                                       model and init names its weights (hfconfig.h) */
   char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file or a

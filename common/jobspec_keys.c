@@ -87,7 +87,8 @@ const keydef jobspec_keys[] = {
 
   ENUM("model", "arch", model.arch, arch_enum_names,
        "gpt2 (LayerNorm, GELU, learned positions, tied head), llama (RMSNorm, rotary, GQA, SwiGLU, untied head), "
-       "qwen2 (llama with q/k/v biases) or qwen3 (llama with q/k norms and its own head_dim)", "gpt2"),
+       "qwen2 (llama with q/k/v biases), qwen3 (llama with q/k norms and its own head_dim), phi3 (llama with fused "
+       "projections and longrope) or mistral (llama with a sliding window)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),
@@ -135,6 +136,9 @@ const keydef jobspec_keys[] = {
   DBL("model", "rope_attention_factor", model.rope_attention_factor, 0, 1e6, 1, 0,
       "rope_scaling = longrope: attention_factor, multiplying the rotary cos and sin (Phi-3-mini-128k: 1.19)", NULL,
       .applies = KA_LONGROPE),
+  INT("model", "sliding_window", model.sliding_window, 0, 1 << 24,
+      "mistral: the sliding window of attention, token t sees tokens t-W+1 .. t (config.json sliding_window; "
+      "Mistral-7B-v0.1: 4096); 0 = full causal attention (config.json null)", "0"),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),

@@ -589,6 +589,7 @@ int main(int argc, char **argv) {
 
   check_model_ops(1);
   check_llama_ops(1);
+  check_docmask_ops();
   check_util_ops();
   measure_gemm_rate();
   measure_copy_rate();

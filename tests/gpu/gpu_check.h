@@ -1,6 +1,6 @@
 /* gpu_check — the harness shared by the device checks (gpu_check.c: main, comparison, comms;
  * check_ops.c: GPT-2's operators; check_llama.c: Llama's; check_util.c: AdamW, utilities, GEMM
- * throughput).
+ * throughput; check_docmask.c: documents and the sliding window).
  *
  * Tolerances (docs/gpu.md): a bf16 path (bf16 inputs or outputs) passes when the norm-wise
  * relative error ‖cuda − cpu‖₂/‖cpu‖₂ is under 2e-2 (TOL_BF16) AND no element is off by more than
@@ -120,6 +120,9 @@ void check_attention(const shape *s, int NKV);
 /* check_llama.c: Llama's operators (linear, RMSNorm, rotary, SwiGLU, the encoder without
  * positions, grouped-query attention) at tiny shapes, and Llama-3.2-1B's when LARGE */
 void check_llama_ops(int large);
+/* check_docmask.c: packed rows (documents) and the sliding window: masked attention, rope and
+ * GPT-2's encoder against their CPU twins, and planted faults (the mask dropped) failing */
+void check_docmask_ops(void);
 /* check_util.c */
 void check_util_ops(void);
 void measure_gemm_rate(void);

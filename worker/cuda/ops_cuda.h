@@ -139,8 +139,9 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * cuDNN's dQ accumulation is not promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc
  * is.
  * Documents SEG (device memory, NULL: one per row) and a sliding WINDOW (0: none) restrict query t
- * to keys [lo, t] (ops/docmask.h). cuDNN's graph is built without them, so a call with either runs
- * the FMA kernels, which skip every key tile no query of a query tile sees (docs/gpu.md). */
+ * to keys [lo, t] (ops/docmask.h). cuDNN's graph is built without them, so with cuDNN selected a
+ * call with either runs the tensor-core kernels (the FMA ones when chosen, or for pointers off 16
+ * bytes); both skip every key tile no query of a query tile sees (docs/gpu.md). */
 typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1, OPS_ATTN_CUDNN = 2 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);

@@ -27,6 +27,10 @@
  *              dV += Pᵀ·dO, dK += scale·dSᵀ·Q.
  *              dQ: grid (query tiles, NH, B), loop over key tiles ≤ the query tile, same P and dS;
  *              dQ += scale·dS·K.
+ * Documents and a sliding window (ops/docmask.h) narrow each loop: a query tile starts at the key
+ * tile of its first row's first key, the dK/dV loop stops at the first query tile that sees past
+ * its key tile, and scores outside a row's [lo, t] are masked like the causal ones (the forward
+ * keeps each query row's lo in TILE ints of shared memory, beside the tiles).
  * Head size 64 uses 64×64 tiles (forward 66 KB of shared memory, backward 100 KB); head size 128,
  * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so each launch raises the kernel's
  * dynamic limit first (cudaFuncSetAttribute) and checks it against the device's opt-in maximum.
@@ -531,12 +535,8 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
                                        int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  if (seg || window > 0) { /* the masked kernels (ops_cuda.h) */
-    g_attn_ran[0].store((int)OPS_ATTN_FMA);
-    if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
-    return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
-  }
   ops_attn_impl impl = ops_cuda_attention_selected();
+  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
     fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx, why, sizeof why);
@@ -549,9 +549,9 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
   /* the tensor-core kernels copy 16-byte vectors: pointers off 16 bytes take the FMA kernels */
   if (impl == OPS_ATTN_TC && !(ops_aligned16(qkv) && ops_aligned16(out))) impl = OPS_ATTN_FMA;
   g_attn_ran[0].store((int)impl);
-  if (impl == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, ctx);
-  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, NULL, 0, ctx);
-  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, NULL, 0, ctx);
+  if (impl == OPS_ATTN_TC) return ops_attention_tc_forward(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
+  if (C / NH == 64) return attention_forward_launch<64, 64>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
+  return attention_forward_launch<128, 32>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
 }
 
 fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
@@ -560,8 +560,8 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
   static const char *what = "attention_backward";
   TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  const bool masked = seg || window > 0; /* the masked kernels (ops_cuda.h) */
-  ops_attn_impl impl = masked ? OPS_ATTN_FMA : ops_cuda_attention_selected();
+  ops_attn_impl impl = ops_cuda_attention_selected();
+  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
     fsdp_status rc =
@@ -583,7 +583,8 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
     attention_dvec_kernel<false><<<(unsigned)((rows * 32 + OPS_THREADS - 1) / OPS_THREADS), OPS_THREADS, 0,
                                    ctx->stream>>>(dvec, dout, out, B, T, C, NH);
   LAUNCH_CHECK("attention_backward (dO·O)");
-  if (impl == OPS_ATTN_TC) return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+  if (impl == OPS_ATTN_TC)
+    return ops_attention_tc_backward(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);
   if (C / NH == 64)
     return attention_backward_launch<64, 64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);
   return attention_backward_launch<128, 32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);

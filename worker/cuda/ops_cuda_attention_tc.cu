@@ -54,6 +54,7 @@
 
 #include <type_traits>
 
+#include "ops/docmask.h"
 #include "ops/softmax.h"
 
 /* On the GPU: WMMA and cp.async as PTX on shared-memory addresses (sm_80 and later). Under the host
@@ -329,24 +330,31 @@ __device__ __forceinline__ void tc_store_row(ops_bf16 *__restrict__ out, const f
   }
 }
 
+/* The first key query row QI of row b sees (ops/docmask.h); rows past T (a tile's padding): 0. */
+__device__ __forceinline__ int tc_row_lo(const int32_t *seg, int window, int b, int T, int qi) {
+  return qi < T ? attn_key_lo(seg, window, b, T, qi) : 0;
+}
+
 /* ---- forward ---- */
 
 /* Online softmax of row r's columns [32·half, 32·half + 32) of score tile sS (unscaled scores),
  * keys k0.. against query qi: updates the running max m and sum l (base 2), writes P (bf16) over
- * the warp's score tile, returns the factor O must be rescaled by. Key k0 ≤ qi is always allowed,
- * so the row's max is finite. Warp-collective. */
+ * the warp's score tile, returns the factor O must be rescaled by. Keys outside [lo, qi] are masked;
+ * a row may see none of a tile's (documents, a window): its max stays −inf, its P 0 and its
+ * rescaling 0 until it sees one. Warp-collective. */
 template <int D>
 __device__ __forceinline__ float tc_softmax_tile(float *sS, int r, int half, int k0, int qi, int T, float scale2,
-                                                 float *m, float *l) {
+                                                 float *m, float *l, const int32_t *seg, int window) {
   using K = tc_cfg<D>;
+  const int lo = tc_row_lo(seg, window, (int)blockIdx.z, T, qi); /* taken here: no register held over the loop */
   float2 s[TC_PAIRS];
   float mx = -INFINITY;
 #pragma unroll
   for (int k = 0; k < TC_PAIRS; k++) {
     const int c = tc_col(r, half, k), kj = k0 + c;
     s[k] = *reinterpret_cast<const float2 *>(sS + r * K::LDS + c);
-    s[k].x = (kj <= qi && kj < T) ? s[k].x * scale2 : -INFINITY;
-    s[k].y = (kj + 1 <= qi && kj + 1 < T) ? s[k].y * scale2 : -INFINITY;
+    s[k].x = (kj <= qi && kj >= lo && kj < T) ? s[k].x * scale2 : -INFINITY;
+    s[k].y = (kj + 1 <= qi && kj + 1 >= lo && kj + 1 < T) ? s[k].y * scale2 : -INFINITY;
     mx = fmaxf(mx, fmaxf(s[k].x, s[k].y));
   }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -375,7 +383,8 @@ __device__ __forceinline__ float tc_softmax_tile(float *sS, int r, int half, int
 template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ lse, const ops_bf16 *__restrict__ qkv,
-                                int T, int C, int NH, int NKV, float scale) {
+                                int T, int C, int NH, int NKV, float scale, const int32_t *__restrict__ seg,
+                                int window) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sQ = (ops_bf16 *)smem, *sK = (ops_bf16 *)(smem + K::tile_h), *sV = (ops_bf16 *)(smem + 2 * K::tile_h);
@@ -390,26 +399,27 @@ __global__ void __launch_bounds__(TC_THREADS)
   const int q0 = qt * TC_TILE;
   const int r = lane >> 1, half = lane & 1; /* this lane's row of the warp's 16, and its half of the columns */
   const int qi = q0 + warp * 16 + r;
+  const int kt0 = tc_row_lo(seg, window, b, T, q0) / TC_TILE; /* no row of the tile sees a key before */
 
-  /* copy groups, in order: {Q, K0}, {V0}, then per key tile j: {K(j+1)}, {V(j+1)} (empty past the last) */
+  /* copy groups, in order: {Q, K(kt0)}, {V(kt0)}, then per key tile j: {K(j+1)}, {V(j+1)} (empty past the last) */
   tc_load<D>(sQ, q, C3, q0, T);
-  tc_load<D>(sK, k, C3, 0, T);
+  tc_load<D>(sK, k, C3, kt0 * TC_TILE, T);
   tc_cp_commit();
-  tc_load<D>(sV, v, C3, 0, T);
+  tc_load<D>(sV, v, C3, kt0 * TC_TILE, T);
   tc_cp_commit();
   tc_acc_row<D>(sO + r * K::LDA, half, [](float4 &x) { x = make_float4(0.0f, 0.0f, 0.0f, 0.0f); });
   /* the softmax in base 2: scores pre-scaled by scale·log2(e), so every e^x is one exp2f (ex2) */
   const float scale2 = scale * OPS_LOG2E;
   float m = -INFINITY, l = 0.0f;
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = kt0; kt <= qt; kt++) {
     tc_cp_wait<1>(); /* all but V(kt): K(kt) (and Q) have landed */
     __syncthreads();
     warp_gemm<D / 16, TC_TILE / 16, true, false>(sS, K::LDS, sQ + warp * 16 * K::LDH, K::LDH, sK, K::LDH);
     __syncthreads(); /* every warp is done with K(kt) */
     if (kt < qt) tc_load<D>(sK, k, C3, (kt + 1) * TC_TILE, T);
     tc_cp_commit();
-    const float corr = tc_softmax_tile<D>(sS, r, half, kt * TC_TILE, qi, T, scale2, &m, &l);
+    const float corr = tc_softmax_tile<D>(sS, r, half, kt * TC_TILE, qi, T, scale2, &m, &l, seg, window);
     tc_acc_row<D>(sO + r * K::LDA, half, [corr](float4 &x) { x.x *= corr, x.y *= corr, x.z *= corr, x.w *= corr; });
     tc_cp_wait<1>(); /* all but K(kt+1): V(kt) has landed */
     __syncthreads();
@@ -459,7 +469,8 @@ template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dkv_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                             const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                            const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
+                            const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale,
+                            const int32_t *__restrict__ seg, int window) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sK = (ops_bf16 *)smem, *sV = (ops_bf16 *)(smem + K::tile_h);
@@ -472,9 +483,13 @@ __global__ void __launch_bounds__(TC_THREADS)
   const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, nqt = gridDim.x, rep = NH / NKV;
   const int64_t C3 = C + 2 * (int64_t)NKV * D;
   const ops_bf16 *k = qkv + (int64_t)b * T * C3 + C + (int64_t)g * D, *v = k + (int64_t)NKV * D;
-  const int k0 = kt * TC_TILE, nq = nqt - kt, steps = rep * nq; /* step i: head g·rep + i/nq, query tile kt + i%nq */
+  const int k0 = kt * TC_TILE;
+  int nq = 1; /* the query tiles from kt on that see a key of this tile: until one whose first row's lo is past it */
+  while (kt + nq < nqt && tc_row_lo(seg, window, b, T, (kt + nq) * TC_TILE) < k0 + TC_TILE) nq++;
+  const int steps = rep * nq; /* step i: head g·rep + i/nq, query tile kt + i%nq */
   const int r = lane >> 1, half = lane & 1;
   const int kj = k0 + warp * 16 + r; /* this lane's key row */
+  const int qend = kj < T ? attn_query_end(seg, window, b, T, kj) : 0; /* queries kj .. qend − 1 see it */
   const float scale2 = scale * OPS_LOG2E;
 
   /* step i's Q, dO, lse, D into stage i % 2 */
@@ -508,7 +523,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncwarp();
     tc_p_ds<true>(
         sS, sdP, r, half, scale2, [&](int c) { return sL[c] * OPS_LOG2E; }, [&](int c) { return sD[c]; },
-        [&](int c) { return q0 + c >= kj && q0 + c < T && kj < T; });
+        [&](int c) { return q0 + c >= kj && q0 + c < qend; });
     /* dV_w += Pᵀ·dO; dK_w += dSᵀ·Q (scaled at the end) */
     warp_gemm<TC_TILE / 16, D / 16, false, true>(sdV, K::LDA, sP, K::LDB, sdO, K::LDH);
     warp_gemm<TC_TILE / 16, D / 16, false, true>(sdK, K::LDA, sdS, K::LDB, sQ, K::LDH);
@@ -525,7 +540,8 @@ template <int D>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dq_kernel(ops_bf16 *__restrict__ dqkv, const ops_bf16 *__restrict__ dout,
                            const ops_bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                           const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale) {
+                           const float *__restrict__ dvec, int T, int C, int NH, int NKV, float scale,
+                           const int32_t *__restrict__ seg, int window) {
   using K = tc_cfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   ops_bf16 *sQ = (ops_bf16 *)smem, *sdO = (ops_bf16 *)(smem + K::tile_h);
@@ -541,19 +557,21 @@ __global__ void __launch_bounds__(TC_THREADS)
   const ops_bf16 *dO = dout + (int64_t)b * T * C + (int64_t)h * D;
   const int q0 = qt * TC_TILE;
   const int r = lane >> 1, half = lane & 1;
-  const int qi = q0 + warp * 16 + r; /* this lane's query row */
+  const int qi = q0 + warp * 16 + r, lo = tc_row_lo(seg, window, b, T, qi); /* this lane's query row, its first key */
+  const int kt0 = tc_row_lo(seg, window, b, T, q0) / TC_TILE; /* no row of the tile sees a key before */
   const float Lq = qi < T ? lse[((int64_t)b * NH + h) * T + qi] * OPS_LOG2E : 0.0f; /* base 2, for exp2f */
   const float Dq = qi < T ? dvec[((int64_t)b * NH + h) * T + qi] : 0.0f;
   const float scale2 = scale * OPS_LOG2E;
 
   tc_load<D>(sQ, q, C3, q0, T);
   tc_load<D>(sdO, dO, C, q0, T);
-  tc_load<D>((ops_bf16 *)stage0, k, C3, 0, T);
-  tc_load<D>((ops_bf16 *)(stage0 + K::tile_h), v, C3, 0, T);
+  unsigned char *first = stage0 + (kt0 & 1) * 2 * K::tile_h; /* key tile kt lives in stage kt & 1 */
+  tc_load<D>((ops_bf16 *)first, k, C3, kt0 * TC_TILE, T);
+  tc_load<D>((ops_bf16 *)(first + K::tile_h), v, C3, kt0 * TC_TILE, T);
   tc_cp_commit();
   tc_acc_row<D>(sdQ + r * K::LDA, half, [](float4 &x) { x = make_float4(0.0f, 0.0f, 0.0f, 0.0f); });
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = kt0; kt <= qt; kt++) {
     if (kt < qt) {
       unsigned char *nx = stage0 + ((kt + 1) & 1) * 2 * K::tile_h;
       tc_load<D>((ops_bf16 *)nx, k, C3, (kt + 1) * TC_TILE, T);
@@ -569,7 +587,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncwarp();
     tc_p_ds<false>(
         sS, sdP, r, half, scale2, [&](int) { return Lq; }, [&](int) { return Dq; },
-        [&](int c) { return qi >= k0 + c && qi < T && k0 + c < T; });
+        [&](int c) { return qi >= k0 + c && qi < T && k0 + c < T && k0 + c >= lo; });
     warp_gemm<TC_TILE / 16, D / 16, false, true>(sdQ, K::LDA, sdS, K::LDB, sK, K::LDH);
     __syncthreads(); /* every warp is done with tile kt before tile kt + 2's copies go there */
   }
@@ -591,41 +609,43 @@ template <typename Kern> static fsdp_status tc_smem(Kern kernel, size_t bytes, c
 
 template <int D>
 static fsdp_status tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH, int NKV,
-                              const ops_cuda_ctx *ctx) {
+                              const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward (tensor cores)";
   TRY(tc_smem(attention_tc_forward_kernel<D>, tc_cfg<D>::fwd_smem, what));
   dim3 grid((T + TC_TILE - 1) / TC_TILE, NH, B);
   attention_tc_forward_kernel<D><<<grid, TC_THREADS, tc_cfg<D>::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
-                                                                                          NKV, attn_scale(D));
+                                                                                          NKV, attn_scale(D), seg,
+                                                                                          window);
   LAUNCH_CHECK(what);
   return FSDP_OK;
 }
 
 template <int D>
 static fsdp_status tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
-                               const float *dvec, int B, int T, int C, int NH, int NKV, const ops_cuda_ctx *ctx) {
+                               const float *dvec, int B, int T, int C, int NH, int NKV, const int32_t *seg,
+                               int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward (tensor cores)";
   TRY(tc_smem(attention_tc_dkv_kernel<D>, tc_cfg<D>::dkv_smem, what));
   TRY(tc_smem(attention_tc_dq_kernel<D>, tc_cfg<D>::dq_smem, what));
   const int nt = (T + TC_TILE - 1) / TC_TILE;
   attention_tc_dkv_kernel<D><<<dim3(nt, NKV, B), TC_THREADS, tc_cfg<D>::dkv_smem, ctx->stream>>>(
-      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
   LAUNCH_CHECK("attention_backward (tensor cores, dk, dv)");
   attention_tc_dq_kernel<D><<<dim3(nt, NH, B), TC_THREADS, tc_cfg<D>::dq_smem, ctx->stream>>>(
-      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D));
+      dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
   LAUNCH_CHECK("attention_backward (tensor cores, dq)");
   return FSDP_OK;
 }
 
 fsdp_status ops_attention_tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                     int NKV, const ops_cuda_ctx *ctx) {
-  return C / NH == 64 ? tc_forward<64>(out, lse, qkv, B, T, C, NH, NKV, ctx)
-                      : tc_forward<128>(out, lse, qkv, B, T, C, NH, NKV, ctx);
+                                     int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
+  return C / NH == 64 ? tc_forward<64>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx)
+                      : tc_forward<128>(out, lse, qkv, B, T, C, NH, NKV, seg, window, ctx);
 }
 
 fsdp_status ops_attention_tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
-                                      const float *dvec, int B, int T, int C, int NH, int NKV,
-                                      const ops_cuda_ctx *ctx) {
-  return C / NH == 64 ? tc_backward<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx)
-                      : tc_backward<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, ctx);
+                                      const float *dvec, int B, int T, int C, int NH, int NKV, const int32_t *seg,
+                                      int window, const ops_cuda_ctx *ctx) {
+  return C / NH == 64 ? tc_backward<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx)
+                      : tc_backward<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, NKV, seg, window, ctx);
 }

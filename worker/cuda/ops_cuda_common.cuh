@@ -325,11 +325,13 @@ fsdp_status ops_add_bias(ops_bf16 *D, const ops_bf16 *bias, int64_t BT, int OC, 
                          const char *what);
 
 /* The tensor-core attention kernels (ops_cuda_attention_tc.cu), called by ops_cuda_attention.cu
- * after it checked the arguments (head size 64 or 128) and, for the backward, computed dvec. */
+ * after it checked the arguments (head size 64 or 128) and, for the backward, computed dvec. SEG
+ * (documents, device memory) and WINDOW restrict each query's keys as ops_cuda_attention_forward's
+ * (NULL, 0: causal). */
 fsdp_status ops_attention_tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                     int NKV, const ops_cuda_ctx *ctx);
+                                     int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx);
 fsdp_status ops_attention_tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_bf16 *qkv, const float *lse,
-                                      const float *dvec, int B, int T, int C, int NH, int NKV,
-                                      const ops_cuda_ctx *ctx);
+                                      const float *dvec, int B, int T, int C, int NH, int NKV, const int32_t *seg,
+                                      int window, const ops_cuda_ctx *ctx);
 
 #endif

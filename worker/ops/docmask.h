@@ -26,6 +26,16 @@ OPS_HD int attn_key_lo(const int32_t *seg, int window, int b, int T, int t) {
   return w > lo ? w : lo;
 }
 
+/* One past the last query of row b that sees key s (queries s .. end − 1 do): the end of s's
+ * document, or of its window, or T. For the kernels that walk keys and need each key's queries. */
+OPS_HD int attn_query_end(const int32_t *seg, int window, int b, int T, int s) {
+  int end = window > 0 && s + window < T ? s + window : T;
+  if (seg)
+    for (int t = s + 1; t < end; t++)
+      if (seg[(int64_t)b * T + t] != seg[(int64_t)b * T + s]) return t;   /* a new document starts at t */
+  return end;
+}
+
 /* The position of token t of row b (the row's index BT = b·T + t). */
 OPS_HD int doc_pos(const int32_t *seg, int64_t bt, int t) { return seg ? t - (int)seg[bt] : t; }
 
