@@ -516,7 +516,7 @@ static rope_freqs rope_of_args(const targ *a) {
 static void run_rope_forward(cpu_dev *d, const targ *a) {
   (void)d;
   rope_freqs r = rope_of_args(a + 6);
-  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[14].p);
+  rope_forward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[16].p);   /* after ROPE_ARGS' 10 */
 }
 static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                              const int32_t *seg) {
@@ -526,7 +526,7 @@ static void cpu_rope_forward(device_t *d, void *qkv, int B, int T, int NH, int N
 static void run_rope_backward(cpu_dev *d, const targ *a) {
   (void)d;
   rope_freqs r = rope_of_args(a + 6);
-  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[14].p);
+  rope_backward(a[0].p, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (int)a[5].i, &r, a[16].p);   /* after ROPE_ARGS' 10 */
 }
 static void cpu_rope_backward(device_t *d, void *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                               const int32_t *seg) {
