@@ -278,7 +278,7 @@ static void test_errors(void) {
   expect_error("[fsdp]\nworld_size = 0\n", 2, "world_size = 0 is out of range; allowed: an integer in 1..4096");
   expect_error("[fsdp]\nprefetch = 5\n", 2, "allowed: an integer in 0..4");
   expect_error("[fsdp]\nsharding = half\n", 2, "allowed: full | grad_op | none | hybrid");
-  expect_error("[model]\narch = mamba\n", 2, "arch = 'mamba' is not allowed; allowed: gpt2 | llama | mistral");
+  expect_error("[model]\narch = mamba\n", 2, "arch = 'mamba' is not allowed; allowed: gpt2 | llama | qwen2 | qwen3 | phi3 | mistral");
   /* Llama's own rules, and its keys refused for GPT-2 */
   expect_error_train("[model]\narch = llama\nn_head = 4\nn_embd = 64\nn_kv_head = 3\nffn_dim = 176\n", 7,
                      "n_kv_head = 3 does not divide n_head = 4; allowed: a divisor of n_head");

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "envknob.h"
 #include "ops/bf16.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -50,9 +51,9 @@ static void detect(void) {
 
 gemm_kind gemm_bf16_kind(void) {
   pthread_once(&cpu_once, detect);
-  const char *env = getenv("FSDP_CPU_BF16");
-  if (env && strcmp(env, "off") == 0) return GEMM_FP32;
-  if (env && strcmp(env, "emulate") == 0) return GEMM_BF16_EMULATED;
+  const char *env = envknob_get(ENV_CPU_BF16);
+  if (strcmp(env, "off") == 0) return GEMM_FP32;
+  if (strcmp(env, "emulate") == 0) return GEMM_BF16_EMULATED;
   return cpu_bf16 ? GEMM_BF16 : GEMM_FP32;
 }
 
