@@ -32,6 +32,11 @@ typedef enum {   /* [model] arch: one per line of models/models.def (ARCH_GPT2, 
 #define FSDP_ARCH(ID, name) ARCH_##ID,
 #include "models.def"
 } model_arch;
+enum {   /* how many architectures models/models.def lists (arch_count() without the table) */
+  ARCH_N = 0
+#define FSDP_ARCH(ID, name) +1
+#include "models.def"
+};
 typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } rope_scaling_kind;   /* [model] rope_scaling */
 
 #define ROPE_MAX_FACTORS 256   /* longrope's per-frequency factors: one per pair of a head of up to 512 channels */
@@ -90,7 +95,7 @@ typedef struct jobspec {
   int max_restarts;
   double restart_wait_s;     /* a queued job that cannot fit the live cluster fails after waiting this long */
   /* [model] */
-  model_config model;              /* with model.arch: gpt2 | llama | mistral (models/models.def) */
+  model_config model;              /* with model.arch: one of models/models.def */
   char from[JOBSPEC_PATH_MAX];     /* a Hugging Face model folder (absolute), or "": its config.json sets the
                                       model and init names its weights (hfconfig.h) */
   char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file or a
