@@ -49,6 +49,7 @@ typedef struct rope_factor_list {
 /* The model's shape ([model]); docs/models.md. Llama-only fields are 0 for GPT-2 except n_kv_head,
  * which is n_head (a hand-built config may leave it 0: plan_build reads 0 as n_head), and
  * tie_embeddings, which is 1 (plan_build makes it so for a hand-built GPT-2 config). */
+#define MODEL_EXT_MAX 8
 typedef struct model_config {
   model_arch arch;
   int n_layer;     /* L */
@@ -84,6 +85,10 @@ typedef struct model_config {
    * sees keys t − W < s ≤ t (worker/ops/docmask.h). 0: full causal attention (null in config.json,
    * every other architecture); a window of seq_len or more computes the same as none. */
   int sliding_window;
+  /* An architecture's own [model] keys (models/arch.h's arch_desc.ext_keys: key i is ext[i]), for a
+   * family whose settings no other shares (Gemma 3's query_pre_attn_scalar, ...): its folder names
+   * and reads them, common code only parses, writes back and compares them. 0 where none. */
+  double ext[MODEL_EXT_MAX];
 } model_config;
 
 typedef struct jobspec {
