@@ -9,48 +9,9 @@
 #include "ops/bf16.h"
 #include "rng.h"
 
-typedef struct g3_block {   /* saved by the layer's forward, read by its backward (act unless noted) */
-  void *ln1;          /* (B,T,C)   input_layernorm(x) */
-  float *ln1_rstd;    /* (B,T) fp32 */
-  void *qkv_raw;      /* (B,T,Q)   q|k|v before the q/k norms */
-  float *qk_rstd;     /* (B,T,NH+NKV) fp32 */
-  void *qkv;          /* (B,T,Q)   q and k normed and rotated, q times qscale */
-  void *atty;         /* (B,T,QD)  attention output before o_proj */
-  void *att;          /* attention state (dev_attention_floats floats) */
-  void *ao;           /* (B,T,C)   o_proj's output */
-  float *pa_rstd;     /* (B,T) fp32: post_attention_layernorm's */
-  void *res2;         /* (B,T,C)   x + post_attention_layernorm(ao) */
-  void *ln2;          /* (B,T,C)   pre_feedforward_layernorm(res2) */
-  float *ln2_rstd;    /* (B,T) fp32 */
-  void *gu;           /* (B,T,2F)  gate | up */
-  void *h;            /* (B,T,F)   gelu_tanh(gate)·up */
-  void *mo;           /* (B,T,C)   down_proj's output */
-  float *pf_rstd;     /* (B,T) fp32: post_feedforward_layernorm's */
-  void *out;          /* (B,T,C)   res2 + post_feedforward_layernorm(mo) */
-} g3_block;
-
-typedef struct g3_acts {
-  model_arena arena;   /* first (model.h) */
-  device_t *dev;
-  int recompute;
-  int B, T, C, NH, NKV, HD, QD, Q, F, V, L;
-  float eps;
-  float escale;        /* √C as embed_tokens' dtype rounds it (Gemma3TextScaledWordEmbedding) */
-  float qscale;        /* √(HD / query_pre_attn_scalar): q's factor before the HD^-1/2 kernels */
-  int window;          /* sliding layers' window when below T; 0: they attend fully */
-  rope_freqs rope_local, rope_global;
-  g3_block *blk;
-  void *x0, *lnf;      /* (B,T,C) */
-  float *lnf_rstd;     /* (B,T) */
-  void *fwd_tmp;       /* (B,T,C)   a post-norm's output before its residual add */
-  void *logits;
-  float *losses;
-  void *dlnf, *dres, *dx, *datty, *dh, *dbuf, *datt;   /* as model_llama.h's */
-} g3_acts;
-
 /* ---------------------------------------------------------------- buffers */
 
-static void take_block(g3_acts *a, g3_block *b, char *c, int64_t *o, int64_t att) {
+static void take_block(gemma3_acts *a, gemma3_block *b, char *c, int64_t *o, int64_t att) {
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int e = a->dev->act_bytes;
   b->ln1 = model_take(c, o, BTC, e);
@@ -72,7 +33,7 @@ static void take_block(g3_acts *a, g3_block *b, char *c, int64_t *o, int64_t att
 }
 
 static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int64_t *ws_bytes) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   const int64_t BT = (int64_t)a->B * a->T, BTC = BT * a->C;
   const int64_t ATT = dev_attention_floats(a->dev, a->B, a->T, a->NH);
   const int64_t DATT = dev_attention_scratch_floats(a->dev, a->B, a->T, a->NH, a->HD);
@@ -84,7 +45,7 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
     a->blk[l].out = model_take(c, &o, BTC, e);
   }
   if (a->recompute && a->L > 0) {   /* the one working set of every layer (block_ws) */
-    g3_block w;
+    gemma3_block w;
     take_block(a, &w, c, &o, ATT);
     a->fwd_tmp = model_take(c, &o, BTC, e);
     for (int l = 0; l < a->L; l++) {
@@ -121,7 +82,7 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
 static rope_freqs global_rope(const model_config *m) { return rope_freqs_of(m->rope_theta, 0, 0, 0, 0, 0); }
 
 static void acts_destroy(void *acts) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   if (!a) return;
   model_arena_free(&a->arena);
   free(a->blk);
@@ -129,7 +90,12 @@ static void acts_destroy(void *acts) {
 }
 
 static void *acts_new(const plan_t *p, device_t *d) {
-  g3_acts *a = calloc(1, sizeof *a);
+  if (!(gemma3_qpas(&p->model) > 0) || !(gemma3_local_theta(&p->model) > 0)) {   /* the descriptor refuses these */
+    fsdp_set_error(FSDP_ERR_INVALID, "gemma3: query_pre_attn_scalar %g and rope_local_base_freq %g; allowed: both > 0",
+                   gemma3_qpas(&p->model), gemma3_local_theta(&p->model));
+    return NULL;
+  }
+  gemma3_acts *a = calloc(1, sizeof *a);
   if (!a) {
     fsdp_set_error(FSDP_ERR_NOMEM, "gemma3: out of host memory for the activation table");
     return NULL;
@@ -169,32 +135,32 @@ static void *acts_new(const plan_t *p, device_t *d) {
 #define LORA (a->arena.lora)
 
 static void embed_forward(void *acts, const plan_t *p, const void *root, const int *inp) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   device_t *d = a->dev;
   const int BT = a->B * a->T;
   d->kern->encoder_forward(d, a->x0, inp, PARAM(0, G3ROOT_EMBED, root), NULL, a->B, a->T, a->C, NULL);
   d->kern->act_axpby(d, a->x0, a->C, a->x0, a->C, BT, a->C, a->escale, 0.0f);
 }
 
-static void *block_input(g3_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
-static void *last_output(g3_acts *a) { return a->L == 0 ? a->x0 : a->blk[a->L - 1].out; }
+static void *block_input(gemma3_acts *a, int layer) { return layer == 0 ? a->x0 : a->blk[layer - 1].out; }
+static void *last_output(gemma3_acts *a) { return a->L == 0 ? a->x0 : a->blk[a->L - 1].out; }
 
 /* Layer L's attention pattern: its window (0: full causal) and rotary frequencies. */
-static int window_of(const g3_acts *a, const plan_t *p, int l) { return gemma3_is_global(&p->model, l) ? 0 : a->window; }
-static const rope_freqs *rope_of(const g3_acts *a, const plan_t *p, int l) {
+static int window_of(const gemma3_acts *a, const plan_t *p, int l) { return gemma3_is_global(&p->model, l) ? 0 : a->window; }
+static const rope_freqs *rope_of(const gemma3_acts *a, const plan_t *p, int l) {
   return gemma3_is_global(&p->model, l) ? &a->rope_global : &a->rope_local;
 }
 
 /* q's columns of the (BT, Q) rows BUF times qscale, in place (forward: q; backward: dq). */
-static void scale_q(g3_acts *a, void *buf) {
+static void scale_q(gemma3_acts *a, void *buf) {
   if (a->qscale != 1.0f) a->dev->kern->act_axpby(a->dev, buf, a->Q, buf, a->Q, (int64_t)a->B * a->T, a->QD, a->qscale, 0.0f);
 }
 
 static void block_forward(void *acts, const plan_t *p, int layer, const void *unit) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   const int B = a->B, T = a->T, C = a->C, F = a->F, BT = B * T, u = 1 + layer;
   device_t *d = a->dev;
-  g3_block *s = &a->blk[layer];
+  gemma3_block *s = &a->blk[layer];
   const void *x = block_input(a, layer);
 
   /* res2 = x + post_attn_norm(o(attn(scale·rope(qknorm(qkv(in_norm(x))))))) */
@@ -228,7 +194,7 @@ static void block_forward(void *acts, const plan_t *p, int layer, const void *un
 
 static void head_forward_backward(void *acts, const plan_t *p, const void *root, float *droot, const int *targets,
                                   float dscale, float *loss_acc) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   const int C = a->C, BT = a->B * a->T;
   device_t *d = a->dev;
   const void *x = last_output(a), *wn = PARAM(0, G3ROOT_NORM, root), *wte = PARAM(0, G3ROOT_EMBED, root);
@@ -240,7 +206,7 @@ static void head_forward_backward(void *acts, const plan_t *p, const void *root,
 }
 
 static void head_forward(void *acts, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   const int BT = a->B * a->T;
   device_t *d = a->dev;
   d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, G3ROOT_NORM, root), BT, a->C, a->eps,
@@ -251,10 +217,10 @@ static void head_forward(void *acts, const plan_t *p, const void *root, const in
 }
 
 static void block_backward(void *acts, const plan_t *p, int layer, const void *unit, float *dunit) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   const int B = a->B, T = a->T, C = a->C, F = a->F, BT = B * T, u = 1 + layer;
   device_t *d = a->dev;
-  g3_block *s = &a->blk[layer];
+  gemma3_block *s = &a->blk[layer];
   const void *x = block_input(a, layer);
   void *dres = a->dres;   /* on entry dL/d out; on return dL/d x */
 
@@ -288,7 +254,7 @@ static void block_backward(void *acts, const plan_t *p, int layer, const void *u
 }
 
 static void embed_backward(void *acts, const plan_t *p, float *droot, const int *inp) {
-  g3_acts *a = acts;
+  gemma3_acts *a = acts;
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]) */
   d->kern->act_axpby(d, a->dres, a->C, a->dres, a->C, (int64_t)a->B * a->T, a->C, a->escale, 0.0f);
@@ -301,7 +267,7 @@ static void embed_backward(void *acts, const plan_t *p, float *droot, const int 
 #undef DW
 #undef LORA
 
-static const void *final_hidden(const void *a) { return ((const g3_acts *)a)->lnf; }
+static const void *final_hidden(const void *a) { return ((const gemma3_acts *)a)->lnf; }
 
 /* Gemma3PreTrainedModel's init: every projection and the embedding N(0, initializer_range = 0.02)
  * from rng_normal(seed, gid, k); every RMSNorm weight 0 (its scale 1 + w starts at 1). */

@@ -24,7 +24,48 @@
 #define FSDP_MODEL_GEMMA3_H
 
 #include "model.h"
+#include "ops/rope.h"
 
+typedef struct gemma3_block {   /* saved by the layer's forward, read by its backward (act unless noted) */
+  void *ln1;          /* (B,T,C)   input_layernorm(x) */
+  float *ln1_rstd;    /* (B,T) fp32 */
+  void *qkv_raw;      /* (B,T,Q)   q|k|v before the q/k norms */
+  float *qk_rstd;     /* (B,T,NH+NKV) fp32 */
+  void *qkv;          /* (B,T,Q)   q and k normed and rotated, q times qscale */
+  void *atty;         /* (B,T,QD)  attention output before o_proj */
+  void *att;          /* attention state (dev_attention_floats floats) */
+  void *ao;           /* (B,T,C)   o_proj's output */
+  float *pa_rstd;     /* (B,T) fp32: post_attention_layernorm's */
+  void *res2;         /* (B,T,C)   x + post_attention_layernorm(ao) */
+  void *ln2;          /* (B,T,C)   pre_feedforward_layernorm(res2) */
+  float *ln2_rstd;    /* (B,T) fp32 */
+  void *gu;           /* (B,T,2F)  gate | up */
+  void *h;            /* (B,T,F)   gelu_tanh(gate)·up */
+  void *mo;           /* (B,T,C)   down_proj's output */
+  float *pf_rstd;     /* (B,T) fp32: post_feedforward_layernorm's */
+  void *out;          /* (B,T,C)   res2 + post_feedforward_layernorm(mo) */
+} gemma3_block;
+
+typedef struct gemma3_acts {
+  model_arena arena;   /* first (model.h) */
+  device_t *dev;
+  int recompute;
+  int B, T, C, NH, NKV, HD, QD, Q, F, V, L;
+  float eps;
+  float escale;        /* √C as embed_tokens' dtype rounds it (Gemma3TextScaledWordEmbedding) */
+  float qscale;        /* √(HD / query_pre_attn_scalar): q's factor before the HD^-1/2 kernels */
+  int window;          /* sliding layers' window when below T; 0: they attend fully */
+  rope_freqs rope_local, rope_global;
+  gemma3_block *blk;
+  void *x0, *lnf;      /* (B,T,C) */
+  float *lnf_rstd;     /* (B,T) */
+  void *fwd_tmp;       /* (B,T,C)   a post-norm's output before its residual add */
+  void *logits;
+  float *losses;
+  void *dlnf, *dres, *dx, *datty, *dh, *dbuf, *datt;   /* as model_llama.h's */
+} gemma3_acts;
+
+/* The table (model.h): acts_new returns a gemma3_acts. */
 extern const model_ops gemma3_model;
 
 #endif

@@ -416,11 +416,60 @@ static void test_buffers_init_loss(void) {
   }
 }
 
+/* ---- the CUDA layout's alignment, without a GPU: a device of kind cuda (bf16 act elements) whose
+ * memory is host memory ---- */
+
+static void *fake_alloc(device_t *d, mem_category cat, size_t bytes) {
+  (void)d, (void)cat;
+  return aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+}
+static void fake_free(device_t *d, void *p) {
+  (void)d;
+  free(p);
+}
+static int misaligned(const void *p, const void *base) { return p && ((const char *)p - (const char *)base) % 4 != 0; }
+
+/* Every buffer of the bf16 layout on a 4-byte boundary (fp32 loads; bf16x2 pairs) at an odd B·T = 7,
+ * with and without checkpointing, and the arena equal to gemma3_act's CUDA terms. */
+static void test_cuda_layout_alignment(void) {
+  static const dev_ops ops = {.name = "fake-cuda", .alloc = fake_alloc, .free = fake_free};
+  device_t fake = {.op = &ops, .kind = DEVICE_CUDA, .act_bytes = 2};
+  model_config mc = gemma3();
+  mc.seq_len = 7, mc.ffn_dim = 14;
+  for (int ck = 0; ck < 2; ck++) {
+    plan_t *p = gemma3_plan(mc, 1, ck ? ACKPT_FULL : ACKPT_NONE);
+    p->device = DEVICE_CUDA;
+    gemma3_acts *a = gemma3_model.acts_new(p, &fake);
+    CHECK(a != NULL);
+    if (!a) return;
+    int bad = 0;
+    const void *sv = a->arena.saved, *ws = a->arena.ws;
+    for (int l = 0; l < a->L; l++) {
+      const gemma3_block *k = &a->blk[l];
+      const void *v[] = {k->ln1, k->ln1_rstd, k->qkv_raw, k->qk_rstd, k->qkv, k->atty, k->att, k->ao, k->pa_rstd,
+                         k->res2, k->ln2, k->ln2_rstd, k->gu, k->h, k->mo, k->pf_rstd, k->out};
+      for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) bad += misaligned(v[i], sv);
+    }
+    const void *r[] = {a->x0, a->lnf, a->lnf_rstd}, *w[] = {a->logits, a->losses, a->dlnf, a->dres, a->dx,
+                                                           a->datty, a->dh, a->dbuf, a->datt};
+    for (size_t i = 0; i < 3; i++) bad += misaligned(r[i], sv);
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) bad += misaligned(w[i], ws);
+    if (bad) fprintf(stderr, "FAIL: %d buffer(s) of the bf16 Gemma 3 layout misaligned (checkpointing %d)\n", bad, ck);
+    CHECK_EQ_INT(0, bad);
+    const plan_act pa = gemma3_act(&mc, 1, DEVICE_CUDA, p->ackpt);
+    CHECK_EQ_INT(mc.n_layer * pa.block_bytes + pa.block_ws_bytes + pa.root_bytes, a->arena.saved_bytes);
+    CHECK_EQ_INT(pa.bwd_ws_bytes > pa.head_ws_bytes ? pa.bwd_ws_bytes : pa.head_ws_bytes, a->arena.ws_bytes);
+    gemma3_model.acts_destroy(a);
+    plan_free(&p);
+  }
+}
+
 int main(void) {
   if (dev_new_cpu(DEV_CPU_SYNC, &g_dev) != FSDP_OK) return 2;
   test_gradcheck();
   test_gradcheck_docs();
   test_buffers_init_loss();
+  test_cuda_layout_alignment();
   dev_destroy(&g_dev);
   return check_done();
 }
