@@ -21,6 +21,7 @@
 #define FSDP_GEMMA3_H
 
 #include "jobspec.h"
+#include "plan.h"
 
 enum { G3ROOT_EMBED = 0, G3ROOT_NORM, G3ROOT_NT };
 
@@ -47,5 +48,45 @@ static inline int gemma3_is_global(const model_config *m, int l) {
 }
 /* HD: head_dim, or C / NH where the model leaves it 0. */
 static inline int gemma3_head_dim(const model_config *m) { return m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head; }
+
+/* The activations model_gemma3.c keeps for B rows of M on DEV (plan.h's plan_act; the descriptor's act
+ * calls it, so that the planner and the model agree to the byte). With QD = NH·HD, Q = QD + 2·NKV·HD,
+ * F = ffn_dim, BTX = B·T·X, e the act element's bytes:
+ *   block_saved = BT·(6C + QD + 2Q + 3F) act + BT·(4 + NH + NKV) + ATT fp32: in_norm(x) BTC and its rstd
+ *                 BT, q|k|v before the q/k norms BTQ and their rstd BT·(NH + NKV), q|k|v normed, rotated
+ *                 and q scaled BTQ, the attention's output BT·QD and state ATT, o_proj's output BTC and
+ *                 post_attn_norm's rstd BT, res2 = x + post_attn_norm(o) BTC, pre_ff_norm(res2) BTC and
+ *                 its rstd BT, gate|up 2BTF, gelu_tanh(gate)·up BTF, down's output BTC and post_ff_norm's
+ *                 rstd BT, the layer's output BTC; checkpointing: the output only, and block_ws the
+ *                 rest once, with the forward's BTC scratch
+ *   root_saved  = 2·BTC act + BT fp32: x0 = √C·embed_tokens[inp], the final norm's output and rstd
+ *   head_ws     = the logits (at least BTC act: dres reuses them), the losses BT, d final norm BTC
+ *   bwd_ws      = 2·BTC + BT·max(C, QD) + BTF + BT·max(2F, Q) act + DATT fp32: dres, dx, datty, d geglu,
+ *                 d gate|up then d q|k|v, the attention's backward scratch */
+static inline plan_act gemma3_act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
+  const int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, HD = gemma3_head_dim(m), V = m->vocab_size;
+  const int64_t NH = m->n_head, NKV = m->n_kv_head, QD = NH * HD, Q = QD + 2 * NKV * HD;
+  const int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, NH);
+  const int64_t DATT = plan_attention_scratch_floats(dev, B, T, NH, HD);
+  const int64_t e = dev == DEVICE_CPU ? 4 : 2;
+  int64_t logits = plan_logits_bytes(dev, BT, V);
+  if (logits < e * BTC) logits = e * BTC;
+  const int64_t acts = BT * (6 * C + QD + 2 * Q + 3 * F), stats = BT * (4 + NH + NKV) + ATT;
+  const int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;
+  const int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 2 * BTC + BT * (QD > C ? QD : C) + BT * F + wide;
+  const int ck = ackpt == ACKPT_FULL;
+  return (plan_act){
+    .block_saved = ck ? BTC : block,
+    .block_ws = ck ? block : 0,
+    .block_bytes = ck ? e * BTC : block_bytes,
+    .block_ws_bytes = ck ? block_bytes : 0,
+    .root_saved = 2 * BTC + BT,
+    .head_ws = logits / 4 + BT + BTC,
+    .bwd_ws = bwd + DATT,
+    .root_bytes = e * 2 * BTC + 4 * BT,
+    .head_ws_bytes = logits + 4 * BT + e * BTC,
+    .bwd_ws_bytes = e * bwd + 4 * DATT,
+  };
+}
 
 #endif

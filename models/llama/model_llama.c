@@ -163,12 +163,12 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   /* attention: res2 = x + o_proj(attn(rope(qknorm(qkv(rms1(x)))))); q|k|v is one [Q, C] weight; the
    * adapters ([lora]) add to each projection's output, before the q/k norms */
   void *qkv_out = a->qk_norm ? s->qkv_raw : s->qkv;
-  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, AT(LBLK_LN1_W), unit), BT, C, a->eps);
+  d->kern->rmsnorm_forward(d, s->ln1, s->ln1_rstd, x, PARAM(u, AT(LBLK_LN1_W), unit), BT, C, a->eps, 0.0f);
   d->kern->linear_forward(d, qkv_out, s->ln1, PARAM(u, AT(LBLK_Q), unit), OPT_PARAM(LBLK_QB), BT, C, a->Q);
   lora_qkv_forward(a, layer, qkv_out, s->ln1);
   if (a->qk_norm)
     d->kern->qk_norm_forward(d, s->qkv, s->qk_rstd, s->qkv_raw, PARAM(u, AT(LBLK_QN), unit),
-                             PARAM(u, AT(LBLK_KN), unit), BT, a->NH, a->NKV, a->HD, a->eps);
+                             PARAM(u, AT(LBLK_KN), unit), BT, a->NH, a->NKV, a->HD, a->eps, 0.0f);
   d->kern->rope_forward(d, s->qkv, B, T, a->NH, a->NKV, a->HD, &a->rope, a->arena.seg);
   d->kern->attention_forward(d, s->atty, s->att, s->qkv, B, T, a->QD, a->NH, a->NKV, a->arena.seg, a->window);
   d->kern->linear_forward(d, a->fwd_tmp, s->atty, PARAM(u, AT(LBLK_O), unit), OPT_PARAM(LBLK_OB), BT, a->QD, C);
@@ -176,7 +176,7 @@ void llama_block_forward(llama_acts *a, const plan_t *p, int layer, const void *
   d->kern->residual_forward(d, s->res2, x, a->fwd_tmp, (int64_t)BT * C);
 
   /* MLP: out = res2 + down(silu(gate(rms2(res2))) · up(rms2(res2))); gate|up is one [2F, C] weight */
-  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, AT(LBLK_LN2_W), unit), BT, C, a->eps);
+  d->kern->rmsnorm_forward(d, s->ln2, s->ln2_rstd, s->res2, PARAM(u, AT(LBLK_LN2_W), unit), BT, C, a->eps, 0.0f);
   d->kern->linear_forward(d, s->gu, s->ln2, PARAM(u, AT(LBLK_GATE), unit), OPT_PARAM(LBLK_GB), BT, C, 2 * F);
   lora_forward(LORA, layer, LBLK_GATE, s->gu, s->ln2);
   lora_forward(LORA, layer, LBLK_UP, s->gu, s->ln2);
@@ -193,18 +193,18 @@ void llama_head_forward_backward(llama_acts *a, const plan_t *p, const void *roo
   const int C = a->C, BT = a->B * a->T;
   device_t *d = a->dev;
   const void *x = last_output(a);
-  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps);
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, x, PARAM(0, LROOT_NORM, root), BT, C, a->eps, 0.0f);
   d->kern->classifier(d, a->dlnf, GRAD(0, a->head, droot), a->losses, loss_acc, a->logits, a->lnf,
                     PARAM(0, a->head, root), targets, BT, C, a->V, dscale);
   /* dlogits is dead from here on, so dres may overwrite it */
   d->kern->rmsnorm_backward(d, a->dres, GRAD(0, LROOT_NORM, droot), a->dlnf, x, PARAM(0, LROOT_NORM, root), a->lnf_rstd,
-                          BT, C);
+                          BT, C, 0.0f);
 }
 
 void llama_head_forward(llama_acts *a, const plan_t *p, const void *root, const int *targets, float *loss_acc) {
   const int BT = a->B * a->T;
   device_t *d = a->dev;
-  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps);
+  d->kern->rmsnorm_forward(d, a->lnf, a->lnf_rstd, last_output(a), PARAM(0, LROOT_NORM, root), BT, a->C, a->eps, 0.0f);
   if (targets)
     d->kern->classifier(d, NULL, NULL, a->losses, loss_acc, a->logits, a->lnf, PARAM(0, a->head, root), targets, BT,
                       a->C, a->V, 1.0f);
@@ -230,7 +230,7 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   lora_backward(LORA, layer, LBLK_GATE, a->dx, a->dbuf, s->ln2);
   lora_backward(LORA, layer, LBLK_UP, a->dx, a->dbuf, s->ln2);
   dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN2_W), dunit), a->dx, s->res2,
-                           PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C);   /* dres = dL/d res2 */
+                           PARAM(u, AT(LBLK_LN2_W), unit), s->ln2_rstd, BT, C, 0.0f);   /* dres = dL/d res2 */
 
   /* attention */
   d->kern->linear_backward(d, a->datty, GRAD(u, AT(LBLK_O), dunit), OPT_GRAD(LBLK_OB), dres, s->atty,
@@ -242,12 +242,12 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
   if (a->qk_norm)   /* in place: d(normed q|k|v) → d(raw q|k|v) */
     d->kern->qk_norm_backward(d, a->dbuf, OPT_GRAD(LBLK_QN), OPT_GRAD(LBLK_KN), a->dbuf, s->qkv_raw,
                               PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT, a->NH,
-                              a->NKV, a->HD);
+                              a->NKV, a->HD, 0.0f);
   d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
                            PARAM(u, AT(LBLK_Q), unit), BT, C, a->Q);
   for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, a->dx, a->dbuf, s->ln1);
   dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x,
-                           PARAM(u, AT(LBLK_LN1_W), unit), s->ln1_rstd, BT, C);   /* dres = dL/d x */
+                           PARAM(u, AT(LBLK_LN1_W), unit), s->ln1_rstd, BT, C, 0.0f);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {

@@ -1,6 +1,7 @@
 /* check_llama — gpu_check's checks of the Llama family's operators of worker/cuda/ops_cuda.h (the
  * encoder without positions, linear with and without bias, RMSNorm, Qwen3's q/k norms, rotary
- * embeddings, SwiGLU, grouped-query attention, head_dim ≠ C / NH) against the CPU twins of
+ * embeddings, SwiGLU, grouped-query attention, head_dim ≠ C / NH) and Gemma 3's (the norms' 1 + w,
+ * GeGLU) against the CPU twins of
  * worker/ops/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
 #include <math.h>
 #include <stdio.h>
@@ -96,25 +97,28 @@ static void check_linear(const shape *s, const char *label, int C, int OC, int w
 
 /* ---- Qwen3's q_norm / k_norm on the q and k heads of a qkv buffer (v copied) ---- */
 
-static void check_qk_norm(const shape *s, int NH, int NKV, int HD, int in_place) {
+/* WOFF 1: Gemma 3's q/k norms, which scale by 1 + w (weights around 0 then, as trained ones are). */
+static void check_qk_norm(const shape *s, int NH, int NKV, int HD, int in_place, float woff) {
   const int BT = s->B * s->T, NQK = NH + NKV;
   const size_t n = (size_t)BT * (NH + 2 * NKV) * HD, nr = (size_t)BT * NQK;
   const float eps = 1e-6f;
   float *inp = h_uniform(n, -1, 1);
   for (size_t i = 0; i < n; i++) inp[i] = bf16_round(inp[i] * (float)(1 + i / HD % 5)); /* heads of different scales */
-  float *wq = h_bf16_uniform((size_t)HD, 0.5f, 4.0f), *wk = h_bf16_uniform((size_t)HD, -2.0f, 2.0f);
+  float *wq = h_bf16_uniform((size_t)HD, 0.5f - woff, 4.0f - woff), *wk = h_bf16_uniform((size_t)HD, -2.0f, 2.0f);
   void *d_inp = d_bf16(inp, n), *d_wq = d_bf16(wq, (size_t)HD), *d_wk = d_bf16(wk, (size_t)HD);
   char fname[96], bname[96];
-  snprintf(fname, sizeof fname, "qk_norm_forward(NH=%d, NKV=%d, HD=%d%s)", NH, NKV, HD, in_place ? ", in place" : "");
-  snprintf(bname, sizeof bname, "qk_norm_backward(NH=%d, NKV=%d, HD=%d%s)", NH, NKV, HD, in_place ? ", in place" : "");
+  snprintf(fname, sizeof fname, "qk_norm_forward(NH=%d, NKV=%d, HD=%d, woff=%g%s)", NH, NKV, HD, woff,
+           in_place ? ", in place" : "");
+  snprintf(bname, sizeof bname, "qk_norm_backward(NH=%d, NKV=%d, HD=%d, woff=%g%s)", NH, NKV, HD, woff,
+           in_place ? ", in place" : "");
 
   float *out = h_nan(n), *rstd = h_nan(nr);
   void *d_out = in_place ? d_inp : d_nan_bf16(n), *d_rstd = d_nan_f32(nr);
-  qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps);
+  qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps, woff);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
                 {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = nr, .kind = OUT_F32, .tol = TOL_F32}};
   RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                  ops_cuda_qk_norm_forward(d_out, d_rstd, d_inp, d_wq, d_wk, BT, NH, NKV, HD, eps, &g_ctx));
+                  ops_cuda_qk_norm_forward(d_out, d_rstd, d_inp, d_wq, d_wk, BT, NH, NKV, HD, eps, woff, &g_ctx));
 
   /* Backward from the CPU's rstd and the original input on both sides. */
   float *dout = h_bf16_uniform(n, -1, 1), *dinp = h_nan(n);
@@ -123,47 +127,48 @@ static void check_qk_norm(const shape *s, int NH, int NKV, int HD, int in_place)
   void *d_x = d_bf16(inp, n), *d_dout = d_bf16(dout, n), *d_dinp = in_place ? d_dout : d_nan_bf16(n);
   float *d_rs = d_upload(rstd, nr * sizeof(float)), *d_dwq = d_upload(pq, (size_t)HD * sizeof(float));
   float *d_dwk = d_upload(pk, (size_t)HD * sizeof(float));
-  qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD);
+  qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD, woff);
   out_t bo[] = {{.name = "dinp", .ref = dinp, .dev = d_dinp, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
                 {.name = "dwq", .ref = dwq, .dev = d_dwq, .n = (size_t)HD, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pq},
                 {.name = "dwk", .ref = dwk, .dev = d_dwk, .n = (size_t)HD, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pk}};
   RUN_AND_COMPARE(bname, s->name, s->timed, bo,
                   ops_cuda_qk_norm_backward(d_dinp, d_dwq, d_dwk, d_dout, d_x, d_wq, d_wk, d_rs, BT, NH, NKV, HD,
-                                            &g_ctx));
+                                            woff, &g_ctx));
   free_all();
 }
 
 /* ---- RMSNorm ---- */
 
-static void check_rmsnorm(const shape *s, float eps) {
+/* WOFF 0: Llama's scale w; 1: Gemma's 1 + w (weights around 0 then). */
+static void check_rmsnorm(const shape *s, float eps, float woff) {
   const int BT = s->B * s->T, C = s->C;
   const size_t n = (size_t)BT * C;
   float *inp = h_uniform(n, -1, 1);
   for (size_t i = 0; i < n; i++) inp[i] = bf16_round(inp[i] * (float)(1 + i / C % 7)); /* rows of different scales */
-  float *w = h_bf16_uniform((size_t)C, 0.5f, 1.5f);
+  float *w = h_bf16_uniform((size_t)C, 0.5f - woff, 1.5f - woff);
   void *d_inp = d_bf16(inp, n), *d_w = d_bf16(w, (size_t)C);
   char fname[64], bname[64];
-  snprintf(fname, sizeof fname, "rmsnorm_forward(eps=%g)", eps);
-  snprintf(bname, sizeof bname, "rmsnorm_backward(eps=%g)", eps);
+  snprintf(fname, sizeof fname, "rmsnorm_forward(eps=%g, woff=%g)", eps, woff);
+  snprintf(bname, sizeof bname, "rmsnorm_backward(eps=%g, woff=%g)", eps, woff);
 
   float *out = h_nan(n), *rstd = h_nan((size_t)BT);
   void *d_out = d_nan_bf16(n), *d_rstd = d_nan_f32((size_t)BT);
-  rmsnorm_forward(out, rstd, inp, w, BT, C, eps);
+  rmsnorm_forward(out, rstd, inp, w, BT, C, eps, woff);
   out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
                 {.name = "rstd", .ref = rstd, .dev = d_rstd, .n = (size_t)BT, .kind = OUT_F32, .tol = TOL_F32}};
   RUN_AND_COMPARE(fname, s->name, s->timed, fo,
-                  ops_cuda_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, BT, C, eps, &g_ctx));
+                  ops_cuda_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, BT, C, eps, woff, &g_ctx));
 
   /* Backward from the CPU's rstd on both sides, so that it is tested on its own. */
   float *dout = h_bf16_uniform(n, -1, 1), *pre = h_uniform((size_t)C, -1, 1), *dw = h_copy(pre, (size_t)C);
   float *dinp = h_nan(n);
   void *d_dout = d_bf16(dout, n), *d_dinp = d_nan_bf16(n);
   float *d_rstd_ref = d_upload(rstd, (size_t)BT * sizeof(float)), *d_dw = d_upload(pre, (size_t)C * sizeof(float));
-  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C);
+  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, woff);
   out_t bo[] = {{.name = "dinp", .ref = dinp, .dev = d_dinp, .n = n, .kind = OUT_BF16, .tol = TOL_BF16},
                 {.name = "dweight", .ref = dw, .dev = d_dw, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
   RUN_AND_COMPARE(bname, s->name, s->timed, bo,
-                  ops_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_ref, BT, C, &g_ctx));
+                  ops_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_ref, BT, C, woff, &g_ctx));
 
   /* Accumulated into the residual stream's gradient (nonzero): dres += dinp, compared by increments. */
   float *pre_res = h_bf16_uniform(n, -1, 1), *dres = hbuf(n * sizeof(float));
@@ -171,11 +176,11 @@ static void check_rmsnorm(const shape *s, float eps) {
   void *d_dres = d_bf16(pre_res, n);
   float *d_dw2 = d_upload(pre, (size_t)C * sizeof(float));
   char aname[80];
-  snprintf(aname, sizeof aname, "rmsnorm_backward_acc(eps=%g)", eps);
+  snprintf(aname, sizeof aname, "rmsnorm_backward_acc(eps=%g, woff=%g)", eps, woff);
   out_t ao[] = {{.name = "dres", .ref = dres, .dev = d_dres, .n = n, .kind = OUT_BF16, .tol = TOL_BF16, .prefill = pre_res},
                 {.name = "dweight", .ref = dw, .dev = d_dw2, .n = (size_t)C, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
   RUN_AND_COMPARE(aname, s->name, s->timed, ao,
-                  ops_cuda_rmsnorm_backward_acc(d_dres, d_dw2, d_dout, d_inp, d_w, d_rstd_ref, BT, C, &g_ctx));
+                  ops_cuda_rmsnorm_backward_acc(d_dres, d_dw2, d_dout, d_inp, d_w, d_rstd_ref, BT, C, woff, &g_ctx));
   free_all();
 }
 
@@ -226,6 +231,42 @@ static void check_swiglu(const shape *s, int F) {
   free_all();
 }
 
+/* ---- GeGLU (Gemma's MLP) ---- */
+
+static void check_geglu(const shape *s, int F) {
+  const int BT = s->B * s->T;
+  const size_t n = (size_t)BT * F;
+  float *gu = h_bf16_uniform(2 * n, -6, 6), *out = h_nan(n);
+  void *d_gu = d_bf16(gu, 2 * n), *d_out = d_nan_bf16(n);
+  char fname[48], bname[48];
+  snprintf(fname, sizeof fname, "geglu_forward(F=%d)", F);
+  snprintf(bname, sizeof bname, "geglu_backward(F=%d)", F);
+  geglu_forward(out, gu, BT, F);
+  out_t fo[] = {{.name = "out", .ref = out, .dev = d_out, .n = n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE(fname, s->name, s->timed, fo, ops_cuda_geglu_forward(d_out, d_gu, BT, F, &g_ctx));
+
+  float *dout = h_bf16_uniform(n, -1, 1), *dgu = h_nan(2 * n);
+  void *d_dout = d_bf16(dout, n), *d_dgu = d_nan_bf16(2 * n);
+  geglu_backward(dgu, gu, dout, BT, F);
+  out_t bo[] = {{.name = "dgu", .ref = dgu, .dev = d_dgu, .n = 2 * n, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE(bname, s->name, s->timed, bo, ops_cuda_geglu_backward(d_dgu, d_gu, d_dout, BT, F, &g_ctx));
+  free_all();
+}
+
+/* Gemma 3's operators beyond the Llama family's at the tiny shape: its norms scaled by 1 + w (the
+ * row norm over C, the q/k head norms over head_dim 128), and GeGLU at F = 88 (element by element:
+ * not a multiple of 8) and F = 96 (128-bit loads). */
+static void check_gemma_shape(const llama_shape *l) {
+  const shape *s = &l->s;
+  printf("\n== Gemma 3 operators, shape %s: B=%d T=%d C=%d NH=%d NKV=%d F=%d ==\n", s->name, s->B, s->T, s->C, s->NH,
+         l->NKV, l->F);
+  check_rmsnorm(s, 1e-6f, 1.0f);
+  check_qk_norm(s, s->NH, l->NKV, 128, 1, 1.0f);
+  check_geglu(s, l->F);
+  check_geglu(s, 96);
+  fflush(stdout);
+}
+
 /* One Llama decoder layer's operators at shape L, in the order the model runs them. */
 static void check_llama_shape(const llama_shape *l) {
   const shape *s = &l->s;
@@ -233,7 +274,7 @@ static void check_llama_shape(const llama_shape *l) {
   printf("\n== Llama operators, shape %s: B=%d T=%d C=%d NH=%d NKV=%d F=%d ==\n", s->name, s->B, s->T, C, s->NH,
          l->NKV, l->F);
   check_encoder_nopos(s);
-  check_rmsnorm(s, 1e-5f);
+  check_rmsnorm(s, 1e-5f, 0.0f);
   check_linear(s, "q,k,v", C, C + 2 * l->NKV * HS, 1, 0);
   check_rope(l, 0);
   check_rope(l, 1);
@@ -243,7 +284,7 @@ static void check_llama_shape(const llama_shape *l) {
   check_swiglu(s, l->F);
   check_linear(s, "down", l->F, C, 1, 0);
   if (!s->timed) {
-    check_rmsnorm(s, 0.25f); /* an eps that matters */
+    check_rmsnorm(s, 0.25f, 0.0f); /* an eps that matters */
     check_linear(s, "odd OC=37, no dinp", C, 37, 0, 0);
   }
   fflush(stdout);
@@ -259,8 +300,8 @@ static void check_family_shape(const llama_shape *l) {
   printf("\n== Llama family operators, shape %s: B=%d T=%d C=%d NH=%d NKV=%d head_dim=%d ==\n", s->name, s->B, s->T, C,
          NH, NKV, HD);
   check_linear(s, "q,k,v", C, QD + 2 * NKV * HD, 1, 1);
-  check_qk_norm(s, NH, NKV, HD, 0);
-  check_qk_norm(s, NH, NKV, HD, 1);
+  check_qk_norm(s, NH, NKV, HD, 0, 0.0f);
+  check_qk_norm(s, NH, NKV, HD, 1, 0.0f);
   llama_shape wide = *l;   /* the attention's and rope's view: q width NH·HD */
   wide.s.C = QD;
   check_rope(&wide, 0);
@@ -279,9 +320,11 @@ static const shape kRowsOddL = {"llama-rows-odd", 3, 500, 36, 1, 0, 0};
 void check_llama_ops(int large) {
   check_llama_shape(&kTinyL);
   check_family_shape(&kTinyL);
+  check_gemma_shape(&kTinyL);
   printf("\n== RMSNorm over many rows: B=%d T=%d, C=%d and C=%d ==\n", kRowsL.B, kRowsL.T, kRowsL.C, kRowsOddL.C);
-  check_rmsnorm(&kRowsL, 1e-5f);
-  check_rmsnorm(&kRowsOddL, 1e-5f);
+  check_rmsnorm(&kRowsL, 1e-5f, 0.0f);
+  check_rmsnorm(&kRowsOddL, 1e-5f, 0.0f);
+  check_rmsnorm(&kRowsOddL, 1e-6f, 1.0f);
   const shape *h = &kHs128L.s;
   printf("\n== grouped-query attention, shape %s: B=%d T=%d C=%d NH=%d NKV=%d (head size %d) ==\n", h->name, h->B,
          h->T, h->C, h->NH, kHs128L.NKV, h->C / h->NH);

@@ -97,7 +97,7 @@ static void test_linear(void) {
 
 typedef struct {
   int R, C;
-  double eps;
+  double eps, woff;
   double *inp, *weight, *w, *out, *rstd;
 } rms_ctx;
 
@@ -108,19 +108,19 @@ static double rms_objective(void *p) {
     double ss = 0;
     for (int c = 0; c < x->C; c++) ss += v[c] * v[c];
     double rs = 1.0 / sqrt(ss / x->C + x->eps);
-    for (int c = 0; c < x->C; c++) x->out[r * x->C + c] = v[c] * rs * x->weight[c];
+    for (int c = 0; c < x->C; c++) x->out[r * x->C + c] = v[c] * rs * (x->woff + x->weight[c]);
     x->rstd[r] = rs;
   }
   return wdot(x->w, x->out, x->R * x->C);
 }
 
 /* eps 1e-5 (Llama's default) on O(1) rows, and eps 0.25 on rows of ~0.3, where a lost eps moves
- * rstd by tens of percent. */
+ * rstd by tens of percent; each with the weight's offset 0 (Llama) and 1 (Gemma: scale 1 + w). */
 static void test_rmsnorm(void) {
   int R = 9, C = 20, N = R * C;
-  double epss[] = {1e-5, 0.25}, scales[] = {2.0, 0.3};
-  for (int k = 0; k < 2; k++) {
-    float eps = (float)epss[k];
+  double epss[] = {1e-5, 0.25, 1e-6, 0.25}, scales[] = {2.0, 0.3, 2.0, 0.3};
+  for (int k = 0; k < 4; k++) {
+    float eps = (float)epss[k], woff = k < 2 ? 0.0f : 1.0f;
     float *inp = fnew(N), *weight = fnew(C), *out = fnew(N), *rstd = fnew(R), *dout = fnew(N);
     float *dinp = fnew(N), *dweight = fnew(C);
     double *inp_d = dnew(N), *weight_d = dnew(C), *w = dnew(N), *out_d = dnew(N), *rstd_d = dnew(R);
@@ -128,25 +128,25 @@ static void test_rmsnorm(void) {
     frand(inp, inp_d, N, scales[k]);
     frand(weight, weight_d, C, 1.0);
     frand(dout, w, N, 1.0);
-    rms_ctx x = {R, C, (double)eps, inp_d, weight_d, w, out_d, rstd_d};
+    rms_ctx x = {R, C, (double)eps, (double)woff, inp_d, weight_d, w, out_d, rstd_d};
     char what[96];
 
-    rmsnorm_forward(out, rstd, inp, weight, R, C, eps);
+    rmsnorm_forward(out, rstd, inp, weight, R, C, eps, woff);
     rms_objective(&x);
-    snprintf(what, sizeof what, "rmsnorm_forward out, eps=%g", epss[k]);
+    snprintf(what, sizeof what, "rmsnorm_forward out, eps=%g, woff=%g", epss[k], woff);
     expect_close(what, out_d, out, N, FWD_ATOL, FWD_RTOL);
-    snprintf(what, sizeof what, "rmsnorm_forward rstd, eps=%g", epss[k]);
+    snprintf(what, sizeof what, "rmsnorm_forward rstd, eps=%g, woff=%g", epss[k], woff);
     expect_close(what, rstd_d, rstd, R, FWD_ATOL, FWD_RTOL);
 
     ffill(dinp, N, NAN);
     frand(dweight, pre, C, 1.0);
-    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, R, C);
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, R, C, woff);
     fd_grad(g, inp_d, N, rms_objective, &x);
-    snprintf(what, sizeof what, "rmsnorm_backward dinp (=), eps=%g", epss[k]);
+    snprintf(what, sizeof what, "rmsnorm_backward dinp (=), eps=%g, woff=%g", epss[k], woff);
     expect_close(what, g, dinp, N, GRAD_ATOL, GRAD_RTOL);
     fd_grad(g, weight_d, C, rms_objective, &x);
     for (int i = 0; i < C; i++) g[i] += pre[i];
-    snprintf(what, sizeof what, "rmsnorm_backward dweight (+=), eps=%g", epss[k]);
+    snprintf(what, sizeof what, "rmsnorm_backward dweight (+=), eps=%g, woff=%g", epss[k], woff);
     expect_close(what, g, dweight, C, GRAD_ATOL, GRAD_RTOL);
 
     free(inp), free(weight), free(out), free(rstd), free(dout), free(dinp), free(dweight);
@@ -318,6 +318,36 @@ static void test_swiglu(void) {
   free(gu), free(out), free(dout), free(dgu), free(gu_d), free(w), free(out_d), free(g);
 }
 
+/* ---- GeGLU (Gemma): gelu_tanh(gate)·up, transformers' gelu_pytorch_tanh written out in double ---- */
+
+static double swiglu_objective_geglu(void *p) {
+  swiglu_ctx *x = p;
+  for (int r = 0; r < x->BT; r++)
+    for (int i = 0; i < x->F; i++) {
+      double g = x->gu[r * 2 * x->F + i], u = x->gu[r * 2 * x->F + x->F + i];
+      x->out[r * x->F + i] = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+    }
+  return wdot(x->w, x->out, x->BT * x->F);
+}
+
+static void test_geglu(void) {
+  int BT = 6, F = 11, N = BT * F, NG = 2 * N;
+  float *gu = fnew(NG), *out = fnew(N), *dout = fnew(N), *dgu = fnew(NG);
+  double *gu_d = dnew(NG), *w = dnew(N), *out_d = dnew(N), *g = dnew(NG);
+  frand(gu, gu_d, NG, 4.0);
+  frand(dout, w, N, 1.0);
+  swiglu_ctx x = {BT, F, gu_d, w, out_d};
+  ffill(out, N, NAN);
+  geglu_forward(out, gu, BT, F);
+  swiglu_objective_geglu(&x);
+  expect_close("geglu_forward out", out_d, out, N, FWD_ATOL, FWD_RTOL);
+  ffill(dgu, NG, NAN);
+  geglu_backward(dgu, gu, dout, BT, F);
+  fd_grad(g, gu_d, NG, swiglu_objective_geglu, &x);
+  expect_close("geglu_backward dgu (=)", g, dgu, NG, GRAD_ATOL, GRAD_RTOL);
+  free(gu), free(out), free(dout), free(dgu), free(gu_d), free(w), free(out_d), free(g);
+}
+
 /* ---- determinism: RMSNorm's weight gradient does not depend on the thread count ---- */
 
 static void test_thread_independence(void) {
@@ -327,11 +357,11 @@ static void test_thread_independence(void) {
   frand(inp, NULL, N, 1.0);
   frand(wt, NULL, C, 1.0);
   frand(dout, NULL, N, 1.0);
-  rmsnorm_forward(out, rstd, inp, wt, R, C, 1e-5f);
+  rmsnorm_forward(out, rstd, inp, wt, R, C, 1e-5f, 0.0f);
   int saved = omp_get_max_threads(), threads[2] = {1, 3};
   for (int k = 0; k < 2; k++) {
     omp_set_num_threads(threads[k]);
-    rmsnorm_backward(dx[k], dw[k], dout, inp, wt, rstd, R, C);
+    rmsnorm_backward(dx[k], dw[k], dout, inp, wt, rstd, R, C, 0.0f);
   }
   omp_set_num_threads(saved);
   CHECK(memcmp(dx[0], dx[1], sizeof(float) * N) == 0);
@@ -376,8 +406,8 @@ static void test_cpu_device_slots(void) {
     if (k == 0) {
       linear_forward(b[S_LIN], x, w, BT, C3, OC);
       linear_backward(b[S_DLIN_X], b[S_DLIN_W], dy, x, w, BT, C3, OC);
-      rmsnorm_forward(b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
-      rmsnorm_backward(b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
+      rmsnorm_forward(b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f, 1.0f);
+      rmsnorm_backward(b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3, 1.0f);
       rope_forward(b[S_ROPE], B, T, NH, NKV, HS, &rf, NULL);
       attention_forward(b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV, NULL, 0);
       attention_backward(b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_ATT], B, T, C, NH, NKV, NULL, 0);
@@ -390,8 +420,8 @@ static void test_cpu_device_slots(void) {
       const dev_kernels *o = d->kern;
       o->linear_forward(d, b[S_LIN], x, w, NULL, BT, C3, OC);
       o->linear_backward(d, b[S_DLIN_X], b[S_DLIN_W], NULL, dy, x, w, BT, C3, OC);
-      o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f);
-      o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3);
+      o->rmsnorm_forward(d, b[S_RMS], b[S_RSTD], x, w, BT, C3, 1e-5f, 1.0f);
+      o->rmsnorm_backward(d, b[S_DRMS_X], b[S_DRMS_W], dy, x, w, b[S_RSTD], BT, C3, 1.0f);
       o->rope_forward(d, b[S_ROPE], B, T, NH, NKV, HS, &rf, NULL);
       o->attention_forward(d, b[S_OUT], b[S_ATT], b[S_ROPE], B, T, C, NH, NKV, NULL, 0);
       o->attention_backward(d, b[S_DQKV], b[S_DATT], dy, b[S_ROPE], b[S_OUT], b[S_ATT], B, T, C, NH, NKV, NULL, 0);
@@ -426,6 +456,7 @@ int main(void) {
   test_rope();
   test_rope_llama3_freqs();
   test_swiglu();
+  test_geglu();
   test_thread_independence();
   test_cpu_device_slots();
   return check_done();

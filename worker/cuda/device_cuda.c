@@ -521,34 +521,36 @@ static void cu_linear_backward(device_t *dd, void *dinp, float *dw, float *db, c
 }
 
 static void cu_qk_norm_forward(device_t *dd, void *out, float *rstd, const void *inp, const void *wq, const void *wk,
-                               int BT, int NH, int NKV, int HD, float eps) {
+                               int BT, int NH, int NKV, int HD, float eps, float woff) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps, &d->ctx), "qk_norm_forward");
+  OP(d, ops_cuda_qk_norm_forward(out, rstd, inp, wq, wk, BT, NH, NKV, HD, eps, woff, &d->ctx), "qk_norm_forward");
 }
 
 static void cu_qk_norm_backward(device_t *dd, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
-                                const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
+                                const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD,
+                                float woff) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD, &d->ctx),
+  OP(d, ops_cuda_qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, BT, NH, NKV, HD, woff, &d->ctx),
      "qk_norm_backward");
 }
 
 static void cu_rmsnorm_forward(device_t *dd, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
-                               float eps) {
+                               float eps, float woff) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rmsnorm_forward(out, rstd, inp, w, BT, C, eps, &d->ctx), "rmsnorm_forward");
+  OP(d, ops_cuda_rmsnorm_forward(out, rstd, inp, w, BT, C, eps, woff, &d->ctx), "rmsnorm_forward");
 }
 
 static void cu_rmsnorm_backward(device_t *dd, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                                const float *rstd, int BT, int C) {
+                                const float *rstd, int BT, int C, float woff) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward");
+  OP(d, ops_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, woff, &d->ctx), "rmsnorm_backward");
 }
 
 static void cu_rmsnorm_backward_add(device_t *dd, void *dres, float *dw, const void *dout, const void *inp,
-                                    const void *w, const float *rstd, int BT, int C) {
+                                    const void *w, const float *rstd, int BT, int C, float woff) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_rmsnorm_backward_acc(dres, dw, dout, inp, w, rstd, BT, C, &d->ctx), "rmsnorm_backward (accumulated)");
+  OP(d, ops_cuda_rmsnorm_backward_acc(dres, dw, dout, inp, w, rstd, BT, C, woff, &d->ctx),
+     "rmsnorm_backward (accumulated)");
 }
 
 static void cu_rope_forward(device_t *dd, void *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
@@ -571,6 +573,16 @@ static void cu_swiglu_forward(device_t *dd, void *out, const void *gu, int BT, i
 static void cu_swiglu_backward(device_t *dd, void *dgu, const void *gu, const void *dout, int BT, int F) {
   cuda_dev *d = cd(dd);
   OP(d, ops_cuda_swiglu_backward(dgu, gu, dout, BT, F, &d->ctx), "swiglu_backward");
+}
+
+static void cu_geglu_forward(device_t *dd, void *out, const void *gu, int BT, int F) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_geglu_forward(out, gu, BT, F, &d->ctx), "geglu_forward");
+}
+
+static void cu_geglu_backward(device_t *dd, void *dgu, const void *gu, const void *dout, int BT, int F) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_geglu_backward(dgu, gu, dout, BT, F, &d->ctx), "geglu_backward");
 }
 
 /* ---- lifetime ---- */
@@ -618,7 +630,8 @@ static const dev_kernels cuda_kernels = {
     .rmsnorm_backward = cu_rmsnorm_backward, .rmsnorm_backward_add = cu_rmsnorm_backward_add,
     .rope_forward = cu_rope_forward, .rope_backward = cu_rope_backward,
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,
-    .qk_norm_forward = cu_qk_norm_forward, .qk_norm_backward = cu_qk_norm_backward};
+    .qk_norm_forward = cu_qk_norm_forward, .qk_norm_backward = cu_qk_norm_backward,
+    .geglu_forward = cu_geglu_forward, .geglu_backward = cu_geglu_backward};
 
 fsdp_status dev_cuda_count(int *n) {
   *n = 0;

@@ -181,16 +181,16 @@ fsdp_status ops_cuda_linear_forward(ops_bf16 *out, const ops_bf16 *inp, const op
 fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbias, const ops_bf16 *dout,
                                      const ops_bf16 *inp, const ops_bf16 *weight, int BT, int C, int OC,
                                      const ops_cuda_ctx *ctx);
-/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT, fp32) saved. Backward: dinp
- * assigned (_acc: dres += dinp, rounded to bf16 once), dweight (fp32) += by a deterministic column
- * sum (64·C floats and C/16 ints of workspace). */
+/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·(woff + weight), the scale in fp32 (WOFF 0: Llama's
+ * norms, 1: Gemma's), rstd (BT, fp32) saved. Backward: dinp assigned (_acc: dres += dinp, rounded to
+ * bf16 once), dweight (fp32) += by a deterministic column sum (64·C floats and C/16 ints of workspace). */
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
-                                     int C, float eps, const ops_cuda_ctx *ctx);
+                                     int C, float eps, float woff, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                      const ops_bf16 *weight, const float *rstd, int BT, int C, float woff,
                                       const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                          const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                          const ops_bf16 *weight, const float *rstd, int BT, int C, float woff,
                                           const ops_cuda_ctx *ctx);
 /* Rotary embeddings, Hugging Face's rotate-half (ops/rope.h), in place on the NH q and NKV k heads
  * of a (B,T,(NH + 2·NKV)·HS) qkv buffer, with the frequencies of ROPE (read at the call, passed to
@@ -206,19 +206,24 @@ fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV
 fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
                                      const ops_cuda_ctx *ctx);
+/* GeGLU (ops/gelu.h, Gemma's MLP; ops_cuda_gemma.cu): the same layout, out = gelu_tanh(gate)·up. */
+fsdp_status ops_cuda_geglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
+fsdp_status ops_cuda_geglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
+                                    const ops_cuda_ctx *ctx);
 
 /* ---- the Llama family beyond Llama (ops_cuda_family.cu) ----
  * Qwen3's q_norm / k_norm (ops_cpu.h qk_norm_forward): RMSNorm over each of the NH q heads (weight
  * wq [HD]) and NKV k heads (wk) of HD channels of a (BT, (NH + 2·NKV)·HD) qkv buffer, one warp per
  * head; v copied; rstd (BT, NH + NKV) fp32 saved. out may be inp. Backward: dinp assigned (may be
  * dout: every warp reads its head before it writes it), dwq and dwk (fp32) += by a deterministic
- * two-pass sum over fixed slices of the BT·NH (BT·NKV) head rows (64·HD floats of workspace each). */
+ * two-pass sum over fixed slices of the BT·NH (BT·NKV) head rows (64·HD floats of workspace each).
+ * WOFF: the weight's offset, as ops_cuda_rmsnorm_forward's (Gemma 3: 1). */
 fsdp_status ops_cuda_qk_norm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *wq,
-                                     const ops_bf16 *wk, int BT, int NH, int NKV, int HD, float eps,
+                                     const ops_bf16 *wk, int BT, int NH, int NKV, int HD, float eps, float woff,
                                      const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, const ops_bf16 *dout, const ops_bf16 *inp,
                                       const ops_bf16 *wq, const ops_bf16 *wk, const float *rstd, int BT, int NH,
-                                      int NKV, int HD, const ops_cuda_ctx *ctx);
+                                      int NKV, int HD, float woff, const ops_cuda_ctx *ctx);
 
 /* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
  * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded

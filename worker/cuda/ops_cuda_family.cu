@@ -1,5 +1,5 @@
 /* ops_cuda_family — the Llama family's operators beyond Llama's own on the GPU (see ops_cuda.h):
- * Qwen3's per-head RMSNorm of q and k. bf16 storage, fp32 math, the formulas of worker/ops/rmsnorm.h
+ * Qwen3's (and, scaled by 1 + w, Gemma 3's) per-head RMSNorm of q and k. bf16 storage, fp32 math, the formulas of worker/ops/rmsnorm.h
  * as on the CPU (ops_cpu_family.c). The linear biases are ops_cuda_llama.cu's.
  *
  * Layout of the work: one warp per head row (BT·(NH + NKV) rows of HD channels, the q heads of a
@@ -20,7 +20,8 @@ __device__ __forceinline__ int64_t qkn_at(int64_t r, int NQK, int Q, int HD) {
 
 __global__ void __launch_bounds__(32 * QKN_ROWS_PER_BLOCK)
     qk_norm_forward_kernel(ops_bf16 *out, float *__restrict__ rstd, const ops_bf16 *inp, const ops_bf16 *__restrict__ wq,
-                           const ops_bf16 *__restrict__ wk, int64_t R, int NH, int NKV, int HD, float eps) {
+                           const ops_bf16 *__restrict__ wk, int64_t R, int NH, int NKV, int HD, float eps,
+                           float woff) {
   const int lane = threadIdx.x % 32, NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
   const int64_t r = (int64_t)blockIdx.x * QKN_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(32 * QKN_ROWS_PER_BLOCK)
     ss += x * x;
   }
   const float rs = rmsnorm_rstd(warp_sum(ss) / (float)HD, eps);
-  for (int c = lane; c < HD; c += 32) out[at + c] = tobf(ldbf(inp + at + c) * rs * ldbf(w + c));
+  for (int c = lane; c < HD; c += 32) out[at + c] = tobf(ldbf(inp + at + c) * rs * (woff + ldbf(w + c)));
   if (lane == 0) rstd[r] = rs;
 }
 
@@ -49,7 +50,7 @@ __global__ void qk_norm_copy_v_kernel(ops_bf16 *__restrict__ dst, const ops_bf16
 __global__ void __launch_bounds__(32 * QKN_ROWS_PER_BLOCK)
     qk_norm_dinp_kernel(ops_bf16 *dinp, const ops_bf16 *dout, const ops_bf16 *__restrict__ inp,
                         const ops_bf16 *__restrict__ wq, const ops_bf16 *__restrict__ wk, const float *__restrict__ rstd,
-                        int64_t R, int NH, int NKV, int HD) {
+                        int64_t R, int NH, int NKV, int HD, float woff) {
   const int lane = threadIdx.x % 32, NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
   const int64_t r = (int64_t)blockIdx.x * QKN_ROWS_PER_BLOCK + threadIdx.x / 32;
   if (r >= R) return;
@@ -57,11 +58,13 @@ __global__ void __launch_bounds__(32 * QKN_ROWS_PER_BLOCK)
   const ops_bf16 *w = (int)(r % NQK) < NH ? wq : wk;
   const float rs = rstd[r];
   float gn_sum = 0.0f;
-  for (int c = lane; c < HD; c += 32) gn_sum += ldbf(w + c) * ldbf(dout + at + c) * (ldbf(inp + at + c) * rs);
+  if (OPS_FAULT("qk_norm_offset")) woff = 0.0f;   /* planted: w instead of woff + w */
+  for (int c = lane; c < HD; c += 32) gn_sum += (woff + ldbf(w + c)) * ldbf(dout + at + c) * (ldbf(inp + at + c) * rs);
   const float gn_mean = warp_sum(gn_sum) / (float)HD;
   /* each lane rewrites only the channels it read: dinp may be dout */
   for (int c = lane; c < HD; c += 32)
-    dinp[at + c] = tobf(rmsnorm_dinp(ldbf(w + c) * ldbf(dout + at + c), ldbf(inp + at + c) * rs, gn_mean, rs));
+    dinp[at + c] =
+        tobf(rmsnorm_dinp((woff + ldbf(w + c)) * ldbf(dout + at + c), ldbf(inp + at + c) * rs, gn_mean, rs));
 }
 
 /* The q (K = 0) or k (K = 1) norm's dweight += its column sum over the BT·NHEADS head rows: a folded
@@ -84,14 +87,14 @@ static fsdp_status qk_check(int NH, int NKV, int HD, const char *what) {
 }
 
 fsdp_status ops_cuda_qk_norm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *wq,
-                                     const ops_bf16 *wk, int BT, int NH, int NKV, int HD, float eps,
+                                     const ops_bf16 *wk, int BT, int NH, int NKV, int HD, float eps, float woff,
                                      const ops_cuda_ctx *ctx) {
   static const char *what = "qk_norm_forward";
   if (BT <= 0) return FSDP_OK;
   TRY(qk_check(NH, NKV, HD, what));
   const int64_t R = (int64_t)BT * (NH + NKV);
   qk_norm_forward_kernel<<<(unsigned)((R + QKN_ROWS_PER_BLOCK - 1) / QKN_ROWS_PER_BLOCK), 32 * QKN_ROWS_PER_BLOCK, 0,
-                           ctx->stream>>>(out, rstd, inp, wq, wk, R, NH, NKV, HD, eps);
+                           ctx->stream>>>(out, rstd, inp, wq, wk, R, NH, NKV, HD, eps, woff);
   LAUNCH_CHECK(what);
   if (out != inp) {
     const int64_t n = (int64_t)BT * NKV * HD;
@@ -103,7 +106,7 @@ fsdp_status ops_cuda_qk_norm_forward(ops_bf16 *out, float *rstd, const ops_bf16 
 
 fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, const ops_bf16 *dout, const ops_bf16 *inp,
                                       const ops_bf16 *wq, const ops_bf16 *wk, const float *rstd, int BT, int NH,
-                                      int NKV, int HD, const ops_cuda_ctx *ctx) {
+                                      int NKV, int HD, float woff, const ops_cuda_ctx *ctx) {
   static const char *what = "qk_norm_backward";
   if (BT <= 0) return FSDP_OK;
   TRY(qk_check(NH, NKV, HD, what));
@@ -122,7 +125,7 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
   }
   const int64_t R = (int64_t)BT * (NH + NKV);
   qk_norm_dinp_kernel<<<(unsigned)((R + QKN_ROWS_PER_BLOCK - 1) / QKN_ROWS_PER_BLOCK), 32 * QKN_ROWS_PER_BLOCK, 0,
-                        ctx->stream>>>(dinp, dout, inp, wq, wk, rstd, R, NH, NKV, HD);
+                        ctx->stream>>>(dinp, dout, inp, wq, wk, rstd, R, NH, NKV, HD, woff);
   LAUNCH_CHECK(what);
   if (dinp != dout) {
     const int64_t n = (int64_t)BT * NKV * HD;

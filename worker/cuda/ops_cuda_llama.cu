@@ -58,7 +58,7 @@ fsdp_status ops_cuda_linear_backward(ops_bf16 *dinp, float *dweight, float *dbia
 template <bool VEC>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     rmsnorm_forward_kernel(ops_bf16 *__restrict__ out, float *__restrict__ rstd, const ops_bf16 *__restrict__ inp,
-                           const ops_bf16 *__restrict__ weight, int R, int C, float eps) {
+                           const ops_bf16 *__restrict__ weight, int R, int C, float eps, float woff) {
   constexpr int W = RMS_W(VEC);
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     ops_ldv<VEC>(xv, x + c);
     ops_ldv<VEC>(wv, weight + c);
 #pragma unroll
-    for (int k = 0; k < W; k++) xv[k] = xv[k] * rs * wv[k];
+    for (int k = 0; k < W; k++) xv[k] = xv[k] * rs * (woff + wv[k]);
     ops_stv<VEC>(o + c, xv);
   }
   if (lane == 0) rstd[r] = rs;
@@ -87,7 +87,7 @@ template <bool VEC, bool ACC>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     rmsnorm_dinp_kernel(ops_bf16 *__restrict__ dinp, const ops_bf16 *__restrict__ dout,
                         const ops_bf16 *__restrict__ inp, const ops_bf16 *__restrict__ weight,
-                        const float *__restrict__ rstd, int R, int C) {
+                        const float *__restrict__ rstd, int R, int C, float woff) {
   constexpr int W = RMS_W(VEC);
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32;
@@ -95,12 +95,13 @@ __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
   const ops_bf16 *x = inp + r * C, *d = dout + r * C;
   const float rs = rstd[r];
   float gn_sum = 0.0f, xv[W], wv[W], dv[W];
+  if (OPS_FAULT("norm_offset")) woff = 0.0f;   /* planted: w instead of woff + w */
   for (int c = lane * W; c < C; c += 32 * W) {
     ops_ldv<VEC>(xv, x + c);
     ops_ldv<VEC>(wv, weight + c);
     ops_ldv<VEC>(dv, d + c);
 #pragma unroll
-    for (int k = 0; k < W; k++) gn_sum += wv[k] * dv[k] * (xv[k] * rs);
+    for (int k = 0; k < W; k++) gn_sum += (woff + wv[k]) * dv[k] * (xv[k] * rs);
   }
   const float gn_mean = warp_sum(gn_sum) / (float)C;
   ops_bf16 *dx = dinp + r * C;
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
     ops_ldv<VEC>(wv, weight + c);
     ops_ldv<VEC>(dv, d + c);
 #pragma unroll
-    for (int k = 0; k < W; k++) xv[k] = rmsnorm_dinp(wv[k] * dv[k], xv[k] * rs, gn_mean, rs);
+    for (int k = 0; k < W; k++) xv[k] = rmsnorm_dinp((woff + wv[k]) * dv[k], xv[k] * rs, gn_mean, rs);
     if (ACC && !OPS_FAULT("norm_acc")) { /* planted: assigned, not accumulated */
       ops_ldv<VEC>(wv, dx + c);
 #pragma unroll
@@ -138,21 +139,21 @@ __global__ void __launch_bounds__(OPS_CS_X *OPS_CS_Y)
 }
 
 fsdp_status ops_cuda_rmsnorm_forward(ops_bf16 *out, float *rstd, const ops_bf16 *inp, const ops_bf16 *weight, int BT,
-                                     int C, float eps, const ops_cuda_ctx *ctx) {
+                                     int C, float eps, float woff, const ops_cuda_ctx *ctx) {
   if (BT <= 0 || C <= 0) return FSDP_OK;
   const unsigned blocks = (BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK;
   if (C % 8 == 0 && ops_aligned16(out) && ops_aligned16(inp) && ops_aligned16(weight))
     rmsnorm_forward_kernel<true><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, rstd, inp, weight, BT, C,
-                                                                                      eps);
+                                                                                      eps, woff);
   else
     rmsnorm_forward_kernel<false><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(out, rstd, inp, weight, BT, C,
-                                                                                       eps);
+                                                                                       eps, woff);
   LAUNCH_CHECK("rmsnorm_forward");
   return FSDP_OK;
 }
 
 static fsdp_status rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                    const ops_bf16 *weight, const float *rstd, int BT, int C, bool acc,
+                                    const ops_bf16 *weight, const float *rstd, int BT, int C, float woff, bool acc,
                                     const ops_cuda_ctx *ctx) {
   const char *what = acc ? "rmsnorm_backward_acc" : "rmsnorm_backward";
   if (BT <= 0 || C <= 0) return FSDP_OK;
@@ -163,7 +164,8 @@ static fsdp_status rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf
   const unsigned blocks = (BT + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK;
   const bool vec8 = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(inp);
 #define RMS_DINP(V, A) \
-  rmsnorm_dinp_kernel<V, A><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT, C)
+  rmsnorm_dinp_kernel<V, A><<<blocks, 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, BT, C, \
+                                                                                  woff)
   if (vec8 && ops_aligned16(dinp) && ops_aligned16(weight)) {
     if (acc) RMS_DINP(true, true);
     else RMS_DINP(true, false);
@@ -188,15 +190,15 @@ static fsdp_status rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf
 }
 
 fsdp_status ops_cuda_rmsnorm_backward(ops_bf16 *dinp, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                      const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                      const ops_bf16 *weight, const float *rstd, int BT, int C, float woff,
                                       const ops_cuda_ctx *ctx) {
-  return rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C, false, ctx);
+  return rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C, woff, false, ctx);
 }
 
 fsdp_status ops_cuda_rmsnorm_backward_acc(ops_bf16 *dres, float *dweight, const ops_bf16 *dout, const ops_bf16 *inp,
-                                          const ops_bf16 *weight, const float *rstd, int BT, int C,
+                                          const ops_bf16 *weight, const float *rstd, int BT, int C, float woff,
                                           const ops_cuda_ctx *ctx) {
-  return rmsnorm_backward(dres, dweight, dout, inp, weight, rstd, BT, C, true, ctx);
+  return rmsnorm_backward(dres, dweight, dout, inp, weight, rstd, BT, C, woff, true, ctx);
 }
 
 /* ---- rotary embeddings: one thread per pair (i, i + HS/2) of a q or k head ---- */

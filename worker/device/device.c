@@ -168,12 +168,12 @@ void dev_layernorm_backward_add(device_t *d, void *dres, void *scratch, float *d
 }
 
 void dev_rmsnorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, const void *dout, const void *inp,
-                              const void *w, const float *rstd, int BT, int C) {
+                              const void *w, const float *rstd, int BT, int C, float woff) {
   if (d->kern->rmsnorm_backward_add) {
-    d->kern->rmsnorm_backward_add(d, dres, dw, dout, inp, w, rstd, BT, C);
+    d->kern->rmsnorm_backward_add(d, dres, dw, dout, inp, w, rstd, BT, C, woff);
     return;
   }
-  d->kern->rmsnorm_backward(d, scratch, dw, dout, inp, w, rstd, BT, C);
+  d->kern->rmsnorm_backward(d, scratch, dw, dout, inp, w, rstd, BT, C, woff);
   d->kern->add_act(d, dres, scratch, (int64_t)BT * C);
 }
 

@@ -195,19 +195,21 @@ typedef struct dev_kernels {
   /* Qwen3's q_norm / k_norm (ops_cpu.h qk_norm_forward): RMSNorm over each of the NH q heads (weight
    * wq) and NKV k heads (wk) of HD channels of a (BT, (NH + 2·NKV)·HD) qkv buffer, v copied; rstd
    * (BT, NH + NKV) fp32 saved. Backward: dinp assigned (may be dout), dwq and dwk += (both NULL: frozen
-   * norms, [lora]). */
+   * norms, [lora]). WOFF: as rmsnorm_forward's (Gemma 3's q/k norms: 1). */
   void (*qk_norm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *wq, const void *wk, int BT,
-                          int NH, int NKV, int HD, float eps);
+                          int NH, int NKV, int HD, float eps, float woff);
   void (*qk_norm_backward)(device_t *d, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
-                           const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD);
-  /* RMSNorm over C: out = inp·rstd·w, rstd = 1/sqrt(mean(inp²) + eps), rstd (BT) fp32 saved. */
+                           const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD,
+                           float woff);
+  /* RMSNorm over C: out = inp·rstd·(woff + w), rstd = 1/sqrt(mean(inp²) + eps), rstd (BT) fp32 saved;
+   * the scale woff + w is fp32 (ops/rmsnorm.h: WOFF 0 for Llama's norms, 1 for Gemma's). */
   void (*rmsnorm_forward)(device_t *d, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
-                          float eps);
+                          float eps, float woff);
   void (*rmsnorm_backward)(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                           const float *rstd, int BT, int C);
+                           const float *rstd, int BT, int C, float woff);
   /* Optional (NULL: rmsnorm_backward into a scratch, then add_act; call dev_rmsnorm_backward_add). */
   void (*rmsnorm_backward_add)(device_t *d, void *dres, float *dw, const void *dout, const void *inp, const void *w,
-                               const float *rstd, int BT, int C);
+                               const float *rstd, int BT, int C, float woff);
   /* Rotary embeddings (Hugging Face's rotate-half), in place on the q and k heads of a (B,T,
    * C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even); position t, pair (i, i + HS/2) rotates by
    * t·rope_inv_freq(i) (ops/rope.h: theta^(−2i/HS), rescaled by llama3's bands when set). Backward
@@ -220,6 +222,9 @@ typedef struct dev_kernels {
   /* SwiGLU: gu is (BT, 2F), gate then up per row; out (BT, F) = silu(gate)·up. dgu = its gradient. */
   void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
+  /* GeGLU (Gemma): the same layout, out = gelu_tanh(gate)·up (ops/gelu.h); dgu assigned. */
+  void (*geglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
+  void (*geglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
 
 } dev_kernels;
 
@@ -287,7 +292,7 @@ void dev_layernorm_backward_add(device_t *d, void *dres, void *scratch, float *d
                                 const void *inp, const void *w, const float *mean, const float *rstd, int B, int T,
                                 int C);
 void dev_rmsnorm_backward_add(device_t *d, void *dres, void *scratch, float *dw, const void *dout, const void *inp,
-                              const void *w, const float *rstd, int BT, int C);
+                              const void *w, const float *rstd, int BT, int C, float woff);
 
 /* ---- events (device.c) ---- */
 dev_event *dev_event_new(device_t *d);   /* NULL + error on failure */

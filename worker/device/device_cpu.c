@@ -461,40 +461,42 @@ static void cpu_linear_backward(device_t *d, void *dinp, float *dw, float *db, c
 static void run_qk_norm_forward(cpu_dev *d, const targ *a) {
   (void)d;
   qk_norm_forward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, (int)a[5].i, (int)a[6].i, (int)a[7].i, (int)a[8].i,
-                  (float)a[9].f);
+                  (float)a[9].f, (float)a[10].f);
 }
 static void cpu_qk_norm_forward(device_t *d, void *out, float *rstd, const void *inp, const void *wq, const void *wk,
-                                int BT, int NH, int NKV, int HD, float eps) {
-  SUBMIT(d, run_qk_norm_forward, P(out), P(rstd), P(inp), P(wq), P(wk), I(BT), I(NH), I(NKV), I(HD), F(eps));
+                                int BT, int NH, int NKV, int HD, float eps, float woff) {
+  SUBMIT(d, run_qk_norm_forward, P(out), P(rstd), P(inp), P(wq), P(wk), I(BT), I(NH), I(NKV), I(HD), F(eps),
+         F(woff));
 }
 
 static void run_qk_norm_backward(cpu_dev *d, const targ *a) {
   (void)d;
   qk_norm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, a[6].p, a[7].p, (int)a[8].i, (int)a[9].i,
-                   (int)a[10].i, (int)a[11].i);
+                   (int)a[10].i, (int)a[11].i, (float)a[12].f);
 }
 static void cpu_qk_norm_backward(device_t *d, void *dinp, float *dwq, float *dwk, const void *dout, const void *inp,
-                                 const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
+                                 const void *wq, const void *wk, const float *rstd, int BT, int NH, int NKV, int HD,
+                                 float woff) {
   SUBMIT(d, run_qk_norm_backward, P(dinp), P(dwq), P(dwk), P(dout), P(inp), P(wq), P(wk), P(rstd), I(BT), I(NH),
-         I(NKV), I(HD));
+         I(NKV), I(HD), F(woff));
 }
 
 static void run_rmsnorm_forward(cpu_dev *d, const targ *a) {
   (void)d;
-  rmsnorm_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (float)a[6].f);
+  rmsnorm_forward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (float)a[6].f, (float)a[7].f);
 }
 static void cpu_rmsnorm_forward(device_t *d, void *out, float *rstd, const void *inp, const void *w, int BT, int C,
-                                float eps) {
-  SUBMIT(d, run_rmsnorm_forward, P(out), P(rstd), P(inp), P(w), I(BT), I(C), F(eps));
+                                float eps, float woff) {
+  SUBMIT(d, run_rmsnorm_forward, P(out), P(rstd), P(inp), P(w), I(BT), I(C), F(eps), F(woff));
 }
 
 static void run_rmsnorm_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  rmsnorm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i);
+  rmsnorm_backward(a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, a[5].p, (int)a[6].i, (int)a[7].i, (float)a[8].f);
 }
 static void cpu_rmsnorm_backward(device_t *d, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                                 const float *rstd, int BT, int C) {
-  SUBMIT(d, run_rmsnorm_backward, P(dinp), P(dw), P(dout), P(inp), P(w), P(rstd), I(BT), I(C));
+                                 const float *rstd, int BT, int C, float woff) {
+  SUBMIT(d, run_rmsnorm_backward, P(dinp), P(dw), P(dout), P(inp), P(w), P(rstd), I(BT), I(C), F(woff));
 }
 
 /* The frequencies travel by value, field by field, in the task's last 10 arguments (fp32 values are
@@ -549,6 +551,22 @@ static void cpu_swiglu_backward(device_t *d, void *dgu, const void *gu, const vo
   SUBMIT(d, run_swiglu_backward, P(dgu), P(gu), P(dout), I(BT), I(F));
 }
 
+static void run_geglu_forward(cpu_dev *d, const targ *a) {
+  (void)d;
+  geglu_forward(a[0].p, a[1].p, (int)a[2].i, (int)a[3].i);
+}
+static void cpu_geglu_forward(device_t *d, void *out, const void *gu, int BT, int F) {
+  SUBMIT(d, run_geglu_forward, P(out), P(gu), I(BT), I(F));
+}
+
+static void run_geglu_backward(cpu_dev *d, const targ *a) {
+  (void)d;
+  geglu_backward(a[0].p, a[1].p, a[2].p, (int)a[3].i, (int)a[4].i);
+}
+static void cpu_geglu_backward(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F) {
+  SUBMIT(d, run_geglu_backward, P(dgu), P(gu), P(dout), I(BT), I(F));
+}
+
 /* ---- lifetime ---- */
 
 static void cpu_destroy(device_t *dd) {
@@ -592,7 +610,8 @@ static const dev_kernels cpu_kernels = {
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward, .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward, .qk_norm_forward = cpu_qk_norm_forward,
-    .qk_norm_backward = cpu_qk_norm_backward};
+    .qk_norm_backward = cpu_qk_norm_backward, .geglu_forward = cpu_geglu_forward,
+    .geglu_backward = cpu_geglu_backward};
 
 dtype_kind dev_cpu_set_compute(device_t *dd, dtype_kind dt) {
   cpu_dev *d = (cpu_dev *)dd;

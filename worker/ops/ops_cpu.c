@@ -446,7 +446,8 @@ void linear_backward(float *dinp, float *dweight, const float *dout, const float
   if (dweight) gemm(CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
-void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps) {
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps,
+                     float woff) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < BT; r++) {
     const float *x = inp + (size_t)r * C;
@@ -456,13 +457,13 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
     for (int c = 0; c < C; c++) ss += x[c] * x[c];
     float rs = rmsnorm_rstd(ss / (float)C, eps);
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = x[c] * rs * weight[c];
+    for (int c = 0; c < C; c++) o[c] = x[c] * rs * (woff + weight[c]);
     rstd[r] = rs;
   }
 }
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                      const float *rstd, int BT, int C) {
+                      const float *rstd, int BT, int C, float woff) {
   /* dinp: rows are independent. */
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < BT; r++) {
@@ -470,10 +471,10 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
     float *dx = dinp + (size_t)r * C;
     float rs = rstd[r], gn_sum = 0.0f;
 #pragma omp simd reduction(+ : gn_sum)
-    for (int c = 0; c < C; c++) gn_sum += weight[c] * d[c] * (x[c] * rs);
+    for (int c = 0; c < C; c++) gn_sum += (woff + weight[c]) * d[c] * (x[c] * rs);
     float gn_mean = gn_sum / (float)C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) dx[c] = rmsnorm_dinp(weight[c] * d[c], x[c] * rs, gn_mean, rs);
+    for (int c = 0; c < C; c++) dx[c] = rmsnorm_dinp((woff + weight[c]) * d[c], x[c] * rs, gn_mean, rs);
   }
   /* dweight: column sums, split by channel block (as layernorm's; none for a frozen norm). */
   if (!dweight) return;
@@ -561,6 +562,37 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int
     const float *g = gu + (size_t)r * 2 * F;
     float *dg = dgu + (size_t)r * 2 * F;
     swiglu_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
+  }
+}
+
+static OPS_VEC void geglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) out[i] = geglu(gate[i], up[i]);
+}
+
+static OPS_VEC void geglu_backward_row(float *restrict dgate, float *restrict dup, const float *restrict gate,
+                                       const float *restrict up, const float *restrict d, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; i++) {
+    dgate[i] = geglu_dgate(gate[i], up[i], d[i]);
+    dup[i] = geglu_dup(gate[i], d[i]);
+  }
+}
+
+void geglu_forward(float *out, const float *gu, int BT, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *g = gu + (size_t)r * 2 * F;
+    geglu_row(out + (size_t)r * F, g, g + F, F);
+  }
+}
+
+void geglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *g = gu + (size_t)r * 2 * F;
+    float *dg = dgu + (size_t)r * 2 * F;
+    geglu_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
   }
 }
 

@@ -64,10 +64,12 @@ void linear_forward(float *out, const float *inp, const float *weight, int BT, i
 void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                      int BT, int C, int OC);
 
-/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·weight, rstd (BT) saved for backward. */
-void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps);
+/* RMSNorm over C (ops/rmsnorm.h): out = inp·rstd·(woff + weight), rstd (BT) saved for backward. WOFF is
+ * the weight's offset: 0 for Llama's norms, 1 for Gemma's (which store w and scale by 1 + w, in fp32). */
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int BT, int C, float eps,
+                     float woff);
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                      const float *rstd, int BT, int C);
+                      const float *rstd, int BT, int C, float woff);
 
 /* Rotary embeddings in Hugging Face's rotate-half convention (ops/rope.h), in place on the NH q
  * heads and NKV k heads of each row of a (B,T,C + 2·NKV·HS) qkv buffer (C = NH·HS, HS even; v is
@@ -81,6 +83,10 @@ void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rop
 void swiglu_forward(float *out, const float *gu, int BT, int F);
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 
+/* GeGLU (ops/gelu.h, Gemma's MLP): the same layout, out = gelu_tanh(gate)·up; dgu assigned. */
+void geglu_forward(float *out, const float *gu, int BT, int F);
+void geglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
+
 /* ---- the Llama family beyond Llama (ops_cpu_family.c) ---- */
 
 /* nn.Linear's bias: out[n,:] += bias (OC); backward dbias += Σ_n dout[n,:] (rows in order). */
@@ -90,11 +96,12 @@ void bias_backward(float *dbias, const float *dout, int BT, int OC);
 /* Qwen3's q_norm and k_norm: RMSNorm over each head of HD channels (ops/rmsnorm.h) of a (BT, Q) qkv
  * buffer, Q = (NH + 2·NKV)·HD: the NH q heads with weight wq [HD], the NKV k heads with wk [HD]; v is
  * copied. rstd (BT, NH + NKV) fp32 is saved, the q heads' then the k heads' of each row. out may be
- * inp. Backward: dinp (q and k: RMSNorm's; v: dout's) assigned, dwq and dwk +=; dinp may be dout. */
+ * inp. Backward: dinp (q and k: RMSNorm's; v: dout's) assigned, dwq and dwk +=; dinp may be dout. WOFF:
+ * rmsnorm_forward's (1: Gemma 3's q_norm, k_norm scale by 1 + w). */
 void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int BT, int NH,
-                     int NKV, int HD, float eps);
+                     int NKV, int HD, float eps, float woff);
 void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq,
-                      const float *wk, const float *rstd, int BT, int NH, int NKV, int HD);
+                      const float *wk, const float *rstd, int BT, int NH, int NKV, int HD, float woff);
 
 /* Fused softmax + cross-entropy, in place: on entry `logits` holds (BT,V) logits; on return it holds
  * dlogits = dscale·(softmax − onehot(target)), and losses[n] = −log softmax[target[n]].

@@ -29,7 +29,7 @@ void bias_backward(float *dbias, const float *dout, int BT, int OC) {
 static size_t head_at(int r, int h, int NH, int NKV, int HD) { return (size_t)r * (size_t)(NH + 2 * NKV) * HD + (size_t)h * HD; }
 
 void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int BT, int NH,
-                     int NKV, int HD, float eps) {
+                     int NKV, int HD, float eps, float woff) {
   const int NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < BT; r++) {
@@ -39,7 +39,7 @@ void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq,
       float ss = 0.0f;
       for (int c = 0; c < HD; c++) ss += x[c] * x[c];
       float rs = rmsnorm_rstd(ss / (float)HD, eps);
-      for (int c = 0; c < HD; c++) o[c] = x[c] * rs * w[c];
+      for (int c = 0; c < HD; c++) o[c] = x[c] * rs * (woff + w[c]);
       rstd[(size_t)r * NQK + h] = rs;
     }
     const float *v = inp + (size_t)r * Q + (size_t)NQK * HD;   /* v passes through */
@@ -50,7 +50,7 @@ void qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq,
 }
 
 void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq,
-                      const float *wk, const float *rstd, int BT, int NH, int NKV, int HD) {
+                      const float *wk, const float *rstd, int BT, int NH, int NKV, int HD, float woff) {
   const int NQK = NH + NKV, Q = (NH + 2 * NKV) * HD;
   /* dweight first (dinp may be dout): column c of q_norm sums over rows, then q heads, in order;
    * none for frozen norms (dwq = dwk = NULL, [lora]) */
@@ -74,9 +74,9 @@ void qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, co
       const float *x = inp + head_at(r, h, NH, NKV, HD), *d = dout + head_at(r, h, NH, NKV, HD), *w = h < NH ? wq : wk;
       float *dx = dinp + head_at(r, h, NH, NKV, HD);
       float rs = rstd[(size_t)r * NQK + h], gn_sum = 0.0f;
-      for (int c = 0; c < HD; c++) gn_sum += w[c] * d[c] * (x[c] * rs);
+      for (int c = 0; c < HD; c++) gn_sum += (woff + w[c]) * d[c] * (x[c] * rs);
       float gn_mean = gn_sum / (float)HD;
-      for (int c = 0; c < HD; c++) dx[c] = rmsnorm_dinp(w[c] * d[c], x[c] * rs, gn_mean, rs);
+      for (int c = 0; c < HD; c++) dx[c] = rmsnorm_dinp((woff + w[c]) * d[c], x[c] * rs, gn_mean, rs);
     }
     const float *dv = dout + (size_t)r * Q + (size_t)NQK * HD;
     float *dxv = dinp + (size_t)r * Q + (size_t)NQK * HD;
