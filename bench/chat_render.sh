@@ -12,7 +12,8 @@
 # test environment (scripts/test-env.sh --templates), the tokenizer a byte-level BPE of 8000 tokens
 # that tokenizers trains on the file's first conversations. Both sides are timed as whole processes
 # (reading the file, Python's imports and worker start-up, writing the output): wall and CPU
-# (user + system, every thread and child). ROUNDS (2) rounds; the medians and their ratios.
+# (user + system, every thread and child). ROUNDS (2) rounds and a closing fsdpd run, so that every
+# Python run lies between two of fsdpd's; the medians and their ratios.
 # Python: the test environment (scripts/test-env.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +40,9 @@ for r in $(seq 1 "$rounds"); do
   timed python "$PY" "$here/bench/chat_render_hf.py" run "$tmp/chats.jsonl" "$tmp/model" "$tmp/ref" "$threads"
   echo "round $r: $(tail -2 "$tmp/results" | tr '\n' ' ')"
 done
+timed fsdpd "$build/fsdpctl" gen-data --chat "$tmp/chats.jsonl" --model "$tmp/model" -o "$tmp/fsdpd.bin" \
+  --threads "$threads" --json   # a closing run: every Python run between two of fsdpd's
+echo "closing: $(tail -1 "$tmp/results")"
 "$PY" "$here/bench/chat_render_hf.py" compare "$tmp/ref" "$tmp/fsdpd.bin"
 python3 - "$tmp/results" "$(stat -c %s "$tmp/chats.jsonl")" <<'PY'
 import statistics as st, sys
@@ -52,6 +56,6 @@ for k, (w, c) in med.items():
     print(f"{k:7} {w:8.1f} {c:8.1f} {size / 1e6 / w:7.2f} {size / 1e6 / c:9.2f}  "
           + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in runs[k]))
 print(f"ratio python / fsdpd: wall {med['python'][0] / med['fsdpd'][0]:.1f}x, cpu {med['python'][1] / med['fsdpd'][1]:.1f}x "
-      f"(medians of {len(runs['fsdpd'])} alternating rounds)")
+      f"(medians of {len(runs['fsdpd'])} fsdpd and {len(runs['python'])} python runs, alternating)")
 PY
 bench_conditions_end
