@@ -134,6 +134,15 @@ last=$(echo "$why" | sed -n 's/.*stopped by the user after step \([0-9]*\).*/\1/
 [ -n "$last" ] || fail "stop: reason '$why'"
 [ "$(newest "$S/ck-stop")" = "$last" ] || fail "stop: newest complete '$(newest "$S/ck-stop")', expected $last"
 [ -f "$S/ck-stop/step-00000004/manifest.json" ] || fail "stop: step 4's save, in flight at the stop, was not completed"
+# the last step's save is written by the training thread itself (nothing follows for a write to
+# overlap): the job was blocked for the whole write, no snapshot, no step in flight
+python3 - "$S/jobs/$id/metrics.jsonl" "$last" <<'PY' || fail "stop: the last step's save was not synchronous"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+c = [c for d in lines if d["step"] == int(sys.argv[2]) for c in d.get("checkpoint", []) if c["step"] == int(sys.argv[2])]
+assert len(c) == 1, c
+assert c[0]["blocked_s"] == c[0]["write_s"] > 0 and c[0]["wait_s"] == 0 and c[0]["inflight_steps"] == 0, c[0]
+PY
 stop_daemon
 echo "fsdpctl stop during step 4's write: waited for it (step 4 complete), then saved step $last"
 
