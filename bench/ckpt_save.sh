@@ -7,7 +7,9 @@
 # and, per save: the wall time it adds against the run without saves, the time training was
 # blocked, and the write rate as total bytes over total write time, the saves that overlapped
 # training apart from the final one (written after the last step, alone on the machine); and the
-# steps' slowdown while an asynchronous write was in flight. Then dd's rate on the same disk.
+# steps' slowdown while an asynchronous write was in flight, as metrics.jsonl's checkpoint lines give
+# it (step_slowdown: the steps the write overlapped against the steps before the save, the job's own
+# figure). Then dd's rate on the same disk.
 #   bench/ckpt_save.sh [BUILD_DIR] [CKPT_PARENT]   env: ROUNDS (2), STEPS (12), EVERY (4), and a smaller
 #   model for a busy machine: N_LAYER (12), N_EMBD (768, heads of 64), VOCAB (50257)
 set -euo pipefail
@@ -77,30 +79,28 @@ base = st.median(walls["none"])
 none_steps = [l["step_ms"] for _, ls in runs["none"] for l in ls if l["step"] > 1]
 print(f"no saves: wall {base:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls['none'])}), "
       f"step {st.median(none_steps):.0f} ms (median of steps 2..{steps})")
-print(f"{'saves':6} {'wall s':>7} {'added s/save':>12} {'blocked s/save':>14} {'overlap MB/s':>12} {'final MB/s':>10} {'steps in flight':>15}  runs' wall s")
+print(f"{'saves':6} {'wall s':>7} {'added s/save':>12} {'blocked s/save':>14} {'overlap MB/s':>12} {'final MB/s':>10} {'slowdown in flight':>18}  runs' wall s")
 blocked = {}
 for name in ("sync", "async"):
-    saves, over, final, inflight = [], [0, 0.0], [0, 0.0], []
+    saves, over, final, slow = [], [0, 0.0], [0, 0.0], []
     for _, ls in runs[name]:
-        pending = []
         for l in ls:
-            if pending and "checkpoint" not in l: inflight.append(l["step_ms"])   # a write in flight over this step
             for c in l.get("checkpoint", []):
                 saves.append(c)
                 acc = final if c["step"] == steps else over
                 acc[0] += c["bytes"]; acc[1] += c["write_s"]
-            done = {c["step"] for c in l.get("checkpoint", [])}
-            pending = [s for s in pending if s not in done]
-            if name == "async" and l["step"] % every == 0 and l["step"] < steps and l["step"] not in done: pending.append(l["step"])
+                if c.get("step_slowdown") is not None: slow.append(c)
     n = len(saves) / len(runs[name])
     wall = st.median(walls[name])
     blocked[name] = st.median(c["blocked_s"] for c in saves)
     rate = lambda a: f"{a[0] / a[1] / 1e6:.0f}" if a[1] > 0 else "-"
-    fl = f"{st.mean(inflight):.0f} ms ({len(inflight)})" if inflight else "-"
-    print(f"{name:6} {wall:7.2f} {(wall - base) / n:12.2f} {blocked[name]:14.3f} {rate(over):>12} {rate(final):>10} {fl:>15}  "
+    fl = (f"{st.median(c['step_slowdown'] for c in slow):.2f}x ({sum(c['inflight_steps'] for c in slow)})" if slow else "-")
+    print(f"{name:6} {wall:7.2f} {(wall - base) / n:12.2f} {blocked[name]:14.3f} {rate(over):>12} {rate(final):>10} {fl:>18}  "
           f"{', '.join(f'{w:.2f}' for w in walls[name])}")
-print(f"async per save: blocked {100 * blocked['async'] / blocked['sync']:.1f} % of a synchronous save's blocked time")
-print("added s/save: (median wall - median wall without saves) / saves; steps in flight: mean step_ms of the steps "
-      "an asynchronous write overlapped (their count), against the step time without saves above")
+added = {k: st.median(walls[k]) - base for k in ("sync", "async")}
+ratio = f"{added['async'] / added['sync']:.2f} of a synchronous save's" if added["sync"] > 0 else "(synchronous saves added none: no ratio)"
+print(f"async per save: blocked {100 * blocked['async'] / blocked['sync']:.1f} % of a synchronous save's blocked time; wall added {ratio}")
+print("added s/save: (median wall - median wall without saves) / saves; slowdown in flight: the median of the saves' "
+      "step_slowdown in metrics.jsonl (the steps their writes overlapped, in all), blocked s/save: the median")
 PY
 bench_conditions_end

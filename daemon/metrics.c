@@ -200,18 +200,26 @@ nomem:
   return fsdp_set_error(FSDP_ERR_NOMEM, "cannot build the ranks line of step %u", sum->step);
 }
 
+/* A step time of a save's pace (ckptpace.h), null where there is none. */
+static json_t *pace_ms(uint32_t steps, double ms) { return steps && ms > 0 ? json_real(ms) : json_null(); }
+
 /* The "checkpoint" array of a metrics line: the saves that became complete after the step, the
- * job's figures (steps.c: the longest times over the ranks and who holds them, every rank's bytes). */
+ * job's figures (steps.c: the longest times over the ranks and who holds them, every rank's bytes,
+ * the steps' pace while the write was in flight). */
 static json_t *ckpt_json(const Fsdp__StepSummary *sum) {
   json_t *a = json_array();
   for (size_t i = 0; a && i < sum->n_ckpt; i++) {
     const Fsdp__CkptSave *c = sum->ckpt[i];
-    if (json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:I, s:I}", "step", (json_int_t)c->step,
-                                           "blocked_s", c->blocked_s, "wait_s", c->wait_s, "write_s", c->write_s, "bytes",
-                                           (json_int_t)c->bytes, "mb_per_s",
+    int slow = c->inflight_steps && c->inflight_step_ms > 0 && c->before_step_ms > 0;
+    if (json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "step",
+                                           (json_int_t)c->step, "blocked_s", c->blocked_s, "wait_s", c->wait_s, "write_s",
+                                           c->write_s, "bytes", (json_int_t)c->bytes, "mb_per_s",
                                            c->write_s > 0 ? (double)c->bytes / c->write_s / 1e6 : 0.0, "ranks",
                                            (json_int_t)c->ranks, "blocked_rank", (json_int_t)c->blocked_rank, "write_rank",
-                                           (json_int_t)c->write_rank))) {
+                                           (json_int_t)c->write_rank, "inflight_steps", (json_int_t)c->inflight_steps,
+                                           "inflight_step_ms", pace_ms(c->inflight_steps, c->inflight_step_ms),
+                                           "before_step_ms", pace_ms(c->inflight_steps, c->before_step_ms), "step_slowdown",
+                                           slow ? json_real(c->inflight_step_ms / c->before_step_ms) : json_null()))) {
       json_decref(a);
       return NULL;
     }

@@ -12,8 +12,10 @@
  * compute, reducescatter, optimizer}, sent_bytes: {allgather, reducescatter, allreduce}, and the
  * rank's extra figures by name}. Beyond 64 ranks the ranks go to ranks.jsonl instead
  * (metrics_ranks_line), so that a line's size is the aggregate's whatever the ranks; and
- * "checkpoint": [{step, blocked_s, wait_s, write_s, bytes, mb_per_s}] after the steps that
- * completed saves (the lowest rank's own save, as it reported it). Pure
+ * "checkpoint": [{step, blocked_s, wait_s, write_s, bytes, mb_per_s, ranks, blocked_rank,
+ * write_rank, inflight_steps, inflight_step_ms, before_step_ms, step_slowdown}] after the steps that
+ * completed saves (the job's: the longest times over the ranks, every rank's bytes; the steps' pace
+ * while the write was in flight, ckptpace.h, null where unknown). Pure
  * functions; any thread.
  */
 #ifndef FSDP_DAEMON_METRICS_H

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ckptpace.h"
 #include "fsutil.h"
 #include "job.h"
 #include "log.h"
@@ -52,6 +53,7 @@ struct steps_win {
   uint32_t detail_every;
   uint32_t window, regrant;  /* see STEP_WINDOW */
   uint32_t report_every;     /* see STEP_WIDE_REPORT_EVERY */
+  ckptpace pace;             /* the steps' slowdown while a save's write is in flight */
   jstep s[STEP_WINDOW];
 };
 
@@ -276,11 +278,15 @@ static void ckpt_job(const Fsdp__StepAgg *agg, const Fsdp__StepReport *f, size_t
 }
 
 /* The saves that became complete after the step: the job's figures into SAVES (SUM->ckpt points at
- * them), J's latest, and a line of the job log each. */
+ * them) with the steps' pace while they were written (ckptpace.h), J's latest, and a line of the job
+ * log each. */
 static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg *agg, Fsdp__CkptSave saves[2],
                         Fsdp__CkptSave *ptrs[2], Fsdp__StepSummary *sum) {
-  for (size_t i = 0; i < f->n_ckpt && i < 2; i++) {
-    ckpt_job(agg, f, i, &saves[i]);
+  size_t n = f->n_ckpt < 2 ? f->n_ckpt : 2;
+  for (size_t i = 0; i < n; i++) ckpt_job(agg, f, i, &saves[i]);
+  int saves_now = ckpt_due(job_spec(j), (int)sum->step) || (job_stop_at(j) && sum->step == job_stop_at(j));
+  ckptpace_step(&job_steps(j)->win->pace, sum->step, sum->step_ms, saves_now, saves, n);
+  for (size_t i = 0; i < n; i++) {
     const Fsdp__CkptSave *k = &saves[i];
     ptrs[i] = &saves[i];
     job_steps(j)->ckpt = *k;
@@ -288,7 +294,7 @@ static void ckpt_record(job_t *j, const Fsdp__StepReport *f, const Fsdp__StepAgg
             "blocked up to %.3f s (rank %u)%s", k->step, (double)k->bytes / 1e6, k->ranks, k->write_s, k->write_rank,
             k->blocked_s, k->blocked_rank, k->wait_s >= 0.001 ? " (waiting for the previous save)" : "");
   }
-  sum->ckpt = ptrs, sum->n_ckpt = f->n_ckpt < 2 ? f->n_ckpt : 2;
+  sum->ckpt = ptrs, sum->n_ckpt = n;
 }
 
 /* Every node reported step ST->step: its metrics line, its database row, its Prometheus figures. */

@@ -124,6 +124,9 @@ static fsdp_status check_ckpt_save(const Fsdp__CkptSave *c) {
   if (!(c->blocked_s >= 0 && c->blocked_s < 1e9 && c->wait_s >= 0 && c->wait_s <= c->blocked_s && c->write_s >= 0 &&
         c->write_s < 1e9))
     BAD("checkpoint save of step %u: times blocked %g, wait %g, write %g s", c->step, c->blocked_s, c->wait_s, c->write_s);
+  if (!(c->inflight_step_ms >= 0 && c->inflight_step_ms < 1e12 && c->before_step_ms >= 0 && c->before_step_ms < 1e12))
+    BAD("checkpoint save of step %u: step times %g ms in flight, %g ms before", c->step, c->inflight_step_ms,
+        c->before_step_ms);
   return FSDP_OK;
 }
 

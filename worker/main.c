@@ -275,17 +275,22 @@ static fsdp_status open_hybrid(const jobspec_t *spec, const plan_t *plan, int ra
  * writer thread ([checkpoint] async). A save in flight is settled (its manifest written) at the first
  * step boundary at which every rank's write has ended, when the next save starts, and before the
  * report of the LAST step, so that a finished or stopped job's last checkpoint is complete. The
- * figures of the saves that became complete go into R. */
+ * LAST step's own save is synchronous even then: no step follows for its write to overlap, so a
+ * snapshot would be a copy for nothing, and the writer, below every other process of the node,
+ * would write it only in the time they leave while the job waits for it. The figures of the saves
+ * that became complete go into R. */
 static fsdp_status ckpt_after_step(runtime_t *rt, const jobspec_t *spec, ckpt_async *a, int step, int save, int last,
                                    rt_report *r) {
   ckpt_save_stats done[2] = {{0}, {0}};
   r->nckpt = 0;
   if (!spec->ckpt_async || !a) {   /* no writer without [checkpoint] every: a stop's save is synchronous */
     if (save) TRY(runtime_checkpoint(rt, spec->ckpt_dir, step, &done[0]));
+  } else if (last) {
+    TRY(runtime_checkpoint_settle(rt, a, 1, &done[0]));
+    if (save) TRY(runtime_checkpoint(rt, spec->ckpt_dir, step, &done[1]));
   } else {
     if (save) TRY(runtime_checkpoint_async(rt, a, spec->ckpt_dir, step, &done[0]));
     else TRY(runtime_checkpoint_settle(rt, a, 0, &done[0]));
-    if (last) TRY(runtime_checkpoint_settle(rt, a, 1, &done[1]));
   }
   for (int i = 0; i < 2; i++)
     if (done[i].step) r->ckpt[r->nckpt++] = done[i];

@@ -89,7 +89,26 @@ for step, c in saves:
     assert abs(c["mb_per_s"] - c["bytes"] / c["write_s"] / 1e6) < 1e-6 * c["mb_per_s"], c
 st = json.load(open(sys.argv[2]))["checkpoint"]
 assert st["step"] in [c["step"] for _, c in saves], st
-print(f"metrics.jsonl: {len(saves)} saves, e.g. {saves[0]}")
+# the steps' pace while a write was in flight, recomputed from the lines: the steps after the save up
+# to the one whose report completed it, against the latest 4 before it that no write overlapped
+# (step 1, the warm-up, left out)
+ms = {d["step"]: d["step_ms"] for d in lines}
+over = {s for step, c in saves for s in range(c["step"] + 1, step + 1)}
+near = lambda a, b: abs(a - b) <= 1e-9 * abs(b)
+overlapped = 0
+for step, c in saves:
+    fl = list(range(c["step"] + 1, step + 1))
+    assert c["inflight_steps"] == len(fl), (step, c)
+    if not fl:
+        assert c["inflight_step_ms"] is None and c["step_slowdown"] is None, c
+        continue
+    overlapped += 1
+    assert near(c["inflight_step_ms"], sum(ms[s] for s in fl) / len(fl)), (step, c)
+    base = [ms[s] for s in range(2, c["step"] + 1) if s not in over][-4:]
+    assert near(c["before_step_ms"], sum(base) / len(base)), (step, c, base)
+    assert near(c["step_slowdown"], c["inflight_step_ms"] / c["before_step_ms"]), c
+assert overlapped >= 1, saves   # a running job's writes overlap its steps
+print(f"metrics.jsonl: {len(saves)} saves ({overlapped} overlapping steps), e.g. {saves[0]}")
 PY
 grep -q "checkpoint of step 4 complete: [0-9.]* MB written by [0-9]* rank(s), the slowest in [0-9.]* s (rank [0-9]*); training blocked up to" "$S/jobs/$id/job.log" ||
   fail "job.log has no checkpoint line: $(grep -i checkpoint "$S/jobs/$id/job.log" | head -3)"
@@ -115,6 +134,15 @@ last=$(echo "$why" | sed -n 's/.*stopped by the user after step \([0-9]*\).*/\1/
 [ -n "$last" ] || fail "stop: reason '$why'"
 [ "$(newest "$S/ck-stop")" = "$last" ] || fail "stop: newest complete '$(newest "$S/ck-stop")', expected $last"
 [ -f "$S/ck-stop/step-00000004/manifest.json" ] || fail "stop: step 4's save, in flight at the stop, was not completed"
+# the last step's save is written by the training thread itself (nothing follows for a write to
+# overlap): the job was blocked for the whole write, no snapshot, no step in flight
+python3 - "$S/jobs/$id/metrics.jsonl" "$last" <<'PY' || fail "stop: the last step's save was not synchronous"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+c = [c for d in lines if d["step"] == int(sys.argv[2]) for c in d.get("checkpoint", []) if c["step"] == int(sys.argv[2])]
+assert len(c) == 1, c
+assert c[0]["blocked_s"] == c[0]["write_s"] > 0 and c[0]["wait_s"] == 0 and c[0]["inflight_steps"] == 0, c[0]
+PY
 stop_daemon
 echo "fsdpctl stop during step 4's write: waited for it (step 4 complete), then saved step $last"
 
