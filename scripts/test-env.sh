@@ -19,9 +19,10 @@ set -euo pipefail
 VENV=${FSDPD_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/testenv}
 # Versions the tests were written against (transformers 5: rope_parameters, dtype in config.json).
 # jinja2: the renderer of transformers' apply_chat_template; scikit-build-core: llama-cpp-python's
-# build backend, which pip needs to save its source distribution (the chat templates).
+# build backend, which pip needs to save its source distribution (the chat templates). bitsandbytes:
+# the NF4 format fsdpd's QLoRA base is compared with (its CPU backend; tests/integration/nf4_bnb.sh).
 REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy jinja2==3.1.6
-      scikit-build-core==1.1.2 peft==0.21.2)
+      scikit-build-core==1.1.2 peft==0.21.2 bitsandbytes==0.50.2)
 CHAT_TEMPLATES=${FSDPD_CHAT_TEMPLATES:-${XDG_CACHE_HOME:-$HOME/.cache}/fsdpd/chat-templates}
 TEMPLATES_SDIST=llama-cpp-python==0.3.36
 
