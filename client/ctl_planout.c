@@ -57,10 +57,10 @@ static const char *lora_formula(const plan_t *p, int c) {
   int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
   switch (c) {
   case MEM_PARAM_SHARD:
-    return bf ? (cuda ? "4·S + 2·S + 6·NA: frozen base shard, its bf16 copy; fp32 adapters and their bf16 copy"
-                      : "4·S + 2·S + 4·NA: frozen base shard and its bf16 copy; fp32 adapters (whole)")
-              : (cuda ? "4·S + 6·NA: frozen base shard; fp32 adapters and their bf16 copy"
-                      : "4·S + 4·NA: frozen base shard; fp32 adapters (whole on every rank)");
+    return bf ? (cuda ? "2·S + 6·NA: frozen base shard in bf16 (no master); fp32 adapters and their bf16 copy"
+                      : "2·S + 4·NA: frozen base shard in bf16 (no master); fp32 adapters (whole)")
+              : (cuda ? "4·S + 6·NA: frozen base shard in fp32; fp32 adapters and their bf16 copy"
+                      : "4·S + 4·NA: frozen base shard in fp32; fp32 adapters (whole on every rank)");
   case MEM_GRAD_SHARD: return "4·NA: the adapters' gradient (the frozen base has none)";
   case MEM_OPTIM_STATE: return "8·NA: the adapters' AdamW m and v (none for the base)";
   case MEM_COMM: return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";

@@ -177,7 +177,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
  * fp32 segment of their own, replicated on every rank (their gradient all-reduced once per step,
  * AdamW run on the whole segment by every rank alike), laid out block by block and, in a block,
  * module by module, A then B. Memory per rank, NA = numel:
- *   param_shard += 4·NA (+ 2·NA act copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
+ *   param_shard = pb·S (the frozen base in its own dtype: bf16 or fp32, no master) + 4·NA (+ 2·NA act
+ *                 copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
  *   comm: 4·PLAN_STEP_SCALARS only (no reduce-scatter of the frozen base)
  *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
  *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets

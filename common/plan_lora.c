@@ -107,7 +107,9 @@ void plan_lora_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
   if (!l->rank) return;
   uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2;
-  p->mem[MEM_PARAM_SHARD] += 4 * NA + (e == 2 ? 2 * NA : 0);
+  /* the frozen base is one shard in its own dtype (no fp32 master beside a bf16 copy) */
+  uint64_t S = (uint64_t)p->shard_total, pb = (uint64_t)jobspec_dtype_bytes(p->param_dtype);
+  p->mem[MEM_PARAM_SHARD] = pb * S + 4 * NA + (e == 2 ? 2 * NA : 0);
   p->mem[MEM_GRAD_SHARD] = 4 * NA;
   p->mem[MEM_OPTIM_STATE] = 8 * NA;
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;

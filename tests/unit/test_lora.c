@@ -45,7 +45,7 @@ static void test_gpt2_plan(void) {
   uint64_t NA = (uint64_t)l->numel, BT = 16;
   CHECK_EQ_INT(4 * NA, p->mem[MEM_GRAD_SHARD]);
   CHECK_EQ_INT(8 * NA, p->mem[MEM_OPTIM_STATE]);
-  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * NA, p->mem[MEM_PARAM_SHARD]);
+  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * NA, p->mem[MEM_PARAM_SHARD]);   /* an fp32 base */
   CHECK_EQ_INT(4 * PLAN_STEP_SCALARS, p->mem[MEM_COMM]);
   CHECK_EQ_INT(2 * 3 * BT * r, l->saved);
   CHECK_EQ_INT(BT * (3 * C + 4 * C + r), l->ws);
@@ -56,6 +56,13 @@ static void test_gpt2_plan(void) {
   CHECK(!strcmp(name, "base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight"));
   plan_destroy(&p);
 
+  /* a bf16 base is held in bf16 alone: no fp32 master beside it */
+  s.param_dtype = DTYPE_BF16;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    CHECK_EQ_INT(2 * (uint64_t)p->shard_total + 4 * (uint64_t)p->lora.numel, p->mem[MEM_PARAM_SHARD]);
+    plan_destroy(&p);
+  }
   /* the default: peft's (c_attn); activation checkpointing keeps one block's x·Aᵀ */
   s = gpt2_spec(2, "");
   s.ackpt = ACKPT_FULL;
