@@ -218,6 +218,9 @@ static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_b
       fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
               "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
               used, p->shard_world);
+    } else if (p->lora.rank) {   /* plan_min_world's model is a full fine-tune's: it would answer for another job */
+      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); --fit lists the changes that would\n",
+              human_bytes(device_bytes, a, sizeof a), used);
     } else {
       int w = plan_min_world_of(p, device_bytes);
       if (w)
