@@ -57,13 +57,17 @@ static const char *lora_formula(const plan_t *p, int c) {
   int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
   switch (c) {
   case MEM_PARAM_SHARD:
-    return bf ? (cuda ? "4·S + 2·S + 6·NA: frozen base shard, its bf16 copy; fp32 adapters and their bf16 copy"
-                      : "4·S + 2·S + 4·NA: frozen base shard and its bf16 copy; fp32 adapters (whole)")
-              : (cuda ? "4·S + 6·NA: frozen base shard; fp32 adapters and their bf16 copy"
-                      : "4·S + 4·NA: frozen base shard; fp32 adapters (whole on every rank)");
+    if (p->lora.nf4) return "2·Sr + L·nf4_shard + 4·NA (+ 2·NA on CUDA): bf16 root shard, NF4 block shards; fp32 adapters";
+    return bf ? (cuda ? "2·S + 6·NA: frozen base shard in bf16 (no master); fp32 adapters and their bf16 copy"
+                      : "2·S + 4·NA: frozen base shard in bf16 (no master); fp32 adapters (whole)")
+              : (cuda ? "4·S + 6·NA: frozen base shard in fp32; fp32 adapters and their bf16 copy"
+                      : "4·S + 4·NA: frozen base shard in fp32; fp32 adapters (whole on every rank)");
   case MEM_GRAD_SHARD: return "4·NA: the adapters' gradient (the frozen base has none)";
   case MEM_OPTIM_STATE: return "8·NA: the adapters' AdamW m and v (none for the base)";
   case MEM_COMM: return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";
+  case MEM_GATHERED:
+    return p->lora.nf4 ? "2·Pr + slots·nf4_padded + 2·Pb (+ 4·(Pr + Pb) on the CPU): bf16 root, NF4 blocks, the "
+                         "dequantized bf16 working unit (and fp32 compute copies)" : NULL;
   default: return NULL;
   }
 }
@@ -159,15 +163,26 @@ static void print_lora(const plan_t *p, FILE *f) {
     used += (size_t)snprintf(targets + used, sizeof targets - used, "%s%s", j ? ", " : "", l->mod[j].path);
   uint64_t NA = (uint64_t)l->numel, e_act = p->device == DEVICE_CPU ? 4 : 2;
   uint64_t base = p->mem[MEM_PARAM_SHARD] - 4 * NA - (e_act == 2 ? 2 * NA : 0);
+  char basedt[96];
+  if (l->nf4)
+    snprintf(basedt, sizeof basedt, "root bf16 %s, blocks nf4 %s",
+             human_bytes(2 * (uint64_t)p->units[0].shard_numel, a, sizeof a),
+             human_bytes((uint64_t)(p->nunits - 1) * (uint64_t)l->nf4_shard, b, sizeof b));
+  else
+    snprintf(basedt, sizeof basedt, "%s", jobspec_dtype_kind_name(p->param_dtype));
   fprintf(f, "  LoRA: r = %d, alpha = %g (scale %g) on %s: NA = %s adapter elements (%s per block), fp32, whole on "
           "every rank\n", l->rank, l->alpha, (double)l->scale, targets, human_count(l->numel, a, sizeof a),
           human_count(l->block_numel, b, sizeof b));
   fprintf(f, "    base (frozen, %s) %s; adapters %s, their gradient %s, their AdamW state %s\n",
-          jobspec_dtype_kind_name(p->param_dtype), human_bytes(base, a, sizeof a),
+          basedt, human_bytes(base, a, sizeof a),
           human_bytes(4 * NA + (e_act == 2 ? 2 * NA : 0), b, sizeof b), human_bytes(4 * NA, c, sizeof c),
           human_bytes(8 * NA, d, sizeof d));
   fprintf(f, "    activations + %s (x·Aᵀ of each target kept), workspace + %s (the adapters' scratch)\n",
           human_bytes(e_act * (uint64_t)l->saved, a, sizeof a), human_bytes(e_act * (uint64_t)l->ws, e, sizeof e));
+  if (l->nf4)
+    fprintf(f, "    nf4: a block is %s stored (%s per rank, gathered as bytes); the dequantized bf16 working unit %s "
+            "(in gathered)\n", human_bytes((uint64_t)l->nf4_block, a, sizeof a), human_bytes((uint64_t)l->nf4_shard, b, sizeof b),
+            human_bytes(plan_lora_dequant_bytes(p), c, sizeof c));
 }
 
 /* The table's last parts: the predicted peak memory per rank (and whether it fits DEVICE_BYTES),
@@ -203,6 +218,9 @@ static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_b
       fprintf(f, "  device memory %s: does NOT fit (%.1f%%); hybrid's memory is set by shard_group = %d, not by the "
               "world size: a larger group (or sharding = full) holds less per rank\n", human_bytes(device_bytes, a, sizeof a),
               used, p->shard_world);
+    } else if (p->lora.rank) {   /* plan_min_world's model is a full fine-tune's: it would answer for another job */
+      fprintf(f, "  device memory %s: does NOT fit (%.1f%%); --fit lists the changes that would\n",
+              human_bytes(device_bytes, a, sizeof a), used);
     } else {
       int w = plan_min_world_of(p, device_bytes);
       if (w)
@@ -318,6 +336,25 @@ static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
   return o;
 }
 
+/* [lora]'s split of the memory, per rank: the base by dtype, the adapters, their gradient and AdamW
+ * state, what they add to the activations, and NF4's dequantized working unit. */
+static json_t *lora_json(const plan_t *p) {
+  const plan_lora *l = &p->lora;
+  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2, ad = 4 * NA + (e == 2 ? 2 * NA : 0);
+  json_t *base = json_object();
+  if (l->nf4) {
+    json_object_set_new(base, "bf16", jint(2 * p->units[0].shard_numel));
+    json_object_set_new(base, "nf4", jint((int64_t)(p->nunits - 1) * l->nf4_shard));
+  } else {
+    json_object_set_new(base, jobspec_dtype_kind_name(p->param_dtype), jint((int64_t)(p->mem[MEM_PARAM_SHARD] - ad)));
+  }
+  return json_pack("{s:i, s:f, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
+                   "adapter_elements", (json_int_t)NA, "base_dtype", l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
+                   "base_bytes", base, "adapter_bytes", (json_int_t)ad, "adapter_grad_bytes", (json_int_t)(4 * NA),
+                   "adamw_bytes", (json_int_t)(8 * NA), "activation_bytes", (json_int_t)(e * (uint64_t)l->saved),
+                   "dequant_unit_bytes", (json_int_t)plan_lora_dequant_bytes(p));
+}
+
 static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_t *root = json_object();
   const model_config *m = &p->model;
@@ -383,6 +420,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   for (int k = 0; k < MEM_NCAT; k++) json_object_set_new(mem, plan_mem_category_name((mem_category)k), jint((int64_t)p->mem[k]));
   json_object_set_new(mem, "total", jint((int64_t)p->mem_total));
   json_object_set_new(root, "memory", mem);
+  if (p->lora.rank) json_object_set_new(root, "lora", lora_json(p));
 
   json_object_set_new(root, "sent_bytes", comm_json(p->sent_bytes));
   json_t *modes = json_object();

@@ -636,15 +636,34 @@ static void model_checks(pctx *c) {
 }
 
 /* [lora]: what the adapters' path does not do is refused here; the targets against the model in plan_build. */
+/* [lora] base_dtype: refused without adapters; bf16 | fp32 is the dtype the base is held and gathered
+ * in, so it sets param_dtype, and nf4 sets bf16 (the root's dtype and the dequantized unit's); a file
+ * that sets param_dtype to another dtype is refused. */
+static void lora_base_dtype(pctx *c) {
+  jobspec_t *s = c->s;
+  base_dtype_kind b = s->lora.base_dtype;
+  if (b == BASE_AUTO) return;
+  int line = blame(c, "lora", "base_dtype", NULL);
+  if (s->lora.rank == 0) {
+    PERR(c, line, FSDP_ERR_INVALID, "[lora] base_dtype = %s applies to a frozen base, so it needs [lora] rank > 0; "
+         "allowed without [lora]: base_dtype = auto (every weight trained in param_dtype)", jobspec_base_dtype_name(b));
+    return;
+  }
+  dtype_kind want = b == BASE_FP32 ? DTYPE_FP32 : DTYPE_BF16;   /* nf4: the root and the dequantized unit are bf16 */
+  if (c->key_line[key_index("fsdp", "param_dtype")] && s->param_dtype != want)
+    PERR(c, line, FSDP_ERR_INVALID, "[lora] base_dtype = %s and [fsdp] param_dtype = %s disagree: the frozen base is "
+         "gathered in its own dtype; allowed: the same dtype in both, or one of them left out",
+         jobspec_base_dtype_name(b), jobspec_dtype_kind_name(s->param_dtype));
+  s->param_dtype = want;
+}
+
 static void lora_checks(pctx *c) {
   const jobspec_t *s = c->s;
+  lora_base_dtype(c);
   if (s->lora.rank == 0) return;   /* no LoRA: the other [lora] keys are not read */
   if (s->lora.dropout != 0.0)
     PERR(c, blame(c, "lora", "dropout", NULL), FSDP_ERR_UNSUPPORTED,
          "[lora] dropout = %g is not implemented; allowed: 0 (no dropout on the adapters' input)", s->lora.dropout);
-  if (s->device != DEVICE_CPU)
-    PERR(c, blame(c, "lora", "rank", "device"), FSDP_ERR_UNSUPPORTED,
-         "[lora] runs on device = cpu only so far (the adapters' AdamW is not bound on CUDA); allowed: device = cpu");
   if (s->ckpt_every > 0)
     PERR(c, blame(c, "checkpoint", "every", NULL), FSDP_ERR_UNSUPPORTED,
          "[checkpoint] every = %d with [lora]: a LoRA job's checkpoints (its adapters alone) are not built yet; allowed: "

@@ -25,6 +25,8 @@ typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } dtype_kind;
 typedef enum { COMM_AUTO = 0, COMM_GLOO, COMM_NCCL } comm_kind;
 typedef enum { SCHED_CONSTANT = 0, SCHED_COSINE } lr_schedule;
 typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
+/* [lora] base_dtype: the frozen base's storage. auto: param_dtype's; nf4: NormalFloat4 (worker/ops/nf4.h) */
+typedef enum { BASE_AUTO = 0, BASE_BF16, BASE_FP32, BASE_NF4 } base_dtype_kind;
 typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activation_checkpointing */
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
@@ -150,6 +152,7 @@ typedef struct jobspec {
     double alpha, dropout;
     char targets[JOBSPEC_TEXT_MAX];      /* comma-separated module names; "" = the family's default */
     char init_from[JOBSPEC_PATH_MAX];    /* a PEFT adapter folder (absolute), or "" */
+    base_dtype_kind base_dtype;          /* resolved at parse: bf16 | fp32 set param_dtype; auto stays auto */
   } lora;
 } jobspec_t;
 
@@ -191,6 +194,7 @@ const char *jobspec_dtype_kind_name(dtype_kind d);
 const char *jobspec_comm_kind_name(comm_kind c);
 const char *jobspec_lr_schedule_name(lr_schedule s);
 const char *jobspec_ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
+const char *jobspec_base_dtype_name(base_dtype_kind b);   /* "auto", "bf16", "fp32", "nf4" */
 const char *jobspec_offload_mode_name(offload_mode m);    /* "none", "optimizer" */
 const char *jobspec_arch_name(model_arch a);              /* "gpt2", "llama" */
 const char *jobspec_rope_scaling_name(rope_scaling_kind k);   /* "none", "llama3" */

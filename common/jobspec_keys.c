@@ -22,6 +22,7 @@ static const char *const sched_names[] = {"constant", "cosine", NULL};
 static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
+static const char *const base_dtype_names[] = {"auto", "bf16", "fp32", "nf4", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
 static const char *const arch_enum_names[] = {
 #define FSDP_ARCH(ID, name) #name,
@@ -48,6 +49,7 @@ const char *jobspec_dtype_kind_name(dtype_kind d) { return enum_name(dtype_names
 const char *jobspec_comm_kind_name(comm_kind c) { return enum_name(comm_names, 3, (int)c); }
 const char *jobspec_lr_schedule_name(lr_schedule s) { return enum_name(sched_names, 2, (int)s); }
 const char *jobspec_ackpt_mode_name(ackpt_mode m) { return enum_name(ackpt_names, 2, (int)m); }
+const char *jobspec_base_dtype_name(base_dtype_kind b) { return enum_name(base_dtype_names, 4, (int)b); }
 const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload_names, 2, (int)m); }
 const char *jobspec_arch_name(model_arch a) {
   return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
@@ -217,6 +219,10 @@ const keydef jobspec_keys[] = {
   SPECIAL("lora", "init_from", KT_DIR, lora.init_from,
           "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to continue from; default: A "
           "Kaiming-uniform from [job] seed, B zero (peft's)", ""),
+  ENUM("lora", "base_dtype", lora.base_dtype, base_dtype_names,
+       "the frozen base's storage: auto = param_dtype; bf16 | fp32 (held and gathered in it, no fp32 master); nf4 = "
+       "QLoRA's NormalFloat4 (bitsandbytes' format: blocks of 64, double-quantized scales), planned by fsdpctl plan, "
+       "not trained yet", "auto"),
 };
 const int jobspec_nkeys = (int)(sizeof jobspec_keys / sizeof jobspec_keys[0]);
 _Static_assert(sizeof jobspec_keys / sizeof jobspec_keys[0] <= JOBSPEC_MAX_KEYS, "raise JOBSPEC_MAX_KEYS");

@@ -386,5 +386,5 @@ int plan_min_world_of(const plan_t *p, uint64_t device_bytes) {
 void plan_sent_bytes_if(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]) {
   model_in in = in_from_plan(p);
   model_comm(&in, mode, sent, NULL);
-  plan_lora_sent(p, sent);
+  plan_lora_sent(p, mode, sent);
 }

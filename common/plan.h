@@ -177,7 +177,13 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
  * fp32 segment of their own, replicated on every rank (their gradient all-reduced once per step,
  * AdamW run on the whole segment by every rank alike), laid out block by block and, in a block,
  * module by module, A then B. Memory per rank, NA = numel:
- *   param_shard += 4·NA (+ 2·NA act copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
+ *   param_shard = pb·S (the frozen base in its own dtype: bf16 or fp32, no master) + 4·NA (+ 2·NA act
+ *                 copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
+ *                 NF4: 2·Sr + L·nf4_shard + 4·NA (+ 2·NA)
+ *   gathered (NF4, full and hybrid): 2·Pr + min(1+p, L)·nf4_padded + 2·Pb (the dequantized working
+ *                 unit) + cb·(Pr + Pb) on the CPU (the fp32 compute copies); grad_op: L·nf4_padded
+ *                 in place of the slots; none: the working unit and the copies
+ *   allgather sent (NF4, full): G·(N−1)·(2·Sr + 2·L·nf4_shard): the blocks' bytes are NF4's
  *   comm: 4·PLAN_STEP_SCALARS only (no reduce-scatter of the frozen base)
  *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
  *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets
@@ -200,6 +206,14 @@ typedef struct plan_lora {
   int64_t numel;       /* L·block_numel: every adapter element */
   int64_t max_in, max_out;
   int64_t saved, ws;   /* act elements: the kept x·Aᵀ of every block, and the scratch */
+  /* the frozen base's storage ([lora] base_dtype): param_dtype's, or NF4 (worker/ops/nf4.h). With
+   * NF4 every 2-D tensor of a block is quantized (nf4_bytes: codes, scale codes, group scales,
+   * offset), its 1-D tensors stay bf16, and the root (embeddings, head, final norm) is bf16, as
+   * transformers' 4-bit loading leaves them. A block's image of nf4_block bytes is padded to
+   * nf4_padded, a multiple of shard_world·64, and sharded as bytes (nf4_shard each); it is gathered
+   * whole and dequantized into one bf16 working unit of the largest block (Pb elements) */
+  int nf4;
+  int64_t nf4_block, nf4_padded, nf4_shard;
 } plan_lora;
 
 typedef struct plan {
@@ -274,6 +288,8 @@ int plan_head_slot(const plan_t *p);
 /* Find a tensor by Hugging Face name, in any form the architecture's descriptor takes (GPT-2 with or
  * without "transformer.", Llama with or without "model."; lm_head.weight has none). */
 const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit);
+/* NF4 ([lora] base_dtype = nf4): the bytes of the dequantized bf16 working unit (counted in gathered); 0 otherwise. */
+uint64_t plan_lora_dequant_bytes(const plan_t *p);
 /* LoRA's module of block slot SLOT, or NULL when no target adapts it (or no LoRA). */
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot);
 /* Adapter tensor names as peft writes them: "base_model.model.transformer.h.3.attn.c_attn.lora_A.weight"

@@ -60,6 +60,34 @@ static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const 
   return FSDP_OK;
 }
 
+/* [lora] base_dtype = nf4: every 2-D tensor of a block quantized, its rows a whole number of blocks
+ * of 64 (refused in one line otherwise); the block's image in bytes, padded and sharded. */
+static fsdp_status nf4_layout(plan_t *p) {
+  plan_lora *l = &p->lora;
+  const plan_unit *u = &p->units[p->nunits > 1 ? 1 : 0];
+  int64_t bytes = 0;
+  for (int i = 0; i < u->ntensors; i++) {
+    const plan_tensor *t = &u->t[i];
+    if (t->ndim == 1) {
+      bytes += 2 * t->numel;
+      continue;
+    }
+    if (t->shape[1] % PLAN_PAD_ALIGN)
+      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4: %s is [%lld, %lld]; NF4 quantizes blocks "
+                            "of 64 along its rows, so its row width must be a multiple of 64; allowed: a model whose "
+                            "widths are multiples of 64, or base_dtype = bf16", t->name, (long long)t->shape[0],
+                            (long long)t->shape[1]);
+    int64_t nb = t->numel / 64, ng = (nb + 255) / 256;   /* nf4.h's nf4_bytes */
+    bytes += t->numel / 2 + nb + 4 * ng + 4;
+  }
+  int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
+  l->nf4 = 1;
+  l->nf4_block = bytes;
+  l->nf4_padded = (bytes + align - 1) / align * align;
+  l->nf4_shard = l->nf4_padded / p->shard_world;
+  return FSDP_OK;
+}
+
 fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
   plan_lora *l = &p->lora;
   memset(l, 0, sizeof *l);
@@ -100,14 +128,56 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
   l->ws = BT * (l->max_out + l->max_in + r);
-  return FSDP_OK;
+  return spec->lora.base_dtype == BASE_NF4 ? nf4_layout(p) : FSDP_OK;
+}
+
+/* Bytes one rank sends gathering an NF4 base per step in sharding MODE: the bf16 root once and every
+ * block's NF4 bytes once (grad_op) or twice (full, hybrid) per micro-step; none gathers nothing. */
+static uint64_t nf4_allgather(const plan_t *p, shard_mode mode) {
+  if (mode == SHARD_NONE) return 0;
+  uint64_t W = mode == SHARD_HYBRID ? (uint64_t)p->shard_world : (uint64_t)p->world, G = (uint64_t)p->grad_accum;
+  uint64_t L = (uint64_t)p->model.n_layer, align = W * PLAN_PAD_ALIGN;
+  uint64_t Sr = ((uint64_t)p->units[0].numel + align - 1) / align * align / W;
+  uint64_t Sb = ((uint64_t)p->lora.nf4_block + align - 1) / align * align / W;
+  return G * (W - 1) * (2 * Sr + (mode == SHARD_GRAD_OP ? 1 : 2) * L * Sb);
+}
+
+/* NF4's base: a bf16 root shard and the blocks' NF4 shards; the gathered root, NF4 slots, the
+ * dequantized bf16 working unit and (CPU) the fp32 compute copies. */
+static void nf4_memory(plan_t *p) {
+  const plan_lora *l = &p->lora;
+  uint64_t L = (uint64_t)p->model.n_layer, NA = (uint64_t)l->numel, pf = (uint64_t)p->prefetch;
+  uint64_t Pr = (uint64_t)p->units[0].padded, Sr = (uint64_t)p->units[0].shard_numel, Pb = 0;
+  for (int k = 1; k < p->nunits; k++)
+    if ((uint64_t)p->units[k].padded > Pb) Pb = (uint64_t)p->units[k].padded;
+  uint64_t cpu = p->device == DEVICE_CPU, slots;
+  switch (p->sharding) {
+  case SHARD_GRAD_OP: slots = L; break;
+  case SHARD_NONE: slots = 0; break;
+  default: slots = 1 + pf < L ? 1 + pf : L; break;
+  }
+  p->mem[MEM_PARAM_SHARD] = 2 * Sr + L * (uint64_t)l->nf4_shard + 4 * NA + (cpu ? 0 : 2 * NA);
+  p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * Pr + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
+                         (cpu ? 4 * (Pr + Pb) : 0);
+}
+
+/* The dequantized working unit's bytes (NF4: 2·Pb), for the plan's split; 0 without NF4. */
+uint64_t plan_lora_dequant_bytes(const plan_t *p) {
+  if (!p->lora.nf4) return 0;
+  uint64_t Pb = 0;
+  for (int k = 1; k < p->nunits; k++)
+    if ((uint64_t)p->units[k].padded > Pb) Pb = (uint64_t)p->units[k].padded;
+  return 2 * Pb;
 }
 
 void plan_lora_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
   if (!l->rank) return;
   uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2;
-  p->mem[MEM_PARAM_SHARD] += 4 * NA + (e == 2 ? 2 * NA : 0);
+  /* the frozen base is one shard in its own dtype (no fp32 master beside a bf16 copy) */
+  uint64_t S = (uint64_t)p->shard_total, pb = (uint64_t)jobspec_dtype_bytes(p->param_dtype);
+  p->mem[MEM_PARAM_SHARD] = pb * S + 4 * NA + (e == 2 ? 2 * NA : 0);
+  if (l->nf4) nf4_memory(p);
   p->mem[MEM_GRAD_SHARD] = 4 * NA;
   p->mem[MEM_OPTIM_STATE] = 8 * NA;
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
@@ -115,7 +185,7 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
-  plan_lora_sent(p, p->sent_bytes);
+  plan_lora_sent(p, p->sharding, p->sent_bytes);
   if (p->sharding == SHARD_HYBRID) {
     p->sent_inter[COLL_REDUCESCATTER] = 0;
     p->sent_inter[COLL_ALLREDUCE] = p->sent_bytes[COLL_ALLREDUCE];
@@ -128,12 +198,13 @@ void plan_lora_memory(plan_t *p) {
                        12.0 * (double)L * (double)C * (double)T;
 }
 
-void plan_lora_sent(const plan_t *p, uint64_t sent[COLL_NKIND]) {
+void plan_lora_sent(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]) {
   if (!p->lora.rank) return;
   /* nothing is reduce-scattered; the adapters' gradient is all-reduced over the world once per
    * step beside the step's scalars (each all-reduce rounded down, as the comm counts it) */
   uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel;
   sent[COLL_REDUCESCATTER] = 0;
+  if (p->lora.nf4) sent[COLL_ALLGATHER] = nf4_allgather(p, mode);
   sent[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
 }
 

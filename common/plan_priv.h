@@ -15,7 +15,8 @@ void plan_add_part(plan_unit *u, const char *name, int gid, int64_t d0, int64_t 
  * target or a rank above a target's width in one line; and its memory terms added to P's. */
 fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p);
 void plan_lora_memory(plan_t *p);
-/* SENT (any sharding mode's) with LoRA: no reduce-scatter; the adapters' gradient all-reduced once per step. */
-void plan_lora_sent(const plan_t *p, uint64_t sent[COLL_NKIND]);
+/* SENT (sharding MODE's) with LoRA: no reduce-scatter; the adapters' gradient all-reduced once per step;
+ * an NF4 base's gathers in its bytes. */
+void plan_lora_sent(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]);
 
 #endif

@@ -31,6 +31,7 @@
 #include "optim.h"
 #include "peft.h"
 #include "runtime_priv.h"
+#include "safetensors.h"
 #include "st_model.h"
 #include "stepstats.h"
 
@@ -100,8 +101,8 @@ static fsdp_status alloc_state(runtime_t *rt) {
     ALLOC(rt->v, dev->op->alloc_host(dev, (size_t)S * 4));
     ALLOC(rt->hgrad, dev->op->alloc_host(dev, (size_t)S * 4));
     if (!bf16_params) ALLOC(rt->dparam, dalloc(rt, MEM_PARAM_SHARD, S, 4));
-  } else if (p->lora.rank) {   /* the frozen base: its shard only; the adapters train */
-    ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
+  } else if (p->lora.rank) {   /* the frozen base: its shard only, in its own dtype (bf16: no fp32 master) */
+    if (!bf16_params) ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
   } else {
     ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
     ALLOC(rt->m, dalloc(rt, MEM_OPTIM_STATE, S, 4));
@@ -151,12 +152,23 @@ static fsdp_status init_adapters(runtime_t *rt) {
   return rc;
 }
 
-/* Parameters: this rank's shard only, never the whole model, from the seed or spec->init. */
+/* A frozen bf16 base (no fp32 shard): the loaded fp32 values HP rounded into the bf16 shard. */
+static fsdp_status round_frozen_base(runtime_t *rt, const float *hp) {
+  int64_t S = rt->p->shard_total;
+  void *lp = NULL;
+  TRY(runtime_host_buffer(rt, rt->lp, (size_t)S * sizeof(uint16_t), &lp));
+  for (int64_t i = 0; i < S; i++) ((uint16_t *)lp)[i] = st_f32_to_bf16(hp[i]);
+  return runtime_host_buffer_done(rt, rt->lp, (size_t)S * sizeof(uint16_t), lp, 1);
+}
+
+/* Parameters: this rank's shard only, never the whole model, from the seed or spec->init. A frozen
+ * bf16 base is read through a host buffer of fp32 that is freed once it is rounded. */
 static fsdp_status init_params(runtime_t *rt) {
   size_t bytes = (size_t)rt->p->shard_total * sizeof(float);
   void *hp = NULL;
   fsdp_status rc = FSDP_OK;
-  TRY(runtime_host_buffer(rt, rt->param, bytes, &hp));
+  if (rt->param) TRY(runtime_host_buffer(rt, rt->param, bytes, &hp));
+  else if (!(hp = halloc(bytes, 1))) return FSDP_ERR_NOMEM;
   if (strcmp(rt->spec->init, "random") == 0) {
     model_init_shard(rt->p, rt->spec->seed, rt->rank, hp);
   } else {
@@ -168,7 +180,13 @@ static fsdp_status init_params(runtime_t *rt) {
                st_model_nfiles(f), rt->spec->init);
     st_model_destroy(&f);
   }
-  fsdp_status rc2 = runtime_host_buffer_done(rt, rt->param, bytes, hp, rc == FSDP_OK);
+  fsdp_status rc2 = FSDP_OK;
+  if (rt->param) {
+    rc2 = runtime_host_buffer_done(rt, rt->param, bytes, hp, rc == FSDP_OK);
+  } else {
+    if (rc == FSDP_OK) rc2 = round_frozen_base(rt, hp);
+    free(hp);
+  }
   if (rc == FSDP_OK) rc = rc2;
   if (rc == FSDP_OK && rt->lora) rc = init_adapters(rt);
   return rc == FSDP_OK ? runtime_refresh_lp(rt) : rc;
@@ -213,6 +231,13 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   if (rank < 0 || rank >= p->world || comm_world(comm) != p->world || comm_rank(comm) != rank)
     return fsdp_set_error(FSDP_ERR_INVALID, "rank %d of %d does not match the communicator (rank %d of %d)", rank,
                           p->world, comm_rank(comm), comm_world(comm));
+  /* what the plan describes but the runtime does not compute yet (fsdpctl plan plans them) */
+  if (p->lora.rank && spec->device != DEVICE_CPU)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] runs on device = cpu only so far (the adapters' AdamW is not "
+                          "bound on CUDA); allowed: device = cpu (fsdpctl plan plans a CUDA job)");
+  if (p->lora.nf4)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4 is planned (fsdpctl plan) but not trained "
+                          "yet; allowed: base_dtype = auto | bf16 | fp32");
   runtime_t *rt = calloc(1, sizeof *rt);
   if (!rt) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the runtime");
   rt->spec = spec, rt->p = p, rt->rank = rank, rt->world = p->world, rt->comm = comm, rt->dev = dev;

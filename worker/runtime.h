@@ -70,7 +70,7 @@ fsdp_status runtime_eval(runtime_t *rt, int batches, double *val_loss, double *m
 /* The world-1 plan of the same model (sharding none, fp32, cpu) with BATCH_SIZE, whose layout
  * runtime_gather_whole fills. */
 fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out);
-/* Collective: the whole model (fp32 master weights) into OUT (WHOLE->shard_total floats, host) on
+/* Collective: the whole model (fp32 master weights; a frozen bf16 base widened) into OUT (WHOLE->shard_total floats, host) on
  * rank 0; the other ranks pass NULL. */
 fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out);
 /* Collective: gather the whole model; rank 0 writes it as Hugging Face GPT-2 .safetensors. */
@@ -86,7 +86,8 @@ void runtime_set_trace(runtime_t *rt, trace_t *t);
 /* Tests only: skip the device wait between a block's gather and the compute that reads it, so
  * that a test can show the asynchronous devices catch a missing wait. */
 void runtime_test_drop_gather_wait(runtime_t *rt, int on);
-/* This rank's parameter shard (plan->shard_total floats, device memory), for tests. */
+/* This rank's fp32 parameter shard (plan->shard_total floats, device memory), for tests; NULL for a
+ * [lora] job's frozen bf16 base, which has none. */
 const float *runtime_param_shard(const runtime_t *rt);
 void runtime_destroy(runtime_t **rt);
 

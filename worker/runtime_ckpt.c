@@ -73,7 +73,7 @@ fsdp_status runtime_refresh_lp(runtime_t *rt) {
     for (int64_t i = 0; i < S; i++) h[i] = st_f32_to_bf16(rt->param[i]);
     return d->op->upload(d, rt->lp, h, (size_t)S * sizeof(uint16_t));
   }
-  if (!rt->lp) return FSDP_OK;
+  if (!rt->lp || !rt->param) return FSDP_OK;   /* a frozen bf16 base was rounded once, at load */
   d->kern->cast_bf16(d, rt->lp, rt->param, S);
   return d->op->sync(d);
 }
@@ -99,6 +99,30 @@ fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out
   return plan_build(&s, 1, out);
 }
 
+/* runtime_gather_whole for a frozen bf16 base (no fp32 shard): each unit's bf16 shards into BUF,
+ * widened into OUT on rank 0. */
+static fsdp_status gather_whole_bf16(runtime_t *rt, const plan_t *whole, uint16_t *buf, float *out) {
+  const plan_t *p = rt->p;
+  fsdp_status rc = FSDP_OK;
+  for (int u = 0; u < p->nunits && rc == FSDP_OK; u++) {
+    const plan_unit *pu = &p->units[u];
+    const uint16_t *src = rt->lp + pu->shard_base;
+    if (p->sharding != SHARD_NONE)
+      rc = comm_allgather(rt->gcomm, src, buf, (size_t)pu->shard_numel, COMM_BF16, NULL);
+    else
+      rt->dev->op->copy(rt->dev, buf, src, (size_t)pu->padded * sizeof(uint16_t));
+    void *view = NULL;
+    if (rc == FSDP_OK && rt->rank == 0 && out &&
+        (rc = runtime_host_view(rt, buf, (size_t)pu->numel * sizeof(uint16_t), &view)) == FSDP_OK) {
+      const uint16_t *h = view;
+      float *dst = out + whole->units[u].shard_base;
+      for (int64_t i = 0; i < pu->numel; i++) dst[i] = st_bf16_to_f32(h[i]);
+      runtime_host_view_done(rt, view);
+    }
+  }
+  return rc;
+}
+
 fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
@@ -109,6 +133,11 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
   TRY(d->op->sync(d));
   float *buf = d->op->alloc(d, MEM_WORKSPACE, (size_t)pb * sizeof(float));   /* one unit at a time */
   if (!buf) return FSDP_ERR_NOMEM;
+  if (!rt->param) {   /* a frozen bf16 base: gathered in bf16, widened on rank 0 */
+    rc = gather_whole_bf16(rt, whole, (uint16_t *)buf, out);
+    d->op->free(d, buf);
+    return rc;
+  }
   for (int u = 0; u < p->nunits && rc == FSDP_OK; u++) {
     const plan_unit *pu = &p->units[u];
     float *src = rt->param + pu->shard_base;

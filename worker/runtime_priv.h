@@ -23,7 +23,8 @@ struct runtime {
   device_t *dev;
 
   /* this rank's shards, fp32 on the device (shard_total elements each), and the bf16 copy that is
-   * gathered when param_dtype = bf16 (AdamW writes it) */
+   * gathered when param_dtype = bf16 (AdamW writes it); a [lora] job's frozen base is one shard in
+   * its own dtype: param (fp32) or lp (bf16, param NULL) */
   float *param, *grad, *m, *v;
   uint16_t *lp;
   /* offload = optimizer: param, m and v are in host memory, AdamW runs on the host over them, and

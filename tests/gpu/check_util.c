@@ -8,6 +8,7 @@
 #include "gpu_check.h"
 #include "jobspec.h"
 #include "ops/bf16.h"
+#include "ops/nf4.h"
 #include "optim.h"
 #include "plan.h"
 
@@ -185,9 +186,47 @@ static void check_reductions(void) {
   free_all();
 }
 
+/* ---- NF4 dequantization: the CPU's bits (nf4_dequantize_bf16), and a planted fault (the offset
+ * dropped) that must not pass ---- */
+
+static void check_nf4(void) {
+  const int64_t n = 64 * 256 + 64 * 5;   /* a full group of scales and a partial one */
+  float *x = h_uniform((size_t)n, -0.1f, 0.1f);
+  nf4_tensor t = {.codes = hbuf((size_t)n / 2), .absmax_q = hbuf((size_t)nf4_blocks(n)),
+                  .absmax2 = hbuf((size_t)nf4_groups(n) * sizeof(float))};
+  if (nf4_quantize(x, n, &t) != 0) {
+    verdict("nf4_dequantize: quantize", 0, "nf4_quantize failed");
+    return;
+  }
+  uint16_t *hb = hbuf((size_t)n * sizeof(uint16_t));
+  float *ref = hbuf((size_t)n * sizeof(float)), maps[16 + 256];
+  nf4_dequantize_bf16(&t, hb);
+  for (int64_t i = 0; i < n; i++) ref[i] = bf16_to_f32(hb[i]);
+  for (int i = 0; i < 16; i++) maps[i] = nf4_code[i];
+  for (int i = 0; i < 256; i++) maps[16 + i] = nf4_dynamic(i);
+  uint8_t *d_codes = d_upload(t.codes, (size_t)n / 2), *d_aq = d_upload(t.absmax_q, (size_t)nf4_blocks(n));
+  float *d_a2 = d_upload(t.absmax2, (size_t)nf4_groups(n) * sizeof(float)), *d_maps = d_upload(maps, sizeof maps);
+  void *d_out = d_nan_bf16((size_t)n);
+  out_t o[] = {{.name = "out", .ref = ref, .dev = d_out, .n = (size_t)n, .kind = OUT_BF16, .tol = 0}};
+  RUN_AND_COMPARE("nf4_dequantize", "1 group + 5 blocks", 0, o,
+                  ops_cuda_nf4_dequantize(d_out, d_codes, d_aq, d_a2, t.offset, d_maps, n, &g_ctx));
+  fsdp_status st = ops_cuda_nf4_dequantize(d_out, d_codes, d_aq, d_a2, 0.0f, d_maps, n, &g_ctx);
+  out_t of = {.name = "fault", .ref = ref, .dev = d_out, .n = (size_t)n, .kind = OUT_BF16};
+  size_t diff = 0;
+  if (st == FSDP_OK) {
+    fetch_outputs(&of, 1);
+    for (int64_t i = 0; i < n; i++) diff += of.got[i] != ref[i];
+  }
+  char detail[96];
+  snprintf(detail, sizeof detail, "%zu of %lld values differ from the reference (must be > 0)", diff, (long long)n);
+  verdict("planted fault: nf4_dequantize without the scales' offset", st == FSDP_OK && diff > 0, detail);
+  free_all();
+}
+
 void check_util_ops(void) {
   printf("\n== AdamW and utilities ==\n");
   check_adamw();
+  check_nf4();
   check_casts();
   check_reductions();
   fflush(stdout);

@@ -79,6 +79,8 @@ typedef struct config {
   int eval_batches;                 /* > 0: runtime_eval after the last step (val = synthetic:markov:13) */
   int spans;                        /* record spans, the device resolving them as CUDA's does (below) */
   int swap_shards;                  /* a planted fault: ranks 0 and 1's shards placed in each other's place */
+  int lora;                         /* > 0: [lora] rank = lora on every projection (Llama), the base frozen;
+                                       no shard is written (a bf16 base has no fp32 one) */
   char ckdir[128];
 } config;
 
@@ -131,6 +133,11 @@ static void make_spec(const config *c, jobspec_t *s) {
   if (c->offload) s->offload = OFFLOAD_OPTIMIZER;   /* jobspec refuses it on cpu; the runtime runs it */
   snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", c->ckdir);
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
+  if (c->lora) {
+    s->lora.rank = c->lora;
+    s->lora.alpha = 2.0 * c->lora;
+    snprintf(s->lora.targets, sizeof s->lora.targets, "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+  }
 }
 
 /* The plan of C's job on its world (a failed build is a failed check: NULL). */
@@ -217,7 +224,8 @@ static int child(int rank, int world, const char *dir, void *arg) {
   snprintf(path, sizeof path, "%s/result-%d", dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(4);
   snprintf(path, sizeof path, "%s/shard-%d", dir, rank);
-  if (res.failed_step < 0 && write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float))) _exit(5);
+  if (res.failed_step < 0 && !c->lora && write_all(path, runtime_param_shard(rt), (size_t)plan->shard_total * sizeof(float)))
+    _exit(5);
   if (res.failed_step < 0) {   /* a failed comm cannot be torn down politely; the process exits */
     runtime_destroy(&rt);
     dev_destroy(&dev);
@@ -264,7 +272,7 @@ static int run(const config *c, result res[MAXW], float **model, int64_t *nmodel
       ok = 0;
       continue;
     }
-    if (res[r].failed_step >= 0) continue;
+    if (res[r].failed_step >= 0 || c->lora) continue;
     float *mine = shards + (size_t)r * plan->shard_total;
     snprintf(path, sizeof path, "%s/shard-%d", rr.dir, r);
     if (read_all(path, mine, sbytes) != 0) {

@@ -45,7 +45,7 @@ static void test_gpt2_plan(void) {
   uint64_t NA = (uint64_t)l->numel, BT = 16;
   CHECK_EQ_INT(4 * NA, p->mem[MEM_GRAD_SHARD]);
   CHECK_EQ_INT(8 * NA, p->mem[MEM_OPTIM_STATE]);
-  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * NA, p->mem[MEM_PARAM_SHARD]);
+  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * NA, p->mem[MEM_PARAM_SHARD]);   /* an fp32 base */
   CHECK_EQ_INT(4 * PLAN_STEP_SCALARS, p->mem[MEM_COMM]);
   CHECK_EQ_INT(2 * 3 * BT * r, l->saved);
   CHECK_EQ_INT(BT * (3 * C + 4 * C + r), l->ws);
@@ -56,6 +56,13 @@ static void test_gpt2_plan(void) {
   CHECK(!strcmp(name, "base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight"));
   plan_destroy(&p);
 
+  /* a bf16 base is held in bf16 alone: no fp32 master beside it */
+  s.param_dtype = DTYPE_BF16;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    CHECK_EQ_INT(2 * (uint64_t)p->shard_total + 4 * (uint64_t)p->lora.numel, p->mem[MEM_PARAM_SHARD]);
+    plan_destroy(&p);
+  }
   /* the default: peft's (c_attn); activation checkpointing keeps one block's x·Aᵀ */
   s = gpt2_spec(2, "");
   s.ackpt = ACKPT_FULL;
@@ -108,6 +115,53 @@ static void test_llama_plan(void) {
   }
   CHECK(plan_lora_of(p, LBLK_K) == NULL);
   plan_destroy(&p);
+}
+
+/* [lora] base_dtype = nf4: a block's NF4 image counted by hand (Llama C 64, KV 32, F 128: q and o 4096
+ * elements, k and v 2048, gate, up and down 8192; n/2 codes + n/64 scale codes + one group scale + the
+ * offset each, the two norms in bf16), the memory terms from it, and the refusals. */
+static void test_nf4_plan(void) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64,
+                           .vocab_size = 64, .seq_len = 8, .ffn_dim = 128, .norm_eps = 1e-5, .rope_theta = 10000};
+  s.batch_size = 1;
+  s.lora.rank = 2;
+  s.lora.alpha = 4;
+  s.lora.base_dtype = BASE_NF4;
+  s.param_dtype = DTYPE_BF16;
+  s.grad_accum = 1;   /* the gathers: the root once, each block twice (N − 1 = 1) */
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  int64_t q = 2048 + 64 + 4 + 4, k = 1024 + 32 + 4 + 4, g = 4096 + 128 + 4 + 4;
+  CHECK_EQ_INT(2 * q + 2 * k + 3 * g + 2 * 2 * 64, p->lora.nf4_block);
+  CHECK_EQ_INT(19328, p->lora.nf4_padded);   /* 19320 rounded up to 2·64 */
+  CHECK_EQ_INT(9664, p->lora.nf4_shard);
+  uint64_t NA = (uint64_t)p->lora.numel, Pr = (uint64_t)p->units[0].padded, Pb = (uint64_t)p->units[1].padded;
+  CHECK_EQ_INT(2 * (uint64_t)p->units[0].shard_numel + 2 * 9664 + 4 * NA, p->mem[MEM_PARAM_SHARD]);
+  /* full, prefetch 1, two blocks: both slots; the working unit; the CPU's fp32 copies */
+  CHECK_EQ_INT(2 * Pr + 2 * 19328 + 2 * Pb + 4 * (Pr + Pb), p->mem[MEM_GATHERED]);
+  CHECK_EQ_INT(2 * Pb, plan_lora_dequant_bytes(p));
+  CHECK_EQ_INT((uint64_t)(p->units[0].shard_numel * 2 + 2 * 2 * 9664), p->sent_bytes[COLL_ALLGATHER]);
+  plan_destroy(&p);
+  /* a width that is not a multiple of 64 is refused at plan, in one line */
+  s.model.n_embd = 96, s.model.n_head = 4, s.model.ffn_dim = 160;
+  CHECK(plan_build(&s, 2, &p) == FSDP_ERR_UNSUPPORTED && !p);
+  CHECK(strstr(fsdp_last_error(), "base_dtype = nf4") && strstr(fsdp_last_error(), "multiple of 64") &&
+        !strchr(fsdp_last_error(), '\n'));
+  /* the job file: nf4 without [lora], and a base dtype against param_dtype, refused; bf16 sets param_dtype */
+  static const char *head = "[job]\nsteps = 1\n[model]\nn_layer = 1\nn_head = 2\nn_embd = 64\nvocab_size = 64\n"
+                            "seq_len = 8\n[data]\ntrain = synthetic:markov:1\n";
+  char text[1024];
+  jobspec_t js;
+  snprintf(text, sizeof text, "%s[lora]\nbase_dtype = nf4\n", head);
+  CHECK(jobspec_parse(text, "t.ini", "/tmp", &js) != FSDP_OK && strstr(fsdp_last_error(), "needs [lora] rank > 0"));
+  snprintf(text, sizeof text, "%s[fsdp]\nparam_dtype = fp32\n[lora]\nrank = 2\nbase_dtype = bf16\n", head);
+  CHECK(jobspec_parse(text, "t.ini", "/tmp", &js) != FSDP_OK && strstr(fsdp_last_error(), "disagree"));
+  snprintf(text, sizeof text, "%s[lora]\nrank = 2\nbase_dtype = bf16\n", head);
+  CHECK_OK(jobspec_parse(text, "t.ini", "/tmp", &js));
+  CHECK(js.param_dtype == DTYPE_BF16);
 }
 
 /* The operators on one fused target (Llama's v_proj) against a double reference: y's other columns
@@ -208,6 +262,7 @@ int main(void) {
   test_gpt2_plan();
   test_refusals();
   test_llama_plan();
+  test_nf4_plan();
   test_operators();
   return check_done();
 }

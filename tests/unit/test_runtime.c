@@ -421,6 +421,33 @@ static void test_volume_and_memory(int llama) {
   }
 }
 
+/* [lora]'s frozen base is held in its own dtype: a bf16 base as its bf16 shard alone (2·S bytes, no
+ * fp32 master), an fp32 base as its fp32 shard (4·S); every category's measured peak is the plan's,
+ * and the two bases train to the same losses within bf16's rounding of the weights. */
+static void test_lora_frozen_base(void) {
+  double loss[2] = {0, 0};
+  for (int di = 0; di < 2; di++) {
+    dtype_kind dt = di ? DTYPE_BF16 : DTYPE_FP32;
+    config c = {.world = 2, .batch = 2, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                .timeout_s = 20, .param_dtype = dt, .reduce_dtype = DTYPE_FP32, .llama = 1, .lora = 4};
+    result res[MAXW];
+    CHECK(run(&c, res, NULL, NULL) == 0);
+    plan_t *p = plan_of(&c);
+    if (!p) return;
+    expect_plan(p, res, c.world);
+    uint64_t base = (uint64_t)jobspec_dtype_bytes(dt) * (uint64_t)p->shard_total, NA = (uint64_t)p->lora.numel;
+    CHECK_EQ_INT(base + 4 * NA, res[0].peak[MEM_PARAM_SHARD]);
+    CHECK_EQ_INT(4 * NA, res[0].peak[MEM_GRAD_SHARD]);
+    CHECK_EQ_INT(8 * NA, res[0].peak[MEM_OPTIM_STATE]);
+    printf("lora frozen base %s: param_shard peak %llu B = %d·S + 4·NA (= plan)\n", jobspec_dtype_kind_name(dt),
+           (unsigned long long)res[0].peak[MEM_PARAM_SHARD], jobspec_dtype_bytes(dt));
+    loss[di] = res[0].loss[STEPS];
+    plan_destroy(&p);
+  }
+  /* bf16 weights (2^-8 relative) move a loss of ~4.5 by far less than 1e-2; a lost base would not */
+  CHECK_NEAR(loss[0], loss[1], 0, 1e-2);
+}
+
 /* The asynchronous device exists to catch a missing wait: without the wait between each block's
  * gather and its compute, the strict device (collectives run only when waited for) computes on
  * buffers that do not hold the block yet, every time, and the losses are wrong. */
@@ -523,6 +550,7 @@ int main(int argc, char **argv) {
     test_tied_equivalence();
     test_ackpt(1);
     test_volume_and_memory(1);
+    test_lora_frozen_base();
   }
   return check_done();
 }
