@@ -214,7 +214,7 @@ static fsdp_status export_lora(const char *dir, const ckpt_info *ci, const expor
   fsutil_out o = FSUTIL_OUT_INIT;
   fsdp_status rc = FSDP_OK;
   if (!a->merge) {
-    TRY(ckpt_lora_plan(ci, &p));
+    TRY(ckpt_lora_plan(ci, 1, &p));
     size_t na = (size_t)p->lora.numel;
     ad = malloc(3 * na * sizeof *ad);
     rc = ad ? ckpt_lora_load(dir, ci, p, ad, ad + na, ad + 2 * na, NULL)
@@ -227,7 +227,7 @@ static fsdp_status export_lora(const char *dir, const ckpt_info *ci, const expor
              ci->source[0] ? ci->source : ci->base.init);
     goto out;
   }
-  TRY_GOTO(ckpt_lora_merged(dir, ci, &p, &whole), rc, out);
+  TRY_GOTO(ckpt_lora_merged(dir, ci, 1, &p, &whole), rc, out);
   units = calloc((size_t)p->nunits, sizeof *units);
   if (!units) TRY_GOTO(fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the unit table"), rc, out);
   for (int u = 0; u < p->nunits; u++) units[u] = whole + p->units[u].shard_base;

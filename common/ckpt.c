@@ -539,7 +539,7 @@ static fsdp_status old_plan(const ckpt_info *ci, const jobspec_t *spec, plan_t *
 /* A LoRA checkpoint's writer: the segment of the [lora] its manifest names. */
 static fsdp_status lora_old_plan(const ckpt_info *ci, plan_t **out) {
   plan_t *job = NULL;
-  TRY(ckpt_lora_plan(ci, &job));
+  TRY(ckpt_lora_plan(ci, 1, &job));
   fsdp_status rc = plan_lora_segment(job, out);
   plan_destroy(&job);
   return rc;

@@ -142,12 +142,13 @@ fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *
  * checkpoint CI, every section's CRC32C checked; *OPT_STEP (may be NULL) the optimizer's steps. */
 fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p, float *param, float *m, float *v,
                            int64_t *opt_step);
-/* The one-rank plan (sharding none) of CI's model and [lora]: fsdpctl export's and sample's layout. */
-fsdp_status ckpt_lora_plan(const ckpt_info *ci, plan_t **out);
+/* The one-rank plan (sharding none, batch BATCH_SIZE) of CI's model and [lora]: fsdpctl export's and
+ * sample's layout. */
+fsdp_status ckpt_lora_plan(const ckpt_info *ci, int batch_size, plan_t **out);
 /* The whole merged model of the LoRA checkpoint CI: *P = ckpt_lora_plan, *WHOLE (p->shard_total floats,
  * malloc'd) the base read from ci->base.init (refused when its hash is no longer the checkpoint's, or
  * when the base was random) with the adapters merged (peft_merge). */
-fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, plan_t **p, float **whole);
+fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_size, plan_t **p, float **whole);
 /* The manifest's "lora" and "base" objects into O (p->lora.rank ≥ 1), and read back into CI. */
 void ckpt_lora_manifest_write(void *o, const plan_t *p, const ckpt_base *base);
 fsdp_status ckpt_lora_manifest_read(const void *o, const char *path, ckpt_info *ci);

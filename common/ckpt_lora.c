@@ -211,13 +211,13 @@ fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p
   return rc;
 }
 
-fsdp_status ckpt_lora_plan(const ckpt_info *ci, plan_t **out) {
+fsdp_status ckpt_lora_plan(const ckpt_info *ci, int batch_size, plan_t **out) {
   jobspec_t spec;
   jobspec_defaults(&spec);
   spec.model = ci->model;
   spec.world_size = 1;
   spec.sharding = SHARD_NONE;
-  if (ci->batch_size > 0) spec.batch_size = ci->batch_size;
+  spec.batch_size = batch_size;
   spec.lora.rank = ci->lora.rank;
   spec.lora.alpha = ci->lora.alpha;
   snprintf(spec.lora.targets, sizeof spec.lora.targets, "%s", ci->lora.targets);
@@ -229,9 +229,9 @@ fsdp_status ckpt_lora_plan(const ckpt_info *ci, plan_t **out) {
                         "[lora] (%s)", ci->step, (long long)ci->lora.numel, ci->lora.targets);
 }
 
-fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, plan_t **p, float **whole) {
+fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_size, plan_t **p, float **whole) {
   *whole = NULL;
-  TRY(ckpt_lora_plan(ci, p));
+  TRY(ckpt_lora_plan(ci, batch_size, p));
   fsdp_status rc = FSDP_OK;
   if (!strcmp(ci->base.init, "random"))
     rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "the LoRA checkpoint in %s (step %d) was trained over a random base "

@@ -118,7 +118,7 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
   TRY(ckpt_verify(root, &ci, 0, 1));
   spec->model = ci.model;
   if (ci.lora.rank) {   /* a LoRA job's: its base, read again (its hash checked), with the adapters merged */
-    TRY(ckpt_lora_merged(root, &ci, p, param));
+    TRY(ckpt_lora_merged(root, &ci, spec->batch_size, p, param));
     (*p)->lora = (plan_lora){0};   /* the adapters are in the weights now */
     return FSDP_OK;
   }
@@ -411,7 +411,8 @@ static fsdp_status apply_adapter(const char *dir, const jobspec_t *spec, const p
   jobspec_t s = *spec;
   TRY(peft_read_config(dir, &s));
   plan_t *pl = NULL;
-  TRY(plan_build(&s, 1, &pl));
+  fsdp_status brc = plan_build(&s, 1, &pl);
+  if (brc != FSDP_OK) return fsdp_set_error(brc, "--adapter %s: %s", dir, fsdp_last_error());
   fsdp_status rc = pl->shard_total == p->shard_total ? FSDP_OK
                    : fsdp_set_error(FSDP_ERR_INTERNAL, "--adapter %s: the model's layout changed with [lora]", dir);
   float *ad = rc == FSDP_OK ? malloc((size_t)pl->lora.numel * sizeof *ad) : NULL;

@@ -4,10 +4,11 @@
 #                             folder DIR/init_M to start from (peft's LoRA on attention and MLP, B made
 #                             non-zero, so that the adapters change the logits from step 1)
 #   lora_io.py perturb FILE   add 1e-3 to one weight of a model.safetensors in place (a base that changed)
-#   lora_io.py logits BASE ADAPTER|- PROMPT OUT.json   PeftModel.from_pretrained(BASE, ADAPTER)'s logits of the
-#                             prompt's bytes (ADAPTER "-": the base alone; BASE a merged folder: from_pretrained)
-#   lora_io.py close REF.json GOT.json TOL   max |got - ref| <= TOL * max |ref|, printed either way
-import copy, json, os, sys
+#   lora_io.py verify BASE PEFT MERGED PROMPT FSDPD.json...   the reference, PeftModel.from_pretrained(BASE,
+#                             PEFT)'s logits of the prompt's bytes, against fsdpd's (fsdpctl sample --logits) and
+#                             from_pretrained(MERGED)'s: max |got - ref| <= 1e-5 · max |ref|; and the control, the
+#                             base alone, more than 1e-3 away
+import copy, json, math, os, sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -44,24 +45,29 @@ def perturb(path):
     save_file(t, path, metadata={"format": "pt"})
 
 
-def logits(base, adapter, prompt, out):
+def logits(base, adapter, prompt):
     m = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
-    if adapter != "-":
+    if adapter:
         m = PeftModel.from_pretrained(m, adapter).eval()
     ids = torch.tensor([list(prompt.encode())])
     with torch.no_grad():
-        lg = m(input_ids=ids).logits[0].double()
-    json.dump(lg.tolist(), open(out, "w"))
+        return m(input_ids=ids).logits[0].double()
 
 
-def close(ref, got, tol):
-    a, b = torch.tensor(json.load(open(ref))), torch.tensor(json.load(open(got)))
-    if a.shape != b.shape:
-        print(f"{got}: shape {tuple(b.shape)}, {ref}: {tuple(a.shape)}")
-        return 1
-    d = (a - b).abs().max().item() / a.abs().max().item()
-    print(f"{got} vs {ref}: largest difference {d:.2e} of the largest logit (allowed {tol:g})")
-    return 0 if d <= tol else 1
+def verify(base, peft, merged, prompt, *fsdpd):
+    ref = logits(base, peft, prompt)
+    got = {f: torch.tensor(json.load(open(f)), dtype=torch.float64) for f in fsdpd}
+    got[f"from_pretrained({merged})"] = logits(merged, None, prompt)
+    bad = 0
+    for name, g in got.items():
+        d = (g - ref).abs().max().item() / ref.abs().max().item() if g.shape == ref.shape else math.inf
+        print(f"{name} vs PeftModel.from_pretrained({base}, {peft}): largest difference {d:.2e} of the largest "
+              f"logit (allowed 1e-05)")
+        bad |= not d <= 1e-5
+    d = (logits(base, None, prompt) - ref).abs().max().item() / ref.abs().max().item()
+    print(f"control, {base} alone: {d:.2e} of the largest logit away (must be above 1e-03)")
+    bad |= not d > 1e-3
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
@@ -70,7 +76,5 @@ if __name__ == "__main__":
         build(sys.argv[2])
     elif cmd == "perturb":
         perturb(sys.argv[2])
-    elif cmd == "logits":
-        logits(*sys.argv[2:6])
     else:
-        sys.exit(close(sys.argv[2], sys.argv[3], float(sys.argv[4])))
+        sys.exit(verify(*sys.argv[2:]))
