@@ -186,6 +186,11 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
+  if (p->snapshot_bytes) {   /* [checkpoint] async: rank 0 snapshots the adapters and their AdamW state only */
+    p->host_bytes -= p->snapshot_bytes;
+    p->snapshot_bytes = 12 * NA;
+    p->host_bytes += p->snapshot_bytes;
+  }
   plan_lora_sent(p, p->sharding, p->sent_bytes);
   if (p->sharding == SHARD_HYBRID) {
     p->sent_inter[COLL_REDUCESCATTER] = 0;
