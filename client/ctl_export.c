@@ -25,6 +25,7 @@
 #include "hfdir.h"
 #include "ctl_export_tok.h"
 #include "jobspec.h"
+#include "peft.h"
 #include "plan.h"
 #include "safetensors.h"
 
@@ -68,6 +69,8 @@ static void export_usage(FILE *f) {
           "usage: fsdpctl export CHECKPOINT_DIR -o DIR [--step S] [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
           "                      [--tokenizer FILE|DIR]\n"
           "       fsdpctl export CHECKPOINT_DIR -o OUT.safetensors [--step S] [--tokenizer FILE|DIR]\n"
+          "       fsdpctl export LORA_CHECKPOINT_DIR -o DIR [--step S] [--merge [--dtype fp32|bf16]\n"
+          "                      [--max-shard-size SIZE] [--tokenizer FILE|DIR]]\n"
           "\n"
           "Write the model of a checkpoint ([checkpoint] dir of a job; the newest complete step unless\n"
           "--step) as a Hugging Face model folder: DIR (created; an existing one must be empty) gets\n"
@@ -84,7 +87,12 @@ static void export_usage(FILE *f) {
           "\n"
           "With -o OUT.safetensors: one F32 file with config.json (fsdpd's own) beside it. GPT-2: names like\n"
           "h.0.attn.c_attn.weight, tied lm_head = wte, a GPT2Config; Llama: LlamaForCausalLM's names\n"
-          "(model.layers.0.self_attn.q_proj.weight, lm_head.weight unless tied), a LlamaConfig.\n");
+          "(model.layers.0.self_attn.q_proj.weight, lm_head.weight unless tied), a LlamaConfig.\n"
+          "\n"
+          "A LoRA job's checkpoint exports as a PEFT adapter folder (adapter_config.json and\n"
+          "adapter_model.safetensors, which PeftModel.from_pretrained(base, DIR) loads); with --merge as\n"
+          "the model folder of its base with the adapters merged (the base's files, whose content hash the\n"
+          "checkpoint holds, read again; the base's dtype unless --dtype).\n");
 }
 
 /* When DIR is a checkpoint's step directory (DIR/manifest.json and a name step-N), point DIR at its
@@ -117,6 +125,7 @@ typedef struct export_args {
   long step;
   uint64_t max_shard;
   int folder_flags;   /* --dtype or --max-shard-size given */
+  int merge;          /* --merge: a LoRA checkpoint's adapters merged into its base */
 } export_args;
 
 /* Returns -1 to go on, else the exit status (usage printed). */
@@ -124,13 +133,15 @@ static int export_parse(int argc, char **argv, export_args *a) {
   static const struct option opts[] = {
     {"output", required_argument, NULL, 'o'}, {"step", required_argument, NULL, 's'},
     {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 'm'},
-    {"tokenizer", required_argument, NULL, 'z'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    {"tokenizer", required_argument, NULL, 'z'}, {"merge", no_argument, NULL, 'M'}, {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0}};
   *a = (export_args){.max_shard = HFDIR_MAX_SHARD_DEFAULT};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:s:h", opts, NULL)) != -1) {
     a->folder_flags |= c == 'd' || c == 'm';
     if (c == 'o') a->out = optarg;
+    else if (c == 'M') a->merge = 1;
     else if (c == 'z') a->tokenizer = optarg;
     else if (c == 'd') {
       a->dtype = optarg;
@@ -168,13 +179,78 @@ static int export_parse(int argc, char **argv, export_args *a) {
   return -1;
 }
 
+/* The model folder O of plan P's whole model UNITS (hfdir.h: the source folder's config and tokenizer
+ * when it is there, the dtype of --dtype or the source's), and the line that says what was written. */
+static fsdp_status export_folder(fsutil_out *o, const plan_t *p, float *const *units, const ckpt_info *ci,
+                                 const export_args *a, const char *what) {
+  char copied[256] = "";
+  hfdir_opts ho = {.max_shard = a->max_shard};
+  TRY(source_folder(ci->source, &ho.source));
+  ho.dtype = a->dtype ? (strcmp(a->dtype, "bf16") ? DTYPE_FP32 : DTYPE_BF16)
+                      : ho.source ? hfdir_source_dtype(ho.source) : DTYPE_FP32;
+  int nfiles = 0;
+  TRY(hfdir_write_to(o, p, units, &ho, &nfiles));
+  if (a->tokenizer) TRY(export_tokenizer(a->tokenizer, o, copied, sizeof copied));
+  printf("wrote %s: step %d of a %d-rank %s checkpoint%s, %lld parameters, %s in %d file%s%s%s%s%s\n", a->out, ci->step,
+         ci->world, jobspec_shard_mode_name(ci->sharding), what, (long long)p->n_params,
+         jobspec_dtype_kind_name(ho.dtype), nfiles, nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "",
+         ho.source ? ho.source : "", a->tokenizer ? ", tokenizer " : "", copied);
+  return FSDP_OK;
+}
+
+/* A LoRA checkpoint CI: the PEFT adapter folder, or with --merge the merged model folder. */
+static fsdp_status export_lora(const char *dir, const ckpt_info *ci, const export_args *a, int one_file) {
+  if (!ci->lora.rank)
+    return fsdp_set_error(FSDP_ERR_INVALID, "--merge: the checkpoint in %s (step %d) is a full model's, with no LoRA "
+                          "adapters to merge; allowed: --merge of a LoRA job's checkpoint", dir, ci->step);
+  if (one_file)
+    return fsdp_set_error(FSDP_ERR_INVALID, "-o %s: a LoRA checkpoint exports as a folder (-o DIR: the PEFT adapter, or "
+                          "with --merge the merged model)", a->out);
+  if (!a->merge && (a->folder_flags || a->tokenizer))
+    return fsdp_set_error(FSDP_ERR_INVALID, "--dtype, --max-shard-size and --tokenizer apply to --merge; the PEFT "
+                          "adapter folder holds the adapters alone (fp32)");
+  plan_t *p = NULL;
+  float *whole = NULL, *ad = NULL, **units = NULL;
+  fsutil_out o = FSUTIL_OUT_INIT;
+  fsdp_status rc = FSDP_OK;
+  if (!a->merge) {
+    TRY(ckpt_lora_plan(ci, 1, &p));
+    size_t na = (size_t)p->lora.numel;
+    ad = malloc(3 * na * sizeof *ad);
+    rc = ad ? ckpt_lora_load(dir, ci, p, ad, ad + na, ad + 2 * na, NULL)
+            : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters");
+    /* the base folder the adapters go with (base_model_name_or_path): the source, else the weights' file */
+    if (rc == FSDP_OK) rc = peft_save(p, ad, a->out, ci->source[0] ? ci->source : ci->base.init);
+    if (rc == FSDP_OK)
+      printf("wrote %s: the PEFT adapter of step %d (rank %d, alpha %g on %s), %lld adapter parameters, base %s\n",
+             a->out, ci->step, ci->lora.rank, ci->lora.alpha, ci->lora.targets, (long long)p->lora.numel,
+             ci->source[0] ? ci->source : ci->base.init);
+    goto out;
+  }
+  TRY_GOTO(ckpt_lora_merged(dir, ci, 1, &p, &whole), rc, out);
+  units = calloc((size_t)p->nunits, sizeof *units);
+  if (!units) TRY_GOTO(fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the unit table"), rc, out);
+  for (int u = 0; u < p->nunits; u++) units[u] = whole + p->units[u].shard_base;
+  TRY_GOTO(fsutil_out_dir(a->out, &o), rc, out);
+  char what[160];
+  snprintf(what, sizeof what, " with its LoRA adapters (rank %d) merged", ci->lora.rank);
+  rc = export_folder(&o, p, units, ci, a, what);
+out:
+  if (rc == FSDP_OK) fsutil_out_close(&o);
+  else fsutil_out_discard(&o);
+  free(units);
+  free(whole);
+  free(ad);
+  plan_destroy(&p);
+  return rc;
+}
+
 int ctl_export(int argc, char **argv) {
   export_args a;
   int prc = export_parse(argc, argv, &a);
   if (prc >= 0) return prc;
   fsutil_reads_own_tree(1);   /* run as root: root's own files only (docs/cli.md, "Run as root") */
-  const char *out = a.out, *dtype = a.dtype;
-  uint64_t max_shard = a.max_shard;
+  const char *out = a.out;
   int folder_flags = a.folder_flags;
   long step = a.step;
   size_t olen = strlen(out);
@@ -199,6 +275,10 @@ int ctl_export(int argc, char **argv) {
   ckpt_info ci;
   TRY_GOTO(ckpt_read_manifest(dir, s, &ci), rc, out);
   TRY_GOTO(ckpt_verify(dir, &ci, 0, 1), rc, out);
+  if (ci.lora.rank || a.merge) {   /* its own output, written and closed (or removed) there */
+    rc = export_lora(dir, &ci, &a, one_file);
+    goto out;
+  }
 
   /* One rank holding everything: sharding none, world 1. */
   jobspec_t spec;
@@ -232,17 +312,7 @@ int ctl_export(int argc, char **argv) {
            (long long)p->n_params);
     goto out;
   }
-  hfdir_opts ho = {.max_shard = max_shard};
-  TRY_GOTO(source_folder(ci.source, &ho.source), rc, out);
-  ho.dtype = dtype ? (strcmp(dtype, "bf16") ? DTYPE_FP32 : DTYPE_BF16)
-                   : ho.source ? hfdir_source_dtype(ho.source) : DTYPE_FP32;
-  int nfiles = 0;
-  TRY_GOTO(hfdir_write_to(&o, p, units, &ho, &nfiles), rc, out);
-  if (a.tokenizer) TRY_GOTO(export_tokenizer(a.tokenizer, &o, copied, sizeof copied), rc, out);
-  printf("wrote %s: step %d of a %d-rank %s checkpoint, %lld parameters, %s in %d file%s%s%s%s%s\n", out, ci.step,
-         ci.world, jobspec_shard_mode_name(ci.sharding), (long long)p->n_params, jobspec_dtype_kind_name(ho.dtype),
-         nfiles, nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "", ho.source ? ho.source : "",
-         a.tokenizer ? ", tokenizer " : "", copied);
+  rc = export_folder(&o, p, units, &ci, &a, "");
 out:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   if (rc == FSDP_OK) fsutil_out_close(&o);

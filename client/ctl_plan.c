@@ -203,7 +203,7 @@ static int load_spec(const plan_args *a, uint64_t host, jobspec_t *spec) {
  * *NFILES: how many files hold the weights (0: random init). */
 static fsdp_status check_model_files(const jobspec_t *spec, const plan_t *plan, int *nfiles) {
   *nfiles = 0;
-  if (spec->lora.init_from[0]) TRY(peft_load(plan, spec->lora.init_from, NULL));   /* the adapters to continue from */
+  if (spec->lora.init_from[0]) TRY(peft_load(plan, spec->lora.init_from, NULL, "[lora] init_from"));   /* the adapters to continue from */
   if (!strcmp(spec->init, "random")) return FSDP_OK;
   st_model *sm = NULL;
   fsdp_status st = st_model_open(spec->init, &sm);

@@ -21,7 +21,7 @@
 static void sample_usage(FILE *f) {
   fprintf(f,
           "usage: fsdpctl sample MODEL --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
-          "                      [--tokenizer FILE|DIR] [--logits]\n"
+          "                      [--tokenizer FILE|DIR] [--logits] [--adapter DIR]\n"
           "       fsdpctl sample MODEL --chat QUESTION [--system TEXT] [--template FILE.jinja] [--print-prompt]\n"
           "                      [--tokens N] [--temperature X] [--top-k K] [--seed S] [--tokenizer FILE|DIR]\n"
           "\n"
@@ -36,6 +36,9 @@ static void sample_usage(FILE *f) {
           "the prompt's bytes and print text; others print token ids, or text with --tokenizer llm.c's\n"
           "GPT-2 tokenizer file. --logits prints the logits of every prompt position instead, as one JSON\n"
           "array of arrays.\n"
+          "A LoRA job's checkpoint samples from its base with the adapters merged; --adapter DIR merges a PEFT\n"
+          "LoRA folder (adapter_config.json, adapter_model.safetensors; what fsdpctl export writes of a LoRA\n"
+          "checkpoint) into MODEL first.\n"
           "--chat asks a chat model QUESTION (after --system TEXT when given): the conversation is rendered\n"
           "with the model folder's chat template (or --template) and its generation prompt, encoded as\n"
           "transformers' apply_chat_template encodes it, and the answer ends at the template's end of turn\n"
@@ -88,7 +91,7 @@ int ctl_sample(int argc, char **argv) {
     {"seed", required_argument, NULL, 's'}, {"tokenizer", required_argument, NULL, 'z'},
     {"logits", no_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {"chat", required_argument, NULL, 'c'},
     {"system", required_argument, NULL, 'y'}, {"template", required_argument, NULL, 'J'},
-    {"print-prompt", no_argument, NULL, 'P'}, {NULL, 0, NULL, 0}};
+    {"print-prompt", no_argument, NULL, 'P'}, {"adapter", required_argument, NULL, 'a'}, {NULL, 0, NULL, 0}};
   sample_chat_args ca = {0};
   int print_prompt = 0;
   /* flags pass through to the worker, which checks their values */
@@ -119,7 +122,7 @@ int ctl_sample(int argc, char **argv) {
     if (c == 'z') ca.tokenizer = optarg;
     have_prompt |= c == 'p';
     wargv[wn++] = c == 'p' ? "--prompt" : c == 'n' ? "--tokens" : c == 't' ? "--temperature" : c == 'k' ? "--top-k"
-                  : c == 's' ? "--seed" : "--tokenizer";
+                  : c == 's' ? "--seed" : c == 'a' ? "--adapter" : "--tokenizer";
     wargv[wn++] = optarg;
   }
   if (optind != argc - 1) {

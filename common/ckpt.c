@@ -407,14 +407,6 @@ fsdp_status ckpt_prune(const char *dir, int keep) {
 
 /* ---- reading rank files ---- */
 
-typedef struct rank_file {
-  int fd;
-  char path[PATH_MAX + 32];
-  uint64_t sec_off[CKPT_NSEC], sec_len[CKPT_NSEC];
-  uint32_t sec_crc[CKPT_NSEC];
-  int64_t opt_step;
-} rank_file;
-
 /* The shape (the header's five numbers) and, from the manifest, the architecture and Llama's keys. */
 static int shape_eq(const model_config *a, const model_config *b) {
   return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
@@ -432,8 +424,7 @@ static void model_desc(const model_config *m, char *buf, size_t n) {
   else if (n) buf[0] = '\0';
 }
 
-/* Open rank Q's file and validate its header against the manifest and the writer's plan OLD. */
-static fsdp_status open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
+fsdp_status ckpt_open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
   char name[32];
   snprintf(name, sizeof name, "rank-%d.bin", q);
   fsdp_status orc = ckpt_open_in_step(dir, ci->step, name, &f->fd, f->path, sizeof f->path);
@@ -507,13 +498,12 @@ out:
   return rc;
 }
 
-static void close_rank(rank_file *f) {
+void ckpt_close_rank(rank_file *f) {
   if (f->fd >= 0) close(f->fd);
   f->fd = -1;
 }
 
-/* Read section S of F whole into BUF (or stream it when BUF is NULL) and check its CRC32C. */
-static fsdp_status read_section_checked(rank_file *f, int s, void *buf) {
+fsdp_status ckpt_read_section(rank_file *f, int s, void *buf) {
   enum { CHUNK = 8 << 20 };
   uint8_t *tmp = buf ? NULL : malloc(CHUNK);
   if (!buf && !tmp) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a read buffer");
@@ -546,18 +536,28 @@ static fsdp_status old_plan(const ckpt_info *ci, const jobspec_t *spec, plan_t *
   return plan_build(&s, ci->world, out);
 }
 
+/* A LoRA checkpoint's writer: the segment of the [lora] its manifest names. */
+static fsdp_status lora_old_plan(const ckpt_info *ci, plan_t **out) {
+  plan_t *job = NULL;
+  TRY(ckpt_lora_plan(ci, 1, &job));
+  fsdp_status rc = plan_lora_segment(job, out);
+  plan_destroy(&job);
+  return rc;
+}
+
 fsdp_status ckpt_verify(const char *dir, const ckpt_info *ci, int first, int stride) {
   if (stride < 1) stride = 1;
   jobspec_t spec;
   jobspec_defaults(&spec);
   plan_t *old = NULL;
-  TRY(old_plan(ci, &spec, &old));
+  if (ci->lora.rank) TRY(lora_old_plan(ci, &old));
+  else TRY(old_plan(ci, &spec, &old));
   fsdp_status rc = FSDP_OK;
   for (int q = first; q < ci->world && rc == FSDP_OK; q += stride) {
     rank_file f = {.fd = -1};
-    rc = open_rank(dir, ci, old, q, &f);
-    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = read_section_checked(&f, s, NULL);
-    close_rank(&f);
+    rc = ckpt_open_rank(dir, ci, old, q, &f);
+    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = ckpt_read_section(&f, s, NULL);
+    ckpt_close_rank(&f);
   }
   plan_destroy(&old);
   return rc;
@@ -597,6 +597,9 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
                             float *param, float *m, float *v, int64_t *opt_step) {
   plan_t *old = NULL;
   if (!model_eq(&ci->model, &p->model)) return same_model(dir, ci, p, p);   /* refused, with the message */
+  TRY(ckpt_lora_check(dir, ci, p, NULL));   /* a LoRA checkpoint and a full job, or the reverse */
+  if (p->lora.rank)   /* its file holds the adapters, not P's shards */
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "the LoRA checkpoint in %s is read by ckpt_lora_load", dir);
   TRY(old_plan(ci, spec, &old));
   fsdp_status rc = same_model(dir, ci, old, p);
   rank_file *files = calloc((size_t)ci->world, sizeof *files);
@@ -608,8 +611,8 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
 
   if (ckpt_same_layout(ci, p)) {
     /* Same layout: this rank's own file, every section whole and CRC-checked. */
-    TRY_GOTO(open_rank(dir, ci, old, rank, &files[rank]), rc, out);
-    for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(read_section_checked(&files[rank], s, dst[s]), rc, out);
+    TRY_GOTO(ckpt_open_rank(dir, ci, old, rank, &files[rank]), rc, out);
+    for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(ckpt_read_section(&files[rank], s, dst[s]), rc, out);
     ostep = files[rank].opt_step;
   } else {
     for (int s = 0; s < CKPT_NSEC; s++) memset(dst[s], 0, (size_t)p->shard_total * sizeof(float));
@@ -626,7 +629,7 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
         if (a >= b) continue;
         rank_file *f = &files[q];
         if (f->fd < 0) {
-          TRY_GOTO(open_rank(dir, ci, old, q, f), rc, out);
+          TRY_GOTO(ckpt_open_rank(dir, ci, old, q, f), rc, out);
           if (ostep < 0) ostep = f->opt_step;
           if (f->opt_step != ostep) {
             rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: optimizer step %lld, other ranks' files say %lld", f->path,
@@ -645,7 +648,7 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
   if (opt_step) *opt_step = ostep;
 out:
   if (files)
-    for (int q = 0; q < ci->world; q++) close_rank(&files[q]);
+    for (int q = 0; q < ci->world; q++) ckpt_close_rank(&files[q]);
   free(files);
   plan_destroy(&old);
   return rc;

@@ -55,6 +55,15 @@ void ckpt_step_dir(const char *dir, int step, char *out, size_t cap);
  * by no one else (fsutil_check_own_tree). FSDP_OK for anyone else. */
 fsdp_status ckpt_check_own_tree(const char *dir, int step);
 
+/* The frozen base a LoRA checkpoint's adapters were trained over ([model] init and [job] seed):
+ * its weights' files, or "random" and the seed, and their content hash (ckpt_base_of). */
+#define CKPT_HASH_MAX 64
+typedef struct ckpt_base {
+  char init[JOBSPEC_PATH_MAX];   /* "random" or the .safetensors file or index the base was read from */
+  uint64_t seed;                 /* what a "random" base is drawn from */
+  char hash[CKPT_HASH_MAX];      /* "crc32c:XXXXXXXX:BYTES" (see ckpt_base_of), or "random:SEED" */
+} ckpt_base;
+
 /* What the manifest of one checkpoint says. */
 typedef struct ckpt_info {
   int step;                 /* optimizer steps done */
@@ -65,6 +74,15 @@ typedef struct ckpt_info {
   int batch_size, grad_accum;
   int64_t rows_per_step;    /* N·B·G of the run that wrote it: the data order continues when equal */
   char source[JOBSPEC_PATH_MAX];   /* the Hugging Face folder the model came from ([model] from), or "" */
+  /* A LoRA job's checkpoint (lora.rank ≥ 1): its one file holds the adapters and their AdamW state,
+   * whole (plan_lora_segment's layout), not the frozen base, which BASE identifies. */
+  struct {
+    int rank;
+    double alpha;
+    char targets[JOBSPEC_TEXT_MAX];   /* the adapted modules' paths, comma-separated, in the plan's order */
+    int64_t numel;
+  } lora;
+  ckpt_base base;
 } ckpt_info;
 
 /* Write RANK's file of step STEP under DIR (creating DIR and the step directory), fsync'ed.
@@ -77,8 +95,10 @@ uint64_t ckpt_rank_file_bytes(const plan_t *p);
  * directory fsync), making the checkpoint exist. */
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens);
 /* The same with the rows per step (N·B·G) of the run that trained it, where P is not that run's plan:
- * a hybrid job saves one group's shards as the checkpoint of a full-sharding job of G ranks. */
-fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step);
+ * a hybrid job saves one group's shards as the checkpoint of a full-sharding job of G ranks, a LoRA
+ * job its adapters as the checkpoint of plan_lora_segment's one rank, with BASE (else NULL). */
+fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step,
+                                     const ckpt_base *base);
 /* Delete all but the KEEP newest complete checkpoints, and step directories without a manifest
  * older than the newest complete one (left by a crash). A step-* entry that is a link is removed as
  * a link: what it points to is never touched. */
@@ -100,8 +120,37 @@ int ckpt_same_layout(const ckpt_info *ci, const plan_t *p);
 /* Fill RANK's shards of plan P (built from SPEC) from the checkpoint CI in DIR, resharding from the
  * writer's layout. The model (every tensor's shape) must match; FSDP_ERR_INVALID otherwise.
  * Every header read is validated; every section read whole has its CRC32C checked. Padding
- * elements are zeroed. *OPT_STEP (may be NULL) gets the optimizer step count. */
+ * elements are zeroed. *OPT_STEP (may be NULL) gets the optimizer step count. A LoRA checkpoint and
+ * a full job's P, or the reverse, are refused (ckpt_lora_check); of LoRA both, ckpt_lora_load reads. */
 fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_t *spec, const plan_t *p, int rank,
                             float *param, float *m, float *v, int64_t *opt_step);
+
+/* ---- LoRA checkpoints (ckpt_lora.c) ---- */
+
+/* SPEC's base and its content hash. Of files: CRC32C over each file of the weights in order (the
+ * index whole; of each .safetensors file its size, its header whole and its data whole up to 64 MiB,
+ * above that 64 samples of 1 MiB spread evenly over it), and their total size. A changed value,
+ * dtype, shape, tensor set or size changes it; reading at most 64 MiB a file keeps it cheap beside
+ * loading the base (a fine-tune of a big base changes every sample). It detects a base that changed
+ * or was replaced, not a forgery. */
+fsdp_status ckpt_base_of(const jobspec_t *spec, ckpt_base *out);
+/* Whether the LoRA checkpoint CI can resume or serve a job of plan P over BASE: the same [lora]
+ * (rank, alpha, targets) and base (its hash); one line otherwise. A full checkpoint and a LoRA job, or
+ * the reverse, are refused too. BASE may be NULL (only [lora] compared). */
+fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *p, const ckpt_base *base);
+/* Read the adapters (PARAM), their AdamW m and v (each p->lora.numel floats, whole) from the LoRA
+ * checkpoint CI, every section's CRC32C checked; *OPT_STEP (may be NULL) the optimizer's steps. */
+fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p, float *param, float *m, float *v,
+                           int64_t *opt_step);
+/* The one-rank plan (sharding none, batch BATCH_SIZE) of CI's model and [lora]: fsdpctl export's and
+ * sample's layout. */
+fsdp_status ckpt_lora_plan(const ckpt_info *ci, int batch_size, plan_t **out);
+/* The whole merged model of the LoRA checkpoint CI: *P = ckpt_lora_plan, *WHOLE (p->shard_total floats,
+ * malloc'd) the base read from ci->base.init (refused when its hash is no longer the checkpoint's, or
+ * when the base was random) with the adapters merged (peft_merge). */
+fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_size, plan_t **p, float **whole);
+/* The manifest's "lora" and "base" objects into O (p->lora.rank ≥ 1), and read back into CI. */
+void ckpt_lora_manifest_write(void *o, const plan_t *p, const ckpt_base *base);
+fsdp_status ckpt_lora_manifest_read(const void *o, const char *path, ckpt_info *ci);
 
 #endif

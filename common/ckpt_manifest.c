@@ -18,7 +18,7 @@
 #include "fsutil.h"
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {
-  return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum);
+  return ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)p->world * p->batch_size * p->grad_accum, NULL);
 }
 
 /* Beyond the shape (the architecture's own keys are written with it, by its descriptor): the published
@@ -64,7 +64,8 @@ static void read_model_extras(const json_t *o, ckpt_info *out) {
            json_string_value(json_object_get(o, "source")) : "");
 }
 
-fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step) {
+fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step,
+                                     const ckpt_base *base) {
   json_t *o = json_object(), *model = json_object(), *files = json_array();
   json_object_set_new(o, "format", json_string("fsdpd-checkpoint"));
   json_object_set_new(o, "version", json_integer(CKPT_VERSION));
@@ -91,6 +92,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
     json_array_append_new(files, json_string(f));
   }
   json_object_set_new(o, "files", files);
+  if (p->lora.rank && base) ckpt_lora_manifest_write(o, p, base);
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(o);
   if (!text) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot format the checkpoint manifest");
@@ -214,6 +216,7 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
     m->rope_original_max_pos = (int)orig;
   }
   read_model_extras(o, out);
+  TRY_GOTO(ckpt_lora_manifest_read(o, path, out), rc, out);
   const json_t *lr = json_object_get(json_object_get(o, "model"), "rope_longrope");
   if (lr && (out->model.rope_scaling != ROPE_SCALING_NONE || read_longrope(lr, &out->model))) {
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_longrope is not a longrope scaling this build reads", path);

@@ -3,8 +3,11 @@
 #ifndef FSDP_CKPT_PRIV_H
 #define FSDP_CKPT_PRIV_H
 
+#include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "ckpt.h"
 #include "err.h"
 
 /* The checkpoint directory DIR (followed only through links no other user can have planted) and its
@@ -16,5 +19,19 @@ fsdp_status ckpt_open_in_step(const char *dir, int step, const char *name, int *
  * fsdpctl a no-op (ckpt.c's weak definition); the binaries built for tests link
  * tests/hooks/ckpt_pause.c instead, which holds it as FSDP_TEST_CKPT_PAUSE says. */
 void ckpt_test_pause(const char *point, int step, int rank);
+
+/* One rank file open for reading: its sections' places, lengths and CRC32Cs from its header. */
+typedef struct rank_file {
+  int fd;
+  char path[PATH_MAX + 32];
+  uint64_t sec_off[CKPT_NSEC], sec_len[CKPT_NSEC];
+  uint32_t sec_crc[CKPT_NSEC];
+  int64_t opt_step;
+} rank_file;
+/* Open rank Q's file and validate its header against the manifest CI and the writer's plan OLD. */
+fsdp_status ckpt_open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f);
+void ckpt_close_rank(rank_file *f);
+/* Read section S of F whole into BUF (or stream it when BUF is NULL) and check its CRC32C. */
+fsdp_status ckpt_read_section(rank_file *f, int s, void *buf);
 
 #endif

@@ -664,10 +664,6 @@ static void lora_checks(pctx *c) {
   if (s->lora.dropout != 0.0)
     PERR(c, blame(c, "lora", "dropout", NULL), FSDP_ERR_UNSUPPORTED,
          "[lora] dropout = %g is not implemented; allowed: 0 (no dropout on the adapters' input)", s->lora.dropout);
-  if (s->ckpt_every > 0)
-    PERR(c, blame(c, "checkpoint", "every", NULL), FSDP_ERR_UNSUPPORTED,
-         "[checkpoint] every = %d with [lora]: a LoRA job's checkpoints (its adapters alone) are not built yet; allowed: "
-         "every = 0 (the standalone worker's --save-adapter DIR writes the adapters as a PEFT folder)", s->ckpt_every);
   if (s->sample_every > 0)
     PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_UNSUPPORTED,
          "[eval] sample_every = %d with [lora]: samples from base + adapters are not built yet; allowed: sample_every = 0",

@@ -26,42 +26,50 @@ static int json_names(const json_t *t, const char *path) {
   return 0;
 }
 
-static fsdp_status check_config(const plan_t *p, const char *dir) {
-  char path[JOBSPEC_PATH_MAX + 32], *text = NULL;
+/* DIR's adapter_config.json as a JSON object into *OUT, its path into PATH; WHO names the reader. */
+static fsdp_status load_config(const char *dir, const char *who, char *path, size_t n, json_t **out) {
+  char *text = NULL;
   size_t len = 0;
-  snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+  snprintf(path, n, "%s/adapter_config.json", dir);
   TRY(fsutil_read_all(AT_FDCWD, path, PEFT_CONFIG_MAX, &text, &len));
   json_error_t jerr;
   json_t *o = json_loadb(text, len, 0, &jerr);
   free(text);
   if (!json_is_object(o)) {
     json_decref(o);
-    return fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s is not a JSON object (line %d: %s)", path, jerr.line,
-                          jerr.text);
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: %s is not a JSON object (line %d: %s)", who, path, jerr.line, jerr.text);
   }
+  *out = o;
+  return FSDP_OK;
+}
+
+static fsdp_status check_config(const plan_t *p, const char *dir, const char *who) {
+  char path[JOBSPEC_PATH_MAX + 32];
+  json_t *o = NULL;
+  TRY(load_config(dir, who, path, sizeof path, &o));
   const char *type = json_string_value(json_object_get(o, "peft_type"));
   json_t *r = json_object_get(o, "r"), *alpha = json_object_get(o, "lora_alpha"), *t = json_object_get(o, "target_modules");
   fsdp_status rc = FSDP_OK;
   if (!type || strcmp(type, "LORA"))
-    rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s has peft_type %s; allowed: a LoRA adapter (LORA)", path,
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s has peft_type %s; allowed: a LoRA adapter (LORA)", who, path,
                         type ? type : "(none)");
   else if (!json_is_integer(r) || json_integer_value(r) != p->lora.rank)
-    rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s is an adapter of rank r = %lld, the job's rank is %d; "
-                        "allowed: an adapter of the job's rank (or set [lora] rank = %lld)", path,
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s is an adapter of rank r = %lld, the job's rank is %d; "
+                        "allowed: an adapter of the job's rank (or set [lora] rank = %lld)", who, path,
                         (long long)json_integer_value(r), p->lora.rank, (long long)json_integer_value(r));
   else if (!json_is_number(alpha) || json_number_value(alpha) != p->lora.alpha)
-    rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s has lora_alpha = %g, the job's alpha is %g; allowed: "
-                        "the same alpha", path, json_number_value(alpha), p->lora.alpha);
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s has lora_alpha = %g, the job's alpha is %g; allowed: "
+                        "the same alpha", who, path, json_number_value(alpha), p->lora.alpha);
   for (int j = 0; rc == FSDP_OK && j < p->lora.nmods; j++)
     if (!json_names(t, p->lora.mod[j].path))
-      rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s's target_modules do not include %s, which [lora] "
-                          "targets adapt; allowed: an adapter of the same targets", path, p->lora.mod[j].path);
+      rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s's target_modules do not include %s, which [lora] "
+                          "targets adapt; allowed: an adapter of the same targets", who, path, p->lora.mod[j].path);
   json_decref(o);
   return rc;
 }
 
-fsdp_status peft_load(const plan_t *p, const char *dir, float *out) {
-  TRY(check_config(p, dir));
+fsdp_status peft_load(const plan_t *p, const char *dir, float *out, const char *who) {
+  TRY(check_config(p, dir, who));
   char path[JOBSPEC_PATH_MAX + 32], name[160];
   snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
   st_file *f = NULL;
@@ -78,11 +86,11 @@ fsdp_status peft_load(const plan_t *p, const char *dir, float *out) {
         plan_lora_name(p, b, j, ab, name, sizeof name);
         int i = st_find(f, name);
         if (i < 0) {
-          rc = fsdp_set_error(FSDP_ERR_NOTFOUND, "[lora] init_from: %s has no %s; allowed: an adapter of this model "
-                              "with the job's targets", path, name);
+          rc = fsdp_set_error(FSDP_ERR_NOTFOUND, "%s: %s has no %s; allowed: an adapter of this model "
+                              "with the job's targets", who, path, name);
         } else if (st_ndim(f, i) != 2 || st_shape(f, i)[0] != shape[0] || st_shape(f, i)[1] != shape[1]) {
-          rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s's %s is not [%lld, %lld] (an adapter of another "
-                              "base model?); allowed: an adapter of this model", path, name, (long long)shape[0],
+          rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s's %s is not [%lld, %lld] (an adapter of another "
+                              "base model?); allowed: an adapter of this model", who, path, name, (long long)shape[0],
                               (long long)shape[1]);
         } else {
           found++;
@@ -91,8 +99,8 @@ fsdp_status peft_load(const plan_t *p, const char *dir, float *out) {
       }
   for (int i = 0; rc == FSDP_OK && i < st_count(f); i++)
     if (strstr(st_name(f, i), ".lora_") && found-- <= 0)
-      rc = fsdp_set_error(FSDP_ERR_INVALID, "[lora] init_from: %s holds adapters the job does not have (%s); allowed: "
-                          "an adapter of the job's targets and layers", path, st_name(f, i));
+      rc = fsdp_set_error(FSDP_ERR_INVALID, "%s: %s holds adapters the job does not have (%s); allowed: "
+                          "an adapter of the job's targets and layers", who, path, st_name(f, i));
   st_destroy(&f);
   return rc;
 }
@@ -139,4 +147,76 @@ fsdp_status peft_save(const plan_t *p, const float *adapters, const char *dir, c
   if (rc == FSDP_OK) fsutil_out_close(&out);
   else fsutil_out_discard(&out);
   return rc;
+}
+
+fsdp_status peft_read_config(const char *dir, jobspec_t *spec) {
+  char path[JOBSPEC_PATH_MAX + 32];
+  json_t *o = NULL;
+  TRY(load_config(dir, "--adapter", path, sizeof path, &o));
+  const char *type = json_string_value(json_object_get(o, "peft_type"));
+  json_t *r = json_object_get(o, "r"), *alpha = json_object_get(o, "lora_alpha"), *t = json_object_get(o, "target_modules");
+  const char *flags[] = {"use_dora", "use_rslora"}, *patterns[] = {"rank_pattern", "alpha_pattern"};
+  fsdp_status rc = FSDP_OK;
+  if (!type || strcmp(type, "LORA"))
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "--adapter: %s has peft_type %s; allowed: a LoRA adapter (LORA)", path,
+                        type ? type : "(none)");
+  else if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > 4096 || !json_is_number(alpha) ||
+           !(json_number_value(alpha) > 0))
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "--adapter: %s has no rank r in 1..4096 and positive lora_alpha", path);
+  for (int i = 0; rc == FSDP_OK && i < 2; i++)
+    if (json_is_true(json_object_get(o, flags[i])))
+      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "--adapter: %s has %s = true, which fsdpd does not compute; allowed: "
+                          "plain LoRA", path, flags[i]);
+  for (int i = 0; rc == FSDP_OK && i < 2; i++)
+    if (json_object_size(json_object_get(o, patterns[i])))
+      rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "--adapter: %s has a %s (per-module values), which fsdpd does not "
+                          "compute; allowed: one rank and alpha for every target", path, patterns[i]);
+  size_t used = 0, i;
+  json_t *v;
+  if (rc == FSDP_OK && json_is_string(t)) rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "--adapter: %s's target_modules "
+                                                              "is a regular expression; allowed: a list of names", path);
+  else if (rc == FSDP_OK && !json_array_size(t)) rc = fsdp_set_error(FSDP_ERR_INVALID, "--adapter: %s lists no "
+                                                                     "target_modules", path);
+  json_array_foreach(t, i, v) {
+    if (rc != FSDP_OK) break;
+    const char *n = json_string_value(v);
+    if (!n) rc = fsdp_set_error(FSDP_ERR_INVALID, "--adapter: %s's target_modules[%zu] is not a name", path, i);
+    else used += (size_t)snprintf(spec->lora.targets + used, sizeof spec->lora.targets - used, "%s%s", i ? ", " : "", n);
+    if (rc == FSDP_OK && used >= sizeof spec->lora.targets)
+      rc = fsdp_set_error(FSDP_ERR_RANGE, "--adapter: %s's target_modules are too long", path);
+  }
+  if (rc == FSDP_OK) {
+    spec->lora.rank = (int)json_integer_value(r);
+    spec->lora.alpha = json_number_value(alpha);
+    spec->lora.dropout = 0;
+  }
+  json_decref(o);
+  return rc;
+}
+
+void peft_merge(const plan_t *p, float *whole, const float *adapters) {
+  const arch_desc *d = arch_get(p->model.arch);
+  const plan_lora *l = &p->lora;
+  int conv1d = !strcmp(d->layout, "Conv1D");   /* W is [in, out], else [out, in] */
+  int64_t r = l->rank;
+  for (int b = 0; b < p->model.n_layer; b++)
+    for (int j = 0; j < l->nmods; j++) {
+      const plan_lora_mod *m = &l->mod[j];
+      char blk[64], name[160];
+      snprintf(blk, sizeof blk, d->lora_block_hf, b);
+      snprintf(name, sizeof name, "%s%s.weight", blk, m->path);
+      int u = -1;
+      const plan_tensor *t = plan_find_tensor(p, name, &u);
+      if (!t) continue;   /* plan_lora_build found every target's weight */
+      float *W = whole + p->units[u].shard_base + t->offset;
+      const float *A = adapters + (int64_t)b * l->block_numel + m->a_off;   /* [r, in] */
+      const float *B = adapters + (int64_t)b * l->block_numel + m->b_off;   /* [out, r] */
+      for (int64_t o = 0; o < m->out; o++)
+        for (int64_t i = 0; i < m->in; i++) {
+          double acc = 0;
+          for (int64_t k = 0; k < r; k++) acc += (double)B[o * r + k] * (double)A[k * m->in + i];
+          float *w = conv1d ? &W[i * m->out + o] : &W[o * m->in + i];
+          *w = (float)((double)*w + (double)l->scale * acc);
+        }
+    }
 }

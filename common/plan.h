@@ -292,6 +292,11 @@ const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit
 uint64_t plan_lora_dequant_bytes(const plan_t *p);
 /* LoRA's module of block slot SLOT, or NULL when no target adapts it (or no LoRA). */
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot);
+/* The adapters' segment as a plan of its own (P with lora.rank ≥ 1): one rank, sharding none, unit l =
+ * block l's adapters (one 2-D tensor), shard_total = lora.numel; P's model, source, batch, grad_accum
+ * and lora. A LoRA checkpoint is this plan's (ckpt.h): the adapters are whole on every rank, so it
+ * loads into any world size as it is. */
+fsdp_status plan_lora_segment(const plan_t *p, plan_t **out);
 /* Adapter tensor names as peft writes them: "base_model.model.transformer.h.3.attn.c_attn.lora_A.weight"
  * for block LAYER, module M, B = 0 (lora_A) or 1 (lora_B). */
 void plan_lora_name(const plan_t *p, int layer, int m, int b, char *buf, size_t n);

@@ -6,6 +6,7 @@
 #include "arch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Whether target NAME names module PATH: the whole path or its last parts ("c_proj" names
@@ -185,6 +186,11 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
+  if (p->snapshot_bytes) {   /* [checkpoint] async: rank 0 snapshots the adapters and their AdamW state only */
+    p->host_bytes -= p->snapshot_bytes;
+    p->snapshot_bytes = 12 * NA;
+    p->host_bytes += p->snapshot_bytes;
+  }
   plan_lora_sent(p, p->sharding, p->sent_bytes);
   if (p->sharding == SHARD_HYBRID) {
     p->sent_inter[COLL_REDUCESCATTER] = 0;
@@ -206,6 +212,31 @@ void plan_lora_sent(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND])
   sent[COLL_REDUCESCATTER] = 0;
   if (p->lora.nf4) sent[COLL_ALLGATHER] = nf4_allgather(p, mode);
   sent[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
+}
+
+fsdp_status plan_lora_segment(const plan_t *p, plan_t **out) {
+  *out = NULL;
+  int L = p->model.n_layer;
+  plan_t *o = calloc(1, sizeof *o);
+  plan_unit *units = o ? calloc((size_t)L, sizeof *units) : NULL;
+  if (!units) {
+    free(o);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' plan");
+  }
+  *o = (plan_t){.model = p->model, .world = 1, .shard_world = 1, .ngroups = 1, .sharding = SHARD_NONE,
+                .device = p->device, .batch_size = p->batch_size, .grad_accum = p->grad_accum, .nunits = L,
+                .units = units, .shard_total = p->lora.numel, .n_params = p->lora.numel, .lora = p->lora};
+  snprintf(o->source, sizeof o->source, "%s", p->source);
+  for (int u = 0; u < L; u++) {
+    plan_unit *pu = &units[u];
+    snprintf(pu->name, sizeof pu->name, "lora.%d", u);
+    pu->ntensors = 1;
+    pu->t[0] = (plan_tensor){.ndim = 2, .numel = p->lora.block_numel, .shape = {1, p->lora.block_numel}, .decay = 1};
+    pu->numel = pu->padded = pu->shard_numel = p->lora.block_numel;
+    pu->shard_base = (int64_t)u * p->lora.block_numel;
+  }
+  *out = o;
+  return FSDP_OK;
 }
 
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot) {

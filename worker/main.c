@@ -493,6 +493,7 @@ static const flagdef flags[] = {
   {"logits", FLAG_BOOL, W(sa.logits), NULL, 0, 1, "--sample: print every prompt position's logits (JSON) instead"},
   {"prompt-ids", FLAG_STR, W(sa.prompt_ids), NULL, 0, 0, "--sample: the prompt as token ids (instead of --prompt)"},
   {"stop-ids", FLAG_STR, W(sa.stop_ids), NULL, 0, 0, "--sample: token ids that end the continuation (not printed)"},
+  {"adapter", FLAG_STR, W(sa.adapter), NULL, 0, 0, "--sample: a PEFT LoRA folder merged into the model first"},
   {"log-level", FLAG_STR, W(log_level), NULL, 0, 0, "debug, info, warn or error"},
   {"blas-info", FLAG_BOOL, W(blas_info), NULL, 0, 1, "print the BLAS library and kernel type a worker runs here, and the warning if they are older than the CPU's"},
   {"help", FLAG_BOOL, W(help), NULL, 0, 1, "print this help"},

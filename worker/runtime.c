@@ -144,7 +144,7 @@ static fsdp_status init_adapters(runtime_t *rt) {
   void *hp = NULL;
   TRY(runtime_host_buffer(rt, l->param, bytes, &hp));
   fsdp_status rc = FSDP_OK;
-  if (rt->spec->lora.init_from[0]) rc = peft_load(rt->p, rt->spec->lora.init_from, hp);
+  if (rt->spec->lora.init_from[0]) rc = peft_load(rt->p, rt->spec->lora.init_from, hp, "[lora] init_from");
   else lora_init_values(rt->p, rt->spec->seed, hp);
   fsdp_status rc2 = runtime_host_buffer_done(rt, l->param, bytes, hp, rc == FSDP_OK);
   if (rc == FSDP_OK) rc = rc2;

@@ -211,14 +211,24 @@ static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed, char 
 
 /* What a checkpoint records as its writer: this plan, or for hybrid the full-sharding plan of one
  * group (the same units, padding and shards: every group holds a full replica, so group 0 alone
- * writes, as a full job of G ranks would; it loads into any world size and sharding). */
+ * writes, as a full job of G ranks would; it loads into any world size and sharding), or for [lora]
+ * the adapters' segment (plan_lora_segment: whole on every rank, so rank 0 alone writes). */
 static fsdp_status save_plan(const runtime_t *rt, plan_t **out) {
   *out = NULL;
+  if (rt->lora) return plan_lora_segment(rt->p, out);
   if (rt->p->sharding != SHARD_HYBRID) return FSDP_OK;
   jobspec_t s = *rt->spec;
   s.sharding = SHARD_FULL;
   s.shard_group = 0;
   return plan_build(&s, rt->p->shard_world, out);
+}
+
+/* [lora]: the base's identity and content hash (ckpt_base_of), taken once. */
+static fsdp_status lora_base(runtime_t *rt) {
+  if (rt->lora_base_known) return FSDP_OK;
+  TRY(ckpt_base_of(rt->spec, &rt->lora_base));
+  rt->lora_base_known = 1;
+  return FSDP_OK;
 }
 
 /* The end of a save, once every rank's write has ended (RC: this rank's): a barrier that tells every
@@ -246,7 +256,10 @@ static fsdp_status settle(runtime_t *rt, const plan_t *p, const char *dir, int s
   if (rt->rank == 0) {
     uint64_t per_step = (uint64_t)p->batch_size * p->model.seq_len * rt->spec->grad_accum * rt->world;
     uint64_t tokens = rt->ckpt_tokens0 + (uint64_t)(step - rt->ckpt_step0) * per_step;
-    rc = ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)rt->world * p->batch_size * rt->spec->grad_accum);
+    rc = rt->lora ? lora_base(rt) : FSDP_OK;
+    if (rc == FSDP_OK)
+      rc = ckpt_write_manifest_rows(dir, p, step, tokens, (int64_t)rt->world * p->batch_size * rt->spec->grad_accum,
+                                    rt->lora ? &rt->lora_base : NULL);
     if (rc == FSDP_OK && ckpt_prune(dir, rt->spec->ckpt_keep) != FSDP_OK)
       log_warn("checkpoint step %d: pruning old checkpoints: %s", step, fsdp_last_error());
     if (rc != FSDP_OK) {
@@ -265,6 +278,7 @@ static fsdp_status settle(runtime_t *rt, const plan_t *p, const char *dir, int s
  * the snapshot BUF (ckpt_async_buffers) for an asynchronous one. */
 static fsdp_status shard_views(runtime_t *rt, size_t bytes, float *const buf[CKPT_NSEC], void *view[CKPT_NSEC]) {
   const float *src[CKPT_NSEC] = {rt->param, rt->m, rt->v};
+  if (rt->lora) src[0] = rt->lora->param, src[1] = rt->lora->m, src[2] = rt->lora->v;   /* the adapters only */
   device_t *d = rt->dev;
   for (int s = 0; s < CKPT_NSEC; s++) {
     if (!buf) {
@@ -373,6 +387,51 @@ fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *d
   return FSDP_OK;
 }
 
+/* This rank's shards from the checkpoint CI, resharded from its writer's layout. */
+static fsdp_status restore_shards(runtime_t *rt, const char *dir, const ckpt_info *ci, int64_t *ostep) {
+  const plan_t *p = rt->p;
+  fsdp_status rc = FSDP_OK;
+  /* A partial (resharding) read cannot check the CRCs of what it reads: the ranks split the rank
+   * files between them and each verifies its share whole. Same layout: every rank reads its own
+   * file whole, and that read checks every CRC. */
+  if (!ckpt_same_layout(ci, p)) rc = ckpt_verify(dir, ci, rt->rank, rt->world);
+  size_t bytes = (size_t)p->shard_total * sizeof(float);
+  float *dst[3] = {rt->param, rt->m, rt->v};
+  void *h[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3 && rc == FSDP_OK; i++) rc = runtime_host_buffer(rt, dst[i], bytes, &h[i]);
+  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, ci, rt->spec, p, rt->rank, h[0], h[1], h[2], ostep);
+  /* every staging buffer is freed, written back only after a complete load (a failed restore fails
+   * on every rank: the shards are not trained on) */
+  int loaded = rc == FSDP_OK;
+  for (int i = 0; i < 3; i++) {
+    fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);
+    if (rc == FSDP_OK) rc = wrc;
+  }
+  return rc == FSDP_OK ? runtime_refresh_lp(rt) : rc;
+}
+
+/* [lora]: the adapters and their AdamW state, whole, from the checkpoint's one file (every rank
+ * reads it: it loads into any world size as it is); the base stays as init read it. Rank 0 checks
+ * that the base's content hash is the checkpoint's (the others' refusal follows from its). */
+static fsdp_status restore_adapters(runtime_t *rt, const char *dir, const ckpt_info *ci, int64_t *ostep) {
+  lora_ctx *l = rt->lora;
+  if (rt->rank == 0) TRY(lora_base(rt));
+  TRY(ckpt_lora_check(dir, ci, rt->p, rt->rank == 0 ? &rt->lora_base : NULL));
+  size_t bytes = (size_t)l->n * sizeof(float);
+  float *dst[3] = {l->param, l->m, l->v};
+  void *h[3] = {NULL, NULL, NULL};
+  fsdp_status rc = FSDP_OK;
+  for (int i = 0; i < 3 && rc == FSDP_OK; i++) rc = runtime_host_buffer(rt, dst[i], bytes, &h[i]);
+  if (rc == FSDP_OK) rc = ckpt_lora_load(dir, ci, rt->p, h[0], h[1], h[2], ostep);
+  int loaded = rc == FSDP_OK;
+  for (int i = 0; i < 3; i++) {
+    fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);
+    if (rc == FSDP_OK) rc = wrc;
+  }
+  if (rc == FSDP_OK) lora_refresh(l);
+  return rc;
+}
+
 fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   const plan_t *p = rt->p;
   *step = 0;
@@ -398,23 +457,7 @@ fsdp_status runtime_restore(runtime_t *rt, const char *dir, int *step) {
   ckpt_info ci;
   int64_t ostep = -1;
   rc = ckpt_read_manifest(dir, s, &ci);
-  /* A partial (resharding) read cannot check the CRCs of what it reads: the ranks split the rank
-   * files between them and each verifies its share whole. Same layout: every rank reads its own
-   * file whole, and that read checks every CRC. */
-  if (rc == FSDP_OK && !ckpt_same_layout(&ci, p)) rc = ckpt_verify(dir, &ci, rt->rank, rt->world);
-  size_t bytes = (size_t)p->shard_total * sizeof(float);
-  float *dst[3] = {rt->param, rt->m, rt->v};
-  void *h[3] = {NULL, NULL, NULL};
-  for (int i = 0; i < 3 && rc == FSDP_OK; i++) rc = runtime_host_buffer(rt, dst[i], bytes, &h[i]);
-  if (rc == FSDP_OK) rc = ckpt_load_shard(dir, &ci, rt->spec, p, rt->rank, h[0], h[1], h[2], &ostep);
-  /* every staging buffer is freed, written back only after a complete load (a failed restore fails
-   * on every rank: the shards are not trained on) */
-  int loaded = rc == FSDP_OK;
-  for (int i = 0; i < 3; i++) {
-    fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);
-    if (rc == FSDP_OK) rc = wrc;
-  }
-  if (rc == FSDP_OK) rc = runtime_refresh_lp(rt);
+  if (rc == FSDP_OK) rc = rt->lora ? restore_adapters(rt, dir, &ci, &ostep) : restore_shards(rt, dir, &ci, &ostep);
   if (rc == FSDP_OK && ostep != s)
     rc = fsdp_set_error(FSDP_ERR_FORMAT, "checkpoint step %d in %s: its files say the optimizer took %lld steps", s, dir,
                         (long long)ostep);

@@ -65,6 +65,10 @@ struct runtime {
   /* set by runtime_restore: the step resumed after and the tokens consumed up to it */
   int ckpt_step0;
   uint64_t ckpt_tokens0;
+  /* [lora] on rank 0: the base's identity and hash for the checkpoints' manifests, taken once
+   * (at the restore or the first save) */
+  ckpt_base lora_base;
+  int lora_base_known;
 };
 
 /* Host views of device memory: the pointer itself on a host-accessible device (after a sync),

@@ -15,6 +15,7 @@
 #include "hfconfig.h"
 #include "jobspec.h"
 #include "model.h"
+#include "peft.h"
 #include "plan.h"
 #include "rng.h"
 #include "st_model.h"
@@ -116,6 +117,11 @@ static fsdp_status load_model(const char *model, jobspec_t *spec, plan_t **p, fl
    * never sampled from (the resharding read below checks only the sections it reads whole). */
   TRY(ckpt_verify(root, &ci, 0, 1));
   spec->model = ci.model;
+  if (ci.lora.rank) {   /* a LoRA job's: its base, read again (its hash checked), with the adapters merged */
+    TRY(ckpt_lora_merged(root, &ci, spec->batch_size, p, param));
+    (*p)->lora = (plan_lora){0};   /* the adapters are in the weights now */
+    return FSDP_OK;
+  }
   TRY(plan_build(spec, 1, p));
   size_t n = (size_t)(*p)->shard_total;
   *param = calloc(n, sizeof(float));
@@ -400,6 +406,24 @@ static fsdp_status print_decoded(const bpe_tokenizer *t, const int *ids, int ple
   return rc;
 }
 
+/* --adapter DIR: a PEFT LoRA folder merged into the whole model PARAM of P (peft_merge). */
+static fsdp_status apply_adapter(const char *dir, const jobspec_t *spec, const plan_t *p, float *param) {
+  jobspec_t s = *spec;
+  TRY(peft_read_config(dir, &s));
+  plan_t *pl = NULL;
+  fsdp_status brc = plan_build(&s, 1, &pl);
+  if (brc != FSDP_OK) return fsdp_set_error(brc, "--adapter %s: %s", dir, fsdp_last_error());
+  fsdp_status rc = pl->shard_total == p->shard_total ? FSDP_OK
+                   : fsdp_set_error(FSDP_ERR_INTERNAL, "--adapter %s: the model's layout changed with [lora]", dir);
+  float *ad = rc == FSDP_OK ? malloc((size_t)pl->lora.numel * sizeof *ad) : NULL;
+  if (rc == FSDP_OK && !ad) rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters of %s", dir);
+  if (rc == FSDP_OK) rc = peft_load(pl, dir, ad, "--adapter");
+  if (rc == FSDP_OK) peft_merge(pl, param, ad);
+  free(ad);
+  plan_destroy(&pl);
+  return rc;
+}
+
 int sample_run(const sample_args *a) {
   jobspec_t spec;
   plan_t *p = NULL;
@@ -408,7 +432,8 @@ int sample_run(const sample_args *a) {
   tokenizer tk = {0};
   fsdp_status rc = FSDP_OK;
   int bad_input = 0;
-  if ((rc = load_model(a->model, &spec, &p, &param)) != FSDP_OK) {
+  if ((rc = load_model(a->model, &spec, &p, &param)) != FSDP_OK ||
+      (a->adapter && (rc = apply_adapter(a->adapter, &spec, p, param)) != FSDP_OK)) {
     bad_input = rc == FSDP_ERR_NOTFOUND || rc == FSDP_ERR_INVALID || rc == FSDP_ERR_FORMAT || rc == FSDP_ERR_UNSUPPORTED;
     goto out;
   }

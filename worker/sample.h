@@ -16,7 +16,10 @@
  * Output on stdout: the continuation only, as text when the vocabulary is bytes (vocab_size 256),
  * with a tokenizer.json, or with --tokenizer llm.c's GPT-2 tokenizer file, else as token ids, one
  * line. With --logits: the logits of every prompt position instead, as one JSON array of arrays (for
- * comparisons with other implementations). */
+ * comparisons with other implementations).
+ * A LoRA job's checkpoint samples from its base (read again from the files the job read, refused when
+ * their content hash changed) with the adapters merged in fp32, as peft's merge_and_unload; --adapter
+ * DIR merges a PEFT LoRA folder into any MODEL the same way. */
 #ifndef FSDP_SAMPLE_H
 #define FSDP_SAMPLE_H
 
@@ -35,6 +38,7 @@ typedef struct sample_args {
   int logits;              /* print the logits of every prompt position (JSON) instead of sampling */
   const char *prompt_ids;  /* the prompt as token ids ("1 2 3", what fsdpctl sample --chat encoded) */
   const char *stop_ids;    /* ids that end the continuation (not printed), e.g. a chat turn's end */
+  const char *adapter;     /* a PEFT LoRA folder merged into the model first (peft_merge), or NULL */
 } sample_args;
 
 /* Returns the process exit status: 0, or 2 with one line on stderr for bad input, 1 otherwise. */
