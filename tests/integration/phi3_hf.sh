@@ -126,7 +126,7 @@ job bad phi3_long 80 full
 refused "seq_len beyond longrope's short factors" "seq_len = 80 is above longrope's original_max_position_embeddings = 64"
 variant drop 'c["resid_pdrop"] = 0.1'
 job bad drop 32 full
-refused "dropout" "resid_pdrop = 0.1 is dropout, which fsdpd does not compute"
+refused "dropout" "resid_pdrop = 0.1, a dropout, which fsdpd does not apply"
 variant partial 'c["rope_parameters"]["partial_rotary_factor"] = 0.5'
 job bad partial 32 full
 refused "a partial rotary factor" "partial_rotary_factor = 0.5"
