@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   double t_enc_f, t_enc_b, t_ln_f, t_ln_b, t_qkv_f, t_qkv_b, t_att_f, t_att_b, t_fc_f, t_fc_b;
   double t_gelu_f, t_gelu_b, t_res, t_cls_f, t_cls_b, t_xent, t_proj_f, t_proj_b, t_fcp_f, t_fcp_b;
   TIME(t_enc_f, encoder_forward(x, tok, wte, wpe, B, T, C, NULL));
-  TIME(t_enc_b, encoder_backward(dwte, dwpe, dy, tok, B, T, C, NULL));
+  TIME(t_enc_b, encoder_backward(dwte, dwpe, dy, tok, B, T, C, -1, NULL));
   TIME(t_ln_f, layernorm_forward(y, mean, rstd, x, lnw, lnb, B, T, C));
   TIME(t_ln_b, layernorm_backward(dx, dlnw, dlnb, dy, x, lnw, mean, rstd, B, T, C));
   TIME(t_qkv_f, matmul_forward(qkv, x, qkvw, qkvb, BT, C, 3 * C));

@@ -100,7 +100,7 @@ static int run(const cfg *c, int iters, int threads) {
   jobspec_defaults(&s);
   s.model = (model_config){.n_layer = c->L, .n_head = c->H, .n_embd = c->C, .vocab_size = c->V, .seq_len = c->T};
   if (llama)
-    s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = c->L, .n_head = c->H, .n_embd = c->C,
+    s.model = (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = c->L, .n_head = c->H, .n_embd = c->C,
                              .vocab_size = c->V, .seq_len = c->T, .n_kv_head = c->H / 2, .ffn_dim = 4 * c->C,
                              .norm_eps = 1e-5, .rope_theta = 10000};
   s.batch_size = c->B;

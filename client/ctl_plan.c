@@ -280,6 +280,10 @@ int ctl_plan(int argc, char **argv) {
     if (nfiles)
       printf("Weights   %s%s: %d file%s, every tensor present with its shape\n", spec.from[0] ? "from " : "",
              spec.from[0] ? spec.from : spec.init, nfiles, nfiles == 1 ? "" : "s");
+    if (spec.no_dropout)
+      printf("Dropout   none: trained without dropout ([model] dropout = none)%s%s%s\n",
+             spec.dropout_off[0] ? "; config.json's " : "", spec.dropout_off,
+             spec.dropout_off[0] ? " is not applied" : "");
     ctl_plan_print(plan, stdout, a.device_bytes);
     if (a.fit) plan_fit_print(&pf, stdout);
     print_host(plan, host);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "st_model.h"
 
 #define HF_MAX_INT 16777216
 #define HF_MAX_CONFIG ((size_t)16 << 20)   /* a config.json is kilobytes */
@@ -58,6 +59,23 @@ fsdp_status hf_want_bool(const json_t *o, const char *path, const char *key, int
                         want ? "true" : "false");
 }
 
+/* The first non-zero of D's dropout keys in O (absent: the class's default) into OUT. */
+static fsdp_status dropout_of(const arch_desc *d, const json_t *o, const char *path, hf_config *out) {
+  for (const arch_dropout *k = d->dropout; k && k->key; k++) {
+    const json_t *x = json_object_get(o, k->key);
+    int absent = !x || json_is_null(x);
+    double p = absent ? k->dflt : json_number_value(x);
+    if (!absent && (!json_is_number(x) || !(p >= 0 && p <= 1)))
+      return fsdp_set_error(FSDP_ERR_FORMAT, "%s: %s must be a dropout probability in 0..1", path, k->key);
+    if (p != 0 && !out->dropout_key[0]) {
+      snprintf(out->dropout_key, sizeof out->dropout_key, "%s", k->key);
+      out->dropout = p;
+      out->dropout_default = absent;
+    }
+  }
+  return FSDP_OK;
+}
+
 fsdp_status hf_config_parse(const json_t *o, const char *path, hf_config *out) {
   memset(out, 0, sizeof *out);
   if (!json_is_object(o)) return fsdp_set_error(FSDP_ERR_FORMAT, "%s is not a JSON object", path);
@@ -68,11 +86,13 @@ fsdp_status hf_config_parse(const json_t *o, const char *path, hf_config *out) {
                           "save_pretrained writes it)", path, arch_names(types, sizeof types, ", ", 1));
   model_config *m = &out->model;
   m->rope_factor = 8, m->rope_low_freq_factor = 1, m->rope_high_freq_factor = 4, m->rope_original_max_pos = 8192;
+  m->pad_token_id = -1;   /* the architecture's reader sets it where its embedding has a padding_idx */
   const arch_desc *d = arch_by_hf_type(type);
   if (!d)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: model_type '%s' is not a model fsdpd computes; allowed: %s", path,
                           type, arch_names(types, sizeof types, ", ", 1));
   TRY(d->hf_parse(o, path, m));
+  TRY(dropout_of(d, o, path, out));
   if (m->n_embd % m->n_head)
     return fsdp_set_error(FSDP_ERR_FORMAT, "%s: the hidden size %d is not a multiple of the %d heads", path, m->n_embd,
                           m->n_head);
@@ -107,6 +127,46 @@ fsdp_status hf_weights_path(const char *dir, char *out, size_t n) {
   }
   return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s holds neither model.safetensors.index.json nor model.safetensors "
                         "(the weights save_pretrained writes)", dir);
+}
+
+fsdp_status hf_check_init_folder(const char *weights, model_arch arch) {
+  const arch_desc *d = arch_get(arch);
+  const char *slash = strrchr(weights, '/');
+  if (!d || !slash) return FSDP_OK;
+  char dir[4096], cfg[4200];
+  snprintf(dir, sizeof dir, "%.*s", (int)(slash - weights), weights);
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir[0] ? dir : "/");
+  char *text;
+  size_t len;
+  if (fsutil_read_all(AT_FDCWD, cfg, HF_MAX_CONFIG, &text, &len) != FSDP_OK) return FSDP_OK;   /* none beside it */
+  json_t *o = json_loadb(text, len, 0, NULL);
+  free(text);
+  const char *type = json_string_value(json_object_get(o, "model_type"));
+  fsdp_status rc = FSDP_OK;
+  if (type && strcmp(type, d->hf_model_type))
+    rc = fsdp_set_error(FSDP_ERR_INVALID, "%s is beside %s, whose model_type is '%s', but the job has arch = %s; "
+                        "allowed: from = %s in place of init (its config.json sets the model)", weights, cfg, type, d->name,
+                        dir);
+  json_decref(o);
+  return rc;
+}
+
+fsdp_status hf_resolve_tie(const char *weights, const hf_config *hc, int *untie) {
+  const arch_desc *d = arch_get(hc->model.arch);
+  *untie = 0;
+  if (!d || !hc->model.tie_embeddings || !d->tie_pair[0]) return FSDP_OK;
+  st_model *sm = NULL;
+  int has = 0, same = 0;
+  fsdp_status rc = st_model_open(weights, &sm);
+  if (rc == FSDP_OK) rc = st_model_equal(sm, d->tie_pair[0], d->tie_pair[1], &has, &same);
+  st_model_destroy(&sm);
+  if (rc != FSDP_OK) return FSDP_OK;   /* weights fsdpd cannot read: the weights' own check says why */
+  if (has && same)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s holds %s equal to %s, which transformers ties into one tensor; "
+                          "fsdpd reads a tied model's weights without it; allowed: the weights without %s (as "
+                          "save_pretrained writes a tied model)", weights, d->tie_pair[1], d->tie_pair[0], d->tie_pair[1]);
+  *untie = has;
+  return FSDP_OK;
 }
 
 /* ---- writing ---- */

@@ -2,7 +2,8 @@
  * and 5 save) read into fsdpd's model_config, and written back for an export. The model_type picks the
  * architecture's descriptor (models/arch.h), whose reader and own config these call.
  *
- * Reading: every shape key and every choice the config makes is read; what fsdpd's models do not compute
+ * Reading: every shape key and every choice the config makes is read (a non-zero dropout is noted, for
+ * the job to refuse or to train without: jobspec.h's [model] dropout); what fsdpd's models do not compute
  * (a rope type other than default and llama3, biases, another activation or head size, GPT-2's
  * non-default attention scaling) is refused in one line naming the key and its value, never
  * approximated. Transformers 5 keeps the rotary base and scaling in "rope_parameters"; 4 in
@@ -25,6 +26,11 @@ typedef struct hf_config {
   model_config model;   /* arch and every shape key; seq_len 0 (the job's own key); n_positions the config's */
   int tf_major;         /* the major version of "transformers_version" (4, 5), 0 when absent */
   char dtype[16];       /* the weights' dtype as the config names it ("float32", "bfloat16"), "" when absent */
+  /* The first of the architecture's dropout keys (arch.h's arch_desc.dropout) that is not 0, its
+   * value and whether it is the config class's default (the key absent); "" and 0 when none is. */
+  char dropout_key[32];
+  double dropout;
+  int dropout_default;
 } hf_config;
 
 /* Read PATH (a config.json). */
@@ -43,6 +49,19 @@ fsdp_status hf_want_bool(const json_t *o, const char *path, const char *key, int
 /* The config.json key that carries [model] KEY for ARCH ("hidden_size" for n_embd under llama), or NULL
  * when the config has none (seq_len, init, from). */
 const char *hf_config_key(model_arch arch, const char *key);
+
+/* A weights file WEIGHTS given by [model] init (a .safetensors or an index) for a job of ARCH: when
+ * the file's folder holds a config.json that names another model_type (a Mistral folder under arch =
+ * llama, whose tensor names are Llama's), FSDP_ERR_INVALID naming both and from = DIR; FSDP_OK when
+ * the types agree or the folder has no readable config.json with a model_type. */
+fsdp_status hf_check_init_folder(const char *weights, model_arch arch);
+
+/* HC (from WEIGHTS' folder) ties its head, as tie_word_embeddings says: when WEIGHTS also hold the
+ * head (arch.h's tie_pair), transformers 5 ties only equal tensors and otherwise loads both, untied.
+ * *UNTIE = 1 for the latter (the model is untied); equal ones are refused (fsdpd reads a tied
+ * model's weights without the head); 0 and FSDP_OK otherwise, and for weights it cannot read (their
+ * own check, st_model_check, refuses them). */
+fsdp_status hf_resolve_tie(const char *weights, const hf_config *hc, int *untie);
 
 /* The weights of the folder DIR: DIR/model.safetensors.index.json when it exists, else
  * DIR/model.safetensors; FSDP_ERR_NOTFOUND naming both when neither does. */

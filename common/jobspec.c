@@ -525,12 +525,21 @@ static void apply_from(pctx *c) {
   jobspec_t h = *s;
   hf_config hc;
   fsdp_status rc = hf_config_load(cfg, &hc);
+  int untie = 0;
   if (rc == FSDP_OK) rc = hf_weights_path(s->from, s->init, sizeof s->init);
+  if (rc == FSDP_OK) rc = hf_resolve_tie(s->init, &hc, &untie);
   if (rc != FSDP_OK) {
     snprintf(msg, sizeof msg, "%s", fsdp_last_error());
     PERR(c, line, rc, "[model] from: %s", msg);
     return;
   }
+  if (hc.dropout_key[0] && !s->no_dropout) {
+    PERR(c, line, FSDP_ERR_UNSUPPORTED, "[model] from: %s has %s = %g%s, a dropout, which fsdpd does not apply; allowed: "
+         "0 there, or [model] dropout = none to train without it", cfg, hc.dropout_key, hc.dropout,
+         hc.dropout_default ? " (the config class's default: the key is absent)" : "");
+    return;
+  }
+  if (hc.dropout_key[0]) snprintf(s->dropout_off, sizeof s->dropout_off, "%s = %g", hc.dropout_key, hc.dropout);
   h.model = hc.model;
   for (int i = 0; i < jobspec_nkeys; i++) {
     const keydef *k = &jobspec_keys[i];
@@ -545,6 +554,7 @@ static void apply_from(pctx *c) {
   }
   int T = s->model.seq_len, npos = h.model.n_positions;
   s->model = h.model;
+  if (untie) s->model.tie_embeddings = 0;   /* both tensors in the weights, different: transformers' untied model */
   s->model.seq_len = c->key_line[key_index("model", "seq_len")] ? T : npos < 1024 ? npos : 1024;
 }
 
@@ -674,9 +684,21 @@ static void lora_checks(pctx *c) {
          jobspec_offload_mode_name(s->offload));
 }
 
+/* init = FILE whose folder's config.json is another architecture's: refused, not read as the job's. */
+static void check_init_folder(pctx *c) {
+  const jobspec_t *s = c->s;
+  int line = c->key_line[key_index("model", "init")];
+  if (s->from[0] || !line || !strcmp(s->init, "random") || hf_check_init_folder(s->init, s->model.arch) == FSDP_OK)
+    return;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+  PERR(c, line, FSDP_ERR_INVALID, "[model] init: %s", msg);
+}
+
 static void cross_checks(pctx *c) {
   const jobspec_t *s = c->s;
   apply_from(c);
+  check_init_folder(c);
   if (s->model.n_embd % s->model.n_head)
     PERR(c, blame(c, "model", "n_embd", "n_head"), FSDP_ERR_INVALID,
          "[model] n_embd = %d is not divisible by n_head = %d; allowed: n_embd a multiple of n_head",

@@ -87,6 +87,10 @@ typedef struct model_config {
    * sees keys t − W < s ≤ t (worker/ops/docmask.h). 0: full causal attention (null in config.json,
    * every other architecture); a window of seq_len or more computes the same as none. */
   int sliding_window;
+  /* The Llama family's pad_token_id (config.json's; [model] pad_token_id): the token whose embedding row
+   * the lookup's gradient skips, as nn.Embedding's padding_idx (a tied head still trains it); −1:
+   * none (GPT-2 always: its wte has no padding_idx). A hand-built config must set it. */
+  int pad_token_id;
   /* An architecture's own [model] keys (models/arch.h's arch_desc.ext_keys: key i is ext[i]), for a
    * family whose settings no other shares (Gemma 3's query_pre_attn_scalar, ...): its folder names
    * and reads them, common code only parses, writes back and compares them. 0 where none. */
@@ -107,6 +111,10 @@ typedef struct jobspec {
                                       model and init names its weights (hfconfig.h) */
   char init[JOBSPEC_PATH_MAX];     /* "random" or an absolute path to a .safetensors file or a
                                       model.safetensors.index.json (st_model.h) */
+  int no_dropout;                  /* [model] dropout = none: train without the dropout config.json names (fsdpd
+                                      applies none; a non-zero one is refused otherwise) */
+  char dropout_off[64];            /* what that leaves out, "attn_pdrop = 0.1", for fsdpctl plan; "" if nothing
+                                      (derived by the parse of from = DIR; not carried to workers) */
   /* [data] */
   char train[JOBSPEC_PATH_MAX];    /* absolute path to an llm.c token file, or "" when synthetic */
   int synthetic;                   /* train = synthetic:markov:SEED */

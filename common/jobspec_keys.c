@@ -29,6 +29,7 @@ static const char *const arch_enum_names[] = {
 #include "models.def"
     NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", NULL};
+static const char *const dropout_names[] = {"config", "none", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -141,6 +142,13 @@ const keydef jobspec_keys[] = {
   INT("model", "sliding_window", model.sliding_window, 0, 1 << 24,
       "mistral: the sliding window of attention, token t sees tokens t-W+1 .. t (config.json sliding_window; "
       "Mistral-7B-v0.1: 4096); 0 = full causal attention (config.json null)", "0"),
+  INT("model", "pad_token_id", model.pad_token_id, -1, 16777215,
+      "llama, qwen2, qwen3, phi3, mistral: the padding token, below vocab_size, whose embedding row only a tied head "
+      "trains (nn.Embedding's padding_idx; config.json pad_token_id); -1 = none", "-1"),
+  ENUM("model", "dropout", no_dropout, dropout_names,
+       "fsdpd applies no dropout: config (from = DIR's config.json, refused where a dropout there is not 0: GPT2Config's "
+       "attn_pdrop, resid_pdrop, embd_pdrop are 0.1 unless set) or none (train without it; fsdpctl plan says so)",
+       "config"),
   SPECIAL("model", "from", KT_FROM, from,
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),

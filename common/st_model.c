@@ -183,6 +183,44 @@ fsdp_status st_model_check(st_model *m, const plan_t *p) {
   return st_model_load_shard(m, p, 0, NULL);
 }
 
+/* The file holding NAME and its index there, or *I = -1 when the model has no such tensor. */
+static fsdp_status entry_of(st_model *m, const char *name, const st_file **f, int *i) {
+  const char *where;
+  *i = -1;
+  fsdp_status rc = lookup(m, name, 1, f, &where);
+  if (rc == FSDP_ERR_NOTFOUND) return FSDP_OK;
+  TRY(rc);
+  *i = st_find(*f, name);
+  return FSDP_OK;
+}
+
+fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same) {
+  const st_file *fa, *fb;
+  int ia, ib;
+  *has_b = *same = 0;
+  TRY(entry_of(m, b, &fb, &ib));
+  if (ib < 0) return FSDP_OK;
+  *has_b = 1;
+  TRY(entry_of(m, a, &fa, &ia));
+  if (ia < 0) return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has %s but no %s", m->path, b, a);
+  int n = st_ndim(fa, ia);
+  if (n != st_ndim(fb, ib) || memcmp(st_shape(fa, ia), st_shape(fb, ib), (size_t)n * sizeof(int64_t))) return FSDP_OK;
+  enum { CHUNK = 1 << 16 };
+  float *x = malloc(2 * CHUNK * sizeof(float));
+  if (!x) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory reading %s", m->path);
+  fsdp_status rc = FSDP_OK;
+  int eq = 1;
+  for (int64_t k = 0, total = st_numel(fa, ia); eq && rc == FSDP_OK && k < total; k += CHUNK) {
+    int64_t c = total - k < CHUNK ? total - k : CHUNK;
+    rc = st_read_range(fa, st_name(fa, ia), k, c, x);
+    if (rc == FSDP_OK) rc = st_read_range(fb, st_name(fb, ib), k, c, x + CHUNK);
+    for (int64_t j = 0; rc == FSDP_OK && eq && j < c; j++) eq = x[j] == x[CHUNK + j];
+  }
+  free(x);
+  *same = eq && rc == FSDP_OK;
+  return rc;
+}
+
 fsdp_status st_model_check_path(const char *path, const plan_t *p) {
   st_model *m = NULL;
   TRY(st_model_open(path, &m));

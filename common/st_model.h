@@ -32,6 +32,9 @@ int st_model_opened(const st_model *m);
 fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *shard);
 /* Every tensor of P present with its shape, in files fsdpd reads. */
 fsdp_status st_model_check(st_model *m, const plan_t *p);
+/* Whether the model holds tensor B (*HAS_B), and if so whether it equals tensor A, which it must hold
+ * (*SAME: the same shape and every element the same value, as torch.equal; read in chunks). */
+fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same);
 /* st_model_open + st_model_check + st_model_destroy of PATH. */
 fsdp_status st_model_check_path(const char *path, const plan_t *p);
 

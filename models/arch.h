@@ -30,6 +30,13 @@ typedef struct arch_hf_key {
   const char *ini, *hf;
 } arch_hf_key;
 
+/* A config.json key that is a dropout probability the Hugging Face model applies in training, and
+ * its config class's default where the key is absent (GPT2Config's attn_pdrop: 0.1). */
+typedef struct arch_dropout {
+  const char *key;
+  double dflt;
+} arch_dropout;
+
 /* A projection [lora] targets can adapt: its module path inside a block as Hugging Face names it
  * ("attn.c_attn", "self_attn.q_proj"; a target names it by its last part), the block slot of its
  * base weight, its input and output widths, and where the model computes its output: columns
@@ -56,6 +63,10 @@ typedef struct arch_desc {
    * TIED_WHY; 0: a job file's default is untied (LlamaConfig's). */
   int always_tied;
   const char *tied_why;
+  /* Not always tied: the embedding and the head an untied model adds, as its weights name them
+   * ({"model.embed_tokens.weight", "lm_head.weight"}); a tied config.json whose weights hold both,
+   * different, is read untied, as transformers reads it (hfconfig.h's hf_resolve_tie). */
+  const char *tie_pair[2];
   /* 1: rotary positions (rope_theta, rope_scaling; an even head size); grouped-query heads and a
    * separate MLP width (ffn_dim, required and even) come with the keys above. */
   int rotary;
@@ -65,6 +76,9 @@ typedef struct arch_desc {
   /* Read O (PATH names it in messages) into M (arch, shapes, every choice the config makes);
    * refuse in one line what the architecture does not compute. */
   fsdp_status (*hf_parse)(const json_t *o, const char *path, model_config *m);
+  /* Its dropout keys, {NULL, 0}-terminated: fsdpd applies no dropout, so a non-zero one is refused
+   * unless the job says [model] dropout = none (hfconfig.h's hf_config.dropout_key). */
+  const arch_dropout *dropout;
   /* fsdpd's own config.json for M (a model that came from no folder); a new reference. */
   json_t *(*hf_own_config)(const model_config *m);
 

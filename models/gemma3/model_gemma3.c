@@ -258,7 +258,8 @@ static void embed_backward(void *acts, const plan_t *p, float *droot, const int 
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]) */
   d->kern->act_axpby(d, a->dres, a->C, a->dres, a->C, (int64_t)a->B * a->T, a->C, a->escale, 0.0f);
-  d->kern->encoder_backward(d, GRAD(0, G3ROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C, NULL);
+  d->kern->encoder_backward(d, GRAD(0, G3ROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C,
+                           p->model.pad_token_id, NULL);   /* Gemma 3's embedding has a padding_idx too */
 }
 
 #undef PARAM

@@ -144,16 +144,20 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
   return hf_want_bool(o, path, "tie_word_embeddings", 1, "GPT-2's head is wte");
 }
 
-/* GPT-2's special token 50256 is named only when the vocabulary holds it. */
+/* GPT-2's special token 50256 is named only when the vocabulary holds it; the dropouts are 0, what
+ * fsdpd trained with (GPT2Config's defaults, where absent, are 0.1). */
 static json_t *hf_own_config(const model_config *m) {
   int npos = m->n_positions > 0 ? m->n_positions : m->seq_len;
   json_t *special = m->vocab_size > 50256 ? json_integer(50256) : json_null();
-  return json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:o, s:o}", "model_type", "gpt2",
-                   "architectures", "GPT2LMHeadModel", "n_layer", m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd,
-                   "vocab_size", m->vocab_size, "n_positions", npos, "n_ctx", npos, "activation_function", "gelu_new",
-                   "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "bos_token_id", special, "eos_token_id",
-                   json_incref(special));
+  return json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:b, s:o, s:o, s:f, s:f, s:f}", "model_type",
+                   "gpt2", "architectures", "GPT2LMHeadModel", "n_layer", m->n_layer, "n_head", m->n_head, "n_embd",
+                   m->n_embd, "vocab_size", m->vocab_size, "n_positions", npos, "n_ctx", npos, "activation_function",
+                   "gelu_new", "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "bos_token_id", special,
+                   "eos_token_id", json_incref(special), "embd_pdrop", 0.0, "attn_pdrop", 0.0, "resid_pdrop", 0.0);
 }
+
+/* GPT2LMHeadModel's: after the embeddings, on the attention weights, on each residual branch */
+static const arch_dropout dropout[] = {{"embd_pdrop", 0.1}, {"attn_pdrop", 0.1}, {"resid_pdrop", 0.1}, {NULL, 0}};
 
 static const arch_hf_key hf_keys[] = {
   {"arch", "model_type"}, {"n_layer", "n_layer"}, {"n_head", "n_head"}, {"n_embd", "n_embd"},
@@ -214,6 +218,7 @@ const arch_desc gpt2_arch = {
   .hf_keys = hf_keys,
   .hf_parse = hf_parse,
   .hf_own_config = hf_own_config,
+  .dropout = dropout,
   .root_numel = root_numel,
   .block_numel = block_numel,
   .n_decay = n_decay,

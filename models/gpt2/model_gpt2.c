@@ -246,7 +246,7 @@ void gpt2_embed_backward(gpt2_acts *a, const plan_t *p, float *droot, const int 
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
   d->kern->encoder_backward(d, model_grad(p, 0, ROOT_WTE, droot), model_grad(p, 0, ROOT_WPE, droot), a->dres, inp,
-                          a->B, a->T, a->C, a->arena.seg);
+                          a->B, a->T, a->C, -1, a->arena.seg);   /* GPT2Model's wte has no padding_idx */
 }
 
 /* ---------------------------------------------------------------- initialization */

@@ -103,6 +103,9 @@ fsdp_status llama_check(const model_config *m) {
     return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d is out of range; allowed: 1..1048576", m->ffn_dim);
   if (m->ffn_dim % 2)   /* bf16 (B,T,F) buffers of odd B·T would leave the next fp32 one misaligned (model_llama.c) */
     return fsdp_set_error(FSDP_ERR_INVALID, "ffn_dim = %d is odd; allowed: an even SwiGLU width", m->ffn_dim);
+  if (m->pad_token_id < -1 || m->pad_token_id >= m->vocab_size)
+    return fsdp_set_error(FSDP_ERR_RANGE, "pad_token_id = %d is not a token of the vocabulary; allowed: -1 (none) or "
+                          "0..%d (below vocab_size)", m->pad_token_id, m->vocab_size - 1);
   if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
     return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
                           "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
@@ -266,6 +269,19 @@ fsdp_status llama_hf_bool(const json_t *o, const char *path, const char *key, in
   return FSDP_OK;
 }
 
+/* pad_token_id: null or absent, none; else a row of the vocabulary (nn.Embedding refuses any other, and
+ * wraps a negative one, which fsdpd does not). */
+static fsdp_status llama_hf_pad(const json_t *o, const char *path, model_config *m) {
+  const json_t *x = json_object_get(o, "pad_token_id");
+  m->pad_token_id = -1;
+  if (!x || json_is_null(x)) return FSDP_OK;
+  if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= m->vocab_size)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: pad_token_id must be null or a token id in 0..%d (below vocab_size)",
+                          path, m->vocab_size - 1);
+  m->pad_token_id = (int)json_integer_value(x);
+  return FSDP_OK;
+}
+
 fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_dim_dflt, model_config *m) {
   TRY(hf_get_int(o, path, "num_hidden_layers", -1, &m->n_layer));
   TRY(hf_get_int(o, path, "num_attention_heads", -1, &m->n_head));
@@ -286,6 +302,7 @@ fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_di
   if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: hidden_act = %s is not computed by fsdpd; allowed: silu (SwiGLU)",
                           path, json_is_string(act) ? json_string_value(act) : "?");
+  TRY(llama_hf_pad(o, path, m));
   return hf_rope(o, path, m);
 }
 
@@ -307,19 +324,19 @@ json_t *llama_rope_scaling_json(const model_config *m) {
                    m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
 }
 
-/* fsdpd's byte-level Llama-family models have no special tokens, so bos/eos/pad are null (LlamaConfig's
- * defaults, 1 and 2, would stop generate() at a byte). */
+/* fsdpd's byte-level Llama-family models have no special tokens, so bos/eos are null (LlamaConfig's
+ * defaults, 1 and 2, would stop generate() at a byte); pad is the job's pad_token_id, null for none. */
 json_t *llama_own_config(const model_config *m, const char *architecture, const char *model_type) {
   int npos = m->n_positions > 0 ? m->n_positions : m->seq_len;
   return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:s, s:b, s:f, "
-                   "s:n, s:n, s:n}",
+                   "s:n, s:n, s:o}",
                    "architectures", architecture, "model_type", model_type, "hidden_size", m->n_embd,
                    "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
                    m->n_kv_head, "head_dim", llama_head_dim(m), "num_hidden_layers", m->n_layer, "vocab_size",
                    m->vocab_size, "max_position_embeddings", npos, "rms_norm_eps", m->norm_eps, "rope_theta",
                    m->rope_theta, "rope_scaling", llama_rope_scaling_json(m), "hidden_act", "silu",
                    "tie_word_embeddings", m->tie_embeddings, "initializer_range", 0.02, "bos_token_id",
-                   "eos_token_id", "pad_token_id");
+                   "eos_token_id", "pad_token_id", m->pad_token_id >= 0 ? json_integer(m->pad_token_id) : json_null());
 }
 
 static json_t *hf_own_config(const model_config *m) {
@@ -330,6 +347,8 @@ static json_t *hf_own_config(const model_config *m) {
   }
   return o;
 }
+
+const arch_dropout llama_dropout[] = {{"attention_dropout", 0}, {NULL, 0}};
 
 const arch_hf_key llama_hf_keys[] = {
   {"arch", "model_type"},
@@ -351,6 +370,7 @@ const arch_hf_key llama_hf_keys[] = {
   {"head_dim", "head_dim"},
   {"attention_bias", "attention_bias"},
   {"mlp_bias", "mlp_bias"},
+  {"pad_token_id", "pad_token_id"},
   {NULL, NULL},
 };
 
@@ -390,17 +410,21 @@ void llama_model_json(json_t *jm, const model_config *m) {
   json_object_set_new(jm, "head_dim", json_integer(llama_head_dim(m)));
   json_object_set_new(jm, "attention_bias", json_boolean(m->attention_bias));
   json_object_set_new(jm, "mlp_bias", json_boolean(m->mlp_bias));
+  json_object_set_new(jm, "pad_token_id", json_integer(m->pad_token_id));
 }
 
 int llama_manifest_fix(model_config *m) { return m->n_kv_head < 1 || m->ffn_dim < 1 ? -1 : 0; }
 
-/* head_dim and the biases (absent in checkpoints of an fsdpd without them: C / H, none); the
+/* head_dim, the biases and pad_token_id (absent in checkpoints of an fsdpd without them: C / H, none); the
  * descriptor's canonical() then sets the family's own choices (Qwen2's biases, Qwen3's norms). */
 void llama_manifest_read(const json_t *jm, model_config *m) {
   json_int_t hd = json_integer_value(json_object_get(jm, "head_dim"));
   m->head_dim = hd > 0 && hd <= 1024 ? (int)hd : 0;
   m->attention_bias = json_is_true(json_object_get(jm, "attention_bias"));
   m->mlp_bias = json_is_true(json_object_get(jm, "mlp_bias"));
+  const json_t *pad = json_object_get(jm, "pad_token_id");   /* absent: a checkpoint from before it, none */
+  m->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 && json_integer_value(pad) < m->vocab_size
+                        ? (int)json_integer_value(pad) : -1;
   arch_get(m->arch)->canonical(m);
 }
 
@@ -450,6 +474,9 @@ void llama_print_model(const model_config *m, FILE *f) {
   fprintf(f, "          %s%s%s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
                                                      : "untied: lm_head.weight is its own tensor", x[0] ? "; " : "",
           x[0] ? x + 2 : "");
+  if (m->pad_token_id >= 0)
+    fprintf(f, "; pad_token_id %d (the lookup does not train its row%s)", m->pad_token_id,
+            m->tie_embeddings ? "; the tied head does" : "");
   if (m->rope_scaling == ROPE_SCALING_LLAMA3)
     fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d\n",
             m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
@@ -470,7 +497,7 @@ const char *llama_flops_formula(const model_config *m) {
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
                                        "rope_low_freq_factor", "rope_high_freq_factor",
                                        "rope_original_max_position_embeddings", "head_dim", "attention_bias",
-                                       "mlp_bias", NULL};
+                                       "mlp_bias", "pad_token_id", NULL};
 const char *const llama_probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
 /* q|k|v run as one linear of rows NH·HD + 2·KV wide, gate|up as one of 2F (model_llama.c). */

@@ -43,7 +43,8 @@ void llama_print_model(const model_config *m, FILE *f);
 const char *llama_params_note(const model_config *m);
 const char *llama_no_emb_label(const model_config *m);
 const char *llama_flops_formula(const model_config *m);
-extern const arch_hf_key llama_hf_keys[];     /* LlamaConfig's names; every member's keys are among them */
+extern const arch_hf_key llama_hf_keys[];
+extern const arch_dropout llama_dropout[];    /* attention_dropout (0 where absent): every member's */     /* LlamaConfig's names; every member's keys are among them */
 extern const char *const llama_probe_names[];
 int llama_lora_modules(const model_config *m, arch_lora_module *out);
 
@@ -62,8 +63,10 @@ json_t *llama_rope_scaling_json(const model_config *m);
 void llama_canonical_head_dim(model_config *m);
 
 #define LLAMA_FAMILY_DESC                                                                                   \
-  .always_tied = 0, .tied_why = NULL, .rotary = 1, .hf_keys = llama_hf_keys, .root_numel = llama_root_numel, \
-  .block_numel = llama_block_numel, .n_decay = llama_n_decay, .lookup_numel = llama_lookup_numel,           \
+  .always_tied = 0, .tied_why = NULL, .tie_pair = {"model.embed_tokens.weight", "lm_head.weight"},          \
+  .rotary = 1, .hf_keys = llama_hf_keys, .root_numel = llama_root_numel,                                   \
+  .dropout = llama_dropout, .block_numel = llama_block_numel, .n_decay = llama_n_decay,                     \
+  .lookup_numel = llama_lookup_numel,                                                                      \
   .embed_numel = llama_embed_numel, .attn_dim = llama_attn_dim, .act = llama_act, .check = llama_check,     \
   .units = llama_units, .find = llama_find, .head_slot = llama_head_slot, .probe_names = llama_probe_names,  \
   .reads = "model.embed_tokens.weight, model.layers.0.…", .file_check = llama_file_check,                   \

@@ -253,7 +253,8 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {
   device_t *d = a->dev;
   if (!droot) return;   /* a frozen root ([lora]): nothing below the embedding needs a gradient */
-  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C, NULL);
+  d->kern->encoder_backward(d, GRAD(0, LROOT_EMBED, droot), NULL, a->dres, inp, a->B, a->T, a->C,
+                           p->model.pad_token_id, NULL);
 }
 
 #undef PARAM

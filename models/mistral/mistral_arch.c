@@ -127,12 +127,13 @@ static const arch_hf_key hf_keys[] = {
   {"rope_high_freq_factor", "high_freq_factor"},
   {"rope_original_max_position_embeddings", "original_max_position_embeddings"},
   {"sliding_window", "sliding_window"},
+  {"pad_token_id", "pad_token_id"},
   {NULL, NULL},
 };
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
                                        "rope_low_freq_factor", "rope_high_freq_factor",
-                                       "rope_original_max_position_embeddings", "sliding_window", NULL};
+                                       "rope_original_max_position_embeddings", "sliding_window", "pad_token_id", NULL};
 static const char *const probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
 const arch_desc mistral_arch = {
@@ -143,10 +144,12 @@ const arch_desc mistral_arch = {
   .why_not = "it is not a Mistral setting",
   .always_tied = 0,
   .tied_why = NULL,
+  .tie_pair = {"model.embed_tokens.weight", "lm_head.weight"},
   .rotary = 1,
   .hf_keys = hf_keys,
   .hf_parse = hf_parse,
   .hf_own_config = hf_own_config,
+  .dropout = llama_dropout,
   .root_numel = root_numel,
   .block_numel = block_numel,
   .n_decay = n_decay,

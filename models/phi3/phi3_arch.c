@@ -140,13 +140,6 @@ static const char *rope_type_of(const json_t *r) {
 
 /* What Phi3ForCausalLM computes and fsdpd does not: refused, naming the key. */
 static fsdp_status refuse_others(const json_t *o, const json_t *rope, const char *path) {
-  static const char *const dropout[] = {"attention_dropout", "resid_pdrop", "embd_pdrop", NULL};
-  for (int i = 0; dropout[i]; i++) {
-    double x = num_or_nan(o, dropout[i]);
-    if (!isnan(x) && x != 0)
-      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s = %g is dropout, which fsdpd does not compute; allowed: 0 "
-                            "(or absent)", path, dropout[i], x);
-  }
   double prf = num_or_nan(rope, "partial_rotary_factor");
   if (isnan(prf)) prf = num_or_nan(o, "partial_rotary_factor");
   if (!isnan(prf) && prf != 1)
@@ -268,6 +261,9 @@ static json_t *hf_own_config(const model_config *m) {
   return o;
 }
 
+/* Phi3ForCausalLM's: after the embeddings, on the attention weights, on each residual branch */
+static const arch_dropout dropout[] = {{"embd_pdrop", 0}, {"attention_dropout", 0}, {"resid_pdrop", 0}, {NULL, 0}};
+
 static const arch_hf_key hf_keys[] = {
   {"arch", "model_type"},
   {"n_layer", "num_hidden_layers"},
@@ -283,6 +279,7 @@ static const arch_hf_key hf_keys[] = {
   {"rope_scaling", "rope_type"},
   {"rope_original_max_position_embeddings", "original_max_position_embeddings"},
   {"rope_attention_factor", "attention_factor"},
+  {"pad_token_id", "pad_token_id"},
   {NULL, NULL},
 };
 
@@ -331,7 +328,7 @@ static void print_model(const model_config *m, FILE *f) {
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling",
                                        "rope_original_max_position_embeddings", "rope_short_factor",
-                                       "rope_attention_factor", NULL};
+                                       "rope_attention_factor", "pad_token_id", NULL};
 static const char *const probe_names[] = {"layers.0.self_attn.qkv_proj.weight", NULL};
 
 const arch_desc phi3_arch = {
@@ -342,9 +339,11 @@ const arch_desc phi3_arch = {
   .why_not = "it is not a Phi-3 setting",
   .always_tied = 0,
   .tied_why = NULL,
+  .tie_pair = {"model.embed_tokens.weight", "lm_head.weight"},
   .rotary = 1,
   .hf_keys = hf_keys,
   .hf_parse = hf_parse,
+  .dropout = dropout,
   .hf_own_config = hf_own_config,
   .root_numel = root_numel,
   .block_numel = block_numel,

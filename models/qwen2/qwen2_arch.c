@@ -48,7 +48,7 @@ static void canonical(model_config *m) {
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
                                        "rope_low_freq_factor", "rope_high_freq_factor",
-                                       "rope_original_max_position_embeddings", "head_dim", NULL};
+                                       "rope_original_max_position_embeddings", "head_dim", "pad_token_id", NULL};
 
 const arch_desc qwen2_arch = {
   LLAMA_FAMILY_DESC,

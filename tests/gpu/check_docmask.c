@@ -152,11 +152,11 @@ static void check_encoder_docs(void) {
   float *dwte = h_copy(pre_wte, VC), *dwpe = h_copy(pre_wpe, TC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre_wte, VC * sizeof(float)), *d_dwpe = d_upload(pre_wpe, TC * sizeof(float));
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C, seg);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, seg);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wte},
                 {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
   RUN_AND_COMPARE("encoder_backward(documents)", "encoder-docs", 0, bo,
-                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, d_seg, &g_ctx));
+                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, -1, d_seg, &g_ctx));
   CU(cudaMemset(d_out, 0xFF, BTC * sizeof(uint16_t)));   /* planted: positions running on */
   if (ops_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, NULL, &g_ctx) == FSDP_OK &&
       cudaStreamSynchronize(g_ctx.stream) == cudaSuccess)

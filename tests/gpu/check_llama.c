@@ -1,7 +1,7 @@
 /* check_llama — gpu_check's checks of the Llama family's operators of worker/cuda/ops_cuda.h (the
- * encoder without positions, linear with and without bias, RMSNorm, Qwen3's q/k norms, rotary
- * embeddings, SwiGLU, grouped-query attention, head_dim ≠ C / NH) and Gemma 3's (the norms' 1 + w,
- * GeGLU) against the CPU twins of
+ * encoder without positions (its backward skipping the pad row), linear with and without bias,
+ * RMSNorm, Qwen3's q/k norms, rotary embeddings, SwiGLU, grouped-query attention, head_dim ≠ C / NH)
+ * and Gemma 3's (the norms' 1 + w, GeGLU) against the CPU twins of
  * worker/ops/ops_cpu.h, on fresh random bf16 inputs. Tolerances: gpu_check.h. */
 #include <math.h>
 #include <stdio.h>
@@ -44,10 +44,11 @@ static void check_encoder_nopos(const shape *s) {
   float *dout = h_bf16_uniform(BTC, -1, 1), *pre = h_uniform(VC, -1, 1), *dwte = h_copy(pre, VC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre, VC * sizeof(float));
-  encoder_backward(dwte, NULL, dout, inp, B, T, C, NULL);
+  const int pad = inp[1];   /* a token of the batch as pad_token_id: its row keeps its value */
+  encoder_backward(dwte, NULL, dout, inp, B, T, C, pad, NULL);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre}};
-  RUN_AND_COMPARE("encoder_backward(dwpe NULL)", s->name, s->timed, bo,
-                  ops_cuda_encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, NULL, &g_ctx));
+  RUN_AND_COMPARE("encoder_backward(dwpe NULL, pad row)", s->name, s->timed, bo,
+                  ops_cuda_encoder_backward(d_dwte, NULL, d_dout, d_inp, B, T, C, pad, NULL, &g_ctx));
   free_all();
 }
 

@@ -56,11 +56,11 @@ static void check_encoder(const shape *s) {
   float *dwte = h_copy(pre_wte, VC), *dwpe = h_copy(pre_wpe, TC);
   void *d_dout = d_bf16(dout, BTC);
   float *d_dwte = d_upload(pre_wte, VC * sizeof(float)), *d_dwpe = d_upload(pre_wpe, TC * sizeof(float));
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, NULL);
   out_t bo[] = {{.name = "dwte", .ref = dwte, .dev = d_dwte, .n = VC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wte},
                 {.name = "dwpe", .ref = dwpe, .dev = d_dwpe, .n = TC, .kind = OUT_F32, .tol = TOL_BF16, .prefill = pre_wpe}};
   RUN_AND_COMPARE("encoder_backward", s->name, s->timed, bo,
-                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, NULL, &g_ctx));
+                  ops_cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C, -1, NULL, &g_ctx));
   /* dout read by dwpe and by the chains, dwpe and each distinct token's dwte row read and written,
    * the tokens and the links (next, has_prev) */
   const double rows = BT < V ? BT : V;

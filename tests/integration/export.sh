@@ -40,7 +40,8 @@ cfg = json.load(open(sys.argv[1]))
 want = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_head": 2,
         "n_embd": 32, "vocab_size": 64, "n_positions": 16, "n_ctx": 16,
         "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
-        "bos_token_id": None, "eos_token_id": None, "torch_dtype": "float32"}
+        "bos_token_id": None, "eos_token_id": None, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0,
+        "torch_dtype": "float32"}
 assert cfg == want, f"config.json: {cfg}"
 b = open(sys.argv[2], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]

@@ -126,7 +126,7 @@ job bad phi3_long 80 full
 refused "seq_len beyond longrope's short factors" "seq_len = 80 is above longrope's original_max_position_embeddings = 64"
 variant drop 'c["resid_pdrop"] = 0.1'
 job bad drop 32 full
-refused "dropout" "resid_pdrop = 0.1 is dropout, which fsdpd does not compute"
+refused "dropout" "resid_pdrop = 0.1, a dropout, which fsdpd does not apply"
 variant partial 'c["rope_parameters"]["partial_rotary_factor"] = 0.5'
 job bad partial 32 full
 refused "a partial rotary factor" "partial_rotary_factor = 0.5"
@@ -136,6 +136,8 @@ refused "a sliding window" "sliding_window = 16 is narrower than max_position_em
 variant dyn 'c["rope_parameters"]["rope_type"] = "dynamic"'
 job bad dyn 32 full
 refused "another rope type" "rope_type 'dynamic' is not computed by fsdpd for phi3"
+# the file alone (no config.json beside it): told by its names; beside its config.json: by its model_type
+mkdir -p "$tmp/bare" && cp "$tmp/phi3_plain/model.safetensors" "$tmp/bare/"
 cat > "$tmp/bad.ini" <<JOB
 [model]
 arch = llama
@@ -146,13 +148,15 @@ n_embd = 64
 ffn_dim = 96
 vocab_size = 256
 seq_len = 32
-init = $tmp/phi3_plain/model.safetensors
+init = $tmp/bare/model.safetensors
 [data]
 train = train.bin
 [fsdp]
 world_size = 2
 JOB
 refused "a Phi-3 file under arch = llama" "holds a Phi-3 model" plan
+sed -i "s|^init = .*|init = $tmp/phi3_plain/model.safetensors|" "$tmp/bad.ini"
+refused "a Phi-3 folder's file under arch = llama" "whose model_type is 'phi3', but the job has arch = llama" plan
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "phi3_hf: ${#failed[@]} part(s) failed:"

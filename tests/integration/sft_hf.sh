@@ -36,6 +36,7 @@ name = sft-$tag
 steps = 1
 [model]
 from = $m
+$([ $m = gpt2 ] && echo "dropout = none")   # GPT2Config's default dropout, which fsdpd does not apply
 seq_len = 32
 [data]
 train = train.bin

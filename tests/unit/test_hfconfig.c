@@ -123,6 +123,23 @@ static void test_family(void) {
   CHECK(h.model.head_dim == 32 && h.model.attention_bias);
 }
 
+/* pad_token_id read (null: -1; GPT-2 never has one); the first non-zero dropout noted, a key left out
+ * taking its config class's default (GPT2Config's 0.1, LlamaConfig's 0). */
+static void test_pad_dropout(void) {
+  hf_config h;
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"pad_token_id\": 3, \"attention_dropout\": 0.0}", &h));
+  CHECK(h.model.pad_token_id == 3 && !h.dropout_key[0]);
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"pad_token_id\": null, \"attention_dropout\": 0.25}", &h));
+  CHECK(h.model.pad_token_id == -1 && !strcmp(h.dropout_key, "attention_dropout") && h.dropout == 0.25 &&
+        !h.dropout_default);
+  CHECK_OK(parse("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 32, \"vocab_size\": 256, "
+                 "\"pad_token_id\": 7, \"embd_pdrop\": 0.0}", &h));
+  CHECK(h.model.pad_token_id == -1 && !strcmp(h.dropout_key, "attn_pdrop") && h.dropout == 0.1 && h.dropout_default);
+  CHECK(parse("{" LLAMA_SHAPE ", \"pad_token_id\": 300}", &h) == FSDP_ERR_FORMAT);   /* vocab_size 300 */
+  CHECK(strstr(fsdp_last_error(), "pad_token_id must be null or a token id in 0..299") != NULL);
+  CHECK(parse("{" LLAMA_SHAPE ", \"attention_dropout\": \"0.1\"}", &h) == FSDP_ERR_FORMAT);
+}
+
 /* One line naming what is not computed. */
 static void test_refused(void) {
   static const struct { const char *json, *needle; } bad[] = {
@@ -172,7 +189,7 @@ static void test_export_config(void) {
   json_decref(o);
   json_decref(src4);
   /* fsdpd's own: reads back as the model, with its positions, tie and rope */
-  model_config m = {.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .ffn_dim = 64,
+  model_config m = {.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .ffn_dim = 64,
                     .vocab_size = 99, .seq_len = 16, .n_positions = 4096, .norm_eps = 1e-6, .rope_theta = 5e5,
                     .tie_embeddings = 1, .rope_scaling = ROPE_SCALING_LLAMA3, .rope_factor = 8,
                     .rope_low_freq_factor = 1, .rope_high_freq_factor = 4, .rope_original_max_pos = 512};
@@ -198,6 +215,7 @@ int main(void) {
   test_gpt2();
   test_family();
   test_refused();
+  test_pad_dropout();
   test_export_config();
   return check_done();
 }

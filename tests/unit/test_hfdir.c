@@ -17,7 +17,7 @@
 
 static plan_t *planned(int world) {
   plan_t *p = NULL;
-  CHECK_OK(plan_of_model((model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8,
+  CHECK_OK(plan_of_model((model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8,
                               .ffn_dim = 16, .vocab_size = 40, .seq_len = 8, .norm_eps = 1e-5, .rope_theta = 1e4}, world, &p));
   return p;
 }

@@ -97,7 +97,7 @@ static void test_refusals(void) {
 static void test_llama_plan(void) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+  s.model = (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
                            .vocab_size = 64, .seq_len = 8, .ffn_dim = 24, .norm_eps = 1e-5, .rope_theta = 10000};
   s.batch_size = 1;
   s.lora.rank = 2;
@@ -123,7 +123,7 @@ static void test_llama_plan(void) {
 static void test_nf4_plan(void) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64,
+  s.model = (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64,
                            .vocab_size = 64, .seq_len = 8, .ffn_dim = 128, .norm_eps = 1e-5, .rope_theta = 10000};
   s.batch_size = 1;
   s.lora.rank = 2;
@@ -169,7 +169,7 @@ static void test_nf4_plan(void) {
 static void test_operators(void) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (model_config){.arch = ARCH_LLAMA, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+  s.model = (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
                            .vocab_size = 64, .seq_len = 4, .ffn_dim = 24, .norm_eps = 1e-5, .rope_theta = 10000};
   s.batch_size = 2;
   s.lora.rank = 3;

@@ -244,7 +244,7 @@ static double fwd_bwd(const plan_t *p, model_acts *a, float *wts, float *g, cons
  * 1e6 and the local base 1e4, head_dim 6 (≠ C / H = 4), qpas 8 (≠ head_dim), window 3 below T = 6. */
 static model_config gemma3(void) {
   /* arch: the model reads none of it (ARCH_GEMMA3 is models.def's, with the descriptor) */
-  model_config m = {.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .head_dim = 6,
+  model_config m = {.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .head_dim = 6,
                     .ffn_dim = 12, .vocab_size = 16, .seq_len = 6, .norm_eps = 1e-6, .rope_theta = 1e6,
                     .sliding_window = 3, .tie_embeddings = 1};
   m.ext[G3X_QUERY_PRE_ATTN_SCALAR] = 8;

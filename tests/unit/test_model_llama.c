@@ -156,7 +156,7 @@ static double ref_loss(const plan_t *p, double *const *w, const int *inp, const 
 
 /* A Llama of these sizes (norm_eps 1e-5, rope_theta 10000). */
 static model_config llama(int L, int H, int KV, int C, int F, int V, int T) {
-  return (model_config){.arch = ARCH_LLAMA, .n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T,
+  return (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T,
                         .n_kv_head = KV, .ffn_dim = F, .norm_eps = 1e-5, .rope_theta = 10000};
 }
 

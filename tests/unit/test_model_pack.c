@@ -67,9 +67,9 @@ static void running_encoder_forward(device_t *d, void *out, const int *inp, cons
   g_kern_base.encoder_forward(d, out, inp, wte, wpe, B, T, C, NULL);
 }
 static void running_encoder_backward(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                                     int T, int C, const int32_t *seg) {
+                                     int T, int C, int pad, const int32_t *seg) {
   (void)seg;
-  g_kern_base.encoder_backward(d, dwte, dwpe, dout, inp, B, T, C, NULL);
+  g_kern_base.encoder_backward(d, dwte, dwpe, dout, inp, B, T, C, pad, NULL);
 }
 
 static void set_fault(fault f) {
@@ -203,7 +203,7 @@ static model_config gpt2(void) {
 }
 
 static model_config llama(void) {
-  return (model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_embd = 16, .vocab_size = 32,
+  return (model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 2, .n_head = 4, .n_embd = 16, .vocab_size = 32,
                         .seq_len = T_ROW, .n_kv_head = 2, .ffn_dim = 12, .norm_eps = 1e-5, .rope_theta = 10000,
                         .n_positions = 64};
 }

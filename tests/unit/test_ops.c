@@ -63,7 +63,7 @@ static void test_encoder(void) {
   double *pre_wte = dnew(V * C), *pre_wpe = dnew(T * C);
   frand(dwte, pre_wte, V * C, 1.0);
   frand(dwpe, pre_wpe, T * C, 1.0);
-  encoder_backward(dwte, dwpe, dout, inp, B, T, C, NULL);
+  encoder_backward(dwte, dwpe, dout, inp, B, T, C, -1, NULL);
   fd_grad(g_wte, wte_d, V * C, enc_objective, &x);
   fd_grad(g_wpe, wpe_d, T * C, enc_objective, &x);
   for (int i = 0; i < V * C; i++) g_wte[i] += pre_wte[i];
@@ -664,7 +664,7 @@ static void test_thread_independence(void) {
     omp_set_num_threads(threads[k]);
     attention_backward(dq[k], datt, dout, qkv, att, B, T, C, NH, NH, NULL, 0);
     attention_backward(dg[k], datt, dout, qkv, att_g, B, T, C, NH, NKV, NULL, 0);
-    encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C, NULL);
+    encoder_backward(dwte[k], dwpe[k], dout, inp, B, T, C, -1, NULL);
     layernorm_backward(dx[k], dw[k], db[k], qkv, dout, wt, mean, rstd, B, T, C);
   }
   omp_set_num_threads(saved);

@@ -33,11 +33,19 @@ static void test_encoder_no_wpe(void) {
     for (int c = 0; c < C; c++) ref[bt * C + c] = wte[inp[bt] * C + c];
   expect_close("encoder_forward out, wpe NULL", ref, out, N, 0.0, 0.0);
   frand(dwte, pre, V * C, 1.0);
-  encoder_backward(dwte, NULL, dout, inp, B, T, C, NULL);
+  encoder_backward(dwte, NULL, dout, inp, B, T, C, -1, NULL);
   for (int i = 0; i < V * C; i++) ref[i] = pre[i];
   for (int bt = 0; bt < B * T; bt++)
     for (int c = 0; c < C; c++) ref[inp[bt] * C + c] += dout[bt * C + c];
   expect_close("encoder_backward dwte (+=), dwpe NULL", ref, dwte, V * C, FWD_ATOL, FWD_RTOL);
+  /* pad_token_id = inp[1] (a token of the batch): its row keeps its value, every other row as above */
+  const int pad = inp[1];
+  frand(dwte, pre, V * C, 1.0);
+  encoder_backward(dwte, NULL, dout, inp, B, T, C, pad, NULL);
+  for (int i = 0; i < V * C; i++) ref[i] = pre[i];
+  for (int bt = 0; bt < B * T; bt++)
+    for (int c = 0; c < C && inp[bt] != pad; c++) ref[inp[bt] * C + c] += dout[bt * C + c];
+  expect_close("encoder_backward dwte, pad row untouched", ref, dwte, V * C, FWD_ATOL, FWD_RTOL);
   free(wte), free(out), free(dout), free(dwte), free(pre), free(ref);
 }
 
@@ -415,7 +423,7 @@ static void test_cpu_device_slots(void) {
       swiglu_forward(b[S_SW], gu, BT, F);
       swiglu_backward(b[S_DGU], gu, b[S_SW], BT, F);
       encoder_forward(b[S_ENC], inp, w, NULL, B, T, C, NULL);
-      encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, NULL);
+      encoder_backward(b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, -1, NULL);
     } else {
       const dev_kernels *o = d->kern;
       o->linear_forward(d, b[S_LIN], x, w, NULL, BT, C3, OC);
@@ -429,7 +437,7 @@ static void test_cpu_device_slots(void) {
       o->swiglu_forward(d, b[S_SW], gu, BT, F);
       o->swiglu_backward(d, b[S_DGU], gu, b[S_SW], BT, F);
       o->encoder_forward(d, b[S_ENC], inp, w, NULL, B, T, C, NULL);
-      o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, NULL);
+      o->encoder_backward(d, b[S_DWTE], NULL, b[S_ENC], inp, B, T, C, -1, NULL);
       CHECK_OK(d->op->sync(d));
     }
   }

@@ -561,7 +561,7 @@ static void test_shards(void) {
 
 /* A small Llama with grouped-query attention. */
 static plan_t *planned_llama(int world, shard_mode sharding) {
-  return planned_model((model_config){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+  return planned_model((model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
                                       .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5,
                                       .rope_theta = 10000},
                        world, sharding);
@@ -715,7 +715,7 @@ static void test_unused(void) {
 /* Phi-3: the fused qkv_proj and gate_up_proj of a file land in Llama's slots exactly (q, k, v and
  * gate, up adjacent), on any world size; st_save_units writes them fused, with the file's names. */
 static void test_phi3_fused(void) {
-  model_config m = {.arch = ARCH_PHI3, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8, .ffn_dim = 12,
+  model_config m = {.arch = ARCH_PHI3, .pad_token_id = -1, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 8, .ffn_dim = 12,
                     .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000};
   plan_t *p1 = planned_model(m, 1, SHARD_NONE), *p3 = planned_model(m, 3, SHARD_FULL);
   if (!p1 || !p3) return;

@@ -16,7 +16,7 @@
 
 static plan_t *planned(int world) {
   plan_t *p = NULL;
-  CHECK_OK(plan_of_model((model_config){.arch = ARCH_LLAMA, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+  CHECK_OK(plan_of_model((model_config){.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
                               .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000}, world, &p));
   return p;
 }

@@ -411,9 +411,9 @@ static void cu_encoder_forward(device_t *dd, void *out, const int *inp, const vo
 }
 
 static void cu_encoder_backward(device_t *dd, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
-                                int C, const int32_t *seg) {
+                                int C, int pad, const int32_t *seg) {
   cuda_dev *d = cd(dd);
-  OP(d, ops_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, seg, &d->ctx), "encoder_backward");
+  OP(d, ops_cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C, pad, seg, &d->ctx), "encoder_backward");
 }
 
 static void cu_layernorm_forward(device_t *dd, void *out, float *mean, float *rstd, const void *inp, const void *w,

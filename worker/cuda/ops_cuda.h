@@ -75,9 +75,10 @@ fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf
 /* dwte (V,C) and dwpe (T,C) fp32 +=. Deterministic: each dwte row is summed over its token's
  * occurrences in position order (a first pass links every position to the next one holding the
  * same token; needs 2·B·T ints of workspace), each dwpe element over b in order (with SEG: over the
- * tokens at that position in their documents, row by row, in position order). dwpe may be NULL. */
+ * tokens at that position in their documents, row by row, in position order). dwpe may be NULL.
+ * dwte's row PAD gets nothing (padding_idx; −1: none). */
 fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
-                                      int C, const int32_t *seg, const ops_cuda_ctx *ctx);
+                                      int C, int pad, const int32_t *seg, const ops_cuda_ctx *ctx);
 
 /* ---- LayerNorm over C, eps 1e-5; mean and rstd (B·T, fp32) saved for backward ---- */
 fsdp_status ops_cuda_layernorm_forward(ops_bf16 *out, float *mean, float *rstd, const ops_bf16 *inp,

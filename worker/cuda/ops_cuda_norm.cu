@@ -126,16 +126,16 @@ __global__ void __launch_bounds__(ENC_TILE) encoder_link_kernel(int *__restrict_
   }
 }
 
-/* One block per position i that starts a chain (the first occurrence of its token): dwte[tok, c]
- * += Σ over the chain of dout[j, c], positions in order. VEC: the block's threads cover the whole
+/* One block per position i that starts a chain (the first occurrence of its token) other than PAD's:
+ * dwte[tok, c] += Σ over the chain of dout[j, c], positions in order. VEC: the block's threads cover the whole
  * row, 8 columns each (128-bit loads of dout), so the chain is walked once; else a thread per
  * column, the chain walked once per blockDim columns. */
 template <bool VEC>
 __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const ops_bf16 *__restrict__ dout,
                                     const int *__restrict__ inp, const int *__restrict__ next,
-                                    const int *__restrict__ has_prev, int C) {
+                                    const int *__restrict__ has_prev, int C, int pad) {
   const int i = blockIdx.x;
-  if (has_prev[i]) return;
+  if (has_prev[i] || (inp[i] == pad && !OPS_FAULT("pad_row"))) return;   /* planted: the pad row trained */
   float *row = dwte + (int64_t)inp[i] * C;
   if (VEC) {
     for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) { /* once for C ≤ 8·1024 */
@@ -167,7 +167,7 @@ fsdp_status ops_cuda_encoder_forward(ops_bf16 *out, const int *inp, const ops_bf
 }
 
 fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *dout, const int *inp, int B, int T,
-                                      int C, const int32_t *seg, const ops_cuda_ctx *ctx) {
+                                      int C, int pad, const int32_t *seg, const ops_cuda_ctx *ctx) {
   static const char *what = "encoder_backward";
   const int BT = B * T;
   if ((int64_t)BT * C <= 0) return FSDP_OK;
@@ -190,10 +190,10 @@ fsdp_status ops_cuda_encoder_backward(float *dwte, float *dwpe, const ops_bf16 *
   LAUNCH_CHECK(what);
   if (C % 8 == 0 && ops_aligned16(dout)) {
     const int packs = C / 8, threads = packs >= 1024 ? 1024 : (packs + 31) / 32 * 32;
-    encoder_dwte_kernel<true><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+    encoder_dwte_kernel<true><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C, pad);
   } else {
     const int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
-    encoder_dwte_kernel<false><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C);
+    encoder_dwte_kernel<false><<<BT, threads, 0, ctx->stream>>>(dwte, dout, inp, next, has_prev, C, pad);
   }
   LAUNCH_CHECK(what);
   return FSDP_OK;

@@ -132,11 +132,12 @@ typedef struct dev_kernels {
   /* ---- the model's operators (ops_cpu.h has the math; llm.c's argument order) ---- */
   /* encoder: wpe (and dwpe) NULL for models without learned positions (Llama): out = wte[inp].
    * SEG: the device copy of the rows' documents (model_set_docs; NULL: one per row): wpe's row is the
-   * token's position in its document (ops/docmask.h). */
+   * token's position in its document (ops/docmask.h). The backward skips dwte's row PAD (the
+   * model's pad_token_id, nn.Embedding's padding_idx; −1: none); dwpe takes every token. */
   void (*encoder_forward)(device_t *d, void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C,
                           const int32_t *seg);
   void (*encoder_backward)(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C,
-                           const int32_t *seg);
+                           int pad, const int32_t *seg);
   void (*layernorm_forward)(device_t *d, void *out, float *mean, float *rstd, const void *inp, const void *w,
                             const void *b, int B, int T, int C);
   void (*layernorm_backward)(device_t *d, void *dinp, float *dw, float *db, const void *dout, const void *inp,

@@ -329,11 +329,11 @@ static void cpu_encoder_forward(device_t *d, void *out, const int *inp, const vo
 
 static void run_encoder_backward(cpu_dev *d, const targ *a) {
   (void)d;
-  encoder_backward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i, a[7].p);
+  encoder_backward(a[0].p, a[1].p, a[2].p, a[3].p, (int)a[4].i, (int)a[5].i, (int)a[6].i, (int)a[7].i, a[8].p);
 }
 static void cpu_encoder_backward(device_t *d, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                                 int T, int C, const int32_t *seg) {
-  SUBMIT(d, run_encoder_backward, P(dwte), P(dwpe), P(dout), P(inp), I(B), I(T), I(C), P(seg));
+                                 int T, int C, int pad, const int32_t *seg) {
+  SUBMIT(d, run_encoder_backward, P(dwte), P(dwpe), P(dout), P(inp), I(B), I(T), I(C), I(pad), P(seg));
 }
 
 static void run_layernorm_forward(cpu_dev *d, const targ *a) {

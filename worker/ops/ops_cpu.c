@@ -110,7 +110,7 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
 
 /* Split by channel block: a token that occurs twice adds into the same dwte row, so splitting by
  * token would race; splitting by channel keeps each float with one thread, summed in token order. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C, int pad,
                       const int32_t *seg) {
   int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static)
@@ -118,7 +118,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     int c0 = blk * COL_BLOCK, n = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
     for (int bt = 0; bt < B * T; bt++) {
       const float *d = dout + (size_t)bt * C + c0;
-      axpy(dwte + (size_t)inp[bt] * C + c0, 1.0f, d, n);
+      if (inp[bt] != pad) axpy(dwte + (size_t)inp[bt] * C + c0, 1.0f, d, n);
       if (dwpe) axpy(dwpe + (size_t)doc_pos(seg, bt, bt % T) * C + c0, 1.0f, d, n);
     }
   }

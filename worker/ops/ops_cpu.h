@@ -15,10 +15,11 @@
 #include "ops/rope.h"
 
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[pos,:], pos = t, or with documents (SEG, ops/docmask.h; NULL:
- * one per row) t − seg[b·T + t]; wpe (and dwpe) NULL: no learned positions (Llama). */
+ * one per row) t − seg[b·T + t]; wpe (and dwpe) NULL: no learned positions (Llama). The backward adds
+ * nothing into dwte's row PAD (nn.Embedding's padding_idx: the lookup never trains it; −1: none). */
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
                      const int32_t *seg);
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C, int pad,
                       const int32_t *seg);
 
 /* LayerNorm over C with eps 1e-5; mean and rstd are (B*T) and saved for backward. */
