@@ -32,8 +32,9 @@
  * its key tile, and scores outside a row's [lo, t] are masked like the causal ones (the forward
  * keeps each query row's lo in TILE ints of shared memory, beside the tiles).
  * Head size 64 uses 64×64 tiles (forward 66 KB of shared memory, backward 100 KB); head size 128,
- * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so each launch raises the kernel's
- * dynamic limit first (cudaFuncSetAttribute) and checks it against the device's opt-in maximum.
+ * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so the first launch of each kernel on a
+ * device raises its dynamic limit (ops_smem_opt_in: checked against the opt-in maximum, then
+ * cudaFuncSetAttribute), and later launches make no host call but the launch.
  * The kernels have no static shared arrays: the dynamic size is the whole footprint.
  */
 #include "ops_cuda_common.cuh"
@@ -447,25 +448,14 @@ static fsdp_status attention_args(int B, int C, int NH, int NKV, const char *wha
   return FSDP_OK;
 }
 
-/* Raise KERNEL's dynamic shared-memory limit to BYTES, after checking the device allows it. */
-template <typename Kern> static fsdp_status smem_opt_in(Kern kernel, size_t bytes, const char *what) {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev), what);
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
-  if (bytes > (size_t)optin)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory per block; this GPU allows %d",
-                          what, bytes, optin);
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
-  return FSDP_OK;
-}
-
 template <int D, int TILE>
 static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C,
                                             int NH, int NKV, const int32_t *seg, int window,
                                             const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward";
   using K = att_cfg<D, TILE>;
-  TRY(smem_opt_in(attention_forward_kernel<D, TILE>, K::fwd_smem, what));
+  static ops_smem_once once;
+  TRY(ops_smem_opt_in(&once, attention_forward_kernel<D, TILE>, K::fwd_smem, ctx, what));
   dim3 grid((T + TILE - 1) / TILE, NH, B);
   attention_forward_kernel<D, TILE><<<grid, ATT_THREADS, K::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
                                                                                      NKV, attn_scale(D), seg, window);
@@ -479,8 +469,9 @@ static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dou
                                              int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   using K = att_cfg<D, TILE>;
-  TRY(smem_opt_in(attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, what));
-  TRY(smem_opt_in(attention_backward_dq_kernel<D, TILE>, K::bwd_smem, what));
+  static ops_smem_once once_dkv, once_dq;
+  TRY(ops_smem_opt_in(&once_dkv, attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, ctx, what));
+  TRY(ops_smem_opt_in(&once_dq, attention_backward_dq_kernel<D, TILE>, K::bwd_smem, ctx, what));
   const int nt = (T + TILE - 1) / TILE;
   attention_backward_dkv_kernel<D, TILE><<<dim3(nt, NKV, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
       dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
