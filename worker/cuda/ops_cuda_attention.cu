@@ -514,6 +514,17 @@ void ops_cuda_attention_note(char *buf, size_t n) {
   snprintf(buf, n, "%s", g_attn_note);
 }
 
+/* The implementation a call runs first: cuDNN's graph expresses the causal mask and the sliding
+ * window, not packed documents (docs/gpu.md), so with SEG the tensor-core kernels run, said once. */
+static ops_attn_impl impl_for(const int32_t *seg) {
+  static std::atomic<bool> said(false);
+  ops_attn_impl impl = ops_cuda_attention_selected();
+  if (!seg || impl != OPS_ATTN_CUDNN) return impl;
+  if (!said.exchange(true))
+    log_info("attention: packed documents run the tensor-core kernels (cuDNN's graph here has no document mask)");
+  return OPS_ATTN_TC;
+}
+
 /* cuDNN's answer: FSDP_ERR_UNSUPPORTED means "run the tensor-core kernel" (its reason kept). */
 static bool cudnn_fell_back(fsdp_status rc, const char *why) {
   if (rc != FSDP_ERR_UNSUPPORTED) return false;
@@ -526,11 +537,10 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
                                        int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  ops_attn_impl impl = ops_cuda_attention_selected();
-  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
+  ops_attn_impl impl = impl_for(seg);
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
-    fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx, why, sizeof why);
+    fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, window, ctx, why, sizeof why);
     if (!cudnn_fell_back(rc, why)) {
       g_attn_ran[0].store((int)OPS_ATTN_CUDNN);
       return rc;
@@ -551,12 +561,11 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
   static const char *what = "attention_backward";
   TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  ops_attn_impl impl = ops_cuda_attention_selected();
-  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
+  ops_attn_impl impl = impl_for(seg);
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
-    fsdp_status rc =
-        ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, ctx, why, sizeof why);
+    fsdp_status rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, window, ctx,
+                                                  why, sizeof why);
     if (!cudnn_fell_back(rc, why)) {
       g_attn_ran[1].store((int)OPS_ATTN_CUDNN);
       return rc;
