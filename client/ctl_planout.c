@@ -273,6 +273,12 @@ void ctl_plan_print(const plan_t *p, FILE *f, uint64_t device_bytes) {
   fprintf(f, " %16s  %s (%.2f %s)\n", human_count((int64_t)(fl + 0.5), a, sizeof a),
           ad->flops_formula(m),
           fl >= 1e9 ? fl / 1e9 : fl / 1e6, fl >= 1e9 ? "GFLOP" : "MFLOP");
+  if (p->vocab_padded != m->vocab_size) {
+    put_label(f, "padded classifier", 24);
+    fprintf(f, " %16s  6·(Vp − V)·C: V=%d padded to Vp=%lld on CUDA (+%.2f%%)\n",
+            human_count((int64_t)(p->pad_flops_per_token + 0.5), a, sizeof a), m->vocab_size,
+            (long long)p->vocab_padded, 100.0 * p->pad_flops_per_token / fl);
+  }
 
   fprintf(f, "\nUnits (each flat buffer padded to a multiple of %d x %d elements)\n", p->shard_world, PLAN_PAD_ALIGN);
   fprintf(f, "  %4s %-9s %7s %13s %13s %13s %15s\n", "unit", "name", "tensors", "numel", "padded", "shard_numel",
@@ -380,6 +386,8 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
   json_object_set_new(root, "n_params", jint(p->n_params));
   json_object_set_new(root, "n_params_no_emb", jint(p->n_params_no_emb));
   json_object_set_new(root, "flops_per_token", json_real(p->flops_per_token));
+  json_object_set_new(root, "vocab_padded", jint(p->vocab_padded));
+  json_object_set_new(root, "pad_flops_per_token", json_real(p->pad_flops_per_token));
   json_object_set_new(root, "shard_total", jint(p->shard_total));
 
   json_t *units = json_array();

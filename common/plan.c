@@ -46,9 +46,12 @@ int64_t plan_classifier_chunk(int64_t BT, int64_t V) {
   return (BT + n - 1) / n;
 }
 
-int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V) {
+int64_t plan_vocab_padded(device_kind dev, int64_t V) { return dev == DEVICE_CPU ? V : round_up(V, 128); }
+
+int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C) {
   if (dev == DEVICE_CPU) return 4 * BT * V;
-  return 2 * plan_classifier_chunk(BT, V) * round_up(V, 128);
+  int64_t Vp = plan_vocab_padded(dev, V), head = Vp == V ? 0 : Vp * C * (2 + 4);
+  return 2 * plan_classifier_chunk(BT, V) * Vp + head;
 }
 
 int64_t plan_stage_bytes(const plan_t *p) {
@@ -70,6 +73,7 @@ typedef struct model_in {
   device_kind device;
   ackpt_mode ackpt;
   offload_mode offload;
+  int docs;           /* rows may hold several documents: the device copy of their starts (plan_t.docs) */
 } model_in;
 
 typedef struct unit_sizes {
@@ -133,6 +137,8 @@ static void model_memory(const model_in *in, uint64_t mem[MEM_NCAT], uint64_t *t
   /* plus the step's token ids: inputs and targets of G micro-batches, B·T int32 each */
   mem[MEM_ACTIVATIONS] = L * (uint64_t)a.block_bytes + (uint64_t)a.block_ws_bytes + (uint64_t)a.root_bytes +
                          8 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len * (uint64_t)in->grad_accum;
+  /* and, where rows may hold several documents, their starts: B·T int32 (model_set_docs) */
+  if (in->docs) mem[MEM_ACTIVATIONS] += 4 * (uint64_t)in->batch_size * (uint64_t)in->m.seq_len;
   mem[MEM_WORKSPACE] = (uint64_t)(a.head_ws_bytes > a.bwd_ws_bytes ? a.head_ws_bytes : a.bwd_ws_bytes);
   /* the CUDA device's own: the ops workspace, its scalars, AdamW's decay segments (one per 2-D tensor) */
   if (in->device == DEVICE_CUDA)
@@ -191,6 +197,10 @@ static void model_comm(const model_in *in, shard_mode mode, uint64_t sent[COLL_N
 
 /* What plan_build needs from a spec, checked so the arithmetic cannot overflow (the limits are
  * jobspec's ranges: a spec that came over the wire is checked again here). */
+int plan_docs_of(const jobspec_t *s) {
+  return s->pack && ((s->train[0] && !s->synthetic) || (s->val[0] && !s->val_synthetic));
+}
+
 static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *in) {
   const model_config *m = &s->model;
   if (world <= 0) world = s->world_size;
@@ -238,7 +248,7 @@ static fsdp_status model_in_from_spec(const jobspec_t *s, int world, model_in *i
   *in = (model_in){.m = *m, .world = world, .group = group, .batch_size = s->batch_size, .grad_accum = s->grad_accum,
                    .prefetch = s->prefetch, .sharding = s->sharding,
                    .param_dtype = s->param_dtype, .reduce_dtype = s->reduce_dtype, .device = s->device,
-                   .ackpt = s->ackpt, .offload = s->offload};
+                   .ackpt = s->ackpt, .offload = s->offload, .docs = plan_docs_of(s)};
   in->m.n_kv_head = nkv;
   d->canonical(&in->m);
   return FSDP_OK;
@@ -287,6 +297,7 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->offload = in.offload;
   p->batch_size = in.batch_size;
   p->grad_accum = in.grad_accum;
+  p->docs = in.docs;
   p->nunits = 1 + m->n_layer;
   p->units = calloc((size_t)p->nunits, sizeof *p->units);
   if (!p->units) {
@@ -313,6 +324,8 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
    * and weighted sum, 12·L·C·T (PaLM, appendix B). */
   double attn = d->attn_dim ? (double)d->attn_dim(m) : (double)C;   /* queries' width: C, or NH·HD */
   p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * (double)L * attn * (double)m->seq_len;
+  p->vocab_padded = plan_vocab_padded(in.device, m->vocab_size);
+  p->pad_flops_per_token = 6.0 * (double)(p->vocab_padded - m->vocab_size) * (double)C;
   p->n_decay = (int)d->n_decay(m);
   p->act = d->act(m, in.batch_size, in.device, in.ackpt);
   model_memory(&in, p->mem, &p->mem_total, &p->host_bytes);
@@ -344,14 +357,15 @@ const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit
 
 int plan_head_slot(const plan_t *p) { return arch_of(&p->model)->head_slot(&p->model); }
 
-int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) {
-  if (!spec) return 0;
+/* docs: plan_docs_of(spec), or the plan's where the spec is rebuilt from one (plan_min_world_of) */
+static int min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world, int docs) {
   if (max_world > PLAN_MAX_WORLD) max_world = PLAN_MAX_WORLD;
   for (int w = 1; w <= max_world; w++) {
     model_in in;
     if (spec->sharding == SHARD_HYBRID && (spec->shard_group < 1 || w % spec->shard_group || w == spec->shard_group))
       continue;   /* hybrid worlds are multiples of G; the memory is G's at every one */
     if (model_in_from_spec(spec, w, &in) != FSDP_OK) return 0;
+    in.docs = docs;
     uint64_t mem[MEM_NCAT], total;
     model_memory(&in, mem, &total, NULL);
     if (total <= device_bytes) return w;
@@ -359,11 +373,15 @@ int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) 
   return 0;
 }
 
+int plan_min_world(const jobspec_t *spec, uint64_t device_bytes, int max_world) {
+  return spec ? min_world(spec, device_bytes, max_world, plan_docs_of(spec)) : 0;
+}
+
 static model_in in_from_plan(const plan_t *p) {
   return (model_in){.m = p->model, .world = p->world, .group = p->shard_world, .batch_size = p->batch_size, .grad_accum = p->grad_accum,
                     .prefetch = p->prefetch, .sharding = p->sharding,
                     .param_dtype = p->param_dtype, .reduce_dtype = p->reduce_dtype, .device = p->device,
-                    .ackpt = p->ackpt, .offload = p->offload};
+                    .ackpt = p->ackpt, .offload = p->offload, .docs = p->docs};
 }
 
 int plan_min_world_of(const plan_t *p, uint64_t device_bytes) {
@@ -380,7 +398,7 @@ int plan_min_world_of(const plan_t *p, uint64_t device_bytes) {
   s.device = p->device;
   s.ackpt = p->ackpt;
   s.offload = p->offload;
-  return plan_min_world(&s, device_bytes, PLAN_MAX_WORLD);
+  return min_world(&s, device_bytes, PLAN_MAX_WORLD, p->docs);
 }
 
 void plan_sent_bytes_if(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]) {

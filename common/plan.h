@@ -38,8 +38,9 @@
  *                  none: 0, or 2·S with reduce bf16 (the rounded gradient being all-reduced)
  *                  hybrid: as full, + 2·S with reduce bf16 (the rounded shard all-reduced across groups)
  *                  every mode: + 4·PLAN_STEP_SCALARS (the step's scalars on the device)
- *   activations  = L·act.block_bytes + act.block_ws_bytes + act.root_bytes + 8·B·T·G   (the last term: the
- *                  step's token ids; block_ws is 0 without activation checkpointing)
+ *   activations  = L·act.block_bytes + act.block_ws_bytes + act.root_bytes + 8·B·T·G (+ 4·B·T with docs)
+ *                  (the step's token ids, and the rows' document starts where they may be packed:
+ *                  plan_docs_of; block_ws is 0 without activation checkpointing)
  *                  cpu: 4·(L·block_saved + block_ws + root_saved); cuda: act elements in bf16, statistics fp32
  *   workspace    = max(act.head_ws_bytes, act.bwd_ws_bytes)   cpu: 4·max(head_ws, bwd_ws)
  *                  cuda: + PLAN_CUDA_WORKSPACE_BYTES (cuBLASLt and reductions) + PLAN_CUDA_SCALAR_BYTES
@@ -167,9 +168,18 @@ int64_t plan_attention_scratch_floats(device_kind dev, int64_t B, int64_t T, int
  * shorter). Each chunk reads and writes the fp32 dwte once (its GEMM's beta = 1), so fewer is
  * faster: GPT-2 124M at B·T = 16384 is one chunk (1.65 GB). */
 int64_t plan_classifier_chunk(int64_t BT, int64_t V);
-/* Bytes of the classifier's logits scratch for BT rows: BT·V fp32 on the CPU; on CUDA one chunk of
- * plan_classifier_chunk rows of V rounded up to 128, bf16 (ops_cuda_classifier_scratch_bytes). */
-int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V);
+/* Whether SPEC's rows may hold several documents: pack = true with a token file (train or val) that
+ * may be masked (a synthetic stream never is). The worker then allocates the rows' document starts,
+ * B·T int32 of activations, up front (model_set_docs), and the plan counts them. */
+int plan_docs_of(const jobspec_t *s);
+/* The vocabulary the classifier's GEMMs run over: V on the CPU; on CUDA Vp = V rounded up to a
+ * multiple of 128 (llm.c's padded vocabulary; zero rows that exist only inside the classifier
+ * call, never in a unit, a checkpoint or an export: worker/cuda/ops_cuda_classifier.cu). */
+int64_t plan_vocab_padded(device_kind dev, int64_t V);
+/* Bytes of the classifier's scratch for BT rows of C channels: BT·V fp32 on the CPU; on CUDA one
+ * chunk of plan_classifier_chunk rows of Vp bf16 logits, plus, when Vp ≠ V, the padded head (Vp·C
+ * bf16) and its gradient (Vp·C fp32): ops_cuda_classifier_scratch_bytes. */
+int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C);
 
 /* LoRA ([lora], docs/models.md "LoRA"; common/plan_lora.c): the base is frozen and every block carries
  * adapters on its target projections: A [r, in] and B [out, r] (nn.Linear's layout, peft's names
@@ -229,6 +239,8 @@ typedef struct plan {
   ackpt_mode ackpt;             /* activation checkpointing */
   offload_mode offload;
   int batch_size, grad_accum;   /* B, G */
+  int docs;                     /* rows may hold several documents (plan_docs_of): the B·T int32 device
+                                   copy of their starts is allocated with the activations */
   int nunits;            /* 1 + n_layer */
   plan_unit *units;
   int64_t shard_total;   /* S = Σ shard_numel: the length of every rank's concatenated shard */
@@ -243,6 +255,9 @@ typedef struct plan {
                                    lookup is no matmul, lm_head is; GQA shares k and v but every query head
                                    still scores T keys, so the attention term is unchanged); a tied Llama
                                    6·Ψ + 12·L·C·T (its one embedding tensor is the head's matmul) */
+  int64_t vocab_padded;         /* the classifier GEMMs' vocabulary: V, or on CUDA Vp (plan_vocab_padded) */
+  double pad_flops_per_token;   /* what the padded rows add on CUDA, 6·(Vp − V)·C (not in flops_per_token,
+                                   which counts the model's FLOPs, as MFU does) */
   int n_decay;                  /* 2-D tensors (AdamW decays them): GPT-2 2 + 4·L, Llama 2 + 7·L (tied 1 + 7·L) */
   plan_act act;
   plan_lora lora;               /* lora.rank 0: no LoRA */

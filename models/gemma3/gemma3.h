@@ -69,7 +69,7 @@ static inline plan_act gemma3_act(const model_config *m, int B, device_kind dev,
   const int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, NH);
   const int64_t DATT = plan_attention_scratch_floats(dev, B, T, NH, HD);
   const int64_t e = dev == DEVICE_CPU ? 4 : 2;
-  int64_t logits = plan_logits_bytes(dev, BT, V);
+  int64_t logits = plan_logits_bytes(dev, BT, V, C);
   if (logits < e * BTC) logits = e * BTC;
   const int64_t acts = BT * (6 * C + QD + 2 * Q + 3 * F), stats = BT * (4 + NH + NKV) + ATT;
   const int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;

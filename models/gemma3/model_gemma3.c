@@ -67,7 +67,7 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
   a->datt = model_take(c, &o, DATT, 4);
   int64_t bwd = o;
   o = 0;
-  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);
+  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V, a->C);
   a->logits = model_take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
   a->losses = model_take(c, &o, BT, 4);
   a->dlnf = model_take(c, &o, BTC, e);

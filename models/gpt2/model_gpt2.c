@@ -78,7 +78,7 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
   o = 0;
   /* the logits slot also holds dres (at 0) once they are dead: at least BTC act elements, so that
    * dres never reaches the losses or dlnf that ln_f's backward reads while writing it */
-  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V);   /* BT·V fp32 on the CPU */
+  int64_t lg = dev_logits_bytes(a->dev, (int)BT, a->V, a->C);   /* BT·V fp32 on the CPU */
   a->logits = model_take(c, &o, lg > BTC * e ? lg : BTC * e, 1);
   a->losses = model_take(c, &o, BT, 4);
   a->dlnf = model_take(c, &o, BTC, e);

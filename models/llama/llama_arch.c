@@ -53,7 +53,7 @@ plan_act llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ack
   int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, Q = qkv_dim(m), QD = q_dim(m), V = m->vocab_size;
   int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, m->n_head);
   int64_t DATT = plan_attention_scratch_floats(dev, B, T, m->n_head, llama_head_dim(m));
-  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
+  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V, C);
   if (logits < e * BTC) logits = e * BTC;   /* the slot dres reuses, as GPT-2's */
   int qn = m->qk_norm != 0;
   int64_t acts = BT * (4 * C + QD + Q + 3 * F + qn * Q), stats = 2 * BT + ATT + qn * BT * (m->n_head + m->n_kv_head);

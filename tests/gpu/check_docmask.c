@@ -12,6 +12,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "gpu_check.h"
 #include "ops_cpu.h"
@@ -57,7 +58,7 @@ static void check_attention_masked(const char *name, int B, int T, int C, int NH
   const size_t nlse = (size_t)B * NH * T;
   char shape[96];
   snprintf(shape, sizeof shape, "%s%s%s, %s", name, use_seg ? " documents" : "", window ? " window 37" : "",
-           impl == OPS_ATTN_TC ? "tensor cores" : "fp32 FMA");
+           impl == OPS_ATTN_TC ? "tensor cores" : impl == OPS_ATTN_FMA ? "fp32 FMA" : "cuDNN selected");
   const ops_attn_impl was = ops_cuda_attention_selected();
   ops_cuda_attention_select(impl);
   const int32_t *seg = use_seg ? h_seg(B, T) : NULL;
@@ -94,9 +95,17 @@ static void check_attention_masked(const char *name, int B, int T, int C, int NH
   RUN_AND_COMPARE("attention_backward(masked)", shape, 0, bo,
                   ops_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV, d_seg,
                                               window, &g_ctx));
-  char ran[160];
+  char ran[160], why[320] = "";
   snprintf(ran, sizeof ran, "attention(masked) ran its kernel[%s]", shape);
-  verdict(ran, ops_cuda_attention_ran(0) == impl && ops_cuda_attention_ran(1) == impl, NULL);
+  /* cuDNN selected: documents run the tensor cores; the window runs cuDNN's graph, or the tensor
+   * cores where cuDNN has no engine for it (the stub's case; GPU_CHECK_ATTN_FALLBACK=0 forbids it) */
+  ops_attn_impl want = impl;
+  if (impl == OPS_ATTN_CUDNN) {
+    const char *fb = getenv("GPU_CHECK_ATTN_FALLBACK");
+    ops_cuda_attention_note(why, sizeof why);
+    if (use_seg || ((!fb || atoi(fb)) && ops_cuda_attention_ran(0) == OPS_ATTN_TC && why[0])) want = OPS_ATTN_TC;
+  }
+  verdict(ran, ops_cuda_attention_ran(0) == want && ops_cuda_attention_ran(1) == want, why);
 
   /* planted: the plain causal kernels (the mask dropped) against the masked reference */
   CU(cudaMemset(d_out, 0xFF, nout * sizeof(uint16_t)));
@@ -173,6 +182,8 @@ void check_docmask_ops(void) {
     check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, WINDOW, impls[i]);
     check_attention_masked("hs128", 2, 140, 256, 2, 2, 1, WINDOW, impls[i]);
   }
+  check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 1, 0, OPS_ATTN_CUDNN);
+  check_attention_masked("hs64 gqa", 2, 140, 128, 2, 1, 0, WINDOW, OPS_ATTN_CUDNN);
   check_rope_docs();
   check_encoder_docs();
   fflush(stdout);

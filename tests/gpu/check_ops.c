@@ -486,7 +486,7 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
   void *d_wte = d_nan_bf16(nwp), *d_wte_v = d_bf16(wte, nw);
   CU(cudaMemcpy(d_wte, d_wte_v, nw * sizeof(uint16_t), cudaMemcpyDeviceToDevice));
   int *d_tgt = d_upload(tgt, nl * sizeof(int));
-  void *scratch = dbuf(ops_cuda_classifier_scratch_bytes(chunk, V));
+  void *scratch = dbuf(ops_cuda_classifier_scratch_bytes(chunk, V, C));
 
   /* the CPU twin on logits rounded to bf16, as the GEMM writes them */
   float *logits = h_nan((size_t)BT * V), *losses = h_nan(nl), *dinp = h_nan(nin);
@@ -515,10 +515,11 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
                                    dscale));
   /* three GEMMs of 2·BT·V·C; the bf16 logits written, read and rewritten by the row kernel, read
    * by both backward GEMMs; per chunk, wte read by two GEMMs and dwte (fp32) read and written
-   * once; inp read by two GEMMs, dinp written */
-  const double chunks = (double)((BT + chunk - 1) / chunk);
+   * once; inp read by two GEMMs, dinp written; with V not a multiple of 128, the head's padded copy
+   * (read and written, bf16) and the padded dwte added into dwte (two fp32 reads, one write) */
+  const double chunks = (double)((BT + chunk - 1) / chunk), padding = Vp != V ? (4.0 + 12.0) * nw : 0.0;
   roofline_add("classifier_forward_backward", shape_name,
-               steps * (2.0 * BT * V * 5 + (4.0 + 8.0) * nw * chunks + 2.0 * 3 * BT * C),
+               steps * (2.0 * BT * V * 5 + (4.0 + 8.0) * nw * chunks + 2.0 * 3 * BT * C + padding),
                steps * 6.0 * BT * (double)V * C);
   float *got_pad = hbuf((nwp - nw) * sizeof(float));
   CU(cudaMemcpy(got_pad, d_dwte + nw, (nwp - nw) * sizeof(float), cudaMemcpyDeviceToHost));
@@ -534,16 +535,16 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
 }
 
 /* The device's classifier scratch (ops_cuda_classifier_scratch_bytes of plan_classifier_chunk
- * rows) is exactly the planner's logits slot (plan_logits_bytes), for GPT-2's, Llama 3's and odd
- * vocabularies at several B·T. */
+ * rows, with the padded head where V is not a multiple of 128) is exactly the planner's logits
+ * slot (plan_logits_bytes), for GPT-2's, Llama 3's and odd vocabularies at several B·T. */
 static void check_classifier_plan(void) {
   static const int64_t bt[] = {1, 12, 1024, 16384, 50000, 131072}, v[] = {16, 37, 50257, 128256};
   int ok = 1;
   char detail[160] = "";
   for (size_t i = 0; i < sizeof bt / sizeof *bt; i++)
     for (size_t j = 0; j < sizeof v / sizeof *v; j++) {
-      const int64_t chunk = plan_classifier_chunk(bt[i], v[j]), plan = plan_logits_bytes(DEVICE_CUDA, bt[i], v[j]);
-      const size_t dev = ops_cuda_classifier_scratch_bytes((int)chunk, (int)v[j]);
+      const int64_t chunk = plan_classifier_chunk(bt[i], v[j]), plan = plan_logits_bytes(DEVICE_CUDA, bt[i], v[j], 768);
+      const size_t dev = ops_cuda_classifier_scratch_bytes((int)chunk, (int)v[j], 768);
       if ((int64_t)dev != plan && ok) {
         ok = 0;
         snprintf(detail, sizeof detail, "BT=%lld V=%lld: device %zu bytes, plan %lld", (long long)bt[i],

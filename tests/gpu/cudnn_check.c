@@ -115,13 +115,15 @@ static void check_real(const ops_cudnn_api *a) {
   EXPECT(a->version >= 90000, "version %zu", a->version);
   for (size_t i = 0; i < sizeof kShapes / sizeof *kShapes; i++) {
     const shape *s = &kShapes[i];
-    for (int bwd = 0; bwd < 2; bwd++) {
+    for (int k = 0; k < 4; k++) {
+      const int bwd = k & 1, window = k >> 1 ? 32 : 0; /* causal, then with a sliding window */
       ops_cudnn_sdpa g;
       fsdp_clear_error();
-      fsdp_status rc = ops_cudnn_sdpa_build(&g, a, bwd, s->B, s->T, s->C, s->NH, s->NKV);
+      fsdp_status rc = ops_cudnn_sdpa_build(&g, a, bwd, s->B, s->T, s->C, s->NH, s->NKV, window);
       EXPECT(rc == FSDP_OK, "%s %s: %s", s->name, bwd ? "backward" : "forward", fsdp_last_error());
       if (rc != FSDP_OK) continue;
-      EXPECT(g.nops == expected_ops(bwd, s), "%s: %d operations, expected %d", s->name, g.nops, expected_ops(bwd, s));
+      const int want = expected_ops(bwd, s) + (window ? 3 : 0);
+      EXPECT(g.nops == want, "%s: %d operations, expected %d", s->name, g.nops, want);
       const long hs = s->C / s->NH;
       EXPECT(g.ssum_bytes == (bwd ? 4L * s->B * s->NH * s->T : 0), "%s: ssum %lld", s->name, (long long)g.ssum_bytes);
       EXPECT(g.dqacc_bytes == (bwd ? 4L * s->B * s->NH * s->T * hs : 0), "%s: dq %lld", s->name,
@@ -131,8 +133,8 @@ static void check_real(const ops_cudnn_api *a) {
       const unsigned long full = engines_taking(a, g.ops, g.nops), lone = engines_taking(a, g.ops, 1);
       EXPECT(full & ~lone, "%s %s: no engine takes the attention graph but not a lone matmul (%#lx, %#lx)", s->name,
              bwd ? "backward" : "forward", full, lone);
-      printf("%-34s %-8s %2d operations, %2d descriptors; engines taking it %#lx (a lone matmul: %#lx)\n", s->name,
-             bwd ? "backward" : "forward", g.nops, g.ndesc, full, lone);
+      printf("%-34s %-8s %-9s %2d operations, %2d descriptors; engines taking it %#lx (a lone matmul: %#lx)\n",
+             s->name, bwd ? "backward" : "forward", window ? "window 32" : "causal", g.nops, g.ndesc, full, lone);
       ops_cudnn_sdpa_free(&g);
       EXPECT(g.ndesc == 0 && g.nops == 0, "free left %d descriptors", g.ndesc);
     }
@@ -159,6 +161,48 @@ static void check_real(const ops_cudnn_api *a) {
   if (st == CUDNN_STATUS_SUCCESS) a->Destroy(h);
 }
 
+/* The masks each graph holds, read from the pointwise modes the stub saw set: causal alone is
+ * GEN_INDEX row, GEN_INDEX column, CMP_GE, BINARY_SELECT; the sliding window adds column + W
+ * (ADD with the by-value OPS_CUDNN_WINDOW), CMP_GT against the row, a second BINARY_SELECT, in the
+ * forward and in the backward's recomputed P. Packed documents have no graph (the tensor cores). */
+static int count_mode(const int *m, int n, int mode) {
+  int k = 0;
+  for (int i = 0; i < n; i++) k += m[i] == mode;
+  return k;
+}
+
+static void check_masks(const ops_cudnn_api *a) {
+  void (*reset)(void) = NULL;
+  int (*modes)(int *, int, int64_t *, int *) = NULL;
+  *(void **)&reset = dlsym(a->dl, "cudnn_stub_modes_reset");
+  *(void **)&modes = dlsym(a->dl, "cudnn_stub_modes");
+  EXPECT(reset && modes, "%s records no pointwise modes", a->path);
+  if (!reset || !modes) return;
+  const shape *s = &kShapes[1];
+  for (int bwd = 0; bwd < 2; bwd++)
+    for (int window = 0; window <= 24; window += 24) {
+      int m[128], nid = 0;
+      int64_t ids[128];
+      ops_cudnn_sdpa g;
+      reset();
+      EXPECT(ops_cudnn_sdpa_build(&g, a, bwd, s->B, s->T, s->C, s->NH, s->NKV, window) == FSDP_OK, "%s",
+             fsdp_last_error());
+      const int n = modes(m, 128, ids, &nid), w = window > 0;
+      int has_window_id = 0;
+      for (int i = 0; i < nid; i++) has_window_id |= ids[i] == OPS_CUDNN_WINDOW;
+      const char *what = bwd ? "backward" : "forward";
+      EXPECT(g.nops == expected_ops(bwd, s) + 3 * w, "%s window %d: %d operations", what, window, g.nops);
+      EXPECT(count_mode(m, n, CUDNN_POINTWISE_GEN_INDEX) == 2 && count_mode(m, n, CUDNN_POINTWISE_CMP_GE) == 1,
+             "%s window %d: the causal mask's index generation and comparison", what, window);
+      EXPECT(count_mode(m, n, CUDNN_POINTWISE_BINARY_SELECT) == 1 + w && count_mode(m, n, CUDNN_POINTWISE_CMP_GT) == w,
+             "%s window %d: %d selects, %d greater-than comparisons", what, window,
+             count_mode(m, n, CUDNN_POINTWISE_BINARY_SELECT), count_mode(m, n, CUDNN_POINTWISE_CMP_GT));
+      EXPECT(has_window_id == w, "%s window %d: the window scalar %s", what, window, w ? "missing" : "present");
+      ops_cudnn_sdpa_free(&g);
+    }
+  printf("stub: the causal graphs hold one mask, the sliding window's a second (its left bound a by-value scalar)\n");
+}
+
 static void check_stub(const ops_cudnn_api *a) {
   void (*calls)(long[5]) = NULL;
   *(void **)&calls = dlsym(a->dl, "cudnn_stub_calls");
@@ -168,7 +212,7 @@ static void check_stub(const ops_cudnn_api *a) {
   long c0[5], c1[5];
   calls(c0);
   ops_cudnn_sdpa g;
-  EXPECT(ops_cudnn_sdpa_build(&g, a, 1, s->B, s->T, s->C, s->NH, s->NKV) == FSDP_OK, "%s", fsdp_last_error());
+  EXPECT(ops_cudnn_sdpa_build(&g, a, 1, s->B, s->T, s->C, s->NH, s->NKV, 0) == FSDP_OK, "%s", fsdp_last_error());
   calls(c1);
   const long nset = c1[1] - c0[1];
   EXPECT(g.nops == expected_ops(1, s), "%d operations", g.nops);
@@ -182,7 +226,7 @@ static void check_stub(const ops_cudnn_api *a) {
     snprintf(n, sizeof n, "%ld", c0[1] + k);
     setenv("CUDNN_STUB_FAIL_SET", n, 1);
     fsdp_clear_error();
-    fsdp_status rc = ops_cudnn_sdpa_build(&g, a, 1, s->B, s->T, s->C, s->NH, s->NKV);
+    fsdp_status rc = ops_cudnn_sdpa_build(&g, a, 1, s->B, s->T, s->C, s->NH, s->NKV, 0);
     calls(c1);
     EXPECT(rc == FSDP_ERR_UNSUPPORTED, "refusal %ld: status %d", k, (int)rc);
     EXPECT(strstr(fsdp_last_error(), "cuDNN refused") && strstr(fsdp_last_error(), "(stub)"), "refusal %ld: '%s'", k,
@@ -195,6 +239,7 @@ static void check_stub(const ops_cudnn_api *a) {
   printf("stub: the backward makes %ld attribute calls; a refusal of each one fails the build (%d checked)\n", nset,
          seen);
   EXPECT(seen > 100, "only %d attribute calls", seen);
+  check_masks(a);
 }
 
 
@@ -238,7 +283,7 @@ static void check_run(const ops_cudnn_api *a) {
 
   /* three configurations: 4096 bytes (too many for 2048), 1024 (fits: chosen), 0 */
   setenv("CUDNN_STUB_WS", "4096,1024,0", 1);
-  fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, &ctx, why, sizeof why);
+  fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, 0, &ctx, why, sizeof why);
   EXPECT(rc == FSDP_OK, "forward: %s", why);
   int n = pack(ids, ptrs, vals, &got_ws, &plan);
   EXPECT(n == 7 && plan == 1 && got_ws == ws, "forward pack: %d entries, configuration %lld", n, (long long)plan);
@@ -251,13 +296,13 @@ static void check_run(const ops_cudnn_api *a) {
          "forward: scale %g, −∞ %g", bound_to(OPS_CUDNN_SCALE).v, bound_to(OPS_CUDNN_NEGINF).v);
   /* the same shape again: the cached plan, no heuristics asked */
   calls(c0);
-  EXPECT(ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, &ctx, why, sizeof why) == FSDP_OK, "%s", why);
+  EXPECT(ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, 0, &ctx, why, sizeof why) == FSDP_OK, "%s", why);
   calls(c1);
   EXPECT(c1[3] == c0[3] && c1[4] == c0[4] + 1, "second forward: %ld heuristic queries, %ld executions",
          c1[3] - c0[3], c1[4] - c0[4]);
 
   memset(scratch, 0xFF, rows * (HS + 1) * 4);
-  rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, &ctx, why, sizeof why);
+  rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, 0, &ctx, why, sizeof why);
   EXPECT(rc == FSDP_OK, "backward: %s", why);
   n = pack(ids, ptrs, vals, &got_ws, &plan);
   EXPECT(n == 14 && plan == 1 && got_ws == ws, "backward pack: %d entries, configuration %lld", n, (long long)plan);
@@ -273,18 +318,25 @@ static void check_run(const ops_cudnn_api *a) {
 
   /* a shape no configuration fits: the fallback, with the sizes said, then cached as such */
   setenv("CUDNN_STUB_WS", "4096,3000", 1);
-  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, &ctx, why, sizeof why);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, 0, &ctx, why, sizeof why);
   EXPECT(rc == FSDP_ERR_UNSUPPORTED && strstr(why, "smallest needing 3000 bytes"), "no fit: %d '%s'", (int)rc, why);
   calls(c0);
-  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, &ctx, why, sizeof why);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 2, C, NH, NKV, 0, &ctx, why, sizeof why);
   calls(c1);
   EXPECT(rc == FSDP_ERR_UNSUPPORTED && c1[3] == c0[3] && c1[4] == c0[4], "no fit, again: %d, %ld queries", (int)rc,
          c1[3] - c0[3]);
   /* plans that refuse to finalize: the fallback's reason keeps cuDNN's status, not only a count */
   setenv("CUDNN_STUB_WS", "-1,-1", 1);
-  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 4, C, NH, NKV, &ctx, why, sizeof why);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T / 4, C, NH, NKV, 0, &ctx, why, sizeof why);
   EXPECT(rc == FSDP_ERR_UNSUPPORTED && strstr(why, "none finalized (the last: CUDNN_STATUS_NOT_SUPPORTED"),
          "refused plans: %d '%s'", (int)rc, why);
+  /* the sliding window: a plan of its own, the window bound by value */
+  setenv("CUDNN_STUB_WS", "0", 1);
+  rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, 5, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_OK && pack(ids, ptrs, vals, &got_ws, &plan) == 8 && bound_to(OPS_CUDNN_WINDOW).v == 5.0f,
+         "window forward: %d '%s', W bound as %g", (int)rc, why, bound_to(OPS_CUDNN_WINDOW).v);
+  rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, 5, &ctx, why, sizeof why);
+  EXPECT(rc == FSDP_OK && bound_to(OPS_CUDNN_WINDOW).v == 5.0f, "window backward: %d '%s'", (int)rc, why);
   unsetenv("CUDNN_STUB_WS");
   printf("stub: the run path chose the configuration that fits, bound %d tensors and scalars, cached its plan\n", n);
   free(qkv), free(dqkv), free(out), free(dout), free(lse), free(scratch);

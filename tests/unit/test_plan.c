@@ -63,6 +63,37 @@ static void test_param_counts(void) {
   CHECK_EQ_INT(13, p->nunits);
   /* 6·(Ψ − wpe) + 12·L·C·T = 6·123,653,376 + 113,246,208 */
   CHECK_NEAR(855166464.0, p->flops_per_token, 0, 0);
+  CHECK_EQ_INT(50257, p->vocab_padded);   /* the CPU's classifier runs over V */
+  CHECK_NEAR(0.0, p->pad_flops_per_token, 0, 0);
+  plan_destroy(&p);
+  /* on CUDA the classifier runs over Vp = 50304: 6·47·768 FLOPs per token more, and the padded
+   * head (bf16) and its fp32 gradient, 50304·768·6 bytes, in the workspace */
+  s.device = DEVICE_CUDA;
+  CHECK_OK(plan_build(&s, 1, &p));
+  CHECK_EQ_INT(50304, p->vocab_padded);
+  CHECK_NEAR(6.0 * 47 * 768, p->pad_flops_per_token, 0, 0);
+  CHECK_NEAR(855166464.0, p->flops_per_token, 0, 0);
+  const int64_t BT = (int64_t)s.batch_size * 1024;
+  CHECK_EQ_INT(2 * plan_classifier_chunk(BT, 50257) * 50304 + 50304 * 768 * 6 + 4 * BT + 2 * BT * 768,
+               p->act.head_ws_bytes);
+  s.device = DEVICE_CPU;
+  plan_destroy(&p);
+  /* packed rows from a token file: the rows' document starts, B·T int32, with the activations; a
+   * synthetic stream has no documents, pack = false one per row: neither holds them */
+  CHECK_OK(plan_build(&s, 1, &p));
+  const uint64_t plain = p->mem[MEM_ACTIVATIONS];
+  CHECK_EQ_INT(0, p->docs);
+  plan_destroy(&p);
+  jobspec_t sd = s;
+  snprintf(sd.train, sizeof sd.train, "/data/chat_train.bin");
+  sd.pack = 1;
+  CHECK_OK(plan_build(&sd, 1, &p));
+  CHECK_EQ_INT(1, p->docs);
+  CHECK_EQ_INT(plain + 4 * BT, p->mem[MEM_ACTIVATIONS]);
+  plan_destroy(&p);
+  sd.pack = 0;
+  CHECK_OK(plan_build(&sd, 1, &p));
+  CHECK_EQ_INT(plain, p->mem[MEM_ACTIVATIONS]);
   plan_destroy(&p);
   CHECK(p == NULL);
   plan_destroy(&p);   /* NULL-safe */
@@ -273,9 +304,10 @@ static void test_memory_model(void) {
  * backward's attention scratch DATT = B·H·T·(hs + 1) = 24·5 = 120 (row sums, cuDNN's dQ accumulator).
  *   block_saved = 16·96 + 4·12 + 24 = 1608; block_bytes = 2·16·96 + 4·(4·12 + 24) = 3360
  *   root_bytes = 2·2·96 + 4·2·12 = 480; activations = 3·3360 + 480 + 8·12·2 = 10752
- *   logits scratch: one chunk of all 12 rows of V = 16 padded to 128, bf16: 2·12·128 = 3072
- *   head_ws_bytes = 3072 + 4·12 + 2·96 = 3312; bwd_ws_bytes = 2·7·96 + 4·120 = 1824
- *   workspace = 3312 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
+ *   logits scratch: one chunk of all 12 rows of V = 16 padded to 128, bf16: 2·12·128 = 3072, plus
+ *   the head padded to 128 rows of C = 8, bf16, and its fp32 gradient: 128·8·6 = 6144; 9216
+ *   head_ws_bytes = 9216 + 4·12 + 2·96 = 9456; bwd_ws_bytes = 2·7·96 + 4·120 = 1824
+ *   workspace = 9456 + 32 MiB (ops workspace) + 256 (device scalars) + 16·(2 + 4·3) (decay segments) */
 static void test_cuda_memory(void) {
   plan_t *p = NULL;
   jobspec_t s = tiny_mem_spec();
@@ -285,17 +317,17 @@ static void test_cuda_memory(void) {
   CHECK_EQ_INT(96, plan_attention_floats(DEVICE_CPU, 3, 4, 2));
   CHECK_EQ_INT(120, plan_attention_scratch_floats(DEVICE_CUDA, 3, 4, 2, 4));
   CHECK_EQ_INT(96, plan_attention_scratch_floats(DEVICE_CPU, 3, 4, 2, 4));
-  CHECK_EQ_INT(3072, plan_logits_bytes(DEVICE_CUDA, 12, 16));
-  CHECK_EQ_INT(4 * 12 * 16, plan_logits_bytes(DEVICE_CPU, 12, 16));
+  CHECK_EQ_INT(3072 + 128 * 8 * 6, plan_logits_bytes(DEVICE_CUDA, 12, 16, 8));   /* + the padded head */
+  CHECK_EQ_INT(4 * 12 * 16, plan_logits_bytes(DEVICE_CPU, 12, 16, 8));
   CHECK_EQ_INT(1608, p->act.block_saved);
   CHECK_EQ_INT(3360, p->act.block_bytes);
   CHECK_EQ_INT(480, p->act.root_bytes);
-  CHECK_EQ_INT(768 + 12 + 96, p->act.head_ws);
+  CHECK_EQ_INT(2304 + 12 + 96, p->act.head_ws);
   CHECK_EQ_INT(7 * 96 + 120, p->act.bwd_ws);
-  CHECK_EQ_INT(3312, p->act.head_ws_bytes);
+  CHECK_EQ_INT(9456, p->act.head_ws_bytes);
   CHECK_EQ_INT(1824, p->act.bwd_ws_bytes);
   CHECK_EQ_INT(10752, p->mem[MEM_ACTIVATIONS]);
-  CHECK_EQ_INT(3312 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
+  CHECK_EQ_INT(9456 + 33554432 + 256 + 224, p->mem[MEM_WORKSPACE]);
   /* the shards, gathers and reductions do not depend on the device (fp32 params: converted to bf16) */
   CHECK_EQ_INT(4 * 832, p->mem[MEM_PARAM_SHARD]);
   CHECK_EQ_INT(4 * (256 + 2 * 1024) + 2 * (256 + 1024), p->mem[MEM_GATHERED]);
@@ -352,7 +384,10 @@ static void test_logits_slot(void) {
  * fit): 16,384 rows are two chunks of 8,192. */
 static void test_classifier_chunk(void) {
   CHECK_EQ_INT(16384, plan_classifier_chunk(16384, 50257));
-  CHECK_EQ_INT(2 * 16384 * 50304, plan_logits_bytes(DEVICE_CUDA, 16384, 50257));
+  CHECK_EQ_INT(2 * 16384 * 50304 + 50304 * 768 * 6, plan_logits_bytes(DEVICE_CUDA, 16384, 50257, 768));
+  CHECK_EQ_INT(2 * 8192 * 128256, plan_logits_bytes(DEVICE_CUDA, 8192, 128256, 2048));   /* 1002·128: no copy */
+  CHECK_EQ_INT(50304, plan_vocab_padded(DEVICE_CUDA, 50257));
+  CHECK_EQ_INT(50257, plan_vocab_padded(DEVICE_CPU, 50257));
   CHECK_EQ_INT(16384, plan_classifier_chunk(32768, 50257));
   CHECK_EQ_INT(16667, plan_classifier_chunk(50000, 50257));
   CHECK_EQ_INT(8192, plan_classifier_chunk(16384, 128256));

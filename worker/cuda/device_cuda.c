@@ -686,7 +686,7 @@ fsdp_status dev_new_cuda(int gpu, double wait_s, device_t **out) {
     goto fail;
   }
   d->ctx = (ops_cuda_ctx){.stream = d->stream, .lt = d->lt, .workspace = d->ws,
-                          .workspace_bytes = (size_t)PLAN_CUDA_WORKSPACE_BYTES};
+                          .workspace_bytes = (size_t)PLAN_CUDA_WORKSPACE_BYTES, .device = gpu};
   cuda_dev_window_open(d);
   *out = &d->base;
   return FSDP_OK;

@@ -58,6 +58,8 @@ typedef struct ops_cuda_ctx {
   cublasLtHandle_t lt;    /* cublasLtCreate()'d by the caller */
   void *workspace;        /* device scratch, 256-byte aligned */
   size_t workspace_bytes; /* >= OPS_CUDA_WORKSPACE_MIN */
+  int device;             /* the GPU current on every thread that calls with this ctx (cudaSetDevice):
+                             kernels' attributes are set once per device and kernel */
 } ops_cuda_ctx;
 
 /* 32 MiB: cuBLASLt's recommended workspace on Hopper, and more than any reduction here needs
@@ -140,9 +142,10 @@ fsdp_status ops_cuda_matmul_backward(ops_bf16 *dinp, float *dweight, float *dbia
  * cuDNN's dQ accumulation is not promised to be bit-reproducible from run to run; FSDP_CUDA_ATTN=tc
  * is.
  * Documents SEG (device memory, NULL: one per row) and a sliding WINDOW (0: none) restrict query t
- * to keys [lo, t] (ops/docmask.h). cuDNN's graph is built without them, so with cuDNN selected a
- * call with either runs the tensor-core kernels (the FMA ones when chosen, or for pointers off 16
- * bytes); both skip every key tile no query of a query tile sees (docs/gpu.md). */
+ * to keys [lo, t] (ops/docmask.h). cuDNN's graph expresses the window (a second mask, the band's
+ * left bound); documents it does not, so with cuDNN selected a call with SEG runs the tensor-core
+ * kernels (the FMA ones when chosen, or for pointers off 16 bytes; logged once); both skip every
+ * key tile no query of a query tile sees (docs/gpu.md). */
 typedef enum ops_attn_impl { OPS_ATTN_TC = 0, OPS_ATTN_FMA = 1, OPS_ATTN_CUDNN = 2 } ops_attn_impl;
 void ops_cuda_attention_select(ops_attn_impl impl);
 ops_attn_impl ops_cuda_attention_selected(void);
@@ -228,20 +231,25 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
 
 /* ---- fused tied classifier: logits, softmax, cross-entropy, its gradient, and the head's backward ----
  * inp (BT,C) bf16 (ln_f's output), wte (V,C) bf16: only rows [0, V) are read, so a buffer padded
- * to more rows (llm.c's Vp) works and its padding never matters; targets (BT) ints.
+ * to more rows works and its padding never matters; targets (BT) ints.
+ * The GEMMs run over the padded vocabulary Vp = V rounded up to a multiple of 128 (llm.c's): when V
+ * is not one, the call copies wte into a Vp-row buffer of its scratch with zero rows [V, Vp), and
+ * computes dwte over Vp rows there, adding rows [V) into the caller's (ops_cuda_classifier.cu).
  * Rows go in chunks of `chunk` rows (plan_classifier_chunk: all of them where they fit). Per chunk:
- * logits (bf16, row stride Vp = V rounded up to a multiple of 128) = inp_chunk @ wteᵀ (cuBLASLt);
- * ops_cuda_xent_inplace computes each row's loss and overwrites the row IN PLACE with dlogits =
- * dscale·(softmax − onehot) in bf16; then dinp_chunk (bf16, assigned) = dlogits @ wte and dwte (fp32,
- * rows [0,V) only) += dlogitsᵀ @ inp_chunk, accumulated by the GEMM itself (beta = 1). losses (BT)
- * fp32 assigned: −log softmax[target]; target XENT_NO_TARGET (−1, an untrained token) loss 0 and
- * gradient 0; any other target outside [0, V) gives a NaN loss and a gradient of dscale·softmax (as
- * on the CPU). dscale is the runtime's 1/(tokens of the step), whose mean over the trained tokens
- * the optimizer's gradient scale completes (runtime.c).
+ * logits (bf16, Vp columns, row stride Vp) = inp_chunk @ headᵀ (cuBLASLt); ops_cuda_xent_inplace
+ * computes each row's loss over the V real columns and overwrites them IN PLACE with dlogits =
+ * dscale·(softmax − onehot) in bf16 (the pad columns hold 0, the zero rows' logits, and stay 0);
+ * then dinp_chunk (bf16, assigned) = dlogits @ head and dwte (fp32, rows [0,V) only) += dlogitsᵀ @
+ * inp_chunk, accumulated by the GEMM (beta = 1). losses (BT) fp32 assigned: −log softmax[target];
+ * target XENT_NO_TARGET (−1, an untrained token) loss 0 and gradient 0; any other target outside
+ * [0, V) gives a NaN loss and a gradient of dscale·softmax (as on the CPU). dscale is the runtime's
+ * 1/(tokens of the step), whose mean over the trained tokens the optimizer's gradient scale
+ * completes (runtime.c).
  * dinp and dwte both NULL: forward only (losses; evaluation).
- * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V) bytes = chunk·Vp·2 (GPT-2, chunk
- * 16384: 1.65 GB; chunk 1024: 103 MB). */
-size_t ops_cuda_classifier_scratch_bytes(int chunk, int V);
+ * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V, C) bytes = chunk·Vp·2, plus Vp·C·6
+ * (the padded head, bf16, and its fp32 gradient) when Vp ≠ V (GPT-2, chunk 16384: 1.65 GB + 232 MB;
+ * Llama 3, V = 128256 = 1002·128: chunk·Vp·2 alone). */
+size_t ops_cuda_classifier_scratch_bytes(int chunk, int V, int C);
 fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, float *dwte, void *logits_scratch,
                                                  const ops_bf16 *inp, const ops_bf16 *wte, const int *targets,
                                                  int BT, int C, int V, int chunk, float dscale,

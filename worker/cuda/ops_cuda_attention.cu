@@ -32,8 +32,9 @@
  * its key tile, and scores outside a row's [lo, t] are masked like the causal ones (the forward
  * keeps each query row's lo in TILE ints of shared memory, beside the tiles).
  * Head size 64 uses 64×64 tiles (forward 66 KB of shared memory, backward 100 KB); head size 128,
- * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so each launch raises the kernel's
- * dynamic limit first (cudaFuncSetAttribute) and checks it against the device's opt-in maximum.
+ * 32×32 tiles (54 KB, 75 KB). Both exceed the default 48 KB, so the first launch of each kernel on a
+ * device raises its dynamic limit (ops_smem_opt_in: checked against the opt-in maximum, then
+ * cudaFuncSetAttribute), and later launches make no host call but the launch.
  * The kernels have no static shared arrays: the dynamic size is the whole footprint.
  */
 #include "ops_cuda_common.cuh"
@@ -447,25 +448,14 @@ static fsdp_status attention_args(int B, int C, int NH, int NKV, const char *wha
   return FSDP_OK;
 }
 
-/* Raise KERNEL's dynamic shared-memory limit to BYTES, after checking the device allows it. */
-template <typename Kern> static fsdp_status smem_opt_in(Kern kernel, size_t bytes, const char *what) {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev), what);
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
-  if (bytes > (size_t)optin)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory per block; this GPU allows %d",
-                          what, bytes, optin);
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
-  return FSDP_OK;
-}
-
 template <int D, int TILE>
 static fsdp_status attention_forward_launch(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C,
                                             int NH, int NKV, const int32_t *seg, int window,
                                             const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward";
   using K = att_cfg<D, TILE>;
-  TRY(smem_opt_in(attention_forward_kernel<D, TILE>, K::fwd_smem, what));
+  static ops_smem_once once;
+  TRY(ops_smem_opt_in(&once, attention_forward_kernel<D, TILE>, K::fwd_smem, ctx, what));
   dim3 grid((T + TILE - 1) / TILE, NH, B);
   attention_forward_kernel<D, TILE><<<grid, ATT_THREADS, K::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
                                                                                      NKV, attn_scale(D), seg, window);
@@ -479,8 +469,9 @@ static fsdp_status attention_backward_launch(ops_bf16 *dqkv, const ops_bf16 *dou
                                              int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward";
   using K = att_cfg<D, TILE>;
-  TRY(smem_opt_in(attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, what));
-  TRY(smem_opt_in(attention_backward_dq_kernel<D, TILE>, K::bwd_smem, what));
+  static ops_smem_once once_dkv, once_dq;
+  TRY(ops_smem_opt_in(&once_dkv, attention_backward_dkv_kernel<D, TILE>, K::bwd_smem, ctx, what));
+  TRY(ops_smem_opt_in(&once_dq, attention_backward_dq_kernel<D, TILE>, K::bwd_smem, ctx, what));
   const int nt = (T + TILE - 1) / TILE;
   attention_backward_dkv_kernel<D, TILE><<<dim3(nt, NKV, B), ATT_THREADS, K::bwd_smem, ctx->stream>>>(
       dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);
@@ -523,6 +514,17 @@ void ops_cuda_attention_note(char *buf, size_t n) {
   snprintf(buf, n, "%s", g_attn_note);
 }
 
+/* The implementation a call runs first: cuDNN's graph expresses the causal mask and the sliding
+ * window, not packed documents (docs/gpu.md), so with SEG the tensor-core kernels run, said once. */
+static ops_attn_impl impl_for(const int32_t *seg) {
+  static std::atomic<bool> said(false);
+  ops_attn_impl impl = ops_cuda_attention_selected();
+  if (!seg || impl != OPS_ATTN_CUDNN) return impl;
+  if (!said.exchange(true))
+    log_info("attention: packed documents run the tensor-core kernels (cuDNN's graph here has no document mask)");
+  return OPS_ATTN_TC;
+}
+
 /* cuDNN's answer: FSDP_ERR_UNSUPPORTED means "run the tensor-core kernel" (its reason kept). */
 static bool cudnn_fell_back(fsdp_status rc, const char *why) {
   if (rc != FSDP_ERR_UNSUPPORTED) return false;
@@ -535,11 +537,10 @@ fsdp_status ops_cuda_attention_forward(ops_bf16 *out, float *lse, const ops_bf16
                                        int NKV, const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   TRY(attention_args(B, C, NH, NKV, "attention_forward"));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  ops_attn_impl impl = ops_cuda_attention_selected();
-  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
+  ops_attn_impl impl = impl_for(seg);
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
-    fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx, why, sizeof why);
+    fsdp_status rc = ops_cudnn_attention_forward(out, lse, qkv, B, T, C, NH, NKV, window, ctx, why, sizeof why);
     if (!cudnn_fell_back(rc, why)) {
       g_attn_ran[0].store((int)OPS_ATTN_CUDNN);
       return rc;
@@ -560,12 +561,11 @@ fsdp_status ops_cuda_attention_backward(ops_bf16 *dqkv, float *scratch, const op
   static const char *what = "attention_backward";
   TRY(attention_args(B, C, NH, NKV, what));
   if (B <= 0 || T <= 0) return FSDP_OK;
-  ops_attn_impl impl = ops_cuda_attention_selected();
-  if ((seg || window > 0) && impl == OPS_ATTN_CUDNN) impl = OPS_ATTN_TC; /* cuDNN's graph has no such mask */
+  ops_attn_impl impl = impl_for(seg);
   if (impl == OPS_ATTN_CUDNN) {
     char why[320];
-    fsdp_status rc =
-        ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, ctx, why, sizeof why);
+    fsdp_status rc = ops_cudnn_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, window, ctx,
+                                                  why, sizeof why);
     if (!cudnn_fell_back(rc, why)) {
       g_attn_ran[1].store((int)OPS_ATTN_CUDNN);
       return rc;

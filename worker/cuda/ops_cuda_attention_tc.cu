@@ -596,22 +596,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 /* ---- host side (called by ops_cuda_attention.cu after it checked the arguments) ---- */
 
-template <typename Kern> static fsdp_status tc_smem(Kern kernel, size_t bytes, const char *what) {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev), what);
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
-  if (bytes > (size_t)optin)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory per block; this GPU allows %d",
-                          what, bytes, optin);
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
-  return FSDP_OK;
-}
-
 template <int D>
 static fsdp_status tc_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH, int NKV,
                               const int32_t *seg, int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_forward (tensor cores)";
-  TRY(tc_smem(attention_tc_forward_kernel<D>, tc_cfg<D>::fwd_smem, what));
+  static ops_smem_once once;
+  TRY(ops_smem_opt_in(&once, attention_tc_forward_kernel<D>, tc_cfg<D>::fwd_smem, ctx, what));
   dim3 grid((T + TC_TILE - 1) / TC_TILE, NH, B);
   attention_tc_forward_kernel<D><<<grid, TC_THREADS, tc_cfg<D>::fwd_smem, ctx->stream>>>(out, lse, qkv, T, C, NH,
                                                                                           NKV, attn_scale(D), seg,
@@ -625,8 +615,9 @@ static fsdp_status tc_backward(ops_bf16 *dqkv, const ops_bf16 *dout, const ops_b
                                const float *dvec, int B, int T, int C, int NH, int NKV, const int32_t *seg,
                                int window, const ops_cuda_ctx *ctx) {
   static const char *what = "attention_backward (tensor cores)";
-  TRY(tc_smem(attention_tc_dkv_kernel<D>, tc_cfg<D>::dkv_smem, what));
-  TRY(tc_smem(attention_tc_dq_kernel<D>, tc_cfg<D>::dq_smem, what));
+  static ops_smem_once once_dkv, once_dq;
+  TRY(ops_smem_opt_in(&once_dkv, attention_tc_dkv_kernel<D>, tc_cfg<D>::dkv_smem, ctx, what));
+  TRY(ops_smem_opt_in(&once_dq, attention_tc_dq_kernel<D>, tc_cfg<D>::dq_smem, ctx, what));
   const int nt = (T + TC_TILE - 1) / TC_TILE;
   attention_tc_dkv_kernel<D><<<dim3(nt, NKV, B), TC_THREADS, tc_cfg<D>::dkv_smem, ctx->stream>>>(
       dqkv, dout, qkv, lse, dvec, T, C, NH, NKV, attn_scale(D), seg, window);

@@ -15,11 +15,21 @@
  * 2^((z − max)·log2 e) from exp2f (one MUFU.EX2 per element, ≤ 2 ulp), not ops_expf's polynomial:
  * the gradient is rounded to bf16 anyway.
  *
- * The GEMMs (column-major view, see ops_cuda_matmul.cu) read only rows [0, V) of wte and write only
- * rows [0, V) of dwte, so the vocabulary padding of a caller's buffer is never touched:
- *   logits(V×n, ld Vp, bf16) = wte(C×V stored, transposed)·inp_chunk(C×n)
- *   dinp_chunk(C×n)          = wte(C×V)·dlogits(V×n, ld Vp)
- *   dwte(C×V, fp32)         += inp_chunk(C×n)·dlogits(V×n)ᵀ
+ * The padded vocabulary (llm.c's Vp): every GEMM runs over Vp = V rounded up to 128 rows of the
+ * head, so that the vocabulary dimension of each (M of the logits, K of dinp, N of dwte) is a
+ * multiple of the 8-element vectors cuBLASLt's aligned kernels need; V = 50257 would leave them
+ * only their 2-byte-aligned ones. When V is not a multiple of 128, the head is copied into a
+ * Vp-row buffer whose rows [V, Vp) are zero (V·C·2 bytes copied per call: ~77 MB for GPT-2, well
+ * under 1% of the GEMMs' time), and dwte is computed over Vp rows into an fp32 buffer whose first
+ * V rows are then added to the caller's (its rows [V, Vp) are dropped). Both live in the caller's
+ * scratch, after the logits, so the model's units, checkpoints and exports never hold a padded
+ * tensor: the padding exists only inside this call. The zero rows give logits of exactly 0 in the
+ * columns [V, Vp), which the row kernel leaves out of the softmax and leaves in place as their
+ * gradient (0), so they add nothing to dinp. When V is a multiple of 128 (Llama 3, Mistral,
+ * Qwen), the GEMMs read wte and write dwte directly:
+ *   logits(Vp×n, ld Vp, bf16) = head(C×Vp stored, transposed)·inp_chunk(C×n)
+ *   dinp_chunk(C×n)           = head(C×Vp)·dlogits(Vp×n, ld Vp)
+ *   dhead(C×Vp, fp32)        += inp_chunk(C×n)·dlogits(Vp×n)ᵀ
  */
 #include "ops_cuda_common.cuh"
 
@@ -29,9 +39,10 @@
 
 static int64_t padded_vocab(int V) { return ((int64_t)V + 127) / 128 * 128; }
 
-size_t ops_cuda_classifier_scratch_bytes(int chunk, int V) {
-  if (chunk <= 0 || V <= 0) return 0;
-  return (size_t)chunk * (size_t)padded_vocab(V) * sizeof(ops_bf16);
+size_t ops_cuda_classifier_scratch_bytes(int chunk, int V, int C) {
+  if (chunk <= 0 || V <= 0 || C <= 0) return 0;
+  const size_t Vp = (size_t)padded_vocab(V), logits = (size_t)chunk * Vp * sizeof(ops_bf16);
+  return Vp == (size_t)V ? logits : logits + Vp * (size_t)C * (sizeof(ops_bf16) + sizeof(float));
 }
 
 /* 8 fp32 → bf16 stored with the streaming hint (st.global.cs): this kernel never reads the gradient
@@ -71,6 +82,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
   const int64_t row = (int64_t)gridDim.x - 1 - blockIdx.x;
   ops_bf16 *z = logits + row * Vp;
   const int tgt = targets[row];
+  if (OPS_FAULT("pad_softmax")) V = (int)Vp; /* planted: the padding columns in the softmax */
   if (tgt == XENT_NO_TARGET) { /* untrained (the same for the whole block): loss 0, gradient 0 */
     if (threadIdx.x == 0) losses[row] = 0.0f;
     const float zero[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -137,23 +149,35 @@ fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, 
   if (BT <= 0) return FSDP_OK;
   if (C <= 0 || V <= 0 || chunk <= 0 || !logits_scratch)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: C=%d V=%d chunk=%d scratch=%p: need C, V, chunk > 0 and a scratch "
-                          "buffer of ops_cuda_classifier_scratch_bytes(chunk, V)", what, C, V, chunk, logits_scratch);
+                          "buffer of ops_cuda_classifier_scratch_bytes(chunk, V, C)", what, C, V, chunk, logits_scratch);
   if ((dinp == NULL) != (dwte == NULL))
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: dinp and dwte must be both set (training) or both NULL (loss only)",
                           what);
   const int64_t Vp = padded_vocab(V);
   ops_bf16 *logits = (ops_bf16 *)logits_scratch;
+  const ops_bf16 *head = wte;
+  float *dhead = dwte;
+  if (Vp != V) { /* the padded head and its gradient, after the logits (ops_cuda_classifier_scratch_bytes) */
+    ops_bf16 *hp = logits + (int64_t)chunk * Vp;
+    CUDA_CHECK(cudaMemcpyAsync(hp, wte, (size_t)V * C * sizeof(ops_bf16), cudaMemcpyDeviceToDevice, ctx->stream),
+               what);
+    CUDA_CHECK(cudaMemsetAsync(hp + (int64_t)V * C, 0, (size_t)(Vp - V) * C * sizeof(ops_bf16), ctx->stream), what);
+    head = hp;
+    if (dwte) dhead = (float *)(hp + Vp * C);
+  }
   for (int r0 = 0; r0 < BT; r0 += chunk) {
     const int n = BT - r0 < chunk ? BT - r0 : chunk;
     const ops_bf16 *x = inp + (int64_t)r0 * C;
-    TRY(ops_lt_gemm(ctx, "classifier (logits)", 1, 0, V, n, C, wte, C, x, C, logits, Vp, 0, 0,
+    TRY(ops_lt_gemm(ctx, "classifier (logits)", 1, 0, (int)Vp, n, C, head, C, x, C, logits, Vp, 0, 0,
                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
     TRY(ops_cuda_xent_inplace(logits, losses + r0, targets + r0, n, V, Vp, dscale, ctx));
     if (!dinp) continue;
-    TRY(ops_lt_gemm(ctx, "classifier (dinp)", 0, 0, C, n, V, wte, C, logits, Vp, dinp + (int64_t)r0 * C, C, 0, 0,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
-    TRY(ops_lt_gemm(ctx, "classifier (dwte)", 0, 1, C, V, n, x, C, logits, Vp, dwte, C, 1, 1,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+    TRY(ops_lt_gemm(ctx, "classifier (dinp)", 0, 0, C, n, (int)Vp, head, C, logits, Vp, dinp + (int64_t)r0 * C, C, 0,
+                    0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+    /* the padded gradient starts at the first chunk's product; the caller's accumulates */
+    TRY(ops_lt_gemm(ctx, "classifier (dwte)", 0, 1, C, (int)Vp, n, x, C, logits, Vp, dhead, C, 1,
+                    dhead == dwte || r0 > 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
   }
+  if (dhead != dwte) TRY(ops_cuda_accumulate_f32(dwte, dhead, (int64_t)V * C, ctx));
   return FSDP_OK;
 }

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "ops/bf16.h"
 #include "ops_cuda.h"
 
@@ -43,6 +45,31 @@ static inline unsigned ops_blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;
   return (unsigned)(b > OPS_MAX_BLOCKS ? OPS_MAX_BLOCKS : b);
+}
+
+/* A kernel's dynamic shared-memory limit raised to `bytes` once per device: the check against the
+ * device's opt-in maximum (cudaDeviceGetAttribute) and cudaFuncSetAttribute run at the first launch
+ * of the kernel on ctx->device, and every later launch finds the limit in ONCE and makes no host
+ * call (the attention launched three per kernel every call before). One ops_smem_once per kernel,
+ * a static beside its launch; any thread (two racing first launches set the same limit twice). */
+#define OPS_MAX_DEVICES 64
+struct ops_smem_once {
+  std::atomic<int> bytes[OPS_MAX_DEVICES]; /* the limit set on each device; 0: not yet */
+};
+template <typename Kern>
+static fsdp_status ops_smem_opt_in(ops_smem_once *once, Kern kernel, size_t bytes, const ops_cuda_ctx *ctx,
+                                   const char *what) {
+  const int dev = ctx->device;
+  const bool cached = dev >= 0 && dev < OPS_MAX_DEVICES;
+  if (cached && once->bytes[dev].load(std::memory_order_acquire) == (int)bytes) return FSDP_OK;
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
+  if (bytes > (size_t)optin)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory per block; this GPU allows %d",
+                          what, bytes, optin);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+  if (cached) once->bytes[dev].store((int)bytes, std::memory_order_release);
+  return FSDP_OK;
 }
 
 /* The workspace as T*, after checking that `bytes` fit in it. */

@@ -284,6 +284,7 @@ static cudnnBackendDescriptor_t reshape(gb *b, cudnnBackendDescriptor_t x, cudnn
 /* The shapes of one graph, and the virtual tensors every graph has. */
 typedef struct shp {
   int64_t B, T, NH, NKV, hs, C3, C;
+  int window; /* the sliding window W (0: none) */
 } shp;
 
 static cudnnBackendDescriptor_t scores(gb *b, const shp *s, cudnnDataType_t dt) {   /* (B,NH,T,T) */
@@ -317,7 +318,10 @@ static cudnnBackendDescriptor_t heads(gb *b, const shp *s, int64_t uid, int64_t 
   return tensor(b, uid, CUDNN_DATA_BFLOAT16, d, st, uid ? 0 : T_VIRTUAL);
 }
 
-/* x with every score above the diagonal (column > row) replaced by −∞ */
+/* x with every score above the diagonal (column > row) replaced by −∞; with a window W, also every
+ * score left of the band (column + W ≤ row: docmask's t − W < s kept), as cudnn-frontend lowers
+ * its sliding window (a diagonal band's left bound): column + W by a by-value scalar, a comparison
+ * with the row, a second select. */
 static cudnnBackendDescriptor_t causal(gb *b, const shp *s, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t neginf) {
   const int64_t d[4] = {s->B, s->NH, s->T, s->T}, st[4] = {s->NH * s->T * s->T, s->T * s->T, s->T, 1};
   cudnnBackendDescriptor_t row = pw(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL,
@@ -326,7 +330,13 @@ static cudnnBackendDescriptor_t causal(gb *b, const shp *s, cudnnBackendDescript
                                     tensor(b, 0, CUDNN_DATA_INT32, d, st, T_VIRTUAL), 3);
   cudnnBackendDescriptor_t keep = pw(b, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL,
                                      tensor(b, 0, CUDNN_DATA_BOOLEAN, d, st, T_VIRTUAL), -1);
-  return pw(b, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neginf, keep, scores(b, s, CUDNN_DATA_FLOAT), -1);
+  x = pw(b, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neginf, keep, scores(b, s, CUDNN_DATA_FLOAT), -1);
+  if (s->window <= 0) return x;
+  cudnnBackendDescriptor_t colw = pw(b, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, col, scalar(b, OPS_CUDNN_WINDOW), NULL,
+                                     tensor(b, 0, CUDNN_DATA_FLOAT, d, st, T_VIRTUAL), -1);
+  cudnnBackendDescriptor_t band = pw(b, CUDNN_POINTWISE_CMP_GT, CUDNN_DATA_BOOLEAN, colw, row, NULL,
+                                     tensor(b, 0, CUDNN_DATA_BOOLEAN, d, st, T_VIRTUAL), -1);
+  return pw(b, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neginf, band, scores(b, s, CUDNN_DATA_FLOAT), -1);
 }
 
 #define F32 CUDNN_DATA_FLOAT
@@ -394,14 +404,15 @@ static void sdpa_backward(gb *b, const shp *s) {
 }
 
 fsdp_status ops_cudnn_sdpa_build(ops_cudnn_sdpa *g, const ops_cudnn_api *api, int backward, int B, int T, int C,
-                                 int NH, int NKV) {
+                                 int NH, int NKV, int window) {
   memset(g, 0, sizeof *g);
   g->api = api;
   g->backward = backward;
-  if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || C % NH || NH % NKV)
-    return fsdp_set_error(FSDP_ERR_INVALID, "cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
+  if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || C % NH || NH % NKV || window < 0)
+    return fsdp_set_error(FSDP_ERR_INVALID, "cuDNN attention: bad shape B=%d T=%d C=%d NH=%d NKV=%d window=%d", B, T, C,
+                          NH, NKV, window);
   const int64_t hs = C / NH;
-  const shp s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .C = C, .C3 = C + 2 * NKV * hs};
+  const shp s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .C = C, .C3 = C + 2 * NKV * hs, .window = window};
   gb b = {.g = g, .rc = FSDP_OK, .uid = 100};
   if (backward) sdpa_backward(&b, &s);
   else sdpa_forward(&b, &s);

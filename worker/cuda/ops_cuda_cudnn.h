@@ -13,7 +13,9 @@
  *
  * The graph is cuDNN's backend (C) API, the composite pattern its fused SDPA engines recognize
  * (what cudnn-frontend's sdpa node lowers to): Q·Kᵀ, scale, causal mask (row ≥ column, by index
- * generation, a comparison and a select), softmax with its statistics (max, exp, sum, log: the
+ * generation, a comparison and a select; a sliding window adds column + W > row, a second
+ * comparison and select, as the frontend's diagonal band does; packed documents are not expressed
+ * here: those calls run the tensor-core kernels, docs/gpu.md says why), softmax with its statistics (max, exp, sum, log: the
  * natural-log LSE, fp32 (B,NH,T), which is exactly the lse the other kernels save), P·V. The
  * backward recomputes P from the statistics; dQ is accumulated in fp32 in the caller's scratch
  * (zeroed first), then converted. Each (direction, shape, device) is built once and cached: the execution
@@ -75,11 +77,12 @@ enum {
   OPS_CUDNN_DO, OPS_CUDNN_DQ, OPS_CUDNN_DK, OPS_CUDNN_DV,                   /* backward: + O STATS dO in */
   OPS_CUDNN_SSUM,                                                          /* backward: rowsum(dO∘O), workspace */
   OPS_CUDNN_DQACC,                                                         /* backward: dQ in fp32, workspace */
-  OPS_CUDNN_SCALE, OPS_CUDNN_NEGINF, OPS_CUDNN_ONE                         /* by-value scalars */
+  OPS_CUDNN_SCALE, OPS_CUDNN_NEGINF, OPS_CUDNN_ONE,                        /* by-value scalars */
+  OPS_CUDNN_WINDOW                                                         /* the sliding window W, a float */
 };
 
 #define OPS_CUDNN_MAX_OPS 32
-#define OPS_CUDNN_MAX_DESC 96
+#define OPS_CUDNN_MAX_DESC 128
 
 /* One SDPA graph's operation descriptors, finalized, and everything they refer to. */
 typedef struct ops_cudnn_sdpa {
@@ -93,10 +96,12 @@ typedef struct ops_cudnn_sdpa {
 } ops_cudnn_sdpa;
 
 /* Builds and finalizes the tensor and operation descriptors of the causal SDPA forward (backward =
- * 0) or backward on the packed qkv layout of ops_cuda.h. On failure, says which call failed with
- * cuDNN's status (FSDP_ERR_UNSUPPORTED). ops_cudnn_sdpa_free releases all of it (safe on a partial build). */
+ * 0) or backward on the packed qkv layout of ops_cuda.h, with a sliding WINDOW (0: none) as a second
+ * mask (the band's left bound, bound at run time as OPS_CUDNN_WINDOW). On failure, says which call
+ * failed with cuDNN's status (FSDP_ERR_UNSUPPORTED). ops_cudnn_sdpa_free releases all of it (safe on
+ * a partial build). */
 fsdp_status ops_cudnn_sdpa_build(ops_cudnn_sdpa *g, const ops_cudnn_api *api, int backward, int B, int T, int C,
-                                 int NH, int NKV);
+                                 int NH, int NKV, int window);
 void ops_cudnn_sdpa_free(ops_cudnn_sdpa *g);
 
 /* The attention through cuDNN (shapes and buffers as ops_cuda_attention_forward/_backward: the
@@ -104,10 +109,10 @@ void ops_cudnn_sdpa_free(ops_cudnn_sdpa *g);
  * ctx->workspace). FSDP_ERR_UNSUPPORTED: cuDNN
  * cannot run this shape here, run another kernel (the reason is logged once and kept in *why*). */
 fsdp_status ops_cudnn_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                        int NKV, const ops_cuda_ctx *ctx, char *why, size_t nwhy);
+                                        int NKV, int window, const ops_cuda_ctx *ctx, char *why, size_t nwhy);
 fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                          const ops_bf16 *out, const float *lse, int B, int T, int C, int NH, int NKV,
-                                         const ops_cuda_ctx *ctx, char *why, size_t nwhy);
+                                         int window, const ops_cuda_ctx *ctx, char *why, size_t nwhy);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@
 #define MAX_CFGS 64
 
 typedef struct plan_entry {
-  int backward, B, T, C, NH, NKV, dev;
+  int backward, B, T, C, NH, NKV, window, dev;
   fsdp_status st;   /* FSDP_OK: plan is usable; else why[] says why not */
   char why[320];
   cudnnBackendDescriptor_t graph, plan;
@@ -131,7 +131,7 @@ out:
 static void build(plan_entry *e, cudnnHandle_t h, size_t room) {
   const ops_cudnn_api *a = &S.api;
   const char *dir = e->backward ? "backward" : "forward";
-  if (ops_cudnn_sdpa_build(&e->g, a, e->backward, e->B, e->T, e->C, e->NH, e->NKV) != FSDP_OK) {
+  if (ops_cudnn_sdpa_build(&e->g, a, e->backward, e->B, e->T, e->C, e->NH, e->NKV, e->window) != FSDP_OK) {
     snprintf(e->why, sizeof e->why, "%s", fsdp_last_error());
     e->st = FSDP_ERR_UNSUPPORTED;
     return;
@@ -155,25 +155,27 @@ static void build(plan_entry *e, cudnnHandle_t h, size_t room) {
 }
 
 /* The entry for this call, built on first use; NULL when the cache is full. */
-static plan_entry *entry(int backward, int B, int T, int C, int NH, int NKV, int dev, cudnnHandle_t h, size_t room) {
+static plan_entry *entry(int backward, int B, int T, int C, int NH, int NKV, int window, int dev, cudnnHandle_t h,
+                         size_t room) {
   for (int i = 0; i < S.n; i++) {
     plan_entry *e = &S.e[i];
-    if (e->backward == backward && e->B == B && e->T == T && e->C == C && e->NH == NH && e->NKV == NKV && e->dev == dev)
+    if (e->backward == backward && e->B == B && e->T == T && e->C == C && e->NH == NH && e->NKV == NKV &&
+        e->window == window && e->dev == dev)
       return e;
   }
   if (S.n == MAX_PLANS) return NULL;
   plan_entry *e = &S.e[S.n++];
-  *e = (plan_entry){.backward = backward, .B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .dev = dev};
+  *e = (plan_entry){.backward = backward, .B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .window = window, .dev = dev};
   build(e, h, room);
   if (e->st != FSDP_OK)
-    log_warn("attention: %s (B=%d T=%d NH=%d NKV=%d hs=%d); the tensor-core kernel runs instead", e->why, B, T, NH, NKV,
-             C / NH);
+    log_warn("attention: %s (B=%d T=%d NH=%d NKV=%d hs=%d window=%d); the tensor-core kernel runs instead", e->why, B,
+             T, NH, NKV, C / NH, window);
   return e;
 }
 
 /* Looks up (or builds) the plan and runs it with the tensors bound: n pairs of (uid, pointer), and
  * in the backward the scratch (dQ accumulator, then the dO·O row sums). */
-static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const ops_cuda_ctx *ctx, int n,
+static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, int window, const ops_cuda_ctx *ctx, int n,
                        const int64_t *uid, void *const *ptr, float *scratch, char *why, size_t nwhy) {
   int dev = 0;
   cudaError_t ce = cudaGetDevice(&dev);
@@ -184,13 +186,13 @@ static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const
   cudnnHandle_t h = NULL;
   fsdp_status rc = ready(dev, &h, why, nwhy);
   if (rc != FSDP_OK) return rc;
-  plan_entry *e = entry(backward, B, T, C, NH, NKV, dev, h, ctx->workspace ? ctx->workspace_bytes : 0);
+  plan_entry *e = entry(backward, B, T, C, NH, NKV, window, dev, h, ctx->workspace ? ctx->workspace_bytes : 0);
   if (!e) return unsupported(why, nwhy, "cuDNN attention: more shapes than the plan cache holds");
   if (e->st != FSDP_OK) return unsupported(why, nwhy, e->why);
   if ((size_t)e->ws > (ctx->workspace ? ctx->workspace_bytes : 0))
     return unsupported(why, nwhy, "cuDNN attention: this context's workspace is smaller than the plan's");
   void *plan_ws = ctx->workspace;
-  const float scale = 1.0f / sqrtf((float)(C / NH)), one = 1.0f;
+  const float scale = 1.0f / sqrtf((float)(C / NH)), one = 1.0f, band = (float)window;
   /* cuDNN before 9.10 wants the most negative float where later ones take −∞ (as cudnn-frontend does) */
   const float neginf = S.api.version < 91000 ? -FLT_MAX : -INFINITY;
   int64_t ids[16];
@@ -199,6 +201,7 @@ static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const
   for (; k < n; k++) ids[k] = uid[k], p[k] = ptr[k];
   ids[k] = OPS_CUDNN_SCALE, p[k++] = (void *)&scale;
   ids[k] = OPS_CUDNN_NEGINF, p[k++] = (void *)&neginf;
+  if (window > 0) ids[k] = OPS_CUDNN_WINDOW, p[k++] = (void *)&band;
   if (backward) {
     ids[k] = OPS_CUDNN_ONE, p[k++] = (void *)&one;
     /* B·NH·T·hs floats, a multiple of 256 bytes at hs = 64 or 128: the row sums stay aligned */
@@ -227,19 +230,19 @@ static fsdp_status run(int backward, int B, int T, int C, int NH, int NKV, const
 }
 
 fsdp_status ops_cudnn_attention_forward(ops_bf16 *out, float *lse, const ops_bf16 *qkv, int B, int T, int C, int NH,
-                                        int NKV, const ops_cuda_ctx *ctx, char *why, size_t nwhy) {
+                                        int NKV, int window, const ops_cuda_ctx *ctx, char *why, size_t nwhy) {
   const int hs = C / NH;
   const int64_t uid[] = {OPS_CUDNN_Q, OPS_CUDNN_K, OPS_CUDNN_V, OPS_CUDNN_O, OPS_CUDNN_STATS};
   void *const ptr[] = {(void *)qkv, (void *)(qkv + C), (void *)(qkv + C + (size_t)NKV * hs), out, lse};
   pthread_mutex_lock(&S.mu);
-  fsdp_status rc = run(0, B, T, C, NH, NKV, ctx, 5, uid, ptr, NULL, why, nwhy);
+  fsdp_status rc = run(0, B, T, C, NH, NKV, window, ctx, 5, uid, ptr, NULL, why, nwhy);
   pthread_mutex_unlock(&S.mu);
   return rc;
 }
 
 fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, float *scratch, const ops_bf16 *dout, const ops_bf16 *qkv,
                                          const ops_bf16 *out, const float *lse, int B, int T, int C, int NH, int NKV,
-                                         const ops_cuda_ctx *ctx, char *why, size_t nwhy) {
+                                         int window, const ops_cuda_ctx *ctx, char *why, size_t nwhy) {
   const int hs = C / NH;
   const size_t kv = (size_t)NKV * hs;
   const int64_t uid[] = {OPS_CUDNN_Q,  OPS_CUDNN_K,  OPS_CUDNN_V,  OPS_CUDNN_O, OPS_CUDNN_STATS,
@@ -247,7 +250,7 @@ fsdp_status ops_cudnn_attention_backward(ops_bf16 *dqkv, float *scratch, const o
   void *const ptr[] = {(void *)qkv, (void *)(qkv + C), (void *)(qkv + C + kv), (void *)out, (void *)lse,
                        (void *)dout, dqkv, dqkv + C, dqkv + C + kv};
   pthread_mutex_lock(&S.mu);
-  fsdp_status rc = run(1, B, T, C, NH, NKV, ctx, 9, uid, ptr, scratch, why, nwhy);
+  fsdp_status rc = run(1, B, T, C, NH, NKV, window, ctx, 9, uid, ptr, scratch, why, nwhy);
   pthread_mutex_unlock(&S.mu);
   return rc;
 }

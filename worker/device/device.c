@@ -126,7 +126,7 @@ int64_t dev_attention_scratch_floats(const device_t *d, int B, int T, int NH, in
   return plan_attention_scratch_floats(d->kind, B, T, NH, HS);
 }
 
-int64_t dev_logits_bytes(const device_t *d, int BT, int V) { return plan_logits_bytes(d->kind, BT, V); }
+int64_t dev_logits_bytes(const device_t *d, int BT, int V, int C) { return plan_logits_bytes(d->kind, BT, V, C); }
 
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode) {
   const char *v = envknob_get(ENV_CPU_DEVICE);

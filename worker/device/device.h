@@ -273,8 +273,8 @@ int64_t dev_attention_floats(const device_t *d, int B, int T, int NH);
 /* Floats of the attention backward's scratch: B·NH·T·T on the CPU (the probabilities' gradient),
  * B·NH·T·(HS + 1) on CUDA. plan_attention_scratch_floats of d->kind. */
 int64_t dev_attention_scratch_floats(const device_t *d, int B, int T, int NH, int HS);
-/* Bytes of the classifier's logits scratch (plan_logits_bytes of d->kind). */
-int64_t dev_logits_bytes(const device_t *d, int BT, int V);
+/* Bytes of the classifier's scratch for C channels (plan_logits_bytes of d->kind). */
+int64_t dev_logits_bytes(const device_t *d, int BT, int V, int C);
 /* pre = inp·w + bias, out = gelu(pre): the device's fused op where it has one (dev_ops). */
 void dev_matmul_gelu(device_t *d, void *out, void *pre, const void *inp, const void *w, const void *bias, int BT, int C,
                      int OC);

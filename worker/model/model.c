@@ -33,6 +33,12 @@ model_acts *model_acts_new(const plan_t *p, device_t *d) {
     free(a);
     return NULL;
   }
+  model_arena *ar = (model_arena *)a->acts;   /* the plan counts the document starts: made now (model_set_docs) */
+  const size_t seg_bytes = (size_t)p->batch_size * (size_t)p->model.seq_len * sizeof(int32_t);
+  if (p->docs && !(ar->seg_buf = d->op->alloc(d, MEM_ACTIVATIONS, seg_bytes))) {
+    model_acts_destroy(&a);
+    return NULL;
+  }
   return a;
 }
 

@@ -102,7 +102,8 @@ typedef struct model_arena {
   void *saved, *ws;
   int64_t saved_bytes, ws_bytes;
   /* The rows' documents (model_set_docs): SEG_BUF, B·T int32 device memory (MEM_ACTIVATIONS), made
-   * at the first micro-step whose rows hold several documents; SEG is it while the current rows do,
+   * by model_acts_new where the plan counts it (plan_t.docs), else at the first micro-step whose rows
+   * hold several documents (a caller without data files, as the tests); SEG is it while the current rows do,
    * NULL while every row is one document (the kernels' fast path). */
   int32_t *seg_buf;
   const int32_t *seg;

@@ -212,13 +212,18 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, std::function<void()> body
 
 /* ---- the CUDA runtime, as host memory ---- */
 
+/* The device and kernel attribute calls (cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute),
+ * counted: a launch that repeats them shows in emu_attr_calls_made. */
+long emu_attr_calls;
+extern "C" long emu_attr_calls_made(void) { return emu_attr_calls; }
+
 extern "C" {
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
 const char *cudaGetErrorName(cudaError_t) { return "emuError"; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr, int) { *v = 232448; return cudaSuccess; }
+cudaError_t cudaGetDevice(int *d) { emu_attr_calls++; *d = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr, int) { emu_attr_calls++; *v = 232448; return cudaSuccess; }
 cudaError_t cudaMalloc(void **p, size_t n) { return (*p = aligned_alloc(256, (n + 255) / 256 * 256)) ? cudaSuccess : cudaErrorMemoryAllocation; }
 cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }

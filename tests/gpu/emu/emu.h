@@ -75,7 +75,11 @@ void emu_launch_k(dim3 grid, dim3 block, size_t smem, cudaStream_t, void (*k)(P.
   emu_run_grid(grid, block, smem, [=]() { k(args...); });
 }
 
-template <class T> cudaError_t cudaFuncSetAttribute(T *, enum cudaFuncAttribute, int) { return cudaSuccess; }
+extern long emu_attr_calls; /* emu.cpp: the attribute calls made so far */
+template <class T> cudaError_t cudaFuncSetAttribute(T *, enum cudaFuncAttribute, int) {
+  emu_attr_calls++;
+  return cudaSuccess;
+}
 
 /* WMMA, as the API defines it (warp-collective loads, stores and products of 16×16 tiles): each
  * emulated lane holds the whole tile, and loads and stores are bracketed by warp barriers so that

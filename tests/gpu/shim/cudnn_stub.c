@@ -12,7 +12,10 @@
  * variant pack (cudnn_stub_pack: ids, pointers, workspace, and the by-value scalars' values as they
  * were when it ran). So a test can see which configuration was chosen and what was bound. A
  * negative W: that configuration's plan refuses to finalize (CUDNN_STATUS_NOT_SUPPORTED), so a
- * test can see the refusal named in the fallback's reason. */
+ * test can see the refusal named in the fallback's reason.
+ *
+ * cudnn_stub_modes() gives the pointwise modes set since the last cudnn_stub_modes_reset(), in
+ * order, and the unique ids of the tensors set, so a test can read which masks a graph holds. */
 #include <cudnn_graph.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -60,6 +63,24 @@ int cudnn_stub_pack(int64_t *ids, void **ptrs, float *values, void **ws, int64_t
   *ws = pack.ws;
   *plan_index = pack.plan_index;
   return pack.n;
+}
+
+#define MAX_MODES 128
+static struct {
+  int n, nid;
+  int mode[MAX_MODES];
+  int64_t id[MAX_MODES];
+} graph;
+
+void cudnn_stub_modes_reset(void) { graph.n = graph.nid = 0; }
+
+/* the pointwise modes set (into MODES, at most MAX; returns how many) and the tensor ids (IDS, *NID) */
+int cudnn_stub_modes(int *modes, int max, int64_t *ids, int *nid) {
+  int n = graph.n < max ? graph.n : max;
+  for (int i = 0; i < n; i++) modes[i] = graph.mode[i];
+  *nid = graph.nid < max ? graph.nid : max;
+  for (int i = 0; i < *nid; i++) ids[i] = graph.id[i];
+  return n;
 }
 
 static long fail_at(void) {
@@ -119,6 +140,8 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
   calls.set++;
   if (calls.set == fail_at()) return CUDNN_STATUS_BAD_PARAM;
   if (name == CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG) ((desc *)d)->index = (*(desc *const *)v)->index;
+  if (name == CUDNN_ATTR_POINTWISE_MODE && graph.n < MAX_MODES) graph.mode[graph.n++] = *(const int *)v;
+  if (name == CUDNN_ATTR_TENSOR_UNIQUE_ID && graph.nid < MAX_MODES) graph.id[graph.nid++] = *(const int64_t *)v;
   if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS || name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS) {
     if (n > MAX_PACK) return CUDNN_STATUS_BAD_PARAM;
     pack.n = (int)n;
