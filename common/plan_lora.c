@@ -120,14 +120,12 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
     off += r * m->in;
     pm->b_off = off;
     off += m->out * r;
-    if (m->in > l->max_in) l->max_in = m->in;
-    if (m->out > l->max_out) l->max_out = m->out;
   }
   l->block_numel = off;
   l->numel = (int64_t)p->model.n_layer * off;
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
-  l->ws = BT * (l->max_out + l->max_in + r);
+  l->ws = BT * r;   /* s·dy·B: the products read and accumulate in place (lora.c) */
   return spec->lora.base_dtype == BASE_NF4 ? nf4_layout(p) : FSDP_OK;
 }
 

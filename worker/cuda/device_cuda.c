@@ -343,6 +343,12 @@ static void cu_act_axpby(device_t *dd, void *dst, int64_t dld, const void *src, 
   OP(d, ops_cuda_act_axpby(dst, dld, src, sld, rows, cols, alpha, beta, &d->ctx), "act_axpby");
 }
 
+static void cu_gemm(device_t *dd, int ta, int tb, int M, int N, int K, float alpha, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, &d->ctx), "gemm");
+}
+
 /* ---- optimizer ---- */
 
 static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float scale) {
@@ -617,7 +623,7 @@ static const dev_ops cuda_ops = {
 
 static const dev_kernels cuda_kernels = {
     .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
-    .add_act = cu_add_act, .act_axpby = cu_act_axpby, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
+    .add_act = cu_add_act, .act_axpby = cu_act_axpby, .gemm = cu_gemm, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .layernorm_backward_add = cu_layernorm_backward_add,
     .matmul_forward = cu_matmul_forward,
