@@ -181,6 +181,7 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
   p->mem[MEM_ACTIVATIONS] += e * (uint64_t)l->saved;
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
+  if (p->device != DEVICE_CPU) p->mem[MEM_WORKSPACE] += 16 * (uint64_t)p->model.n_layer;   /* CUDA: AdamW's decay table */
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
   plan_lora_sent(p, p->sharding, p->sent_bytes);

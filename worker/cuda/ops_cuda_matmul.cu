@@ -218,7 +218,8 @@ fsdp_status ops_cuda_gemm(int ta, int tb, int M, int N, int K, float alpha, cons
                           const ops_bf16 *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32,
                           const ops_cuda_ctx *ctx) {
   if (beta != 0.0f && beta != 1.0f) return fsdp_set_error(FSDP_ERR_INVALID, "gemm: beta = %g; allowed: 0 or 1", beta);
-  return lt_gemm(ctx, "gemm", alpha, tb, ta, N, M, K, B, ldb, A, lda, C, ldc, c_f32, beta == 1.0f,
+  const int beta_one = beta == 1.0f && !OPS_FAULT("gemm_accumulate");   /* planted: the sum assigned */
+  return lt_gemm(ctx, "gemm", alpha, tb, ta, N, M, K, B, ldb, A, lda, C, ldc, c_f32, beta_one,
                  CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
 }
 

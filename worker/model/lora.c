@@ -45,6 +45,7 @@ fsdp_status lora_new(const plan_t *p, device_t *d, lora_ctx **out) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len, e = d->act_bytes;
   l->p = p, l->d = d, l->n = pl->numel;
   fsdp_status rc = opt_plan(l);
+  if (rc == FSDP_OK && d->op->bind) rc = d->op->bind(d, &l->opt, 0);   /* AdamW's table on the device (CUDA) */
   if (rc != FSDP_OK) goto out;
   rc = FSDP_ERR_NOMEM;   /* the allocator says what failed */
   ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));

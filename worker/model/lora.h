@@ -27,7 +27,8 @@ typedef struct lora_ctx {
   void *wact;                    /* the compute form of param: param itself when act elements are fp32 */
   void *saved;                   /* x·Aᵀ per (block, target): BT·r act elements each (activations) */
   void *dh;                      /* scratch (workspace): BT·r act elements, s·dy·B */
-  plan_t opt;                    /* AdamW's view of the segment: unit l = block l's adapters, one tensor */
+  plan_t opt;                    /* AdamW's view of the segment: unit l = block l's adapters, one tensor
+                                    (bound to the device by lora_new: CUDA's decay table) */
 } lora_ctx;
 
 /* NULL-safe on P without LoRA (*OUT = NULL, FSDP_OK). */
