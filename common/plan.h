@@ -197,7 +197,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C);
  *   comm: 4·PLAN_STEP_SCALARS only (no reduce-scatter of the frozen base)
  *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
  *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets
- *   workspace += BT·(max out + max in + r) act elements: the adapters' scratch */
+ *   workspace += BT·r act elements: the adapters' scratch (s·dy·B; their products read and accumulate
+ *                in place) */
 #define PLAN_LORA_MAX 8
 typedef struct plan_lora_mod {
   char path[32];       /* in a block, as Hugging Face names it: "attn.c_attn", "self_attn.q_proj" */
@@ -214,7 +215,6 @@ typedef struct plan_lora {
   plan_lora_mod mod[PLAN_LORA_MAX];
   int64_t block_numel; /* Σ r·(in + out) over the targets */
   int64_t numel;       /* L·block_numel: every adapter element */
-  int64_t max_in, max_out;
   int64_t saved, ws;   /* act elements: the kept x·Aᵀ of every block, and the scratch */
   /* the frozen base's storage ([lora] base_dtype): param_dtype's, or NF4 (worker/ops/nf4.h). With
    * NF4 every 2-D tensor of a block is quantized (nf4_bytes: codes, scale codes, group scales,

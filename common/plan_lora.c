@@ -121,14 +121,12 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
     off += r * m->in;
     pm->b_off = off;
     off += m->out * r;
-    if (m->in > l->max_in) l->max_in = m->in;
-    if (m->out > l->max_out) l->max_out = m->out;
   }
   l->block_numel = off;
   l->numel = (int64_t)p->model.n_layer * off;
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
-  l->ws = BT * (l->max_out + l->max_in + r);
+  l->ws = BT * r;   /* s·dy·B: the products read and accumulate in place (lora.c) */
   return spec->lora.base_dtype == BASE_NF4 ? nf4_layout(p) : FSDP_OK;
 }
 
@@ -184,6 +182,7 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
   p->mem[MEM_ACTIVATIONS] += e * (uint64_t)l->saved;
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
+  if (p->device != DEVICE_CPU) p->mem[MEM_WORKSPACE] += 16 * (uint64_t)p->model.n_layer;   /* CUDA: AdamW's decay table */
   p->mem_total = 0;
   for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
   if (p->snapshot_bytes) {   /* [checkpoint] async: rank 0 snapshots the adapters and their AdamW state only */

@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh --list [--test|--bench]   print the packages, install nothing
 #   scripts/install-deps.sh --bench   also what the benchmarks compare against or profile with
 #                                     (PyTorch for bench/torch_step.py, perf, valgrind for
-#                                     bench/trace_instructions.sh)
+#                                     bench/trace_instructions.sh, time for bench/lora_step.sh)
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here: it is found under
 # /usr/local/cuda or CUDAToolkit_ROOT when present, and the build goes CPU-only without it.
 # The Python packages the interoperability tests compare against come from PyPI through
@@ -35,7 +35,7 @@ if [ "${1:-}" = --list ]; then LIST=1; shift; fi
 case "${1:-}" in
   "") ;;
   --test) PKGS+=("${TEST_PKGS[@]}") ;;
-  --bench) PKGS+=("${TEST_PKGS[@]}" python3-torch linux-perf valgrind) ;;
+  --bench) PKGS+=("${TEST_PKGS[@]}" python3-torch linux-perf valgrind time) ;;
   *) echo "usage: $0 [--list] [--test|--bench]" >&2; exit 2 ;;
 esac
 if [ "$LIST" = 1 ]; then

@@ -232,9 +232,6 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
     return fsdp_set_error(FSDP_ERR_INVALID, "rank %d of %d does not match the communicator (rank %d of %d)", rank,
                           p->world, comm_rank(comm), comm_world(comm));
   /* what the plan describes but the runtime does not compute yet (fsdpctl plan plans them) */
-  if (p->lora.rank && spec->device != DEVICE_CPU)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] runs on device = cpu only so far (the adapters' AdamW is not "
-                          "bound on CUDA); allowed: device = cpu (fsdpctl plan plans a CUDA job)");
   if (p->lora.nf4)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4 is planned (fsdpctl plan) but not trained "
                           "yet; allowed: base_dtype = auto | bf16 | fp32");

@@ -234,11 +234,15 @@ void gpt2_block_backward(gpt2_acts *a, const plan_t *p, int layer, const void *u
   lora_backward(LORA, layer, BLK_ATTNPROJ_W, a->datty, dres, s->atty);
   d->kern->attention_backward(d, a->dbuf, a->datt, a->datty, s->qkv, s->atty, s->att, B, T, C, NH, NH, a->arena.seg,
                               0);   /* dbuf = d qkv */
-  d->kern->matmul_backward(d, a->dx, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
+  /* a frozen base ([lora]) needs no gradient below the first block: there c_attn's backward gives
+   * the adapters theirs and stops */
+  void *dln1 = layer > 0 || dunit ? a->dx : NULL;
+  d->kern->matmul_backward(d, dln1, DPARAM(BLK_ATTN_W), DPARAM(BLK_ATTN_B), a->dbuf, s->ln1,
                          PARAM(u, BLK_ATTN_W, unit), BT, C, 3 * C);
-  lora_backward(LORA, layer, BLK_ATTN_W, a->dx, a->dbuf, s->ln1);
-  dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x,
-                             PARAM(u, BLK_LN1_W, unit), s->ln1_mean, s->ln1_rstd, B, T, C);   /* dres = dL/d x */
+  lora_backward(LORA, layer, BLK_ATTN_W, dln1, a->dbuf, s->ln1);
+  if (dln1)
+    dev_layernorm_backward_add(d, dres, a->datty, DPARAM(BLK_LN1_W), DPARAM(BLK_LN1_B), a->dx, x,
+                               PARAM(u, BLK_LN1_W, unit), s->ln1_mean, s->ln1_rstd, B, T, C);   /* dres = dL/d x */
 #undef DPARAM
 }
 

@@ -243,11 +243,15 @@ void llama_block_backward(llama_acts *a, const plan_t *p, int layer, const void 
     d->kern->qk_norm_backward(d, a->dbuf, OPT_GRAD(LBLK_QN), OPT_GRAD(LBLK_KN), a->dbuf, s->qkv_raw,
                               PARAM(u, AT(LBLK_QN), unit), PARAM(u, AT(LBLK_KN), unit), s->qk_rstd, BT, a->NH,
                               a->NKV, a->HD, 0.0f);
-  d->kern->linear_backward(d, a->dx, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
+  /* a frozen base ([lora]) needs no gradient below the first block: there the q|k|v backward
+   * gives the adapters theirs and stops */
+  void *dln1 = layer > 0 || dunit ? a->dx : NULL;
+  d->kern->linear_backward(d, dln1, GRAD(u, AT(LBLK_Q), dunit), OPT_GRAD(LBLK_QB), a->dbuf, s->ln1,
                            PARAM(u, AT(LBLK_Q), unit), BT, C, a->Q);
-  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, a->dx, a->dbuf, s->ln1);
-  dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x,
-                           PARAM(u, AT(LBLK_LN1_W), unit), s->ln1_rstd, BT, C, 0.0f);   /* dres = dL/d x */
+  for (int t = LBLK_Q; t <= LBLK_V; t++) lora_backward(LORA, layer, t, dln1, a->dbuf, s->ln1);
+  if (dln1)
+    dev_rmsnorm_backward_add(d, dres, a->datty, GRAD(u, AT(LBLK_LN1_W), dunit), a->dx, x,
+                             PARAM(u, AT(LBLK_LN1_W), unit), s->ln1_rstd, BT, C, 0.0f);   /* dres = dL/d x */
 }
 
 void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const int *inp) {

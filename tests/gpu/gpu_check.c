@@ -591,6 +591,7 @@ int main(int argc, char **argv) {
   check_llama_ops(1);
   check_docmask_ops();
   check_util_ops();
+  check_lora_ops();
   measure_gemm_rate();
   measure_copy_rate();
   roofline_print();

@@ -125,6 +125,8 @@ void check_llama_ops(int large);
 void check_docmask_ops(void);
 /* check_util.c */
 void check_util_ops(void);
+/* check_lora.c: a LoRA step's adapter products (ops_cuda_gemm) and their AdamW */
+void check_lora_ops(void);
 void measure_gemm_rate(void);
 
 /* The roofline (harness.c): the last timed RUN_AND_COMPARE's time (ms, -1 when untimed), and each

@@ -343,6 +343,12 @@ static void cu_act_axpby(device_t *dd, void *dst, int64_t dld, const void *src, 
   OP(d, ops_cuda_act_axpby(dst, dld, src, sld, rows, cols, alpha, beta, &d->ctx), "act_axpby");
 }
 
+static void cu_gemm(device_t *dd, int ta, int tb, int M, int N, int K, float alpha, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, &d->ctx), "gemm");
+}
+
 /* ---- optimizer ---- */
 
 static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float scale) {
@@ -352,18 +358,32 @@ static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float 
   OP(d, dev_cuda_sumsq_post(out, flag, scale, d->stream), "sumsq");
 }
 
-/* AdamW's decay segments of RANK's shard: [start, end) shard indices of every 2-D tensor's part. */
+/* The binding of plan P (NULL: none), or with P NULL a free one. */
+static struct cuda_binding *binding_of(cuda_dev *d, const plan_t *p) {
+  for (int i = 0; i < DEV_CUDA_BINDINGS; i++)
+    if (d->bound[i].plan == p) return &d->bound[i];
+  return NULL;
+}
+
+/* AdamW's decay segments of RANK's shard of P: [start, end) shard indices of every 2-D tensor's
+ * part. A plan bound again replaces its table; up to DEV_CUDA_BINDINGS plans at once. */
 static fsdp_status cu_bind(device_t *dd, const plan_t *p, int rank) {
   cuda_dev *d = cd(dd);
   int hs = p->model.n_head > 0 ? p->model.n_embd / p->model.n_head : 0;
   if (hs != 64 && hs != 128)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: head size n_embd/n_head = %d; the fused attention "
                           "kernels support 64 or 128", hs);
+  struct cuda_binding *b = binding_of(d, p);
+  if (!b) b = binding_of(d, NULL);
+  if (!b)
+    return fsdp_set_error(FSDP_ERR_STATE, "the CUDA device holds %d optimizer bindings already (the base's and the "
+                          "adapters')", DEV_CUDA_BINDINGS);
   int cap = 0;
   for (int u = 0; u < p->nunits; u++)
     for (int t = 0; t < p->units[u].ntensors; t++) cap += p->units[u].t[t].decay;
-  /* 16 bytes per 2-D tensor, as plan.c's workspace term counts them (GPT-2: 2 + 4·L; Llama: 2 + 7·L) */
-  int64_t *h = calloc((size_t)cap * 2, sizeof *h);
+  /* 16 bytes per 2-D tensor, as plan.c's workspace term counts them (GPT-2: 2 + 4·L; Llama: 2 + 7·L;
+   * [lora]: L more, one a block's adapters) */
+  int64_t *h = calloc((size_t)(cap > 0 ? cap : 1) * 2, sizeof *h);
   if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "out of host memory for AdamW's decay segments");
   int n = 0;
   for (int u = 0; u < p->nunits; u++) {
@@ -371,21 +391,23 @@ static fsdp_status cu_bind(device_t *dd, const plan_t *p, int rank) {
     const int64_t lo = plan_shard_offset(p, u, rank), hi = lo + un->shard_numel, base = un->shard_base - lo;
     for (int t = 0; t < un->ntensors; t++) {
       const plan_tensor *pt = &un->t[t];
-      int64_t a = pt->offset > lo ? pt->offset : lo, b = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
-      if (!pt->decay || a >= b) continue;
+      int64_t a = pt->offset > lo ? pt->offset : lo, e = pt->offset + pt->numel < hi ? pt->offset + pt->numel : hi;
+      if (!pt->decay || a >= e) continue;
       h[2 * n] = base + a;
-      h[2 * n + 1] = base + b;
+      h[2 * n + 1] = base + e;
       n++;
     }
   }
-  if (d->segs) cu_free(dd, d->segs);
-  d->segs = cu_alloc(dd, MEM_WORKSPACE, (size_t)cap * 2 * sizeof(int64_t));
-  fsdp_status rc = d->segs ? cu_upload(dd, d->segs, h, (size_t)n * 2 * sizeof(int64_t)) : FSDP_ERR_NOMEM;
+  if (b->segs) cu_free(dd, b->segs);
+  *b = (struct cuda_binding){0};
+  int64_t *segs = cu_alloc(dd, MEM_WORKSPACE, (size_t)(cap > 0 ? cap : 1) * 2 * sizeof(int64_t));
+  fsdp_status rc = segs ? cu_upload(dd, segs, h, (size_t)n * 2 * sizeof(int64_t)) : FSDP_ERR_NOMEM;
   free(h);
-  TRY(rc);
-  d->plan = p;
-  d->rank = rank;
-  d->nseg = n;
+  if (rc != FSDP_OK) {
+    if (segs) cu_free(dd, segs);
+    return rc;
+  }
+  *b = (struct cuda_binding){.plan = p, .rank = rank, .segs = segs, .nseg = n};
   return FSDP_OK;
 }
 
@@ -393,13 +415,14 @@ static void cu_adamw(device_t *dd, const plan_t *p, int rank, float *param, cons
                      uint16_t *lp, int step, double lr, const optim_config *s, float grad_scale) {
   cuda_dev *d = cd(dd);
   if (d->err != FSDP_OK) return;
-  if (p != d->plan || rank != d->rank) {
+  const struct cuda_binding *b = binding_of(d, p);
+  if (!b || rank != b->rank) {
     d->err = FSDP_ERR_STATE;
     snprintf(d->msg, sizeof d->msg, "adamw for rank %d of a plan the device was not bound to (bind first)", rank);
     return;
   }
   ops_cuda_adamw_consts_t k = ops_cuda_adamw_consts(step, lr, s->beta1, s->beta2, s->eps, s->weight_decay, grad_scale);
-  OP(d, ops_cuda_adamw(param, (ops_bf16 *)lp, m, v, grad, p->shard_total, d->segs, d->nseg, &k, &d->ctx), "adamw");
+  OP(d, ops_cuda_adamw(param, (ops_bf16 *)lp, m, v, grad, p->shard_total, b->segs, b->nseg, &k, &d->ctx), "adamw");
 }
 
 /* ---- the model's operators ---- */
@@ -592,7 +615,9 @@ static void cu_destroy(device_t *dd) {
   cudaSetDevice(d->gpu);
   if (d->stream) cudaStreamSynchronize(d->stream);
   (void)cudaGetLastError();
-  if (d->nrec > (d->ws ? 1 : 0) + (d->scal ? 1 : 0) + (d->segs ? 1 : 0))
+  int own = (d->ws ? 1 : 0) + (d->scal ? 1 : 0);
+  for (int i = 0; i < DEV_CUDA_BINDINGS; i++) own += d->bound[i].segs != NULL;
+  if (d->nrec > own)
     log_warn("CUDA device %d: %d buffer(s) still allocated at destroy; freeing them", d->gpu, d->nrec);
   while (d->nrec > 0) cu_free(dd, d->recs[d->nrec - 1].p);
   for (int i = 0; i < d->captev; i++) cudaEventDestroy(d->tev[i]);
@@ -617,7 +642,7 @@ static const dev_ops cuda_ops = {
 
 static const dev_kernels cuda_kernels = {
     .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
-    .add_act = cu_add_act, .act_axpby = cu_act_axpby, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
+    .add_act = cu_add_act, .act_axpby = cu_act_axpby, .gemm = cu_gemm, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .layernorm_backward_add = cu_layernorm_backward_add,
     .matmul_forward = cu_matmul_forward,

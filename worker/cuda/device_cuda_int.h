@@ -40,6 +40,8 @@ typedef struct tmark {
   trace_t *t;
 } tmark;
 
+#define DEV_CUDA_BINDINGS 2   /* plans bound at once (cuda_dev.bound) */
+
 typedef struct cuda_dev {
   device_t base;
   int gpu;
@@ -54,10 +56,14 @@ typedef struct cuda_dev {
   alloc_rec *recs;
   int nrec, caprec;
 
-  const plan_t *plan;  /* bound by bind() */
-  int rank;
-  int64_t *segs;       /* device: 2·nseg int64 (capacity 2 per 2-D tensor of the plan) */
-  int nseg;
+  /* bound by bind(), one per plan AdamW runs over: the base's shard and, for [lora], the adapters'
+   * segment (lora.h's opt) */
+  struct cuda_binding {
+    const plan_t *plan;
+    int rank;
+    int64_t *segs;     /* device: 2·nseg int64 (capacity 2 per 2-D tensor of the plan) */
+    int nseg;
+  } bound[DEV_CUDA_BINDINGS];
 
   fsdp_status err;     /* the first failure, sticky */
   char msg[640];

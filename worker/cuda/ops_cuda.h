@@ -173,6 +173,12 @@ fsdp_status ops_cuda_gelu_backward(ops_bf16 *dinp, const ops_bf16 *inp, const op
 fsdp_status ops_cuda_residual_forward(ops_bf16 *out, const ops_bf16 *a, const ops_bf16 *b, int64_t N,
                                       const ops_cuda_ctx *ctx);
 
+/* LoRA's products (device.h's gemm): row-major C[M×N] = alpha·op(A)·op(B) + beta·C with leading
+ * dimensions, op(X) = Xᵀ where tX; A and B bf16, C bf16 or (C_F32) fp32, beta 0 or 1; one cuBLASLt
+ * GEMM, fp32 compute. */
+fsdp_status ops_cuda_gemm(int ta, int tb, int M, int N, int K, float alpha, const ops_bf16 *A, int64_t lda,
+                          const ops_bf16 *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32,
+                          const ops_cuda_ctx *ctx);
 /* ---- Llama's operators (ops_cuda_llama.cu) ----
  * linear: nn.Linear, weight [OC, C] (out, in), through cuBLASLt (bf16 operands, fp32 compute): out
  * (BT,OC) = inp·weightᵀ + bias (bias (OC) bf16, NULL: none; cuBLASLt's BIAS epilogue, or the plain

@@ -140,9 +140,11 @@ out:
   return rc;
 }
 
-fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
-                        const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
-                        int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux) {
+/* ops_lt_gemm with D = alpha·op(A)·op(B) (+ D): alpha is an argument of the call, not of the plan */
+static fsdp_status lt_gemm(const ops_cuda_ctx *ctx, const char *what, float alpha, int transa, int transb, int m,
+                           int n, int k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd,
+                           int d_f32, int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux,
+                           int64_t ldaux) {
   if (m <= 0 || n <= 0) return FSDP_OK;
   if (k <= 0) return fsdp_set_error(FSDP_ERR_INVALID, "%s: GEMM with k = %d", what, k);
   lt_key key;
@@ -152,7 +154,7 @@ fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, i
   key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.ldaux = aux ? ldaux : 0;
   key.aa = ptr_align(A), key.ab = ptr_align(B), key.ad = ptr_align(D);
   key.epilogue = epilogue, key.ws = ctx->workspace ? ctx->workspace_bytes : 0;
-  const float alpha = 1.0f, beta = beta_one ? 1.0f : 0.0f;
+  const float beta = beta_one ? 1.0f : 0.0f;
   fsdp_status rc = FSDP_OK;
   lt_plan once, *p = NULL;
 
@@ -202,6 +204,23 @@ out:
   if (p == &once) lt_plan_drop(&once);
   pthread_mutex_unlock(&lt_mu);
   return rc;
+}
+
+fsdp_status ops_lt_gemm(const ops_cuda_ctx *ctx, const char *what, int transa, int transb, int m, int n, int k,
+                        const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
+                        int beta_one, cublasLtEpilogue_t epilogue, const void *bias, void *aux, int64_t ldaux) {
+  return lt_gemm(ctx, what, 1.0f, transa, transb, m, n, k, A, lda, B, ldb, D, ldd, d_f32, beta_one, epilogue, bias,
+                 aux, ldaux);
+}
+
+/* Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B first, the shapes swapped. */
+fsdp_status ops_cuda_gemm(int ta, int tb, int M, int N, int K, float alpha, const ops_bf16 *A, int64_t lda,
+                          const ops_bf16 *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32,
+                          const ops_cuda_ctx *ctx) {
+  if (beta != 0.0f && beta != 1.0f) return fsdp_set_error(FSDP_ERR_INVALID, "gemm: beta = %g; allowed: 0 or 1", beta);
+  const int beta_one = beta == 1.0f && !OPS_FAULT("gemm_accumulate");   /* planted: the sum assigned */
+  return lt_gemm(ctx, "gemm", alpha, tb, ta, N, M, K, B, ldb, A, lda, C, ldc, c_f32, beta_one,
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
 }
 
 /* ---- column sums: dst[c] += Σ_r m[r, c], one kernel (ops_colsum_fold) ---- */

@@ -210,7 +210,7 @@ fsdp_status ops_cuda_accumulate_bf16(float *dst, const ops_bf16 *src, int64_t n,
   return FSDP_OK;
 }
 
-/* LoRA's column blocks: dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[..], fp32 math, one
+/* Column blocks (device.h's act_axpby): dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[..], fp32 math, one
  * rounding to bf16; one thread per element. */
 __global__ void act_axpby_kernel(ops_bf16 *dst, int64_t dld, const ops_bf16 *src, int64_t sld, int64_t cols,
                                  float alpha, float beta, int64_t n) {

@@ -115,10 +115,16 @@ typedef struct dev_kernels {
   void (*add)(device_t *d, float *dst, const void *src, dtype_kind src_dt, int64_t n);    /* dst += src */
   void (*add_act)(device_t *d, void *dst, const void *src, int64_t n);                    /* act dst += src */
   /* act dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[r·dld + c] for ROWS × COLS (a column
-   * block of a wider row, as LoRA reads and writes a fused projection's part); dst may be src with
+   * block of a wider row, as Gemma scales q's columns of the q|k|v rows); dst may be src with
    * dld = sld (in place). beta = 0 never reads dst. */
   void (*act_axpby)(device_t *d, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows, int64_t cols,
                     float alpha, float beta);
+  /* C[M×N] = alpha·op(A)·op(B) + beta·C (ops_cpu.h gemm_strided), row-major with leading
+   * dimensions, op(X) = Xᵀ where tX; A and B act elements, C act elements or, where C_F32, fp32 (a
+   * gradient); beta 0 (C assigned, never read) or 1. LoRA's products (lora.h): a column block of a
+   * fused projection's rows read or accumulated in place, the scale in alpha. */
+  void (*gemm)(device_t *d, int ta, int tb, int M, int N, int K, float alpha, const void *A, int64_t lda, const void *B,
+               int64_t ldb, float beta, void *C, int64_t ldc, int c_f32);
 
   /* ---- optimizer ---- */
   /* out[0] = scale·Σ x², out[1] = 0 if that is finite else 1 (fixed summation order). */

@@ -285,6 +285,17 @@ static void cpu_act_axpby(device_t *d, void *dst, int64_t dld, const void *src, 
   SUBMIT(d, run_act_axpby, P(dst), I(dld), P(src), I(sld), I(rows), I(cols), F(alpha), F(beta));
 }
 
+static void run_gemm(cpu_dev *d, const targ *a) {
+  (void)d;
+  gemm_strided((int)a[0].i, (int)a[1].i, (int)a[2].i, (int)a[3].i, (int)a[4].i, (float)a[5].f, a[6].p, a[7].i, a[8].p,
+               a[9].i, (float)a[10].f, a[11].p, a[12].i);
+}
+static void cpu_gemm(device_t *d, int ta, int tb, int M, int N, int K, float alpha, const void *A, int64_t lda,
+                     const void *B, int64_t ldb, float beta, void *C, int64_t ldc, int c_f32) {
+  (void)c_f32;   /* act elements are fp32 on the CPU */
+  SUBMIT(d, run_gemm, I(ta), I(tb), I(M), I(N), I(K), F(alpha), P(A), I(lda), P(B), I(ldb), F(beta), P(C), I(ldc));
+}
+
 /* ---- optimizer ---- */
 
 static void run_sumsq(cpu_dev *d, const targ *a) {
@@ -599,7 +610,7 @@ static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async")
 /* every mode's: each kernel submits to the device's stream, which is the host in sync mode */
 static const dev_kernels cpu_kernels = {
     .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add, .add_act = cpu_add_act,
-    .act_axpby = cpu_act_axpby,
+    .act_axpby = cpu_act_axpby, .gemm = cpu_gemm,
     .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward, .matmul_forward = cpu_matmul_forward,

@@ -45,6 +45,7 @@ fsdp_status lora_new(const plan_t *p, device_t *d, lora_ctx **out) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len, e = d->act_bytes;
   l->p = p, l->d = d, l->n = pl->numel;
   fsdp_status rc = opt_plan(l);
+  if (rc == FSDP_OK && d->op->bind) rc = d->op->bind(d, &l->opt, 0);   /* AdamW's table on the device (CUDA) */
   if (rc != FSDP_OK) goto out;
   rc = FSDP_ERR_NOMEM;   /* the allocator says what failed */
   ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));
@@ -54,9 +55,7 @@ fsdp_status lora_new(const plan_t *p, device_t *d, lora_ctx **out) {
   if (e == 4) l->wact = l->param;
   else ALLOC_OR_FAIL(l->wact, dalloc(d, MEM_PARAM_SHARD, l->n, (int)e));
   ALLOC_OR_FAIL(l->saved, dalloc(d, MEM_ACTIVATIONS, pl->saved, (int)e));
-  ALLOC_OR_FAIL(l->tmp, dalloc(d, MEM_WORKSPACE, BT * pl->max_out, (int)e));
   ALLOC_OR_FAIL(l->dh, dalloc(d, MEM_WORKSPACE, BT * pl->rank, (int)e));
-  ALLOC_OR_FAIL(l->dx, dalloc(d, MEM_WORKSPACE, BT * pl->max_in, (int)e));
   d->op->zero(d, l->m, (size_t)l->n * 4);
   d->op->zero(d, l->v, (size_t)l->n * 4);
   *out = l;
@@ -77,9 +76,7 @@ void lora_destroy(lora_ctx **pl) {
   d->op->free(d, l->m);
   d->op->free(d, l->v);
   d->op->free(d, l->saved);
-  d->op->free(d, l->tmp);
   d->op->free(d, l->dh);
-  d->op->free(d, l->dx);
   free(l->opt.units);
   free(l);
   *pl = NULL;
@@ -111,7 +108,7 @@ static int mod_of(const plan_t *p, int slot) {
 
 static char *at(void *base, int64_t elems, int e) { return (char *)base + elems * e; }
 
-/* Block LAYER's target J: its A and B (act form), their gradients, and its kept h = scale·x·Aᵀ. */
+/* Block LAYER's target J: its A and B (act form), their gradients, and its kept h = x·Aᵀ. */
 typedef struct lora_views {
   const plan_lora_mod *m;
   void *A, *B, *h;
@@ -129,32 +126,32 @@ static lora_views views(lora_ctx *l, int layer, int j) {
                       .gA = l->grad + base + m->a_off, .gB = l->grad + base + m->b_off};
 }
 
+/* Block LAYER's adapter at SLOT: y[:, col0 : col0 + out] += s·(x·Aᵀ)·Bᵀ, with h = x·Aᵀ kept for the
+ * backward; the second product accumulates into y's columns in place (no scratch, no copy). */
 void lora_forward(lora_ctx *l, int layer, int slot, void *y, const void *x) {
   int j = l ? mod_of(l->p, slot) : -1;
   if (j < 0) return;
   device_t *d = l->d;
   lora_views v = views(l, layer, j);
   int BT = l->p->batch_size * l->p->model.seq_len, r = l->p->lora.rank, in = (int)v.m->in, out = (int)v.m->out;
-  d->kern->linear_forward(d, v.h, x, v.A, NULL, BT, in, r);
-  d->kern->act_axpby(d, v.h, r, v.h, r, BT, r, l->p->lora.scale, 0.0f);
-  d->kern->linear_forward(d, l->tmp, v.h, v.B, NULL, BT, r, out);
-  d->kern->act_axpby(d, at(y, v.m->col0, d->act_bytes), v.m->ld, l->tmp, out, BT, out, 1.0f, 1.0f);
+  float s = (float)l->p->lora.scale;
+  d->kern->gemm(d, 0, 1, BT, r, in, 1.0f, x, in, v.A, in, 0.0f, v.h, r, 0);                          /* h = x·Aᵀ */
+  d->kern->gemm(d, 0, 1, BT, out, r, s, v.h, r, v.B, r, 1.0f, at(y, v.m->col0, d->act_bytes), v.m->ld, 0);
 }
 
+/* With g = dy's columns of the target (read in place, rows ld wide): dB += s·gᵀ·h, dh = s·g·B,
+ * dA += dhᵀ·x and dx += dh·A (accumulated into the base's input gradient in place). */
 void lora_backward(lora_ctx *l, int layer, int slot, void *dx, const void *dy, const void *x) {
   int j = l ? mod_of(l->p, slot) : -1;
   if (j < 0) return;
   device_t *d = l->d;
   lora_views v = views(l, layer, j);
   int BT = l->p->batch_size * l->p->model.seq_len, r = l->p->lora.rank, in = (int)v.m->in, out = (int)v.m->out;
-  const void *g = dy;   /* the target's columns of dy, contiguous */
-  if (v.m->col0 != 0 || v.m->ld != out) {
-    d->kern->act_axpby(d, l->tmp, out, at((void *)(uintptr_t)dy, v.m->col0, d->act_bytes), v.m->ld, BT, out, 1.0f,
-                       0.0f);
-    g = l->tmp;
-  }
-  d->kern->linear_backward(d, l->dh, v.gB, NULL, g, v.h, v.B, BT, r, out);      /* dh = g·B, dB += gᵀ·h */
-  d->kern->act_axpby(d, l->dh, r, l->dh, r, BT, r, l->p->lora.scale, 0.0f);
-  d->kern->linear_backward(d, l->dx, v.gA, NULL, l->dh, x, v.A, BT, in, r);     /* dx' = dh·A, dA += dhᵀ·x */
-  d->kern->add_act(d, dx, l->dx, (int64_t)BT * in);
+  float s = (float)l->p->lora.scale;
+  const void *g = at((void *)(uintptr_t)dy, v.m->col0, d->act_bytes);
+  int64_t ld = v.m->ld;
+  d->kern->gemm(d, 1, 0, out, r, BT, s, g, ld, v.h, r, 1.0f, v.gB, r, 1);     /* dB += s·gᵀ·h */
+  d->kern->gemm(d, 0, 0, BT, r, out, s, g, ld, v.B, r, 0.0f, l->dh, r, 0);    /* dh = s·g·B */
+  d->kern->gemm(d, 1, 0, r, in, BT, 1.0f, l->dh, r, x, in, 1.0f, v.gA, in, 1);  /* dA += dhᵀ·x */
+  if (dx) d->kern->gemm(d, 0, 0, BT, in, r, 1.0f, l->dh, r, v.A, in, 1.0f, dx, in, 0);   /* dx += dh·A */
 }

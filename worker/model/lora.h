@@ -4,12 +4,12 @@
  * target projection:
  *
  *   lora_forward   after the base projection y = x·Wᵀ (W frozen): y += scale·(x·Aᵀ)·Bᵀ
- *   lora_backward  after the base projection's input gradient: dx += its adapters' part, and
- *                  dA, dB += their gradients
+ *   lora_backward  after the base projection's input gradient: dx += its adapters' part (DX NULL:
+ *                  no input gradient wanted, as below the first block), and dA, dB += their gradients
  *
  * Both do nothing for a slot no target adapts (or a NULL context), so an architecture calls them
- * around every projection. Only the kernel table's GEMMs (linear_forward, linear_backward) and
- * act_axpby run: the same code on every device. The runtime owns the context (lora_new), zeroes
+ * around every projection. Only the kernel table's gemm runs (four products a target each way at
+ * most, reading and accumulating the fused rows' columns in place): the same code on every device. The runtime owns the context (lora_new), zeroes
  * the gradient each step, all-reduces it and runs AdamW over `opt` (the segment as a plan of one
  * decayed tensor per block); the model only reads it. One device, its thread.
  */
@@ -25,9 +25,10 @@ typedef struct lora_ctx {
   int64_t n;                     /* p->lora.numel */
   float *param, *grad, *m, *v;   /* n fp32 each (param_shard, grad_shard, optim_state) */
   void *wact;                    /* the compute form of param: param itself when act elements are fp32 */
-  void *saved;                   /* scale·x·Aᵀ per (block, target): BT·r act elements each (activations) */
-  void *tmp, *dh, *dx;           /* scratch (workspace): BT·max_out, BT·r, BT·max_in */
-  plan_t opt;                    /* AdamW's view of the segment: unit l = block l's adapters, one tensor */
+  void *saved;                   /* x·Aᵀ per (block, target): BT·r act elements each (activations) */
+  void *dh;                      /* scratch (workspace): BT·r act elements, s·dy·B */
+  plan_t opt;                    /* AdamW's view of the segment: unit l = block l's adapters, one tensor
+                                    (bound to the device by lora_new: CUDA's decay table) */
 } lora_ctx;
 
 /* NULL-safe on P without LoRA (*OUT = NULL, FSDP_OK). */

@@ -90,6 +90,13 @@ static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
   gemm1(ta, tb, M, N, K - k1, alpha, A2, lda, B2, ldb, 1.0f, C, ldc);
 }
 
+void gemm_strided(int ta, int tb, int M, int N, int K, float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0) return;
+  gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, (int)lda, B, (int)ldb, beta,
+       C, (int)ldc);
+}
+
 /* ---- encoder ---- */
 
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,

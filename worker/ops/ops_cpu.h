@@ -61,6 +61,11 @@ void residual_forward(float *out, const float *a, const float *b, int N);
  * Backward: dinp = dout·weight (dinp may be NULL: not wanted), dweight += doutᵀ·inp.
  * Also the output head of both architectures: logits[n,v] = Σ_c inp[n,c]·w[v,c], w = wte (GPT-2,
  * tied) or lm_head (Llama), [V, C]. */
+/* C[M×N] = alpha·op(A)·op(B) + beta·C, row-major with leading dimensions; op(X) = Xᵀ where tX
+ * (A is then stored K×M, B N×K). beta = 0 never reads C. LoRA's products (lora.h): a column
+ * block of a fused projection's rows read or accumulated in place, the scale in alpha. */
+void gemm_strided(int ta, int tb, int M, int N, int K, float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc);
 void linear_forward(float *out, const float *inp, const float *weight, int BT, int C, int OC);
 void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                      int BT, int C, int OC);

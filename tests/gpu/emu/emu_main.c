@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
     check_model_ops(0);
     check_llama_ops(0);
     check_util_ops();
+    check_lora_ops();
   }
   const char *fault = getenv("EMU_FAULT");
   if (fault && *fault) { /* a planted fault: the run passes when the fault ran and a check caught it */
