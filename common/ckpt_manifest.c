@@ -58,8 +58,6 @@ static void read_model_extras(const json_t *o, ckpt_info *out) {
   m->n_positions = npos > m->seq_len && npos <= (1 << 24) ? (int)npos : m->seq_len;
   const arch_desc *d = arch_get(m->arch);
   if (d && d->manifest_read) d->manifest_read(model, m);
-  json_int_t window = json_integer_value(json_object_get(model, "sliding_window"));   /* mistral's; else absent */
-  m->sliding_window = window > 0 && window <= (1 << 24) ? (int)window : 0;
   snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
            json_string_value(json_object_get(o, "source")) : "");
 }

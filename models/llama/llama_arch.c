@@ -1,6 +1,6 @@
 /* llama_arch — Llama's descriptor (arch.h): units and Hugging Face names, config.json (transformers
  * 4 and 5), plan terms, manifest keys; and the Llama family's shared terms (llama_family.h), which the
- * qwen2 and qwen3 descriptors use as theirs.
+ * family's other descriptors (qwen2, qwen3, mistral, phi3) use as theirs.
  *
  * Names are Hugging Face LlamaForCausalLM's, stored whole ("model.layers.0.self_attn.q_proj.weight",
  * "lm_head.weight"), so an export writes them as they are; lookups take them with or without the
