@@ -1,12 +1,13 @@
-/* jobspec_keys — the key table (defaults and applicability in its rows), enum names and the
- * commented defaults file; see jobspec_keys.h. The parser, which applies the defaults, and the
- * cross-field checks are in jobspec.c. */
+/* jobspec_keys — the key table (defaults and applicability in its rows), enum names, lookups and
+ * the located error; see jobspec_keys.h. The parser, which applies the defaults, is jobspec.c, the
+ * rules between keys jobspec_rules.c, the writers jobspec_canon.c. */
 #include "jobspec_keys.h"
 
 #include "arch.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,71 +301,28 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
   }
 }
 
-/* ---- the commented defaults ---- */
+/* ---- lookups, messages ---- */
 
-static void write_value(FILE *f, const keydef *k, const jobspec_t *d) {
-  const char *field = (const char *)d + k->off;
-  char num[32];
-  switch (k->type) {
-  case KT_INT: fprintf(f, "%d", *(const int *)field); break;
-  case KT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-  case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); fputs(num, f); break;
-  case KT_ENUM: fputs(k->names[*(const int *)field], f); break;
-  case KT_FACTORS: jobspec_fmt_factors(f, (const rope_factor_list *)field); break;
-  default: fputs(field, f); break;
-  }
+int jobspec_key_index(const char *sec, const char *key) {
+  for (int i = 0; i < jobspec_nkeys; i++)
+    if (!strcmp(jobspec_keys[i].sec, sec) && !strcmp(jobspec_keys[i].key, key)) return i;
+  return -1;
 }
 
-/* What the defaults file shows for a commented-out model key: its default, or, where the default
- * is no value (the llama3 numbers), Llama-3.1-8B's. */
-static void write_example(FILE *f, const keydef *k, const jobspec_t *d) {
-  static const struct { const char *key, *value; } ex[] = {
-    {"rope_factor", "8"}, {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
-    {"rope_original_max_position_embeddings", "8192"},
-  };
-  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
-    if (!strcmp(k->key, ex[i].key)) {
-      fputs(ex[i].value, f);
-      return;
-    }
-  write_value(f, k, d);
+int jobspec_section_index(const char *name) {
+  for (int i = 0; jobspec_sections[i]; i++)
+    if (!strcmp(jobspec_sections[i], name)) return i;
+  return -1;
 }
 
-void jobspec_write_defaults(FILE *f) {
-  jobspec_t d;
-  jobspec_defaults(&d);
-  fprintf(f,
-          "# fsdpd job file: every key with its default (GPT-2 small, nanoGPT's training recipe).\n"
-          "# Comments start with # or ;. Relative paths are relative to this file's directory.\n"
-          "# Keys shown commented out have no default. docs/jobs.md describes each one.\n");
-  const char *cur = "";
-  for (int i = 0; i < jobspec_nkeys; i++) {
-    const keydef *k = &jobspec_keys[i];
-    if (strcmp(cur, k->sec)) {
-      fprintf(f, "\n[%s]\n", k->sec);
-      cur = k->sec;
-    }
-    char allowed[160];
-    jobspec_key_allowed(k, allowed, sizeof allowed);
-    if (k->type >= KT_NAME) fprintf(f, "# %s\n", k->help);
-    else fprintf(f, "# %s; allowed: %s\n", k->help, allowed);
-    if (k->type == KT_NAME) fprintf(f, "; name = tiny\n");
-    else if (k->type == KT_TRAIN) fprintf(f, "; train = synthetic:markov:1\n");
-    else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
-    else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
-    else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
-    else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (!jobspec_key_applies(k, d.model.arch) || k->off == F(model.tie_embeddings)) {
-      /* the default model is GPT-2, which refuses the other architectures' keys and always ties */
-      fprintf(f, "; %s = ", k->key);
-      write_example(f, k, &d);
-      fputc('\n', f);
-    } else {
-      fprintf(f, "%s = ", k->key);
-      write_value(f, k, &d);
-      fputc('\n', f);
-    }
-  }
+fsdp_status jobspec_error(fsdp_status st, const char *origin, int line, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (line > 0) return fsdp_set_error(st, "%s:%d: %s", origin, line, msg);
+  return fsdp_set_error(st, "%s: %s", origin, msg);
 }
 
 int jobspec_key_applies(const keydef *k, model_arch a) { return strcmp(k->sec, "model") || arch_key_applies(arch_get(a), k->key); }
