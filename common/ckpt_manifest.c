@@ -201,7 +201,16 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
                               .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta,
                               .tie_embeddings = tie};
   arch_get(out->model.arch)->manifest_fix(&out->model);   /* GPT-2: always tied */
-  if (rope && !json_is_null(rope)) {
+  const char *rope_type = json_string_value(json_object_get(rope, "rope_type"));
+  if (rope_type && !strcmp(rope_type, "linear")) {
+    model_config *m = &out->model;
+    if (json_unpack_ex(rope, &jerr, 0, "{s:s, s:F}", "rope_type", &rope_type, "factor", &m->rope_factor) != 0 ||
+        !(m->rope_factor >= 1 && m->rope_factor <= 1e6)) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_scaling is not a linear scaling this build reads", path);
+      goto out;
+    }
+    m->rope_scaling = ROPE_SCALING_LINEAR;
+  } else if (rope && !json_is_null(rope)) {
     const char *type = NULL;
     json_int_t orig = 0;
     model_config *m = &out->model;

@@ -29,7 +29,7 @@ static const char *const arch_enum_names[] = {
 #define FSDP_ARCH(ID, name) #name,
 #include "models.def"
     NULL};
-static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", "linear", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
   return v >= 0 && v < n ? names[v] : "?";
@@ -55,9 +55,9 @@ const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload
 const char *jobspec_arch_name(model_arch a) {
   return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
 }
-const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 3, (int)k); }
+const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 4, (int)k); }
 unsigned jobspec_rope_bit(rope_scaling_kind k) {
-  return k == ROPE_SCALING_LLAMA3 ? KA_ROPE3 : k == ROPE_SCALING_LONGROPE ? KA_LONGROPE : 0;
+  return k == ROPE_SCALING_LLAMA3 ? KA_ROPE3 : k == ROPE_SCALING_LONGROPE ? KA_LONGROPE : k == ROPE_SCALING_LINEAR ? KA_LINEAR : 0;
 }
 
 /* ---- the key table ---- */
@@ -115,9 +115,11 @@ const keydef jobspec_keys[] = {
        "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, llama3 (Llama-3.1/3.2: long "
        "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below), "
        "or longrope (Phi-3 within its pretraining context: needs rope_short_factor, rope_attention_factor and "
-       "rope_original_max_position_embeddings)", "none"),
+       "rope_original_max_position_embeddings), or linear (every inverse frequency divided by rope_factor: "
+       "positions interpolated; Gemma 3's global layers)", "none"),
   DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
-      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_ROPE3),
+      "llama, rope_scaling = llama3 or linear: factor (Llama-3.1: 8, Llama-3.2: 32; linear: positions / factor)", NULL,
+      .applies = KA_ROPE3 | KA_LINEAR),
   DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
       "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)", NULL, .applies = KA_ROPE3),
   DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,

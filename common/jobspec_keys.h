@@ -15,11 +15,11 @@ typedef enum { KT_INT, KT_U64, KT_DBL, KT_ENUM, KT_FACTORS, KT_NAME, KT_INIT, KT
 
 /* Which jobs read a key beyond its architecture (keydef.applies; 0: every job that reads it): KA_ROPE3
  * for the numbers of rope_scaling = llama3, KA_LONGROPE for those of rope_scaling = longrope (required
- * by it, refused without it). A key set in a file that does not apply to the job is an error; one that
+ * by it, refused without it), KA_LINEAR for rope_scaling = linear's factor. A key set in a file that does not apply to the job is an error; one that
  * does not apply keeps its default (0 where none). KT_FACTORS: a rope_factor_list, numbers in lo..hi
  * separated by commas. */
-enum { KA_ROPE3 = 1u << 0, KA_LONGROPE = 1u << 1 };
-#define KA_ROPE (KA_ROPE3 | KA_LONGROPE)
+enum { KA_ROPE3 = 1u << 0, KA_LONGROPE = 1u << 1, KA_LINEAR = 1u << 2 };
+#define KA_ROPE (KA_ROPE3 | KA_LONGROPE | KA_LINEAR)
 /* The KA_ROPE bit of rope_scaling kind K (0 for none). */
 unsigned jobspec_rope_bit(rope_scaling_kind k);
 

@@ -109,7 +109,18 @@ static void ext_rules(jobspec_ctx *c) {
   }
 }
 
-/* rope_scaling = llama3 and longrope need their numbers, and they mean nothing without them. */
+/* The rope_scaling kinds of KA_* bits A, "llama3 | linear", into BUF. */
+static const char *rope_kinds(unsigned a, char *buf, size_t n) {
+  static const rope_scaling_kind kinds[] = {ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR};
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && used < n; i++)
+    if (a & jobspec_rope_bit(kinds[i]))
+      used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " | " : "", jobspec_rope_scaling_name(kinds[i]));
+  return buf;
+}
+
+/* rope_scaling = llama3, longrope and linear need their numbers, and they mean nothing without them. */
 static void rope_checks(jobspec_ctx *c) {
   model_config *m = &c->s->model;
   unsigned bit = jobspec_rope_bit(m->rope_scaling);
@@ -120,9 +131,9 @@ static void rope_checks(jobspec_ctx *c) {
     const keydef *k = &jobspec_keys[i];
     if (!(k->applies & KA_ROPE)) continue;
     if (!(k->applies & bit) && c->key_line[i]) {
+      char kinds[64];
       PERR(c, c->key_line[i], FSDP_ERR_INVALID, "[model] %s applies to rope_scaling = %s only; remove the key or set "
-           "rope_scaling = %s", k->key, k->applies & KA_ROPE3 ? "llama3" : "longrope",
-           k->applies & KA_ROPE3 ? "llama3" : "longrope");
+           "rope_scaling = %s", k->key, rope_kinds(k->applies, kinds, sizeof kinds), kinds);
       return;
     }
     if ((k->applies & bit) && !c->key_line[i] && used < sizeof missing)
@@ -132,7 +143,8 @@ static void rope_checks(jobspec_ctx *c) {
     PERR(c, blame(c, "model", "rope_scaling", NULL), FSDP_ERR_INVALID,
          "[model] rope_scaling = %s needs %s; missing: %s", kind, m->rope_scaling == ROPE_SCALING_LLAMA3
          ? "rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
-           "(Llama-3.1: 8, 1, 4, 8192)" : "rope_short_factor, rope_attention_factor and "
+           "(Llama-3.1: 8, 1, 4, 8192)" : m->rope_scaling == ROPE_SCALING_LINEAR
+         ? "rope_factor (config.json's factor: positions are divided by it)" : "rope_short_factor, rope_attention_factor and "
            "rope_original_max_position_embeddings (Phi-3's config.json: short_factor, attention_factor, "
            "original_max_position_embeddings)", missing);
   else if (m->rope_scaling == ROPE_SCALING_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))

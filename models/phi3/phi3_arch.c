@@ -44,9 +44,9 @@ static model_config unscaled(const model_config *m) {
 static fsdp_status check(const model_config *m) {
   model_config u = unscaled(m);
   TRY(llama_check(&u));
-  if (m->rope_scaling == ROPE_SCALING_LLAMA3)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rope_scaling llama3 is not Phi-3's; allowed with arch = phi3: none | "
-                          "longrope");
+  if (m->rope_scaling != ROPE_SCALING_NONE && m->rope_scaling != ROPE_SCALING_LONGROPE)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rope_scaling %s is not Phi-3's; allowed with arch = phi3: none | "
+                          "longrope", jobspec_rope_scaling_name(m->rope_scaling));
   if (m->rope_scaling != ROPE_SCALING_LONGROPE) return FSDP_OK;
   int half = head_size(m) / 2;
   if (m->rope_short_factor.n != half)

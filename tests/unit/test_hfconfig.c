@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "hfconfig.h"
+#include "llama_family.h"
 
 static fsdp_status parse(const char *text, hf_config *out) {
   json_error_t err;
@@ -77,6 +78,16 @@ static void test_llama_mixed_rope(void) {
                  L3_SCALING "}, \"rope_scaling\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, " L3_SCALING "}}",
                  &a));
   CHECK(a.model.rope_theta == 500000 && a.model.rope_scaling == ROPE_SCALING_LLAMA3);
+  /* linear, in either form: its factor (LlamaConfig's _compute_linear_scaling_rope_parameters) */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &a));
+  CHECK(a.model.rope_scaling == ROPE_SCALING_LINEAR && a.model.rope_factor == 2 && a.model.rope_theta == 10000);
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 8.0, "
+                 "\"rope_theta\": 1000000.0}}", &a));
+  CHECK(a.model.rope_scaling == ROPE_SCALING_LINEAR && a.model.rope_factor == 8 && a.model.rope_theta == 1e6);
+  json_t *rs = llama_rope_scaling_json(&a.model);
+  CHECK(rs && !strcmp(json_string_value(json_object_get(rs, "rope_type")), "linear") &&
+        json_number_value(json_object_get(rs, "factor")) == 8);
+  json_decref(rs);
   static const struct { const char *cfg, *msg; } bad[] = {
     {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}, \"rope_theta\": 500000.0}",
      "rope_parameters has rope_theta 10000 but the top-level rope_theta is 500000"},
@@ -128,7 +139,7 @@ static void test_refused(void) {
   static const struct { const char *json, *needle; } bad[] = {
     {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"factor\": 4.0}}",
      "rope_type 'yarn' is not computed by fsdpd; allowed: default, llama3"},
-    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_type 'linear'"},
+    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\"}}", "has no factor"},
     {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "no low_freq_factor"},
     {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
      "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": 1}", "attention_bias must be true or false"},

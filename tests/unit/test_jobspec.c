@@ -394,20 +394,26 @@ static void test_tie_and_rope(void) {
   CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
   CHECK_EQ_INT(1, s.model.tie_embeddings);
   CHECK(!strcmp(jobspec_rope_scaling_name(ROPE_SCALING_LLAMA3), "llama3"));
+  snprintf(text, sizeof text, "%s%srope_scaling = linear\nrope_factor = 8\n", TRAIN, LLAMA);
+  CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
+  CHECK(s.model.rope_scaling == ROPE_SCALING_LINEAR && s.model.rope_factor == 8 && s.model.rope_low_freq_factor == 0);
 
   expect_error_train("[model]\ntie_word_embeddings = false\n", 4,
                      "[model] tie_word_embeddings = false: GPT-2's output head is always its wte");
   expect_error_train("[model]\ntie_word_embeddings = yes\n", 4, "allowed: false | true");
   expect_error_train("[model]\nrope_scaling = llama3\n", 4, "[model] rope_scaling applies to arch = llama only");
   static const struct { const char *keys; int line; const char *needle; } bad[] = {
-    {"rope_scaling = yarn\n", 6, "[model] rope_scaling = 'yarn' is not allowed; allowed: none | llama3"},
+    {"rope_scaling = yarn\n", 6, "[model] rope_scaling = 'yarn' is not allowed; allowed: none | llama3 | longrope | linear"},
+    {"rope_scaling = linear\n", 6, "[model] rope_scaling = linear needs rope_factor (config.json's factor"},
+    {"rope_scaling = linear\nrope_factor = 4\nrope_low_freq_factor = 1\n", 8,
+     "[model] rope_low_freq_factor applies to rope_scaling = llama3 only"},
     {"rope_scaling = llama3\nrope_factor = 8\n", 6,
      "needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
      "(Llama-3.1: 8, 1, 4, 8192); missing: rope_low_freq_factor, rope_high_freq_factor, "
      "rope_original_max_position_embeddings"},
-    {"rope_factor = 8\n", 6, "[model] rope_factor applies to rope_scaling = llama3 only"},
+    {"rope_factor = 8\n", 6, "[model] rope_factor applies to rope_scaling = llama3 | linear only"},
     {"rope_scaling = none\nrope_original_max_position_embeddings = 8192\n", 7,
-     "rope_original_max_position_embeddings applies to rope_scaling = llama3 only"},
+     "rope_original_max_position_embeddings applies to rope_scaling = llama3 | longrope only"},
     {"rope_scaling = llama3\nrope_factor = 8\nrope_low_freq_factor = 4\nrope_high_freq_factor = 4\n"
      "rope_original_max_position_embeddings = 8192\n", 9,
      "[model] rope_high_freq_factor = 4 is not above rope_low_freq_factor = 4; allowed: high > low"},
