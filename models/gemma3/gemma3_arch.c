@@ -42,33 +42,6 @@ static int64_t lookup_numel(const model_config *m) { return (void)m, 0; }   /* t
 static int64_t embed_numel(const model_config *m) { return (int64_t)m->vocab_size * m->n_embd; }
 static int64_t attn_dim(const model_config *m) { return q_dim(m); }
 
-/* What a block keeps for its backward (model_gemma3.c's layout): Llama's with q/k norms (the pre-norm
- * q|k|v and the heads' rstd) plus the inputs of the two post-norms and of the pre-feedforward norm
- * (3·BT·C) and their rstd; checkpointing keeps the block's input only. */
-static plan_act act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) {
-  int64_t T = m->seq_len, C = m->n_embd, F = m->ffn_dim, QD = q_dim(m), Q = QD + 2 * kv_dim(m), V = m->vocab_size;
-  int64_t BT = (int64_t)B * T, BTC = BT * C, ATT = plan_attention_floats(dev, B, T, m->n_head);
-  int64_t DATT = plan_attention_scratch_floats(dev, B, T, m->n_head, gemma3_head_dim(m));
-  int64_t e = dev == DEVICE_CPU ? 4 : 2, logits = plan_logits_bytes(dev, BT, V);
-  if (logits < e * BTC) logits = e * BTC;
-  int64_t acts = BT * (7 * C + QD + 2 * Q + 3 * F), stats = 4 * BT + ATT + BT * (m->n_head + m->n_kv_head);
-  int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;
-  int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 2 * BTC + BT * (QD > C ? QD : C) + BT * F + wide;
-  int ck = ackpt == ACKPT_FULL;
-  return (plan_act){
-    .block_saved = ck ? BTC : block,
-    .block_ws = ck ? block : 0,
-    .block_bytes = ck ? e * BTC : block_bytes,
-    .block_ws_bytes = ck ? block_bytes : 0,
-    .root_saved = 2 * BTC + BT,
-    .head_ws = logits / 4 + BT + BTC,
-    .bwd_ws = bwd + DATT,
-    .root_bytes = e * 2 * BTC + 4 * BT,
-    .head_ws_bytes = logits + 4 * BT + e * BTC,
-    .bwd_ws_bytes = e * bwd + 4 * DATT,
-  };
-}
-
 static fsdp_status check(const model_config *m) {
   int nkv = m->n_kv_head, hd = gemma3_head_dim(m);
   if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
@@ -408,6 +381,19 @@ static void print_model(const model_config *m, FILE *f) {
   fprintf(f, "; others sliding window %d, rope theta %g unscaled\n", m->sliding_window, gemma3_local_theta(m));
 }
 
+/* q|k|v run as one linear of rows NH·HD + 2·KV wide, gate|up as one of 2F (model_gemma3.c), as Llama's. */
+static int lora_modules(const model_config *m, arch_lora_module *o) {
+  int64_t C = m->n_embd, F = m->ffn_dim, QD = q_dim(m), KV = kv_dim(m), Q = QD + 2 * KV;
+  o[0] = (arch_lora_module){"self_attn.q_proj", G3_Q, C, QD, 0, Q};
+  o[1] = (arch_lora_module){"self_attn.k_proj", G3_K, C, KV, QD, Q};
+  o[2] = (arch_lora_module){"self_attn.v_proj", G3_V, C, KV, QD + KV, Q};
+  o[3] = (arch_lora_module){"self_attn.o_proj", G3_O, QD, C, 0, C};
+  o[4] = (arch_lora_module){"mlp.gate_proj", G3_GATE, C, F, 0, 2 * F};
+  o[5] = (arch_lora_module){"mlp.up_proj", G3_UP, C, F, F, 2 * F};
+  o[6] = (arch_lora_module){"mlp.down_proj", G3_DOWN, F, C, 0, C};
+  return 7;
+}
+
 static const char *params_note(const model_config *m) { return (void)m, "the tied embed_tokens counted once"; }
 static const char *no_emb_label(const model_config *m) { return (void)m, "Ψ without embed_tokens"; }
 static const char *flops_formula(const model_config *m) { return (void)m, "6·Ψ + 12·L·H·HD·T"; }
@@ -443,7 +429,7 @@ const arch_desc gemma3_arch = {
   .n_decay = n_decay,
   .lookup_numel = lookup_numel,
   .embed_numel = embed_numel,
-  .act = act,
+  .act = gemma3_act,   /* gemma3.h: what model_gemma3.c keeps, to the byte */
   .attn_dim = attn_dim,
   .check = check,
   .canonical = canonical,
@@ -467,4 +453,7 @@ const arch_desc gemma3_arch = {
   .block_prefix = "layers",
   .layout = "nn.Linear [out, in]",
   .name_width = 49,
+  .lora_default = "q_proj,v_proj",
+  .lora_block_hf = "model.layers.%d.",
+  .lora_modules = lora_modules,
 };
