@@ -2,6 +2,7 @@
  * communication volumes against figures computed by hand, and the JSON the coordinator ships. */
 #include "arch.h"
 #include "ctl_planout.h"
+#include "gemma3.h"
 #include "gpt2.h"
 #include "llama.h"
 #include "plan.h"
@@ -761,6 +762,16 @@ static void test_gemma3(void) {
   CHECK(strstr(buf, "query_pre_attn_scalar^-1/2 = 256^-1/2") != NULL);
   free(buf);
   plan_destroy(&p);
+  /* [lora]: peft's default q_proj, v_proj over the fused q|k|v rows, as model_gemma3.c runs them */
+  s.lora.rank = 2;
+  s.lora.alpha = 4;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    const plan_lora_mod *v = plan_lora_of(p, G3_V);
+    CHECK_EQ_INT(2, p->lora.nmods);
+    CHECK(v && v->col0 == 32 + 16 && v->ld == 32 + 2 * 16 && v->out == 16);
+    plan_destroy(&p);
+  }
 }
 
 int main(void) {
