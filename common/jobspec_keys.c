@@ -89,9 +89,8 @@ const keydef jobspec_keys[] = {
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
   ENUM("model", "arch", model.arch, arch_enum_names,
-       "gpt2 (LayerNorm, GELU, learned positions, tied head), llama (RMSNorm, rotary, GQA, SwiGLU, untied head), "
-       "qwen2 (llama with q/k/v biases), qwen3 (llama with q/k norms and its own head_dim), phi3 (llama with fused "
-       "projections and longrope) or mistral (llama with a sliding window)", "gpt2"),
+       "the architecture, one of models/models.def's (docs/models.md's table tells them apart: gpt2 is GPT-2 with "
+       "LayerNorm, GELU, learned positions and a tied head; the others are rotary)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),

@@ -13,7 +13,8 @@
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 CTL=$build/fsdpctl
-"$CTL" plan --defaults | grep -q "^# gemma3: " || { echo "gemma3 is not registered in models/models.def: skipped"; exit 77; }
+defaults=$("$CTL" plan --defaults)
+grep -q "^# gemma3: " <<<"$defaults" || { echo "gemma3 is not registered in models/models.def: skipped"; exit 77; }
 tmp=$(mktemp -d /tmp/fsdp-it-gemma3.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 TPY=$(bash "$src/scripts/test-env.sh" --check)
