@@ -368,7 +368,7 @@ static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {
                       json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", jobspec_arch_name(m->arch), "n_layer",
                                 m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "vocab_size", m->vocab_size,
                                 "seq_len", m->seq_len));
-  arch_get(m->arch)->model_json(json_object_get(root, "model"), m);   /* the architecture's keys beyond the shape */
+  arch_model_json(json_object_get(root, "model"), m);   /* the architecture's keys beyond the shape, its own settings */
   json_object_set_new(root, "world", jint(p->world));
   json_object_set_new(root, "shard_world", jint(p->shard_world));
   json_object_set_new(root, "groups", jint(p->sharding == SHARD_HYBRID ? p->ngroups : 1));

@@ -414,14 +414,12 @@ static int shape_eq(const model_config *a, const model_config *b) {
 }
 /* The same architecture and, by its descriptor, the same settings beyond the shape. */
 static int model_eq(const model_config *a, const model_config *b) {
-  return shape_eq(a, b) && a->arch == b->arch && arch_get(a->arch)->same_model(a, b);
+  return shape_eq(a, b) && a->arch == b->arch && arch_same_model(a, b);
 }
 
 /* The architecture's settings beyond the shape, for the message ("" when it has none). */
 static void model_desc(const model_config *m, char *buf, size_t n) {
-  const arch_desc *d = arch_get(m->arch);
-  if (d) d->describe(m, buf, n);
-  else if (n) buf[0] = '\0';
+  arch_describe(m, buf, n);
 }
 
 fsdp_status ckpt_open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {

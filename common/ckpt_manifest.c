@@ -51,7 +51,8 @@ static int read_longrope(const json_t *r, model_config *m) {
   return 0;
 }
 
-static void read_model_extras(const json_t *o, ckpt_info *out) {
+/* The keys beyond the common shape; -1 when the architecture's own settings are malformed. */
+static int read_model_extras(const json_t *o, ckpt_info *out) {
   const json_t *model = json_object_get(o, "model");
   model_config *m = &out->model;
   json_int_t npos = json_integer_value(json_object_get(model, "n_positions"));
@@ -59,10 +60,9 @@ static void read_model_extras(const json_t *o, ckpt_info *out) {
   const arch_desc *d = arch_get(m->arch);
   m->pad_token_id = -1;   /* the architecture's reader sets it where it has one */
   if (d && d->manifest_read) d->manifest_read(model, m);
-  json_int_t window = json_integer_value(json_object_get(model, "sliding_window"));   /* mistral's; else absent */
-  m->sliding_window = window > 0 && window <= (1 << 24) ? (int)window : 0;
   snprintf(out->source, sizeof out->source, "%s", json_string_value(json_object_get(o, "source")) ?
            json_string_value(json_object_get(o, "source")) : "");
+  return arch_ext_read(model, m);
 }
 
 fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step,
@@ -79,7 +79,7 @@ fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step,
   json_object_set_new(model, "n_embd", json_integer(p->model.n_embd));
   json_object_set_new(model, "vocab_size", json_integer(p->model.vocab_size));
   json_object_set_new(model, "seq_len", json_integer(p->model.seq_len));
-  arch_get(p->model.arch)->model_json(model, &p->model);   /* the architecture's keys beyond the shape */
+  arch_model_json(model, &p->model);   /* the architecture's keys beyond the shape, its own settings */
   manifest_model_extras(model, o, p);
   json_object_set_new(o, "model", model);
   json_object_set_new(o, "n_params", json_integer(p->n_params));
@@ -202,7 +202,16 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
                               .ffn_dim = (int)F, .norm_eps = eps, .rope_theta = theta,
                               .tie_embeddings = tie};
   arch_get(out->model.arch)->manifest_fix(&out->model);   /* GPT-2: always tied */
-  if (rope && !json_is_null(rope)) {
+  const char *rope_type = json_string_value(json_object_get(rope, "rope_type"));
+  if (rope_type && !strcmp(rope_type, "linear")) {
+    model_config *m = &out->model;
+    if (json_unpack_ex(rope, &jerr, 0, "{s:s, s:F}", "rope_type", &rope_type, "factor", &m->rope_factor) != 0 ||
+        !(m->rope_factor >= 1 && m->rope_factor <= 1e6)) {
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: model.rope_scaling is not a linear scaling this build reads", path);
+      goto out;
+    }
+    m->rope_scaling = ROPE_SCALING_LINEAR;
+  } else if (rope && !json_is_null(rope)) {
     const char *type = NULL;
     json_int_t orig = 0;
     model_config *m = &out->model;
@@ -216,7 +225,11 @@ fsdp_status ckpt_read_manifest(const char *dir, int step, ckpt_info *out) {
     m->rope_scaling = ROPE_SCALING_LLAMA3;
     m->rope_original_max_pos = (int)orig;
   }
-  read_model_extras(o, out);
+  if (read_model_extras(o, out)) {
+    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: the model's %s settings are not ones this build reads", path,
+                        arch_get(out->model.arch)->name);
+    goto out;
+  }
   TRY_GOTO(ckpt_lora_manifest_read(o, path, out), rc, out);
   const json_t *lr = json_object_get(json_object_get(o, "model"), "rope_longrope");
   if (lr && (out->model.rope_scaling != ROPE_SCALING_NONE || read_longrope(lr, &out->model))) {

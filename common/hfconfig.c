@@ -91,6 +91,8 @@ fsdp_status hf_config_parse(const json_t *o, const char *path, hf_config *out) {
   if (!d)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: model_type '%s' is not a model fsdpd computes; allowed: %s", path,
                           type, arch_names(types, sizeof types, ", ", 1));
+  m->arch = d->id;
+  arch_ext_defaults(m);   /* the architecture's own settings a config leaves out */
   TRY(d->hf_parse(o, path, m));
   TRY(dropout_of(d, o, path, out));
   if (m->n_embd % m->n_head)

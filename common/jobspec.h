@@ -39,7 +39,8 @@ enum {   /* how many architectures models/models.def lists (arch_count() without
 #define FSDP_ARCH(ID, name) +1
 #include "models.def"
 };
-typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } rope_scaling_kind;   /* [model] rope_scaling */
+/* [model] rope_scaling; linear (LlamaConfig's "linear"): every inverse frequency divided by rope_factor */
+typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR } rope_scaling_kind;
 
 #define ROPE_MAX_FACTORS 256   /* longrope's per-frequency factors: one per pair of a head of up to 512 channels */
 /* A list of numbers, one per rotary frequency ([model] rope_short_factor: "1.05, 1.1, ..."). */
@@ -67,7 +68,8 @@ typedef struct model_config {
                           (rotary has no table; an export writes it); 0 = seq_len */
   int tie_embeddings;  /* Llama: lm_head is embed_tokens (one tensor, both uses); GPT-2 always ties */
   /* Llama's rotary scaling (Hugging Face rope_scaling / rope_parameters); with ROPE_SCALING_NONE the
-   * four numbers are 0. llama3: Llama-3.1/3.2's bands of wavelength (worker/ops/rope.h). */
+   * four numbers are 0. llama3: Llama-3.1/3.2's bands of wavelength (worker/ops/rope.h); linear:
+   * rope_factor alone. */
   rope_scaling_kind rope_scaling;
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;   /* original_max_position_embeddings (llama3 and longrope) */
@@ -205,7 +207,7 @@ const char *jobspec_ackpt_mode_name(ackpt_mode m);        /* "none", "full" */
 const char *jobspec_base_dtype_name(base_dtype_kind b);   /* "auto", "bf16", "fp32", "nf4" */
 const char *jobspec_offload_mode_name(offload_mode m);    /* "none", "optimizer" */
 const char *jobspec_arch_name(model_arch a);              /* "gpt2", "llama" */
-const char *jobspec_rope_scaling_name(rope_scaling_kind k);   /* "none", "llama3" */
+const char *jobspec_rope_scaling_name(rope_scaling_kind k);   /* "none", "llama3", "longrope", "linear" */
 static inline int jobspec_dtype_bytes(dtype_kind d) { return d == DTYPE_BF16 ? 2 : 4; }
 
 #endif

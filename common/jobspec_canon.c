@@ -1,19 +1,23 @@
-/* jobspec_canon — the resolved job as text, and back: what the coordinator sends its workers (see
- * jobspec.h). The writer puts every key of the table on its own line, in table order, after a first
+/* jobspec_canon — the job as text: the resolved job and back, what the coordinator sends its workers
+ * (see jobspec.h), and the commented defaults file. The writer puts every key of the table on its own line, in table order, after a first
  * line that names the format's version; the reader takes exactly that: no defaults (it starts from
  * zero), no derived keys, no file lookups, so a worker runs the values the coordinator resolved and
  * never its own build's defaults. Each value must be of its key's type (a number, one of the enum's
  * names) and, where the key applies to the job, in the table's range (the text arrives over the
- * wire); one that does not apply (a Llama key under GPT-2) holds 0, outside its range.
+ * wire); one that does not apply (a Llama key under GPT-2) holds 0, outside its range. The
+ * architecture's own settings (models/arch.h) close [model], each of them, none of another's.
  */
 #include "jobspec.h"
 #include "jobspec_keys.h"
+
+#include "arch.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,25 +38,38 @@ static int write_text(FILE *f, const keydef *k, const jobspec_t *s) {
   return fputs(field, f) == EOF ? -1 : 0;
 }
 
-static int write_key(FILE *f, const keydef *k, const jobspec_t *s) {
+static int write_value(FILE *f, const keydef *k, const jobspec_t *s) {
   const char *field = (const char *)s + k->off;
   char num[32];
-  if (fprintf(f, "%s = ", k->key) < 0) return -1;
   switch (k->type) {
-  case KT_INT: if (fprintf(f, "%d", *(const int *)field) < 0) return -1; break;
-  case KT_U64: if (fprintf(f, "%" PRIu64, *(const uint64_t *)field) < 0) return -1; break;
-  case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); if (fputs(num, f) == EOF) return -1; break;
-  case KT_FACTORS: if (jobspec_fmt_factors(f, (const rope_factor_list *)field)) return -1; break;
+  case KT_INT: return fprintf(f, "%d", *(const int *)field) < 0 ? -1 : 0;
+  case KT_U64: return fprintf(f, "%" PRIu64, *(const uint64_t *)field) < 0 ? -1 : 0;
+  case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); return fputs(num, f) == EOF ? -1 : 0;
+  case KT_FACTORS: return jobspec_fmt_factors(f, (const rope_factor_list *)field);
   case KT_ENUM: {
     int v = *(const int *)field, n = 0;
     while (k->names[n]) n++;
-    if (v < 0 || v >= n || fputs(k->names[v], f) == EOF) return -1;
-    break;
+    return v < 0 || v >= n || fputs(k->names[v], f) == EOF ? -1 : 0;
   }
   default:
-    if (write_text(f, k, s)) return -1;
+    return write_text(f, k, s);
   }
+}
+
+static int write_key(FILE *f, const keydef *k, const jobspec_t *s) {
+  if (fprintf(f, "%s = ", k->key) < 0 || write_value(f, k, s)) return -1;
   return fputc('\n', f) == EOF ? -1 : 0;
+}
+
+/* The model's architecture's own settings (models/arch.h), at the end of [model]. */
+static int write_ext(FILE *f, const model_config *m) {
+  const arch_desc *d = arch_get(m->arch);
+  char v[32];
+  for (int i = 0; i < arch_ext_count(d); i++) {
+    arch_ext_format(&d->ext_keys[i], m->ext[i], v, sizeof v);
+    if (fprintf(f, "%s = %s\n", d->ext_keys[i].key, v) < 0) return -1;
+  }
+  return 0;
 }
 
 fsdp_status jobspec_canonical_write(const jobspec_t *s, char **text) {
@@ -66,7 +83,8 @@ fsdp_status jobspec_canonical_write(const jobspec_t *s, char **text) {
   for (int i = 0; !bad && i < jobspec_nkeys; i++) {
     const keydef *k = &jobspec_keys[i];
     if (strcmp(cur, k->sec)) {
-      bad = fprintf(f, "[%s]\n", k->sec) < 0;
+      if (!strcmp(cur, "model")) bad = write_ext(f, &s->model) < 0;
+      bad = bad || fprintf(f, "[%s]\n", k->sec) < 0;
       cur = k->sec;
     }
     const char *field = (const char *)s + k->off;
@@ -99,6 +117,11 @@ typedef struct creader {
   int line;
   char sec[16];
   int seen[JOBSPEC_MAX_KEYS];
+  struct {   /* [model] keys of the architecture's own settings, read once the text's arch is known */
+    const char *key, *value;
+    int line;
+  } ext[MODEL_EXT_MAX];
+  int next;
 } creader;
 
 static fsdp_status cerr(const creader *r, const char *fmt, const char *a, const char *b) {
@@ -218,7 +241,30 @@ static fsdp_status read_line(creader *r, char *ln) {
     if (r->seen[i]++) return cerr(r, "[%s] %s is set twice", r->sec, ln);
     return read_value(r, k, eq + 3);
   }
+  if (!strcmp(r->sec, "model") && arch_ext_known(ln) && r->next < MODEL_EXT_MAX) {
+    r->ext[r->next].key = ln;
+    r->ext[r->next].value = eq + 3;
+    r->ext[r->next++].line = r->line;
+    return FSDP_OK;
+  }
   return cerr(r, "unknown key [%s] %s", r->sec, ln);
+}
+
+/* The architecture's own settings: each of them once, in range; no other architecture's. */
+static fsdp_status read_ext(creader *r) {
+  const arch_desc *d = arch_get(r->s->model.arch);
+  int seen[MODEL_EXT_MAX] = {0};
+  for (int i = 0; i < r->next; i++) {
+    int j = arch_ext_index(d, r->ext[i].key);
+    r->line = r->ext[i].line;
+    if (j < 0) return cerr(r, "[model] %s is not a setting of arch = %s", r->ext[i].key, d ? d->name : "?");
+    if (seen[j]++) return cerr(r, "[model] %s is set twice%s", r->ext[i].key, "");
+    if (!arch_ext_parse(&d->ext_keys[j], r->ext[i].value, &r->s->model.ext[j]))
+      return cerr(r, "[model] %s = %s is not one of its values", r->ext[i].key, r->ext[i].value);
+  }
+  for (int j = 0; j < arch_ext_count(d); j++)
+    if (!seen[j]) return cerr(r, "[model] %s is missing (every key is explicit)%s", d->ext_keys[j].key, "");
+  return FSDP_OK;
 }
 
 fsdp_status jobspec_canonical_read(const char *text, const char *origin, jobspec_t *out) {
@@ -250,8 +296,75 @@ fsdp_status jobspec_canonical_read(const char *text, const char *origin, jobspec
   for (int i = 0; rc == FSDP_OK && i < jobspec_nkeys; i++)
     if (!r.seen[i]) rc = cerr(&r, "[%s] %s is missing (every key is explicit)", jobspec_keys[i].sec, jobspec_keys[i].key);
   for (int i = 0; rc == FSDP_OK && i < jobspec_nkeys; i++) rc = check_range(s, &jobspec_keys[i], origin);
+  if (rc == FSDP_OK) rc = read_ext(&r);
   if (rc == FSDP_OK) *out = *s;
   free(copy);
   free(s);
   return rc;
+}
+
+/* ---- the commented defaults (`fsdpctl plan --defaults`) ---- */
+
+/* What the defaults file shows for a commented-out model key: its default, or, where the default
+ * is no value (the llama3 numbers), Llama-3.1-8B's. */
+static void write_example(FILE *f, const keydef *k, const jobspec_t *d) {
+  static const struct { const char *key, *value; } ex[] = {
+    {"rope_factor", "8"}, {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
+    {"rope_original_max_position_embeddings", "8192"},
+  };
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
+    if (!strcmp(k->key, ex[i].key)) {
+      fputs(ex[i].value, f);
+      return;
+    }
+  write_value(f, k, d);
+}
+
+/* Every architecture's own settings, commented out: the default model (GPT-2) has none. */
+static void write_ext_defaults(FILE *f) {
+  char allowed[160];
+  for (int a = 0; a < arch_count(); a++) {
+    const arch_desc *d = arch_get((model_arch)a);
+    for (int i = 0; i < arch_ext_count(d); i++) {
+      arch_ext_allowed(&d->ext_keys[i], allowed, sizeof allowed);
+      fprintf(f, "# %s: %s; allowed: %s\n; %s = %s\n", d->name, d->ext_keys[i].help, allowed, d->ext_keys[i].key,
+              d->ext_keys[i].def);
+    }
+  }
+}
+
+void jobspec_write_defaults(FILE *f) {
+  jobspec_t d;
+  jobspec_defaults(&d);
+  fprintf(f,
+          "# fsdpd job file: every key with its default (GPT-2 small, nanoGPT's training recipe).\n"
+          "# Comments start with # or ;. Relative paths are relative to this file's directory.\n"
+          "# Keys shown commented out have no default. docs/jobs.md describes each one.\n");
+  const char *cur = "";
+  for (int i = 0; i < jobspec_nkeys; i++) {
+    const keydef *k = &jobspec_keys[i];
+    if (strcmp(cur, k->sec)) {
+      if (!strcmp(cur, "model")) write_ext_defaults(f);
+      fprintf(f, "\n[%s]\n", k->sec);
+      cur = k->sec;
+    }
+    char allowed[160];
+    jobspec_key_allowed(k, allowed, sizeof allowed);
+    if (k->type >= KT_NAME) fprintf(f, "# %s\n", k->help);
+    else fprintf(f, "# %s; allowed: %s\n", k->help, allowed);
+    if (k->type == KT_NAME) fprintf(f, "; name = tiny\n");
+    else if (k->type == KT_TRAIN) fprintf(f, "; train = synthetic:markov:1\n");
+    else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
+    else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
+    else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
+    else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
+    else if (!jobspec_key_applies(k, d.model.arch) || k->off == offsetof(jobspec_t, model.tie_embeddings)) {
+      /* the default model is GPT-2, which refuses the other architectures' keys and always ties */
+      fprintf(f, "; %s = ", k->key);
+      write_example(f, k, &d);
+      fputc('\n', f);
+    } else {
+      write_key(f, k, &d);
+    }
+  }
 }

@@ -1,12 +1,13 @@
-/* jobspec_keys — the key table (defaults and applicability in its rows), enum names and the
- * commented defaults file; see jobspec_keys.h. The parser, which applies the defaults, and the
- * cross-field checks are in jobspec.c. */
+/* jobspec_keys — the key table (defaults and applicability in its rows), enum names, lookups and
+ * the located error; see jobspec_keys.h. The parser, which applies the defaults, is jobspec.c, the
+ * rules between keys jobspec_rules.c, the writers jobspec_canon.c. */
 #include "jobspec_keys.h"
 
 #include "arch.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ static const char *const arch_enum_names[] = {
 #define FSDP_ARCH(ID, name) #name,
 #include "models.def"
     NULL};
-static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", "longrope", "linear", NULL};
 static const char *const dropout_names[] = {"config", "none", NULL};
 
 static const char *enum_name(const char *const *names, int n, int v) {
@@ -55,9 +56,9 @@ const char *jobspec_offload_mode_name(offload_mode m) { return enum_name(offload
 const char *jobspec_arch_name(model_arch a) {
   return enum_name(arch_enum_names, (int)(sizeof arch_enum_names / sizeof *arch_enum_names) - 1, (int)a);
 }
-const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 3, (int)k); }
+const char *jobspec_rope_scaling_name(rope_scaling_kind k) { return enum_name(rope_scaling_names, 4, (int)k); }
 unsigned jobspec_rope_bit(rope_scaling_kind k) {
-  return k == ROPE_SCALING_LLAMA3 ? KA_ROPE3 : k == ROPE_SCALING_LONGROPE ? KA_LONGROPE : 0;
+  return k == ROPE_SCALING_LLAMA3 ? KA_ROPE3 : k == ROPE_SCALING_LONGROPE ? KA_LONGROPE : k == ROPE_SCALING_LINEAR ? KA_LINEAR : 0;
 }
 
 /* ---- the key table ---- */
@@ -89,9 +90,8 @@ const keydef jobspec_keys[] = {
       "how long a queued job that no longer fits the live cluster (a node was lost) may wait for it to return before it fails", "60"),
 
   ENUM("model", "arch", model.arch, arch_enum_names,
-       "gpt2 (LayerNorm, GELU, learned positions, tied head), llama (RMSNorm, rotary, GQA, SwiGLU, untied head), "
-       "qwen2 (llama with q/k/v biases), qwen3 (llama with q/k norms and its own head_dim), phi3 (llama with fused "
-       "projections and longrope) or mistral (llama with a sliding window)", "gpt2"),
+       "the architecture, one of models/models.def's (docs/models.md's table tells them apart: gpt2 is GPT-2 with "
+       "LayerNorm, GELU, learned positions and a tied head; the others are rotary)", "gpt2"),
   INT("model", "n_layer", model.n_layer, 1, 512, "L, transformer blocks (GPT-2 small: 12)", "12"),
   INT("model", "n_head", model.n_head, 1, 256, "H, attention heads (GPT-2 small: 12)", "12"),
   INT("model", "n_embd", model.n_embd, 1, 32768, "C, channels; a multiple of n_head (GPT-2 small: 768)", "768"),
@@ -115,9 +115,11 @@ const keydef jobspec_keys[] = {
        "llama: rotary scaling (Hugging Face rope_scaling's rope_type): none, llama3 (Llama-3.1/3.2: long "
        "wavelengths divided by rope_factor, short ones kept, a smooth band between; needs the four rope_* keys below), "
        "or longrope (Phi-3 within its pretraining context: needs rope_short_factor, rope_attention_factor and "
-       "rope_original_max_position_embeddings)", "none"),
+       "rope_original_max_position_embeddings), or linear (every inverse frequency divided by rope_factor: "
+       "positions interpolated; Gemma 3's global layers)", "none"),
   DBL("model", "rope_factor", model.rope_factor, 1, 1e6, 0, 0,
-      "llama, rope_scaling = llama3: factor (Llama-3.1: 8, Llama-3.2: 32)", NULL, .applies = KA_ROPE3),
+      "llama, rope_scaling = llama3 or linear: factor (Llama-3.1: 8, Llama-3.2: 32; linear: positions / factor)", NULL,
+      .applies = KA_ROPE3 | KA_LINEAR),
   DBL("model", "rope_low_freq_factor", model.rope_low_freq_factor, 0, 1e6, 1, 0,
       "llama, rope_scaling = llama3: low_freq_factor (Llama-3.1: 1)", NULL, .applies = KA_ROPE3),
   DBL("model", "rope_high_freq_factor", model.rope_high_freq_factor, 0, 1e6, 1, 0,
@@ -143,8 +145,8 @@ const keydef jobspec_keys[] = {
       "mistral: the sliding window of attention, token t sees tokens t-W+1 .. t (config.json sliding_window; "
       "Mistral-7B-v0.1: 4096); 0 = full causal attention (config.json null)", "0"),
   INT("model", "pad_token_id", model.pad_token_id, -1, 16777215,
-      "llama, qwen2, qwen3, phi3, mistral: the padding token, below vocab_size, whose embedding row only a tied head "
-      "trains (nn.Embedding's padding_idx; config.json pad_token_id); -1 = none", "-1"),
+      "llama, qwen2, qwen3, phi3, mistral, gemma3: the padding token, below vocab_size, whose embedding row only a tied "
+      "head trains (nn.Embedding's padding_idx; config.json pad_token_id); -1 = none", "-1"),
   ENUM("model", "dropout", no_dropout, dropout_names,
        "fsdpd applies no dropout: config (from = DIR's config.json, refused where a dropout there is not 0: GPT2Config's "
        "attn_pdrop, resid_pdrop, embd_pdrop are 0.1 unless set) or none (train without it; fsdpctl plan says so)",
@@ -308,71 +310,28 @@ void jobspec_key_allowed(const keydef *k, char *buf, size_t n) {
   }
 }
 
-/* ---- the commented defaults ---- */
+/* ---- lookups, messages ---- */
 
-static void write_value(FILE *f, const keydef *k, const jobspec_t *d) {
-  const char *field = (const char *)d + k->off;
-  char num[32];
-  switch (k->type) {
-  case KT_INT: fprintf(f, "%d", *(const int *)field); break;
-  case KT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-  case KT_DBL: jobspec_fmt_num(num, sizeof num, *(const double *)field); fputs(num, f); break;
-  case KT_ENUM: fputs(k->names[*(const int *)field], f); break;
-  case KT_FACTORS: jobspec_fmt_factors(f, (const rope_factor_list *)field); break;
-  default: fputs(field, f); break;
-  }
+int jobspec_key_index(const char *sec, const char *key) {
+  for (int i = 0; i < jobspec_nkeys; i++)
+    if (!strcmp(jobspec_keys[i].sec, sec) && !strcmp(jobspec_keys[i].key, key)) return i;
+  return -1;
 }
 
-/* What the defaults file shows for a commented-out model key: its default, or, where the default
- * is no value (the llama3 numbers), Llama-3.1-8B's. */
-static void write_example(FILE *f, const keydef *k, const jobspec_t *d) {
-  static const struct { const char *key, *value; } ex[] = {
-    {"rope_factor", "8"}, {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
-    {"rope_original_max_position_embeddings", "8192"},
-  };
-  for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
-    if (!strcmp(k->key, ex[i].key)) {
-      fputs(ex[i].value, f);
-      return;
-    }
-  write_value(f, k, d);
+int jobspec_section_index(const char *name) {
+  for (int i = 0; jobspec_sections[i]; i++)
+    if (!strcmp(jobspec_sections[i], name)) return i;
+  return -1;
 }
 
-void jobspec_write_defaults(FILE *f) {
-  jobspec_t d;
-  jobspec_defaults(&d);
-  fprintf(f,
-          "# fsdpd job file: every key with its default (GPT-2 small, nanoGPT's training recipe).\n"
-          "# Comments start with # or ;. Relative paths are relative to this file's directory.\n"
-          "# Keys shown commented out have no default. docs/jobs.md describes each one.\n");
-  const char *cur = "";
-  for (int i = 0; i < jobspec_nkeys; i++) {
-    const keydef *k = &jobspec_keys[i];
-    if (strcmp(cur, k->sec)) {
-      fprintf(f, "\n[%s]\n", k->sec);
-      cur = k->sec;
-    }
-    char allowed[160];
-    jobspec_key_allowed(k, allowed, sizeof allowed);
-    if (k->type >= KT_NAME) fprintf(f, "# %s\n", k->help);
-    else fprintf(f, "# %s; allowed: %s\n", k->help, allowed);
-    if (k->type == KT_NAME) fprintf(f, "; name = tiny\n");
-    else if (k->type == KT_TRAIN) fprintf(f, "; train = synthetic:markov:1\n");
-    else if (k->type == KT_VAL) fprintf(f, "; val = synthetic:markov:2\n");
-    else if (k->type == KT_TEXT) fprintf(f, "; %s = To be, or not to be\n", k->key);
-    else if (k->type == KT_DIR) fprintf(f, "; dir = checkpoints\n");
-    else if (k->type == KT_FROM) fprintf(f, "; from = SmolLM2-135M\n");
-    else if (!jobspec_key_applies(k, d.model.arch) || k->off == F(model.tie_embeddings)) {
-      /* the default model is GPT-2, which refuses the other architectures' keys and always ties */
-      fprintf(f, "; %s = ", k->key);
-      write_example(f, k, &d);
-      fputc('\n', f);
-    } else {
-      fprintf(f, "%s = ", k->key);
-      write_value(f, k, &d);
-      fputc('\n', f);
-    }
-  }
+fsdp_status jobspec_error(fsdp_status st, const char *origin, int line, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (line > 0) return fsdp_set_error(st, "%s:%d: %s", origin, line, msg);
+  return fsdp_set_error(st, "%s: %s", origin, msg);
 }
 
 int jobspec_key_applies(const keydef *k, model_arch a) { return strcmp(k->sec, "model") || arch_key_applies(arch_get(a), k->key); }

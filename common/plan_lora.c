@@ -94,9 +94,15 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
   memset(l, 0, sizeof *l);
   if (spec->lora.rank <= 0) return FSDP_OK;
   const arch_desc *d = arch_get(p->model.arch);
-  if (!d->lora_modules)
+  if (!d->lora_modules) {
+    char allowed[128] = "";
+    size_t used = 0;
+    for (int a = 0; a < arch_count() && used < sizeof allowed; a++)
+      if (arch_get((model_arch)a)->lora_modules)
+        used += (size_t)snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", arch_get((model_arch)a)->name);
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] on arch = %s is not computed yet; allowed: an architecture "
-                          "whose projections fsdpd adapts (gpt2, llama, qwen2, qwen3)", d->name);
+                          "whose projections fsdpd adapts (%s)", d->name, allowed);
+  }
   arch_lora_module mods[ARCH_LORA_MAX];
   int n = d->lora_modules(&p->model, mods);
   unsigned mask;

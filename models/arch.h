@@ -48,6 +48,21 @@ typedef struct arch_lora_module {
   int64_t in, out, col0, ld;
 } arch_lora_module;
 
+/* An architecture's own [model] setting, one no other architecture shares (Gemma 3's
+ * query_pre_attn_scalar): entry i of arch_desc.ext_keys is model_config.ext[i]. Common code parses
+ * it in [model] (only under that architecture), writes it in the resolved job, the defaults file,
+ * the checkpoint manifest and plan --json, and compares it; the folder gives it meaning. A bool is
+ * written true | false (ext 1 | 0), an int as an integer. */
+typedef enum { ARCH_EXT_INT = 0, ARCH_EXT_DOUBLE, ARCH_EXT_BOOL } arch_ext_kind;
+typedef struct arch_ext_key {
+  const char *key;       /* the [model] key, and its name in the manifest and plan --json */
+  arch_ext_kind kind;
+  double lo, hi;         /* the range, inclusive; lo excluded where lo_open (a bool: 0..1) */
+  int lo_open;
+  const char *def;       /* the default as a job file writes it */
+  const char *help;      /* for fsdpctl plan --defaults */
+} arch_ext_key;
+
 typedef struct arch_desc {
   model_arch id;
   const char *name;            /* [model] arch, the manifest's "arch", the folder: "gpt2" */
@@ -59,6 +74,8 @@ typedef struct arch_desc {
    * this one is refused, naming WHY_NOT ("GPT-2 has n_kv_head = n_head, ..."). */
   const char *const *job_keys;
   const char *why_not;
+  /* Its own settings (arch_ext_key): {NULL}-terminated, at most MODEL_EXT_MAX; NULL for none. */
+  const arch_ext_key *ext_keys;
   /* 1: the head is always the embedding (GPT-2): tie_word_embeddings = false is refused, saying
    * TIED_WHY; 0: a job file's default is untied (LlamaConfig's). */
   int always_tied;
@@ -152,9 +169,31 @@ int arch_count(void);
 const char *arch_names(char *buf, size_t n, const char *sep, int hf_types);
 /* Whether [model] KEY applies to D: a common shape key or one of its job_keys. */
 int arch_key_applies(const arch_desc *d, const char *key);
-/* The first architecture KEY applies to that is not D (the refusal's "set arch = ..."), or NULL. */
+/* The first architecture KEY applies to that is not D (the refusal's "set arch = ..."), or NULL; KEY
+ * one of its job_keys or ext_keys. */
 const arch_desc *arch_key_owner(const arch_desc *d, const char *key);
 /* The config.json key that carries [model] KEY under D, or NULL. */
 const char *arch_hf_key_of(const arch_desc *d, const char *key);
+
+/* ---- an architecture's own settings (arch_ext_key) ---- */
+int arch_ext_count(const arch_desc *d);
+/* KEY's index in D's ext_keys, or -1. */
+int arch_ext_index(const arch_desc *d, const char *key);
+/* Whether KEY is some architecture's own setting. */
+int arch_ext_known(const char *key);
+/* TEXT as K's value into *V: 1, or 0 when it is not one (its type or range; arch_ext_allowed says). */
+int arch_ext_parse(const arch_ext_key *k, const char *text, double *v);
+void arch_ext_allowed(const arch_ext_key *k, char *buf, size_t n);   /* "a number > 0 and <= 1e6" */
+void arch_ext_format(const arch_ext_key *k, double v, char *buf, size_t n);   /* as a job file writes it */
+/* M's settings set to its architecture's defaults (the others 0). */
+void arch_ext_defaults(model_config *m);
+/* The model's keys beyond the common shape into JM: the descriptor's model_json and its settings. */
+void arch_model_json(json_t *jm, const model_config *m);
+/* M's settings from a manifest's "model" object JM (one absent: its default); -1 when one is malformed. */
+int arch_ext_read(const json_t *jm, model_config *m);
+/* Whether A and B (of one architecture) are the same model: its same_model and its settings. */
+int arch_same_model(const model_config *a, const model_config *b);
+/* Its describe(), and its settings ", key value", for a message. */
+void arch_describe(const model_config *m, char *buf, size_t n);
 
 #endif

@@ -215,7 +215,7 @@ static fsdp_status check_plan(const Fsdp__Plan *p) {
   if (base != p->shard_total) BAD("plan shard_total %lld does not match its units", (long long)p->shard_total);
   const Fsdp__PlanModel *m = p->model;
   NEED(m, "plan model");
-  if (m->arch >= (uint32_t)ARCH_N || m->rope_scaling > ROPE_SCALING_LONGROPE) BAD("plan model arch %u / rope_scaling %u is out of range", m->arch, m->rope_scaling);
+  if (m->arch >= (uint32_t)ARCH_N || m->rope_scaling > ROPE_SCALING_LINEAR) BAD("plan model arch %u / rope_scaling %u is out of range", m->arch, m->rope_scaling);
   if (!isfinite(m->norm_eps) || !isfinite(m->rope_theta) || !isfinite(m->rope_factor) ||
       !isfinite(m->rope_low_freq_factor) || !isfinite(m->rope_high_freq_factor))
     BAD("plan model has a number that is not finite");

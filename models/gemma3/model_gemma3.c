@@ -76,10 +76,12 @@ static void layout(void *acts, char *saved, char *ws, int64_t *saved_bytes, int6
   *ws_bytes = bwd > head ? bwd : head;
 }
 
-/* The global layers' frequencies: rope_theta with the model's scaling. Gemma 3 4B and up scale them
- * linearly (rope_scaling {"rope_type": "linear", "factor": 8}): that needs rope.h's linear kind, which
- * the descriptor refuses until rope_freqs has it; unscaled here. */
-static rope_freqs global_rope(const model_config *m) { return rope_freqs_of(m->rope_theta, 0, 0, 0, 0, 0); }
+/* The global layers' frequencies: rope_theta with the model's scaling, none or linear (Gemma 3 4B and
+ * up: rope_scaling {"rope_type": "linear", "factor": 8}; the descriptor refuses any other). */
+static rope_freqs global_rope(const model_config *m) {
+  return m->rope_scaling == ROPE_SCALING_LINEAR ? rope_freqs_linear(m->rope_theta, m->rope_factor)
+                                                : rope_freqs_of(m->rope_theta, 0, 0, 0, 0, 0);
+}
 
 static void acts_destroy(void *acts) {
   gemma3_acts *a = acts;

@@ -1,5 +1,5 @@
 /* llama — the Llama family (Hugging Face LlamaForCausalLM, and the folders that reuse it: qwen2,
- * qwen3): its units' tensor slots. The descriptor is llama_arch (llama_arch.c: names, config.json,
+ * qwen3, mistral, phi3): its units' tensor slots. The descriptor is llama_arch (llama_arch.c: names, config.json,
  * plan terms; llama_family.h shares it with the family's folders); forward and backward model_llama.h.
  *
  * The root: model.embed_tokens.weight [V,C], model.norm.weight [C], lm_head.weight [V,C] (tied: no

@@ -1,6 +1,6 @@
 /* llama_arch — Llama's descriptor (arch.h): units and Hugging Face names, config.json (transformers
  * 4 and 5), plan terms, manifest keys; and the Llama family's shared terms (llama_family.h), which the
- * qwen2 and qwen3 descriptors use as theirs.
+ * family's other descriptors (qwen2, qwen3, mistral, phi3) use as theirs.
  *
  * Names are Hugging Face LlamaForCausalLM's, stored whole ("model.layers.0.self_attn.q_proj.weight",
  * "lm_head.weight"), so an export writes them as they are; lookups take them with or without the
@@ -76,8 +76,12 @@ plan_act llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ack
 
 /* A hand-built model's rope scaling in range (jobspec refuses a job file's with its line). */
 static fsdp_status check_rope(const model_config *m) {
-  if ((unsigned)m->rope_scaling > ROPE_SCALING_LLAMA3)
-    return fsdp_set_error(FSDP_ERR_INVALID, "rope_scaling %d is out of range; allowed: none | llama3", (int)m->rope_scaling);
+  if (m->rope_scaling != ROPE_SCALING_NONE && m->rope_scaling != ROPE_SCALING_LLAMA3 && m->rope_scaling != ROPE_SCALING_LINEAR)
+    return fsdp_set_error(FSDP_ERR_INVALID, "rope_scaling %d is out of range; allowed: none | llama3 | linear",
+                          (int)m->rope_scaling);
+  if (m->rope_scaling == ROPE_SCALING_LINEAR && !(m->rope_factor >= 1 && m->rope_factor <= 1e6))
+    return fsdp_set_error(FSDP_ERR_RANGE, "rope_scaling linear with factor %g; allowed: 1 <= factor <= 1e6",
+                          m->rope_factor);
   if (m->rope_scaling == ROPE_SCALING_LLAMA3 &&
       !(m->rope_factor >= 1 && m->rope_factor <= 1e6 && m->rope_low_freq_factor > 0 &&
         m->rope_high_freq_factor > m->rope_low_freq_factor && m->rope_high_freq_factor <= 1e6 &&
@@ -200,13 +204,17 @@ static double num_or_nan(const json_t *o, const char *key) {
   return json_is_number(x) ? json_number_value(x) : NAN;
 }
 
-/* Read the llama3 scaling of SC (WHERE names it) into M, or nothing for "default". */
+/* Read the llama3 or linear scaling of SC (WHERE names it) into M, or nothing for "default". */
 static fsdp_status rope_scaling_of(const json_t *sc, const char *path, const char *where, model_config *m) {
   const char *type = rope_type_of(sc);
   if (!strcmp(type, "default")) return FSDP_OK;
+  if (!strcmp(type, "linear")) {   /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
+    m->rope_scaling = ROPE_SCALING_LINEAR;
+    return hf_get_num(sc, path, "factor", NAN, &m->rope_factor);
+  }
   if (strcmp(type, "llama3"))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s rope_type '%s' is not computed by fsdpd; allowed: default, "
-                          "llama3", path, where, type);
+                          "llama3, linear", path, where, type);
   m->rope_scaling = ROPE_SCALING_LLAMA3;
   TRY(hf_get_num(sc, path, "factor", NAN, &m->rope_factor));
   TRY(hf_get_num(sc, path, "low_freq_factor", NAN, &m->rope_low_freq_factor));
@@ -319,6 +327,7 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
  * --json, the checkpoint manifest, the export's LlamaConfig; transformers 4 and 5 read it). */
 json_t *llama_rope_scaling_json(const model_config *m) {
   if (m->rope_scaling == ROPE_SCALING_NONE) return json_null();
+  if (m->rope_scaling == ROPE_SCALING_LINEAR) return json_pack("{s:s, s:f}", "rope_type", "linear", "factor", m->rope_factor);
   return json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", jobspec_rope_scaling_name(m->rope_scaling), "factor",
                    m->rope_factor, "low_freq_factor", m->rope_low_freq_factor, "high_freq_factor",
                    m->rope_high_freq_factor, "original_max_position_embeddings", m->rope_original_max_pos);
@@ -431,6 +440,7 @@ void llama_manifest_read(const json_t *jm, model_config *m) {
 static int rope_eq(const model_config *a, const model_config *b) {
   return a->rope_scaling == b->rope_scaling &&
          (a->rope_scaling == ROPE_SCALING_NONE ||
+          (a->rope_scaling == ROPE_SCALING_LINEAR && a->rope_factor == b->rope_factor) ||
           (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
            a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max_pos == b->rope_original_max_pos));
 }
@@ -459,6 +469,7 @@ void llama_describe(const model_config *m, char *buf, size_t n) {
                    m->tie_embeddings ? "tied" : "untied", x);
   if (k < 0 || (size_t)k >= n) return;
   if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf + k, n - (size_t)k, "none");
+  else if (m->rope_scaling == ROPE_SCALING_LINEAR) snprintf(buf + k, n - (size_t)k, "linear (factor %g)", m->rope_factor);
   else
     snprintf(buf + k, n - (size_t)k, "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, "
              "original_max_position_embeddings %d)", m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor,
@@ -477,7 +488,9 @@ void llama_print_model(const model_config *m, FILE *f) {
   if (m->pad_token_id >= 0)
     fprintf(f, "; pad_token_id %d (the lookup does not train its row%s)", m->pad_token_id,
             m->tie_embeddings ? "; the tied head does" : "");
-  if (m->rope_scaling == ROPE_SCALING_LLAMA3)
+  if (m->rope_scaling == ROPE_SCALING_LINEAR)
+    fprintf(f, "; rope linear factor %g\n", m->rope_factor);
+  else if (m->rope_scaling == ROPE_SCALING_LLAMA3)
     fprintf(f, "; rope llama3 factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d\n",
             m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
   else

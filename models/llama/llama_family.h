@@ -1,16 +1,14 @@
-/* llama_family — the Llama descriptor's terms that the family's folders (models/qwen2, models/qwen3)
- * share: every arch_desc entry that does not depend on which family member it is, and the pieces of
+/* llama_family — the Llama descriptor's terms that the family's folders (models/qwen2, qwen3,
+ * mistral, phi3) share: every arch_desc entry that does not depend on which family member it is, and the pieces of
  * config.json reading and writing they build their own from (llama_arch.c). Pure functions, any
  * thread, as arch.h's.
  *
  * A member's descriptor is LLAMA_FAMILY_DESC plus its own id, names, job keys, why_not, hf_parse,
  * hf_own_config, canonical (which sets the choices the member always makes: Qwen2's q/k/v biases,
- * Qwen3's q/k norms) and file_desc. Its forward and backward are Llama's (model_llama.h,
+ * Qwen3's q/k norms) and file_desc; a member that differs in more (Mistral's window, Phi-3's fused
+ * tensors and longrope) names its own entries after the macro, which replace the family's, and builds
+ * them from the functions below. Its forward and backward are Llama's (model_llama.h,
  * LLAMA_FAMILY_MODEL_OPS), which read those choices from the plan's model_config.
- *
- * An architecture that is Llama with one more setting (Mistral: a sliding window) may instead hand
- * every verb to llama_arch's own table and keep only its differences; its model table is then
- * llama_model's (FSDP_LLAMA_FAMILY_MODEL).
  */
 #ifndef FSDP_LLAMA_FAMILY_H
 #define FSDP_LLAMA_FAMILY_H
@@ -76,12 +74,5 @@ void llama_canonical_head_dim(model_config *m);
   .flops_formula = llama_flops_formula, .block_prefix = "layers", .layout = "nn.Linear [out, in]",          \
   .name_width = 47, .lora_default = "q_proj,v_proj", .lora_block_hf = "model.layers.%d.",                     \
   .lora_modules = llama_lora_modules
-
-extern const arch_desc llama_arch;   /* llama_arch.c (libfsdpcommon) */
-
-#ifdef FSDP_LLAMA_FAMILY_MODEL
-#include "model.h"
-extern const model_ops llama_model;  /* model_llama.c (fsdp-worker) */
-#endif
 
 #endif

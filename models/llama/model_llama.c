@@ -103,6 +103,7 @@ llama_acts *llama_acts_new(const plan_t *p, device_t *d) {
   a->rope = m->rope_scaling == ROPE_SCALING_LONGROPE   /* Phi-3's (models/phi3/) */
                 ? rope_freqs_longrope(m->rope_theta, m->rope_short_factor.v, m->rope_short_factor.n,
                                       m->rope_attention_factor)
+            : m->rope_scaling == ROPE_SCALING_LINEAR ? rope_freqs_linear(m->rope_theta, m->rope_factor)
                 : rope_freqs_of(m->rope_theta, m->rope_scaling == ROPE_SCALING_LLAMA3, m->rope_factor,
                                 m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
   a->window = m->sliding_window > 0 && m->sliding_window < a->T ? m->sliding_window : 0;   /* ≥ T: full */

@@ -1,4 +1,5 @@
-/* model_llama — the Llama family (Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)
+/* model_llama — the Llama family (Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+ * MistralForCausalLM, Phi3ForCausalLM)
  * over the device layer, one FSDP unit at a time.
  *
  * The same contract as model_gpt2.h (read it first): the runtime hands gathered units in compute

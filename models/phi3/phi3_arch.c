@@ -4,8 +4,9 @@
  *
  * fsdpd keeps Llama's units (llama.h's slots: q, k, v adjacent in the flat buffer, and gate, up),
  * so each fused tensor is exactly the span of its parts (plan_tensor.hf_rows): read into the slots
- * as it lies, written back whole. Everything else is Llama's (models/llama/llama_arch.h): the plan
- * terms, the checks, the head tied or not, the forward and backward (model_phi3.c).
+ * as it lies, written back whole. It is a Llama family member (llama_family.h's LLAMA_FAMILY_DESC):
+ * the plan terms, the checks, the head tied or not, the forward and backward (model_phi3.c) are
+ * Llama's; only what differs is here. [lora] is refused: its fused projections have no adapters yet.
  *
  * config.json (Phi3Config, transformers 4 and 5): Llama's keys with Phi3Config's defaults
  * (max_position_embeddings 4096, rms_norm_eps 1e-5), and the rope: none, or longrope (transformers 4's
@@ -22,33 +23,13 @@
 #include "arch.h"
 #include "hfconfig.h"
 #include "llama.h"
-#include "llama_arch.h"
+#include "llama_family.h"
 #include "plan_priv.h"
 
 #define PHI3_PREFIX "model."
-#define L (&llama_arch)
 
 static int head_size(const model_config *m) { return m->n_embd / m->n_head; }
 static int64_t kv_dim(const model_config *m) { return (int64_t)m->n_kv_head * head_size(m); }
-
-/* ---- the same model as Llama: its terms ---- */
-
-static int64_t root_numel(const model_config *m) { return L->root_numel(m); }
-static int64_t block_numel(const model_config *m) { return L->block_numel(m); }
-static int64_t n_decay(const model_config *m) { return L->n_decay(m); }
-static int64_t lookup_numel(const model_config *m) { return L->lookup_numel(m); }
-static int64_t embed_numel(const model_config *m) { return L->embed_numel(m); }
-static plan_act act(const model_config *m, int B, device_kind dev, ackpt_mode ackpt) { return L->act(m, B, dev, ackpt); }
-static void canonical(model_config *m) { L->canonical(m); }
-static int head_slot(const model_config *m) { return L->head_slot(m); }
-static int manifest_fix(model_config *m) { return L->manifest_fix(m); }
-static const char *params_note(const model_config *m) { return L->params_note(m); }
-static const char *no_emb_label(const model_config *m) { return L->no_emb_label(m); }
-static const char *flops_formula(const model_config *m) { return L->flops_formula(m); }
-static fsdp_status file_check(const plan_t *p, const char *path, int (*has)(const void *, const char *), const void *f) {
-  return L->file_check(p, path, has, f);
-}
-static fsdp_status missing(const plan_t *p, const char *name, const char *where) { return L->missing(p, name, where); }
 
 /* M without its longrope (Llama's functions know none; the caller handles it) */
 static model_config unscaled(const model_config *m) {
@@ -62,10 +43,10 @@ static model_config unscaled(const model_config *m) {
 
 static fsdp_status check(const model_config *m) {
   model_config u = unscaled(m);
-  TRY(L->check(&u));
-  if (m->rope_scaling == ROPE_SCALING_LLAMA3)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rope_scaling llama3 is not Phi-3's; allowed with arch = phi3: none | "
-                          "longrope");
+  TRY(llama_check(&u));
+  if (m->rope_scaling != ROPE_SCALING_NONE && m->rope_scaling != ROPE_SCALING_LONGROPE)
+    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rope_scaling %s is not Phi-3's; allowed with arch = phi3: none | "
+                          "longrope", jobspec_rope_scaling_name(m->rope_scaling));
   if (m->rope_scaling != ROPE_SCALING_LONGROPE) return FSDP_OK;
   int half = head_size(m) / 2;
   if (m->rope_short_factor.n != half)
@@ -110,9 +91,6 @@ static void units(plan_t *p) {
 #undef NAME
   }
 }
-
-/* NAME with or without "model."; a fused tensor is found as its first part */
-static const plan_tensor *find(const plan_t *p, const char *name, int *unit) { return L->find(p, name, unit); }
 
 /* ---- config.json: Phi3Config ---- */
 
@@ -221,10 +199,10 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
       return rc;
     }
   }
-  fsdp_status rc = L->hf_parse(c, path, m);
+  m->arch = ARCH_PHI3;
+  fsdp_status rc = llama_hf_parse_common(c, path, 0, m);
   json_decref(c);
   TRY(rc);
-  m->arch = ARCH_PHI3;
   return rope && !strcmp(type, "longrope") ? longrope_of(o, rope, path, where, m) : FSDP_OK;
 }
 
@@ -244,16 +222,12 @@ static json_t *rope_scaling_json(const model_config *m) {
 
 /* Phi3Config for a model that came from no folder: Llama's, renamed, with the fused names' class. */
 static json_t *hf_own_config(const model_config *m) {
-  json_t *o = L->hf_own_config(m);
+  json_t *o = llama_own_config(m, "Phi3ForCausalLM", "phi3");
   if (!o) return NULL;
-  json_object_set_new(o, "architectures", json_pack("[s]", "Phi3ForCausalLM"));
-  json_object_set_new(o, "model_type", json_string("phi3"));
   json_object_set_new(o, "rope_scaling", rope_scaling_json(m));
   int npos = m->n_positions > 0 ? m->n_positions : m->seq_len;
   json_object_set_new(o, "original_max_position_embeddings",
                       json_integer(m->rope_scaling == ROPE_SCALING_LONGROPE ? m->rope_original_max_pos : npos));
-  json_object_del(o, "attention_bias");
-  json_object_del(o, "mlp_bias");
   json_object_set_new(o, "resid_pdrop", json_real(0));
   json_object_set_new(o, "embd_pdrop", json_real(0));
   json_object_set_new(o, "attention_dropout", json_real(0));
@@ -287,7 +261,7 @@ static const arch_hf_key hf_keys[] = {
 
 static void model_json(json_t *jm, const model_config *m) {
   model_config u = unscaled(m);
-  L->model_json(jm, &u);
+  llama_model_json(jm, &u);
   if (m->rope_scaling == ROPE_SCALING_LONGROPE) {   /* beside rope_scaling, which a manifest reads as llama3's */
     json_t *r = rope_scaling_json(m);
     json_object_set_new(r, "original_max_position_embeddings", json_integer(m->rope_original_max_pos));
@@ -297,7 +271,7 @@ static void model_json(json_t *jm, const model_config *m) {
 
 static int same_model(const model_config *a, const model_config *b) {
   model_config ua = unscaled(a), ub = unscaled(b);
-  if (!L->same_model(&ua, &ub) || a->rope_scaling != b->rope_scaling) return 0;
+  if (!llama_same_model(&ua, &ub) || a->rope_scaling != b->rope_scaling) return 0;
   if (a->rope_scaling != ROPE_SCALING_LONGROPE) return 1;
   return a->rope_attention_factor == b->rope_attention_factor && a->rope_original_max_pos == b->rope_original_max_pos &&
          a->rope_short_factor.n == b->rope_short_factor.n &&
@@ -306,7 +280,7 @@ static int same_model(const model_config *a, const model_config *b) {
 
 static void describe(const model_config *m, char *buf, size_t n) {
   model_config u = unscaled(m);
-  L->describe(&u, buf, n);
+  llama_describe(&u, buf, n);
   size_t k = strlen(buf);
   if (m->rope_scaling == ROPE_SCALING_LONGROPE && k + 4 < n && k >= 4 && !strcmp(buf + k - 4, "none"))
     snprintf(buf + k - 4, n - (k - 4), "longrope (%d short factors, attention_factor %g, "
@@ -331,45 +305,41 @@ static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope
                                        "rope_attention_factor", "pad_token_id", NULL};
 static const char *const probe_names[] = {"layers.0.self_attn.qkv_proj.weight", NULL};
 
+/* Llama's choices Phi-3 never makes: biases, q/k norms; its head size is n_embd / n_head. */
+static void canonical(model_config *m) {
+  llama_canonical_head_dim(m);
+  m->attention_bias = 0;
+  m->qkv_bias = 0;
+  m->mlp_bias = 0;
+  m->qk_norm = 0;
+}
+
+/* The family's entries, then Phi-3's own: a later designator replaces the family's. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
 const arch_desc phi3_arch = {
+  LLAMA_FAMILY_DESC,
   .id = ARCH_PHI3,
   .name = "phi3",
   .hf_model_type = "phi3",
   .job_keys = job_keys,
   .why_not = "it is not a Phi-3 setting",
-  .always_tied = 0,
-  .tied_why = NULL,
-  .tie_pair = {"model.embed_tokens.weight", "lm_head.weight"},
-  .rotary = 1,
   .hf_keys = hf_keys,
   .hf_parse = hf_parse,
   .dropout = dropout,
   .hf_own_config = hf_own_config,
-  .root_numel = root_numel,
-  .block_numel = block_numel,
-  .n_decay = n_decay,
-  .lookup_numel = lookup_numel,
-  .embed_numel = embed_numel,
-  .act = act,
   .check = check,
   .canonical = canonical,
   .units = units,
-  .find = find,
-  .head_slot = head_slot,
   .probe_names = probe_names,
   .file_desc = "a Phi-3 model (model.layers.0.self_attn.qkv_proj.weight, fused q|k|v and gate|up)",
   .reads = "model.embed_tokens.weight, model.layers.0.self_attn.qkv_proj.weight, mlp.gate_up_proj.weight, …",
-  .file_check = file_check,
-  .missing = missing,
   .model_json = model_json,
-  .manifest_fix = manifest_fix,
   .same_model = same_model,
   .describe = describe,
   .print_model = print_model,
-  .params_note = params_note,
-  .no_emb_label = no_emb_label,
-  .flops_formula = flops_formula,
-  .block_prefix = "layers",
-  .layout = "nn.Linear [out, in]",
-  .name_width = 47,
+  .lora_default = NULL,
+  .lora_block_hf = NULL,
+  .lora_modules = NULL,
 };
+#pragma GCC diagnostic pop

@@ -6,7 +6,9 @@
 # (c) the legacy block with its own rope_theta. For each, fsdpctl sample --logits on the folder
 # equals what AutoModelForCausalLM computes from that same folder to 1e-5 of the largest logit, and
 # fsdpctl plan shows the scaling and base transformers uses; (d) rope_parameters' base and a
-# different top-level one, which transformers resolves silently, is refused in one line.
+# different top-level one, which transformers resolves silently, is refused in one line; (e) linear
+# scaling in transformers 5's rope_parameters and (f) in the legacy {"type": "linear"} block: the
+# same logits as transformers, and the plan's line.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-ropekeys.XXXXXX)
@@ -37,6 +39,8 @@ variants = {
     "b": dict(rope_parameters={"rope_type": "default"}, rope_theta=500000.0),
     "c": dict(rope_parameters={"rope_type": "default"}, rope_scaling=dict(llama3, rope_theta=500000.0)),
     "d": dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_theta=500000.0),
+    "e": dict(rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
+    "f": dict(rope_scaling={"type": "linear", "factor": 2.5}, rope_theta=20000.0),
 }
 for k, extra in variants.items():
     shutil.copytree(f"{d}/base", f"{d}/{k}")
@@ -67,12 +71,17 @@ failed=0
 compare a || failed=1
 compare b || failed=1
 compare c || failed=1
+compare e || failed=1
+compare f || failed=1
 jobfile() { printf '[model]\nfrom = %s\nseq_len = 64\n[data]\ntrain = synthetic:markov:1\n' "$tmp/$1" > "$tmp/$1.ini"; }
 plan_line() { jobfile "$1"; "$CTL" plan "$tmp/$1.ini" | grep -m1 "$2" || true; }
 grep -q "theta=10000" <<<"$(plan_line a theta=)" && grep -q "rope llama3 factor 8" <<<"$(plan_line a "; rope")" ||
   { echo "plan of (a): $(plan_line a theta=) / $(plan_line a "; rope")"; failed=1; }
 grep -q "theta=500000" <<<"$(plan_line b theta=)" || { echo "plan of (b): $(plan_line b theta=)"; failed=1; }
 grep -q "theta=500000" <<<"$(plan_line c theta=)" || { echo "plan of (c): $(plan_line c theta=)"; failed=1; }
+grep -q "rope linear factor 4$" <<<"$(plan_line e "; rope")" || { echo "plan of (e): $(plan_line e "; rope")"; failed=1; }
+grep -q "theta=20000" <<<"$(plan_line f theta=)" && grep -q "rope linear factor 2.5$" <<<"$(plan_line f "; rope")" ||
+  { echo "plan of (f): $(plan_line f theta=) / $(plan_line f "; rope")"; failed=1; }
 set +e
 jobfile d
 "$CTL" plan "$tmp/d.ini" > /dev/null 2> "$tmp/d.err"

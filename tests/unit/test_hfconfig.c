@@ -5,6 +5,8 @@
 
 #include "check.h"
 #include "hfconfig.h"
+#include "llama_family.h"
+#include "arch.h"
 
 static fsdp_status parse(const char *text, hf_config *out) {
   json_error_t err;
@@ -77,6 +79,16 @@ static void test_llama_mixed_rope(void) {
                  L3_SCALING "}, \"rope_scaling\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, " L3_SCALING "}}",
                  &a));
   CHECK(a.model.rope_theta == 500000 && a.model.rope_scaling == ROPE_SCALING_LLAMA3);
+  /* linear, in either form: its factor (LlamaConfig's _compute_linear_scaling_rope_parameters) */
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &a));
+  CHECK(a.model.rope_scaling == ROPE_SCALING_LINEAR && a.model.rope_factor == 2 && a.model.rope_theta == 10000);
+  CHECK_OK(parse("{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 8.0, "
+                 "\"rope_theta\": 1000000.0}}", &a));
+  CHECK(a.model.rope_scaling == ROPE_SCALING_LINEAR && a.model.rope_factor == 8 && a.model.rope_theta == 1e6);
+  json_t *rs = llama_rope_scaling_json(&a.model);
+  CHECK(rs && !strcmp(json_string_value(json_object_get(rs, "rope_type")), "linear") &&
+        json_number_value(json_object_get(rs, "factor")) == 8);
+  json_decref(rs);
   static const struct { const char *cfg, *msg; } bad[] = {
     {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}, \"rope_theta\": 500000.0}",
      "rope_parameters has rope_theta 10000 but the top-level rope_theta is 500000"},
@@ -145,7 +157,7 @@ static void test_refused(void) {
   static const struct { const char *json, *needle; } bad[] = {
     {"{" LLAMA_SHAPE ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"factor\": 4.0}}",
      "rope_type 'yarn' is not computed by fsdpd; allowed: default, llama3"},
-    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_type 'linear'"},
+    {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"type\": \"linear\"}}", "has no factor"},
     {"{" LLAMA_SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "no low_freq_factor"},
     {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
      "\"num_attention_heads\": 4, \"vocab_size\": 9, \"attention_bias\": 1}", "attention_bias must be true or false"},
@@ -161,8 +173,74 @@ static void test_refused(void) {
      "\"activation_function\": \"relu\"}", "activation_function = relu"},
     {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9, "
      "\"scale_attn_by_inverse_layer_idx\": true}", "scale_attn_by_inverse_layer_idx = true"},
-    {"{\"model_type\": \"gemma3_text\"}", "model_type 'gemma3_text' is not a model fsdpd computes"},
+    {"{\"model_type\": \"gemma3\"}", "model_type 'gemma3' is not a model fsdpd computes"},   /* multimodal */
     {"{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_embd\": 8, \"vocab_size\": 9}", "has no n_head"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hf_config h;
+    CHECK(parse(bad[i].json, &h) != FSDP_OK);
+    CHECK(has(bad[i].needle) && !strchr(fsdp_last_error(), '\n'));
+  }
+}
+
+/* Gemma 3's config.json (Gemma3TextConfig), skipped while models/models.def does not register it:
+ * transformers 5's rope_parameters per layer kind and layer_types, transformers 4's rope_theta,
+ * rope_local_base_freq, rope_scaling and sliding_window_pattern, the defaults of each; fsdpd's own
+ * config reads back the same; what it does not compute refused in one line each. */
+#define G3_SHAPE                                                                                                  \
+  "\"model_type\": \"gemma3_text\", \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 4, "  \
+  "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 16, \"vocab_size\": 300, "            \
+  "\"sliding_window\": 8, \"query_pre_attn_scalar\": 24"
+static void test_gemma3(void) {
+  const arch_desc *g = arch_by_name("gemma3");
+  if (!g) {
+    printf("test_gemma3: gemma3 is not registered in models/models.def; skipped\n");
+    return;
+  }
+  hf_config a, b;
+  CHECK_OK(parse("{" G3_SHAPE ", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
+                 "\"full_attention\"], \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"linear\", \"factor\": "
+                 "8.0, \"rope_theta\": 1000000.0}, \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": "
+                 "10000.0}}}", &a));
+  const model_config *m = &a.model;
+  CHECK(m->arch == g->id && m->n_layer == 4 && m->n_kv_head == 1 && m->head_dim == 16 && m->sliding_window == 8);
+  CHECK(m->rope_theta == 1e6 && m->rope_scaling == ROPE_SCALING_LINEAR && m->rope_factor == 8 && m->tie_embeddings);
+  CHECK(m->ext[arch_ext_index(g, "query_pre_attn_scalar")] == 24 && m->ext[arch_ext_index(g, "rope_local_base_freq")] == 10000 &&
+        m->ext[arch_ext_index(g, "sliding_window_pattern")] == 2 && m->norm_eps == 1e-6);
+  /* transformers 4's keys: the same model */
+  CHECK_OK(parse("{" G3_SHAPE ", \"sliding_window_pattern\": 2, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": "
+                 "10000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}", &b));
+  CHECK(arch_same_model(&a.model, &b.model));
+  /* the defaults: pattern 6, bases 1e6 and 10000, unscaled, window 4096, scalar 256, head_dim 256 */
+  CHECK_OK(parse("{\"model_type\": \"gemma3_text\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                 "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 300}", &b));
+  CHECK(b.model.rope_theta == 1e6 && b.model.rope_scaling == ROPE_SCALING_NONE && b.model.sliding_window == 4096 &&
+        b.model.head_dim == 256 && b.model.ext[arch_ext_index(g, "sliding_window_pattern")] == 6 &&
+        b.model.ext[arch_ext_index(g, "query_pre_attn_scalar")] == 256 &&
+        b.model.ext[arch_ext_index(g, "rope_local_base_freq")] == 10000);
+  /* fsdpd's own config.json of the first reads back as it */
+  a.model.seq_len = 16;
+  json_t *own = hf_config_json(&a.model, NULL, "float32");
+  hf_config c;
+  CHECK(own && hf_config_parse(own, "own", &c) == FSDP_OK && arch_same_model(&a.model, &c.model));
+  CHECK(json_array_size(json_object_get(own, "layer_types")) == 4 &&
+        !strcmp(json_string_value(json_array_get(json_object_get(own, "layer_types"), 1)), "full_attention"));
+  json_decref(own);
+  static const struct { const char *json, *needle; } bad[] = {
+    {"{" G3_SHAPE ", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"full_attention\", "
+     "\"full_attention\"]}", "layer_types[2] = full_attention breaks the period 2"},
+    {"{" G3_SHAPE ", \"hidden_activation\": \"gelu\"}", "hidden_activation = gelu is not computed by fsdpd"},
+    {"{" G3_SHAPE ", \"attn_logit_softcapping\": 50.0}", "attn_logit_softcapping = 50 soft-caps logits"},
+    {"{" G3_SHAPE ", \"final_logit_softcapping\": 30.0}", "final_logit_softcapping = 30 soft-caps logits"},
+    {"{" G3_SHAPE ", \"attention_bias\": true}", "attention_bias = true is not computed by fsdpd"},
+    {"{" G3_SHAPE ", \"tie_word_embeddings\": false}", "tie_word_embeddings = false is not computed by fsdpd"},
+    {"{" G3_SHAPE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}",
+     "the global layers' rope_type 'yarn' is not computed"},
+    {"{" G3_SHAPE ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, \"sliding_attention\": "
+     "{\"rope_type\": \"linear\", \"factor\": 2.0}}}", "sliding_attention rope_type 'linear' is not computed"},
+    {"{" G3_SHAPE ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}}",
+     "rope_parameters must be an object of full_attention and sliding_attention"},
+    {"{" G3_SHAPE ", \"use_bidirectional_attention\": true}", "use_bidirectional_attention = true"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     hf_config h;
@@ -217,5 +295,6 @@ int main(void) {
   test_refused();
   test_pad_dropout();
   test_export_config();
+  test_gemma3();
   return check_done();
 }

@@ -1,6 +1,10 @@
 /* test_jobspec — the job file: defaults, every key, comments, paths, and each class of bad input. */
 #include "jobspec.h"
 
+#include "arch.h"
+#include "ckpt.h"
+#include "plan.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,20 +394,26 @@ static void test_tie_and_rope(void) {
   CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
   CHECK_EQ_INT(1, s.model.tie_embeddings);
   CHECK(!strcmp(jobspec_rope_scaling_name(ROPE_SCALING_LLAMA3), "llama3"));
+  snprintf(text, sizeof text, "%s%srope_scaling = linear\nrope_factor = 8\n", TRAIN, LLAMA);
+  CHECK_OK(jobspec_parse(text, "ok.ini", tmpdir, &s));
+  CHECK(s.model.rope_scaling == ROPE_SCALING_LINEAR && s.model.rope_factor == 8 && s.model.rope_low_freq_factor == 0);
 
   expect_error_train("[model]\ntie_word_embeddings = false\n", 4,
                      "[model] tie_word_embeddings = false: GPT-2's output head is always its wte");
   expect_error_train("[model]\ntie_word_embeddings = yes\n", 4, "allowed: false | true");
   expect_error_train("[model]\nrope_scaling = llama3\n", 4, "[model] rope_scaling applies to arch = llama only");
   static const struct { const char *keys; int line; const char *needle; } bad[] = {
-    {"rope_scaling = yarn\n", 6, "[model] rope_scaling = 'yarn' is not allowed; allowed: none | llama3"},
+    {"rope_scaling = yarn\n", 6, "[model] rope_scaling = 'yarn' is not allowed; allowed: none | llama3 | longrope | linear"},
+    {"rope_scaling = linear\n", 6, "[model] rope_scaling = linear needs rope_factor (config.json's factor"},
+    {"rope_scaling = linear\nrope_factor = 4\nrope_low_freq_factor = 1\n", 8,
+     "[model] rope_low_freq_factor applies to rope_scaling = llama3 only"},
     {"rope_scaling = llama3\nrope_factor = 8\n", 6,
      "needs rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_max_position_embeddings "
      "(Llama-3.1: 8, 1, 4, 8192); missing: rope_low_freq_factor, rope_high_freq_factor, "
      "rope_original_max_position_embeddings"},
-    {"rope_factor = 8\n", 6, "[model] rope_factor applies to rope_scaling = llama3 only"},
+    {"rope_factor = 8\n", 6, "[model] rope_factor applies to rope_scaling = llama3 | linear only"},
     {"rope_scaling = none\nrope_original_max_position_embeddings = 8192\n", 7,
-     "rope_original_max_position_embeddings applies to rope_scaling = llama3 only"},
+     "rope_original_max_position_embeddings applies to rope_scaling = llama3 | longrope only"},
     {"rope_scaling = llama3\nrope_factor = 8\nrope_low_freq_factor = 4\nrope_high_freq_factor = 4\n"
      "rope_original_max_position_embeddings = 8192\n", 9,
      "[model] rope_high_freq_factor = 4 is not above rope_low_freq_factor = 4; allowed: high > low"},
@@ -557,6 +567,102 @@ static void test_foreign_links(void) {
   expect_error_train("[model]\nfrom = their-smol\n", 4, "their-smol is a symbolic link owned by");
 }
 
+/* An architecture's own settings (models/arch.h's ext_keys), through Gemma 3's: parsed in [model] under
+ * its architecture with its defaults, refused under another naming the owner, out of range or twice
+ * refused, carried by the resolved form (every one explicit, no other architecture's) and the
+ * checkpoint manifest. Skipped while models/models.def does not register gemma3. */
+static const char *const GEMMA3 = "[model]\narch = gemma3\nn_layer = 4\nn_head = 2\nn_kv_head = 1\nn_embd = 32\n"
+                                  "head_dim = 16\nffn_dim = 64\nvocab_size = 256\nseq_len = 16\n";
+
+static void test_ext_keys(void) {
+  const arch_desc *g = arch_by_name("gemma3");
+  if (!g) {
+    printf("test_ext_keys: gemma3 is not registered in models/models.def; skipped\n");
+    return;
+  }
+  char text[1024];
+  jobspec_t s, back;
+  snprintf(text, sizeof text, "%squery_pre_attn_scalar = 24\n%s", GEMMA3, TRAIN);
+  CHECK_OK(jobspec_parse(text, "g.ini", tmpdir, &s));
+  int q = arch_ext_index(g, "query_pre_attn_scalar"), th = arch_ext_index(g, "rope_local_base_freq"),
+      pat = arch_ext_index(g, "sliding_window_pattern");
+  CHECK(q >= 0 && th >= 0 && pat >= 0);
+  if (q < 0 || th < 0 || pat < 0) return;
+  CHECK(s.model.arch == g->id && s.model.ext[q] == 24 && s.model.ext[th] == 10000 && s.model.ext[pat] == 6);
+  /* every default parses in its own range */
+  for (int a = 0; a < arch_count(); a++)
+    for (int i = 0; i < arch_ext_count(arch_get((model_arch)a)); i++) {
+      double v;
+      CHECK(arch_ext_parse(&arch_get((model_arch)a)->ext_keys[i], arch_get((model_arch)a)->ext_keys[i].def, &v));
+    }
+  /* another architecture's setting, a value out of range, a key set twice */
+  expect_error_train("[model]\nn_layer = 2\nquery_pre_attn_scalar = 24\n", 5,
+                     "[model] query_pre_attn_scalar applies to arch = gemma3 only");
+  expect_error_train("[model]\narch = llama\nffn_dim = 64\nsliding_window_pattern = 2\n", 6,
+                     "remove the key or set arch = gemma3");
+  snprintf(text, sizeof text, "%s%ssliding_window_pattern = 0\n", TRAIN, GEMMA3);
+  expect_error(text, 13, "[model] sliding_window_pattern = '0' is not allowed; allowed: an integer in 1..");
+  snprintf(text, sizeof text, "%s%squery_pre_attn_scalar = 0\n", TRAIN, GEMMA3);
+  expect_error(text, 13, "[model] query_pre_attn_scalar = '0' is not allowed; allowed: a number > 0");
+  snprintf(text, sizeof text, "%s%srope_local_base_freq = 10000\nrope_local_base_freq = 10000\n", TRAIN, GEMMA3);
+  expect_error(text, 14, "[model] rope_local_base_freq is set twice (first at line 13)");
+
+  /* the resolved form: the settings close [model]; read back equal; one missing or foreign refused */
+  snprintf(text, sizeof text, "%squery_pre_attn_scalar = 24\nrope_local_base_freq = 20000.5\n"
+           "sliding_window_pattern = 2\n%s", GEMMA3, TRAIN);
+  CHECK_OK(jobspec_parse(text, "g.ini", tmpdir, &s));
+  char *t = NULL;
+  CHECK_OK(jobspec_canonical_write(&s, &t));
+  if (!t) return;
+  CHECK(strstr(t, "\nquery_pre_attn_scalar = 24\nrope_local_base_freq = 20000.5\nsliding_window_pattern = 2\n[data]\n"));
+  CHECK_OK(jobspec_canonical_read(t, "g.ini", &back));
+  CHECK(back.model.ext[q] == 24 && back.model.ext[th] == 20000.5 && back.model.ext[pat] == 2);
+  char *cut = strstr(t, "sliding_window_pattern = 2\n");
+  if (cut) {
+    memmove(cut, cut + strlen("sliding_window_pattern = 2\n"), strlen(cut + strlen("sliding_window_pattern = 2\n")) + 1);
+    CHECK(jobspec_canonical_read(t, "g.ini", &back) == FSDP_ERR_FORMAT);
+    CHECK(strstr(fsdp_last_error(), "[model] sliding_window_pattern is missing") != NULL);
+  }
+  free(t);
+  jobspec_t gpt;
+  CHECK_OK(jobspec_parse(TRAIN, "p.ini", tmpdir, &gpt));
+  CHECK_OK(jobspec_canonical_write(&gpt, &t));
+  if (t) {
+    CHECK(!strstr(t, "query_pre_attn_scalar"));
+    char *bad = malloc(strlen(t) + 64), *data = strstr(t, "[data]\n");
+    if (bad && data) {
+      snprintf(bad, strlen(t) + 64, "%.*squery_pre_attn_scalar = 24\n%s", (int)(data - t), t, data);
+      CHECK(jobspec_canonical_read(bad, "p.ini", &back) == FSDP_ERR_FORMAT);
+      CHECK(strstr(fsdp_last_error(), "query_pre_attn_scalar is not a setting of arch = gpt2") != NULL);
+    }
+    free(bad);
+    free(t);
+  }
+
+  /* the manifest: written with the model, read back equal; a checkpoint of other settings is another model */
+  plan_t *p = NULL;
+  s.batch_size = 1;
+  s.grad_accum = 1;
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (!p) return;
+  char dir[PATH_MAX], sdir[PATH_MAX + 32];
+  snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+  mkdir(dir, 0700);
+  ckpt_step_dir(dir, 3, sdir, sizeof sdir);
+  mkdir(sdir, 0700);
+  CHECK_OK(ckpt_write_manifest(dir, p, 3, 48));
+  ckpt_info ci;
+  CHECK_OK(ckpt_read_manifest(dir, 3, &ci));
+  CHECK(ci.model.arch == g->id && ci.model.ext[q] == 24 && ci.model.ext[th] == 20000.5 && ci.model.ext[pat] == 2);
+  CHECK(arch_same_model(&ci.model, &p->model));
+  ci.model.ext[pat] = 3;
+  CHECK(!arch_same_model(&ci.model, &p->model));
+  char desc[256];
+  arch_describe(&ci.model, desc, sizeof desc);
+  CHECK(strstr(desc, "query_pre_attn_scalar 24, rope_local_base_freq 20000.5, sliding_window_pattern 3") != NULL);
+  plan_destroy(&p);
+}
+
 int main(void) {
   test_lr_warning();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_jobspec.XXXXXX");
@@ -578,6 +684,7 @@ int main(void) {
   test_examples();
   test_from();
   test_foreign_links();
+  test_ext_keys();
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

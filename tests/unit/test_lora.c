@@ -164,6 +164,35 @@ static void test_nf4_plan(void) {
   CHECK(js.param_dtype == DTYPE_BF16);
 }
 
+/* The Llama family's members share its descriptor: Mistral's adapters are Llama's (peft's default
+ * q_proj, v_proj, named as MistralForCausalLM's); Phi-3's fused projections are refused, naming the
+ * architectures that have them. */
+static void test_family_members(void) {
+  jobspec_t s;
+  jobspec_defaults(&s);
+  s.model = (model_config){.arch = ARCH_MISTRAL, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16,
+                           .vocab_size = 64, .seq_len = 8, .ffn_dim = 24, .norm_eps = 1e-5, .rope_theta = 10000,
+                           .sliding_window = 4};
+  s.batch_size = 1;
+  s.lora.rank = 2;
+  s.lora.alpha = 4;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (p) {
+    CHECK_EQ_INT(2, p->lora.nmods);
+    CHECK(plan_lora_of(p, LBLK_Q) && plan_lora_of(p, LBLK_V) && !plan_lora_of(p, LBLK_K));
+    char name[128];
+    plan_lora_name(p, 1, 1, 0, name, sizeof name);
+    CHECK(!strcmp(name, "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight"));
+    plan_destroy(&p);
+  }
+  s.model.arch = ARCH_PHI3;
+  s.model.sliding_window = 0;
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_UNSUPPORTED && !p);
+  CHECK(strstr(fsdp_last_error(), "[lora] on arch = phi3 is not computed yet") &&
+        strstr(fsdp_last_error(), "(gpt2, llama, qwen2, qwen3, mistral") && !strstr(fsdp_last_error(), "phi3)"));
+}
+
 /* The operators on one fused target (Llama's v_proj) against a double reference: y's other columns
  * untouched, its own += s·(x·Aᵀ)·Bᵀ; dx += ((s·dy_v·B)·A); dA += (s·dy_v·B)ᵀ·x; dB += dy_vᵀ·(s·x·Aᵀ). */
 static void test_operators(void) {
@@ -290,6 +319,7 @@ int main(void) {
   test_refusals();
   test_llama_plan();
   test_nf4_plan();
+  test_family_members();
   test_operators();
   return check_done();
 }

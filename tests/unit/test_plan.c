@@ -1,6 +1,8 @@
 /* test_plan — units, tensor layout, shard maps, parameter counts, the memory model and the
  * communication volumes against figures computed by hand, and the JSON the coordinator ships. */
+#include "arch.h"
 #include "ctl_planout.h"
+#include "gemma3.h"
 #include "gpt2.h"
 #include "llama.h"
 #include "plan.h"
@@ -758,6 +760,55 @@ static void test_planmsg_model(void) {
   plan_destroy(&q);
 }
 
+/* Gemma 3's plan (skipped while models/models.def does not register it): Ψ by hand, four norms and
+ * q/k norms a layer, the tied embed_tokens once, the head's matmul through it; names, the plan's lines. */
+static void test_gemma3(void) {
+  const arch_desc *g = arch_by_name("gemma3");
+  if (!g) {
+    printf("test_gemma3: gemma3 is not registered in models/models.def; skipped\n");
+    return;
+  }
+  jobspec_t s;
+  CHECK_OK(jobspec_parse("[model]\narch = gemma3\nn_layer = 2\nn_head = 2\nn_kv_head = 1\nn_embd = 32\nhead_dim = 16\n"
+                         "ffn_dim = 64\nvocab_size = 300\nseq_len = 16\nsliding_window = 8\nrope_scaling = linear\n"
+                         "rope_factor = 8\nsliding_window_pattern = 2\n[data]\ntrain = synthetic:markov:1\nbatch_size = 2\n"
+                         "grad_accum = 1\n", "g.ini", "/", &s));
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  /* root V·C + C; a layer 4·C norms + (2·16 + 2·16)·32 q|k|v + 2·16 q/k norms + 32·32 o + 3·64·32 mlp */
+  int64_t root = 300 * 32 + 32, layer = 4 * 32 + 64 * 32 + 2 * 16 + 32 * 32 + 3 * 64 * 32;
+  CHECK_EQ_INT(root + 2 * layer, p->n_params);
+  CHECK_EQ_INT(root + 2 * layer - 300 * 32, p->n_params_no_emb);
+  CHECK_NEAR(6.0 * (double)(root + 2 * layer) + 12.0 * 2 * 32 * 16, p->flops_per_token, 0, 0);
+  CHECK_EQ_INT(1 + 7 * 2, p->n_decay);
+  CHECK_EQ_INT(2, p->units[0].ntensors);
+  CHECK_EQ_INT(13, p->units[1].ntensors);
+  CHECK(plan_find_tensor(p, "model.layers.1.post_feedforward_layernorm.weight", NULL) != NULL);
+  CHECK(plan_find_tensor(p, "layers.0.self_attn.k_norm.weight", NULL) != NULL);
+  CHECK(plan_find_tensor(p, "lm_head.weight", NULL) == NULL);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ctl_plan_print(p, f, 0);
+  fclose(f);
+  CHECK(strstr(buf, "layer l global iff (l + 1) % 2 == 0: full causal attention, rope theta 10000 linear factor 8; "
+                    "others sliding window 8, rope theta 10000 unscaled") != NULL);
+  CHECK(strstr(buf, "query_pre_attn_scalar^-1/2 = 256^-1/2") != NULL);
+  free(buf);
+  plan_destroy(&p);
+  /* [lora]: peft's default q_proj, v_proj over the fused q|k|v rows, as model_gemma3.c runs them */
+  s.lora.rank = 2;
+  s.lora.alpha = 4;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    const plan_lora_mod *v = plan_lora_of(p, G3_V);
+    CHECK_EQ_INT(2, p->lora.nmods);
+    CHECK(v && v->col0 == 32 + 16 && v->ld == 32 + 2 * 16 && v->out == 16);
+    plan_destroy(&p);
+  }
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -773,5 +824,6 @@ int main(void) {
   test_llama();
   test_planmsg_model();
   test_hybrid();
+  test_gemma3();
   return check_done();
 }

@@ -345,7 +345,7 @@ static void test_rejects(void) {
     pm.version = FSDP__VERSION__PROTO_VERSION;
     CHECK_OK(wire_validate(&pm));
     if (i == 0) pm.worker_setup->plan->model = NULL;
-    if (i == 1) pm.worker_setup->plan->model->rope_scaling = ROPE_SCALING_LONGROPE + 1;
+    if (i == 1) pm.worker_setup->plan->model->rope_scaling = ROPE_SCALING_LINEAR + 1;
     if (i == 2) pm.worker_setup->plan->model->rope_factor = NAN;
     if (i == 3) pm.worker_setup->plan->model->arch = (uint32_t)arch_count();   /* one past models.def's last */
     CHECK_EQ_INT(FSDP_ERR_INVALID, wire_validate(&pm));

@@ -19,6 +19,9 @@
  * scalar-over-tensor division is a reciprocal and a product), so the frequencies equal transformers'
  * to the last bit (tests/unit/test_ops_llama.c).
  *
+ * "linear" (transformers' _compute_linear_scaling_rope_parameters; Gemma 3's global layers): every
+ * inv_freq divided by factor, in fp32 as torch's `inv_freq /= factor`.
+ *
  * Phi-3's "longrope" within its pretraining context (transformers' _compute_longrope_parameters with
  * seq_len <= original_max_position_embeddings, Phi3RotaryEmbedding): inv_freq_i = 1/(short_factor_i ·
  * theta^(2i/HS)), and cos and sin both multiplied by attention_factor (scale), forward and backward.
@@ -32,11 +35,13 @@
 
 /* A model's rotary frequencies: the base and, when llama3 is set, the scaling's constants as torch
  * sees them (fp32; the band edges and the band's width computed from the Python numbers in double and
- * rounded once). Plain data, passed by value to the kernels; rope_freqs_of() fills it. */
+ * rounded once); linear's factor alone. Plain data, passed by value to the kernels; rope_freqs_of()
+ * fills it (rope_freqs_linear, rope_freqs_longrope for the others). */
+enum { ROPE_FREQS_PLAIN = 0, ROPE_FREQS_LLAMA3 = 1, ROPE_FREQS_LINEAR = 2 };   /* rope_freqs.llama3 */
 #define ROPE_MAX_EXT 256   /* longrope factors: HS/2 for a head of up to 512 channels */
 typedef struct rope_freqs {
   float theta;
-  int llama3;                    /* 0: unscaled; the rest unused */
+  int llama3;                    /* ROPE_FREQS_*: 0 unscaled (the rest unused), 1 llama3, 2 linear (factor) */
   float factor, low_freq_factor, original;   /* original_max_position_embeddings */
   float low_wavelen, high_wavelen, band;     /* O/low_freq_factor, O/high_freq_factor, high − low */
   int longrope;                  /* 1: inv_freq_i / ext[i], cos and sin times scale */
@@ -59,6 +64,14 @@ OPS_HD rope_freqs rope_freqs_of(double theta, int llama3, double factor, double 
   return r;
 }
 
+/* Linear scaling's frequencies: the base's, each divided by FACTOR. */
+OPS_HD rope_freqs rope_freqs_linear(double theta, double factor) {
+  rope_freqs r = rope_freqs_of(theta, 0, 0, 0, 0, 0);
+  r.llama3 = ROPE_FREQS_LINEAR;
+  r.factor = (float)factor;
+  return r;
+}
+
 /* Longrope's frequencies: N factors (N = HS/2, at most ROPE_MAX_EXT; the caller checks). */
 OPS_HD rope_freqs rope_freqs_longrope(double theta, const double *short_factor, int n, double attention_factor) {
   rope_freqs r = rope_freqs_of(theta, 0, 0, 0, 0, 0);
@@ -71,7 +84,8 @@ OPS_HD rope_freqs rope_freqs_longrope(double theta, const double *short_factor, 
 OPS_HD float rope_inv_freq(int i, int HS, const rope_freqs *r) {
   if (r->longrope) return 1.0f / (r->ext[i] * powf(r->theta, (float)(2 * i) / (float)HS));
   float inv_freq = 1.0f / powf(r->theta, (float)(2 * i) / (float)HS);
-  if (!r->llama3) return inv_freq;
+  if (r->llama3 == ROPE_FREQS_PLAIN) return inv_freq;
+  if (r->llama3 == ROPE_FREQS_LINEAR) return inv_freq / r->factor;
   float wavelen = (1.0f / inv_freq) * 6.283185307179586f;
   if (wavelen > r->low_wavelen) return inv_freq / r->factor;
   if (wavelen < r->high_wavelen) return inv_freq;
