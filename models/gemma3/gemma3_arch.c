@@ -222,6 +222,19 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   return hf_get_num(full, path, "factor", NAN, &m->rope_factor);
 }
 
+/* pad_token_id (Gemma3TextConfig's default 0; null: none): the embedding's padding_idx, whose row the
+ * lookup's gradient skips (model_gemma3.c), as nn.Embedding's. */
+static fsdp_status hf_pad(const json_t *o, const char *path, model_config *m) {
+  const json_t *x = json_object_get(o, "pad_token_id");
+  m->pad_token_id = x ? -1 : 0;
+  if (!x || json_is_null(x)) return FSDP_OK;
+  if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= m->vocab_size)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: pad_token_id must be null or a token id in 0..%d (below vocab_size)",
+                          path, m->vocab_size - 1);
+  m->pad_token_id = (int)json_integer_value(x);
+  return FSDP_OK;
+}
+
 static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) {
   m->arch = ARCH_GEMMA3;
   TRY(refuse_others(o, path));
@@ -235,6 +248,7 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
   TRY(hf_get_int(o, path, "head_dim", 256, &m->head_dim));
   TRY(hf_get_num(o, path, "rms_norm_eps", 1e-6, &m->norm_eps));
   TRY(hf_get_num(o, path, "query_pre_attn_scalar", 256, &m->ext[G3X_QUERY_PRE_ATTN_SCALAR]));
+  TRY(hf_pad(o, path, m));
   if (m->head_dim % 2)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head_dim = %d is odd; allowed: an even head_dim (rotary pairs)", path,
                           m->head_dim);
@@ -277,7 +291,7 @@ static json_t *hf_own_config(const model_config *m) {
   json_t *scaling = m->rope_scaling == ROPE_SCALING_LINEAR
                         ? json_pack("{s:s, s:f}", "rope_type", "linear", "factor", m->rope_factor) : json_null();
   return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:f, s:o, s:o, s:i, "
-                   "s:{s:o, s:{s:s, s:f}}, s:f, s:f, s:o, s:b, s:b, s:n, s:n, s:f, s:f, s:n, s:n, s:n}",
+                   "s:{s:o, s:{s:s, s:f}}, s:f, s:f, s:o, s:b, s:b, s:n, s:n, s:f, s:f, s:n, s:n, s:o}",
                    "architectures", "Gemma3ForCausalLM", "model_type", "gemma3_text", "hidden_size", m->n_embd,
                    "intermediate_size", m->ffn_dim, "num_attention_heads", m->n_head, "num_key_value_heads",
                    m->n_kv_head, "head_dim", gemma3_head_dim(m), "num_hidden_layers", m->n_layer, "vocab_size",
@@ -288,7 +302,7 @@ static json_t *hf_own_config(const model_config *m) {
                    gemma3_local_theta(m), "rope_theta", m->rope_theta, "rope_local_base_freq", gemma3_local_theta(m),
                    "rope_scaling", scaling, "tie_word_embeddings", 1, "attention_bias", 0, "attn_logit_softcapping",
                    "final_logit_softcapping", "initializer_range", 0.02, "attention_dropout", 0.0, "bos_token_id",
-                   "eos_token_id", "pad_token_id");
+                   "eos_token_id", "pad_token_id", m->pad_token_id >= 0 ? json_integer(m->pad_token_id) : json_null());
 }
 
 static const arch_hf_key hf_keys[] = {
@@ -310,6 +324,7 @@ static const arch_hf_key hf_keys[] = {
   {"query_pre_attn_scalar", "query_pre_attn_scalar"},
   {"rope_local_base_freq", "rope_local_base_freq"},
   {"sliding_window_pattern", "sliding_window_pattern"},
+  {"pad_token_id", "pad_token_id"},
   {NULL, NULL},
 };
 
@@ -341,6 +356,7 @@ static void model_json(json_t *jm, const model_config *m) {
   json_object_set_new(jm, "rope_scaling", rope_scaling_json(m));
   json_object_set_new(jm, "head_dim", json_integer(gemma3_head_dim(m)));
   json_object_set_new(jm, "sliding_window", window_json(m));
+  json_object_set_new(jm, "pad_token_id", json_integer(m->pad_token_id));
 }
 
 static int manifest_fix(model_config *m) {
@@ -353,6 +369,9 @@ static void manifest_read(const json_t *jm, model_config *m) {
   json_int_t w = json_integer_value(json_object_get(jm, "sliding_window"));
   m->head_dim = hd > 0 && hd <= 1024 ? (int)hd : 0;
   m->sliding_window = w > 0 && w <= G3_MAX_WINDOW ? (int)w : 0;
+  const json_t *pad = json_object_get(jm, "pad_token_id");
+  m->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 && json_integer_value(pad) < m->vocab_size
+                        ? (int)json_integer_value(pad) : -1;
   canonical(m);
 }
 
@@ -360,7 +379,8 @@ static int same_model(const model_config *a, const model_config *b) {
   return a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim && a->norm_eps == b->norm_eps &&
          a->rope_theta == b->rope_theta && a->rope_scaling == b->rope_scaling &&
          (a->rope_scaling == ROPE_SCALING_NONE || a->rope_factor == b->rope_factor) &&
-         gemma3_head_dim(a) == gemma3_head_dim(b) && a->sliding_window == b->sliding_window;
+         gemma3_head_dim(a) == gemma3_head_dim(b) && a->sliding_window == b->sliding_window &&
+         a->pad_token_id == b->pad_token_id;
 }
 
 static void describe(const model_config *m, char *buf, size_t n) {
@@ -399,7 +419,7 @@ static const char *no_emb_label(const model_config *m) { return (void)m, "Ψ wit
 static const char *flops_formula(const model_config *m) { return (void)m, "6·Ψ + 12·L·H·HD·T"; }
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
-                                       "head_dim", "sliding_window", NULL};
+                                       "head_dim", "sliding_window", "pad_token_id", NULL};
 static const arch_ext_key ext_keys[] = {
   [G3X_QUERY_PRE_ATTN_SCALAR] = {"query_pre_attn_scalar", ARCH_EXT_DOUBLE, 0, 1e9, 1, "256",
                                  "attention scores are scaled by query_pre_attn_scalar^-1/2 (Gemma 3 1B..27B: 256)"},

@@ -114,7 +114,7 @@ set +e
 rc=$?
 set -e
 msg=$(cat "$tmp/llama.err")
-if [ "$rc" -ne 1 ] || [ "$(wc -l < "$tmp/llama.err")" -ne 1 ] || [[ "$msg" != *"Gemma 3"* ]]; then
+if [ "$rc" -ne 1 ] || [ "$(wc -l < "$tmp/llama.err")" -ne 1 ] || [[ "$msg" != *"gemma3_text"* ]]; then
   part_fail "Gemma 3's file under arch = llama: rc $rc: $msg"
 else
   echo "refused (Gemma 3's file under arch = llama): $msg"

@@ -17,7 +17,8 @@
 static jobspec_t spec_of(int L, int H, int C, int V, int T) {
   jobspec_t s;
   jobspec_defaults(&s);
-  s.model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+  s.model = (model_config){.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T,
+                           .pad_token_id = -1};
   return s;
 }
 
