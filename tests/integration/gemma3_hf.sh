@@ -77,8 +77,11 @@ for mode in full hybrid; do
   done
 done
 if [ -f "$tmp/out-hybrid/rank-0.jsonl" ] && [ -f "$tmp/out-full/rank-0.jsonl" ]; then
-  a=$(loss "$tmp/out-full/rank-0.jsonl" 20) b=$(loss "$tmp/out-hybrid/rank-0.jsonl" 20)
-  rel_ok "$b" "$a" 1e-4 || part_fail "step-20 loss with sharding = hybrid $b, full $a"
+  # full and hybrid sum the gradients in different orders; a tiny random model at lr 1e-3 amplifies
+  # those roundings step by step (qwen3: 5e-7 relative at step 5, 1.6e-3 at step 20 where OpenBLAS
+  # runs its SSE kernels), so the two trajectories are compared at step 5, where the difference is rounding
+  a=$(loss "$tmp/out-full/rank-0.jsonl" 5) b=$(loss "$tmp/out-hybrid/rank-0.jsonl" 5)
+  rel_ok "$b" "$a" 1e-5 || part_fail "step-5 loss with sharding = hybrid $b, full $a"
 fi
 
 if "$CTL" export "$tmp/ckpt-full" -o "$tmp/exp" > /dev/null; then

@@ -86,10 +86,13 @@ for m in gpt2 llama_gqa llama_tied llama_sharded llama_rope3 llama_bf16; do
     echo "$m: transformers with ${c//_/ }: $off"
     ! rel_ok "$got" "$off" 1e-3 || part_fail "$m: the control '${c//_/ }' ($off) does not tell the model from fsdpd's ($got)"
   done
-  last=$(loss "$tmp/out-$m-full/rank-0.jsonl" 20)
+  # full and hybrid sum the gradients in different orders; a tiny random model at lr 1e-3 amplifies
+  # those roundings step by step (qwen3: 5e-7 relative at step 5, 1.6e-3 at step 20 where OpenBLAS
+  # runs its SSE kernels), so the two trajectories are compared at step 5, where the difference is rounding
+  last=$(loss "$tmp/out-$m-full/rank-0.jsonl" 5)
   for mode in grad_op none; do
-    other=$(loss "$tmp/out-$m-$mode/rank-0.jsonl" 20)
-    rel_ok "$other" "$last" 1e-4 || part_fail "$what: step-20 loss with sharding = $mode $other, full $last"
+    other=$(loss "$tmp/out-$m-$mode/rank-0.jsonl" 5)
+    rel_ok "$other" "$last" 1e-5 || part_fail "$what: step-5 loss with sharding = $mode $other, full $last"
   done
   # the export and fsdpd's logits (from the checkpoint, and from the export as fsdpctl sample reads it)
   prompt=$(ref $m 'r["prompt"]')

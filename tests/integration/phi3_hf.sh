@@ -84,9 +84,12 @@ for m in phi3_plain phi3_long; do
     echo "$m: transformers with ${c//_/ }: $off"
     ! rel_ok "$got" "$off" 1e-3 || part_fail "$m: the control '${c//_/ }' ($off) does not tell the model from fsdpd's ($got)"
   done
-  a=$(loss "$tmp/out-$m-full/rank-0.jsonl" 20) b=$(loss "$tmp/out-$m-hybrid/rank-0.jsonl" 20)
+  # full and hybrid sum the gradients in different orders; a tiny random model at lr 1e-3 amplifies
+  # those roundings step by step (qwen3: 5e-7 relative at step 5, 1.6e-3 at step 20 where OpenBLAS
+  # runs its SSE kernels), so the two trajectories are compared at step 5, where the difference is rounding
+  a=$(loss "$tmp/out-$m-full/rank-0.jsonl" 5) b=$(loss "$tmp/out-$m-hybrid/rank-0.jsonl" 5)
   first=$(loss "$tmp/out-$m-full/rank-0.jsonl" 1)
-  rel_ok "$b" "$a" 1e-4 || part_fail "$m: step-20 loss hybrid $b, full $a"
+  rel_ok "$b" "$a" 1e-5 || part_fail "$m: step-5 loss hybrid $b, full $a"
   ! rel_ok "$a" "$first" 1e-3 || part_fail "$m: 20 steps did not move the loss ($first → $a)"
   echo "$m: step 20 full $a, hybrid $b"
   prompt=$(ref $m 'r["prompt"]')

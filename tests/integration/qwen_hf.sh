@@ -83,8 +83,11 @@ for m in qwen2_tied qwen2_untied qwen25 qwen3 qwen3_bias llama_bias; do
     echo "$m: transformers with ${c//_/ }: $off"
     ! rel_ok "$got" "$off" 1e-3 || part_fail "$m: the control '${c//_/ }' ($off) does not tell the model from fsdpd's ($got)"
   done
-  last=$(loss "$tmp/out-$m-full/rank-0.jsonl" 20) other=$(loss "$tmp/out-$m-hybrid/rank-0.jsonl" 20)
-  rel_ok "$other" "$last" 1e-4 || part_fail "$m: step-20 loss with sharding = hybrid $other, full $last"
+  # full and hybrid sum the gradients in different orders; a tiny random model at lr 1e-3 amplifies
+  # those roundings step by step (qwen3: 5e-7 relative at step 5, 1.6e-3 at step 20 where OpenBLAS
+  # runs its SSE kernels), so the two trajectories are compared at step 5, where the difference is rounding
+  last=$(loss "$tmp/out-$m-full/rank-0.jsonl" 5) other=$(loss "$tmp/out-$m-hybrid/rank-0.jsonl" 5)
+  rel_ok "$other" "$last" 1e-5 || part_fail "$m: step-5 loss with sharding = hybrid $other, full $last"
   "$CTL" export "$tmp/ckpt-$m-full" -o "$tmp/exp_$m" > /dev/null || { part_fail "$m: fsdpctl export failed"; continue; }
   prompt=$(ref $m 'r["prompt"]')
   "$CTL" sample "$tmp/ckpt-$m-full" --prompt "$prompt" --logits > "$tmp/logits-$m-ckpt.json" ||
