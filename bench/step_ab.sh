@@ -10,7 +10,7 @@ b=${2:?BUILD_B}
 rounds=${3:-5}
 threads=${4:-2}
 median() { sort -g | awk '{v[NR] = $1} END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m}'; }
-step() { "$1/bench/bench_step" "${@:2}" --threads "$threads" | awk '$1 == "fwd+bwd" {print $8}'; }
+step() { "$1/bench/bench_step" "${@:2}" --threads "$threads" | awk '$1 == "fwd+bwd" && $2 == "median" {print $8}'; }
 printf '%-6s %-36s %12s %12s %7s\n' arch config "A tok/s" "B tok/s" "B/A"
 for arch in gpt2 llama; do
   for cfg in "--config tiny --iters 100" "--config small --seq 64 --iters 4"; do
