@@ -20,7 +20,7 @@ common=("$here/common/err.c" "$here/common/log.c" "$here/common/oneline.c" "$her
 clang "${cflags[@]}" -o "$out/fuzz_wire" "$here/tests/fuzz/fuzz_wire.c" "$here/proto/wire.c" \
   "$build/common/proto/fsdp.pb-c.c" "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_jobspec" "$here/tests/fuzz/fuzz_jobspec.c" "$here/common/jobspec.c" \
-  "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/plan_lora.c" "$here/common/hfconfig.c" "$here/models/arch.c" "$here"/models/*/*_arch.c \
+  "$here/common/jobspec_keys.c" "$here/common/plan.c" "$here/common/plan_lora.c" "$here/common/hfconfig.c" "$here/common/jobspec_rules.c" "$here/common/st_model.c" "$here/common/safetensors.c" "$here/models/arch.c" "$here"/models/*/*_arch.c \
   "${common[@]}" "${libs[@]}"
 clang "${cflags[@]}" -o "$out/fuzz_bpe" "$here/tests/fuzz/fuzz_bpe.c" "$here"/common/bpe_*.c "${common[@]}" \
   "${libs[@]}" $(pkg-config --cflags --libs oniguruma libutf8proc) -lpthread
