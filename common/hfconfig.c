@@ -153,24 +153,6 @@ fsdp_status hf_check_init_folder(const char *weights, model_arch arch) {
   return rc;
 }
 
-fsdp_status hf_resolve_tie(const char *weights, const hf_config *hc, int *untie) {
-  const arch_desc *d = arch_get(hc->model.arch);
-  *untie = 0;
-  if (!d || !hc->model.tie_embeddings || !d->tie_pair[0]) return FSDP_OK;
-  st_model *sm = NULL;
-  int has = 0, same = 0;
-  fsdp_status rc = st_model_open(weights, &sm);
-  if (rc == FSDP_OK) rc = st_model_equal(sm, d->tie_pair[0], d->tie_pair[1], &has, &same);
-  st_model_destroy(&sm);
-  if (rc != FSDP_OK) return FSDP_OK;   /* weights fsdpd cannot read: the weights' own check says why */
-  if (has && same)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s holds %s equal to %s, which transformers ties into one tensor; "
-                          "fsdpd reads a tied model's weights without it; allowed: the weights without %s (as "
-                          "save_pretrained writes a tied model)", weights, d->tie_pair[1], d->tie_pair[0], d->tie_pair[1]);
-  *untie = has;
-  return FSDP_OK;
-}
-
 /* ---- writing ---- */
 
 json_t *hf_config_json(const model_config *m, const json_t *source, const char *dtype) {

@@ -56,13 +56,6 @@ const char *hf_config_key(model_arch arch, const char *key);
  * the types agree or the folder has no readable config.json with a model_type. */
 fsdp_status hf_check_init_folder(const char *weights, model_arch arch);
 
-/* HC (from WEIGHTS' folder) ties its head, as tie_word_embeddings says: when WEIGHTS also hold the
- * head (arch.h's tie_pair), transformers 5 ties only equal tensors and otherwise loads both, untied.
- * *UNTIE = 1 for the latter (the model is untied); equal ones are refused (fsdpd reads a tied
- * model's weights without the head); 0 and FSDP_OK otherwise, and for weights it cannot read (their
- * own check, st_model_check, refuses them). */
-fsdp_status hf_resolve_tie(const char *weights, const hf_config *hc, int *untie);
-
 /* The weights of the folder DIR: DIR/model.safetensors.index.json when it exists, else
  * DIR/model.safetensors; FSDP_ERR_NOTFOUND naming both when neither does. */
 fsdp_status hf_weights_path(const char *dir, char *out, size_t n);

@@ -4,6 +4,7 @@
 
 #include "arch.h"
 #include "hfconfig.h"
+#include "st_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,7 +54,7 @@ static void apply_from(jobspec_ctx *c) {
   fsdp_status rc = hf_config_load(cfg, &hc);
   int untie = 0;
   if (rc == FSDP_OK) rc = hf_weights_path(s->from, s->init, sizeof s->init);
-  if (rc == FSDP_OK) rc = hf_resolve_tie(s->init, &hc, &untie);
+  if (rc == FSDP_OK) rc = st_model_untie(s->init, &hc.model, &untie);
   if (rc != FSDP_OK) {
     snprintf(msg, sizeof msg, "%s", fsdp_last_error());
     PERR(c, line, rc, "[model] from: %s", msg);

@@ -508,6 +508,8 @@ out:
 
 static int st_has(const void *f, const char *name) { return st_find(f, name) >= 0; }
 
+static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_file **f, const char **where);
+
 /* Whether F holds a name that tells a file of O (its probe names) and that P's model has no tensor of. */
 static int holds_other(const st_file *f, const arch_desc *o, const plan_t *p) {
   for (int j = 0; o->probe_names && o->probe_names[j]; j++)
@@ -515,10 +517,77 @@ static int holds_other(const st_file *f, const arch_desc *o, const plan_t *p) {
   return 0;
 }
 
+fsdp_status st_equal(const st_file *fa, int ia, const st_file *fb, int ib, int *same) {
+  int n = st_ndim(fa, ia);
+  *same = 0;
+  if (n != st_ndim(fb, ib) || memcmp(st_shape(fa, ia), st_shape(fb, ib), (size_t)n * sizeof(int64_t))) return FSDP_OK;
+  enum { CHUNK = 1 << 16 };
+  float *x = malloc(2 * CHUNK * sizeof(float));
+  if (!x) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory reading %s", fb->path);
+  fsdp_status rc = FSDP_OK;
+  int eq = 1;
+  for (int64_t k = 0, total = st_numel(fa, ia); eq && rc == FSDP_OK && k < total; k += CHUNK) {
+    int64_t c = total - k < CHUNK ? total - k : CHUNK;
+    rc = st_read_range(fa, st_name(fa, ia), k, c, x);
+    if (rc == FSDP_OK) rc = st_read_range(fb, st_name(fb, ib), k, c, x + CHUNK);
+    for (int64_t j = 0; rc == FSDP_OK && eq && j < c; j++) eq = x[j] == x[CHUNK + j];
+  }
+  free(x);
+  *same = eq && rc == FSDP_OK;
+  return rc;
+}
+
+/* The file LOOKUP finds holding NAME and its index there; *I = -1 when none holds it. */
+static fsdp_status st_entry_of(st_lookup_fn lookup, void *ctx, const char *name, const st_file **f, int *i) {
+  const char *where;
+  *i = -1;
+  fsdp_status rc = lookup(ctx, name, 1, f, &where);
+  if (rc == FSDP_ERR_NOTFOUND) return FSDP_OK;
+  TRY(rc);
+  *i = st_find(*f, name);
+  return FSDP_OK;
+}
+
+fsdp_status st_tied_head(const plan_t *p, st_lookup_fn lookup, void *ctx, const char **dup) {
+  const arch_desc *d = arch_get(p->model.arch);
+  const st_file *fe = NULL, *fh = NULL;
+  int ie = -1, ih = -1, same = 0;
+  *dup = NULL;
+  if (!(p->model.tie_embeddings || d->always_tied) || !d->tie_pair[0]) return FSDP_OK;
+  TRY(st_entry_of(lookup, ctx, d->tie_pair[1], &fh, &ih));
+  if (ih >= 0) TRY(st_entry_of(lookup, ctx, d->tie_pair[0], &fe, &ie));
+  if (ie < 0) return FSDP_OK;   /* no head, or no embedding: the loader names what is missing */
+  TRY(st_equal(fe, ie, fh, ih, &same));
+  if (same) {
+    *dup = d->tie_pair[1];
+    return FSDP_OK;
+  }
+  if (d->always_tied)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s different from %s: an untied head, which arch = %s does not "
+                          "have (%s); allowed: weights whose %s equals %s, or without it", fh->path, d->tie_pair[1],
+                          d->tie_pair[0], d->name, d->tied_why, d->tie_pair[1], d->tie_pair[0]);
+  return fsdp_set_error(FSDP_ERR_INVALID, "%s holds an untied model (%s, different from %s); the job has "
+                        "tie_word_embeddings = true, whose head is %s: set tie_word_embeddings = false", fh->path,
+                        d->tie_pair[1], d->tie_pair[0], d->tie_pair[0]);
+}
+
+/* A file as the architecture's file check sees it: a tied head's equal copy (DUP) is not there. */
+typedef struct st_view {
+  const st_file *f;
+  const char *dup;
+} st_view;
+
+static int st_view_has(const void *ctx, const char *name) {
+  const st_view *v = ctx;
+  if (v->dup && !strcmp(st_strip(name), st_strip(v->dup))) return 0;
+  return st_find(v->f, name) >= 0;
+}
+
 /* A file of another architecture, told by its names, refused before any tensor is missed (a Phi-3
- * file has Llama's embed_tokens, but its fused qkv_proj tells it); then the architecture's own checks
- * (a head tied or not: never train a head other than the file's). */
-static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
+ * file has Llama's embed_tokens, but its fused qkv_proj tells it); then a tied job's head (*DUP: the
+ * copy of the embedding that the file also holds, or NULL) and the architecture's own checks (a head
+ * tied or not: never train a head other than the file's). */
+static fsdp_status st_check_arch(const st_file *f, const plan_t *p, const char **dup) {
   const arch_desc *d = arch_get(p->model.arch);
   for (int a = 0; a < arch_count(); a++) {
     const arch_desc *o = arch_get((model_arch)a);
@@ -526,7 +595,9 @@ static fsdp_status st_check_arch(const st_file *f, const plan_t *p) {
       return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", f->path, o->file_desc,
                             d->name, d->reads);
   }
-  return d->file_check(p, f->path, st_has, f);
+  TRY(st_tied_head(p, st_one_file, (void *)f, dup));
+  st_view v = {f, *dup};
+  return d->file_check(p, f->path, st_view_has, &v);
 }
 
 const char *st_bare_name(const char *name) { return st_strip(name); }
@@ -535,15 +606,15 @@ const char *st_bare_name(const char *name) { return st_strip(name); }
  * Llama checkpoint's rotary table. */
 static const char *const st_buffers[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", NULL};
 
-fsdp_status st_check_used(const plan_t *p, const char *where, const char *name) {
+fsdp_status st_check_used(const plan_t *p, const char *where, const char *name, const char *dup) {
   if (plan_find_tensor(p, name, NULL)) return FSDP_OK;
+  if (dup && !strcmp(st_strip(name), st_strip(dup))) return FSDP_OK;   /* a tied head's equal copy */
   size_t n = strlen(name);
   for (int i = 0; st_buffers[i]; i++) {
     size_t k = strlen(st_buffers[i]);
     if (n > k && !strcmp(name + n - k, st_buffers[i])) return FSDP_OK;
   }
   const arch_desc *d = arch_get(p->model.arch);
-  if (d->always_tied && !strcmp(st_strip(name), "lm_head.weight")) return FSDP_OK;   /* GPT-2's head is wte */
   return fsdp_set_error(FSDP_ERR_INVALID, "%s holds '%s', a tensor that arch = %s with this [model] does not have; "
                         "allowed: a file of exactly the job's model (%s), or the model whose tensor it is", where,
                         name, d->name, d->reads);
@@ -596,8 +667,9 @@ static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_f
 }
 
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
-  TRY(st_check_arch(f, p));
-  for (int i = 0; i < f->n; i++) TRY(st_check_used(p, f->path, f->e[i].name));
+  const char *dup;
+  TRY(st_check_arch(f, p, &dup));
+  for (int i = 0; i < f->n; i++) TRY(st_check_used(p, f->path, f->e[i].name, dup));
   return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }
 

@@ -88,11 +88,20 @@ fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *sh
  * fills nothing. */
 typedef fsdp_status (*st_lookup_fn)(void *ctx, const char *name, int need, const st_file **f, const char **where);
 fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_lookup_fn lookup, void *ctx);
-/* FSDP_OK when tensor NAME of the weights WHERE is one of P's (or a buffer transformers saves that no
- * model trains: GPT-2's attn.bias masks, rotary_emb.inv_freq; GPT-2's tied lm_head.weight); else the
- * refusal naming it: a file holding a tensor the job's model lacks (a bias, a q/k norm) is another
- * model, never trained without it. st_load_shard checks every name of its file. */
-fsdp_status st_check_used(const plan_t *p, const char *where, const char *name);
+/* FSDP_OK when tensor NAME of the weights WHERE is one of P's, DUP (st_tied_head's copy of a tied
+ * head; NULL for none), or a buffer transformers saves that no model trains (GPT-2's attn.bias masks,
+ * rotary_emb.inv_freq); else the refusal naming it: a file holding a tensor the job's model lacks (a
+ * bias, a q/k norm) is another model, never trained without it. st_load_shard checks every name of its
+ * file. */
+fsdp_status st_check_used(const plan_t *p, const char *where, const char *name, const char *dup);
+/* Whether tensor IA of FA and IB of FB are equal (*SAME: the same shape and every element the same
+ * value, as torch.equal; read in chunks). */
+fsdp_status st_equal(const st_file *fa, int ia, const st_file *fb, int ib, int *same);
+/* A tied P's head in its weights (LOOKUP as st_load_shard_with's): when they also hold the head the
+ * architecture names (arch.h's tie_pair[1]) equal to the embedding, as many published tied
+ * checkpoints do and transformers ties into one tensor, *DUP = its name (the copy, read by no one);
+ * a different one is refused (another model: an untied head); *DUP = NULL otherwise. */
+fsdp_status st_tied_head(const plan_t *p, st_lookup_fn lookup, void *ctx, const char **dup);
 /* NAME without GPT2LMHeadModel's "transformer." or LlamaForCausalLM's "model." */
 const char *st_bare_name(const char *name);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to

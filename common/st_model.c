@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "fsutil.h"
 
 #define ST_INDEX_SUFFIX ".index.json"
@@ -171,7 +172,9 @@ fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *s
     TRY(open_shard(m, 0, &f));
     return st_load_shard(f, p, rank, shard);
   }
-  for (int i = 0; i < m->nnames; i++) TRY(st_check_used(p, m->path, m->names[i].name));
+  const char *dup;
+  TRY(st_tied_head(p, lookup, m, &dup));
+  for (int i = 0; i < m->nnames; i++) TRY(st_check_used(p, m->path, m->names[i].name, dup));
   return st_load_shard_with(p, rank, shard, lookup, m);
 }
 
@@ -194,7 +197,8 @@ static fsdp_status entry_of(st_model *m, const char *name, const st_file **f, in
   return FSDP_OK;
 }
 
-fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same) {
+/* Whether the model holds tensor B (*HAS_B), and if so whether it equals tensor A, which it must hold. */
+static fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same) {
   const st_file *fa, *fb;
   int ia, ib;
   *has_b = *same = 0;
@@ -203,22 +207,21 @@ fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b
   *has_b = 1;
   TRY(entry_of(m, a, &fa, &ia));
   if (ia < 0) return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has %s but no %s", m->path, b, a);
-  int n = st_ndim(fa, ia);
-  if (n != st_ndim(fb, ib) || memcmp(st_shape(fa, ia), st_shape(fb, ib), (size_t)n * sizeof(int64_t))) return FSDP_OK;
-  enum { CHUNK = 1 << 16 };
-  float *x = malloc(2 * CHUNK * sizeof(float));
-  if (!x) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory reading %s", m->path);
-  fsdp_status rc = FSDP_OK;
-  int eq = 1;
-  for (int64_t k = 0, total = st_numel(fa, ia); eq && rc == FSDP_OK && k < total; k += CHUNK) {
-    int64_t c = total - k < CHUNK ? total - k : CHUNK;
-    rc = st_read_range(fa, st_name(fa, ia), k, c, x);
-    if (rc == FSDP_OK) rc = st_read_range(fb, st_name(fb, ib), k, c, x + CHUNK);
-    for (int64_t j = 0; rc == FSDP_OK && eq && j < c; j++) eq = x[j] == x[CHUNK + j];
-  }
-  free(x);
-  *same = eq && rc == FSDP_OK;
-  return rc;
+  return st_equal(fa, ia, fb, ib, same);
+}
+
+fsdp_status st_model_untie(const char *weights, const model_config *m, int *untie) {
+  const arch_desc *d = arch_get(m->arch);
+  *untie = 0;
+  if (!d || !m->tie_embeddings || !d->tie_pair[0] || d->always_tied) return FSDP_OK;
+  st_model *sm = NULL;
+  int has = 0, same = 0;
+  fsdp_status rc = st_model_open(weights, &sm);
+  if (rc == FSDP_OK) rc = st_model_equal(sm, d->tie_pair[0], d->tie_pair[1], &has, &same);
+  st_model_destroy(&sm);
+  if (rc != FSDP_OK) return FSDP_OK;   /* weights fsdpd cannot read: the weights' own check says why */
+  *untie = has && !same;
+  return FSDP_OK;
 }
 
 fsdp_status st_model_check_path(const char *path, const plan_t *p) {

@@ -32,9 +32,12 @@ int st_model_opened(const st_model *m);
 fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *shard);
 /* Every tensor of P present with its shape, in files fsdpd reads. */
 fsdp_status st_model_check(st_model *m, const plan_t *p);
-/* Whether the model holds tensor B (*HAS_B), and if so whether it equals tensor A, which it must hold
- * (*SAME: the same shape and every element the same value, as torch.equal; read in chunks). */
-fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same);
+/* A config that ties M's head (tie_word_embeddings) over the weights WEIGHTS: transformers 5 ties the
+ * head it finds there (arch.h's tie_pair) only to an equal embedding, and otherwise loads both. *UNTIE
+ * = 1 for the latter when the architecture has an untied form (the model is untied); 0 and FSDP_OK
+ * otherwise (an equal head is read as the tied model's copy, st_tied_head), and for weights it cannot
+ * read (their own check, st_model_check, refuses them). */
+fsdp_status st_model_untie(const char *weights, const model_config *m, int *untie);
 /* st_model_open + st_model_check + st_model_destroy of PATH. */
 fsdp_status st_model_check_path(const char *path, const plan_t *p);
 

@@ -80,9 +80,11 @@ typedef struct arch_desc {
    * TIED_WHY; 0: a job file's default is untied (LlamaConfig's). */
   int always_tied;
   const char *tied_why;
-  /* Not always tied: the embedding and the head an untied model adds, as its weights name them
-   * ({"model.embed_tokens.weight", "lm_head.weight"}); a tied config.json whose weights hold both,
-   * different, is read untied, as transformers reads it (hfconfig.h's hf_resolve_tie). */
+  /* The embedding and the head an untied model adds, as its weights name them
+   * ({"model.embed_tokens.weight", "lm_head.weight"}). A tied model's weights that also hold the head
+   * equal to the embedding are read as the tied model (the copy ignored, safetensors.h's
+   * st_tied_head); a tied config.json whose weights hold a different one is read untied, as
+   * transformers reads it (st_model.h's st_model_untie), or refused where ALWAYS_TIED. */
   const char *tie_pair[2];
   /* 1: rotary positions (rope_theta, rope_scaling; an even head size); grouped-query heads and a
    * separate MLP width (ffn_dim, required and even) come with the keys above. */

@@ -214,6 +214,7 @@ const arch_desc gpt2_arch = {
   .why_not = "GPT-2 has n_kv_head = n_head, an MLP of 4 x n_embd, LayerNorm eps 1e-5 and learned positions",
   .always_tied = 1,
   .tied_why = "GPT-2's output head is always its wte",
+  .tie_pair = {"wte.weight", "lm_head.weight"},
   .rotary = 0,
   .hf_keys = hf_keys,
   .hf_parse = hf_parse,

@@ -385,13 +385,10 @@ const arch_hf_key llama_hf_keys[] = {
 
 /* ---- weights files ---- */
 
-/* tied or not: never train a head other than the file's */
+/* An untied job never trains a head the file lacks (a tied job's head, equal or not, is st_tied_head's). */
 fsdp_status llama_file_check(const plan_t *p, const char *path, int (*has)(const void *, const char *), const void *f) {
   int head = has(f, "lm_head.weight");
   int llama = has(f, "embed_tokens.weight") || has(f, "layers.0.self_attn.q_proj.weight");
-  if (p->model.tie_embeddings && head)
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s holds an untied model (lm_head.weight); the job has tie_word_embeddings "
-                          "= true, whose head is model.embed_tokens.weight: set tie_word_embeddings = false", path);
   if (!p->model.tie_embeddings && !head && llama)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s holds no lm_head.weight (a tied model's head is "
                           "model.embed_tokens.weight); the job has tie_word_embeddings = false: set it true", path);

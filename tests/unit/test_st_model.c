@@ -1,7 +1,10 @@
 /* test_st_model — a Llama in four shard files with model.safetensors.index.json: every rank's shard
  * equals the one-file load, and each rank opens exactly the files that hold a tensor intersecting its
  * shard (counted); a missing file is refused by the check but not by a rank that never needs it; a
- * bad index is refused. */
+ * bad index is refused. A tied model's weights that also hold lm_head.weight: equal to the embedding,
+ * read as the tied model (one file and an index); one element off, refused under a tied job and read
+ * untied under a tied config (st_model_untie), for Llama and for GPT-2, which has no untied form. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,9 +149,114 @@ static void test_sharded(void) {
   plan_destroy(&p4);
 }
 
+/* P's tensors from the world-1 buffer W in NAME (.safetensors), and with HEAD >= 0 an lm_head.weight
+ * that copies the embedding, its element HEAD - 1 one float step up when HEAD > 0;
+ * SPLIT: the head in a second file, both listed by NAME.index.json. */
+static void write_tied(const char *name, const plan_t *p, const float *w, int head, int split) {
+  char file[96], second[96];
+  snprintf(file, sizeof file, "%s.safetensors", name);
+  snprintf(second, sizeof second, "%s-head.safetensors", name);
+  st_writer *a = NULL, *b = NULL;
+  CHECK_OK(st_writer_new(path_in(file), &a));
+  if (split) CHECK_OK(st_writer_new(path_in(second), &b));
+  char idx[112];
+  snprintf(idx, sizeof idx, "%s.safetensors.index.json", name);
+  FILE *ix = split ? fopen(path_in(idx), "w") : NULL;
+  float *h = NULL;   /* the head's values: the writer reads them at finish */
+  if (ix) fprintf(ix, "{\"metadata\": {}, \"weight_map\": {");
+  for (int u = 0, k = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++, k++) {
+      const plan_tensor *pt = &p->units[u].t[t];
+      CHECK_OK(st_writer_add(a, pt->name, "F32", pt->shape, pt->ndim, w + p->units[u].shard_base + pt->offset));
+      if (ix) fprintf(ix, "%s\"%s\": \"%s\"", k ? ", " : "", pt->name, file);
+    }
+  if (head >= 0) {
+    int u = -1;
+    const plan_tensor *e = plan_find_tensor(p, p->model.arch == ARCH_GPT2 ? "wte.weight" : "model.embed_tokens.weight", &u);
+    h = malloc(sizeof(float) * (size_t)e->numel);
+    memcpy(h, w + p->units[u].shard_base + e->offset, sizeof(float) * (size_t)e->numel);
+    if (head > 0) h[head - 1] = nextafterf(h[head - 1], INFINITY);
+    CHECK_OK(st_writer_add(split ? b : a, "lm_head.weight", "F32", e->shape, 2, h));
+    if (ix) fprintf(ix, ", \"lm_head.weight\": \"%s\"", split ? second : file);
+  }
+  if (ix) fprintf(ix, "}}\n"), fclose(ix);
+  CHECK_OK(st_writer_finish(&a));
+  if (split) CHECK_OK(st_writer_finish(&b));
+  free(h);
+}
+
+/* Every rank of P from PATH (st_model) equals the load of the file without a head, REF; or, with
+ * NEEDLE, each is refused with a message holding it. */
+static void check_tied(const plan_t *p, const char *path, const char *ref, const char *needle) {
+  float *got = malloc(sizeof(float) * (size_t)p->shard_total), *want = malloc(sizeof(float) * (size_t)p->shard_total);
+  for (int r = 0; r < p->world; r++) {
+    st_model *m = NULL, *o = NULL;
+    CHECK_OK(st_model_open(path_in(path), &m));
+    CHECK_OK(st_model_open(path_in(ref), &o));
+    fsdp_status rc = st_model_load_shard(m, p, r, got);
+    if (needle) {
+      CHECK(rc == FSDP_ERR_INVALID && strstr(fsdp_last_error(), needle));
+      if (!strstr(fsdp_last_error(), needle)) fprintf(stderr, "  %s: got: %s\n", path, fsdp_last_error());
+    } else {
+      CHECK_OK(rc);
+      CHECK_OK(st_model_load_shard(o, p, r, want));
+      CHECK(!memcmp(got, want, sizeof(float) * (size_t)p->shard_total));
+    }
+    st_model_destroy(&m);
+    st_model_destroy(&o);
+  }
+  CHECK(needle ? st_model_check_path(path_in(path), p) == FSDP_ERR_INVALID : st_model_check_path(path_in(path), p) == FSDP_OK);
+  free(got);
+  free(want);
+}
+
+static int untie_of(const char *path, const model_config *m) {
+  int untie = -1;
+  CHECK_OK(st_model_untie(path_in(path), m, &untie));
+  return untie;
+}
+
+static void test_tied_head(void) {
+  model_config llama = {.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                        .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000,
+                        .tie_embeddings = 1};
+  model_config gpt2 = {.arch = ARCH_GPT2, .pad_token_id = -1, .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 20,
+                       .seq_len = 6, .n_positions = 6};
+  const model_config *ms[2] = {&llama, &gpt2};
+  for (int a = 0; a < 2; a++) {
+    plan_t *p1 = NULL, *p2 = NULL;
+    CHECK_OK(plan_of_model(*ms[a], 1, &p1));
+    CHECK_OK(plan_of_model(*ms[a], 2, &p2));
+    if (!p1 || !p2) return;
+    float *w = malloc(sizeof(float) * (size_t)p1->shard_total);
+    for (int64_t i = 0; i < p1->shard_total; i++) w[i] = (float)((i * 37) % 101) / 17.0f;
+    write_tied("nohead", p1, w, -1, 0);
+    write_tied("same", p1, w, 0, 0);
+    write_tied("split", p1, w, 0, 1);
+    write_tied("off", p1, w, 7, 0);
+    write_tied("offsplit", p1, w, 7, 1);
+    const char *off = a ? "an untied head, which arch = gpt2 does not have"
+                        : "holds an untied model (lm_head.weight, different from model.embed_tokens.weight)";
+    check_tied(p2, "same.safetensors", "nohead.safetensors", NULL);
+    check_tied(p2, "split.safetensors.index.json", "nohead.safetensors", NULL);
+    check_tied(p2, "off.safetensors", "nohead.safetensors", off);
+    check_tied(p2, "offsplit.safetensors.index.json", "nohead.safetensors", off);
+    /* a tied config over them: untied only for the different head, and only where there is an untied form */
+    CHECK_EQ_INT(0, untie_of("nohead.safetensors", ms[a]));
+    CHECK_EQ_INT(0, untie_of("same.safetensors", ms[a]));
+    CHECK_EQ_INT(0, untie_of("split.safetensors.index.json", ms[a]));
+    CHECK_EQ_INT(!a, untie_of("off.safetensors", ms[a]));
+    CHECK_EQ_INT(!a, untie_of("offsplit.safetensors.index.json", ms[a]));
+    free(w);
+    plan_destroy(&p1);
+    plan_destroy(&p2);
+  }
+}
+
 int main(void) {
   tmpdir_make("test_st_model");
   test_sharded();
+  test_tied_head();
   tmpdir_remove();
   return check_done();
 }
