@@ -6,9 +6,12 @@
 # None. Dropout: a GPT-2 folder with GPT2Config's default 0.1 and a Llama one with attention_dropout
 # 0.1 are refused at plan, one line naming the key, and plan with [model] dropout = none says dropout
 # is off. A tied config whose weights also hold a different lm_head.weight trains untied, as
-# transformers loads it (step-1 loss equal to transformers', far from the tied control); the same
-# with an equal one is refused in one line. init = FILE of another architecture's folder (qwen2, qwen3,
-# mistral, phi3 under arch = llama, llama under qwen2) is refused in one line naming both. An export
+# transformers loads it (step-1 loss equal to transformers', far from the tied control). Llama, Qwen2
+# and GPT-2 tied folders whose weights also hold lm_head.weight equal to the embedding: step-1 loss and
+# fsdpctl sample's logits equal transformers', the export tied without lm_head; one element of the head
+# off: trained and exported untied (GPT-2: refused), and refused under a bare init = FILE tied by hand.
+# init = FILE of another architecture's folder (qwen2, qwen3, mistral, phi3 under arch = llama, llama
+# under qwen2) is refused in one line naming both. An export
 # whose --tokenizer is refused leaves the output folder as it found it (the next export into it runs).
 # Every part runs; the ones that fail are listed at the end.
 set -euo pipefail
@@ -111,8 +114,53 @@ elif run head_differs; then
 else
   part_fail "head_differs: the run failed: $(tail -1 "$tmp/out-head_differs/rank-0.log")"
 fi
-job bad "from = head_same" 1
-refused "a tied config with an equal lm_head.weight" "holds lm_head.weight equal to model.embed_tokens.weight"
+
+# Tied folders whose weights also hold lm_head.weight equal to the embedding (transformers ties them):
+# trained tied, as transformers computes them; exported as save_pretrained writes a tied model; sampled.
+# The same with one element of the head one float step off: transformers loads it untied, and so does
+# fsdpd (GPT-2, which has no untied head, refuses it); a bare init = FILE tied by hand refuses it.
+for fam in llama qwen2 gpt2; do
+  m=tied_$fam
+  if [ "$(ref $m 'r["tied"]')" != True ]; then part_fail "$m: transformers does not tie the equal head"; continue; fi
+  job "$m" "from = $m" 1
+  run "$m" || { part_fail "$m: the run failed: $(tail -1 "$tmp/out-$m/rank-0.log")"; continue; }
+  got=$(loss "$tmp/out-$m/rank-0.jsonl" 1) want=$(ref $m 'r["loss"]')
+  echo "$m: step-1 loss fsdpd $got, transformers $want"
+  rel_ok "$got" "$want" 1e-5 || part_fail "$m: step-1 loss $got, transformers' $want (1e-5 relative)"
+  "$CTL" sample "$tmp/$m" --prompt "tied heads" --logits > "$tmp/logits-$m.json" 2> "$tmp/sample.err" ||
+    part_fail "$m: fsdpctl sample refused the folder: $(cat "$tmp/sample.err")"
+  "$TPY" "$src/tests/integration/lib/families_hf.py" logits "$tmp" "$m" "$tmp/logits-$m.json" ||
+    part_fail "$m: fsdpctl sample's logits differ from transformers' (above)"
+  "$CTL" export "$tmp/ckpt-$m" -o "$tmp/exp_$m" > /dev/null || { part_fail "$m: fsdpctl export failed"; continue; }
+  "$TPY" "$src/tests/integration/lib/families_hf.py" head "$tmp/exp_$m" 1 ||
+    part_fail "$m: the export is not the tied model save_pretrained writes (above)"
+done
+for fam in llama qwen2; do
+  m=ulp_$fam
+  if [ "$(ref $m 'r["tied"]')" != False ]; then part_fail "$m: transformers ties the differing head"; continue; fi
+  job "$m" "from = $m" 1
+  run "$m" || { part_fail "$m: the run failed: $(tail -1 "$tmp/out-$m/rank-0.log")"; continue; }
+  got=$(loss "$tmp/out-$m/rank-0.jsonl" 1) want=$(ref $m 'r["loss"]')
+  echo "$m: step-1 loss fsdpd $got, transformers $want"
+  rel_ok "$got" "$want" 1e-5 || part_fail "$m: step-1 loss $got, transformers' $want (1e-5 relative)"
+  "$CTL" export "$tmp/ckpt-$m" -o "$tmp/exp_$m" > /dev/null || { part_fail "$m: fsdpctl export failed"; continue; }
+  "$TPY" "$src/tests/integration/lib/families_hf.py" head "$tmp/exp_$m" 0 ||
+    part_fail "$m: the export is not untied (above)"
+done
+job bad "from = ulp_gpt2" 1
+refused "GPT-2 with a different lm_head.weight" "holds lm_head.weight different from wte.weight" "arch = gpt2"
+mkdir -p "$tmp/bare_same" "$tmp/bare_ulp"
+cp "$tmp/tied_llama/model.safetensors" "$tmp/bare_same/"
+cp "$tmp/ulp_llama/model.safetensors" "$tmp/bare_ulp/"
+tied_shape='arch = llama\nn_layer = 2\nn_head = 4\nn_kv_head = 2\nn_embd = 32\nffn_dim = 64\nvocab_size = 256\ntie_word_embeddings = true'
+for w in "$tmp/bare_same/model.safetensors" "$tmp/tied_llama/model.safetensors"; do
+  job tied_init "$(printf "$tied_shape\ninit = %s" "$w")" 1
+  "$CTL" plan "$tmp/tied_init.ini" > /dev/null 2> "$tmp/tied_init.err" ||
+    part_fail "init = $w (tied, its lm_head equal): plan refused: $(cat "$tmp/tied_init.err")"
+done
+job bad "$(printf "$tied_shape\ninit = %s" "$tmp/bare_ulp/model.safetensors")" 1
+refused "a bare init = FILE tied by hand, its lm_head.weight different" \
+  "holds an untied model (lm_head.weight, different from model.embed_tokens.weight)" "set tie_word_embeddings = false"
 
 # init = FILE of another architecture's folder.
 shape='n_layer = 2\nn_head = 4\nn_kv_head = 2\nn_embd = 32\nffn_dim = 64\nvocab_size = 256'

@@ -8,23 +8,33 @@
 #       head_differs           a tied config whose weights also hold an lm_head.weight that differs from
 #                              embed_tokens (transformers 5 loads both, untied) and its step-1 loss; the
 #                              control: the same folder loaded tied (lm_head dropped)
-#       head_same              the same with lm_head.weight equal to embed_tokens
+#       tied_llama, tied_qwen2, tied_gpt2   tied models saved by save_pretrained with lm_head.weight
+#                              also written, equal to the embedding (as many published tied checkpoints
+#                              hold it; transformers ties them): step-1 loss, the logits of PROMPT and
+#                              whether transformers tied them
+#       ulp_llama, ulp_qwen2, ulp_gpt2      the same with one element of lm_head.weight one float step
+#                              up (transformers 5 loads both, untied) and its step-1 loss
 #       gpt2_drop, llama_drop  GPT2Config() with its default dropout 0.1 (the keys left out); Llama with
 #                              attention_dropout 0.1
 #       qwen2, qwen3, mistral, phi3, llama   one tiny folder each, for init = FILE under another arch
+#   families_hf.py head EXPORT TIED   an export as transformers loads it: tied (TIED 1: one tensor, and
+#                              no lm_head.weight in its weights, as save_pretrained writes a tied model)
+#                              or untied (TIED 0: lm_head.weight its own tensor)
+#   families_hf.py logits DIR NAME FILE   fsdpctl sample --logits (FILE) against transformers' on PROMPT,
+#                              to 1e-5 of the largest
 #   families_hf.py rows DIR NAME EXPORT   fsdpd's export after STEPS steps against the reference: the pad
 #                              row to 1e-6 (untied: decay alone moves it, so both compute (1 - lr·wd)^3·w
 #                              in fp32), the whole embedding to 1e-5 of its largest (fp32 AdamW over
 #                              3 steps), and the control's pad row far from fsdpd's
-import json, struct, sys
+import json, math, struct, sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
 
-V, T, ROWS, STEPS, PAD = 256, 32, 4, 3, 5   # vocabulary, seq_len, rows per step (2 ranks x batch 2)
+V, T, ROWS, STEPS, PAD, PROMPT = 256, 32, 4, 3, 5, "tied heads"   # vocabulary, seq_len, rows per step (2 ranks x batch 2)
 LR, WD, B1, B2, EPS, CLIP = 1e-3, 0.1, 0.9, 0.95, 1e-8, 1.0
 torch.set_num_threads(1)
 SHAPE = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
@@ -76,6 +86,64 @@ def save_weights(d, model, extra=None):
     save_file(sd, f"{d}/model.safetensors", metadata={"format": "pt"})
 
 
+def is_tied(model):
+    return model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def prompt_ids():
+    return torch.tensor([list(PROMPT.encode())])
+
+
+# Tied models, sensitive to the head: a random embedding (transformers' init would do) and, for Qwen2,
+# random q/k/v biases (its init zeroes them).
+TIED = (("llama", LlamaForCausalLM, lambda: LlamaConfig(**SHAPE, tie_word_embeddings=True)),
+        ("qwen2", Qwen2ForCausalLM, lambda: Qwen2Config(**SHAPE, tie_word_embeddings=True)),
+        ("gpt2", GPT2LMHeadModel, lambda: GPT2Config(vocab_size=V, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                                     embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0,
+                                                     tie_word_embeddings=True)))
+
+
+def build_tied_heads(d, x, y, refs):
+    for i, (fam, cls, cfg) in enumerate(TIED):
+        torch.manual_seed(20 + i)
+        model = cls(cfg()).float()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "bias" in n and "self_attn" in n: p.normal_(0, 0.2)
+        for kind in ("tied", "ulp"):
+            name = f"{kind}_{fam}"
+            model.save_pretrained(f"{d}/{name}")   # a tied model: no lm_head.weight written
+            sd = load_file(f"{d}/{name}/model.safetensors")
+            assert "lm_head.weight" not in sd, sorted(sd)
+            head = model.get_input_embeddings().weight.detach().clone()
+            if kind == "ulp":
+                head[3, 7] = torch.nextafter(head[3, 7], torch.tensor(math.inf))
+            sd["lm_head.weight"] = head
+            save_file(sd, f"{d}/{name}/model.safetensors", metadata={"format": "pt"})
+            loaded = cls.from_pretrained(f"{d}/{name}").float().eval()
+            with torch.no_grad():
+                refs[name] = {"tied": is_tied(loaded), "loss": loss_of(loaded, x, y).item(),
+                              "logits": loaded(input_ids=prompt_ids()).logits[0].tolist()}
+            print(f"{name}: transformers ties them: {refs[name]['tied']}, step-1 loss {refs[name]['loss']:.6f}")
+
+
+def head(export, want_tied):
+    names = load_file(f"{export}/model.safetensors").keys()
+    model = AutoModelForCausalLM.from_pretrained(export).float()
+    tied, written = is_tied(model), "lm_head.weight" in names
+    print(f"{export}: transformers loads it {'tied' if tied else 'untied'} ({type(model).__name__}); "
+          f"lm_head.weight {'written' if written else 'not written'}")
+    sys.exit(0 if tied == want_tied and written == (not want_tied) else 1)
+
+
+def logits(d, name, path):
+    want = torch.tensor(json.load(open(f"{d}/refs.json"))[name]["logits"])
+    got = torch.tensor(json.load(open(path)))
+    diff = (got - want).abs().max().item() if got.shape == want.shape else math.inf
+    print(f"{name}: fsdpctl sample --logits vs transformers: max |diff| {diff:.2e} (largest {want.abs().max():.3f})")
+    sys.exit(0 if diff <= 1e-5 * want.abs().max().item() else 1)
+
+
 def build(d):
     toks = tokens()
     write_tokens(f"{d}/train.bin", toks)
@@ -96,23 +164,23 @@ def build(d):
         torch.save(ref, f"{d}/{name}.ref.pt")
 
     x, y = batch(toks, 1)
-    for name, same in (("head_differs", False), ("head_same", True)):
-        torch.manual_seed(12)
-        model = LlamaForCausalLM(LlamaConfig(**SHAPE, tie_word_embeddings=False)).float()
-        with torch.no_grad():
-            model.lm_head.weight.copy_(model.model.embed_tokens.weight if same else torch.randn(V, 32) * 0.5)
-        model.save_pretrained(f"{d}/{name}")
-        c = json.load(open(f"{d}/{name}/config.json"))
-        c["tie_word_embeddings"] = True
-        json.dump(c, open(f"{d}/{name}/config.json", "w"), indent=2)
-        loaded = LlamaForCausalLM.from_pretrained(f"{d}/{name}").float().eval()
-        tied = loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
-        tied_model = LlamaForCausalLM(LlamaConfig(**SHAPE, tie_word_embeddings=True)).float().eval()
-        tied_model.load_state_dict({k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, strict=False)
-        tied_model.tie_weights()
-        with torch.no_grad():
-            refs[name] = {"tied": tied, "loss": loss_of(loaded, x, y).item(), "control": loss_of(tied_model, x, y).item()}
-        print(f"{name}: transformers ties them: {tied}, step-1 loss {refs[name]['loss']:.6f}")
+    torch.manual_seed(12)
+    model = LlamaForCausalLM(LlamaConfig(**SHAPE, tie_word_embeddings=False)).float()
+    with torch.no_grad():
+        model.lm_head.weight.copy_(torch.randn(V, 32) * 0.5)
+    model.save_pretrained(f"{d}/head_differs")
+    c = json.load(open(f"{d}/head_differs/config.json"))
+    c["tie_word_embeddings"] = True
+    json.dump(c, open(f"{d}/head_differs/config.json", "w"), indent=2)
+    loaded = LlamaForCausalLM.from_pretrained(f"{d}/head_differs").float().eval()
+    tied_model = LlamaForCausalLM(LlamaConfig(**SHAPE, tie_word_embeddings=True)).float().eval()
+    tied_model.load_state_dict({k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, strict=False)
+    tied_model.tie_weights()
+    with torch.no_grad():
+        refs["head_differs"] = {"tied": is_tied(loaded), "loss": loss_of(loaded, x, y).item(),
+                                "control": loss_of(tied_model, x, y).item()}
+    print(f"head_differs: transformers ties them: {refs['head_differs']['tied']}")
+    build_tied_heads(d, x, y, refs)
 
     torch.manual_seed(13)
     GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=64, n_embd=32, n_layer=2, n_head=4)).save_pretrained(
@@ -150,5 +218,9 @@ def rows(d, name, export):
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2])
+    elif sys.argv[1] == "head":
+        head(sys.argv[2], sys.argv[3] == "1")
+    elif sys.argv[1] == "logits":
+        logits(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         rows(sys.argv[2], sys.argv[3], sys.argv[4])
