@@ -27,6 +27,14 @@ const char *plan_coll_kind_name(coll_kind k) {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* The share of causal attention's scores at T that a window of W keys computes: Σ_t min(t + 1, W) over
+ * Σ_t (t + 1), t < T; 1 for W = 0 (full) or W ≥ T. Full attention keeps PaLM's count (12·C·T a layer,
+ * causality not halved), so a window is counted as that times its share. */
+static double window_share(int64_t W, int64_t T) {
+  if (W <= 0 || W >= T) return 1.0;
+  return ((double)W * (double)(W + 1) / 2 + (double)(T - W) * (double)W) / ((double)T * (double)(T + 1) / 2);
+}
+
 /* The architecture of M (plan_build and plan_min_world checked it is one of the table's). */
 static const arch_desc *arch_of(const model_config *m) { return arch_get(m->arch); }
 
@@ -321,9 +329,11 @@ fsdp_status plan_build(const jobspec_t *spec, int world, plan_t **out) {
   p->n_params = d->root_numel(m) + L * d->block_numel(m);
   p->n_params_no_emb = p->n_params - d->embed_numel(m);
   /* 6 per parameter for every matmul weight the token passes through; plus the attention scores
-   * and weighted sum, 12·L·C·T (PaLM, appendix B). */
+   * and weighted sum, 12·L·C·T (PaLM, appendix B), a windowed layer's at its share of the scores. */
   double attn = d->attn_dim ? (double)d->attn_dim(m) : (double)C;   /* queries' width: C, or NH·HD */
-  p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * (double)L * attn * (double)m->seq_len;
+  double layers = 0;   /* Σ over layers of the share of causal attention's scores each computes */
+  for (int l = 0; l < L; l++) layers += window_share(d->attn_window ? d->attn_window(m, l) : 0, m->seq_len);
+  p->flops_per_token = 6.0 * (double)(p->n_params - d->lookup_numel(m)) + 12.0 * layers * attn * (double)m->seq_len;
   p->vocab_padded = plan_vocab_padded(in.device, m->vocab_size);
   p->pad_flops_per_token = 6.0 * (double)(p->vocab_padded - m->vocab_size) * (double)C;
   p->n_decay = (int)d->n_decay(m);

@@ -110,6 +110,9 @@ typedef struct arch_desc {
   plan_act (*act)(const model_config *m, int B, device_kind dev, ackpt_mode ackpt);
   /* Optional (NULL: C): the width of a token's queries, NH·HD, for attention's FLOPs (12·L·width·T). */
   int64_t (*attn_dim)(const model_config *m);
+  /* Optional (NULL: every layer full): layer LAYER's attention window W (query t sees keys
+   * t − W < s ≤ t), 0 for full causal attention; its FLOPs count the window's share of the scores. */
+  int (*attn_window)(const model_config *m, int layer);
   /* Range checks of a model that came over the wire or from a job file (n_kv_head already 0 → n_head). */
   fsdp_status (*check)(const model_config *m);
   /* The one identity of every spec of it: settings it does not have are set to their only value. */

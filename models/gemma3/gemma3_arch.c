@@ -41,6 +41,7 @@ static int64_t n_decay(const model_config *m) { return 1 + 7 * (int64_t)m->n_lay
 static int64_t lookup_numel(const model_config *m) { return (void)m, 0; }   /* tied: the head's matmul reads it all */
 static int64_t embed_numel(const model_config *m) { return (int64_t)m->vocab_size * m->n_embd; }
 static int64_t attn_dim(const model_config *m) { return q_dim(m); }
+static int attn_window(const model_config *m, int layer) { return gemma3_is_global(m, layer) ? 0 : m->sliding_window; }
 
 static fsdp_status check(const model_config *m) {
   int nkv = m->n_kv_head, hd = gemma3_head_dim(m);
@@ -413,7 +414,9 @@ static int lora_modules(const model_config *m, arch_lora_module *o) {
 
 static const char *params_note(const model_config *m) { return (void)m, "the tied embed_tokens counted once"; }
 static const char *no_emb_label(const model_config *m) { return (void)m, "Ψ without embed_tokens"; }
-static const char *flops_formula(const model_config *m) { return (void)m, "6·Ψ + 12·L·H·HD·T"; }
+static const char *flops_formula(const model_config *m) {
+  return (void)m, "6·Ψ + 12·H·HD·T·(global layers + local ones × their window's share of the scores)";
+}
 
 static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
                                        "head_dim", "sliding_window", "pad_token_id", NULL};
@@ -449,6 +452,7 @@ const arch_desc gemma3_arch = {
   .embed_numel = embed_numel,
   .act = gemma3_act,   /* gemma3.h: what model_gemma3.c keeps, to the byte */
   .attn_dim = attn_dim,
+  .attn_window = attn_window,
   .check = check,
   .canonical = canonical,
   .units = units,

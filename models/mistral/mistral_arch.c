@@ -124,6 +124,13 @@ static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope
                                        "rope_low_freq_factor", "rope_high_freq_factor",
                                        "rope_original_max_position_embeddings", "sliding_window", "pad_token_id", NULL};
 
+static int attn_window(const model_config *m, int layer) { return (void)layer, m->sliding_window; }
+static const char *flops_formula(const model_config *m) {
+  if (m->sliding_window <= 0 || m->sliding_window >= m->seq_len) return llama_flops_formula(m);
+  return m->tie_embeddings ? "6·Ψ + 12·L·H·HD·T·(the window's share of the scores)"
+                           : "6·(Ψ − embed_tokens) + 12·L·H·HD·T·(the window's share of the scores)";
+}
+
 /* The family's entries, then Mistral's own: a later designator replaces the family's. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Woverride-init"
@@ -139,6 +146,8 @@ const arch_desc mistral_arch = {
   .hf_own_config = hf_own_config,
   .check = check,
   .canonical = canonical,
+  .attn_window = attn_window,
+  .flops_formula = flops_formula,
   .file_desc = "a Llama-layout model (model.embed_tokens.weight, model.layers.0.…)",
   .model_json = model_json,
   .manifest_read = manifest_read,

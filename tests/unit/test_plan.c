@@ -781,7 +781,9 @@ static void test_gemma3(void) {
   int64_t root = 300 * 32 + 32, layer = 4 * 32 + 64 * 32 + 2 * 16 + 32 * 32 + 3 * 64 * 32;
   CHECK_EQ_INT(root + 2 * layer, p->n_params);
   CHECK_EQ_INT(root + 2 * layer - 300 * 32, p->n_params_no_emb);
-  CHECK_NEAR(6.0 * (double)(root + 2 * layer) + 12.0 * 2 * 32 * 16, p->flops_per_token, 0, 0);
+  /* attention: layer 1 global (full, 12·H·HD·T), layer 0 in its window of 8 at T = 16: Σ_t min(t + 1, 8)
+   * = 36 + 8·8 of full causal attention's 136 scores */
+  CHECK_NEAR(6.0 * (double)(root + 2 * layer) + 12.0 * 32 * 16 * (1 + 100.0 / 136), p->flops_per_token, 1e-6, 0);
   CHECK_EQ_INT(1 + 7 * 2, p->n_decay);
   CHECK_EQ_INT(2, p->units[0].ntensors);
   CHECK_EQ_INT(13, p->units[1].ntensors);
@@ -810,6 +812,29 @@ static void test_gemma3(void) {
   }
 }
 
+/* Mistral's attention FLOPs over its window: W = 4 at T = 16 counts Σ_t min(t + 1, 4) = 10 + 12·4 of
+ * the 136 causal scores, a layer; a window of T or more, and none, count full attention. */
+static void test_window_flops(void) {
+  double attn[3];
+  const char *windows[3] = {"4", "16", "0"};
+  for (int i = 0; i < 3; i++) {
+    char ini[512];
+    snprintf(ini, sizeof ini, "[model]\narch = mistral\nn_layer = 3\nn_head = 2\nn_kv_head = 1\nn_embd = 16\n"
+             "ffn_dim = 32\nvocab_size = 64\nseq_len = 16\nsliding_window = %s\n[data]\ntrain = synthetic:markov:1\n"
+             "batch_size = 1\ngrad_accum = 1\n", windows[i]);
+    jobspec_t s;
+    plan_t *p = NULL;
+    CHECK_OK(jobspec_parse(ini, "m.ini", "/", &s));
+    CHECK_OK(plan_build(&s, 1, &p));
+    if (!p) return;
+    attn[i] = p->flops_per_token - 6.0 * (double)(p->n_params - 64 * 16);   /* untied: embed_tokens is a lookup */
+    plan_destroy(&p);
+  }
+  CHECK_NEAR(12.0 * 3 * 16 * 16 * 58.0 / 136, attn[0], 1e-6, 0);
+  CHECK_NEAR(12.0 * 3 * 16 * 16, attn[1], 1e-6, 0);
+  CHECK_NEAR(12.0 * 3 * 16 * 16, attn[2], 1e-6, 0);
+}
+
 int main(void) {
   test_param_counts();
   test_tensors();
@@ -826,5 +851,6 @@ int main(void) {
   test_planmsg_model();
   test_hybrid();
   test_gemma3();
+  test_window_flops();
   return check_done();
 }
