@@ -155,7 +155,8 @@ const keydef jobspec_keys[] = {
           "a Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json and its "
           "shards): the architecture, every shape key and the weights; no default", NULL),
   SPECIAL("model", "init", KT_INIT, init,
-          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1), "
+          "random (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); Llama: N(0, 0.02), norms 1, the "
+          "pad_token_id row 0), "
           "PATH.safetensors or PATH/model.safetensors.index.json", "random"),
 
   SPECIAL("data", "train", KT_TRAIN, train,

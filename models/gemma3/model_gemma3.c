@@ -273,10 +273,12 @@ static void embed_backward(void *acts, const plan_t *p, float *droot, const int 
 static const void *final_hidden(const void *a) { return ((const gemma3_acts *)a)->lnf; }
 
 /* Gemma3PreTrainedModel's init: every projection and the embedding N(0, initializer_range = 0.02)
- * from rng_normal(seed, gid, k); every RMSNorm weight 0 (its scale 1 + w starts at 1). */
+ * from rng_normal(seed, gid, k), the embedding's padding_idx row (pad_token_id) 0; every RMSNorm
+ * weight 0 (its scale 1 + w starts at 1). */
 static float init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   const plan_tensor *pt = &p->units[u].t[t];
   if (pt->ndim == 1) return 0.0f;
+  if (u == 0 && t == G3ROOT_EMBED && p->model.pad_token_id >= 0 && k / pt->shape[1] == p->model.pad_token_id) return 0.0f;
   return (float)(0.02 * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
 

@@ -270,12 +270,15 @@ void llama_embed_backward(llama_acts *a, const plan_t *p, float *droot, const in
 
 /* ---------------------------------------------------------------- initialization */
 
+/* PreTrainedModel._init_weights (transformers 5): every matrix N(0, initializer_range = 0.02), the
+ * embedding's padding_idx row (pad_token_id) 0, so a tied head's too; biases 0, norms 1. */
 float llama_init_value(const plan_t *p, int u, int t, uint64_t seed, int64_t k) {
   const plan_tensor *pt = &p->units[u].t[t];
   if (pt->ndim == 1) {   /* a bias (…_proj.bias) is 0, a norm's weight 1 */
     size_t n = strlen(pt->name);
     return n > 5 && !strcmp(pt->name + n - 5, ".bias") ? 0.0f : 1.0f;
   }
+  if (u == 0 && t == LROOT_EMBED && p->model.pad_token_id >= 0 && k / pt->shape[1] == p->model.pad_token_id) return 0.0f;
   return (float)(0.02 * (double)rng_normal(seed, (uint32_t)pt->gid, (uint64_t)k));
 }
 

@@ -383,6 +383,24 @@ static void test_gradcheck_docs(void) {
 
 /* The arena is gemma3_act's terms to the byte (both checkpointing modes), the tracked allocator saw
  * exactly it, and at init (norms 0, weights N(0, 0.02)) the loss is ≈ ln V. */
+/* init = random, as Gemma3PreTrainedModel's: the embedding's pad_token_id row (the tied head's) 0; none: drawn. */
+static void test_init_pad_row(void) {
+  for (int v = 0; v < 2; v++) {
+    model_config mc = gemma3();
+    mc.pad_token_id = v ? -1 : 3;
+    plan_t *p = gemma3_plan(mc, 1, ACKPT_NONE);
+    int zero[2] = {0, 0};   /* row 3, rows 2 and 4: elements equal to 0 */
+    for (int64_t c = 0; c < mc.n_embd; c++) {
+      zero[0] += gemma3_model.init_value(p, 0, G3ROOT_EMBED, 7, 3 * mc.n_embd + c) == 0.0f;
+      zero[1] += gemma3_model.init_value(p, 0, G3ROOT_EMBED, 7, 2 * mc.n_embd + c) == 0.0f;
+      zero[1] += gemma3_model.init_value(p, 0, G3ROOT_EMBED, 7, 4 * mc.n_embd + c) == 0.0f;
+    }
+    CHECK_EQ_INT(v ? 0 : mc.n_embd, zero[0]);
+    CHECK_EQ_INT(0, zero[1]);
+    plan_free(&p);
+  }
+}
+
 static void test_buffers_init_loss(void) {
   model_config mc = gemma3();
   mc.n_embd = 32, mc.ffn_dim = 88, mc.vocab_size = 64, mc.seq_len = 16, mc.sliding_window = 5;
@@ -469,6 +487,7 @@ int main(void) {
   test_gradcheck();
   test_gradcheck_docs();
   test_buffers_init_loss();
+  test_init_pad_row();
   test_cuda_layout_alignment();
   dev_destroy(&g_dev);
   return check_done();

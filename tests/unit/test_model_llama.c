@@ -23,6 +23,7 @@
 #include "llama.h"
 #include "plan.h"
 #include "refrope.h"
+#include "testfiles.h"
 
 /* ---------------------------------------------------------------- double reference model */
 
@@ -220,6 +221,29 @@ static void test_init_loss(void) {
   gradcheck_init_loss(lb, 4, g_dev);
 }
 
+/* init = random, as PreTrainedModel._init_weights: the embedding's pad_token_id row 0 (a tied head's
+ * with it), an untied lm_head's row drawn as any other; no pad_token_id: every row drawn. */
+static void test_init_pad_row(void) {
+  for (int v = 0; v < 3; v++) {
+    model_config m = llama(1, 4, 2, 8, 16, 12, 4);
+    m.pad_token_id = v == 2 ? -1 : 5, m.tie_embeddings = v == 1;
+    plan_t *p = NULL;
+    CHECK_OK(plan_of_model(m, 1, &p));
+    if (!p) return;
+    int zero[3] = {0, 0, 0};   /* embed row 5, embed rows 4 and 6, lm_head row 5: elements equal to 0 */
+    for (int64_t c = 0; c < 8; c++) {
+      zero[0] += model_init_value(p, 0, LROOT_EMBED, 7, 5 * 8 + c) == 0.0f;
+      zero[1] += model_init_value(p, 0, LROOT_EMBED, 7, 4 * 8 + c) == 0.0f;
+      zero[1] += model_init_value(p, 0, LROOT_EMBED, 7, 6 * 8 + c) == 0.0f;
+      if (!m.tie_embeddings) zero[2] += model_init_value(p, 0, LROOT_HEAD, 7, 5 * 8 + c) == 0.0f;
+    }
+    CHECK_EQ_INT(v == 2 ? 0 : 8, zero[0]);
+    CHECK_EQ_INT(0, zero[1]);
+    CHECK_EQ_INT(0, zero[2]);
+    plan_destroy(&p);
+  }
+}
+
 /* ---- the CUDA layout's alignment, without a GPU: a device of kind cuda (bf16 act elements) whose
  * memory is host memory, enough for llama_acts_new's layout ---- */
 
@@ -290,6 +314,7 @@ int main(void) {
   test_gradcheck_qwen2();
   test_gradcheck_qwen3();
   test_init_loss();
+  test_init_pad_row();
   test_cuda_layout_alignment();
   dev_destroy(&g_dev);
   return check_done();
