@@ -537,8 +537,7 @@ fsdp_status st_equal(const st_file *fa, int ia, const st_file *fb, int ib, int *
   return rc;
 }
 
-/* The file LOOKUP finds holding NAME and its index there; *I = -1 when none holds it. */
-static fsdp_status st_entry_of(st_lookup_fn lookup, void *ctx, const char *name, const st_file **f, int *i) {
+fsdp_status st_lookup_entry(st_lookup_fn lookup, void *ctx, const char *name, const st_file **f, int *i) {
   const char *where;
   *i = -1;
   fsdp_status rc = lookup(ctx, name, 1, f, &where);
@@ -554,8 +553,8 @@ fsdp_status st_tied_head(const plan_t *p, st_lookup_fn lookup, void *ctx, const 
   int ie = -1, ih = -1, same = 0;
   *dup = NULL;
   if (!(p->model.tie_embeddings || d->always_tied) || !d->tie_pair[0]) return FSDP_OK;
-  TRY(st_entry_of(lookup, ctx, d->tie_pair[1], &fh, &ih));
-  if (ih >= 0) TRY(st_entry_of(lookup, ctx, d->tie_pair[0], &fe, &ie));
+  TRY(st_lookup_entry(lookup, ctx, d->tie_pair[1], &fh, &ih));
+  if (ih >= 0) TRY(st_lookup_entry(lookup, ctx, d->tie_pair[0], &fe, &ie));
   if (ie < 0) return FSDP_OK;   /* no head, or no embedding: the loader names what is missing */
   TRY(st_equal(fe, ie, fh, ih, &same));
   if (same) {

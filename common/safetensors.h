@@ -94,6 +94,9 @@ fsdp_status st_load_shard_with(const plan_t *p, int rank, float *shard, st_looku
  * bias, a q/k norm) is another model, never trained without it. st_load_shard checks every name of its
  * file. */
 fsdp_status st_check_used(const plan_t *p, const char *where, const char *name, const char *dup);
+/* The file LOOKUP (as st_load_shard_with's) finds holding tensor NAME, opened, and its index there
+ * (*I); *I = -1 when none holds it. */
+fsdp_status st_lookup_entry(st_lookup_fn lookup, void *ctx, const char *name, const st_file **f, int *i);
 /* Whether tensor IA of FA and IB of FB are equal (*SAME: the same shape and every element the same
  * value, as torch.equal; read in chunks). */
 fsdp_status st_equal(const st_file *fa, int ia, const st_file *fb, int ib, int *same);

@@ -186,41 +186,20 @@ fsdp_status st_model_check(st_model *m, const plan_t *p) {
   return st_model_load_shard(m, p, 0, NULL);
 }
 
-/* The file holding NAME and its index there, or *I = -1 when the model has no such tensor. */
-static fsdp_status entry_of(st_model *m, const char *name, const st_file **f, int *i) {
-  const char *where;
-  *i = -1;
-  fsdp_status rc = lookup(m, name, 1, f, &where);
-  if (rc == FSDP_ERR_NOTFOUND) return FSDP_OK;
-  TRY(rc);
-  *i = st_find(*f, name);
-  return FSDP_OK;
-}
-
-/* Whether the model holds tensor B (*HAS_B), and if so whether it equals tensor A, which it must hold. */
-static fsdp_status st_model_equal(st_model *m, const char *a, const char *b, int *has_b, int *same) {
-  const st_file *fa, *fb;
-  int ia, ib;
-  *has_b = *same = 0;
-  TRY(entry_of(m, b, &fb, &ib));
-  if (ib < 0) return FSDP_OK;
-  *has_b = 1;
-  TRY(entry_of(m, a, &fa, &ia));
-  if (ia < 0) return fsdp_set_error(FSDP_ERR_NOTFOUND, "%s has %s but no %s", m->path, b, a);
-  return st_equal(fa, ia, fb, ib, same);
-}
-
 fsdp_status st_model_untie(const char *weights, const model_config *m, int *untie) {
   const arch_desc *d = arch_get(m->arch);
   *untie = 0;
   if (!d || !m->tie_embeddings || !d->tie_pair[0] || d->always_tied) return FSDP_OK;
   st_model *sm = NULL;
-  int has = 0, same = 0;
+  const st_file *fe = NULL, *fh = NULL;
+  int ie = -1, ih = -1, same = 1;
   fsdp_status rc = st_model_open(weights, &sm);
-  if (rc == FSDP_OK) rc = st_model_equal(sm, d->tie_pair[0], d->tie_pair[1], &has, &same);
+  if (rc == FSDP_OK) rc = st_lookup_entry(lookup, sm, d->tie_pair[1], &fh, &ih);
+  if (rc == FSDP_OK && ih >= 0) rc = st_lookup_entry(lookup, sm, d->tie_pair[0], &fe, &ie);
+  if (rc == FSDP_OK && ie >= 0) rc = st_equal(fe, ie, fh, ih, &same);
   st_model_destroy(&sm);
-  if (rc != FSDP_OK) return FSDP_OK;   /* weights fsdpd cannot read: the weights' own check says why */
-  *untie = has && !same;
+  /* weights fsdpd cannot read, or a head without an embedding: the weights' own check says why */
+  *untie = rc == FSDP_OK && ie >= 0 && !same;
   return FSDP_OK;
 }
 

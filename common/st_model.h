@@ -6,7 +6,8 @@
  * mapped, header validated) when a tensor they hold is first needed and stay open until
  * st_model_destroy(). So st_model_load_shard() opens only the files that hold a tensor intersecting the
  * rank's shard, and reads only those byte ranges; every other tensor of the plan is checked to be
- * listed. st_model_check() opens every file and checks every tensor of a plan (present, shape; dtypes
+ * listed (a tied model whose weights also hold the head: both tensors are read, to check them equal,
+ * safetensors.h's st_tied_head). st_model_check() opens every file and checks every tensor of a plan (present, shape; dtypes
  * are checked when a file opens), for `fsdpctl plan` and the daemon's submit, so a mismatch is refused
  * before any worker starts. A shard file is a plain name in the index's directory ("/" and ".." are
  * refused). One owner, one thread at a time.
