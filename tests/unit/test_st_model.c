@@ -3,13 +3,15 @@
  * shard (counted); a missing file is refused by the check but not by a rank that never needs it; a
  * bad index is refused. A tied model's weights that also hold lm_head.weight: equal to the embedding,
  * read as the tied model (one file and an index); one element off, refused under a tied job and read
- * untied under a tied config (st_model_untie), for Llama and for GPT-2, which has no untied form. */
+ * untied under a tied config (st_model_untie), for Llama and for GPT-2 and Gemma 3, which have no untied
+ * form (refused). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "check.h"
 #include "st_model.h"
 #include "testfiles.h"
@@ -222,8 +224,13 @@ static void test_tied_head(void) {
                         .tie_embeddings = 1};
   model_config gpt2 = {.arch = ARCH_GPT2, .pad_token_id = -1, .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 20,
                        .seq_len = 6, .n_positions = 6};
-  const model_config *ms[2] = {&llama, &gpt2};
-  for (int a = 0; a < 2; a++) {
+  const arch_desc *g3 = arch_by_name("gemma3");   /* always tied, as GPT-2 */
+  model_config gemma3 = {.arch = g3 ? g3->id : ARCH_GPT2, .pad_token_id = -1, .n_layer = 1, .n_head = 2, .n_kv_head = 1,
+                         .n_embd = 8, .head_dim = 4, .ffn_dim = 16, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-6,
+                         .rope_theta = 1e6, .sliding_window = 4, .tie_embeddings = 1};
+  arch_ext_defaults(&gemma3);
+  const model_config *ms[3] = {&llama, &gpt2, &gemma3};
+  for (int a = 0; a < (g3 ? 3 : 2); a++) {
     plan_t *p1 = NULL, *p2 = NULL;
     CHECK_OK(plan_of_model(*ms[a], 1, &p1));
     CHECK_OK(plan_of_model(*ms[a], 2, &p2));
@@ -235,8 +242,10 @@ static void test_tied_head(void) {
     write_tied("split", p1, w, 0, 1);
     write_tied("off", p1, w, 7, 0);
     write_tied("offsplit", p1, w, 7, 1);
-    const char *off = a ? "an untied head, which arch = gpt2 does not have"
-                        : "holds an untied model (lm_head.weight, different from model.embed_tokens.weight)";
+    const char *off = a == 2 ? "holds lm_head.weight different from model.embed_tokens.weight: an untied head, which "
+                               "arch = gemma3 does not have"
+                      : a ? "an untied head, which arch = gpt2 does not have"
+                          : "holds an untied model (lm_head.weight, different from model.embed_tokens.weight)";
     check_tied(p2, "same.safetensors", "nohead.safetensors", NULL);
     check_tied(p2, "split.safetensors.index.json", "nohead.safetensors", NULL);
     check_tied(p2, "off.safetensors", "nohead.safetensors", off);
@@ -245,7 +254,7 @@ static void test_tied_head(void) {
     CHECK_EQ_INT(0, untie_of("nohead.safetensors", ms[a]));
     CHECK_EQ_INT(0, untie_of("same.safetensors", ms[a]));
     CHECK_EQ_INT(0, untie_of("split.safetensors.index.json", ms[a]));
-    CHECK_EQ_INT(!a, untie_of("off.safetensors", ms[a]));
+    CHECK_EQ_INT(!a, untie_of("off.safetensors", ms[a]));   /* GPT-2, Gemma 3: refused by the loader (above) */
     CHECK_EQ_INT(!a, untie_of("offsplit.safetensors.index.json", ms[a]));
     free(w);
     plan_destroy(&p1);
