@@ -1,4 +1,4 @@
-/* ctl_chat — gen-data --chat's command line, inputs and output (see ctl_chat.h). */
+/* ctl_chat — gen-data --chat's command line, template and output (see ctl_chat.h). */
 #include "ctl_chat.h"
 
 #include <errno.h>
@@ -78,37 +78,6 @@ char *chat_template_text(const chat_args *a, const char *cmd, json_t *special, c
   return text;
 }
 
-int chat_append(out_buf *o, const chat_doc *d, size_t n, int64_t eos) {
-  size_t need = o->n + n + 1;
-  if (need > o->cap) {
-    size_t cap = o->cap ? o->cap : 1 << 16;
-    while (cap < need) cap *= 2;
-    uint32_t *i = realloc(o->ids, cap * sizeof *i);
-    if (i) o->ids = i;
-    uint8_t *m = realloc(o->mask, cap), *s = m ? realloc(o->starts, cap) : NULL;
-    if (m) o->mask = m;
-    if (s) o->starts = s;
-    if (!i || !m || !s) return -1;
-    o->cap = cap;
-  }
-  if (o->ndocs == o->capdocs) {
-    size_t cap = o->capdocs ? 2 * o->capdocs : 1024;
-    size_t *p = realloc(o->doc_at, cap * sizeof *p);
-    if (!p) return -1;
-    o->doc_at = p;
-    o->capdocs = cap;
-  }
-  o->doc_at[o->ndocs++] = o->n;
-  size_t first = o->n;
-  if (eos >= 0) o->ids[o->n] = (uint32_t)eos, o->mask[o->n] = 0, o->starts[o->n++] = 0;
-  memcpy(o->ids + o->n, d->ids.v, n * sizeof *o->ids);
-  memcpy(o->mask + o->n, d->mask, n);
-  memset(o->starts + o->n, 0, n);
-  o->n += n;
-  o->starts[first] = 1;
-  return 0;
-}
-
 static int parse_args(int argc, char **argv, chat_args *a) {
   static const struct option opts[] = {
       {"chat", required_argument, NULL, 'c'},     {"model", required_argument, NULL, 'M'},
@@ -126,10 +95,10 @@ static int parse_args(int argc, char **argv, chat_args *a) {
   while ((ch = getopt_long(argc, argv, "-o:h", opts, NULL)) != -1) {
     char *end;
     switch (ch) {
-    case 'c': a->files[a->nfiles++] = optarg; break;
+    case 'c': a->in.files[a->in.nfiles++] = optarg; break;
     case 1:
-      if (!a->nfiles) return fprintf(stderr, "fsdpctl gen-data: unexpected argument '%s' (conversation files follow --chat)\n", optarg), 2;
-      a->files[a->nfiles++] = optarg;
+      if (!a->in.nfiles) return fprintf(stderr, "fsdpctl gen-data: unexpected argument '%s' (conversation files follow --chat)\n", optarg), 2;
+      a->in.files[a->in.nfiles++] = optarg;
       break;
     case 'M': a->model = optarg; break;
     case 'T': a->tokenizer = optarg; break;
@@ -150,20 +119,20 @@ static int parse_args(int argc, char **argv, chat_args *a) {
       break;
     case 's':
       errno = 0;
-      a->seq_len = strtoll(optarg, &end, 10);
-      if (errno || end == optarg || *end || a->seq_len < 2 || a->seq_len > INT32_MAX)
+      a->in.seq_len = strtoll(optarg, &end, 10);
+      if (errno || end == optarg || *end || a->in.seq_len < 2 || a->in.seq_len > INT32_MAX)
         return fprintf(stderr, "fsdpctl gen-data: --seq-len '%s': expected an integer from 2 to %d\n", optarg, INT32_MAX), 2;
       break;
     case 'L':
       if (strcmp(optarg, "truncate") && strcmp(optarg, "drop"))
         return fprintf(stderr, "fsdpctl gen-data: --overlong '%s': expected truncate or drop\n", optarg), 2;
-      a->drop_overlong = optarg[0] == 'd';
+      a->in.drop_overlong = optarg[0] == 'd';
       break;
-    case 'S': a->strict = 1; break;
+    case 'S': a->in.strict = 1; break;
     case 'P':
       errno = 0;
-      a->threads = (int)strtol(optarg, &end, 10);
-      if (errno || end == optarg || *end || a->threads < 1 || a->threads > 1024)
+      a->in.threads = (int)strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || a->in.threads < 1 || a->in.threads > 1024)
         return fprintf(stderr, "fsdpctl gen-data: --threads '%s': expected an integer from 1 to 1024\n", optarg), 2;
       break;
     case 'E': a->eos = 1; break;
@@ -173,7 +142,7 @@ static int parse_args(int argc, char **argv, chat_args *a) {
     }
   }
   const char *why = NULL;
-  if (!a->nfiles) why = "--chat needs at least one FILE.jsonl";
+  if (!a->in.nfiles) why = "--chat needs at least one FILE.jsonl";
   else if (!a->model && !(a->tokenizer && a->template_path))
     why = "--chat needs --model DIR, or --tokenizer FILE|DIR with --template FILE.jinja";
   else if (!a->out) why = "--chat needs -o OUT.bin";
@@ -234,11 +203,11 @@ static void report(const chat_args *a, const out_buf *o, const counts *k, int vo
 int ctl_chat(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
-  chat_args a = {.files = calloc((size_t)argc + 1, sizeof(char *))};
-  if (!a.files) return fprintf(stderr, "fsdpctl gen-data: out of memory\n"), 1;
+  chat_args a = {.in.files = calloc((size_t)argc + 1, sizeof(char *))};
+  if (!a.in.files) return fprintf(stderr, "fsdpctl gen-data: out of memory\n"), 1;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) {
-    free(a.files);
+    free(a.in.files);
     return rc;
   }
   rc = 1;
@@ -276,10 +245,10 @@ int ctl_chat(int argc, char **argv) {
     goto done;
   }
   c.tmpl = tmpl, c.tok = tok;
-  if (chat_run(&a, &c, &o, &k, eos)) goto done;
+  if (chat_run(&a.in, &c, &o, &k, eos)) goto done;
   if (!k.convs) {
-    fprintf(stderr, "fsdpctl gen-data: no conversation in %d file%s (%zu lines, %zu malformed)\n", a.nfiles,
-            a.nfiles > 1 ? "s" : "", k.lines, k.malformed);
+    fprintf(stderr, "fsdpctl gen-data: no conversation in %d file%s (%zu lines, %zu malformed)\n", a.in.nfiles,
+            a.in.nfiles > 1 ? "s" : "", k.lines, k.malformed);
     goto done;
   }
   int vocab = (int)bpe_vocab_size(tok);
@@ -291,6 +260,6 @@ done:
   json_decref(c.special);
   jinja_destroy(&tmpl);
   bpe_destroy(&tok);
-  free(a.files);
+  free(a.in.files);
   return rc;
 }

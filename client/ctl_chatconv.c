@@ -1,4 +1,4 @@
-/* ctl_chatconv — one JSONL line of gen-data --chat to tokens and a loss mask (see ctl_chat.h).
+/* ctl_chatconv — one JSONL line of gen-data --chat to tokens and a loss mask (see ctl_chatconv.h).
  *
  * The trained bytes: a template with {% generation %} blocks marks them itself (transformers'
  * return_assistant_tokens_mask). Any other template is rendered once per assistant turn: the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl_chat.h"
+#include "ctl_chatconv.h"
 
 static int fail(char *why, size_t n, const char *fmt, const char *arg) {
   snprintf(why, n, fmt, arg ? arg : "");

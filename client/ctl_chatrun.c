@@ -1,15 +1,14 @@
-/* ctl_chatrun — gen-data --chat's lines on every core (see ctl_chat.h). The caller's thread reads
- * the files and lists the lines; worker threads take blocks of lines in turn and keep each line's
- * tokens and mask (or what is wrong with it); the caller's thread then appends them in file and
- * line order, so the output does not depend on the number of threads. */
+/* ctl_chatrun — see ctl_chatrun.h. Worker threads take blocks of lines in turn and keep each line's
+ * tokens and mask (or what is wrong with it) for the caller's thread to append. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl_chat.h"
+#include "ctl_chatrun.h"
 
 #define LINES_PER_TAKE 64
 
@@ -97,7 +96,7 @@ char *chat_slurp(const char *path, size_t *n) {
 }
 
 /* The non-blank lines of every file, in order; the files' texts in BUFS. */
-static int list_lines(const chat_args *a, char **bufs, line **out, size_t *nout) {
+static int list_lines(const chat_input *a, char **bufs, line **out, size_t *nout) {
   size_t cap = 0, n = 0;
   line *v = NULL;
   for (int f = 0; f < a->nfiles; f++) {
@@ -134,8 +133,40 @@ static int list_lines(const chat_args *a, char **bufs, line **out, size_t *nout)
   return 0;
 }
 
+/* Append N tokens of DOC (with the end-of-text token EOS first when EOS >= 0) as one document. */
+static int append_doc(out_buf *o, const chat_doc *d, size_t n, int64_t eos) {
+  size_t need = o->n + n + 1;
+  if (need > o->cap) {
+    size_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < need) cap *= 2;
+    uint32_t *i = realloc(o->ids, cap * sizeof *i);
+    if (i) o->ids = i;
+    uint8_t *m = realloc(o->mask, cap), *s = m ? realloc(o->starts, cap) : NULL;
+    if (m) o->mask = m;
+    if (s) o->starts = s;
+    if (!i || !m || !s) return -1;
+    o->cap = cap;
+  }
+  if (o->ndocs == o->capdocs) {
+    size_t cap = o->capdocs ? 2 * o->capdocs : 1024;
+    size_t *p = realloc(o->doc_at, cap * sizeof *p);
+    if (!p) return -1;
+    o->doc_at = p;
+    o->capdocs = cap;
+  }
+  o->doc_at[o->ndocs++] = o->n;
+  size_t first = o->n;
+  if (eos >= 0) o->ids[o->n] = (uint32_t)eos, o->mask[o->n] = 0, o->starts[o->n++] = 0;
+  memcpy(o->ids + o->n, d->ids.v, n * sizeof *o->ids);
+  memcpy(o->mask + o->n, d->mask, n);
+  memset(o->starts + o->n, 0, n);
+  o->n += n;
+  o->starts[first] = 1;
+  return 0;
+}
+
 /* The lines' results in order: messages, counts, --seq-len, appended to O. */
-static int assemble(const chat_args *a, const line *lines, result *res, size_t n, out_buf *o, counts *k, int64_t eos) {
+static int assemble(const chat_input *a, const line *lines, result *res, size_t n, out_buf *o, counts *k, int64_t eos) {
   for (size_t i = 0; i < n; i++) {
     k->lines++;
     if (res[i].err) {
@@ -155,7 +186,7 @@ static int assemble(const chat_args *a, const line *lines, result *res, size_t n
       nt = room;
     }
     chat_doc d = {.ids = {.v = res[i].ids, .n = res[i].n}, .mask = res[i].mask};
-    if (chat_append(o, &d, nt, eos)) {
+    if (append_doc(o, &d, nt, eos)) {
       fprintf(stderr, "fsdpctl gen-data: out of memory\n");
       return -1;
     }
@@ -164,7 +195,7 @@ static int assemble(const chat_args *a, const line *lines, result *res, size_t n
   return 0;
 }
 
-int chat_run(const chat_args *a, const chat_ctx *proto, out_buf *o, counts *k, int64_t eos) {
+int chat_run(const chat_input *a, const chat_ctx *proto, out_buf *o, counts *k, int64_t eos) {
   char **bufs = calloc((size_t)a->nfiles, sizeof *bufs);
   line *lines = NULL;
   size_t n = 0;

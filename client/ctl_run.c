@@ -25,6 +25,7 @@
 #include "fsutil.h"
 #include "jobspec.h"
 #include "log.h"
+#include "logcfg.h"
 #include "wire.h"
 
 /* First and last loss and the number of step lines (with a loss) of metrics.jsonl. */

@@ -20,21 +20,6 @@ struct bpe_sym {
   uint32_t len;   /* bytes; 0 once merged into its left neighbour */
 };
 
-fsdp_status bpe_str_put(bpe_str *s, const void *p, size_t n) {
-  if (s->n + n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 256;
-    while (cap < s->n + n + 1) cap *= 2;
-    char *q = realloc(s->p, cap);
-    if (!q) return fsdp_set_error(FSDP_ERR_NOMEM, "out of memory (%zu bytes of text)", cap);
-    s->p = q;
-    s->cap = cap;
-  }
-  if (n) memcpy(s->p + s->n, p, n);
-  s->n += n;
-  s->p[s->n] = 0;
-  return FSDP_OK;
-}
-
 uint64_t bpe_hash(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 0xcbf29ce484222325ull;

@@ -15,19 +15,7 @@
 
 #include "bpe_priv.h"
 
-/* ---- UTF-8 ---- */
-
-int32_t bpe_utf8_next(const char *s, size_t n, size_t *len) {
-  const unsigned char *u = (const unsigned char *)s;
-  if (u[0] < 0x80 || n < 2) return *len = 1, u[0];
-  if (u[0] < 0xe0) return *len = 2, (u[0] & 0x1f) << 6 | (u[1] & 0x3f);
-  if (u[0] < 0xf0 || n < 4) return *len = 3, (u[0] & 0x0f) << 12 | (u[1] & 0x3f) << 6 | (u[2] & 0x3f);
-  return *len = 4, (u[0] & 0x07) << 18 | (u[1] & 0x3f) << 12 | (u[2] & 0x3f) << 6 | (u[3] & 0x3f);
-}
-
-size_t bpe_utf8_put(int32_t cp, char *out) {
-  return (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
-}
+/* ---- UTF-8 validity (bpe.h; reading and writing code points: bpe_text.h) ---- */
 
 size_t bpe_utf8_invalid_at(const char *s, size_t n) {
   size_t i = 0;

@@ -1,8 +1,8 @@
-/* bpe_priv — the types shared by the bpe_*.c files (bpe.h is the interface): the tokenizer's parts
- * as loaded from tokenizer.json (bpe_load.c), the BPE model and its maps (bpe_model.c), patterns,
- * normalizers and pre-tokenizers (bpe_pre.c), the encoding pipeline (bpe_encode.c) and decoders
- * (bpe_decode.c). Everything in a bpe_tokenizer is immutable after load; per-thread scratch lives
- * in bpe_state.
+/* bpe_priv — the types shared by the bpe_*.c files (bpe.h is the interface; growable bytes and
+ * UTF-8, below them all, are bpe_text.h's): the tokenizer's parts as loaded from tokenizer.json
+ * (bpe_load.c), the BPE model and its maps (bpe_model.c), patterns, normalizers and pre-tokenizers
+ * (bpe_pre.c), the encoding pipeline (bpe_encode.c) and decoders (bpe_decode.c). Everything in a
+ * bpe_tokenizer is immutable after load; per-thread scratch lives in bpe_state.
  */
 #ifndef FSDP_BPE_PRIV_H
 #define FSDP_BPE_PRIV_H
@@ -12,13 +12,9 @@
 #include <stdint.h>
 
 #include "bpe.h"
+#include "bpe_text.h"
 
-/* ---- growable bytes and piece lists ---- */
-typedef struct bpe_str {
-  char *p;
-  size_t n, cap;
-} bpe_str;
-fsdp_status bpe_str_put(bpe_str *s, const void *p, size_t n);
+/* ---- piece lists (over bpe_text.h's growable bytes) ---- */
 
 /* A piece of text being encoded: bytes off..off+len of its list's text, or an added token (id ≥ 0).
  * FIRST: the piece starts at the beginning of the input (Metaspace's prepend_scheme "first"). */
@@ -208,8 +204,5 @@ struct bpe_state {
 
 /* The added token with id ID, or NULL. */
 const bpe_added *bpe_added_by_id(const bpe_tokenizer *t, uint32_t id);
-/* UTF-8 helpers: the code point at S (N ≥ 1 bytes, valid UTF-8) and its length. */
-int32_t bpe_utf8_next(const char *s, size_t n, size_t *len);
-size_t bpe_utf8_put(int32_t cp, char *out);
 
 #endif

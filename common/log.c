@@ -1,15 +1,12 @@
 /* log — see log.h. */
 #include "log.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "fsutil.h"
 #include "oneline.h"
 
 static log_level cur_level = LOG_INFO;
@@ -18,16 +15,6 @@ static int log_fd = 2;
 
 void log_set_level(log_level lvl) { cur_level = lvl; }
 
-fsdp_status log_parse_level(const char *s, log_level *out) {
-  static const char *names[] = {"debug", "info", "warn", "error"};
-  for (int i = 0; i < 4; i++)
-    if (strcmp(s, names[i]) == 0) {
-      *out = (log_level)i;
-      return FSDP_OK;
-    }
-  return fsdp_set_error(FSDP_ERR_INVALID, "unknown log level '%s' (allowed: debug, info, warn, error)", s);
-}
-
 void log_set_prefix(const char *component, int rank) {
   if (rank >= 0)
     snprintf(prefix, sizeof prefix, "%s[%d]", component, rank);
@@ -35,12 +22,9 @@ void log_set_prefix(const char *component, int rank) {
     snprintf(prefix, sizeof prefix, "%s", component);
 }
 
-fsdp_status log_open_file(const char *path) {
-  int fd;
-  TRY(fsutil_open_append(AT_FDCWD, path, path, 0644, &fd));   /* never through a link */
+void log_set_fd(int fd) {
   if (log_fd > 2) close(log_fd);
   log_fd = fd;
-  return FSDP_OK;
 }
 
 void log_emit(log_level lvl, const char *file, int line, const char *fmt, ...) {

@@ -27,6 +27,7 @@
 #include "curve.h"
 #include "fsutil.h"
 #include "log.h"
+#include "logcfg.h"
 #include "metricsrv.h"
 #include "slurm.h"
 #include "statedir.h"

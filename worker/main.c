@@ -32,6 +32,7 @@
 #include "jobresolve.h"
 #include "jobspec.h"
 #include "log.h"
+#include "logcfg.h"
 #include "mem.h"
 #include "ops_cpu.h"
 #include "plan.h"

@@ -21,6 +21,7 @@
 #define FSDP_GEMMA3_H
 
 #include "jobspec.h"
+#include "llama_family.h"
 #include "plan.h"
 
 enum { G3ROOT_EMBED = 0, G3ROOT_NORM, G3ROOT_NT };
@@ -74,19 +75,7 @@ static inline plan_act gemma3_act(const model_config *m, int B, device_kind dev,
   const int64_t acts = BT * (6 * C + QD + 2 * Q + 3 * F), stats = BT * (4 + NH + NKV) + ATT;
   const int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;
   const int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 2 * BTC + BT * (QD > C ? QD : C) + BT * F + wide;
-  const int ck = ackpt == ACKPT_FULL;
-  return (plan_act){
-    .block_saved = ck ? BTC : block,
-    .block_ws = ck ? block : 0,
-    .block_bytes = ck ? e * BTC : block_bytes,
-    .block_ws_bytes = ck ? block_bytes : 0,
-    .root_saved = 2 * BTC + BT,
-    .head_ws = logits / 4 + BT + BTC,
-    .bwd_ws = bwd + DATT,
-    .root_bytes = e * 2 * BTC + 4 * BT,
-    .head_ws_bytes = logits + 4 * BT + e * BTC,
-    .bwd_ws_bytes = e * bwd + 4 * DATT,
-  };
+  return llama_plan_act(ackpt == ACKPT_FULL, e, BT, C, block, block_bytes, logits, bwd, DATT);
 }
 
 #endif

@@ -21,6 +21,7 @@
 #include "arch.h"
 #include "gemma3.h"
 #include "hfconfig.h"
+#include "llama_family.h"
 #include "plan_priv.h"
 
 #define G3_PREFIX "model."
@@ -40,22 +41,17 @@ static int64_t block_numel(const model_config *m) {
 static int64_t n_decay(const model_config *m) { return 1 + 7 * (int64_t)m->n_layer; }   /* embed_tokens, 7 projections a layer */
 static int64_t lookup_numel(const model_config *m) { return (void)m, 0; }   /* tied: the head's matmul reads it all */
 static int64_t embed_numel(const model_config *m) { return (int64_t)m->vocab_size * m->n_embd; }
-static int64_t attn_dim(const model_config *m) { return q_dim(m); }
 static int attn_window(const model_config *m, int layer) { return gemma3_is_global(m, layer) ? 0 : m->sliding_window; }
 
 static fsdp_status check(const model_config *m) {
-  int nkv = m->n_kv_head, hd = gemma3_head_dim(m);
-  if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
-    return fsdp_set_error(FSDP_ERR_INVALID, "n_kv_head = %d does not divide n_head = %d; allowed: a divisor", nkv,
-                          m->n_head);
+  int hd = gemma3_head_dim(m);
+  TRY(llama_check_kv(m));
   if (m->head_dim < 0 || m->head_dim > 1024 || hd < 2 || hd % 2)
     return fsdp_set_error(FSDP_ERR_RANGE, "head_dim = %d; allowed: an even head size in 2..1024 (0: n_embd / n_head)",
                           m->head_dim);
   if (m->ffn_dim < 2 || m->ffn_dim > 1048576 || m->ffn_dim % 2)
     return fsdp_set_error(FSDP_ERR_RANGE, "ffn_dim = %d; allowed: an even integer in 2..1048576", m->ffn_dim);
-  if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
-    return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
-                          "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+  TRY(llama_check_eps_theta(m));
   if (m->rope_scaling != ROPE_SCALING_NONE && m->rope_scaling != ROPE_SCALING_LINEAR)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "rope_scaling %s is not Gemma 3's; allowed with arch = gemma3: none | "
                           "linear (its global layers)", jobspec_rope_scaling_name(m->rope_scaling));
@@ -74,7 +70,7 @@ static fsdp_status check(const model_config *m) {
 
 /* Tied always; none of the Llama family's choices; head_dim = C / H written as 0. */
 static void canonical(model_config *m) {
-  if (m->head_dim == m->n_embd / m->n_head && m->n_embd % m->n_head == 0) m->head_dim = 0;
+  llama_canonical_head_dim(m);
   m->tie_embeddings = 1;
   m->attention_bias = m->qkv_bias = m->mlp_bias = m->qk_norm = 0;
 }
@@ -114,34 +110,9 @@ static void units(plan_t *p) {
   }
 }
 
-static const char *strip(const char *s) { return strncmp(s, G3_PREFIX, strlen(G3_PREFIX)) ? s : s + strlen(G3_PREFIX); }
-
-/* NAME with or without "model." */
-static const plan_tensor *find(const plan_t *p, const char *name, int *unit) {
-  const char *bare = strip(name);
-  for (int u = 0; u < p->nunits; u++)
-    for (int j = 0; j < p->units[u].ntensors; j++)
-      if (!strcmp(strip(p->units[u].t[j].name), bare)) {
-        if (unit) *unit = u;
-        return &p->units[u].t[j];
-      }
-  return NULL;
-}
-
 static int head_slot(const model_config *m) { return (void)m, G3ROOT_EMBED; }
 
 /* ---- config.json: Gemma3TextConfig ---- */
-
-static double num_or_nan(const json_t *o, const char *key) {
-  const json_t *x = o ? json_object_get(o, key) : NULL;
-  return json_is_number(x) ? json_number_value(x) : NAN;
-}
-
-static const char *rope_type_of(const json_t *r) {
-  const char *t = json_string_value(json_object_get(r, "rope_type"));
-  if (!t) t = json_string_value(json_object_get(r, "type"));
-  return t ? t : "default";
-}
 
 /* What Gemma3ForCausalLM computes and fsdpd does not. */
 static fsdp_status refuse_others(const json_t *o, const char *path) {
@@ -160,7 +131,7 @@ static fsdp_status refuse_others(const json_t *o, const char *path) {
   TRY(hf_want_bool(o, path, "attention_bias", 0, "biases on q, k, v and o"));
   TRY(hf_want_bool(o, path, "use_bidirectional_attention", 0, "bidirectional attention"));
   TRY(hf_want_bool(o, path, "tie_word_embeddings", 1, "an lm_head apart from embed_tokens; Gemma 3 ties them"));
-  double drop = num_or_nan(o, "attention_dropout");
+  double drop = llama_hf_num(o, "attention_dropout");
   if (!isnan(drop) && drop != 0)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: attention_dropout = %g is not computed by fsdpd; allowed: 0", path,
                           drop);
@@ -203,18 +174,18 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   const json_t *full = json_is_object(rp) ? json_object_get(rp, "full_attention") : NULL;
   const json_t *slide = json_is_object(rp) ? json_object_get(rp, "sliding_attention") : NULL;
   if (json_is_object(sc) && json_object_size(sc)) full = sc;   /* rope_scaling updates full_attention */
-  double top = num_or_nan(o, "rope_theta"), local = num_or_nan(o, "rope_local_base_freq");
-  double ft = num_or_nan(full, "rope_theta"), st = num_or_nan(slide, "rope_theta");
-  if (full == sc && json_is_object(rp) && isnan(ft)) ft = num_or_nan(json_object_get(rp, "full_attention"), "rope_theta");
+  double top = llama_hf_num(o, "rope_theta"), local = llama_hf_num(o, "rope_local_base_freq");
+  double ft = llama_hf_num(full, "rope_theta"), st = llama_hf_num(slide, "rope_theta");
+  if (full == sc && json_is_object(rp) && isnan(ft)) ft = llama_hf_num(json_object_get(rp, "full_attention"), "rope_theta");
   m->rope_theta = !isnan(ft) ? ft : !isnan(top) ? top : 1e6;
   m->ext[G3X_ROPE_LOCAL_THETA] = !isnan(st) ? st : !isnan(local) ? local : 10000;
   if (!(m->rope_theta > 0) || !(m->ext[G3X_ROPE_LOCAL_THETA] > 0))
     return fsdp_set_error(FSDP_ERR_FORMAT, "%s: the rope bases must be positive numbers", path);
-  if (slide && strcmp(rope_type_of(slide), "default"))
+  if (slide && strcmp(llama_hf_rope_type(slide), "default"))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention rope_type '%s' is not computed "
                           "by fsdpd; allowed: default (Gemma 3 scales its global layers only)", path,
-                          rope_type_of(slide));
-  const char *type = full ? rope_type_of(full) : "default";
+                          llama_hf_rope_type(slide));
+  const char *type = full ? llama_hf_rope_type(full) : "default";
   if (!strcmp(type, "default")) return FSDP_OK;
   if (strcmp(type, "linear"))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: the global layers' rope_type '%s' is not computed by fsdpd for "
@@ -223,33 +194,17 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   return hf_get_num(full, path, "factor", NAN, &m->rope_factor);
 }
 
-/* pad_token_id (Gemma3TextConfig's default 0; null: none): the embedding's padding_idx, whose row the
- * lookup's gradient skips (model_gemma3.c), as nn.Embedding's. */
-static fsdp_status hf_pad(const json_t *o, const char *path, model_config *m) {
-  const json_t *x = json_object_get(o, "pad_token_id");
-  m->pad_token_id = x ? -1 : 0;
-  if (!x || json_is_null(x)) return FSDP_OK;
-  if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= m->vocab_size)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: pad_token_id must be null or a token id in 0..%d (below vocab_size)",
-                          path, m->vocab_size - 1);
-  m->pad_token_id = (int)json_integer_value(x);
-  return FSDP_OK;
-}
-
 static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) {
   m->arch = ARCH_GEMMA3;
+  static const llama_hf_dflt dflt = {26, 8, 2304, 262208, 9216, 131072, 4};   /* Gemma3TextConfig's */
   TRY(refuse_others(o, path));
-  TRY(hf_get_int(o, path, "num_hidden_layers", 26, &m->n_layer));
-  TRY(hf_get_int(o, path, "num_attention_heads", 8, &m->n_head));
-  TRY(hf_get_int(o, path, "hidden_size", 2304, &m->n_embd));
-  TRY(hf_get_int(o, path, "vocab_size", 262208, &m->vocab_size));
-  TRY(hf_get_int(o, path, "intermediate_size", 9216, &m->ffn_dim));
-  TRY(hf_get_int(o, path, "max_position_embeddings", 131072, &m->n_positions));
-  TRY(hf_get_int(o, path, "num_key_value_heads", 4, &m->n_kv_head));
+  TRY(llama_hf_shape(o, path, &dflt, m));
   TRY(hf_get_int(o, path, "head_dim", 256, &m->head_dim));
   TRY(hf_get_num(o, path, "rms_norm_eps", 1e-6, &m->norm_eps));
   TRY(hf_get_num(o, path, "query_pre_attn_scalar", 256, &m->ext[G3X_QUERY_PRE_ATTN_SCALAR]));
-  TRY(hf_pad(o, path, m));
+  /* pad_token_id (absent: Gemma3TextConfig's 0): the embedding's padding_idx, whose row the lookup's
+   * gradient skips (model_gemma3.c), as nn.Embedding's */
+  TRY(llama_hf_pad(o, path, 0, m));
   if (m->head_dim % 2)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: head_dim = %d is odd; allowed: an even head_dim (rotary pairs)", path,
                           m->head_dim);
@@ -307,18 +262,7 @@ static json_t *hf_own_config(const model_config *m) {
 }
 
 static const arch_hf_key hf_keys[] = {
-  {"arch", "model_type"},
-  {"n_layer", "num_hidden_layers"},
-  {"n_head", "num_attention_heads"},
-  {"n_embd", "hidden_size"},
-  {"vocab_size", "vocab_size"},
-  {"n_positions", "max_position_embeddings"},
-  {"n_kv_head", "num_key_value_heads"},
-  {"ffn_dim", "intermediate_size"},
-  {"norm_eps", "rms_norm_eps"},
-  {"rope_theta", "rope_theta"},
-  {"tie_word_embeddings", "tie_word_embeddings"},
-  {"rope_scaling", "rope_type"},
+  LLAMA_HF_KEYS_SHAPE,
   {"rope_factor", "factor"},
   {"head_dim", "head_dim"},
   {"sliding_window", "sliding_window"},
@@ -338,21 +282,10 @@ static fsdp_status file_check(const plan_t *p, const char *path, int (*has)(cons
 
 static fsdp_status missing(const plan_t *p, const char *name, const char *where) { return (void)p, (void)name, (void)where, FSDP_OK; }
 
-/* ---- checkpoints, plan output ---- */
-
-static json_t *rope_scaling_json(const model_config *m) {
-  return m->rope_scaling == ROPE_SCALING_LINEAR ? json_pack("{s:s, s:f}", "rope_type", "linear", "factor", m->rope_factor)
-                                                : json_null();
-}
+/* ---- checkpoints, plan output: the Llama family's, and the window ---- */
 
 static void model_json(json_t *jm, const model_config *m) {
-  json_object_set_new(jm, "n_kv_head", json_integer(m->n_kv_head));
-  json_object_set_new(jm, "ffn_dim", json_integer(m->ffn_dim));
-  json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
-  json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
-  json_object_set_new(jm, "tie_word_embeddings", json_true());
-  json_object_set_new(jm, "rope_scaling", rope_scaling_json(m));
-  json_object_set_new(jm, "head_dim", json_integer(gemma3_head_dim(m)));
+  llama_model_json_shape(jm, m);
   json_object_set_new(jm, "sliding_window", window_json(m));
   json_object_set_new(jm, "pad_token_id", json_integer(m->pad_token_id));
 }
@@ -362,35 +295,26 @@ static int manifest_fix(model_config *m) {
   return m->n_kv_head < 1 || m->ffn_dim < 1 ? -1 : 0;
 }
 
+/* head_dim and pad_token_id as the family's (whose canonical() is then Gemma 3's), and the window */
 static void manifest_read(const json_t *jm, model_config *m) {
-  json_int_t hd = json_integer_value(json_object_get(jm, "head_dim"));
+  llama_manifest_read(jm, m);
   json_int_t w = json_integer_value(json_object_get(jm, "sliding_window"));
-  m->head_dim = hd > 0 && hd <= 1024 ? (int)hd : 0;
   m->sliding_window = w > 0 && w <= G3_MAX_WINDOW ? (int)w : 0;
-  const json_t *pad = json_object_get(jm, "pad_token_id");
-  m->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 && json_integer_value(pad) < m->vocab_size
-                        ? (int)json_integer_value(pad) : -1;
-  canonical(m);
 }
 
 static int same_model(const model_config *a, const model_config *b) {
-  return a->n_kv_head == b->n_kv_head && a->ffn_dim == b->ffn_dim && a->norm_eps == b->norm_eps &&
-         a->rope_theta == b->rope_theta && a->rope_scaling == b->rope_scaling &&
-         (a->rope_scaling == ROPE_SCALING_NONE || a->rope_factor == b->rope_factor) &&
-         gemma3_head_dim(a) == gemma3_head_dim(b) && a->sliding_window == b->sliding_window &&
-         a->pad_token_id == b->pad_token_id;
+  return llama_same_model(a, b) && a->sliding_window == b->sliding_window && a->pad_token_id == b->pad_token_id;
 }
 
 static void describe(const model_config *m, char *buf, size_t n) {
-  char rope[48] = "none";
-  if (m->rope_scaling == ROPE_SCALING_LINEAR) snprintf(rope, sizeof rope, "linear (factor %g)", m->rope_factor);
+  char rope[48];
+  llama_rope_text(m, rope, sizeof rope);
   snprintf(buf, n, ", norm_eps %g, rope_theta %g, head_dim %d, sliding_window %d, rope_scaling %s", m->norm_eps,
            m->rope_theta, gemma3_head_dim(m), m->sliding_window, rope);
 }
 
 static void print_model(const model_config *m, FILE *f) {
-  fprintf(f, "  KV=%d  HD=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, gemma3_head_dim(m), m->ffn_dim, m->norm_eps,
-          m->rope_theta);
+  llama_print_shape(m, f);
   fprintf(f, "          tied: lm_head is model.embed_tokens.weight; norms (1 + w); attention scale "
           "query_pre_attn_scalar^-1/2 = %g^-1/2\n", gemma3_qpas(m));
   fprintf(f, "          layer l global iff (l + 1) %% %d == 0: full causal attention, rope theta %g", gemma3_pattern(m),
@@ -401,15 +325,8 @@ static void print_model(const model_config *m, FILE *f) {
 
 /* q|k|v run as one linear of rows NH·HD + 2·KV wide, gate|up as one of 2F (model_gemma3.c), as Llama's. */
 static int lora_modules(const model_config *m, arch_lora_module *o) {
-  int64_t C = m->n_embd, F = m->ffn_dim, QD = q_dim(m), KV = kv_dim(m), Q = QD + 2 * KV;
-  o[0] = (arch_lora_module){"self_attn.q_proj", G3_Q, C, QD, 0, Q};
-  o[1] = (arch_lora_module){"self_attn.k_proj", G3_K, C, KV, QD, Q};
-  o[2] = (arch_lora_module){"self_attn.v_proj", G3_V, C, KV, QD + KV, Q};
-  o[3] = (arch_lora_module){"self_attn.o_proj", G3_O, QD, C, 0, C};
-  o[4] = (arch_lora_module){"mlp.gate_proj", G3_GATE, C, F, 0, 2 * F};
-  o[5] = (arch_lora_module){"mlp.up_proj", G3_UP, C, F, F, 2 * F};
-  o[6] = (arch_lora_module){"mlp.down_proj", G3_DOWN, F, C, 0, C};
-  return 7;
+  static const int slot[7] = {G3_Q, G3_K, G3_V, G3_O, G3_GATE, G3_UP, G3_DOWN};
+  return llama_lora_modules_at(m, slot, o);
 }
 
 static const char *params_note(const model_config *m) { return (void)m, "the tied embed_tokens counted once"; }
@@ -451,12 +368,12 @@ const arch_desc gemma3_arch = {
   .lookup_numel = lookup_numel,
   .embed_numel = embed_numel,
   .act = gemma3_act,   /* gemma3.h: what model_gemma3.c keeps, to the byte */
-  .attn_dim = attn_dim,
+  .attn_dim = llama_attn_dim,
   .attn_window = attn_window,
   .check = check,
   .canonical = canonical,
   .units = units,
-  .find = find,
+  .find = llama_find,
   .head_slot = head_slot,
   .probe_names = probe_names,
   .file_desc = "a Gemma 3 model (model.layers.0.pre_feedforward_layernorm.weight, …)",

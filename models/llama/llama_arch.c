@@ -59,7 +59,12 @@ plan_act llama_act(const model_config *m, int B, device_kind dev, ackpt_mode ack
   int64_t acts = BT * (4 * C + QD + Q + 3 * F + qn * Q), stats = 2 * BT + ATT + qn * BT * (m->n_head + m->n_kv_head);
   int64_t block = acts + stats, block_bytes = e * acts + 4 * stats;
   int64_t wide = BT * (2 * F > Q ? 2 * F : Q), bwd = 2 * BTC + BT * (QD > C ? QD : C) + BT * F + wide;
-  int ck = ackpt == ACKPT_FULL;
+  return llama_plan_act(ackpt == ACKPT_FULL, e, BT, C, block, block_bytes, logits, bwd, DATT);
+}
+
+plan_act llama_plan_act(int ck, int64_t e, int64_t BT, int64_t C, int64_t block, int64_t block_bytes, int64_t logits,
+                        int64_t bwd, int64_t DATT) {
+  const int64_t BTC = BT * C;
   return (plan_act){
     .block_saved = ck ? BTC : block,
     .block_ws = ck ? block : 0,
@@ -93,11 +98,24 @@ static fsdp_status check_rope(const model_config *m) {
   return FSDP_OK;
 }
 
-fsdp_status llama_check(const model_config *m) {
-  int nkv = m->n_kv_head, hd = llama_head_dim(m);
+fsdp_status llama_check_kv(const model_config *m) {
+  int nkv = m->n_kv_head;
   if (nkv < 1 || nkv > m->n_head || m->n_head % nkv)
     return fsdp_set_error(FSDP_ERR_INVALID, "n_kv_head = %d does not divide n_head = %d; allowed: a divisor", nkv,
                           m->n_head);
+  return FSDP_OK;
+}
+
+fsdp_status llama_check_eps_theta(const model_config *m) {
+  if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
+    return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
+                          "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+  return FSDP_OK;
+}
+
+fsdp_status llama_check(const model_config *m) {
+  int hd = llama_head_dim(m);
+  TRY(llama_check_kv(m));
   if (m->head_dim < 0 || m->head_dim > 1024)
     return fsdp_set_error(FSDP_ERR_RANGE, "head_dim = %d is out of range; allowed: 0 (n_embd / n_head) or 2..1024",
                           m->head_dim);
@@ -110,9 +128,7 @@ fsdp_status llama_check(const model_config *m) {
   if (m->pad_token_id < -1 || m->pad_token_id >= m->vocab_size)
     return fsdp_set_error(FSDP_ERR_RANGE, "pad_token_id = %d is not a token of the vocabulary; allowed: -1 (none) or "
                           "0..%d (below vocab_size)", m->pad_token_id, m->vocab_size - 1);
-  if (!(m->norm_eps > 0 && m->norm_eps < 1) || !(m->rope_theta >= 1 && m->rope_theta <= 1e9))
-    return fsdp_set_error(FSDP_ERR_RANGE, "norm_eps %g / rope_theta %g out of range; allowed: 0 < eps < 1, "
-                          "1 <= theta <= 1e9", m->norm_eps, m->rope_theta);
+  TRY(llama_check_eps_theta(m));
   return check_rope(m);
 }
 
@@ -191,22 +207,20 @@ int64_t llama_attn_dim(const model_config *m) { return q_dim(m); }
 
 /* ---- config.json: LlamaConfig ---- */
 
-/* A rope object's type: rope_type, or transformers 4's "type"; "default" when neither. */
-static const char *rope_type_of(const json_t *sc) {
-  const char *type = json_string_value(json_object_get(sc, "rope_type"));
-  if (!type) type = json_string_value(json_object_get(sc, "type"));
+const char *llama_hf_rope_type(const json_t *r) {
+  const char *type = json_string_value(json_object_get(r, "rope_type"));
+  if (!type) type = json_string_value(json_object_get(r, "type"));
   return type ? type : "default";
 }
 
-/* A number KEY of O, or NAN when absent or null (hf_get_num checks its range). */
-static double num_or_nan(const json_t *o, const char *key) {
+double llama_hf_num(const json_t *o, const char *key) {
   const json_t *x = o ? json_object_get(o, key) : NULL;
   return json_is_number(x) ? json_number_value(x) : NAN;
 }
 
 /* Read the llama3 or linear scaling of SC (WHERE names it) into M, or nothing for "default". */
 static fsdp_status rope_scaling_of(const json_t *sc, const char *path, const char *where, model_config *m) {
-  const char *type = rope_type_of(sc);
+  const char *type = llama_hf_rope_type(sc);
   if (!strcmp(type, "default")) return FSDP_OK;
   if (!strcmp(type, "linear")) {   /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
     m->rope_scaling = ROPE_SCALING_LINEAR;
@@ -236,7 +250,7 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
   if (sc && (json_is_null(sc) || json_object_size(sc) == 0)) sc = NULL;   /* transformers: `rope_scaling or ...` */
   const json_t *use = sc ? sc : rp;
   const char *where = sc ? "rope_scaling" : "rope_parameters";
-  double top = num_or_nan(o, "rope_theta"), own = num_or_nan(use, "rope_theta");
+  double top = llama_hf_num(o, "rope_theta"), own = llama_hf_num(use, "rope_theta");
   if (use && !isnan(own) && !isnan(top) && own != top)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s has rope_theta %g but the top-level rope_theta is %g; "
                           "allowed: one base (remove one of them, or make them equal)", path, where, own, top);
@@ -246,16 +260,16 @@ static fsdp_status hf_rope(const json_t *o, const char *path, model_config *m) {
     model_config other = *m;
     other.rope_scaling = ROPE_SCALING_NONE;
     TRY(rope_scaling_of(rp, path, "rope_parameters", &other));
-    double rp_theta = num_or_nan(rp, "rope_theta");
+    double rp_theta = llama_hf_num(rp, "rope_theta");
     int same = other.rope_scaling == m->rope_scaling &&
                (m->rope_scaling == ROPE_SCALING_NONE ||
                 (other.rope_factor == m->rope_factor && other.rope_low_freq_factor == m->rope_low_freq_factor &&
                  other.rope_high_freq_factor == m->rope_high_freq_factor &&
                  other.rope_original_max_pos == m->rope_original_max_pos));
-    if (strcmp(rope_type_of(rp), "default") && !same)
+    if (strcmp(llama_hf_rope_type(rp), "default") && !same)
       return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: rope_parameters (rope_type '%s') and the legacy rope_scaling "
                             "(rope_type '%s') disagree; allowed: one of them, or both the same", path,
-                            rope_type_of(rp), rope_type_of(sc));
+                            llama_hf_rope_type(rp), llama_hf_rope_type(sc));
     if (!isnan(rp_theta) && rp_theta != m->rope_theta)
       return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: rope_parameters has rope_theta %g but transformers takes %g "
                             "(the legacy rope_scaling replaces rope_parameters); allowed: one base (set rope_theta "
@@ -277,11 +291,9 @@ fsdp_status llama_hf_bool(const json_t *o, const char *path, const char *key, in
   return FSDP_OK;
 }
 
-/* pad_token_id: null or absent, none; else a row of the vocabulary (nn.Embedding refuses any other, and
- * wraps a negative one, which fsdpd does not). */
-static fsdp_status llama_hf_pad(const json_t *o, const char *path, model_config *m) {
+fsdp_status llama_hf_pad(const json_t *o, const char *path, int absent, model_config *m) {
   const json_t *x = json_object_get(o, "pad_token_id");
-  m->pad_token_id = -1;
+  m->pad_token_id = x ? -1 : absent;
   if (!x || json_is_null(x)) return FSDP_OK;
   if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= m->vocab_size)
     return fsdp_set_error(FSDP_ERR_FORMAT, "%s: pad_token_id must be null or a token id in 0..%d (below vocab_size)",
@@ -290,14 +302,19 @@ static fsdp_status llama_hf_pad(const json_t *o, const char *path, model_config 
   return FSDP_OK;
 }
 
+fsdp_status llama_hf_shape(const json_t *o, const char *path, const llama_hf_dflt *d, model_config *m) {
+  TRY(hf_get_int(o, path, "num_hidden_layers", d->n_layer, &m->n_layer));
+  TRY(hf_get_int(o, path, "num_attention_heads", d->n_head, &m->n_head));
+  TRY(hf_get_int(o, path, "hidden_size", d->n_embd, &m->n_embd));
+  TRY(hf_get_int(o, path, "vocab_size", d->vocab_size, &m->vocab_size));
+  TRY(hf_get_int(o, path, "intermediate_size", d->ffn_dim, &m->ffn_dim));
+  TRY(hf_get_int(o, path, "max_position_embeddings", d->n_positions, &m->n_positions));
+  return hf_get_int(o, path, "num_key_value_heads", d->n_kv_head ? d->n_kv_head : m->n_head, &m->n_kv_head);
+}
+
 fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_dim_dflt, model_config *m) {
-  TRY(hf_get_int(o, path, "num_hidden_layers", -1, &m->n_layer));
-  TRY(hf_get_int(o, path, "num_attention_heads", -1, &m->n_head));
-  TRY(hf_get_int(o, path, "hidden_size", -1, &m->n_embd));
-  TRY(hf_get_int(o, path, "vocab_size", -1, &m->vocab_size));
-  TRY(hf_get_int(o, path, "intermediate_size", -1, &m->ffn_dim));
-  TRY(hf_get_int(o, path, "max_position_embeddings", 2048, &m->n_positions));
-  TRY(hf_get_int(o, path, "num_key_value_heads", m->n_head, &m->n_kv_head));
+  static const llama_hf_dflt required = {-1, -1, -1, -1, -1, 2048, 0};   /* LlamaConfig's shapes: no defaults */
+  TRY(llama_hf_shape(o, path, &required, m));
   TRY(hf_get_num(o, path, "rms_norm_eps", 1e-6, &m->norm_eps));
   /* head_dim: the config's, else the family's default (C / H: 0) as transformers' attention takes it */
   TRY(hf_get_int(o, path, "head_dim", head_dim_dflt, &m->head_dim));
@@ -310,7 +327,7 @@ fsdp_status llama_hf_parse_common(const json_t *o, const char *path, int head_di
   if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: hidden_act = %s is not computed by fsdpd; allowed: silu (SwiGLU)",
                           path, json_is_string(act) ? json_string_value(act) : "?");
-  TRY(llama_hf_pad(o, path, m));
+  TRY(llama_hf_pad(o, path, -1, m));
   return hf_rope(o, path, m);
 }
 
@@ -360,22 +377,8 @@ static json_t *hf_own_config(const model_config *m) {
 const arch_dropout llama_dropout[] = {{"attention_dropout", 0}, {NULL, 0}};
 
 const arch_hf_key llama_hf_keys[] = {
-  {"arch", "model_type"},
-  {"n_layer", "num_hidden_layers"},
-  {"n_head", "num_attention_heads"},
-  {"n_embd", "hidden_size"},
-  {"vocab_size", "vocab_size"},
-  {"n_positions", "max_position_embeddings"},
-  {"n_kv_head", "num_key_value_heads"},
-  {"ffn_dim", "intermediate_size"},
-  {"norm_eps", "rms_norm_eps"},
-  {"rope_theta", "rope_theta"},
-  {"tie_word_embeddings", "tie_word_embeddings"},
-  {"rope_scaling", "rope_type"},
-  {"rope_factor", "factor"},
-  {"rope_low_freq_factor", "low_freq_factor"},
-  {"rope_high_freq_factor", "high_freq_factor"},
-  {"rope_original_max_position_embeddings", "original_max_position_embeddings"},
+  LLAMA_HF_KEYS_SHAPE,
+  LLAMA_HF_KEYS_ROPE,
   {"head_dim", "head_dim"},
   {"attention_bias", "attention_bias"},
   {"mlp_bias", "mlp_bias"},
@@ -406,14 +409,18 @@ fsdp_status llama_missing(const plan_t *p, const char *name, const char *where) 
 
 /* ---- checkpoints, plan output ---- */
 
-void llama_model_json(json_t *jm, const model_config *m) {
+void llama_model_json_shape(json_t *jm, const model_config *m) {
   json_object_set_new(jm, "n_kv_head", json_integer(m->n_kv_head));
   json_object_set_new(jm, "ffn_dim", json_integer(m->ffn_dim));
   json_object_set_new(jm, "norm_eps", json_real(m->norm_eps));
   json_object_set_new(jm, "rope_theta", json_real(m->rope_theta));
-  json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings));
+  json_object_set_new(jm, "tie_word_embeddings", json_boolean(m->tie_embeddings || arch_get(m->arch)->always_tied));
   json_object_set_new(jm, "rope_scaling", llama_rope_scaling_json(m));
   json_object_set_new(jm, "head_dim", json_integer(llama_head_dim(m)));
+}
+
+void llama_model_json(json_t *jm, const model_config *m) {
+  llama_model_json_shape(jm, m);
   json_object_set_new(jm, "attention_bias", json_boolean(m->attention_bias));
   json_object_set_new(jm, "mlp_bias", json_boolean(m->mlp_bias));
   json_object_set_new(jm, "pad_token_id", json_integer(m->pad_token_id));
@@ -458,6 +465,14 @@ static void extras(const model_config *m, int head_dim, char *buf, size_t n) {
            m->mlp_bias ? ", MLP biases" : "", m->qk_norm ? ", q/k norms" : "");
 }
 
+void llama_rope_text(const model_config *m, char *buf, size_t n) {
+  if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf, n, "none");
+  else if (m->rope_scaling == ROPE_SCALING_LINEAR) snprintf(buf, n, "linear (factor %g)", m->rope_factor);
+  else
+    snprintf(buf, n, "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d)",
+             m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_pos);
+}
+
 /* eps, theta, the head size, the tie, the biases and the rope scaling, for a message */
 void llama_describe(const model_config *m, char *buf, size_t n) {
   char x[96];
@@ -465,20 +480,19 @@ void llama_describe(const model_config *m, char *buf, size_t n) {
   int k = snprintf(buf, n, ", norm_eps %g, rope_theta %g, %s%s, rope_scaling ", m->norm_eps, m->rope_theta,
                    m->tie_embeddings ? "tied" : "untied", x);
   if (k < 0 || (size_t)k >= n) return;
-  if (m->rope_scaling == ROPE_SCALING_NONE) snprintf(buf + k, n - (size_t)k, "none");
-  else if (m->rope_scaling == ROPE_SCALING_LINEAR) snprintf(buf + k, n - (size_t)k, "linear (factor %g)", m->rope_factor);
-  else
-    snprintf(buf + k, n - (size_t)k, "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, "
-             "original_max_position_embeddings %d)", m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor,
-             m->rope_original_max_pos);
+  llama_rope_text(m, buf + k, n - (size_t)k);
+}
+
+void llama_print_shape(const model_config *m, FILE *f) {
+  fprintf(f, "  KV=%d  HD=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, llama_head_dim(m), m->ffn_dim, m->norm_eps,
+          m->rope_theta);
 }
 
 /* The shape line's rest, and the line under it: the head tied or not, the biases and norms, the rope scaling. */
 void llama_print_model(const model_config *m, FILE *f) {
   char x[96];
   extras(m, 0, x, sizeof x);
-  fprintf(f, "  KV=%d  HD=%d  F=%d  eps=%g  theta=%g\n", m->n_kv_head, llama_head_dim(m), m->ffn_dim, m->norm_eps,
-          m->rope_theta);
+  llama_print_shape(m, f);
   fprintf(f, "          %s%s%s", m->tie_embeddings ? "tied: lm_head is model.embed_tokens.weight (one tensor, both uses)"
                                                      : "untied: lm_head.weight is its own tensor", x[0] ? "; " : "",
           x[0] ? x + 2 : "");
@@ -510,17 +524,21 @@ static const char *const job_keys[] = {"n_kv_head", "ffn_dim", "norm_eps", "rope
                                        "mlp_bias", "pad_token_id", NULL};
 const char *const llama_probe_names[] = {"embed_tokens.weight", "layers.0.self_attn.q_proj.weight", NULL};
 
-/* q|k|v run as one linear of rows NH·HD + 2·KV wide, gate|up as one of 2F (model_llama.c). */
-int llama_lora_modules(const model_config *m, arch_lora_module *o) {
+int llama_lora_modules_at(const model_config *m, const int slot[7], arch_lora_module *o) {
   int64_t C = m->n_embd, F = m->ffn_dim, QD = q_dim(m), KV = kv_dim(m), Q = qkv_dim(m);
-  o[0] = (arch_lora_module){"self_attn.q_proj", LBLK_Q, C, QD, 0, Q};
-  o[1] = (arch_lora_module){"self_attn.k_proj", LBLK_K, C, KV, QD, Q};
-  o[2] = (arch_lora_module){"self_attn.v_proj", LBLK_V, C, KV, QD + KV, Q};
-  o[3] = (arch_lora_module){"self_attn.o_proj", LBLK_O, QD, C, 0, C};
-  o[4] = (arch_lora_module){"mlp.gate_proj", LBLK_GATE, C, F, 0, 2 * F};
-  o[5] = (arch_lora_module){"mlp.up_proj", LBLK_UP, C, F, F, 2 * F};
-  o[6] = (arch_lora_module){"mlp.down_proj", LBLK_DOWN, F, C, 0, C};
+  o[0] = (arch_lora_module){"self_attn.q_proj", slot[0], C, QD, 0, Q};
+  o[1] = (arch_lora_module){"self_attn.k_proj", slot[1], C, KV, QD, Q};
+  o[2] = (arch_lora_module){"self_attn.v_proj", slot[2], C, KV, QD + KV, Q};
+  o[3] = (arch_lora_module){"self_attn.o_proj", slot[3], QD, C, 0, C};
+  o[4] = (arch_lora_module){"mlp.gate_proj", slot[4], C, F, 0, 2 * F};
+  o[5] = (arch_lora_module){"mlp.up_proj", slot[5], C, F, F, 2 * F};
+  o[6] = (arch_lora_module){"mlp.down_proj", slot[6], F, C, 0, C};
   return 7;
+}
+
+int llama_lora_modules(const model_config *m, arch_lora_module *o) {
+  static const int slot[7] = {LBLK_Q, LBLK_K, LBLK_V, LBLK_O, LBLK_GATE, LBLK_UP, LBLK_DOWN};
+  return llama_lora_modules_at(m, slot, o);
 }
 
 const arch_desc llama_arch = {

@@ -94,12 +94,6 @@ static void units(plan_t *p) {
 
 /* ---- config.json: Phi3Config ---- */
 
-/* A number KEY of O, or NAN when absent or null. */
-static double num_or_nan(const json_t *o, const char *key) {
-  const json_t *x = o ? json_object_get(o, key) : NULL;
-  return json_is_number(x) ? json_number_value(x) : NAN;
-}
-
 /* Phi3Config's: rope_scaling (legacy) over rope_parameters; "su" and "yarn" are longrope. */
 static const json_t *rope_object(const json_t *o, const char **where) {
   const json_t *sc = json_object_get(o, "rope_scaling"), *rp = json_object_get(o, "rope_parameters");
@@ -110,16 +104,14 @@ static const json_t *rope_object(const json_t *o, const char **where) {
 }
 
 static const char *rope_type_of(const json_t *r) {
-  const char *t = json_string_value(json_object_get(r, "rope_type"));
-  if (!t) t = json_string_value(json_object_get(r, "type"));
-  if (!t) return "default";
+  const char *t = llama_hf_rope_type(r);
   return !strcmp(t, "su") || !strcmp(t, "yarn") ? "longrope" : t;
 }
 
 /* What Phi3ForCausalLM computes and fsdpd does not: refused, naming the key. */
 static fsdp_status refuse_others(const json_t *o, const json_t *rope, const char *path) {
-  double prf = num_or_nan(rope, "partial_rotary_factor");
-  if (isnan(prf)) prf = num_or_nan(o, "partial_rotary_factor");
+  double prf = llama_hf_num(rope, "partial_rotary_factor");
+  if (isnan(prf)) prf = llama_hf_num(o, "partial_rotary_factor");
   if (!isnan(prf) && prf != 1)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: partial_rotary_factor = %g rotates part of each head, which fsdpd "
                           "does not compute; allowed: 1 (or absent)", path, prf);
@@ -159,7 +151,7 @@ static fsdp_status longrope_of(const json_t *o, const json_t *r, const char *pat
   TRY(hf_get_int(o, path, "original_max_position_embeddings", -1, &orig));
   TRY(factor_list(r, path, where, "short_factor", half, &m->rope_short_factor));
   TRY(factor_list(r, path, where, "long_factor", half, NULL));
-  double factor = num_or_nan(r, "factor"), af = num_or_nan(r, "attention_factor");
+  double factor = llama_hf_num(r, "factor"), af = llama_hf_num(r, "attention_factor");
   if (isnan(factor)) factor = (double)npos / orig;
   if (isnan(af)) af = factor <= 1.0 ? 1.0 : sqrt(1 + log(factor) / log((double)orig));
   if (!(af > 0 && af <= 1e6))
@@ -186,7 +178,7 @@ static fsdp_status hf_parse(const json_t *o, const char *path, model_config *m) 
   if (!json_object_get(c, "max_position_embeddings")) json_object_set_new(c, "max_position_embeddings", json_integer(4096));
   if (!json_object_get(c, "rms_norm_eps")) json_object_set_new(c, "rms_norm_eps", json_real(1e-5));
   if (rope && !strcmp(type, "longrope")) {   /* Llama's reader sees only the base: the rope object's, or the top level's */
-    double own = num_or_nan(rope, "rope_theta"), top = num_or_nan(o, "rope_theta");
+    double own = llama_hf_num(rope, "rope_theta"), top = llama_hf_num(o, "rope_theta");
     fsdp_status rc = FSDP_OK;
     if (!isnan(own) && !isnan(top) && own != top)
       rc = fsdp_set_error(FSDP_ERR_UNSUPPORTED, "%s: %s has rope_theta %g but the top-level rope_theta is %g; allowed: "
@@ -239,18 +231,7 @@ static json_t *hf_own_config(const model_config *m) {
 static const arch_dropout dropout[] = {{"embd_pdrop", 0}, {"attention_dropout", 0}, {"resid_pdrop", 0}, {NULL, 0}};
 
 static const arch_hf_key hf_keys[] = {
-  {"arch", "model_type"},
-  {"n_layer", "num_hidden_layers"},
-  {"n_head", "num_attention_heads"},
-  {"n_embd", "hidden_size"},
-  {"vocab_size", "vocab_size"},
-  {"n_positions", "max_position_embeddings"},
-  {"n_kv_head", "num_key_value_heads"},
-  {"ffn_dim", "intermediate_size"},
-  {"norm_eps", "rms_norm_eps"},
-  {"rope_theta", "rope_theta"},
-  {"tie_word_embeddings", "tie_word_embeddings"},
-  {"rope_scaling", "rope_type"},
+  LLAMA_HF_KEYS_SHAPE,
   {"rope_original_max_position_embeddings", "original_max_position_embeddings"},
   {"rope_attention_factor", "attention_factor"},
   {"pad_token_id", "pad_token_id"},

@@ -29,8 +29,7 @@ import sys
 KERNELS = {
     "gelu_forward_kernel": "elementwise", "gelu_backward_kernel": "elementwise",
     "residual_forward_kernel": "elementwise", "add_bias_kernel": "elementwise",
-    "swiglu_forward_kernel": "elementwise", "swiglu_backward_kernel": "elementwise",
-    "geglu_forward_kernel": "elementwise", "geglu_backward_kernel": "elementwise",
+    "gated_forward_kernel": "elementwise", "gated_backward_kernel": "elementwise",
     "cast_f32_bf16_kernel": "elementwise", "cast_bf16_f32_kernel": "elementwise",
     "acc_f32_kernel": "elementwise", "acc_bf16_kernel": "elementwise", "adamw_kernel": "elementwise",
     "encoder_forward_kernel": "elementwise",

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "oneline.h"
 #include "log.h"
+#include "logcfg.h"
 
 static fsdp_status fails(void) { return fsdp_set_error(FSDP_ERR_RANGE, "x is %d, allowed 0..3", 7); }
 static fsdp_status via_try(void) {

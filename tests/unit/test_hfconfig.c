@@ -135,12 +135,14 @@ static void test_family(void) {
   CHECK(h.model.head_dim == 32 && h.model.attention_bias);
 }
 
-/* pad_token_id read (null: -1; GPT-2 never has one); the first non-zero dropout noted, a key left out
+/* pad_token_id read (null or absent: -1; GPT-2 never has one); the first non-zero dropout noted, a key left out
  * taking its config class's default (GPT2Config's 0.1, LlamaConfig's 0). */
 static void test_pad_dropout(void) {
   hf_config h;
   CHECK_OK(parse("{" LLAMA_SHAPE ", \"pad_token_id\": 3, \"attention_dropout\": 0.0}", &h));
   CHECK(h.model.pad_token_id == 3 && !h.dropout_key[0]);
+  CHECK_OK(parse("{" LLAMA_SHAPE "}", &h));   /* absent: none (Gemma 3's absent one is 0: test_gemma3) */
+  CHECK(h.model.pad_token_id == -1);
   CHECK_OK(parse("{" LLAMA_SHAPE ", \"pad_token_id\": null, \"attention_dropout\": 0.25}", &h));
   CHECK(h.model.pad_token_id == -1 && !strcmp(h.dropout_key, "attention_dropout") && h.dropout == 0.25 &&
         !h.dropout_default);
@@ -211,11 +213,12 @@ static void test_gemma3(void) {
   CHECK_OK(parse("{" G3_SHAPE ", \"sliding_window_pattern\": 2, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": "
                  "10000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}", &b));
   CHECK(arch_same_model(&a.model, &b.model));
-  /* the defaults: pattern 6, bases 1e6 and 10000, unscaled, window 4096, scalar 256, head_dim 256 */
+  /* the defaults: pattern 6, bases 1e6 and 10000, unscaled, window 4096, scalar 256, head_dim 256, pad_token_id 0
+   * (Gemma3TextConfig's; Llama's absent pad_token_id is none) */
   CHECK_OK(parse("{\"model_type\": \"gemma3_text\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
                  "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"vocab_size\": 300}", &b));
   CHECK(b.model.rope_theta == 1e6 && b.model.rope_scaling == ROPE_SCALING_NONE && b.model.sliding_window == 4096 &&
-        b.model.head_dim == 256 && b.model.ext[arch_ext_index(g, "sliding_window_pattern")] == 6 &&
+        b.model.head_dim == 256 && b.model.pad_token_id == 0 && b.model.ext[arch_ext_index(g, "sliding_window_pattern")] == 6 &&
         b.model.ext[arch_ext_index(g, "query_pre_attn_scalar")] == 256 &&
         b.model.ext[arch_ext_index(g, "rope_local_base_freq")] == 10000);
   /* fsdpd's own config.json of the first reads back as it */

@@ -211,12 +211,13 @@ fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, 
                                   const int32_t *seg, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                                    const int32_t *seg, const ops_cuda_ctx *ctx);
-/* SwiGLU (ops/swiglu.h): gu (BT, 2F) holds gate then up per row; out (BT, F) = silu(gate)·up;
- * dgu (BT, 2F) assigned. */
+/* The gated MLP activation (ops/gated.h; ops_cuda_gated.cu, one kernel template for both): gu
+ * (BT, 2F) holds gate then up per row; out (BT, F) = act(gate)·up; dgu (BT, 2F) assigned.
+ * SwiGLU: act = silu (Llama). */
 fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
                                      const ops_cuda_ctx *ctx);
-/* GeGLU (ops/gelu.h, Gemma's MLP; ops_cuda_gemma.cu): the same layout, out = gelu_tanh(gate)·up. */
+/* GeGLU: act = gelu_tanh (Gemma). */
 fsdp_status ops_cuda_geglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_geglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
                                     const ops_cuda_ctx *ctx);

@@ -1,13 +1,13 @@
-/* ops_cuda_llama — Llama's operators on the GPU (see ops_cuda.h): nn.Linear through
- * cuBLASLt, RMSNorm, rotary embeddings and SwiGLU; bf16 storage, fp32 math, the scalar formulas
- * from worker/ops/ (rmsnorm.h, rope.h, swiglu.h) as on the CPU. The linear's bias is matmul_forward's
- * (the BIAS epilogue, ops_add_bias where cuBLASLt has none) and its gradient matmul_backward's
- * column sum (ops_colsum_accumulate).
+/* ops_cuda_llama — Llama's operators on the GPU (see ops_cuda.h): nn.Linear through cuBLASLt,
+ * RMSNorm and rotary embeddings (its SwiGLU is ops_cuda_gated.cu's); bf16 storage, fp32 math, the
+ * scalar formulas from worker/ops/ (rmsnorm.h, rope.h) as on the CPU. The linear's bias is
+ * matmul_forward's (the BIAS epilogue, ops_add_bias where cuBLASLt has none) and its gradient
+ * matmul_backward's column sum (ops_colsum_accumulate).
  *
  * Layout of the work: RMSNorm is one warp per row (as LayerNorm in ops_cuda_norm.cu) and its
  * weight gradient a column sum over fixed row slices folded by its last blocks (ops_colsum_fold),
- * so the bits depend only on the shapes; rotary embeddings are one thread per rotated pair, SwiGLU one per
- * output element, both grid-stride loops.
+ * so the bits depend only on the shapes; rotary embeddings are one thread per rotated pair in a
+ * grid-stride loop.
  *
  * linear, row-major to column-major (see ops_cuda_matmul.cu): a row-major W [OC, C] is the
  * column-major C×OC matrix, so out = inp·Wᵀ is outᵀ(OC×BT) = Wᵀ·inpᵀ (A = W transposed),
@@ -19,7 +19,6 @@
 #include "ops/rmsnorm.h"
 #include "ops/docmask.h"
 #include "ops/rope.h"
-#include "ops/swiglu.h"
 
 /* ---- linear ---- */
 
@@ -241,69 +240,4 @@ fsdp_status ops_cuda_rope_forward(ops_bf16 *qkv, int B, int T, int NH, int NKV, 
 fsdp_status ops_cuda_rope_backward(ops_bf16 *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope,
                                    const int32_t *seg, const ops_cuda_ctx *ctx) {
   return rope_launch(dqkv, B, T, NH, NKV, HS, rope, seg, -1.0f, ctx, "rope_backward");
-}
-
-/* ---- SwiGLU: gu (BT, 2F) = [gate | up] per row; VEC: 8 outputs per thread (F a multiple of 8) ---- */
-
-template <bool VEC>
-__global__ void swiglu_forward_kernel(ops_bf16 *__restrict__ out, const ops_bf16 *__restrict__ gu, int F, int64_t n) {
-  ops_ew_loop<VEC, 8>(
-      n,
-      [&](int64_t i) {
-        const ops_bf16 *g = gu + i / F * 2 * F + i % F;
-        float gv[8], uv[8];
-        ld8(gv, g);
-        ld8(uv, g + F);
-#pragma unroll
-        for (int k = 0; k < 8; k++) gv[k] = swiglu(gv[k], uv[k]);
-        st8(out + i, gv);
-      },
-      [&](int64_t i) {
-        const ops_bf16 *g = gu + i / F * 2 * F + i % F;
-        out[i] = tobf(swiglu(ldbf(g), ldbf(g + F)));
-      });
-}
-
-template <bool VEC>
-__global__ void swiglu_backward_kernel(ops_bf16 *__restrict__ dgu, const ops_bf16 *__restrict__ gu,
-                                       const ops_bf16 *__restrict__ dout, int F, int64_t n) {
-  ops_ew_loop<VEC, 8>(
-      n,
-      [&](int64_t i) {
-        const int64_t off = i / F * 2 * F + i % F;
-        float g[8], u[8], d[8], dg[8];
-        ld8(g, gu + off);
-        ld8(u, gu + off + F);
-        ld8(d, dout + i);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-          dg[k] = swiglu_dgate(g[k], u[k], d[k]);
-          u[k] = swiglu_dup(g[k], d[k]);
-        }
-        st8(dgu + off, dg);
-        st8(dgu + off + F, u);
-      },
-      [&](int64_t i) {
-        const int64_t off = i / F * 2 * F + i % F;
-        const float g = ldbf(gu + off), u = ldbf(gu + off + F), d = ldbf(dout + i);
-        dgu[off] = tobf(swiglu_dgate(g, u, d));
-        dgu[off + F] = tobf(swiglu_dup(g, d));
-      });
-}
-
-fsdp_status ops_cuda_swiglu_forward(ops_bf16 *out, const ops_bf16 *gu, int BT, int F, const ops_cuda_ctx *ctx) {
-  const int64_t n = (int64_t)BT * F;
-  if (n <= 0) return FSDP_OK;
-  const bool vec = F % 8 == 0 && ops_aligned16(out) && ops_aligned16(gu);
-  OPS_EW_LAUNCH(swiglu_forward_kernel, vec, 8, n, "swiglu_forward", out, gu, F);
-  return FSDP_OK;
-}
-
-fsdp_status ops_cuda_swiglu_backward(ops_bf16 *dgu, const ops_bf16 *gu, const ops_bf16 *dout, int BT, int F,
-                                     const ops_cuda_ctx *ctx) {
-  const int64_t n = (int64_t)BT * F;
-  if (n <= 0) return FSDP_OK;
-  const bool vec = F % 8 == 0 && ops_aligned16(dgu) && ops_aligned16(gu) && ops_aligned16(dout);
-  OPS_EW_LAUNCH(swiglu_backward_kernel, vec, 8, n, "swiglu_backward", dgu, gu, dout, F);
-  return FSDP_OK;
 }

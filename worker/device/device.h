@@ -229,7 +229,7 @@ typedef struct dev_kernels {
   /* SwiGLU: gu is (BT, 2F), gate then up per row; out (BT, F) = silu(gate)·up. dgu = its gradient. */
   void (*swiglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*swiglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
-  /* GeGLU (Gemma): the same layout, out = gelu_tanh(gate)·up (ops/gelu.h); dgu assigned. */
+  /* GeGLU (Gemma): the same layout, out = gelu_tanh(gate)·up (ops/gated.h); dgu assigned. */
   void (*geglu_forward)(device_t *d, void *out, const void *gu, int BT, int F);
   void (*geglu_backward)(device_t *d, void *dgu, const void *gu, const void *dout, int BT, int F);
 

@@ -1,6 +1,6 @@
-/* gelu — GELU, tanh approximation (GPT-2's "gelu_new", Gemma's "gelu_pytorch_tanh"), its derivative
- * and the GeGLU gate built on it: the scalar math that gelu_forward/gelu_backward and
- * geglu_forward/geglu_backward on the CPU and their CUDA kernels all call.
+/* gelu — GELU, tanh approximation (GPT-2's "gelu_new", Gemma's "gelu_pytorch_tanh", the activation
+ * of GeGLU: ops/gated.h) and its derivative: the scalar math that gelu_forward/gelu_backward and the
+ * gated loops on the CPU and their CUDA kernels all call.
  *
  *   gelu(x) = 0.5·x·(1 + tanh(u)),  u = sqrt(2/π)·(x + 0.044715·x³)
  *
@@ -31,10 +31,5 @@ OPS_HD float gelu_tanh_grad(float x) {
   float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_COEF * x * x);
   return s + 2.0f * x * s * (1.0f - s) * du;
 }
-
-/* GeGLU (Gemma's MLP: down(gelu_tanh(gate)·up)) and the gradients of geglu(gate, up) given d = d out. */
-OPS_HD float geglu(float gate, float up) { return gelu_tanh(gate) * up; }
-OPS_HD float geglu_dgate(float gate, float up, float d) { return d * up * gelu_tanh_grad(gate); }
-OPS_HD float geglu_dup(float gate, float d) { return d * gelu_tanh(gate); }
 
 #endif

@@ -25,13 +25,13 @@
 #include "log.h"
 
 #include "ops/exp.h"
+#include "ops/gated.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
 #include "ops/docmask.h"
 #include "ops/rope.h"
 #include "ops/softmax.h"
-#include "ops/swiglu.h"
 
 /* The build targets baseline x86-64 (SSE2) so that one binary runs anywhere; the loops that are
  * compute-bound rather than memory-bound (exponentials: softmax, cross-entropy, GELU) are compiled
@@ -434,7 +434,7 @@ void residual_forward(float *out, const float *a, const float *b, int N) {
   for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
 }
 
-/* ---- Llama: linear, RMSNorm, rotary, SwiGLU ---- */
+/* ---- Llama: linear, RMSNorm, rotary ---- */
 
 void linear_forward(float *out, const float *inp, const float *weight, int BT, int C, int OC) {
   pthread_once(&blas_check_once, blas_check);
@@ -541,66 +541,63 @@ void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rop
   rope_apply(dqkv, B, T, NH, NKV, HS, rope, seg, -1.0f);
 }
 
-static OPS_VEC void swiglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {
+/* ---- the gated MLP activation (ops/gated.h): SwiGLU, GeGLU ---- */
+
+/* One row's loop for the activation A, always inlined with A a constant: gated_row's branches are
+ * each the branch-free loop of their activation, vectorized for the clone's ISA. */
+static inline __attribute__((always_inline)) void gated_span(float *restrict out, const float *restrict gate,
+                                                             const float *restrict up, int F, gate_act A) {
 #pragma omp simd
-  for (int i = 0; i < F; i++) out[i] = swiglu(gate[i], up[i]);
+  for (int i = 0; i < F; i++) out[i] = gated(A, gate[i], up[i]);
 }
 
-static OPS_VEC void swiglu_backward_row(float *restrict dgate, float *restrict dup, const float *restrict gate,
-                                        const float *restrict up, const float *restrict d, int F) {
+static inline __attribute__((always_inline)) void gated_backward_span(float *restrict dgate, float *restrict dup,
+                                                                      const float *restrict gate,
+                                                                      const float *restrict up,
+                                                                      const float *restrict d, int F, gate_act A) {
 #pragma omp simd
   for (int i = 0; i < F; i++) {
-    dgate[i] = swiglu_dgate(gate[i], up[i], d[i]);
-    dup[i] = swiglu_dup(gate[i], d[i]);
+    dgate[i] = gated_dgate(A, gate[i], up[i], d[i]);
+    dup[i] = gated_dup(A, gate[i], d[i]);
   }
 }
 
-void swiglu_forward(float *out, const float *gu, int BT, int F) {
+static OPS_VEC void gated_row(float *restrict out, const float *restrict gate, const float *restrict up, int F,
+                              gate_act act) {
+  if (act == GATE_SILU) gated_span(out, gate, up, F, GATE_SILU);
+  else gated_span(out, gate, up, F, GATE_GELU_TANH);
+}
+
+static OPS_VEC void gated_backward_row(float *restrict dgate, float *restrict dup, const float *restrict gate,
+                                       const float *restrict up, const float *restrict d, int F, gate_act act) {
+  if (act == GATE_SILU) gated_backward_span(dgate, dup, gate, up, d, F, GATE_SILU);
+  else gated_backward_span(dgate, dup, gate, up, d, F, GATE_GELU_TANH);
+}
+
+static void gated_forward(float *out, const float *gu, int BT, int F, gate_act act) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < BT; r++) {
     const float *g = gu + (size_t)r * 2 * F;
-    swiglu_row(out + (size_t)r * F, g, g + F, F);
+    gated_row(out + (size_t)r * F, g, g + F, F, act);
   }
 }
 
+static void gated_backward(float *dgu, const float *gu, const float *dout, int BT, int F, gate_act act) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < BT; r++) {
+    const float *g = gu + (size_t)r * 2 * F;
+    float *dg = dgu + (size_t)r * 2 * F;
+    gated_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F, act);
+  }
+}
+
+void swiglu_forward(float *out, const float *gu, int BT, int F) { gated_forward(out, gu, BT, F, GATE_SILU); }
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < BT; r++) {
-    const float *g = gu + (size_t)r * 2 * F;
-    float *dg = dgu + (size_t)r * 2 * F;
-    swiglu_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
-  }
+  gated_backward(dgu, gu, dout, BT, F, GATE_SILU);
 }
-
-static OPS_VEC void geglu_row(float *restrict out, const float *restrict gate, const float *restrict up, int F) {
-#pragma omp simd
-  for (int i = 0; i < F; i++) out[i] = geglu(gate[i], up[i]);
-}
-
-static OPS_VEC void geglu_backward_row(float *restrict dgate, float *restrict dup, const float *restrict gate,
-                                       const float *restrict up, const float *restrict d, int F) {
-#pragma omp simd
-  for (int i = 0; i < F; i++) {
-    dgate[i] = geglu_dgate(gate[i], up[i], d[i]);
-    dup[i] = geglu_dup(gate[i], d[i]);
-  }
-}
-
-void geglu_forward(float *out, const float *gu, int BT, int F) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < BT; r++) {
-    const float *g = gu + (size_t)r * 2 * F;
-    geglu_row(out + (size_t)r * F, g, g + F, F);
-  }
-}
-
+void geglu_forward(float *out, const float *gu, int BT, int F) { gated_forward(out, gu, BT, F, GATE_GELU_TANH); }
 void geglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < BT; r++) {
-    const float *g = gu + (size_t)r * 2 * F;
-    float *dg = dgu + (size_t)r * 2 * F;
-    geglu_backward_row(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
-  }
+  gated_backward(dgu, gu, dout, BT, F, GATE_GELU_TANH);
 }
 
 /* ---- fused softmax + cross-entropy ---- */

@@ -84,12 +84,12 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg);
 void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, const rope_freqs *rope, const int32_t *seg);
 
-/* SwiGLU (ops/swiglu.h): gu is (BT, 2F), gate then up in each row; out (BT, F) = silu(gate)·up.
- * dgu (BT, 2F) is assigned. */
+/* The gated MLP activation (ops/gated.h), one loop for both: gu is (BT, 2F), gate then up in each
+ * row; out (BT, F) = act(gate)·up, dgu (BT, 2F) assigned. SwiGLU: act = silu (Llama). */
 void swiglu_forward(float *out, const float *gu, int BT, int F);
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 
-/* GeGLU (ops/gelu.h, Gemma's MLP): the same layout, out = gelu_tanh(gate)·up; dgu assigned. */
+/* GeGLU: act = gelu_tanh (Gemma). */
 void geglu_forward(float *out, const float *gu, int BT, int F);
 void geglu_backward(float *dgu, const float *gu, const float *dout, int BT, int F);
 

@@ -1,13 +1,13 @@
-/* swiglu — SiLU and the SwiGLU gate of Llama's MLP, out = silu(gate)·up, and their derivatives:
- * the scalar math that swiglu_forward/swiglu_backward on the CPU and their CUDA kernels both call.
+/* silu — SiLU (Llama's hidden_act "silu", the activation of SwiGLU: ops/gated.h) and its
+ * derivative: the scalar math that the gated loops on the CPU and their CUDA kernel both call.
  *
  *   silu(g) = g·σ(g),  σ(g) = 1/(1 + e^−g),  silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
  *
  * σ takes e^x from ops_expf (ops/exp.h), which clamps its input, so σ never meets inf: silu(g) is
  * a tiny negative for very negative g, never NaN.
  */
-#ifndef FSDP_OPS_SWIGLU_H
-#define FSDP_OPS_SWIGLU_H
+#ifndef FSDP_OPS_SILU_H
+#define FSDP_OPS_SILU_H
 
 #include "exp.h"
 #include "ops_hd.h"
@@ -21,11 +21,5 @@ OPS_HD float silu_grad(float g) {
   float s = silu_sigma(g);
   return s * (1.0f + g * (1.0f - s));
 }
-
-OPS_HD float swiglu(float gate, float up) { return silu(gate) * up; }
-
-/* The gradients of swiglu(gate, up) given d = d out. */
-OPS_HD float swiglu_dgate(float gate, float up, float d) { return d * up * silu_grad(gate); }
-OPS_HD float swiglu_dup(float gate, float d) { return d * silu(gate); }
 
 #endif
