@@ -10,8 +10,9 @@
  *   bench_step [--config tiny|small|n2|both] [--arch gpt2|llama] [--layers L] [--batch B] [--seq T] [--iters N]
  *              [--threads N] [--compute fp32|bf16] [--no-gemm-timing]
  * --compute bf16: the GEMMs as param_dtype = bf16 runs them on this CPU (gemm_bf16.h: bf16 inputs and
- * fp32 accumulation with AVX512-BF16, else fp32); the parameters are rounded to bf16 either way
- * then, and the sgemm line counts only what still goes to cblas_sgemm.
+ * fp32 accumulation with AVX512-BF16 where it measures faster than fp32 FMA or FSDP_CPU_BF16=on,
+ * else fp32); the parameters are rounded to bf16 either way then, and the sgemm line counts only
+ * what still goes to cblas_sgemm.
  * OpenMP threads that spin after a parallel region starve OpenBLAS' own threads (30× slower steps on
  * a busy 2-core machine), so unless OMP_WAIT_POLICY is set this program re-executes itself with
  * OMP_WAIT_POLICY=passive (libgomp reads it only at start-up).
@@ -173,6 +174,11 @@ static int run(const cfg *c, int iters, int threads) {
   printf("%s %s: L=%d C=%d H=%d V=%d T=%d B=%d params=%lld threads=%d iters=%d OMP_WAIT_POLICY=%s OpenBLAS=%s GEMMs=%s\n",
          jobspec_arch_name(s.model.arch), c->name, c->L, c->C, c->H, c->V, c->T, c->B, (long long)p->n_params, threads, iters,
          getenv("OMP_WAIT_POLICY"), openblas_get_corename(), gemm_name);
+  if (compute_bf16 && gemm_bf16_cpu_has()) {
+    gemm_bf16_rates r = gemm_bf16_rates_of_cpu();
+    printf("  bf16      vdpbf16ps %.1f G multiply-adds/s, fp32 FMA %.1f (%.2fx; FSDP_CPU_BF16=auto runs the kernel from "
+           "%.2fx, =on always)\n", r.bf16 / 1e9, r.fp32 / 1e9, r.bf16 / r.fp32, GEMM_BF16_MIN_RATIO);
+  }
   printf("  fwd+bwd   median %.4f s  min %.4f s  %.0f tokens/s  %.1f GFLOP/s (plan: %.3g FLOP/token), init loss %.4f\n", med,
          tf[0], BT / med, step_flops / med * 1e-9, p->flops_per_token, loss);
   printf("  fwd+bwd   CPU time median %.4f s (all threads)\n", tc[iters / 2]);

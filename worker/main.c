@@ -27,6 +27,7 @@
 #include "comm_boot.h"
 #include "comm_hybrid.h"
 #include "device.h"
+#include "envknob.h"
 #include "fsutil.h"
 #include "flagtab.h"
 #include "jobresolve.h"
@@ -177,11 +178,21 @@ static fsdp_status open_cpu_device(const jobspec_t *spec, device_t **dev) {
   TRY(dev_cpu_mode_from_env(&mode));
   TRY(dev_new_cpu(mode, dev));
   if (mode != DEV_CPU_SYNC) log_info("CPU device: %s", (*dev)->op->name);
-  if (spec->param_dtype == DTYPE_BF16) {   /* param_dtype = bf16: compute as the GPU does, where the CPU can */
+  if (spec->param_dtype == DTYPE_BF16) {   /* param_dtype = bf16: compute as the GPU does, where the CPU gains */
+    const char *env = envknob_get(ENV_CPU_BF16);
+    if (!gemm_bf16_env_valid(env))
+      return fsdp_set_error(FSDP_ERR_INVALID, "FSDP_CPU_BF16=%s: expected auto, on, off or emulate", env);
+    gemm_bf16_rates r = gemm_bf16_cpu_has() ? gemm_bf16_rates_of_cpu() : (gemm_bf16_rates){0, 0};
+    char why[160] = "";
+    if (r.fp32 > 0)
+      snprintf(why, sizeof why, "; this CPU's vdpbf16ps does %.1f G multiply-adds/s, fp32 FMA %.1f (%.2fx, bf16 from %.2fx)",
+               r.bf16 / 1e9, r.fp32 / 1e9, r.bf16 / r.fp32, GEMM_BF16_MIN_RATIO);
     if (dev_cpu_set_compute(*dev, DTYPE_BF16) == DTYPE_BF16)
-      log_info("CPU compute: GEMMs in %s with fp32 accumulation", gemm_kind_name(gemm_bf16_kind()));
+      log_info("CPU compute: GEMMs in %s with fp32 accumulation (FSDP_CPU_BF16=%s%s)", gemm_kind_name(gemm_bf16_kind()),
+               env, why);
     else
-      log_info("CPU compute: fp32 (param_dtype = bf16 computes in bf16 only on a CPU with AVX512-BF16)");
+      log_info("CPU compute: fp32 (FSDP_CPU_BF16=%s%s; param_dtype = bf16 computes in bf16 where the CPU has "
+               "AVX512-BF16 and it is faster than fp32 FMA)", env, why);
   }
   return FSDP_OK;
 }

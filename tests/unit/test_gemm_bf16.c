@@ -16,6 +16,9 @@
  * precision here: a different order of fp32 sums moves an activation across a bf16 rounding
  * boundary now and then, and the next GEMM then sees a value 2^-8 away; the sharp comparison is
  * part "gemm"'s, per product.)
+ * Part "choice": FSDP_CPU_BF16 and the measured rates decide (gemm_bf16_choose's table, rates
+ * planted on both sides of GEMM_BF16_MIN_RATIO; "on" forces the kernel where the CPU has it), and
+ * gemm_bf16_kind follows the probe on this CPU.
  * Part "fallback": with FSDP_CPU_BF16=off (a CPU without AVX512-BF16) a device asked for bf16
  * computes in fp32, bit for bit what a device never asked computes.
  */
@@ -137,11 +140,55 @@ static void check_gemm_kind(gemm_kind kind) {
 
 static void test_gemm(void) {
   unsetenv("FSDP_CPU_BF16");
-  gemm_kind cpu = gemm_bf16_kind();
-  printf("this CPU: %s\n", gemm_kind_name(cpu));
+  printf("this CPU: %s by default; AVX512-BF16 %s\n", gemm_kind_name(gemm_bf16_kind()),
+         gemm_bf16_cpu_has() ? "present" : "absent");
   check_gemm_kind(GEMM_BF16_EMULATED);
-  if (cpu == GEMM_BF16) check_gemm_kind(GEMM_BF16);
+  if (gemm_bf16_cpu_has()) check_gemm_kind(GEMM_BF16);   /* the kernel, whether auto picks it or not */
   else printf("SKIP the AVX512-BF16 kernel: this CPU has no AVX512-BF16\n");
+}
+
+/* ---- the choice ---- */
+
+/* gemm_bf16_choose's table, with planted rates on both sides of the threshold, and the probe's
+ * answer on this CPU driving gemm_bf16_kind. */
+static void test_choice(void) {
+  const gemm_bf16_rates slow = {40e9, 82e9}, fast = {160e9, 80e9}, even = {80e9, 80e9}, none = {0, 0};
+  static const struct {
+    const char *env;
+    int has;
+    int rate;   /* 0 slow, 1 fast, 2 even, 3 none */
+    gemm_kind want;
+  } rows[] = {
+      {"auto", 1, 0, GEMM_FP32},   {"auto", 1, 1, GEMM_BF16},   {"auto", 1, 2, GEMM_BF16},
+      {"auto", 1, 3, GEMM_FP32},   {"auto", 0, 1, GEMM_FP32},   {"on", 1, 0, GEMM_BF16},
+      {"on", 0, 1, GEMM_FP32},     {"off", 1, 1, GEMM_FP32},    {"emulate", 0, 0, GEMM_BF16_EMULATED},
+      {"emulate", 1, 1, GEMM_BF16_EMULATED},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    gemm_bf16_rates r = rows[i].rate == 0 ? slow : rows[i].rate == 1 ? fast : rows[i].rate == 2 ? even : none;
+    gemm_kind got = gemm_bf16_choose(rows[i].env, rows[i].has, r);
+    if (got != rows[i].want)
+      fprintf(stderr, "  FSDP_CPU_BF16=%s has=%d rates %.0f/%.0f: %s, want %s\n", rows[i].env, rows[i].has, r.bf16 / 1e9,
+              r.fp32 / 1e9, gemm_kind_name(got), gemm_kind_name(rows[i].want));
+    CHECK_EQ_INT(rows[i].want, got);
+  }
+  CHECK(gemm_bf16_env_valid("auto") && gemm_bf16_env_valid("on") && gemm_bf16_env_valid("off") &&
+        gemm_bf16_env_valid("emulate"));
+  CHECK(!gemm_bf16_env_valid("yes") && !gemm_bf16_env_valid("") && !gemm_bf16_env_valid("AUTO"));
+  gemm_bf16_rates cpu = gemm_bf16_rates_of_cpu();
+  unsetenv("FSDP_CPU_BF16");
+  CHECK_EQ_INT(gemm_bf16_choose("auto", gemm_bf16_cpu_has(), cpu), gemm_bf16_kind());
+  if (gemm_bf16_cpu_has()) {
+    CHECK(cpu.bf16 > 0 && cpu.fp32 > 0);
+    setenv("FSDP_CPU_BF16", "on", 1);
+    CHECK_EQ_INT(GEMM_BF16, gemm_bf16_kind());
+    unsetenv("FSDP_CPU_BF16");
+    printf("choice: this CPU's vdpbf16ps %.1f G multiply-adds/s, fp32 FMA %.1f (%.2fx): auto runs %s\n", cpu.bf16 / 1e9,
+           cpu.fp32 / 1e9, cpu.bf16 / cpu.fp32, gemm_kind_name(gemm_bf16_kind()));
+  } else {
+    CHECK(cpu.bf16 == 0 && cpu.fp32 == 0);
+    printf("choice: no AVX512-BF16, auto runs %s\n", gemm_kind_name(gemm_bf16_kind()));
+  }
 }
 
 /* ---- the model ---- */
@@ -237,11 +284,11 @@ static void test_loss(void) {
   printf("loss: fp32 %.6f %.6f %.6f; emulated bf16 %.6f %.6f %.6f: %.2e relative (tolerance %.3f)\n", l32[0], l32[1],
          l32[2], lem[0], lem[1], lem[2], dem, tol);
   unsetenv("FSDP_CPU_BF16");
-  if (gemm_bf16_kind() != GEMM_BF16) {
+  if (!gemm_bf16_cpu_has()) {
     printf("SKIP the AVX512-BF16 kernel's losses: this CPU has no AVX512-BF16\n");
     return;
   }
-  CHECK_EQ_INT(DTYPE_BF16, train(NULL, 1, lk));
+  CHECK_EQ_INT(DTYPE_BF16, train("on", 1, lk));
   double dk = 0, dke = 0;
   for (int i = 0; i < LSTEPS; i++) {
     dk = fmax(dk, fabs(lk[i] - l32[i]) / l32[i]);
@@ -292,6 +339,7 @@ int main(int argc, char **argv) {
   const char *part = argc > 1 ? argv[1] : "all";
   int all = strcmp(part, "all") == 0;
   if (all || strcmp(part, "gemm") == 0) test_gemm();
+  if (all || strcmp(part, "choice") == 0) test_choice();
   if (all || strcmp(part, "loss") == 0) test_loss();
   if (all || strcmp(part, "fallback") == 0) test_fallback();
   return check_done();

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "envknob.h"
 #include "ops/bf16.h"
@@ -38,7 +39,8 @@
 #define PAR_MIN_MACS (1 << 18)
 
 static int cpu_bf16;
-static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT, rate_once = PTHREAD_ONCE_INIT;
+static gemm_bf16_rates rates;
 static _Thread_local gemm_kind active;
 
 static void detect(void) {
@@ -49,12 +51,91 @@ static void detect(void) {
 #endif
 }
 
-gemm_kind gemm_bf16_kind(void) {
+int gemm_bf16_cpu_has(void) {
   pthread_once(&cpu_once, detect);
-  const char *env = envknob_get(ENV_CPU_BF16);
+  return cpu_bf16;
+}
+
+#if GEMM_BF16_X86
+#define PROBE_ITERS 32768   /* 16 instructions each: ~0.2 ms of vdpbf16ps at 2 GHz and 1 per cycle */
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 16 independent chains of vdpbf16ps (or of vfmadd231ps): throughput, not latency, bounds them.
+ * The empty asm makes X opaque, so that the compiler keeps every instruction. */
+BF16_TARGET __attribute__((noinline)) static float probe_dp(void) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3c003c00), y = x;   /* 2^-7 pairs */
+  for (int k = 0; k < PROBE_ITERS; k++) {
+    __asm__ volatile("" : "+v"(x));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+  }
+  for (int i = 1; i < 16; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+__attribute__((target("avx512f,fma"), noinline)) static float probe_fma(void) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  __m512 x = _mm512_set1_ps(0x1p-14f), y = x;
+  for (int k = 0; k < PROBE_ITERS; k++) {
+    __asm__ volatile("" : "+v"(x));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+  }
+  for (int i = 1; i < 16; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+/* Multiply-adds per second of each, best of five alternations (a time slice lost to another
+ * process, or the sibling hyperthread's work, only lowers a sample). */
+static void probe(void) {
+  volatile float sink = 0;
+  for (int r = 0; r < 5; r++) {
+    double t0 = thread_cpu_s();
+    sink += probe_dp();
+    double t1 = thread_cpu_s();
+    sink += probe_fma();
+    double t2 = thread_cpu_s();
+    double dp = 16.0 * 32 * PROBE_ITERS / (t1 - t0), fma = 16.0 * 16 * PROBE_ITERS / (t2 - t1);
+    if (t1 > t0 && dp > rates.bf16) rates.bf16 = dp;
+    if (t2 > t1 && fma > rates.fp32) rates.fp32 = fma;
+  }
+  (void)sink;
+}
+#endif
+
+gemm_bf16_rates gemm_bf16_rates_of_cpu(void) {
+#if GEMM_BF16_X86
+  if (gemm_bf16_cpu_has()) pthread_once(&rate_once, probe);
+#endif
+  return rates;
+}
+
+int gemm_bf16_env_valid(const char *env) {
+  return strcmp(env, "auto") == 0 || strcmp(env, "on") == 0 || strcmp(env, "off") == 0 || strcmp(env, "emulate") == 0;
+}
+
+gemm_kind gemm_bf16_choose(const char *env, int has, gemm_bf16_rates r) {
   if (strcmp(env, "off") == 0) return GEMM_FP32;
   if (strcmp(env, "emulate") == 0) return GEMM_BF16_EMULATED;
-  return cpu_bf16 ? GEMM_BF16 : GEMM_FP32;
+  if (!has) return GEMM_FP32;
+  if (strcmp(env, "on") == 0) return GEMM_BF16;
+  return r.bf16 >= GEMM_BF16_MIN_RATIO * r.fp32 && r.bf16 > 0 ? GEMM_BF16 : GEMM_FP32;
+}
+
+gemm_kind gemm_bf16_kind(void) {
+  const char *env = envknob_get(ENV_CPU_BF16);
+  int has = gemm_bf16_cpu_has();
+  /* the probe only where its answer matters */
+  gemm_bf16_rates r = has && strcmp(env, "auto") == 0 ? gemm_bf16_rates_of_cpu() : (gemm_bf16_rates){0, 0};
+  return gemm_bf16_choose(env, has, r);
 }
 
 const char *gemm_kind_name(gemm_kind k) {

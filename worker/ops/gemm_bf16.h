@@ -8,12 +8,18 @@
  * Which GEMM a thread runs: ops_cpu.c's gemm() asks gemm_bf16_active(), a per-thread setting that
  * the CPU device sets for the tasks of a device that computes in bf16 (device_cpu.c,
  * dev_cpu_set_compute). Default GEMM_FP32: cblas_sgemm everywhere.
- * gemm_bf16_kind() says what bf16 compute is on this machine: GEMM_BF16 where the CPU has
- * AVX512-BF16 (cpuid at run time), else GEMM_FP32 (nothing changes). The FSDP_CPU_BF16 environment
- * variable, read at each call, overrides it: "off" answers GEMM_FP32 (the fallback, on any CPU);
- * "emulate" answers GEMM_BF16_EMULATED: the same contract on any CPU, the inputs rounded to bf16
- * and multiplied by cblas_sgemm (fp32 products of bf16 values are exact, so only the order of the
- * fp32 sums differs from the kernel's): the reference the tests hold the kernel to. Thread-safe;
+ * gemm_bf16_kind() says what bf16 compute is on this machine, by measurement: GEMM_BF16 where the
+ * CPU has AVX512-BF16 (cpuid at run time) AND its vdpbf16ps does at least GEMM_BF16_MIN_RATIO times
+ * as many multiply-adds per second as its fp32 FMA (gemm_bf16_rates_of_cpu, a probe of ~2 ms run
+ * once), else GEMM_FP32 (nothing changes). Where vdpbf16ps is slower than fp32 FMA (Sapphire Rapids
+ * class Xeons without AMX: half the rate) this kernel cannot beat OpenBLAS's AVX-512 sgemm, nor
+ * does PyTorch's bf16 matmul beat its fp32 one there (docs/performance.md, "bf16 on the CPU").
+ * The FSDP_CPU_BF16 environment variable, read at each call, overrides the choice: "on" runs the
+ * kernel wherever the CPU has the instructions (measured slower or not); "off" answers GEMM_FP32
+ * (the fallback, on any CPU); "emulate" answers GEMM_BF16_EMULATED: the same contract on any CPU,
+ * the inputs rounded to bf16 and multiplied by cblas_sgemm (fp32 products of bf16 values are exact,
+ * so only the order of the fp32 sums differs from the kernel's): the reference the tests hold the
+ * kernel to. Thread-safe;
  * the kernel threads itself with OpenMP and keeps a packing workspace per calling thread. */
 #ifndef FSDP_GEMM_BF16_H
 #define FSDP_GEMM_BF16_H
@@ -22,6 +28,27 @@ typedef enum { GEMM_FP32 = 0, GEMM_BF16, GEMM_BF16_EMULATED } gemm_kind;
 
 /* What a bf16 GEMM runs as on this CPU and environment (above). */
 gemm_kind gemm_bf16_kind(void);
+
+/* The kernel pays where vdpbf16ps reaches this share of fp32 FMA's multiply-adds per second: at
+ * the kernel's measured efficiency (its micro-kernel at ~100 % of the instruction's rate, packing
+ * ~15 % on top) against OpenBLAS's sgemm (~60 % of FMA's rate at this project's shapes), it breaks
+ * even near 0.7; 1 leaves a margin for sgemm kernels better than those. */
+#define GEMM_BF16_MIN_RATIO 1.0
+
+/* Multiply-adds per second of one core, zmm, 16 independent accumulators: vdpbf16ps (BF16) and
+ * vfmadd231ps (FP32), best of five alternations on the calling thread's CPU time; measured on the
+ * first call where the CPU has AVX512-BF16 (else both 0). */
+typedef struct gemm_bf16_rates {
+  double bf16, fp32;
+} gemm_bf16_rates;
+gemm_bf16_rates gemm_bf16_rates_of_cpu(void);
+/* 1 where the CPU has AVX512-BF16 (and F, BW, VL), whatever it measures. */
+int gemm_bf16_cpu_has(void);
+/* The choice gemm_bf16_kind makes, from FSDP_CPU_BF16's value ENV, HAS (the instructions) and the
+ * measured rates R: exposed for tests. */
+gemm_kind gemm_bf16_choose(const char *env, int has, gemm_bf16_rates r);
+/* 1 when ENV is one of FSDP_CPU_BF16's values: auto | on | off | emulate. */
+int gemm_bf16_env_valid(const char *env);
 /* "fp32", "bf16 (AVX512-BF16)", "bf16 (emulated)" */
 const char *gemm_kind_name(gemm_kind k);
 
