@@ -34,6 +34,7 @@ seq_len = 128
 [data]
 train = synthetic:markov:1
 batch_size = 2
+grad_accum = 1
 [optim]
 lr = 1e-3
 warmup_steps = 2
@@ -44,7 +45,15 @@ param_dtype = $pd
 timeout_s = 300
 JOB
 done
-median_of() { python3 -c 'import json,statistics,sys; r=[json.loads(l) for l in open(sys.argv[1])][2:]; print(statistics.median(x["step_ms"] for x in r))' "$1"; }
+# The median step time after the first two; stops when the job's tokens per step are not the
+# 2 ranks x 2 sequences x 128 of torch_fsdp_step.py's step (grad_accum defaults to 5 in a job).
+median_of() {
+  python3 -c 'import json,statistics,sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+bad = [x["tokens"] for x in r if x["tokens"] != 2 * 2 * 128]
+if bad: sys.exit(f"cpu_bf16_step: fsdpd ran {bad[0]} tokens per step, FSDP2 runs 512: not the same step")
+print(statistics.median(x["step_ms"] for x in r[2:]))' "$1"
+}
 run_one() {   # run_one CONFIG ROUND: appends "ROUND CONFIG STEP_MS" to $tmp/results
   local c=$1 r=$2 ms
   case $c in
