@@ -10,7 +10,7 @@
  *   bench_step [--config tiny|small|n2|both] [--arch gpt2|llama] [--layers L] [--batch B] [--seq T] [--iters N]
  *              [--threads N] [--compute fp32|bf16] [--no-gemm-timing]
  * --compute bf16: the GEMMs as param_dtype = bf16 runs them on this CPU (gemm_bf16.h: bf16 inputs and
- * fp32 accumulation with AVX512-BF16 where it measures faster than fp32 FMA or FSDP_CPU_BF16=on,
+ * fp32 accumulation with AVX512-BF16 where it measures fast enough against fp32 FMA, or FSDP_CPU_BF16=on,
  * else fp32); the parameters are rounded to bf16 either way then, and the sgemm line counts only
  * what still goes to cblas_sgemm.
  * OpenMP threads that spin after a parallel region starve OpenBLAS' own threads (30× slower steps on

@@ -3,8 +3,8 @@
 # bench (GPT-2 L4 C256 NH4 V4096 T128, B = 2 per rank, AdamW, prefetch 1, one thread per rank) in
 # fsdpd with param_dtype = fp32 and = bf16, and in PyTorch FSDP2 (bench/torch_fsdp_step.py) with
 # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) and in fp32. fsdpd-bf16 is param_dtype =
-# bf16 as a user gets it (FSDP_CPU_BF16=auto: the AVX512-BF16 kernel only where it measures faster
-# than fp32 FMA, gemm_bf16.h), fsdpd-bf16k the same with the kernel forced (FSDP_CPU_BF16=on).
+# bf16 as a user gets it (FSDP_CPU_BF16=auto: the AVX512-BF16 kernel only where it measures fast enough
+# against fp32 FMA, gemm_bf16.h), fsdpd-bf16k the same with the kernel forced (FSDP_CPU_BF16=on).
 #   bench/cpu_bf16_step.sh [BUILD_DIR] [STEPS] [ROUNDS] [PYTHON]
 # The five run in turn, ROUNDS times, the order rotated every round, so that all see the same machine
 # conditions. Per run: the median step time over the steps after the first two (rank 0). Prints per

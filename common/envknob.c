@@ -10,7 +10,7 @@ const envknob envknobs[ENV_NKNOBS] = {
   [ENV_WORKER] = {"FSDP_WORKER", NULL, "fsdpctl sample: the fsdp-worker to run (default the one next to fsdpctl)"},
   [ENV_GNUPLOT] = {"FSDP_GNUPLOT", NULL, "fsdpctl plot: the gnuplot to run (default gnuplot on PATH)"},
   [ENV_CPU_DEVICE] = {"FSDP_CPU_DEVICE", "sync", "fsdp-worker: the CPU device, sync | async | strict (tests run the asynchronous ones)"},
-  [ENV_CPU_BF16] = {"FSDP_CPU_BF16", "auto", "fsdp-worker, param_dtype = bf16 on the CPU: auto (AVX512-BF16 GEMMs where the CPU has them and they measure faster than fp32 FMA, else fp32) | on (AVX512-BF16 GEMMs wherever the CPU has them) | off (fp32) | emulate (bf16-rounded inputs, fp32 GEMMs)"},
+  [ENV_CPU_BF16] = {"FSDP_CPU_BF16", "auto", "fsdp-worker, param_dtype = bf16 on the CPU: auto (AVX512-BF16 GEMMs where the CPU has them at >= 0.71 of fp32 FMA's measured rate, else fp32) | on (AVX512-BF16 GEMMs wherever the CPU has them) | off (fp32) | emulate (bf16-rounded inputs, fp32 GEMMs)"},
   [ENV_TRACE] = {"FSDP_TRACE", "1", "fsdp-worker: 1 records spans for fsdpctl trace, 0 records none"},
   [ENV_GLOO_IFACE] = {"FSDP_GLOO_IFACE", NULL, "fsdp-worker: the network interface gloo binds (before FSDP_GLOO_HOST)"},
   [ENV_GLOO_HOST] = {"FSDP_GLOO_HOST", NULL, "fsdp-worker: the host name or address gloo binds (default the host name)"},

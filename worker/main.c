@@ -192,7 +192,7 @@ static fsdp_status open_cpu_device(const jobspec_t *spec, device_t **dev) {
                env, why);
     else
       log_info("CPU compute: fp32 (FSDP_CPU_BF16=%s%s; param_dtype = bf16 computes in bf16 where the CPU has "
-               "AVX512-BF16 and it is faster than fp32 FMA)", env, why);
+               "AVX512-BF16 at a rate that beats fp32 FMA in a GEMM)", env, why);
   }
   return FSDP_OK;
 }

@@ -152,20 +152,23 @@ static void test_gemm(void) {
 /* gemm_bf16_choose's table, with planted rates on both sides of the threshold, and the probe's
  * answer on this CPU driving gemm_bf16_kind. */
 static void test_choice(void) {
-  const gemm_bf16_rates slow = {40e9, 82e9}, fast = {160e9, 80e9}, even = {80e9, 80e9}, none = {0, 0};
+  const gemm_bf16_rates slow = {40e9, 82e9}, fast = {160e9, 80e9}, even = {80e9, 80e9}, none = {0, 0},
+                        below = {55e9, 82e9}, above = {60e9, 82e9};   /* 0.67 and 0.73 of FMA */
   static const struct {
     const char *env;
     int has;
-    int rate;   /* 0 slow, 1 fast, 2 even, 3 none */
+    int rate;   /* 0 slow, 1 fast, 2 even, 3 none, 4 below, 5 above the threshold */
     gemm_kind want;
   } rows[] = {
       {"auto", 1, 0, GEMM_FP32},   {"auto", 1, 1, GEMM_BF16},   {"auto", 1, 2, GEMM_BF16},
-      {"auto", 1, 3, GEMM_FP32},   {"auto", 0, 1, GEMM_FP32},   {"on", 1, 0, GEMM_BF16},
+      {"auto", 1, 3, GEMM_FP32},   {"auto", 1, 4, GEMM_FP32},   {"auto", 1, 5, GEMM_BF16},
+      {"auto", 0, 1, GEMM_FP32},   {"on", 1, 0, GEMM_BF16},
       {"on", 0, 1, GEMM_FP32},     {"off", 1, 1, GEMM_FP32},    {"emulate", 0, 0, GEMM_BF16_EMULATED},
       {"emulate", 1, 1, GEMM_BF16_EMULATED},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-    gemm_bf16_rates r = rows[i].rate == 0 ? slow : rows[i].rate == 1 ? fast : rows[i].rate == 2 ? even : none;
+    const gemm_bf16_rates all[] = {slow, fast, even, none, below, above};
+    gemm_bf16_rates r = all[rows[i].rate];
     gemm_kind got = gemm_bf16_choose(rows[i].env, rows[i].has, r);
     if (got != rows[i].want)
       fprintf(stderr, "  FSDP_CPU_BF16=%s has=%d rates %.0f/%.0f: %s, want %s\n", rows[i].env, rows[i].has, r.bf16 / 1e9,

@@ -256,7 +256,7 @@ fsdp_status dev_new_cpu(dev_cpu_mode mode, device_t **out);
 fsdp_status dev_cpu_mode_from_env(dev_cpu_mode *mode);
 /* The CPU device's GEMMs (matmuls, the head, attention's products) in bf16 with fp32 accumulation
  * (gemm_bf16.h: the CUDA path's contract) when DT is DTYPE_BF16 and this CPU has AVX512-BF16 that
- * measures faster than its fp32 FMA (FSDP_CPU_BF16=on|off|emulate overrides: gemm_bf16_kind); in
+ * measures fast enough against its fp32 FMA (FSDP_CPU_BF16=on|off|emulate overrides: gemm_bf16_kind); in
  * fp32 otherwise (the default). Activations and every other operator stay fp32. Returns the dtype
  * the GEMMs compute in. Call on a CPU device before its first operation. */
 dtype_kind dev_cpu_set_compute(device_t *d, dtype_kind dt);

@@ -1,6 +1,6 @@
 /* device_cpu — the CPU device (device.h) over ops_cpu.c and optim.c, in fp32; its GEMMs in bf16
  * with fp32 accumulation when dev_cpu_set_compute asked for bf16 and the CPU has AVX512-BF16 that
- * measures faster than fp32 FMA (gemm_bf16.h; FSDP_CPU_BF16 overrides that).
+ * measures fast enough against fp32 FMA (gemm_bf16.h; FSDP_CPU_BF16 overrides that).
  *
  * Every stream operation is packed into a task (a function and its arguments by value) and either
  * run at once on the caller's thread (sync) or appended to a bounded ring that one stream thread
