@@ -1,6 +1,7 @@
-/* gemm_bf16 — an AVX512-BF16 GEMM (gemm_bf16.h). Debian's OpenBLAS 0.3.21 is built without
- * BUILD_BFLOAT16 (no cblas_sbgemm), and oneDNN's bf16 GEMM measured slower at this project's
- * shapes (docs/performance.md, "bf16 on the CPU"), hence this kernel.
+/* gemm_bf16 — an AVX512-BF16 GEMM (gemm_bf16.h), and the probe that decides whether it pays on
+ * this CPU. Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16 (no cblas_sbgemm) and Debian's
+ * oneDNN 2.6 has no bf16 GEMM in its C API (docs/performance.md, "bf16 on the CPU"), hence this
+ * kernel.
  *
  * Layout: op(A) is packed into blocks of MR rows and op(B) into panels of NR columns, both as
  * 32-bit words holding the bf16 pair (x[2kk], x[2kk+1]) of consecutive k (K is padded to even with
