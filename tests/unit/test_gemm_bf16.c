@@ -330,6 +330,7 @@ static void test_fallback(void) {
     CHECK_EQ_INT(gemm_bf16_kind() == GEMM_BF16 ? DTYPE_BF16 : DTYPE_FP32, dt);
     native->kern->matmul_forward(native, o2, inp, w, bias, BT, C, OC);
     if (dt == DTYPE_BF16) CHECK(memcmp(o1, o2, (size_t)BT * OC * 4) != 0);   /* the inputs rounded */
+    else CHECK(memcmp(o1, o2, (size_t)BT * OC * 4) == 0);   /* auto chose fp32: the fp32 path, bit for bit */
     dev_destroy(&native);
   }
   printf("fallback: FSDP_CPU_BF16=off computes fp32, bit-identical to a plain device\n");
