@@ -510,10 +510,11 @@ static int st_has(const void *f, const char *name) { return st_find(f, name) >= 
 
 static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_file **f, const char **where);
 
-/* Whether F holds a name that tells a file of O (its probe names) and that P's model has no tensor of. */
-static int holds_other(const st_file *f, const arch_desc *o, const plan_t *p) {
+/* Whether the weights CTX (HAS) hold a name that tells a file of O (its probe names) and that P's model
+ * has no tensor of. */
+static int holds_other(st_has_fn has, const void *ctx, const arch_desc *o, const plan_t *p) {
   for (int j = 0; o->probe_names && o->probe_names[j]; j++)
-    if (st_has(f, o->probe_names[j]) && !plan_find_tensor(p, o->probe_names[j], NULL)) return 1;
+    if (has(ctx, o->probe_names[j]) && !plan_find_tensor(p, o->probe_names[j], NULL)) return 1;
   return 0;
 }
 
@@ -570,33 +571,31 @@ fsdp_status st_tied_head(const plan_t *p, st_lookup_fn lookup, void *ctx, const 
                         d->tie_pair[1], d->tie_pair[0], d->tie_pair[0]);
 }
 
-/* A file as the architecture's file check sees it: a tied head's equal copy (DUP) is not there. */
+/* The weights as the architecture's file check sees them: a tied head's equal copy (DUP) is not there. */
 typedef struct st_view {
-  const st_file *f;
+  st_has_fn has;
+  const void *ctx;
   const char *dup;
 } st_view;
 
 static int st_view_has(const void *ctx, const char *name) {
   const st_view *v = ctx;
   if (v->dup && !strcmp(st_strip(name), st_strip(v->dup))) return 0;
-  return st_find(v->f, name) >= 0;
+  return v->has(v->ctx, name);
 }
 
-/* A file of another architecture, told by its names, refused before any tensor is missed (a Phi-3
- * file has Llama's embed_tokens, but its fused qkv_proj tells it); then a tied job's head (*DUP: the
- * copy of the embedding that the file also holds, or NULL) and the architecture's own checks (a head
- * tied or not: never train a head other than the file's). */
-static fsdp_status st_check_arch(const st_file *f, const plan_t *p, const char **dup) {
+fsdp_status st_check_arch(const plan_t *p, const char *where, st_has_fn has, st_lookup_fn lookup, void *ctx,
+                          const char **dup) {
   const arch_desc *d = arch_get(p->model.arch);
   for (int a = 0; a < arch_count(); a++) {
     const arch_desc *o = arch_get((model_arch)a);
-    if (o != d && holds_other(f, o, p))
-      return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", f->path, o->file_desc,
+    if (o != d && holds_other(has, ctx, o, p))
+      return fsdp_set_error(FSDP_ERR_INVALID, "%s holds %s; the job is arch = %s, which reads %s", where, o->file_desc,
                             d->name, d->reads);
   }
-  TRY(st_tied_head(p, st_one_file, (void *)f, dup));
-  st_view v = {f, *dup};
-  return d->file_check(p, f->path, st_view_has, &v);
+  TRY(st_tied_head(p, lookup, ctx, dup));
+  st_view v = {has, ctx, *dup};
+  return d->file_check(p, where, st_view_has, &v);
 }
 
 const char *st_bare_name(const char *name) { return st_strip(name); }
@@ -667,7 +666,7 @@ static fsdp_status st_one_file(void *ctx, const char *name, int need, const st_f
 
 fsdp_status st_load_shard(const st_file *f, const plan_t *p, int rank, float *shard) {
   const char *dup;
-  TRY(st_check_arch(f, p, &dup));
+  TRY(st_check_arch(p, f->path, st_has, st_one_file, (void *)f, &dup));
   for (int i = 0; i < f->n; i++) TRY(st_check_used(p, f->path, f->e[i].name, dup));
   return st_load_shard_with(p, rank, shard, st_one_file, (void *)f);
 }

@@ -105,6 +105,16 @@ fsdp_status st_equal(const st_file *fa, int ia, const st_file *fb, int ib, int *
  * checkpoints do and transformers ties into one tensor, *DUP = its name (the copy, read by no one);
  * a different one is refused (another model: an untied head); *DUP = NULL otherwise. */
 fsdp_status st_tied_head(const plan_t *p, st_lookup_fn lookup, void *ctx, const char **dup);
+/* Whether the weights CTX (a file, an index) hold tensor NAME (with or without the model's prefix). */
+typedef int (*st_has_fn)(const void *ctx, const char *name);
+/* Weights of another architecture, told by their names, refused before any tensor is missed (a Phi-3
+ * file has Llama's embed_tokens, but its fused qkv_proj tells it); then a tied job's head (*DUP as
+ * st_tied_head's) and the architecture's own file check (arch.h: a head tied or not, never train a
+ * head other than the weights'). WHERE names the weights in messages; HAS tells which names they hold
+ * and LOOKUP (as st_load_shard_with's) opens them, both over CTX. st_load_shard runs it on its file,
+ * st_model on an index. */
+fsdp_status st_check_arch(const plan_t *p, const char *where, st_has_fn has, st_lookup_fn lookup, void *ctx,
+                          const char **dup);
 /* NAME without GPT2LMHeadModel's "transformer." or LlamaForCausalLM's "model." */
 const char *st_bare_name(const char *name);
 /* Write every tensor of the full unit buffers UNITS[u] (p->units[u].numel floats at least) to

@@ -166,6 +166,13 @@ static fsdp_status lookup(void *ctx, const char *name, int need, const st_file *
   return rc;
 }
 
+/* st_has_fn over the index: NAME listed (as lookup finds it), its file opened or not. */
+static int listed(const void *ctx, const char *name) {
+  const st_file *f;
+  const char *where;
+  return lookup((void *)ctx, name, 0, &f, &where) == FSDP_OK;
+}
+
 fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *shard) {
   if (!m->nnames) {   /* one file: its own checks, the architecture's included */
     const st_file *f;
@@ -173,7 +180,7 @@ fsdp_status st_model_load_shard(st_model *m, const plan_t *p, int rank, float *s
     return st_load_shard(f, p, rank, shard);
   }
   const char *dup;
-  TRY(st_tied_head(p, lookup, m, &dup));
+  TRY(st_check_arch(p, m->path, listed, lookup, m, &dup));   /* as one file's: another model refused first */
   for (int i = 0; i < m->nnames; i++) TRY(st_check_used(p, m->path, m->names[i].name, dup));
   return st_load_shard_with(p, rank, shard, lookup, m);
 }

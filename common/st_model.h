@@ -9,7 +9,8 @@
  * listed (a tied model whose weights also hold the head: both tensors are read, to check them equal,
  * safetensors.h's st_tied_head). st_model_check() opens every file and checks every tensor of a plan (present, shape; dtypes
  * are checked when a file opens), for `fsdpctl plan` and the daemon's submit, so a mismatch is refused
- * before any worker starts. A shard file is a plain name in the index's directory ("/" and ".." are
+ * before any worker starts. An index gets one file's architecture checks (safetensors.h's st_check_arch)
+ * over the names it lists. A shard file is a plain name in the index's directory ("/" and ".." are
  * refused). One owner, one thread at a time.
  */
 #ifndef FSDP_ST_MODEL_H

@@ -4,7 +4,8 @@
  * bad index is refused. A tied model's weights that also hold lm_head.weight: equal to the embedding,
  * read as the tied model (one file and an index); one element off, refused under a tied job and read
  * untied under a tied config (st_model_untie), for Llama and for GPT-2 and Gemma 3, which have no untied
- * form (refused). */
+ * form (refused). An index gets one file's architecture checks (a tied file under an untied job, another
+ * architecture's file). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,10 +263,44 @@ static void test_tied_head(void) {
   }
 }
 
+/* An index gets the checks of one file before any tensor is missed: a tied Llama's weights under an
+ * untied job (llama_file_check), and a GPT-2's under a Llama job (another architecture), refused alike
+ * in one file and through the index. */
+static void test_index_arch(void) {
+  model_config tied = {.arch = ARCH_LLAMA, .pad_token_id = -1, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
+                       .ffn_dim = 12, .vocab_size = 20, .seq_len = 6, .norm_eps = 1e-5, .rope_theta = 10000,
+                       .tie_embeddings = 1};
+  model_config untied = tied, gpt2 = {.arch = ARCH_GPT2, .pad_token_id = -1, .n_layer = 1, .n_head = 2, .n_embd = 8,
+                                      .vocab_size = 20, .seq_len = 6, .n_positions = 6};
+  untied.tie_embeddings = 0;
+  plan_t *pt = NULL, *pu = NULL, *pg = NULL;
+  CHECK_OK(plan_of_model(tied, 1, &pt));
+  CHECK_OK(plan_of_model(untied, 2, &pu));
+  CHECK_OK(plan_of_model(gpt2, 1, &pg));
+  if (!pt || !pu || !pg) return;
+  int64_t n = pt->shard_total > pg->shard_total ? pt->shard_total : pg->shard_total;
+  float *w = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) w[i] = (float)(i % 13) / 7.0f;
+  write_tied("tiedllama", pt, w, -1, 1);
+  write_tied("gpt2w", pg, w, -1, 1);
+  const char *nohead = "holds no lm_head.weight (a tied model's head is model.embed_tokens.weight); the job has "
+                       "tie_word_embeddings = false: set it true";
+  const char *other = "holds a GPT-2 model (wte.weight, h.0.…); the job is arch = llama";
+  check_tied(pu, "tiedllama.safetensors", "tiedllama.safetensors", nohead);
+  check_tied(pu, "tiedllama.safetensors.index.json", "tiedllama.safetensors", nohead);
+  check_tied(pu, "gpt2w.safetensors", "gpt2w.safetensors", other);
+  check_tied(pu, "gpt2w.safetensors.index.json", "gpt2w.safetensors", other);
+  free(w);
+  plan_destroy(&pt);
+  plan_destroy(&pu);
+  plan_destroy(&pg);
+}
+
 int main(void) {
   tmpdir_make("test_st_model");
   test_sharded();
   test_tied_head();
+  test_index_arch();
   tmpdir_remove();
   return check_done();
 }
