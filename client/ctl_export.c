@@ -180,7 +180,8 @@ static int export_parse(int argc, char **argv, export_args *a) {
 }
 
 /* The model folder O of plan P's whole model UNITS (hfdir.h: the source folder's config and tokenizer
- * when it is there, the dtype of --dtype or the source's), and the line that says what was written. */
+ * when it is there, the dtype of --dtype or the source's), and the line that says what was written:
+ * step S of WHAT (the checkpoint, as the user knows it). */
 static fsdp_status export_folder(fsutil_out *o, const plan_t *p, float *const *units, const ckpt_info *ci,
                                  const export_args *a, const char *what) {
   char copied[256] = "";
@@ -191,8 +192,8 @@ static fsdp_status export_folder(fsutil_out *o, const plan_t *p, float *const *u
   int nfiles = 0;
   TRY(hfdir_write_to(o, p, units, &ho, &nfiles));
   if (a->tokenizer) TRY(export_tokenizer(a->tokenizer, o, copied, sizeof copied));
-  printf("wrote %s: step %d of a %d-rank %s checkpoint%s, %lld parameters, %s in %d file%s%s%s%s%s\n", a->out, ci->step,
-         ci->world, jobspec_shard_mode_name(ci->sharding), what, (long long)p->n_params,
+  printf("wrote %s: step %d of %s, %lld parameters, %s in %d file%s%s%s%s%s\n", a->out, ci->step, what,
+         (long long)p->n_params,
          jobspec_dtype_kind_name(ho.dtype), nfiles, nfiles == 1 ? "" : "s", ho.source ? ", config and tokenizer of " : "",
          ho.source ? ho.source : "", a->tokenizer ? ", tokenizer " : "", copied);
   return FSDP_OK;
@@ -232,8 +233,10 @@ static fsdp_status export_lora(const char *dir, const ckpt_info *ci, const expor
   if (!units) TRY_GOTO(fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the unit table"), rc, out);
   for (int u = 0; u < p->nunits; u++) units[u] = whole + p->units[u].shard_base;
   TRY_GOTO(fsutil_out_dir(a->out, &o), rc, out);
-  char what[160];
-  snprintf(what, sizeof what, " with its LoRA adapters (rank %d) merged", ci->lora.rank);
+  /* not ci->world and ci->sharding: those are the adapters' file's (plan_lora_segment's one rank) */
+  char what[JOBSPEC_TEXT_MAX + JOBSPEC_PATH_MAX + 128];
+  snprintf(what, sizeof what, "a LoRA job's checkpoint, its adapters (rank %d, alpha %g on %s) merged into the base %s",
+           ci->lora.rank, ci->lora.alpha, ci->lora.targets, ci->base.init);
   rc = export_folder(&o, p, units, ci, a, what);
 out:
   if (rc == FSDP_OK) fsutil_out_close(&o);
@@ -312,7 +315,9 @@ int ctl_export(int argc, char **argv) {
            (long long)p->n_params);
     goto out;
   }
-  rc = export_folder(&o, p, units, &ci, &a, "");
+  char what[64];
+  snprintf(what, sizeof what, "a %d-rank %s checkpoint", ci.world, jobspec_shard_mode_name(ci.sharding));
+  rc = export_folder(&o, p, units, &ci, &a, what);
 out:
   if (rc != FSDP_OK) fprintf(stderr, "fsdpctl export: %s\n", fsdp_last_error());
   if (rc == FSDP_OK) fsutil_out_close(&o);

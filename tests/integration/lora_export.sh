@@ -9,7 +9,8 @@
 #    (the control: the adapters change the logits by far more);
 #  - --merge --dtype bf16 writes BF16 weights, the base's dtype (fp32) otherwise.
 # Refusals, one line: --merge of a full checkpoint, a LoRA checkpoint to one .safetensors file,
-# --adapter of another base's adapter. Every part runs; the failures are listed at the end.
+# --adapter of another base's adapter, --merge of a LoRA job's over init = random (no base files).
+# Every part runs; the failures are listed at the end.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-loraexp.XXXXXX)
@@ -59,6 +60,8 @@ JOB
   cat export.log
   "$CTL" export ck-$m -o merged-$m --merge > export.log 2>&1 || part_fail "$m: export --merge: $(cat export.log)"
   cat export.log
+  grep -q "step 10 of a LoRA job's checkpoint, its adapters (rank 4, alpha 8 on .*) merged into the base " export.log ||
+    part_fail "$m: export --merge does not say it merged the LoRA job's checkpoint: $(cat export.log)"
   "$CTL" export ck-$m -o merged16-$m --merge --dtype bf16 > export.log 2>&1 ||
     part_fail "$m: export --merge --dtype bf16: $(cat export.log)"
   python3 - merged-$m/model.safetensors F32 merged16-$m/model.safetensors BF16 <<'PY' || part_fail "$m: the merged dtypes"
@@ -94,6 +97,38 @@ FSDP_OUT=$tmp/out-full timeout 120 "$src/scripts/launch-standalone.sh" 2 full.in
 refuse "--merge of a full checkpoint" "no LoRA adapters to merge" "$CTL" export ck-full -o m-full --merge
 refuse "a LoRA checkpoint to one file" "exports as a folder" "$CTL" export ck-gpt2 -o one.safetensors
 refuse "--adapter of another base" "--adapter" "$CTL" sample gpt2 --adapter peft-llama --prompt "$prompt" --logits
+# a LoRA job over init = random: its adapters export, a merge has no base files to merge into
+cat > rnd.ini <<JOB
+[job]
+steps = 2
+seed = 7
+[model]
+arch = llama
+n_layer = 2
+n_head = 4
+n_kv_head = 2
+n_embd = 16
+ffn_dim = 32
+vocab_size = 64
+seq_len = 16
+[data]
+train = synthetic:markov:1
+batch_size = 2
+[fsdp]
+world_size = 2
+timeout_s = 60
+[checkpoint]
+dir = ck-rnd
+every = 2
+[lora]
+rank = 2
+JOB
+FSDP_OUT=$tmp/out-rnd timeout 120 "$src/scripts/launch-standalone.sh" 2 rnd.ini > /dev/null 2>&1 ||
+  part_fail "the random-base LoRA job failed: $(tail -1 out-rnd/rank-0.log)"
+"$CTL" export ck-rnd -o peft-rnd > export.log 2>&1 || part_fail "export of the random-base adapters: $(cat export.log)"
+refuse "--merge over a random base" "trained over a random base (init = random, seed 7), which has no files" \
+  "$CTL" export ck-rnd -o m-rnd --merge
+[ ! -e m-rnd ] || part_fail "the refused --merge left m-rnd behind"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "${#failed[@]} part(s) failed:"
