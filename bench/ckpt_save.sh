@@ -9,7 +9,12 @@
 # training apart from the final one (written after the last step, alone on the machine); and the
 # steps' slowdown while an asynchronous write was in flight, as metrics.jsonl's checkpoint lines give
 # it (step_slowdown: the steps the write overlapped against the steps before the save, the job's own
-# figure). Then dd's rate on the same disk.
+# figure). Then per round (one run of each, adjacent in time) the wall time each save adds against
+# that round's run without saves, and the asynchronous saves' over the synchronous ones', with their
+# median over the rounds; beside it the same from the job's own account of each save (the time it
+# blocked training and the excess of the steps its write overlapped), which the load's swings over
+# the rest of the run do not enter. ANALYZE=RESULTS re-reads the results file of a kept run (KEEP=DIR
+# keeps it and its metrics files) instead of running: "NAME ROUND LOAD WALL METRICS" lines. Then dd's rate on the same disk.
 #   bench/ckpt_save.sh [BUILD_DIR] [CKPT_PARENT]   env: ROUNDS (2), STEPS (12), EVERY (4), and a smaller
 #   model for a busy machine: N_LAYER (12), N_EMBD (768, heads of 64), VOCAB (50257)
 set -euo pipefail
@@ -47,33 +52,49 @@ JOB
   [ "$1" = 0 ] || printf '[checkpoint]\ndir = %s\nevery = %s\nasync = %s\nkeep = 1\n' "$3" "$1" "$2"
 }
 run() {   # run NAME EVERY ASYNC ROUND: one fsdpctl run; prints NAME, its wall seconds and its metrics file
-  local id="$1-$4" t0 t1
+  local id="$1-$4" t0 t1 load
   job "$2" "$3" "$tmp/ck-$id" >"$tmp/$id.ini"
+  load=$(cut -d' ' -f1 /proc/loadavg)
   t0=$(date +%s.%N)
   env -u FSDP_CTL "$build/fsdpctl" run "$tmp/$id.ini" --state-dir "$tmp/state-$id" >"$tmp/$id.out" 2>&1 ||
     { echo "ckpt_save: $id failed: $(tail -3 "$tmp/$id.out")" >&2; exit 1; }
   t1=$(date +%s.%N)
-  echo "$1 $(echo "$t1 - $t0" | bc) $tmp/state-$id/jobs/1/metrics.jsonl" >>"$tmp/results"
+  echo "$1 $4 $load $(echo "$t1 - $t0" | bc) $tmp/state-$id/jobs/1/metrics.jsonl" >>"$tmp/results"
   [ "$2" = 0 ] || { du -sb "$tmp/ck-$id" | cut -f1 >"$tmp/ckbytes"; rm -rf "$tmp/ck-$id"; }
 }
-for r in $(seq 1 "$rounds"); do run none 0 false "$r"; run sync "$every" false "$r"; run async "$every" true "$r"; done
-ckbytes=$(cat "$tmp/ckbytes")
-count=$(( (ckbytes + (64 << 20) - 1) / (64 << 20) ))
-dd_out=$(dd if=/dev/zero of="$tmp/dd.bin" bs=64M count="$count" conv=fsync 2>&1 | tail -1)
-rm -f "$tmp/dd.bin"
-python3 - "$tmp/results" "$dd_out" "$ckbytes" "$(df -P "$tmp" | tail -1 | awk '{print $1 " on " $6}')" "$steps" "$every" "$rounds" "L$n_layer C$n_embd V$vocab" <<'PY'
+results=${ANALYZE:-$tmp/results} dd_out="" ckbytes=0
+if [ -z "${ANALYZE:-}" ]; then
+  for r in $(seq 1 "$rounds"); do run none 0 false "$r"; run sync "$every" false "$r"; run async "$every" true "$r"; done
+  ckbytes=$(cat "$tmp/ckbytes")
+  count=$(( (ckbytes + (64 << 20) - 1) / (64 << 20) ))
+  dd_out=$(dd if=/dev/zero of="$tmp/dd.bin" bs=64M count="$count" conv=fsync 2>&1 | tail -1)
+  rm -f "$tmp/dd.bin"
+  if [ -n "${KEEP:-}" ]; then   # the results and metrics files, for ANALYZE
+    mkdir -p "$KEEP"
+    while read -r name rnd load wall path; do
+      cp "$path" "$KEEP/$name-$rnd.metrics.jsonl"
+      echo "$name $rnd $load $wall $(cd "$KEEP" && pwd)/$name-$rnd.metrics.jsonl"
+    done <"$tmp/results" >"$KEEP/results"
+  fi
+fi
+python3 - "$results" "$dd_out" "$ckbytes" "$(df -P "$parent" | tail -1 | awk '{print $1 " on " $6}')" "$steps" "$every" "$rounds" "L$n_layer C$n_embd V$vocab" <<'PY'
 import json, re, statistics as st, sys
 res, dd, ckbytes, fs, steps, every, rounds, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]), sys.argv[8]
 m = re.match(r"(\d+) bytes .* copied, ([\d.]+) s", dd)
-disk = int(m.group(1)) / float(m.group(2)) / 1e6
-runs = {}
+runs, byround = {}, {}
 for line in open(res):
-    name, wall, path = line.split()
+    name, rnd, load, wall, path = line.split()
     lines = [json.loads(l) for l in open(path)]
     runs.setdefault(name, []).append((float(wall), lines))
+    cks = [c for l in lines for c in l.get("checkpoint", [])]
+    accounted = sum(c["blocked_s"] + (c["inflight_steps"] * (c["inflight_step_ms"] - c["before_step_ms"]) / 1e3
+                                      if c.get("step_slowdown") is not None else 0.0) for c in cks)
+    byround.setdefault(int(rnd), {})[name] = (float(wall), len(cks), float(load), accounted)
+ckbytes = ckbytes or max(c["bytes"] for v in runs.values() for _, ls in v for l in ls for c in l.get("checkpoint", []))
 print(f"GPT-2 {'124M' if model == 'L12 C768 V50257' else model}, T=64, B=1, 2 CPU ranks, {steps} steps, a save every {every}; {rounds} alternating rounds; "
       f"checkpoints of {ckbytes / 1e9:.2f} GB on {fs}")
-print(f"disk (dd bs=64M conv=fsync, {int(m.group(1)) / 1e9:.2f} GB): {disk:.0f} MB/s")
+print(f"disk (dd bs=64M conv=fsync, {int(m.group(1)) / 1e9:.2f} GB): {int(m.group(1)) / float(m.group(2)) / 1e6:.0f} MB/s"
+      if m else "disk: not measured (ANALYZE)")
 walls = {k: [w for w, _ in v] for k, v in runs.items()}
 base = st.median(walls["none"])
 none_steps = [l["step_ms"] for _, ls in runs["none"] for l in ls if l["step"] > 1]
@@ -97,10 +118,30 @@ for name in ("sync", "async"):
     fl = (f"{st.median(c['step_slowdown'] for c in slow):.2f}x ({sum(c['inflight_steps'] for c in slow)})" if slow else "-")
     print(f"{name:6} {wall:7.2f} {(wall - base) / n:12.2f} {blocked[name]:14.3f} {rate(over):>12} {rate(final):>10} {fl:>18}  "
           f"{', '.join(f'{w:.2f}' for w in walls[name])}")
-added = {k: st.median(walls[k]) - base for k in ("sync", "async")}
-ratio = f"{added['async'] / added['sync']:.2f} of a synchronous save's" if added["sync"] > 0 else "(synchronous saves added none: no ratio)"
-print(f"async per save: blocked {100 * blocked['async'] / blocked['sync']:.1f} % of a synchronous save's blocked time; wall added {ratio}")
-print("added s/save: (median wall - median wall without saves) / saves; slowdown in flight: the median of the saves' "
+# per round: each configuration against the run without saves of its own round (the runs of a round
+# are adjacent, so they share the machine's load best), and the ratio of the two added times
+# and the job's own account of each save (accounted s/save): the time it blocked training plus, for
+# the steps its write overlapped, their excess over the steps before it (metrics.jsonl's
+# inflight_steps, inflight_step_ms, before_step_ms) — the steps no save touched left out, so that
+# the load's swings over the rest of the run do not enter it
+print(f"{'round':5} {'load 1m at none/sync/async':>26} {'none s':>7} {'sync +s/save':>12} {'async +s/save':>13} "
+      f"{'async/sync':>12} {'accounted sync/async s/save':>27} {'async/sync':>10}")
+ratios, acc_ratios = [], []
+for r in sorted(byround):
+    g = byround[r]
+    add = {k: (g[k][0] - g["none"][0]) / g[k][1] for k in ("sync", "async")}
+    acc = {k: g[k][3] / g[k][1] for k in ("sync", "async")}
+    q = add["async"] / add["sync"] if add["sync"] > 0 else None
+    if q is not None: ratios.append(q)
+    acc_ratios.append(acc["async"] / acc["sync"])
+    qs = f"{q:.2f} {'<=' if q <= 0.5 else '> '} 0.5" if q is not None else "- (sync <= 0)"
+    loads = "/".join(f"{g[k][2]:.1f}" for k in ("none", "sync", "async"))
+    print(f"{r:5} {loads:>26} {g['none'][0]:7.2f} {add['sync']:12.2f} {add['async']:13.2f} {qs:>12} "
+          f"{acc['sync']:>13.2f} / {acc['async']:<11.2f} {acc_ratios[-1]:10.2f}")
+med = f"{st.median(ratios):.2f} (rounds at most 0.5: {sum(q <= 0.5 for q in ratios)} of {len(byround)})" if ratios else "-"
+print(f"async per save: blocked {100 * blocked['async'] / blocked['sync']:.1f} % of a synchronous save's blocked time; "
+      f"wall added, async / sync: median over rounds {med}; accounted, async / sync: median {st.median(acc_ratios):.2f}")
+print("added s/save: (median wall - median wall without saves) / saves, per round: against that round's run without saves; slowdown in flight: the median of the saves' "
       "step_slowdown in metrics.jsonl (the steps their writes overlapped, in all), blocked s/save: the median")
 PY
 bench_conditions_end

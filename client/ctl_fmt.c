@@ -272,6 +272,20 @@ static json_t *agg_json(const Fsdp__StepAgg *a) {
   return o;
 }
 
+/* The latest complete save as metrics.jsonl's checkpoint lines give it (docs/observability.md): the
+ * longest times over the ranks and who holds them, every rank's bytes, and the steps' pace while
+ * its write was in flight (null where no step overlapped it). */
+static json_t *ckpt_json(const Fsdp__CkptSave *c) {
+  int paced = c->inflight_steps && c->inflight_step_ms > 0 && c->before_step_ms > 0;
+  return json_pack("{s:i, s:f, s:f, s:f, s:I, s:f, s:i, s:i, s:i, s:i, s:o, s:o, s:o}", "step", (int)c->step, "blocked_s",
+                   c->blocked_s, "wait_s", c->wait_s, "write_s", c->write_s, "bytes", (json_int_t)c->bytes, "mb_per_s",
+                   c->write_s > 0 ? (double)c->bytes / c->write_s / 1e6 : 0.0, "ranks", (int)c->ranks, "blocked_rank",
+                   (int)c->blocked_rank, "write_rank", (int)c->write_rank, "inflight_steps", (int)c->inflight_steps,
+                   "inflight_step_ms", paced ? json_real(c->inflight_step_ms) : json_null(), "before_step_ms",
+                   paced ? json_real(c->before_step_ms) : json_null(), "step_slowdown",
+                   paced ? json_real(c->inflight_step_ms / c->before_step_ms) : json_null());
+}
+
 json_t *ctl_fmt_step_json(const Fsdp__StepSummary *s) {
   json_t *o = json_object();
   json_object_set_new(o, "step", json_integer(s->step));
@@ -309,13 +323,7 @@ json_t *ctl_fmt_job_json(const Fsdp__JobInfo *j) {
   json_object_set_new(o, "tokens_per_s", jreal(j->tokens_per_s));
   json_object_set_new(o, "val_loss", j->val_step ? jreal(j->val_loss) : json_null());   /* the latest */
   json_object_set_new(o, "val_step", json_integer(j->val_step));
-  if (j->ckpt)   /* the latest complete save, while the daemon holds the job */
-    json_object_set_new(o, "checkpoint", json_pack("{s:i, s:f, s:f, s:f, s:I, s:f, s:i, s:i, s:i}", "step", (int)j->ckpt->step,
-                                                   "blocked_s", j->ckpt->blocked_s, "wait_s", j->ckpt->wait_s, "write_s",
-                                                   j->ckpt->write_s, "bytes", (json_int_t)j->ckpt->bytes, "mb_per_s",
-                                                   j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0,
-                                                   "ranks", (int)j->ckpt->ranks, "blocked_rank", (int)j->ckpt->blocked_rank,
-                                                   "write_rank", (int)j->ckpt->write_rank));
+  if (j->ckpt) json_object_set_new(o, "checkpoint", ckpt_json(j->ckpt));   /* while the daemon holds the job */
   json_object_set_new(o, "world", json_integer(j->world));
   json_object_set_new(o, "device", json_string(ctl_fmt_device(j->device)));
   json_object_set_new(o, "submitted_at", jtime(j->submitted_at));
@@ -508,6 +516,10 @@ void ctl_fmt_job_human(const Fsdp__JobInfo *j, double now, FILE *f) {
     fprintf(f, "  checkpoint  step %u: training blocked %.3f s (rank %u); %.1f MB written by %u ranks in %.2f s (rank %u; "
             "%.0f MB/s)\n", j->ckpt->step, j->ckpt->blocked_s, j->ckpt->blocked_rank, (double)j->ckpt->bytes / 1e6, j->ckpt->ranks,
             j->ckpt->write_s, j->ckpt->write_rank, j->ckpt->write_s > 0 ? (double)j->ckpt->bytes / j->ckpt->write_s / 1e6 : 0.0);
+  if (j->ckpt && j->ckpt->inflight_steps && j->ckpt->inflight_step_ms > 0 && j->ckpt->before_step_ms > 0)
+    fprintf(f, "              while written: %u step(s) of %.0f ms against %.0f ms before (%.2fx)\n",
+            j->ckpt->inflight_steps, j->ckpt->inflight_step_ms, j->ckpt->before_step_ms,
+            j->ckpt->inflight_step_ms / j->ckpt->before_step_ms);
   if (j->tokens_per_s > 0) fprintf(f, "  tokens/s    %s\n", ctl_fmt_si(j->tokens_per_s, a, sizeof a));
   fprintf(f, "  world       %u x %s\n", j->world, ctl_fmt_device(j->device));
   fprintf(f, "  submitted   %s\n", fmt_time(j->submitted_at, now, a, sizeof a));

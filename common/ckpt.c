@@ -181,72 +181,108 @@ static int set_direct(int fd, int on) {
   return fcntl(fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT);
 }
 
-/* Write LEN bytes of SRC at AT of FD in large chunks, their CRC32C into *CRC, each chunk's CRC taken
- * just before it is written (one pass over memory, the chunk still in cache). With *DIRECT, chunks
- * whose address and size are page multiples bypass the page cache (O_DIRECT); the others, and all
- * of them once the file system refuses one (EINVAL: *DIRECT becomes 0), go through it. */
-static fsdp_status write_section(int fd, const uint8_t *src, uint64_t len, uint64_t at, uint32_t *crc, int *direct,
-                                 const char *shown) {
-  enum { CHUNK = 32 << 20 };
-  int on = *direct;   /* the fd's O_DIRECT flag now */
-  for (uint64_t done = 0; done < len;) {
-    size_t n = len - done > CHUNK ? CHUNK : (size_t)(len - done);
-    *crc = ckpt_crc32c(*crc, src + done, n);
-    int want = *direct && (uintptr_t)(src + done) % PAGE == 0 && n % PAGE == 0;
-    if (want != on && set_direct(fd, want) == 0) on = want;
-    ssize_t w = on ? pwrite(fd, src + done, n, (off_t)(at + done)) : -2;
-    if (w == -1 && errno == EINVAL) {   /* the file system takes no direct I/O: the page cache from now on */
-      *direct = 0;
-      if (set_direct(fd, 0) == 0) on = 0;
-    }
-    if (w < 0) TRY(pwrite_full(fd, src + done, n, (off_t)(at + done), shown));
-    else if ((size_t)w < n) TRY(pwrite_full(fd, src + done + w, n - (size_t)w, (off_t)(at + done) + w, shown));
-    done += n;
-  }
-  if (on) set_direct(fd, 0);
-  return FSDP_OK;
-}
+struct ckpt_writer {
+  fsutil_atomic a;            /* the rank file's temporary */
+  int sfd;                    /* the step directory */
+  uint8_t *h;                 /* the header, its CRCs filled in as the sections end */
+  size_t hb;
+  const uint8_t *sec[CKPT_NSEC];
+  uint64_t len, off;          /* each section's bytes; where the first starts */
+  int s;                      /* the section being written (CKPT_NSEC: all written) */
+  uint64_t done;              /* its bytes written */
+  uint32_t crc;               /* their CRC32C */
+  int direct, on;             /* O_DIRECT wanted (0 once the file system refused it); the fd's flag now */
+  int step, rank;
+};
 
-/* The sections go out in large writes (write_section: direct where the file system allows), from
- * page boundaries; the header, which holds the CRCs, is written last at offset 0. One fsync, in
- * the commit. */
-fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
-                            const float *param, const float *m, const float *v) {
+fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                              const float *param, const float *m, const float *v, ckpt_writer **out) {
+  *out = NULL;
   char sdir[PATH_MAX], name[32];
   ckpt_step_dir(dir, step, sdir, sizeof sdir);
   snprintf(name, sizeof name, "rank-%d.bin", rank);
   ckpt_test_pause("begin", step, rank);
-  int sfd;
-  TRY(ckpt_open_step_dir(dir, step, 1, NULL, &sfd));
-
+  ckpt_writer *w = calloc(1, sizeof *w);
   size_t hb = header_bytes(p->nunits);
   uint8_t *h = calloc(1, hb);
-  if (!h) {
-    close(sfd);
-    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
+  if (!w || !h) {
+    free(w), free(h);
+    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint writer");
   }
-  const float *secs[CKPT_NSEC] = {param, m, v};
-  uint64_t len = (uint64_t)p->shard_total * sizeof(float), off = data_start(hb);
-  fill_header(h, hb, p, rank, step, opt_step, off);
+  *w = (ckpt_writer){.a = FSUTIL_ATOMIC_INIT, .sfd = -1, .h = h, .hb = hb, .sec = {(const uint8_t *)param,
+                     (const uint8_t *)m, (const uint8_t *)v}, .len = (uint64_t)p->shard_total * sizeof(float),
+                     .off = data_start(hb), .direct = 1, .step = step, .rank = rank};
+  fill_header(h, hb, p, rank, step, opt_step, w->off);
+  fsdp_status rc = ckpt_open_step_dir(dir, step, 1, NULL, &w->sfd);
+  if (rc == FSDP_OK) rc = fsutil_atomic_begin(w->sfd, sdir, name, 0644, &w->a);
+  if (rc != FSDP_OK) {
+    ckpt_writer_free(&w);
+    return rc;
+  }
+  *out = w;
+  return FSDP_OK;
+}
 
-  fsdp_status rc;
-  int direct = 1;
-  fsutil_atomic a = FSUTIL_ATOMIC_INIT;
-  TRY_GOTO(fsutil_atomic_begin(sfd, sdir, name, 0644, &a), rc, out);
-  for (int s = 0; s < CKPT_NSEC; s++) {
-    uint32_t crc = 0;
-    TRY_GOTO(write_section(a.fd, (const uint8_t *)secs[s], len, off + (uint64_t)s * sec_stride(p), &crc, &direct,
-                           a.shown), rc, out);
-    put32(h, 96 + 24 * (size_t)s, crc);
-    if (s == 0) ckpt_test_pause("mid", step, rank);
+/* The next chunk of the current section: its CRC32C taken just before it is written (one pass over
+ * memory, the chunk still in cache). A chunk whose address and size are page multiples bypasses the
+ * page cache (O_DIRECT); the others, and all of them once the file system refuses one (EINVAL),
+ * go through it. */
+static fsdp_status write_chunk(ckpt_writer *w) {
+  const uint8_t *src = w->sec[w->s] + w->done;
+  off_t at = (off_t)(w->off + (uint64_t)w->s * page_up(w->len) + w->done);
+  size_t n = w->len - w->done > CKPT_CHUNK ? CKPT_CHUNK : (size_t)(w->len - w->done);
+  w->crc = ckpt_crc32c(w->crc, src, n);
+  int want = w->direct && (uintptr_t)src % PAGE == 0 && n % PAGE == 0;
+  if (want != w->on && set_direct(w->a.fd, want) == 0) w->on = want;
+  ssize_t got = w->on ? pwrite(w->a.fd, src, n, at) : -2;
+  if (got == -1 && errno == EINVAL) {   /* the file system takes no direct I/O: the page cache from now on */
+    w->direct = 0;
+    if (set_direct(w->a.fd, 0) == 0) w->on = 0;
   }
-  put32(h, hb - 4, ckpt_crc32c(0, h, hb - 4));
-  TRY_GOTO(pwrite_full(a.fd, h, hb, 0, a.shown), rc, out);
-  rc = fsutil_atomic_commit(&a);
-out:
-  fsutil_atomic_abort(&a);
-  close(sfd);
-  free(h);
+  if (got < 0) TRY(pwrite_full(w->a.fd, src, n, at, w->a.shown));
+  else if ((size_t)got < n) TRY(pwrite_full(w->a.fd, src + got, n - (size_t)got, at + got, w->a.shown));
+  w->done += n;
+  return FSDP_OK;
+}
+
+fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
+  if (w->s < CKPT_NSEC && w->done < w->len) TRY(write_chunk(w));
+  if (w->s < CKPT_NSEC && w->done >= w->len) {
+    put32(w->h, 96 + 24 * (size_t)w->s, w->crc);
+    if (w->s == 0) ckpt_test_pause("mid", w->step, w->rank);
+    w->s++, w->done = 0, w->crc = 0;
+  }
+  *more = w->s < CKPT_NSEC;
+  return FSDP_OK;
+}
+
+/* The header, which holds the CRCs, is written last at offset 0; then the one fsync, in the commit. */
+fsdp_status ckpt_writer_commit(ckpt_writer *w) {
+  if (w->s < CKPT_NSEC) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint rank file committed before its sections");
+  if (w->on && set_direct(w->a.fd, 0) == 0) w->on = 0;
+  put32(w->h, w->hb - 4, ckpt_crc32c(0, w->h, w->hb - 4));
+  TRY(pwrite_full(w->a.fd, w->h, w->hb, 0, w->a.shown));
+  return fsutil_atomic_commit(&w->a);
+}
+
+void ckpt_writer_free(ckpt_writer **pw) {
+  ckpt_writer *w = *pw;
+  if (!w) return;
+  fsutil_atomic_abort(&w->a);
+  if (w->sfd >= 0) close(w->sfd);
+  free(w->h);
+  free(w);
+  *pw = NULL;
+}
+
+fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                            const float *param, const float *m, const float *v) {
+  ckpt_writer *w;
+  TRY(ckpt_writer_begin(dir, p, rank, step, opt_step, param, m, v, &w));
+  fsdp_status rc = FSDP_OK;
+  for (int more = 1; rc == FSDP_OK && more;) rc = ckpt_writer_next(w, &more);
+  if (rc == FSDP_OK) rc = ckpt_writer_commit(w);
+  ckpt_writer_free(&w);
   return rc;
 }
 

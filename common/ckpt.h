@@ -89,6 +89,18 @@ typedef struct ckpt_info {
  * PARAM, M and V are the rank's shards (p->shard_total floats each). */
 fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                             const float *param, const float *m, const float *v);
+/* The same in steps, for a writer that may change hands between chunks (ckpt_async: the training
+ * thread finishes what its background writer began): begin creates the temporary file, each next
+ * writes one chunk of at most CKPT_CHUNK bytes (*MORE: 0 once every section is written), commit
+ * writes the header, fsyncs and renames; free releases W (the temporary removed if uncommitted).
+ * One thread at a time; PARAM, M and V must stay unchanged until commit or free. */
+#define CKPT_CHUNK (16u << 20)
+typedef struct ckpt_writer ckpt_writer;
+fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
+                              const float *param, const float *m, const float *v, ckpt_writer **w);
+fsdp_status ckpt_writer_next(ckpt_writer *w, int *more);
+fsdp_status ckpt_writer_commit(ckpt_writer *w);
+void ckpt_writer_free(ckpt_writer **w);
 /* The size of a rank file of plan P. */
 uint64_t ckpt_rank_file_bytes(const plan_t *p);
 /* Rank 0, once every rank's ckpt_write_rank returned: write the manifest (temp + fsync + rename +

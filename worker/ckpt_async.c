@@ -38,6 +38,9 @@ struct ckpt_async {
   plan_t *own;
   int rank, writes;
   ckpt_save_stats stats;
+  double t0;             /* the write's start (now_s) */
+  int hurry;             /* the main thread waits: the writer hands the write over at its next chunk */
+  ckpt_writer *handed;   /* the write handed over (the main thread finishes it), or NULL */
   fsdp_status rc;
   char err[1024];
 };
@@ -66,6 +69,52 @@ static const char *writer_lower_priority(void) {
   return "normal";
 }
 
+/* The write ended (RC, W freed): its figures, and the state for ckpt_async_wait. Under the mutex. */
+static void write_ended(ckpt_async *a, fsdp_status rc) {
+  a->rc = rc;
+  snprintf(a->err, sizeof a->err, "%s", rc == FSDP_OK ? "" : fsdp_last_error());
+  a->stats.write_s = now_s() - a->t0;
+  a->stats.t1_us = monotime_us();
+  a->stats.bytes = a->writes ? ckpt_rank_file_bytes(a->p) : 0;
+  a->state = CA_WRITTEN;
+  pthread_cond_broadcast(&a->cv);
+}
+
+/* W's remaining chunks and its commit; RC: the status so far. W is freed. */
+static fsdp_status write_rest(ckpt_writer **w, fsdp_status rc) {
+  for (int more = 1; rc == FSDP_OK && more;) rc = ckpt_writer_next(*w, &more);
+  if (rc == FSDP_OK) rc = ckpt_writer_commit(*w);
+  ckpt_writer_free(w);
+  return rc;
+}
+
+/* One write, chunk by chunk; between chunks, when the main thread waits for the write (hurry), the
+ * writer hands it over (a->handed) instead of finishing it at its own priority. Called and
+ * returning with the mutex held. */
+static void write_one(ckpt_async *a) {
+  pthread_mutex_unlock(&a->mu);
+  ckpt_writer *w = NULL;
+  fsdp_status rc = FSDP_OK;
+  int more = 0;
+  if (a->writes)   /* the optimizer step count of a checkpoint is its step */
+    rc = ckpt_writer_begin(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->buf[CKPT_SEC_PARAM], a->buf[CKPT_SEC_M],
+                           a->buf[CKPT_SEC_V], &w);
+  more = rc == FSDP_OK && w;
+  while (more) {
+    pthread_mutex_lock(&a->mu);
+    if (a->hurry) {
+      a->handed = w;
+      pthread_cond_broadcast(&a->cv);
+      return;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if ((rc = ckpt_writer_next(w, &more)) != FSDP_OK) break;
+  }
+  if (w) rc = write_rest(&w, rc);
+  pthread_mutex_lock(&a->mu);
+  write_ended(a, rc);
+}
+
 static void *writer_main(void *arg) {
   ckpt_async *a = arg;
   const char *prio = writer_lower_priority();
@@ -73,23 +122,9 @@ static void *writer_main(void *arg) {
   a->priority = prio;
   pthread_cond_broadcast(&a->cv);
   for (;;) {
-    while (a->state != CA_WRITING && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
-    if (a->state != CA_WRITING) break;
-    pthread_mutex_unlock(&a->mu);
-    double t0 = now_s();
-    uint64_t t0_us = monotime_us();
-    fsdp_status rc = FSDP_OK;
-    if (a->writes)   /* the optimizer step count of a checkpoint is its step */
-      rc = ckpt_write_rank(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->buf[CKPT_SEC_PARAM],
-                           a->buf[CKPT_SEC_M], a->buf[CKPT_SEC_V]);
-    pthread_mutex_lock(&a->mu);
-    a->rc = rc;
-    snprintf(a->err, sizeof a->err, "%s", rc == FSDP_OK ? "" : fsdp_last_error());
-    a->stats.write_s = now_s() - t0;
-    a->stats.t0_us = t0_us, a->stats.t1_us = monotime_us();
-    a->stats.bytes = a->writes ? ckpt_rank_file_bytes(a->p) : 0;
-    a->state = CA_WRITTEN;
-    pthread_cond_broadcast(&a->cv);
+    while ((a->state != CA_WRITING || a->handed) && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
+    if (a->quit) break;
+    write_one(a);
   }
   pthread_mutex_unlock(&a->mu);
   return NULL;
@@ -169,6 +204,9 @@ void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **
   a->writes = rank < p->world;
   a->stats = *stats;
   a->stats.step = step;
+  a->t0 = now_s();
+  a->stats.t0_us = monotime_us();
+  a->hurry = 0;
   a->state = CA_WRITING;
   pthread_cond_broadcast(&a->cv);
   pthread_mutex_unlock(&a->mu);
@@ -194,13 +232,34 @@ fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats) {
     pthread_mutex_unlock(&a->mu);
     return FSDP_OK;
   }
-  while (a->state != CA_WRITTEN) pthread_cond_wait(&a->cv, &a->mu);
+  if (a->state == CA_WRITING) {
+    a->hurry = 1;   /* training waits: the rest of the write at the main thread's priority, not the writer's */
+    while (a->state == CA_WRITING && !a->handed) pthread_cond_wait(&a->cv, &a->mu);
+  }
+  if (a->handed) {
+    ckpt_writer *w = a->handed;
+    int step = a->stats.step;
+    pthread_mutex_unlock(&a->mu);
+    double t = now_s();
+    fsdp_status wrc = write_rest(&w, FSDP_OK);
+    log_info("checkpoint step %d: training waited for its write and finished it itself in %.2f s", step, now_s() - t);
+    pthread_mutex_lock(&a->mu);
+    a->handed = NULL;
+    write_ended(a, wrc);
+    a->stats.handed_over = 1;
+  }
   fsdp_status rc = a->rc;
   if (stats) *stats = a->stats;
   a->state = CA_IDLE;
   pthread_mutex_unlock(&a->mu);
   if (rc != FSDP_OK) return fsdp_set_error(rc, "%s", a->err);
   return FSDP_OK;
+}
+
+void ckpt_async_hurry(ckpt_async *a) {
+  pthread_mutex_lock(&a->mu);
+  if (a->state == CA_WRITING) a->hurry = 1;
+  pthread_mutex_unlock(&a->mu);
 }
 
 const char *ckpt_async_priority(const ckpt_async *a) { return a->priority; }

@@ -1,6 +1,6 @@
 /* ckpt_async — a rank's asynchronous checkpoint write (docs/checkpoints.md, "Asynchronous saves"):
  * a host snapshot of the rank's shards (parameters, AdamW m and v) and a writer thread that writes
- * it as the rank's checkpoint file (ckpt_write_rank: CRC32Cs, the file, its fsync) while training
+ * it as the rank's checkpoint file (ckpt_writer_*: CRC32Cs, the file, its fsync) while training
  * goes on. The collective part (when every rank's file is complete, rank 0 writes the manifest) is
  * the runtime's: runtime_checkpoint_async and runtime_checkpoint_settle (runtime.h).
  *
@@ -10,7 +10,12 @@
  * is allocated once, before the first step (runtime_checkpoint_prepare), as the device's host memory
  * (pinned on CUDA; page-aligned, so that the writer can use O_DIRECT), and reused: a save that would
  * start while a write is in flight waits for it first. The writer thread runs below the training
- * threads (SCHED_IDLE, else nice 19): it writes in the CPU time training leaves. */
+ * threads (SCHED_IDLE, else nice 19): it writes in the CPU time training leaves. Once training waits
+ * for the write (ckpt_async_wait: the next save, the last step, a stop), the writer hands it over at
+ * its next chunk (CKPT_CHUNK) and the main thread writes the rest at its own priority: on a node
+ * whose cores other work keeps busy, a writer below everything would otherwise leave training
+ * waiting for CPU time it does not get (a thread cannot raise itself out of SCHED_IDLE without
+ * CAP_SYS_NICE or RLIMIT_NICE). */
 #ifndef FSDP_CKPT_ASYNC_H
 #define FSDP_CKPT_ASYNC_H
 
@@ -30,6 +35,7 @@ typedef struct ckpt_save_stats {
   double wait_s;           /* the part of blocked_s spent waiting for the previous write */
   double write_s;          /* the writer's time for the file: CRC32Cs, writes, fsync, rename */
   uint64_t bytes;          /* this rank's file */
+  int handed_over;         /* the write was finished by the thread that waited for it */
   uint64_t t0_us, t1_us;   /* the write's start and end (trace_now_us's clock), for its trace span */
 } ckpt_save_stats;
 
@@ -53,8 +59,12 @@ int ckpt_async_pending(ckpt_async *a);
 /* Whether the pending write has ended (no waiting). */
 int ckpt_async_finished(ckpt_async *a);
 /* Wait for the pending write to end and collect it: its status (its message recorded on this
- * thread), and its figures in *STATS (may be NULL). FSDP_OK when none is pending. */
+ * thread), and its figures in *STATS (may be NULL). FSDP_OK when none is pending. A write still in
+ * progress is finished by the calling thread from the writer's next chunk on. */
 fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats);
+/* Ask the writer to hand the pending write over at its next chunk, to the next ckpt_async_wait
+ * (which asks it too). */
+void ckpt_async_hurry(ckpt_async *a);
 /* The writer thread's scheduling class: "idle" (SCHED_IDLE), "nice 19" (the fallback where SCHED_IDLE
  * is refused) or "normal" (both refused; logged). */
 const char *ckpt_async_priority(const ckpt_async *a);

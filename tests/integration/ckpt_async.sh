@@ -78,8 +78,8 @@ print(f"trace: {len(writes)} checkpoint writes on the checkpoint writer lane, {l
 PY
 "$CTL" cancel "$id" >/dev/null
 wait_for 30 finished "$id" || fail "job $id did not end after cancel"
-python3 - "$S/jobs/$id/metrics.jsonl" "$S/status.json" <<'PY' || fail "metrics.jsonl: checkpoint figures"
-import json, sys
+python3 - "$S/jobs/$id/metrics.jsonl" "$S/status.json" "$S/status.out" <<'PY' || fail "metrics.jsonl: checkpoint figures"
+import json, re, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 saves = [(d["step"], c) for d in lines for c in d.get("checkpoint", [])]
 assert len(saves) >= 2, saves
@@ -89,6 +89,21 @@ for step, c in saves:
     assert abs(c["mb_per_s"] - c["bytes"] / c["write_s"] / 1e6) < 1e-6 * c["mb_per_s"], c
 st = json.load(open(sys.argv[2]))["checkpoint"]
 assert st["step"] in [c["step"] for _, c in saves], st
+# fsdpctl status --json: the same save's figures as its metrics line, the pace fields included
+same = next(c for _, c in saves if c["step"] == st["step"])
+for k in ("blocked_s", "wait_s", "write_s", "bytes", "ranks", "blocked_rank", "write_rank", "inflight_steps",
+          "inflight_step_ms", "before_step_ms", "step_slowdown"):
+    ok = st[k] == same[k] if not isinstance(same[k], float) else abs(st[k] - same[k]) <= 1e-9 * abs(same[k])
+    assert k in st and ok, (k, st, same)   # metrics.jsonl's reals carry 10 digits
+# the plain status: a pace line where its save overlapped steps, with that save's figures
+out = open(sys.argv[3]).read()
+shown = next(c for _, c in saves if c["step"] == int(re.search(r"^  checkpoint  step (\d+):", out, re.M).group(1)))
+pace = re.search(r"^ {14}while written: (\d+) step\(s\) of (\d+) ms against (\d+) ms before \(([\d.]+)x\)$", out, re.M)
+if shown["inflight_steps"]:
+    assert pace, out
+    assert int(pace.group(1)) == shown["inflight_steps"] and pace.group(4) == f"{shown['step_slowdown']:.2f}", (pace.groups(), shown)
+else:
+    assert not pace, out
 # the steps' pace while a write was in flight, recomputed from the lines: the steps after the save up
 # to the one whose report completed it, against the latest 4 before it that no write overlapped
 # (step 1, the warm-up, left out)

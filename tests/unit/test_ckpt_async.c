@@ -119,6 +119,29 @@ int main(void) {
   CHECK(ckpt_async_plan(a) == p && strcmp(ckpt_async_dir(a), dir) == 0);
   printf("async write: %llu bytes in %.3f s, equal to the synchronous file\n", (unsigned long long)st.bytes, st.write_s);
 
+  /* held mid-file again, asked to hurry, released: the writer hands the rest over at its next chunk
+   * and the waiting thread finishes it, the same file byte for byte */
+  char sync7[700], f_sync7[800], f_async7[800];
+  snprintf(sync7, sizeof sync7, "%s/sync7", dir);
+  CHECK_OK(ckpt_write_rank(sync7, p, 1, 7, 7, buf[0], buf[1], buf[2]));
+  unlink(release);
+  unlink(marker);
+  setenv("FSDP_TEST_CKPT_PAUSE", "mid:7", 1);
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
+  ckpt_async_start(a, dir, p, NULL, 1, 7, &st);
+  CHECK(wait_file(marker));
+  ckpt_async_hurry(a);
+  fd = open(release, O_WRONLY | O_CREAT, 0600);
+  if (fd >= 0) close(fd);
+  memset(&st, 0, sizeof st);
+  CHECK_OK(ckpt_async_wait(a, &st));
+  unsetenv("FSDP_TEST_CKPT_PAUSE");
+  CHECK_EQ_INT(1, st.handed_over);
+  snprintf(f_sync7, sizeof f_sync7, "%s/step-00000007/rank-1.bin", sync7);
+  snprintf(f_async7, sizeof f_async7, "%s/step-00000007/rank-1.bin", dir);
+  CHECK(files_equal(f_sync7, f_async7));
+  printf("handed over mid-file: finished by the waiting thread, equal to the synchronous file\n");
+
   /* a write that fails (its directory is a file): the message reaches the caller's thread */
   char notdir[700];
   snprintf(notdir, sizeof notdir, "%s/plain-file", dir);
