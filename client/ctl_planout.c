@@ -51,10 +51,34 @@ static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
+/* Sharded adapters' terms (SA = L·Sa, one rank's part of every block's adapters). */
+static const char *lora_sharded_formula(const plan_t *p, int c) {
+  int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU, b16 = p->reduce_dtype == DTYPE_BF16;
+  switch (c) {
+  case MEM_PARAM_SHARD:
+    if (p->lora.nf4) return "2·Sr + L·nf4_shard + 4·SA (+ 2·SA on CUDA): bf16 root, NF4 blocks; fp32 adapter shards";
+    return bf ? (cuda ? "2·S + 6·SA: frozen base shard in bf16; fp32 adapter shards and their bf16 form"
+                      : "2·S + 4·SA: frozen base shard in bf16; fp32 adapter shards")
+              : (cuda ? "4·S + 6·SA: frozen base shard in fp32; fp32 adapter shards and their bf16 form"
+                      : "4·S + 4·SA: frozen base shard in fp32; fp32 adapter shards");
+  case MEM_GRAD_SHARD: return "4·SA: the adapters' gradient shards (the frozen base has none)";
+  case MEM_OPTIM_STATE: return "8·SA: the adapters' AdamW m and v, shards only";
+  case MEM_COMM:
+    return b16 ? "8·Pa + 2·(3·Sa) (+ 2·SA hybrid) + 16: the adapters' bf16 reduce buffers, scalars"
+               : "4·(2·Pa + Sa) + 16: the adapters' two block gradients, ring scratch, scalars";
+  case MEM_GATHERED:
+    return p->lora.nf4 ? "2·Pr + slots·nf4_padded + 2·Pb (+ 4·(Pr + Pb) on the CPU) + e·slots·Pa: bf16 root, NF4 "
+                         "blocks, the dequantized working unit, the gathered adapters"
+                       : "the base's (as a full job's) + e·slots·Pa: the gathered adapters";
+  default: return NULL;
+  }
+}
+
 /* [lora]'s own terms (plan.h's plan_lora; NA = the adapters' elements), or NULL where the category's
  * formula is the full fine-tune's. */
 static const char *lora_formula(const plan_t *p, int c) {
   int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
+  if (p->lora.sharded) return lora_sharded_formula(p, c);
   switch (c) {
   case MEM_PARAM_SHARD:
     if (p->lora.nf4) return "2·Sr + L·nf4_shard + 4·NA (+ 2·NA on CUDA): bf16 root shard, NF4 block shards; fp32 adapters";
@@ -161,7 +185,7 @@ static void print_lora(const plan_t *p, FILE *f) {
   targets[0] = '\0';
   for (int j = 0; j < l->nmods && used < sizeof targets; j++)
     used += (size_t)snprintf(targets + used, sizeof targets - used, "%s%s", j ? ", " : "", l->mod[j].path);
-  uint64_t NA = (uint64_t)l->numel, e_act = p->device == DEVICE_CPU ? 4 : 2;
+  uint64_t NA = (uint64_t)plan_lora_held(p), e_act = p->device == DEVICE_CPU ? 4 : 2;
   uint64_t base = p->mem[MEM_PARAM_SHARD] - 4 * NA - (e_act == 2 ? 2 * NA : 0);
   char basedt[96];
   if (l->nf4)
@@ -170,9 +194,15 @@ static void print_lora(const plan_t *p, FILE *f) {
              human_bytes((uint64_t)(p->nunits - 1) * (uint64_t)l->nf4_shard, b, sizeof b));
   else
     snprintf(basedt, sizeof basedt, "%s", jobspec_dtype_kind_name(p->param_dtype));
-  fprintf(f, "  LoRA: r = %d, alpha = %g (scale %g) on %s: NA = %s adapter elements (%s per block), fp32, whole on "
-          "every rank\n", l->rank, l->alpha, (double)l->scale, targets, human_count(l->numel, a, sizeof a),
+  fprintf(f, "  LoRA: r = %d, alpha = %g (scale %g) on %s: NA = %s adapter elements (%s per block), fp32\n",
+          l->rank, l->alpha, (double)l->scale, targets, human_count(l->numel, a, sizeof a),
           human_count(l->block_numel, b, sizeof b));
+  if (l->sharded)
+    fprintf(f, "    adapters sharded: each block's in a unit of its own (Pa = %s, Sa = %s per rank), gathered beside "
+            "the block, reduce-scattered after its backward; SA = %s per rank\n", human_count(l->a_padded, a, sizeof a),
+            human_count(l->a_shard, b, sizeof b), human_count((int64_t)NA, c, sizeof c));
+  else
+    fprintf(f, "    adapters replicated: whole on every rank, the gradient all-reduced once per step\n");
   fprintf(f, "    base (frozen, %s) %s; adapters %s, their gradient %s, their AdamW state %s\n",
           basedt, human_bytes(base, a, sizeof a),
           human_bytes(4 * NA + (e_act == 2 ? 2 * NA : 0), b, sizeof b), human_bytes(4 * NA, c, sizeof c),
@@ -346,7 +376,7 @@ static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
  * state, what they add to the activations, and NF4's dequantized working unit. */
 static json_t *lora_json(const plan_t *p) {
   const plan_lora *l = &p->lora;
-  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2, ad = 4 * NA + (e == 2 ? 2 * NA : 0);
+  uint64_t NA = (uint64_t)plan_lora_held(p), e = p->device == DEVICE_CPU ? 4 : 2, ad = 4 * NA + (e == 2 ? 2 * NA : 0);
   json_t *base = json_object();
   if (l->nf4) {
     json_object_set_new(base, "bf16", jint(2 * p->units[0].shard_numel));
@@ -354,8 +384,9 @@ static json_t *lora_json(const plan_t *p) {
   } else {
     json_object_set_new(base, jobspec_dtype_kind_name(p->param_dtype), jint((int64_t)(p->mem[MEM_PARAM_SHARD] - ad)));
   }
-  return json_pack("{s:i, s:f, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
-                   "adapter_elements", (json_int_t)NA, "base_dtype", l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
+  return json_pack("{s:i, s:f, s:I, s:s, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
+                   "adapter_elements", (json_int_t)l->numel, "adapters", l->sharded ? "sharded" : "replicated",
+                   "adapter_elements_held", (json_int_t)NA, "base_dtype", l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
                    "base_bytes", base, "adapter_bytes", (json_int_t)ad, "adapter_grad_bytes", (json_int_t)(4 * NA),
                    "adamw_bytes", (json_int_t)(8 * NA), "activation_bytes", (json_int_t)(e * (uint64_t)l->saved),
                    "dequant_unit_bytes", (json_int_t)plan_lora_dequant_bytes(p));

@@ -574,7 +574,7 @@ static fsdp_status old_plan(const ckpt_info *ci, const jobspec_t *spec, plan_t *
 static fsdp_status lora_old_plan(const ckpt_info *ci, plan_t **out) {
   plan_t *job = NULL;
   TRY(ckpt_lora_plan(ci, 1, &job));
-  fsdp_status rc = plan_lora_segment(job, out);
+  fsdp_status rc = plan_lora_segment(job, ci->world, out);
   plan_destroy(&job);
   return rc;
 }

@@ -74,8 +74,9 @@ typedef struct ckpt_info {
   int batch_size, grad_accum;
   int64_t rows_per_step;    /* N·B·G of the run that wrote it: the data order continues when equal */
   char source[JOBSPEC_PATH_MAX];   /* the Hugging Face folder the model came from ([model] from), or "" */
-  /* A LoRA job's checkpoint (lora.rank ≥ 1): its one file holds the adapters and their AdamW state,
-   * whole (plan_lora_segment's layout), not the frozen base, which BASE identifies. */
+  /* A LoRA job's checkpoint (lora.rank ≥ 1): its files hold the adapters and their AdamW state in
+   * plan_lora_segment's layout for `world` writers (one whole file, or one shard per rank of a
+   * shard group), not the frozen base, which BASE identifies. */
   struct {
     int rank;
     double alpha;
@@ -108,7 +109,7 @@ uint64_t ckpt_rank_file_bytes(const plan_t *p);
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens);
 /* The same with the rows per step (N·B·G) of the run that trained it, where P is not that run's plan:
  * a hybrid job saves one group's shards as the checkpoint of a full-sharding job of G ranks, a LoRA
- * job its adapters as the checkpoint of plan_lora_segment's one rank, with BASE (else NULL). */
+ * job its adapters as the checkpoint of plan_lora_segment's writers, with BASE (else NULL). */
 fsdp_status ckpt_write_manifest_rows(const char *dir, const plan_t *p, int step, uint64_t tokens, int64_t rows_per_step,
                                      const ckpt_base *base);
 /* Delete all but the KEEP newest complete checkpoints, and step directories without a manifest
@@ -151,7 +152,8 @@ fsdp_status ckpt_base_of(const jobspec_t *spec, ckpt_base *out);
  * the reverse, are refused too. BASE may be NULL (only [lora] compared). */
 fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *p, const ckpt_base *base);
 /* Read the adapters (PARAM), their AdamW m and v (each p->lora.numel floats, whole) from the LoRA
- * checkpoint CI, every section's CRC32C checked; *OPT_STEP (may be NULL) the optimizer's steps. */
+ * checkpoint CI (of one writer or of several, scattered into the whole), every section's CRC32C checked;
+ * *OPT_STEP (may be NULL) the optimizer's steps. */
 fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p, float *param, float *m, float *v,
                            int64_t *opt_step);
 /* The one-rank plan (sharding none, batch BATCH_SIZE) of CI's model and [lora]: fsdpctl export's and

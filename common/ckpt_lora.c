@@ -1,5 +1,6 @@
-/* ckpt_lora — a LoRA job's checkpoint (see ckpt.h): the adapters and their AdamW state in one rank
- * file of plan_lora_segment's layout (whole, as every rank holds them), the [lora] settings and the
+/* ckpt_lora — a LoRA job's checkpoint (see ckpt.h): the adapters and their AdamW state in the rank
+ * files of plan_lora_segment's layout (one whole file for replicated adapters, one per rank of a shard
+ * group for sharded ones; either read into the whole segment), the [lora] settings and the
  * frozen base's identity in the manifest. The base itself is not saved: a resume reads it again from
  * where the job reads it, and refuses it when its content hash changed. Split from ckpt.c, which owns
  * the rank files of a full job. */
@@ -196,17 +197,31 @@ fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *
 fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p, float *param, float *m, float *v,
                            int64_t *opt_step) {
   TRY(ckpt_lora_check(dir, ci, p, NULL));
-  if (ci->world != 1)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint in %s (step %d) lists %d files; it has one", dir,
-                          ci->step, ci->world);
+  if (ci->world < 1 || ci->world > 4096)
+    return fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint in %s (step %d) lists %d files; allowed: 1..%d", dir,
+                          ci->step, ci->world, 4096);
+  /* its writers' layout: one file of the whole segment (replicated adapters), or one per rank of a
+   * shard group (sharded), each writer's part scattered into the whole */
   plan_t *seg = NULL;
-  TRY(plan_lora_segment(p, &seg));
-  rank_file f = {.fd = -1};
+  TRY(plan_lora_segment(p, ci->world, &seg));
+  float *shard = ci->world > 1 ? malloc((size_t)seg->shard_total * sizeof *shard) : NULL;
+  fsdp_status rc = ci->world == 1 || shard ? FSDP_OK
+                   : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a buffer to read the LoRA checkpoint in %s", dir);
   float *dst[CKPT_NSEC] = {param, m, v};
-  fsdp_status rc = ckpt_open_rank(dir, ci, seg, 0, &f);
-  for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = ckpt_read_section(&f, s, dst[s]);
-  if (rc == FSDP_OK && opt_step) *opt_step = f.opt_step;
-  ckpt_close_rank(&f);
+  for (int q = 0; q < ci->world && rc == FSDP_OK; q++) {
+    rank_file f = {.fd = -1};
+    rc = ckpt_open_rank(dir, ci, seg, q, &f);
+    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) {
+      rc = ckpt_read_section(&f, s, shard ? shard : dst[s]);
+      if (rc == FSDP_OK && shard) plan_lora_scatter(p, ci->world, q, shard, dst[s]);
+    }
+    if (rc == FSDP_OK && opt_step && q == 0) *opt_step = f.opt_step;
+    if (rc == FSDP_OK && opt_step && f.opt_step != *opt_step)
+      rc = fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint in %s (step %d): its files disagree on the optimizer's "
+                          "step (%lld, %lld)", dir, ci->step, (long long)*opt_step, (long long)f.opt_step);
+    ckpt_close_rank(&f);
+  }
+  free(shard);
   plan_destroy(&seg);
   return rc;
 }

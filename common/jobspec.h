@@ -27,6 +27,8 @@ typedef enum { SCHED_CONSTANT = 0, SCHED_COSINE } lr_schedule;
 typedef enum { RESUME_AUTO = 0, RESUME_NEVER } resume_mode;
 /* [lora] base_dtype: the frozen base's storage. auto: param_dtype's; nf4: NormalFloat4 (worker/ops/nf4.h) */
 typedef enum { BASE_AUTO = 0, BASE_BF16, BASE_FP32, BASE_NF4 } base_dtype_kind;
+/* [lora] adapters: how the adapters are held (plan.h's plan_lora). auto: the plan decides */
+typedef enum { ADAPTERS_AUTO = 0, ADAPTERS_SHARDED, ADAPTERS_REPLICATED } adapters_kind;
 typedef enum { ACKPT_NONE = 0, ACKPT_FULL } ackpt_mode;      /* [fsdp] activation_checkpointing */
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPTIMIZER } offload_mode;   /* [fsdp] offload */
 
@@ -163,6 +165,7 @@ typedef struct jobspec {
     char targets[JOBSPEC_TEXT_MAX];      /* comma-separated module names; "" = the family's default */
     char init_from[JOBSPEC_PATH_MAX];    /* a PEFT adapter folder (absolute), or "" */
     base_dtype_kind base_dtype;          /* resolved at parse: bf16 | fp32 set param_dtype; auto stays auto */
+    adapters_kind adapters;              /* sharded | replicated | auto (plan_lora_memory decides) */
   } lora;
 } jobspec_t;
 

@@ -24,6 +24,7 @@ static const char *const resume_names[] = {"auto", "never", NULL};
 static const char *const bool_names[] = {"false", "true", NULL};
 static const char *const ackpt_names[] = {"none", "full", NULL};
 static const char *const base_dtype_names[] = {"auto", "bf16", "fp32", "nf4", NULL};
+static const char *const adapters_names[] = {"auto", "sharded", "replicated", NULL};
 static const char *const offload_names[] = {"none", "optimizer", NULL};
 static const char *const arch_enum_names[] = {
 #define FSDP_ARCH(ID, name) #name,
@@ -234,6 +235,11 @@ const keydef jobspec_keys[] = {
        "the frozen base's storage: auto = param_dtype; bf16 | fp32 (held and gathered in it, no fp32 master); nf4 = "
        "QLoRA's NormalFloat4 (bitsandbytes' format: blocks of 64, double-quantized scales), planned by fsdpctl plan, "
        "not trained yet", "auto"),
+  ENUM("lora", "adapters", lora.adapters, adapters_names,
+       "how the adapters are held: sharded = in units of their own, sharded over the shard group as the base is "
+       "(gathered per block, gradient reduce-scattered, AdamW on the shard); replicated = whole on every rank "
+       "(gradient all-reduced once per step); auto = whichever the plan says holds less per rank (fsdpctl plan "
+       "names it)", "auto"),
 };
 const int jobspec_nkeys = (int)(sizeof jobspec_keys / sizeof jobspec_keys[0]);
 _Static_assert(sizeof jobspec_keys / sizeof jobspec_keys[0] <= JOBSPEC_MAX_KEYS, "raise JOBSPEC_MAX_KEYS");

@@ -181,20 +181,37 @@ int64_t plan_vocab_padded(device_kind dev, int64_t V);
  * bf16) and its gradient (Vp·C fp32): ops_cuda_classifier_scratch_bytes. */
 int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C);
 
-/* LoRA ([lora], docs/models.md "LoRA"; common/plan_lora.c): the base is frozen and every block carries
- * adapters on its target projections: A [r, in] and B [out, r] (nn.Linear's layout, peft's names
- * lora_A, lora_B), y += (alpha / r)·(x·Aᵀ)·Bᵀ. The adapters are not in the units: they are one
- * fp32 segment of their own, replicated on every rank (their gradient all-reduced once per step,
- * AdamW run on the whole segment by every rank alike), laid out block by block and, in a block,
- * module by module, A then B. Memory per rank, NA = numel:
- *   param_shard = pb·S (the frozen base in its own dtype: bf16 or fp32, no master) + 4·NA (+ 2·NA act
- *                 copy on CUDA)    grad_shard = 4·NA    optim_state = 8·NA
- *                 NF4: 2·Sr + L·nf4_shard + 4·NA (+ 2·NA)
+/* LoRA ([lora], docs/models.md "LoRA", docs/memory.md "LoRA"; common/plan_lora.c): the base is frozen
+ * and every block carries adapters on its target projections: A [r, in] and B [out, r] (nn.Linear's
+ * layout, peft's names lora_A, lora_B), y += (alpha / r)·(x·Aᵀ)·Bᵀ, laid out block by block and, in a
+ * block, module by module, A then B (the adapters' segment, NA = numel elements). The adapters are
+ * not in the base's units; they are held one of two ways ([lora] adapters):
+ *   replicated  one fp32 segment whole on every rank: its gradient all-reduced over the world once
+ *               per step, AdamW run on the whole segment by every rank alike;
+ *   sharded     block l's adapters are a unit of their own (plan_lora_units), sharded over the shard
+ *               group as the base's blocks are (Pa = block_numel padded to shard_world·64, Sa =
+ *               Pa / shard_world): fp32 master, gradient and AdamW m, v of Sa per block per rank;
+ *               all-gathered in the compute dtype beside block l's base gather, their gradient
+ *               reduce-scattered in reduce_dtype after block l's backward (hybrid: then all-reduced
+ *               across the groups), AdamW on the shard only.
+ * auto (the default) takes sharded where it holds less per rank: sharding ≠ none and the sharded
+ * plan's per-rank total is below the replicated one's (world 1, sharding none, or adapters so small
+ * that the gather slots and reduce buffers outweigh what sharding saves: replicated).
+ * Memory per rank, NA = numel, SA = L·Sa, e = the compute dtype's bytes (4 CPU, 2 CUDA):
+ *   param_shard = pb·S (the frozen base in its own dtype: bf16 or fp32, no master)
+ *                 NF4: 2·Sr + L·nf4_shard
+ *                 + replicated 4·NA (+ 2·NA act copy on CUDA) | sharded 4·SA (+ 2·SA on CUDA)
+ *   grad_shard  = replicated 4·NA | sharded 4·SA      optim_state = replicated 8·NA | sharded 8·SA
  *   gathered (NF4, full and hybrid): 2·Pr + min(1+p, L)·nf4_padded + 2·Pb (the dequantized working
  *                 unit) + cb·(Pr + Pb) on the CPU (the fp32 compute copies); grad_op: L·nf4_padded
  *                 in place of the slots; none: the working unit and the copies
+ *                 + sharded: e·slots·Pa (slots = min(1+p, L), grad_op L)
  *   allgather sent (NF4, full): G·(N−1)·(2·Sr + 2·L·nf4_shard): the blocks' bytes are NF4's
- *   comm: 4·PLAN_STEP_SCALARS only (no reduce-scatter of the frozen base)
+ *                 + sharded: G·(Ns−1)·e·SA·(2, grad_op 1)
+ *   comm: 4·PLAN_STEP_SCALARS (no reduce-scatter of the frozen base) + sharded: the adapters'
+ *                 reduce buffers (reduce.h): fp32 4·(2·Pa + Sa), bf16 8·Pa + 2·(3·Sa) (+ 2·SA hybrid)
+ *   reducescatter sent: replicated 0 | sharded G·(Ns−1)·rb·SA; allreduce: the scalars + replicated
+ *                 2·(N−1)·4·NA/N | sharded hybrid L·(2·(R−1)·rb·Sa/R)
  *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
  *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets
  *   workspace += BT·r act elements: the adapters' scratch (s·dy·B; their products read and accumulate
@@ -216,6 +233,8 @@ typedef struct plan_lora {
   int64_t block_numel; /* Σ r·(in + out) over the targets */
   int64_t numel;       /* L·block_numel: every adapter element */
   int64_t saved, ws;   /* act elements: the kept x·Aᵀ of every block, and the scratch */
+  int sharded;         /* the adapters' layout: 1 sharded in their own units, 0 replicated (see above) */
+  int64_t a_padded, a_shard;   /* sharded: Pa and Sa (one block's adapters padded, one rank's part) */
   /* the frozen base's storage ([lora] base_dtype): param_dtype's, or NF4 (worker/ops/nf4.h). With
    * NF4 every 2-D tensor of a block is quantized (nf4_bytes: codes, scale codes, group scales,
    * offset), its 1-D tensors stay bf16, and the root (embeddings, head, final norm) is bf16, as
@@ -307,11 +326,28 @@ const plan_tensor *plan_find_tensor(const plan_t *p, const char *name, int *unit
 uint64_t plan_lora_dequant_bytes(const plan_t *p);
 /* LoRA's module of block slot SLOT, or NULL when no target adapts it (or no LoRA). */
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot);
-/* The adapters' segment as a plan of its own (P with lora.rank ≥ 1): one rank, sharding none, unit l =
- * block l's adapters (one 2-D tensor), shard_total = lora.numel; P's model, source, batch, grad_accum
- * and lora. A LoRA checkpoint is this plan's (ckpt.h): the adapters are whole on every rank, so it
- * loads into any world size as it is. */
-fsdp_status plan_lora_segment(const plan_t *p, plan_t **out);
+/* The adapters' segment as a checkpoint's plan (P with lora.rank ≥ 1) for W writers: sharding none
+ * (W = 1: unit l = block l's adapters whole, unpadded) or full (W > 1: unit l padded to W·64 and
+ * sharded, Sa each), one 2-D tensor per unit, shard_total = L·Sa; P's model, source, batch,
+ * grad_accum and lora. A LoRA checkpoint is this plan's (ckpt.h): replicated adapters are written
+ * by rank 0 alone (W = 1), sharded ones by each rank of a shard group (W = shard_world); either
+ * loads into any world size and layout through plan_lora_scatter / plan_lora_pick. */
+fsdp_status plan_lora_segment(const plan_t *p, int W, plan_t **out);
+/* The sharded adapters' units, as the runtime gathers, reduces and updates them: P's world,
+ * sharding, prefetch, reduce_dtype and device, param_dtype the compute dtype's (fp32 on the CPU,
+ * bf16 on CUDA), unit 0 an empty root and unit l = block l−1's adapters (Pa, Sa, one decayed 2-D
+ * tensor). P must have lora.sharded. */
+fsdp_status plan_lora_units(const plan_t *p, plan_t **out);
+/* The adapter elements one rank holds (fp32 master, gradient, m, v each): NA, or sharded L·Sa. */
+static inline int64_t plan_lora_held(const plan_t *p) {
+  return p->lora.sharded ? (int64_t)p->model.n_layer * p->lora.a_shard : p->lora.numel;
+}
+/* A block's adapters padded for W ranks (W = 1: block_numel). */
+int64_t plan_lora_padded(const plan_t *p, int W);
+/* Writer Q of W's L·Sa shard SHARD into the whole segment WHOLE (NA floats; padding dropped), and
+ * the reverse: rank Q of W's shard out of WHOLE (padding zero). */
+void plan_lora_scatter(const plan_t *p, int W, int q, const float *shard, float *whole);
+void plan_lora_pick(const plan_t *p, int W, int q, const float *whole, float *shard);
 /* Adapter tensor names as peft writes them: "base_model.model.transformer.h.3.attn.c_attn.lora_A.weight"
  * for block LAYER, module M, B = 0 (lora_A) or 1 (lora_B). */
 void plan_lora_name(const plan_t *p, int layer, int m, int b, char *buf, size_t n);

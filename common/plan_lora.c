@@ -133,6 +133,10 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
   l->ws = BT * r;   /* s·dy·B: the products read and accumulate in place (lora.c) */
+  if (spec->lora.adapters == ADAPTERS_SHARDED && p->sharding == SHARD_NONE)
+    return fsdp_set_error(FSDP_ERR_INVALID, "[lora] adapters = sharded with [fsdp] sharding = none: nothing is sharded "
+                          "there; allowed: adapters = auto | replicated, or sharding = full | hybrid | grad_op");
+  l->sharded = spec->lora.adapters == ADAPTERS_SHARDED ? 1 : spec->lora.adapters == ADAPTERS_REPLICATED ? 0 : -1;
   return spec->lora.base_dtype == BASE_NF4 ? nf4_layout(p) : FSDP_OK;
 }
 
@@ -151,7 +155,7 @@ static uint64_t nf4_allgather(const plan_t *p, shard_mode mode) {
  * dequantized bf16 working unit and (CPU) the fp32 compute copies. */
 static void nf4_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
-  uint64_t L = (uint64_t)p->model.n_layer, NA = (uint64_t)l->numel, pf = (uint64_t)p->prefetch;
+  uint64_t L = (uint64_t)p->model.n_layer, pf = (uint64_t)p->prefetch;
   uint64_t Pr = (uint64_t)p->units[0].padded, Sr = (uint64_t)p->units[0].shard_numel, Pb = 0;
   for (int k = 1; k < p->nunits; k++)
     if ((uint64_t)p->units[k].padded > Pb) Pb = (uint64_t)p->units[k].padded;
@@ -161,7 +165,7 @@ static void nf4_memory(plan_t *p) {
   case SHARD_NONE: slots = 0; break;
   default: slots = 1 + pf < L ? 1 + pf : L; break;
   }
-  p->mem[MEM_PARAM_SHARD] = 2 * Sr + L * (uint64_t)l->nf4_shard + 4 * NA + (cpu ? 0 : 2 * NA);
+  p->mem[MEM_PARAM_SHARD] = 2 * Sr + L * (uint64_t)l->nf4_shard;   /* the adapters' are added after */
   p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * Pr + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
                          (cpu ? 4 * (Pr + Pb) : 0);
 }
@@ -175,25 +179,74 @@ uint64_t plan_lora_dequant_bytes(const plan_t *p) {
   return 2 * Pb;
 }
 
+int64_t plan_lora_padded(const plan_t *p, int W) {
+  int64_t n = p->lora.block_numel, align = (int64_t)W * PLAN_PAD_ALIGN;
+  return W <= 1 ? n : (n + align - 1) / align * align;
+}
+
+/* The ranks a sharded unit is spread over in sharding MODE. */
+static int shard_ranks(const plan_t *p, shard_mode mode) {
+  return mode == SHARD_NONE ? 1 : mode == SHARD_HYBRID ? p->shard_world : p->world;
+}
+
+/* The adapters' own bytes per rank, by category (MEM), and the checkpoint snapshot's (*SNAP), held
+ * SHARDED or replicated (plan.h's plan_lora). */
+static void adapter_memory(const plan_t *p, int sharded, uint64_t mem[MEM_NCAT], uint64_t *snap) {
+  uint64_t e = p->device == DEVICE_CPU ? 4 : 2, L = (uint64_t)p->model.n_layer;
+  memset(mem, 0, MEM_NCAT * sizeof *mem);
+  if (!sharded) {
+    uint64_t NA = (uint64_t)p->lora.numel;
+    mem[MEM_PARAM_SHARD] = 4 * NA + (e == 2 ? 2 * NA : 0);
+    mem[MEM_GRAD_SHARD] = 4 * NA;
+    mem[MEM_OPTIM_STATE] = 8 * NA;
+    *snap = 12 * NA;
+    return;
+  }
+  uint64_t W = (uint64_t)p->shard_world, Pa = (uint64_t)plan_lora_padded(p, (int)W), Sa = Pa / W, SA = L * Sa;
+  uint64_t pf = (uint64_t)p->prefetch, slots = p->sharding == SHARD_GRAD_OP ? L : (1 + pf < L ? 1 + pf : L);
+  uint64_t scratch = W > 1 ? Sa : 0;   /* the ring reduce-scatter's receive scratch (comm_gloo.cc) */
+  mem[MEM_PARAM_SHARD] = 4 * SA + (e == 2 ? 2 * SA : 0);   /* fp32 master, and (CUDA) the bf16 form gathered */
+  mem[MEM_GRAD_SHARD] = 4 * SA;
+  mem[MEM_OPTIM_STATE] = 8 * SA;
+  mem[MEM_GATHERED] = e * slots * Pa;
+  /* the reducer's buffers for units of Pa (reduce.h; the empty root holds none) */
+  mem[MEM_COMM] = p->reduce_dtype == DTYPE_FP32 ? 4 * (2 * Pa + scratch) : 4 * Pa + 2 * (2 * Pa) + 2 * (2 * Sa + scratch);
+  if (p->reduce_dtype == DTYPE_BF16 && p->sharding == SHARD_HYBRID) mem[MEM_COMM] += 2 * SA;
+  *snap = 12 * SA;
+}
+
+static uint64_t total_of(const uint64_t mem[MEM_NCAT]) {
+  uint64_t t = 0;
+  for (int c = 0; c < MEM_NCAT; c++) t += mem[c];
+  return t;
+}
+
 void plan_lora_memory(plan_t *p) {
-  const plan_lora *l = &p->lora;
+  plan_lora *l = &p->lora;
   if (!l->rank) return;
-  uint64_t NA = (uint64_t)l->numel, e = p->device == DEVICE_CPU ? 4 : 2;
+  uint64_t e = p->device == DEVICE_CPU ? 4 : 2;
   /* the frozen base is one shard in its own dtype (no fp32 master beside a bf16 copy) */
   uint64_t S = (uint64_t)p->shard_total, pb = (uint64_t)jobspec_dtype_bytes(p->param_dtype);
-  p->mem[MEM_PARAM_SHARD] = pb * S + 4 * NA + (e == 2 ? 2 * NA : 0);
+  p->mem[MEM_PARAM_SHARD] = pb * S;
   if (l->nf4) nf4_memory(p);
-  p->mem[MEM_GRAD_SHARD] = 4 * NA;
-  p->mem[MEM_OPTIM_STATE] = 8 * NA;
+  p->mem[MEM_GRAD_SHARD] = 0;
+  p->mem[MEM_OPTIM_STATE] = 0;
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
   p->mem[MEM_ACTIVATIONS] += e * (uint64_t)l->saved;
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   if (p->device != DEVICE_CPU) p->mem[MEM_WORKSPACE] += 16 * (uint64_t)p->model.n_layer;   /* CUDA: AdamW's decay table */
-  p->mem_total = 0;
-  for (int c = 0; c < MEM_NCAT; c++) p->mem_total += p->mem[c];
-  if (p->snapshot_bytes) {   /* [checkpoint] async: rank 0 snapshots the adapters and their AdamW state only */
+  /* auto: sharded where it holds less per rank (ties: replicated, which sends less) */
+  uint64_t rep[MEM_NCAT], shd[MEM_NCAT], rsnap, ssnap;
+  adapter_memory(p, 0, rep, &rsnap);
+  adapter_memory(p, 1, shd, &ssnap);
+  if (l->sharded < 0) l->sharded = p->sharding != SHARD_NONE && total_of(shd) < total_of(rep);
+  l->a_padded = l->sharded ? plan_lora_padded(p, p->shard_world) : l->block_numel;
+  l->a_shard = l->sharded ? l->a_padded / p->shard_world : l->block_numel;
+  for (int c = 0; c < MEM_NCAT; c++) p->mem[c] += l->sharded ? shd[c] : rep[c];
+  p->mem_total = total_of(p->mem);
+  if (p->snapshot_bytes) {   /* [checkpoint] async: a writer snapshots the adapters and their AdamW state only */
     p->host_bytes -= p->snapshot_bytes;
-    p->snapshot_bytes = 12 * NA;
+    p->snapshot_bytes = l->sharded ? ssnap : rsnap;
     p->host_bytes += p->snapshot_bytes;
   }
   plan_lora_sent(p, p->sharding, p->sent_bytes);
@@ -211,37 +264,82 @@ void plan_lora_memory(plan_t *p) {
 
 void plan_lora_sent(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND]) {
   if (!p->lora.rank) return;
-  /* nothing is reduce-scattered; the adapters' gradient is all-reduced over the world once per
-   * step beside the step's scalars (each all-reduce rounded down, as the comm counts it) */
-  uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel;
-  sent[COLL_REDUCESCATTER] = 0;
+  uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel, G = (uint64_t)p->grad_accum;
+  uint64_t scalars = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N;   /* each all-reduce rounded down, as the comm counts it */
+  sent[COLL_REDUCESCATTER] = 0;   /* the frozen base is not reduced */
   if (p->lora.nf4) sent[COLL_ALLGATHER] = nf4_allgather(p, mode);
-  sent[COLL_ALLREDUCE] = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N + 2 * (N - 1) * 4 * NA / N;
+  if (!p->lora.sharded || mode == SHARD_NONE) {   /* the gradient all-reduced over the world once per step */
+    sent[COLL_ALLREDUCE] = scalars + 2 * (N - 1) * 4 * NA / N;
+    return;
+  }
+  /* sharded: gathered with each block's base gather, reduce-scattered after each block's backward,
+   * hybrid: each final shard all-reduced across the R groups, one all-reduce per block */
+  uint64_t W = (uint64_t)shard_ranks(p, mode), L = (uint64_t)p->model.n_layer;
+  uint64_t Sa = (uint64_t)plan_lora_padded(p, (int)W) / W, e = p->device == DEVICE_CPU ? 4 : 2;
+  uint64_t rb = (uint64_t)jobspec_dtype_bytes(p->reduce_dtype), R = N / W;
+  sent[COLL_ALLGATHER] += G * (W - 1) * e * L * Sa * (mode == SHARD_GRAD_OP ? 1 : 2);
+  sent[COLL_REDUCESCATTER] = G * (W - 1) * rb * L * Sa;
+  sent[COLL_ALLREDUCE] = scalars + (mode == SHARD_HYBRID ? L * (2 * (R - 1) * rb * Sa / R) : 0);
 }
 
-fsdp_status plan_lora_segment(const plan_t *p, plan_t **out) {
+/* A plan of L units (plus an empty root first when ROOT) of one decayed 2-D tensor of the adapters
+ * each, padded and sharded for W ranks. */
+static fsdp_status segment_plan(const plan_t *p, int W, int root, plan_t **out) {
   *out = NULL;
-  int L = p->model.n_layer;
+  int L = p->model.n_layer, nu = L + root;
   plan_t *o = calloc(1, sizeof *o);
-  plan_unit *units = o ? calloc((size_t)L, sizeof *units) : NULL;
+  plan_unit *units = o ? calloc((size_t)nu, sizeof *units) : NULL;
   if (!units) {
     free(o);
     return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' plan");
   }
-  *o = (plan_t){.model = p->model, .world = 1, .shard_world = 1, .ngroups = 1, .sharding = SHARD_NONE,
-                .device = p->device, .batch_size = p->batch_size, .grad_accum = p->grad_accum, .nunits = L,
-                .units = units, .shard_total = p->lora.numel, .n_params = p->lora.numel, .lora = p->lora};
+  int64_t Pa = plan_lora_padded(p, W), Sa = Pa / W;
+  *o = (plan_t){.model = p->model, .world = W, .shard_world = W, .ngroups = 1,
+                .sharding = W > 1 ? SHARD_FULL : SHARD_NONE, .device = p->device, .batch_size = p->batch_size,
+                .grad_accum = p->grad_accum, .nunits = nu, .units = units, .shard_total = (int64_t)L * Sa,
+                .n_params = p->lora.numel, .lora = p->lora};
   snprintf(o->source, sizeof o->source, "%s", p->source);
+  if (root) snprintf(units[0].name, sizeof units[0].name, "lora.root");
   for (int u = 0; u < L; u++) {
-    plan_unit *pu = &units[u];
+    plan_unit *pu = &units[u + root];
     snprintf(pu->name, sizeof pu->name, "lora.%d", u);
     pu->ntensors = 1;
     pu->t[0] = (plan_tensor){.ndim = 2, .numel = p->lora.block_numel, .shape = {1, p->lora.block_numel}, .decay = 1};
-    pu->numel = pu->padded = pu->shard_numel = p->lora.block_numel;
-    pu->shard_base = (int64_t)u * p->lora.block_numel;
+    pu->numel = p->lora.block_numel;
+    pu->padded = Pa;
+    pu->shard_numel = Sa;
+    pu->shard_base = (int64_t)u * Sa;
   }
   *out = o;
   return FSDP_OK;
+}
+
+fsdp_status plan_lora_segment(const plan_t *p, int W, plan_t **out) { return segment_plan(p, W < 1 ? 1 : W, 0, out); }
+
+fsdp_status plan_lora_units(const plan_t *p, plan_t **out) {
+  TRY(segment_plan(p, p->shard_world, 1, out));
+  plan_t *o = *out;
+  o->world = p->world, o->ngroups = p->ngroups, o->sharding = p->sharding, o->prefetch = p->prefetch;
+  o->param_dtype = p->device == DEVICE_CPU ? DTYPE_FP32 : DTYPE_BF16;
+  o->reduce_dtype = p->reduce_dtype;
+  o->ackpt = p->ackpt;
+  return FSDP_OK;
+}
+
+void plan_lora_scatter(const plan_t *p, int W, int q, const float *shard, float *whole) {
+  int64_t n = p->lora.block_numel, Sa = plan_lora_padded(p, W) / (W < 1 ? 1 : W);
+  for (int u = 0; u < p->model.n_layer; u++)
+    for (int64_t i = 0; i < Sa && (int64_t)q * Sa + i < n; i++)
+      whole[(int64_t)u * n + (int64_t)q * Sa + i] = shard[(int64_t)u * Sa + i];
+}
+
+void plan_lora_pick(const plan_t *p, int W, int q, const float *whole, float *shard) {
+  int64_t n = p->lora.block_numel, Sa = plan_lora_padded(p, W) / (W < 1 ? 1 : W);
+  for (int u = 0; u < p->model.n_layer; u++)
+    for (int64_t i = 0; i < Sa; i++) {
+      int64_t k = (int64_t)q * Sa + i;
+      shard[(int64_t)u * Sa + i] = k < n ? whole[(int64_t)u * n + k] : 0.0f;
+    }
 }
 
 const plan_lora_mod *plan_lora_of(const plan_t *p, int slot) {

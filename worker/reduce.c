@@ -193,7 +193,7 @@ fsdp_status reduce_finish(reducer *r) {
     const plan_unit *root = &r->p->units[0];
     d->op->wait(d, r->root_done, DEV_T_REDUCE);
     d->kern->add(d, r->grad + root->shard_base, r->rootrecv16, DTYPE_BF16, root->shard_numel);
-    if (r->across) TRY(across_issue(r, 0, NULL));
+    if (r->across && root->shard_numel) TRY(across_issue(r, 0, NULL));   /* [lora]'s adapter units: an empty root */
   } else {
     d->op->wait(d, r->root_done, DEV_T_REDUCE);
     for (int i = 0; i < 2; i++) d->op->wait(d, r->gfree[i], DEV_T_REDUCE);

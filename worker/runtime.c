@@ -112,7 +112,7 @@ static fsdp_status alloc_state(runtime_t *rt) {
   if (!p->lora.rank) ALLOC(rt->grad, dalloc(rt, MEM_GRAD_SHARD, S, 4));
   ALLOC(rt->acts, model_acts_new(p, dev));
   if (p->lora.rank) {
-    TRY(lora_new(p, dev, &rt->lora));
+    TRY(lora_new(p, rt->rank, dev, &rt->lora));
     model_set_lora(rt->acts, rt->lora);
     ALLOC(rt->lora_ready, dev_event_new(dev));
     ALLOC(rt->lora_done, dev_event_new(dev));
@@ -130,22 +130,35 @@ static fsdp_status alloc_state(runtime_t *rt) {
   ALLOC(rt->scal_ready, dev_event_new(dev));
   ALLOC(rt->scal_done, dev_event_new(dev));
   /* per micro-step at most 2 gathers and 1 reduction per unit; hybrid: one cross-group all-reduce
-   * per unit per step */
-  TRY(reqs_init(&rt->reqs, G * 3 * nu + nu + 8));
+   * per unit per step; sharded adapters: as many again */
+  int na = rt->lora && rt->lora->sharded ? nu : 0;
+  TRY(reqs_init(&rt->reqs, G * 3 * (nu + na) + nu + na + 8));
   if (!rt->lora) TRY(reduce_new(p, rt->rank, dev, rt->grad, rt->comm, &rt->reqs, &rt->red));
+  if (na) {
+    lora_ctx *l = rt->lora;
+    TRY(reduce_new(l->opt, rt->rank, dev, l->grad, rt->comm, &rt->reqs, &rt->ared));
+    TRY(unit_pool_new(l->opt, dev, rt->comm, l->wact, rt->ared, &rt->reqs, &rt->apool, &rt->aunit));
+  }
   const void *shard = rt->lp ? (const void *)rt->lp : rt->dparam ? (const void *)rt->dparam : (const void *)rt->param;
   return unit_pool_new(p, dev, rt->comm, shard, rt->red, &rt->reqs, &rt->pool, &rt->unit);
 }
 
-/* The adapters, whole on every rank: peft's initialization from the seed, or [lora] init_from. */
+/* The adapters: peft's initialization from the seed, or [lora] init_from, whole, then (sharded)
+ * this rank's shard of it. */
 static fsdp_status init_adapters(runtime_t *rt) {
   lora_ctx *l = rt->lora;
+  const plan_t *p = rt->p;
   size_t bytes = (size_t)l->n * sizeof(float);
   void *hp = NULL;
+  float *whole = NULL;
   TRY(runtime_host_buffer(rt, l->param, bytes, &hp));
   fsdp_status rc = FSDP_OK;
-  if (rt->spec->lora.init_from[0]) rc = peft_load(rt->p, rt->spec->lora.init_from, hp, "[lora] init_from");
-  else lora_init_values(rt->p, rt->spec->seed, hp);
+  if (l->sharded && !(whole = halloc((size_t)p->lora.numel, sizeof *whole))) rc = FSDP_ERR_NOMEM;
+  float *dst = whole ? whole : hp;
+  if (rc == FSDP_OK && rt->spec->lora.init_from[0]) rc = peft_load(p, rt->spec->lora.init_from, dst, "[lora] init_from");
+  else if (rc == FSDP_OK) lora_init_values(p, rt->spec->seed, dst);
+  if (rc == FSDP_OK && whole) plan_lora_pick(p, p->shard_world, plan_group_rank(p, rt->rank), whole, hp);
+  free(whole);
   fsdp_status rc2 = runtime_host_buffer_done(rt, l->param, bytes, hp, rc == FSDP_OK);
   if (rc == FSDP_OK) rc = rc2;
   if (rc == FSDP_OK) lora_refresh(l);
@@ -276,6 +289,10 @@ fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica) {
   rt->rcomm = replica;
   unit_pool_set_comm(rt->pool, group);
   if (rt->red) reduce_set_comms(rt->red, group, replica);   /* [lora]: no reducer */
+  if (rt->apool) {   /* sharded adapters: as the base's blocks */
+    unit_pool_set_comm(rt->apool, group);
+    reduce_set_comms(rt->ared, group, replica);
+  }
   if (rt->trace) runtime_set_trace(rt, rt->trace);
   return FSDP_OK;
 }
@@ -296,29 +313,45 @@ static void span(runtime_t *rt, int end, trace_kind k, int unit) {
 
 /* ---- one micro-step ---- */
 
+/* A block's verbs: the base's unit and, with sharded adapters, the adapters' unit beside it (its
+ * gathered form and gradient buffer handed to the adapters' verbs, lora_set_block). */
+static fsdp_status block_gather(runtime_t *rt, int u) {
+  TRY(unit_gather(&rt->unit[u]));
+  return rt->apool ? unit_gather(&rt->aunit[u]) : FSDP_OK;
+}
+static const void *block_wait(runtime_t *rt, int u) {
+  const void *w = unit_wait(&rt->unit[u]);
+  if (rt->apool) lora_set_block(rt->lora, unit_wait(&rt->aunit[u]), NULL);
+  return w;
+}
+static void block_release(runtime_t *rt, int u) {
+  unit_release(&rt->unit[u]);
+  if (rt->apool) unit_release(&rt->aunit[u]);
+}
+
 /* The forward half of the schedule: the root and the blocks gathered as they are computed (with
  * `prefetch` in flight), each block released after its forward when RELEASE; *W0 gets the root's
  * parameters in compute form, which stay until the caller releases the root. */
 static fsdp_status forward(runtime_t *rt, const int *inp, int release, const void **w0) {
   const plan_t *p = rt->p;
-  fsdp_unit *unit = rt->unit, *root = &unit[0];
+  fsdp_unit *root = &rt->unit[0];
   int L = rt->L, ahead = 1 + p->prefetch;
   int next = 1;   /* the next block to gather */
   /* the root, and with prefetch the first blocks in flight while the root is waited for */
   TRY(unit_gather(root));
-  while (next <= L && next <= p->prefetch) TRY(unit_gather(&unit[next++]));
+  while (next <= L && next <= p->prefetch) TRY(block_gather(rt, next++));
   *w0 = unit_wait(root);
   span(rt, 0, TRACE_FORWARD, 0);
   model_embed_forward(rt->acts, p, *w0, inp);
   span(rt, 1, TRACE_FORWARD, 0);
-  while (next <= L && next <= ahead) TRY(unit_gather(&unit[next++]));
+  while (next <= L && next <= ahead) TRY(block_gather(rt, next++));
   for (int u = 1; u <= L; u++) {
-    const void *w = unit_wait(&unit[u]);
+    const void *w = block_wait(rt, u);
     span(rt, 0, TRACE_FORWARD, u);
     model_block_forward(rt->acts, p, u - 1, w);
     span(rt, 1, TRACE_FORWARD, u);
-    if (release) unit_release(&unit[u]);
-    if (next <= L) TRY(unit_gather(&unit[next++]));
+    if (release) block_release(rt, u);
+    if (next <= L) TRY(block_gather(rt, next++));
   }
   return FSDP_OK;
 }
@@ -339,31 +372,39 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   /* backward: full re-gathers from the last block down; the first gathers overlap the head */
   int prev = L;
   if (full)
-    while (prev >= 1 && L - prev < ahead) TRY(unit_gather(&unit[prev--]));
-  int frozen = rt->lora != NULL;   /* [lora]: no unit has a gradient; the adapters' accumulate in place */
+    while (prev >= 1 && L - prev < ahead) TRY(block_gather(rt, prev--));
+  /* [lora]: no unit of the base has a gradient; replicated adapters accumulate theirs in place,
+   * sharded ones in their units' buffers, reduced as the base's would be */
+  int frozen = rt->lora != NULL;
   if (!frozen) {
     reduce_begin(rt->red, k > 0, last);
     TRY(unit_grad(root));   /* the head's gradient goes to the root (GPT-2's tied wte) */
   }
+  if (rt->ared) reduce_begin(rt->ared, k > 0, last);
   span(rt, 0, TRACE_LOSS, 0);
   model_head_forward_backward(rt->acts, p, w0, root->grad, tgt, dscale, rt->scal);
   span(rt, 1, TRACE_LOSS, 0);
   for (int u = L; u >= 1; u--) {
-    fsdp_unit *b = &unit[u];
-    const void *w = unit_wait(b);
+    fsdp_unit *b = &unit[u], *a = rt->apool ? &rt->aunit[u] : NULL;
+    const void *w = block_wait(rt, u);
     if (!frozen) TRY(unit_grad(b));
+    if (a) {
+      TRY(unit_grad(a));
+      lora_set_block(rt->lora, rt->lora->wblk, a->grad);
+    }
     span(rt, 0, TRACE_BACKWARD, u);
     model_block_backward(rt->acts, p, u - 1, w, b->grad);
     span(rt, 1, TRACE_BACKWARD, u);
-    unit_release(b);
-    if (full && prev >= 1) TRY(unit_gather(&unit[prev--]));
+    block_release(rt, u);
+    if (full && prev >= 1) TRY(block_gather(rt, prev--));
     if (!frozen) TRY(unit_reduce(b));
+    if (a) TRY(unit_reduce(a));
   }
   span(rt, 0, TRACE_BACKWARD, 0);
   model_embed_backward(rt->acts, p, root->grad, inp);
   span(rt, 1, TRACE_BACKWARD, 0);
   unit_release(root);
-  if (frozen) return FSDP_OK;
+  if (frozen) return rt->ared ? reduce_finish(rt->ared) : FSDP_OK;
   TRY(unit_reduce(root));
   return reduce_finish(rt->red);   /* the shard holds the sums before the next micro-step adds to them */
 }
@@ -413,7 +454,7 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
   if (ok) {
     d->op->set_timer(d, DEV_T_OPTIM);
     span(rt, 0, TRACE_OPTIMIZER, TRACE_NO_UNIT);
-    if (rt->lora) {   /* the adapters' gradient, whole on every rank: summed over the world first */
+    if (rt->lora && !rt->lora->sharded) {   /* the adapters' gradient, whole on every rank: summed over the world first */
       lora_ctx *l = rt->lora;
       comm_req *areq = NULL;
       d->op->record(d, rt->lora_ready);
@@ -422,8 +463,11 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
       if (rc == FSDP_OK) d->op->wait(d, rt->lora_done, DEV_T_OPTIM);
       d->kern->sumsq(d, rt->scal + 1, l->grad, l->n, 1.0f / (float)p->world);
     } else {
-      /* every shard is held by ngroups ranks (none: every rank holds everything) */
-      d->kern->sumsq(d, rt->scal + 1, rt->grad, p->shard_total, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
+      /* every shard is held by ngroups ranks (none: every rank holds everything); sharded adapters
+       * as the base's shards */
+      const float *g = rt->lora ? rt->lora->grad : rt->grad;
+      int64_t n = rt->lora ? rt->lora->n : p->shard_total;
+      d->kern->sumsq(d, rt->scal + 1, g, n, p->ngroups > 1 ? 1.0f / (float)p->ngroups : 1.0f);
     }
     d->kern->fill(d, rt->scal + 3, (float)rt->trained, 1);
     d->op->record(d, rt->scal_ready);
@@ -444,9 +488,9 @@ static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float cl
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
   *host_us = 0;
-  if (rt->lora) {   /* the adapters only: the same AdamW over their segment, on every rank alike */
+  if (rt->lora) {   /* the adapters only: the same AdamW over the segment (replicated) or this rank's shard */
     lora_ctx *l = rt->lora;
-    d->kern->adamw(d, &l->opt, 0, l->param, l->grad, l->m, l->v, NULL, step, lr, &rt->optim, clip);
+    d->kern->adamw(d, l->opt, l->rank, l->param, l->grad, l->m, l->v, NULL, step, lr, &rt->optim, clip);
     lora_refresh(l);
     return FSDP_OK;
   }
@@ -611,6 +655,8 @@ void runtime_destroy(runtime_t **prt) {
   d->op->sync(d);
   unit_pool_destroy(&rt->pool);
   reduce_destroy(&rt->red);
+  unit_pool_destroy(&rt->apool);
+  reduce_destroy(&rt->ared);
   reqs_fini(&rt->reqs);
   if (rt->offload) {
     d->op->free_host(d, rt->param);

@@ -185,8 +185,35 @@ fsdp_status runtime_save(runtime_t *rt, const char *path) {
   return rc;
 }
 
+/* Sharded adapters, whole on every rank of the shard group: its shards all-gathered (a blocking
+ * collective into a buffer of W·L·Sa floats, outside any step) and put in order into WHOLE. */
+static fsdp_status gather_adapters(runtime_t *rt, float *whole) {
+  lora_ctx *l = rt->lora;
+  device_t *d = rt->dev;
+  int W = rt->p->shard_world;
+  size_t n = (size_t)l->n;
+  float *all = d->op->alloc(d, MEM_WORKSPACE, (size_t)W * n * sizeof(float));
+  if (!all) return FSDP_ERR_NOMEM;
+  void *view = NULL;
+  fsdp_status rc = d->op->sync(d);
+  if (rc == FSDP_OK) rc = comm_allgather(rt->gcomm, l->param, all, n, COMM_F32, NULL);
+  if (rc == FSDP_OK) rc = runtime_host_view(rt, all, (size_t)W * n * sizeof(float), &view);
+  for (int q = 0; rc == FSDP_OK && q < W; q++) plan_lora_scatter(rt->p, W, q, (const float *)view + (size_t)q * n, whole);
+  if (view) runtime_host_view_done(rt, view);
+  d->op->free(d, all);
+  return rc;
+}
+
 fsdp_status runtime_save_adapters(runtime_t *rt, const char *dir) {
   if (!rt->lora) return fsdp_set_error(FSDP_ERR_STATE, "--save-adapter %s: the job has no [lora] adapters", dir);
+  if (rt->lora->sharded) {   /* every rank of the group takes part in the gather; rank 0 writes */
+    float *whole = malloc((size_t)rt->p->lora.numel * sizeof *whole);
+    if (!whole) return fsdp_set_error(FSDP_ERR_NOMEM, "--save-adapter %s: cannot allocate the adapters", dir);
+    fsdp_status rc = rt->rank < rt->p->shard_world ? gather_adapters(rt, whole) : FSDP_OK;
+    if (rc == FSDP_OK && rt->rank == 0) rc = peft_save(rt->p, whole, dir, rt->spec->from);
+    free(whole);
+    return rc;
+  }
   if (rt->rank != 0) return FSDP_OK;
   void *view = NULL;
   TRY(runtime_host_view(rt, rt->lora->param, (size_t)rt->lora->n * sizeof(float), &view));
@@ -212,10 +239,11 @@ static fsdp_status count_failures(runtime_t *rt, int failed, int *nfailed, char 
 /* What a checkpoint records as its writer: this plan, or for hybrid the full-sharding plan of one
  * group (the same units, padding and shards: every group holds a full replica, so group 0 alone
  * writes, as a full job of G ranks would; it loads into any world size and sharding), or for [lora]
- * the adapters' segment (plan_lora_segment: whole on every rank, so rank 0 alone writes). */
+ * the adapters' segment (plan_lora_segment: replicated, whole on every rank, so rank 0 alone writes;
+ * sharded, each rank of the first shard group writes its shard). */
 static fsdp_status save_plan(const runtime_t *rt, plan_t **out) {
   *out = NULL;
-  if (rt->lora) return plan_lora_segment(rt->p, out);
+  if (rt->lora) return plan_lora_segment(rt->p, rt->lora->sharded ? rt->p->shard_world : 1, out);
   if (rt->p->sharding != SHARD_HYBRID) return FSDP_OK;
   jobspec_t s = *rt->spec;
   s.sharding = SHARD_FULL;
@@ -410,19 +438,31 @@ static fsdp_status restore_shards(runtime_t *rt, const char *dir, const ckpt_inf
   return rc == FSDP_OK ? runtime_refresh_lp(rt) : rc;
 }
 
-/* [lora]: the adapters and their AdamW state, whole, from the checkpoint's one file (every rank
- * reads it: it loads into any world size as it is); the base stays as init read it. Rank 0 checks
- * that the base's content hash is the checkpoint's (the others' refusal follows from its). */
+/* [lora]: the adapters and their AdamW state, whole, from the checkpoint's files (every rank reads
+ * them: whoever wrote them, they load into any world size and layout), then (sharded) this rank's
+ * shard of them; the base stays as init read it. Rank 0 checks that the base's content hash is the
+ * checkpoint's (the others' refusal follows from its). */
 static fsdp_status restore_adapters(runtime_t *rt, const char *dir, const ckpt_info *ci, int64_t *ostep) {
   lora_ctx *l = rt->lora;
+  const plan_t *p = rt->p;
   if (rt->rank == 0) TRY(lora_base(rt));
-  TRY(ckpt_lora_check(dir, ci, rt->p, rt->rank == 0 ? &rt->lora_base : NULL));
-  size_t bytes = (size_t)l->n * sizeof(float);
+  TRY(ckpt_lora_check(dir, ci, p, rt->rank == 0 ? &rt->lora_base : NULL));
+  size_t bytes = (size_t)l->n * sizeof(float), na = (size_t)p->lora.numel;
   float *dst[3] = {l->param, l->m, l->v};
   void *h[3] = {NULL, NULL, NULL};
-  fsdp_status rc = FSDP_OK;
+  float *whole = l->sharded ? malloc(3 * na * sizeof *whole) : NULL;
+  fsdp_status rc = !l->sharded || whole ? FSDP_OK
+                   : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory to read the adapters",
+                                    3 * na * sizeof *whole);
   for (int i = 0; i < 3 && rc == FSDP_OK; i++) rc = runtime_host_buffer(rt, dst[i], bytes, &h[i]);
-  if (rc == FSDP_OK) rc = ckpt_lora_load(dir, ci, rt->p, h[0], h[1], h[2], ostep);
+  if (rc == FSDP_OK && whole) {
+    rc = ckpt_lora_load(dir, ci, p, whole, whole + na, whole + 2 * na, ostep);
+    for (int i = 0; i < 3 && rc == FSDP_OK; i++)
+      plan_lora_pick(p, p->shard_world, plan_group_rank(p, rt->rank), whole + i * na, h[i]);
+  } else if (rc == FSDP_OK) {
+    rc = ckpt_lora_load(dir, ci, p, h[0], h[1], h[2], ostep);
+  }
+  free(whole);
   int loaded = rc == FSDP_OK;
   for (int i = 0; i < 3; i++) {
     fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);

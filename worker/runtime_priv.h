@@ -54,11 +54,16 @@ struct runtime {
   reducer *red;
   reqs reqs;
 
-  /* [lora]: the adapters (the model reads them; the runtime zeroes, all-reduces and updates
-   * them), and the events that order their gradient's all-reduce; the base then has no gradient,
+  /* [lora]: the adapters (the model reads them; the runtime zeroes, reduces and updates them),
+   * and the events that order a replicated gradient's all-reduce; the base then has no gradient,
    * optimizer state or reducer (grad, m, v, red NULL) */
   lora_ctx *lora;
   dev_event *lora_ready, *lora_done;
+  /* [lora] adapters = sharded: the adapters' own units (lora->opt), gathered and released beside
+   * the base's blocks, and their reducer (its gradient shard: lora->grad); else NULL */
+  unit_pool *apool;
+  fsdp_unit *aunit;
+  reducer *ared;
 
   trace_t *trace;                /* spans (runtime_set_trace); NULL: none */
 

@@ -2,14 +2,15 @@
 # LoRA over a frozen, sharded base against peft (lib/lora_peft.py builds the models and peft's reference):
 # tiny GPT-2 and Llama folders with adapters on attention and MLP ([lora] init_from = a PEFT folder whose B
 # is non-zero), on 2 ranks with sharding full and hybrid, and full with activation checkpointing (the same
-# adapters bit for bit): the step-1 loss equals peft's on the same rows to
+# adapters bit for bit), the adapters sharded in their own units ([lora] adapters = sharded), and full with
+# them replicated (adapters = replicated; fsdpctl plan --json names the layout): the step-1 loss equals peft's on the same rows to
 # 1e-5 relative (the same loss without the alpha/r scale does not); after 10 steps every adapter weight
 # equals peft + torch AdamW (in fp64) to 1e-5 of its tensor's largest (a control that also trains the base does not) and the base is bit for
 # bit the loaded one; the adapter folder the worker writes loads with PeftModel.from_pretrained; the
 # measured peaks per category and bytes sent equal fsdpctl plan's (no gradient, optimizer state or
 # reduce-scatter for the base). Bad input
 # is refused by fsdpctl plan in one line: an unknown target, a rank above a layer's width, init_from an
-# adapter of another rank or another base, a dropout. Every part runs; the failures are listed at the end.
+# adapter of another rank or another base, a dropout, sharded adapters where nothing is sharded. Every part runs; the failures are listed at the end.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/fsdp-it-lora.XXXXXX)
@@ -24,7 +25,7 @@ part_fail() { echo "FAIL: $*"; failed+=("$*"); }
   { tail -20 "$tmp/build.log"; exit 1; }
 grep -E '^(gpt2|llama):' "$tmp/build.log"
 
-job() {   # job FILE MODEL SHARDING [extra [lora] lines]
+job() {   # job FILE MODEL SHARDING[-ckpt|-replicated] TARGETS
   cat > "$1" <<JOB
 [job]
 steps = 10
@@ -46,7 +47,7 @@ beta2 = 0.95
 grad_clip = 1.0
 [fsdp]
 world_size = 2
-sharding = ${3%-ckpt}
+sharding = ${3%%-*}
 $([ "$3" = hybrid ] && echo "shard_group = 1")
 $([ "$3" = full-ckpt ] && echo "activation_checkpointing = full")
 timeout_s = 60
@@ -55,12 +56,13 @@ rank = 4
 alpha = 8
 targets = ${4:-}
 init_from = init_$2
+adapters = $([ "${3#*-}" = replicated ] && echo replicated || echo sharded)
 JOB
 }
 
 for m in gpt2 llama; do
   case $m in gpt2) targets="c_attn, c_proj, c_fc";; *) targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";; esac
-  for mode in full hybrid full-ckpt; do
+  for mode in full hybrid full-ckpt full-replicated; do
     job "$tmp/$m-$mode.ini" "$m" "$mode" "$targets"
     out=$tmp/out-$m-$mode
     FSDP_WORKER=$build/fsdp-worker FSDP_OUT=$out timeout 120 "$src/scripts/launch-standalone.sh" 2 "$tmp/$m-$mode.ini" \
@@ -71,10 +73,14 @@ for m in gpt2 llama; do
     # the measured peaks per category and the bytes sent are the plan's (base, adapters, their gradient
     # and AdamW state, no reduce-scatter)
     "$CTL" plan "$tmp/$m-$mode.ini" --json > "$tmp/plan-$m-$mode.json"
-    python3 - "$tmp/plan-$m-$mode.json" "$out" <<'PY' || part_fail "$m ($mode): measured memory or traffic is not the plan's"
+    python3 - "$tmp/plan-$m-$mode.json" "$out" "$mode" <<'PY' || part_fail "$m ($mode): measured memory or traffic is not the plan's"
 import json, sys
 plan = json.load(open(sys.argv[1]))
+want_layout = "replicated" if sys.argv[3].endswith("replicated") else "sharded"
 bad = 0
+if plan["lora"]["adapters"] != want_layout:
+    print(f"the plan holds the adapters {plan['lora']['adapters']}, the job says {want_layout}")
+    bad = 1
 for r in (0, 1):
     rep = [json.loads(l) for l in open(f"{sys.argv[2]}/rank-{r}.jsonl") if l.startswith("{")][-1]
     for what, want, got in (("peak", plan["memory"], rep["peak_bytes"]), ("sent", plan["sent_bytes"], rep["sent_bytes"])):
@@ -82,14 +88,25 @@ for r in (0, 1):
             if k in want and want[k] != v:
                 print(f"rank {r}: {what} {k} measured {v}, plan {want[k]}")
                 bad = 1
-print(f"measured = plan: peaks {rep['peak_bytes']['total']} bytes, grad_shard {rep['peak_bytes']['grad_shard']}, "
-      f"reducescatter {rep['sent_bytes']['reducescatter']} bytes" if not bad else "measured != plan")
+print(f"measured = plan ({want_layout}): peaks {rep['peak_bytes']['total']} bytes, grad_shard "
+      f"{rep['peak_bytes']['grad_shard']}, reducescatter {rep['sent_bytes']['reducescatter']} bytes" if not bad
+      else "measured != plan")
 sys.exit(bad)
 PY
   done
   # activation checkpointing recomputes the same operators: the same adapters, bit for bit
   cmp -s "$tmp/out-$m-full/adapter/adapter_model.safetensors" "$tmp/out-$m-full-ckpt/adapter/adapter_model.safetensors" ||
     part_fail "$m: the adapters with activation checkpointing are not bit for bit those without"
+  # the sharded adapters are the replicated ones (the same sums: a rank's shard of two ranks' gradients)
+  "$TPY" - "$tmp/out-$m-full/adapter/adapter_model.safetensors" "$tmp/out-$m-full-replicated/adapter/adapter_model.safetensors" <<'PY' ||
+import sys
+from safetensors.numpy import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+worst = max(float(abs(a[k] - b[k]).max() / max(abs(b[k]).max(), 1e-30)) for k in b)
+print(f"sharded vs replicated adapters: worst {worst:.2e} of the tensor's largest")
+sys.exit(0 if a.keys() == b.keys() and worst <= 1e-5 else 1)
+PY
+    part_fail "$m: the sharded adapters are not the replicated ones"
 done
 
 # Refusals at plan: one line on stderr, exit 1
@@ -113,6 +130,8 @@ refuse "init_from an adapter of another base" "init_from" "$tmp/bad-base.ini"
 job "$tmp/bad-drop.ini" gpt2 full ""
 sed -i 's/^alpha = 8/alpha = 8\ndropout = 0.1/' "$tmp/bad-drop.ini"
 refuse "a dropout" "dropout = 0.1 is not implemented" "$tmp/bad-drop.ini"
+job "$tmp/bad-layout.ini" gpt2 none "c_attn"
+refuse "sharded adapters with sharding none" "adapters = sharded with \[fsdp\] sharding = none" "$tmp/bad-layout.ini"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "${#failed[@]} part(s) failed:"

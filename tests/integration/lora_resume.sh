@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # LoRA checkpoints and resume (docs/checkpoints.md "LoRA jobs"), on tiny GPT-2 and Llama folders with
 # adapters on attention and MLP (lib/lora_io.py): a straight 10-step 2-rank run against 5 steps
-# (checkpointed, asynchronously for GPT-2, synchronously for Llama) resumed for 5:
+# (checkpointed, asynchronously for GPT-2, synchronously for Llama; GPT-2's adapters replicated, Llama's
+# sharded: [lora] adapters) resumed for 5:
 #  - on 2 ranks: the losses of steps 6..10 and the final adapters bit for bit the straight run's;
 #  - on 1 rank with batch 4 (N·B unchanged): the step-5 adapters it loads bit for bit the saved ones,
 #    and steps 6..10 equal the straight run's to fp32 rounding (1e-6 relative: the adapters' gradient
 #    is summed in another order);
-#  - the checkpoint holds one file, the adapters and their AdamW state only (3 × 4 bytes × numel and
-#    the header), and its manifest the [lora] settings and the base's path and hash.
+#  - GPT-2's replicated checkpoint resumed on 2 ranks with the adapters sharded: steps 6..10 equal the
+#    straight run's to 1e-6 relative;
+#  - the checkpoint holds the adapters and their AdamW state only: one file (replicated: 3 × 4 bytes ×
+#    numel and the header) or one per rank (sharded: 3 × 4 bytes × L·Sa each), and its manifest the
+#    [lora] settings and the base's path and hash.
 # Refusals at resume, one line: the base changed (one weight + 1e-3), another [lora] rank, a full job
 # on a LoRA checkpoint. Every part runs; the failures are listed at the end.
 set -euo pipefail
@@ -21,7 +25,7 @@ part_fail() { echo "FAIL: $*"; failed+=("$*"); }
 cd "$tmp"
 "$TPY" "$src/tests/integration/lib/lora_io.py" build "$tmp" > build.log 2>&1 || { tail -20 build.log; exit 1; }
 
-job() {   # job FILE MODEL STEPS WORLD BATCH CKDIR ASYNC [rank]
+job() {   # job FILE MODEL STEPS WORLD BATCH CKDIR ASYNC [rank [adapters]]
   local targets="c_attn, c_proj, c_fc"
   case $2 in llama*) targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";; esac
   cat > "$1" <<JOB
@@ -55,6 +59,7 @@ rank = ${8:-4}
 alpha = 8
 targets = $targets
 init_from = init_${2%_copy}
+adapters = ${9:-auto}
 JOB
 }
 run() {   # run NAME WORLD: the job NAME.ini, its adapters saved to out-NAME/adapter
@@ -65,26 +70,34 @@ losses() { python3 -c 'import json,sys; print(" ".join(repr(d["loss"]) for d in 
 
 for m in gpt2 llama; do
   async=$([ $m = gpt2 ] && echo true || echo false)
-  job $m-straight.ini $m 10 2 2 ck-$m-straight $async
-  job $m-half.ini $m 5 2 2 ck-$m $async
+  layout=$([ $m = gpt2 ] && echo replicated || echo sharded)
+  job $m-straight.ini $m 10 2 2 ck-$m-straight $async 4 $layout
+  job $m-half.ini $m 5 2 2 ck-$m $async 4 $layout
   run $m-straight 2 || { part_fail "$m: the straight run failed: $(tail -1 out-$m-straight/rank-0.log)"; continue; }
   run $m-half 2 || { part_fail "$m: the first 5 steps failed: $(tail -1 out-$m-half/rank-0.log)"; continue; }
-  python3 - ck-$m/step-00000005 "$tmp/$m/model.safetensors" <<'PY' || part_fail "$m: the checkpoint's files or manifest"
+  "$build/fsdpctl" plan $m-half.ini --json > plan-$m.json
+  python3 - ck-$m/step-00000005 "$tmp/$m/model.safetensors" plan-$m.json $layout <<'PY' || part_fail "$m: the checkpoint's files or manifest"
 import json, os, sys
-d = sys.argv[1]
-assert sorted(os.listdir(d)) == ["manifest.json", "rank-0.bin"], os.listdir(d)
+d, layout = sys.argv[1], sys.argv[4]
+plan = json.load(open(sys.argv[3]))["lora"]
+assert plan["adapters"] == layout, plan
+writers = 1 if layout == "replicated" else 2
+files = [f"rank-{q}.bin" for q in range(writers)]
+assert sorted(os.listdir(d)) == ["manifest.json"] + files, os.listdir(d)
 m = json.load(open(f"{d}/manifest.json"))
-numel = m["lora"]["numel"]
-size = os.path.getsize(f"{d}/rank-0.bin")
-# three sections of 4·numel bytes, each from a page; the header below the first page
-assert 3 * 4 * numel <= size <= 3 * 4 * numel + 4 * 4096, (size, numel)
-assert m["world"] == 1 and m["lora"]["rank"] == 4 and m["lora"]["alpha"] == 8, m
+numel, held = m["lora"]["numel"], plan["adapter_elements_held"]
+assert held == (numel if writers == 1 else held) and (writers == 1 or 2 * held >= numel), (numel, held)
+for f in files:   # three sections of 4·held bytes, each from a page; the header below the first page
+    size = os.path.getsize(f"{d}/{f}")
+    assert 3 * 4 * held <= size <= 3 * 4 * held + 4 * 4096, (f, size, held)
+assert m["world"] == writers and m["lora"]["rank"] == 4 and m["lora"]["alpha"] == 8, m
 assert m["base"]["init"] == sys.argv[2] and m["base"]["hash"].startswith("crc32c:"), m["base"]
-print(f"checkpoint: {size} bytes for {numel} adapter elements and their AdamW state; base {m['base']['hash']}")
+print(f"checkpoint ({layout}): {writers} file(s) of {held} of the {numel} adapter elements and their AdamW state; "
+      f"base {m['base']['hash']}")
 PY
   for w in 2 1; do
     cp -r ck-$m ck-$m-w$w
-    job $m-w$w.ini $m 10 $w $((4 / w)) ck-$m-w$w $async
+    job $m-w$w.ini $m 10 $w $((4 / w)) ck-$m-w$w $async 4 $([ $w = 2 ] && echo $layout || echo auto)
     run $m-w$w $w || { part_fail "$m: the resume on $w rank(s) failed: $(tail -1 out-$m-w$w/rank-0.log)"; continue; }
     want=$(losses out-$m-straight/rank-0.jsonl | cut -d' ' -f6-) got=$(losses out-$m-w$w/rank-0.jsonl)
     if [ $w = 2 ]; then
@@ -108,6 +121,21 @@ PY
     fi
   done
 done
+
+# the replicated checkpoint into sharded adapters on 2 ranks
+cp -r ck-gpt2 ck-gpt2-sh
+job gpt2-sh.ini gpt2 10 2 2 ck-gpt2-sh true 4 sharded
+if run gpt2-sh 2; then
+  python3 - "$(losses out-gpt2-sh/rank-0.jsonl)" "$(losses out-gpt2-straight/rank-0.jsonl | cut -d' ' -f6-)" <<'PY' ||
+import sys
+g, w = [list(map(float, a.split())) for a in sys.argv[1:3]]
+assert len(g) == len(w) == 5 and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(g, w)), (g, w)
+print(f"gpt2: the replicated checkpoint resumed with sharded adapters: steps 6..10 {g} (replicated: {w})")
+PY
+    part_fail "gpt2: resumed with sharded adapters, steps 6..10 are not the straight run's"
+else
+  part_fail "gpt2: the resume with sharded adapters failed: $(tail -1 out-gpt2-sh/rank-0.log)"
+fi
 
 # Refusals at resume: one line in the failing rank's log and the job fails
 refused() {   # refused WHAT NAME WORLD PATTERN

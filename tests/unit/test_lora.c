@@ -210,7 +210,7 @@ static void test_operators(void) {
   CHECK_OK(plan_build(&s, 1, &p));
   CHECK_OK(dev_new_cpu(DEV_CPU_SYNC, &d));
   if (!p || !d) return;
-  CHECK_OK(lora_new(p, d, &l));
+  CHECK_OK(lora_new(p, 0, d, &l));
   if (!l) return;
   const plan_lora_mod *m = plan_lora_of(p, LBLK_V);
   int BT = 8, r = 3, in = (int)m->in, out = (int)m->out, ld = (int)m->ld, c0 = (int)m->col0;

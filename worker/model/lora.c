@@ -16,36 +16,17 @@ static void *dalloc(device_t *d, mem_category c, int64_t n, int esz) {
     if (!((ptr) = (expr))) goto fail; \
   } while (0)
 
-/* AdamW's plan of the segment: L units of one decayed tensor, unsharded. */
-static fsdp_status opt_plan(lora_ctx *l) {
-  const plan_t *p = l->p;
-  plan_t *o = &l->opt;
-  int L = p->model.n_layer;
-  *o = (plan_t){.model = p->model, .world = 1, .shard_world = 1, .ngroups = 1, .nunits = L};
-  if (!(o->units = calloc((size_t)L, sizeof *o->units)))
-    return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' optimizer table");
-  for (int u = 0; u < L; u++) {
-    plan_unit *pu = &o->units[u];
-    snprintf(pu->name, sizeof pu->name, "lora.%d", u);
-    pu->ntensors = 1;
-    pu->t[0] = (plan_tensor){.ndim = 2, .numel = p->lora.block_numel, .decay = 1};
-    pu->numel = pu->padded = pu->shard_numel = p->lora.block_numel;
-    pu->shard_base = (int64_t)u * p->lora.block_numel;
-  }
-  o->shard_total = p->lora.numel;
-  return FSDP_OK;
-}
-
-fsdp_status lora_new(const plan_t *p, device_t *d, lora_ctx **out) {
+fsdp_status lora_new(const plan_t *p, int rank, device_t *d, lora_ctx **out) {
   *out = NULL;
   if (!p->lora.rank) return FSDP_OK;
   lora_ctx *l = calloc(1, sizeof *l);
   if (!l) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters' context");
   const plan_lora *pl = &p->lora;
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len, e = d->act_bytes;
-  l->p = p, l->d = d, l->n = pl->numel;
-  fsdp_status rc = opt_plan(l);
-  if (rc == FSDP_OK && d->op->bind) rc = d->op->bind(d, &l->opt, 0);   /* AdamW's table on the device (CUDA) */
+  l->p = p, l->d = d, l->sharded = pl->sharded, l->rank = pl->sharded ? rank : 0;
+  fsdp_status rc = pl->sharded ? plan_lora_units(p, &l->opt) : plan_lora_segment(p, 1, &l->opt);
+  if (rc == FSDP_OK) l->n = l->opt->shard_total;
+  if (rc == FSDP_OK && d->op->bind) rc = d->op->bind(d, l->opt, l->rank);   /* AdamW's table on the device (CUDA) */
   if (rc != FSDP_OK) goto out;
   rc = FSDP_ERR_NOMEM;   /* the allocator says what failed */
   ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));
@@ -77,7 +58,7 @@ void lora_destroy(lora_ctx **pl) {
   d->op->free(d, l->v);
   d->op->free(d, l->saved);
   d->op->free(d, l->dh);
-  free(l->opt.units);
+  plan_destroy(&l->opt);
   free(l);
   *pl = NULL;
 }
@@ -98,6 +79,12 @@ void lora_init_values(const plan_t *p, uint64_t seed, float *host) {
 
 void lora_refresh(lora_ctx *l) {
   if (l && l->wact != l->param) l->d->kern->to_act(l->d, l->wact, l->param, DTYPE_FP32, l->n);
+}
+
+void lora_set_block(lora_ctx *l, const void *w, float *g) {
+  if (!l || !l->sharded) return;
+  l->wblk = w;
+  l->gblk = g;
 }
 
 /* Target J of P's LoRA at SLOT, or -1. */
@@ -121,9 +108,12 @@ static lora_views views(lora_ctx *l, int layer, int j) {
   int e = l->d->act_bytes;
   int64_t base = (int64_t)layer * pl->block_numel, BT = (int64_t)p->batch_size * p->model.seq_len;
   int64_t kept = p->ackpt == ACKPT_FULL ? 0 : layer;   /* checkpointing: the recompute writes them again */
-  return (lora_views){.m = m, .A = at(l->wact, base + m->a_off, e), .B = at(l->wact, base + m->b_off, e),
+  void *w = l->wact;
+  float *g = l->grad;
+  if (l->sharded) w = (void *)(uintptr_t)l->wblk, g = l->gblk, base = 0;   /* the gathered block */
+  return (lora_views){.m = m, .A = at(w, base + m->a_off, e), .B = at(w, base + m->b_off, e),
                       .h = at(l->saved, (kept * pl->nmods + j) * BT * pl->rank, e),
-                      .gA = l->grad + base + m->a_off, .gB = l->grad + base + m->b_off};
+                      .gA = g ? g + base + m->a_off : NULL, .gB = g ? g + base + m->b_off : NULL};
 }
 
 /* Block LAYER's adapter at SLOT: y[:, col0 : col0 + out] += s·(x·Aᵀ)·Bᵀ, with h = x·Aᵀ kept for the
