@@ -67,9 +67,9 @@ static const char *lora_sharded_formula(const plan_t *p, int c) {
     return b16 ? "8·Pa + 2·(3·Sa) (+ 2·SA hybrid) + 16: the adapters' bf16 reduce buffers, scalars"
                : "4·(2·Pa + Sa) + 16: the adapters' two block gradients, ring scratch, scalars";
   case MEM_GATHERED:
-    return p->lora.nf4 ? "2·Pr + slots·nf4_padded + 2·Pb (+ 4·(Pr + Pb) on the CPU) + e·slots·Pa: bf16 root, NF4 "
-                         "blocks, the dequantized working unit, the gathered adapters"
-                       : "the base's (as a full job's) + e·slots·Pa: the gathered adapters";
+    return p->lora.nf4 ? "2·R + slots·nf4_padded + 2·Pb (+ 4·(R + Pb) on the CPU) + e·slots·Pa: the bf16 root's larger "
+                         "part, NF4 blocks, the dequantized working unit, the gathered adapters"
+                       : "pb·(R + slots·Pb) (+ cb·(R + Pb)) + e·slots·Pa: the root's larger part, blocks, the gathered adapters";
   default: return NULL;
   }
 }
@@ -90,8 +90,10 @@ static const char *lora_formula(const plan_t *p, int c) {
   case MEM_OPTIM_STATE: return "8·NA: the adapters' AdamW m and v (none for the base)";
   case MEM_COMM: return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";
   case MEM_GATHERED:
-    return p->lora.nf4 ? "2·Pr + slots·nf4_padded + 2·Pb (+ 4·(Pr + Pb) on the CPU): bf16 root, NF4 blocks, the "
-                         "dequantized bf16 working unit (and fp32 compute copies)" : NULL;
+    if (p->sharding == SHARD_NONE) return p->lora.nf4 ? "2·Pb (+ 4·(Pr + Pb) on the CPU): the dequantized working unit" : NULL;
+    return p->lora.nf4 ? "2·R + slots·nf4_padded + 2·Pb (+ 4·(R + Pb) on the CPU): the bf16 root's larger part, NF4 "
+                         "blocks, the dequantized bf16 working unit (and fp32 compute copies)"
+                       : "pb·(R + slots·Pb) (+ cb·(R + Pb)): the frozen root's larger part (gathered in parts), blocks";
   default: return NULL;
   }
 }
@@ -207,6 +209,14 @@ static void print_lora(const plan_t *p, FILE *f) {
           basedt, human_bytes(base, a, sizeof a),
           human_bytes(4 * NA + (e_act == 2 ? 2 * NA : 0), b, sizeof b), human_bytes(4 * NA, c, sizeof c),
           human_bytes(8 * NA, d, sizeof d));
+  if (p->sharding != SHARD_NONE) {
+    int64_t lo0, hi0, lo1, hi1;
+    plan_root_part(p, 0, &lo0, &hi0);
+    plan_root_part(p, 1, &lo1, &hi1);
+    fprintf(f, "    frozen root gathered in parts: the lookup's %s elements, then the head's %s (R = %s; Pr = %s)\n",
+            human_count(hi0 - lo0, a, sizeof a), human_count(hi1 - lo1, b, sizeof b),
+            human_count(plan_root_part_max(p), c, sizeof c), human_count(p->units[0].padded, d, sizeof d));
+  }
   fprintf(f, "    activations + %s (x·Aᵀ of each target kept), workspace + %s (the adapters' scratch)\n",
           human_bytes(e_act * (uint64_t)l->saved, a, sizeof a), human_bytes(e_act * (uint64_t)l->ws, e, sizeof e));
   if (l->nf4)
@@ -372,8 +382,9 @@ static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
   return o;
 }
 
-/* [lora]'s split of the memory, per rank: the base by dtype, the adapters, their gradient and AdamW
- * state, what they add to the activations, and NF4's dequantized working unit. */
+/* [lora]'s split of the memory, per rank: the base by dtype, the adapters (their layout and the
+ * elements this rank holds), their gradient and AdamW state, what they add to the activations, NF4's
+ * dequantized working unit and the frozen root's gathered buffer. */
 static json_t *lora_json(const plan_t *p) {
   const plan_lora *l = &p->lora;
   uint64_t NA = (uint64_t)plan_lora_held(p), e = p->device == DEVICE_CPU ? 4 : 2, ad = 4 * NA + (e == 2 ? 2 * NA : 0);
@@ -384,12 +395,16 @@ static json_t *lora_json(const plan_t *p) {
   } else {
     json_object_set_new(base, jobspec_dtype_kind_name(p->param_dtype), jint((int64_t)(p->mem[MEM_PARAM_SHARD] - ad)));
   }
-  return json_pack("{s:i, s:f, s:I, s:s, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
+  json_t *o = json_pack("{s:i, s:f, s:I, s:s, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
                    "adapter_elements", (json_int_t)l->numel, "adapters", l->sharded ? "sharded" : "replicated",
                    "adapter_elements_held", (json_int_t)NA, "base_dtype", l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
                    "base_bytes", base, "adapter_bytes", (json_int_t)ad, "adapter_grad_bytes", (json_int_t)(4 * NA),
                    "adamw_bytes", (json_int_t)(8 * NA), "activation_bytes", (json_int_t)(e * (uint64_t)l->saved),
                    "dequant_unit_bytes", (json_int_t)plan_lora_dequant_bytes(p));
+  /* the frozen root's buffer: its larger part where it is gathered in parts, else the whole root */
+  json_object_set_new(o, "root_gathered_elements",
+                      jint(p->sharding == SHARD_NONE ? p->units[0].padded : plan_root_part_max(p)));
+  return o;
 }
 
 static json_t *plan_json(const plan_t *p, uint64_t device_bytes) {

@@ -263,6 +263,10 @@ static void lora_checks(jobspec_ctx *c) {
     PERR(c, blame(c, "eval", "sample_every", NULL), FSDP_ERR_UNSUPPORTED,
          "[eval] sample_every = %d with [lora]: samples from base + adapters are not built yet; allowed: sample_every = 0",
          s->sample_every);
+  if (s->lora.adapters == ADAPTERS_SHARDED && s->sharding == SHARD_NONE)
+    PERR(c, blame(c, "lora", "adapters", "sharding"), FSDP_ERR_INVALID,
+         "[lora] adapters = sharded with [fsdp] sharding = none: nothing is sharded there; allowed: adapters = auto | "
+         "replicated, or sharding = full | hybrid | grad_op");
   if (s->offload != OFFLOAD_NONE)
     PERR(c, blame(c, "lora", "rank", "offload"), FSDP_ERR_UNSUPPORTED,
          "[lora] with [fsdp] offload = %s: the adapters' optimizer state stays on the device; allowed: offload = none",

@@ -336,8 +336,15 @@ fsdp_status plan_lora_segment(const plan_t *p, int W, plan_t **out);
 /* The sharded adapters' units, as the runtime gathers, reduces and updates them: P's world,
  * sharding, prefetch, reduce_dtype and device, param_dtype the compute dtype's (fp32 on the CPU,
  * bf16 on CUDA), unit 0 an empty root and unit l = block l−1's adapters (Pa, Sa, one decayed 2-D
- * tensor). P must have lora.sharded. */
+ * tensor), lora.rank 0 (none of it is frozen). P must have lora.sharded. */
 fsdp_status plan_lora_units(const plan_t *p, plan_t **out);
+/* [lora]'s frozen root in two parts (docs/memory.md "LoRA"), [*LO, *HI) of the root's flat buffer:
+ * PART 0 what the lookup reads (the root's tensors before its first 1-D one, the final norm), PART 1
+ * what the head reads (the final norm on; tied, from 0: the head is the embedding). With sharding ≠
+ * none each is gathered when it is needed and released after (an all-reduce of each rank's part of
+ * its shard, added to zeros), into one buffer of plan_root_part_max elements. */
+void plan_root_part(const plan_t *p, int part, int64_t *lo, int64_t *hi);
+int64_t plan_root_part_max(const plan_t *p);
 /* The adapter elements one rank holds (fp32 master, gradient, m, v each): NA, or sharded L·Sa. */
 static inline int64_t plan_lora_held(const plan_t *p) {
   return p->lora.sharded ? (int64_t)p->model.n_layer * p->lora.a_shard : p->lora.numel;

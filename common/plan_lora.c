@@ -133,22 +133,60 @@ fsdp_status plan_lora_build(const jobspec_t *spec, plan_t *p) {
   int64_t BT = (int64_t)p->batch_size * p->model.seq_len;
   l->saved = (p->ackpt == ACKPT_FULL ? 1 : (int64_t)p->model.n_layer) * l->nmods * BT * r;
   l->ws = BT * r;   /* s·dy·B: the products read and accumulate in place (lora.c) */
-  if (spec->lora.adapters == ADAPTERS_SHARDED && p->sharding == SHARD_NONE)
-    return fsdp_set_error(FSDP_ERR_INVALID, "[lora] adapters = sharded with [fsdp] sharding = none: nothing is sharded "
-                          "there; allowed: adapters = auto | replicated, or sharding = full | hybrid | grad_op");
-  l->sharded = spec->lora.adapters == ADAPTERS_SHARDED ? 1 : spec->lora.adapters == ADAPTERS_REPLICATED ? 0 : -1;
+  /* a job's sharded with sharding none is refused by jobspec's rules; a plan derived from it without
+   * sharding (one rank's view of the whole model) holds them whole */
+  l->sharded = spec->lora.adapters == ADAPTERS_REPLICATED || p->sharding == SHARD_NONE ? 0
+               : spec->lora.adapters == ADAPTERS_SHARDED                              ? 1 : -1;
   return spec->lora.base_dtype == BASE_NF4 ? nf4_layout(p) : FSDP_OK;
 }
 
-/* Bytes one rank sends gathering an NF4 base per step in sharding MODE: the bf16 root once and every
- * block's NF4 bytes once (grad_op) or twice (full, hybrid) per micro-step; none gathers nothing. */
+/* The ranks a sharded unit is spread over in sharding MODE. */
+static int shard_ranks(const plan_t *p, shard_mode mode) {
+  return mode == SHARD_NONE ? 1 : mode == SHARD_HYBRID ? p->shard_world : p->world;
+}
+
+void plan_root_part(const plan_t *p, int part, int64_t *lo, int64_t *hi) {
+  const plan_unit *r = &p->units[0];
+  int64_t x = r->numel;   /* the first 1-D tensor (the final norm): the lookup's tensors end there */
+  for (int i = 0; i < r->ntensors; i++)
+    if (r->t[i].ndim == 1 && r->t[i].offset < x) x = r->t[i].offset;
+  if (part == 0) {
+    *lo = 0, *hi = x;
+    return;
+  }
+  *lo = r->t[plan_head_slot(p)].offset < x ? 0 : x;   /* tied: the head reads the embedding */
+  *hi = r->numel;
+}
+
+int64_t plan_root_part_max(const plan_t *p) {
+  int64_t lo0, hi0, lo1, hi1;
+  plan_root_part(p, 0, &lo0, &hi0);
+  plan_root_part(p, 1, &lo1, &hi1);
+  return hi0 - lo0 > hi1 - lo1 ? hi0 - lo0 : hi1 - lo1;
+}
+
+/* Bytes one rank sends per step in sharding MODE all-reducing the frozen root's two parts (each
+ * rounded down, as the comm counts it) in pb-byte elements; none: 0. */
+static uint64_t root_parts_sent(const plan_t *p, shard_mode mode, uint64_t pb) {
+  if (mode == SHARD_NONE) return 0;
+  uint64_t W = (uint64_t)shard_ranks(p, mode), G = (uint64_t)p->grad_accum, sent = 0;
+  for (int part = 0; part < 2; part++) {
+    int64_t lo, hi;
+    plan_root_part(p, part, &lo, &hi);
+    sent += 2 * (W - 1) * pb * (uint64_t)(hi - lo) / W;
+  }
+  return G * sent;
+}
+
+/* Bytes one rank sends gathering an NF4 base's blocks per step in sharding MODE: every block's NF4
+ * bytes once (grad_op) or twice (full, hybrid) per micro-step; none gathers nothing (the bf16 root
+ * is all-reduced in parts: root_parts_sent). */
 static uint64_t nf4_allgather(const plan_t *p, shard_mode mode) {
   if (mode == SHARD_NONE) return 0;
-  uint64_t W = mode == SHARD_HYBRID ? (uint64_t)p->shard_world : (uint64_t)p->world, G = (uint64_t)p->grad_accum;
+  uint64_t W = (uint64_t)shard_ranks(p, mode), G = (uint64_t)p->grad_accum;
   uint64_t L = (uint64_t)p->model.n_layer, align = W * PLAN_PAD_ALIGN;
-  uint64_t Sr = ((uint64_t)p->units[0].numel + align - 1) / align * align / W;
   uint64_t Sb = ((uint64_t)p->lora.nf4_block + align - 1) / align * align / W;
-  return G * (W - 1) * (2 * Sr + (mode == SHARD_GRAD_OP ? 1 : 2) * L * Sb);
+  return G * (W - 1) * (mode == SHARD_GRAD_OP ? 1 : 2) * L * Sb;
 }
 
 /* NF4's base: a bf16 root shard and the blocks' NF4 shards; the gathered root, NF4 slots, the
@@ -166,8 +204,9 @@ static void nf4_memory(plan_t *p) {
   default: slots = 1 + pf < L ? 1 + pf : L; break;
   }
   p->mem[MEM_PARAM_SHARD] = 2 * Sr + L * (uint64_t)l->nf4_shard;   /* the adapters' are added after */
-  p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * Pr + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
-                         (cpu ? 4 * (Pr + Pb) : 0);
+  uint64_t R = p->sharding == SHARD_NONE ? Pr : (uint64_t)plan_root_part_max(p);   /* the root, gathered in parts */
+  p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * R + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
+                         (cpu ? 4 * (R + Pb) : 0);
 }
 
 /* The dequantized working unit's bytes (NF4: 2·Pb), for the plan's split; 0 without NF4. */
@@ -182,11 +221,6 @@ uint64_t plan_lora_dequant_bytes(const plan_t *p) {
 int64_t plan_lora_padded(const plan_t *p, int W) {
   int64_t n = p->lora.block_numel, align = (int64_t)W * PLAN_PAD_ALIGN;
   return W <= 1 ? n : (n + align - 1) / align * align;
-}
-
-/* The ranks a sharded unit is spread over in sharding MODE. */
-static int shard_ranks(const plan_t *p, shard_mode mode) {
-  return mode == SHARD_NONE ? 1 : mode == SHARD_HYBRID ? p->shard_world : p->world;
 }
 
 /* The adapters' own bytes per rank, by category (MEM), and the checkpoint snapshot's (*SNAP), held
@@ -228,7 +262,13 @@ void plan_lora_memory(plan_t *p) {
   /* the frozen base is one shard in its own dtype (no fp32 master beside a bf16 copy) */
   uint64_t S = (uint64_t)p->shard_total, pb = (uint64_t)jobspec_dtype_bytes(p->param_dtype);
   p->mem[MEM_PARAM_SHARD] = pb * S;
-  if (l->nf4) nf4_memory(p);
+  if (l->nf4) {
+    nf4_memory(p);
+  } else if (p->sharding != SHARD_NONE) {   /* the frozen root is gathered in parts, into one buffer of the larger */
+    uint64_t Pr = (uint64_t)p->units[0].padded, R = (uint64_t)plan_root_part_max(p);
+    p->mem[MEM_GATHERED] -= pb * Pr - pb * R;
+    if (pb != e) p->mem[MEM_GATHERED] -= e * Pr - e * R;   /* and its compute-form copy */
+  }
   p->mem[MEM_GRAD_SHARD] = 0;
   p->mem[MEM_OPTIM_STATE] = 0;
   p->mem[MEM_COMM] = 4 * PLAN_STEP_SCALARS;
@@ -250,9 +290,9 @@ void plan_lora_memory(plan_t *p) {
     p->host_bytes += p->snapshot_bytes;
   }
   plan_lora_sent(p, p->sharding, p->sent_bytes);
-  if (p->sharding == SHARD_HYBRID) {
+  if (p->sharding == SHARD_HYBRID) {   /* across the groups: the step's scalars and the adapters' all-reduces */
     p->sent_inter[COLL_REDUCESCATTER] = 0;
-    p->sent_inter[COLL_ALLREDUCE] = p->sent_bytes[COLL_ALLREDUCE];
+    p->sent_inter[COLL_ALLREDUCE] = p->sent_bytes[COLL_ALLREDUCE] - root_parts_sent(p, p->sharding, pb);
   }
   /* the frozen weights: forward and input gradient (4 per weight), no weight gradient; the adapters
    * 6 per element (their A·x and B·h, forward and backward) */
@@ -267,19 +307,25 @@ void plan_lora_sent(const plan_t *p, shard_mode mode, uint64_t sent[COLL_NKIND])
   uint64_t N = (uint64_t)p->world, NA = (uint64_t)p->lora.numel, G = (uint64_t)p->grad_accum;
   uint64_t scalars = 2 * (N - 1) * 4 * PLAN_STEP_SCALARS / N;   /* each all-reduce rounded down, as the comm counts it */
   sent[COLL_REDUCESCATTER] = 0;   /* the frozen base is not reduced */
+  /* the root is not all-gathered but all-reduced in two parts (each rank adds its shard's part to
+   * zeros: plan_root_part), in its dtype (NF4: bf16) */
+  uint64_t W = (uint64_t)shard_ranks(p, mode), pb = p->lora.nf4 ? 2 : (uint64_t)jobspec_dtype_bytes(p->param_dtype);
+  uint64_t align = W * PLAN_PAD_ALIGN, Sr = ((uint64_t)p->units[0].numel + align - 1) / align * align / W;
+  uint64_t roots = root_parts_sent(p, mode, pb);
   if (p->lora.nf4) sent[COLL_ALLGATHER] = nf4_allgather(p, mode);
+  else if (mode != SHARD_NONE) sent[COLL_ALLGATHER] -= G * pb * (W - 1) * Sr;
   if (!p->lora.sharded || mode == SHARD_NONE) {   /* the gradient all-reduced over the world once per step */
-    sent[COLL_ALLREDUCE] = scalars + 2 * (N - 1) * 4 * NA / N;
+    sent[COLL_ALLREDUCE] = scalars + 2 * (N - 1) * 4 * NA / N + roots;
     return;
   }
   /* sharded: gathered with each block's base gather, reduce-scattered after each block's backward,
    * hybrid: each final shard all-reduced across the R groups, one all-reduce per block */
-  uint64_t W = (uint64_t)shard_ranks(p, mode), L = (uint64_t)p->model.n_layer;
+  uint64_t L = (uint64_t)p->model.n_layer;
   uint64_t Sa = (uint64_t)plan_lora_padded(p, (int)W) / W, e = p->device == DEVICE_CPU ? 4 : 2;
   uint64_t rb = (uint64_t)jobspec_dtype_bytes(p->reduce_dtype), R = N / W;
   sent[COLL_ALLGATHER] += G * (W - 1) * e * L * Sa * (mode == SHARD_GRAD_OP ? 1 : 2);
   sent[COLL_REDUCESCATTER] = G * (W - 1) * rb * L * Sa;
-  sent[COLL_ALLREDUCE] = scalars + (mode == SHARD_HYBRID ? L * (2 * (R - 1) * rb * Sa / R) : 0);
+  sent[COLL_ALLREDUCE] = scalars + (mode == SHARD_HYBRID ? L * (2 * (R - 1) * rb * Sa / R) : 0) + roots;
 }
 
 /* A plan of L units (plus an empty root first when ROOT) of one decayed 2-D tensor of the adapters
@@ -323,6 +369,7 @@ fsdp_status plan_lora_units(const plan_t *p, plan_t **out) {
   o->param_dtype = p->device == DEVICE_CPU ? DTYPE_FP32 : DTYPE_BF16;
   o->reduce_dtype = p->reduce_dtype;
   o->ackpt = p->ackpt;
+  o->lora = (plan_lora){0};   /* units of trained tensors: nothing of them is frozen */
   return FSDP_OK;
 }
 

@@ -329,21 +329,33 @@ static void block_release(runtime_t *rt, int u) {
   if (rt->apool) unit_release(&rt->aunit[u]);
 }
 
+/* [lora]'s frozen root is gathered in parts where it is sharded: what the lookup reads, released
+ * after the lookup, and what the head reads, gathered for the head (unit_gather_root_part). */
+static int root_parts(const runtime_t *rt) { return rt->lora && rt->p->sharding != SHARD_NONE; }
+static fsdp_status root_gather(runtime_t *rt, int part) {
+  return root_parts(rt) ? unit_gather_root_part(&rt->unit[0], part) : unit_gather(&rt->unit[0]);
+}
+
 /* The forward half of the schedule: the root and the blocks gathered as they are computed (with
  * `prefetch` in flight), each block released after its forward when RELEASE; *W0 gets the root's
- * parameters in compute form, which stay until the caller releases the root. */
+ * parameters in compute form, which stay until the caller releases the root (root parts: NULL, the
+ * lookup's part released after the lookup). */
 static fsdp_status forward(runtime_t *rt, const int *inp, int release, const void **w0) {
   const plan_t *p = rt->p;
   fsdp_unit *root = &rt->unit[0];
   int L = rt->L, ahead = 1 + p->prefetch;
   int next = 1;   /* the next block to gather */
   /* the root, and with prefetch the first blocks in flight while the root is waited for */
-  TRY(unit_gather(root));
+  TRY(root_gather(rt, 0));
   while (next <= L && next <= p->prefetch) TRY(block_gather(rt, next++));
   *w0 = unit_wait(root);
   span(rt, 0, TRACE_FORWARD, 0);
   model_embed_forward(rt->acts, p, *w0, inp);
   span(rt, 1, TRACE_FORWARD, 0);
+  if (root_parts(rt)) {
+    unit_release(root);
+    *w0 = NULL;
+  }
   while (next <= L && next <= ahead) TRY(block_gather(rt, next++));
   for (int u = 1; u <= L; u++) {
     const void *w = block_wait(rt, u);
@@ -369,8 +381,13 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   TRY(model_set_docs(rt->acts, p, rt->seg_h ? rt->seg_h + k * BT : NULL));
   TRY(forward(rt, inp, full, &w0));   /* grad_op keeps the blocks gathered for the backward */
 
-  /* backward: full re-gathers from the last block down; the first gathers overlap the head */
+  /* backward: full re-gathers from the last block down; the first gathers overlap the head (root
+   * parts: after the head's part, which it waits for first) */
   int prev = L;
+  if (root_parts(rt)) {
+    TRY(root_gather(rt, 1));
+    w0 = unit_wait(root);
+  }
   if (full)
     while (prev >= 1 && L - prev < ahead) TRY(block_gather(rt, prev--));
   /* [lora]: no unit of the base has a gradient; replicated adapters accumulate theirs in place,
@@ -384,6 +401,7 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   span(rt, 0, TRACE_LOSS, 0);
   model_head_forward_backward(rt->acts, p, w0, root->grad, tgt, dscale, rt->scal);
   span(rt, 1, TRACE_LOSS, 0);
+  if (root_parts(rt)) unit_release(root);
   for (int u = L; u >= 1; u--) {
     fsdp_unit *b = &unit[u], *a = rt->apool ? &rt->aunit[u] : NULL;
     const void *w = block_wait(rt, u);
@@ -403,7 +421,7 @@ static fsdp_status micro_step(runtime_t *rt, int k, int last, float dscale) {
   span(rt, 0, TRACE_BACKWARD, 0);
   model_embed_backward(rt->acts, p, root->grad, inp);
   span(rt, 1, TRACE_BACKWARD, 0);
-  unit_release(root);
+  if (!root_parts(rt)) unit_release(root);
   if (frozen) return rt->ared ? reduce_finish(rt->ared) : FSDP_OK;
   TRY(unit_reduce(root));
   return reduce_finish(rt->red);   /* the shard holds the sums before the next micro-step adds to them */
@@ -589,6 +607,10 @@ fsdp_status runtime_step(runtime_t *rt, int step, rt_report *out) {
 static fsdp_status eval_forward(runtime_t *rt) {
   const void *root = NULL;
   TRY(forward(rt, rt->inp, 1, &root));
+  if (root_parts(rt)) {
+    TRY(root_gather(rt, 1));
+    root = unit_wait(&rt->unit[0]);
+  }
   model_head_forward(rt->acts, rt->p, root, rt->tgt, rt->scal);
   unit_release(&rt->unit[0]);
   return FSDP_OK;

@@ -12,6 +12,10 @@ struct unit_pool {
   reducer *red;
   reqs *q;
   int sharded, grad_op, convert, drop_wait;
+  int root_parts;                /* [lora]: the frozen root is gathered in parts (unit_gather_root_part) */
+  int64_t root_n;                /* the root's buffer: Pr elements, or the larger part's */
+  int64_t part_lo, part_n;       /* the part the root's buffer holds */
+  dev_event *root_ready;         /* root parts: the shard's part is in the buffer, to be all-reduced */
   int nslots;                    /* block slots; slot[nslots] is the root's */
   unit_slot *slot;
   void *root_act, *blk_act;      /* compute-form copies when convert */
@@ -40,7 +44,7 @@ static int alloc_slots(unit_pool *pool) {
   }
   for (int s = 0; s <= pool->nslots; s++) {
     unit_slot *sl = &pool->slot[s];
-    int64_t n = s == pool->nslots ? p->units[0].padded : regathers ? pb : p->units[1 + s].padded;
+    int64_t n = s == pool->nslots ? pool->root_n : regathers ? pb : p->units[1 + s].padded;
     sl->unit = -1;
     if (!(sl->free = dev_event_new(pool->d)) || !(sl->buf = dalloc(pool->d, n, pool->esz))) return -1;
   }
@@ -61,17 +65,20 @@ fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void
   pool->sharded = p->sharding != SHARD_NONE;
   pool->grad_op = p->sharding == SHARD_GRAD_OP;
   pool->convert = pool->esz != d->act_bytes;
+  pool->root_parts = p->lora.rank && pool->sharded;
+  pool->root_n = pool->root_parts ? plan_root_part_max(p) : p->units[0].padded;
   int64_t pb = 0;
   for (int u = 1; u < p->nunits; u++)
     if (p->units[u].padded > pb) pb = p->units[u].padded;
   for (int u = 0; u < p->nunits; u++) pool->units[u] = (fsdp_unit){.id = u, .pu = &p->units[u], .pool = pool};
   if (pool->convert) {
-    ALLOC_OR_FAIL(pool->root_act, dalloc(d, p->units[0].padded, d->act_bytes));
+    ALLOC_OR_FAIL(pool->root_act, dalloc(d, pool->sharded ? pool->root_n : p->units[0].padded, d->act_bytes));
     ALLOC_OR_FAIL(pool->blk_act, dalloc(d, pb, d->act_bytes));
   }
   if (pool->sharded) {
     if (alloc_slots(pool) != 0) goto fail;
     for (int u = 0; u < p->nunits; u++) ALLOC_OR_FAIL(pool->units[u].arrived, dev_event_new(d));
+    if (pool->root_parts) ALLOC_OR_FAIL(pool->root_ready, dev_event_new(d));
   }
   *out = pool;
   *units = pool->units;
@@ -94,6 +101,7 @@ void unit_pool_destroy(unit_pool **pp) {
     dev_event_destroy(&pool->slot[s].free);
   }
   for (int u = 0; u < pool->p->nunits; u++) dev_event_destroy(&pool->units[u].arrived);
+  dev_event_destroy(&pool->root_ready);
   d->op->free(d, pool->root_act);
   d->op->free(d, pool->blk_act);
   free(pool->slot);
@@ -129,6 +137,33 @@ fsdp_status unit_gather(fsdp_unit *u) {
   return reqs_add(pool->q, r);
 }
 
+fsdp_status unit_gather_root_part(fsdp_unit *u, int part) {
+  unit_pool *pool = u->pool;
+  if (!pool->sharded) return FSDP_OK;
+  if (u->id != 0 || !pool->root_parts)
+    return fsdp_set_error(FSDP_ERR_INTERNAL, "unit %d: gathered in parts, but only a [lora] job's root is", u->id);
+  const plan_t *p = pool->p;
+  device_t *d = pool->d;
+  int e = pool->esz;
+  int64_t lo, hi;
+  plan_root_part(p, part, &lo, &hi);
+  unit_slot *s = &pool->slot[pool->nslots];
+  u->slot = s;
+  pool->part_lo = lo, pool->part_n = hi - lo;
+  /* in stream order after the buffer's last reader: zeros, and this rank's part of its shard */
+  int64_t a0 = plan_shard_offset(p, 0, comm_rank(pool->comm)), a = a0 > lo ? a0 : lo;
+  int64_t b = a0 + u->pu->shard_numel < hi ? a0 + u->pu->shard_numel : hi;
+  d->op->zero(d, s->buf, (size_t)(hi - lo) * (size_t)e);
+  if (a < b) d->op->copy(d, (char *)s->buf + (a - lo) * e, (const char *)shard_of(u) + (a - a0) * e, (size_t)(b - a) * (size_t)e);
+  d->op->record(d, pool->root_ready);
+  u->gathered = (char *)s->buf - lo * e;   /* the root's flat base: tensors at their offsets */
+  comm_req *r = NULL;
+  comm_trace_unit(pool->comm, 0);
+  TRY(comm_allreduce_ev(pool->comm, s->buf, (size_t)(hi - lo), e == 2 ? COMM_BF16 : COMM_F32, pool->root_ready,
+                        u->arrived, &r));
+  return reqs_add(pool->q, r);
+}
+
 const void *unit_wait(fsdp_unit *u) {
   unit_pool *pool = u->pool;
   device_t *d = pool->d;
@@ -137,9 +172,15 @@ const void *unit_wait(fsdp_unit *u) {
     if (!(pool->drop_wait && u->id > 0)) d->op->wait(d, u->arrived, DEV_T_GATHER);
     src = u->gathered;
   }
+  int part = u->id == 0 && pool->root_parts;   /* the root's buffer holds one part of it */
   if (!pool->convert) return src;
   void *act = u->id == 0 ? pool->root_act : pool->blk_act;
-  d->kern->to_act(d, act, src, pool->p->param_dtype, u->pu->padded);
+  if (part) {
+    d->kern->to_act(d, act, (const char *)src + pool->part_lo * pool->esz, pool->p->param_dtype, pool->part_n);
+    act = (char *)act - pool->part_lo * d->act_bytes;
+  } else {
+    d->kern->to_act(d, act, src, pool->p->param_dtype, u->pu->padded);
+  }
   if (pool->sharded) d->op->record(d, u->slot->free);   /* the slot's last reader */
   return act;
 }

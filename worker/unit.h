@@ -9,7 +9,9 @@
  *   unit_release  after the last compute that reads them: the slot may be gathered into again (reshard);
  *   unit_reduce   its gradient, complete on the stream, goes to its owners (post_backward), through
  *                 the reducer (reduce.h, FSDP2's foreach_reduce);
- * and unit_grad, the gradient buffer for its backward (the reducer's).
+ * and unit_grad, the gradient buffer for its backward (the reducer's). A [lora] job's frozen root is
+ * gathered in parts instead (unit_gather_root_part): what the lookup reads, released after it, and
+ * what the head reads, released after the head, into one buffer of the larger part.
  *
  * The pool (unit_pool) is what the units share: the gather buffers, allocated once (the root's
  * own, and 1 + prefetch block slots of the largest block's size for full and hybrid, one per block
@@ -61,6 +63,11 @@ void unit_pool_test_drop_wait(unit_pool *pool, int on);
 void unit_pool_destroy(unit_pool **pool);
 
 fsdp_status unit_gather(fsdp_unit *u);
+/* [lora] (p->lora.rank, sharding ≠ none): gather part PART of the frozen root U (plan_root_part) into
+ * the root's buffer: each rank's part of its shard added to zeros, all-reduced in place (the parts
+ * are not shard-aligned); asynchronous, as unit_gather. unit_wait then gives the root's compute form
+ * valid over that part only, and unit_release frees the buffer for the other part. */
+fsdp_status unit_gather_root_part(fsdp_unit *u, int part);
 const void *unit_wait(fsdp_unit *u);
 void unit_release(fsdp_unit *u);
 /* u->grad: a buffer for the gradient its backward accumulates (+=), from the reducer. */

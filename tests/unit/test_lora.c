@@ -50,7 +50,10 @@ static void test_gpt2_plan(void) {
   CHECK_EQ_INT(2 * 3 * BT * r, l->saved);
   CHECK_EQ_INT(BT * r, l->ws);
   CHECK_EQ_INT(0, p->sent_bytes[COLL_REDUCESCATTER]);
-  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 4 * NA, p->sent_bytes[COLL_ALLREDUCE]);   /* 2·(N−1)/N = 1 */
+  /* 2·(N−1)/N = 1: the scalars, the adapters' gradient, and the frozen root's two parts (fp32): the
+   * lookup's wte + wpe (64·16 + 8·16) and the head's tied wte through ln_f (the whole root, 1184) */
+  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 4 * NA + 4 * 1152 + 4 * 1184, p->sent_bytes[COLL_ALLREDUCE]);
+  CHECK_EQ_INT(0, p->lora.sharded);   /* auto: two small blocks hold less replicated (test_sharded_plan) */
   char name[128];
   plan_lora_name(p, 1, 2, 1, name, sizeof name);
   CHECK(!strcmp(name, "base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight"));
@@ -80,6 +83,88 @@ static void test_gpt2_plan(void) {
     CHECK_EQ_INT(4 * (uint64_t)p->shard_total, p->mem[MEM_GRAD_SHARD]);
     plan_destroy(&p);
   }
+}
+
+/* [lora] adapters = sharded: block l's adapters padded to 2·64 and halved (GPT-2 C 16, r 4 on c_attn,
+ * c_proj: 704 per block, Pa 768, Sa 384), every term counted by hand; auto's choice both ways. */
+static void test_sharded_plan(void) {
+  jobspec_t s = gpt2_spec(4, "c_attn, c_proj");
+  s.lora.adapters = ADAPTERS_SHARDED;
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (!p) return;
+  const plan_lora *l = &p->lora;
+  CHECK_EQ_INT(1, l->sharded);
+  CHECK_EQ_INT(704, l->block_numel);
+  CHECK_EQ_INT(768, l->a_padded);
+  CHECK_EQ_INT(384, l->a_shard);
+  uint64_t SA = 2 * 384, Pb = (uint64_t)p->units[1].padded, Sb = (uint64_t)p->units[1].shard_numel;
+  CHECK_EQ_INT((int64_t)SA, plan_lora_held(p));
+  CHECK_EQ_INT(4 * (uint64_t)p->shard_total + 4 * SA, p->mem[MEM_PARAM_SHARD]);   /* fp32 base; CPU: no bf16 form */
+  CHECK_EQ_INT(4 * SA, p->mem[MEM_GRAD_SHARD]);
+  CHECK_EQ_INT(8 * SA, p->mem[MEM_OPTIM_STATE]);
+  /* the root's larger part (1184: tied, the whole root), two block slots, two adapter slots (fp32 on the CPU) */
+  CHECK_EQ_INT(4 * (1184 + 2 * Pb) + 4 * 2 * 768, p->mem[MEM_GATHERED]);
+  /* two fp32 block gradients of Pa and the ring's scratch of Sa, the scalars */
+  CHECK_EQ_INT(4 * (2 * 768 + 384) + 4 * PLAN_STEP_SCALARS, p->mem[MEM_COMM]);
+  /* blocks and adapters gathered twice, the adapters reduce-scattered once, in fp32 (N − 1 = 1) */
+  CHECK_EQ_INT(4 * 2 * 2 * Sb + 4 * 2 * SA, p->sent_bytes[COLL_ALLGATHER]);
+  CHECK_EQ_INT(4 * SA, p->sent_bytes[COLL_REDUCESCATTER]);
+  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 4 * 1152 + 4 * 1184, p->sent_bytes[COLL_ALLREDUCE]);
+  plan_destroy(&p);
+  /* hybrid, groups of 1 over 2 ranks: a block's adapters whole (unpadded) in each group, all-reduced across them */
+  s.sharding = SHARD_HYBRID;
+  s.shard_group = 1;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) {
+    CHECK_EQ_INT(704, p->lora.a_padded);
+    CHECK_EQ_INT(0, p->sent_bytes[COLL_REDUCESCATTER]);
+    CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 2 * (2 * 4 * 704 / 2), p->sent_inter[COLL_ALLREDUCE]);
+    plan_destroy(&p);
+  }
+  /* auto: replicated at world 1 and for these two small blocks (16·NA = 22,528 bytes against the shards'
+   * 12,288 + the slots' 6,144 + the reduce buffers' 7,680), sharded with 8 blocks (90,112 against 62,976) */
+  s = gpt2_spec(4, "c_attn, c_proj");
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) CHECK_EQ_INT(0, p->lora.sharded);
+  plan_destroy(&p);
+  s.model.n_layer = 8;
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) CHECK_EQ_INT(1, p->lora.sharded);
+  plan_destroy(&p);
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (p) CHECK_EQ_INT(0, p->lora.sharded);
+  plan_destroy(&p);
+  s.sharding = SHARD_NONE;
+  s.lora.adapters = ADAPTERS_SHARDED;   /* a plan without sharding (jobspec refuses the job): whole */
+  CHECK_OK(plan_build(&s, 2, &p));
+  if (p) CHECK_EQ_INT(0, p->lora.sharded);
+  plan_destroy(&p);
+}
+
+/* The sharded checkpoint layout round trip: each writer's shard scattered into the whole and picked
+ * back, padding zero. */
+static void test_scatter_pick(void) {
+  jobspec_t s = gpt2_spec(4, "c_attn, c_proj");
+  plan_t *p = NULL;
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (!p) return;
+  int64_t NA = p->lora.numel, W = 3, Sa = plan_lora_padded(p, 3) / 3;
+  CHECK_EQ_INT(768, plan_lora_padded(p, 3));   /* 704 rounded up to 3·64 */
+  float *whole = calloc((size_t)NA, 4), *back = calloc((size_t)NA, 4), *sh = calloc((size_t)(2 * Sa), 4);
+  for (int64_t i = 0; i < NA; i++) whole[i] = (float)(i + 1);
+  for (int q = 0; q < W; q++) {
+    plan_lora_pick(p, (int)W, q, whole, sh);
+    for (int u = 0; u < 2; u++)
+      for (int64_t i = 0; i < Sa; i++) {
+        int64_t k = q * Sa + i;
+        CHECK_NEAR(k < 704 ? (double)(u * 704 + k + 1) : 0.0, sh[u * Sa + i], 0, 0);
+      }
+    plan_lora_scatter(p, (int)W, q, sh, back);
+  }
+  CHECK(!memcmp(whole, back, (size_t)NA * 4));
+  free(whole), free(back), free(sh);
+  plan_destroy(&p);
 }
 
 static void test_refusals(void) {
@@ -140,10 +225,14 @@ static void test_nf4_plan(void) {
   CHECK_EQ_INT(9664, p->lora.nf4_shard);
   uint64_t NA = (uint64_t)p->lora.numel, Pr = (uint64_t)p->units[0].padded, Pb = (uint64_t)p->units[1].padded;
   CHECK_EQ_INT(2 * (uint64_t)p->units[0].shard_numel + 2 * 9664 + 4 * NA, p->mem[MEM_PARAM_SHARD]);
-  /* full, prefetch 1, two blocks: both slots; the working unit; the CPU's fp32 copies */
-  CHECK_EQ_INT(2 * Pr + 2 * 19328 + 2 * Pb + 4 * (Pr + Pb), p->mem[MEM_GATHERED]);
+  /* full, prefetch 1, two blocks: the root's larger part (the head's: norm 64 + lm_head 64·64, not
+   * the whole root Pr), both slots; the working unit; the CPU's fp32 copies */
+  uint64_t R = 64 + 64 * 64;
+  CHECK(R < Pr);
+  CHECK_EQ_INT(2 * R + 2 * 19328 + 2 * Pb + 4 * (R + Pb), p->mem[MEM_GATHERED]);
   CHECK_EQ_INT(2 * Pb, plan_lora_dequant_bytes(p));
-  CHECK_EQ_INT((uint64_t)(p->units[0].shard_numel * 2 + 2 * 2 * 9664), p->sent_bytes[COLL_ALLGATHER]);
+  CHECK_EQ_INT(2 * 2 * 9664, p->sent_bytes[COLL_ALLGATHER]);   /* the blocks twice; the root is all-reduced */
+  CHECK_EQ_INT(4 * PLAN_STEP_SCALARS + 4 * NA + 2 * 4096 + 2 * R, p->sent_bytes[COLL_ALLREDUCE]);
   plan_destroy(&p);
   /* a width that is not a multiple of 64 is refused at plan, in one line */
   s.model.n_embd = 96, s.model.n_head = 4, s.model.ffn_dim = 160;
@@ -316,6 +405,8 @@ static void test_cuda(void) {
 int main(void) {
   test_cuda();
   test_gpt2_plan();
+  test_sharded_plan();
+  test_scatter_pick();
   test_refusals();
   test_llama_plan();
   test_nf4_plan();

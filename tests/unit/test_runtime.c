@@ -435,12 +435,14 @@ static void test_lora_frozen_base(void) {
     plan_t *p = plan_of(&c);
     if (!p) return;
     expect_plan(p, res, c.world);
-    uint64_t base = (uint64_t)jobspec_dtype_bytes(dt) * (uint64_t)p->shard_total, NA = (uint64_t)p->lora.numel;
+    /* the adapter elements a rank holds: NA replicated, L·Sa sharded (the plan's auto choice) */
+    uint64_t base = (uint64_t)jobspec_dtype_bytes(dt) * (uint64_t)p->shard_total, NA = (uint64_t)plan_lora_held(p);
     CHECK_EQ_INT(base + 4 * NA, res[0].peak[MEM_PARAM_SHARD]);
     CHECK_EQ_INT(4 * NA, res[0].peak[MEM_GRAD_SHARD]);
     CHECK_EQ_INT(8 * NA, res[0].peak[MEM_OPTIM_STATE]);
-    printf("lora frozen base %s: param_shard peak %llu B = %d·S + 4·NA (= plan)\n", jobspec_dtype_kind_name(dt),
-           (unsigned long long)res[0].peak[MEM_PARAM_SHARD], jobspec_dtype_bytes(dt));
+    printf("lora frozen base %s, adapters %s: param_shard peak %llu B = %d·S + 4·%s (= plan)\n",
+           jobspec_dtype_kind_name(dt), p->lora.sharded ? "sharded" : "replicated",
+           (unsigned long long)res[0].peak[MEM_PARAM_SHARD], jobspec_dtype_bytes(dt), p->lora.sharded ? "L·Sa" : "NA");
     loss[di] = res[0].loss[STEPS];
     plan_destroy(&p);
   }
