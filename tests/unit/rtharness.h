@@ -81,6 +81,7 @@ typedef struct config {
   int swap_shards;                  /* a planted fault: ranks 0 and 1's shards placed in each other's place */
   int lora;                         /* > 0: [lora] rank = lora on every projection (Llama), the base frozen;
                                        no shard is written (a bf16 base has no fp32 one) */
+  adapters_kind adapters;           /* [lora] adapters (0: auto) */
   char ckdir[128];
 } config;
 
@@ -137,6 +138,7 @@ static void make_spec(const config *c, jobspec_t *s) {
     s->lora.rank = c->lora;
     s->lora.alpha = 2.0 * c->lora;
     snprintf(s->lora.targets, sizeof s->lora.targets, "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+    s->lora.adapters = c->adapters;
   }
 }
 

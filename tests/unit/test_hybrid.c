@@ -135,6 +135,33 @@ static void test_volume_and_memory(void) {
   }
 }
 
+/* [lora] with the adapters sharded in groups of 2 over 4 ranks (each block's adapters reduce-scattered
+ * in the group, then all-reduced across the groups; the frozen root gathered in parts): the losses
+ * are one rank's with the same rows (replicated adapters), and every peak and byte sent is the plan's. */
+static void test_lora_sharded(void) {
+  config ref = {.world = 1, .batch = 12, .accum = 2, .sharding = SHARD_FULL, .prefetch = 1, .die_rank = -1,
+                .timeout_s = 20, .llama = 1, .lora = 4};
+  result rref[MAXW], res[MAXW];
+  CHECK(run(&ref, rref, NULL, NULL) == 0);
+  config c = ref;
+  c.world = 4, c.group = 2, c.batch = 3, c.adapters = ADAPTERS_SHARDED;
+  CHECK(run(&c, res, NULL, NULL) == 0);
+  plan_t *p = plan_of(&c), *p1 = plan_of(&ref);
+  if (!p || !p1) return;
+  CHECK_EQ_INT(1, p->lora.sharded);
+  CHECK_EQ_INT(0, p1->lora.sharded);
+  CHECK(p->sent_bytes[COLL_REDUCESCATTER] > 0 && p->sent_inter[COLL_REDUCESCATTER] == 0);
+  compare("lora hybrid N=4 as 2 x 2, adapters sharded, vs N=1 B=12 replicated", &rref[0], NULL, res, 4, NULL, 0,
+          RT_LOSS_RTOL, 0, 0);
+  expect_plan(p, res, c.world);
+  printf("lora hybrid N=4 G=2, adapters sharded (Sa %lld of %lld per block): rs %llu, inter-group ar %llu; peak %llu B "
+         "(= plan); losses %.6f .. %.6f (N=1: %.6f .. %.6f)\n", (long long)p->lora.a_shard, (long long)p->lora.block_numel,
+         (unsigned long long)res[0].sent[COLL_REDUCESCATTER], (unsigned long long)res[0].sent_inter[COLL_ALLREDUCE],
+         (unsigned long long)res[0].peak_total, res[0].loss[1], res[0].loss[STEPS], rref[0].loss[1], rref[0].loss[STEPS]);
+  plan_destroy(&p);
+  plan_destroy(&p1);
+}
+
 /* A rank that dies mid-job: every survivor fails its step in bounded time, those of its group (in
  * a gather) and those of the other group (in the cross-group all-reduce or the step's scalars). A
  * survivor blocked on a survivor that already failed sees that peer's exit (its sockets close), so
@@ -322,7 +349,10 @@ int main(int argc, char **argv) {
   }
   test_bad_input();
   if (all || !strcmp(part, "equivalence")) test_equivalence();
-  if (all || !strcmp(part, "volume")) test_volume_and_memory();
+  if (all || !strcmp(part, "volume")) {
+    test_volume_and_memory();
+    test_lora_sharded();
+  }
   if (all || !strcmp(part, "failure")) {
     test_dead_rank();
     test_dead_rank_comms();
