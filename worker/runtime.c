@@ -18,6 +18,12 @@
  * full on its group's comm, and in the last micro-step all-reduces each unit's final gradient shard
  * on the replica comm as soon as it is final. The dtype and replica mechanics of reductions are the
  * reducer's (reduce.h); parameters in bf16 are converted to the compute dtype by wait (unit.h).
+ * [lora]: the base's units have no gradient and nothing is reduced for them; the frozen root is
+ * gathered in parts (the lookup's, released after the embedding; the head's, gathered before the
+ * backward's first gathers and released after the head); sharded adapters are units of their own
+ * (lora->opt), gathered, waited for and released with each block and reduced after its backward
+ * by their reducer, as the base's blocks of a full job are; replicated ones are all-reduced once
+ * per step with the step's scalars.
  */
 #include "monotime.h"
 #include "runtime.h"
