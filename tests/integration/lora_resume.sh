@@ -101,10 +101,11 @@ PY
     run $m-w$w $w || { part_fail "$m: the resume on $w rank(s) failed: $(tail -1 out-$m-w$w/rank-0.log)"; continue; }
     want=$(losses out-$m-straight/rank-0.jsonl | cut -d' ' -f6-) got=$(losses out-$m-w$w/rank-0.jsonl)
     if [ $w = 2 ]; then
-      [ "$got" = "$want" ] || part_fail "$m: resumed on 2 ranks, steps 6..10 lost $got, the straight run $want"
+      ok=1
+      [ "$got" = "$want" ] || { ok=0; part_fail "$m: resumed on 2 ranks, steps 6..10 lost $got, the straight run $want"; }
       cmp -s out-$m-straight/adapter/adapter_model.safetensors out-$m-w2/adapter/adapter_model.safetensors ||
-        part_fail "$m: resumed on 2 ranks, the adapters are not bit for bit the straight run's"
-      echo "$m: resumed on 2 ranks, steps 6..10 and the adapters bit for bit the straight run's ($got)"
+        { ok=0; part_fail "$m: resumed on 2 ranks, the adapters are not bit for bit the straight run's"; }
+      [ $ok = 0 ] || echo "$m: resumed on 2 ranks, steps 6..10 and the adapters bit for bit the straight run's ($got)"
     else
       python3 - "$got" "$want" <<'PY' || part_fail "$m: resumed on 1 rank, steps 6..10 lost $got, the straight run $want"
 import sys
