@@ -1,6 +1,7 @@
 /* trace — see trace.h. The ring is a seqlock per slot: a writer claims index i with one atomic
- * increment, marks the slot unpublished (seq 0), writes the record and publishes it (seq i + 1,
- * release); a reader keeps a record only when it saw seq i + 1 both before and after copying it. */
+ * increment, takes the slot (seq SEQ_WRITING, by compare-and-swap, so that two writers a lap apart
+ * never write one slot at once), writes the record and publishes it (seq i + 1, release); a reader
+ * keeps a record only when it saw seq i + 1 both before and after copying it. */
 #include "trace.h"
 
 #include "envknob.h"
@@ -9,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SEQ_WRITING (1ull << 63)
+
 typedef struct slot {
-  _Atomic uint64_t seq;   /* 0: being written; i + 1: holds record i */
+  _Atomic uint64_t seq;   /* 0: never written; SEQ_WRITING: being written; i + 1: holds record i */
   trace_span s;
 } slot;
 
@@ -54,7 +57,12 @@ void trace_add(trace_t *t, trace_lane lane, trace_kind kind, int unit, int step,
   if (!t) return;
   uint64_t i = atomic_fetch_add_explicit(&t->head, 1, memory_order_relaxed);
   slot *s = &t->ring[i % TRACE_RING];
-  atomic_store_explicit(&s->seq, 0, memory_order_relaxed);
+  /* Take the slot for writing; a writer lapped by a whole ring may still hold it, and then this
+   * record is dropped rather than mixed with that one's. */
+  uint64_t seen = atomic_load_explicit(&s->seq, memory_order_relaxed);
+  if ((seen & SEQ_WRITING) ||
+      !atomic_compare_exchange_strong_explicit(&s->seq, &seen, SEQ_WRITING, memory_order_relaxed, memory_order_relaxed))
+    return;
   atomic_thread_fence(memory_order_release);
   s->s = (trace_span){.t0_us = t0_us, .t1_us = t1_us, .step = step, .unit = (int16_t)unit, .kind = (uint8_t)kind,
                       .lane = (uint8_t)lane};

@@ -12,8 +12,9 @@
  * timing events resolved after the step on CUDA), the collectives' by the comm thread (comm.c)
  * or, with NCCL, from timing events on its stream resolved at comm_wait (comm_nccl.c), the step's
  * by the host. trace_add may be called from any thread: a slot is claimed with one
- * atomic increment and published with a release store of its sequence number — no lock, no
- * allocation. trace_begin/trace_end keep a small stack of open spans per lane; each lane has one
+ * atomic increment, taken with one compare-and-swap and published with a release store of its
+ * sequence number — no lock, no allocation; a writer that finds its slot still held by one a whole
+ * ring behind it drops its record. trace_begin/trace_end keep a small stack of open spans per lane; each lane has one
  * writer thread at a time (the lane's own), which is what makes that stack lock-free too.
  *
  * Reader: trace_collect copies spans out; it is called between steps (the worker answers a pull

@@ -162,14 +162,14 @@ static void *read_main(void *arg) {
 static void test_concurrent_reader(void) {
   trace_t *t = NULL;
   CHECK_OK(trace_new(&t));
-  enum { NW = 2 };
+  enum { NW = 4 };
   writer w[NW];
   pthread_t th[NW], rd;
   atomic_int stop = 0;
   reader r = {.t = t, .stop = &stop};
   CHECK_EQ_INT(0, pthread_create(&rd, NULL, read_main, &r));
   for (int i = 0; i < NW; i++) {
-    w[i] = (writer){.t = t, .id = i, .n = 12 * TRACE_RING};   /* together: the ring 24 times over */
+    w[i] = (writer){.t = t, .id = i, .n = 6 * TRACE_RING};   /* together: the ring 24 times over, more writers than cores */
     CHECK_EQ_INT(0, pthread_create(&th[i], NULL, write_main, &w[i]));
   }
   for (int i = 0; i < NW; i++) pthread_join(th[i], NULL);
