@@ -62,24 +62,29 @@ static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const 
 }
 
 /* [lora] base_dtype = nf4: every 2-D tensor of a block quantized, its rows a whole number of blocks
- * of 64 (refused in one line otherwise); the block's image in bytes, padded and sharded. */
+ * of 64 (refused in one line otherwise); the largest block's image in bytes (worker/nf4_base.h),
+ * padded and sharded. */
 static fsdp_status nf4_layout(plan_t *p) {
   plan_lora *l = &p->lora;
-  const plan_unit *u = &p->units[p->nunits > 1 ? 1 : 0];
   int64_t bytes = 0;
-  for (int i = 0; i < u->ntensors; i++) {
-    const plan_tensor *t = &u->t[i];
-    if (t->ndim == 1) {
-      bytes += 2 * t->numel;
-      continue;
+  for (int k = 1; k < p->nunits; k++) {
+    const plan_unit *u = &p->units[k];
+    int64_t b = 0;
+    for (int i = 0; i < u->ntensors; i++) {
+      const plan_tensor *t = &u->t[i];
+      if (t->ndim == 1) {
+        b += 2 * t->numel;
+        continue;
+      }
+      if (t->shape[1] % PLAN_PAD_ALIGN)
+        return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4: %s is [%lld, %lld]; NF4 quantizes "
+                              "blocks of 64 along its rows, so its row width must be a multiple of 64; allowed: a "
+                              "model whose widths are multiples of 64, or base_dtype = bf16", t->name,
+                              (long long)t->shape[0], (long long)t->shape[1]);
+      int64_t nb = t->numel / 64, ng = (nb + 255) / 256;   /* nf4.h's nf4_bytes */
+      b += t->numel / 2 + nb + 4 * ng + 4;
     }
-    if (t->shape[1] % PLAN_PAD_ALIGN)
-      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4: %s is [%lld, %lld]; NF4 quantizes blocks "
-                            "of 64 along its rows, so its row width must be a multiple of 64; allowed: a model whose "
-                            "widths are multiples of 64, or base_dtype = bf16", t->name, (long long)t->shape[0],
-                            (long long)t->shape[1]);
-    int64_t nb = t->numel / 64, ng = (nb + 255) / 256;   /* nf4.h's nf4_bytes */
-    bytes += t->numel / 2 + nb + 4 * ng + 4;
+    if (b > bytes) bytes = b;
   }
   int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
   l->nf4 = 1;
