@@ -153,7 +153,7 @@ static uint64_t nf4_allgather(const plan_t *p, shard_mode mode) {
 }
 
 /* NF4's base: a bf16 root shard and the blocks' NF4 shards; the gathered root, NF4 slots, the
- * dequantized bf16 working unit and (CPU) the fp32 compute copies. */
+ * dequantized bf16 working unit and (CPU) the fp32 compute copies; (CUDA) the dequantization maps. */
 static void nf4_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
   uint64_t L = (uint64_t)p->model.n_layer, NA = (uint64_t)l->numel, pf = (uint64_t)p->prefetch;
@@ -169,6 +169,7 @@ static void nf4_memory(plan_t *p) {
   p->mem[MEM_PARAM_SHARD] = 2 * Sr + L * (uint64_t)l->nf4_shard + 4 * NA + (cpu ? 0 : 2 * NA);
   p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * Pr + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
                          (cpu ? 4 * (Pr + Pb) : 0);
+  if (!cpu) p->mem[MEM_WORKSPACE] += PLAN_NF4_MAPS_BYTES;
 }
 
 /* The dequantized working unit's bytes (NF4: 2·Pb), for the plan's split; 0 without NF4. */
