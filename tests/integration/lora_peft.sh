@@ -15,7 +15,8 @@
 # widths of 64, against peft over the base as fsdpd quantized it (fsdpd's NF4 codes, which must be
 # bitsandbytes' quantize_4bit's, dequantized by bitsandbytes; the other tensors in bf16): the saved base after
 # training is that dequantized base bit for bit, and the control is peft over the base un-quantized; nf4 on a
-# model whose widths are no multiple of 64 is refused at plan.
+# model whose widths are no multiple of 64 is refused at plan; fsdpctl export --merge of the full run's checkpoint
+# equals peft's merge_and_unload over the dequantized base (not over the base un-quantized).
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) nf4=${3:-}
 lr=1e-3
@@ -67,6 +68,7 @@ alpha = 8
 targets = ${4:-}
 init_from = init_$2
 $([ -n "$nf4" ] && echo "base_dtype = nf4")
+$([ -n "$nf4" ] && [ "$3" = full ] && printf '[checkpoint]\ndir = %s\nevery = 10' "$tmp/ck-$2")
 JOB
 }
 
@@ -99,6 +101,12 @@ print(f"measured = plan: peaks {rep['peak_bytes']['total']} bytes, grad_shard {r
 sys.exit(bad)
 PY
   done
+  if [ -n "$nf4" ]; then   # --merge of the full run's checkpoint: into the dequantized NF4 base
+    "$CTL" export "$tmp/ck-$m" -o "$tmp/merged-$m" --merge > "$tmp/export.log" 2>&1 ||
+      part_fail "$m: export --merge: $(tail -1 "$tmp/export.log")"
+    "$TPY" "$src/tests/integration/lib/lora_peft.py" merged "$tmp" "$m" "$tmp/out-$m-full" "$tmp/merged-$m" 2>&1 |
+      grep -v -i warn || part_fail "$m: the merged QLoRA export is not peft's merge over the dequantized base"
+  fi
   # activation checkpointing recomputes the same operators: the same adapters, bit for bit
   cmp -s "$tmp/out-$m-full/adapter/adapter_model.safetensors" "$tmp/out-$m-full-ckpt/adapter/adapter_model.safetensors" ||
     part_fail "$m: the adapters with activation checkpointing are not bit for bit those without"

@@ -16,6 +16,9 @@
 #                             the base bit-identical to the loaded one (QLoRA: to deq_M, the codes and scales
 #                             unchanged), the controls far; the saved adapter folder loads with
 #                             PeftModel.from_pretrained and gives fsdpd's weights
+#   lora_peft.py merged DIR M OUT MERGED   QLoRA: fsdpctl export --merge's folder MERGED of OUT's checkpoint
+#                             against peft's merge_and_unload of OUT's adapter over deq_M (1e-6 of each tensor's
+#                             largest); the same merge over the base un-quantized is far
 import copy, json, math, os, struct, subprocess, sys
 
 import torch
@@ -242,8 +245,32 @@ def verify(d, name, out):
     return 1 if bad else 0
 
 
+def merged(d, name, out, mdir):
+    bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
+    mine = {bare(k): v for k, v in load_file(f"{mdir}/model.safetensors").items()}
+    deq = model_of(name, True)
+    deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
+    worst, far = 0.0, 0.0
+    for base, track in ((deq, True), (model_of(name, True), False)):
+        ref = PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
+        for k, v in ref.items():
+            k = bare(k)
+            if k not in mine:
+                continue
+            e = (mine[k].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
+            worst, far = (max(worst, e), far) if track else (worst, max(far, e))
+    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over the NF4 "
+          f"base, {far:.2e} from its merge over the base un-quantized")
+    if worst > 1e-6 or far <= 1e-4:
+        print(f"FAIL: {name} {mdir}: the merge is not the one into the dequantized NF4 base")
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    elif sys.argv[1] == "merged":
+        sys.exit(merged(*sys.argv[2:6]))
     else:
         sys.exit(verify(sys.argv[2], sys.argv[3], sys.argv[4]))
