@@ -81,6 +81,7 @@ typedef struct ckpt_info {
     int rank;
     double alpha;
     char targets[JOBSPEC_TEXT_MAX];   /* the adapted modules' paths, comma-separated, in the plan's order */
+    int nf4;                          /* [lora] base_dtype = nf4 (QLoRA): the base merged into is its NF4 dequantization */
     int64_t numel;
   } lora;
   ckpt_base base;
@@ -161,7 +162,9 @@ fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p
 fsdp_status ckpt_lora_plan(const ckpt_info *ci, int batch_size, plan_t **out);
 /* The whole merged model of the LoRA checkpoint CI: *P = ckpt_lora_plan, *WHOLE (p->shard_total floats,
  * malloc'd) the base read from ci->base.init (refused when its hash is no longer the checkpoint's, or
- * when the base was random) with the adapters merged (peft_merge). */
+ * when the base was random; QLoRA's: its NF4 dequantization, the blocks' 2-D tensors quantized and
+ * dequantized to bf16 and every other tensor rounded to bf16, as the job computed with it) with the
+ * adapters merged (peft_merge) in fp32. */
 fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_size, plan_t **p, float **whole);
 /* The manifest's "lora" and "base" objects into O (p->lora.rank ≥ 1), and read back into CI. */
 void ckpt_lora_manifest_write(void *o, const plan_t *p, const ckpt_base *base);

@@ -19,7 +19,9 @@
 
 #include "ckpt_priv.h"
 #include "fsutil.h"
+#include "nf4.h"
 #include "peft.h"
+#include "safetensors.h"
 #include "st_model.h"
 
 /* ---- the base's content hash ---- */
@@ -123,6 +125,7 @@ void ckpt_lora_manifest_write(void *obj, const plan_t *p, const ckpt_base *base)
   for (int j = 0; j < p->lora.nmods; j++) json_array_append_new(t, json_string(p->lora.mod[j].path));
   json_object_set_new(o, "lora", json_pack("{s:i, s:f, s:o, s:I}", "rank", p->lora.rank, "alpha", p->lora.alpha,
                                            "targets", t, "numel", (json_int_t)p->lora.numel));
+  if (p->lora.nf4) json_object_set_new(json_object_get(o, "lora"), "base_dtype", json_string("nf4"));
   json_object_set_new(o, "base", json_pack("{s:s, s:I, s:s}", "init", base->init, "seed", (json_int_t)base->seed,
                                            "hash", base->hash));
 }
@@ -144,6 +147,10 @@ fsdp_status ckpt_lora_manifest_read(const void *obj, const char *path, ckpt_info
   ci->lora.rank = (int)r;
   ci->lora.alpha = alpha;
   ci->lora.numel = numel;
+  const char *bd = json_string_value(json_object_get(l, "base_dtype"));   /* QLoRA's only */
+  if (bd && strcmp(bd, "nf4"))
+    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: lora.base_dtype '%s' is not nf4 (the one a manifest names)", path, bd);
+  ci->lora.nf4 = bd != NULL;
   size_t i, used = 0;
   json_t *v;
   json_array_foreach(t, i, v) {
@@ -236,12 +243,41 @@ fsdp_status ckpt_lora_plan(const ckpt_info *ci, int batch_size, plan_t **out) {
   spec.lora.rank = ci->lora.rank;
   spec.lora.alpha = ci->lora.alpha;
   snprintf(spec.lora.targets, sizeof spec.lora.targets, "%s", ci->lora.targets);
+  if (ci->lora.nf4) spec.lora.base_dtype = BASE_NF4;
   snprintf(spec.from, sizeof spec.from, "%s", ci->source);
   TRY(plan_build(&spec, 1, out));
   if ((*out)->lora.numel == ci->lora.numel) return FSDP_OK;
   plan_destroy(out);
   return fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint of step %d: its manifest's numel %lld is not that of its "
                         "[lora] (%s)", ci->step, (long long)ci->lora.numel, ci->lora.targets);
+}
+
+/* A QLoRA base as its job computed with it (worker/nf4_base.h): WHOLE (P's one-rank layout) with every
+ * block's 2-D tensors quantized to NF4 and dequantized to bf16, every other tensor rounded to bf16. */
+static fsdp_status nf4_dequantized(const plan_t *p, float *whole) {
+  int64_t most = NF4_BLOCK;   /* the largest tensor's elements */
+  for (int u = 0; u < p->nunits; u++)
+    for (int t = 0; t < p->units[u].ntensors; t++)
+      if (p->units[u].t[t].numel > most) most = p->units[u].t[t].numel;
+  uint8_t *rec = malloc((size_t)nf4_bytes(most / NF4_BLOCK * NF4_BLOCK + NF4_BLOCK));
+  uint16_t *h = malloc((size_t)most * sizeof *h);
+  fsdp_status rc = rec && h ? FSDP_OK : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the NF4 base's buffers");
+  for (int u = 0; u < p->nunits && rc == FSDP_OK; u++)
+    for (int t = 0; t < p->units[u].ntensors && rc == FSDP_OK; t++) {
+      const plan_tensor *pt = &p->units[u].t[t];
+      float *x = whole + p->units[u].shard_base + pt->offset;
+      if (u > 0 && pt->ndim == 2) {
+        if (nf4_record_write(x, pt->numel, rec) != 0)
+          rc = fsdp_set_error(FSDP_ERR_NOMEM, "cannot quantize %s to NF4", pt->name);
+        else nf4_record_dequantize_bf16(rec, pt->numel, h);
+      } else {
+        for (int64_t i = 0; i < pt->numel; i++) h[i] = st_f32_to_bf16(x[i]);
+      }
+      for (int64_t i = 0; rc == FSDP_OK && i < pt->numel; i++) x[i] = st_bf16_to_f32(h[i]);
+    }
+  free(rec);
+  free(h);
+  return rc;
 }
 
 fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_size, plan_t **p, float **whole) {
@@ -266,6 +302,7 @@ fsdp_status ckpt_lora_merged(const char *dir, const ckpt_info *ci, int batch_siz
   if (rc == FSDP_OK) rc = st_model_open(ci->base.init, &f);
   if (rc == FSDP_OK) rc = st_model_load_shard(f, *p, 0, w);
   st_model_destroy(&f);
+  if (rc == FSDP_OK && (*p)->lora.nf4) rc = nf4_dequantized(*p, w);
   if (rc == FSDP_OK) rc = ckpt_lora_load(dir, ci, *p, ad, ad + na, ad + 2 * na, NULL);
   if (rc == FSDP_OK) peft_merge(*p, w, ad);
   free(ad);

@@ -233,8 +233,8 @@ const keydef jobspec_keys[] = {
           "Kaiming-uniform from [job] seed, B zero (peft's)", ""),
   ENUM("lora", "base_dtype", lora.base_dtype, base_dtype_names,
        "the frozen base's storage: auto = param_dtype; bf16 | fp32 (held and gathered in it, no fp32 master); nf4 = "
-       "QLoRA's NormalFloat4 (bitsandbytes' format: blocks of 64, double-quantized scales), planned by fsdpctl plan, "
-       "not trained yet", "auto"),
+       "QLoRA's NormalFloat4 (bitsandbytes' format: blocks of 64, double-quantized scales), quantized at load, "
+       "gathered in 4 bits, dequantized to bf16 per block", "auto"),
   ENUM("lora", "adapters", lora.adapters, adapters_names,
        "how the adapters are held: sharded = in units of their own, sharded over the shard group as the base is "
        "(gathered per block, gradient reduce-scattered, AdamW on the shard); replicated = whole on every rank "

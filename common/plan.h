@@ -76,6 +76,9 @@
  * classifier holds at once (plan_classifier_chunk). */
 #define PLAN_CUDA_WORKSPACE_BYTES ((int64_t)32 << 20)
 #define PLAN_CUDA_SCALAR_BYTES 256
+/* cuda, [lora] base_dtype = nf4: the dequantization maps (16 NF4 codes and the 256 of the dynamic map,
+ * fp32), in workspace from bind */
+#define PLAN_NF4_MAPS_BYTES (4 * (16 + 256))
 #define PLAN_CUDA_LOGITS_MAX_BYTES ((int64_t)2 << 30)
 
 typedef enum {
@@ -215,7 +218,7 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C);
  *   activations += Lk·m·BT·r act elements: each module's x·Aᵀ·scale, kept for its backward
  *                  (Lk = L, or 1 with activation checkpointing), m = the block's targets
  *   workspace += BT·r act elements: the adapters' scratch (s·dy·B; their products read and accumulate
- *                in place) */
+ *                in place); NF4 on CUDA: + PLAN_NF4_MAPS_BYTES (the dequantization maps) */
 #define PLAN_LORA_MAX 8
 typedef struct plan_lora_mod {
   char path[32];       /* in a block, as Hugging Face names it: "attn.c_attn", "self_attn.q_proj" */

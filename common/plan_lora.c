@@ -62,24 +62,29 @@ static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const 
 }
 
 /* [lora] base_dtype = nf4: every 2-D tensor of a block quantized, its rows a whole number of blocks
- * of 64 (refused in one line otherwise); the block's image in bytes, padded and sharded. */
+ * of 64 (refused in one line otherwise); the largest block's image in bytes (worker/nf4_base.h),
+ * padded and sharded. */
 static fsdp_status nf4_layout(plan_t *p) {
   plan_lora *l = &p->lora;
-  const plan_unit *u = &p->units[p->nunits > 1 ? 1 : 0];
   int64_t bytes = 0;
-  for (int i = 0; i < u->ntensors; i++) {
-    const plan_tensor *t = &u->t[i];
-    if (t->ndim == 1) {
-      bytes += 2 * t->numel;
-      continue;
+  for (int k = 1; k < p->nunits; k++) {
+    const plan_unit *u = &p->units[k];
+    int64_t b = 0;
+    for (int i = 0; i < u->ntensors; i++) {
+      const plan_tensor *t = &u->t[i];
+      if (t->ndim == 1) {
+        b += 2 * t->numel;
+        continue;
+      }
+      if (t->shape[1] % PLAN_PAD_ALIGN)
+        return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4: %s is [%lld, %lld]; NF4 quantizes "
+                              "blocks of 64 along its rows, so its row width must be a multiple of 64; allowed: a "
+                              "model whose widths are multiples of 64, or base_dtype = bf16", t->name,
+                              (long long)t->shape[0], (long long)t->shape[1]);
+      int64_t nb = t->numel / 64, ng = (nb + 255) / 256;   /* nf4.h's nf4_bytes */
+      b += t->numel / 2 + nb + 4 * ng + 4;
     }
-    if (t->shape[1] % PLAN_PAD_ALIGN)
-      return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4: %s is [%lld, %lld]; NF4 quantizes blocks "
-                            "of 64 along its rows, so its row width must be a multiple of 64; allowed: a model whose "
-                            "widths are multiples of 64, or base_dtype = bf16", t->name, (long long)t->shape[0],
-                            (long long)t->shape[1]);
-    int64_t nb = t->numel / 64, ng = (nb + 255) / 256;   /* nf4.h's nf4_bytes */
-    bytes += t->numel / 2 + nb + 4 * ng + 4;
+    if (b > bytes) bytes = b;
   }
   int64_t align = (int64_t)p->shard_world * PLAN_PAD_ALIGN;
   l->nf4 = 1;
@@ -190,7 +195,7 @@ static uint64_t nf4_allgather(const plan_t *p, shard_mode mode) {
 }
 
 /* NF4's base: a bf16 root shard and the blocks' NF4 shards; the gathered root, NF4 slots, the
- * dequantized bf16 working unit and (CPU) the fp32 compute copies. */
+ * dequantized bf16 working unit and (CPU) the fp32 compute copies; (CUDA) the dequantization maps. */
 static void nf4_memory(plan_t *p) {
   const plan_lora *l = &p->lora;
   uint64_t L = (uint64_t)p->model.n_layer, pf = (uint64_t)p->prefetch;
@@ -207,6 +212,7 @@ static void nf4_memory(plan_t *p) {
   uint64_t R = p->sharding == SHARD_NONE ? Pr : (uint64_t)plan_root_part_max(p);   /* the root, gathered in parts */
   p->mem[MEM_GATHERED] = (p->sharding == SHARD_NONE ? 0 : 2 * R + slots * (uint64_t)l->nf4_padded) + 2 * Pb +
                          (cpu ? 4 * (R + Pb) : 0);
+  if (!cpu) p->mem[MEM_WORKSPACE] += PLAN_NF4_MAPS_BYTES;
 }
 
 /* The dequantized working unit's bytes (NF4: 2·Pb), for the plan's split; 0 without NF4. */

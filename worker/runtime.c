@@ -34,6 +34,7 @@
 
 #include "log.h"
 #include "mem.h"
+#include "nf4_base.h"
 #include "optim.h"
 #include "peft.h"
 #include "runtime_priv.h"
@@ -107,6 +108,9 @@ static fsdp_status alloc_state(runtime_t *rt) {
     ALLOC(rt->v, dev->op->alloc_host(dev, (size_t)S * 4));
     ALLOC(rt->hgrad, dev->op->alloc_host(dev, (size_t)S * 4));
     if (!bf16_params) ALLOC(rt->dparam, dalloc(rt, MEM_PARAM_SHARD, S, 4));
+  } else if (p->lora.nf4) {   /* the frozen NF4 base: the root's bf16 shard and the blocks' byte shards */
+    S = p->units[0].shard_numel;
+    ALLOC(rt->nf4, dalloc(rt, MEM_PARAM_SHARD, (int64_t)rt->L * p->lora.nf4_shard, 1));
   } else if (p->lora.rank) {   /* the frozen base: its shard only, in its own dtype (bf16: no fp32 master) */
     if (!bf16_params) ALLOC(rt->param, dalloc(rt, MEM_PARAM_SHARD, S, 4));
   } else {
@@ -143,10 +147,10 @@ static fsdp_status alloc_state(runtime_t *rt) {
   if (na) {
     lora_ctx *l = rt->lora;
     TRY(reduce_new(l->opt, rt->rank, dev, l->grad, rt->comm, &rt->reqs, &rt->ared));
-    TRY(unit_pool_new(l->opt, dev, rt->comm, l->wact, rt->ared, &rt->reqs, &rt->apool, &rt->aunit));
+    TRY(unit_pool_new(l->opt, dev, rt->comm, l->wact, NULL, rt->ared, &rt->reqs, &rt->apool, &rt->aunit));
   }
   const void *shard = rt->lp ? (const void *)rt->lp : rt->dparam ? (const void *)rt->dparam : (const void *)rt->param;
-  return unit_pool_new(p, dev, rt->comm, shard, rt->red, &rt->reqs, &rt->pool, &rt->unit);
+  return unit_pool_new(p, dev, rt->comm, shard, rt->nf4, rt->red, &rt->reqs, &rt->pool, &rt->unit);
 }
 
 /* The adapters: peft's initialization from the seed, or [lora] init_from, whole, then (sharded)
@@ -180,12 +184,32 @@ static fsdp_status round_frozen_base(runtime_t *rt, const float *hp) {
   return runtime_host_buffer_done(rt, rt->lp, (size_t)S * sizeof(uint16_t), lp, 1);
 }
 
+/* An NF4 base: the root's bf16 shard and the blocks' NF4 shards, quantized at load (nf4_base.h). */
+static fsdp_status init_nf4_base(runtime_t *rt) {
+  const plan_t *p = rt->p;
+  size_t rb = (size_t)p->units[0].shard_numel * sizeof(uint16_t), nb = (size_t)rt->L * (size_t)p->lora.nf4_shard;
+  void *root = NULL, *blocks = NULL;
+  fsdp_status rc = runtime_host_buffer(rt, rt->lp, rb, &root);
+  if (rc == FSDP_OK) rc = runtime_host_buffer(rt, rt->nf4, nb, &blocks);
+  if (rc == FSDP_OK) rc = nf4_base_load(rt->spec, p, rt->rank, root, blocks);
+  fsdp_status rc2 = runtime_host_buffer_done(rt, rt->nf4, nb, blocks, rc == FSDP_OK);
+  fsdp_status rc3 = runtime_host_buffer_done(rt, rt->lp, rb, root, rc == FSDP_OK);
+  if (rc == FSDP_OK) rc = rc2 != FSDP_OK ? rc2 : rc3;
+  if (rc == FSDP_OK)
+    log_info("rank %d: quantized its part of the base to NF4 (%lld bytes of blocks)", rt->rank, (long long)nb);
+  return rc;
+}
+
 /* Parameters: this rank's shard only, never the whole model, from the seed or spec->init. A frozen
  * bf16 base is read through a host buffer of fp32 that is freed once it is rounded. */
 static fsdp_status init_params(runtime_t *rt) {
   size_t bytes = (size_t)rt->p->shard_total * sizeof(float);
   void *hp = NULL;
   fsdp_status rc = FSDP_OK;
+  if (rt->nf4) {
+    TRY(init_nf4_base(rt));
+    return init_adapters(rt);
+  }
   if (rt->param) TRY(runtime_host_buffer(rt, rt->param, bytes, &hp));
   else if (!(hp = halloc(bytes, 1))) return FSDP_ERR_NOMEM;
   if (strcmp(rt->spec->init, "random") == 0) {
@@ -250,10 +274,9 @@ fsdp_status runtime_new(const jobspec_t *spec, const plan_t *p, int rank, comm_t
   if (rank < 0 || rank >= p->world || comm_world(comm) != p->world || comm_rank(comm) != rank)
     return fsdp_set_error(FSDP_ERR_INVALID, "rank %d of %d does not match the communicator (rank %d of %d)", rank,
                           p->world, comm_rank(comm), comm_world(comm));
-  /* what the plan describes but the runtime does not compute yet (fsdpctl plan plans them) */
-  if (p->lora.nf4)
-    return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "[lora] base_dtype = nf4 is planned (fsdpctl plan) but not trained "
-                          "yet; allowed: base_dtype = auto | bf16 | fp32");
+  if (p->lora.nf4 && p->param_dtype != DTYPE_BF16)   /* the rules set it (jobspec_rules.c) */
+    return fsdp_set_error(FSDP_ERR_INVALID, "[lora] base_dtype = nf4 holds its root and working unit in bf16; "
+                          "allowed: param_dtype = bf16");
   runtime_t *rt = calloc(1, sizeof *rt);
   if (!rt) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the runtime");
   rt->spec = spec, rt->p = p, rt->rank = rank, rt->world = p->world, rt->comm = comm, rt->dev = dev;
@@ -698,6 +721,7 @@ void runtime_destroy(runtime_t **prt) {
   }
   d->op->free(d, rt->dparam);
   d->op->free(d, rt->lp);
+  d->op->free(d, rt->nf4);
   d->op->free(d, rt->grad);
   model_acts_destroy(&rt->acts);
   lora_destroy(&rt->lora);

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "mem.h"
 #include "monotime.h"
+#include "nf4_base.h"
 #include "peft.h"
 #include "runtime_priv.h"
 #include "safetensors.h"
@@ -99,15 +100,30 @@ fsdp_status runtime_whole_plan(const runtime_t *rt, int batch_size, plan_t **out
   return plan_build(&s, 1, out);
 }
 
-/* runtime_gather_whole for a frozen bf16 base (no fp32 shard): each unit's bf16 shards into BUF,
- * widened into OUT on rank 0. */
-static fsdp_status gather_whole_bf16(runtime_t *rt, const plan_t *whole, uint16_t *buf, float *out) {
+/* An NF4 block U into BUF in bf16: its byte shards gathered into IMG, dequantized (nf4_base.h). */
+static fsdp_status gather_nf4_block(runtime_t *rt, int u, uint8_t *img, uint16_t *buf) {
+  const plan_t *p = rt->p;
+  const uint8_t *src = rt->nf4 + (int64_t)(u - 1) * p->lora.nf4_shard;
+  if (p->sharding != SHARD_NONE)
+    TRY(comm_allgather(rt->gcomm, src, img, (size_t)p->lora.nf4_shard / 2, COMM_BF16, NULL));
+  else
+    rt->dev->op->copy(rt->dev, img, src, (size_t)p->lora.nf4_padded);
+  nf4_base_dequant(rt->dev, &p->units[u], img, buf);
+  return FSDP_OK;
+}
+
+/* runtime_gather_whole for a frozen bf16 or NF4 base (no fp32 shard): each unit's bf16 shards (an
+ * NF4 block's bytes, after the first 2·pb bytes of BUF, dequantized) into BUF, widened into OUT on
+ * rank 0. BUF: 4·pb bytes, pb the largest unit's padded elements. */
+static fsdp_status gather_whole_bf16(runtime_t *rt, const plan_t *whole, int64_t pb, uint16_t *buf, float *out) {
   const plan_t *p = rt->p;
   fsdp_status rc = FSDP_OK;
   for (int u = 0; u < p->nunits && rc == FSDP_OK; u++) {
     const plan_unit *pu = &p->units[u];
     const uint16_t *src = rt->lp + pu->shard_base;
-    if (p->sharding != SHARD_NONE)
+    if (rt->nf4 && u > 0)
+      rc = gather_nf4_block(rt, u, (uint8_t *)(buf + pb), buf);
+    else if (p->sharding != SHARD_NONE)
       rc = comm_allgather(rt->gcomm, src, buf, (size_t)pu->shard_numel, COMM_BF16, NULL);
     else
       rt->dev->op->copy(rt->dev, buf, src, (size_t)pu->padded * sizeof(uint16_t));
@@ -134,7 +150,7 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
   float *buf = d->op->alloc(d, MEM_WORKSPACE, (size_t)pb * sizeof(float));   /* one unit at a time */
   if (!buf) return FSDP_ERR_NOMEM;
   if (!rt->param) {   /* a frozen bf16 base: gathered in bf16, widened on rank 0 */
-    rc = gather_whole_bf16(rt, whole, (uint16_t *)buf, out);
+    rc = gather_whole_bf16(rt, whole, pb, (uint16_t *)buf, out);
     d->op->free(d, buf);
     return rc;
   }

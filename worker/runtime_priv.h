@@ -27,6 +27,9 @@ struct runtime {
    * its own dtype: param (fp32) or lp (bf16, param NULL) */
   float *param, *grad, *m, *v;
   uint16_t *lp;
+  /* [lora] base_dtype = nf4: lp is the root's bf16 shard alone, and nf4 the blocks' NF4 shards (L
+   * byte shards of nf4_shard, nf4_base.h) */
+  uint8_t *nf4;
   /* offload = optimizer: param, m and v are in host memory, AdamW runs on the host over them, and
    * the device keeps what the gathers read: lp (bf16) or dparam (an fp32 copy); hgrad stages the
    * gradient shard on the host (and the bf16 copy on its way to the device) */

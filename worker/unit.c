@@ -3,12 +3,16 @@
 
 #include <stdlib.h>
 
+#include "nf4_base.h"
+
 struct unit_pool {
   const plan_t *p;
   device_t *d;
   comm_t *comm;                  /* gathers: the shard group's (hybrid), else the world's */
   const char *shard;             /* the gather source: this rank's shard in param_dtype */
   int esz;                       /* its element size */
+  const uint8_t *nf4;            /* NF4 base: the blocks' byte shards (the root's stays in shard), else NULL */
+  uint16_t *deq;                 /* NF4 base: the block's dequantized bf16 working unit */
   reducer *red;
   reqs *q;
   int sharded, grad_op, convert, drop_wait;
@@ -24,6 +28,11 @@ struct unit_pool {
 
 static void *dalloc(device_t *d, int64_t n, int esz) { return d->op->alloc(d, MEM_GATHERED, (size_t)n * (size_t)esz); }
 
+/* A block's gathered bytes: its padded elements in param_dtype, or its NF4 image. */
+static int64_t block_bytes(const unit_pool *pool, const plan_unit *u) {
+  return pool->nf4 ? pool->p->lora.nf4_padded : u->padded * pool->esz;
+}
+
 #define ALLOC_OR_FAIL(ptr, expr)         \
   do {                                   \
     if (!((ptr) = (expr))) goto fail;    \
@@ -35,7 +44,7 @@ static int alloc_slots(unit_pool *pool) {
   int L = p->nunits - 1, regathers = !pool->grad_op;
   int64_t pb = 0;
   for (int u = 1; u <= L; u++)
-    if (p->units[u].padded > pb) pb = p->units[u].padded;
+    if (block_bytes(pool, &p->units[u]) > pb) pb = block_bytes(pool, &p->units[u]);
   pool->nslots = regathers ? 1 + p->prefetch : L;
   if (pool->nslots > L) pool->nslots = L;
   if (!(pool->slot = calloc((size_t)pool->nslots + 1, sizeof *pool->slot))) {
@@ -44,15 +53,17 @@ static int alloc_slots(unit_pool *pool) {
   }
   for (int s = 0; s <= pool->nslots; s++) {
     unit_slot *sl = &pool->slot[s];
-    int64_t n = s == pool->nslots ? pool->root_n : regathers ? pb : p->units[1 + s].padded;
+    int64_t n = s == pool->nslots ? pool->root_n * pool->esz
+                : regathers       ? pb
+                                  : block_bytes(pool, &p->units[1 + s]);
     sl->unit = -1;
-    if (!(sl->free = dev_event_new(pool->d)) || !(sl->buf = dalloc(pool->d, n, pool->esz))) return -1;
+    if (!(sl->free = dev_event_new(pool->d)) || !(sl->buf = dalloc(pool->d, n, 1))) return -1;
   }
   return 0;
 }
 
-fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void *shard, reducer *red, reqs *q,
-                          unit_pool **out, fsdp_unit **units) {
+fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void *shard, const uint8_t *nf4,
+                          reducer *red, reqs *q, unit_pool **out, fsdp_unit **units) {
   *out = NULL;
   *units = NULL;
   unit_pool *pool = calloc(1, sizeof *pool);
@@ -60,7 +71,7 @@ fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void
     free(pool);
     return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the table of %d units", p->nunits);
   }
-  pool->p = p, pool->d = d, pool->comm = comm, pool->shard = shard, pool->red = red, pool->q = q;
+  pool->p = p, pool->d = d, pool->comm = comm, pool->shard = shard, pool->nf4 = nf4, pool->red = red, pool->q = q;
   pool->esz = p->param_dtype == DTYPE_BF16 ? 2 : 4;
   pool->sharded = p->sharding != SHARD_NONE;
   pool->grad_op = p->sharding == SHARD_GRAD_OP;
@@ -75,6 +86,7 @@ fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void
     ALLOC_OR_FAIL(pool->root_act, dalloc(d, pool->sharded ? pool->root_n : p->units[0].padded, d->act_bytes));
     ALLOC_OR_FAIL(pool->blk_act, dalloc(d, pb, d->act_bytes));
   }
+  if (nf4) ALLOC_OR_FAIL(pool->deq, dalloc(d, pb, 2));
   if (pool->sharded) {
     if (alloc_slots(pool) != 0) goto fail;
     for (int u = 0; u < p->nunits; u++) ALLOC_OR_FAIL(pool->units[u].arrived, dev_event_new(d));
@@ -104,14 +116,19 @@ void unit_pool_destroy(unit_pool **pp) {
   dev_event_destroy(&pool->root_ready);
   d->op->free(d, pool->root_act);
   d->op->free(d, pool->blk_act);
+  d->op->free(d, pool->deq);
   free(pool->slot);
   free(pool->units);
   free(pool);
   *pp = NULL;
 }
 
-/* The unit's part of this rank's shard (param_dtype). */
-static const void *shard_of(const fsdp_unit *u) { return u->pool->shard + u->pu->shard_base * u->pool->esz; }
+/* The unit's part of this rank's shard (param_dtype; an NF4 block's bytes). */
+static const void *shard_of(const fsdp_unit *u) {
+  const unit_pool *pool = u->pool;
+  if (pool->nf4 && u->id > 0) return pool->nf4 + (int64_t)(u->id - 1) * pool->p->lora.nf4_shard;
+  return pool->shard + u->pu->shard_base * pool->esz;
+}
 
 /* A free slot: the root's own; grad_op's, one per block; else the first the pool has free. */
 static unit_slot *slot_for(unit_pool *pool, int id) {
@@ -132,8 +149,10 @@ fsdp_status unit_gather(fsdp_unit *u) {
   u->gathered = s->buf;
   comm_req *r = NULL;
   comm_trace_unit(pool->comm, u->id);
-  TRY(comm_allgather_ev(pool->comm, shard_of(u), s->buf, (size_t)u->pu->shard_numel,
-                        pool->esz == 2 ? COMM_BF16 : COMM_F32, s->free, u->arrived, &r));
+  /* an NF4 block's bytes travel as pairs (a gather only copies; nf4_shard is a multiple of 64) */
+  size_t count = pool->nf4 && u->id > 0 ? (size_t)pool->p->lora.nf4_shard / 2 : (size_t)u->pu->shard_numel;
+  TRY(comm_allgather_ev(pool->comm, shard_of(u), s->buf, count, pool->esz == 2 ? COMM_BF16 : COMM_F32, s->free,
+                        u->arrived, &r));
   return reqs_add(pool->q, r);
 }
 
@@ -171,6 +190,11 @@ const void *unit_wait(fsdp_unit *u) {
   if (pool->sharded) {
     if (!(pool->drop_wait && u->id > 0)) d->op->wait(d, u->arrived, DEV_T_GATHER);
     src = u->gathered;
+  }
+  if (pool->nf4 && u->id > 0) {   /* dequantized right after the gather: the slot's last reader */
+    nf4_base_dequant(d, u->pu, src, pool->deq);
+    if (pool->sharded) d->op->record(d, u->slot->free);
+    src = pool->deq;
   }
   int part = u->id == 0 && pool->root_parts;   /* the root's buffer holds one part of it */
   if (!pool->convert) return src;

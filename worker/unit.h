@@ -20,6 +20,11 @@
  * differs from param_dtype, and the units themselves. With sharding none nothing is gathered:
  * gather and release do nothing and wait gives the unit's part of the (whole-model) shard.
  *
+ * An NF4 base ([lora] base_dtype = nf4, nf4_base.h): the blocks' shards are byte images, gathered as
+ * bytes into slots of nf4_padded bytes, and wait dequantizes the gathered image into the pool's one
+ * bf16 working unit (then the compute-form copy, where the compute dtype is not bf16); the root is
+ * gathered in bf16 as a bf16 base's.
+ *
  * The pool borrows the device, the communicator, the gather source (the shard in param_dtype), the
  * reducer and the step's request table, which must outlive it. One thread (the runtime's); every
  * verb only submits: the device's stream and the communicator run the work, ordered by events.
@@ -37,7 +42,7 @@ typedef struct unit_pool unit_pool;
 
 /* A gather buffer of the pool; FREE is recorded after its last reader. */
 typedef struct unit_slot {
-  void *buf;                 /* param_dtype elements */
+  void *buf;                 /* param_dtype elements (an NF4 block's: bytes) */
   int unit;                  /* the unit gathered into it, or -1 */
   dev_event *free;
 } unit_slot;
@@ -53,9 +58,10 @@ typedef struct fsdp_unit {
 } fsdp_unit;
 
 /* The pool and p->nunits units (*UNITS, owned by the pool). COMM gathers (the world's; hybrid's
- * group after unit_pool_set_comm); SHARD: this rank's shard in param_dtype (device memory). */
-fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void *shard, reducer *red, reqs *q,
-                          unit_pool **out, fsdp_unit **units);
+ * group after unit_pool_set_comm); SHARD: this rank's shard in param_dtype (device memory); NF4: an
+ * NF4 base's block shards (L·nf4_shard bytes, SHARD then holds the root's only), else NULL. */
+fsdp_status unit_pool_new(const plan_t *p, device_t *d, comm_t *comm, const void *shard, const uint8_t *nf4,
+                          reducer *red, reqs *q, unit_pool **out, fsdp_unit **units);
 void unit_pool_set_comm(unit_pool *pool, comm_t *group);
 /* Tests only: unit_wait of a block skips the stream's wait for its gather (runtime_test_drop_gather_wait). */
 void unit_pool_test_drop_wait(unit_pool *pool, int on);

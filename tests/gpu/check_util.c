@@ -186,31 +186,34 @@ static void check_reductions(void) {
   free_all();
 }
 
-/* ---- NF4 dequantization: the CPU's bits (nf4_dequantize_bf16), and a planted fault (the offset
- * dropped) that must not pass ---- */
+/* ---- NF4 dequantization: the CPU's bits (nf4_record_dequantize_bf16) from a record at an odd byte
+ * address (as a block's image packs them), and a planted fault (the record's offset zeroed) that must
+ * not pass; EMU_FAULT=nf4_offset drops it in the kernel ---- */
 
 static void check_nf4(void) {
   const int64_t n = 64 * 256 + 64 * 5;   /* a full group of scales and a partial one */
+  const size_t rb = (size_t)nf4_bytes(n);
   float *x = h_uniform((size_t)n, -0.1f, 0.1f);
-  nf4_tensor t = {.codes = hbuf((size_t)n / 2), .absmax_q = hbuf((size_t)nf4_blocks(n)),
-                  .absmax2 = hbuf((size_t)nf4_groups(n) * sizeof(float))};
-  if (nf4_quantize(x, n, &t) != 0) {
-    verdict("nf4_dequantize: quantize", 0, "nf4_quantize failed");
+  uint8_t *rec = hbuf(rb + 1);   /* the record at rec + 1 */
+  if (nf4_record_write(x, n, rec + 1) != 0) {
+    verdict("nf4_dequantize: quantize", 0, "nf4_record_write failed");
     return;
   }
   uint16_t *hb = hbuf((size_t)n * sizeof(uint16_t));
   float *ref = hbuf((size_t)n * sizeof(float)), maps[16 + 256];
-  nf4_dequantize_bf16(&t, hb);
+  nf4_record_dequantize_bf16(rec + 1, n, hb);
   for (int64_t i = 0; i < n; i++) ref[i] = bf16_to_f32(hb[i]);
   for (int i = 0; i < 16; i++) maps[i] = nf4_code[i];
   for (int i = 0; i < 256; i++) maps[16 + i] = nf4_dynamic(i);
-  uint8_t *d_codes = d_upload(t.codes, (size_t)n / 2), *d_aq = d_upload(t.absmax_q, (size_t)nf4_blocks(n));
-  float *d_a2 = d_upload(t.absmax2, (size_t)nf4_groups(n) * sizeof(float)), *d_maps = d_upload(maps, sizeof maps);
+  uint8_t *d_rec = d_upload(rec, rb + 1);
+  float *d_maps = d_upload(maps, sizeof maps);
   void *d_out = d_nan_bf16((size_t)n);
   out_t o[] = {{.name = "out", .ref = ref, .dev = d_out, .n = (size_t)n, .kind = OUT_BF16, .tol = 0}};
-  RUN_AND_COMPARE("nf4_dequantize", "1 group + 5 blocks", 0, o,
-                  ops_cuda_nf4_dequantize(d_out, d_codes, d_aq, d_a2, t.offset, d_maps, n, &g_ctx));
-  fsdp_status st = ops_cuda_nf4_dequantize(d_out, d_codes, d_aq, d_a2, 0.0f, d_maps, n, &g_ctx);
+  RUN_AND_COMPARE("nf4_dequantize", "1 group + 5 blocks, unaligned", 0, o,
+                  ops_cuda_nf4_dequantize(d_out, d_rec + 1, d_maps, n, &g_ctx));
+  memset(rec + 1 + rb - 4, 0, 4);   /* the offset, last in the record */
+  uint8_t *d_bad = d_upload(rec, rb + 1);
+  fsdp_status st = ops_cuda_nf4_dequantize(d_out, d_bad + 1, d_maps, n, &g_ctx);
   out_t of = {.name = "fault", .ref = ref, .dev = d_out, .n = (size_t)n, .kind = OUT_BF16};
   size_t diff = 0;
   if (st == FSDP_OK) {

@@ -82,6 +82,8 @@ typedef struct config {
   int lora;                         /* > 0: [lora] rank = lora on every projection (Llama), the base frozen;
                                        no shard is written (a bf16 base has no fp32 one) */
   adapters_kind adapters;           /* [lora] adapters (0: auto) */
+  int nf4;                          /* with lora: RT_LLAMA at widths of 64 and [lora] base_dtype = nf4
+                                       (param_dtype bf16); 2: the same widths, base_dtype = bf16 */
   char ckdir[128];
 } config;
 
@@ -139,6 +141,10 @@ static void make_spec(const config *c, jobspec_t *s) {
     s->lora.alpha = 2.0 * c->lora;
     snprintf(s->lora.targets, sizeof s->lora.targets, "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
     s->lora.adapters = c->adapters;
+  }
+  if (c->nf4) {   /* NF4 quantizes rows in blocks of 64 */
+    s->model.n_embd = 64, s->model.ffn_dim = 128;
+    s->lora.base_dtype = c->nf4 == 1 ? BASE_NF4 : BASE_BF16;
   }
 }
 

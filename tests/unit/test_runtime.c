@@ -450,6 +450,55 @@ static void test_lora_frozen_base(void) {
   CHECK_NEAR(loss[0], loss[1], 0, 1e-2);
 }
 
+/* [lora] base_dtype = nf4: the blocks held, gathered and sent as NF4 bytes and dequantized into one
+ * bf16 working unit; in every sharding the measured peaks per category and the bytes sent are the
+ * plan's (nf4_memory, nf4_allgather), the gathers carry the blocks' NF4 bytes (nf4_padded, a quarter
+ * of bf16's and some), and the base is the same whatever the world: 2 ranks full, grad_op or none,
+ * 4 hybrid (2 groups of 2) and 1 train to the same losses (the batch of 4 rows split among them).
+ * The bf16 base of the same model trains to other losses (the base is quantized), within NF4's
+ * error of them. */
+static void test_qlora(void) {
+  const shard_mode modes[] = {SHARD_FULL, SHARD_HYBRID, SHARD_GRAD_OP, SHARD_NONE};
+  double ref[STEPS + 1] = {0};
+  for (int mi = 0; mi < 5; mi++) {
+    int one = mi == 4, hyb = mi == 1;   /* one rank; hybrid: 2 groups of 2 */
+    config c = {.world = one ? 1 : hyb ? 4 : 2, .batch = one ? 4 : hyb ? 1 : 2, .accum = 1, .prefetch = 1,
+                .sharding = one ? SHARD_NONE : modes[mi], .group = hyb ? 2 : 0,
+                .die_rank = -1, .timeout_s = 20, .param_dtype = DTYPE_BF16, .reduce_dtype = DTYPE_FP32, .llama = 1,
+                .lora = 4, .nf4 = 1};
+    result res[MAXW];
+    CHECK(run(&c, res, NULL, NULL) == 0);
+    plan_t *p = plan_of(&c);
+    if (!p) return;
+    CHECK(p->lora.nf4);
+    expect_plan(p, res, c.world);
+    if (c.sharding == SHARD_FULL) {   /* each block's NF4 shard twice (N = 2), and its adapters' fp32 shard twice
+                                         when sharded; the root is all-reduced in parts, not gathered */
+      uint64_t L = (uint64_t)p->model.n_layer, ad = p->lora.sharded ? 2 * L * 4 * (uint64_t)p->lora.a_shard : 0;
+      CHECK_EQ_INT(2 * L * (uint64_t)p->lora.nf4_shard + ad, res[0].sent[COLL_ALLGATHER]);
+      CHECK(4 * (uint64_t)p->lora.nf4_padded < 2 * 2 * (uint64_t)p->units[1].padded);
+    }
+    printf("qlora %-7s world %d: nf4 block %lld B (bf16 %lld B), sent ag %llu, peak %llu B (= plan); loss %.7f\n",
+           jobspec_shard_mode_name(p->sharding), c.world, (long long)p->lora.nf4_block,
+           (long long)(2 * p->units[1].numel), (unsigned long long)res[0].sent[COLL_ALLGATHER],
+           (unsigned long long)res[0].peak_total, res[0].loss[STEPS]);
+    for (int s = 1; s <= STEPS; s++) {
+      if (mi == 0) ref[s] = res[0].loss[s];
+      else CHECK_NEAR(res[0].loss[s], ref[s], 0, 1e-5);
+    }
+    plan_destroy(&p);
+  }
+  /* the control: the same model with its base in bf16 (not quantized) */
+  config b = {.world = 2, .batch = 2, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+              .timeout_s = 20, .param_dtype = DTYPE_BF16, .reduce_dtype = DTYPE_FP32, .llama = 1, .lora = 4, .nf4 = 2};
+  result res[MAXW];
+  CHECK(run(&b, res, NULL, NULL) == 0);
+  double d = fabs(res[0].loss[STEPS] - ref[STEPS]);
+  printf("qlora: step-%d loss over the bf16 base %.7f, over its NF4 quantization %.7f\n", STEPS, res[0].loss[STEPS],
+         ref[STEPS]);
+  CHECK(d > 1e-4 && d < 5e-2);
+}
+
 /* The asynchronous device exists to catch a missing wait: without the wait between each block's
  * gather and its compute, the strict device (collectives run only when waited for) computes on
  * buffers that do not hold the block yet, every time, and the losses are wrong. */
@@ -514,14 +563,15 @@ static void test_planted_faults(int llama) {
 }
 
 /* One part of the file per ctest test (tests/CMakeLists.txt), so that they run in parallel:
- * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt | llama (no PART: all). */
+ * test_runtime PART, PART = equivalence | mixed | volume | ordering | ackpt | llama | qlora (no PART: all). */
 int main(int argc, char **argv) {
   if (rt_harness_start(argv)) return 2;
   const char *part = argc > 1 ? argv[1] : "all";
   int all = !strcmp(part, "all");
   if (!all && strcmp(part, "equivalence") && strcmp(part, "mixed") && strcmp(part, "volume") && strcmp(part, "ordering") &&
-      strcmp(part, "ackpt") && strcmp(part, "llama")) {
-    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, llama, all\n",
+      strcmp(part, "ackpt") && strcmp(part, "llama") && strcmp(part, "qlora")) {
+    fprintf(stderr, "test_runtime: unknown part '%s'; allowed: equivalence, mixed, volume, ordering, ackpt, llama, qlora, "
+            "all\n",
             part);
     return 2;
   }
@@ -553,6 +603,9 @@ int main(int argc, char **argv) {
     test_ackpt(1);
     test_volume_and_memory(1);
     test_lora_frozen_base();
+  }
+  if (all || !strcmp(part, "qlora")) {
+    test_qlora();
   }
   return check_done();
 }

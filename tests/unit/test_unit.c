@@ -68,7 +68,7 @@ static void fx_up(fixture *f, shard_mode sh, dtype_kind pdt, dtype_kind rdt) {
   }
   const void *src = pdt == DTYPE_BF16 ? (const void *)f->shard16 : (const void *)f->shard;
   if (reqs_init(&f->q, 64) != FSDP_OK || reduce_new(f->p, 0, f->d, f->grad, f->comm, &f->q, &f->red) != FSDP_OK ||
-      unit_pool_new(f->p, f->d, f->comm, src, f->red, &f->q, &f->pool, &f->unit) != FSDP_OK) {
+      unit_pool_new(f->p, f->d, f->comm, src, NULL, f->red, &f->q, &f->pool, &f->unit) != FSDP_OK) {
     fprintf(stderr, "units: %s\n", fsdp_last_error());
     exit(2);
   }

@@ -46,6 +46,7 @@
 
 #include "device_cuda_kern.h"
 #include "log.h"
+#include "nf4.h"
 
 _Static_assert(PLAN_CUDA_WORKSPACE_BYTES >= (int64_t)OPS_CUDA_WORKSPACE_MIN,
                "plan.h's CUDA workspace must be at least what ops_cuda.h needs");
@@ -326,6 +327,11 @@ static void cu_to_act(device_t *dd, void *dst, const void *src, dtype_kind dt, i
   else OP(d, ops_cuda_cast_f32_to_bf16(dst, src, n, &d->ctx), "to_act");
 }
 
+static void cu_nf4_dequant(device_t *dd, uint16_t *out, const uint8_t *rec, int64_t n) {
+  cuda_dev *d = cd(dd);
+  OP(d, ops_cuda_nf4_dequantize((ops_bf16 *)out, rec, d->nf4_maps, n, &d->ctx), "nf4_dequant");
+}
+
 static void cu_add(device_t *dd, float *dst, const void *src, dtype_kind dt, int64_t n) {
   cuda_dev *d = cd(dd);
   if (dt == DTYPE_BF16) OP(d, ops_cuda_accumulate_bf16(dst, src, n, &d->ctx), "add (bf16)");
@@ -358,6 +364,15 @@ static void cu_sumsq(device_t *dd, float *out, const float *x, int64_t n, float 
   OP(d, dev_cuda_sumsq_post(out, flag, scale, d->stream), "sumsq");
 }
 
+/* An NF4 base's dequantization maps, uploaded once, at the first bind of a plan that has one. */
+static fsdp_status bind_nf4_maps(cuda_dev *d) {
+  float h[PLAN_NF4_MAPS_BYTES / sizeof(float)];
+  for (int i = 0; i < 16; i++) h[i] = nf4_code[i];
+  for (int i = 0; i < 256; i++) h[16 + i] = nf4_dynamic(i);
+  if (!(d->nf4_maps = cu_alloc(&d->base, MEM_WORKSPACE, sizeof h))) return FSDP_ERR_NOMEM;
+  return cu_upload(&d->base, d->nf4_maps, h, sizeof h);
+}
+
 /* The binding of plan P (NULL: none), or with P NULL a free one. */
 static struct cuda_binding *binding_of(cuda_dev *d, const plan_t *p) {
   for (int i = 0; i < DEV_CUDA_BINDINGS; i++)
@@ -373,6 +388,7 @@ static fsdp_status cu_bind(device_t *dd, const plan_t *p, int rank) {
   if (hs != 64 && hs != 128)
     return fsdp_set_error(FSDP_ERR_UNSUPPORTED, "device = cuda: head size n_embd/n_head = %d; the fused attention "
                           "kernels support 64 or 128", hs);
+  if (p->lora.nf4 && !d->nf4_maps) TRY(bind_nf4_maps(d));
   struct cuda_binding *b = binding_of(d, p);
   if (!b) b = binding_of(d, NULL);
   if (!b)
@@ -615,7 +631,7 @@ static void cu_destroy(device_t *dd) {
   cudaSetDevice(d->gpu);
   if (d->stream) cudaStreamSynchronize(d->stream);
   (void)cudaGetLastError();
-  int own = (d->ws ? 1 : 0) + (d->scal ? 1 : 0);
+  int own = (d->ws ? 1 : 0) + (d->scal ? 1 : 0) + (d->nf4_maps ? 1 : 0);
   for (int i = 0; i < DEV_CUDA_BINDINGS; i++) own += d->bound[i].segs != NULL;
   if (d->nrec > own)
     log_warn("CUDA device %d: %d buffer(s) still allocated at destroy; freeing them", d->gpu, d->nrec);
@@ -641,7 +657,7 @@ static const dev_ops cuda_ops = {
     .destroy = cu_destroy};
 
 static const dev_kernels cuda_kernels = {
-    .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .add = cu_add,
+    .fill = cu_fill, .cast_bf16 = cu_cast_bf16, .to_act = cu_to_act, .nf4_dequant = cu_nf4_dequant, .add = cu_add,
     .add_act = cu_add_act, .act_axpby = cu_act_axpby, .gemm = cu_gemm, .sumsq = cu_sumsq, .adamw = cu_adamw, .encoder_forward = cu_encoder_forward,
     .encoder_backward = cu_encoder_backward, .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward, .layernorm_backward_add = cu_layernorm_backward_add,

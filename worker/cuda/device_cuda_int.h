@@ -52,6 +52,7 @@ typedef struct cuda_dev {
   ops_cuda_ctx ctx;
   void *ws;
   char *scal;          /* PLAN_CUDA_SCALAR_BYTES: sumsq's non-finite flag */
+  float *nf4_maps;     /* an NF4 base's maps (PLAN_NF4_MAPS_BYTES: nf4_code, then the dynamic map), at bind */
 
   alloc_rec *recs;
   int nrec, caprec;

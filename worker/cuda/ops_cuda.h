@@ -293,11 +293,12 @@ fsdp_status ops_cuda_fill_f32(float *dst, float value, int64_t n, const ops_cuda
 /* Round to nearest even; NaN stays NaN (bit-identical to f32_to_bf16 in worker/ops/bf16.h). */
 fsdp_status ops_cuda_cast_f32_to_bf16(ops_bf16 *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx);
 fsdp_status ops_cuda_cast_bf16_to_f32(float *dst, const ops_bf16 *src, int64_t n, const ops_cuda_ctx *ctx);
-/* OUT (n bf16) = the NF4 tensor (codes n/2, absmax_q n/64, absmax2, offset; worker/ops/nf4.h) dequantized,
- * bit-identical to nf4_dequantize_bf16; MAPS: nf4_code's 16 values, then the 256 of the dynamic map
- * (nf4_dynamic), in device memory. n a multiple of NF4_BLOCK (else FSDP_ERR_INVALID). */
-fsdp_status ops_cuda_nf4_dequantize(ops_bf16 *out, const uint8_t *codes, const uint8_t *absmax_q, const float *absmax2,
-                                    float offset, const float *maps, int64_t n, const ops_cuda_ctx *ctx);
+/* OUT (n bf16) = the NF4 record REC (nf4.h: codes n/2, scale codes n/64, group scales, offset; at any
+ * byte address) dequantized, bit-identical to nf4_record_dequantize_bf16; MAPS: nf4_code's 16 values,
+ * then the 256 of the dynamic map (nf4_dynamic), in device memory. n a multiple of NF4_BLOCK (else
+ * FSDP_ERR_INVALID). */
+fsdp_status ops_cuda_nf4_dequantize(ops_bf16 *out, const uint8_t *rec, const float *maps, int64_t n,
+                                    const ops_cuda_ctx *ctx);
 /* dst += src */
 fsdp_status ops_cuda_accumulate_f32(float *dst, const float *src, int64_t n, const ops_cuda_ctx *ctx);
 /* dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[r·dld + c] over ROWS × COLS bf16 (device.h's act_axpby). */

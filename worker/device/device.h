@@ -112,6 +112,8 @@ typedef struct dev_kernels {
   void (*fill)(device_t *d, float *p, float v, int64_t n);
   void (*cast_bf16)(device_t *d, uint16_t *dst, const float *src, int64_t n);    /* round to nearest even */
   void (*to_act)(device_t *d, void *dst, const void *src, dtype_kind src_dt, int64_t n);  /* params → compute form */
+  /* OUT (n bf16) = the NF4 record REC (nf4.h: nf4_record_dequantize_bf16's bits; REC at any byte address) */
+  void (*nf4_dequant)(device_t *d, uint16_t *out, const uint8_t *rec, int64_t n);
   void (*add)(device_t *d, float *dst, const void *src, dtype_kind src_dt, int64_t n);    /* dst += src */
   void (*add_act)(device_t *d, void *dst, const void *src, int64_t n);                    /* act dst += src */
   /* act dst[r·dld + c] = alpha·src[r·sld + c] + beta·dst[r·dld + c] for ROWS × COLS (a column

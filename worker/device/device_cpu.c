@@ -18,6 +18,7 @@
 #include "gemm_bf16.h"
 #include "mem.h"
 #include "monotime.h"
+#include "nf4.h"
 #include "ops_cpu.h"
 #include "optim.h"
 #include "safetensors.h"
@@ -241,6 +242,14 @@ static void run_to_act(cpu_dev *d, const targ *a) {
 }
 static void cpu_to_act(device_t *d, void *dst, const void *src, dtype_kind dt, int64_t n) {
   SUBMIT(d, run_to_act, P(dst), P(src), I(dt), I(n));
+}
+
+static void run_nf4_dequant(cpu_dev *d, const targ *a) {
+  (void)d;
+  nf4_record_dequantize_bf16(a[1].p, a[2].i, a[0].p);
+}
+static void cpu_nf4_dequant(device_t *d, uint16_t *out, const uint8_t *rec, int64_t n) {
+  SUBMIT(d, run_nf4_dequant, P(out), P(rec), I(n));
 }
 
 static void run_add(cpu_dev *d, const targ *a) {
@@ -609,7 +618,7 @@ static const dev_ops ops_sync = CPU_OPS("cpu"), ops_async = CPU_OPS("cpu-async")
 
 /* every mode's: each kernel submits to the device's stream, which is the host in sync mode */
 static const dev_kernels cpu_kernels = {
-    .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .add = cpu_add, .add_act = cpu_add_act,
+    .fill = cpu_fill, .cast_bf16 = cpu_cast_bf16, .to_act = cpu_to_act, .nf4_dequant = cpu_nf4_dequant, .add = cpu_add, .add_act = cpu_add_act,
     .act_axpby = cpu_act_axpby, .gemm = cpu_gemm,
     .sumsq = cpu_sumsq, .adamw = cpu_adamw, .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward, .layernorm_forward = cpu_layernorm_forward,

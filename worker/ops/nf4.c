@@ -143,3 +143,33 @@ void nf4_dequantize_bf16(const nf4_tensor *t, uint16_t *out) {
     for (int i = 0; i < NF4_BLOCK; i++) out[b * NF4_BLOCK + i] = f32_to_bf16(v[i]);
   }
 }
+
+int nf4_record_write(const float *x, int64_t n, uint8_t *rec) {
+  if (n <= 0 || n % NF4_BLOCK) return -1;
+  int64_t ng = nf4_groups(n);
+  nf4_tensor t = {.codes = rec, .absmax_q = rec + n / 2, .absmax2 = malloc((size_t)ng * sizeof(float))};
+  if (!t.absmax2) return -2;
+  int rc = nf4_quantize(x, n, &t);
+  uint8_t *a2 = rec + n / 2 + nf4_blocks(n);
+  memcpy(a2, t.absmax2, (size_t)ng * sizeof(float));
+  memcpy(a2 + 4 * ng, &t.offset, sizeof(float));
+  free(t.absmax2);
+  return rc;
+}
+
+void nf4_record_dequantize_bf16(const uint8_t *rec, int64_t n, uint16_t *out) {
+  int64_t nb = nf4_blocks(n), ng = nf4_groups(n);
+  const uint8_t *aq = rec + n / 2, *a2 = aq + nb;
+  nf4_tensor t = {.n = n, .codes = (uint8_t *)(uintptr_t)rec, .absmax_q = (uint8_t *)(uintptr_t)aq};
+  float v[NF4_BLOCK];
+  memcpy(&t.offset, a2 + 4 * ng, sizeof(float));
+  for (int64_t g = 0; g < ng; g++) {   /* group by group: its scale read once, unaligned */
+    float s2;
+    memcpy(&s2, a2 + 4 * g, sizeof s2);
+    int64_t b1 = (g + 1) * NF4_ABSMAX_BLOCK < nb ? (g + 1) * NF4_ABSMAX_BLOCK : nb;
+    for (int64_t b = g * NF4_ABSMAX_BLOCK; b < b1; b++) {
+      block_values(&t, b, nf4_dynamic(aq[b]) * s2 + t.offset, v);
+      for (int i = 0; i < NF4_BLOCK; i++) out[b * NF4_BLOCK + i] = f32_to_bf16(v[i]);
+    }
+  }
+}

@@ -55,4 +55,12 @@ void nf4_absmax(const nf4_tensor *t, float *absmax);
 void nf4_dequantize(const nf4_tensor *t, float *out);
 void nf4_dequantize_bf16(const nf4_tensor *t, uint16_t *out);
 
+/* A tensor's record: its quantized form as nf4_bytes(n) bytes at any byte address (a QLoRA block's
+ * byte image, worker/nf4_base.h): the codes (n/2), the scale codes (n/64), the group scales (fp32,
+ * little-endian, unaligned) and the offset (fp32). nf4_record_write: X (n elements, n a positive
+ * multiple of NF4_BLOCK) quantized into REC; the return values are nf4_quantize's. */
+int nf4_record_write(const float *x, int64_t n, uint8_t *rec);
+/* REC's n elements dequantized into OUT in bf16: nf4_dequantize_bf16's bits. */
+void nf4_record_dequantize_bf16(const uint8_t *rec, int64_t n, uint16_t *out);
+
 #endif

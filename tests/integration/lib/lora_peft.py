@@ -5,11 +5,21 @@
 #                             reference: the step-1 loss, 10 steps of torch AdamW on the adapters (the job's
 #                             rows and hyperparameters; in fp64, and in fp32 to show its own rounding), and the controls: the step-1 loss without the
 #                             alpha/r scale, and 10 steps that also train the base
+#   lora_peft.py build DIR NF4_TOOL   the same for QLoRA ([lora] base_dtype = nf4): the models at widths of
+#                             64 (NF4's block), and peft's reference over the base as fsdpd holds it: each
+#                             block's 2-D tensors quantized by fsdpd's NF4 (NF4_TOOL; its codes checked equal to
+#                             bitsandbytes' quantize_4bit) and dequantized by bitsandbytes to bf16, every other
+#                             tensor rounded to bf16 (deq_M.safetensors); the control trains over the base
+#                             un-quantized instead of the base
 #   lora_peft.py verify DIR M OUT   fsdpd's run OUT of model M against the reference: step-1 loss (1e-5
 #                             relative), every adapter weight after 10 steps (1e-5 of the tensor's largest),
-#                             the base bit-identical to the loaded one, the controls far; the saved adapter
-#                             folder loads with PeftModel.from_pretrained and gives fsdpd's weights
-import copy, json, math, os, struct, sys
+#                             the base bit-identical to the loaded one (QLoRA: to deq_M, the codes and scales
+#                             unchanged), the controls far; the saved adapter folder loads with
+#                             PeftModel.from_pretrained and gives fsdpd's weights
+#   lora_peft.py merged DIR M OUT MERGED   QLoRA: fsdpctl export --merge's folder MERGED of OUT's checkpoint
+#                             against peft's merge_and_unload of OUT's adapter over deq_M (1e-6 of each tensor's
+#                             largest); the same merge over the base un-quantized is far
+import copy, json, math, os, struct, subprocess, sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -22,21 +32,57 @@ R, ALPHA = 4, 8.0
 # that torch itself in fp32 ends 1e-2 (GPT-2) to 1e-1 (Llama) away from the same steps in fp64; at 1e-3
 # torch fp32 is within 2e-6 (GPT-2) and 8e-6 (Llama) of fp64, and the reference is fp64
 LR, WD, B1, B2, EPS, CLIP = 1e-3, 0.1, 0.9, 0.95, 1e-8, 1.0
+# QLoRA's models at widths of 64 are chaotic at 1e-3 already (torch fp32 ends 3.5e-5 from fp64 on Llama);
+# at 5e-4 torch fp32 is within 1.7e-6 (Llama) and 2.3e-6 (GPT-2) of fp64 (lora_peft.sh nf4's lr)
+LR_WIDE = 5e-4
 TARGETS = {"gpt2": ["c_attn", "c_proj", "c_fc"],
            "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 torch.set_num_threads(1)
 
 
-def model_of(name):
+def model_of(name, wide=False):
+    """WIDE: every width a multiple of 64, as NF4 needs."""
     torch.manual_seed(7)
+    c = 64 if wide else 32
     if name == "gpt2":
-        m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=V, n_positions=64,
+        m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=c, vocab_size=V, n_positions=64,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
     else:
         m = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         hidden_size=32, intermediate_size=64, vocab_size=V,
+                                         hidden_size=c, intermediate_size=2 * c, vocab_size=V,
                                          max_position_embeddings=64, tie_word_embeddings=False))
     return m.float().eval()
+
+
+def in_block(n):
+    return ".h." in n or "layers." in n
+
+
+def nf4_base(base, tool, d):
+    """BASE as fsdpd's QLoRA holds it: each block's 2-D tensors quantized by fsdpd (TOOL) and dequantized
+    by bitsandbytes to bf16, every other tensor rounded to bf16; fsdpd's codes must be bitsandbytes'."""
+    import numpy as np
+    import bitsandbytes.functional as F
+    q = copy.deepcopy(base)
+    dyn, code = F.create_dynamic_map(), F.get_4bit_type("nf4", device="cpu")
+    differ = []
+    with torch.no_grad():
+        for n, p in q.named_parameters():
+            if not (in_block(n) and p.dim() == 2):
+                p.copy_(p.to(torch.bfloat16).float())
+                continue
+            w = p.detach().contiguous().numpy()
+            w.tofile(f"{d}/in.f32")
+            subprocess.run([tool, f"{d}/in.f32", d], check=True)
+            rd = lambda f, dt: torch.from_numpy(np.fromfile(f"{d}/{f}", dtype=dt))
+            codes, aq, a2, off = rd("codes", np.uint8), rd("absmax_q", np.uint8), rd("absmax2", np.float32), rd("offset", np.float32)
+            qb, _ = F.quantize_4bit(p.detach().contiguous(), blocksize=64, compress_statistics=True, quant_type="nf4")
+            if not torch.equal(qb.view(-1), codes):
+                differ.append(n)
+            st = F.QuantState(absmax=aq, shape=p.shape, dtype=torch.bfloat16, blocksize=64, code=code, quant_type="nf4",
+                              offset=off[0], state2=F.QuantState(absmax=a2, code=dyn, blocksize=256, dtype=torch.float32))
+            p.copy_(F.dequantize_4bit(codes.view(-1, 1), st).float().view(p.shape))
+    return q, differ
 
 
 def tokens(n, seed=3):
@@ -89,13 +135,26 @@ def adapters(pm):
     return {n.replace(".default", ""): p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
 
 
-def build(d):
+def build(d, tool=None):
+    from safetensors.torch import save_file
+    global LR
+    if tool:
+        LR = LR_WIDE
     toks = tokens(STEPS * ROWS * T + 1)
     write_tokens(f"{d}/train.bin", toks)
     refs = {}
     for name in ("gpt2", "llama"):
-        base = model_of(name)
+        base = model_of(name, wide=tool is not None)
         base.save_pretrained(f"{d}/{name}", safe_serialization=True)
+        loaded = base
+        if tool:   # QLoRA: the reference trains over fsdpd's NF4 base, the control over the loaded one
+            base, differ = nf4_base(loaded, tool, d)
+            sd = {k: v.clone().contiguous() for k, v in base.state_dict().items() if k != "lm_head.weight" or name != "gpt2"}
+            save_file(sd, f"{d}/deq_{name}.safetensors")
+            print(f"{name}: NF4 codes of fsdpd and bitsandbytes' quantize_4bit: "
+                  f"{'bit-identical' if not differ else 'DIFFERENT in ' + ', '.join(differ)}")
+            if differ:
+                sys.exit(1)
         cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[name],
                          fan_in_fan_out=name == "gpt2", task_type="CAUSAL_LM")
         pm = get_peft_model(copy.deepcopy(base), cfg)
@@ -119,10 +178,13 @@ def build(d):
         ref = peft_of(copy.deepcopy(base).double(), f"{d}/init_{name}").double()
         train(ref, toks)
         torch.save(adapters(ref), f"{d}/ref10_{name}.pt")
-        ctl = peft_of(copy.deepcopy(base).double(), f"{d}/init_{name}", train_base=True).double()
+        if tool:   # the control: the same adapters trained over the base un-quantized
+            ctl = peft_of(copy.deepcopy(loaded).double(), f"{d}/init_{name}").double()
+        else:      # the control: the base trained too
+            ctl = peft_of(copy.deepcopy(base).double(), f"{d}/init_{name}", train_base=True).double()
         train(ctl, toks)
         torch.save(adapters(ctl), f"{d}/ctl10_{name}.pt")
-        refs[name] = {"step1": step1, "noscale": noscale, "losses": losses}
+        refs[name] = {"step1": step1, "noscale": noscale, "losses": losses, "nf4": tool is not None}
         print(f"{name}: peft step-1 loss {step1:.7f}, without the scale {noscale:.7f}, step {STEPS} {losses[-1]:.7f}")
     json.dump(refs, open(f"{d}/refs.json", "w"), indent=1)
 
@@ -153,10 +215,16 @@ def verify(d, name, out):
               f"{worst[0]:.2e} of its tensor ({worst[1]}); torch's own in fp32: {w32:.2e}")
         if worst[0] > 1e-5:
             bad.append(f"{worst[1]} differs from peft + AdamW (fp64) by {worst[0]:.2e} of its largest (allowed 1e-5)")
+        wctl = max((mine[k] - ctl[k]).abs().max().item() / ctl[k].abs().max().item() for k in ctl)
+        print(f"{name} {out}: the control ({'the base un-quantized' if refs['nf4'] else 'the base trained too'}) is "
+              f"{wctl:.2e} of its tensor away")
         if all(close(mine[k], ctl[k]) for k in ctl):
-            bad.append("the control that also trains the base is not told from fsdpd's adapters")
-    # the base: fsdpd's --save after training against the folder it was loaded from, bit for bit
-    loaded, saved = load_file(f"{d}/{name}/model.safetensors"), load_file(f"{out}/base.safetensors")
+            bad.append(f"the control ({'the base un-quantized' if refs['nf4'] else 'the base trained too'}) is not "
+                       "told from fsdpd's adapters")
+    # the base: fsdpd's --save after training against the folder it was loaded from (QLoRA: against its
+    # NF4 base dequantized, so that every code and scale is the one quantized at load), bit for bit
+    src = f"{d}/deq_{name}.safetensors" if refs["nf4"] else f"{d}/{name}/model.safetensors"
+    loaded, saved = load_file(src), load_file(f"{out}/base.safetensors")
     bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
     loaded = {bare(k): v for k, v in loaded.items() if not k.endswith(".attn.bias") and not k.endswith("masked_bias")}
     for k, v in saved.items():
@@ -166,7 +234,7 @@ def verify(d, name, out):
     if not any(k in loaded for k in saved):
         bad.append("the saved base shares no tensor name with the loaded one")
     # the folder loads with peft and holds fsdpd's weights
-    pm = PeftModel.from_pretrained(model_of(name), f"{out}/adapter")
+    pm = PeftModel.from_pretrained(model_of(name, refs["nf4"]), f"{out}/adapter")
     for n, p in pm.named_parameters():
         k = n.replace(".default", "")
         if k in mine and not torch.equal(p.detach().double(), mine[k]):
@@ -177,8 +245,32 @@ def verify(d, name, out):
     return 1 if bad else 0
 
 
+def merged(d, name, out, mdir):
+    bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
+    mine = {bare(k): v for k, v in load_file(f"{mdir}/model.safetensors").items()}
+    deq = model_of(name, True)
+    deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
+    worst, far = 0.0, 0.0
+    for base, track in ((deq, True), (model_of(name, True), False)):
+        ref = PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
+        for k, v in ref.items():
+            k = bare(k)
+            if k not in mine:
+                continue
+            e = (mine[k].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
+            worst, far = (max(worst, e), far) if track else (worst, max(far, e))
+    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over the NF4 "
+          f"base, {far:.2e} from its merge over the base un-quantized")
+    if worst > 1e-6 or far <= 1e-4:
+        print(f"FAIL: {name} {mdir}: the merge is not the one into the dequantized NF4 base")
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "build":
-        build(sys.argv[2])
+        build(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    elif sys.argv[1] == "merged":
+        sys.exit(merged(*sys.argv[2:6]))
     else:
         sys.exit(verify(sys.argv[2], sys.argv[3], sys.argv[4]))
