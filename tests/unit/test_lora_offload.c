@@ -14,6 +14,7 @@
  *     adapter element held (master, m, v, gradient staging).
  * The plan of the same jobs on device = cuda: the adapters' bf16 compute form alone stays on the
  * device (6 bytes an element less 4), AdamW's 8 leave, and host_bytes is 16 per element.
+ * A checkpoint of the offloaded job resumes bit-identically; hybrid (2 groups of 2) is bit-identical too.
  * A planted fault (runtime_test_keep_adapters: the host's update never copied up) must fail the
  * comparison: the device keeps computing with the first adapters, so the losses part from step 2.
  */
@@ -135,6 +136,29 @@ static void test_layout(adapters_kind layout) {
          (unsigned long long)r1[0].host_alloc);
   check_cuda_plan(&c1);
 
+  /* a checkpoint after step 2 (the host master and AdamW state read as host memory), resumed by a
+   * job with offload: steps 3..5 and the adapters as the uninterrupted job's, bit for bit */
+  char d3[32];
+  snprintf(d3, sizeof d3, "%s-resumed", name);
+  config a = c1, b = job(layout, d3);
+  b.offload = 1;
+  snprintf(a.ckdir, sizeof a.ckdir, "%s", path_in(name));
+  snprintf(b.ckdir, sizeof b.ckdir, "%s", a.ckdir);
+  a.adapter_dir[0] = '\0';
+  a.last = a.ckpt_at = 2;
+  b.restore = 1, b.first = 3;
+  result ra[MAXW], rb[MAXW];
+  CHECK(run(&a, ra, NULL, NULL) == 0);
+  CHECK(run(&b, rb, NULL, NULL) == 0);
+  CHECK_EQ_INT(2, rb[0].restored);
+  int resumed = 1;
+  for (int s = 3; s <= STEPS; s++) resumed &= rb[0].loss[s] == r1[0].loss[s];
+  int radapters = same_adapters(c1.adapter_dir, b.adapter_dir);
+  CHECK(resumed);
+  CHECK_EQ_INT(1, radapters);
+  printf("  resumed after step 2 with offload: steps 3..%d %s, adapters %s\n", STEPS,
+         resumed ? "bit-identical" : "DIFFERENT", radapters == 1 ? "bit-identical" : "DIFFERENT");
+
   /* the control: the update never brought up */
   CHECK(run(&c2, r2, NULL, NULL) == 0);
   int flosses = same_losses(&r0[0], &r2[0]), fadapters = same_adapters(c0.adapter_dir, c2.adapter_dir);
@@ -149,6 +173,28 @@ out:
   plan_destroy(&p1);
 }
 
+/* Hybrid sharding, 2 groups of 2, the adapters sharded in each group (their final shards all-reduced
+ * across the groups, then updated on the host): bit-identical to the same job without offload. */
+static void test_hybrid(void) {
+  config c0 = job(ADAPTERS_SHARDED, "hybrid-device"), c1 = job(ADAPTERS_SHARDED, "hybrid-offload");
+  c0.world = c1.world = 4, c0.group = c1.group = 2, c0.batch = c1.batch = 1;
+  c1.offload = 1;
+  result r0[MAXW], r1[MAXW];
+  CHECK(run(&c0, r0, NULL, NULL) == 0);
+  CHECK(run(&c1, r1, NULL, NULL) == 0);
+  plan_t *p1 = plan_of(&c1);
+  if (!p1) return;
+  int losses = same_losses(&r0[0], &r1[0]), adapters = same_adapters(c0.adapter_dir, c1.adapter_dir);
+  CHECK(losses);
+  CHECK_EQ_INT(1, adapters);
+  expect_plan(p1, r1, c1.world);
+  for (int r = 0; r < c1.world; r++) CHECK_EQ_INT(p1->host_bytes, r1[r].host_alloc);
+  printf("lora offload, hybrid 2 x 2, adapters sharded: losses %s, adapters %s; peaks and host %llu B (= plan)\n",
+         losses ? "bit-identical" : "DIFFERENT", adapters == 1 ? "bit-identical" : "DIFFERENT",
+         (unsigned long long)p1->host_bytes);
+  plan_destroy(&p1);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   (void)compare;   /* rtharness.h's; the comparisons here are bit for bit */
@@ -157,6 +203,7 @@ int main(int argc, char **argv) {
   printf("CPU device mode: %s\n", g_mode == DEV_CPU_SYNC ? "sync" : g_mode == DEV_CPU_ASYNC ? "async" : "strict");
   test_layout(ADAPTERS_REPLICATED);
   test_layout(ADAPTERS_SHARDED);
+  test_hybrid();
   tmpdir_remove();
   return check_done();
 }
