@@ -14,7 +14,8 @@
  *     adapter element held (master, m, v, gradient staging).
  * The plan of the same jobs on device = cuda: the adapters' bf16 compute form alone stays on the
  * device (6 bytes an element less 4), AdamW's 8 leave, and host_bytes is 16 per element.
- * A checkpoint of the offloaded job resumes bit-identically; hybrid (2 groups of 2) is bit-identical too.
+ * A checkpoint of the offloaded job resumes bit-identically; hybrid (2 groups of 2, a bf16 base) is
+ * bit-identical too.
  * A planted fault (runtime_test_keep_adapters: the host's update never copied up) must fail the
  * comparison: the device keeps computing with the first adapters, so the losses part from step 2.
  */
@@ -174,10 +175,12 @@ out:
 }
 
 /* Hybrid sharding, 2 groups of 2, the adapters sharded in each group (their final shards all-reduced
- * across the groups, then updated on the host): bit-identical to the same job without offload. */
+ * across the groups, then updated on the host), over a bf16 base: bit-identical to the same job
+ * without offload. */
 static void test_hybrid(void) {
   config c0 = job(ADAPTERS_SHARDED, "hybrid-device"), c1 = job(ADAPTERS_SHARDED, "hybrid-offload");
   c0.world = c1.world = 4, c0.group = c1.group = 2, c0.batch = c1.batch = 1;
+  c0.param_dtype = c1.param_dtype = DTYPE_BF16;
   c1.offload = 1;
   result r0[MAXW], r1[MAXW];
   CHECK(run(&c0, r0, NULL, NULL) == 0);
@@ -189,7 +192,7 @@ static void test_hybrid(void) {
   CHECK_EQ_INT(1, adapters);
   expect_plan(p1, r1, c1.world);
   for (int r = 0; r < c1.world; r++) CHECK_EQ_INT(p1->host_bytes, r1[r].host_alloc);
-  printf("lora offload, hybrid 2 x 2, adapters sharded: losses %s, adapters %s; peaks and host %llu B (= plan)\n",
+  printf("lora offload, hybrid 2 x 2, bf16 base, adapters sharded: losses %s, adapters %s; peaks and host %llu B (= plan)\n",
          losses ? "bit-identical" : "DIFFERENT", adapters == 1 ? "bit-identical" : "DIFFERENT",
          (unsigned long long)p1->host_bytes);
   plan_destroy(&p1);
