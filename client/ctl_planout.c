@@ -74,10 +74,22 @@ static const char *lora_sharded_formula(const plan_t *p, int c) {
   }
 }
 
+/* offload = optimizer's adapter terms: their master and AdamW state on the host (the host line). */
+static const char *lora_offload_formula(const plan_t *p, int c) {
+  int sh = p->lora.sharded, nf4 = p->lora.nf4;
+  if (c == MEM_OPTIM_STATE) return "0: the adapters' AdamW m and v are on the host (the base has none)";
+  if (c != MEM_PARAM_SHARD) return NULL;
+  if (nf4) return sh ? "2·Sr + L·nf4_shard + e·SA: bf16 root, NF4 blocks; the adapters' compute form (master on the host)"
+                     : "2·Sr + L·nf4_shard + e·NA: bf16 root, NF4 blocks; the adapters' compute form (master on the host)";
+  return sh ? "pb·S + e·SA: frozen base shard; the adapter shards' compute form (their fp32 master is on the host)"
+            : "pb·S + e·NA: frozen base shard; the adapters' compute form (their fp32 master is on the host)";
+}
+
 /* [lora]'s own terms (plan.h's plan_lora; NA = the adapters' elements), or NULL where the category's
  * formula is the full fine-tune's. */
 static const char *lora_formula(const plan_t *p, int c) {
   int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
+  if (p->offload == OFFLOAD_OPTIMIZER && lora_offload_formula(p, c)) return lora_offload_formula(p, c);
   if (p->lora.sharded) return lora_sharded_formula(p, c);
   switch (c) {
   case MEM_PARAM_SHARD:
@@ -187,8 +199,9 @@ static void print_lora(const plan_t *p, FILE *f) {
   targets[0] = '\0';
   for (int j = 0; j < l->nmods && used < sizeof targets; j++)
     used += (size_t)snprintf(targets + used, sizeof targets - used, "%s%s", j ? ", " : "", l->mod[j].path);
-  uint64_t NA = (uint64_t)plan_lora_held(p), e_act = p->device == DEVICE_CPU ? 4 : 2;
-  uint64_t base = p->mem[MEM_PARAM_SHARD] - 4 * NA - (e_act == 2 ? 2 * NA : 0);
+  uint64_t NA = (uint64_t)plan_lora_held(p), e_act = p->device == DEVICE_CPU ? 4 : 2, am[MEM_NCAT], ahost;
+  plan_lora_adapter_memory(p, am, &ahost);
+  uint64_t base = p->mem[MEM_PARAM_SHARD] - am[MEM_PARAM_SHARD];
   char basedt[96];
   if (l->nf4)
     snprintf(basedt, sizeof basedt, "root bf16 %s, blocks nf4 %s",
@@ -205,10 +218,15 @@ static void print_lora(const plan_t *p, FILE *f) {
             human_count(l->a_shard, b, sizeof b), human_count((int64_t)NA, c, sizeof c));
   else
     fprintf(f, "    adapters replicated: whole on every rank, the gradient all-reduced once per step\n");
-  fprintf(f, "    base (frozen, %s) %s; adapters %s, their gradient %s, their AdamW state %s\n",
-          basedt, human_bytes(base, a, sizeof a),
-          human_bytes(4 * NA + (e_act == 2 ? 2 * NA : 0), b, sizeof b), human_bytes(4 * NA, c, sizeof c),
-          human_bytes(8 * NA, d, sizeof d));
+  if (ahost)
+    fprintf(f, "    base (frozen, %s) %s; adapters %s (their compute form), their gradient %s; offload = optimizer: "
+            "their fp32 master and AdamW state on the host, %s with the gradient's staging (AdamW runs there)\n",
+            basedt, human_bytes(base, a, sizeof a), human_bytes(am[MEM_PARAM_SHARD], b, sizeof b),
+            human_bytes(am[MEM_GRAD_SHARD], c, sizeof c), human_bytes(ahost, d, sizeof d));
+  else
+    fprintf(f, "    base (frozen, %s) %s; adapters %s, their gradient %s, their AdamW state %s\n",
+            basedt, human_bytes(base, a, sizeof a), human_bytes(am[MEM_PARAM_SHARD], b, sizeof b),
+            human_bytes(am[MEM_GRAD_SHARD], c, sizeof c), human_bytes(am[MEM_OPTIM_STATE], d, sizeof d));
   if (p->sharding != SHARD_NONE) {
     int64_t lo0, hi0, lo1, hi1;
     plan_root_part(p, 0, &lo0, &hi0);
@@ -239,7 +257,9 @@ static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_b
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
   if (p->host_bytes) {
-    const char *off = "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S";
+    const char *off = !p->lora.rank ? "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S"
+                      : p->lora.sharded ? "offload = optimizer: the adapters' fp32 master, AdamW m and v, gradient staging: 16·SA"
+                                        : "offload = optimizer: the adapters' fp32 master, AdamW m and v, gradient staging: 16·NA";
     const char *snap = "checkpoint snapshot ([checkpoint] async): 12·S";
     fprintf(f, "  %-12s %12s  %s%s%s (host memory)\n", "host", human_bytes(p->host_bytes, a, sizeof a),
             p->host_bytes > p->snapshot_bytes ? off : "", p->host_bytes > p->snapshot_bytes && p->snapshot_bytes ? "; " : "",
@@ -387,7 +407,9 @@ static json_t *comm_json(const uint64_t s[COLL_NKIND]) {
  * dequantized working unit and the frozen root's gathered buffer. */
 static json_t *lora_json(const plan_t *p) {
   const plan_lora *l = &p->lora;
-  uint64_t NA = (uint64_t)plan_lora_held(p), e = p->device == DEVICE_CPU ? 4 : 2, ad = 4 * NA + (e == 2 ? 2 * NA : 0);
+  uint64_t NA = (uint64_t)plan_lora_held(p), e = p->device == DEVICE_CPU ? 4 : 2, am[MEM_NCAT], ahost;
+  plan_lora_adapter_memory(p, am, &ahost);
+  uint64_t ad = am[MEM_PARAM_SHARD];
   json_t *base = json_object();
   if (l->nf4) {
     json_object_set_new(base, "bf16", jint(2 * p->units[0].shard_numel));
@@ -395,11 +417,12 @@ static json_t *lora_json(const plan_t *p) {
   } else {
     json_object_set_new(base, jobspec_dtype_kind_name(p->param_dtype), jint((int64_t)(p->mem[MEM_PARAM_SHARD] - ad)));
   }
-  json_t *o = json_pack("{s:i, s:f, s:I, s:s, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
+  json_t *o = json_pack("{s:i, s:f, s:I, s:s, s:I, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "rank", l->rank, "alpha", l->alpha,
                    "adapter_elements", (json_int_t)l->numel, "adapters", l->sharded ? "sharded" : "replicated",
                    "adapter_elements_held", (json_int_t)NA, "base_dtype", l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
-                   "base_bytes", base, "adapter_bytes", (json_int_t)ad, "adapter_grad_bytes", (json_int_t)(4 * NA),
-                   "adamw_bytes", (json_int_t)(8 * NA), "activation_bytes", (json_int_t)(e * (uint64_t)l->saved),
+                   "base_bytes", base, "adapter_bytes", (json_int_t)ad, "adapter_grad_bytes", (json_int_t)am[MEM_GRAD_SHARD],
+                   "adamw_bytes", (json_int_t)am[MEM_OPTIM_STATE], "adapter_host_bytes", (json_int_t)ahost,
+                   "activation_bytes", (json_int_t)(e * (uint64_t)l->saved),
                    "dequant_unit_bytes", (json_int_t)plan_lora_dequant_bytes(p));
   /* the frozen root's buffer: its larger part where it is gathered in parts, else the whole root */
   json_object_set_new(o, "root_gathered_elements",

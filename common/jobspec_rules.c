@@ -267,10 +267,6 @@ static void lora_checks(jobspec_ctx *c) {
     PERR(c, blame(c, "lora", "adapters", "sharding"), FSDP_ERR_INVALID,
          "[lora] adapters = sharded with [fsdp] sharding = none: nothing is sharded there; allowed: adapters = auto | "
          "replicated, or sharding = full | hybrid | grad_op");
-  if (s->offload != OFFLOAD_NONE)
-    PERR(c, blame(c, "lora", "rank", "offload"), FSDP_ERR_UNSUPPORTED,
-         "[lora] with [fsdp] offload = %s: the adapters' optimizer state stays on the device; allowed: offload = none",
-         jobspec_offload_mode_name(s->offload));
 }
 
 void jobspec_rules_check(jobspec_ctx *c) {

@@ -205,6 +205,8 @@ int64_t plan_logits_bytes(device_kind dev, int64_t BT, int64_t V, int64_t C);
  *                 NF4: 2·Sr + L·nf4_shard
  *                 + replicated 4·NA (+ 2·NA act copy on CUDA) | sharded 4·SA (+ 2·SA on CUDA)
  *   grad_shard  = replicated 4·NA | sharded 4·SA      optim_state = replicated 8·NA | sharded 8·SA
+ *   offload = optimizer: the adapters' param_shard is their compute form alone, e·NA | e·SA, and
+ *                 optim_state 0; host_bytes = 16·NA | 16·SA (master, m, v, gradient staging)
  *   gathered (NF4, full and hybrid): 2·Pr + min(1+p, L)·nf4_padded + 2·Pb (the dequantized working
  *                 unit) + cb·(Pr + Pb) on the CPU (the fp32 compute copies); grad_op: L·nf4_padded
  *                 in place of the slots; none: the working unit and the copies
@@ -286,7 +288,8 @@ typedef struct plan {
   uint64_t mem[MEM_NCAT];       /* predicted peak bytes per category (model above) */
   uint64_t mem_total;           /* Σ mem */
   uint64_t host_bytes;          /* host memory: offload = optimizer's 16·S (fp32 master, AdamW m and
-                                   v, gradient staging) plus snapshot_bytes; 0 when neither */
+                                   v, gradient staging; [lora]: the adapters', 16·NA or 16·SA) plus
+                                   snapshot_bytes; 0 when neither */
   uint64_t snapshot_bytes;      /* [checkpoint] async: 12·S, the checkpoint snapshot (param, m, v) */
   uint64_t sent_bytes[COLL_NKIND];  /* bytes one rank sends per optimizer step */
   uint64_t sent_inter[COLL_NKIND];  /* the part of them sent over communicators that span shard groups
@@ -352,6 +355,9 @@ int64_t plan_root_part_max(const plan_t *p);
 static inline int64_t plan_lora_held(const plan_t *p) {
   return p->lora.sharded ? (int64_t)p->model.n_layer * p->lora.a_shard : p->lora.numel;
 }
+/* The adapters' own bytes per rank by category in P's layout (what plan_lora_memory added to
+ * P->mem) and in host memory (*HOST: offload = optimizer's 16·held, else 0). */
+void plan_lora_adapter_memory(const plan_t *p, uint64_t mem[MEM_NCAT], uint64_t *host);
 /* A block's adapters padded for W ranks (W = 1: block_numel). */
 int64_t plan_lora_padded(const plan_t *p, int W);
 /* Writer Q of W's L·Sa shard SHARD into the whole segment WHOLE (NA floats; padding dropped), and

@@ -229,30 +229,35 @@ int64_t plan_lora_padded(const plan_t *p, int W) {
   return W <= 1 ? n : (n + align - 1) / align * align;
 }
 
-/* The adapters' own bytes per rank, by category (MEM), and the checkpoint snapshot's (*SNAP), held
- * SHARDED or replicated (plan.h's plan_lora). */
-static void adapter_memory(const plan_t *p, int sharded, uint64_t mem[MEM_NCAT], uint64_t *snap) {
-  uint64_t e = p->device == DEVICE_CPU ? 4 : 2, L = (uint64_t)p->model.n_layer;
+/* The adapters' own bytes per rank, by category (MEM), in host memory (*HOST) and the checkpoint
+ * snapshot's (*SNAP), held SHARDED or replicated (plan.h's plan_lora). Their n held elements: fp32
+ * master 4·n and the compute form (CUDA: + 2·n bf16), gradient 4·n, AdamW 8·n; offload = optimizer
+ * moves the master and AdamW state to the host beside a staging copy of the gradient (16·n there)
+ * and leaves the device the compute form alone, e·n (the CPU: an fp32 copy). */
+static void adapter_memory(const plan_t *p, int sharded, uint64_t mem[MEM_NCAT], uint64_t *host, uint64_t *snap) {
+  uint64_t e = p->device == DEVICE_CPU ? 4 : 2, L = (uint64_t)p->model.n_layer, n = (uint64_t)p->lora.numel;
   memset(mem, 0, MEM_NCAT * sizeof *mem);
-  if (!sharded) {
-    uint64_t NA = (uint64_t)p->lora.numel;
-    mem[MEM_PARAM_SHARD] = 4 * NA + (e == 2 ? 2 * NA : 0);
-    mem[MEM_GRAD_SHARD] = 4 * NA;
-    mem[MEM_OPTIM_STATE] = 8 * NA;
-    *snap = 12 * NA;
-    return;
+  if (sharded) {
+    uint64_t W = (uint64_t)p->shard_world, Pa = (uint64_t)plan_lora_padded(p, (int)W), Sa = Pa / W;
+    uint64_t pf = (uint64_t)p->prefetch, slots = p->sharding == SHARD_GRAD_OP ? L : (1 + pf < L ? 1 + pf : L);
+    uint64_t scratch = W > 1 ? Sa : 0;   /* the ring reduce-scatter's receive scratch (comm_gloo.cc) */
+    n = L * Sa;   /* SA */
+    mem[MEM_GATHERED] = e * slots * Pa;
+    /* the reducer's buffers for units of Pa (reduce.h; the empty root holds none) */
+    mem[MEM_COMM] = p->reduce_dtype == DTYPE_FP32 ? 4 * (2 * Pa + scratch) : 4 * Pa + 2 * (2 * Pa) + 2 * (2 * Sa + scratch);
+    if (p->reduce_dtype == DTYPE_BF16 && p->sharding == SHARD_HYBRID) mem[MEM_COMM] += 2 * n;
   }
-  uint64_t W = (uint64_t)p->shard_world, Pa = (uint64_t)plan_lora_padded(p, (int)W), Sa = Pa / W, SA = L * Sa;
-  uint64_t pf = (uint64_t)p->prefetch, slots = p->sharding == SHARD_GRAD_OP ? L : (1 + pf < L ? 1 + pf : L);
-  uint64_t scratch = W > 1 ? Sa : 0;   /* the ring reduce-scatter's receive scratch (comm_gloo.cc) */
-  mem[MEM_PARAM_SHARD] = 4 * SA + (e == 2 ? 2 * SA : 0);   /* fp32 master, and (CUDA) the bf16 form gathered */
-  mem[MEM_GRAD_SHARD] = 4 * SA;
-  mem[MEM_OPTIM_STATE] = 8 * SA;
-  mem[MEM_GATHERED] = e * slots * Pa;
-  /* the reducer's buffers for units of Pa (reduce.h; the empty root holds none) */
-  mem[MEM_COMM] = p->reduce_dtype == DTYPE_FP32 ? 4 * (2 * Pa + scratch) : 4 * Pa + 2 * (2 * Pa) + 2 * (2 * Sa + scratch);
-  if (p->reduce_dtype == DTYPE_BF16 && p->sharding == SHARD_HYBRID) mem[MEM_COMM] += 2 * SA;
-  *snap = 12 * SA;
+  int off = p->offload == OFFLOAD_OPTIMIZER;
+  mem[MEM_PARAM_SHARD] = off ? e * n : 4 * n + (e == 2 ? 2 * n : 0);
+  mem[MEM_GRAD_SHARD] = 4 * n;
+  mem[MEM_OPTIM_STATE] = off ? 0 : 8 * n;
+  *host = off ? 16 * n : 0;
+  *snap = 12 * n;
+}
+
+void plan_lora_adapter_memory(const plan_t *p, uint64_t mem[MEM_NCAT], uint64_t *host) {
+  uint64_t snap;
+  adapter_memory(p, p->lora.sharded == 1, mem, host, &snap);
 }
 
 static uint64_t total_of(const uint64_t mem[MEM_NCAT]) {
@@ -282,19 +287,18 @@ void plan_lora_memory(plan_t *p) {
   p->mem[MEM_WORKSPACE] += e * (uint64_t)l->ws;
   if (p->device != DEVICE_CPU) p->mem[MEM_WORKSPACE] += 16 * (uint64_t)p->model.n_layer;   /* CUDA: AdamW's decay table */
   /* auto: sharded where it holds less per rank (ties: replicated, which sends less) */
-  uint64_t rep[MEM_NCAT], shd[MEM_NCAT], rsnap, ssnap;
-  adapter_memory(p, 0, rep, &rsnap);
-  adapter_memory(p, 1, shd, &ssnap);
+  uint64_t rep[MEM_NCAT], shd[MEM_NCAT], rhost, shost, rsnap, ssnap;
+  adapter_memory(p, 0, rep, &rhost, &rsnap);
+  adapter_memory(p, 1, shd, &shost, &ssnap);
   if (l->sharded < 0) l->sharded = p->sharding != SHARD_NONE && total_of(shd) < total_of(rep);
   l->a_padded = l->sharded ? plan_lora_padded(p, p->shard_world) : l->block_numel;
   l->a_shard = l->sharded ? l->a_padded / p->shard_world : l->block_numel;
   for (int c = 0; c < MEM_NCAT; c++) p->mem[c] += l->sharded ? shd[c] : rep[c];
   p->mem_total = total_of(p->mem);
-  if (p->snapshot_bytes) {   /* [checkpoint] async: a writer snapshots the adapters and their AdamW state only */
-    p->host_bytes -= p->snapshot_bytes;
-    p->snapshot_bytes = l->sharded ? ssnap : rsnap;
-    p->host_bytes += p->snapshot_bytes;
-  }
+  /* host memory: the adapters' offloaded state (the frozen base has none to offload) and, with
+   * [checkpoint] async, a writer's snapshot of the adapters and their AdamW state only */
+  if (p->snapshot_bytes) p->snapshot_bytes = l->sharded ? ssnap : rsnap;
+  p->host_bytes = (l->sharded ? shost : rhost) + p->snapshot_bytes;
   plan_lora_sent(p, p->sharding, p->sent_bytes);
   if (p->sharding == SHARD_HYBRID) {   /* across the groups: the step's scalars and the adapters' all-reduces */
     p->sent_inter[COLL_REDUCESCATTER] = 0;

@@ -101,7 +101,8 @@ static fsdp_status alloc_state(runtime_t *rt) {
   device_t *dev = rt->dev;
   int nu = p->nunits, G = rt->spec->grad_accum, bf16_params = p->param_dtype == DTYPE_BF16;
   int64_t S = p->shard_total, BTG = (int64_t)p->batch_size * p->model.seq_len * G;
-  rt->offload = rt->spec->offload == OFFLOAD_OPTIMIZER;
+  /* [lora]: the frozen base has no optimizer state; offload moves the adapters' (lora_new) */
+  rt->offload = rt->spec->offload == OFFLOAD_OPTIMIZER && !p->lora.rank;
   if (rt->offload) {   /* pinned host memory, outside the device's categories: the plan's host_bytes */
     ALLOC(rt->param, dev->op->alloc_host(dev, (size_t)S * 4));
     ALLOC(rt->m, dev->op->alloc_host(dev, (size_t)S * 4));
@@ -171,7 +172,7 @@ static fsdp_status init_adapters(runtime_t *rt) {
   free(whole);
   fsdp_status rc2 = runtime_host_buffer_done(rt, l->param, bytes, hp, rc == FSDP_OK);
   if (rc == FSDP_OK) rc = rc2;
-  if (rc == FSDP_OK) lora_refresh(l);
+  if (rc == FSDP_OK) rc = lora_refresh(l);
   return rc;
 }
 
@@ -303,6 +304,7 @@ fail:
 }
 
 void runtime_test_drop_gather_wait(runtime_t *rt, int on) { unit_pool_test_drop_wait(rt->pool, on); }
+void runtime_test_keep_adapters(runtime_t *rt, int on) { rt->test_keep_adapters = on; }
 
 fsdp_status runtime_set_groups(runtime_t *rt, comm_t *group, comm_t *replica) {
   const plan_t *p = rt->p;
@@ -529,18 +531,31 @@ static fsdp_status step_scalars(runtime_t *rt, int ok) {
   return d->op->download(d, rt->scal_h, rt->scal, PLAN_STEP_SCALARS * sizeof(float));
 }
 
+/* [lora]: AdamW over the adapters only, the segment (replicated) or this rank's shard: on the device,
+ * or with offload on the host (their gradient down, their compute form back up; *HOST_US: its
+ * time), as the base's shard below. */
+static fsdp_status adapters_update(runtime_t *rt, int step, double lr, float clip, uint64_t *host_us) {
+  lora_ctx *l = rt->lora;
+  device_t *d = rt->dev;
+  if (!l->offload) {
+    d->kern->adamw(d, l->opt, l->rank, l->param, l->grad, l->m, l->v, NULL, step, lr, &rt->optim, clip);
+    return lora_refresh(l);
+  }
+  uint64_t t1 = monotime_us();
+  TRY(d->op->download(d, l->hgrad, l->grad, (size_t)l->n * sizeof(float)));
+  optim_adamw_shard(l->opt, l->rank, l->param, l->hgrad, l->m, l->v, step, lr, &rt->optim, clip);
+  if (!rt->test_keep_adapters) TRY(lora_refresh(l));
+  *host_us = monotime_us() - t1;
+  return FSDP_OK;
+}
+
 /* AdamW on the local shard with learning rate LR and clipping factor CLIP: on the device, or with
  * offload on the host (the gradient shard down, the gathered form back up; *HOST_US: its time). */
 static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float clip, uint64_t *host_us) {
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
   *host_us = 0;
-  if (rt->lora) {   /* the adapters only: the same AdamW over the segment (replicated) or this rank's shard */
-    lora_ctx *l = rt->lora;
-    d->kern->adamw(d, l->opt, l->rank, l->param, l->grad, l->m, l->v, NULL, step, lr, &rt->optim, clip);
-    lora_refresh(l);
-    return FSDP_OK;
-  }
+  if (rt->lora) return adapters_update(rt, step, lr, clip, host_us);
   if (!rt->offload) {
     d->kern->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, &rt->optim, clip);
     return FSDP_OK;

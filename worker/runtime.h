@@ -86,6 +86,10 @@ void runtime_set_trace(runtime_t *rt, trace_t *t);
 /* Tests only: skip the device wait between a block's gather and the compute that reads it, so
  * that a test can show the asynchronous devices catch a missing wait. */
 void runtime_test_drop_gather_wait(runtime_t *rt, int on);
+/* Tests only: [lora] with offload = optimizer, the host's AdamW update not copied back up into the
+ * adapters' compute form (the device keeps computing with the old adapters), so that a test can
+ * show its comparison catches a lost upload. */
+void runtime_test_keep_adapters(runtime_t *rt, int on);
 /* This rank's fp32 parameter shard (plan->shard_total floats, device memory), for tests; NULL for a
  * [lora] job's frozen bf16 base, which has none. */
 const float *runtime_param_shard(const runtime_t *rt);

@@ -17,10 +17,12 @@
 
 /* ---- host views of device memory ---- */
 
-/* With offload the master and AdamW state are host memory already. */
+/* With offload the master and AdamW state are host memory already (the base's, or [lora]'s adapters'). */
 static int on_host(const runtime_t *rt, const void *ptr) {
+  const lora_ctx *l = rt->lora;
   return rt->dev->host_accessible ||
-         (rt->offload && (ptr == rt->param || ptr == rt->m || ptr == rt->v));
+         (rt->offload && (ptr == rt->param || ptr == rt->m || ptr == rt->v)) ||
+         (l && l->offload && (ptr == l->param || ptr == l->m || ptr == l->v));
 }
 
 fsdp_status runtime_host_view(runtime_t *rt, const void *dptr, size_t bytes, void **view) {
@@ -208,11 +210,14 @@ static fsdp_status gather_adapters(runtime_t *rt, float *whole) {
   device_t *d = rt->dev;
   int W = rt->p->shard_world;
   size_t n = (size_t)l->n;
-  float *all = d->op->alloc(d, MEM_WORKSPACE, (size_t)W * n * sizeof(float));
+  /* offload: the master is host memory, which the comm does not read; gathered from a device copy */
+  float *all = d->op->alloc(d, MEM_WORKSPACE, (size_t)(W + (l->offload ? 1 : 0)) * n * sizeof(float));
   if (!all) return FSDP_ERR_NOMEM;
+  float *src = l->offload ? all + (size_t)W * n : l->param;
   void *view = NULL;
   fsdp_status rc = d->op->sync(d);
-  if (rc == FSDP_OK) rc = comm_allgather(rt->gcomm, l->param, all, n, COMM_F32, NULL);
+  if (rc == FSDP_OK && l->offload) rc = d->op->upload(d, src, l->param, n * sizeof(float));
+  if (rc == FSDP_OK) rc = comm_allgather(rt->gcomm, src, all, n, COMM_F32, NULL);
   if (rc == FSDP_OK) rc = runtime_host_view(rt, all, (size_t)W * n * sizeof(float), &view);
   for (int q = 0; rc == FSDP_OK && q < W; q++) plan_lora_scatter(rt->p, W, q, (const float *)view + (size_t)q * n, whole);
   if (view) runtime_host_view_done(rt, view);
@@ -484,7 +489,7 @@ static fsdp_status restore_adapters(runtime_t *rt, const char *dir, const ckpt_i
     fsdp_status wrc = runtime_host_buffer_done(rt, dst[i], bytes, h[i], loaded);
     if (rc == FSDP_OK) rc = wrc;
   }
-  if (rc == FSDP_OK) lora_refresh(l);
+  if (rc == FSDP_OK) rc = lora_refresh(l);
   return rc;
 }
 

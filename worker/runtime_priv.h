@@ -32,7 +32,8 @@ struct runtime {
   uint8_t *nf4;
   /* offload = optimizer: param, m and v are in host memory, AdamW runs on the host over them, and
    * the device keeps what the gathers read: lp (bf16) or dparam (an fp32 copy); hgrad stages the
-   * gradient shard on the host (and the bf16 copy on its way to the device) */
+   * gradient shard on the host (and the bf16 copy on its way to the device). [lora]: 0, the base
+   * has no optimizer state; the adapters' offload is lora->offload (lora.h) */
   int offload;
   float *dparam, *hgrad;
   model_acts *acts;
@@ -67,6 +68,7 @@ struct runtime {
   unit_pool *apool;
   fsdp_unit *aunit;
   reducer *ared;
+  int test_keep_adapters;        /* runtime_test_keep_adapters: offload's update not brought up (a planted fault) */
 
   trace_t *trace;                /* spans (runtime_set_trace); NULL: none */
 

@@ -181,6 +181,23 @@ usage_err "does not divide world_size = 4" plan "$TMP/hybrid.ini" --shard-group 
 usage_err "is full sharding" plan "$TMP/hybrid.ini" --shard-group 4
 usage_err "applies to sharding = hybrid" plan "$SRC/examples/tiny.ini" --shard-group 2
 bad hybrid_nodiv.ini 6 "shard_group = 4 does not divide world_size = 6" "${T}[fsdp]\nworld_size = 6\nsharding = hybrid\nshard_group = 4\n"
+# [lora] with offload = optimizer: the adapters' master and AdamW state leave the device for the host
+# (16 bytes an element held: master, m, v, gradient staging); the frozen base stays
+sed 's/^\[fsdp\]$/[fsdp]\noffload = optimizer/' "$SRC/examples/llama-70b-qlora.ini" >"$TMP/qlora_off.ini"
+run 0 plan "$TMP/qlora_off.ini" && grep -q "optim_state .*0: the adapters' AdamW m and v are on the host" "$TMP/out" &&
+  grep -q "^  host .*the adapters' fp32 master, AdamW m and v, gradient staging: 16·SA" "$TMP/out" && ok ||
+  fail "qlora_off.ini: the plan does not say the adapters' state is on the host: $(cat "$TMP/out" "$TMP/err")"
+run 0 plan "$SRC/examples/llama-70b-qlora.ini" --json && cp "$TMP/out" "$TMP/qlora.json" &&
+  run 0 plan "$TMP/qlora_off.ini" --json && python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+n = b["lora"]["adapter_elements_held"]
+assert a["host_bytes"] == 0 and a["lora"]["adapter_host_bytes"] == 0 and a["lora"]["adamw_bytes"] == 8 * n, a["lora"]
+assert b["offload"] == "optimizer" and b["host_bytes"] == b["lora"]["adapter_host_bytes"] == 16 * n, b["lora"]
+assert b["lora"]["adamw_bytes"] == 0 and b["memory"]["optim_state"] == 0, b["memory"]
+assert b["memory"]["param_shard"] == a["memory"]["param_shard"] - 4 * n, (a["memory"], b["memory"])
+assert b["lora"]["base_bytes"] == a["lora"]["base_bytes"], b["lora"]
+' "$TMP/qlora.json" "$TMP/out" && ok || fail "qlora_off.ini --json: the adapters' host bytes"
 run 1 plan "$TMP/does-not-exist.ini" && grep -q "cannot read the job file" "$TMP/err" && ok || fail "a missing job file: status 1"
 usage_err "no job file" plan
 usage_err "--device-memory" plan "$SRC/examples/tiny.ini" --device-memory 80XB

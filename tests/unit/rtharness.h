@@ -61,6 +61,7 @@ typedef struct result {
   int failed_step, fail_status;     /* failed_step −1: every step ran */
   double fail_after_s;
   int eval_unresolved;              /* spans: span boundaries runtime_eval left unresolved (below) */
+  uint64_t host_alloc;              /* bytes the runtime asked the device's alloc_host for (offload's host memory) */
 } result;
 
 typedef struct config {
@@ -82,6 +83,8 @@ typedef struct config {
   int lora;                         /* > 0: [lora] rank = lora on every projection (Llama), the base frozen;
                                        no shard is written (a bf16 base has no fp32 one) */
   adapters_kind adapters;           /* [lora] adapters (0: auto) */
+  char adapter_dir[128];            /* with lora: the trained adapters written there (runtime_save_adapters) */
+  int keep_adapters;                /* a planted fault: runtime_test_keep_adapters (offload's update not brought up) */
   int nf4;                          /* with lora: RT_LLAMA at widths of 64 and [lora] base_dtype = nf4
                                        (param_dtype bf16); 2: the same widths, base_dtype = bf16 */
   char ckdir[128];
@@ -105,6 +108,22 @@ static fsdp_status span_sync(device_t *d) {
 static void span_timers(device_t *d, uint64_t us[DEV_NTIMER]) {
   g_span_pending = 0;
   g_span_inner->timers(d, us);
+}
+
+/* Every rank's device counts the bytes asked of its alloc_host (result.host_alloc). */
+static dev_ops g_host_ops;
+static const dev_ops *g_host_inner;
+static uint64_t g_host_alloc;
+static void *host_count_alloc(device_t *d, size_t bytes) {
+  g_host_alloc += bytes;
+  return g_host_inner->alloc_host(d, bytes);
+}
+static fsdp_status count_host(device_t *dev) {
+  g_host_inner = dev->op;
+  g_host_ops = *dev->op;
+  g_host_ops.alloc_host = host_count_alloc;
+  dev->op = &g_host_ops;
+  return FSDP_OK;
 }
 
 /* The CPU device every rank runs on: FSDP_CPU_DEVICE (ctest runs the tests as sync and strict). */
@@ -178,13 +197,14 @@ static int child(int rank, int world, const char *dir, void *arg) {
   if (plan_build(&spec, c->world, &plan) != FSDP_OK ||
       comm_new_gloo(rank, c->world, store, NULL, "t/", spec.timeout_s, &comm) != FSDP_OK ||
       dev_new_cpu(c->drop_wait ? DEV_CPU_STRICT : g_mode, &dev) != FSDP_OK ||
-      runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK ||
+      count_host(dev) != FSDP_OK || runtime_new(&spec, plan, rank, comm, dev, &rt) != FSDP_OK ||
       (c->group && (comm_hybrid_open(comm, &ha, &gcomm, &rcomm) != FSDP_OK ||
                     runtime_set_groups(rt, gcomm, rcomm) != FSDP_OK))) {
     fprintf(stderr, "rank %d setup: %s\n", rank, fsdp_last_error());
     _exit(3);
   }
   if (c->drop_wait) runtime_test_drop_gather_wait(rt, 1);
+  if (c->keep_adapters) runtime_test_keep_adapters(rt, 1);
   trace_t *tr = NULL;
   if (c->spans) {
     if (trace_new(&tr) != FSDP_OK) _exit(3);
@@ -229,6 +249,11 @@ static int child(int rank, int world, const char *dir, void *arg) {
     _exit(6);
   }
   res.eval_unresolved = g_span_pending;
+  res.host_alloc = g_host_alloc;
+  if (c->adapter_dir[0] && res.failed_step < 0 && runtime_save_adapters(rt, c->adapter_dir) != FSDP_OK) {
+    fprintf(stderr, "rank %d save adapters: %s\n", rank, fsdp_last_error());
+    _exit(6);
+  }
   snprintf(path, sizeof path, "%s/result-%d", dir, rank);
   if (write_all(path, &res, sizeof res)) _exit(4);
   snprintf(path, sizeof path, "%s/shard-%d", dir, rank);

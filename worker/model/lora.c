@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "safetensors.h"
 
 static void *dalloc(device_t *d, mem_category c, int64_t n, int esz) {
   return d->op->alloc(d, c, (size_t)n * (size_t)esz);
@@ -29,16 +30,26 @@ fsdp_status lora_new(const plan_t *p, int rank, device_t *d, lora_ctx **out) {
   if (rc == FSDP_OK && d->op->bind) rc = d->op->bind(d, l->opt, l->rank);   /* AdamW's table on the device (CUDA) */
   if (rc != FSDP_OK) goto out;
   rc = FSDP_ERR_NOMEM;   /* the allocator says what failed */
-  ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));
+  l->offload = p->offload == OFFLOAD_OPTIMIZER;
+  if (l->offload) {   /* host memory (zeroed), outside the device's categories: the plan's host_bytes */
+    size_t bytes = (size_t)l->n * 4;
+    ALLOC_OR_FAIL(l->param, d->op->alloc_host(d, bytes));
+    ALLOC_OR_FAIL(l->m, d->op->alloc_host(d, bytes));
+    ALLOC_OR_FAIL(l->v, d->op->alloc_host(d, bytes));
+    ALLOC_OR_FAIL(l->hgrad, d->op->alloc_host(d, bytes));
+    ALLOC_OR_FAIL(l->wact, dalloc(d, MEM_PARAM_SHARD, l->n, (int)e));
+  } else {
+    ALLOC_OR_FAIL(l->param, dalloc(d, MEM_PARAM_SHARD, l->n, 4));
+    ALLOC_OR_FAIL(l->m, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
+    ALLOC_OR_FAIL(l->v, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
+    if (e == 4) l->wact = l->param;
+    else ALLOC_OR_FAIL(l->wact, dalloc(d, MEM_PARAM_SHARD, l->n, (int)e));
+    d->op->zero(d, l->m, (size_t)l->n * 4);
+    d->op->zero(d, l->v, (size_t)l->n * 4);
+  }
   ALLOC_OR_FAIL(l->grad, dalloc(d, MEM_GRAD_SHARD, l->n, 4));
-  ALLOC_OR_FAIL(l->m, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
-  ALLOC_OR_FAIL(l->v, dalloc(d, MEM_OPTIM_STATE, l->n, 4));
-  if (e == 4) l->wact = l->param;
-  else ALLOC_OR_FAIL(l->wact, dalloc(d, MEM_PARAM_SHARD, l->n, (int)e));
   ALLOC_OR_FAIL(l->saved, dalloc(d, MEM_ACTIVATIONS, pl->saved, (int)e));
   ALLOC_OR_FAIL(l->dh, dalloc(d, MEM_WORKSPACE, BT * pl->rank, (int)e));
-  d->op->zero(d, l->m, (size_t)l->n * 4);
-  d->op->zero(d, l->v, (size_t)l->n * 4);
   *out = l;
   return FSDP_OK;
 fail:
@@ -52,10 +63,17 @@ void lora_destroy(lora_ctx **pl) {
   if (!l) return;
   device_t *d = l->d;
   if (l->wact != l->param) d->op->free(d, l->wact);
-  d->op->free(d, l->param);
+  if (l->offload) {
+    d->op->free_host(d, l->param);
+    d->op->free_host(d, l->m);
+    d->op->free_host(d, l->v);
+    d->op->free_host(d, l->hgrad);
+  } else {
+    d->op->free(d, l->param);
+    d->op->free(d, l->m);
+    d->op->free(d, l->v);
+  }
   d->op->free(d, l->grad);
-  d->op->free(d, l->m);
-  d->op->free(d, l->v);
   d->op->free(d, l->saved);
   d->op->free(d, l->dh);
   plan_destroy(&l->opt);
@@ -77,8 +95,17 @@ void lora_init_values(const plan_t *p, uint64_t seed, float *host) {
     }
 }
 
-void lora_refresh(lora_ctx *l) {
-  if (l && l->wact != l->param) l->d->kern->to_act(l->d, l->wact, l->param, DTYPE_FP32, l->n);
+fsdp_status lora_refresh(lora_ctx *l) {
+  if (!l) return FSDP_OK;
+  device_t *d = l->d;
+  if (l->offload) {   /* from the host master: copied, or rounded to bf16 on the host (staged in hgrad) */
+    if (d->act_bytes == 4) return d->op->upload(d, l->wact, l->param, (size_t)l->n * sizeof(float));
+    uint16_t *h = (uint16_t *)l->hgrad;
+    for (int64_t i = 0; i < l->n; i++) h[i] = st_f32_to_bf16(l->param[i]);
+    return d->op->upload(d, l->wact, h, (size_t)l->n * sizeof(uint16_t));
+  }
+  if (l->wact != l->param) d->kern->to_act(d, l->wact, l->param, DTYPE_FP32, l->n);
+  return FSDP_OK;
 }
 
 void lora_set_block(lora_ctx *l, const void *w, float *g) {
