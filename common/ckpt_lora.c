@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_priv.h"
+#include "ckpt_rankfile.h"
 #include "fsutil.h"
 #include "nf4.h"
 #include "peft.h"
@@ -217,16 +217,16 @@ fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p
   float *dst[CKPT_NSEC] = {param, m, v};
   for (int q = 0; q < ci->world && rc == FSDP_OK; q++) {
     rank_file f = {.fd = -1};
-    rc = ckpt_open_rank(dir, ci, seg, q, &f);
+    rc = ckpt_rankfile_open(dir, ci, seg, q, &f);
     for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) {
-      rc = ckpt_read_section(&f, s, shard ? shard : dst[s]);
+      rc = ckpt_rankfile_read_section(&f, s, shard ? shard : dst[s]);
       if (rc == FSDP_OK && shard) plan_lora_scatter(p, ci->world, q, shard, dst[s]);
     }
     if (rc == FSDP_OK && opt_step && q == 0) *opt_step = f.opt_step;
     if (rc == FSDP_OK && opt_step && f.opt_step != *opt_step)
       rc = fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint in %s (step %d): its files disagree on the optimizer's "
                           "step (%lld, %lld)", dir, ci->step, (long long)*opt_step, (long long)f.opt_step);
-    ckpt_close_rank(&f);
+    ckpt_rankfile_close(&f);
   }
   free(shard);
   plan_destroy(&seg);
