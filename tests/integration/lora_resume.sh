@@ -12,7 +12,12 @@
 #  - the checkpoint holds the adapters and their AdamW state only: one file (replicated: 3 × 4 bytes ×
 #    numel and the header) or one per rank (sharded: 3 × 4 bytes × L·Sa each), and its manifest the
 #    [lora] settings and the base's path and hash.
-# Refusals at resume, one line: the base changed (one weight + 1e-3), another [lora] rank, a full job
+# QLoRA ([lora] base_dtype = nf4, a Llama of widths 64): 5 steps on 2 ranks, adapters sharded, resumed on
+# 2 ranks bit for bit the straight run; on 1 rank the loaded adapters bit for bit the saved ones and steps
+# 6..10 to 1e-6; the sharded checkpoint resumed replicated and a replicated one resumed sharded to 1e-6;
+# the dequantized base the workers hold (--save) bit for bit the same on 1, 2 and 3 ranks.
+# Refusals at resume, one line and before any step: the base changed (one weight + 1e-3), another
+# [lora] rank, alpha or targets, a QLoRA checkpoint over an unquantized base and the reverse, a full job
 # on a LoRA checkpoint. Every part runs; the failures are listed at the end.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
