@@ -195,11 +195,12 @@ fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *
                           ci->step, ci->lora.rank, ci->lora.alpha, ci->lora.targets, l->rank, l->alpha, want);
   /* the adapters fit the base as the job computed with it: NF4's dequantization is not the base */
   if (ci->lora.nf4 != l->nf4)
-    return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters trained over the base %s; "
-                          "this job's base is %s ([lora] base_dtype = %s); allowed: base_dtype = %s, as the checkpoint's",
-                          dir, ci->step, ci->lora.nf4 ? "quantized to NF4 ([lora] base_dtype = nf4, QLoRA)" :
-                          "unquantized (bf16 or fp32)", l->nf4 ? "quantized to NF4" : "unquantized",
-                          l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype), ci->lora.nf4 ? "nf4" : "bf16 or fp32");
+    return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters trained over %s; this job's "
+                          "base is %s ([lora] base_dtype = %s); allowed: base_dtype = %s, as the checkpoint's", dir,
+                          ci->step, ci->lora.nf4 ? "their base quantized to NF4 (QLoRA, [lora] base_dtype = nf4)" :
+                          "an unquantized base (bf16 or fp32)", l->nf4 ? "quantized to NF4" : "unquantized",
+                          l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
+                          ci->lora.nf4 ? "nf4" : "auto, bf16 or fp32");
   if (base && strcmp(base->hash, ci->base.hash))
     return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters of the base %s (hash %s), but "
                           "this job's base %s hashes to %s: it changed or is another model; allowed: the base the "

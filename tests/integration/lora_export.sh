@@ -132,7 +132,7 @@ refuse "--merge over a random base" "trained over a random base (init = random, 
 [ ! -e m-rnd ] || part_fail "the refused --merge left m-rnd behind"
 # base_model_name_or_path: the model folder, which AutoPeftModelForCausalLM loads the base from; null (peft's
 # own for a base without a name) for a random base, never a name no from_pretrained can load
-"$TPY" - peft-rnd peft-gpt2 "$tmp/gpt2" <<'PY' 2> peft.err || part_fail "the PEFT exports' base_model_name_or_path: $(tail -3 peft.err)"
+"$TPY" - peft-rnd peft-gpt2 "$tmp/gpt2" <<'PY' 2> peft.err ||
 import json, sys
 from peft import AutoPeftModelForCausalLM, PeftConfig
 rnd, folder, src = sys.argv[1:]
@@ -142,6 +142,7 @@ assert PeftConfig.from_pretrained(folder).base_model_name_or_path == src, PeftCo
 AutoPeftModelForCausalLM.from_pretrained(folder)
 print(f"the random base's PEFT export names no base (null); {folder}'s names {src}, which AutoPeftModelForCausalLM loads")
 PY
+  part_fail "the PEFT exports' base_model_name_or_path: $(tail -3 peft.err)"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "${#failed[@]} part(s) failed:"

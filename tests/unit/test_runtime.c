@@ -494,7 +494,8 @@ static void test_lora_bf16_reduce(void) {
   int ctl = lora_reduce_within(&res[0][0], &res[2][0], &wc);
   printf("lora sharded, reduce bf16 vs fp32: reduce-scatter %llu B vs %llu B (= plan); step-1 loss %s, gnorm %.7f vs "
          "%.7f; steps 2..%d at most %.2g of the bound; the 4 x lr control %.2g of it (%s)\n",
-         (unsigned long long)rs16, (unsigned long long)rs32, res[0][0].loss[1] == res[1][0].loss[1] ? "equal" : "DIFFERS",
+         (unsigned long long)rs16, (unsigned long long)rs32,
+         res[0][0].loss[1] == res[1][0].loss[1] ? "equal" : "DIFFERS",
          res[1][0].gnorm[1], res[0][0].gnorm[1], STEPS, w, wc, ctl ? "PASSES: the bound is too loose" : "fails it");
   CHECK(ok);
   CHECK(!ctl);
