@@ -220,12 +220,17 @@ static fsdp_status export_lora(const char *dir, const ckpt_info *ci, const expor
     ad = malloc(3 * na * sizeof *ad);
     rc = ad ? ckpt_lora_load(dir, ci, p, ad, ad + na, ad + 2 * na, NULL)
             : fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the adapters");
-    /* the base folder the adapters go with (base_model_name_or_path): the source, else the weights' file */
-    if (rc == FSDP_OK) rc = peft_save(p, ad, a->out, ci->source[0] ? ci->source : ci->base.init);
+    /* the base folder the adapters go with (base_model_name_or_path): the model folder it came from, else
+     * none (null): a random base, or a weights file alone, is no path from_pretrained loads */
+    if (rc == FSDP_OK) rc = peft_save(p, ad, a->out, ci->source);
+    char base[JOBSPEC_PATH_MAX + 96];
+    if (ci->source[0]) snprintf(base, sizeof base, "base %s", ci->source);
+    else if (!strcmp(ci->base.init, "random"))
+      snprintf(base, sizeof base, "no base folder (init = random, seed %llu)", (unsigned long long)ci->base.seed);
+    else snprintf(base, sizeof base, "no base folder (the weights file %s)", ci->base.init);
     if (rc == FSDP_OK)
-      printf("wrote %s: the PEFT adapter of step %d (rank %d, alpha %g on %s), %lld adapter parameters, base %s\n",
-             a->out, ci->step, ci->lora.rank, ci->lora.alpha, ci->lora.targets, (long long)p->lora.numel,
-             ci->source[0] ? ci->source : ci->base.init);
+      printf("wrote %s: the PEFT adapter of step %d (rank %d, alpha %g on %s), %lld adapter parameters, %s\n", a->out,
+             ci->step, ci->lora.rank, ci->lora.alpha, ci->lora.targets, (long long)p->lora.numel, base);
     goto out;
   }
   TRY_GOTO(ckpt_lora_merged(dir, ci, 1, &p, &whole), rc, out);

@@ -1,26 +1,11 @@
-/* ckpt — see ckpt.h. Rank file layout (little-endian, offsets in bytes):
- *
- *     0  magic "FSDPCKPT"          8
- *     8  u32 version               12  u32 header_bytes (H)
- *    16  u64 step                  24  u32 rank        28  u32 world
- *    32  u32 sharding (jobspec)    36  u32 shard_world
- *    40  i32 n_layer, n_head, n_embd, vocab_size, seq_len
- *    60  u32 nunits                64  u64 shard_total (floats)   72  u64 optimizer step count
- *    80  3 × {u64 offset, u64 length (bytes), u32 crc32c, u32 0}   (param, adamw_m, adamw_v)
- *   152  u64 padded[nunits]
- *  H-4   u32 crc32c of bytes [0, H-4)
- *  then the sections, each 4·shard_total bytes, each from a page (4096) boundary: the first at H
- *  rounded up to 4096, the next ones after the previous rounded up to 4096 (aligned and O_DIRECT
- *  writes; files written before this rounded the first to 64 and packed the others back to back,
- *  and readers take the offsets from the header).
- */
+/* ckpt — see ckpt.h: writing rank files (their format: ckpt_rankfile.c), finding and pruning
+ * checkpoints, verifying and loading a full job's shards through the plans. */
 #define _GNU_SOURCE   /* O_PATH */
 #include "ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <isa-l/crc.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -32,35 +17,12 @@
 
 #include "arch.h"
 #include "ckpt_priv.h"
+#include "ckpt_rankfile.h"
 #include "fsutil.h"
-
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
-
-#define HDR_FIXED 152
-#define MAX_UNITS 100000
-
-static const char *const sec_names[CKPT_NSEC] = {"param", "adamw_m", "adamw_v"};
-const char *ckpt_section_name(ckpt_section s) { return (unsigned)s < CKPT_NSEC ? sec_names[s] : "unknown"; }
-
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len) {
-  /* ISA-L's crc32_iscsi takes and returns the raw register (no final inversion) and an int length:
-   * standard CRC32C is ~crc32_iscsi(buf, len, ~crc). */
-  const unsigned char *p = buf;
-  uint32_t c = ~crc;
-  while (len > 0) {
-    int n = len > (1u << 30) ? 1 << 30 : (int)len;
-    c = crc32_iscsi((unsigned char *)p, n, c);
-    p += n;
-    len -= (size_t)n;
-  }
-  return ~c;
-}
 
 int ckpt_due(const jobspec_t *spec, int step) {
   return spec->ckpt_every > 0 && spec->ckpt_dir[0] && step > 0 && (step % spec->ckpt_every == 0 || step == spec->steps);
 }
-
-void ckpt_step_dir(const char *dir, int step, char *out, size_t cap) { snprintf(out, cap, "%s/step-%08d", dir, step); }
 
 fsdp_status ckpt_check_own_tree(const char *dir, int step) {
   int dfd, sfd;
@@ -72,66 +34,6 @@ fsdp_status ckpt_check_own_tree(const char *dir, int step) {
   close(dfd);
   return rc;
 }
-
-/* ---- small I/O helpers ---- */
-
-/* Read exactly N bytes at OFF; a short read is a truncated file. */
-static fsdp_status pread_full(int fd, void *buf, size_t n, off_t off, const char *path) {
-  char *p = buf;
-  while (n > 0) {
-    ssize_t r = pread(fd, p, n, off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return fsdp_set_error(FSDP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    if (r == 0)
-      return fsdp_set_error(FSDP_ERR_FORMAT, "%s is truncated (end of file at byte %lld); the checkpoint is corrupt",
-                            path, (long long)off);
-    p += r, n -= (size_t)r, off += r;
-  }
-  return FSDP_OK;
-}
-
-/* The checkpoint directory DIR (followed only through links no other user can have planted) and its
- * step directory (never through a link), created when CREATE. *DIRFD may be NULL. */
-fsdp_status ckpt_open_step_dir(const char *dir, int step, int create, int *dirfd, int *stepfd) {
-  char name[32], shown[PATH_MAX];
-  int dfd;
-  snprintf(name, sizeof name, "step-%08d", step);
-  ckpt_step_dir(dir, step, shown, sizeof shown);
-  TRY(fsutil_dir_open(AT_FDCWD, dir, create ? 0755 : 0, FSUTIL_TRUSTED_LINKS, &dfd));
-  fsdp_status rc = fsutil_dir_open(dfd, name, create ? 0755 : 0, FSUTIL_NO_LINKS, stepfd);
-  if (rc == FSDP_ERR_INVALID)   /* the walker names the component only */
-    rc = fsdp_set_error(rc, "%s is not a directory of this checkpoint (a link or another file); refusing it", shown);
-  if (rc == FSDP_OK && dirfd) *dirfd = dfd;
-  else close(dfd);
-  return rc;
-}
-
-/* Open file NAME of step STEP's directory for reading, through no link. */
-fsdp_status ckpt_open_in_step(const char *dir, int step, const char *name, int *fd, char *shown, size_t cap) {
-  int sfd;
-  char sdir[PATH_MAX];
-  ckpt_step_dir(dir, step, sdir, sizeof sdir);
-  snprintf(shown, cap, "%s/%s", sdir, name);
-  TRY(ckpt_open_step_dir(dir, step, 0, NULL, &sfd));
-  *fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  int e = errno;
-  close(sfd);
-  if (*fd >= 0) return FSDP_OK;
-  if (e == ELOOP) return fsdp_set_error(FSDP_ERR_INVALID, "%s is a symbolic link; refusing to read through it", shown);
-  return fsdp_set_error(e == ENOENT ? FSDP_ERR_NOTFOUND : FSDP_ERR_IO, "cannot open %s: %s", shown, strerror(e));
-}
-
-static void put32(uint8_t *b, size_t off, uint32_t v) { memcpy(b + off, &v, 4); }
-static void put64(uint8_t *b, size_t off, uint64_t v) { memcpy(b + off, &v, 8); }
-static uint32_t get32(const uint8_t *b, size_t off) { uint32_t v; memcpy(&v, b + off, 4); return v; }
-static uint64_t get64(const uint8_t *b, size_t off) { uint64_t v; memcpy(&v, b + off, 8); return v; }
-
-static size_t header_bytes(int nunits) { return HDR_FIXED + 8 * (size_t)nunits + 4; }
-#define PAGE 4096
-static uint64_t page_up(uint64_t x) { return (x + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
-static uint64_t data_start(size_t hb) { return page_up(hb); }
-/* Each section starts on a page: O_DIRECT writes need aligned offsets. */
-static uint64_t sec_stride(const plan_t *p) { return page_up((uint64_t)p->shard_total * sizeof(float)); }
 
 /* ---- writing ---- */
 
@@ -149,29 +51,6 @@ static fsdp_status pwrite_full(int fd, const void *buf, size_t n, off_t off, con
     p += w, n -= (size_t)w, off += w;
   }
   return FSDP_OK;
-}
-
-/* The header of RANK's file for plan P, without the sections' CRC32Cs (filled in by the caller). */
-static void fill_header(uint8_t *h, size_t hb, const plan_t *p, int rank, int step, int64_t opt_step, uint64_t off) {
-  uint64_t len = (uint64_t)p->shard_total * sizeof(float);
-  memcpy(h, CKPT_MAGIC, 8);
-  put32(h, 8, CKPT_VERSION);
-  put32(h, 12, (uint32_t)hb);
-  put64(h, 16, (uint64_t)step);
-  put32(h, 24, (uint32_t)rank);
-  put32(h, 28, (uint32_t)p->world);
-  put32(h, 32, (uint32_t)p->sharding);
-  put32(h, 36, (uint32_t)p->shard_world);
-  const int32_t mc[5] = {p->model.n_layer, p->model.n_head, p->model.n_embd, p->model.vocab_size, p->model.seq_len};
-  memcpy(h + 40, mc, sizeof mc);
-  put32(h, 60, (uint32_t)p->nunits);
-  put64(h, 64, (uint64_t)p->shard_total);
-  put64(h, 72, (uint64_t)opt_step);
-  for (int s = 0; s < CKPT_NSEC; s++) {
-    put64(h, 80 + 24 * (size_t)s, off + (uint64_t)s * sec_stride(p));
-    put64(h, 88 + 24 * (size_t)s, len);
-  }
-  for (int u = 0; u < p->nunits; u++) put64(h, HDR_FIXED + 8 * (size_t)u, (uint64_t)p->units[u].padded);
 }
 
 /* O_DIRECT on FD on or off; 0 on success. */
@@ -203,7 +82,7 @@ fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int st
   snprintf(name, sizeof name, "rank-%d.bin", rank);
   ckpt_test_pause("begin", step, rank);
   ckpt_writer *w = calloc(1, sizeof *w);
-  size_t hb = header_bytes(p->nunits);
+  size_t hb = ckpt_rankfile_header_bytes(p->nunits);
   uint8_t *h = calloc(1, hb);
   if (!w || !h) {
     free(w), free(h);
@@ -211,8 +90,8 @@ fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int st
   }
   *w = (ckpt_writer){.a = FSUTIL_ATOMIC_INIT, .sfd = -1, .h = h, .hb = hb, .sec = {(const uint8_t *)param,
                      (const uint8_t *)m, (const uint8_t *)v}, .len = (uint64_t)p->shard_total * sizeof(float),
-                     .off = data_start(hb), .direct = 1, .step = step, .rank = rank};
-  fill_header(h, hb, p, rank, step, opt_step, w->off);
+                     .off = ckpt_rankfile_page_up(hb), .direct = 1, .step = step, .rank = rank};
+  ckpt_rankfile_header(h, hb, p, rank, step, opt_step, w->off);
   fsdp_status rc = ckpt_open_step_dir(dir, step, 1, NULL, &w->sfd);
   if (rc == FSDP_OK) rc = fsutil_atomic_begin(w->sfd, sdir, name, 0644, &w->a);
   if (rc != FSDP_OK) {
@@ -229,10 +108,10 @@ fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int st
  * go through it. */
 static fsdp_status write_chunk(ckpt_writer *w) {
   const uint8_t *src = w->sec[w->s] + w->done;
-  off_t at = (off_t)(w->off + (uint64_t)w->s * page_up(w->len) + w->done);
+  off_t at = (off_t)(w->off + (uint64_t)w->s * ckpt_rankfile_page_up(w->len) + w->done);
   size_t n = w->len - w->done > CKPT_CHUNK ? CKPT_CHUNK : (size_t)(w->len - w->done);
   w->crc = ckpt_crc32c(w->crc, src, n);
-  int want = w->direct && (uintptr_t)src % PAGE == 0 && n % PAGE == 0;
+  int want = w->direct && (uintptr_t)src % CKPT_PAGE == 0 && n % CKPT_PAGE == 0;
   if (want != w->on && set_direct(w->a.fd, want) == 0) w->on = want;
   ssize_t got = w->on ? pwrite(w->a.fd, src, n, at) : -2;
   if (got == -1 && errno == EINVAL) {   /* the file system takes no direct I/O: the page cache from now on */
@@ -248,7 +127,7 @@ static fsdp_status write_chunk(ckpt_writer *w) {
 fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
   if (w->s < CKPT_NSEC && w->done < w->len) TRY(write_chunk(w));
   if (w->s < CKPT_NSEC && w->done >= w->len) {
-    put32(w->h, 96 + 24 * (size_t)w->s, w->crc);
+    ckpt_rankfile_set_crc(w->h, w->s, w->crc);
     if (w->s == 0) ckpt_test_pause("mid", w->step, w->rank);
     w->s++, w->done = 0, w->crc = 0;
   }
@@ -260,7 +139,7 @@ fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
 fsdp_status ckpt_writer_commit(ckpt_writer *w) {
   if (w->s < CKPT_NSEC) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint rank file committed before its sections");
   if (w->on && set_direct(w->a.fd, 0) == 0) w->on = 0;
-  put32(w->h, w->hb - 4, ckpt_crc32c(0, w->h, w->hb - 4));
+  ckpt_rankfile_seal(w->h, w->hb);
   TRY(pwrite_full(w->a.fd, w->h, w->hb, 0, w->a.shown));
   return fsutil_atomic_commit(&w->a);
 }
@@ -284,10 +163,6 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
   if (rc == FSDP_OK) rc = ckpt_writer_commit(w);
   ckpt_writer_free(&w);
   return rc;
-}
-
-uint64_t ckpt_rank_file_bytes(const plan_t *p) {
-  return data_start(header_bytes(p->nunits)) + (CKPT_NSEC - 1) * sec_stride(p) + (uint64_t)p->shard_total * sizeof(float);
 }
 
 /* ---- finding and pruning ---- */
@@ -443,120 +318,14 @@ fsdp_status ckpt_prune(const char *dir, int keep) {
 
 /* ---- reading rank files ---- */
 
-/* The shape (the header's five numbers) and, from the manifest, the architecture and Llama's keys. */
-static int shape_eq(const model_config *a, const model_config *b) {
-  return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
-         a->vocab_size == b->vocab_size && a->seq_len == b->seq_len;
-}
 /* The same architecture and, by its descriptor, the same settings beyond the shape. */
 static int model_eq(const model_config *a, const model_config *b) {
-  return shape_eq(a, b) && a->arch == b->arch && arch_same_model(a, b);
+  return ckpt_shape_eq(a, b) && a->arch == b->arch && arch_same_model(a, b);
 }
 
 /* The architecture's settings beyond the shape, for the message ("" when it has none). */
 static void model_desc(const model_config *m, char *buf, size_t n) {
   arch_describe(m, buf, n);
-}
-
-fsdp_status ckpt_open_rank(const char *dir, const ckpt_info *ci, const plan_t *old, int q, rank_file *f) {
-  char name[32];
-  snprintf(name, sizeof name, "rank-%d.bin", q);
-  fsdp_status orc = ckpt_open_in_step(dir, ci->step, name, &f->fd, f->path, sizeof f->path);
-  if (orc == FSDP_ERR_NOTFOUND) return fsdp_set_error(orc, "%s does not exist (the manifest lists it)", f->path);
-  TRY(orc);
-  uint8_t fixed[HDR_FIXED];
-  TRY(pread_full(f->fd, fixed, sizeof fixed, 0, f->path));
-  if (memcmp(fixed, CKPT_MAGIC, 8) != 0)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: bad magic (not an fsdpd checkpoint rank file)", f->path);
-  if (get32(fixed, 8) != CKPT_VERSION)
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: format version %u; this build reads version %d", f->path,
-                          get32(fixed, 8), CKPT_VERSION);
-  uint32_t nunits = get32(fixed, 60), hb = get32(fixed, 12);
-  if (nunits < 1 || nunits > MAX_UNITS || hb != header_bytes((int)nunits))
-    return fsdp_set_error(FSDP_ERR_FORMAT, "%s: header size %u does not fit %u units", f->path, hb, nunits);
-  uint8_t *h = malloc(hb);
-  if (!h) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a checkpoint header");
-  fsdp_status rc = pread_full(f->fd, h, hb, 0, f->path);
-  if (rc != FSDP_OK) goto out;
-  uint32_t want = get32(h, hb - 4), got = ckpt_crc32c(0, h, hb - 4);
-  if (want != got) {
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: header CRC32C mismatch (stored %08x, computed %08x): the file is corrupt",
-                        f->path, want, got);
-    goto out;
-  }
-  model_config mc;
-  int32_t mcv[5];
-  memcpy(mcv, h + 40, sizeof mcv);
-  mc = (model_config){.n_layer = mcv[0], .n_head = mcv[1], .n_embd = mcv[2], .vocab_size = mcv[3], .seq_len = mcv[4]};
-  if (get64(h, 16) != (uint64_t)ci->step || get32(h, 24) != (uint32_t)q || get32(h, 28) != (uint32_t)ci->world ||
-      get32(h, 32) != (uint32_t)ci->sharding || get32(h, 36) != (uint32_t)old->shard_world || !shape_eq(&mc, &ci->model) ||
-      nunits != (uint32_t)old->nunits || get64(h, 64) != (uint64_t)old->shard_total) {
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: header (step %llu, rank %u, world %u, sharding %u, %u units, shard_total "
-                        "%llu) disagrees with the manifest (step %d, rank %d, world %d, sharding %s, %d units, "
-                        "shard_total %lld)", f->path, (unsigned long long)get64(h, 16), get32(h, 24), get32(h, 28),
-                        get32(h, 32), nunits, (unsigned long long)get64(h, 64), ci->step, q, ci->world,
-                        jobspec_shard_mode_name(ci->sharding), old->nunits, (long long)old->shard_total);
-    goto out;
-  }
-  for (int u = 0; u < old->nunits; u++)
-    if (get64(h, HDR_FIXED + 8 * (size_t)u) != (uint64_t)old->units[u].padded) {
-      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: unit %d padded size %llu, the plan says %lld", f->path, u,
-                          (unsigned long long)get64(h, HDR_FIXED + 8 * (size_t)u), (long long)old->units[u].padded);
-      goto out;
-    }
-  f->opt_step = (int64_t)get64(h, 72);
-  uint64_t len = (uint64_t)old->shard_total * sizeof(float), end = 0;
-  for (int s = 0; s < CKPT_NSEC; s++) {
-    f->sec_off[s] = get64(h, 80 + 24 * (size_t)s);
-    f->sec_len[s] = get64(h, 88 + 24 * (size_t)s);
-    f->sec_crc[s] = get32(h, 96 + 24 * (size_t)s);
-    if (f->sec_len[s] != len || f->sec_off[s] < hb) {
-      rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: section %s has length %llu at %llu; expected %llu after the header",
-                          f->path, sec_names[s], (unsigned long long)f->sec_len[s], (unsigned long long)f->sec_off[s],
-                          (unsigned long long)len);
-      goto out;
-    }
-    if (f->sec_off[s] + len > end) end = f->sec_off[s] + len;
-  }
-  struct stat sb;
-  if (fstat(f->fd, &sb) != 0) {
-    rc = fsdp_set_error(FSDP_ERR_IO, "cannot stat %s: %s", f->path, strerror(errno));
-    goto out;
-  }
-  if ((uint64_t)sb.st_size != end)
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s is %s: %lld bytes, its header says %llu; the checkpoint is corrupt", f->path,
-                        (uint64_t)sb.st_size < end ? "truncated" : "too long", (long long)sb.st_size,
-                        (unsigned long long)end);
-out:
-  free(h);
-  return rc;
-}
-
-void ckpt_close_rank(rank_file *f) {
-  if (f->fd >= 0) close(f->fd);
-  f->fd = -1;
-}
-
-fsdp_status ckpt_read_section(rank_file *f, int s, void *buf) {
-  enum { CHUNK = 8 << 20 };
-  uint8_t *tmp = buf ? NULL : malloc(CHUNK);
-  if (!buf && !tmp) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate a read buffer");
-  uint32_t crc = 0;
-  fsdp_status rc = FSDP_OK;
-  for (uint64_t done = 0; done < f->sec_len[s];) {
-    size_t n = f->sec_len[s] - done > CHUNK ? CHUNK : (size_t)(f->sec_len[s] - done);
-    uint8_t *dst = buf ? (uint8_t *)buf + done : tmp;
-    TRY_GOTO(pread_full(f->fd, dst, n, (off_t)(f->sec_off[s] + done), f->path), rc, out);
-    crc = ckpt_crc32c(crc, dst, n);
-    done += n;
-  }
-  if (crc != f->sec_crc[s])
-    rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: section %s CRC32C mismatch (stored %08x, computed %08x): the checkpoint "
-                        "is corrupt; delete its step directory to resume from an older one", f->path, sec_names[s],
-                        f->sec_crc[s], crc);
-out:
-  free(tmp);
-  return rc;
 }
 
 /* The writer's plan: the manifest's model, world and sharding, everything else from SPEC. */
@@ -589,9 +358,9 @@ fsdp_status ckpt_verify(const char *dir, const ckpt_info *ci, int first, int str
   fsdp_status rc = FSDP_OK;
   for (int q = first; q < ci->world && rc == FSDP_OK; q += stride) {
     rank_file f = {.fd = -1};
-    rc = ckpt_open_rank(dir, ci, old, q, &f);
-    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = ckpt_read_section(&f, s, NULL);
-    ckpt_close_rank(&f);
+    rc = ckpt_rankfile_open(dir, ci, old, q, &f);
+    for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) rc = ckpt_rankfile_read_section(&f, s, NULL);
+    ckpt_rankfile_close(&f);
   }
   plan_destroy(&old);
   return rc;
@@ -645,8 +414,8 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
 
   if (ckpt_same_layout(ci, p)) {
     /* Same layout: this rank's own file, every section whole and CRC-checked. */
-    TRY_GOTO(ckpt_open_rank(dir, ci, old, rank, &files[rank]), rc, out);
-    for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(ckpt_read_section(&files[rank], s, dst[s]), rc, out);
+    TRY_GOTO(ckpt_rankfile_open(dir, ci, old, rank, &files[rank]), rc, out);
+    for (int s = 0; s < CKPT_NSEC; s++) TRY_GOTO(ckpt_rankfile_read_section(&files[rank], s, dst[s]), rc, out);
     ostep = files[rank].opt_step;
   } else {
     for (int s = 0; s < CKPT_NSEC; s++) memset(dst[s], 0, (size_t)p->shard_total * sizeof(float));
@@ -663,7 +432,7 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
         if (a >= b) continue;
         rank_file *f = &files[q];
         if (f->fd < 0) {
-          TRY_GOTO(ckpt_open_rank(dir, ci, old, q, f), rc, out);
+          TRY_GOTO(ckpt_rankfile_open(dir, ci, old, q, f), rc, out);
           if (ostep < 0) ostep = f->opt_step;
           if (f->opt_step != ostep) {
             rc = fsdp_set_error(FSDP_ERR_FORMAT, "%s: optimizer step %lld, other ranks' files say %lld", f->path,
@@ -673,8 +442,8 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
         }
         for (int s = 0; s < CKPT_NSEC; s++) {
           uint64_t off = f->sec_off[s] + (uint64_t)(ou->shard_base + (a - olo)) * sizeof(float);
-          TRY_GOTO(pread_full(f->fd, dst[s] + nu->shard_base + (a - lo), (size_t)(b - a) * sizeof(float), (off_t)off,
-                              f->path), rc, out);
+          TRY_GOTO(ckpt_rankfile_pread(f, dst[s] + nu->shard_base + (a - lo), (size_t)(b - a) * sizeof(float), off), rc,
+                   out);
         }
       }
     }
@@ -682,7 +451,7 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
   if (opt_step) *opt_step = ostep;
 out:
   if (files)
-    for (int q = 0; q < ci->world; q++) ckpt_close_rank(&files[q]);
+    for (int q = 0; q < ci->world; q++) ckpt_rankfile_close(&files[q]);
   free(files);
   plan_destroy(&old);
   return rc;

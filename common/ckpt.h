@@ -149,7 +149,8 @@ fsdp_status ckpt_load_shard(const char *dir, const ckpt_info *ci, const jobspec_
  * or was replaced, not a forgery. */
 fsdp_status ckpt_base_of(const jobspec_t *spec, ckpt_base *out);
 /* Whether the LoRA checkpoint CI can resume or serve a job of plan P over BASE: the same [lora]
- * (rank, alpha, targets) and base (its hash); one line otherwise. A full checkpoint and a LoRA job, or
+ * (rank, alpha, targets, and NF4 or not: base_dtype = nf4 against bf16 or fp32) and base (its hash);
+ * one line otherwise. A full checkpoint and a LoRA job, or
  * the reverse, are refused too. BASE may be NULL (only [lora] compared). */
 fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *p, const ckpt_base *base);
 /* Read the adapters (PARAM), their AdamW m and v (each p->lora.numel floats, whole) from the LoRA

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_priv.h"
+#include "ckpt_rankfile.h"
 #include "fsutil.h"
 #include "nf4.h"
 #include "peft.h"
@@ -193,6 +193,14 @@ fsdp_status ckpt_lora_check(const char *dir, const ckpt_info *ci, const plan_t *
     return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters of rank %d, alpha %g on %s; "
                           "this job's [lora] is rank %d, alpha %g on %s; allowed: the checkpoint's [lora]", dir,
                           ci->step, ci->lora.rank, ci->lora.alpha, ci->lora.targets, l->rank, l->alpha, want);
+  /* the adapters fit the base as the job computed with it: NF4's dequantization is not the base */
+  if (ci->lora.nf4 != l->nf4)
+    return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters trained over %s; this job's "
+                          "base is %s ([lora] base_dtype = %s); allowed: base_dtype = %s, as the checkpoint's", dir,
+                          ci->step, ci->lora.nf4 ? "their base quantized to NF4 (QLoRA, [lora] base_dtype = nf4)" :
+                          "an unquantized base (bf16 or fp32)", l->nf4 ? "quantized to NF4" : "unquantized",
+                          l->nf4 ? "nf4" : jobspec_dtype_kind_name(p->param_dtype),
+                          ci->lora.nf4 ? "nf4" : "auto, bf16 or fp32");
   if (base && strcmp(base->hash, ci->base.hash))
     return fsdp_set_error(FSDP_ERR_INVALID, "the checkpoint in %s (step %d) holds adapters of the base %s (hash %s), but "
                           "this job's base %s hashes to %s: it changed or is another model; allowed: the base the "
@@ -217,16 +225,16 @@ fsdp_status ckpt_lora_load(const char *dir, const ckpt_info *ci, const plan_t *p
   float *dst[CKPT_NSEC] = {param, m, v};
   for (int q = 0; q < ci->world && rc == FSDP_OK; q++) {
     rank_file f = {.fd = -1};
-    rc = ckpt_open_rank(dir, ci, seg, q, &f);
+    rc = ckpt_rankfile_open(dir, ci, seg, q, &f);
     for (int s = 0; s < CKPT_NSEC && rc == FSDP_OK; s++) {
-      rc = ckpt_read_section(&f, s, shard ? shard : dst[s]);
+      rc = ckpt_rankfile_read_section(&f, s, shard ? shard : dst[s]);
       if (rc == FSDP_OK && shard) plan_lora_scatter(p, ci->world, q, shard, dst[s]);
     }
     if (rc == FSDP_OK && opt_step && q == 0) *opt_step = f.opt_step;
     if (rc == FSDP_OK && opt_step && f.opt_step != *opt_step)
       rc = fsdp_set_error(FSDP_ERR_FORMAT, "the LoRA checkpoint in %s (step %d): its files disagree on the optimizer's "
                           "step (%lld, %lld)", dir, ci->step, (long long)*opt_step, (long long)f.opt_step);
-    ckpt_close_rank(&f);
+    ckpt_rankfile_close(&f);
   }
   free(shard);
   plan_destroy(&seg);

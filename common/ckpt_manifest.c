@@ -1,6 +1,6 @@
 /* ckpt_manifest — the manifest of a checkpoint step (see ckpt.h): written last, by rank 0, once every
  * rank file is complete and synced (a step without it does not exist), and read back with the model
- * identity and the data position a resume needs. Split from ckpt.c, which owns the rank files. */
+ * identity and the data position a resume needs. Split from ckpt.c, which writes the rank files. */
 #define _GNU_SOURCE
 #include "ckpt.h"
 
@@ -15,6 +15,7 @@
 
 #include "arch.h"
 #include "ckpt_priv.h"
+#include "ckpt_rankfile.h"
 #include "fsutil.h"
 
 fsdp_status ckpt_write_manifest(const char *dir, const plan_t *p, int step, uint64_t tokens) {

@@ -109,8 +109,11 @@ static json_t *config_json(const plan_t *p, const char *base) {
   const arch_desc *d = arch_get(p->model.arch);
   json_t *t = json_array();
   for (int j = 0; j < p->lora.nmods; j++) json_array_append_new(t, json_string(p->lora.mod[j].path));
-  return json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
-                   "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path", base, "r", p->lora.rank,
+  /* no folder (a random base, or one read from a weights file alone): null, as peft writes for a base
+   * without a name, never a path from_pretrained cannot load */
+  return json_pack("{s:s, s:s, s:o, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
+                   "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path",
+                   base && *base ? json_string(base) : json_null(), "r", p->lora.rank,
                    "lora_alpha", p->lora.alpha, "lora_dropout", 0.0, "target_modules", t, "bias", "none",
                    "fan_in_fan_out", !strcmp(d->layout, "Conv1D"), "inference_mode", 1, "init_lora_weights", 1,
                    "use_rslora", 0, "use_dora", 0, "rank_pattern", json_object(), "alpha_pattern", json_object());

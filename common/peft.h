@@ -18,7 +18,8 @@
  * "[lora] init_from", "--adapter"). With OUT (p->lora.numel floats) also read them. */
 fsdp_status peft_load(const plan_t *p, const char *dir, float *out, const char *who);
 /* Write ADAPTERS as a PEFT folder DIR (created, or an empty directory; all removed on failure);
- * BASE is the base model's folder ("" when none), adapter_config.json's base_model_name_or_path. */
+ * BASE is the base model's folder, adapter_config.json's base_model_name_or_path (null when BASE is ""
+ * or NULL: a base with no folder). */
 fsdp_status peft_save(const plan_t *p, const float *adapters, const char *dir, const char *base);
 
 /* SPEC's [lora] (rank, alpha, targets; dropout 0, which inference does not apply) from DIR's

@@ -9,7 +9,8 @@
 #    (the control: the adapters change the logits by far more);
 #  - --merge --dtype bf16 writes BF16 weights, the base's dtype (fp32) otherwise.
 # Refusals, one line: --merge of a full checkpoint, a LoRA checkpoint to one .safetensors file,
-# --adapter of another base's adapter, --merge of a LoRA job's over init = random (no base files).
+# --adapter of another base's adapter, --merge of a LoRA job's over init = random (no base files); the
+# PEFT export of that job names no base (base_model_name_or_path null), GPT-2's its folder.
 # Every part runs; the failures are listed at the end.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
@@ -129,6 +130,19 @@ FSDP_OUT=$tmp/out-rnd timeout 120 "$src/scripts/launch-standalone.sh" 2 rnd.ini 
 refuse "--merge over a random base" "trained over a random base (init = random, seed 7), which has no files" \
   "$CTL" export ck-rnd -o m-rnd --merge
 [ ! -e m-rnd ] || part_fail "the refused --merge left m-rnd behind"
+# base_model_name_or_path: the model folder, which AutoPeftModelForCausalLM loads the base from; null (peft's
+# own for a base without a name) for a random base, never a name no from_pretrained can load
+"$TPY" - peft-rnd peft-gpt2 "$tmp/gpt2" <<'PY' 2> peft.err ||
+import json, sys
+from peft import AutoPeftModelForCausalLM, PeftConfig
+rnd, folder, src = sys.argv[1:]
+assert json.load(open(f"{rnd}/adapter_config.json"))["base_model_name_or_path"] is None
+assert PeftConfig.from_pretrained(rnd).base_model_name_or_path is None
+assert PeftConfig.from_pretrained(folder).base_model_name_or_path == src, PeftConfig.from_pretrained(folder)
+AutoPeftModelForCausalLM.from_pretrained(folder)
+print(f"the random base's PEFT export names no base (null); {folder}'s names {src}, which AutoPeftModelForCausalLM loads")
+PY
+  part_fail "the PEFT exports' base_model_name_or_path: $(tail -3 peft.err)"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "${#failed[@]} part(s) failed:"

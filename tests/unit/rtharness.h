@@ -87,6 +87,7 @@ typedef struct config {
   int keep_adapters;                /* a planted fault: runtime_test_keep_adapters (offload's update not brought up) */
   int nf4;                          /* with lora: RT_LLAMA at widths of 64 and [lora] base_dtype = nf4
                                        (param_dtype bf16); 2: the same widths, base_dtype = bf16 */
+  double lr_scale;                  /* > 0: RT_JOB's lr and min_lr times it */
   char ckdir[128];
 } config;
 
@@ -155,6 +156,7 @@ static void make_spec(const config *c, jobspec_t *s) {
   if (c->offload) s->offload = OFFLOAD_OPTIMIZER;   /* jobspec refuses it on cpu; the runtime runs it */
   snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", c->ckdir);
   if (c->eval_batches) s->val_synthetic = 1, s->val_markov_seed = 13;
+  if (c->lr_scale > 0) s->lr *= c->lr_scale, s->min_lr *= c->lr_scale;
   if (c->lora) {
     s->lora.rank = c->lora;
     s->lora.alpha = 2.0 * c->lora;

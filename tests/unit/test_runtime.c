@@ -450,6 +450,60 @@ static void test_lora_frozen_base(void) {
   CHECK_NEAR(loss[0], loss[1], 0, 1e-2);
 }
 
+/* [lora] with the adapters sharded and reduce_dtype = bf16 against fp32 (2 ranks, full, an fp32 base so
+ * that the reduction is the one rounding apart): every peak and byte is the plan's, the adapters'
+ * reduce-scatter sends half the bytes (the plan's G·(W−1)·rb·L·Sa, rb = 2 against 4), and the training
+ * is fp32's within what bf16 reductions allow. Each rank's part of a gradient element is rounded to bf16
+ * (u = 2^-8) and so is their sum: |g' − g| ≤ 2u·(|g0| + |g1|) per element, so step 1's global norm (the
+ * same weights in both runs; the ranks' rows from one Markov chain, ‖gr‖ ≈ ‖g‖) is within 4u·‖g‖, and
+ * step 1's loss, computed before any reduction, is bit for bit. After it AdamW's update m/√v of each
+ * element is off by at most c·4u of itself (c ≤ 3 over 5 steps at β = 0.9, 0.95: m and √v move
+ * together), so to first order a loss is off by at most c·4u of the path the updates moved it:
+ * |L's − Ls| ≤ 12u·Σk<s |Lk+1 − Lk|. The control: fp32 with 4 × lr (every update 300% larger) fails it. */
+static int lora_reduce_within(const result *a, const result *b, double *worst) {
+  double u = 1.0 / 256, path = 0;
+  int ok = a->loss[1] == b->loss[1] && fabs(a->gnorm[1] - b->gnorm[1]) <= 4 * u * a->gnorm[1];
+  *worst = 0;
+  for (int s = 2; s <= STEPS; s++) {
+    path += fabs(a->loss[s] - a->loss[s - 1]);
+    double bound = 12 * u * path, d = fabs(a->loss[s] - b->loss[s]);
+    *worst = fmax(*worst, d / bound);
+    ok &= d <= bound;
+  }
+  return ok;
+}
+
+static void test_lora_bf16_reduce(void) {
+  result res[3][MAXW];
+  plan_t *p[2] = {NULL, NULL};
+  for (int k = 0; k < 3; k++) {   /* fp32, bf16, and the control: fp32 at 4 × lr */
+    config c = {.world = 2, .batch = 2, .accum = 1, .prefetch = 1, .sharding = SHARD_FULL, .die_rank = -1,
+                .timeout_s = 20, .param_dtype = DTYPE_FP32, .reduce_dtype = k == 1 ? DTYPE_BF16 : DTYPE_FP32,
+                .llama = 1, .lora = 4, .adapters = ADAPTERS_SHARDED, .lr_scale = k == 2 ? 4 : 0};
+    CHECK(run(&c, res[k], NULL, NULL) == 0);
+    if (k == 2) break;
+    if (!(p[k] = plan_of(&c))) goto out;
+    CHECK(p[k]->lora.sharded);
+    expect_plan(p[k], res[k], c.world);
+  }
+  uint64_t rs32 = res[0][0].sent[COLL_REDUCESCATTER], rs16 = res[1][0].sent[COLL_REDUCESCATTER];
+  CHECK(rs16 > 0);
+  CHECK_EQ_INT(rs32, 2 * rs16);
+  double w, wc;
+  int ok = lora_reduce_within(&res[0][0], &res[1][0], &w);
+  int ctl = lora_reduce_within(&res[0][0], &res[2][0], &wc);
+  printf("lora sharded, reduce bf16 vs fp32: reduce-scatter %llu B vs %llu B (= plan); step-1 loss %s, gnorm %.7f vs "
+         "%.7f; steps 2..%d at most %.2g of the bound; the 4 x lr control %.2g of it (%s)\n",
+         (unsigned long long)rs16, (unsigned long long)rs32,
+         res[0][0].loss[1] == res[1][0].loss[1] ? "equal" : "DIFFERS",
+         res[1][0].gnorm[1], res[0][0].gnorm[1], STEPS, w, wc, ctl ? "PASSES: the bound is too loose" : "fails it");
+  CHECK(ok);
+  CHECK(!ctl);
+out:
+  plan_destroy(&p[0]);
+  plan_destroy(&p[1]);
+}
+
 /* [lora] base_dtype = nf4: the blocks held, gathered and sent as NF4 bytes and dequantized into one
  * bf16 working unit; in every sharding the measured peaks per category and the bytes sent are the
  * plan's (nf4_memory, nf4_allgather), the gathers carry the blocks' NF4 bytes (nf4_padded, a quarter
@@ -603,6 +657,7 @@ int main(int argc, char **argv) {
     test_ackpt(1);
     test_volume_and_memory(1);
     test_lora_frozen_base();
+    test_lora_bf16_reduce();
   }
   if (all || !strcmp(part, "qlora")) {
     test_qlora();

@@ -3,6 +3,8 @@
 #   lora_io.py build DIR      DIR/gpt2, DIR/llama (save_pretrained), DIR/train.bin, and for each an adapter
 #                             folder DIR/init_M to start from (peft's LoRA on attention and MLP, B made
 #                             non-zero, so that the adapters change the logits from step 1)
+#   lora_io.py build DIR wide the same with every width a multiple of 64 (lora_peft.py's wide models, as
+#                             [lora] base_dtype = nf4 needs): DIR/gpt2_w, DIR/llama_w and their init_M
 #   lora_io.py perturb FILE   add 1e-3 to one weight of a model.safetensors in place (a base that changed)
 #   lora_io.py verify BASE PEFT MERGED PROMPT FSDPD.json...   the reference, PeftModel.from_pretrained(BASE,
 #                             PEFT)'s logits of the prompt's bytes, against fsdpd's (fsdpctl sample --logits) and
@@ -21,13 +23,15 @@ from lora_peft import ALPHA, R, TARGETS, model_of, tokens, write_tokens  # noqa:
 torch.set_num_threads(1)
 
 
-def build(d):
+def build(d, wide=False):
     write_tokens(f"{d}/train.bin", tokens(20 * 4 * 32 + 1))
     for name in ("gpt2", "llama"):
-        base = model_of(name)
+        base = model_of(name, wide)
+        if wide:
+            name += "_w"
         base.save_pretrained(f"{d}/{name}", safe_serialization=True)
-        cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[name],
-                         fan_in_fan_out=name == "gpt2", task_type="CAUSAL_LM")
+        cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS[name.removesuffix("_w")],
+                         fan_in_fan_out=name.startswith("gpt2"), task_type="CAUSAL_LM")
         pm = get_peft_model(copy.deepcopy(base), cfg)
         torch.manual_seed(11)
         with torch.no_grad():
@@ -73,7 +77,7 @@ def verify(base, peft, merged, prompt, *fsdpd):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "build":
-        build(sys.argv[2])
+        build(sys.argv[2], sys.argv[3:] == ["wide"])
     elif cmd == "perturb":
         perturb(sys.argv[2])
     else:
