@@ -266,6 +266,14 @@ extern "C" fsdp_status comm_gloo_new(int rank, int world, const char* store_dir,
     gloo::rendezvous::PrefixStore prefixed(pfx, *base);
     TimeoutStore timed(prefixed, g->timeout);
     g->ctx->connectFullMesh(timed, g->dev);
+    // connectFullMesh returns on the connecting side of a pair once its TCP connect is made, which
+    // the kernel completes before the peer has accepted it: a rank could leave the rendezvous, fail
+    // on its own (a bad data file) and close its sockets while its peer was still in
+    // connectFullMesh, which then failed with "Connection closed by peer" instead of reaching its
+    // own error. Nobody leaves this barrier before every rank has finished connecting.
+    gloo::BarrierOptions done(g->ctx);
+    done.setTimeout(g->timeout);
+    gloo::barrier(done);
   });
   if (st != FSDP_OK) {
     std::string msg = fsdp_last_error();
