@@ -33,23 +33,8 @@ for d in ("common", "daemon", "worker", "client", "proto"):
 for b in bad: print(b)
 sys.exit(1 if bad else 0)
 PY
-cat > "$S/job.ini" <<'JOB'
-[job]
-steps = 1
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-vocab_size = 64
-seq_len = 16
-[data]
-train = synthetic:markov:1
-batch_size = 1
-[fsdp]
-world_size = 2
-param_dtype = bf16
-timeout_s = 60
-JOB
+source "$(dirname "$0")/lib/job.sh"
+tiny_job "$S/job.ini" fsdp.param_dtype=bf16
 bad_knob() {  # bad_knob VAR=VALUE EXPECTED: rank 0 of 2 alone; no peer ever comes
   local rdv="$S/rdv-${1%%=*}"
   mkdir "$rdv"

@@ -17,24 +17,9 @@
 #   then rank 0 resumes. Both ranks must name the bad file.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh" "$1" "$2" gloo-rendezvous
-cat > "$S/job.ini" <<'JOB'
-[job]
-steps = 1
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-vocab_size = 64
-seq_len = 16
-[data]
-train = synthetic:markov:1
-batch_size = 1
-grad_accum = 1
-[fsdp]
-world_size = 2
-timeout_s = 30
-JOB
-sed 's/^train = .*/train = bad.bin/' "$S/job.ini" > "$S/bad.ini"
+source "$(dirname "$0")/lib/job.sh"
+tiny_job "$S/job.ini" fsdp.timeout_s=30
+tiny_job "$S/bad.ini" fsdp.timeout_s=30 data.train=bad.bin
 head -c 2048 /dev/urandom > "$S/bad.bin"
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python3 - "$BUILD/fsdp-worker" "$S" <<'PY' || fail "the rendezvous failed"
 import os, signal, socket, struct, subprocess, sys, time
