@@ -87,7 +87,7 @@ static int rank_main(int rank, const opts_t *o, const char *dir) {
   for (size_t i = 0; i < maxcount * (size_t)n; i++) big[i] = (float)(i % 251);
   for (size_t i = 0; i < maxcount; i++) small[i] = (float)(i % 13);
   if (rank == 0) {
-    printf("# bench_comm: gloo %s, world %d, fp32, TCP over loopback (127.0.0.1)\n", "0.5.0", n);
+    printf("# bench_comm: gloo %s, world %d, fp32, TCP over loopback\n", "0.5.0", n);
     printf("# time = median over %d iterations (after %d warm-up) of the slowest rank's time\n", o->iters, o->warmup);
     printf("# algbw = S/t with S the whole gathered size; busbw = algbw*(n-1)/n; GB/s = 1e9 bytes/s\n");
     printf("#%12s %12s  %24s  %24s\n", "", "", "all-gather", "reduce-scatter");

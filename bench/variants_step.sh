@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Step time of N = 2 CPU ranks (standalone workers, gloo over loopback, sharding full, prefetch 1)
-# in variants of one job:
+# Step time of N = 2 CPU ranks (standalone workers, gloo over loopback, sharding full, prefetch 1,
+# batch 2 and grad_accum 5 per rank: docs/performance.md's figures) in variants of one job:
 #   precision      parameters gathered in fp32 against bf16 (and bf16 reductions), on the
 #                  synchronous CPU device and on the asynchronous one (FSDP_CPU_DEVICE=async)
 #   checkpointing  activation_checkpointing none against full (the cost of recomputation)
@@ -42,6 +42,7 @@ seq_len = 128
 [data]
 train = synthetic:markov:1
 batch_size = 2
+grad_accum = 5
 [optim]
 lr = 1e-3
 warmup_steps = 2

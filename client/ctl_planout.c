@@ -51,69 +51,62 @@ static const char *shape_str(const plan_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
-/* Sharded adapters' terms (SA = L·Sa, one rank's part of every block's adapters). */
-static const char *lora_sharded_formula(const plan_t *p, int c) {
-  int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU, b16 = p->reduce_dtype == DTYPE_BF16;
+/* [lora]'s own terms (plan.h's plan_lora), written into BUF, or NULL where the category's formula is
+ * the full fine-tune's. One form for both placements of the adapters: A is what a rank holds of
+ * them, NA (every adapter, whole on every rank) or, sharded, SA = L·Sa (its part of every block's);
+ * sharded adapters are also gathered per block (e·slots·Pa) and reduce-scattered. */
+static const char *lora_formula(const plan_t *p, int c, char *buf, size_t n) {
+  int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU, sh = p->lora.sharded;
+  const char *A = sh ? "SA" : "NA", *held = sh ? "fp32 adapter shards" : "fp32 adapters (whole on every rank)";
+  /* offload = optimizer: the adapters' master and AdamW state are on the host (the host line) */
+  if (p->offload == OFFLOAD_OPTIMIZER && c == MEM_OPTIM_STATE)
+    return "0: the adapters' AdamW m and v are on the host (the base has none)";
+  if (p->offload == OFFLOAD_OPTIMIZER && c == MEM_PARAM_SHARD) {
+    if (p->lora.nf4)
+      snprintf(buf, n, "2·Sr + L·nf4_shard + e·%s: bf16 root, NF4 blocks; the adapters' compute form (master on the "
+               "host)", A);
+    else
+      snprintf(buf, n, "pb·S + e·%s: frozen base shard; the %s' compute form (their fp32 master is on the host)", A,
+               sh ? "adapter shards" : "adapters");
+    return buf;
+  }
   switch (c) {
   case MEM_PARAM_SHARD:
-    if (p->lora.nf4) return "2·Sr + L·nf4_shard + 4·SA (+ 2·SA on CUDA): bf16 root, NF4 blocks; fp32 adapter shards";
-    return bf ? (cuda ? "2·S + 6·SA: frozen base shard in bf16; fp32 adapter shards and their bf16 form"
-                      : "2·S + 4·SA: frozen base shard in bf16; fp32 adapter shards")
-              : (cuda ? "4·S + 6·SA: frozen base shard in fp32; fp32 adapter shards and their bf16 form"
-                      : "4·S + 4·SA: frozen base shard in fp32; fp32 adapter shards");
-  case MEM_GRAD_SHARD: return "4·SA: the adapters' gradient shards (the frozen base has none)";
-  case MEM_OPTIM_STATE: return "8·SA: the adapters' AdamW m and v, shards only";
+    if (p->lora.nf4)
+      snprintf(buf, n, "2·Sr + L·nf4_shard + 4·%s (+ 2·%s on CUDA): bf16 root, NF4 blocks; %s", A, A, held);
+    else
+      snprintf(buf, n, "%d·S + %d·%s: frozen base shard in %s; %s%s", bf ? 2 : 4, cuda ? 6 : 4, A,
+               bf ? "bf16 (no master)" : "fp32", held, cuda ? " and their bf16 form" : "");
+    return buf;
+  case MEM_GRAD_SHARD:
+    snprintf(buf, n, "4·%s: the adapters' gradient%s (the frozen base has none)", A, sh ? " shards" : "");
+    return buf;
+  case MEM_OPTIM_STATE:
+    snprintf(buf, n, "8·%s: the adapters' AdamW m and v%s (none for the base)", A, sh ? " shards" : "");
+    return buf;
   case MEM_COMM:
-    return b16 ? "8·Pa + 2·(3·Sa) (+ 2·SA hybrid) + 16: the adapters' bf16 reduce buffers, scalars"
-               : "4·(2·Pa + Sa) + 16: the adapters' two block gradients, ring scratch, scalars";
+    if (!sh) return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";
+    return p->reduce_dtype == DTYPE_BF16 ? "8·Pa + 2·(3·Sa) (+ 2·SA hybrid) + 16: the adapters' bf16 reduce buffers, scalars"
+                                         : "4·(2·Pa + Sa) + 16: the adapters' two block gradients, ring scratch, scalars";
   case MEM_GATHERED:
-    return p->lora.nf4 ? "2·R + slots·nf4_padded + 2·Pb (+ 4·(R + Pb) on the CPU) + e·slots·Pa: the bf16 root's larger "
-                         "part, NF4 blocks, the dequantized working unit, the gathered adapters"
-                       : "pb·(R + slots·Pb) (+ cb·(R + Pb)) + e·slots·Pa: the root's larger part, blocks, the gathered adapters";
+    if (p->sharding == SHARD_NONE && !sh)
+      return p->lora.nf4 ? "2·Pb (+ 4·(Pr + Pb) on the CPU): the dequantized working unit" : NULL;
+    if (p->lora.nf4)
+      snprintf(buf, n, "2·R + slots·nf4_padded + 2·Pb (+ 4·(R + Pb) on the CPU)%s: the bf16 root's larger part, NF4 "
+               "blocks, the dequantized working unit%s", sh ? " + e·slots·Pa" : "", sh ? ", the gathered adapters" : "");
+    else
+      snprintf(buf, n, "pb·(R + slots·Pb) (+ cb·(R + Pb))%s: the frozen root's larger part (gathered in parts), "
+               "blocks%s", sh ? " + e·slots·Pa" : "", sh ? ", the gathered adapters" : "");
+    return buf;
   default: return NULL;
   }
 }
 
-/* offload = optimizer's adapter terms: their master and AdamW state on the host (the host line). */
-static const char *lora_offload_formula(const plan_t *p, int c) {
-  int sh = p->lora.sharded, nf4 = p->lora.nf4;
-  if (c == MEM_OPTIM_STATE) return "0: the adapters' AdamW m and v are on the host (the base has none)";
-  if (c != MEM_PARAM_SHARD) return NULL;
-  if (nf4) return sh ? "2·Sr + L·nf4_shard + e·SA: bf16 root, NF4 blocks; the adapters' compute form (master on the host)"
-                     : "2·Sr + L·nf4_shard + e·NA: bf16 root, NF4 blocks; the adapters' compute form (master on the host)";
-  return sh ? "pb·S + e·SA: frozen base shard; the adapter shards' compute form (their fp32 master is on the host)"
-            : "pb·S + e·NA: frozen base shard; the adapters' compute form (their fp32 master is on the host)";
-}
-
-/* [lora]'s own terms (plan.h's plan_lora; NA = the adapters' elements), or NULL where the category's
- * formula is the full fine-tune's. */
-static const char *lora_formula(const plan_t *p, int c) {
-  int bf = p->param_dtype == DTYPE_BF16, cuda = p->device != DEVICE_CPU;
-  if (p->offload == OFFLOAD_OPTIMIZER && lora_offload_formula(p, c)) return lora_offload_formula(p, c);
-  if (p->lora.sharded) return lora_sharded_formula(p, c);
-  switch (c) {
-  case MEM_PARAM_SHARD:
-    if (p->lora.nf4) return "2·Sr + L·nf4_shard + 4·NA (+ 2·NA on CUDA): bf16 root shard, NF4 block shards; fp32 adapters";
-    return bf ? (cuda ? "2·S + 6·NA: frozen base shard in bf16 (no master); fp32 adapters and their bf16 copy"
-                      : "2·S + 4·NA: frozen base shard in bf16 (no master); fp32 adapters (whole)")
-              : (cuda ? "4·S + 6·NA: frozen base shard in fp32; fp32 adapters and their bf16 copy"
-                      : "4·S + 4·NA: frozen base shard in fp32; fp32 adapters (whole on every rank)");
-  case MEM_GRAD_SHARD: return "4·NA: the adapters' gradient (the frozen base has none)";
-  case MEM_OPTIM_STATE: return "8·NA: the adapters' AdamW m and v (none for the base)";
-  case MEM_COMM: return "16: the step's scalars (the base is not reduce-scattered; the adapters all-reduce in place)";
-  case MEM_GATHERED:
-    if (p->sharding == SHARD_NONE) return p->lora.nf4 ? "2·Pb (+ 4·(Pr + Pb) on the CPU): the dequantized working unit" : NULL;
-    return p->lora.nf4 ? "2·R + slots·nf4_padded + 2·Pb (+ 4·(R + Pb) on the CPU): the bf16 root's larger part, NF4 "
-                         "blocks, the dequantized bf16 working unit (and fp32 compute copies)"
-                       : "pb·(R + slots·Pb) (+ cb·(R + Pb)): the frozen root's larger part (gathered in parts), blocks";
-  default: return NULL;
-  }
-}
-
-static const char *mem_formula(const plan_t *p, int c) {
+static const char *mem_formula(const plan_t *p, int c, char *buf, size_t n) {
   int off = p->offload == OFFLOAD_OPTIMIZER, bf = p->param_dtype == DTYPE_BF16;
   int conv = jobspec_dtype_bytes(p->param_dtype) != (p->device == DEVICE_CPU ? 4 : 2);
-  if (p->lora.rank && lora_formula(p, c)) return lora_formula(p, c);
+  const char *lf = p->lora.rank ? lora_formula(p, c, buf, n) : NULL;
+  if (lf) return lf;
   switch (c) {
   case MEM_PARAM_SHARD:
     return off ? "pb·S: the form the gathers read (the fp32 master is on the host)"
@@ -246,14 +239,14 @@ static void print_lora(const plan_t *p, FILE *f) {
 /* The table's last parts: the predicted peak memory per rank (and whether it fits DEVICE_BYTES),
  * then the bytes each rank sends per step in every sharding mode. */
 static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_bytes) {
-  char a[32], b[32], c[32], d[32], e[32];
+  char a[32], b[32], c[32], d[32], e[32], formula[256];
   fprintf(f, "\nPredicted peak memory per rank (S = %s, Pr = %s, Pb = %s, pb = %d, rb = %d, p = %d)\n",
           human_count(p->shard_total, a, sizeof a), human_count(p->units[0].padded, b, sizeof b),
           human_count(p->nunits > 1 ? p->units[1].padded : 0, c, sizeof c), jobspec_dtype_bytes(p->param_dtype),
           jobspec_dtype_bytes(p->reduce_dtype), p->prefetch);
   for (int k = 0; k < MEM_NCAT; k++)
     fprintf(f, "  %-12s %12s  %s\n", plan_mem_category_name((mem_category)k), human_bytes(p->mem[k], a, sizeof a),
-            mem_formula(p, k));
+            mem_formula(p, k, formula, sizeof formula));
   fprintf(f, "  %-12s %12s  (%s bytes)\n", "total", human_bytes(p->mem_total, a, sizeof a),
           human_count((int64_t)p->mem_total, b, sizeof b));
   if (p->host_bytes) {

@@ -172,7 +172,22 @@ static fsdp_status sample_if_due(runtime_t *rt, const jobspec_t *spec, int rank,
   return rc;
 }
 
-/* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones). */
+/* The worker's environment knobs that have a fixed set of values (FSDP_CPU_DEVICE, FSDP_CPU_BF16;
+ * FSDP_TRACE is checked by trace_from_env, which worker_open calls first), checked before the
+ * rendezvous: a bad value stops the worker in one line before it publishes an address or connects
+ * to a peer (the ranks of a job share one environment, so each refuses by itself). */
+static fsdp_status check_env_knobs(void) {
+  dev_cpu_mode mode;
+  TRY(dev_cpu_mode_from_env(&mode));
+  const char *bf16 = envknob_get(ENV_CPU_BF16);
+  if (!gemm_bf16_env_valid(bf16))
+    return fsdp_set_error(FSDP_ERR_INVALID, "FSDP_CPU_BF16=%s is not a CPU compute choice; allowed: auto, on, off, emulate",
+                          bf16);
+  return FSDP_OK;
+}
+
+/* The CPU device in the mode FSDP_CPU_DEVICE names (device.h; tests run the async ones); the knobs
+ * are valid (check_env_knobs). */
 static fsdp_status open_cpu_device(const jobspec_t *spec, device_t **dev) {
   dev_cpu_mode mode;
   TRY(dev_cpu_mode_from_env(&mode));
@@ -180,8 +195,6 @@ static fsdp_status open_cpu_device(const jobspec_t *spec, device_t **dev) {
   if (mode != DEV_CPU_SYNC) log_info("CPU device: %s", (*dev)->op->name);
   if (spec->param_dtype == DTYPE_BF16) {   /* param_dtype = bf16: compute as the GPU does, where the CPU gains */
     const char *env = envknob_get(ENV_CPU_BF16);
-    if (!gemm_bf16_env_valid(env))
-      return fsdp_set_error(FSDP_ERR_INVALID, "FSDP_CPU_BF16=%s: expected auto, on, off or emulate", env);
     gemm_bf16_rates r = gemm_bf16_cpu_has() ? gemm_bf16_rates_of_cpu() : (gemm_bf16_rates){0, 0};
     char why[160] = "";
     if (r.fp32 > 0)
@@ -325,10 +338,11 @@ typedef struct {
 /* The device, communicators, runtime and trace of rank RANK of WORLD (W's spec and plan are set). */
 static fsdp_status worker_open(worker_rt *w, int rank, int world, int device_index, const char *comm_name,
                                const rendezvous *rv) {
+  TRY(check_env_knobs());
+  TRY(trace_from_env(&w->tr));   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none); standalone too, to measure it */
   TRY(open_device_and_comm(&w->spec, w->plan, rank, world, device_index, comm_name, rv, &w->comm, &w->dev, &w->gpu));
   TRY(runtime_new(&w->spec, w->plan, rank, w->comm, w->dev, &w->rt));
   TRY(open_hybrid(&w->spec, w->plan, rank, rv, w->gpu, w->comm, w->rt, &w->gcomm, &w->rcomm));
-  TRY(trace_from_env(&w->tr));   /* spans for `fsdpctl trace` (FSDP_TRACE=0: none); standalone too, to measure it */
   runtime_set_trace(w->rt, w->tr);
   return FSDP_OK;
 }

@@ -156,23 +156,9 @@ check_bad "cannot create $TMP/no/dir/v.bin: $TMP/no does not exist" --text "$TMP
 # 7. The tokens train: two steps of a byte-level GPT-2 on 2 standalone ranks, from the text file.
 for i in 1 2 3 4 5 6 7 8; do cat "$TMP/a.txt" "$TMP/c.txt"; done >"$TMP/big.txt"
 "$CTL" gen-data --text "$TMP/big.txt" -o "$TMP/train.bin" >/dev/null
-cat >"$TMP/job.ini" <<JOB
-[job]
-steps = 2
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-vocab_size = 256
-seq_len = 32
-[data]
-train = train.bin
-batch_size = 2
-grad_accum = 1
-[fsdp]
-world_size = 2
-timeout_s = 30
-JOB
+source "$(dirname "$0")/lib/job.sh"
+tiny_job "$TMP/job.ini" job.steps=2 model.vocab_size=256 model.seq_len=32 data.train=train.bin data.batch_size=2 \
+  fsdp.timeout_s=30
 FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$TMP/run" timeout 120 \
   "${2:?usage: gen_data.sh BUILD_DIR SOURCE_DIR}/scripts/launch-standalone.sh" 2 "$TMP/job.ini" >/dev/null \
   || fail "training on the text tokens failed: $(cat "$TMP"/run/rank-*.log 2>/dev/null | tail -n 5)"

@@ -93,23 +93,8 @@ print(f"gen-data equals tokenizers: {len(got)} tokens with --eos, {len(sep)} --d
 PY
 
 # The uint32 file trains: two steps on 2 standalone ranks, vocabulary 70001.
-cat > "$S/job.ini" <<JOB
-[job]
-steps = 2
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-vocab_size = 70001
-seq_len = 32
-[data]
-train = wide.bin
-batch_size = 2
-grad_accum = 1
-[fsdp]
-world_size = 2
-timeout_s = 60
-JOB
+source "$(dirname "$0")/lib/job.sh"
+tiny_job "$S/job.ini" job.steps=2 model.vocab_size=70001 model.seq_len=32 data.train=wide.bin data.batch_size=2
 FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/run" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 "$S/job.ini" \
   > /dev/null || fail "training on the uint32 tokens failed: $(cat "$S"/run/rank-*.log 2>/dev/null | tail -n 5)"
 python3 - "$S/run/rank-0.jsonl" <<'PY' || fail "rank 0's output: $(tail -n 3 "$S/run/rank-0.jsonl")"
@@ -126,9 +111,8 @@ PY
 for k in 0 1 2; do
   "$CTL" gen-data --tokenizer "$S/tok.json" --text "${FILES[$k]}" --eos -o "$S/shard_$k.bin" > /dev/null
 done
-sed -e 's/^vocab_size = .*/vocab_size = 1200/' -e 's/^train = .*/train = shard_*.bin\nshuffle = true\nval = t1.bin/' \
-  "$S/job.ini" > "$S/glob.ini"
-printf '[eval]\nat_start = true\nbatches = 1\n' >> "$S/glob.ini"
+tiny_job "$S/glob.ini" job.steps=2 model.vocab_size=1200 model.seq_len=32 'data.train=shard_*.bin' data.shuffle=true \
+  data.val=t1.bin data.batch_size=2 eval.at_start=true eval.batches=1
 FSDP_WORKER="$BUILD/fsdp-worker" FSDP_OUT="$S/globrun" timeout 180 "$SRC/scripts/launch-standalone.sh" 2 "$S/glob.ini" \
   > /dev/null || fail "training on a 3-file glob failed: $(cat "$S"/globrun/rank-*.log 2>/dev/null | tail -n 5)"
 python3 - "$S/globrun/rank-0.jsonl" <<'PY' || fail "the glob job's output: $(cat "$S/globrun/rank-0.jsonl")"

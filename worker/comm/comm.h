@@ -52,8 +52,9 @@ typedef struct comm_kv {
  * world = 1 both may be NULL: no rendezvous). PREFIX namespaces the keys (e.g. the job id and an
  * attempt counter) so that several groups can share one store. timeout_s bounds the rendezvous and
  * every collective. The address each rank publishes is FSDP_GLOO_IFACE (an interface name) or
- * FSDP_GLOO_HOST (a host name or IP) from the environment; by default 127.0.0.1 with a store
- * directory (one machine) and this host's name with a KV store. */
+ * FSDP_GLOO_HOST (a host name or IP) from the environment; by default a random loopback address
+ * 127.X.Y.Z of its own with a store directory (one machine; comm_gloo.cc says why not 127.0.0.1)
+ * and this host's name with a KV store. */
 fsdp_status comm_new_gloo(int rank, int world, const char *store_dir, const comm_kv *kv,
                           const char *prefix, double timeout_s, comm_t **out);
 

@@ -17,8 +17,8 @@
 // (N−1)·count elements: exactly the logical S·(N−1)/N. Scratch: one block, counted under MEM_COMM.
 #include <signal.h>
 #include <stdlib.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,6 +151,23 @@ void sum_bf16(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; i++) o[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
 }
 
+// The address ranks that meet through a directory (one machine) listen on: a loopback address of
+// their own, 127.X.Y.Z drawn at random (Linux routes all of 127/8 to lo), not 127.0.0.1. gloo
+// 0.5's TCP pair accepts the first connection its listening port receives, whoever makes it, and
+// that port is an ephemeral one the kernel may have just taken back from some other server; a
+// process still connecting to 127.0.0.1 at that port (a ZeroMQ client retrying a coordinator
+// that has exited, say) took the peer's place: the peer's own connect was refused, the
+// rendezvous failed on both ranks. Only processes told the address, through the store, connect
+// to 127.X.Y.Z.
+std::string private_loopback() {
+  uint8_t b[3];
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {   // no entropy yet: this process's id
+    const unsigned pid = (unsigned)getpid();
+    b[0] = (uint8_t)(pid >> 16), b[1] = (uint8_t)(pid >> 8), b[2] = (uint8_t)pid;
+  }
+  return "127." + std::to_string(1 + b[0] % 254) + "." + std::to_string(b[1]) + "." + std::to_string(1 + b[2] % 254);
+}
+
 bool is_timeout_text(const char* what) {
   return strstr(what, "Timed out") || strstr(what, "timed out") || strstr(what, "Wait timeout") ||
          strstr(what, "timeout");
@@ -229,7 +246,7 @@ extern "C" fsdp_status comm_gloo_new(int rank, int world, const char* store_dir,
   } else if (host && *host) {
     attr.hostname = host;
   } else if (store_dir) {
-    attr.hostname = "127.0.0.1";
+    attr.hostname = private_loopback();
   } else {
     if (gethostname(hostname, sizeof hostname - 1) != 0) strcpy(hostname, "127.0.0.1");
     attr.hostname = hostname;
@@ -249,6 +266,14 @@ extern "C" fsdp_status comm_gloo_new(int rank, int world, const char* store_dir,
     gloo::rendezvous::PrefixStore prefixed(pfx, *base);
     TimeoutStore timed(prefixed, g->timeout);
     g->ctx->connectFullMesh(timed, g->dev);
+    // connectFullMesh returns on the connecting side of a pair once its TCP connect is made, which
+    // the kernel completes before the peer has accepted it: a rank could leave the rendezvous, fail
+    // on its own (a bad data file) and close its sockets while its peer was still in
+    // connectFullMesh, which then failed with "Connection closed by peer" instead of reaching its
+    // own error. Nobody leaves this barrier before every rank has finished connecting.
+    gloo::BarrierOptions done(g->ctx);
+    done.setTimeout(g->timeout);
+    gloo::barrier(done);
   });
   if (st != FSDP_OK) {
     std::string msg = fsdp_last_error();
