@@ -253,7 +253,9 @@ static void print_memory_and_traffic(const plan_t *p, FILE *f, uint64_t device_b
     const char *off = !p->lora.rank ? "offload = optimizer: fp32 master, AdamW m and v, gradient staging: 16·S"
                       : p->lora.sharded ? "offload = optimizer: the adapters' fp32 master, AdamW m and v, gradient staging: 16·SA"
                                         : "offload = optimizer: the adapters' fp32 master, AdamW m and v, gradient staging: 16·NA";
-    const char *snap = "checkpoint snapshot ([checkpoint] async): 12·S";
+    const char *snap = !p->lora.rank      ? "checkpoint snapshot ([checkpoint] async): 12·S"
+                       : p->lora.sharded ? "checkpoint snapshot ([checkpoint] async): the adapters and AdamW m, v: 12·SA"
+                                         : "checkpoint snapshot ([checkpoint] async): the adapters and AdamW m, v: 12·NA";
     fprintf(f, "  %-12s %12s  %s%s%s (host memory)\n", "host", human_bytes(p->host_bytes, a, sizeof a),
             p->host_bytes > p->snapshot_bytes ? off : "", p->host_bytes > p->snapshot_bytes && p->snapshot_bytes ? "; " : "",
             p->snapshot_bytes ? snap : "");
