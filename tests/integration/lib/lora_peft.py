@@ -42,10 +42,10 @@ LR, WD, B1, B2, EPS, CLIP = 1e-3, 0.1, 0.9, 0.95, 1e-8, 1.0
 # QLoRA's models at widths of 64 are chaotic at 1e-3 already (torch fp32 ends 3.5e-5 from fp64 on Llama);
 # at 5e-4 torch fp32 is within 1.7e-6 (Llama) and 2.3e-6 (GPT-2) of fp64 (lora_peft.sh nf4's lr)
 LR_WIDE = 5e-4
-# The initial adapters' B: N(0, B_STD). With N(0, 1) the adapters outweigh the families' bases (B·A about
-# 20 times their weights) and their attention peaks: 10 steps at lr 1e-3 end with torch fp32 up to 5.4e-4
-# (Gemma 3) from fp64, and still 3.4e-5 (Phi-3) at 5e-4; with N(0, 0.1) at 5e-4 it is within 1.3e-6 on
-# every family (lora_peft.sh families' lr)
+# The initial adapters' B: N(0, B_STD). With N(0, 1) the adapters outweigh the families' bases and their
+# attention peaks: 10 steps at lr 1e-3 end with torch fp32 up to 1.6e-4 (Gemma 3) from fp64, and still
+# 3.4e-5 (Phi-3) at 5e-4; with N(0, 0.1) at 5e-4 it is within 1.3e-6 on every family (lora_peft.sh
+# families' lr)
 B_STD = {"base": 1.0, "families": 0.1}
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # every attention and MLP projection of each: Phi-3's fused qkv_proj and gate_up_proj are one nn.Linear
@@ -294,8 +294,9 @@ def verify(d, name, out):
     if absent:
         bad.append(f"the saved base lacks the loaded {absent[:3]}")
     # the folder loads with peft and holds fsdpd's weights
-    pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(f"{d}/{name}", dtype=torch.float32),
-                                   f"{out}/adapter")
+    base = (model_of(name, refs["nf4"]) if name in SETS["base"]
+            else AutoModelForCausalLM.from_pretrained(f"{d}/{name}", dtype=torch.float32))
+    pm = PeftModel.from_pretrained(base, f"{out}/adapter")
     for n, p in pm.named_parameters():
         k = n.replace(".default", "")
         if k in mine and not torch.equal(p.detach().double(), mine[k]):
