@@ -15,8 +15,9 @@
 # lora_peft.sh BUILD SRC families (lora_families.sh): the same parts, sharding full and hybrid, for every
 # other family (Qwen2 with q/k/v biases, Qwen3 with q/k norms and head_dim != hidden / heads, Mistral's
 # and Gemma 3's sliding windows, Phi-3's fused qkv_proj and gate_up_proj with longrope), adapters on all of
-# each one's attention and MLP projections; Phi-3's refusals: no targets (peft has no default for it), and
-# Llama's unfused names.
+# each one's attention and MLP projections; fsdpctl export --merge of Phi-3's full run's checkpoint equals
+# peft's merge_and_unload into its fused tensors (the base alone does not); Phi-3's refusals: no targets
+# (peft has no default for it), and Llama's unfused names.
 #
 # lora_peft.sh BUILD SRC nf4 (qlora_peft.sh): the same for QLoRA, [lora] base_dtype = nf4 on the models at
 # widths of 64, against peft over the base as fsdpd quantized it (fsdpd's NF4 codes, which must be
@@ -83,7 +84,7 @@ targets = ${4:-}
 init_from = init_$2
 adapters = $([ "${3#*-}" = replicated ] && echo replicated || echo sharded)
 $([ -n "$nf4" ] && echo "base_dtype = nf4")
-$([ -n "$nf4" ] && [ "$3" = full ] && printf '[checkpoint]\ndir = %s\nevery = 10' "$tmp/ck-$2")
+$({ [ -n "$nf4" ] || [ "$2" = phi3 ]; } && [ "$3" = full ] && printf '[checkpoint]\ndir = %s\nevery = 10' "$tmp/ck-$2")
 JOB
 }
 
@@ -125,11 +126,12 @@ print(f"measured = plan ({want_layout}): peaks {rep['peak_bytes']['total']} byte
 sys.exit(bad)
 PY
   done
-  if [ -n "$nf4" ]; then   # --merge of the full run's checkpoint: into the dequantized NF4 base
+  # --merge of the full run's checkpoint: into the dequantized NF4 base; Phi-3's into its fused tensors
+  if [ -n "$nf4" ] || [ "$m" = phi3 ]; then
     "$CTL" export "$tmp/ck-$m" -o "$tmp/merged-$m" --merge > "$tmp/export.log" 2>&1 ||
       part_fail "$m: export --merge: $(tail -1 "$tmp/export.log")"
     "$TPY" "$src/tests/integration/lib/lora_peft.py" merged "$tmp" "$m" "$tmp/out-$m-full" "$tmp/merged-$m" 2>&1 |
-      grep -v -i warn || part_fail "$m: the merged QLoRA export is not peft's merge over the dequantized base"
+      grep -v -i warn || part_fail "$m: the merged export is not peft's merge_and_unload"
   fi
   [ "$set" = families ] && continue   # (full and hybrid only: the layouts and checkpointing are the base set's)
   # activation checkpointing recomputes the same operators: the same adapters, bit for bit

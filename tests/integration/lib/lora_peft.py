@@ -19,9 +19,10 @@
 #                             every base tensor bit-identical to the loaded one (QLoRA: to deq_M, the codes
 #                             and scales unchanged), the controls far; the saved adapter folder loads with
 #                             PeftModel.from_pretrained and gives fsdpd's weights
-#   lora_peft.py merged DIR M OUT MERGED   QLoRA: fsdpctl export --merge's folder MERGED of OUT's checkpoint
-#                             against peft's merge_and_unload of OUT's adapter over deq_M (1e-6 of each tensor's
-#                             largest); the same merge over the base un-quantized is far
+#   lora_peft.py merged DIR M OUT MERGED   fsdpctl export --merge's folder MERGED of OUT's checkpoint against
+#                             peft's merge_and_unload of OUT's adapter (1e-6 of each tensor's largest): QLoRA's over
+#                             deq_M, the same merge over the base un-quantized far; Phi-3's over its folder, the
+#                             base alone far
 import copy, json, math, os, struct, subprocess, sys
 
 import torch
@@ -308,23 +309,28 @@ def verify(d, name, out):
 
 
 def merged(d, name, out, mdir):
+    """QLoRA: against peft's merge over the dequantized NF4 base, far from its merge over the base
+    un-quantized; otherwise (Phi-3's fused tensors) against peft's merge over the loaded base, far from
+    the base alone."""
+    refs = json.load(open(f"{d}/refs.json"))[name]
     bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
     mine = {bare(k): v for k, v in load_file(f"{mdir}/model.safetensors").items()}
-    deq = model_of(name, True)
-    deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
-    worst, far = 0.0, 0.0
-    for base, track in ((deq, True), (model_of(name, True), False)):
-        ref = PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
-        for k, v in ref.items():
-            k = bare(k)
-            if k not in mine:
-                continue
-            e = (mine[k].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
-            worst, far = (max(worst, e), far) if track else (worst, max(far, e))
-    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over the NF4 "
-          f"base, {far:.2e} from its merge over the base un-quantized")
-    if worst > 1e-6 or far <= 1e-4:
-        print(f"FAIL: {name} {mdir}: the merge is not the one into the dequantized NF4 base")
+    folder = lambda: AutoModelForCausalLM.from_pretrained(f"{d}/{name}", dtype=torch.float32)
+    merge = lambda base: PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
+    if refs["nf4"]:
+        deq = model_of(name, True)
+        deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
+        ref, ctl, what = merge(deq), merge(model_of(name, True)), ("the NF4 base", "its merge over the base un-quantized")
+    else:
+        ref, ctl, what = merge(folder()), folder().state_dict(), ("the loaded base", "the base alone")
+    dist = lambda sd: max((mine[bare(k)].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
+                          for k, v in sd.items() if bare(k) in mine)
+    absent = [] if refs["nf4"] else [k for k in ref if bare(k) not in mine]   # (tied GPT-2's lm_head is no tensor of fsdpd's)
+    worst, far = dist(ref), dist(ctl)
+    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over {what[0]}, "
+          f"{far:.2e} from {what[1]}")
+    if worst > 1e-6 or far <= 1e-4 or absent:
+        print(f"FAIL: {name} {mdir}: the merge is not peft's over {what[0]}{f' (it lacks {absent[:3]})' if absent else ''}")
         return 1
     return 0
 
