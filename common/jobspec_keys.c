@@ -225,8 +225,9 @@ const keydef jobspec_keys[] = {
   DBL("lora", "dropout", lora.dropout, 0, 1, 0, 1,
       "dropout on the adapters' input (peft's lora_dropout); only 0 is implemented", "0"),
   SPECIAL("lora", "targets", KT_TEXT, lora.targets,
-          "Hugging Face module names, comma-separated (llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-          "down_proj; gpt2: c_attn, c_proj, c_fc); default: peft's for the family (llama: q_proj, v_proj; gpt2: c_attn)",
+          "Hugging Face module names, comma-separated (llama, qwen2, qwen3, mistral, gemma3: q_proj, k_proj, v_proj, "
+          "o_proj, gate_proj, up_proj, down_proj; phi3: qkv_proj, o_proj, gate_up_proj, down_proj; gpt2: c_attn, "
+          "c_proj, c_fc); default: peft's for the family (q_proj, v_proj; gpt2: c_attn; phi3: none, required)",
           NULL),
   SPECIAL("lora", "init_from", KT_DIR, lora.init_from,
           "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to continue from; default: A "

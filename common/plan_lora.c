@@ -38,8 +38,10 @@ static void allowed_names(const arch_lora_module *mods, int n, char *buf, size_t
 static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const arch_lora_module *mods, int n,
                                unsigned *mask) {
   const char *t = spec->lora.targets[0] ? spec->lora.targets : d->lora_default;
+  char allowed[256];
+  allowed_names(mods, n, allowed, sizeof allowed);
   *mask = 0;
-  while (*t) {
+  while (t && *t) {
     size_t skip = strspn(t, ", \t"), len;
     t += skip;
     if (!*t) break;
@@ -47,18 +49,18 @@ static fsdp_status target_mask(const jobspec_t *spec, const arch_desc *d, const 
     unsigned hit = 0;
     for (int i = 0; i < n; i++)
       if (names_module(mods[i].path, t, len)) hit |= 1u << i;
-    if (!hit) {
-      char allowed[256];
-      allowed_names(mods, n, allowed, sizeof allowed);
+    if (!hit)
       return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets: '%.*s' is no module of a %s block; allowed: %s "
                             "(comma-separated)", (int)len, t, d->name, allowed);
-    }
     *mask |= hit;
     t += len;
   }
-  if (!*mask) return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets is empty; allowed: module names, or leave it out "
-                                    "for peft's default (%s)", d->lora_default);
-  return FSDP_OK;
+  if (*mask) return FSDP_OK;
+  if (!d->lora_default)   /* peft has no default for the family (Phi-3): it raises, so fsdpd refuses */
+    return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets is required with arch = %s (peft has no default "
+                          "targets for it); allowed: %s (comma-separated)", d->name, allowed);
+  return fsdp_set_error(FSDP_ERR_INVALID, "[lora] targets is empty; allowed: module names, or leave it out for "
+                        "peft's default (%s)", d->lora_default);
 }
 
 /* [lora] base_dtype = nf4: every 2-D tensor of a block quantized, its rows a whole number of blocks

@@ -123,7 +123,8 @@ typedef struct arch_desc {
   int (*head_slot)(const model_config *m);   /* the root slot the output head multiplies with */
 
   /* ---- LoRA ([lora], plan.h's plan_lora) ---- */
-  const char *lora_default;     /* peft's default targets for the family: "c_attn", "q_proj,v_proj" */
+  const char *lora_default;     /* peft's default targets for the family: "c_attn", "q_proj,v_proj"; NULL where
+                                   peft has none (Phi-3): [lora] targets is then required */
   const char *lora_block_hf;    /* a block's prefix in the Hugging Face model's names: "transformer.h.%d." */
   /* Every module a target can name, in the order the block computes them; returns the count (≤ ARCH_LORA_MAX). */
   int (*lora_modules)(const model_config *m, arch_lora_module *out);

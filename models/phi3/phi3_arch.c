@@ -6,7 +6,9 @@
  * so each fused tensor is exactly the span of its parts (plan_tensor.hf_rows): read into the slots
  * as it lies, written back whole. It is a Llama family member (llama_family.h's LLAMA_FAMILY_DESC):
  * the plan terms, the checks, the head tied or not, the forward and backward (model_phi3.c) are
- * Llama's; only what differs is here. [lora] is refused: its fused projections have no adapters yet.
+ * Llama's; only what differs is here. [lora] adapts the fused projections whole, as peft adapts
+ * Phi3ForCausalLM's nn.Linear modules (lora_modules below); peft has no default targets for phi3, so
+ * neither has fsdpd: a job names them.
  *
  * config.json (Phi3Config, transformers 4 and 5): Llama's keys with Phi3Config's defaults
  * (max_position_embeddings 4096, rms_norm_eps 1e-5), and the rope: none, or longrope (transformers 4's
@@ -90,6 +92,22 @@ static void units(plan_t *p) {
     plan_add_tensor(u, NAME("mlp.down_proj.weight"), gid + sl.at[LBLK_DOWN], C, F);
 #undef NAME
   }
+}
+
+/* ---- LoRA: peft's modules ---- */
+
+/* peft wraps qkv_proj and gate_up_proj as single nn.Linear modules, so each fused projection has one
+ * adapter: A [r, C] and B [Q, r] over all of q|k|v's columns, A [r, C] and B [2F, r] over gate|up's
+ * (the columns the fused weight writes in the order of its rows: llama.h's q, k, v and gate, up slots,
+ * adjacent). Each sits at its first part's slot: Llama's forward calls the verbs at every part's slot
+ * and finds none at the others. */
+static int lora_modules(const model_config *m, arch_lora_module *o) {
+  int64_t C = m->n_embd, F = m->ffn_dim, Q = C + 2 * kv_dim(m);
+  o[0] = (arch_lora_module){"self_attn.qkv_proj", LBLK_Q, C, Q, 0, Q};
+  o[1] = (arch_lora_module){"self_attn.o_proj", LBLK_O, C, C, 0, C};
+  o[2] = (arch_lora_module){"mlp.gate_up_proj", LBLK_GATE, C, 2 * F, 0, 2 * F};
+  o[3] = (arch_lora_module){"mlp.down_proj", LBLK_DOWN, F, C, 0, C};
+  return 4;
 }
 
 /* ---- config.json: Phi3Config ---- */
@@ -319,8 +337,7 @@ const arch_desc phi3_arch = {
   .same_model = same_model,
   .describe = describe,
   .print_model = print_model,
-  .lora_default = NULL,
-  .lora_block_hf = NULL,
-  .lora_modules = NULL,
+  .lora_default = NULL,   /* peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no phi3 */
+  .lora_modules = lora_modules,
 };
 #pragma GCC diagnostic pop

@@ -254,8 +254,10 @@ static void test_nf4_plan(void) {
 }
 
 /* The Llama family's members share its descriptor: Mistral's adapters are Llama's (peft's default
- * q_proj, v_proj, named as MistralForCausalLM's); Phi-3's fused projections are refused, naming the
- * architectures that have them. */
+ * q_proj, v_proj, named as MistralForCausalLM's). Phi-3's fused projections are one module each, as
+ * peft wraps Phi3ForCausalLM's nn.Linear: qkv_proj one adapter over all of q|k|v's columns, gate_up_proj
+ * over gate|up's; peft has no default for phi3, so a job without targets is refused, and Llama's
+ * unfused names are no Phi-3 module. */
 static void test_family_members(void) {
   jobspec_t s;
   jobspec_defaults(&s);
@@ -277,9 +279,32 @@ static void test_family_members(void) {
   }
   s.model.arch = ARCH_PHI3;
   s.model.sliding_window = 0;
-  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_UNSUPPORTED && !p);
-  CHECK(strstr(fsdp_last_error(), "[lora] on arch = phi3 is not computed yet") &&
-        strstr(fsdp_last_error(), "(gpt2, llama, qwen2, qwen3, mistral") && !strstr(fsdp_last_error(), "phi3)"));
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID && !p);
+  CHECK(strstr(fsdp_last_error(), "[lora] targets is required with arch = phi3") &&
+        strstr(fsdp_last_error(), "allowed: qkv_proj, o_proj, gate_up_proj, down_proj") &&
+        !strchr(fsdp_last_error(), '\n'));
+  snprintf(s.lora.targets, sizeof s.lora.targets, "q_proj, o_proj");
+  CHECK(plan_build(&s, 1, &p) == FSDP_ERR_INVALID && !p);
+  CHECK(strstr(fsdp_last_error(), "'q_proj' is no module of a phi3 block"));
+  snprintf(s.lora.targets, sizeof s.lora.targets, "qkv_proj, o_proj, gate_up_proj, down_proj");
+  CHECK_OK(plan_build(&s, 1, &p));
+  if (!p) return;
+  CHECK_EQ_INT(4, p->lora.nmods);
+  const int64_t C = 16, Q = 16 + 2 * 8, F = 24, r = 2;   /* KV = 2 heads of 4 */
+  const plan_lora_mod *qkv = plan_lora_of(p, LBLK_Q), *gu = plan_lora_of(p, LBLK_GATE), *o = plan_lora_of(p, LBLK_O);
+  CHECK(!plan_lora_of(p, LBLK_K) && !plan_lora_of(p, LBLK_V) && !plan_lora_of(p, LBLK_UP) && plan_lora_of(p, LBLK_DOWN));
+  CHECK(qkv && gu && o);
+  if (qkv && gu && o) {
+    CHECK(!strcmp(qkv->path, "self_attn.qkv_proj") && !strcmp(gu->path, "mlp.gate_up_proj"));
+    CHECK(qkv->in == C && qkv->out == Q && qkv->col0 == 0 && qkv->ld == Q);
+    CHECK(gu->in == C && gu->out == 2 * F && gu->col0 == 0 && gu->ld == 2 * F);
+    CHECK(o->in == C && o->out == C && o->ld == C);
+  }
+  CHECK_EQ_INT(r * C + Q * r + r * C + C * r + r * C + 2 * F * r + r * F + C * r, p->lora.block_numel);
+  char name[128];
+  plan_lora_name(p, 1, 0, 1, name, sizeof name);
+  CHECK(!strcmp(name, "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight"));
+  plan_destroy(&p);
 }
 
 /* The operators on one fused target (Llama's v_proj) against a double reference: y's other columns

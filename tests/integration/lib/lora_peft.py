@@ -1,11 +1,14 @@
 # The peft side of lora_peft.sh (scripts/test-env.sh's python: torch, transformers 5, peft).
-#   lora_peft.py build DIR    tiny GPT-2 and Llama folders (save_pretrained, fp32), the token file, and for
-#                             each an adapter folder to start from (peft's LoRA on attention and MLP, B made
-#                             non-zero so that the adapters change the loss from step 1); then peft's
-#                             reference: the step-1 loss, 10 steps of torch AdamW on the adapters (the job's
-#                             rows and hyperparameters; in fp64, and in fp32 to show its own rounding), and the controls: the step-1 loss without the
-#                             alpha/r scale, and 10 steps that also train the base
-#   lora_peft.py build DIR NF4_TOOL   the same for QLoRA ([lora] base_dtype = nf4): the models at widths of
+#   lora_peft.py build DIR SET   the models of SET (base: tiny GPT-2 and Llama; families: Qwen2, Qwen3,
+#                             Mistral, Gemma 3 and Phi-3 as their own tests build them, FAMILY_OF) as folders
+#                             (save_pretrained, fp32), the token file, and for each an adapter folder to start
+#                             from (peft's LoRA on every attention and MLP projection, B made non-zero so that
+#                             the adapters change the loss from step 1); then peft's reference: the step-1
+#                             loss, 10 steps of torch AdamW on the adapters (the job's rows and
+#                             hyperparameters; in fp64, and in fp32 to show its own rounding), and the
+#                             controls: the step-1 loss without the alpha/r scale, and 10 steps that also
+#                             train the base
+#   lora_peft.py build DIR base NF4_TOOL   the same for QLoRA ([lora] base_dtype = nf4): the models at widths of
 #                             64 (NF4's block), and peft's reference over the base as fsdpd holds it: each
 #                             block's 2-D tensors quantized by fsdpd's NF4 (NF4_TOOL; its codes checked equal to
 #                             bitsandbytes' quantize_4bit) and dequantized by bitsandbytes to bf16, every other
@@ -13,18 +16,23 @@
 #                             un-quantized instead of the base
 #   lora_peft.py verify DIR M OUT   fsdpd's run OUT of model M against the reference: step-1 loss (1e-5
 #                             relative), every adapter weight after 10 steps (1e-5 of the tensor's largest),
-#                             the base bit-identical to the loaded one (QLoRA: to deq_M, the codes and scales
-#                             unchanged), the controls far; the saved adapter folder loads with
+#                             every base tensor bit-identical to the loaded one (QLoRA: to deq_M, the codes
+#                             and scales unchanged), the controls far; the saved adapter folder loads with
 #                             PeftModel.from_pretrained and gives fsdpd's weights
-#   lora_peft.py merged DIR M OUT MERGED   QLoRA: fsdpctl export --merge's folder MERGED of OUT's checkpoint
-#                             against peft's merge_and_unload of OUT's adapter over deq_M (1e-6 of each tensor's
-#                             largest); the same merge over the base un-quantized is far
+#   lora_peft.py merged DIR M OUT MERGED   fsdpctl export --merge's folder MERGED of OUT's checkpoint against
+#                             peft's merge_and_unload of OUT's adapter (1e-6 of each tensor's largest): QLoRA's over
+#                             deq_M, the same merge over the base un-quantized far; Phi-3's over its folder, the
+#                             base alone far
 import copy, json, math, os, struct, subprocess, sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Gemma3ForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3ForCausalLM)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gemma3_hf, mistral_hf, phi3_hf, qwen_hf   # noqa: E402  (the families' tiny models)
 
 V, T, ROWS, STEPS = 256, 32, 4, 10      # vocabulary, seq_len, rows per step (2 ranks x batch 2), steps
 R, ALPHA = 4, 8.0
@@ -35,8 +43,18 @@ LR, WD, B1, B2, EPS, CLIP = 1e-3, 0.1, 0.9, 0.95, 1e-8, 1.0
 # QLoRA's models at widths of 64 are chaotic at 1e-3 already (torch fp32 ends 3.5e-5 from fp64 on Llama);
 # at 5e-4 torch fp32 is within 1.7e-6 (Llama) and 2.3e-6 (GPT-2) of fp64 (lora_peft.sh nf4's lr)
 LR_WIDE = 5e-4
-TARGETS = {"gpt2": ["c_attn", "c_proj", "c_fc"],
-           "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+# The initial adapters' B: N(0, B_STD). With N(0, 1) the adapters outweigh the families' bases and their
+# attention peaks: 10 steps at lr 1e-3 end with torch fp32 up to 1.6e-4 (Gemma 3) from fp64, and still
+# 3.4e-5 (Phi-3) at 5e-4; with N(0, 0.1) at 5e-4 it is within 1.3e-6 on every family (lora_peft.sh
+# families' lr)
+B_STD = {"base": 1.0, "families": 0.1}
+LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# every attention and MLP projection of each: Phi-3's fused qkv_proj and gate_up_proj are one nn.Linear
+# each, which peft adapts whole
+TARGETS = {"gpt2": ["c_attn", "c_proj", "c_fc"], "llama": LLAMA_TARGETS, "qwen2": LLAMA_TARGETS,
+           "qwen3": LLAMA_TARGETS, "mistral": LLAMA_TARGETS, "gemma3": LLAMA_TARGETS,
+           "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]}
+SETS = {"base": ("gpt2", "llama"), "families": ("qwen2", "qwen3", "mistral", "gemma3", "phi3")}
 torch.set_num_threads(1)
 
 
@@ -51,6 +69,45 @@ def model_of(name, wide=False):
         m = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                          hidden_size=c, intermediate_size=2 * c, vocab_size=V,
                                          max_position_embeddings=64, tie_word_embeddings=False))
+    return m.float().eval()
+
+
+def perturb(m, one=1.0):
+    """qwen_hf's sensitize without its sharpening: biases N(0, 0.3) (transformers initializes them to 0) and
+    norm weights ONE + N(0, 0.3) (their init; Gemma 3's 1 + w norms start at w = 0), so that both enter
+    every product."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, w in m.named_parameters():
+            if n.endswith(".bias"):
+                w.copy_(0.3 * torch.randn(w.shape, generator=g))
+            elif n.endswith("norm.weight"):
+                w.copy_(one + 0.3 * torch.randn(w.shape, generator=g))
+    return m
+
+
+def family_of(name):
+    """The families' tiny models in their own tests' configurations, each with what it computes beyond
+    Llama: Qwen2 (qwen_hf's qwen2_untied: q/k/v biases), Qwen3 (qwen_hf's qwen3: q/k norms, head_dim 16 over
+    hidden 32, so q_proj is [64, 32] and o_proj [32, 64]), Mistral (mistral_hf's window of 16, below T),
+    Gemma 3 (gemma3_hf's: windows of 8 on alternate layers, two rope bases, 1 + w norms,
+    query_pre_attn_scalar), Phi-3 (phi3_hf's phi3_long: fused qkv_proj and gate_up_proj, longrope with its
+    attention factor); biases and norms drawn (perturb), in fp32. Not sharpened as those tests sharpen them
+    (peaked attention, a strong head): 10 AdamW steps of LoRA over a sharpened base are chaotic, torch in
+    fp32 ending 4e-7 to 3.7e-3 of a tensor's largest from its own fp64 run (lr 5e-4, B from N(0, 0.1))."""
+    torch.manual_seed(1)
+    if name in ("qwen2", "qwen3"):
+        cls, cfg = qwen_hf.KINDS["qwen2_untied" if name == "qwen2" else "qwen3"]
+        m = perturb(cls(cfg()))
+    elif name == "mistral":
+        cfg = MistralConfig(**{**qwen_hf.BASE, "rms_norm_eps": 1e-5}, pad_token_id=None, sliding_window=mistral_hf.WINDOW,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        m = perturb(MistralForCausalLM(cfg))
+    elif name == "gemma3":
+        m = perturb(Gemma3ForCausalLM(gemma3_hf.config()), one=0.0)
+    else:
+        m = perturb(Phi3ForCausalLM(phi3_hf.config(phi3_hf.KINDS["phi3_long"])))
+    assert mistral_hf.WINDOW < T and gemma3_hf.WINDOW < T   # the windows cut into the job's rows
     return m.float().eval()
 
 
@@ -135,16 +192,16 @@ def adapters(pm):
     return {n.replace(".default", ""): p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
 
 
-def build(d, tool=None):
+def build(d, which, tool=None):
     from safetensors.torch import save_file
     global LR
-    if tool:
+    if tool or which == "families":
         LR = LR_WIDE
     toks = tokens(STEPS * ROWS * T + 1)
     write_tokens(f"{d}/train.bin", toks)
     refs = {}
-    for name in ("gpt2", "llama"):
-        base = model_of(name, wide=tool is not None)
+    for name in SETS[which]:
+        base = model_of(name, wide=tool is not None) if which == "base" else family_of(name)
         base.save_pretrained(f"{d}/{name}", safe_serialization=True)
         loaded = base
         if tool:   # QLoRA: the reference trains over fsdpd's NF4 base, the control over the loaded one
@@ -162,7 +219,7 @@ def build(d, tool=None):
         with torch.no_grad():
             for n, p in pm.named_parameters():
                 if "lora_B" in n:
-                    p.normal_(0.0, 1.0)   # peft starts B at zero: the adapters would not show at step 1
+                    p.normal_(0.0, B_STD[which])   # peft starts B at zero: the adapters would not show at step 1
         pm.save_pretrained(f"{d}/init_{name}")
         x, y = batch(toks, 1)
         ref = peft_of(base, f"{d}/init_{name}")
@@ -198,11 +255,13 @@ def verify(d, name, out):
     bad = []
     got = [json.loads(l) for l in open(f"{out}/rank-0.jsonl") if l.startswith("{")]
     l1 = got[0]["loss"]
-    print(f"{name} {out}: step-1 loss fsdpd {l1:.7f}, peft {refs['step1']:.7f}, without the scale {refs['noscale']:.7f}")
+    print(f"{name} {out}: step-1 loss fsdpd {l1:.7f}, peft {refs['step1']:.7f} ({abs(l1 / refs['step1'] - 1):.1e} "
+          f"relative), without the scale {refs['noscale']:.7f} ({abs(refs['noscale'] / refs['step1'] - 1):.1e})")
     if abs(l1 - refs["step1"]) > 1e-5 * abs(refs["step1"]):
         bad.append(f"step-1 loss {l1} != peft's {refs['step1']} (1e-5 relative)")
-    if abs(l1 - refs["noscale"]) <= 1e-3 * abs(refs["noscale"]):
-        bad.append(f"the no-scale control {refs['noscale']} does not tell from fsdpd's {l1}")
+    # the control fails the same check: an fsdpd without the scale would be told
+    if abs(refs["step1"] - refs["noscale"]) <= 1e-5 * abs(refs["step1"]):
+        bad.append(f"the no-scale control {refs['noscale']} passes the step-1 check against peft's {refs['step1']}")
     mine = {k: v.double() for k, v in load_file(f"{out}/adapter/adapter_model.safetensors").items()}
     ref, ctl = torch.load(f"{d}/ref10_{name}.pt"), torch.load(f"{d}/ctl10_{name}.pt")
     t32 = torch.load(f"{d}/ref10_{name}_fp32.pt")
@@ -227,14 +286,18 @@ def verify(d, name, out):
     loaded, saved = load_file(src), load_file(f"{out}/base.safetensors")
     bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
     loaded = {bare(k): v for k, v in loaded.items() if not k.endswith(".attn.bias") and not k.endswith("masked_bias")}
-    for k, v in saved.items():
-        if k in loaded and not torch.equal(loaded[k], v):
-            bad.append(f"the base tensor {k} changed in training")
-            break
-    if not any(k in loaded for k in saved):
-        bad.append("the saved base shares no tensor name with the loaded one")
+    changed = [k for k, v in loaded.items() if k in saved and not torch.equal(saved[k], v)]
+    absent = sorted(set(loaded) - set(saved))
+    print(f"{name} {out}: {len(loaded) - len(absent)} of the {len(loaded)} loaded base tensors saved after training, "
+          f"{len(changed)} changed")
+    if changed:
+        bad.append(f"the base tensor {changed[0]} changed in training ({len(changed)} did)")
+    if absent:
+        bad.append(f"the saved base lacks the loaded {absent[:3]}")
     # the folder loads with peft and holds fsdpd's weights
-    pm = PeftModel.from_pretrained(model_of(name, refs["nf4"]), f"{out}/adapter")
+    base = (model_of(name, refs["nf4"]) if name in SETS["base"]
+            else AutoModelForCausalLM.from_pretrained(f"{d}/{name}", dtype=torch.float32))
+    pm = PeftModel.from_pretrained(base, f"{out}/adapter")
     for n, p in pm.named_parameters():
         k = n.replace(".default", "")
         if k in mine and not torch.equal(p.detach().double(), mine[k]):
@@ -246,30 +309,35 @@ def verify(d, name, out):
 
 
 def merged(d, name, out, mdir):
+    """QLoRA: against peft's merge over the dequantized NF4 base, far from its merge over the base
+    un-quantized; otherwise (Phi-3's fused tensors) against peft's merge over the loaded base, far from
+    the base alone."""
+    refs = json.load(open(f"{d}/refs.json"))[name]
     bare = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
     mine = {bare(k): v for k, v in load_file(f"{mdir}/model.safetensors").items()}
-    deq = model_of(name, True)
-    deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
-    worst, far = 0.0, 0.0
-    for base, track in ((deq, True), (model_of(name, True), False)):
-        ref = PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
-        for k, v in ref.items():
-            k = bare(k)
-            if k not in mine:
-                continue
-            e = (mine[k].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
-            worst, far = (max(worst, e), far) if track else (worst, max(far, e))
-    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over the NF4 "
-          f"base, {far:.2e} from its merge over the base un-quantized")
-    if worst > 1e-6 or far <= 1e-4:
-        print(f"FAIL: {name} {mdir}: the merge is not the one into the dequantized NF4 base")
+    folder = lambda: AutoModelForCausalLM.from_pretrained(f"{d}/{name}", dtype=torch.float32)
+    merge = lambda base: PeftModel.from_pretrained(base, f"{out}/adapter").merge_and_unload().state_dict()
+    if refs["nf4"]:
+        deq = model_of(name, True)
+        deq.load_state_dict(load_file(f"{d}/deq_{name}.safetensors"), strict=False)
+        ref, ctl, what = merge(deq), merge(model_of(name, True)), ("the NF4 base", "its merge over the base un-quantized")
+    else:
+        ref, ctl, what = merge(folder()), folder().state_dict(), ("the loaded base", "the base alone")
+    dist = lambda sd: max((mine[bare(k)].double() - v.double()).abs().max().item() / max(v.abs().max().item(), 1e-30)
+                          for k, v in sd.items() if bare(k) in mine)
+    absent = [] if refs["nf4"] else [k for k in ref if bare(k) not in mine]   # (tied GPT-2's lm_head is no tensor of fsdpd's)
+    worst, far = dist(ref), dist(ctl)
+    print(f"{name} {mdir}: the merged folder is {worst:.2e} (of a tensor's largest) from peft's merge over {what[0]}, "
+          f"{far:.2e} from {what[1]}")
+    if worst > 1e-6 or far <= 1e-4 or absent:
+        print(f"FAIL: {name} {mdir}: the merge is not peft's over {what[0]}{f' (it lacks {absent[:3]})' if absent else ''}")
         return 1
     return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "build":
-        build(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+        build(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
     elif sys.argv[1] == "merged":
         sys.exit(merged(*sys.argv[2:6]))
     else:
