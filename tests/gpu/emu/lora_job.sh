@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# tests/gpu/emu/lora_job.sh BUILD SRC [nf4] — whole LoRA (or, with nf4, QLoRA: [lora] base_dtype = nf4)
+# training jobs through the CUDA device code (worker/cuda/device_cuda.c and its kernel table) with the
+# kernels emulated on the CPU (fsdp-worker-emu, tests/gpu/CMakeLists.txt), against fsdp-worker's CPU
+# device running the same jobs: a tiny Llama (grouped-query attention, head size 64, adapters on all
+# seven projections), 2 ranks over gloo staged through "pinned" memory, sharding full, the adapters
+# sharded and replicated, bf16 compute (ctests gpu_emu_lora, gpu_emu_qlora; docs/gpu.md "Whole jobs
+# under the emulator"). Checks, per layout:
+#   - every step's loss, and the adapters after the last step (each tensor, norm-wise relative), within
+#     the tolerance below of the CPU reference's;
+#   - the base saved after training (--save) bit for bit the CPU run's: the frozen bf16 base as loaded,
+#     or with nf4 the base as the device dequantized it from its NF4 bytes (worker/ops/nf4.c against the
+#     CUDA kernel of ops_cuda_nf4.cu, in a whole job);
+#   - the measured peaks per category and the bytes sent equal fsdpctl plan's for device = cuda, the
+#     staged comm's pinned buffer (plan_stage_bytes, which the plan does not count: docs/memory.md)
+#     added to comm and total.
+# Controls, each of which must fail its check: training moves the reference's loss by more than 3x the
+# loss tolerance away from a run at lr 1e-12 (so the comparison can see a broken update); the emulated
+# worker with the adapters' GEMM sums assigned instead of accumulated (EMU_FAULT=gemm_accumulate) fails
+# the loss or the adapter comparison; with nf4, the dequantization without the block scales' offset
+# (EMU_FAULT=nf4_offset) fails the base's bit-identity.
+#
+# The reference and its tolerance. bf16 compute: the CUDA device keeps activations in bf16 (each
+# operator rounds its output, unit roundoff u = 2^-8) and sums in its kernels' orders; the reference is
+# the CPU device computing in bf16 (FSDP_CPU_BF16=emulate: every GEMM's operands rounded to bf16, fp32
+# accumulation) from the same bf16 weights. What bf16 rounding does to this job is measured, not
+# guessed: d, the distance between the CPU's bf16 run and its fp32 run (FSDP_CPU_BF16=off), the largest
+# over the steps' losses (relative) and over the adapter tensors (norm-wise relative), each floored at
+# 1e-5; the CUDA run must be within 4d of the reference, as run.sh's step 4 calibrates its gloo
+# comparison (the CUDA device's roundings are another set of the same size, in other places and with
+# other summation orders; 4d leaves room for twice d either way). AdamW runs with eps = 1: at PyTorch's
+# 1e-8 every update is ±lr by its gradient's sign (|m̂/√v̂| ≈ 1), so an element whose gradient is below
+# its rounding error takes either sign and the adapters' distance is the share of such elements (0.24
+# norm-wise after 4 steps, measured), which no rounding bound holds; with eps = 1 (√v̂ ~ 1e-3 here) the
+# update is lr·m̂/(1 + √v̂) ≈ lr·m̂, linear in the gradient, so the adapters differ by what their
+# gradients do, and lr = 3 moves the loss by 2e-2 in 4 steps.
+set -euo pipefail
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) nf4=${3:-}
+EMU=$build/tests/gpu/fsdp-worker-emu CPU=$build/fsdp-worker CTL=$build/fsdpctl
+for b in "$EMU" "$CPU" "$CTL"; do [ -x "$b" ] || { echo "lora_job.sh: $b is not built"; exit 1; }; done
+STEPS=4 LR=3
+tmp=$(mktemp -d /tmp/fsdp-emu-lora.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# cuDNN is the CUDA device's default attention; the stub library offers no engine, so the tensor-core
+# kernel runs (as in gpu_emu)
+export FSDP_CUDNN_LIB=$build/tests/gpu/libcudnn_stub.so
+what=LoRA
+[ -n "$nf4" ] && what=QLoRA
+failed=()
+part_fail() { echo "FAIL: $*"; failed+=("$*"); }
+
+job() {   # job FILE DEVICE ADAPTERS LR
+  cat >"$1" <<JOB
+[job]
+steps = $STEPS
+seed = 11
+[model]
+arch = llama
+n_layer = 2
+n_head = 2
+n_kv_head = 1
+n_embd = 128
+ffn_dim = 256
+vocab_size = 256
+seq_len = 32
+[data]
+train = synthetic:markov:7
+batch_size = 2
+grad_accum = 1
+[optim]
+lr = $4
+min_lr = 0
+schedule = constant
+warmup_steps = 0
+weight_decay = 0.1
+grad_clip = 1.0
+eps = 1
+[fsdp]
+world_size = 2
+device = $2
+sharding = full
+param_dtype = bf16
+reduce_dtype = fp32
+comm = gloo
+timeout_s = 600
+[lora]
+rank = 4
+alpha = 8
+targets = q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+adapters = $3
+$([ -n "$nf4" ] && echo "base_dtype = nf4")
+JOB
+}
+run() {   # run NAME WORKER INI [ENV=VALUE...]: 2 ranks; artefacts in $tmp/NAME
+  local name=$1 worker=$2 ini=$3
+  shift 3
+  env "$@" FSDP_WORKER="$worker" FSDP_OUT="$tmp/$name" bash "$src/scripts/launch-standalone.sh" 2 "$ini" \
+    --save "$tmp/$name/base.safetensors" --save-adapter "$tmp/$name/adapter" >/dev/null 2>"$tmp/$name.launch"
+}
+last_err() { tail -n 1 "$tmp/$1/rank-0.log" 2>/dev/null; }
+
+# dist REF TEST: "LOSS ADAPTER", the largest relative loss difference over the steps and the largest
+# norm-wise relative adapter difference over the tensors (with where it is, on stderr)
+dist() {
+  python3 - "$1" "$2" "$STEPS" <<'PY'
+import json, math, struct, sys
+ref, test, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def losses(run):
+    out = []
+    for r in (0, 1):
+        rows = [json.loads(l) for l in open(f"{run}/rank-{r}.jsonl") if l.startswith("{") and '"loss"' in l]
+        out.append([row["loss"] for row in rows])
+    if len(out[0]) != steps or out[0] != out[1] or not all(math.isfinite(x) for x in out[0]):
+        sys.exit(f"{run}: not {steps} finite losses equal on both ranks: {out}")
+    return out[0]
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        if v["dtype"] != "F32":
+            sys.exit(f"{path}: {k} is {v['dtype']}, expected F32")
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
+    return out
+lr, lt = losses(ref), losses(test)
+dl = max(abs(x - y) / abs(x) for x, y in zip(lr, lt))
+ar = tensors(f"{ref}/adapter/adapter_model.safetensors") if steps else {}
+at = tensors(f"{test}/adapter/adapter_model.safetensors")
+if sorted(ar) != sorted(at):
+    sys.exit(f"the adapters' names differ: {sorted(set(ar) ^ set(at))}")
+da, where = 0.0, ""
+for k in ar:
+    if not all(math.isfinite(y) for y in at[k]):
+        da, where = math.inf, k
+        break
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(ar[k], at[k])))
+    den = math.sqrt(sum(x * x for x in ar[k]))
+    d = num / den if den > 0 else num
+    if d > da:
+        da, where = d, k
+print(f"{dl:.3e} {da:.3e}")
+print(f"  losses {[round(x, 5) for x in lr]} vs {[round(x, 5) for x in lt]}; worst adapter {where}", file=sys.stderr)
+PY
+}
+# within NAME "LOSS ADAPTER" "TOL_LOSS TOL_ADAPTER": 0 when both distances are within their tolerances
+within() {
+  python3 - "$@" <<'PY'
+import sys
+name, (dl, da), (tl, ta) = sys.argv[1], map(float, sys.argv[2].split()), map(float, sys.argv[3].split())
+ok = dl <= tl and da <= ta
+print(f"{name}: losses {dl:.2e} (tol {tl:.2e}), adapters {da:.2e} (tol {ta:.2e}): {'within' if ok else 'OUTSIDE'}")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# the measured peaks per category and the bytes sent are the CUDA plan's (+ the staged comm's buffer)
+plan_check() {   # plan_check INI RUN
+  "$CTL" plan "$1" --json >"$tmp/plan.json" 2>/dev/null
+  python3 - "$tmp/plan.json" "$2" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+stage = min(64 << 20, max(4 * (plan["shard_world"] + 1) * u["shard_numel"] for u in plan["units"]))
+want_mem = dict(plan["memory"])
+want_mem["comm"] += stage
+want_mem["total"] += stage
+bad = 0
+for r in (0, 1):
+    rep = [json.loads(l) for l in open(f"{sys.argv[2]}/rank-{r}.jsonl") if l.startswith("{")][-1]
+    for what, want, got in (("peak", want_mem, rep["peak_bytes"]), ("sent", plan["sent_bytes"], rep["sent_bytes"])):
+        for k, v in got.items():
+            if k in want and want[k] != v:
+                print(f"rank {r}: {what} {k} measured {v}, plan {want[k]}")
+                bad = 1
+if not bad:
+    print(f"measured = plan (device = cuda; comm and total + the staged buffer's {stage} bytes): peaks {rep['peak_bytes']}")
+sys.exit(bad)
+PY
+}
+
+# the calibration: the CPU in bf16 against the CPU in fp32; the control: training moves the loss
+job "$tmp/cpu-sharded.ini" cpu sharded "$LR"
+job "$tmp/cpu-frozen.ini" cpu sharded 1e-12
+run cpu-frozen "$CPU" "$tmp/cpu-frozen.ini" FSDP_CPU_BF16=emulate &&
+  run cpu-sharded "$CPU" "$tmp/cpu-sharded.ini" FSDP_CPU_BF16=emulate &&
+  run cpu-fp32 "$CPU" "$tmp/cpu-sharded.ini" FSDP_CPU_BF16=off ||
+  { echo "FAIL: a CPU reference run failed: $(last_err cpu-frozen) $(last_err cpu-sharded) $(last_err cpu-fp32)"; exit 1; }
+d=$(dist "$tmp/cpu-sharded" "$tmp/cpu-fp32")
+tol=$(python3 -c 'import sys; print(" ".join(f"{4 * max(1e-5, float(x)):.3e}" for x in sys.argv[1].split()))' "$d")
+echo "calibration: the CPU in bf16 against fp32 differs by $d (losses, adapters): tolerance 4d = $tol"
+moved=$(dist "$tmp/cpu-sharded" "$tmp/cpu-frozen" 2>/dev/null)
+python3 -c 'import sys; m, t = float(sys.argv[1].split()[0]), float(sys.argv[2].split()[0]); print(f"training moves the loss by {m:.2e} from lr 1e-12 (needs > 3 x {t:.2e})"); sys.exit(m <= 3 * t)' \
+  "$moved" "$tol" || part_fail "$what: the loss comparison could not tell a broken update from a working one"
+
+for ad in sharded replicated; do
+  job "$tmp/cuda-$ad.ini" cuda "$ad" "$LR"
+  if [ "$ad" = replicated ]; then
+    job "$tmp/cpu-$ad.ini" cpu "$ad" "$LR"
+    run "cpu-$ad" "$CPU" "$tmp/cpu-$ad.ini" FSDP_CPU_BF16=emulate ||
+      { part_fail "$what ($ad): the CPU run failed: $(last_err "cpu-$ad")"; continue; }
+  fi
+  s0=$SECONDS
+  run "cuda-$ad" "$EMU" "$tmp/cuda-$ad.ini" ||
+    { part_fail "$what ($ad): the emulated CUDA run failed: $(last_err "cuda-$ad")"; continue; }
+  echo "$what ($ad): the emulated CUDA run took $((SECONDS - s0)) s"
+  within "$what ($ad) cuda vs cpu" "$(dist "$tmp/cpu-$ad" "$tmp/cuda-$ad")" "$tol" ||
+    part_fail "$what ($ad): the CUDA device's losses or adapters are not the CPU's"
+  if cmp -s "$tmp/cpu-$ad/base.safetensors" "$tmp/cuda-$ad/base.safetensors"; then
+    echo "  the base after training: bit for bit the CPU's${nf4:+ (the NF4 base as each device dequantized it)}"
+  else
+    part_fail "$what ($ad): the base saved after training is not the CPU run's bit for bit"
+  fi
+  plan_check "$tmp/cuda-$ad.ini" "$tmp/cuda-$ad" || part_fail "$what ($ad): the measured peaks or bytes are not the CUDA plan's"
+done
+
+# planted faults: each must fail its comparison
+if ! run cuda-fault "$EMU" "$tmp/cuda-sharded.ini" EMU_FAULT=gemm_accumulate; then
+  echo "control: EMU_FAULT=gemm_accumulate: the run failed ($(last_err cuda-fault)), as a broken job may"
+elif within "control: EMU_FAULT=gemm_accumulate" "$(dist "$tmp/cpu-sharded" "$tmp/cuda-fault")" "$tol"; then
+  part_fail "$what: the adapters' sums assigned (EMU_FAULT=gemm_accumulate) passed the comparison"
+fi
+if [ -n "$nf4" ]; then
+  if ! run cuda-nf4fault "$EMU" "$tmp/cuda-sharded.ini" EMU_FAULT=nf4_offset; then
+    echo "control: EMU_FAULT=nf4_offset: the run failed ($(last_err cuda-nf4fault))"
+  elif cmp -s "$tmp/cpu-sharded/base.safetensors" "$tmp/cuda-nf4fault/base.safetensors"; then
+    part_fail "QLoRA: the dequantization without its offset (EMU_FAULT=nf4_offset) saved the CPU's base"
+  else
+    echo "control: EMU_FAULT=nf4_offset: the dequantized base differs from the CPU's, as it must"
+  fi
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '%s whole-job checks under the emulator: %d failed\n' "$what" "${#failed[@]}"
+  exit 1
+fi
+echo "$what whole-job checks under the emulator: PASS"
