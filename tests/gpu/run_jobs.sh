@@ -41,8 +41,55 @@ comm = $4
 timeout_s = 120
 JOB
 }
-# run_job NAME WORLD INI SECONDS: scripts/launch-standalone.sh with our worker ($RUN_WORKER, default
-# the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
+# lora_ini FILE DEVICE ADAPTERS LR STEPS [nf4]: the LoRA job that tests/gpu/emu/lora_job.sh runs under the
+# emulator and step 3 on the GPU: a tiny Llama (2 layers, C = 128, 2 heads of 64 over 1 kv head, SwiGLU
+# 256, V = 256, T = 32, B = 2), seed 11, rank-4 adapters on all seven projections, 2 ranks over gloo
+# (staged through pinned memory on a CUDA device), sharding full, bf16, AdamW with eps = 1 (linear in
+# the gradient: lora_job.sh says why); with nf4 the base is NF4 (QLoRA).
+lora_ini() {
+  cat >"$1" <<JOB
+[job]
+steps = $5
+seed = 11
+[model]
+arch = llama
+n_layer = 2
+n_head = 2
+n_kv_head = 1
+n_embd = 128
+ffn_dim = 256
+vocab_size = 256
+seq_len = 32
+[data]
+train = synthetic:markov:7
+batch_size = 2
+grad_accum = 1
+[optim]
+lr = $4
+min_lr = 0
+schedule = constant
+warmup_steps = 0
+weight_decay = 0.1
+grad_clip = 1.0
+eps = 1
+[fsdp]
+world_size = 2
+device = $2
+sharding = full
+param_dtype = bf16
+reduce_dtype = fp32
+comm = gloo
+timeout_s = 600
+[lora]
+rank = 4
+alpha = 8
+targets = q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+adapters = $3
+$([ "${6:-}" = nf4 ] && echo "base_dtype = nf4")
+JOB
+}
+# run_job NAME WORLD INI SECONDS [WORKER FLAGS...]: scripts/launch-standalone.sh with our worker ($RUN_WORKER,
+# default the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
 # still going after SECONDS (less 27 s, or half of SECONDS up to 54) has each rank's host stack written to NAME.stacks
 # (host_stacks), one line per rank in NAME.launch, before it is killed, and returns 124.
 run_job() {
@@ -51,7 +98,7 @@ run_job() {
   local dir=$WORK/runs/$1 pid wait_s=$(($4 > 54 ? $4 - 27 : $4 / 2))
   mkdir -p "$WORK/runs"
   : >"$dir.launch"   # appended to by the launcher and by this function alike
-  FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" \
+  FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" "${@:5}" \
     >/dev/null 2>>"$dir.launch" &
   pid=$!
   if ! timeout "$wait_s" tail --pid="$pid" -f /dev/null; then   # the deadline passed with the job running

@@ -50,48 +50,9 @@ what=LoRA
 failed=()
 part_fail() { echo "FAIL: $*"; failed+=("$*"); }
 
-job() {   # job FILE DEVICE ADAPTERS LR
-  cat >"$1" <<JOB
-[job]
-steps = $STEPS
-seed = 11
-[model]
-arch = llama
-n_layer = 2
-n_head = 2
-n_kv_head = 1
-n_embd = 128
-ffn_dim = 256
-vocab_size = 256
-seq_len = 32
-[data]
-train = synthetic:markov:7
-batch_size = 2
-grad_accum = 1
-[optim]
-lr = $4
-min_lr = 0
-schedule = constant
-warmup_steps = 0
-weight_decay = 0.1
-grad_clip = 1.0
-eps = 1
-[fsdp]
-world_size = 2
-device = $2
-sharding = full
-param_dtype = bf16
-reduce_dtype = fp32
-comm = gloo
-timeout_s = 600
-[lora]
-rank = 4
-alpha = 8
-targets = q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
-adapters = $3
-$([ -n "$nf4" ] && echo "base_dtype = nf4")
-JOB
-}
+# the job (lora_ini: the one run.sh's step 3 runs on a GPU)
+. "$src/tests/gpu/run_jobs.sh"
+job() { lora_ini "$1" "$2" "$3" "$4" "$STEPS" "$nf4"; }
 run() {   # run NAME WORKER INI [ENV=VALUE...]: 2 ranks; artefacts in $tmp/NAME
   local name=$1 worker=$2 ini=$3
   shift 3
@@ -100,62 +61,14 @@ run() {   # run NAME WORKER INI [ENV=VALUE...]: 2 ranks; artefacts in $tmp/NAME
 }
 last_err() { tail -n 1 "$tmp/$1/rank-0.log" 2>/dev/null; }
 
-# dist REF TEST: "LOSS ADAPTER", the largest relative loss difference over the steps and the largest
-# norm-wise relative adapter difference over the tensors (with where it is, on stderr)
-dist() {
-  python3 - "$1" "$2" "$STEPS" <<'PY'
-import json, math, struct, sys
-ref, test, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def losses(run):
-    out = []
-    for r in (0, 1):
-        rows = [json.loads(l) for l in open(f"{run}/rank-{r}.jsonl") if l.startswith("{") and '"loss"' in l]
-        out.append([row["loss"] for row in rows])
-    if len(out[0]) != steps or out[0] != out[1] or not all(math.isfinite(x) for x in out[0]):
-        sys.exit(f"{run}: not {steps} finite losses equal on both ranks: {out}")
-    return out[0]
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        if v["dtype"] != "F32":
-            sys.exit(f"{path}: {k} is {v['dtype']}, expected F32")
-        a, b = v["data_offsets"]
-        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
-    return out
-lr, lt = losses(ref), losses(test)
-dl = max(abs(x - y) / abs(x) for x, y in zip(lr, lt))
-ar = tensors(f"{ref}/adapter/adapter_model.safetensors") if steps else {}
-at = tensors(f"{test}/adapter/adapter_model.safetensors")
-if sorted(ar) != sorted(at):
-    sys.exit(f"the adapters' names differ: {sorted(set(ar) ^ set(at))}")
-da, where = 0.0, ""
-for k in ar:
-    if not all(math.isfinite(y) for y in at[k]):
-        da, where = math.inf, k
-        break
-    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(ar[k], at[k])))
-    den = math.sqrt(sum(x * x for x in ar[k]))
-    d = num / den if den > 0 else num
-    if d > da:
-        da, where = d, k
-print(f"{dl:.3e} {da:.3e}")
-print(f"  losses {[round(x, 5) for x in lr]} vs {[round(x, 5) for x in lt]}; worst adapter {where}", file=sys.stderr)
-PY
-}
-# within NAME "LOSS ADAPTER" "TOL_LOSS TOL_ADAPTER": 0 when both distances are within their tolerances
+# dist REF TEST: "DL DA", the two runs' loss and adapter distances (report.py lora)
+dist() { python3 "$src/tests/gpu/report.py" lora "$1" "$2" --ranks 2 --steps "$STEPS"; }
+# within NAME REF TEST CAL: within 4·max(1e-5, CAL) each (report.py lora --cal)
 within() {
-  python3 - "$@" <<'PY'
-import sys
-name, (dl, da), (tl, ta) = sys.argv[1], map(float, sys.argv[2].split()), map(float, sys.argv[3].split())
-ok = dl <= tl and da <= ta
-print(f"{name}: losses {dl:.2e} (tol {tl:.2e}), adapters {da:.2e} (tol {ta:.2e}): {'within' if ok else 'OUTSIDE'}")
-sys.exit(0 if ok else 1)
-PY
+  local out rc=0
+  out=$(python3 "$src/tests/gpu/report.py" lora "$2" "$3" --ranks 2 --steps "$STEPS" --cal "$4") || rc=$?
+  echo "$1: $out"
+  return $rc
 }
 
 # the measured peaks per category and the bytes sent are the CUDA plan's (+ the staged comm's buffer)
@@ -189,12 +102,11 @@ run cpu-frozen "$CPU" "$tmp/cpu-frozen.ini" FSDP_CPU_BF16=emulate &&
   run cpu-sharded "$CPU" "$tmp/cpu-sharded.ini" FSDP_CPU_BF16=emulate &&
   run cpu-fp32 "$CPU" "$tmp/cpu-sharded.ini" FSDP_CPU_BF16=off ||
   { echo "FAIL: a CPU reference run failed: $(last_err cpu-frozen) $(last_err cpu-sharded) $(last_err cpu-fp32)"; exit 1; }
-d=$(dist "$tmp/cpu-sharded" "$tmp/cpu-fp32")
-tol=$(python3 -c 'import sys; print(" ".join(f"{4 * max(1e-5, float(x)):.3e}" for x in sys.argv[1].split()))' "$d")
-echo "calibration: the CPU in bf16 against fp32 differs by $d (losses, adapters): tolerance 4d = $tol"
+cal=$(dist "$tmp/cpu-sharded" "$tmp/cpu-fp32")
+echo "calibration: the CPU in bf16 against fp32 differs by $cal (losses, adapters): the tolerance is 4x each"
 moved=$(dist "$tmp/cpu-sharded" "$tmp/cpu-frozen" 2>/dev/null)
-python3 -c 'import sys; m, t = float(sys.argv[1].split()[0]), float(sys.argv[2].split()[0]); print(f"training moves the loss by {m:.2e} from lr 1e-12 (needs > 3 x {t:.2e})"); sys.exit(m <= 3 * t)' \
-  "$moved" "$tol" || part_fail "$what: the loss comparison could not tell a broken update from a working one"
+python3 -c 'import sys; m, t = float(sys.argv[1].split()[0]), 4 * max(1e-5, float(sys.argv[2].split()[0])); print(f"training moves the loss by {m:.2e} from lr 1e-12 (needs > 3 x {t:.2e})"); sys.exit(m <= 3 * t)' \
+  "$moved" "$cal" || part_fail "$what: the loss comparison could not tell a broken update from a working one"
 
 for ad in sharded replicated; do
   job "$tmp/cuda-$ad.ini" cuda "$ad" "$LR"
@@ -207,7 +119,7 @@ for ad in sharded replicated; do
   run "cuda-$ad" "$EMU" "$tmp/cuda-$ad.ini" ||
     { part_fail "$what ($ad): the emulated CUDA run failed: $(last_err "cuda-$ad")"; continue; }
   echo "$what ($ad): the emulated CUDA run took $((SECONDS - s0)) s"
-  within "$what ($ad) cuda vs cpu" "$(dist "$tmp/cpu-$ad" "$tmp/cuda-$ad")" "$tol" ||
+  within "$what ($ad) cuda vs cpu" "$tmp/cpu-$ad" "$tmp/cuda-$ad" "$cal" ||
     part_fail "$what ($ad): the CUDA device's losses or adapters are not the CPU's"
   if cmp -s "$tmp/cpu-$ad/base.safetensors" "$tmp/cuda-$ad/base.safetensors"; then
     echo "  the base after training: bit for bit the CPU's${nf4:+ (the NF4 base as each device dequantized it)}"
@@ -217,16 +129,19 @@ for ad in sharded replicated; do
   plan_check "$tmp/cuda-$ad.ini" "$tmp/cuda-$ad" || part_fail "$what ($ad): the measured peaks or bytes are not the CUDA plan's"
 done
 
-# planted faults: each must fail its comparison
-if ! run cuda-fault "$EMU" "$tmp/cuda-sharded.ini" EMU_FAULT=gemm_accumulate; then
+# planted faults, one step each against a one-step CPU run: each must fail its comparison
+lora_ini "$tmp/cpu-1.ini" cpu sharded "$LR" 1 "$nf4"
+lora_ini "$tmp/cuda-1.ini" cuda sharded "$LR" 1 "$nf4"
+run cpu-1 "$CPU" "$tmp/cpu-1.ini" FSDP_CPU_BF16=emulate || part_fail "$what: the one-step CPU run failed: $(last_err cpu-1)"
+if ! run cuda-fault "$EMU" "$tmp/cuda-1.ini" EMU_FAULT=gemm_accumulate; then
   echo "control: EMU_FAULT=gemm_accumulate: the run failed ($(last_err cuda-fault)), as a broken job may"
-elif within "control: EMU_FAULT=gemm_accumulate" "$(dist "$tmp/cpu-sharded" "$tmp/cuda-fault")" "$tol"; then
+elif STEPS=1 within "control: EMU_FAULT=gemm_accumulate" "$tmp/cpu-1" "$tmp/cuda-fault" "$cal"; then
   part_fail "$what: the adapters' sums assigned (EMU_FAULT=gemm_accumulate) passed the comparison"
 fi
 if [ -n "$nf4" ]; then
-  if ! run cuda-nf4fault "$EMU" "$tmp/cuda-sharded.ini" EMU_FAULT=nf4_offset; then
+  if ! run cuda-nf4fault "$EMU" "$tmp/cuda-1.ini" EMU_FAULT=nf4_offset; then
     echo "control: EMU_FAULT=nf4_offset: the run failed ($(last_err cuda-nf4fault))"
-  elif cmp -s "$tmp/cpu-sharded/base.safetensors" "$tmp/cuda-nf4fault/base.safetensors"; then
+  elif cmp -s "$tmp/cpu-1/base.safetensors" "$tmp/cuda-nf4fault/base.safetensors"; then
     part_fail "QLoRA: the dequantization without its offset (EMU_FAULT=nf4_offset) saved the CPU's base"
   else
     echo "control: EMU_FAULT=nf4_offset: the dequantized base differs from the CPU's, as it must"
