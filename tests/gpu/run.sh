@@ -536,7 +536,7 @@ step3() {
     { result 3 "cuda vs cpu" FAIL "$out" $((SECONDS - s0)); return; }
   echo "  CPU references ok; $out"
   lora_refs || { result 3 "cuda vs cpu" FAIL "$LORA_WHY" $((SECONDS - s0)); return; }
-  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 5 CPU reference runs passed)" $((SECONDS - s0)); return; }
+  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 5 CPU reference runs and LoRA's and QLoRA's 4 passed)" $((SECONDS - s0)); return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 3 "cuda vs cpu" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   # full-offload: sharding full with offload = optimizer (AdamW on the host over pinned memory),

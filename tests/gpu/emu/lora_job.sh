@@ -31,9 +31,9 @@
 # other summation orders; 4d leaves room for twice d either way). AdamW runs with eps = 1: at PyTorch's
 # 1e-8 every update is ±lr by its gradient's sign (|m̂/√v̂| ≈ 1), so an element whose gradient is below
 # its rounding error takes either sign and the adapters' distance is the share of such elements (0.24
-# norm-wise after 4 steps, measured), which no rounding bound holds; with eps = 1 (√v̂ ~ 1e-3 here) the
-# update is lr·m̂/(1 + √v̂) ≈ lr·m̂, linear in the gradient, so the adapters differ by what their
-# gradients do, and lr = 3 moves the loss by 2e-2 in 4 steps.
+# norm-wise after 4 steps at lr 3e-2, T = 64, measured), which no rounding bound holds; with eps = 1
+# (√v̂ ~ 1e-3 here) the update is lr·m̂/(1 + √v̂) ≈ lr·m̂, linear in the gradient, so the adapters
+# differ by what their gradients do, and lr = 3 moves the loss by 2e-2 in 4 steps.
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) nf4=${3:-}
 EMU=$build/tests/gpu/fsdp-worker-emu CPU=$build/fsdp-worker CTL=$build/fsdpctl
