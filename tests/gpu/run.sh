@@ -15,9 +15,10 @@
 #                      and throttle reasons before and after; cuDNN's debug log where it fell back
 #   7 PyTorch          90-105 bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
 #   3 cuda vs cpu      30-75  5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
-#                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's; a LoRA and a QLoRA
-#                      job (2 ranks, gloo staged), losses and adapters within 4x the CPU's own bf16
-#                      against fp32 distance of the CPU's in bf16, the saved base bit for bit the CPU's
+#                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's; a LoRA (also with
+#                      offload) and a QLoRA job (2 ranks, gloo staged), losses and adapters within 4x
+#                      the CPU's own bf16-vs-fp32 distance of the CPU's in bf16, the saved base bit
+#                      for bit the CPU's
 #   4 gloo-staged      30-40  N = 2 and N = 1 ranks on the one GPU, within a tolerance calibrated from
 #                      two N = 1 runs; then N = 4 as sharding = hybrid, 2 groups of 2
 #   5 racecheck        20-25  one short step under compute-sanitizer --tool racecheck on fsdpd's own
@@ -562,7 +563,7 @@ step3() {
     fi
     echo "  $name: ${out:-see $WORK/runs/cuda-$name}"
   done
-  for name in lora qlora; do
+  for name in lora lora-offload qlora; do
     t=$(allot 30 10) || { fails="$fails $name: no time left;"; continue; }
     if out=$(lora_gpu "$name" "$t"); then passes="$passes $name: $out;"; else fails="$fails $name: $out;"; fi
     echo "  $name: $out"
@@ -572,7 +573,8 @@ step3() {
 }
 
 # Step 3's LoRA and QLoRA: lora_ini's job (run_jobs.sh; what gpu_emu_lora and gpu_emu_qlora run
-# under the emulator), 4 steps, adapters sharded, 2 ranks over gloo staged on the one GPU. The
+# under the emulator), 4 steps, adapters sharded, 2 ranks over gloo staged on the one GPU (LoRA also
+# with offload = optimizer: AdamW on the host, against the same CPU reference). The
 # reference is the CPU computing in bf16 (FSDP_CPU_BF16=emulate); the tolerance 4x the distance
 # between it and the CPU in fp32 (losses relative, adapters norm-wise per tensor: report.py lora;
 # tests/gpu/emu/lora_job.sh says why). lora_refs: the CPU runs (also in a dry run); lora_gpu NAME
@@ -584,7 +586,7 @@ lora_refs() {
   for name in lora qlora; do
     nf=""
     [ "$name" = qlora ] && nf=nf4
-    lora_ini "$WORK/cpu-$name.ini" cpu sharded "$LORA_LR" "$LORA_STEPS" $nf
+    lora_ini "$WORK/cpu-$name.ini" cpu sharded "$LORA_LR" "$LORA_STEPS" "$nf"
     for prec in emulate off; do
       t=$(allot 30 5) || { LORA_WHY="$name: no time left for the CPU references ($(no_time))"; return 1; }
       FSDP_CPU_BF16=$prec run_job "cpu-$name-$prec" 2 "$WORK/cpu-$name.ini" "$t" \
@@ -597,14 +599,15 @@ lora_refs() {
   done
 }
 lora_gpu() {
-  local name=$1 nf="" out run=$WORK/runs/cuda-$1
+  local name=$1 nf="" out run=$WORK/runs/cuda-$1 ref=${1%-offload} offload=none
   [ "$name" = qlora ] && nf=nf4
-  lora_ini "$WORK/cuda-$name.ini" cuda sharded "$LORA_LR" "$LORA_STEPS" $nf
+  [ "$name" = "$ref" ] || offload=optimizer
+  lora_ini "$WORK/cuda-$name.ini" cuda sharded "$LORA_LR" "$LORA_STEPS" "$nf" "$offload"
   FSDP_CUDA_ATTN=tc run_or_diagnose "cuda-$name" 2 "$WORK/cuda-$name.ini" "$2" \
     --save "$run/base.safetensors" --save-adapter "$run/adapter" || { last_error "$run"; return 1; }
-  out=$(python3 "$HELP" lora "$WORK/runs/cpu-$name-emulate" "$run" --ranks 2 --steps "$LORA_STEPS" --cal "${LORA_CAL[$name]}") ||
+  out=$(python3 "$HELP" lora "$WORK/runs/cpu-$ref-emulate" "$run" --ranks 2 --steps "$LORA_STEPS" --cal "${LORA_CAL[$ref]}") ||
     { echo "$out"; return 1; }
-  cmp -s "$WORK/runs/cpu-$name-emulate/base.safetensors" "$run/base.safetensors" ||
+  cmp -s "$WORK/runs/cpu-$ref-emulate/base.safetensors" "$run/base.safetensors" ||
     { echo "the base saved after training is not the CPU's bit for bit${nf:+ (the NF4 dequantization)}; $out"; return 1; }
   echo "${out%%; ref *}; base bit for bit the CPU's"
 }

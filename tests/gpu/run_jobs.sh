@@ -41,11 +41,12 @@ comm = $4
 timeout_s = 120
 JOB
 }
-# lora_ini FILE DEVICE ADAPTERS LR STEPS [nf4]: the LoRA job that tests/gpu/emu/lora_job.sh runs under the
+# lora_ini FILE DEVICE ADAPTERS LR STEPS [nf4] [OFFLOAD]: the LoRA job that tests/gpu/emu/lora_job.sh runs under the
 # emulator and step 3 on the GPU: a tiny Llama (2 layers, C = 128, 2 heads of 64 over 1 kv head, SwiGLU
 # 256, V = 256, T = 32, B = 2), seed 11, rank-4 adapters on all seven projections, 2 ranks over gloo
 # (staged through pinned memory on a CUDA device), sharding full, bf16, AdamW with eps = 1 (linear in
-# the gradient: lora_job.sh says why); with nf4 the base is NF4 (QLoRA).
+# the gradient: lora_job.sh says why); with nf4 the base is NF4 (QLoRA); OFFLOAD: [fsdp] offload
+# (default none).
 lora_ini() {
   cat >"$1" <<JOB
 [job]
@@ -78,6 +79,7 @@ device = $2
 sharding = full
 param_dtype = bf16
 reduce_dtype = fp32
+offload = ${7:-none}
 comm = gloo
 timeout_s = 600
 [lora]

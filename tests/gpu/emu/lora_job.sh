@@ -4,7 +4,8 @@
 # kernels emulated on the CPU (fsdp-worker-emu, tests/gpu/CMakeLists.txt), against fsdp-worker's CPU
 # device running the same jobs: a tiny Llama (grouped-query attention, head size 64, adapters on all
 # seven projections), 2 ranks over gloo staged through "pinned" memory, sharding full, the adapters
-# sharded and replicated, bf16 compute (ctests gpu_emu_lora, gpu_emu_qlora; docs/gpu.md "Whole jobs
+# sharded and replicated (LoRA also sharded with [fsdp] offload = optimizer: the adapters' master and
+# AdamW state in pinned host memory, AdamW on the host), bf16 compute (ctests gpu_emu_lora, gpu_emu_qlora; docs/gpu.md "Whole jobs
 # under the emulator"). Checks, per layout:
 #   - every step's loss, and the adapters after the last step (each tensor, norm-wise relative), within
 #     the tolerance below of the CPU reference's;
@@ -52,7 +53,7 @@ part_fail() { echo "FAIL: $*"; failed+=("$*"); }
 
 # the job (lora_ini: the one run.sh's step 3 runs on a GPU)
 . "$src/tests/gpu/run_jobs.sh"
-job() { lora_ini "$1" "$2" "$3" "$4" "$STEPS" "$nf4"; }
+job() { lora_ini "$1" "$2" "$3" "$4" "$STEPS" "$nf4" "${5:-none}"; }
 run() {   # run NAME WORKER INI [ENV=VALUE...]: 2 ranks; artefacts in $tmp/NAME
   local name=$1 worker=$2 ini=$3
   shift 3
@@ -108,25 +109,29 @@ moved=$(dist "$tmp/cpu-sharded" "$tmp/cpu-frozen" 2>/dev/null)
 python3 -c 'import sys; m, t = float(sys.argv[1].split()[0]), 4 * max(1e-5, float(sys.argv[2].split()[0])); print(f"training moves the loss by {m:.2e} from lr 1e-12 (needs > 3 x {t:.2e})"); sys.exit(m <= 3 * t)' \
   "$moved" "$cal" || part_fail "$what: the loss comparison could not tell a broken update from a working one"
 
-for ad in sharded replicated; do
-  job "$tmp/cuda-$ad.ini" cuda "$ad" "$LR"
-  if [ "$ad" = replicated ]; then
+layouts="sharded replicated"
+[ -n "$nf4" ] || layouts+=" sharded-offload"
+for lay in $layouts; do
+  # the CPU device has no offload: sharded-offload's reference is the CPU's sharded run
+  ad=${lay%-offload} ref=cpu-${lay%-offload}
+  job "$tmp/cuda-$lay.ini" cuda "$ad" "$LR" "$([ "$lay" = "$ad" ] && echo none || echo optimizer)"
+  if [ "$lay" = replicated ]; then
     job "$tmp/cpu-$ad.ini" cpu "$ad" "$LR"
     run "cpu-$ad" "$CPU" "$tmp/cpu-$ad.ini" FSDP_CPU_BF16=emulate ||
       { part_fail "$what ($ad): the CPU run failed: $(last_err "cpu-$ad")"; continue; }
   fi
   s0=$SECONDS
-  run "cuda-$ad" "$EMU" "$tmp/cuda-$ad.ini" ||
-    { part_fail "$what ($ad): the emulated CUDA run failed: $(last_err "cuda-$ad")"; continue; }
-  echo "$what ($ad): the emulated CUDA run took $((SECONDS - s0)) s"
-  within "$what ($ad) cuda vs cpu" "$tmp/cpu-$ad" "$tmp/cuda-$ad" "$cal" ||
-    part_fail "$what ($ad): the CUDA device's losses or adapters are not the CPU's"
-  if cmp -s "$tmp/cpu-$ad/base.safetensors" "$tmp/cuda-$ad/base.safetensors"; then
+  run "cuda-$lay" "$EMU" "$tmp/cuda-$lay.ini" ||
+    { part_fail "$what ($lay): the emulated CUDA run failed: $(last_err "cuda-$lay")"; continue; }
+  echo "$what ($lay): the emulated CUDA run took $((SECONDS - s0)) s"
+  within "$what ($lay) cuda vs cpu" "$tmp/$ref" "$tmp/cuda-$lay" "$cal" ||
+    part_fail "$what ($lay): the CUDA device's losses or adapters are not the CPU's"
+  if cmp -s "$tmp/$ref/base.safetensors" "$tmp/cuda-$lay/base.safetensors"; then
     echo "  the base after training: bit for bit the CPU's${nf4:+ (the NF4 base as each device dequantized it)}"
   else
-    part_fail "$what ($ad): the base saved after training is not the CPU run's bit for bit"
+    part_fail "$what ($lay): the base saved after training is not the CPU run's bit for bit"
   fi
-  plan_check "$tmp/cuda-$ad.ini" "$tmp/cuda-$ad" || part_fail "$what ($ad): the measured peaks or bytes are not the CUDA plan's"
+  plan_check "$tmp/cuda-$lay.ini" "$tmp/cuda-$lay" || part_fail "$what ($lay): the measured peaks or bytes are not the CUDA plan's"
 done
 
 # planted faults, one step each against a one-step CPU run: each must fail its comparison
