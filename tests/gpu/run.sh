@@ -572,46 +572,6 @@ step3() {
   else result 3 "cuda vs cpu" PASS "${passes# }" $((SECONDS - s0)); fi
 }
 
-# Step 3's LoRA and QLoRA: lora_ini's job (run_jobs.sh; what gpu_emu_lora and gpu_emu_qlora run
-# under the emulator), 4 steps, adapters sharded, 2 ranks over gloo staged on the one GPU (LoRA also
-# with offload = optimizer: AdamW on the host, against the same CPU reference). The
-# reference is the CPU computing in bf16 (FSDP_CPU_BF16=emulate); the tolerance 4x the distance
-# between it and the CPU in fp32 (losses relative, adapters norm-wise per tensor: report.py lora;
-# tests/gpu/emu/lora_job.sh says why). lora_refs: the CPU runs (also in a dry run); lora_gpu NAME
-# SECONDS: the GPU run and its checks, one line.
-LORA_STEPS=4 LORA_LR=3 LORA_WHY=""
-declare -A LORA_CAL=()
-lora_refs() {
-  local name nf t prec
-  for name in lora qlora; do
-    nf=""
-    [ "$name" = qlora ] && nf=nf4
-    lora_ini "$WORK/cpu-$name.ini" cpu sharded "$LORA_LR" "$LORA_STEPS" "$nf"
-    for prec in emulate off; do
-      t=$(allot 30 5) || { LORA_WHY="$name: no time left for the CPU references ($(no_time))"; return 1; }
-      FSDP_CPU_BF16=$prec run_job "cpu-$name-$prec" 2 "$WORK/cpu-$name.ini" "$t" \
-        --save "$WORK/runs/cpu-$name-$prec/base.safetensors" --save-adapter "$WORK/runs/cpu-$name-$prec/adapter" ||
-        { LORA_WHY="CPU reference ($name, FSDP_CPU_BF16=$prec) failed: $(last_error "$WORK/runs/cpu-$name-$prec")"; return 1; }
-    done
-    LORA_CAL[$name]=$(python3 "$HELP" lora "$WORK/runs/cpu-$name-emulate" "$WORK/runs/cpu-$name-off" --ranks 2 \
-      --steps "$LORA_STEPS" 2>/dev/null) || { LORA_WHY="$name: ${LORA_CAL[$name]}"; return 1; }
-    echo "  $name: the CPU in bf16 against fp32: ${LORA_CAL[$name]} (losses, adapters)"
-  done
-}
-lora_gpu() {
-  local name=$1 nf="" out run=$WORK/runs/cuda-$1 ref=${1%-offload} offload=none
-  [ "$name" = qlora ] && nf=nf4
-  [ "$name" = "$ref" ] || offload=optimizer
-  lora_ini "$WORK/cuda-$name.ini" cuda sharded "$LORA_LR" "$LORA_STEPS" "$nf" "$offload"
-  FSDP_CUDA_ATTN=tc run_or_diagnose "cuda-$name" 2 "$WORK/cuda-$name.ini" "$2" \
-    --save "$run/base.safetensors" --save-adapter "$run/adapter" || { last_error "$run"; return 1; }
-  out=$(python3 "$HELP" lora "$WORK/runs/cpu-$ref-emulate" "$run" --ranks 2 --steps "$LORA_STEPS" --cal "${LORA_CAL[$ref]}") ||
-    { echo "$out"; return 1; }
-  cmp -s "$WORK/runs/cpu-$ref-emulate/base.safetensors" "$run/base.safetensors" ||
-    { echo "the base saved after training is not the CPU's bit for bit${nf:+ (the NF4 dequantization)}; $out"; return 1; }
-  echo "${out%%; ref *}; base bit for bit the CPU's"
-}
-
 # ---------------------------------------------------------------- step 4: gloo staged, N = 2 and 1
 # The tolerance comes from two N = 1 runs on this GPU: B = 4 with grad_accum 2 (the reference) and
 # B = 2 with grad_accum 4, the same rows per step (docs/design.md §6) in N = 2's GEMM shapes. Their
