@@ -531,6 +531,14 @@ static void check_classifier(const shape *s, int BT, int chunk, int steps) {
   RUN_AND_COMPARE("classifier_forward_backward", shape_name, 0, fo,
                   classifier_steps(d_losses_fwd, NULL, NULL, scratch, d_inp, d_wte, d_tgt, steps, BT, C, V, chunk,
                                    dscale));
+  /* a frozen head ([lora]): dinp without dwte, the same losses and dinp */
+  float *d_losses_fz = d_nan_f32(nl);
+  void *d_dinp_fz = d_nan_bf16(nin);
+  out_t zo[] = {{.name = "losses (frozen head)", .ref = losses, .dev = d_losses_fz, .n = nl, .kind = OUT_F32, .tol = TOL_BF16},
+                {.name = "dinp (frozen head)", .ref = dinp, .dev = d_dinp_fz, .n = nin, .kind = OUT_BF16, .tol = TOL_BF16}};
+  RUN_AND_COMPARE("classifier_forward_backward", shape_name, 0, zo,
+                  classifier_steps(d_losses_fz, d_dinp_fz, NULL, scratch, d_inp, d_wte, d_tgt, steps, BT, C, V, chunk,
+                                   dscale));
   free_all();
 }
 

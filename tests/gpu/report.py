@@ -5,6 +5,12 @@ the final table. Standard library only (it runs under whatever python3 the GPU m
   report.py compare REF TEST --ranks N --steps K --rtol R   losses of two standalone runs agree
   report.py moves REF FROZEN --rtol R --steps K              REF's training moved its loss off a
                                                             frozen run's by > 3·R (so compare can fail)
+  report.py lora REF TEST --ranks N --steps K [--cal "DL DA"]
+                                                            two LoRA runs' distance "DL DA": the largest
+                                                            relative loss difference over the steps, the
+                                                            largest norm-wise relative one over the adapter
+                                                            tensors (adapter/adapter_model.safetensors);
+                                                            --cal: pass when within 4·max(1e-5, cal) each
   report.py bench RUN PLAN.json --skip S [--gemm-tflops G]  the benchmark's figures, one JSON object
   report.py gemm-torch                                      bf16 8192³ matmul rate through PyTorch
   report.py table RESULTS.tsv METRICS.json OUTDIR            print the table; write gpu_report.{md,json}
@@ -93,6 +99,53 @@ def cmd_moves(a):
     msg = f"training moved the reference loss by up to {max(eff):.2e} relative (needs > {3 * a.rtol:.0e})"
     if max(eff) <= 3 * a.rtol:
         fail(msg + ": the comparison could not tell a broken update from a working one; raise lr")
+    print(msg)
+
+
+def safetensors_f32(path):
+    """The F32 tensors of a safetensors file, by name (the standard library's struct: no numpy here)."""
+    import struct
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k == "__metadata__":
+            continue
+        if v["dtype"] != "F32":
+            fail(f"{path}: {k} is {v['dtype']}, expected F32")
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
+    return out
+
+
+def cmd_lora(a):
+    ref = load_run(a.ref, a.ranks, a.steps)
+    test = load_run(a.test, a.ranks, a.steps)
+    dl = max(abs(t - r) / abs(r) for r, t in zip(ref, test))
+    ar = safetensors_f32(os.path.join(a.ref, "adapter", "adapter_model.safetensors"))
+    at = safetensors_f32(os.path.join(a.test, "adapter", "adapter_model.safetensors"))
+    if sorted(ar) != sorted(at):
+        fail(f"the adapters' names differ: {sorted(set(ar) ^ set(at))}")
+    da, where = 0.0, ""
+    for k in sorted(ar):
+        if not all(math.isfinite(y) for y in at[k]):
+            da, where = math.inf, k
+            break
+        num = math.sqrt(sum((x - y) ** 2 for x, y in zip(ar[k], at[k])))
+        den = math.sqrt(sum(x * x for x in ar[k]))
+        d = num / den if den > 0 else num
+        if d > da:
+            da, where = d, k
+    detail = f"losses {dl:.2e}, adapters {da:.2e} (worst {where}); ref {fmt(ref)} got {fmt(test)}"
+    if not a.cal:
+        print(f"{dl:.3e} {da:.3e}")
+        print(f"  {detail}", file=sys.stderr)
+        return
+    tl, ta = (4 * max(1e-5, float(x)) for x in a.cal.split())
+    msg = f"losses {dl:.2e} (tol {tl:.2e}), adapters {da:.2e} (tol {ta:.2e}; worst {where}); ref {fmt(ref)} got {fmt(test)}"
+    if dl > tl or da > ta:
+        fail(msg)
     print(msg)
 
 
@@ -471,6 +524,12 @@ def main():
     p.add_argument("frozen")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--rtol", type=float, required=True)
+    p = sub.add_parser("lora")
+    p.add_argument("ref")
+    p.add_argument("test")
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--cal", default="", help='the calibration distance "DL DA" (report.py lora of two references)')
     p = sub.add_parser("bench")
     p.add_argument("run")
     p.add_argument("plan")
@@ -501,7 +560,7 @@ def main():
     p = sub.add_parser("smi")
     p.add_argument("file")
     a = ap.parse_args()
-    {"compare": cmd_compare, "moves": cmd_moves, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
+    {"compare": cmd_compare, "moves": cmd_moves, "lora": cmd_lora, "bench": cmd_bench, "gemm-torch": cmd_gemm_torch,
      "table": cmd_table, "stack": cmd_stack, "memcheck": cmd_memcheck, "racecheck": cmd_racecheck,
      "pack": cmd_pack, "first-steps": cmd_first_steps, "smi": cmd_smi, "versions": cmd_versions}[a.cmd](a)
 

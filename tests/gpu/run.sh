@@ -8,17 +8,20 @@
 #   1 binaries + GPU   10-40  unpack .gpubundle (scripts/gpu-bundle.sh, built on the dev machine for
 #                      sm_90), start them natively or through the carried glibc loader; nvidia-smi;
 #                      the versions of cuDNN, cuBLASLt, NCCL and the driver
-#   2 gpu_check        30-55  every CUDA kernel against its CPU twin, the comms (and NCCL's spans), the
+#   2 gpu_check        30-50  every CUDA kernel against its CPU twin, the comms (and NCCL's spans), the
 #                      bf16 GEMM rate
 #   6 benchmark        45-75  GPT-2 124M, B = 16, T = 1024, bf16, world 1: tokens/s, MFU by PaLM's and
 #                      llm.c's counts, step phases, peak vs plan, exposed comm; nvidia-smi's clocks
 #                      and throttle reasons before and after; cuDNN's debug log where it fell back
 #   7 PyTorch          90-105 bench/torch_step.py --device cuda, eager and torch.compile, for the ratio
-#   3 cuda vs cpu      30-60  5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
-#                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's
-#   4 gloo-staged      30-45  N = 2 and N = 1 ranks on the one GPU, within a tolerance calibrated from
+#   3 cuda vs cpu      30-75  5 steps of full, grad_op, none (grad_accum 2), full with offload, and a
+#                      Llama (GQA) in full, losses within rtol 2e-2 of the CPU's; a LoRA (also with
+#                      offload) and a QLoRA job (2 ranks, gloo staged), losses and adapters within 4x
+#                      the CPU's own bf16-vs-fp32 distance of the CPU's in bf16, the saved base bit
+#                      for bit the CPU's
+#   4 gloo-staged      30-40  N = 2 and N = 1 ranks on the one GPU, within a tolerance calibrated from
 #                      two N = 1 runs; then N = 4 as sharding = hybrid, 2 groups of 2
-#   5 racecheck        20-30  one short step under compute-sanitizer --tool racecheck on fsdpd's own
+#   5 racecheck        20-25  one short step under compute-sanitizer --tool racecheck on fsdpd's own
 #                      attention (FSDP_CUDA_ATTN=tc); cuBLASLt's and cuDNN's kernels left out
 #   8 async ckpt       20-25  a save taken asynchronously on the GPU (pinned snapshot copied on its own
 #                      stream while the next step runs) writes the same bytes as a synchronous one,
@@ -136,7 +139,7 @@ selected() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 # at most the 450 s default budget less the table's 15 s (--dry-run prints the account).
 STEP_ORDER=(1 2 6 7 3 4 5 8)
 declare -A STEP_MIN=([1]=10 [2]=30 [6]=45 [7]=90 [3]=30 [4]=30 [5]=20 [8]=20)
-declare -A STEP_MAX=([1]=40 [2]=55 [6]=75 [7]=105 [3]=60 [4]=45 [5]=30 [8]=25)
+declare -A STEP_MAX=([1]=40 [2]=50 [6]=75 [7]=105 [3]=75 [4]=40 [5]=25 [8]=25)
 PROTECTED=" 6 7 "
 TIME_SCALE=${FSDP_GPU_TIME_SCALE:-1}
 [[ $TIME_SCALE =~ ^[1-9][0-9]?$ ]] || { echo "run.sh: FSDP_GPU_TIME_SCALE=$TIME_SCALE: allowed: an integer 1..99" >&2; exit 2; }
@@ -533,7 +536,8 @@ step3() {
   out=$(python3 "$HELP" moves "$WORK/runs/cpu-full" "$WORK/runs/cpu-frozen" --steps "$SM_STEPS" --rtol "$rtol") ||
     { result 3 "cuda vs cpu" FAIL "$out" $((SECONDS - s0)); return; }
   echo "  CPU references ok; $out"
-  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 5 CPU reference runs passed)" $((SECONDS - s0)); return; }
+  lora_refs || { result 3 "cuda vs cpu" FAIL "$LORA_WHY" $((SECONDS - s0)); return; }
+  [ -n "$GPU" ] || { result 3 "cuda vs cpu" SKIP "$NO_GPU_WHY (the 5 CPU reference runs and LoRA's and QLoRA's 4 passed)" $((SECONDS - s0)); return; }
   probe_cuda
   [ "$CUDA_OK" = 1 ] || { result 3 "cuda vs cpu" FAIL "$CUDA_OK" $((SECONDS - s0)); return; }
   # full-offload: sharding full with offload = optimizer (AdamW on the host over pinned memory),
@@ -558,6 +562,11 @@ step3() {
       fails="$fails $name: $out;"
     fi
     echo "  $name: ${out:-see $WORK/runs/cuda-$name}"
+  done
+  for name in lora lora-offload qlora; do
+    t=$(allot 30 10) || { fails="$fails $name: no time left;"; continue; }
+    if out=$(lora_gpu "$name" "$t"); then passes="$passes $name: $out;"; else fails="$fails $name: $out;"; fi
+    echo "  $name: $out"
   done
   if [ -n "$fails" ]; then result 3 "cuda vs cpu" FAIL "${fails# }${passes:+ passed:$passes}" $((SECONDS - s0))
   else result 3 "cuda vs cpu" PASS "${passes# }" $((SECONDS - s0)); fi

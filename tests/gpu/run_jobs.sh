@@ -41,8 +41,97 @@ comm = $4
 timeout_s = 120
 JOB
 }
-# run_job NAME WORLD INI SECONDS: scripts/launch-standalone.sh with our worker ($RUN_WORKER, default
-# the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
+# lora_ini FILE DEVICE ADAPTERS LR STEPS [nf4] [OFFLOAD]: the LoRA job that tests/gpu/emu/lora_job.sh runs under the
+# emulator and step 3 on the GPU: a tiny Llama (2 layers, C = 128, 2 heads of 64 over 1 kv head, SwiGLU
+# 256, V = 256, T = 32, B = 2), seed 11, rank-4 adapters on all seven projections, 2 ranks over gloo
+# (staged through pinned memory on a CUDA device), sharding full, bf16, AdamW with eps = 1 (linear in
+# the gradient: lora_job.sh says why); with nf4 the base is NF4 (QLoRA); OFFLOAD: [fsdp] offload
+# (default none).
+lora_ini() {
+  cat >"$1" <<JOB
+[job]
+steps = $5
+seed = 11
+[model]
+arch = llama
+n_layer = 2
+n_head = 2
+n_kv_head = 1
+n_embd = 128
+ffn_dim = 256
+vocab_size = 256
+seq_len = 32
+[data]
+train = synthetic:markov:7
+batch_size = 2
+grad_accum = 1
+[optim]
+lr = $4
+min_lr = 0
+schedule = constant
+warmup_steps = 0
+weight_decay = 0.1
+grad_clip = 1.0
+eps = 1
+[fsdp]
+world_size = 2
+device = $2
+sharding = full
+param_dtype = bf16
+reduce_dtype = fp32
+offload = ${7:-none}
+comm = gloo
+timeout_s = 600
+[lora]
+rank = 4
+alpha = 8
+targets = q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+adapters = $3
+$([ "${6:-}" = nf4 ] && echo "base_dtype = nf4")
+JOB
+}
+# Step 3's LoRA and QLoRA: lora_ini's job (run_jobs.sh; what gpu_emu_lora and gpu_emu_qlora run
+# under the emulator), 4 steps, adapters sharded, 2 ranks over gloo staged on the one GPU (LoRA also
+# with offload = optimizer: AdamW on the host, against the same CPU reference). The
+# reference is the CPU computing in bf16 (FSDP_CPU_BF16=emulate); the tolerance 4x the distance
+# between it and the CPU in fp32 (losses relative, adapters norm-wise per tensor: report.py lora;
+# tests/gpu/emu/lora_job.sh says why). lora_refs: the CPU runs (also in a dry run); lora_gpu NAME
+# SECONDS: the GPU run and its checks, one line.
+LORA_STEPS=4 LORA_LR=3 LORA_WHY=""
+declare -A LORA_CAL=()
+lora_refs() {
+  local name nf t prec
+  for name in lora qlora; do
+    nf=""
+    [ "$name" = qlora ] && nf=nf4
+    lora_ini "$WORK/cpu-$name.ini" cpu sharded "$LORA_LR" "$LORA_STEPS" "$nf"
+    for prec in emulate off; do
+      t=$(allot 30 5) || { LORA_WHY="$name: no time left for the CPU references ($(no_time))"; return 1; }
+      FSDP_CPU_BF16=$prec run_job "cpu-$name-$prec" 2 "$WORK/cpu-$name.ini" "$t" \
+        --save "$WORK/runs/cpu-$name-$prec/base.safetensors" --save-adapter "$WORK/runs/cpu-$name-$prec/adapter" ||
+        { LORA_WHY="CPU reference ($name, FSDP_CPU_BF16=$prec) failed: $(last_error "$WORK/runs/cpu-$name-$prec")"; return 1; }
+    done
+    LORA_CAL[$name]=$(python3 "$HELP" lora "$WORK/runs/cpu-$name-emulate" "$WORK/runs/cpu-$name-off" --ranks 2 \
+      --steps "$LORA_STEPS" 2>/dev/null) || { LORA_WHY="$name: ${LORA_CAL[$name]}"; return 1; }
+    echo "  $name: the CPU in bf16 against fp32: ${LORA_CAL[$name]} (losses, adapters)"
+  done
+}
+lora_gpu() {
+  local name=$1 nf="" out run=$WORK/runs/cuda-$1 ref=${1%-offload} offload=none
+  [ "$name" = qlora ] && nf=nf4
+  [ "$name" = "$ref" ] || offload=optimizer
+  lora_ini "$WORK/cuda-$name.ini" cuda sharded "$LORA_LR" "$LORA_STEPS" "$nf" "$offload"
+  FSDP_CUDA_ATTN=tc run_or_diagnose "cuda-$name" 2 "$WORK/cuda-$name.ini" "$2" \
+    --save "$run/base.safetensors" --save-adapter "$run/adapter" || { last_error "$run"; return 1; }
+  out=$(python3 "$HELP" lora "$WORK/runs/cpu-$ref-emulate" "$run" --ranks 2 --steps "$LORA_STEPS" --cal "${LORA_CAL[$ref]}") ||
+    { echo "$out"; return 1; }
+  cmp -s "$WORK/runs/cpu-$ref-emulate/base.safetensors" "$run/base.safetensors" ||
+    { echo "the base saved after training is not the CPU's bit for bit${nf:+ (the NF4 dequantization)}; $out"; return 1; }
+  echo "${out%%; ref *}; base bit for bit the CPU's"
+}
+
+# run_job NAME WORLD INI SECONDS [WORKER FLAGS...]: scripts/launch-standalone.sh with our worker ($RUN_WORKER,
+# default the wrapper); artefacts in $WORK/runs/NAME, the launcher's messages in $WORK/runs/NAME.launch. A run
 # still going after SECONDS (less 27 s, or half of SECONDS up to 54) has each rank's host stack written to NAME.stacks
 # (host_stacks), one line per rank in NAME.launch, before it is killed, and returns 124.
 run_job() {
@@ -51,7 +140,7 @@ run_job() {
   local dir=$WORK/runs/$1 pid wait_s=$(($4 > 54 ? $4 - 27 : $4 / 2))
   mkdir -p "$WORK/runs"
   : >"$dir.launch"   # appended to by the launcher and by this function alike
-  FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" \
+  FSDP_WORKER=${RUN_WORKER:-$WRAP/fsdp-worker} FSDP_OUT=$dir bash "$SRC/scripts/launch-standalone.sh" "$2" "$3" "${@:5}" \
     >/dev/null 2>>"$dir.launch" &
   pid=$!
   if ! timeout "$wait_s" tail --pid="$pid" -f /dev/null; then   # the deadline passed with the job running

@@ -252,7 +252,8 @@ fsdp_status ops_cuda_qk_norm_backward(ops_bf16 *dinp, float *dwq, float *dwk, co
  * [0, V) gives a NaN loss and a gradient of dscale·softmax (as on the CPU). dscale is the runtime's
  * 1/(tokens of the step), whose mean over the trained tokens the optimizer's gradient scale
  * completes (runtime.c).
- * dinp and dwte both NULL: forward only (losses; evaluation).
+ * dinp and dwte both NULL: forward only (losses; evaluation); dwte alone NULL: a frozen head ([lora]),
+ * the losses and dinp, no dwte GEMM.
  * logits_scratch: ops_cuda_classifier_scratch_bytes(chunk, V, C) bytes = chunk·Vp·2, plus Vp·C·6
  * (the padded head, bf16, and its fp32 gradient) when Vp ≠ V (GPT-2, chunk 16384: 1.65 GB + 232 MB;
  * Llama 3, V = 128256 = 1002·128: chunk·Vp·2 alone). */

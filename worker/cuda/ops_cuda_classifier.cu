@@ -150,9 +150,9 @@ fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, 
   if (C <= 0 || V <= 0 || chunk <= 0 || !logits_scratch)
     return fsdp_set_error(FSDP_ERR_INVALID, "%s: C=%d V=%d chunk=%d scratch=%p: need C, V, chunk > 0 and a scratch "
                           "buffer of ops_cuda_classifier_scratch_bytes(chunk, V, C)", what, C, V, chunk, logits_scratch);
-  if ((dinp == NULL) != (dwte == NULL))
-    return fsdp_set_error(FSDP_ERR_INVALID, "%s: dinp and dwte must be both set (training) or both NULL (loss only)",
-                          what);
+  if (dwte && !dinp)
+    return fsdp_set_error(FSDP_ERR_INVALID, "%s: dwte needs dinp (training); dinp alone is a frozen head, neither "
+                          "the loss only", what);
   const int64_t Vp = padded_vocab(V);
   ops_bf16 *logits = (ops_bf16 *)logits_scratch;
   const ops_bf16 *head = wte;
@@ -174,10 +174,11 @@ fsdp_status ops_cuda_classifier_forward_backward(float *losses, ops_bf16 *dinp, 
     if (!dinp) continue;
     TRY(ops_lt_gemm(ctx, "classifier (dinp)", 0, 0, C, n, (int)Vp, head, C, logits, Vp, dinp + (int64_t)r0 * C, C, 0,
                     0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
+    if (!dwte) continue; /* a frozen head ([lora]): the input gradient only */
     /* the padded gradient starts at the first chunk's product; the caller's accumulates */
     TRY(ops_lt_gemm(ctx, "classifier (dwte)", 0, 1, C, (int)Vp, n, x, C, logits, Vp, dhead, C, 1,
                     dhead == dwte || r0 > 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0));
   }
-  if (dhead != dwte) TRY(ops_cuda_accumulate_f32(dwte, dhead, (int64_t)V * C, ctx));
+  if (dwte && dhead != dwte) TRY(ops_cuda_accumulate_f32(dwte, dhead, (int64_t)V * C, ctx));
   return FSDP_OK;
 }
