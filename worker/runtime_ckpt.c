@@ -137,6 +137,9 @@ static fsdp_status gather_whole_bf16(runtime_t *rt, const plan_t *whole, int64_t
       for (int64_t i = 0; i < pu->numel; i++) dst[i] = st_bf16_to_f32(h[i]);
       runtime_host_view_done(rt, view);
     }
+    /* the device's copy and dequantization read IMG and write BUF on its stream: done before the
+     * next unit's gather overwrites them on this thread, and before the caller frees BUF */
+    if (rc == FSDP_OK) rc = rt->dev->op->sync(rt->dev);
   }
   return rc;
 }
@@ -174,6 +177,7 @@ fsdp_status runtime_gather_whole(runtime_t *rt, const plan_t *whole, float *out)
       memcpy(out + whole->units[u].shard_base, view, (size_t)pu->numel * sizeof(float));
       runtime_host_view_done(rt, view);
     }
+    if (rc == FSDP_OK) rc = d->op->sync(d);   /* the stream's copy into BUF done before its reuse or free */
   }
   d->op->free(d, buf);
   return rc;

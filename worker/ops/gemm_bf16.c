@@ -171,15 +171,22 @@ double gemm_bf16_error_bound(int K, double abs_sum) {
 
 #if GEMM_BF16_X86
 
-/* The packing workspace of the calling thread, grown as needed, never shrunk (its largest product). */
+/* The packing workspace of the calling thread, grown as needed, never shrunk (its largest product),
+ * freed when the thread exits (a device's stream thread ends with its device). */
 static _Thread_local uint32_t *ws;
 static _Thread_local size_t ws_words;
+static pthread_key_t ws_key;
+static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+
+static void ws_key_new(void) { (void)pthread_key_create(&ws_key, free); }
 
 static uint32_t *workspace(size_t words) {
   if (words <= ws_words) return ws;
   free(ws);
   ws = aligned_alloc(64, (words * 4 + 63) & ~(size_t)63);
   ws_words = ws ? words : 0;
+  pthread_once(&ws_once, ws_key_new);
+  (void)pthread_setspecific(ws_key, ws);
   return ws;
 }
 
