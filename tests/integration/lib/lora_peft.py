@@ -72,18 +72,7 @@ def model_of(name, wide=False):
     return m.float().eval()
 
 
-def perturb(m, one=1.0):
-    """qwen_hf's sensitize without its sharpening: biases N(0, 0.3) (transformers initializes them to 0) and
-    norm weights ONE + N(0, 0.3) (their init; Gemma 3's 1 + w norms start at w = 0), so that both enter
-    every product."""
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for n, w in m.named_parameters():
-            if n.endswith(".bias"):
-                w.copy_(0.3 * torch.randn(w.shape, generator=g))
-            elif n.endswith("norm.weight"):
-                w.copy_(one + 0.3 * torch.randn(w.shape, generator=g))
-    return m
+perturb = qwen_hf.draw   # qwen_hf's sensitize without its q/k-norm scaling and sharpening
 
 
 def family_of(name):

@@ -53,19 +53,27 @@ KINDS = {
 }
 
 
-def sensitize(model):
-    """Biases N(0, 0.3) (transformers initializes them to 0), norm weights 1 + N(0, 0.3) (1), q_norm and
-    k_norm's scaled by 4 (peaked attention where scaling q_proj would be normalized away), then
-    hf_finetune's sharpen: every feature moves the loss."""
+def draw(model, one=1.0):
+    """Biases N(0, 0.3) (transformers initializes them to 0) and norm weights ONE + N(0, 0.3) (their
+    init; Gemma 3's 1 + w norms start at w = 0), so that both enter every product."""
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name, w in model.named_parameters():
             if name.endswith(".bias"):
                 w.copy_(0.3 * torch.randn(w.shape, generator=g))
             elif name.endswith("norm.weight"):
-                w.copy_(1 + 0.3 * torch.randn(w.shape, generator=g))
-                if name.endswith(("q_norm.weight", "k_norm.weight")):
-                    w.mul_(4.0)
+                w.copy_(one + 0.3 * torch.randn(w.shape, generator=g))
+    return model
+
+
+def sensitize(model):
+    """draw's biases and norms, q_norm and k_norm's scaled by 4 (peaked attention where scaling q_proj
+    would be normalized away), then hf_finetune's sharpen: every feature moves the loss."""
+    draw(model)
+    with torch.no_grad():
+        for name, w in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                w.mul_(4.0)
     return hf.sharpen(model)
 
 
