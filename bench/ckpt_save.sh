@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What checkpoint saves cost training (docs/performance.md, docs/checkpoints.md): GPT-2 124M
-# (L12 C768 V50257), T = 64, B = 1, 2 CPU ranks, STEPS steps through `fsdpctl run`, three ways —
+# (L12 C768 V50257), T = 64, B = 1, one micro-step per step, 2 CPU ranks, STEPS steps through `fsdpctl run`, three ways —
 # no saves, a save every EVERY steps synchronous (async = false), the same asynchronous — in
 # alternating rounds (none, sync, async, none, sync, async, ...), so that a change in the machine's
 # load hits every configuration alike. Prints per configuration the median wall time of the job
@@ -16,14 +16,14 @@
 # the rest of the run do not enter. ANALYZE=RESULTS re-reads the results file of a kept run (KEEP=DIR
 # keeps it and its metrics files) instead of running: "NAME ROUND LOAD WALL METRICS" lines. Then dd's rate on the same disk.
 #   bench/ckpt_save.sh [BUILD_DIR] [CKPT_PARENT]   env: ROUNDS (2), STEPS (12), EVERY (4), and a smaller
-#   model for a busy machine: N_LAYER (12), N_EMBD (768, heads of 64), VOCAB (50257)
+#   model for a busy machine: N_LAYER (12), N_EMBD (768, heads of 64), VOCAB (50257); GRAD_ACCUM (1)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/bench/lib.sh"
 build=$(cd "${1:-$here/build}" && pwd)
 parent=$(cd "${2:-$build}" && pwd)
 rounds=${ROUNDS:-2} steps=${STEPS:-12} every=${EVERY:-4}
-n_layer=${N_LAYER:-12} n_embd=${N_EMBD:-768} vocab=${VOCAB:-50257}
+n_layer=${N_LAYER:-12} n_embd=${N_EMBD:-768} vocab=${VOCAB:-50257} accum=${GRAD_ACCUM:-1}
 tmp=$(mktemp -d "$parent/fsdp-ckbench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 bench_conditions_begin "$build"
@@ -41,6 +41,7 @@ seq_len = 64
 [data]
 train = synthetic:markov:1
 batch_size = 1
+grad_accum = $accum
 [optim]
 lr = 6e-4
 warmup_steps = 0
@@ -77,9 +78,9 @@ if [ -z "${ANALYZE:-}" ]; then
     done <"$tmp/results" >"$KEEP/results"
   fi
 fi
-python3 - "$results" "$dd_out" "$ckbytes" "$(df -P "$parent" | tail -1 | awk '{print $1 " on " $6}')" "$steps" "$every" "$rounds" "L$n_layer C$n_embd V$vocab" <<'PY'
+python3 - "$results" "$dd_out" "$ckbytes" "$(df -P "$parent" | tail -1 | awk '{print $1 " on " $6}')" "$steps" "$every" "$rounds" "L$n_layer C$n_embd V$vocab" "$accum" <<'PY'
 import json, re, statistics as st, sys
-res, dd, ckbytes, fs, steps, every, rounds, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]), sys.argv[8]
+res, dd, ckbytes, fs, steps, every, rounds, model, accum = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]), sys.argv[8], int(sys.argv[9])
 m = re.match(r"(\d+) bytes .* copied, ([\d.]+) s", dd)
 runs, byround = {}, {}
 for line in open(res):
@@ -91,7 +92,7 @@ for line in open(res):
                                       if c.get("step_slowdown") is not None else 0.0) for c in cks)
     byround.setdefault(int(rnd), {})[name] = (float(wall), len(cks), float(load), accounted)
 ckbytes = ckbytes or max(c["bytes"] for v in runs.values() for _, ls in v for l in ls for c in l.get("checkpoint", []))
-print(f"GPT-2 {'124M' if model == 'L12 C768 V50257' else model}, T=64, B=1, 2 CPU ranks, {steps} steps, a save every {every}; {rounds} alternating rounds; "
+print(f"GPT-2 {'124M' if model == 'L12 C768 V50257' else model}, T=64, B=1, {accum} micro-step(s) per step, 2 CPU ranks, {steps} steps, a save every {every}; {rounds} alternating rounds; "
       f"checkpoints of {ckbytes / 1e9:.2f} GB on {fs}")
 print(f"disk (dd bs=64M conv=fsync, {int(m.group(1)) / 1e9:.2f} GB): {int(m.group(1)) / float(m.group(2)) / 1e6:.0f} MB/s"
       if m else "disk: not measured (ANALYZE)")

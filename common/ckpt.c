@@ -135,6 +135,17 @@ fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
   return FSDP_OK;
 }
 
+uint64_t ckpt_writer_move_rest(ckpt_writer *w, float *const dst[CKPT_NSEC]) {
+  uint64_t moved = 0;
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    uint64_t from = s < w->s ? w->len : s == w->s ? w->done : 0;
+    if (from < w->len) memcpy((uint8_t *)dst[s] + from, w->sec[s] + from, (size_t)(w->len - from));
+    moved += w->len - from;
+    w->sec[s] = (const uint8_t *)dst[s];
+  }
+  return moved;
+}
+
 /* The header, which holds the CRCs, is written last at offset 0; then the one fsync, in the commit. */
 fsdp_status ckpt_writer_commit(ckpt_writer *w) {
   if (w->s < CKPT_NSEC) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint rank file committed before its sections");

@@ -95,12 +95,17 @@ fsdp_status ckpt_write_rank(const char *dir, const plan_t *p, int rank, int step
  * thread finishes what its background writer began): begin creates the temporary file, each next
  * writes one chunk of at most CKPT_CHUNK bytes (*MORE: 0 once every section is written), commit
  * writes the header, fsyncs and renames; free releases W (the temporary removed if uncommitted).
- * One thread at a time; PARAM, M and V must stay unchanged until commit or free. */
+ * One thread at a time; PARAM, M and V must stay unchanged until commit or free (or until
+ * ckpt_writer_move_rest moves what is left). */
 #define CKPT_CHUNK (16u << 20)
 typedef struct ckpt_writer ckpt_writer;
 fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                               const float *param, const float *m, const float *v, ckpt_writer **w);
 fsdp_status ckpt_writer_next(ckpt_writer *w, int *more);
+/* The sections' bytes not yet written, copied to DST (buffers of a section's length, at the same
+ * offsets), from which W reads from now on: a write that began from memory about to change goes on
+ * from a copy of what it has left. The bytes copied. */
+uint64_t ckpt_writer_move_rest(ckpt_writer *w, float *const dst[CKPT_NSEC]);
 fsdp_status ckpt_writer_commit(ckpt_writer *w);
 void ckpt_writer_free(ckpt_writer **w);
 /* The size of a rank file of plan P. */

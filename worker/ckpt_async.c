@@ -1,5 +1,7 @@
 /* ckpt_async — see ckpt_async.h. One writer thread per ckpt_async, woken by a condition variable;
- * the state (idle, writing, written) changes under the mutex. */
+ * the state (idle, writing, written) changes under the mutex. The write's sources (the snapshot, or
+ * the live shards until ckpt_async_detach) change under a second mutex, which the writer holds for
+ * each chunk, so that the main thread's short status calls never wait for a chunk's I/O. */
 #define _GNU_SOURCE   /* SCHED_IDLE */
 #include "ckpt_async.h"
 
@@ -14,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_priv.h"
 #include "log.h"
 #include "monotime.h"
 #include "trace.h"
@@ -31,6 +34,13 @@ struct ckpt_async {
   device_t *dev;         /* the snapshot's allocator */
   size_t bytes;
   float *buf[CKPT_NSEC];
+
+  /* under src_mu: where the pending write reads (buf, or the live shards), and its writer */
+  pthread_mutex_t src_mu;
+  const float *src[CKPT_NSEC];
+  int live;              /* src are the live shards (ckpt_async_start_live, until detach or the write's end) */
+  int begun;             /* the writer has begun the file (w set, or the write over) */
+  ckpt_writer *w;        /* the writer thread's write in progress, or NULL */
 
   /* the pending write: set by start, read by the writer, collected by wait */
   char dir[4096];
@@ -80,6 +90,15 @@ static void write_ended(ckpt_async *a, fsdp_status rc) {
   pthread_cond_broadcast(&a->cv);
 }
 
+/* The write in progress, for ckpt_async_detach; NULL: no source is read any more (the write handed
+ * over, or its sections all written), and the live shards are free. */
+static void set_writer(ckpt_async *a, ckpt_writer *w) {
+  pthread_mutex_lock(&a->src_mu);
+  a->w = w;
+  if (!w) a->live = 0;
+  pthread_mutex_unlock(&a->src_mu);
+}
+
 /* W's remaining chunks and its commit; RC: the status so far. W is freed. */
 static fsdp_status write_rest(ckpt_writer **w, fsdp_status rc) {
   for (int more = 1; rc == FSDP_OK && more;) rc = ckpt_writer_next(*w, &more);
@@ -96,20 +115,28 @@ static void write_one(ckpt_async *a) {
   ckpt_writer *w = NULL;
   fsdp_status rc = FSDP_OK;
   int more = 0;
+  pthread_mutex_lock(&a->src_mu);
   if (a->writes)   /* the optimizer step count of a checkpoint is its step */
-    rc = ckpt_writer_begin(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->buf[CKPT_SEC_PARAM], a->buf[CKPT_SEC_M],
-                           a->buf[CKPT_SEC_V], &w);
+    rc = ckpt_writer_begin(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->src[CKPT_SEC_PARAM], a->src[CKPT_SEC_M],
+                           a->src[CKPT_SEC_V], &w);
+  a->w = w, a->begun = 1;
+  pthread_mutex_unlock(&a->src_mu);
   more = rc == FSDP_OK && w;
   while (more) {
     pthread_mutex_lock(&a->mu);
     if (a->hurry) {
-      a->handed = w;
+      a->handed = w;   /* a->w stays: its sources are still read, by the main thread now */
       pthread_cond_broadcast(&a->cv);
       return;
     }
     pthread_mutex_unlock(&a->mu);
-    if ((rc = ckpt_writer_next(w, &more)) != FSDP_OK) break;
+    pthread_mutex_lock(&a->src_mu);
+    rc = ckpt_writer_next(w, &more);
+    pthread_mutex_unlock(&a->src_mu);
+    if (rc != FSDP_OK) break;
+    ckpt_test_pause("chunk", a->stats.step, a->rank);
   }
+  set_writer(a, NULL);   /* the rest (the header, the commit) reads no source */
   if (w) rc = write_rest(&w, rc);
   pthread_mutex_lock(&a->mu);
   write_ended(a, rc);
@@ -135,9 +162,11 @@ fsdp_status ckpt_async_new(ckpt_async **out) {
   ckpt_async *a = calloc(1, sizeof *a);
   if (!a) return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate the checkpoint writer");
   pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->src_mu, NULL);
   pthread_cond_init(&a->cv, NULL);
   if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
     pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->src_mu);
     pthread_mutex_destroy(&a->mu);
     free(a);
     return fsdp_set_error(FSDP_ERR_INTERNAL, "cannot start the checkpoint writer thread");
@@ -170,6 +199,7 @@ void ckpt_async_destroy(ckpt_async **pa) {
   free_buffers(a);
   plan_destroy(&a->own);
   pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->src_mu);
   pthread_mutex_destroy(&a->mu);
   free(a);
   *pa = NULL;
@@ -192,8 +222,12 @@ fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float
   return FSDP_OK;
 }
 
-void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
-                      const ckpt_save_stats *stats) {
+static void start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                  const ckpt_save_stats *stats, const float *const live[CKPT_NSEC]) {
+  pthread_mutex_lock(&a->src_mu);
+  for (int s = 0; s < CKPT_NSEC; s++) a->src[s] = live ? live[s] : a->buf[s];
+  a->live = live != NULL, a->begun = 0, a->w = NULL;
+  pthread_mutex_unlock(&a->src_mu);
   pthread_mutex_lock(&a->mu);
   snprintf(a->dir, sizeof a->dir, "%s", dir);
   plan_destroy(&a->own);   /* the previous write's */
@@ -210,6 +244,41 @@ void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **
   a->state = CA_WRITING;
   pthread_cond_broadcast(&a->cv);
   pthread_mutex_unlock(&a->mu);
+}
+
+void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                      const ckpt_save_stats *stats) {
+  start(a, dir, p, own, rank, step, stats, NULL);
+}
+
+void ckpt_async_start_live(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                           const ckpt_save_stats *stats, const float *const live[CKPT_NSEC]) {
+  start(a, dir, p, own, rank, step, stats, live);
+}
+
+double ckpt_async_detach(ckpt_async *a) {
+  double t0 = now_s();
+  pthread_mutex_lock(&a->src_mu);   /* waits for the chunk being written */
+  if (!a->live) {
+    pthread_mutex_unlock(&a->src_mu);
+    return 0.0;
+  }
+  uint64_t moved = 0;
+  if (a->w) {
+    moved = ckpt_writer_move_rest(a->w, a->buf);
+  } else if (!a->begun) {   /* not begun yet: it will read the snapshot, whole */
+    for (int s = 0; s < CKPT_NSEC; s++) memcpy(a->buf[s], a->src[s], a->bytes);
+    moved = (uint64_t)CKPT_NSEC * a->bytes;
+  }
+  for (int s = 0; s < CKPT_NSEC; s++) a->src[s] = a->buf[s];
+  a->live = 0;
+  pthread_mutex_unlock(&a->src_mu);
+  double dt = now_s() - t0;
+  pthread_mutex_lock(&a->mu);
+  a->stats.blocked_s += dt;
+  a->stats.detached_bytes = moved;
+  pthread_mutex_unlock(&a->mu);
+  return dt;
 }
 
 int ckpt_async_pending(ckpt_async *a) {
@@ -242,6 +311,7 @@ fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats) {
     pthread_mutex_unlock(&a->mu);
     double t = now_s();
     fsdp_status wrc = write_rest(&w, FSDP_OK);
+    set_writer(a, NULL);
     log_info("checkpoint step %d: training waited for its write and finished it itself in %.2f s", step, now_s() - t);
     pthread_mutex_lock(&a->mu);
     a->handed = NULL;

@@ -9,7 +9,11 @@
  * and nothing else, until the main thread has collected the write (ckpt_async_wait). The snapshot
  * is allocated once, before the first step (runtime_checkpoint_prepare), as the device's host memory
  * (pinned on CUDA; page-aligned, so that the writer can use O_DIRECT), and reused: a save that would
- * start while a write is in flight waits for it first. The writer thread runs below the training
+ * start while a write is in flight waits for it first. Where the shards are host memory (the CPU
+ * device, optimizer offload) the writer reads them where they live instead (ckpt_async_start_live)
+ * and training goes on at once: the forward and backward passes only read them, and before the
+ * optimizer's next update ckpt_async_detach copies what the write has not yet read into the
+ * snapshot (nothing, where the write is over by then). The writer thread runs below the training
  * threads (SCHED_IDLE, else nice 19): it writes in the CPU time training leaves. Once training waits
  * for the write (ckpt_async_wait: the next save, the last step, a stop), the writer hands it over at
  * its next chunk (CKPT_CHUNK) and the main thread writes the rest at its own priority: on a node
@@ -36,6 +40,8 @@ typedef struct ckpt_save_stats {
   double write_s;          /* the writer's time for the file: CRC32Cs, writes, fsync, rename */
   uint64_t bytes;          /* this rank's file */
   int handed_over;         /* the write was finished by the thread that waited for it */
+  uint64_t detached_bytes; /* of a write begun from the live shards: the bytes it had left when they
+                              were about to change, copied then (ckpt_async_detach; in blocked_s) */
   uint64_t t0_us, t1_us;   /* the write's start and end (trace_now_us's clock), for its trace span */
 } ckpt_save_stats;
 
@@ -54,6 +60,16 @@ fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float
  * blocked time), completed by the write's. */
 void ckpt_async_start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
                       const ckpt_save_stats *stats);
+/* The same, the writer reading the shards where they live (LIVE: param, m, v, host memory; no
+ * snapshot taken): the caller must call ckpt_async_detach before anything changes them. */
+void ckpt_async_start_live(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own, int rank, int step,
+                           const ckpt_save_stats *stats, const float *const live[CKPT_NSEC]);
+/* The live shards are about to change (the optimizer's next update): the bytes the write has not
+ * yet read are copied to the snapshot, and it goes on from there. Waits for the chunk being written
+ * (at most CKPT_CHUNK bytes' I/O); a no-op when no write reads live shards (none started live, it
+ * was detached already, or it has read all it needs). The seconds it took, counted in the save's
+ * blocked_s. */
+double ckpt_async_detach(ckpt_async *a);
 /* Whether a write was started and not yet collected. */
 int ckpt_async_pending(ckpt_async *a);
 /* Whether the pending write has ended (no waiting). */
@@ -63,7 +79,7 @@ int ckpt_async_finished(ckpt_async *a);
  * progress is finished by the calling thread from the writer's next chunk on. */
 fsdp_status ckpt_async_wait(ckpt_async *a, ckpt_save_stats *stats);
 /* Ask the writer to hand the pending write over at its next chunk, to the next ckpt_async_wait
- * (which asks it too). */
+ * (which asks it too; a test asks ahead, to choose the chunk). */
 void ckpt_async_hurry(ckpt_async *a);
 /* The writer thread's scheduling class: "idle" (SCHED_IDLE), "nice 19" (the fallback where SCHED_IDLE
  * is refused) or "normal" (both refused; logged). */

@@ -555,6 +555,7 @@ static fsdp_status optimizer_update(runtime_t *rt, int step, double lr, float cl
   const plan_t *p = rt->p;
   device_t *d = rt->dev;
   *host_us = 0;
+  runtime_checkpoint_detach(rt);
   if (rt->lora) return adapters_update(rt, step, lr, clip, host_us);
   if (!rt->offload) {
     d->kern->adamw(d, p, rt->rank, rt->param, rt->grad, rt->m, rt->v, rt->lp, step, lr, &rt->optim, clip);

@@ -346,6 +346,24 @@ static fsdp_status shard_views(runtime_t *rt, size_t bytes, float *const buf[CKP
   return FSDP_OK;
 }
 
+/* The shards a save writes (the adapters' alone under [lora]), in *LIVE, when all three are host
+ * memory: an asynchronous save then reads them where they are until the optimizer's next update
+ * (ckpt_async_start_live), and takes no snapshot. */
+static int live_shards(runtime_t *rt, const float *live[CKPT_NSEC]) {
+  live[0] = rt->param, live[1] = rt->m, live[2] = rt->v;
+  if (rt->lora) live[0] = rt->lora->param, live[1] = rt->lora->m, live[2] = rt->lora->v;
+  for (int s = 0; s < CKPT_NSEC; s++)
+    if (!on_host(rt, live[s])) return 0;
+  return 1;
+}
+
+void runtime_checkpoint_detach(runtime_t *rt) {
+  if (!rt->live_save) return;
+  double dt = ckpt_async_detach(rt->live_save);
+  rt->live_save = NULL;
+  if (dt > 0.01) log_info("checkpoint: the optimizer waited %.3f s for the save in flight to copy what it had left", dt);
+}
+
 /* The synchronous save with P as the writer's plan; the ranks beyond P's world write no file. */
 static fsdp_status checkpoint_as(runtime_t *rt, const plan_t *p, const char *dir, int step, ckpt_save_stats *st) {
   uint64_t t0 = monotime_us();
@@ -418,10 +436,12 @@ fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *d
   const plan_t *p = group ? group : rt->p;
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   float *buf[CKPT_NSEC];
+  const float *live[CKPT_NSEC];
+  int writes = rt->rank < p->world, is_live = writes && live_shards(rt, live);
   fsdp_status rc = FSDP_OK;
-  if (rt->rank < p->world) {
+  if (writes) {
     rc = ckpt_async_buffers(a, rt->dev, bytes, buf);
-    if (rc == FSDP_OK) rc = shard_views(rt, bytes, buf, NULL);
+    if (rc == FSDP_OK) rc = is_live ? rt->dev->op->sync(rt->dev) : shard_views(rt, bytes, buf, NULL);
   }
   int nbad = 0;
   char who[64];
@@ -436,7 +456,12 @@ fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *d
   uint64_t t1 = monotime_us();
   trace_add(rt->trace, TRACE_HOST, TRACE_CKPT_SNAPSHOT, TRACE_NO_UNIT, step, t0, t1);
   ckpt_save_stats st = {.step = step, .wait_s = wait_s, .blocked_s = (double)(t1 - t0) / 1e6};
-  ckpt_async_start(a, dir, p, &group, rt->rank, step, &st);
+  if (is_live) {
+    ckpt_async_start_live(a, dir, p, &group, rt->rank, step, &st, live);
+    rt->live_save = a;
+  } else {
+    ckpt_async_start(a, dir, p, &group, rt->rank, step, &st);
+  }
   return FSDP_OK;
 }
 

@@ -71,6 +71,9 @@ struct runtime {
   int test_keep_adapters;        /* runtime_test_keep_adapters: offload's update not brought up (a planted fault) */
 
   trace_t *trace;                /* spans (runtime_set_trace); NULL: none */
+  /* an asynchronous save whose writer reads the live shards (runtime_checkpoint_async on host
+   * memory): detached before the optimizer changes them (runtime_checkpoint_detach); else NULL */
+  ckpt_async *live_save;
 
   /* set by runtime_restore: the step resumed after and the tokens consumed up to it */
   int ckpt_step0;
@@ -92,6 +95,9 @@ fsdp_status runtime_host_buffer(runtime_t *rt, void *dptr, size_t bytes, void **
 fsdp_status runtime_host_buffer_done(runtime_t *rt, void *dptr, size_t bytes, void *view, int write);
 /* Round the fp32 shard to the bf16 copy (param_dtype = bf16), after init and restore. */
 fsdp_status runtime_refresh_lp(runtime_t *rt);
+/* Before the optimizer changes the shards: a save in flight that reads them goes on from a copy of
+ * what it has left (ckpt_async_detach). runtime_ckpt.c. */
+void runtime_checkpoint_detach(runtime_t *rt);
 /* Sum N ≤ PLAN_STEP_SCALARS floats over the ranks through device memory (NCCL reads no host
  * memory). Collective. */
 fsdp_status runtime_allreduce_host(runtime_t *rt, float *vals, int n);

@@ -12,7 +12,7 @@
 #include "ckpt_priv.h"
 #include "envknob.h"
 
-/* FSDP_TEST_CKPT_PAUSE = POINT:STEP, POINT one of begin, mid, manifest: the writer of
+/* FSDP_TEST_CKPT_PAUSE = POINT:STEP, POINT one of begin, mid, manifest, chunk: the writer of
  * step STEP stops at POINT, creates FSDP_TEST_CKPT_PAUSE_DIR/paused-POINT-RANK and waits for
  * DIR/release (120 s at most), so that a test can kill a process at that very moment of a save. */
 void ckpt_test_pause(const char *point, int step, int rank) {

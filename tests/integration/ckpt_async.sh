@@ -129,6 +129,37 @@ grep -q "checkpoint of step 4 complete: [0-9.]* MB written by [0-9]* rank(s), th
   fail "job.log has no checkpoint line: $(grep -i checkpoint "$S/jobs/$id/job.log" | head -3)"
 stop_daemon
 
+# ---- a save read from the shards where they live (no snapshot on the CPU device): its writer held
+# after its first chunk while training runs on past the next optimizer update, then released; the
+# update detached it (the rest copied first), so every rank file equals a synchronous save's of the
+# same job, byte for byte
+pd="$S/pause-live"
+mkdir -p "$pd"
+live_job() {   # live_job CKDIR ASYNC > file
+  sed -e "s/^steps = .*/steps = 4/" "$SRC/tests/integration/jobs/ctl_small.ini"
+  printf '[checkpoint]\ndir = %s\nevery = 2\nkeep = 2\nasync = %s\n' "$1" "$2"
+}
+live_job "$S/ck-sync" false >"$S/sync.ini"
+live_job "$S/ck-live" true >"$S/live.ini"
+FSDP_TEST_CKPT_PAUSE="chunk:2" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon --worker "$HOOKED"
+wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
+id=$("$CTL" submit "$S/live.ini" | tail -1)
+wait_for 60 test -e "$pd/paused-chunk-0" || fail "the live save's writer never reached its first chunk"
+past3() { grep -q '"step": *3[,}]' "$S/jobs/$id/metrics.jsonl"; }
+wait_for 60 past3 || fail "training did not go on past step 3 while step 2's write was held: $(tail -2 "$S/jobs/$id/job.log")"
+touch "$pd/release"
+wait_for 60 finished "$id" || fail "job $id did not end once its write was released"
+[ "$(state_of "$id")" = succeeded ] || fail "job $id: $(tail -3 "$S/jobs/$id/job.log")"
+id=$("$CTL" submit "$S/sync.ini" | tail -1)
+wait_for 60 finished "$id" || fail "job $id (synchronous saves) did not end"
+for st in 2 4; do
+  for f in "$S"/ck-sync/step-0000000$st/rank-*.bin; do
+    cmp -s "$f" "$S/ck-live/step-0000000$st/${f##*/}" || fail "step $st's ${f##*/}: the live save differs from the synchronous one"
+  done
+done
+echo "live save held past the next update: its rank files equal the synchronous save's"
+stop_daemon
+
 # ---- fsdpctl stop while step 4's save is being written (held mid-file): the job cannot end before
 # that write does; once released, step 4's checkpoint is completed and the stop step is saved
 pd="$S/pause-stop"

@@ -3,7 +3,9 @@
  * and not finished while the writer is held at a named point (FSDP_TEST_CKPT_PAUSE, tests/hooks/ckpt_pause.c),
  * and finished once released; a failed write reports its message on the caller's thread; destroy
  * with a write in flight waits for it; the writer thread runs under SCHED_IDLE (read back from
- * /proc/self/task, not from the module's own word). */
+ * /proc/self/task, not from the module's own word); a write begun from live shards and detached
+ * before they change is the file of the shards as they were (its control: changed undetached, the
+ * file differs). */
 #define _GNU_SOURCE   /* SCHED_IDLE */
 #include <dirent.h>
 #include <sched.h>
@@ -141,6 +143,58 @@ int main(void) {
   snprintf(f_async7, sizeof f_async7, "%s/step-00000007/rank-1.bin", dir);
   CHECK(files_equal(f_sync7, f_async7));
   printf("handed over mid-file: finished by the waiting thread, equal to the synchronous file\n");
+
+  /* from the live shards (no snapshot): held after its first chunk (the first section), detached,
+   * the shards then overwritten as the optimizer would: the file is the shards as they were at the
+   * start, and what was left (the two other sections) was copied at the detach. The control: the
+   * same without the detach, and the file differs. */
+  float *live[CKPT_NSEC], *orig[CKPT_NSEC];
+  const float *clive[CKPT_NSEC];
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    live[s] = dev->op->alloc_host(dev, bytes);
+    orig[s] = malloc(bytes);
+    if (!live[s] || !orig[s]) return check_done();
+    memcpy(orig[s], buf[s], bytes);
+    clive[s] = live[s];
+  }
+  setenv("FSDP_TEST_CKPT_PAUSE_DIR", pause_dir, 1);
+  snprintf(marker, sizeof marker, "%s/paused-chunk-1", pause_dir);
+  for (int detach = 1; detach >= 0; detach--) {
+    int step = detach ? 8 : 9;
+    char ref_dir[700], pause[32], f_ref[800], f_live[800];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref%d", dir, step);
+    CHECK_OK(ckpt_write_rank(ref_dir, p, 1, step, step, orig[0], orig[1], orig[2]));
+    CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
+    for (int s = 0; s < CKPT_NSEC; s++) {
+      memcpy(live[s], orig[s], bytes);
+      memset(buf[s], 0, bytes);   /* the snapshot's old content is not what the file gets */
+    }
+    unlink(release);
+    unlink(marker);
+    snprintf(pause, sizeof pause, "chunk:%d", step);
+    setenv("FSDP_TEST_CKPT_PAUSE", pause, 1);
+    st = (ckpt_save_stats){.blocked_s = 0.25};
+    ckpt_async_start_live(a, dir, p, NULL, 1, step, &st, clive);
+    CHECK(wait_file(marker));
+    if (detach) CHECK(ckpt_async_detach(a) >= 0.0);
+    for (int s = 0; s < CKPT_NSEC; s++) memset(live[s], 0x7f, bytes);   /* the optimizer's update */
+    if (detach) CHECK(ckpt_async_detach(a) == 0.0);   /* detached already: a no-op */
+    fd = open(release, O_WRONLY | O_CREAT, 0600);
+    if (fd >= 0) close(fd);
+    memset(&st, 0, sizeof st);
+    CHECK_OK(ckpt_async_wait(a, &st));
+    unsetenv("FSDP_TEST_CKPT_PAUSE");
+    snprintf(f_ref, sizeof f_ref, "%s/step-%08d/rank-1.bin", ref_dir, step);
+    snprintf(f_live, sizeof f_live, "%s/step-%08d/rank-1.bin", dir, step);
+    CHECK_EQ_INT(detach, files_equal(f_ref, f_live));
+    CHECK_EQ_INT(detach ? 2 * (long long)bytes : 0, (long long)st.detached_bytes);
+    CHECK(st.blocked_s >= 0.25);
+  }
+  printf("live write detached after its first section: the file of the shards as they were; undetached: not\n");
+  for (int s = 0; s < CKPT_NSEC; s++) {
+    dev->op->free_host(dev, live[s]);
+    free(orig[s]);
+  }
 
   /* a write that fails (its directory is a file): the message reaches the caller's thread */
   char notdir[700];

@@ -1,6 +1,7 @@
 /* mem — the tracked allocator: every byte a worker allocates, by category (docs/design.md §5).
  *
- * mem_alloc() returns 64-byte-aligned, zeroed host memory and counts it under its category;
+ * mem_alloc() returns zeroed host memory, 64-byte aligned (page-aligned from 1 MiB: the shards
+ * that checkpoints write with O_DIRECT), and counts it under its category;
  * mem_free() uncounts and frees it. Memory that is not host memory from here (a CUDA buffer,
  * a pinned staging buffer) is counted with mem_account(). Current and peak bytes are kept per
  * category and for the total (the peak of the sum, which is at most the sum of the peaks).
