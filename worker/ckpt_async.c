@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,8 +32,9 @@ struct ckpt_async {
   int quit;
   const char *priority;  /* the writer's scheduling class, set once by the writer before new returns */
 
-  device_t *dev;         /* the snapshot's allocator */
+  device_t *dev;         /* the snapshot's allocator (NULL where lazy) */
   size_t bytes;
+  int lazy;              /* buf are anonymous mappings, not the device's host memory */
   float *buf[CKPT_NSEC];
 
   /* under src_mu: where the pending write reads (buf, or the live shards), and its writer */
@@ -180,10 +182,18 @@ fsdp_status ckpt_async_new(ckpt_async **out) {
 
 static void free_buffers(ckpt_async *a) {
   for (int s = 0; s < CKPT_NSEC; s++) {
-    if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
+    if (a->lazy && a->buf[s]) munmap(a->buf[s], a->bytes ? a->bytes : 1);
+    else if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
     a->buf[s] = NULL;
   }
   a->bytes = 0;
+}
+
+/* Page-aligned (O_DIRECT), zero, and no page taken before it is written: a lazy snapshot costs
+ * memory only for what a detach copies into it. */
+static float *map_lazy(size_t bytes) {
+  void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
 }
 
 void ckpt_async_destroy(ckpt_async **pa) {
@@ -205,13 +215,13 @@ void ckpt_async_destroy(ckpt_async **pa) {
   *pa = NULL;
 }
 
-fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float *buf[CKPT_NSEC]) {
+fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, int lazy, float *buf[CKPT_NSEC]) {
   if (ckpt_async_pending(a)) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint snapshot reused while being written");
-  if (a->dev != dev || a->bytes != bytes) {
+  if ((lazy ? NULL : dev) != a->dev || a->lazy != lazy || a->bytes != bytes || !a->buf[0]) {
     free_buffers(a);
-    a->dev = dev;
+    a->dev = lazy ? NULL : dev, a->lazy = lazy;
     for (int s = 0; s < CKPT_NSEC; s++)
-      if (!(a->buf[s] = dev->op->alloc_host(dev, bytes ? bytes : 1))) {
+      if (!(a->buf[s] = lazy ? map_lazy(bytes) : dev->op->alloc_host(dev, bytes ? bytes : 1))) {
         free_buffers(a);
         return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory for the checkpoint snapshot "
                               "(3 × the shard; [checkpoint] async = false saves without it)", 3 * bytes);
