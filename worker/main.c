@@ -472,6 +472,7 @@ static int run_connected(const char *endpoint, uint64_t job_id, int rank, const 
   wlink_set_trace(l, w.tr);
   int start = (int)su->start_step;
   TRY_GOTO(worker_ckpt_start(&w, &start), rc, out);
+  if (rank == 0) log_info("ready: the shards allocated and loaded, training from step %d", start + 1);
   TRY_GOTO(wlink_ready(l, start), rc, out);
   rt_report r0 = {0};
   TRY_GOTO(eval_at_start(w.rt, &w.spec, start, &r0), rc, out);
