@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ struct ckpt_writer {
   uint32_t crc;               /* their CRC32C */
   int direct, on;             /* O_DIRECT wanted (0 once the file system refused it); the fd's flag now */
   int step, rank;
+  pthread_mutex_t *guard;     /* held while a chunk reads its section (ckpt_writer_guard), or NULL */
 };
 
 fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
@@ -102,12 +104,11 @@ fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int st
   return FSDP_OK;
 }
 
-/* The next chunk of the current section: its CRC32C taken just before it is written (one pass over
+/* The next chunk of the current section, from SRC: its CRC32C taken just before it is written (one pass over
  * memory, the chunk still in cache). A chunk whose address and size are page multiples bypasses the
  * page cache (O_DIRECT); the others, and all of them once the file system refuses one (EINVAL),
  * go through it. */
-static fsdp_status write_chunk(ckpt_writer *w) {
-  const uint8_t *src = w->sec[w->s] + w->done;
+static fsdp_status write_chunk_from(ckpt_writer *w, const uint8_t *src) {
   off_t at = (off_t)(w->off + (uint64_t)w->s * ckpt_rankfile_page_up(w->len) + w->done);
   size_t n = w->len - w->done > CKPT_CHUNK ? CKPT_CHUNK : (size_t)(w->len - w->done);
   w->crc = ckpt_crc32c(w->crc, src, n);
@@ -124,6 +125,13 @@ static fsdp_status write_chunk(ckpt_writer *w) {
   return FSDP_OK;
 }
 
+static fsdp_status write_chunk(ckpt_writer *w) {
+  if (w->guard) pthread_mutex_lock(w->guard);
+  fsdp_status rc = write_chunk_from(w, w->sec[w->s] + w->done);
+  if (w->guard) pthread_mutex_unlock(w->guard);
+  return rc;
+}
+
 fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
   if (w->s < CKPT_NSEC && w->done < w->len) TRY(write_chunk(w));
   if (w->s < CKPT_NSEC && w->done >= w->len) {
@@ -133,6 +141,12 @@ fsdp_status ckpt_writer_next(ckpt_writer *w, int *more) {
   }
   *more = w->s < CKPT_NSEC;
   return FSDP_OK;
+}
+
+void ckpt_writer_guard(ckpt_writer *w, pthread_mutex_t *mu) { w->guard = mu; }
+
+void ckpt_writer_sources(ckpt_writer *w, const float *const src[CKPT_NSEC]) {
+  for (int s = 0; s < CKPT_NSEC; s++) w->sec[s] = (const uint8_t *)src[s];
 }
 
 uint64_t ckpt_writer_move_rest(ckpt_writer *w, float *const dst[CKPT_NSEC]) {

@@ -25,6 +25,7 @@
 #define FSDP_CKPT_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -102,6 +103,12 @@ typedef struct ckpt_writer ckpt_writer;
 fsdp_status ckpt_writer_begin(const char *dir, const plan_t *p, int rank, int step, int64_t opt_step,
                               const float *param, const float *m, const float *v, ckpt_writer **w);
 fsdp_status ckpt_writer_next(ckpt_writer *w, int *more);
+/* Chunks read their section holding MU from now on (and write, so that a holder of MU knows no read
+ * is in progress); the test hooks run outside it. */
+void ckpt_writer_guard(ckpt_writer *w, pthread_mutex_t *mu);
+/* Where W reads its sections from now on, without a copy: the same bytes elsewhere, or before its
+ * first chunk. */
+void ckpt_writer_sources(ckpt_writer *w, const float *const src[CKPT_NSEC]);
 /* The sections' bytes not yet written, copied to DST (buffers of a section's length, at the same
  * offsets), from which W reads from now on: a write that began from memory about to change goes on
  * from a copy of what it has left. The bytes copied. */

@@ -1,7 +1,8 @@
 /* ckpt_async — see ckpt_async.h. One writer thread per ckpt_async, woken by a condition variable;
  * the state (idle, writing, written) changes under the mutex. The write's sources (the snapshot, or
  * the live shards until ckpt_async_detach) change under a second mutex, which the writer holds for
- * each chunk, so that the main thread's short status calls never wait for a chunk's I/O. */
+ * each chunk's read and write (ckpt_writer_guard) and never across a test hook, so that the main
+ * thread's short status calls never wait for a chunk's I/O and a detach waits for one chunk at most. */
 #define _GNU_SOURCE   /* SCHED_IDLE */
 #include "ckpt_async.h"
 
@@ -36,6 +37,8 @@ struct ckpt_async {
   size_t bytes;
   int lazy;              /* buf are anonymous mappings, not the device's host memory */
   float *buf[CKPT_NSEC];
+  size_t populated;      /* lazy: the bytes of buf (the three in a row) the idle writer has populated */
+  int populating;        /* the writer is populating outside the mutex: buf must stay mapped */
 
   /* under src_mu: where the pending write reads (buf, or the live shards), and its writer */
   pthread_mutex_t src_mu;
@@ -117,10 +120,18 @@ static void write_one(ckpt_async *a) {
   ckpt_writer *w = NULL;
   fsdp_status rc = FSDP_OK;
   int more = 0;
+  const float *src[CKPT_NSEC];
   pthread_mutex_lock(&a->src_mu);
+  memcpy(src, a->src, sizeof src);
+  pthread_mutex_unlock(&a->src_mu);
   if (a->writes)   /* the optimizer step count of a checkpoint is its step */
-    rc = ckpt_writer_begin(a->dir, a->p, a->rank, a->stats.step, a->stats.step, a->src[CKPT_SEC_PARAM], a->src[CKPT_SEC_M],
-                           a->src[CKPT_SEC_V], &w);
+    rc = ckpt_writer_begin(a->dir, a->p, a->rank, a->stats.step, a->stats.step, src[CKPT_SEC_PARAM], src[CKPT_SEC_M],
+                           src[CKPT_SEC_V], &w);
+  pthread_mutex_lock(&a->src_mu);   /* a detach meanwhile copied the shards whole: read the copy */
+  if (w) {
+    ckpt_writer_guard(w, &a->src_mu);
+    ckpt_writer_sources(w, a->src);
+  }
   a->w = w, a->begun = 1;
   pthread_mutex_unlock(&a->src_mu);
   more = rc == FSDP_OK && w;
@@ -132,16 +143,36 @@ static void write_one(ckpt_async *a) {
       return;
     }
     pthread_mutex_unlock(&a->mu);
-    pthread_mutex_lock(&a->src_mu);
-    rc = ckpt_writer_next(w, &more);
-    pthread_mutex_unlock(&a->src_mu);
-    if (rc != FSDP_OK) break;
+    if ((rc = ckpt_writer_next(w, &more)) != FSDP_OK) break;   /* each chunk under src_mu */
     ckpt_test_pause("chunk", a->stats.step, a->rank);
   }
   set_writer(a, NULL);   /* the rest (the header, the commit) reads no source */
   if (w) rc = write_rest(&w, rc);
   pthread_mutex_lock(&a->mu);
   write_ended(a, rc);
+}
+
+/* Whether a lazy snapshot still has pages to populate while no write is pending. Under the mutex. */
+static int to_populate(const ckpt_async *a) {
+  return a->lazy && a->state == CA_IDLE && a->populated < CKPT_NSEC * a->bytes;
+}
+
+/* The next 64 MB of a lazy snapshot's pages, taken now, in the writer's idle time, so that a detach
+ * copies into memory already there instead of faulting it in while training waits (MADV_POPULATE_WRITE
+ * takes the pages without writing them: a detach may be copying into the same ones). Where the kernel
+ * has no MADV_POPULATE_WRITE (before Linux 5.14) the pages come at the copy. Called and returning with
+ * the mutex held. */
+static void populate_some(ckpt_async *a) {
+  size_t piece = (size_t)64 << 20, s = a->populated / a->bytes, off = a->populated % a->bytes;
+  size_t n = a->bytes - off < piece ? a->bytes - off : piece;
+  char *at = (char *)a->buf[s] + off;
+  a->populating = 1;
+  pthread_mutex_unlock(&a->mu);
+  int rc = madvise(at, n, 23 /* MADV_POPULATE_WRITE */);
+  pthread_mutex_lock(&a->mu);
+  a->populating = 0;
+  a->populated = rc == 0 ? a->populated + n : CKPT_NSEC * a->bytes;
+  pthread_cond_broadcast(&a->cv);
 }
 
 static void *writer_main(void *arg) {
@@ -151,9 +182,10 @@ static void *writer_main(void *arg) {
   a->priority = prio;
   pthread_cond_broadcast(&a->cv);
   for (;;) {
-    while ((a->state != CA_WRITING || a->handed) && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
+    while ((a->state != CA_WRITING || a->handed) && !a->quit && !to_populate(a)) pthread_cond_wait(&a->cv, &a->mu);
     if (a->quit) break;
-    write_one(a);
+    if (a->state == CA_WRITING && !a->handed) write_one(a);
+    else populate_some(a);
   }
   pthread_mutex_unlock(&a->mu);
   return NULL;
@@ -181,8 +213,13 @@ fsdp_status ckpt_async_new(ckpt_async **out) {
 }
 
 static void free_buffers(ckpt_async *a) {
+  pthread_mutex_lock(&a->mu);
+  while (a->populating) pthread_cond_wait(&a->cv, &a->mu);
+  int lazy = a->lazy;
+  a->lazy = 0;   /* nothing for the writer to populate until new buffers are set */
+  pthread_mutex_unlock(&a->mu);
   for (int s = 0; s < CKPT_NSEC; s++) {
-    if (a->lazy && a->buf[s]) munmap(a->buf[s], a->bytes ? a->bytes : 1);
+    if (lazy && a->buf[s]) munmap(a->buf[s], a->bytes ? a->bytes : 1);
     else if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
     a->buf[s] = NULL;
   }
@@ -219,14 +256,21 @@ fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, int l
   if (ckpt_async_pending(a)) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint snapshot reused while being written");
   if ((lazy ? NULL : dev) != a->dev || a->lazy != lazy || a->bytes != bytes || !a->buf[0]) {
     free_buffers(a);
-    a->dev = lazy ? NULL : dev, a->lazy = lazy;
+    a->dev = lazy ? NULL : dev;
     for (int s = 0; s < CKPT_NSEC; s++)
       if (!(a->buf[s] = lazy ? map_lazy(bytes) : dev->op->alloc_host(dev, bytes ? bytes : 1))) {
-        free_buffers(a);
+        for (int k = 0; k < s; k++) {
+          if (lazy) munmap(a->buf[k], bytes ? bytes : 1);
+          else dev->op->free_host(dev, a->buf[k]);
+          a->buf[k] = NULL;
+        }
         return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory for the checkpoint snapshot "
                               "(3 × the shard; [checkpoint] async = false saves without it)", 3 * bytes);
       }
-    a->bytes = bytes;
+    pthread_mutex_lock(&a->mu);   /* the writer populates a lazy snapshot from now on, while idle */
+    a->bytes = bytes, a->lazy = lazy, a->populated = 0;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
   }
   for (int s = 0; s < CKPT_NSEC; s++) buf[s] = a->buf[s];
   return FSDP_OK;

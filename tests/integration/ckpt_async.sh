@@ -130,9 +130,10 @@ grep -q "checkpoint of step 4 complete: [0-9.]* MB written by [0-9]* rank(s), th
 stop_daemon
 
 # ---- a save read from the shards where they live (no snapshot on the CPU device): its writer held
-# after its first chunk while training runs on past the next optimizer update, then released; the
-# update detached it (the rest copied first), so every rank file equals a synchronous save's of the
-# same job, byte for byte
+# before its file (begin) while training runs on past the next optimizer update, then released; the
+# update detached it (the shards copied first: a detach in mid-file is test_ckpt_async's), so every
+# rank file equals a synchronous save's of the same job, byte for byte (without the detach the
+# files hold the next step's shards)
 pd="$S/pause-live"
 mkdir -p "$pd"
 live_job() {   # live_job CKDIR ASYNC > file
@@ -141,10 +142,10 @@ live_job() {   # live_job CKDIR ASYNC > file
 }
 live_job "$S/ck-sync" false >"$S/sync.ini"
 live_job "$S/ck-live" true >"$S/live.ini"
-FSDP_TEST_CKPT_PAUSE="chunk:2" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon --worker "$HOOKED"
+FSDP_TEST_CKPT_PAUSE="begin:2" FSDP_TEST_CKPT_PAUSE_DIR="$pd" start_daemon --worker "$HOOKED"
 wait_for 10 "$CTL" nodes || fail "fsdpd did not answer within 10 s"
 id=$("$CTL" submit "$S/live.ini" | tail -1)
-wait_for 60 test -e "$pd/paused-chunk-0" || fail "the live save's writer never reached its first chunk"
+wait_for 60 test -e "$pd/paused-begin-0" || fail "the live save's writer never began its file"
 past3() { grep -q '"step": *3[,}]' "$S/jobs/$id/metrics.jsonl"; }
 wait_for 60 past3 || fail "training did not go on past step 3 while step 2's write was held: $(tail -2 "$S/jobs/$id/job.log")"
 touch "$pd/release"
