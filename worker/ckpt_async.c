@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -33,12 +32,9 @@ struct ckpt_async {
   int quit;
   const char *priority;  /* the writer's scheduling class, set once by the writer before new returns */
 
-  device_t *dev;         /* the snapshot's allocator (NULL where lazy) */
+  device_t *dev;         /* the snapshot's allocator */
   size_t bytes;
-  int lazy;              /* buf are anonymous mappings, not the device's host memory */
   float *buf[CKPT_NSEC];
-  size_t populated;      /* lazy: the bytes of buf (the three in a row) the idle writer has populated */
-  int populating;        /* the writer is populating outside the mutex: buf must stay mapped */
 
   /* under src_mu: where the pending write reads (buf, or the live shards), and its writer */
   pthread_mutex_t src_mu;
@@ -152,29 +148,6 @@ static void write_one(ckpt_async *a) {
   write_ended(a, rc);
 }
 
-/* Whether a lazy snapshot still has pages to populate while no write is pending. Under the mutex. */
-static int to_populate(const ckpt_async *a) {
-  return a->lazy && a->state == CA_IDLE && a->populated < CKPT_NSEC * a->bytes;
-}
-
-/* The next 64 MB of a lazy snapshot's pages, taken now, in the writer's idle time, so that a detach
- * copies into memory already there instead of faulting it in while training waits (MADV_POPULATE_WRITE
- * takes the pages without writing them: a detach may be copying into the same ones). Where the kernel
- * has no MADV_POPULATE_WRITE (before Linux 5.14) the pages come at the copy. Called and returning with
- * the mutex held. */
-static void populate_some(ckpt_async *a) {
-  size_t piece = (size_t)64 << 20, s = a->populated / a->bytes, off = a->populated % a->bytes;
-  size_t n = a->bytes - off < piece ? a->bytes - off : piece;
-  char *at = (char *)a->buf[s] + off;
-  a->populating = 1;
-  pthread_mutex_unlock(&a->mu);
-  int rc = madvise(at, n, 23 /* MADV_POPULATE_WRITE */);
-  pthread_mutex_lock(&a->mu);
-  a->populating = 0;
-  a->populated = rc == 0 ? a->populated + n : CKPT_NSEC * a->bytes;
-  pthread_cond_broadcast(&a->cv);
-}
-
 static void *writer_main(void *arg) {
   ckpt_async *a = arg;
   const char *prio = writer_lower_priority();
@@ -182,10 +155,9 @@ static void *writer_main(void *arg) {
   a->priority = prio;
   pthread_cond_broadcast(&a->cv);
   for (;;) {
-    while ((a->state != CA_WRITING || a->handed) && !a->quit && !to_populate(a)) pthread_cond_wait(&a->cv, &a->mu);
+    while ((a->state != CA_WRITING || a->handed) && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
     if (a->quit) break;
-    if (a->state == CA_WRITING && !a->handed) write_one(a);
-    else populate_some(a);
+    write_one(a);
   }
   pthread_mutex_unlock(&a->mu);
   return NULL;
@@ -213,24 +185,11 @@ fsdp_status ckpt_async_new(ckpt_async **out) {
 }
 
 static void free_buffers(ckpt_async *a) {
-  pthread_mutex_lock(&a->mu);
-  while (a->populating) pthread_cond_wait(&a->cv, &a->mu);
-  int lazy = a->lazy;
-  a->lazy = 0;   /* nothing for the writer to populate until new buffers are set */
-  pthread_mutex_unlock(&a->mu);
   for (int s = 0; s < CKPT_NSEC; s++) {
-    if (lazy && a->buf[s]) munmap(a->buf[s], a->bytes ? a->bytes : 1);
-    else if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
+    if (a->dev) a->dev->op->free_host(a->dev, a->buf[s]);
     a->buf[s] = NULL;
   }
   a->bytes = 0;
-}
-
-/* Page-aligned (O_DIRECT), zero, and no page taken before it is written: a lazy snapshot costs
- * memory only for what a detach copies into it. */
-static float *map_lazy(size_t bytes) {
-  void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
 }
 
 void ckpt_async_destroy(ckpt_async **pa) {
@@ -252,25 +211,18 @@ void ckpt_async_destroy(ckpt_async **pa) {
   *pa = NULL;
 }
 
-fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, int lazy, float *buf[CKPT_NSEC]) {
+fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float *buf[CKPT_NSEC]) {
   if (ckpt_async_pending(a)) return fsdp_set_error(FSDP_ERR_INTERNAL, "checkpoint snapshot reused while being written");
-  if ((lazy ? NULL : dev) != a->dev || a->lazy != lazy || a->bytes != bytes || !a->buf[0]) {
+  if (a->dev != dev || a->bytes != bytes) {
     free_buffers(a);
-    a->dev = lazy ? NULL : dev;
+    a->dev = dev;
     for (int s = 0; s < CKPT_NSEC; s++)
-      if (!(a->buf[s] = lazy ? map_lazy(bytes) : dev->op->alloc_host(dev, bytes ? bytes : 1))) {
-        for (int k = 0; k < s; k++) {
-          if (lazy) munmap(a->buf[k], bytes ? bytes : 1);
-          else dev->op->free_host(dev, a->buf[k]);
-          a->buf[k] = NULL;
-        }
+      if (!(a->buf[s] = dev->op->alloc_host(dev, bytes ? bytes : 1))) {
+        free_buffers(a);
         return fsdp_set_error(FSDP_ERR_NOMEM, "cannot allocate %zu bytes of host memory for the checkpoint snapshot "
                               "(3 × the shard; [checkpoint] async = false saves without it)", 3 * bytes);
       }
-    pthread_mutex_lock(&a->mu);   /* the writer populates a lazy snapshot from now on, while idle */
-    a->bytes = bytes, a->lazy = lazy, a->populated = 0;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    a->bytes = bytes;
   }
   for (int s = 0; s < CKPT_NSEC; s++) buf[s] = a->buf[s];
   return FSDP_OK;

@@ -51,10 +51,8 @@ fsdp_status ckpt_async_new(ckpt_async **out);
 void ckpt_async_destroy(ckpt_async **a);
 
 /* The snapshot's three buffers (param, m, v: BYTES each, host memory of DEV), allocated at the
- * first call; a later call with another size, device or LAZY reallocates. Not while a write is in
- * flight. LAZY (for live saves, whose snapshot only receives what a detach copies): anonymous
- * mappings instead, whose pages are taken only when written. */
-fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, int lazy, float *buf[CKPT_NSEC]);
+ * first call; a later call with another size or device reallocates. Not while a write is in flight. */
+fsdp_status ckpt_async_buffers(ckpt_async *a, device_t *dev, size_t bytes, float *buf[CKPT_NSEC]);
 /* Hand the snapshot to the writer: write RANK's file of STEP under DIR for the writer's plan P
  * (borrowed: it must outlive the write), or, when RANK is beyond P's world (hybrid's other groups),
  * nothing: the write is then complete at once. *OWN (may be NULL) passes a plan A frees once the

@@ -420,9 +420,7 @@ fsdp_status runtime_checkpoint_prepare(runtime_t *rt, ckpt_async *a) {
   TRY(save_plan(rt, &group));
   const plan_t *p = group ? group : rt->p;
   float *buf[CKPT_NSEC];
-  const float *live[CKPT_NSEC];
-  fsdp_status rc = rt->rank < p->world ? ckpt_async_buffers(a, rt->dev, (size_t)p->shard_total * sizeof(float),
-                                                            live_shards(rt, live), buf) : FSDP_OK;
+  fsdp_status rc = rt->rank < p->world ? ckpt_async_buffers(a, rt->dev, (size_t)p->shard_total * sizeof(float), buf) : FSDP_OK;
   plan_destroy(&group);
   return rc;
 }
@@ -442,7 +440,7 @@ fsdp_status runtime_checkpoint_async(runtime_t *rt, ckpt_async *a, const char *d
   int writes = rt->rank < p->world, is_live = writes && live_shards(rt, live);
   fsdp_status rc = FSDP_OK;
   if (writes) {
-    rc = ckpt_async_buffers(a, rt->dev, bytes, is_live, buf);
+    rc = ckpt_async_buffers(a, rt->dev, bytes, buf);
     if (rc == FSDP_OK) rc = is_live ? rt->dev->op->sync(rt->dev) : shard_views(rt, bytes, buf, NULL);
   }
   int nbad = 0;

@@ -80,7 +80,7 @@ int main(void) {
   CHECK_EQ_INT(1, threads_with_policy(SCHED_IDLE));
   size_t bytes = (size_t)p->shard_total * sizeof(float);
   float *buf[CKPT_NSEC];
-  CHECK_OK(ckpt_async_buffers(a, dev, bytes, 0, buf));
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
   for (int s = 0; s < CKPT_NSEC; s++)
     for (int64_t i = 0; i < p->shard_total; i++) buf[s][i] = (float)(s * 1000003 + i) * 0.5f;
 
@@ -105,7 +105,7 @@ int main(void) {
   CHECK(!ckpt_async_finished(a));   /* held mid-file: not finished, and no rank file yet */
   snprintf(f_async, sizeof f_async, "%s/step-00000003/rank-1.bin", dir);
   CHECK(access(f_async, F_OK) != 0);
-  CHECK(ckpt_async_buffers(a, dev, bytes, 0, buf) != FSDP_OK);   /* the snapshot is not reused meanwhile */
+  CHECK(ckpt_async_buffers(a, dev, bytes, buf) != FSDP_OK);   /* the snapshot is not reused meanwhile */
   int fd = open(release, O_WRONLY | O_CREAT, 0600);
   if (fd >= 0) close(fd);
   memset(&st, 0, sizeof st);
@@ -129,7 +129,7 @@ int main(void) {
   unlink(release);
   unlink(marker);
   setenv("FSDP_TEST_CKPT_PAUSE", "mid:7", 1);
-  CHECK_OK(ckpt_async_buffers(a, dev, bytes, 0, buf));
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
   ckpt_async_start(a, dir, p, NULL, 1, 7, &st);
   CHECK(wait_file(marker));
   ckpt_async_hurry(a);
@@ -164,7 +164,7 @@ int main(void) {
     char ref_dir[700], pause[32], f_ref[800], f_live[800];
     snprintf(ref_dir, sizeof ref_dir, "%s/ref%d", dir, step);
     CHECK_OK(ckpt_write_rank(ref_dir, p, 1, step, step, orig[0], orig[1], orig[2]));
-    CHECK_OK(ckpt_async_buffers(a, dev, bytes, 1, buf));
+    CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
     for (int s = 0; s < CKPT_NSEC; s++) {
       memcpy(live[s], orig[s], bytes);
       memset(buf[s], 0, bytes);   /* the snapshot's old content is not what the file gets */
@@ -201,7 +201,7 @@ int main(void) {
   snprintf(notdir, sizeof notdir, "%s/plain-file", dir);
   fd = open(notdir, O_WRONLY | O_CREAT, 0600);
   if (fd >= 0) close(fd);
-  CHECK_OK(ckpt_async_buffers(a, dev, bytes, 0, buf));
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
   ckpt_async_start(a, notdir, p, NULL, 0, 4, &st);
   fsdp_clear_error();
   CHECK(ckpt_async_wait(a, NULL) != FSDP_OK);
@@ -217,7 +217,7 @@ int main(void) {
   CHECK_EQ_INT(0, st.bytes);
 
   /* destroy while a write is in flight: it waits for the write */
-  CHECK_OK(ckpt_async_buffers(a, dev, bytes, 0, buf));
+  CHECK_OK(ckpt_async_buffers(a, dev, bytes, buf));
   ckpt_async_start(a, dir, p, NULL, 0, 6, &st);
   ckpt_async_destroy(&a);
   CHECK(a == NULL);
