@@ -40,7 +40,6 @@ struct ckpt_async {
   pthread_mutex_t src_mu;
   const float *src[CKPT_NSEC];
   int live;              /* src are the live shards (ckpt_async_start_live, until detach or the write's end) */
-  int begun;             /* the writer has begun the file (w set, or the write over) */
   ckpt_writer *w;        /* the writer thread's write in progress, or NULL */
 
   /* the pending write: set by start, read by the writer, collected by wait */
@@ -128,7 +127,7 @@ static void write_one(ckpt_async *a) {
     ckpt_writer_guard(w, &a->src_mu);
     ckpt_writer_sources(w, a->src);
   }
-  a->w = w, a->begun = 1;
+  a->w = w;
   pthread_mutex_unlock(&a->src_mu);
   more = rc == FSDP_OK && w;
   while (more) {
@@ -232,7 +231,7 @@ static void start(ckpt_async *a, const char *dir, const plan_t *p, plan_t **own,
                   const ckpt_save_stats *stats, const float *const live[CKPT_NSEC]) {
   pthread_mutex_lock(&a->src_mu);
   for (int s = 0; s < CKPT_NSEC; s++) a->src[s] = live ? live[s] : a->buf[s];
-  a->live = live != NULL, a->begun = 0, a->w = NULL;
+  a->live = live != NULL, a->w = NULL;
   pthread_mutex_unlock(&a->src_mu);
   pthread_mutex_lock(&a->mu);
   snprintf(a->dir, sizeof a->dir, "%s", dir);
@@ -272,7 +271,7 @@ double ckpt_async_detach(ckpt_async *a) {
   uint64_t moved = 0;
   if (a->w) {
     moved = ckpt_writer_move_rest(a->w, a->buf);
-  } else if (!a->begun) {   /* not begun yet: it will read the snapshot, whole */
+  } else {   /* not begun yet (the write's end clears live): it will read the snapshot, whole */
     for (int s = 0; s < CKPT_NSEC; s++) memcpy(a->buf[s], a->src[s], a->bytes);
     moved = (uint64_t)CKPT_NSEC * a->bytes;
   }

@@ -327,31 +327,31 @@ static fsdp_status settle(runtime_t *rt, const plan_t *p, const char *dir, int s
   return FSDP_OK;
 }
 
-/* This rank's shards as host memory: views (runtime_host_view) for a synchronous save, or copies into
- * the snapshot BUF (ckpt_async_buffers) for an asynchronous one. */
+/* The shards a save writes: parameters, AdamW m and v (the adapters' alone under [lora]). */
+static void save_sources(const runtime_t *rt, const float *src[CKPT_NSEC]) {
+  src[0] = rt->param, src[1] = rt->m, src[2] = rt->v;
+  if (rt->lora) src[0] = rt->lora->param, src[1] = rt->lora->m, src[2] = rt->lora->v;
+}
+
+/* This rank's shards as host memory: views (runtime_host_view) for a synchronous save, or device
+ * copies into the snapshot BUF (ckpt_async_buffers) for an asynchronous one whose shards are not
+ * host memory (those are read in place: live_shards). */
 static fsdp_status shard_views(runtime_t *rt, size_t bytes, float *const buf[CKPT_NSEC], void *view[CKPT_NSEC]) {
-  const float *src[CKPT_NSEC] = {rt->param, rt->m, rt->v};
-  if (rt->lora) src[0] = rt->lora->param, src[1] = rt->lora->m, src[2] = rt->lora->v;   /* the adapters only */
+  const float *src[CKPT_NSEC];
+  save_sources(rt, src);
   device_t *d = rt->dev;
   for (int s = 0; s < CKPT_NSEC; s++) {
-    if (!buf) {
-      TRY(runtime_host_view(rt, src[s], bytes, &view[s]));
-    } else if (on_host(rt, src[s])) {
-      TRY(d->op->sync(d));
-      memcpy(buf[s], src[s], bytes);
-    } else {
-      TRY(d->op->snapshot(d, buf[s], src[s], bytes));
-    }
+    if (!buf) TRY(runtime_host_view(rt, src[s], bytes, &view[s]));
+    else TRY(d->op->snapshot(d, buf[s], src[s], bytes));
   }
   return FSDP_OK;
 }
 
-/* The shards a save writes (the adapters' alone under [lora]), in *LIVE, when all three are host
- * memory: an asynchronous save then reads them where they are until the optimizer's next update
+/* The shards a save writes, in *LIVE, when they are host memory (all three are or none: on_host):
+ * an asynchronous save then reads them where they are until the optimizer's next update
  * (ckpt_async_start_live), and takes no snapshot. */
 static int live_shards(runtime_t *rt, const float *live[CKPT_NSEC]) {
-  live[0] = rt->param, live[1] = rt->m, live[2] = rt->v;
-  if (rt->lora) live[0] = rt->lora->param, live[1] = rt->lora->m, live[2] = rt->lora->v;
+  save_sources(rt, live);
   for (int s = 0; s < CKPT_NSEC; s++)
     if (!on_host(rt, live[s])) return 0;
   return 1;
